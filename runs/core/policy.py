@@ -1,0 +1,117 @@
+"""Server policy and its evaluation: which tools a run may call, which need a human,
+what the checks run, and the upper bounds on every contract."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from runs.core.contract import Limits
+from runs.core.errors import InputError, problems_from
+from runs.core.jsonutil import JSON
+
+Decision = Literal["allow", "deny", "ask"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Rule(_Frozen):
+    name: str = Field(min_length=1, max_length=200)
+    tool: str = Field(min_length=1, description="tool name or glob")
+    decision: Decision
+    # Argument constraints: the rule matches only when each named argument's string
+    # value matches one of the globs (e.g. {"path": ["docs/*"]}).
+    when: dict[str, list[str]] = Field(default_factory=dict)
+    requires_evidence: bool = False
+
+    @field_validator("when")
+    @classmethod
+    def _globs_present(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for arg, globs in value.items():
+            if not globs:
+                raise ValueError(f"argument constraint {arg!r} needs at least one glob")
+        return value
+
+    def matches(self, tool: str, args: Mapping[str, JSON]) -> bool:
+        if not fnmatch.fnmatchcase(tool, self.tool):
+            return False
+        for arg, globs in self.when.items():
+            value = args.get(arg)
+            if not isinstance(value, str):
+                return False
+            if not any(fnmatch.fnmatchcase(value, g) for g in globs):
+                return False
+        return True
+
+
+class CheckDef(_Frozen):
+    """A verification command from trusted configuration; never from the model."""
+
+    check_id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+    command: list[str] = Field(min_length=1)
+    version: str = "1"
+    timeout_seconds: int = Field(default=120, ge=1, le=3600)
+    image: str | None = None
+
+
+class SandboxLimits(_Frozen):
+    memory: str = Field(default="512m", pattern=r"^[0-9]+[kmg]$")
+    cpus: float = Field(default=1.0, gt=0, le=64)
+    pids_limit: int = Field(default=128, ge=16, le=4096)
+    network: Literal["none"] = "none"
+
+
+class Policy(_Frozen):
+    version: int = Field(ge=1)
+    rules: list[Rule]
+    checks: list[CheckDef]
+    budget: Limits
+    approval_ttl_seconds: int = Field(default=3600, ge=1)
+    allow_self_approval: bool = False
+    sandbox: SandboxLimits = SandboxLimits()
+
+    @field_validator("checks")
+    @classmethod
+    def _unique_checks(cls, value: list[CheckDef]) -> list[CheckDef]:
+        ids = [c.check_id for c in value]
+        if len(ids) != len(set(ids)):
+            raise ValueError("check ids must be unique")
+        return value
+
+    def check(self, check_id: str) -> CheckDef | None:
+        return next((c for c in self.checks if c.check_id == check_id), None)
+
+    @property
+    def check_ids(self) -> set[str]:
+        return {c.check_id for c in self.checks}
+
+
+def check_policy(raw: object) -> Policy:
+    try:
+        return Policy.model_validate(raw)
+    except ValidationError as exc:
+        raise InputError("policy", problems_from(exc)) from None
+
+
+@dataclass(frozen=True)
+class Authorization:
+    decision: Decision
+    rule: str
+    requires_evidence: bool
+
+
+DEFAULT_DENY = "default: no rule matched"
+
+
+def authorize(policy: Policy, tool: str, args: Mapping[str, JSON]) -> Authorization:
+    """First matching rule wins; a tool no rule mentions is denied."""
+    for rule in policy.rules:
+        if rule.matches(tool, args):
+            return Authorization(rule.decision, rule.name, rule.requires_evidence)
+    return Authorization("deny", DEFAULT_DENY, False)

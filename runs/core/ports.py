@@ -1,0 +1,123 @@
+"""The interfaces the loop talks through. Django, Docker and model providers sit
+behind these; tests plug in simple doubles."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from runs.core.events import Event
+from runs.core.jsonutil import JSON
+from runs.core.policy import CheckDef
+from runs.core.state import PendingEffect, RunState
+
+
+@dataclass(frozen=True)
+class Call:
+    """One execution attempt as the executor sees it (already validated and admitted)."""
+
+    run_id: str
+    call_id: str
+    tool: str
+    tool_version: str
+    args: Mapping[str, JSON]
+    attempt: int
+    idempotency_key: str | None
+    max_output_bytes: int
+    check: CheckDef | None = None
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    resolved: bool
+    applied: bool | None
+    authoritative: bool
+    detail: str
+
+
+class Executor(Protocol):
+    def execute(self, call: Call) -> object:
+        """Run one attempt and return a receipt (checked by the harness, never trusted)."""
+
+    def reconcile(self, effect: PendingEffect) -> Reconciliation:
+        """Find out whether an effect of unknown outcome happened (by idempotency key)."""
+
+
+class Workspace(Protocol):
+    def revision(self) -> str:
+        """The content hash of the workspace, computed by trusted code."""
+
+    def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
+        """A unified diff of what a write would change, for reviewers."""
+
+
+@dataclass(frozen=True)
+class ApprovalAsk:
+    run_id: str
+    call_id: str
+    tool: str
+    args: Mapping[str, JSON]
+    revision: str
+    policy_version: int
+    key: str
+    rule: str
+    actor: str
+    diff: str | None
+    evidence: Sequence[Mapping[str, JSON]] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Admission:
+    kind: Literal["consumed", "denied", "waiting"]
+    request_id: str
+    reason: str = ""
+    new: bool = False
+
+
+class ApprovalGate(Protocol):
+    def admit(self, ask: ApprovalAsk) -> Admission:
+        """Consume a granted approval for exactly this key (atomically, once), report a
+        denial, or file/keep a request and say the run must wait."""
+
+
+class Store(Protocol):
+    def checkpoint(self, state: RunState, events: Sequence[Event]) -> None:
+        """Persist the state and the step's events together, or neither."""
+
+
+class ArtifactStore(Protocol):
+    def put(self, content: bytes, media_type: str) -> str:
+        """Store content; return its reference (content-addressed)."""
+
+
+class Proposer(Protocol):
+    def propose(self, feedback: Mapping[str, JSON] | None) -> object | None:
+        """The next raw proposal, or None when the proposer has nothing more."""
+
+    def snapshot(self) -> dict[str, JSON]:
+        """Position/conversation to persist so a reload continues exactly here."""
+
+
+class Controls(Protocol):
+    def kill_requested(self) -> bool: ...
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+class NoControls:
+    def kill_requested(self) -> bool:
+        return False

@@ -1,0 +1,175 @@
+"""In-memory stand-ins for the executor, workspace, approval store, run store and
+clock. They drive the self-test and the unit tests of the pure loop; the real parts
+(Docker, Django, PostgreSQL) are tested with the real services."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from runs.core.events import Event
+from runs.core.jsonutil import JSON, digest, sha256_bytes
+from runs.core.ports import Admission, ApprovalAsk, Call, Reconciliation
+from runs.core.state import PendingEffect, RunState
+
+
+class FakeClock:
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.t = start
+        self.slept: list[float] = []
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.t += seconds
+
+
+class SimWorkspace:
+    def __init__(self, files: Mapping[str, str]) -> None:
+        self.files = dict(files)
+
+    def revision(self) -> str:
+        return digest(self.files)[:40]
+
+    def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
+        if tool != "write_file":
+            return None
+        path = str(args["path"])
+        old = self.files.get(path, "").splitlines(keepends=True)
+        new = str(args["content"]).splitlines(keepends=True)
+        return "".join(difflib.unified_diff(old, new, f"a/{path}", f"b/{path}"))
+
+
+CheckFn = Callable[[Mapping[str, str], str], bool]
+
+
+@dataclass
+class SimExecutor:
+    workspace: SimWorkspace
+    check_passes: CheckFn = lambda files, check_id: True
+    lookup_authoritative: bool = True
+    outbox: dict[str, str] = field(default_factory=dict)
+    calls: list[Call] = field(default_factory=list)
+
+    def execute(self, call: Call) -> object:
+        self.calls.append(call)
+        handler = getattr(self, f"_{call.tool}")
+        effect, data = handler(call)
+        return {
+            "call_id": call.call_id,
+            "tool": call.tool,
+            "status": "ok",
+            "effect": effect,
+            "revision": self.workspace.revision(),
+            "data": data,
+            "artifacts": [],
+        }
+
+    def _list_files(self, call: Call) -> tuple[str, dict[str, JSON]]:
+        return "none", {"files": sorted(self.workspace.files)}
+
+    def _read_file(self, call: Call) -> tuple[str, dict[str, JSON]]:
+        path = str(call.args["path"])
+        if path not in self.workspace.files:
+            return "none", {"error": f"{path} does not exist"}
+        return "none", {"path": path, "content": self.workspace.files[path]}
+
+    def _search(self, call: Call) -> tuple[str, dict[str, JSON]]:
+        pattern = str(call.args["pattern"])
+        hits = [p for p, text in sorted(self.workspace.files.items()) if pattern in text]
+        return "none", {"matches": hits}
+
+    def _write_file(self, call: Call) -> tuple[str, dict[str, JSON]]:
+        self.workspace.files[str(call.args["path"])] = str(call.args["content"])
+        return "applied", {"path": call.args["path"]}
+
+    def _run_check(self, call: Call) -> tuple[str, dict[str, JSON]]:
+        assert call.check is not None
+        passed = self.check_passes(self.workspace.files, call.check.check_id)
+        return "none", {
+            "exit_code": 0 if passed else 1,
+            "duration_ms": 5,
+            "image_digest": "sha256:simulated",
+            "output_ref": None,
+            "output": "ok" if passed else "FAILED",
+        }
+
+    def _publish(self, call: Call) -> tuple[str, dict[str, JSON]]:
+        key = str(call.idempotency_key)
+        if key in self.outbox:
+            return "none", {"duplicate": True, "idempotency_key": key}
+        self.outbox[key] = str(call.args["message"])
+        return "applied", {"idempotency_key": key}
+
+    def _lookup_publish(self, call: Call) -> tuple[str, dict[str, JSON]]:
+        key = str(call.args["idempotency_key"])
+        return "none", {"found": key in self.outbox, "authoritative": self.lookup_authoritative}
+
+    def reconcile(self, effect: PendingEffect) -> Reconciliation:
+        if effect.kind == "workspace":
+            return Reconciliation(True, True, True, "workspace re-read")
+        found = effect.idempotency_key in self.outbox
+        if found:
+            return Reconciliation(True, True, True, "found in the outbox")
+        if not self.lookup_authoritative:
+            return Reconciliation(False, None, False, "lookup empty but not authoritative")
+        return Reconciliation(True, False, True, "not in the outbox")
+
+
+class MemoryApprovals:
+    """Approval decisions by key, with the single-use rule of DESIGN section 6."""
+
+    def __init__(self) -> None:
+        self.requests: dict[str, ApprovalAsk] = {}
+        self.decisions: dict[str, tuple[str, str]] = {}
+        self.consumed: set[str] = set()
+
+    def admit(self, ask: ApprovalAsk) -> Admission:
+        request_id = f"req-{ask.key[:12]}-{len(self.consumed)}"
+        decision = self.decisions.get(ask.key)
+        if decision is not None and decision[0] == "granted" and ask.key not in self.consumed:
+            self.consumed.add(ask.key)
+            return Admission("consumed", request_id)
+        if decision is not None and decision[0] == "denied":
+            return Admission("denied", request_id, reason=decision[1])
+        new = ask.key not in self.requests or ask.key in self.consumed
+        if ask.key in self.consumed:
+            self.consumed.discard(ask.key)
+            self.decisions.pop(ask.key, None)
+        self.requests[ask.key] = ask
+        return Admission("waiting", request_id, new=new)
+
+    def grant(self, key: str) -> None:
+        self.decisions[key] = ("granted", "")
+
+    def deny(self, key: str, reason: str) -> None:
+        self.decisions[key] = ("denied", reason)
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.snapshot: str | None = None
+        self.checkpoints = 0
+
+    def checkpoint(self, state: RunState, events: Sequence[Event]) -> None:
+        self.checkpoints += 1
+        self.snapshot = state.model_dump_json()
+        self.events.extend(events)
+
+    def load(self) -> RunState:
+        assert self.snapshot is not None
+        return RunState.model_validate_json(self.snapshot)
+
+
+class MemoryArtifacts:
+    def __init__(self) -> None:
+        self.blobs: dict[str, bytes] = {}
+
+    def put(self, content: bytes, media_type: str) -> str:
+        ref = "sha256:" + sha256_bytes(content)
+        self.blobs[ref] = content
+        return ref

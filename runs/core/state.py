@@ -1,0 +1,123 @@
+"""Everything a run needs to continue after a crash, as one JSON-serialisable
+object. The store saves it with the step's events in one transaction."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runs.core.contract import Contract, Limits
+from runs.core.jsonutil import JSON
+
+LedgerState = Literal["proposed", "validated", "allowed", "started", "completed", "failed", "unknown"]
+RunStatus = Literal["running", "waiting_approval", "complete", "stopped"]
+
+
+class _State(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+class CallRecord(_State):
+    call_id: str
+    tool: str
+    args: dict[str, JSON] = Field(default_factory=dict)
+    state: LedgerState = "proposed"
+    attempts: int = 0
+    idempotency_key: str | None = None
+    decision: str | None = None
+    rule: str | None = None
+    approval_key: str | None = None
+    last_status: str | None = None
+    revision_before: str | None = None
+
+
+class EvidenceRecord(_State):
+    call_id: str
+    check_id: str
+    check_version: str
+    command: list[str]
+    exit_code: int | None
+    timed_out: bool
+    duration_ms: int
+    image_digest: str
+    revision: str
+    policy_version: int
+    output_ref: str | None
+    passed: bool
+    ts: float
+
+
+class PendingEffect(_State):
+    call_id: str
+    tool: str
+    args: dict[str, JSON]
+    kind: Literal["workspace", "external"]
+    idempotency_key: str | None
+    reason: str
+    recorded_at: float
+    resolved: bool = False
+    applied: bool | None = None
+    resolution: str | None = None
+
+
+class Waiting(_State):
+    call_id: str
+    request_id: str
+    approval_key: str
+
+
+class RunState(_State):
+    run_id: str
+    contract: Contract
+    limits: Limits
+    policy_version: int
+    actor: str
+    status: RunStatus = "running"
+    stop_reason: str | None = None
+    stop_message: str = ""
+    proposals: int = 0
+    calls: int = 0
+    started_at: float
+    deadline: float
+    base_revision: str
+    revision: str
+    evidence: list[EvidenceRecord] = Field(default_factory=list)
+    # check_id -> index into ``evidence`` for the current revision; a write empties it.
+    current_evidence: dict[str, int] = Field(default_factory=dict)
+    pending_effects: list[PendingEffect] = Field(default_factory=list)
+    ledger: dict[str, CallRecord] = Field(default_factory=dict)
+    current_call: str | None = None
+    current_proposal: JSON = None
+    waiting: Waiting | None = None
+    feedback: dict[str, JSON] | None = None
+    proposer_state: dict[str, JSON] = Field(default_factory=dict)
+    next_seq: int = 1
+    next_call: int = 1
+    effects_applied: list[str] = Field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("complete", "stopped")
+
+    @property
+    def outcome(self) -> str:
+        """``complete``, ``waiting_approval``, ``running`` or the stop reason."""
+        if self.status == "stopped":
+            return self.stop_reason or "stopped"
+        return self.status
+
+    def unresolved_effects(self) -> list[PendingEffect]:
+        return [p for p in self.pending_effects if not p.resolved]
+
+    def passing_current(self, check_id: str) -> EvidenceRecord | None:
+        index = self.current_evidence.get(check_id)
+        if index is None:
+            return None
+        record = self.evidence[index]
+        if record.passed and record.revision == self.revision:
+            return record
+        return None
+
+    def missing_checks(self) -> list[str]:
+        return [c for c in self.contract.verification_targets if self.passing_current(c) is None]

@@ -1,0 +1,201 @@
+"""The tool registry: name, version, argument schema and what a tool can do to the
+world. The harness decides gates from these flags, never from the model's claims."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from runs.core.errors import FieldProblem, InputError, problems_from
+from runs.core.jsonutil import JSON
+from runs.core.paths import PathRefused, canonical_path, patch_targets, path_allowed
+
+
+class Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def _canonical(value: str) -> str:
+    try:
+        return canonical_path(value)
+    except PathRefused as exc:
+        raise ValueError(str(exc)) from None
+
+
+class PathArgs(Args):
+    path: str = Field(min_length=1, max_length=4096)
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        return _canonical(value)
+
+
+class ListFilesArgs(Args):
+    path: str = Field(default=".", min_length=1, max_length=4096)
+    max_entries: int = Field(default=500, ge=1, le=10_000)
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        return _canonical(value)
+
+
+class ReadFileArgs(PathArgs):
+    offset: int = Field(default=0, ge=0, description="first line, 0-based")
+    limit: int = Field(default=400, ge=1, le=10_000, description="number of lines")
+
+
+class SearchArgs(Args):
+    pattern: str = Field(min_length=1, max_length=500, description="literal text to find")
+    path: str = Field(default=".", min_length=1, max_length=4096)
+    max_matches: int = Field(default=200, ge=1, le=5000)
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        return _canonical(value)
+
+
+class WriteFileArgs(PathArgs):
+    content: str = Field(max_length=5_000_000)
+
+
+class ApplyPatchArgs(Args):
+    patch: str = Field(min_length=1, max_length=5_000_000, description="a unified diff")
+
+    @field_validator("patch")
+    @classmethod
+    def _targets(cls, value: str) -> str:
+        targets = patch_targets(value)
+        if not targets:
+            raise ValueError("no '--- a/...' / '+++ b/...' file headers found")
+        for target in targets:
+            _canonical(target)
+        return value
+
+
+class RunCheckArgs(Args):
+    check_id: str = Field(min_length=1, max_length=64)
+
+
+class PublishArgs(Args):
+    message: str = Field(min_length=1, max_length=2000)
+
+
+class LookupPublishArgs(Args):
+    idempotency_key: str = Field(pattern=r"^[0-9a-f]{32}$")
+
+
+class FinishArgs(Args):
+    summary: str = Field(default="", max_length=20_000)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    version: str
+    description: str
+    args: type[Args]
+    writes: bool = False  # changes the workspace
+    external_effect: bool = False  # changes something outside the workspace
+    needs_evidence: bool = False  # refused without a passing check of the current revision
+    runs_untrusted_code: bool = False  # may change the workspace even without writing
+
+    @property
+    def has_effect(self) -> bool:
+        return self.writes or self.external_effect
+
+    @property
+    def may_change_workspace(self) -> bool:
+        return self.writes or self.runs_untrusted_code
+
+    def json_schema(self) -> dict[str, JSON]:
+        return self.args.model_json_schema()
+
+
+FINISH = "finish"
+
+
+class Registry:
+    def __init__(self, specs: Iterable[ToolSpec]) -> None:
+        self._specs = {spec.name: spec for spec in specs}
+
+    def get(self, name: str) -> ToolSpec | None:
+        return self._specs.get(name)
+
+    @property
+    def names(self) -> set[str]:
+        return set(self._specs)
+
+    def visible(self, allowed: Iterable[str]) -> list[ToolSpec]:
+        allowed_set = set(allowed) | {FINISH}
+        return [spec for name, spec in self._specs.items() if name in allowed_set]
+
+    def validate(self, spec: ToolSpec, args: Mapping[str, JSON], write_globs: Iterable[str]) -> dict[str, JSON]:
+        """Schema check, then path canonicalisation and the contract's write paths."""
+        try:
+            parsed = spec.args.model_validate(dict(args))
+        except ValidationError as exc:
+            raise InputError("arguments", problems_from(exc, "args")) from None
+        clean: dict[str, JSON] = parsed.model_dump()
+        if spec.writes:
+            globs = list(write_globs)
+            targets = patch_targets(clean["patch"]) if "patch" in clean else [clean["path"]]
+            field = "args.patch" if "patch" in clean else "args.path"
+            refused = [t for t in targets if not path_allowed(canonical_path(t), globs)]
+            if refused:
+                raise InputError(
+                    "arguments",
+                    [FieldProblem(field, f"{', '.join(refused)} is outside allowed_write_paths {globs}")],
+                )
+        return clean
+
+
+BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec("list_files", "1", "List files under a workspace directory. Cannot read outside the workspace.", ListFilesArgs),
+    ToolSpec("read_file", "1", "Read lines of a workspace file. Cannot follow symlinks or leave the workspace.", ReadFileArgs),
+    ToolSpec("search", "1", "Find literal text in workspace files. Cannot run commands.", SearchArgs),
+    ToolSpec(
+        "write_file",
+        "1",
+        "Replace a workspace file's content. Only paths in the task's allowed write paths; no symlinks.",
+        WriteFileArgs,
+        writes=True,
+    ),
+    ToolSpec(
+        "apply_patch",
+        "1",
+        "Apply a unified diff to workspace files. Refused as a whole when any hunk does not apply.",
+        ApplyPatchArgs,
+        writes=True,
+    ),
+    ToolSpec(
+        "run_check",
+        "1",
+        "Run a verification check by id; the command is fixed by server configuration, not by you.",
+        RunCheckArgs,
+        runs_untrusted_code=True,
+    ),
+    ToolSpec(
+        "publish",
+        "1",
+        "Publish the workspace's changes as a patch. Needs a passing check of the current revision.",
+        PublishArgs,
+        external_effect=True,
+        needs_evidence=True,
+    ),
+    ToolSpec(
+        "lookup_publish",
+        "1",
+        "Ask whether a publish with this idempotency key happened; says whether the answer is authoritative.",
+        LookupPublishArgs,
+    ),
+    ToolSpec(FINISH, "1", "Declare the task done. Refused until the current revision has passing checks.", FinishArgs),
+)
+
+
+def builtin_registry() -> Registry:
+    return Registry(BUILTIN_TOOLS)
