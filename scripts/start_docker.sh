@@ -62,7 +62,7 @@ for flags in "${FLAG_SETS[@]}"; do
     log "starting dockerd ${flags:-(default flags)}; log: $LOG"
     echo "=== $(date -Is) dockerd ${flags} ===" >>"$LOG"
     # shellcheck disable=SC2086
-    nohup dockerd $flags >>"$LOG" 2>&1 </dev/null &
+    setsid nohup dockerd $flags >>"$LOG" 2>&1 </dev/null &
     pid=$!
     while [ "$(date +%s)" -lt "$deadline" ]; do
         if docker info >/dev/null 2>&1; then

@@ -1,0 +1,3 @@
+from approvals.models.policy import PolicyVersion
+
+__all__ = ["PolicyVersion"]

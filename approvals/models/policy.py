@@ -1,0 +1,19 @@
+from django.conf import settings
+from django.db import models
+
+
+class PolicyVersion(models.Model):
+    """One immutable version of the server policy (runs.core.policy.Policy as JSON).
+    Editing a policy creates a new row; runs keep the version they started with."""
+
+    version = models.PositiveIntegerField(unique=True)
+    document = models.JSONField()
+    note = models.CharField(max_length=300, blank=True, default="")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-version"]
+
+    def __str__(self) -> str:
+        return f"policy v{self.version}"

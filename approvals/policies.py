@@ -1,0 +1,35 @@
+"""Loading the server policy. The newest PolicyVersion is current; a database
+without any gets version 1 from ``default_policy.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from django.db import IntegrityError, transaction
+
+from approvals.models import PolicyVersion
+from runs.core.policy import Policy, check_policy
+
+DEFAULT_POLICY_FILE = Path(__file__).with_name("default_policy.json")
+
+
+def default_policy_document() -> dict:
+    return json.loads(DEFAULT_POLICY_FILE.read_text())
+
+
+def load_policy(row: PolicyVersion) -> Policy:
+    return check_policy({**row.document, "version": row.version})
+
+
+def current_policy_row() -> PolicyVersion:
+    row = PolicyVersion.objects.order_by("-version").first()
+    if row is not None:
+        return row
+    document = default_policy_document()
+    try:
+        # Two processes may seed at once; the unique version makes one of them lose.
+        with transaction.atomic():
+            return PolicyVersion.objects.create(version=document["version"], document=document, note="default policy")
+    except IntegrityError:
+        return PolicyVersion.objects.get(version=document["version"])

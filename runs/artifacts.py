@@ -1,0 +1,38 @@
+"""Content-addressed artifact storage: bytes on disk under ARTIFACT_ROOT, a row per
+distinct content. Writing the same output twice stores it once."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from django.conf import settings
+
+from runs.core.jsonutil import sha256_bytes
+from runs.models import Artifact
+
+
+def artifact_path(ref: str) -> Path:
+    algo, _, hexdigest = ref.partition(":")
+    if algo != "sha256" or len(hexdigest) != 64 or not all(c in "0123456789abcdef" for c in hexdigest):
+        raise ValueError(f"not an artifact reference: {ref!r}")
+    return Path(settings.ARTIFACT_ROOT) / hexdigest[:2] / hexdigest
+
+
+class FileArtifactStore:
+    def put(self, content: bytes, media_type: str) -> str:
+        ref = "sha256:" + sha256_bytes(content)
+        path = artifact_path(ref)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Write then rename, so a reader never sees a half-written artifact.
+            fd, tmp = tempfile.mkstemp(dir=path.parent)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(content)
+            os.replace(tmp, path)
+        Artifact.objects.get_or_create(ref=ref, defaults={"size": len(content), "media_type": media_type})
+        return ref
+
+    def get(self, ref: str) -> bytes:
+        return artifact_path(ref).read_bytes()

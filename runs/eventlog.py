@@ -1,0 +1,46 @@
+"""The one function that writes run events.
+
+``append_events`` numbers events under the run row's lock, redacts them, stores
+them and broadcasts them only after the surrounding transaction commits, so a
+viewer never sees an event the database does not have."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from django.db import transaction
+
+from runs.broadcast import broadcast_events
+from runs.core.events import Event as CoreEvent
+from runs.models import Event, Run
+from runs.redact import redact, secret_values
+
+
+def append_events(run_id: str, events: Sequence[CoreEvent]) -> list[Event]:
+    """Store events for a run; returns the rows with their assigned ``seq``."""
+    if not events:
+        return []
+    secrets = secret_values()
+    # The row lock serialises every writer of this run's log (worker, reviewers,
+    # the beat), so seq stays gap-free and unique without retry loops.
+    with transaction.atomic():
+        run = Run.objects.select_for_update().only("id", "last_seq").get(pk=run_id)
+        rows = []
+        for offset, event in enumerate(events, start=1):
+            data = event.model_dump()
+            rows.append(
+                Event(
+                    run_id=run.id,
+                    seq=run.last_seq + offset,
+                    type=data["type"],
+                    call_id=event.call_id,
+                    ts=datetime.fromtimestamp(event.ts, tz=UTC),
+                    payload=redact(event.payload(), secrets),
+                )
+            )
+        Event.objects.bulk_create(rows)
+        Run.objects.filter(pk=run.id).update(last_seq=run.last_seq + len(rows))
+        payloads = [row.as_dict() for row in rows]
+        transaction.on_commit(lambda: broadcast_events(str(run_id), payloads))
+    return rows

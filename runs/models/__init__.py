@@ -1,0 +1,9 @@
+from runs.models.artifact import Artifact
+from runs.models.effects import PendingEffect
+from runs.models.event import Event
+from runs.models.evidence import Evidence
+from runs.models.ledger import CallLedgerEntry, Receipt
+from runs.models.report import Report
+from runs.models.run import Run
+
+__all__ = ["Artifact", "CallLedgerEntry", "Event", "Evidence", "PendingEffect", "Receipt", "Report", "Run"]

@@ -1,0 +1,30 @@
+from django.db import models
+
+
+class Event(models.Model):
+    """The append-only event log. ``seq`` is per run, gap-free and assigned under the
+    run row's lock by ``runs.eventlog.append_events``, the only writer."""
+
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=40, db_index=True)
+    call_id = models.CharField(max_length=40, null=True, blank=True)
+    ts = models.DateTimeField()
+    payload = models.JSONField()
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="event_unique_run_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.type}"
+
+    def as_dict(self) -> dict:
+        return {
+            "run_id": str(self.run_id),
+            "seq": self.seq,
+            "type": self.type,
+            "call_id": self.call_id,
+            "ts": self.ts.isoformat(),
+            "payload": self.payload,
+        }

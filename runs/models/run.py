@@ -1,0 +1,46 @@
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class Run(models.Model):
+    """One agent run. ``state`` is the core's RunState, the source of truth for
+    resuming; the other columns are copies of it for listing and filtering."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        WAITING = "waiting_approval"
+        COMPLETE = "complete"
+        STOPPED = "stopped"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    task_id = models.CharField(max_length=100, db_index=True)
+    objective = models.TextField()
+    contract = models.JSONField()
+    policy = models.ForeignKey("approvals.PolicyVersion", on_delete=models.PROTECT, related_name="runs")
+    proposer = models.JSONField(help_text="how to rebuild the proposer: kind and its configuration")
+    state = models.JSONField(null=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.RUNNING, db_index=True)
+    outcome = models.CharField(max_length=40, default="running", db_index=True)
+    stop_message = models.TextField(blank=True, default="")
+    revision = models.CharField(max_length=80, blank=True, default="")
+    proposals = models.PositiveIntegerField(default=0)
+    calls = models.PositiveIntegerField(default=0)
+    last_seq = models.PositiveIntegerField(default=0)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # The lease: which worker drives the run, until when, and the fencing token
+    # every checkpoint must still hold.
+    lease_owner = models.CharField(max_length=200, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    lease_token = models.PositiveBigIntegerField(default=0)
+    kill_requested = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["status", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} ({self.id})"

@@ -1,0 +1,120 @@
+"""Creating and driving runs: the plain functions that commands, views and Celery
+tasks wrap. ``check_*`` validates and raises InputError; the rest assume valid input."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from approvals.models import PolicyVersion
+from approvals.policies import current_policy_row, load_policy
+from runs.artifacts import FileArtifactStore
+from runs.core.contract import Contract, check_contract
+from runs.core.loop import Harness, HarnessConfig, new_state
+from runs.core.policy import Policy
+from runs.core.report import build_report
+from runs.core.ports import ApprovalGate, Clock, Controls, Executor, Workspace
+from runs.core.state import RunState
+from runs.core.tools import Registry, builtin_registry
+from runs.models import Run
+from runs.proposers import build_proposer, check_proposer_config
+from runs.store import DjangoStore, load_state
+
+
+@dataclass
+class Environment:
+    """Where a run's calls execute: the trusted workspace and the executor."""
+
+    executor: Executor
+    workspace: Workspace
+    close: Callable[[], None] = lambda: None
+
+
+EnvironmentFactory = Callable[[Run, Policy], Environment]
+
+
+@dataclass(frozen=True)
+class NewRun:
+    contract: Contract
+    proposer: dict[str, Any]
+    policy_row: PolicyVersion
+    policy: Policy
+
+
+def registry() -> Registry:
+    return builtin_registry()
+
+
+def check_new_run(contract_raw: object, proposer_config: object) -> NewRun:
+    row = current_policy_row()
+    policy = load_policy(row)
+    contract = check_contract(contract_raw, registry().names, policy.check_ids)
+    return NewRun(contract, check_proposer_config(proposer_config), row, policy)
+
+
+def do_create_run(new: NewRun, actor: Any, revision_of: Callable[[Run], str], clock: Clock | None = None) -> Run:
+    """Create the run row and its initial state; ``revision_of`` prepares the
+    workspace for the new run and returns its revision."""
+    now = clock.now() if clock else time.time()
+    run = Run.objects.create(
+        task_id=new.contract.task_id,
+        objective=new.contract.objective,
+        contract=new.contract.model_dump(mode="json"),
+        policy=new.policy_row,
+        proposer=new.proposer,
+        created_by=actor if getattr(actor, "pk", None) else None,
+    )
+    revision = revision_of(run)
+    state = new_state(
+        run_id=str(run.id),
+        contract=new.contract,
+        policy=new.policy,
+        actor=getattr(actor, "username", "") or "system",
+        revision=revision,
+        now=now,
+    )
+    DjangoStore().checkpoint(state, [])
+    run.refresh_from_db()
+    return run
+
+
+def drive_run(
+    run: Run,
+    environment: Environment,
+    approvals: ApprovalGate,
+    *,
+    lease_token: int | None = None,
+    controls: Controls | None = None,
+    clock: Clock | None = None,
+) -> RunState:
+    """Advance a run from its stored state until it waits or stops."""
+    policy = load_policy(run.policy)
+    state = load_state(run)
+    harness = Harness(
+        state,
+        registry=registry(),
+        policy=policy,
+        proposer=build_proposer(run.proposer, state.proposer_state),
+        executor=environment.executor,
+        workspace=environment.workspace,
+        approvals=approvals,
+        store=DjangoStore(lease_token),
+        artifacts=FileArtifactStore(),
+        clock=clock,
+        controls=controls,
+        config=HarnessConfig(retry_base_seconds=settings.HARNESS_RETRY_BASE_SECONDS),
+    )
+    return harness.run()
+
+
+def report_of(run: Run) -> dict[str, Any]:
+    """The stored final report, or the report so far for a run still going."""
+    run.refresh_from_db()
+    if hasattr(run, "report"):
+        return dict(run.report.data)
+    return build_report(load_state(run))
+

@@ -1,0 +1,103 @@
+"""Counter semantics and the deadline checks of DESIGN section 2."""
+
+from __future__ import annotations
+
+from runs.core.faults import Fault
+from runs.core.scenarios import FIXED, build_rig, call, demo_contract
+
+
+def test_it_counts_invalid_proposals_and_finish_as_proposals():
+    rig = build_rig([call("read_file"), call("finish", summary="x"), call("read_file", path="src/calc.py")])
+    rig.harness.run()
+    assert rig.state.proposals == 3
+    assert rig.state.calls == 1
+
+
+def test_it_counts_every_retry_as_a_call_but_one_proposal():
+    rig = build_rig([call("read_file", path="src/calc.py")], faults=[Fault("read_file", "transient", 2)])
+    rig.harness.run()
+    assert rig.state.proposals == 1 and rig.state.calls == 3
+
+
+def test_it_stops_when_the_call_budget_is_used_even_mid_retry():
+    rig = build_rig([call("read_file", path="src/calc.py")], faults=[Fault("read_file", "transient", 5)], contract=demo_contract(max_tool_calls=2, max_attempts=5))
+    rig.harness.run()
+    assert rig.state.outcome == "budget_exhausted" and rig.state.calls == 2
+
+
+def test_it_never_grants_more_than_policy_allows():
+    from runs.core.scenarios import demo_policy
+
+    contract = demo_contract(max_proposals=10_000, wall_time_seconds=99_999)
+    rig = build_rig([], contract=contract)
+    assert rig.state.limits.max_proposals == demo_policy().budget.max_proposals
+    assert rig.state.limits.wall_time_seconds == 600
+    rig.harness.run()
+    started = rig.store.events[0].model_dump()
+    assert started["clipped"]["max_proposals"] == {"asked": 10_000, "allowed": 50}
+
+
+def _past_deadline(rig):
+    rig.clock.t = rig.state.deadline + 1
+
+
+def test_it_checks_the_deadline_before_asking_the_model():
+    rig = build_rig([call("read_file", path="src/calc.py")])
+    _past_deadline(rig)
+    rig.harness.run()
+    assert rig.state.outcome == "deadline" and rig.state.proposals == 0
+    assert "before asking the model" in rig.state.stop_message
+
+
+def test_it_checks_the_deadline_after_a_proposal_arrives():
+    rig = build_rig([])
+
+    def slow_model(feedback, position):
+        _past_deadline(rig)
+        return call("read_file", path="src/calc.py")
+
+    from runs.core.scripted import ScriptedProposer
+
+    rig.harness.proposer = ScriptedProposer(slow_model)
+    rig.harness.run()
+    assert rig.state.outcome == "deadline" and rig.state.proposals == 1 and rig.state.calls == 0
+    assert "after the proposal arrived" in rig.state.stop_message
+
+
+def test_it_checks_the_deadline_after_each_receipt():
+    rig = build_rig([call("write_file", path="src/calc.py", content=FIXED), call("finish")])
+    inner = rig.harness.executor.execute
+
+    def slow_execute(c):
+        receipt = inner(c)
+        _past_deadline(rig)
+        return receipt
+
+    rig.harness.executor.execute = slow_execute
+    rig.harness.run()
+    assert rig.state.outcome == "deadline" and "after the receipt" in rig.state.stop_message
+    # The write's receipt was still recorded before stopping.
+    assert rig.state.ledger["c1"].state == "completed"
+
+
+def test_it_checks_the_deadline_before_each_attempt():
+    rig = build_rig([call("read_file", path="src/calc.py")], faults=[Fault("read_file", "transient", 1)])
+    rig.harness.config = type(rig.harness.config)(retry_base_seconds=0.0)
+    original_sleep = rig.clock.sleep
+
+    def sleep_past(seconds):
+        original_sleep(seconds)
+        _past_deadline(rig)
+
+    rig.clock.sleep = sleep_past
+    rig.harness.run()
+    assert rig.state.outcome == "deadline" and "before an attempt" in rig.state.stop_message
+    assert rig.state.calls == 1
+
+
+def test_it_stops_instead_of_sleeping_when_a_retry_backoff_would_cross_the_deadline():
+    rig = build_rig([call("read_file", path="src/calc.py")], faults=[Fault("read_file", "transient", 1)])
+    rig.clock.t = rig.state.deadline - 0.25  # less than the 0.5 s first backoff
+    rig.harness.run()
+    assert rig.state.outcome == "deadline" and "backoff would cross the deadline" in rig.state.stop_message
+    assert rig.clock.slept == []

@@ -1,0 +1,186 @@
+"""Durable state: the run, its events, ledger, receipts, evidence and report live in
+the database; a run reloaded after a crash at any checkpoint continues correctly."""
+
+from __future__ import annotations
+
+import pytest
+
+from runs.core.scenarios import FIXED, call
+from runs.core.simulated import MemoryApprovals, SimExecutor, SimWorkspace
+from runs.models import CallLedgerEntry, Event, Evidence, Receipt, Report, Run
+from runs.services import Environment, check_new_run, do_create_run, drive_run
+from runs.store import DjangoStore
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CONTRACT = {
+    "task_id": "durable",
+    "objective": "fix the calculator",
+    "acceptance_criteria": ["tests pass"],
+    "workspace": {"kind": "path", "path": "."},
+    "allowed_write_paths": ["src/*"],
+    "allowed_tools": ["read_file", "write_file", "run_check", "publish"],
+    "verification_targets": ["tests"],
+    "limits": {"max_proposals": 20, "max_tool_calls": 20, "max_attempts": 3, "wall_time_seconds": 600, "max_output_bytes_per_call": 65536},
+}
+SCRIPT = [
+    call("read_file", path="src/calc.py"),
+    call("write_file", path="src/calc.py", content=FIXED),
+    call("run_check", check_id="tests"),
+    call("publish", message="reject negative quantities"),
+    call("finish", summary="fixed"),
+]
+
+
+class Crash(Exception):
+    """Stands for the worker process dying: nothing after it is written."""
+
+
+class CrashingStore(DjangoStore):
+    def __init__(self, crash_at: int) -> None:
+        super().__init__()
+        self.crash_at = crash_at
+        self.count = 0
+
+    def checkpoint(self, state, events):
+        self.count += 1
+        if self.count == self.crash_at:
+            raise Crash(f"crash at checkpoint {self.count}")
+        super().checkpoint(state, events)
+
+
+class World:
+    """The simulated outside world of one run, surviving the worker's crash."""
+
+    def __init__(self) -> None:
+        self.workspace = SimWorkspace({"src/calc.py": "def total(q):\n    return q\n"})
+        self.executor = SimExecutor(self.workspace, check_passes=lambda files, _: "ValueError" in files["src/calc.py"])
+        self.approvals = MemoryApprovals()
+
+    def environment(self) -> Environment:
+        return Environment(self.executor, self.workspace)
+
+
+def create(world: World) -> Run:
+    new = check_new_run(CONTRACT, {"kind": "scripted", "script": SCRIPT})
+    return do_create_run(new, None, lambda run: world.workspace.revision())
+
+
+def drive(run: Run, world: World, store=None):
+    run.refresh_from_db()
+    if store is None:
+        return drive_run(run, world.environment(), world.approvals)
+    import runs.services as services
+
+    original = services.DjangoStore
+    services.DjangoStore = lambda lease_token=None: store
+    try:
+        return drive_run(run, world.environment(), world.approvals)
+    finally:
+        services.DjangoStore = original
+
+
+def finish(run: Run, world: World):
+    """Drive to the end, granting the publish approval when asked."""
+    state = drive(run, world)
+    while state.status == "waiting_approval":
+        world.approvals.grant(state.waiting.approval_key)
+        state = drive(run, world)
+    return state
+
+
+def assert_log_is_whole(run: Run) -> None:
+    seqs = list(Event.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, len(seqs) + 1))
+    run.refresh_from_db()
+    assert run.last_seq == len(seqs)
+
+
+def test_it_stores_the_run_its_log_ledger_receipts_evidence_and_report():
+    world = World()
+    run = create(world)
+    state = finish(run, world)
+    assert state.outcome == "complete"
+    run.refresh_from_db()
+    assert run.status == "complete" and run.proposals == 5 and run.calls == 4
+    assert_log_is_whole(run)
+    assert list(CallLedgerEntry.objects.filter(run=run).values_list("call_id", "state")) == [
+        ("c1", "completed"),
+        ("c2", "completed"),
+        ("c3", "completed"),
+        ("c4", "completed"),
+        ("c5", "completed"),
+    ]
+    assert Receipt.objects.filter(run=run, valid=True).count() == 4
+    evidence = Evidence.objects.get(run=run)
+    assert evidence.passed and evidence.revision == state.revision and evidence.command[0] == "python3"
+    report = Report.objects.get(run=run).data
+    assert report["status"] == "complete" and report["changed_files"] == ["src/calc.py"]
+    assert report["effects_applied"] == ["c4"]
+
+
+def test_it_refuses_a_second_event_with_the_same_seq():
+    from django.db import IntegrityError, transaction
+    from django.utils import timezone
+
+    world = World()
+    run = create(world)
+    finish(run, world)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Event.objects.create(run=run, seq=1, type="stop", ts=timezone.now(), payload={})
+
+
+def uninterrupted_checkpoints() -> int:
+    world = World()
+    run = create(world)
+    counting = CrashingStore(crash_at=-1)
+    state = drive(run, world, counting)
+    world.approvals.grant(state.waiting.approval_key)
+    drive(run, world, counting)
+    return counting.count
+
+
+CHECKPOINTS = 16  # in the uninterrupted run of SCRIPT, pinned by the test at the end
+
+
+@pytest.mark.parametrize("crash_at", range(1, CHECKPOINTS + 1))
+def test_it_continues_after_a_crash_at_any_checkpoint(crash_at):
+    world = World()
+    run = create(world)
+    store = CrashingStore(crash_at)
+    with pytest.raises(Crash):
+        state = drive(run, world, store)
+        world.approvals.grant(state.waiting.approval_key)
+        drive(run, world, store)
+    state = finish(run, world)
+    run.refresh_from_db()
+    assert_log_is_whole(run)
+    # No external effect twice, no proposal counted twice.
+    assert len(world.executor.outbox) <= 1
+    assert state.proposals <= len(SCRIPT)
+    types = list(Event.objects.filter(run=run).values_list("type", flat=True))
+    assert types.count("run_started") == 1
+    # An interrupted check is never taken as evidence; anything else completes.
+    assert state.outcome in ("complete", "proposals_exhausted")
+    if state.outcome == "complete":
+        assert state.passing_current("tests") is not None
+        assert len(world.executor.outbox) == 1
+    if "run_resumed" in types:
+        assert state.ledger[Event.objects.filter(run=run, type="run_resumed").first().call_id].state != "started"
+
+
+def test_it_continues_exactly_where_it_stopped_when_loaded_by_another_process():
+    world = World()
+    run = create(world)
+    state = drive(run, world)
+    assert state.status == "waiting_approval"
+    before = Run.objects.get(pk=run.pk).state
+    world.approvals.grant(state.waiting.approval_key)
+    resumed = drive(Run.objects.get(pk=run.pk), world)
+    assert resumed.outcome == "complete"
+    assert resumed.proposals == before["proposals"] + 1  # only the finish was new
+    assert before["proposer_state"] == {"kind": "scripted", "position": 4}
+
+
+def test_it_crashes_the_parametrised_runs_at_every_checkpoint_there_is():
+    assert uninterrupted_checkpoints() == CHECKPOINTS

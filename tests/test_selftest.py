@@ -1,0 +1,90 @@
+"""The controls self-test, and one ablation per control: with that control removed,
+the failure it prevents gets through (so each control is load-bearing)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from runs.core import scenarios
+from runs.core.loop import Harness
+from runs.core.policy import Authorization
+from runs.core.receipts import Receipt
+
+
+class NoAuthorize(Harness):
+    def _authorize(self, spec, args):
+        return Authorization("allow", "ablated", False)
+
+
+class NoEvidenceBinding(Harness):
+    def _missing_evidence(self):
+        passed = {e.check_id for e in self.state.evidence if e.passed}
+        return [c for c in self.state.contract.verification_targets if c not in passed]
+
+
+class NoProposalBudget(Harness):
+    def _proposal_budget_left(self):
+        return True
+
+
+class NoReceiptCheck(Harness):
+    def _check_receipt(self, raw, record, spec, harness_revision):
+        return Receipt.model_validate({**raw, "call_id": record.call_id})
+
+
+class NoPendingBlock(Harness):
+    def _blocking_effects(self):
+        return []
+
+
+class NoAttemptLimit(Harness):
+    def _attempts_left(self, record):
+        return record.attempts < 50
+
+
+class NoValidation(Harness):
+    def _validate(self, spec, args):
+        return dict(args)
+
+
+ABLATIONS = [
+    (scenarios.denied_tool, NoAuthorize),
+    (scenarios.stale_check, NoEvidenceBinding),
+    (scenarios.exhausted_budget, NoProposalBudget),
+    (scenarios.inconsistent_receipt, NoReceiptCheck),
+    (scenarios.unknown_write, NoPendingBlock),
+    (scenarios.transient_retry, NoAttemptLimit),
+    (scenarios.invalid_argument, NoValidation),
+]
+
+
+def test_it_holds_every_control_with_the_real_core():
+    results = scenarios.run_scenarios()
+    assert [ok for _, ok, _ in results] == [True] * len(scenarios.SCENARIOS), results
+
+
+def test_it_covers_each_scenario_with_an_ablation():
+    assert {s.run for s in scenarios.SCENARIOS} == {scenario for scenario, _ in ABLATIONS}
+
+
+@pytest.mark.parametrize(("scenario", "ablated"), ABLATIONS, ids=[a.__name__ for _, a in ABLATIONS])
+def test_it_lets_the_failure_through_when_the_control_is_removed(scenario, ablated):
+    ok, detail = scenario(ablated)
+    assert not ok, f"{ablated.__name__} did not break {scenario.__name__}: {detail}"
+
+
+def test_it_exits_zero_from_the_selftest_command_and_prints_a_row_per_control():
+    result = subprocess.run([sys.executable, "manage.py", "harness_selftest"], capture_output=True, text=True, env=_env())
+    assert result.returncode == 0, result.stderr
+    for scenario in scenarios.SCENARIOS:
+        assert scenario.control in result.stdout
+    assert result.stdout.count("PASS") == len(scenarios.SCENARIOS)
+
+
+def _env():
+    import os
+
+    return {**os.environ, "DEBUG": "1"}

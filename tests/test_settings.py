@@ -1,0 +1,42 @@
+"""Settings come from the environment; a bad value stops the start with its name."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def start(**env):
+    base = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY", "DATABASE_URL")}
+    return subprocess.run(
+        [sys.executable, "-c", "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='harness_site.settings'; django.setup()"],
+        capture_output=True,
+        text=True,
+        env={**base, **env},
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"DEBUG": "maybe"}, "DEBUG must be a boolean"),
+        ({"DEBUG": "0"}, "SECRET_KEY is required"),
+        ({"DEBUG": "0", "SECRET_KEY": "short"}, "SECRET_KEY must be at least 32"),
+        ({"DEBUG": "1", "DATABASE_URL": "mysql://x"}, "DATABASE_URL must be a URL starting with"),
+        ({"DEBUG": "1", "REDIS_URL": "localhost:6379"}, "REDIS_URL must be a URL"),
+        ({"DEBUG": "1", "HARNESS_SANDBOX_PIDS_LIMIT": "lots"}, "HARNESS_SANDBOX_PIDS_LIMIT must be an integer"),
+        ({"DEBUG": "1", "ALLOWED_HOSTS": "a,,b"}, "ALLOWED_HOSTS must be a comma-separated list"),
+    ],
+)
+def test_it_fails_at_start_naming_the_bad_variable(env, named):
+    result = start(**env)
+    assert result.returncode != 0
+    assert named in result.stderr
+
+
+def test_it_starts_with_production_settings_when_they_are_given():
+    result = start(DEBUG="0", SECRET_KEY="x" * 40, ALLOWED_HOSTS="harness.example.com")
+    assert result.returncode == 0, result.stderr
