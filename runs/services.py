@@ -16,8 +16,8 @@ from runs.artifacts import FileArtifactStore
 from runs.core.contract import Contract, check_contract
 from runs.core.loop import Harness, HarnessConfig, new_state
 from runs.core.policy import Policy
-from runs.core.report import build_report
 from runs.core.ports import ApprovalGate, Clock, Controls, Executor, Workspace
+from runs.core.report import build_report
 from runs.core.state import RunState
 from runs.core.tools import Registry, builtin_registry
 from runs.models import Run
@@ -117,4 +117,3 @@ def report_of(run: Run) -> dict[str, Any]:
     if hasattr(run, "report"):
         return dict(run.report.data)
     return build_report(load_state(run))
-

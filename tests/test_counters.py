@@ -20,7 +20,11 @@ def test_it_counts_every_retry_as_a_call_but_one_proposal():
 
 
 def test_it_stops_when_the_call_budget_is_used_even_mid_retry():
-    rig = build_rig([call("read_file", path="src/calc.py")], faults=[Fault("read_file", "transient", 5)], contract=demo_contract(max_tool_calls=2, max_attempts=5))
+    rig = build_rig(
+        [call("read_file", path="src/calc.py")],
+        faults=[Fault("read_file", "transient", 5)],
+        contract=demo_contract(max_tool_calls=2, max_attempts=5),
+    )
     rig.harness.run()
     assert rig.state.outcome == "budget_exhausted" and rig.state.calls == 2
 

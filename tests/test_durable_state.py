@@ -11,7 +11,7 @@ from runs.models import CallLedgerEntry, Event, Evidence, Receipt, Report, Run
 from runs.services import Environment, check_new_run, do_create_run, drive_run
 from runs.store import DjangoStore
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
 CONTRACT = {
     "task_id": "durable",

@@ -158,6 +158,12 @@ class WriteBlocked(Event):
     pending: list[str]
 
 
+class ModelNote(Event):
+    type: Literal["model"] = "model"
+    kind: str
+    detail: dict[str, JSON]
+
+
 class Stopped(Event):
     type: Literal["stop"] = "stop"
     status: str
@@ -183,6 +189,7 @@ AnyEvent = Annotated[
     | PendingEffectRecorded
     | EffectReconciled
     | WriteBlocked
+    | ModelNote
     | Stopped,
     Field(discriminator="type"),
 ]
@@ -191,12 +198,8 @@ _adapter: TypeAdapter[Any] = TypeAdapter(AnyEvent)
 
 def event_from_record(run_id: str, seq: int, ts: float, type_: str, call_id: str | None, payload: dict[str, JSON]) -> Event:
     """Rebuild a typed event from its stored columns (unknown types fail loudly)."""
-    event: Event = _adapter.validate_python(
-        {"run_id": run_id, "seq": seq, "ts": ts, "type": type_, "call_id": call_id, **payload}
-    )
+    event: Event = _adapter.validate_python({"run_id": run_id, "seq": seq, "ts": ts, "type": type_, "call_id": call_id, **payload})
     return event
 
 
-EVENT_TYPES: frozenset[str] = frozenset(
-    cls.model_fields["type"].default for cls in Event.__subclasses__()
-)
+EVENT_TYPES: frozenset[str] = frozenset(cls.model_fields["type"].default for cls in Event.__subclasses__())

@@ -23,6 +23,7 @@ from runs.core.ports import (
     Executor,
     NoControls,
     Proposer,
+    ProposerStopped,
     Store,
     SystemClock,
     Workspace,
@@ -64,9 +65,7 @@ def as_json(value: object) -> JSON:
     return value
 
 
-def new_state(
-    *, run_id: str, contract: Contract, policy: Policy, actor: str, revision: str, now: float
-) -> RunState:
+def new_state(*, run_id: str, contract: Contract, policy: Policy, actor: str, revision: str, now: float) -> RunState:
     limits = contract.limits.intersect(policy.budget)
     return RunState(
         run_id=run_id,
@@ -130,6 +129,11 @@ class Harness:
         events, self._events = self._events, []
         self.store.checkpoint(self.state, events)
 
+    def _emit_model_notes(self) -> None:
+        for note in self.proposer.notes():
+            kind = str(note.get("kind", "note"))
+            self._emit(ev.ModelNote, call_id=self.state.current_call, kind=kind, detail={k: v for k, v in note.items() if k != "kind"})
+
     def _end_step(self, feedback: dict[str, JSON]) -> None:
         self.state.feedback = feedback
         self.state.current_call = None
@@ -186,7 +190,12 @@ class Harness:
             if not self._proposal_budget_left():
                 raise _Stop("budget_exhausted", f"proposal budget of {state.limits.max_proposals} used")
             self._reconcile_pending()
-            raw = self.proposer.propose(state.feedback)
+            try:
+                raw = self.proposer.propose(state.feedback)
+            except ProposerStopped as exc:
+                self._emit_model_notes()
+                raise _Stop(exc.reason, exc.message) from None
+            self._emit_model_notes()
             if raw is None:
                 raise _Stop("proposals_exhausted", "the proposer has no further proposals")
             state.proposals += 1
@@ -361,7 +370,9 @@ class Harness:
             state.calls += 1
             record.state = "started"
             record.revision_before = state.revision
-            self._emit(ev.CallStarted, call_id=record.call_id, tool=spec.name, attempt=record.attempts, idempotency_key=record.idempotency_key)
+            self._emit(
+                ev.CallStarted, call_id=record.call_id, tool=spec.name, attempt=record.attempts, idempotency_key=record.idempotency_key
+            )
             # Write intent is durable before the effect can happen, so a crash during
             # the call is found as "started" and reconciled instead of forgotten.
             self._checkpoint()
@@ -378,7 +389,7 @@ class Harness:
             )
             try:
                 raw: object = self.executor.execute(call)
-            except Exception as exc:  # an executor crash is a missing receipt, not a worker crash
+            except Exception as exc:  # noqa: BLE001 - an executor crash is a missing receipt, not a worker crash
                 raw = None
                 problem_detail = f"executor raised {type(exc).__name__}: {exc}"
             else:
@@ -425,7 +436,9 @@ class Harness:
             if self.clock.now() + backoff >= state.deadline:
                 raise _Stop("deadline", f"a retry after {backoff:.2f}s backoff would cross the deadline")
             record.state = "allowed"
-            self._emit(ev.Retry, call_id=record.call_id, attempt=record.attempts, backoff_seconds=backoff, reason="transient failure, no effect")
+            self._emit(
+                ev.Retry, call_id=record.call_id, attempt=record.attempts, backoff_seconds=backoff, reason="transient failure, no effect"
+            )
             self._checkpoint()
             self.clock.sleep(backoff)
 
@@ -557,14 +570,21 @@ class Harness:
                 recorded_at=self.clock.now(),
             )
         )
-        self._emit(ev.PendingEffectRecorded, call_id=record.call_id, tool=spec.name, kind=kind, idempotency_key=record.idempotency_key, reason=reason)
+        self._emit(
+            ev.PendingEffectRecorded,
+            call_id=record.call_id,
+            tool=spec.name,
+            kind=kind,
+            idempotency_key=record.idempotency_key,
+            reason=reason,
+        )
 
     def _reconcile_pending(self) -> None:
         changed = False
         for effect in self.state.unresolved_effects():
             try:
                 result = self.executor.reconcile(effect)
-            except Exception:  # a failed lookup leaves the outcome unknown, never "failed"
+            except Exception:  # noqa: BLE001, S112 - a failed lookup leaves the outcome unknown, never "failed"
                 continue
             if not result.resolved:
                 continue

@@ -92,12 +92,27 @@ class ArtifactStore(Protocol):
         """Store content; return its reference (content-addressed)."""
 
 
+class ProposerStopped(Exception):
+    """The proposer cannot go on: its token/cost budget is used up, or the model
+    provider refused the request for good (authentication, bad request)."""
+
+    def __init__(self, reason: Literal["budget_exhausted", "model_error"], message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
 class Proposer(Protocol):
     def propose(self, feedback: Mapping[str, JSON] | None) -> object | None:
-        """The next raw proposal, or None when the proposer has nothing more."""
+        """The next raw proposal, or None when the proposer has nothing more.
+        May raise ProposerStopped."""
 
     def snapshot(self) -> dict[str, JSON]:
         """Position/conversation to persist so a reload continues exactly here."""
+
+    def notes(self) -> list[dict[str, JSON]]:
+        """What happened talking to the model since the last call (usage, retries,
+        errors); each becomes a ``model`` event. Drained on read."""
 
 
 class Controls(Protocol):

@@ -55,9 +55,7 @@ def check_receipt(raw: object, call_id: str, tool: str, harness_revision: str) -
     if receipt.tool != tool:
         raise ReceiptInvalid(f"receipt tool {receipt.tool!r} differs from the call's tool {tool!r}")
     if receipt.revision != harness_revision:
-        raise ReceiptInvalid(
-            f"receipt revision {receipt.revision!r} differs from the harness's revision {harness_revision!r}"
-        )
+        raise ReceiptInvalid(f"receipt revision {receipt.revision!r} differs from the harness's revision {harness_revision!r}")
     if receipt.status == "transient" and receipt.effect != "none":
         raise ReceiptInvalid(f"a transient receipt claims effect {receipt.effect!r}; it must be 'none'")
     return receipt

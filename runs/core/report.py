@@ -42,9 +42,7 @@ def build_report(state: RunState) -> dict[str, JSON]:
         "effects_applied": list(state.effects_applied),
         "evidence": evidence,
         "current_evidence": current,
-        "not_performed": [
-            {"call_id": r.call_id, "tool": r.tool, "state": r.state} for r in ledger if r.state in NOT_PERFORMED_STATES
-        ],
+        "not_performed": [{"call_id": r.call_id, "tool": r.tool, "state": r.state} for r in ledger if r.state in NOT_PERFORMED_STATES],
         "pending": pending,
         "limitations": limitations,
     }

@@ -102,7 +102,9 @@ def build_rig(
         feedbacks.append(feedback)
         return steps[position] if position < len(steps) else None
 
-    state = new_state(run_id="run-selftest", contract=contract, policy=policy, actor="tester", revision=workspace.revision(), now=clock.now())
+    state = new_state(
+        run_id="run-selftest", contract=contract, policy=policy, actor="tester", revision=workspace.revision(), now=clock.now()
+    )
     harness = harness_cls(
         state,
         registry=registry,
@@ -196,7 +198,10 @@ def transient_retry(harness_cls: HarnessFactory) -> tuple[bool, str]:
         and exhausted.state.outcome == "attempt_limit"
         and exhausted.state.calls == 3
     )
-    return ok, f"retried: {first.state} after {retried.state.calls} calls; endless transient: {exhausted.state.outcome} after {exhausted.state.calls} calls"
+    return (
+        ok,
+        f"retried: {first.state} after {retried.state.calls} calls; endless transient: {exhausted.state.outcome} after {exhausted.state.calls} calls",
+    )
 
 
 def invalid_argument(harness_cls: HarnessFactory) -> tuple[bool, str]:
@@ -224,7 +229,7 @@ def run_scenarios(harness_cls: HarnessFactory = Harness) -> list[tuple[str, bool
     for scenario in SCENARIOS:
         try:
             ok, detail = scenario.run(harness_cls)
-        except Exception as exc:  # a crashing control is a failing control, reported as such
+        except Exception as exc:  # noqa: BLE001 - a crashing control is a failing control, reported as such
             ok, detail = False, f"crashed: {type(exc).__name__}: {exc}"
         results.append((scenario.control, ok, detail))
     return results

@@ -28,3 +28,6 @@ class ScriptedProposer:
 
     def snapshot(self) -> dict[str, JSON]:
         return {"kind": "scripted", "position": self.position}
+
+    def notes(self) -> list[dict[str, JSON]]:
+        return []

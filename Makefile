@@ -1,0 +1,31 @@
+# The two commands the README starts with are `make up` and `make test`.
+PY ?= python3
+PG_URL ?= postgres://postgres@127.0.0.1:5432/harness
+
+.PHONY: up test lint typecheck test-sqlite test-postgres bench selftest
+
+up:
+	bash scripts/up.sh
+
+test: lint typecheck test-sqlite test-postgres
+
+lint:
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check runs/core
+
+typecheck:
+	$(PY) -m mypy runs/core
+
+test-sqlite:
+	$(PY) -m pytest -q -p no:cacheprovider
+
+# Behaviour that depends on the database (locking, concurrent consumption, constraints)
+# runs again against the local PostgreSQL server.
+test-postgres:
+	DATABASE_URL=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider -m postgres
+
+selftest:
+	DEBUG=1 $(PY) manage.py harness_selftest
+
+bench:
+	$(PY) bench/run_all.py
