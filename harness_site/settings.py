@@ -88,8 +88,25 @@ CHANNEL_LAYERS = {
         "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("HARNESS_CHANNEL_PREFIX", "harness")},
     }
 }
-CELERY_BROKER_URL = REDIS_URL
+CELERY_BROKER_URL = env_url("CELERY_BROKER_URL", REDIS_URL, ("redis", "rediss"))
 CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = env_str("HARNESS_QUEUE", "harness")
+CELERY_TASK_ALWAYS_EAGER = False
+# A message whose worker vanished is redelivered after this long; the beat's lease
+# sweep usually recovers the run sooner.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("HARNESS_VISIBILITY_TIMEOUT", 300, minimum=10)}
+CELERY_BEAT_SCHEDULE = {
+    "expire-approvals": {"task": "approvals.expire", "schedule": env_float("HARNESS_BEAT_EXPIRE_SECONDS", 10.0, minimum=1)},
+    "sweep-leases": {"task": "runs.sweep_leases", "schedule": env_float("HARNESS_BEAT_SWEEP_SECONDS", 5.0, minimum=1)},
+    "sweep-containers": {"task": "sandbox.sweep", "schedule": env_float("HARNESS_BEAT_CONTAINERS_SECONDS", 60.0, minimum=5)},
+}
+# How long a worker's claim on a run lasts without renewal; the driving worker
+# renews it several times per period, so only a dead worker's lease runs out.
+HARNESS_LEASE_SECONDS = env_int("HARNESS_LEASE_SECONDS", 30, minimum=2)
+HARNESS_KILL_POLL_SECONDS = env_float("HARNESS_KILL_POLL_SECONDS", 0.25, minimum=0.05)
 
 # Values that must never be stored in events or shown on pages (API keys and the
 # like); redaction also catches common credential shapes without being told.

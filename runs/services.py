@@ -16,25 +16,14 @@ from runs.artifacts import FileArtifactStore
 from runs.core.contract import Contract, check_contract
 from runs.core.loop import Harness, HarnessConfig, new_state
 from runs.core.policy import Policy
-from runs.core.ports import ApprovalGate, Clock, Controls, Executor, Workspace
+from runs.core.ports import ApprovalGate, Clock, Controls
 from runs.core.report import build_report
 from runs.core.state import RunState
 from runs.core.tools import Registry, builtin_registry
+from runs.environment import Environment
 from runs.models import Run
 from runs.proposers import build_proposer, check_proposer_config
 from runs.store import DjangoStore, load_state
-
-
-@dataclass
-class Environment:
-    """Where a run's calls execute: the trusted workspace and the executor."""
-
-    executor: Executor
-    workspace: Workspace
-    close: Callable[[], None] = lambda: None
-
-
-EnvironmentFactory = Callable[[Run, Policy], Environment]
 
 
 @dataclass(frozen=True)

@@ -1,3 +1,4 @@
 from approvals.models.policy import PolicyVersion
+from approvals.models.request import ApprovalRequest
 
-__all__ = ["PolicyVersion"]
+__all__ = ["ApprovalRequest", "PolicyVersion"]

@@ -90,6 +90,29 @@ class ApprovalRefused(Event):
     reason: str
 
 
+class ApprovalDecided(Event):
+    type: Literal["approval_decided"] = "approval_decided"
+    request_id: str
+    decision: Literal["granted", "denied"]
+    by: str
+    reason: str
+
+
+class ApprovalLapsed(Event):
+    """A request that can no longer be decided or used: expired or stale."""
+
+    type: Literal["approval_lapsed"] = "approval_lapsed"
+    request_id: str
+    status: Literal["expired", "stale"]
+    reason: str
+
+
+class KillRequested(Event):
+    type: Literal["kill_requested"] = "kill_requested"
+    by: str
+    scope: Literal["run", "global"]
+
+
 class CallStarted(Event):
     type: Literal["call_started"] = "call_started"
     tool: str
@@ -180,6 +203,9 @@ AnyEvent = Annotated[
     | ApprovalRequired
     | ApprovalConsumed
     | ApprovalRefused
+    | ApprovalDecided
+    | ApprovalLapsed
+    | KillRequested
     | CallStarted
     | ReceiptRecorded
     | Retry

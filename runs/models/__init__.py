@@ -5,5 +5,6 @@ from runs.models.evidence import Evidence
 from runs.models.ledger import CallLedgerEntry, Receipt
 from runs.models.report import Report
 from runs.models.run import Run
+from runs.models.switch import GlobalSwitch
 
-__all__ = ["Artifact", "CallLedgerEntry", "Event", "Evidence", "PendingEffect", "Receipt", "Report", "Run"]
+__all__ = ["Artifact", "CallLedgerEntry", "Event", "Evidence", "GlobalSwitch", "PendingEffect", "Receipt", "Report", "Run"]

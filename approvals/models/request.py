@@ -1,0 +1,47 @@
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class ApprovalRequest(models.Model):
+    """A reviewer's decision about exactly one call: the key is a digest of the tool,
+    the canonical arguments, the revision and the policy version. A grant is used
+    once; a changed revision or policy makes it stale."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        GRANTED = "granted"
+        DENIED = "denied"
+        EXPIRED = "expired"
+        STALE = "stale"
+        CONSUMED = "consumed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="approval_requests")
+    call_id = models.CharField(max_length=40)
+    tool = models.CharField(max_length=100)
+    args = models.JSONField()
+    revision = models.CharField(max_length=80)
+    policy_version = models.PositiveIntegerField()
+    key = models.CharField(max_length=64, db_index=True)
+    rule = models.CharField(max_length=200)
+    diff = models.TextField(blank=True, default="")
+    evidence = models.JSONField(default=list)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField(blank=True, default="")
+    consumed_at = models.DateTimeField(null=True, blank=True)
+    consumed_by_call = models.CharField(max_length=40, blank=True, default="")
+
+    class Meta:
+        ordering = ["created_at"]
+        permissions = [("decide_approval", "Can grant or deny approval requests")]
+        indexes = [models.Index(fields=["run", "key", "status"])]
+
+    def __str__(self) -> str:
+        return f"{self.tool} for {self.run_id} ({self.status})"

@@ -1,0 +1,205 @@
+"""Approval requests: filing them for the loop, and the grant / deny / expire /
+consume services, each with one audited event. ``check_*`` raise DecisionRefused
+with a message for the reviewer; ``do_*`` assume the checks passed."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from approvals.models import ApprovalRequest
+from approvals.policies import load_policy
+from harness_site.celery import app as celery_app
+from runs.core import events as ev
+from runs.core.ports import Admission, ApprovalAsk
+from runs.eventlog import append_events
+from runs.models import Run
+
+log = logging.getLogger(__name__)
+Status = ApprovalRequest.Status
+DECIDE_PERMISSION = "approvals.decide_approval"
+
+
+class DecisionRefused(Exception):
+    pass
+
+
+def _event(cls: type[ev.Event], run_id: str, **fields: Any) -> ev.Event:
+    # seq is assigned by append_events under the run's lock.
+    return cls(run_id=str(run_id), seq=0, ts=time.time(), **fields)
+
+
+class DjangoApprovals:
+    """The loop's approval gate backed by ApprovalRequest rows."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    def admit(self, ask: ApprovalAsk) -> Admission:
+        now = timezone.now()
+        matching = ApprovalRequest.objects.filter(run_id=ask.run_id, key=ask.key)
+        granted = matching.filter(status=Status.GRANTED).order_by("created_at").first()
+        if granted is not None:
+            if granted.expires_at <= now:
+                do_lapse(granted, Status.EXPIRED, "expired before it was used")
+            elif do_consume(granted.pk, ask.call_id):
+                return Admission("consumed", str(granted.pk))
+        denied = matching.filter(status=Status.DENIED).order_by("-decided_at").first()
+        if denied is not None:
+            return Admission("denied", str(denied.pk), reason=denied.reason)
+        pending = matching.filter(status=Status.PENDING, expires_at__gt=now).first()
+        if pending is not None:
+            return Admission("waiting", str(pending.pk))
+        ttl = load_policy(self.run.policy).approval_ttl_seconds
+        request = ApprovalRequest.objects.create(
+            run_id=ask.run_id,
+            call_id=ask.call_id,
+            tool=ask.tool,
+            args=dict(ask.args),
+            revision=ask.revision,
+            policy_version=ask.policy_version,
+            key=ask.key,
+            rule=ask.rule,
+            diff=ask.diff or "",
+            evidence=[dict(e) for e in ask.evidence],
+            requested_by=self.run.created_by,
+            expires_at=now + timedelta(seconds=ttl),
+        )
+        return Admission("waiting", str(request.pk), new=True)
+
+
+def do_consume(request_id: Any, call_id: str) -> bool:
+    """Use a granted approval once. The conditional UPDATE is the lock: of any number
+    of concurrent consumers exactly one sees a row count of 1."""
+    now = timezone.now()
+    updated = ApprovalRequest.objects.filter(pk=request_id, status=Status.GRANTED, expires_at__gt=now).update(
+        status=Status.CONSUMED, consumed_at=now, consumed_by_call=call_id
+    )
+    return updated == 1
+
+
+def current_revision_of(run: Run) -> str:
+    return str((run.state or {}).get("revision", ""))
+
+
+def staleness(request: ApprovalRequest) -> str | None:
+    """Why a request no longer describes what would run, or None if it still does."""
+    run = Run.objects.get(pk=request.run_id)
+    if run.policy.version != request.policy_version:
+        return f"the run's policy is v{run.policy.version}, the request was for v{request.policy_version}"
+    if current_revision_of(run) != request.revision:
+        return f"the workspace is at {current_revision_of(run)[:12]}, the request was for {request.revision[:12]}"
+    if run.status != Run.Status.WAITING:
+        return f"the run is {run.outcome}, no longer waiting for this approval"
+    return None
+
+
+def check_decision(request: ApprovalRequest, user: AbstractBaseUser) -> None:
+    if not user.is_authenticated or not user.has_perm(DECIDE_PERMISSION):
+        raise DecisionRefused("you do not have the reviewer permission")
+    run = request.run
+    policy = load_policy(run.policy)
+    if run.created_by_id == user.pk and not policy.allow_self_approval:
+        raise DecisionRefused("you started this run; another reviewer must decide (separation of duties)")
+    if request.status != Status.PENDING:
+        raise DecisionRefused(f"this request is already {request.status}")
+    if request.expires_at <= timezone.now():
+        do_lapse(request, Status.EXPIRED, "expired before a decision")
+        raise DecisionRefused("this request has expired")
+    stale = staleness(request)
+    if stale is not None:
+        do_lapse(request, Status.STALE, stale)
+        raise DecisionRefused(f"this request is stale: {stale}")
+
+
+def _decide(request: ApprovalRequest, user: AbstractBaseUser, status: str, reason: str) -> None:
+    # Only a still-pending row can be decided: a concurrent decision or expiry wins
+    # or loses as a whole, never half.
+    with transaction.atomic():
+        updated = ApprovalRequest.objects.filter(pk=request.pk, status=Status.PENDING).update(
+            status=status, decided_by=user, decided_at=timezone.now(), reason=reason
+        )
+        if updated != 1:
+            raise DecisionRefused("this request was decided by someone else a moment ago")
+        decision = "granted" if status == Status.GRANTED else "denied"
+        append_events(
+            str(request.run_id),
+            [
+                _event(
+                    ev.ApprovalDecided,
+                    request.run_id,
+                    call_id=request.call_id,
+                    request_id=str(request.pk),
+                    decision=decision,
+                    by=user.get_username(),
+                    reason=reason,
+                )
+            ],
+        )
+        transaction.on_commit(lambda: enqueue_resume(str(request.run_id)))
+
+
+def grant(request: ApprovalRequest, user: AbstractBaseUser) -> None:
+    check_decision(request, user)
+    _decide(request, user, Status.GRANTED, "")
+
+
+def check_reason(reason: str) -> str:
+    reason = reason.strip()
+    if not reason:
+        raise DecisionRefused("a denial needs a reason")
+    return reason
+
+
+def deny(request: ApprovalRequest, user: AbstractBaseUser, reason: str) -> None:
+    reason = check_reason(reason)
+    check_decision(request, user)
+    _decide(request, user, Status.DENIED, reason)
+
+
+def do_lapse(request: ApprovalRequest, status: str, reason: str) -> bool:
+    with transaction.atomic():
+        updated = ApprovalRequest.objects.filter(pk=request.pk, status__in=[Status.PENDING, Status.GRANTED]).update(
+            status=status, reason=reason
+        )
+        if updated == 1:
+            append_events(
+                str(request.run_id),
+                [
+                    _event(
+                        ev.ApprovalLapsed,
+                        request.run_id,
+                        call_id=request.call_id,
+                        request_id=str(request.pk),
+                        status=status,
+                        reason=reason,
+                    )
+                ],
+            )
+    return updated == 1
+
+
+def expire_due() -> int:
+    """Expire requests past their TTL; their runs are resumed so they ask again."""
+    due = ApprovalRequest.objects.filter(status__in=[Status.PENDING, Status.GRANTED], expires_at__lte=timezone.now())
+    count = 0
+    for request in due:
+        if do_lapse(request, Status.EXPIRED, "no decision before the deadline"):
+            count += 1
+            transaction.on_commit(lambda run_id=str(request.run_id): enqueue_resume(run_id))
+    return count
+
+
+def enqueue_resume(run_id: str) -> None:
+    """Wake the run's driver. If the broker is down the decision still stands: the
+    beat's sweep wakes waiting runs that have a decision."""
+    try:
+        celery_app.send_task("runs.resume_run", args=[run_id])
+    except Exception:  # noqa: BLE001 - the database holds the decision; the sweep retries
+        log.warning("could not enqueue resume of run %s", run_id, exc_info=True)

@@ -1,0 +1,106 @@
+"""The kill switch: per run and global. A kill is a flag in the database; the
+worker driving the run polls it, kills the sandbox process and container, and the
+loop stops ``killed`` at its next guard."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection, transaction
+
+from approvals.services import enqueue_resume
+from runs.core import events as ev
+from runs.eventlog import append_events
+from runs.models import GlobalSwitch, Run
+
+OPERATE_PERMISSION = "runs.operate_runs"
+ACTIVE = (Run.Status.RUNNING, Run.Status.WAITING)
+
+
+class ControlRefused(Exception):
+    pass
+
+
+def check_operator(user: AbstractBaseUser) -> None:
+    if not user.is_authenticated or not user.has_perm(OPERATE_PERMISSION):
+        raise ControlRefused("you do not have the operator permission")
+
+
+def do_kill(run: Run, by: str, scope: str = "run") -> bool:
+    """Flag a run for killing. A run waiting for approval has no driver to notice,
+    so it is resumed: the loop's first guard then stops it ``killed``."""
+    with transaction.atomic():
+        flagged = Run.objects.filter(pk=run.pk, status__in=ACTIVE, kill_requested=False).update(kill_requested=True)
+        if flagged:
+            append_events(str(run.pk), [ev.KillRequested(run_id=str(run.pk), seq=0, ts=time.time(), by=by, scope=scope)])
+            transaction.on_commit(lambda: enqueue_resume(str(run.pk)))
+    return flagged == 1
+
+
+def kill(run: Run, user: AbstractBaseUser) -> bool:
+    check_operator(user)
+    return do_kill(run, user.get_username())
+
+
+def set_global(user: AbstractBaseUser, *, stop_all: bool, admit_new: bool) -> int:
+    """Turn the global switch; with stop_all, every active run is killed now."""
+    check_operator(user)
+    switch = GlobalSwitch.get()
+    GlobalSwitch.objects.filter(pk=switch.pk).update(stop_all=stop_all, admit_new=admit_new, changed_by=user.get_username())
+    killed = 0
+    if stop_all:
+        for run in Run.objects.filter(status__in=ACTIVE):
+            killed += do_kill(run, user.get_username(), scope="global")
+    return killed
+
+
+def kill_requested(run_id: str) -> bool:
+    flagged = Run.objects.filter(pk=run_id).values_list("kill_requested", flat=True).first()
+    return bool(flagged) or GlobalSwitch.objects.filter(pk=1, stop_all=True).exists()
+
+
+def admitting_new_runs() -> bool:
+    return not GlobalSwitch.objects.filter(pk=1, admit_new=False).exists()
+
+
+class Watchdog:
+    """Runs beside a driving loop: renews the lease and turns a kill flag into an
+    immediate kill of the sandbox execution in flight."""
+
+    def __init__(self, run_id: str, renew: Callable[[], bool], on_kill: Callable[[], None], poll: float, renew_every: float) -> None:
+        self.run_id = run_id
+        self._renew = renew
+        self._on_kill = on_kill
+        self._poll = poll
+        self._renew_every = renew_every
+        self._killed = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name=f"watchdog-{run_id}", daemon=True)
+
+    def kill_requested(self) -> bool:
+        return self._killed.is_set()
+
+    def __enter__(self) -> Watchdog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _watch(self) -> None:
+        last_renew = time.monotonic()
+        try:
+            while not self._stop.wait(self._poll):
+                if not self._killed.is_set() and kill_requested(self.run_id):
+                    self._killed.set()
+                    self._on_kill()
+                if time.monotonic() - last_renew > self._renew_every:
+                    self._renew()
+                    last_renew = time.monotonic()
+        finally:
+            # This thread's own database connection; the loop's is untouched.
+            connection.close()

@@ -1,0 +1,48 @@
+"""Run leases: exactly one worker drives a run. Claims are conditional UPDATEs
+whose row count says who won; the token increments on every claim and fences
+the loser's later writes (see DjangoStore)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from runs.models import Run
+
+
+def acquire(run_id: str, owner: str, seconds: int | None = None) -> int | None:
+    """Claim the run if nobody holds a live lease; return the new fencing token."""
+    now = timezone.now()
+    ttl = timedelta(seconds=seconds or settings.HARNESS_LEASE_SECONDS)
+    # The UPDATE and the read of the token it wrote must see the same row version.
+    with transaction.atomic():
+        claimed = (
+            Run.objects.filter(pk=run_id)
+            .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now))
+            .update(lease_owner=owner, lease_expires_at=now + ttl, lease_token=F("lease_token") + 1)
+        )
+        if claimed != 1:
+            return None
+        return int(Run.objects.filter(pk=run_id).values_list("lease_token", flat=True).get())
+
+
+def renew(run_id: str, token: int, seconds: int | None = None) -> bool:
+    ttl = timedelta(seconds=seconds or settings.HARNESS_LEASE_SECONDS)
+    return Run.objects.filter(pk=run_id, lease_token=token).update(lease_expires_at=timezone.now() + ttl) == 1
+
+
+def release(run_id: str, token: int) -> bool:
+    return Run.objects.filter(pk=run_id, lease_token=token).update(lease_owner="", lease_expires_at=None) == 1
+
+
+def expired_active_runs() -> list[str]:
+    """Runs that should be moving but whose driver is gone."""
+    now = timezone.now()
+    rows = Run.objects.filter(status=Run.Status.RUNNING).filter(
+        Q(lease_expires_at__lte=now) | Q(lease_expires_at__isnull=True, lease_token__gt=0)
+    )
+    return [str(pk) for pk in rows.values_list("pk", flat=True)]

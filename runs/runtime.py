@@ -1,0 +1,92 @@
+"""The production wiring: runs execute in the Docker sandbox under a lease, with a
+watchdog for the kill switch. Celery tasks, commands, views and the API create and
+continue runs through here."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from approvals.policies import load_policy
+from approvals.services import DjangoApprovals
+from harness_site.celery import app as celery_app
+from runs import leases
+from runs.control import Watchdog, admitting_new_runs
+from runs.core.errors import FieldProblem, InputError
+from runs.core.faults import Fault, FaultyExecutor
+from runs.environment import Environment
+from runs.models import Run
+from runs.services import check_new_run, do_create_run, drive_run, registry
+from runs.store import LeaseLost
+from sandbox.environment import prepare_workspace_for, sandbox_environment
+
+log = logging.getLogger(__name__)
+
+
+def environment_for(run: Run, faults: Sequence[Fault] = ()) -> Environment:
+    environment = sandbox_environment(run, load_policy(run.policy))
+    if faults:
+        tools = registry()
+        environment.executor = FaultyExecutor(
+            environment.executor,
+            list(faults),
+            environment.workspace.revision,
+            lambda name: bool((spec := tools.get(name)) and spec.has_effect),
+        )
+    return environment
+
+
+def check_admission() -> None:
+    if not admitting_new_runs():
+        raise InputError("run", [FieldProblem("(run)", "the global switch admits no new runs right now")])
+
+
+def create_run(contract: object, proposer: object, actor: Any, *, enqueue: bool = True) -> Run:
+    """Validate, create the run with its workspace, and (by default) hand it to a worker."""
+    check_admission()
+    new = check_new_run(contract, proposer)
+    run = do_create_run(new, actor, prepare_workspace_for)
+    if enqueue:
+        run_id = str(run.pk)
+        transaction.on_commit(lambda: celery_app.send_task("runs.start_run", args=[run_id]))
+    return run
+
+
+def worker_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def advance(run_id: str, faults: Sequence[Fault] = ()) -> str:
+    """Drive a run if no other worker holds it, until it waits or stops; return its
+    outcome, or why it was not driven."""
+    token = leases.acquire(run_id, worker_identity())
+    if token is None:
+        return "leased_elsewhere"
+    try:
+        run = Run.objects.select_related("policy").get(pk=run_id)
+        if run.status in (Run.Status.COMPLETE, Run.Status.STOPPED):
+            return run.outcome
+        environment = environment_for(run, faults)
+        with Watchdog(
+            run_id,
+            renew=lambda: leases.renew(run_id, token),
+            on_kill=environment.kill,
+            poll=settings.HARNESS_KILL_POLL_SECONDS,
+            renew_every=settings.HARNESS_LEASE_SECONDS / 3,
+        ) as watchdog:
+            state = drive_run(run, environment, DjangoApprovals(run), lease_token=token, controls=watchdog)
+        if state.finished:
+            environment.close()
+        return state.outcome
+    except LeaseLost:
+        log.warning("run %s: lease taken over; this worker stopped driving it", run_id)
+        return "lease_lost"
+    finally:
+        leases.release(run_id, token)

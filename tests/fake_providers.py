@@ -1,0 +1,200 @@
+"""Local stand-ins for the model providers: HTTP servers on 127.0.0.1 (stdlib
+``http.server`` in a thread, random port) that speak the OpenAI Chat Completions and
+Anthropic Messages wire formats. Every request is recorded (path, headers, JSON body)
+for field-by-field assertions; replies come from a script of ``Reply`` values or a
+function of the request."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+Responder = Callable[[dict[str, Any], int], Reply]
+
+
+class FakeProvider:
+    """One provider's endpoint. ``script`` replies are served in order; once they run
+    out (or when a ``responder`` is given) the responder decides."""
+
+    path = ""
+
+    def __init__(self, script: Sequence[Reply] = (), responder: Responder | None = None) -> None:
+        self.script = list(script)
+        self.responder = responder
+        self.requests: list[Recorded] = []
+        self._lock = threading.Lock()
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw or b"{}")
+                except json.JSONDecodeError:
+                    body = {"unparsable": raw.decode("utf-8", "replace")}
+                reply = provider._record(self.command, self.path, dict(self.headers.items()), body)
+                data = json.dumps(reply.body).encode()
+                self.send_response(reply.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def _record(self, method: str, path: str, headers: dict[str, str], body: dict[str, Any]) -> Reply:
+        with self._lock:
+            number = len(self.requests)
+            self.requests.append(Recorded(method, path, {k.lower(): v for k, v in headers.items()}, body))
+            if path != self.path:
+                return Reply(404, {"error": {"message": f"no route {path}", "type": "not_found_error"}})
+            if self.script:
+                return self.script.pop(0)
+            if self.responder is not None:
+                return self.responder(body, number)
+            return Reply(500, {"error": {"message": "the fake provider's script ran out", "type": "api_error"}})
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        return [r.body for r in self.requests]
+
+    def __enter__(self) -> FakeProvider:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(timeout=5)
+
+
+# -- OpenAI Chat Completions ---------------------------------------------------
+
+
+class FakeOpenAI(FakeProvider):
+    path = "/v1/chat/completions"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+
+def openai_message(message: dict[str, Any], finish_reason: str, usage: tuple[int, int] | None, model: str) -> Reply:
+    body: dict[str, Any] = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}],
+    }
+    if usage is not None:
+        body["usage"] = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": usage[0] + usage[1]}
+    return Reply(200, body)
+
+
+def openai_tools(
+    *calls: tuple[str, str, dict[str, Any] | str],
+    usage: tuple[int, int] | None = (100, 20),
+    text: str | None = None,
+    model: str = "gpt-4o-mini",
+) -> Reply:
+    """A response with tool calls ``(id, name, args)``; a str ``args`` is sent as is."""
+    tool_calls = [
+        {"id": cid, "type": "function", "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
+        for cid, name, args in calls
+    ]
+    return openai_message({"role": "assistant", "content": text, "tool_calls": tool_calls}, "tool_calls", usage, model)
+
+
+def openai_text(text: str, usage: tuple[int, int] | None = (100, 20), model: str = "gpt-4o-mini") -> Reply:
+    return openai_message({"role": "assistant", "content": text}, "stop", usage, model)
+
+
+def openai_error(status: int, message: str, retry_after: str | None = None) -> Reply:
+    kinds = {400: "invalid_request_error", 401: "invalid_request_error", 429: "rate_limit_exceeded", 500: "server_error"}
+    headers = {"retry-after": retry_after} if retry_after is not None else {}
+    body = {"error": {"message": message, "type": kinds.get(status, "api_error"), "param": None, "code": None}}
+    return Reply(status, body, headers)
+
+
+# -- Anthropic Messages ----------------------------------------------------------
+
+
+class FakeAnthropic(FakeProvider):
+    path = "/v1/messages"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def anthropic_message(
+    content: list[dict[str, Any]], stop_reason: str, usage: tuple[int, int] | None, model: str = "claude-sonnet-4-5"
+) -> Reply:
+    body: dict[str, Any] = {
+        "id": "msg_fake",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": usage[0], "output_tokens": usage[1]} if usage else {"input_tokens": 0, "output_tokens": 0},
+    }
+    return Reply(200, body)
+
+
+def anthropic_tools(
+    *calls: tuple[str, str, Any],
+    usage: tuple[int, int] | None = (100, 20),
+    text: str | None = None,
+    model: str = "claude-sonnet-4-5",
+) -> Reply:
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    content += [{"type": "tool_use", "id": cid, "name": name, "input": args} for cid, name, args in calls]
+    return anthropic_message(content, "tool_use", usage, model)
+
+
+def anthropic_text(text: str, usage: tuple[int, int] | None = (100, 20), model: str = "claude-sonnet-4-5") -> Reply:
+    return anthropic_message([{"type": "text", "text": text}], "end_turn", usage, model)
+
+
+def anthropic_error(status: int, message: str, retry_after: str | None = None) -> Reply:
+    kinds = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        403: "permission_error",
+        429: "rate_limit_error",
+        500: "api_error",
+        529: "overloaded_error",
+    }
+    headers = {"retry-after": retry_after} if retry_after is not None else {}
+    return Reply(status, {"type": "error", "error": {"type": kinds.get(status, "api_error"), "message": message}}, headers)
