@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Group, User
 
+from runs.roles import ensure_roles
+
 
 @pytest.fixture(autouse=True)
 def _isolated_dirs(settings, tmp_path):
@@ -13,11 +15,11 @@ def _isolated_dirs(settings, tmp_path):
     settings.OUTBOX_DIR = tmp_path / "outbox"
 
 
-def _persona(username: str, *groups: str, superuser: bool = False) -> User:
-    user = User.objects.create_user(username=username, password=f"{username}-pass-123", is_superuser=superuser, is_staff=superuser)
+def _persona(username: str, *groups: str, staff: bool = False) -> User:
+    ensure_roles()
+    user = User.objects.create_user(username=username, password=f"{username}-pass-123", is_staff=staff)
     for name in groups:
-        group, _ = Group.objects.get_or_create(name=name)
-        user.groups.add(group)
+        user.groups.add(Group.objects.get(name=name))
     return user
 
 
@@ -33,7 +35,7 @@ def operator(db) -> User:
 
 @pytest.fixture
 def admin_user(db) -> User:
-    return _persona("ada-admin", "admin", superuser=True)
+    return _persona("ada-admin", "admin", staff=True)
 
 
 @pytest.fixture

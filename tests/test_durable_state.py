@@ -5,32 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from runs.core.scenarios import FIXED, call
-from runs.core.simulated import MemoryApprovals, SimExecutor, SimWorkspace
+from runs.core.simulated import MemoryApprovals
 from runs.models import CallLedgerEntry, Event, Evidence, Receipt, Report, Run
-from runs.services import Environment, check_new_run, do_create_run, drive_run
+from runs.services import drive_run
 from runs.store import DjangoStore
+from tests.helpers import SCRIPT, World
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
-
-CONTRACT = {
-    "task_id": "durable",
-    "objective": "fix the calculator",
-    "acceptance_criteria": ["tests pass"],
-    "workspace": {"kind": "path", "path": "."},
-    "allowed_write_paths": ["src/*"],
-    "allowed_tools": ["read_file", "write_file", "run_check", "publish"],
-    "verification_targets": ["tests"],
-    "limits": {"max_proposals": 20, "max_tool_calls": 20, "max_attempts": 3, "wall_time_seconds": 600, "max_output_bytes_per_call": 65536},
-}
-SCRIPT = [
-    call("read_file", path="src/calc.py"),
-    call("write_file", path="src/calc.py", content=FIXED),
-    call("run_check", check_id="tests"),
-    call("publish", message="reject negative quantities"),
-    call("finish", summary="fixed"),
-]
-
 
 class Crash(Exception):
     """Stands for the worker process dying: nothing after it is written."""
@@ -49,21 +30,9 @@ class CrashingStore(DjangoStore):
         super().checkpoint(state, events)
 
 
-class World:
-    """The simulated outside world of one run, surviving the worker's crash."""
-
-    def __init__(self) -> None:
-        self.workspace = SimWorkspace({"src/calc.py": "def total(q):\n    return q\n"})
-        self.executor = SimExecutor(self.workspace, check_passes=lambda files, _: "ValueError" in files["src/calc.py"])
-        self.approvals = MemoryApprovals()
-
-    def environment(self) -> Environment:
-        return Environment(self.executor, self.workspace)
-
-
 def create(world: World) -> Run:
-    new = check_new_run(CONTRACT, {"kind": "scripted", "script": SCRIPT})
-    return do_create_run(new, None, lambda run: world.workspace.revision())
+    world.approvals = MemoryApprovals()
+    return world.create()
 
 
 def drive(run: Run, world: World, store=None):

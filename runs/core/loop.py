@@ -159,6 +159,9 @@ class Harness:
                 )
                 self._checkpoint()
             self._recover_in_flight()
+            # Whatever happened while nobody drove this run, the trusted revision
+            # is re-read before any approval or evidence is relied on again.
+            self._set_revision(self.workspace.revision(), cleared_by_write=False)
             if self.state.status == "waiting_approval":
                 self._resume_waiting()
             while self.state.status == "running":

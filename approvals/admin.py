@@ -1,0 +1,130 @@
+"""Policies in the Django admin. Versions are immutable: "add" starts from the
+newest document and saves a new version; a version's page shows its difference
+from the one before; selecting two versions compares them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils.html import format_html
+
+from approvals.models import ApprovalRequest, PolicyVersion
+from approvals.policies import current_policy_row
+from approvals.policy_diff import pretty, previous_of, version_diff
+from runs.core.errors import InputError
+from runs.core.policy import check_policy
+
+
+class PolicyVersionForm(forms.ModelForm):
+    document_text = forms.CharField(
+        label="Policy (JSON)",
+        widget=forms.Textarea(attrs={"rows": 36, "cols": 110, "style": "font-family: monospace"}),
+        help_text="rules (first match wins; no match denies), checks, budget, approval TTL, sandbox limits",
+    )
+
+    class Meta:
+        model = PolicyVersion
+        fields = ["note"]
+
+    def clean_document_text(self) -> dict[str, Any]:
+        text = self.cleaned_data["document_text"]
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"not valid JSON: {exc}") from None
+        if not isinstance(raw, dict):
+            raise forms.ValidationError("the policy must be a JSON object")
+        raw.pop("version", None)
+        try:
+            check_policy({**raw, "version": 1})
+        except InputError as exc:
+            raise forms.ValidationError([f"{p.field}: {p.message}" for p in exc.problems]) from None
+        return raw
+
+
+@admin.register(PolicyVersion)
+class PolicyVersionAdmin(admin.ModelAdmin):
+    form = PolicyVersionForm
+    list_display = ("version", "note", "created_by", "created_at", "run_count")
+    actions = ["compare_versions"]
+    readonly_fields = ("version", "note", "created_by", "created_at", "document_pretty", "difference")
+
+    def run_count(self, obj: PolicyVersion) -> int:
+        return obj.runs.count()
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # versions are immutable; a change is a new version
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # runs refer to the version they started with
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:
+            return ("note", "document_text")
+        return self.readonly_fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return () if obj is None else self.readonly_fields
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        document = dict(current_policy_row().document)
+        document.pop("version", None)
+        return {"document_text": pretty(document)}
+
+    @admin.display(description="document")
+    def document_pretty(self, obj: PolicyVersion) -> str:
+        return format_html("<pre>{}</pre>", pretty(obj.document))
+
+    @admin.display(description="difference from the previous version")
+    def difference(self, obj: PolicyVersion) -> str:
+        return format_html("<pre>{}</pre>", version_diff(previous_of(obj), obj) or "(no difference)")
+
+    def save_model(self, request: HttpRequest, obj: PolicyVersion, form: Any, change: bool) -> None:
+        for _ in range(3):
+            try:
+                # Two admins saving at once both compute max+1; the unique version
+                # lets one win and the other retry with the next number.
+                with transaction.atomic():
+                    latest = PolicyVersion.objects.aggregate(v=Max("version"))["v"] or 0
+                    obj.version = latest + 1
+                    obj.document = {**form.cleaned_data["document_text"], "version": obj.version}
+                    obj.created_by = request.user
+                    obj.save()
+                return
+            except IntegrityError:
+                obj.pk = None
+        raise IntegrityError("could not allocate a policy version number")
+
+    @admin.action(description="Compare two selected versions")
+    def compare_versions(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        chosen = list(queryset.order_by("version"))
+        if len(chosen) != 2:
+            self.message_user(request, "Select exactly two versions to compare.", messages.WARNING)
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Policy v{chosen[0].version} → v{chosen[1].version}",
+            "diff": version_diff(chosen[0], chosen[1]) or "(no difference)",
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/approvals/policy_compare.html", context)
+
+
+@admin.register(ApprovalRequest)
+class ApprovalRequestAdmin(admin.ModelAdmin):
+    list_display = ("tool", "run", "status", "created_at", "expires_at", "decided_by")
+    list_filter = ("status", "tool")
+    readonly_fields = [f.name for f in ApprovalRequest._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # requests come from runs; decisions go through the reviewer pages
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

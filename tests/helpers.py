@@ -1,0 +1,43 @@
+"""Test helpers shared by several feature files: a simulated world for runs driven
+through the real Django store."""
+
+from __future__ import annotations
+
+from runs.core.scenarios import FIXED, call
+from runs.core.simulated import SimExecutor, SimWorkspace
+from runs.environment import Environment
+from runs.models import Run
+from runs.services import check_new_run, do_create_run
+
+CONTRACT = {
+    "task_id": "calc-fix",
+    "objective": "fix the calculator",
+    "acceptance_criteria": ["tests pass"],
+    "workspace": {"kind": "path", "path": "."},
+    "allowed_write_paths": ["src/*"],
+    "allowed_tools": ["read_file", "write_file", "run_check", "publish"],
+    "verification_targets": ["tests"],
+    "limits": {"max_proposals": 20, "max_tool_calls": 20, "max_attempts": 3, "wall_time_seconds": 600, "max_output_bytes_per_call": 65536},
+}
+SCRIPT = [
+    call("read_file", path="src/calc.py"),
+    call("write_file", path="src/calc.py", content=FIXED),
+    call("run_check", check_id="tests"),
+    call("publish", message="reject negative quantities"),
+    call("finish", summary="fixed"),
+]
+
+
+class World:
+    """The simulated outside world of one run; it outlives any one driver."""
+
+    def __init__(self) -> None:
+        self.workspace = SimWorkspace({"src/calc.py": "def total(q):\n    return q\n"})
+        self.executor = SimExecutor(self.workspace, check_passes=lambda files, _: "ValueError" in files["src/calc.py"])
+
+    def environment(self) -> Environment:
+        return Environment(self.executor, self.workspace)
+
+    def create(self, actor=None, script=SCRIPT) -> Run:
+        new = check_new_run(CONTRACT, {"kind": "scripted", "script": script})
+        return do_create_run(new, actor, lambda run: self.workspace.revision())
