@@ -1,11 +1,14 @@
 """Settings for the test suite: the normal environment-driven settings with
 development defaults, so a bare ``pytest`` needs no exported variables. Each test
-session gets its own Celery queue, so stray messages never cross sessions."""
+session gets its own Celery queue and its own directory for workspaces, artifacts
+and the outbox, shared with the worker and web processes the tests start."""
 
 import os
+import tempfile
 
 os.environ.setdefault("DEBUG", "1")
 os.environ.setdefault("HARNESS_QUEUE", f"harness-test-{os.getpid()}")
+os.environ.setdefault("HARNESS_VAR_DIR", tempfile.mkdtemp(prefix=f"{os.environ['HARNESS_QUEUE']}-"))
 
 from harness_site.settings import *  # noqa: E402,F403
 from harness_site.settings import DATABASES, VAR_DIR  # noqa: E402
@@ -13,4 +16,4 @@ from harness_site.settings import DATABASES, VAR_DIR  # noqa: E402
 # Worker processes started by the tests must open the same test database, so the
 # SQLite test database is a file, not memory.
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.environ['HARNESS_QUEUE']}.sqlite3")}
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}

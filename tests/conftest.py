@@ -1,4 +1,4 @@
-"""Shared fixtures: personas, and the environment every test process runs with."""
+"""Shared fixtures: personas; the real worker and web processes are in fixtures_services."""
 
 from __future__ import annotations
 
@@ -7,12 +7,7 @@ from django.contrib.auth.models import Group, User
 
 from runs.roles import ensure_roles
 
-
-@pytest.fixture(autouse=True)
-def _isolated_dirs(settings, tmp_path):
-    settings.ARTIFACT_ROOT = tmp_path / "artifacts"
-    settings.WORKSPACE_ROOT = tmp_path / "workspaces"
-    settings.OUTBOX_DIR = tmp_path / "outbox"
+pytest_plugins = ["tests.fixtures_services"]
 
 
 def _persona(username: str, *groups: str, staff: bool = False) -> User:

@@ -81,7 +81,7 @@ def test_it_checks_the_deadline_after_each_receipt():
     rig.harness.run()
     assert rig.state.outcome == "deadline" and "after the receipt" in rig.state.stop_message
     # The write's receipt was still recorded before stopping.
-    assert rig.state.ledger["c1"].state == "completed"
+    assert rig.store.ledger["c1"].state == "completed"
 
 
 def test_it_checks_the_deadline_before_each_attempt():

@@ -74,7 +74,7 @@ def test_it_retries_a_transient_failure_with_the_same_call_id_and_exponential_ba
     rig.harness.run()
     assert [c.call_id for c in rig.executor.calls] == ["c1"]  # the two faults never reached it
     assert rig.clock.slept == [0.5, 1.0]
-    assert rig.state.ledger["c1"].attempts == 3 and rig.state.calls == 3
+    assert rig.store.ledger["c1"].attempts == 3 and rig.state.calls == 3
     assert rig.event_types().count("retry") == 2
 
 
@@ -82,7 +82,7 @@ def test_it_stops_attempt_limit_when_attempts_run_out():
     rig = build_rig([call("read_file", path="src/calc.py")], faults=[Fault("read_file", "transient", 9)])
     rig.harness.run()
     assert rig.state.outcome == "attempt_limit"
-    assert rig.state.ledger["c1"].attempts == 3
+    assert rig.store.ledger["c1"].attempts == 3
 
 
 def test_it_waits_for_approval_and_sends_the_request_with_its_arguments():
@@ -177,7 +177,7 @@ def test_it_stops_receipt_invalid_and_a_write_with_a_bad_receipt_becomes_pending
     rig.harness.run()
     assert rig.state.outcome == "receipt_invalid"
     assert rig.state.pending_effects[0].call_id == "c1"
-    assert rig.state.ledger["c1"].state == "unknown"
+    assert rig.store.ledger["c1"].state == "unknown"
 
 
 def test_it_stops_killed_by_the_kill_switch_before_the_next_call():

@@ -12,6 +12,7 @@ from runs.core import events as ev
 from runs.core.contract import Contract
 from runs.core.errors import FieldProblem, InputError
 from runs.core.jsonutil import JSON, canonical_json, digest
+from runs.core.paths import patch_targets
 from runs.core.policy import Authorization, CheckDef, Policy, authorize
 from runs.core.ports import (
     ApprovalAsk,
@@ -29,7 +30,7 @@ from runs.core.ports import (
     Workspace,
 )
 from runs.core.receipts import Receipt, ReceiptInvalid, check_receipt
-from runs.core.state import CallRecord, EvidenceRecord, PendingEffect, RunState, Waiting
+from runs.core.state import TERMINAL_STATES, CallRecord, EvidenceRecord, PendingEffect, RunState, Waiting
 from runs.core.tools import FINISH, Registry, ToolSpec
 
 RUN_CHECK = "run_check"
@@ -128,6 +129,18 @@ class Harness:
         self.state.proposer_state = self.proposer.snapshot()
         events, self._events = self._events, []
         self.store.checkpoint(self.state, events)
+        self._prune_ledger()
+
+    def _prune_ledger(self) -> None:
+        """Settled calls were just checkpointed with their final state; keep only the
+        report's summary of them."""
+        state = self.state
+        for call_id, record in list(state.ledger.items()):
+            if record.state not in TERMINAL_STATES or call_id == state.current_call:
+                continue
+            if record.state == "failed":
+                state.not_performed.append({"call_id": call_id, "tool": record.tool, "state": record.state})
+            del state.ledger[call_id]
 
     def _emit_model_notes(self) -> None:
         for note in self.proposer.notes():
@@ -462,6 +475,8 @@ class Harness:
             }
         record.state = "completed"
         wrote = spec.writes and receipt.effect != "none"
+        if wrote:
+            self._note_written(record)
         self._set_revision(receipt.revision, cleared_by_write=wrote)
         if spec.external_effect and receipt.effect == "applied":
             state.effects_applied.append(record.call_id)
@@ -486,6 +501,10 @@ class Harness:
         ref = self.artifacts.put(encoded, "application/json")
         head = encoded[: min(cap, 4000)].decode("utf-8", errors="ignore")
         return {"truncated": True, "size": len(encoded), "artifact": ref, "head": head}
+
+    def _note_written(self, record: CallRecord) -> None:
+        paths = patch_targets(str(record.args["patch"])) if "patch" in record.args else [str(record.args.get("path"))]
+        self.state.changed_paths = sorted(set(self.state.changed_paths) | set(paths))
 
     def _set_revision(self, revision: str, *, cleared_by_write: bool) -> None:
         state = self.state
@@ -562,6 +581,8 @@ class Harness:
     def _record_pending(self, record: CallRecord, spec: ToolSpec, reason: str) -> None:
         record.state = "unknown"
         kind = "external" if spec.external_effect else "workspace"
+        if spec.writes:
+            self._note_written(record)
         self.state.pending_effects.append(
             PendingEffect(
                 call_id=record.call_id,

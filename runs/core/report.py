@@ -4,18 +4,15 @@ completion for a run that stopped."""
 from __future__ import annotations
 
 from runs.core.jsonutil import JSON
-from runs.core.paths import patch_targets
 from runs.core.state import RunState
 
 NOT_PERFORMED_STATES = ("proposed", "validated", "allowed", "failed")
 
 
 def build_report(state: RunState) -> dict[str, JSON]:
-    ledger = list(state.ledger.values())
-    changed = sorted(
-        {str(r.args.get("path")) for r in ledger if r.tool == "write_file" and r.state in ("completed", "unknown")}
-        | {t for r in ledger if r.tool == "apply_patch" and r.state in ("completed", "unknown") for t in _targets(r.args)}
-    )
+    open_calls = [
+        {"call_id": r.call_id, "tool": r.tool, "state": r.state} for r in state.ledger.values() if r.state in NOT_PERFORMED_STATES
+    ]
     evidence = [e.model_dump() for e in state.evidence]
     current = {check: state.evidence[i].model_dump() for check, i in state.current_evidence.items()}
     limitations = []
@@ -38,15 +35,11 @@ def build_report(state: RunState) -> dict[str, JSON]:
         "policy_version": state.policy_version,
         "base_revision": state.base_revision,
         "revision": state.revision,
-        "changed_files": changed,
+        "changed_files": list(state.changed_paths),
         "effects_applied": list(state.effects_applied),
         "evidence": evidence,
         "current_evidence": current,
-        "not_performed": [{"call_id": r.call_id, "tool": r.tool, "state": r.state} for r in ledger if r.state in NOT_PERFORMED_STATES],
+        "not_performed": state.not_performed + open_calls,
         "pending": pending,
         "limitations": limitations,
     }
-
-
-def _targets(args: dict[str, JSON]) -> list[str]:
-    return patch_targets(str(args.get("patch", "")))

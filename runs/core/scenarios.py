@@ -191,7 +191,7 @@ def transient_retry(harness_cls: HarnessFactory) -> tuple[bool, str]:
     retried.harness.run()
     exhausted = build_rig([call("read_file", path="src/calc.py")], harness_cls=harness_cls, faults=[Fault("read_file", "transient", 10)])
     exhausted.harness.run()
-    first = retried.state.ledger["c1"]
+    first = retried.store.ledger["c1"]
     ok = (
         first.state == "completed"
         and retried.state.calls == 3

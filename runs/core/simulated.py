@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from runs.core.events import Event
 from runs.core.jsonutil import JSON, digest, sha256_bytes
 from runs.core.ports import Admission, ApprovalAsk, Call, Reconciliation
-from runs.core.state import PendingEffect, RunState
+from runs.core.state import CallRecord, PendingEffect, RunState
 
 
 class FakeClock:
@@ -154,11 +154,16 @@ class MemoryStore:
         self.events: list[Event] = []
         self.snapshot: str | None = None
         self.checkpoints = 0
+        self.ledger: dict[str, CallRecord] = {}
 
     def checkpoint(self, state: RunState, events: Sequence[Event]) -> None:
         self.checkpoints += 1
         self.snapshot = state.model_dump_json()
         self.events.extend(events)
+        for event in events:
+            record = state.ledger.get(event.call_id or "")
+            if record is not None:
+                self.ledger[record.call_id] = record.model_copy()
 
     def load(self) -> RunState:
         assert self.snapshot is not None

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from runs.core.contract import Contract, Limits
 from runs.core.jsonutil import JSON
 
+TERMINAL_STATES = ("completed", "failed")
 LedgerState = Literal["proposed", "validated", "allowed", "started", "completed", "failed", "unknown"]
 RunStatus = Literal["running", "waiting_approval", "complete", "stopped"]
 
@@ -86,7 +87,11 @@ class RunState(_State):
     # check_id -> index into ``evidence`` for the current revision; a write empties it.
     current_evidence: dict[str, int] = Field(default_factory=dict)
     pending_effects: list[PendingEffect] = Field(default_factory=list)
+    # Calls not yet settled. A call leaves the state once its final ledger entry
+    # is checkpointed, so a long run's checkpoints stay small.
     ledger: dict[str, CallRecord] = Field(default_factory=dict)
+    changed_paths: list[str] = Field(default_factory=list)
+    not_performed: list[dict[str, str]] = Field(default_factory=list)
     current_call: str | None = None
     current_proposal: JSON = None
     waiting: Waiting | None = None
