@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Bring Harness up locally with embedded defaults: SQLite, the local Redis and
+# Docker engine, a Celery worker (with beat), the ASGI web server, demo users and
+# a demo run waiting for approval. Ctrl-C stops it all.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export DEBUG="${DEBUG:-1}"
+export HARNESS_VAR_DIR="${HARNESS_VAR_DIR:-$PWD/var}"
+PORT="${PORT:-8000}"
+LOGS="$HARNESS_VAR_DIR/log"
+mkdir -p "$LOGS"
+
+say() { echo "[up] $*" >&2; }
+
+if ! python3 -c "import django, celery, channels, docker" 2>/dev/null; then
+    say "installing Python packages"
+    python3 -m pip install -q --disable-pip-version-check -r requirements.txt
+fi
+if ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1; then
+    say "installing docker.io, debootstrap and redis-server"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io debootstrap redis-server >/dev/null
+fi
+HARNESS_NEED_POSTGRES=0 bash scripts/services.sh
+say "sandbox image (built once, then cached by content)"
+bash sandbox/image/build.sh >"$LOGS/image.log" 2>&1 || { tail -20 "$LOGS/image.log"; exit 1; }
+
+python3 manage.py migrate -v0
+python3 manage.py create_demo_users
+
+pids=()
+cleanup() { say "stopping"; kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+trap cleanup EXIT INT TERM
+
+python3 -m celery -A harness_site worker -B -s "$HARNESS_VAR_DIR/beat-schedule" -Q "${HARNESS_QUEUE:-harness}" \
+    -c 2 -l info >"$LOGS/worker.log" 2>&1 &
+pids+=($!)
+python3 -m daphne -b 127.0.0.1 -p "$PORT" harness_site.asgi:application >"$LOGS/web.log" 2>&1 &
+pids+=($!)
+
+for _ in $(seq 1 100); do
+    curl -fs -o /dev/null "http://127.0.0.1:$PORT/accounts/login/" && break
+    sleep 0.2
+done
+
+run_id=$(python3 manage.py create_demo_run)
+for _ in $(seq 1 150); do
+    status=$(python3 manage.py shell -c "from runs.models import Run; print(Run.objects.get(pk='$run_id').status)" 2>/dev/null | tail -1)
+    [ "$status" != "running" ] && break
+    sleep 0.4
+done
+
+cat <<INFO
+
+  Harness is up: http://127.0.0.1:$PORT/
+  Demo run $run_id is ${status:-running}.
+  Sign in as reviewer / operator / admin (passwords printed above by create_demo_users).
+  Logs: $LOGS   Stop: Ctrl-C
+
+INFO
+if [ "${HARNESS_UP_DETACH:-0}" = "1" ]; then
+    trap - EXIT INT TERM
+    exit 0
+fi
+wait

@@ -1,0 +1,73 @@
+"""Runs driven by a real Celery worker process against the local Redis, executing
+in the Docker sandbox: wait for approval, resume on grant, and the kill switch."""
+
+from __future__ import annotations
+
+import time
+
+import docker
+import pytest
+
+from approvals.models import ApprovalRequest, PolicyVersion
+from approvals.policies import current_policy_row
+from approvals.services import grant
+from runs.control import kill
+from runs.models import Event
+from runs.runtime import create_run
+from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO, assert_gap_free, wait_for
+
+pytestmark = [pytest.mark.celery, pytest.mark.docker]
+
+
+def containers_of(run) -> list:
+    client = docker.from_env()
+    return client.containers.list(all=True, filters={"label": f"harness.run_id={run.pk}"})
+
+
+def test_it_runs_the_demo_on_a_worker_waits_for_approval_and_completes_after_a_grant(celery_worker, operator, reviewer):
+    run = create_run(DEMO_CONTRACT, SCRIPTED_DEMO, operator)
+    run = wait_for(run, ("waiting_approval", "complete", "stopped"), log=celery_worker.log)
+    assert run.status == "waiting_approval", run.outcome
+    request = ApprovalRequest.objects.get(run=run, status="pending")
+    assert request.tool == "publish" and "orders/total.py" in request.diff
+    assert request.evidence and request.evidence[0]["passed"]
+    grant(request, reviewer)
+    run = wait_for(run, ("complete", "stopped"), log=celery_worker.log)
+    assert run.outcome == "complete", run.stop_message
+    types = assert_gap_free(run)
+    assert types.count("approval_consumed") == 1
+    assert run.report.data["effects_applied"]
+    deadline = time.monotonic() + 10
+    while containers_of(run) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert containers_of(run) == []
+
+
+def slow_check_policy() -> None:
+    row = current_policy_row()
+    document = dict(row.document)
+    document["checks"] = [*document["checks"], {"check_id": "slow", "command": ["sleep", "120"], "timeout_seconds": 300}]
+    document["version"] = row.version + 1
+    PolicyVersion.objects.create(version=row.version + 1, document=document, note="a slow check")
+
+
+def test_it_kills_a_running_check_within_two_seconds_and_removes_the_container(celery_worker, operator):
+    slow_check_policy()
+    contract = {**DEMO_CONTRACT, "verification_targets": ["slow"]}
+    script = {"kind": "scripted", "script": [{"tool": "run_check", "args": {"check_id": "slow"}}]}
+    run = create_run(contract, script, operator)
+    deadline = time.monotonic() + 60
+    while not Event.objects.filter(run=run, type="call_started").exists():
+        assert time.monotonic() < deadline, celery_worker.log()[-3000:]
+        time.sleep(0.05)
+    time.sleep(0.5)  # the check is executing in the container now
+    clicked = time.monotonic()
+    kill(run, operator)
+    while containers_of(run):
+        assert time.monotonic() - clicked < 10, "container still there"
+        time.sleep(0.05)
+    gone = time.monotonic() - clicked
+    run = wait_for(run, ("stopped",), timeout=30, log=celery_worker.log)
+    assert run.outcome == "killed"
+    assert gone < 2.0, f"container removed {gone:.2f}s after the kill"
+    assert_gap_free(run)

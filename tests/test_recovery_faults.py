@@ -1,0 +1,98 @@
+"""The fault suite: SIGKILL the worker (and its children) at random points of the
+demo run, restart it, and check that nothing is lost: the run ends in a correct
+state, its event log is gap-free, and the publish effect happens at most once.
+The figures go to docs/reliability.md (printed with -s, and saved as JSON)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from approvals.models import ApprovalRequest
+from approvals.services import grant
+from runs.models import Event, Receipt
+from runs.runtime import create_run
+from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO, assert_gap_free, wait_for
+
+pytestmark = [pytest.mark.celery, pytest.mark.docker]
+
+TRIALS = int(os.environ.get("HARNESS_FAULT_TRIALS", "20"))
+
+
+def outbox_files(run) -> list[Path]:
+    keys = set(Event.objects.filter(run=run, type="call_started", payload__tool="publish").values_list("payload__idempotency_key", flat=True))
+    return [p for p in Path(settings.OUTBOX_DIR).glob("*.patch") if p.stem in keys]
+
+
+def finish(run, reviewer, worker):
+    """Drive the run to its end, granting approvals as a reviewer would."""
+    for _ in range(5):
+        run = wait_for(run, ("waiting_approval", "complete", "stopped"), timeout=90, log=worker.log)
+        if run.status != "waiting_approval":
+            return run
+        request = ApprovalRequest.objects.filter(run=run, status="pending").first()
+        if request is not None:
+            grant(request, reviewer)
+        time.sleep(0.2)
+    return run
+
+
+def test_it_loses_nothing_when_the_worker_is_killed_at_random_points(celery_worker, operator, reviewer):
+    rng = random.Random(int(os.environ.get("HARNESS_FAULT_SEED", "7")))
+    # One clean run first: how long the demo takes before and after its approval.
+    started = time.monotonic()
+    clean = wait_for(create_run(DEMO_CONTRACT, SCRIPTED_DEMO, operator), ("waiting_approval",), timeout=90, log=celery_worker.log)
+    before_span = time.monotonic() - started
+    granted = time.monotonic()
+    clean = finish(clean, reviewer, celery_worker)
+    assert clean.outcome == "complete"
+    after_span = time.monotonic() - granted
+    outcomes: Counter[str] = Counter()
+    interrupted: Counter[str] = Counter()
+    duplicates = 0
+    for trial in range(TRIALS):
+        run = create_run(DEMO_CONTRACT, SCRIPTED_DEMO, operator)
+        # Even trials die on the way to the approval; odd ones after the grant
+        # (mid-publish, between steps, at finish).
+        if trial % 2:
+            run = wait_for(run, ("waiting_approval",), timeout=90, log=celery_worker.log)
+            grant(ApprovalRequest.objects.get(run=run, status="pending"), reviewer)
+            time.sleep(rng.uniform(0.0, after_span))
+        else:
+            time.sleep(rng.uniform(0.2, before_span))
+        celery_worker.kill()
+        celery_worker.start()
+        run = finish(run, reviewer, celery_worker)
+        types = assert_gap_free(run)
+        outcomes[run.outcome] += 1
+        for event in Event.objects.filter(run=run, type="run_resumed"):
+            interrupted[event.payload["reason"].split(":")[1].split()[0]] += 1
+        published = outbox_files(run)
+        duplicates += max(0, len(published) - 1)
+        receipts = list(Receipt.objects.filter(run=run).values_list("call_id", "attempt"))
+        assert len(receipts) == len(set(receipts))
+        assert types.count("run_started") == 1
+        # A run may only end short of completion when a check was interrupted
+        # (the scripted proposer moves on, and finish then lacks evidence).
+        assert run.outcome in ("complete", "proposals_exhausted"), (trial, run.outcome, run.stop_message)
+        if run.outcome == "complete":
+            assert len(published) == 1
+        assert len(published) <= 1
+    summary = {
+        "trials": TRIALS,
+        "seconds_to_approval_wait": round(before_span, 1),
+        "seconds_after_grant": round(after_span, 1),
+        "outcomes": dict(outcomes),
+        "calls_in_flight_when_killed": dict(interrupted),
+        "duplicate_publishes": duplicates,
+    }
+    print("\nfault suite:", json.dumps(summary))
+    Path(settings.VAR_DIR, "fault_suite.json").write_text(json.dumps(summary, indent=2))
+    assert duplicates == 0
