@@ -11,10 +11,10 @@ test: lint typecheck test-sqlite test-postgres
 
 lint:
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check runs/core
+	$(PY) -m ruff format --check runs/core runs/adapters
 
 typecheck:
-	$(PY) -m mypy runs/core
+	$(PY) -m mypy runs/core runs/adapters
 
 test-sqlite:
 	$(PY) -m pytest -q -p no:cacheprovider

@@ -1,14 +1,37 @@
-"""Building a run's proposer from its stored configuration and snapshot."""
+"""Building a run's proposer from its stored configuration and snapshot.
+
+Kinds: ``scripted`` (a fixed list of proposals), ``openai`` (Chat Completions, any
+OpenAI-compatible server on an allowed base URL) and ``anthropic`` (Messages API).
+A model run's configuration names the model and may ask for a smaller budget than the
+server's; it never carries credentials: API keys come from settings only."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
-from runs.core.errors import FieldProblem, InputError
-from runs.core.ports import Proposer
-from runs.core.scripted import ScriptedProposer
+from django.conf import settings
 
-PROPOSER_KINDS = ("scripted",)
+from runs.core.contract import Contract
+from runs.core.errors import FieldProblem, InputError
+from runs.core.jsonutil import JSON
+from runs.core.ports import Clock, Proposer, ProposerStopped
+from runs.core.scripted import ScriptedProposer
+from runs.core.tools import ToolSpec
+
+PROPOSER_KINDS = ("scripted", "openai", "anthropic")
+MODEL_KINDS = ("openai", "anthropic")
+MODEL_FIELDS = ("kind", "model", "base_url", "max_tokens", "max_cost_usd", "tool_choice")
+TOOL_CHOICES = {"openai": ("required", "auto"), "anthropic": ("any", "auto")}
+_SECRET_WORDS = ("key", "token", "secret", "password", "authorization")
+
+
+def _provider_settings(kind: str) -> tuple[str, str, list[str], str]:
+    """(api key, default base URL, allowed base URLs, name of the key's variable)."""
+    if kind == "openai":
+        return settings.OPENAI_API_KEY, settings.OPENAI_BASE_URL, list(settings.OPENAI_ALLOWED_BASE_URLS), "OPENAI_API_KEY"
+    return settings.ANTHROPIC_API_KEY, settings.ANTHROPIC_BASE_URL, list(settings.ANTHROPIC_ALLOWED_BASE_URLS), "ANTHROPIC_API_KEY"
 
 
 def check_proposer_config(config: object) -> dict[str, Any]:
@@ -24,10 +47,173 @@ def check_proposer_config(config: object) -> dict[str, Any]:
         extra = set(config) - {"kind", "script"}
         if extra:
             raise InputError("proposer", [FieldProblem(f"proposer.{sorted(extra)[0]}", "unexpected field")])
-    return config
+        return config
+    problems = _model_config_problems(str(kind), config)
+    if problems:
+        raise InputError("proposer", problems)
+    return {name: config[name] for name in MODEL_FIELDS if name in config}
 
 
-def build_proposer(config: dict[str, Any], snapshot: dict[str, Any]) -> Proposer:
+def _model_config_problems(kind: str, config: dict[str, Any]) -> list[FieldProblem]:
+    from runs.adapters.conversation import parse_price_table, price_for
+
+    problems: list[FieldProblem] = []
+    for name in sorted(set(config) - set(MODEL_FIELDS)):
+        if any(word in name.lower() for word in _SECRET_WORDS):
+            problems.append(FieldProblem(f"proposer.{name}", "credentials come from the server's settings, never from a run"))
+        else:
+            problems.append(FieldProblem(f"proposer.{name}", "unexpected field"))
+    model = config.get("model")
+    if not isinstance(model, str) or not model.strip() or len(model) > 200 or any(c.isspace() for c in model):
+        problems.append(FieldProblem("proposer.model", "required: a model name (no spaces, at most 200 characters)"))
+        model = None
+    api_key, default_url, allowed_urls, key_name = _provider_settings(kind)
+    if not api_key:
+        problems.append(FieldProblem("proposer.kind", f"the server has no {key_name} configured"))
+    base_url = config.get("base_url")
+    if base_url is not None and (not isinstance(base_url, str) or base_url.rstrip("/") not in [u.rstrip("/") for u in allowed_urls]):
+        setting = f"HARNESS_{kind.upper()}_ALLOWED_BASE_URLS"
+        problems.append(
+            FieldProblem("proposer.base_url", f"must be one of the server's allowed base URLs ({setting}): {', '.join(allowed_urls)}")
+        )
+    max_tokens = config.get("max_tokens")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        problems.append(FieldProblem("proposer.max_tokens", "must be a positive integer (tokens for the whole run)"))
+    max_cost = config.get("max_cost_usd")
+    if max_cost is not None and (
+        isinstance(max_cost, bool) or not isinstance(max_cost, int | float) or not math.isfinite(max_cost) or max_cost <= 0
+    ):
+        problems.append(FieldProblem("proposer.max_cost_usd", "must be a positive number (US dollars for the whole run)"))
+    tool_choice = config.get("tool_choice")
+    if tool_choice is not None and tool_choice not in TOOL_CHOICES[kind]:
+        problems.append(FieldProblem("proposer.tool_choice", f"must be one of {', '.join(TOOL_CHOICES[kind])}"))
+    if model is not None and price_for(model, parse_price_table(settings.HARNESS_MODEL_PRICES)) is None:
+        problems.append(
+            FieldProblem("proposer.model", f"{model!r} has no price in HARNESS_MODEL_PRICES, so its cost budget cannot be enforced")
+        )
+    return problems
+
+
+class RefusingProposer:
+    """Stands in for a model proposer whose configuration the server no longer
+    accepts (key removed, base URL no longer allowed...): the run stops model_error."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        self._notes: list[dict[str, JSON]] = [{"kind": "error", "message": message}]
+
+    def propose(self, feedback: object) -> object | None:
+        raise ProposerStopped("model_error", self.message)
+
+    def snapshot(self) -> dict[str, JSON]:
+        return {"kind": "refused", "message": self.message}
+
+    def notes(self) -> list[dict[str, JSON]]:
+        notes, self._notes = self._notes, []
+        return notes
+
+
+def build_proposer(
+    config: dict[str, Any],
+    snapshot: dict[str, Any],
+    contract: Contract | None = None,
+    tools: Sequence[ToolSpec] = (),
+    *,
+    deadline: float | None = None,
+    clock: Clock | None = None,
+    revision: str | None = None,
+) -> Proposer:
+    """The run's proposer, continuing from ``snapshot``. Model proposers need the
+    contract and the visible tools for their first message; ``deadline`` bounds their
+    retries."""
     if config["kind"] == "scripted":
         return ScriptedProposer(config["script"], position=int(snapshot.get("position", 0)))
-    raise ValueError(f"unknown proposer kind {config['kind']!r}")
+    if config["kind"] not in MODEL_KINDS:
+        raise ValueError(f"unknown proposer kind {config['kind']!r}")
+    if contract is None:
+        raise ValueError("a model proposer needs the run's contract")
+    try:
+        check_proposer_config(config)
+    except InputError as exc:
+        return RefusingProposer(f"the proposer configuration is no longer accepted: {exc}")
+    return _model_proposer(config, snapshot, contract, tools, deadline=deadline, clock=clock, revision=revision)
+
+
+def server_budget() -> tuple[int, float]:
+    return int(settings.HARNESS_MODEL_MAX_TOKENS), float(settings.HARNESS_MODEL_MAX_COST_USD)
+
+
+def _model_proposer(
+    config: dict[str, Any],
+    snapshot: dict[str, Any],
+    contract: Contract,
+    tools: Sequence[ToolSpec],
+    *,
+    deadline: float | None,
+    clock: Clock | None,
+    revision: str | None,
+) -> Proposer:
+    from runs.adapters.conversation import AdapterSettings, Budget, RetryPolicy, TaskContext, ToolDef, parse_price_table, price_for
+
+    kind = config["kind"]
+    api_key, default_url, _, _ = _provider_settings(kind)
+    max_tokens, max_cost = server_budget()
+    budget = Budget(config.get("max_tokens"), config.get("max_cost_usd")).intersect(Budget(max_tokens, max_cost))
+    common: dict[str, Any] = {
+        "model": config["model"],
+        "api_key": api_key,
+        "context": TaskContext.from_contract(contract, revision=revision),
+        "tools": [ToolDef.from_spec(spec) for spec in tools],
+        "budget": budget,
+        "price": price_for(config["model"], parse_price_table(settings.HARNESS_MODEL_PRICES)),
+        "snapshot": snapshot,
+        "settings": AdapterSettings(
+            request_timeout_seconds=float(settings.HARNESS_MODEL_TIMEOUT_SECONDS),
+            max_output_tokens=int(settings.HARNESS_MODEL_MAX_OUTPUT_TOKENS),
+            max_result_chars=int(settings.HARNESS_MODEL_MAX_RESULT_CHARS),
+            retry=RetryPolicy(
+                max_retries=int(settings.HARNESS_MODEL_MAX_RETRIES),
+                base_seconds=float(settings.HARNESS_MODEL_RETRY_BASE_SECONDS),
+                max_seconds=float(settings.HARNESS_MODEL_RETRY_MAX_SECONDS),
+            ),
+        ),
+        "clock": clock,
+        "deadline": deadline,
+        "base_url": config.get("base_url") or default_url,
+    }
+    if "tool_choice" in config:
+        common["tool_choice"] = config["tool_choice"]
+    if kind == "openai":
+        from runs.adapters.openai_adapter import OpenAIProposer
+
+        return OpenAIProposer(**common)
+    from runs.adapters.anthropic_adapter import AnthropicProposer
+
+    return AnthropicProposer(**common)
+
+
+def proposer_usage(config: dict[str, Any], snapshot: dict[str, Any]) -> dict[str, JSON] | None:
+    """Tokens and cost so far against the run's budget, for the run page and the API."""
+    if config.get("kind") not in MODEL_KINDS:
+        return None
+    usage = snapshot.get("usage") if isinstance(snapshot.get("usage"), dict) else {}
+    budget = snapshot.get("budget") if isinstance(snapshot.get("budget"), dict) else {}
+    if not budget:
+        max_tokens, max_cost = server_budget()
+        budget = {
+            "max_tokens": min(config.get("max_tokens") or max_tokens, max_tokens),
+            "max_cost_usd": min(config.get("max_cost_usd") or max_cost, max_cost),
+        }
+    assert isinstance(usage, dict) and isinstance(budget, dict)
+    return {
+        "model": config.get("model"),
+        "provider": config.get("kind"),
+        "requests": usage.get("requests", 0),
+        "input_tokens": usage.get("input_tokens", 0),
+        "output_tokens": usage.get("output_tokens", 0),
+        "tokens": int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0)),
+        "cost_usd": usage.get("cost_usd", 0.0),
+        "estimated": usage.get("estimated", False),
+        "max_tokens": budget.get("max_tokens"),
+        "max_cost_usd": budget.get("max_cost_usd"),
+    }

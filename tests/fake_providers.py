@@ -68,7 +68,7 @@ class FakeProvider:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     def _record(self, method: str, path: str, headers: dict[str, str], body: dict[str, Any]) -> Reply:
         with self._lock:
@@ -157,7 +157,7 @@ class FakeAnthropic(FakeProvider):
 
 
 def anthropic_message(
-    content: list[dict[str, Any]], stop_reason: str, usage: tuple[int, int] | None, model: str = "claude-sonnet-4-5"
+    content: list[dict[str, Any]], stop_reason: str, usage: tuple[int, int] | None, model: str = "claude-sonnet-4-6"
 ) -> Reply:
     body: dict[str, Any] = {
         "id": "msg_fake",
@@ -176,14 +176,14 @@ def anthropic_tools(
     *calls: tuple[str, str, Any],
     usage: tuple[int, int] | None = (100, 20),
     text: str | None = None,
-    model: str = "claude-sonnet-4-5",
+    model: str = "claude-sonnet-4-6",
 ) -> Reply:
     content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     content += [{"type": "tool_use", "id": cid, "name": name, "input": args} for cid, name, args in calls]
     return anthropic_message(content, "tool_use", usage, model)
 
 
-def anthropic_text(text: str, usage: tuple[int, int] | None = (100, 20), model: str = "claude-sonnet-4-5") -> Reply:
+def anthropic_text(text: str, usage: tuple[int, int] | None = (100, 20), model: str = "claude-sonnet-4-6") -> Reply:
     return anthropic_message([{"type": "text", "text": text}], "end_turn", usage, model)
 
 
@@ -198,3 +198,64 @@ def anthropic_error(status: int, message: str, retry_after: str | None = None) -
     }
     headers = {"retry-after": retry_after} if retry_after is not None else {}
     return Reply(status, {"type": "error", "error": {"type": kinds.get(status, "api_error"), "message": message}}, headers)
+
+
+# -- wiring an adapter into a simulated rig ---------------------------------------
+
+API_KEY = "sk-test-0123456789abcdefSECRET"
+
+
+def adapter(kind: str, base_url: str, rig: Any, **overrides: Any) -> Any:
+    """An adapter for ``rig``'s run, talking to a fake provider, sleeping on the rig's
+    fake clock and bounded by the run's deadline; it replaces the rig's proposer."""
+    from runs.adapters.anthropic_adapter import AnthropicProposer
+    from runs.adapters.conversation import AdapterSettings, Budget, RetryPolicy, TaskContext, ToolDef
+    from runs.adapters.openai_adapter import OpenAIProposer
+    from runs.core.tools import builtin_registry
+
+    state = rig.state
+    args: dict[str, Any] = {
+        "model": "gpt-4o-mini" if kind == "openai" else "claude-sonnet-4-6",
+        "api_key": API_KEY,
+        "base_url": base_url,
+        "context": TaskContext.from_contract(state.contract, revision=state.revision),
+        "tools": [ToolDef.from_spec(s) for s in builtin_registry().visible(state.contract.allowed_tools)],
+        "budget": Budget(),
+        "price": None,
+        "snapshot": state.proposer_state or None,
+        "settings": AdapterSettings(max_output_tokens=1024, retry=RetryPolicy(max_retries=3, base_seconds=0.25, max_seconds=4.0)),
+        "clock": rig.clock,
+        "deadline": state.deadline,
+    }
+    args.update(overrides)
+    proposer = OpenAIProposer(**args) if kind == "openai" else AnthropicProposer(**args)
+    rig.harness.proposer = proposer
+    return proposer
+
+
+def reload(rig: Any) -> Any:
+    """What a new worker does: load the stored state and build a new Harness around it
+    (same simulated world); the caller attaches a proposer rebuilt from the snapshot."""
+    from runs.core.loop import Harness
+
+    old = rig.harness
+    state = rig.store.load()
+    rig.state = state
+    rig.harness = Harness(
+        state,
+        registry=old.registry,
+        policy=old.policy,
+        proposer=old.proposer,
+        executor=old.executor,
+        workspace=old.workspace,
+        approvals=old.approvals,
+        store=old.store,
+        artifacts=old.artifacts,
+        clock=old.clock,
+        config=old.config,
+    )
+    return rig
+
+
+def model_notes(rig: Any) -> list[dict[str, Any]]:
+    return [{"kind": e.kind, **e.detail} for e in rig.store.events if e.model_dump()["type"] == "model"]

@@ -1,0 +1,118 @@
+"""Anthropic Messages API tool use through the official ``anthropic`` client.
+
+Wire format: the system prompt is the ``system`` parameter and the task the first
+user message; tools are ``{name, description, input_schema}``; the model's
+``tool_use`` blocks are answered by one user message holding a ``tool_result`` block
+per call (``tool_use_id``, ``is_error`` for refusals), all of one response's calls
+together."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, cast
+
+import anthropic
+
+from runs.adapters.conversation import (
+    Failure,
+    ModelReply,
+    ToolCall,
+    ToolCallingProposer,
+    ToolResult,
+    classify_status,
+    provider_message,
+    task_message,
+)
+from runs.core.jsonutil import JSON
+
+AnthropicToolChoice = Literal["any", "auto"]
+
+
+class AnthropicProposer(ToolCallingProposer):
+    provider = "anthropic"
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None = None,
+        tool_choice: AnthropicToolChoice = "any",
+        client: anthropic.Anthropic | None = None,
+        **common: Any,
+    ) -> None:
+        super().__init__(**common)
+        self.base_url = base_url
+        self.tool_choice = tool_choice
+        self._client = client
+
+    def client(self) -> anthropic.Anthropic:
+        if self._client is None:
+            self._client = anthropic.Anthropic(
+                api_key=self._api_key,
+                base_url=self.base_url,
+                max_retries=0,  # retries are ours, so they are bounded by the deadline and show as events
+                timeout=self.settings.request_timeout_seconds,
+            )
+        return self._client
+
+    def tool_params(self) -> list[dict[str, JSON]]:
+        return [{"name": t.name, "description": t.description, "input_schema": t.schema} for t in self.tools]
+
+    def _initial_messages(self) -> list[dict[str, JSON]]:
+        return [{"role": "user", "content": task_message(self.context, self.tools, self.settings.max_result_chars)}]
+
+    def _result_messages(self, results: Sequence[ToolResult], user_texts: Sequence[str]) -> list[dict[str, JSON]]:
+        if not results and not user_texts:
+            return []
+        if not results:
+            return [{"role": "user", "content": "\n\n".join(user_texts)}]
+        # tool_result blocks come first in the user message, as the API requires.
+        blocks: list[JSON] = [
+            {"type": "tool_result", "tool_use_id": r.call_id, "content": r.content, "is_error": r.is_error} for r in results
+        ]
+        blocks += [{"type": "text", "text": text} for text in user_texts]
+        return [{"role": "user", "content": blocks}]
+
+    def _send(self, messages: list[dict[str, JSON]], max_output_tokens: int, timeout: float) -> ModelReply:
+        response = self.client().messages.create(
+            model=self.model,
+            max_tokens=max_output_tokens,
+            system=self.system,
+            messages=cast(Any, messages),
+            tools=cast(Any, self.tool_params()),
+            tool_choice=cast(Any, {"type": self.tool_choice}),
+            timeout=timeout,
+        )
+        calls: list[ToolCall] = []
+        content: list[JSON] = []
+        texts: list[str] = []
+        for block in response.content:
+            if block.type == "text":
+                texts.append(block.text)
+                content.append({"type": "text", "text": block.text})
+            elif block.type == "tool_use":
+                calls.append(ToolCall(block.id, block.name, block.input))
+                content.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
+        if not content:  # the API refuses an empty assistant turn in the next request
+            content.append({"type": "text", "text": "(no content)"})
+        usage = response.usage
+        input_tokens = usage.input_tokens + (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
+        return ModelReply(
+            {"role": "assistant", "content": content},
+            "\n".join(texts),
+            calls,
+            input_tokens,
+            usage.output_tokens,
+            response.stop_reason,
+        )
+
+    def _classify(self, exc: Exception) -> Failure | None:
+        if isinstance(exc, anthropic.APIStatusError):
+            message = provider_message(exc.body, exc.message)
+            return classify_status(exc.status_code, message, dict(exc.response.headers))
+        if isinstance(exc, anthropic.APITimeoutError):
+            return Failure("timeout", None, "the request timed out")
+        if isinstance(exc, anthropic.APIConnectionError):
+            return Failure("connection", None, f"connection error: {exc}")
+        if isinstance(exc, anthropic.AnthropicError):
+            return Failure("other", None, f"{type(exc).__name__}: {exc}")
+        return None
