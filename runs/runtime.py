@@ -82,7 +82,9 @@ def advance(run_id: str, faults: Sequence[Fault] = ()) -> str:
             renew_every=settings.HARNESS_LEASE_SECONDS / 3,
         ) as watchdog:
             state = drive_run(run, environment, DjangoApprovals(run), lease_token=token, controls=watchdog)
-        if state.finished:
+        if state.finished or state.status == "waiting_approval":
+            # An approval can take hours: no container idles meanwhile; resuming
+            # starts a fresh one on the same workspace.
             environment.close()
         return state.outcome
     except LeaseLost:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 
 from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row, load_policy
@@ -49,6 +50,13 @@ def do_create_run(new: NewRun, actor: Any, revision_of: Callable[[Run], str], cl
     """Create the run row and its initial state; ``revision_of`` prepares the
     workspace for the new run and returns its revision."""
     now = clock.now() if clock else time.time()
+    # A workspace that cannot be prepared (bad source) must not leave a run row
+    # without state behind.
+    with transaction.atomic():
+        return _create(new, actor, revision_of, now)
+
+
+def _create(new: NewRun, actor: Any, revision_of: Callable[[Run], str], now: float) -> Run:
     run = Run.objects.create(
         task_id=new.contract.task_id,
         objective=new.contract.objective,

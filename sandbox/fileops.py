@@ -142,7 +142,7 @@ def _refuse_git(parts: list[str], path: str) -> None:
         raise FileRefused(f"{path}: .git directories are not accessible")
 
 
-def read_bytes(root: Path, path: str, limit: int = MAX_EDIT_BYTES) -> bytes | None:
+def read_bytes(root: Path, path: str, limit: int | None = MAX_EDIT_BYTES) -> bytes | None:
     """The whole file, or None when it does not exist (a symlink is refused)."""
     parts = split_path(path)
     if not parts:
@@ -154,8 +154,8 @@ def read_bytes(root: Path, path: str, limit: int = MAX_EDIT_BYTES) -> bytes | No
     except Missing:
         return None
     with os.fdopen(fd, "rb") as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
+        data = handle.read() if limit is None else handle.read(limit + 1)
+    if limit is not None and len(data) > limit:
         raise FileRefused(f"{path}: larger than {limit} bytes")
     return data
 
@@ -183,15 +183,16 @@ class Entry:
     st: os.stat_result
 
 
-def walk(dir_fd: int, prefix: str = "", depth: int = 0, *, skip_git: bool = True) -> Iterator[Entry]:
-    """Depth-first, sorted, never following symlinks; directories are yielded
-    before their contents."""
+def walk(dir_fd: int, prefix: str = "", depth: int = 0) -> Iterator[Entry]:
+    """Depth-first, sorted, never following symlinks, leaving out ``.git``
+    directories (the tools never touch them); directories are yielded before
+    their contents."""
     if depth > MAX_DEPTH:
         raise FileRefused(f"{prefix or '.'}: directories nested deeper than {MAX_DEPTH} levels")
     with os.scandir(dir_fd) as it:
         names = sorted(entry.name for entry in it)
     for name in names:
-        if skip_git and name == ".git":
+        if name == ".git":
             continue
         try:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -205,7 +206,7 @@ def walk(dir_fd: int, prefix: str = "", depth: int = 0, *, skip_git: bool = True
             except OSError:
                 continue
             try:
-                yield from walk(child, path + "/", depth + 1, skip_git=skip_git)
+                yield from walk(child, path + "/", depth + 1)
             finally:
                 os.close(child)
 

@@ -27,7 +27,7 @@ def start(**env):
         ({"DEBUG": "0", "SECRET_KEY": "short"}, "SECRET_KEY must be at least 32"),
         ({"DEBUG": "1", "DATABASE_URL": "mysql://x"}, "DATABASE_URL must be a URL starting with"),
         ({"DEBUG": "1", "REDIS_URL": "localhost:6379"}, "REDIS_URL must be a URL"),
-        ({"DEBUG": "1", "HARNESS_SANDBOX_PIDS_LIMIT": "lots"}, "HARNESS_SANDBOX_PIDS_LIMIT must be an integer"),
+        ({"DEBUG": "1", "HARNESS_LEASE_SECONDS": "lots"}, "HARNESS_LEASE_SECONDS must be an integer"),
         ({"DEBUG": "1", "ALLOWED_HOSTS": "a,,b"}, "ALLOWED_HOSTS must be a comma-separated list"),
     ],
 )

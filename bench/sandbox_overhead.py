@@ -1,0 +1,241 @@
+"""What the sandbox costs, measured in one run against the real Docker engine:
+
+- a file tool (read_file) through the real Harness with the real SandboxExecutor
+  (target: median under 5 ms);
+- run_check of the example's test suite through the Harness, against a raw
+  ``docker exec`` of the same command in the same container, interleaved
+  (target: median ratio at most 1.2);
+- starting (and removing) a run's container.
+
+    python bench/sandbox_overhead.py [--reads N] [--checks N] [--starts N] [--json]
+
+The harness runs with in-memory state, approvals and artifacts, so the numbers are
+the loop plus the sandbox, without database checkpoints (bench/loop_overhead.py
+measures those)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from runs.core.contract import Contract, WorkspaceSource  # noqa: E402
+from runs.core.loop import Harness, new_state  # noqa: E402
+from runs.core.policy import CheckDef, Policy, SandboxLimits  # noqa: E402
+from runs.core.scripted import ScriptedProposer  # noqa: E402
+from runs.core.simulated import MemoryApprovals, MemoryArtifacts, MemoryStore  # noqa: E402
+from runs.core.tools import builtin_registry  # noqa: E402
+from sandbox.container import SANDBOX_USER, WORKDIR, ContainerSpec, SandboxContainer  # noqa: E402
+from sandbox.docker_client import docker_host, shared_client  # noqa: E402
+from sandbox.executor import SandboxExecutor  # noqa: E402
+from sandbox.workspace import prepare_workspace  # noqa: E402
+
+TESTS = CheckDef(check_id="tests", command=["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"], timeout_seconds=120)
+LIMITS = SandboxLimits()  # the default policy's: 512m, 1 CPU, 128 pids
+
+
+def harness_for(executor: SandboxExecutor, script: Callable[[Any, int], object | None], steps: int) -> Harness:
+    policy = Policy.model_validate(
+        {
+            "version": 1,
+            "rules": [{"name": "all", "tool": "*", "decision": "allow"}],
+            "checks": [TESTS.model_dump()],
+            "budget": {
+                "max_proposals": steps + 5,
+                "max_tool_calls": steps + 5,
+                "max_attempts": 1,
+                "wall_time_seconds": 3600,
+                "max_output_bytes_per_call": 1_000_000,
+            },
+        }
+    )
+    contract = Contract.model_validate(
+        {
+            "task_id": "bench",
+            "objective": "measure the sandbox",
+            "acceptance_criteria": ["numbers"],
+            "workspace": {"kind": "path", "path": "examples/orders"},
+            "allowed_write_paths": ["orders/*"],
+            "allowed_tools": ["read_file", "run_check"],
+            "verification_targets": ["tests"],
+            "limits": policy.budget.model_dump(),
+        }
+    )
+    state = new_state(
+        run_id=executor.run_id, contract=contract, policy=policy, actor="bench", revision=executor.revision(), now=time.time()
+    )
+    return Harness(
+        state,
+        registry=builtin_registry(),
+        policy=policy,
+        proposer=ScriptedProposer(script),
+        executor=executor,
+        workspace=executor,
+        approvals=MemoryApprovals(),
+        store=MemoryStore(),
+        artifacts=MemoryArtifacts(),
+    )
+
+
+def step_times(
+    executor: SandboxExecutor, proposal: dict[str, Any], steps: int, before_each: Callable[[], None] | None = None
+) -> list[float]:
+    """Seconds from handing the harness a proposal until it asks for the next one."""
+    handed: list[float] = []
+    asked: list[float] = []
+
+    def script(feedback: Any, position: int) -> object | None:
+        asked.append(time.perf_counter())
+        if feedback is not None and feedback.get("kind") != "result":
+            raise RuntimeError(f"unexpected feedback: {feedback}")
+        if position >= steps:
+            return None
+        if before_each is not None:
+            before_each()
+        handed.append(time.perf_counter())
+        return proposal
+
+    harness_for(executor, script, steps).run()
+    return [asked[i + 1] - handed[i] for i in range(steps)]
+
+
+def raw_cli(container_id: str) -> float:
+    started = time.perf_counter()
+    subprocess.run(
+        ["docker", "exec", "-u", SANDBOX_USER, "-w", WORKDIR, container_id, *TESTS.command],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
+    return time.perf_counter() - started
+
+
+def raw_sdk(container_id: str) -> float:
+    started = time.perf_counter()
+    shared_client().api.exec_start(shared_client().api.exec_create(container_id, TESTS.command, user=SANDBOX_USER, workdir=WORKDIR)["Id"])
+    return time.perf_counter() - started
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {
+        "median_ms": statistics.median(ordered) * 1000,
+        "p90_ms": ordered[int(0.9 * (len(ordered) - 1))] * 1000,
+        "n": len(ordered),
+    }
+
+
+def measure(reads: int, checks: int, starts: int, image: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
+        workspace = prepare_workspace(Path(tmp) / "run", WorkspaceSource(kind="path", path="examples/orders"), ROOT)
+        container = SandboxContainer.start("bench", workspace.dir, ContainerSpec.from_limits(LIMITS, image), scope="bench")
+        try:
+            executor = SandboxExecutor("bench", workspace, container, MemoryArtifacts(), Path(tmp) / "outbox")
+            read = {"tool": "read_file", "args": {"path": "orders/total.py"}}
+            step_times(executor, read, 50)  # warm-up
+            read_times = step_times(executor, read, reads)[10:]
+
+            cli: list[float] = []
+            sdk: list[float] = []
+            check = {"tool": "run_check", "args": {"check_id": "tests"}}
+            for _ in range(2):  # warm-up: page cache, Python start-up in the container
+                raw_cli(container.id)
+                raw_sdk(container.id)
+
+            def raw_pair() -> None:
+                cli.append(raw_cli(container.id))
+                sdk.append(raw_sdk(container.id))
+
+            check_times = step_times(executor, check, checks, before_each=raw_pair)
+        finally:
+            container.remove()
+
+        start_times: list[float] = []
+        remove_times: list[float] = []
+        for n in range(starts):
+            began = time.perf_counter()
+            fresh = SandboxContainer.start(f"bench-start-{n}", workspace.dir, ContainerSpec.from_limits(LIMITS, image), scope="bench")
+            start_times.append(time.perf_counter() - began)
+            began = time.perf_counter()
+            fresh.remove()
+            remove_times.append(time.perf_counter() - began)
+
+    result: dict[str, Any] = {
+        "read_file_through_harness": summary(read_times),
+        "run_check_through_harness": summary(check_times),
+        "raw_docker_exec_cli": summary(cli),
+        "raw_docker_exec_sdk": summary(sdk),
+        "container_start": summary(start_times),
+        "container_remove": summary(remove_times),
+    }
+    result["ratio_run_check_vs_cli"] = statistics.median(h / r for h, r in zip(check_times, cli, strict=True))
+    result["ratio_run_check_vs_sdk"] = statistics.median(h / r for h, r in zip(check_times, sdk, strict=True))
+    result["machine"] = machine()
+    result["date"] = datetime.now(UTC).strftime("%Y-%m-%d")
+    return result
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    engine = shared_client().version().get("Version", "?")
+    return f"{os.cpu_count()} vCPU {cpu}, {memory:.0f} GiB RAM, Linux {platform.release()}, Docker {engine}, Python {platform.python_version()}"
+
+
+def table(result: dict[str, Any]) -> str:
+    rows = [
+        ("read_file through the harness", "read_file_through_harness", "< 5 ms"),
+        ("run_check (tests) through the harness", "run_check_through_harness", ""),
+        ("raw `docker exec` (CLI), same command", "raw_docker_exec_cli", ""),
+        ("raw exec via the SDK, same command", "raw_docker_exec_sdk", ""),
+        ("container start (create + start)", "container_start", ""),
+        ("container remove", "container_remove", ""),
+    ]
+    lines = ["| measurement | median | p90 | n | target |", "| --- | ---: | ---: | ---: | --- |"]
+    for label, key, target in rows:
+        s = result[key]
+        lines.append(f"| {label} | {s['median_ms']:.2f} ms | {s['p90_ms']:.2f} ms | {s['n']} | {target} |")
+    lines.append(f"| run_check / raw CLI exec (median of paired ratios) | {result['ratio_run_check_vs_cli']:.3f} | | | ≤ 1.2 |")
+    lines.append(f"| run_check / raw SDK exec (median of paired ratios) | {result['ratio_run_check_vs_sdk']:.3f} | | | |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reads", type=int, default=1000)
+    parser.add_argument("--checks", type=int, default=20)
+    parser.add_argument("--starts", type=int, default=10)
+    parser.add_argument("--image", default=os.environ.get("HARNESS_SANDBOX_IMAGE", "harness-sandbox:latest"))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    shared_client().ping()
+    result = measure(args.reads, args.checks, args.starts, args.image)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"Sandbox overhead on {result['machine']} ({result['date']}, engine {docker_host()})\n")
+    print(table(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,437 @@
+"""One Docker container per run, and executions inside it.
+
+The container is created with the sandbox defaults of DESIGN section 9 and the
+run's policy limits; its PID 1 is a tiny reaper so orphaned processes (a fork bomb's
+debris) are collected and do not pin the pids limit. Every execution:
+
+- runs as uid 65534 in /workspace under ``timeout -s KILL N`` (the whole process
+  group), followed by ``kill -9 -1`` from the same uid, which ends anything the
+  command left behind (daemonised children included) except PID 1;
+- has a host-side deadline of N + grace seconds that kills every sandbox process,
+  or restarts the container when even that cannot run (e.g. the pids limit is hit);
+- streams its output into an ``OutputCapture``: the full bytes go to a spool file
+  (for the artifact store), memory holds only a bounded head and tail.
+
+Afterwards the host verifies from the container's cgroup that only PID 1 is left,
+so nothing can keep changing the workspace after the revision is computed."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import logging
+import os
+import re
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.types import Mount
+from docker.utils.socket import frames_iter
+
+from runs.core.policy import SandboxLimits
+from sandbox.docker_client import new_client, shared_client
+
+log = logging.getLogger(__name__)
+
+SANDBOX_USER = "65534:65534"
+WORKDIR = "/workspace"
+LABEL_MANAGED = "harness.managed"
+LABEL_RUN = "harness.run_id"
+LABEL_SCOPE = "harness.scope"
+LABEL_SPEC = "harness.spec"
+DEFAULT_SCOPE = "default"
+TMPFS = {"/tmp": "rw,noexec,nosuid,size=64m"}
+# Fixed by trusted code, never copied from the worker: without it Python checks
+# would write __pycache__ into the workspace, changing the revision they verify.
+SANDBOX_ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
+DEADLINE_GRACE_SECONDS = 2.0
+# PID 1: reaps every orphan. Signals from inside the container cannot kill it
+# (the kernel protects a namespace's init), so ``kill -9 -1`` spares it.
+REAPER = """
+import os, time
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        time.sleep(0.2)
+"""
+# $0 is the timeout; "$@" the check's argv (never a shell string).
+WRAPPER = 'timeout -s KILL "$0" "$@"; rc=$?; kill -9 -1 2>/dev/null; exit $rc'
+KILL_ALL = ["sh", "-c", "kill -9 -1 2>/dev/null; exit 0"]
+
+
+class SandboxUnavailable(Exception):
+    """The engine or the container could not start the command: nothing ran."""
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    image: str
+    memory: str = "512m"
+    cpus: float = 1.0
+    pids_limit: int = 128
+    network: str = "none"
+
+    @classmethod
+    def from_limits(cls, limits: SandboxLimits, image: str) -> ContainerSpec:
+        return cls(image=image, memory=limits.memory, cpus=limits.cpus, pids_limit=limits.pids_limit, network=limits.network)
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+
+
+class OutputCapture:
+    """Streams an execution's output to a spool file, hashing it, and keeps only
+    the head and tail in memory."""
+
+    def __init__(self, inline_limit: int, spool_dir: Path | None = None) -> None:
+        self.inline_limit = max(256, inline_limit)
+        self._half = self.inline_limit // 2
+        self.head = bytearray()
+        self._tail: collections.deque[bytes] = collections.deque()
+        self._tail_len = 0
+        self.total = 0
+        self._sha = hashlib.sha256()
+        if spool_dir is not None:
+            spool_dir.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix="harness-output-", dir=spool_dir)
+        self.path = Path(name)
+        self._file = os.fdopen(fd, "wb")
+
+    def write(self, data: bytes) -> None:
+        self.total += len(data)
+        self._sha.update(data)
+        self._file.write(data)
+        room = self.inline_limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self._tail.append(data)
+            self._tail_len += len(data)
+            while self._tail and self._tail_len - len(self._tail[0]) >= self._half:
+                self._tail_len -= len(self._tail.popleft())
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+    @property
+    def sha256(self) -> str:
+        return self._sha.hexdigest()
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self.inline_limit
+
+    def excerpt(self, ref: str | None) -> str:
+        """The whole output when it fits, else its head and tail around a marker."""
+        if not self.truncated:
+            return bytes(self.head).decode("utf-8", errors="replace")
+        last = (bytes(self.head) + b"".join(self._tail))[-self._half :]
+        omitted = self.total - self._half - len(last)
+        where = f"; full output: {ref}" if ref else ""
+        return (
+            bytes(self.head[: self._half]).decode("utf-8", errors="replace")
+            + f"\n[... {omitted} bytes omitted{where} ...]\n"
+            + last.decode("utf-8", errors="replace")
+        )
+
+    def discard(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int | None
+    timed_out: bool
+    duration_ms: int
+    oom_killed: bool | None  # None: not detectable on this host
+    killed: bool  # by kill() (the kill switch)
+    error: str | None = None  # the output stream broke off
+
+
+def _name(scope: str, run_id: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_.-]", "-", f"harness-{scope}-{run_id}")[:200]
+
+
+class SandboxContainer:
+    def __init__(self, client: docker.DockerClient, container_id: str, run_id: str, spec: ContainerSpec, image_digest: str) -> None:
+        self._client = client
+        self.id = container_id
+        self.run_id = run_id
+        self.spec = spec
+        self.image_digest = image_digest
+        self._killed = False
+        self._cgroup_paths: dict[str, Path | None] = {}
+
+    # -- lifecycle -------------------------------------------------------------
+
+    @classmethod
+    def start(
+        cls,
+        run_id: str,
+        workspace_dir: Path,
+        spec: ContainerSpec,
+        *,
+        scope: str = DEFAULT_SCOPE,
+        client: docker.DockerClient | None = None,
+    ) -> SandboxContainer:
+        """The run's running container: reused when one with the same spec and
+        workspace exists (a resumed run), else created."""
+        client = client or shared_client()
+        labels = {LABEL_MANAGED: "1", LABEL_RUN: run_id, LABEL_SCOPE: scope, LABEL_SPEC: spec.digest}
+        filters = {"label": [f"{LABEL_MANAGED}=1", f"{LABEL_RUN}={run_id}", f"{LABEL_SCOPE}={scope}"]}
+        source = str(workspace_dir.resolve())
+        for existing in client.containers.list(all=True, filters=filters):
+            mounts = [m.get("Source") for m in existing.attrs.get("Mounts", [])]
+            if existing.status == "running" and existing.labels.get(LABEL_SPEC) == spec.digest and mounts == [source]:
+                return cls(client, existing.id, run_id, spec, existing.attrs["Image"])
+            existing.remove(force=True)
+        try:
+            container = client.containers.create(
+                spec.image,
+                command=["python3", "-c", REAPER],
+                name=_name(scope, run_id),
+                labels=labels,
+                user=SANDBOX_USER,
+                working_dir=WORKDIR,
+                environment=dict(SANDBOX_ENV),
+                network_mode=spec.network,
+                read_only=True,
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                mem_limit=spec.memory,
+                memswap_limit=spec.memory,
+                nano_cpus=int(spec.cpus * 1_000_000_000),
+                pids_limit=spec.pids_limit,
+                tmpfs=dict(TMPFS),
+                mounts=[Mount(target=WORKDIR, source=source, type="bind", read_only=False)],
+                hostname="sandbox",
+                stop_signal="SIGKILL",
+                detach=True,
+            )
+        except ImageNotFound:
+            raise SandboxUnavailable(f"sandbox image {spec.image} not found; build it with: bash sandbox/image/build.sh") from None
+        except APIError as exc:
+            if exc.status_code == 409:  # a stale container holds the name
+                client.api.remove_container(_name(scope, run_id), force=True)
+                return cls.start(run_id, workspace_dir, spec, scope=scope, client=client)
+            raise
+        try:
+            container.start()
+        except DockerException:
+            container.remove(force=True)
+            raise
+        return cls(client, container.id, run_id, spec, container.attrs["Image"])
+
+    def remove(self) -> None:
+        try:
+            self._client.api.remove_container(self.id, force=True)
+        except NotFound:
+            pass
+
+    def kill(self) -> None:
+        """From any thread: end the execution in flight and remove the container."""
+        self._killed = True
+        try:
+            new_client(timeout=10).api.remove_container(self.id, force=True)
+        except NotFound:
+            pass
+
+    @property
+    def killed(self) -> bool:
+        return self._killed
+
+    def _revive(self) -> None:
+        """Start the container again if it stopped (nothing in it survives)."""
+        try:
+            self._client.api.start(self.id)
+        except NotFound:
+            raise SandboxUnavailable("the run's sandbox container no longer exists") from None
+
+    # -- executions -------------------------------------------------------------
+
+    def exec(self, argv: list[str], *, timeout_seconds: int, capture: OutputCapture) -> ExecResult:
+        if self._killed:
+            raise SandboxUnavailable("the sandbox was killed")
+        api = self._client.api
+        command = ["sh", "-c", WRAPPER, str(timeout_seconds), *argv]
+        exec_id = self._create_exec(command)
+        oom_before = self._oom_kills()
+        hit = threading.Event()
+        deadline = threading.Timer(timeout_seconds + DEADLINE_GRACE_SECONDS, self._deadline, args=(hit,))
+        deadline.daemon = True
+        started = time.monotonic()
+        try:
+            sock = api.exec_start(exec_id, socket=True)
+        except DockerException as exc:
+            raise SandboxUnavailable(f"the sandbox could not start the command: {exc}") from None
+        error = None
+        deadline.start()
+        try:
+            raw = getattr(sock, "_sock", sock)
+            if hasattr(raw, "settimeout"):
+                raw.settimeout(None)  # the deadline above bounds the wait, not the socket
+            for _stream, data in frames_iter(sock, False):
+                capture.write(data)
+        except (OSError, DockerException) as exc:
+            if not self._killed:
+                error = f"the output stream broke off: {exc}"
+        finally:
+            deadline.cancel()
+            deadline.join()  # a deadline kill already under way must not hit the next execution
+            capture.close()
+            sock.close()
+        elapsed = time.monotonic() - started
+        exit_code = self._exit_code(exec_id)
+        if not self._killed:
+            self._reap()
+        oom_after = self._oom_kills()
+        oom = None if oom_before is None or oom_after is None else oom_after > oom_before
+        timed_out = hit.is_set() or (elapsed >= timeout_seconds and exit_code in (124, 137))
+        return ExecResult(
+            exit_code=None if timed_out else exit_code,
+            timed_out=timed_out,
+            duration_ms=int(elapsed * 1000),
+            oom_killed=oom,
+            killed=self._killed,
+            error=error,
+        )
+
+    def _create_exec(self, command: list[str]) -> str:
+        for attempt in (1, 2):
+            try:
+                created: dict[str, Any] = self._client.api.exec_create(
+                    self.id, command, user=SANDBOX_USER, workdir=WORKDIR, stdout=True, stderr=True, stdin=False, tty=False
+                )
+                return str(created["Id"])
+            except NotFound:
+                raise SandboxUnavailable("the run's sandbox container no longer exists") from None
+            except APIError as exc:
+                if attempt == 2 or self._killed or exc.status_code != 409:  # 409: not running
+                    raise SandboxUnavailable(f"the sandbox could not create the execution: {exc.explanation}") from None
+                self._revive()
+        raise AssertionError("unreachable")
+
+    def _exit_code(self, exec_id: str) -> int | None:
+        wait_until = time.monotonic() + 2
+        while True:
+            try:
+                info = self._client.api.exec_inspect(exec_id)
+            except DockerException:
+                return None
+            if not info.get("Running") or time.monotonic() > wait_until:
+                code = info.get("ExitCode")
+                return code if isinstance(code, int) else None
+            time.sleep(0.01)
+
+    def _deadline(self, hit: threading.Event) -> None:
+        hit.set()
+        log.warning("sandbox %s: execution passed its deadline; killing its processes", self.id[:12])
+        self.kill_processes(new_client(timeout=10))
+
+    def kill_processes(self, client: docker.DockerClient | None = None) -> None:
+        """Kill every sandbox process but PID 1; restart the container when even an
+        execution of ``kill`` cannot start (e.g. the pids limit is exhausted)."""
+        if self._killed:
+            return
+        api = (client or self._client).api
+        try:
+            exec_id = api.exec_create(self.id, KILL_ALL, user=SANDBOX_USER)["Id"]
+            api.exec_start(exec_id)
+            if api.exec_inspect(exec_id).get("ExitCode") == 0:
+                return
+        except NotFound:
+            return
+        except DockerException as exc:
+            log.warning("sandbox %s: kill -9 -1 failed (%s); restarting the container", self.id[:12], exc)
+        try:
+            api.kill(self.id)
+        except DockerException:
+            pass
+        try:
+            api.start(self.id)
+        except NotFound:
+            pass
+
+    def _reap(self) -> None:
+        """Ensure nothing but PID 1 outlives an execution (a process that dodged the
+        wrapper's kill could go on changing the workspace)."""
+        count = self._pids_current()
+        if count is not None:
+            settle = time.monotonic() + 0.25
+            while count is not None and count > 1 and time.monotonic() < settle:
+                time.sleep(0.005)
+                count = self._pids_current()
+            if count is not None and count <= 1:
+                return
+        self.kill_processes()
+
+    # -- cgroup readings from the host (the worker runs beside the engine) ---------
+
+    def _cgroup_file(self, controller: str, name: str) -> Path | None:
+        key = f"{controller}/{name}"
+        if key not in self._cgroup_paths:
+            candidates = [
+                Path(f"/sys/fs/cgroup/{controller}/docker/{self.id}/{name}"),
+                Path(f"/sys/fs/cgroup/{controller}/system.slice/docker-{self.id}.scope/{name}"),
+                Path(f"/sys/fs/cgroup/system.slice/docker-{self.id}.scope/{name}"),
+                Path(f"/sys/fs/cgroup/docker/{self.id}/{name}"),
+            ]
+            self._cgroup_paths[key] = next((p for p in candidates if p.exists()), None)
+        return self._cgroup_paths[key]
+
+    def _read_cgroup(self, controller: str, names: tuple[str, ...]) -> str | None:
+        for name in names:
+            path = self._cgroup_file(controller, name)
+            if path is not None:
+                try:
+                    return path.read_text()
+                except OSError:
+                    return None
+        return None
+
+    def _pids_current(self) -> int | None:
+        text = self._read_cgroup("pids", ("pids.current",))
+        return int(text) if text is not None and text.strip().isdigit() else None
+
+    def _oom_kills(self) -> int | None:
+        text = self._read_cgroup("memory", ("memory.oom_control", "memory.events"))
+        if text is None:
+            return None
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+        return None
+
+
+def sweep_orphans(
+    active_run_ids: set[str] | list[str], *, scope: str = DEFAULT_SCOPE, client: docker.DockerClient | None = None
+) -> list[str]:
+    """Remove this scope's managed containers whose run is not active (a worker
+    died before removing them); return the run ids (or container ids) removed."""
+    client = client or shared_client()
+    active = {str(r) for r in active_run_ids}
+    removed = []
+    filters = {"label": [f"{LABEL_MANAGED}=1", f"{LABEL_SCOPE}={scope}"]}
+    for container in client.containers.list(all=True, filters=filters):
+        run_id = container.labels.get(LABEL_RUN)
+        if run_id in active:
+            continue
+        try:
+            container.remove(force=True)
+        except NotFound:
+            continue
+        removed.append(run_id or container.id)
+    return removed

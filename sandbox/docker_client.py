@@ -1,0 +1,35 @@
+"""Docker SDK clients for the engine at ``settings.DOCKER_HOST``."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import docker
+
+DEFAULT_TIMEOUT = 60
+_local = threading.local()
+
+
+def docker_host() -> str:
+    from django.conf import settings
+
+    if settings.configured or os.environ.get("DJANGO_SETTINGS_MODULE"):
+        return str(settings.DOCKER_HOST)
+    # Outside Django (a script): Docker's own convention.
+    return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+
+
+def new_client(timeout: int = DEFAULT_TIMEOUT) -> docker.DockerClient:
+    """A client with its own connection pool: the kill switch uses one so it is
+    never queued behind a stream the driving thread is blocked on."""
+    return docker.DockerClient(base_url=docker_host(), timeout=timeout)
+
+
+def shared_client() -> docker.DockerClient:
+    """One client per thread (requests sessions are not safe to share)."""
+    client: docker.DockerClient | None = getattr(_local, "client", None)
+    if client is None:
+        client = new_client()
+        _local.client = client
+    return client

@@ -1,0 +1,215 @@
+"""The tool implementations behind ``SandboxExecutor``: file tools on the host (via
+``fileops``), checks in the run's container, publishing into the outbox.
+
+Each returns a ``ToolResult``; a problem the model caused (missing file, patch that
+does not apply, symlink) is a result with ``data.error`` and no effect, never an
+exception."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+from runs.core.jsonutil import JSON
+from runs.core.policy import CheckDef
+from runs.core.ports import ArtifactStore, Call
+from sandbox import fileops, patches
+from sandbox.container import OutputCapture, SandboxContainer, SandboxUnavailable
+from sandbox.workspace import RunWorkspace
+
+Status = Literal["ok", "transient", "unknown"]
+Effect = Literal["none", "applied", "unknown"]
+KEY_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+
+
+@dataclass
+class ToolResult:
+    status: Status
+    effect: Effect
+    data: dict[str, JSON]
+    artifacts: list[str] = field(default_factory=list)
+
+
+class FileArtifactSink(Protocol):
+    def put_file(self, path: Path, media_type: str) -> str:
+        """Store a file's content without reading it into memory; consumes the file."""
+
+
+@dataclass
+class ToolContext:
+    run_id: str
+    workspace: RunWorkspace
+    artifacts: ArtifactStore
+    outbox: Path
+    container_for: Callable[[CheckDef], SandboxContainer]
+    spool_dir: Path | None = None
+
+
+def _error(message: str, **data: JSON) -> ToolResult:
+    return ToolResult("ok", "none", {**data, "error": message})
+
+
+def list_files(ctx: ToolContext, call: Call) -> ToolResult:
+    data = fileops.list_files(ctx.workspace.dir, str(call.args["path"]), int(call.args["max_entries"]))
+    return ToolResult("ok", "none", data)
+
+
+def read_file(ctx: ToolContext, call: Call) -> ToolResult:
+    data = fileops.read_file(
+        ctx.workspace.dir,
+        str(call.args["path"]),
+        int(call.args["offset"]),
+        int(call.args["limit"]),
+        max_bytes=max(256, call.max_output_bytes // 2),
+    )
+    return ToolResult("ok", "none", data)
+
+
+def search(ctx: ToolContext, call: Call) -> ToolResult:
+    data = fileops.search(ctx.workspace.dir, str(call.args["pattern"]), str(call.args["path"]), int(call.args["max_matches"]))
+    return ToolResult("ok", "none", data)
+
+
+def write_file(ctx: ToolContext, call: Call) -> ToolResult:
+    data = fileops.write_file(ctx.workspace.dir, str(call.args["path"]), str(call.args["content"]))
+    return ToolResult("ok", "none" if data["unchanged"] else "applied", data)
+
+
+def apply_patch(ctx: ToolContext, call: Call) -> ToolResult:
+    try:
+        data = fileops.apply_patch(ctx.workspace.dir, str(call.args["patch"]))
+    except patches.PatchRefused as exc:
+        return _error(f"the patch was not applied (nothing was written): {exc}")
+    return ToolResult("ok", "applied", data)
+
+
+def store_output(artifacts: ArtifactStore, capture: OutputCapture) -> str:
+    """Hand the spooled output to the artifact store, streaming when it can."""
+    try:
+        if hasattr(artifacts, "put_file"):
+            sink: FileArtifactSink = artifacts  # type: ignore[assignment]
+            return sink.put_file(capture.path, "text/plain")
+        return artifacts.put(capture.path.read_bytes(), "text/plain")
+    finally:
+        capture.discard()
+
+
+def run_check(ctx: ToolContext, call: Call) -> ToolResult:
+    check = call.check
+    if check is None:
+        return _error("run_check reached the executor without a check definition from policy")
+    base: dict[str, JSON] = {"check_id": check.check_id, "check_version": check.version}
+    try:
+        container = ctx.container_for(check)
+    except SandboxUnavailable as exc:
+        return ToolResult("transient", "none", {**base, "error": str(exc)})
+    capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir)
+    try:
+        result = container.exec(list(check.command), timeout_seconds=check.timeout_seconds, capture=capture)
+    except SandboxUnavailable as exc:
+        capture.discard()
+        return ToolResult("transient", "none", {**base, "error": str(exc)})
+    except BaseException:
+        capture.discard()
+        raise
+    ref = store_output(ctx.artifacts, capture)
+    data: dict[str, JSON] = {
+        **base,
+        "exit_code": result.exit_code,
+        "timed_out": result.timed_out,
+        "timeout_seconds": check.timeout_seconds,
+        "duration_ms": result.duration_ms,
+        "oom_killed": result.oom_killed,
+        "image_digest": container.image_digest,
+        "output_ref": ref,
+        "output": capture.excerpt(ref),
+        "truncated": capture.truncated,
+        "output_bytes": capture.total,
+    }
+    if result.killed or result.error:
+        # The check was cut off: whatever it did to the workspace is unknown (the
+        # harness re-reads the revision itself), and it proves nothing.
+        data["error"] = "the sandbox was killed during the check" if result.killed else str(result.error)
+        return ToolResult("unknown", "unknown", data, [ref])
+    return ToolResult("ok", "none", data, [ref])
+
+
+def outbox_path(outbox: Path, key: str) -> Path:
+    if not KEY_PATTERN.match(key):
+        raise ValueError(f"not an idempotency key: {key!r}")
+    return outbox / f"{key}.patch"
+
+
+def publish(ctx: ToolContext, call: Call) -> ToolResult:
+    key = call.idempotency_key
+    if key is None or not KEY_PATTERN.match(key):
+        return _error("publish reached the executor without a valid idempotency key")
+    target = outbox_path(ctx.outbox, key)
+    if target.exists():
+        return ToolResult("ok", "none", {"idempotency_key": key, "duplicate": True, "outbox_file": target.name})
+    patch = ctx.workspace.diff()
+    header = [f"# Harness publish {key}", f"# run: {ctx.run_id}", f"# revision: {ctx.workspace.revision()}"]
+    header += [f"# {line}" for line in str(call.args["message"]).splitlines() or [""]]
+    header += [f"# not included: {s['path']} ({s['reason']})" for s in patch.skipped]
+    content = ("\n".join(header) + "\n\n" + patch.text).encode("utf-8", errors="surrogateescape")
+    ctx.outbox.mkdir(parents=True, exist_ok=True)
+    tmp = ctx.outbox / f".{key}.{secrets.token_hex(6)}.tmp"
+    try:
+        with open(tmp, "xb") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        # link() is the O_EXCL of renames: exactly one publisher of a key wins, and
+        # a reader never sees a half-written patch under the key's name.
+        os.link(tmp, target)
+    except FileExistsError:
+        return ToolResult("ok", "none", {"idempotency_key": key, "duplicate": True, "outbox_file": target.name})
+    except OSError as exc:
+        if target.exists():
+            raise
+        return ToolResult("transient", "none", {"idempotency_key": key, "error": f"could not write the outbox: {exc}"})
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(ctx.outbox)
+    ref = ctx.artifacts.put(content, "text/x-diff")
+    data: dict[str, JSON] = {
+        "idempotency_key": key,
+        "duplicate": False,
+        "outbox_file": target.name,
+        "files": list(patch.files),
+        "skipped": list(patch.skipped),
+        "bytes": len(content),
+        "patch_ref": ref,
+    }
+    return ToolResult("ok", "applied", data, [ref])
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def lookup_publish(ctx: ToolContext, call: Call) -> ToolResult:
+    key = str(call.args["idempotency_key"])
+    found = outbox_path(ctx.outbox, key).exists()
+    return ToolResult("ok", "none", {"idempotency_key": key, "found": found, "authoritative": True})
+
+
+HANDLERS: dict[str, Callable[[ToolContext, Call], ToolResult]] = {
+    "list_files": list_files,
+    "read_file": read_file,
+    "search": search,
+    "write_file": write_file,
+    "apply_patch": apply_patch,
+    "run_check": run_check,
+    "publish": publish,
+    "lookup_publish": lookup_publish,
+}

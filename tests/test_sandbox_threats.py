@@ -1,0 +1,296 @@
+"""Threats against the sandbox, each driven through the real Harness with the real
+executor, Docker engine and image. Each attack is a check (trusted policy naming an
+untrusted command) or a file tool call; the test asserts what the harness recorded,
+and that the run then goes on to finish normally."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from docker.errors import NotFound
+
+from runs.artifacts import artifact_path
+from runs.core.policy import CheckDef
+from sandbox.executor import SandboxExecutor
+from tests.fixtures_sandbox import (
+    SURVIVE,
+    ModuleSandbox,
+    Outcome,
+    drive,
+    example_workspace,
+    sandbox_policy,
+    start_container,
+    step,
+)
+
+pytestmark = [pytest.mark.docker]
+
+
+def check(check_id: str, *command: str, timeout: int = 30) -> CheckDef:
+    return CheckDef(check_id=check_id, command=list(command), timeout_seconds=timeout)
+
+
+def assert_survived(outcome: Outcome) -> None:
+    assert outcome.state.outcome == "complete", outcome.summary()
+    assert outcome.receipt("run_check", "smoke")["data"]["exit_code"] == 0
+
+
+def leftover_processes(module_sandbox: ModuleSandbox, docker_engine) -> list[list[str]]:
+    return docker_engine.containers.get(module_sandbox.container.id).top()["Processes"]
+
+
+NETWORK = check(
+    "network",
+    "python3",
+    "-c",
+    "import os, socket\n"
+    "print('interfaces:', sorted(os.listdir('/sys/class/net')))\n"
+    "for target in [('1.1.1.1', 53), ('example.com', 443)]:\n"
+    "    try:\n"
+    "        socket.create_connection(target, timeout=3)\n"
+    "    except OSError as exc:\n"
+    "        print('blocked', target, exc)\n"
+    "    else:\n"
+    "        raise SystemExit('connected to %s' % (target,))\n"
+    "raise SystemExit(3)\n",
+)
+
+
+def test_it_has_no_outbound_network(sandbox: SandboxExecutor) -> None:
+    outcome = drive(sandbox, sandbox_policy(NETWORK), [step("run_check", check_id="network"), *SURVIVE])
+    data = outcome.receipt("run_check", "network")["data"]
+    assert data["exit_code"] == 3, data["output"]
+    assert "interfaces: ['lo']" in data["output"]
+    assert "Network is unreachable" in data["output"]
+    assert "connected" not in data["output"]
+    assert_survived(outcome)
+
+
+ESCAPE_WRITE = check(
+    "escape_write",
+    "sh",
+    "-c",
+    "for f in /etc/pwned /pwned /workspace/../pwned /usr/bin/pwned; do touch $f 2>&1; done; test ! -e /etc/pwned",
+)
+
+
+def test_it_refuses_writes_outside_the_workspace_and_the_allowed_paths(sandbox: SandboxExecutor) -> None:
+    script = [
+        step("write_file", path="../escape.txt", content="x"),
+        step("write_file", path="/etc/passwd", content="x"),
+        step("write_file", path="tests/test_total.py", content="def test_it(): pass\n"),
+        step("apply_patch", patch="--- a/../outside.py\n+++ b/../outside.py\n@@ -0,0 +1 @@\n+x\n"),
+        step("run_check", check_id="escape_write"),
+        *SURVIVE,
+    ]
+    outcome = drive(sandbox, sandbox_policy(ESCAPE_WRITE), script)
+    refusals = outcome.of_type("invalid_input")
+    assert [r.problems[0]["field"] for r in refusals] == ["args.path", "args.path", "args.path", "args.patch"]
+    assert "'..'" in refusals[0].problems[0]["message"]
+    assert "relative" in refusals[1].problems[0]["message"]
+    assert "outside allowed_write_paths" in refusals[2].problems[0]["message"]
+    assert not outcome.receipts("write_file") and not outcome.receipts("apply_patch")  # nothing reached the executor
+    data = outcome.receipt("run_check", "escape_write")["data"]
+    assert data["exit_code"] == 0 and data["output"].count("Read-only file system") == 4
+    root = sandbox.workspace.root
+    assert not (root / "escape.txt").exists() and not (root / "outside.py").exists() and not (root / "pwned").exists()
+    assert (sandbox.workspace.dir / "tests" / "test_total.py").read_text() == (
+        sandbox.workspace.pristine / "tests" / "test_total.py"
+    ).read_text()
+    assert_survived(outcome)
+
+
+PLANT_LINKS = check(
+    "plant_links",
+    "sh",
+    "-c",
+    "ln -s /etc/passwd orders/passwd.py && ln -s / orders/root && ln -s ../.. orders/up && ln -s total.py orders/alias.py",
+)
+
+
+def test_it_refuses_dotdot_and_symlink_escapes_even_when_a_check_planted_them(sandbox: SandboxExecutor) -> None:
+    host_passwd = hashlib.sha256(Path("/etc/passwd").read_bytes()).hexdigest()
+    script = [
+        step("read_file", path="../../etc/passwd"),
+        step("run_check", check_id="plant_links"),
+        step("read_file", path="orders/passwd.py"),
+        step("read_file", path="orders/root/etc/passwd"),
+        step("read_file", path="orders/up/pristine/orders/total.py"),
+        step("read_file", path="orders/alias.py"),
+        step("write_file", path="orders/passwd.py", content="pwned\n"),
+        step("write_file", path="orders/root/tmp/pwned.py", content="pwned\n"),
+        step(
+            "apply_patch", patch="--- a/orders/passwd.py\n+++ b/orders/passwd.py\n@@ -1 +1 @@\n-root:x:0:0:root:/root:/bin/bash\n+pwned\n"
+        ),
+        step("search", pattern="root", path="orders/root"),
+        step("list_files", path="orders"),
+        *SURVIVE,
+    ]
+    outcome = drive(sandbox, sandbox_policy(PLANT_LINKS), script)
+    assert outcome.of_type("invalid_input")[0].problems[0]["message"].endswith("must not contain '..'")
+    assert outcome.receipt("run_check", "plant_links")["data"]["exit_code"] == 0
+    reads = [r["data"] for r in outcome.receipts("read_file")]
+    assert [d.get("error") for d in reads] == [
+        "orders/passwd.py is a symlink (symlinks are never followed)",
+        "orders/root is a symlink (symlinks are never followed)",
+        "orders/up is a symlink (symlinks are never followed)",
+        "orders/alias.py is a symlink (symlinks are never followed)",
+    ]
+    writes = outcome.receipts("write_file") + outcome.receipts("apply_patch") + outcome.receipts("search")
+    assert all(r["effect"] == "none" and "symlink" in r["data"]["error"] for r in writes), writes
+    listing = outcome.receipt("list_files")["data"]
+    assert sorted(listing["symlinks"]) == ["orders/alias.py", "orders/passwd.py", "orders/root", "orders/up"]
+    assert hashlib.sha256(Path("/etc/passwd").read_bytes()).hexdigest() == host_passwd
+    assert (sandbox.workspace.dir / "orders" / "passwd.py").is_symlink()
+    assert not Path("/tmp/pwned.py").exists()
+    assert_survived(outcome)
+
+
+FORK_BOMB = check(
+    "fork_bomb",
+    "python3",
+    "-c",
+    "import os\n"
+    "failed = 0\n"
+    "while True:\n"
+    "    try:\n"
+    "        os.fork()\n"
+    "    except OSError as exc:\n"
+    "        failed += 1\n"
+    "        if failed == 1:\n"
+    "            print('fork refused:', exc, flush=True)\n",
+    timeout=4,
+)
+
+
+def test_it_stops_a_fork_bomb_with_the_pids_limit(sandbox: SandboxExecutor, module_sandbox: ModuleSandbox, docker_engine) -> None:
+    outcome = drive(sandbox, sandbox_policy(FORK_BOMB), [step("run_check", check_id="fork_bomb"), *SURVIVE])
+    receipt = outcome.receipt("run_check", "fork_bomb")
+    data = receipt["data"]
+    assert receipt["status"] == "ok"
+    assert "Resource temporarily unavailable" in data["output"]
+    assert data["timed_out"] is True and data["exit_code"] is None
+    assert 4000 <= data["duration_ms"] < 9000
+    evidence = outcome.of_type("evidence_recorded")[0]
+    assert evidence.check_id == "fork_bomb" and evidence.passed is False
+    assert len(leftover_processes(module_sandbox, docker_engine)) == 1  # only the reaper, PID 1
+    assert_survived(outcome)
+
+
+MEMORY_BOMB = check("memory_bomb", "python3", "-c", "hoard = []\nwhile True:\n    hoard.append(b'x' * 10_000_000)\n")
+
+
+def test_it_kills_a_memory_bomb_and_reports_it(sandbox: SandboxExecutor) -> None:
+    outcome = drive(sandbox, sandbox_policy(MEMORY_BOMB), [step("run_check", check_id="memory_bomb"), *SURVIVE])
+    data = outcome.receipt("run_check", "memory_bomb")["data"]
+    assert data["exit_code"] == 137
+    assert data["oom_killed"] is True
+    assert data["timed_out"] is False
+    assert outcome.of_type("evidence_recorded")[0].passed is False
+    assert_survived(outcome)
+
+
+FLOOD = check("flood", "sh", "-c", "yes 0123456789abcdef | head -c 100000000")
+
+
+def test_it_caps_a_100mb_output_and_stores_all_of_it(sandbox: SandboxExecutor) -> None:
+    outcome = drive(sandbox, sandbox_policy(FLOOD), [step("run_check", check_id="flood"), *SURVIVE])
+    receipt = outcome.receipt("run_check", "flood")
+    data = receipt["data"]
+    assert data["exit_code"] == 0 and data["truncated"] is True and data["output_bytes"] == 100_000_000
+    assert len(data["output"].encode()) < 51_000  # half of max_output_bytes_per_call, plus the marker
+    assert data["output"].startswith("0123456789abcdef\n") and "bytes omitted; full output: sha256:" in data["output"]
+    assert receipt["artifacts"] == [data["output_ref"]]
+    stored = artifact_path(data["output_ref"])
+    assert stored.stat().st_size == 100_000_000
+    digest = hashlib.sha256()
+    with open(stored, "rb") as handle:
+        while block := handle.read(1 << 22):
+            digest.update(block)
+    assert "sha256:" + digest.hexdigest() == data["output_ref"]
+    feedback_seen = outcome.of_type("evidence_recorded")[0]
+    assert feedback_seen.passed is True  # a loud check can still pass; its output is just capped
+    assert_survived(outcome)
+
+
+SLEEPER = check("sleeper", "sh", "-c", "setsid sleep 300 & echo started; sleep 300", timeout=2)
+
+
+def test_it_kills_a_check_that_sleeps_past_its_timeout(sandbox: SandboxExecutor, module_sandbox: ModuleSandbox, docker_engine) -> None:
+    outcome = drive(sandbox, sandbox_policy(SLEEPER), [step("run_check", check_id="sleeper"), *SURVIVE])
+    receipt = outcome.receipt("run_check", "sleeper")
+    data = receipt["data"]
+    assert receipt["status"] == "ok" and receipt["effect"] == "none"
+    assert data["timed_out"] is True and data["exit_code"] is None and data["timeout_seconds"] == 2
+    assert 2000 <= data["duration_ms"] < 4500
+    assert data["output"].startswith("started")
+    evidence = outcome.state.evidence[0]
+    assert evidence.check_id == "sleeper" and evidence.timed_out is True and evidence.passed is False
+    assert len(leftover_processes(module_sandbox, docker_engine)) == 1  # the setsid'd sleep is gone too
+    assert_survived(outcome)
+
+
+ENV = check("env", "env")
+ALLOWED_ENV = {"PATH", "HOSTNAME", "HOME", "PWD", "PYTHONDONTWRITEBYTECODE"}
+
+
+def test_it_gives_checks_none_of_the_workers_environment(docker_engine, tmp_path: Path, monkeypatch, db) -> None:
+    canary = "canary-" + hashlib.sha256(str(time.time()).encode()).hexdigest()[:16]
+    monkeypatch.setenv("HARNESS_CANARY_SECRET", canary)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", canary)
+    workspace = example_workspace(tmp_path / "env-run")
+    container = start_container("env-run", workspace)  # created after the canary is set
+    try:
+        from runs.artifacts import FileArtifactStore
+
+        executor = SandboxExecutor("env-run", workspace, container, FileArtifactStore(), tmp_path / "outbox")
+        outcome = drive(executor, sandbox_policy(ENV), [step("run_check", check_id="env"), *SURVIVE])
+    finally:
+        container.remove()
+    output = outcome.receipt("run_check", "env")["data"]["output"]
+    names = {line.split("=", 1)[0] for line in output.splitlines() if "=" in line}
+    assert canary not in output
+    assert names <= ALLOWED_ENV, names
+    assert_survived(outcome)
+
+
+class KillSwitch:
+    def __init__(self) -> None:
+        self.flag = threading.Event()
+
+    def kill_requested(self) -> bool:
+        return self.flag.is_set()
+
+
+def test_it_kills_an_execution_in_flight_and_removes_the_container(docker_engine, tmp_path: Path, db) -> None:
+    from runs.artifacts import FileArtifactStore
+
+    workspace = example_workspace(tmp_path / "kill-run")
+    container = start_container("kill-run", workspace)
+    executor = SandboxExecutor("kill-run", workspace, container, FileArtifactStore(), tmp_path / "outbox")
+    switch = KillSwitch()
+    killed_at: list[float] = []
+
+    def operator() -> None:
+        time.sleep(1.0)
+        switch.flag.set()
+        killed_at.append(time.monotonic())
+        executor.kill()
+
+    thread = threading.Thread(target=operator)
+    thread.start()
+    long_check = check("long", "sleep", "60", timeout=60)
+    outcome = drive(executor, sandbox_policy(long_check), [step("run_check", check_id="long"), *SURVIVE], controls=switch)
+    returned_at = time.monotonic()
+    thread.join()
+    assert returned_at - killed_at[0] < 2.0
+    assert outcome.state.outcome == "killed"
+    receipt = outcome.receipt("run_check", "long")
+    assert receipt["status"] == "unknown" and receipt["data"]["error"] == "the sandbox was killed during the check"
+    assert not outcome.state.evidence  # a cut-off check proves nothing
+    with pytest.raises(NotFound):
+        docker_engine.containers.get(container.id)
