@@ -84,6 +84,10 @@ class Watchdog:
         return self._killed.is_set()
 
     def __enter__(self) -> Watchdog:
+        # A run woken only to be killed (it was waiting) must see the flag at its
+        # very first guard, not one poll later.
+        if kill_requested(self.run_id):
+            self._killed.set()
         self._thread.start()
         return self
 

@@ -22,7 +22,7 @@ def acquire(run_id: str, owner: str, seconds: int | None = None) -> int | None:
     with transaction.atomic():
         claimed = (
             Run.objects.filter(pk=run_id)
-            .filter(Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=now))
+            .filter(lease_free())
             .update(lease_owner=owner, lease_expires_at=now + ttl, lease_token=F("lease_token") + 1)
         )
         if claimed != 1:
@@ -39,10 +39,20 @@ def release(run_id: str, token: int) -> bool:
     return Run.objects.filter(pk=run_id, lease_token=token).update(lease_owner="", lease_expires_at=None) == 1
 
 
+def lease_free() -> Q:
+    """Nobody drives the run: never leased, released, or the holder's lease ran out."""
+    return Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=timezone.now())
+
+
 def expired_active_runs() -> list[str]:
-    """Runs that should be moving but whose driver is gone."""
+    """Runs that should be moving but whose driver is gone: a lease that ran out, or
+    a run never claimed for several lease periods (its start message died with a
+    worker). The latter are touched so each is re-sent at most once per period."""
     now = timezone.now()
-    rows = Run.objects.filter(status=Run.Status.RUNNING).filter(
-        Q(lease_expires_at__lte=now) | Q(lease_expires_at__isnull=True, lease_token__gt=0)
-    )
-    return [str(pk) for pk in rows.values_list("pk", flat=True)]
+    stale_after = timedelta(seconds=3 * settings.HARNESS_LEASE_SECONDS)
+    running = Run.objects.filter(status=Run.Status.RUNNING)
+    dropped = running.filter(lease_expires_at__lte=now) | running.filter(lease_expires_at__isnull=True, lease_token__gt=0)
+    unclaimed = running.filter(lease_token=0, updated_at__lte=now - stale_after)
+    unclaimed_ids = list(unclaimed.values_list("pk", flat=True))
+    Run.objects.filter(pk__in=unclaimed_ids, lease_token=0).update(updated_at=now)
+    return sorted({str(pk) for pk in dropped.values_list("pk", flat=True)} | {str(pk) for pk in unclaimed_ids})

@@ -24,18 +24,11 @@ def sweep_leases() -> list[str]:
     """Resume runs whose driver died (lease expired while running), and waiting runs
     that a decision or a kill should have woken but whose wake-up was lost."""
     orphans = leases.expired_active_runs()
-    woken = list(
-        Run.objects.filter(status=Run.Status.WAITING, lease_expires_at__isnull=True)
-        .filter(kill_requested=True)
-        .values_list("pk", flat=True)
-    ) + list(
-        Run.objects.filter(
-            status=Run.Status.WAITING,
-            lease_expires_at__isnull=True,
-            approval_requests__status__in=["granted", "denied"],
-        )
-        .distinct()
-        .values_list("pk", flat=True)
+    # A wake-up is lost when it reaches a worker while a dead worker's lease still
+    # holds the run: so look for waiting runs with something to act on, free or not.
+    undriven = Run.objects.filter(status=Run.Status.WAITING).filter(leases.lease_free())
+    woken = list(undriven.filter(kill_requested=True).values_list("pk", flat=True)) + list(
+        undriven.filter(approval_requests__status__in=["granted", "denied"]).distinct().values_list("pk", flat=True)
     )
     targets = sorted(set(orphans) | {str(pk) for pk in woken})
     for run_id in targets:

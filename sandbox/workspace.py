@@ -192,6 +192,11 @@ class RunWorkspace:
             if tool == "apply_patch":
                 planned = fileops.plan_patch(self.dir, str(args["patch"]))
                 return "".join(patches.unified_diff(c.path, c.old, c.new) for c in planned)
+            if tool == "publish":
+                # The reviewer sees exactly the patch that publish would write.
+                published = self.diff()
+                skipped = "".join(f"# not published: {s['path']} ({s['reason']})\n" for s in published.skipped)
+                return skipped + published.text
         except (fileops.FileRefused, patches.PatchRefused) as exc:
             return f"# this {tool} would be refused: {exc}\n"
         return None

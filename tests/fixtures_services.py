@@ -41,6 +41,7 @@ def service_env(**extra: str) -> dict[str, str]:
         "HARNESS_LEASE_SECONDS": "4",
         "HARNESS_BEAT_SWEEP_SECONDS": "1",
         "HARNESS_BEAT_EXPIRE_SECONDS": "1",
+        "HARNESS_VISIBILITY_TIMEOUT": "30",
         "PYTHONUNBUFFERED": "1",
         **extra,
     }

@@ -329,7 +329,7 @@ class Harness:
             key=key,
             rule=auth.rule,
             actor=state.actor,
-            diff=self.workspace.preview(spec.name, record.args) if spec.writes else None,
+            diff=self.workspace.preview(spec.name, record.args) if spec.has_effect else None,
             evidence=[state.evidence[i].model_dump() for i in state.current_evidence.values()],
         )
         admission = self.approvals.admit(ask)

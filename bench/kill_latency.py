@@ -1,0 +1,114 @@
+"""Kill-switch latency: from the operator's kill (the database flag) to the run's
+sandbox container being gone, while a check is executing, with a real Celery
+worker and the real Docker engine.
+
+    python bench/kill_latency.py [--trials N] [--json]
+
+Uses its own SQLite database, Celery queue and container scope."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+VAR = Path(tempfile.mkdtemp(prefix="bench-kill-"))
+QUEUE = f"bench-kill-{uuid.uuid4().hex[:8]}"
+ENV = {
+    **os.environ,
+    "DEBUG": "1",
+    "DJANGO_SETTINGS_MODULE": "harness_site.settings",
+    "HARNESS_VAR_DIR": str(VAR),
+    "HARNESS_QUEUE": QUEUE,
+    "HARNESS_SANDBOX_SCOPE": QUEUE,
+}
+os.environ.update(ENV)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    import django
+
+    django.setup()
+    import docker
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+
+    from approvals.models import PolicyVersion
+    from approvals.policies import current_policy_row
+    from runs.control import do_kill
+    from runs.models import Event, Run
+    from runs.runtime import create_run
+
+    call_command("migrate", verbosity=0)
+    row = current_policy_row()
+    document = {**row.document, "version": row.version + 1}
+    document["checks"] = [*document["checks"], {"check_id": "slow", "command": ["sleep", "300"], "timeout_seconds": 600}]
+    PolicyVersion.objects.create(version=row.version + 1, document=document, note="bench")
+    operator = User.objects.create_user("bench-operator")
+    contract = json.loads((ROOT / "examples/demo/contract.json").read_text())
+    contract["verification_targets"] = ["slow"]
+    script = {"kind": "scripted", "script": [{"tool": "run_check", "args": {"check_id": "slow"}}]}
+    client = docker.from_env()
+
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "harness_site", "worker", "-Q", QUEUE, "-c", "2", "--without-gossip", "--without-mingle", "-l", "warning"],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    latencies = []
+    to_stop = []
+    try:
+        for _ in range(args.trials):
+            run = create_run(contract, script, operator)
+            deadline = time.monotonic() + 120
+            while not Event.objects.filter(run=run, type="call_started").exists():
+                if time.monotonic() > deadline:
+                    raise SystemExit("the check never started; is the worker running?")
+                time.sleep(0.02)
+            time.sleep(0.3)
+            clicked = time.monotonic()
+            do_kill(run, "bench")
+            while client.containers.list(all=True, filters={"label": f"harness.run_id={run.pk}"}):
+                time.sleep(0.01)
+            latencies.append(time.monotonic() - clicked)
+            while Run.objects.get(pk=run.pk).status != "stopped":
+                time.sleep(0.05)
+            to_stop.append(Run.objects.get(pk=run.pk).outcome)
+    finally:
+        os.killpg(worker.pid, 15)
+        worker.wait(30)
+    result = {
+        "trials": len(latencies),
+        "median_s": round(statistics.median(latencies), 3),
+        "p90_s": round(sorted(latencies)[int(0.9 * (len(latencies) - 1))], 3),
+        "max_s": round(max(latencies), 3),
+        "outcomes": sorted(set(to_stop)),
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print("kill switch: flag set -> container gone, while a check executes")
+        for key, value in result.items():
+            print(f"  {key:10} {value}")
+
+
+if __name__ == "__main__":
+    main()
