@@ -1,11 +1,19 @@
 """Live fan-out of committed events to WebSocket viewers. The database is the
-record: a broadcast that fails is logged and the viewers catch up by replay."""
+record: a broadcast that fails is logged and the viewers catch up by replay.
+
+Sending happens on one background thread with its own event loop, in commit order,
+so a slow or restarting Redis never slows a run down, and callers may be inside an
+event loop themselves (the ASGI server, a browser test)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import queue
+import threading
+from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 log = logging.getLogger(__name__)
@@ -15,11 +23,54 @@ def run_group(run_id: str) -> str:
     return f"run.{run_id}"
 
 
-def broadcast_events(run_id: str, events: list[dict]) -> None:
-    layer = get_channel_layer()
-    if layer is None or not events:
-        return
-    try:
-        async_to_sync(layer.group_send)(run_group(run_id), {"type": "run.events", "events": events})
-    except Exception:  # noqa: BLE001 - the stream is best effort; replay fills gaps
-        log.warning("broadcast of %d events for run %s failed", len(events), run_id, exc_info=True)
+class _Sender:
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[str, list[dict[str, Any]]]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._pid = -1
+        self._pending = 0
+        self._idle = threading.Condition(self._lock)
+
+    def submit(self, run_id: str, events: list[dict[str, Any]]) -> None:
+        with self._lock:
+            # A forked worker child inherits the object but not the thread.
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._pending = 0
+                self._queue = queue.SimpleQueue()
+                threading.Thread(target=self._run, name="event-broadcast", daemon=True).start()
+            self._pending += 1
+        self._queue.put((run_id, events))
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until everything submitted so far was handed to the channel layer."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        inbox = self._queue
+        while True:
+            run_id, events = inbox.get()
+            try:
+                layer = get_channel_layer()
+                if layer is not None:
+                    loop.run_until_complete(layer.group_send(run_group(run_id), {"type": "run.events", "events": events}))
+            except Exception:  # noqa: BLE001 - the stream is best effort; replay fills gaps
+                log.warning("broadcast of %d events for run %s failed", len(events), run_id, exc_info=True)
+            finally:
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+
+_sender = _Sender()
+
+
+def broadcast_events(run_id: str, events: list[dict[str, Any]]) -> None:
+    if events:
+        _sender.submit(run_id, events)
+
+
+def flush_broadcasts(timeout: float = 5.0) -> bool:
+    return _sender.flush(timeout)

@@ -24,7 +24,7 @@ def append_events(run_id: str, events: Sequence[CoreEvent]) -> list[Event]:
     secrets = secret_values()
     # The row lock serialises every writer of this run's log (worker, reviewers,
     # the beat), so seq stays gap-free and unique without retry loops.
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         run = Run.objects.select_for_update().only("id", "last_seq").get(pk=run_id)
         rows = []
         for offset, event in enumerate(events, start=1):

@@ -40,7 +40,7 @@ class DjangoStore:
     def checkpoint(self, state: RunState, events: Sequence[CoreEvent]) -> None:
         # State, events and their projections land together or not at all: a crash
         # between them would otherwise resume from a state the log does not explain.
-        with transaction.atomic():
+        with transaction.atomic(savepoint=False):
             query = Run.objects.filter(pk=state.run_id)
             if self.lease_token is not None:
                 # Fencing: a worker whose lease was taken over writes nothing more.
@@ -54,23 +54,28 @@ class DjangoStore:
 def _project(state: RunState, events: Sequence[CoreEvent], seqs: list[int]) -> None:
     run_id = state.run_id
     touched = {e.call_id for e in events if e.call_id}
-    for call_id in touched:
-        record = state.ledger.get(call_id)
-        if record is None:
-            continue
-        CallLedgerEntry.objects.update_or_create(
+    entries = [
+        CallLedgerEntry(
             run_id=run_id,
-            call_id=call_id,
-            defaults={
-                "tool": record.tool,
-                "args": record.args,
-                "state": record.state,
-                "attempts": record.attempts,
-                "idempotency_key": record.idempotency_key,
-                "decision": record.decision or "",
-                "rule": record.rule or "",
-            },
+            call_id=record.call_id,
+            tool=record.tool,
+            args=record.args,
+            state=record.state,
+            attempts=record.attempts,
+            idempotency_key=record.idempotency_key,
+            decision=record.decision or "",
+            rule=record.rule or "",
+            updated_at=timezone.now(),
         )
+        for call_id in sorted(touched)
+        if (record := state.ledger.get(call_id)) is not None
+    ]
+    CallLedgerEntry.objects.bulk_create(
+        entries,
+        update_conflicts=True,
+        unique_fields=["run", "call_id"],
+        update_fields=["state", "attempts", "idempotency_key", "decision", "rule", "updated_at"],
+    )
     for event, seq in zip(events, seqs, strict=True):
         data = event.model_dump()
         if data["type"] == "receipt":

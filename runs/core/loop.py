@@ -390,8 +390,10 @@ class Harness:
                 ev.CallStarted, call_id=record.call_id, tool=spec.name, attempt=record.attempts, idempotency_key=record.idempotency_key
             )
             # Write intent is durable before the effect can happen, so a crash during
-            # the call is found as "started" and reconciled instead of forgotten.
-            self._checkpoint()
+            # the call is found as "started" and reconciled instead of forgotten. A
+            # read needs no such record: after a crash it is simply done again.
+            if spec.has_effect or spec.runs_untrusted_code:
+                self._checkpoint()
             call = Call(
                 run_id=state.run_id,
                 call_id=record.call_id,
