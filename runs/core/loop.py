@@ -319,18 +319,22 @@ class Harness:
         state = self.state
         key = approval_key(spec.name, record.args, state.revision, state.policy_version)
         record.approval_key = key
+        # What the reviewer is asked about is exactly what the audit trail records.
+        asked: dict[str, Any] = {
+            "tool": spec.name,
+            "args": record.args,
+            "revision": state.revision,
+            "policy_version": state.policy_version,
+            "key": key,
+            "rule": auth.rule,
+        }
         ask = ApprovalAsk(
             run_id=state.run_id,
             call_id=record.call_id,
-            tool=spec.name,
-            args=record.args,
-            revision=state.revision,
-            policy_version=state.policy_version,
-            key=key,
-            rule=auth.rule,
             actor=state.actor,
             diff=self.workspace.preview(spec.name, record.args) if spec.has_effect else None,
             evidence=[state.evidence[i].model_dump() for i in state.current_evidence.values()],
+            **asked,
         )
         admission = self.approvals.admit(ask)
         if admission.kind == "consumed":
@@ -343,17 +347,7 @@ class Harness:
             self._emit(ev.ApprovalRefused, call_id=record.call_id, key=key, request_id=admission.request_id, reason=admission.reason)
             raise _Stop("denied", f"approval denied: {admission.reason}")
         if admission.new or state.waiting is None or state.waiting.request_id != admission.request_id:
-            self._emit(
-                ev.ApprovalRequired,
-                call_id=record.call_id,
-                tool=spec.name,
-                args=record.args,
-                revision=state.revision,
-                policy_version=state.policy_version,
-                key=key,
-                rule=auth.rule,
-                request_id=admission.request_id,
-            )
+            self._emit(ev.ApprovalRequired, call_id=record.call_id, request_id=admission.request_id, **asked)
         state.status = "waiting_approval"
         state.waiting = Waiting(call_id=record.call_id, request_id=admission.request_id, approval_key=key)
         self._checkpoint()
