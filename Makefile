@@ -2,7 +2,7 @@
 PY ?= python3
 PG_URL ?= postgres://postgres@127.0.0.1:5432/harness
 
-.PHONY: up test lint typecheck test-sqlite test-postgres bench selftest
+.PHONY: up test lint typecheck test-sqlite test-postgres bench selftest openapi
 
 up:
 	bash scripts/up.sh
@@ -26,6 +26,9 @@ test-postgres:
 
 selftest:
 	DEBUG=1 $(PY) manage.py harness_selftest
+
+openapi:
+	DEBUG=1 $(PY) manage.py spectacular --validate --fail-on-warn --file docs/openapi.yaml
 
 bench:
 	$(PY) bench/run_all.py

@@ -27,7 +27,11 @@ DECIDE_PERMISSION = "approvals.decide_approval"
 
 
 class DecisionRefused(Exception):
-    pass
+    """The request cannot be decided now (already decided, expired, stale)."""
+
+
+class DecisionForbidden(DecisionRefused):
+    """This user may not decide this request (no reviewer permission, or it is their own run)."""
 
 
 def _event(cls: type[ev.Event], run_id: str, **fields: Any) -> ev.Event:
@@ -102,11 +106,11 @@ def staleness(request: ApprovalRequest) -> str | None:
 
 def check_decision(request: ApprovalRequest, user: AbstractBaseUser) -> None:
     if not user.is_authenticated or not user.has_perm(DECIDE_PERMISSION):
-        raise DecisionRefused("you do not have the reviewer permission")
+        raise DecisionForbidden("you do not have the reviewer permission")
     run = request.run
     policy = load_policy(run.policy)
     if run.created_by_id == user.pk and not policy.allow_self_approval:
-        raise DecisionRefused("you started this run; another reviewer must decide (separation of duties)")
+        raise DecisionForbidden("you started this run; another reviewer must decide (separation of duties)")
     if request.status != Status.PENDING:
         raise DecisionRefused(f"this request is already {request.status}")
     if request.expires_at <= timezone.now():

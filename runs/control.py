@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
+from django.utils import timezone
 
 from approvals.services import enqueue_resume
 from runs.core import events as ev
@@ -49,7 +50,9 @@ def set_global(user: AbstractBaseUser, *, stop_all: bool, admit_new: bool) -> in
     """Turn the global switch; with stop_all, every active run is killed now."""
     check_operator(user)
     switch = GlobalSwitch.get()
-    GlobalSwitch.objects.filter(pk=switch.pk).update(stop_all=stop_all, admit_new=admit_new, changed_by=user.get_username())
+    GlobalSwitch.objects.filter(pk=switch.pk).update(
+        stop_all=stop_all, admit_new=admit_new, changed_by=user.get_username(), changed_at=timezone.now()
+    )
     killed = 0
     if stop_all:
         for run in Run.objects.filter(status__in=ACTIVE):

@@ -15,6 +15,7 @@ from runs.broadcast import broadcast_events
 from runs.core.events import Event as CoreEvent
 from runs.models import Event, Run
 from runs.redact import redact, secret_values
+from runs.signals import events_stored
 
 
 def append_events(run_id: str, events: Sequence[CoreEvent]) -> list[Event]:
@@ -40,6 +41,9 @@ def append_events(run_id: str, events: Sequence[CoreEvent]) -> list[Event]:
                 )
             )
         Event.objects.bulk_create(rows)
+        # Listeners (webhook notifications) record what they need in this same
+        # transaction, so it commits or rolls back with the events.
+        events_stored.send(sender=Event, rows=rows)
         Run.objects.filter(pk=run.id).update(last_seq=run.last_seq + len(rows))
         payloads = [row.as_dict() for row in rows]
         transaction.on_commit(lambda: broadcast_events(str(run_id), payloads))

@@ -20,6 +20,11 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
         "approvals.decide_approval",
         "approvals.view_policyversion",
         "approvals.add_policyversion",
+        "notifications.view_webhookendpoint",
+        "notifications.add_webhookendpoint",
+        "notifications.change_webhookendpoint",
+        "notifications.delete_webhookendpoint",
+        "notifications.view_delivery",
     ],
 }
 

@@ -15,6 +15,7 @@ from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row, load_policy
 from runs.artifacts import FileArtifactStore
 from runs.core.contract import Contract, check_contract
+from runs.core.errors import FieldProblem, InputError
 from runs.core.loop import Harness, HarnessConfig, new_state
 from runs.core.policy import Policy
 from runs.core.ports import ApprovalGate, Clock, Controls
@@ -42,8 +43,19 @@ def registry() -> Registry:
 def check_new_run(contract_raw: object, proposer_config: object) -> NewRun:
     row = current_policy_row()
     policy = load_policy(row)
-    contract = check_contract(contract_raw, registry().names, policy.check_ids)
-    return NewRun(contract, check_proposer_config(proposer_config), row, policy)
+    problems = []
+    # Both halves are checked so one answer names every bad field.
+    try:
+        contract = check_contract(contract_raw, registry().names, policy.check_ids)
+    except InputError as exc:
+        problems += [FieldProblem("contract" if p.field == "(root)" else f"contract.{p.field}", p.message) for p in exc.problems]
+    try:
+        proposer = check_proposer_config(proposer_config)
+    except InputError as exc:
+        problems += exc.problems
+    if problems:
+        raise InputError("new run", problems)
+    return NewRun(contract, proposer, row, policy)
 
 
 def do_create_run(new: NewRun, actor: Any, revision_of: Callable[[Run], str], clock: Clock | None = None) -> Run:

@@ -25,7 +25,7 @@ def workspace_root(run: Run) -> Path:
 def workspace_for(run: Run) -> RunWorkspace:
     """The run's workspace, prepared from its contract's source on first use."""
     source = WorkspaceSource.model_validate(run.contract["workspace"])
-    return prepare_workspace(workspace_root(run), source, Path(settings.BASE_DIR))
+    return prepare_workspace(workspace_root(run), source, Path(settings.BASE_DIR), settings.WORKSPACE_SOURCES)
 
 
 def prepare_workspace_for(run: Run) -> str:

@@ -27,7 +27,7 @@ import tarfile
 import time
 import uuid
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -268,8 +268,10 @@ def open_workspace(root: Path) -> RunWorkspace | None:
     return RunWorkspace(root) if (root / READY).is_file() else None
 
 
-def prepare_workspace(root: Path, source: WorkspaceSource, base_dir: Path) -> RunWorkspace:
+def prepare_workspace(root: Path, source: WorkspaceSource, base_dir: Path, allowed_roots: Sequence[Path]) -> RunWorkspace:
     """Materialise the source under ``root`` (idempotent: a prepared root is reused).
+    The source must lie under one of ``allowed_roots``: whoever may start a run must
+    not be able to copy arbitrary files of the server into a workspace they can read.
     Built in a staging directory and renamed into place, so a crash never leaves a
     half-prepared workspace that looks ready."""
     existing = open_workspace(root)
@@ -279,7 +281,7 @@ def prepare_workspace(root: Path, source: WorkspaceSource, base_dir: Path) -> Ru
     staging = root.parent / f".{root.name}.staging-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     try:
-        location = _resolve(source.path, base_dir)
+        location = _resolve(source.path, base_dir, allowed_roots)
         meta: dict[str, JSON] = {"kind": source.kind, "path": str(location), "ref": source.ref}
         if source.kind == "path":
             _copy_tree(location, staging / "pristine", skip=CACHE_DIRS)
@@ -302,11 +304,16 @@ def prepare_workspace(root: Path, source: WorkspaceSource, base_dir: Path) -> Ru
     return RunWorkspace(root)
 
 
-def _resolve(path: str, base_dir: Path) -> Path:
+def _resolve(path: str, base_dir: Path, allowed_roots: Sequence[Path]) -> Path:
     candidate = Path(path)
     if not candidate.is_absolute():
         candidate = base_dir / candidate
-    return candidate.resolve()
+    candidate = candidate.resolve()
+    roots = [Path(r).resolve() for r in allowed_roots]
+    if not any(candidate.is_relative_to(r) for r in roots):
+        allowed = ", ".join(str(r) for r in roots)
+        raise WorkspaceSourceError(f"{path} is outside the allowed workspace sources ({allowed}; see HARNESS_WORKSPACE_SOURCES)")
+    return candidate
 
 
 def _copy_tree(src: Path, dst: Path, skip: set[str]) -> None:

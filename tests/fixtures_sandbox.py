@@ -61,7 +61,7 @@ def docker_engine() -> Iterator[docker.DockerClient]:
 
 
 def example_workspace(root: Path, path: str = "examples/orders") -> RunWorkspace:
-    return prepare_workspace(root, WorkspaceSource(kind="path", path=path), ROOT)
+    return prepare_workspace(root, WorkspaceSource(kind="path", path=path), ROOT, (ROOT,))
 
 
 def reset_workspace(workspace: RunWorkspace) -> None:

@@ -314,25 +314,25 @@ def make_repo(path: Path) -> list[str]:
 
 def test_it_prepares_workspaces_from_a_path_a_git_ref_and_archives(tmp_path: Path) -> None:
     first, second = make_repo(tmp_path / "repo")
-    at_first = prepare_workspace(tmp_path / "ws-git", WorkspaceSource(kind="git", path=str(tmp_path / "repo"), ref=first), ROOT)
+    at_first = prepare_workspace(tmp_path / "ws-git", WorkspaceSource(kind="git", path=str(tmp_path / "repo"), ref=first), ROOT, (ROOT, tmp_path))
     assert not (at_first.dir / "orders" / "extra.py").exists() and not (at_first.dir / ".git").exists()
     assert at_first.source["commit"] == first
-    head = prepare_workspace(tmp_path / "ws-head", WorkspaceSource(kind="git", path=str(tmp_path / "repo")), ROOT)
+    head = prepare_workspace(tmp_path / "ws-head", WorkspaceSource(kind="git", path=str(tmp_path / "repo")), ROOT, (ROOT, tmp_path))
     assert (head.dir / "orders" / "extra.py").exists() and head.source["commit"] == second
-    path = prepare_workspace(tmp_path / "ws-path", WorkspaceSource(kind="path", path="examples/orders"), ROOT)
+    path = prepare_workspace(tmp_path / "ws-path", WorkspaceSource(kind="path", path="examples/orders"), ROOT, (ROOT, tmp_path))
     assert path.revision() == at_first.revision()  # same content, same tree hash
     assert (
-        prepare_workspace(tmp_path / "ws-path", WorkspaceSource(kind="path", path="nowhere"), ROOT).revision() == path.revision()
+        prepare_workspace(tmp_path / "ws-path", WorkspaceSource(kind="path", path="nowhere"), ROOT, (ROOT, tmp_path)).revision() == path.revision()
     )  # reused
 
     with tarfile.open(tmp_path / "src.tar.gz", "w:gz") as tar:
         tar.add(ROOT / "examples" / "orders", arcname=".", filter=lambda m: None if set(m.name.split("/")) & CACHES else m)
-    from_tar = prepare_workspace(tmp_path / "ws-tar", WorkspaceSource(kind="archive", path=str(tmp_path / "src.tar.gz")), ROOT)
+    from_tar = prepare_workspace(tmp_path / "ws-tar", WorkspaceSource(kind="archive", path=str(tmp_path / "src.tar.gz")), ROOT, (ROOT, tmp_path))
     with zipfile.ZipFile(tmp_path / "src.zip", "w") as archive:
         for file in sorted((ROOT / "examples" / "orders").rglob("*")):
             if file.is_file() and not set(file.parts) & CACHES:
                 archive.write(file, file.relative_to(ROOT / "examples" / "orders").as_posix())
-    from_zip = prepare_workspace(tmp_path / "ws-zip", WorkspaceSource(kind="archive", path=str(tmp_path / "src.zip")), ROOT)
+    from_zip = prepare_workspace(tmp_path / "ws-zip", WorkspaceSource(kind="archive", path=str(tmp_path / "src.zip")), ROOT, (ROOT, tmp_path))
     assert from_tar.revision() == from_zip.revision() == path.revision()
     if os.geteuid() == 0:
         assert from_zip.dir.stat().st_uid == 65534 and (from_zip.dir / "orders" / "total.py").stat().st_uid == 65534
@@ -360,27 +360,34 @@ def test_it_refuses_unsafe_archives_and_bad_sources(tmp_path: Path) -> None:
     for name, (member, message) in cases.items():
         archive = tar_with(tmp_path, name, member, b"x" if member.isfile() else b"")
         with pytest.raises(WorkspaceSourceError, match=message):
-            prepare_workspace(tmp_path / f"ws-{name}", WorkspaceSource(kind="archive", path=str(archive)), ROOT)
+            prepare_workspace(tmp_path / f"ws-{name}", WorkspaceSource(kind="archive", path=str(archive)), ROOT, (ROOT, tmp_path))
         assert not (tmp_path / f"ws-{name}").exists()
     with zipfile.ZipFile(tmp_path / "evil.zip", "w") as archive:
         archive.writestr("../evil.py", "x")
     with pytest.raises(WorkspaceSourceError, match="'..'"):
-        prepare_workspace(tmp_path / "ws-zip", WorkspaceSource(kind="archive", path=str(tmp_path / "evil.zip")), ROOT)
+        prepare_workspace(tmp_path / "ws-zip", WorkspaceSource(kind="archive", path=str(tmp_path / "evil.zip")), ROOT, (ROOT, tmp_path))
     with pytest.raises(WorkspaceSourceError, match="not a local git repository"):
-        prepare_workspace(tmp_path / "ws-nogit", WorkspaceSource(kind="git", path="examples/orders"), ROOT)
+        prepare_workspace(tmp_path / "ws-nogit", WorkspaceSource(kind="git", path="examples/orders"), ROOT, (ROOT, tmp_path))
     make_repo(tmp_path / "repo")
     with pytest.raises(WorkspaceSourceError, match="not a valid git ref"):
-        prepare_workspace(tmp_path / "ws-ref", WorkspaceSource(kind="git", path=str(tmp_path / "repo"), ref="--upload-pack=evil"), ROOT)
+        prepare_workspace(tmp_path / "ws-ref", WorkspaceSource(kind="git", path=str(tmp_path / "repo"), ref="--upload-pack=evil"), ROOT, (ROOT, tmp_path))
     with pytest.raises(WorkspaceSourceError, match="is not a commit"):
-        prepare_workspace(tmp_path / "ws-ref2", WorkspaceSource(kind="git", path=str(tmp_path / "repo"), ref="nope"), ROOT)
+        prepare_workspace(tmp_path / "ws-ref2", WorkspaceSource(kind="git", path=str(tmp_path / "repo"), ref="nope"), ROOT, (ROOT, tmp_path))
     with pytest.raises(WorkspaceSourceError, match="is not a directory"):
-        prepare_workspace(tmp_path / "ws-missing", WorkspaceSource(kind="path", path="examples/missing"), ROOT)
+        prepare_workspace(tmp_path / "ws-missing", WorkspaceSource(kind="path", path="examples/missing"), ROOT, (ROOT, tmp_path))
 
 
 def test_it_keeps_the_pristine_copy_out_of_the_mounted_directory(tmp_path: Path) -> None:
-    ws: RunWorkspace = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="path", path="examples/orders"), ROOT)
+    ws: RunWorkspace = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="path", path="examples/orders"), ROOT, (ROOT, tmp_path))
     assert ws.pristine.parent == ws.dir.parent == ws.root
     assert not ws.pristine.is_relative_to(ws.dir)
     (ws.dir / "orders" / "total.py").write_text("changed\n")
     assert (ws.pristine / "orders" / "total.py").read_text() != "changed\n"
     assert [c.path for c in ws.changes()] == ["orders/total.py"]
+
+
+def test_it_refuses_a_workspace_source_outside_the_allowed_roots(tmp_path):
+    for outside in ("/etc", "../../etc", str(tmp_path / ".." / "elsewhere")):
+        with pytest.raises(WorkspaceSourceError, match="outside the allowed workspace sources"):
+            prepare_workspace(tmp_path / "ws", WorkspaceSource(kind="path", path=outside), ROOT, (ROOT / "examples",))
+    assert not (tmp_path / "ws").exists()

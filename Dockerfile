@@ -1,0 +1,28 @@
+# The Harness application image: the web server (Daphne), Celery workers and the
+# beat all run from it; docker-compose.yml picks the command. The agent's code
+# never runs here: it runs in the sandbox image (sandbox/image/).
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+FROM ${PYTHON_IMAGE}
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# git: workspaces can be prepared from a git source (sandbox/workspace.py).
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends git \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 10001 --home-dir /app --shell /usr/sbin/nologin harness \
+ && install -d -o harness /var/lib/harness-beat
+
+WORKDIR /app
+COPY requirements.txt .
+RUN pip install -r requirements.txt
+COPY . .
+
+# Processes that need no privilege run as this user; compose runs the ones that
+# must chown workspaces to the sandbox's uid as root (see docs/deploy.md).
+USER harness
+EXPOSE 8000
+CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "harness_site.asgi:application"]

@@ -1,0 +1,206 @@
+"""Request and response shapes. Request serializers check types and bounds and name
+the field; the services then check meaning (a contract's tools, a proposer's
+kind) and their problems come back under the same field names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from approvals.models import ApprovalRequest
+from runs.models import Event, GlobalSwitch, Run
+
+# Bounds that keep numbers inside what every database column and index can hold.
+MAX_SEQ = 2**31 - 1
+EVENT_PAGE_DEFAULT = 100
+EVENT_PAGE_MAX = 500
+
+
+def nul_free(value: Any, path: str) -> None:
+    """PostgreSQL cannot store NUL characters in text or JSON; refuse them here,
+    naming where they are, rather than fail while saving."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise serializers.ValidationError({path: ["Null characters are not allowed."]})
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            nul_free(key, path)
+            nul_free(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            nul_free(item, f"{path}[{index}]")
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """A JSON boolean only: "false" or 0 in a kill-switch request is a mistake, not a value."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
+class StrictCharField(serializers.CharField):
+    """A JSON string only: DRF would otherwise turn 5 into "5"."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        value: str = super().to_internal_value(data)
+        return value
+
+
+@extend_schema_field(OpenApiTypes.OBJECT)
+class ObjectField(serializers.JSONField):
+    pass
+
+
+class RunSerializer(serializers.ModelSerializer):
+    created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True)
+    policy_version = serializers.IntegerField(source="policy.version", read_only=True)
+    contract = ObjectField(read_only=True)
+    proposer = ObjectField(read_only=True)
+
+    class Meta:
+        model = Run
+        fields = [
+            "id",
+            "task_id",
+            "objective",
+            "status",
+            "outcome",
+            "stop_message",
+            "revision",
+            "proposals",
+            "calls",
+            "last_seq",
+            "kill_requested",
+            "policy_version",
+            "created_by",
+            "created_at",
+            "updated_at",
+            "contract",
+            "proposer",
+        ]
+        read_only_fields = fields
+
+
+class RunCreateSerializer(serializers.Serializer):
+    contract = serializers.DictField(help_text="The task contract (task_id, objective, workspace, tools, limits...).")
+    proposer = serializers.DictField(
+        help_text='How proposals are made: {"kind": "scripted", "script": [...]}, or a model '
+        '({"kind": "openai" | "anthropic", "model": ...}).'
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        for name in ("contract", "proposer"):
+            nul_free(attrs[name], name)
+        return attrs
+
+
+class RunFilterSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=Run.Status.choices, required=False, help_text="Only runs with this status.")
+    task_id = serializers.CharField(max_length=100, required=False, help_text="Only runs of this task.")
+
+
+class EventSerializer(serializers.ModelSerializer):
+    run = serializers.UUIDField(source="run_id", read_only=True)
+    payload = ObjectField(read_only=True)
+
+    class Meta:
+        model = Event
+        fields = ["run", "seq", "type", "call_id", "ts", "payload"]
+        read_only_fields = fields
+
+
+class EventQuerySerializer(serializers.Serializer):
+    after = serializers.IntegerField(
+        min_value=0, max_value=MAX_SEQ, default=0, help_text="Return events with a seq greater than this (0: from the start)."
+    )
+    limit = serializers.IntegerField(
+        min_value=1, max_value=EVENT_PAGE_MAX, default=EVENT_PAGE_DEFAULT, help_text="At most this many events."
+    )
+
+
+class EventPageSerializer(serializers.Serializer):
+    events = EventSerializer(many=True)
+    next_after = serializers.IntegerField(help_text="Pass as `after` to read on; unchanged when there was nothing new.")
+    has_more = serializers.BooleanField(help_text="More events exist after this page right now.")
+    run_status = serializers.ChoiceField(choices=Run.Status.choices)
+
+
+class ApprovalSerializer(serializers.ModelSerializer):
+    run = serializers.UUIDField(source="run_id", read_only=True)
+    args = ObjectField(read_only=True)
+    evidence = serializers.ListField(child=ObjectField(), read_only=True)
+    requested_by = serializers.CharField(source="requested_by.username", read_only=True, allow_null=True)
+    decided_by = serializers.CharField(source="decided_by.username", read_only=True, allow_null=True)
+
+    class Meta:
+        model = ApprovalRequest
+        fields = [
+            "id",
+            "run",
+            "call_id",
+            "tool",
+            "args",
+            "diff",
+            "revision",
+            "policy_version",
+            "rule",
+            "evidence",
+            "status",
+            "requested_by",
+            "created_at",
+            "expires_at",
+            "decided_by",
+            "decided_at",
+            "reason",
+            "consumed_at",
+        ]
+        read_only_fields = fields
+
+
+class ApprovalFilterSerializer(serializers.Serializer):
+    run = serializers.UUIDField(required=False, help_text="Only requests of this run.")
+    status = serializers.ChoiceField(choices=ApprovalRequest.Status.choices, required=False, help_text="Only requests with this status.")
+
+
+class DenySerializer(serializers.Serializer):
+    reason = StrictCharField(max_length=2000, help_text="Why; shown to the run's operator and kept in the audit trail.")
+
+
+class SwitchSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GlobalSwitch
+        fields = ["stop_all", "admit_new", "changed_by", "changed_at"]
+        read_only_fields = fields
+
+
+class SwitchUpdateSerializer(serializers.Serializer):
+    stop_all = StrictBooleanField(required=False, help_text="true kills every active run now, and any run that starts while on.")
+    admit_new = StrictBooleanField(required=False, help_text="false refuses new runs.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs:
+            raise serializers.ValidationError("Give stop_all, admit_new or both.")
+        return attrs
+
+
+class SwitchChangeSerializer(SwitchSerializer):
+    killed = serializers.IntegerField(help_text="How many active runs this change asked to stop.")
+
+    class Meta(SwitchSerializer.Meta):
+        fields = [*SwitchSerializer.Meta.fields, "killed"]
+        read_only_fields = fields
+
+
+class DetailSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+
+
+class TokenSerializer(serializers.Serializer):
+    token = serializers.CharField(help_text="Send as `Authorization: Token <token>`.")

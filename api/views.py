@@ -1,0 +1,353 @@
+"""The JSON API: thin wrappers over the same services the pages and commands use.
+Permissions are the pages' (see api.permissions); refusals become HTTP answers in
+api.errors."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.generics import GenericAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from api import permissions as perms
+from api.pagination import BoundedPagination
+from api.serializers import (
+    ApprovalFilterSerializer,
+    ApprovalSerializer,
+    DenySerializer,
+    DetailSerializer,
+    EventPageSerializer,
+    EventQuerySerializer,
+    EventSerializer,
+    RunCreateSerializer,
+    RunFilterSerializer,
+    RunSerializer,
+    SwitchChangeSerializer,
+    SwitchSerializer,
+    SwitchUpdateSerializer,
+    TokenSerializer,
+)
+from approvals import services as approvals
+from approvals.models import ApprovalRequest
+from runs import control
+from runs.models import GlobalSwitch, Run
+from runs.runtime import create_run
+from runs.services import report_of
+
+FIELD_ERRORS = OpenApiResponse(
+    {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}},
+    description="Bad input: each key names a field (`contract.limits.max_attempts`, `body` for malformed JSON).",
+)
+UNAUTHENTICATED = OpenApiResponse(DetailSerializer, description="No valid token or session.")
+FORBIDDEN = OpenApiResponse(DetailSerializer, description="Logged in without the permission this action needs.")
+NOT_FOUND = OpenApiResponse(DetailSerializer, description="No such object.")
+COMMON = {400: FIELD_ERRORS, 401: UNAUTHENTICATED, 403: FORBIDDEN}
+
+
+def id_parameter(name: str, what: str) -> OpenApiParameter:
+    return OpenApiParameter(name, OpenApiTypes.UUID, OpenApiParameter.PATH, description=f"The {what}'s id.")
+
+
+def by_id(queryset: QuerySet, raw: str) -> Any:
+    """A malformed id is as unknown as a missing one: 404 either way."""
+    try:
+        pk = uuid.UUID(raw)
+    except ValueError:
+        raise NotFound() from None
+    return get_object_or_404(queryset, pk=pk)
+
+
+def body(serializer_class: type, request: Request) -> dict[str, Any]:
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+class ApiView(GenericAPIView):
+    permission_classes = [perms.MethodPermission]
+    required_permissions: dict[str, str] = {}
+    # The serializer of each method's query parameters; pagination adds its own to GET.
+    query_serializers: dict[str, type] = {}
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        if not hasattr(self, (request.method or "").lower()):
+            return  # the handler lookup answers 405
+        # A misspelt filter (`?stauts=`) would otherwise quietly list everything.
+        serializer = self.query_serializers.get(self.method)
+        known = set(serializer().fields) if serializer else set()
+        if self.pagination_class is not None and self.method == "GET":
+            paginator = self.pagination_class()
+            known |= {paginator.limit_query_param, paginator.offset_query_param}
+        unknown = sorted(set(request.query_params) - known)
+        if unknown:
+            raise ValidationError({name: ["Unknown query parameter."] for name in unknown})
+
+    @property
+    def method(self) -> str:
+        """The method whose rules apply: HEAD is answered by GET."""
+        return "GET" if self.request.method == "HEAD" else str(self.request.method)
+
+    def query(self) -> dict[str, Any]:
+        # A plain dict, not the QueryDict: DRF reads an empty form value as "not
+        # given", and `?status=` is a mistake to report, not a request for everything.
+        serializer = self.query_serializers[self.method](data=self.request.query_params.dict())
+        serializer.is_valid(raise_exception=True)
+        return dict(serializer.validated_data)
+
+
+class RunList(ApiView):
+    required_permissions = {"GET": perms.VIEW_RUN, "POST": perms.ADD_RUN}
+    query_serializers = {"GET": RunFilterSerializer}
+    pagination_class = BoundedPagination
+    serializer_class = RunSerializer
+
+    @extend_schema(
+        operation_id="runs_list",
+        summary="List runs, newest first",
+        parameters=[RunFilterSerializer],
+        responses={200: RunSerializer(many=True), **COMMON},
+    )
+    def get(self, request: Request) -> Response:
+        filters = self.query()
+        runs = Run.objects.select_related("policy", "created_by").filter(**filters).order_by("-created_at", "id")
+        page = self.paginate_queryset(runs)
+        return self.get_paginated_response(RunSerializer(page, many=True).data)
+
+    @extend_schema(
+        operation_id="runs_create",
+        summary="Create a run from a contract and start it",
+        request=RunCreateSerializer,
+        responses={
+            201: RunSerializer,
+            **COMMON,
+            409: OpenApiResponse(DetailSerializer, description="The global switch admits no new runs."),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        data = body(RunCreateSerializer, request)
+        # One transaction: a contract whose workspace cannot be prepared leaves no run
+        # behind, and the worker is only told about a run that was committed.
+        with transaction.atomic():
+            run = create_run(data["contract"], data["proposer"], request.user)
+        return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+class RunDetail(ApiView):
+    required_permissions = {"GET": perms.VIEW_RUN}
+
+    @extend_schema(
+        operation_id="runs_retrieve",
+        summary="One run",
+        parameters=[id_parameter("run_id", "run")],
+        responses={200: RunSerializer, 401: UNAUTHENTICATED, 403: FORBIDDEN, 404: NOT_FOUND},
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        return Response(RunSerializer(by_id(Run.objects.select_related("policy", "created_by"), run_id)).data)
+
+
+class RunEvents(ApiView):
+    required_permissions = {"GET": perms.VIEW_RUN}
+    query_serializers = {"GET": EventQuerySerializer}
+
+    @extend_schema(
+        operation_id="runs_events",
+        summary="A run's events after a seq, oldest first",
+        description="Read the whole log by passing each page's `next_after` as `after` until `has_more` is false. "
+        "Events are append-only and numbered without gaps, so this never misses or repeats one.",
+        parameters=[id_parameter("run_id", "run"), EventQuerySerializer],
+        responses={200: EventPageSerializer, **COMMON, 404: NOT_FOUND},
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        run = by_id(Run.objects.all(), run_id)
+        page = self.query()
+        rows = list(run.events.filter(seq__gt=page["after"]).order_by("seq")[: page["limit"] + 1])
+        events = rows[: page["limit"]]
+        return Response(
+            {
+                "events": EventSerializer(events, many=True).data,
+                "next_after": events[-1].seq if events else page["after"],
+                "has_more": len(rows) > page["limit"],
+                "run_status": run.status,
+            }
+        )
+
+
+class RunReport(ApiView):
+    required_permissions = {"GET": perms.VIEW_RUN}
+
+    @extend_schema(
+        operation_id="runs_report",
+        summary="A run's machine-readable report (final, or so far)",
+        parameters=[id_parameter("run_id", "run")],
+        responses={200: OpenApiTypes.OBJECT, 401: UNAUTHENTICATED, 403: FORBIDDEN, 404: NOT_FOUND},
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        return Response(report_of(by_id(Run.objects.all(), run_id)))
+
+
+class RunKill(ApiView):
+    required_permissions = {"POST": perms.OPERATE_RUNS}
+
+    @extend_schema(
+        operation_id="runs_kill",
+        summary="Kill a run",
+        description="The run stops `killed` at its next guard; an execution in flight is terminated. "
+        "Asking again while the kill is on its way is accepted again.",
+        parameters=[id_parameter("run_id", "run")],
+        request=None,
+        responses={
+            202: RunSerializer,
+            401: UNAUTHENTICATED,
+            403: FORBIDDEN,
+            404: NOT_FOUND,
+            409: OpenApiResponse(DetailSerializer, description="The run has already finished."),
+        },
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        run = by_id(Run.objects.all(), run_id)
+        flagged = control.kill(run, request.user)
+        run = Run.objects.select_related("policy", "created_by").get(pk=run.pk)
+        if not flagged and run.status not in control.ACTIVE:
+            return Response({"detail": f"the run has already finished ({run.outcome})"}, status=status.HTTP_409_CONFLICT)
+        return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+
+class ApprovalList(ApiView):
+    required_permissions = {"GET": perms.VIEW_APPROVAL}
+    query_serializers = {"GET": ApprovalFilterSerializer}
+    pagination_class = BoundedPagination
+    serializer_class = ApprovalSerializer
+
+    @extend_schema(
+        operation_id="approvals_list",
+        summary="List approval requests, newest first",
+        parameters=[ApprovalFilterSerializer],
+        responses={200: ApprovalSerializer(many=True), **COMMON},
+    )
+    def get(self, request: Request) -> Response:
+        filters = self.query()
+        if "run" in filters:
+            filters["run_id"] = filters.pop("run")
+        requests = approval_rows().filter(**filters).order_by("-created_at", "id")
+        page = self.paginate_queryset(requests)
+        return self.get_paginated_response(ApprovalSerializer(page, many=True).data)
+
+
+def approval_rows() -> QuerySet[ApprovalRequest]:
+    return ApprovalRequest.objects.select_related("requested_by", "decided_by")
+
+
+class ApprovalDetail(ApiView):
+    required_permissions = {"GET": perms.VIEW_APPROVAL}
+
+    @extend_schema(
+        operation_id="approvals_retrieve",
+        summary="One approval request",
+        parameters=[id_parameter("approval_id", "approval request")],
+        responses={200: ApprovalSerializer, 401: UNAUTHENTICATED, 403: FORBIDDEN, 404: NOT_FOUND},
+    )
+    def get(self, request: Request, approval_id: str) -> Response:
+        return Response(ApprovalSerializer(by_id(approval_rows(), approval_id)).data)
+
+
+REFUSED = OpenApiResponse(
+    DetailSerializer,
+    description="The decision was refused: already decided, expired, stale (the revision or policy changed), "
+    "or you started this run (separation of duties).",
+)
+
+
+def decided(approval: ApprovalRequest) -> Response:
+    return Response(ApprovalSerializer(approval_rows().get(pk=approval.pk)).data)
+
+
+class ApprovalGrant(ApiView):
+    required_permissions = {"POST": perms.DECIDE_APPROVAL}
+
+    @extend_schema(
+        operation_id="approvals_grant",
+        summary="Grant an approval request",
+        description="Grants exactly the call, arguments and revision shown in the request; the run uses it once.",
+        parameters=[id_parameter("approval_id", "approval request")],
+        request=None,
+        responses={200: ApprovalSerializer, 401: UNAUTHENTICATED, 403: FORBIDDEN, 404: NOT_FOUND, 409: REFUSED},
+    )
+    def post(self, request: Request, approval_id: str) -> Response:
+        approval = by_id(ApprovalRequest.objects.select_related("run__policy"), approval_id)
+        approvals.grant(approval, request.user)
+        return decided(approval)
+
+
+class ApprovalDeny(ApiView):
+    required_permissions = {"POST": perms.DECIDE_APPROVAL}
+
+    @extend_schema(
+        operation_id="approvals_deny",
+        summary="Deny an approval request (a reason is required)",
+        description="The run stops `denied` with the reason; the same request is not presented again.",
+        parameters=[id_parameter("approval_id", "approval request")],
+        request=DenySerializer,
+        responses={200: ApprovalSerializer, **COMMON, 404: NOT_FOUND, 409: REFUSED},
+    )
+    def post(self, request: Request, approval_id: str) -> Response:
+        approval = by_id(ApprovalRequest.objects.select_related("run__policy"), approval_id)
+        data = body(DenySerializer, request)
+        approvals.deny(approval, request.user, data["reason"])
+        return decided(approval)
+
+
+class Switch(ApiView):
+    required_permissions = {"GET": perms.VIEW_RUN, "POST": perms.OPERATE_RUNS}
+
+    @extend_schema(
+        operation_id="switch_retrieve",
+        summary="The global kill switch",
+        responses={200: SwitchSerializer, 401: UNAUTHENTICATED, 403: FORBIDDEN},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(SwitchSerializer(GlobalSwitch.get()).data)
+
+    @extend_schema(
+        operation_id="switch_update",
+        summary="Turn the global kill switch",
+        description="A field left out keeps its current value. `stop_all: true` kills every active run now.",
+        request=SwitchUpdateSerializer,
+        responses={200: SwitchChangeSerializer, **COMMON},
+    )
+    def post(self, request: Request) -> Response:
+        change = body(SwitchUpdateSerializer, request)
+        current = GlobalSwitch.get()
+        killed = control.set_global(
+            request.user,
+            stop_all=change.get("stop_all", current.stop_all),
+            admit_new=change.get("admit_new", current.admit_new),
+        )
+        return Response({**SwitchSerializer(GlobalSwitch.get()).data, "killed": killed})
+
+
+class Token(ObtainAuthToken):
+    """Trade a username and password for the user's API token (the same token on
+    every call, until an admin deletes it)."""
+
+    # Only the credentials in the body count here, not a header or a session.
+    authentication_classes = ()
+
+    @extend_schema(
+        operation_id="auth_token",
+        summary="Get your API token",
+        auth=[],
+        responses={200: TokenSerializer, 400: FIELD_ERRORS},
+    )
+    def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().post(request, *args, **kwargs)

@@ -1,0 +1,125 @@
+"""What a notification says, as plain data: which events notify, the JSON
+payload, the Slack-compatible rendering, and the signature. No Django here."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from typing import Any
+
+APPROVAL_REQUESTED = "approval_requested"
+APPROVAL_EXPIRED = "approval_expired"
+RUN_STOPPED = "run_stopped"
+OBJECTIVE_CHARS = 300
+
+
+def kind_of(event_type: str, payload: dict[str, Any]) -> str | None:
+    """The notification an event calls for, if any."""
+    if event_type == "approval_required":
+        return APPROVAL_REQUESTED
+    if event_type == "approval_lapsed" and payload.get("status") == "expired":
+        return APPROVAL_EXPIRED
+    if event_type == "stop":
+        return RUN_STOPPED
+    return None
+
+
+def notice(
+    *,
+    delivery_id: str,
+    kind: str,
+    run: dict[str, Any],
+    event: dict[str, Any],
+    base_url: str,
+) -> dict[str, Any]:
+    """The JSON payload. ``run`` has id, task_id, objective; ``event`` is the stored
+    event (seq, type, ts, call_id, payload), already redacted by the event writer.
+    Tool arguments are left out: reviewers read them where they decide."""
+    payload = event["payload"]
+    body: dict[str, Any] = {
+        "id": delivery_id,
+        "kind": kind,
+        "run": {
+            "id": run["id"],
+            "task_id": run["task_id"],
+            "objective": run["objective"][:OBJECTIVE_CHARS],
+            "url": f"{base_url}/runs/{run['id']}/",
+            "api_url": f"{base_url}/api/runs/{run['id']}/",
+        },
+        "event": {"seq": event["seq"], "type": event["type"], "ts": event["ts"], "call_id": event["call_id"]},
+    }
+    if kind in (APPROVAL_REQUESTED, APPROVAL_EXPIRED):
+        request_id = payload["request_id"]
+        approval = {
+            "id": request_id,
+            "url": f"{base_url}/approvals/{request_id}/",
+            "api_url": f"{base_url}/api/approvals/{request_id}/",
+        }
+        if kind == APPROVAL_REQUESTED:
+            approval |= {"tool": payload["tool"], "rule": payload["rule"], "revision": payload["revision"]}
+        else:
+            approval |= {"reason": payload["reason"]}
+        body["approval"] = approval
+    else:
+        body["stop"] = {"status": payload["status"], "message": payload["message"]}
+    body["text"] = summary(body)
+    return body
+
+
+def summary(body: dict[str, Any]) -> str:
+    run = body["run"]
+    where = f"run {run['task_id']} ({run['id'][:8]})"
+    if body["kind"] == APPROVAL_REQUESTED:
+        approval = body["approval"]
+        return f"Approval needed: {approval['tool']} in {where}, because {approval['rule']}."
+    if body["kind"] == APPROVAL_EXPIRED:
+        return f"An approval request in {where} expired without a decision."
+    stop = body["stop"]
+    if stop["status"] == "complete":
+        return f"{where.capitalize()} completed: {stop['message']}."
+    return f"{where.capitalize()} stopped ({stop['status']}): {stop['message']}."
+
+
+def slack(body: dict[str, Any]) -> dict[str, Any]:
+    """A Slack incoming-webhook message (also understood by Mattermost and others)."""
+    link = body["approval"]["url"] if "approval" in body else body["run"]["url"]
+    return {
+        "text": body["text"],
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": _slack_escape(body["text"])}},
+            {
+                "type": "context",
+                "elements": [{"type": "mrkdwn", "text": f"<{link}|{body['kind']}> · event {body['event']['seq']} · {body['id']}"}],
+            },
+        ],
+    }
+
+
+def _slack_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def encode(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
+
+
+def signature(secret: str, timestamp: str, raw_body: bytes) -> str:
+    """``sha256=<hex>`` of HMAC-SHA256 over ``<timestamp>.<raw body>``: the timestamp
+    is signed too, so a receiver can refuse replays of old requests."""
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + raw_body, hashlib.sha256)
+    return f"sha256={mac.hexdigest()}"
+
+
+def backoff_seconds(attempts: int, base: float, cap: float) -> float:
+    """Wait before attempt ``attempts + 1``: base, 2*base, 4*base... up to cap."""
+    return float(min(cap, base * 2 ** (attempts - 1)))
+
+
+RETRYABLE_STATUS = frozenset({408, 425, 429})
+
+
+def retryable(status_code: int | None) -> bool:
+    """A network failure, a server error or a "slow down" is worth another try; any
+    other refusal will not change by asking again."""
+    return status_code is None or status_code >= 500 or status_code in RETRYABLE_STATUS

@@ -1,0 +1,94 @@
+import secrets
+import uuid
+
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from notifications import messages
+
+
+def new_secret() -> str:
+    return secrets.token_hex(32)
+
+
+class WebhookEndpoint(models.Model):
+    """Where notifications go. Each request is signed with this endpoint's secret."""
+
+    class Kind(models.TextChoices):
+        APPROVAL_REQUESTED = messages.APPROVAL_REQUESTED, "an approval is requested"
+        APPROVAL_EXPIRED = messages.APPROVAL_EXPIRED, "an approval request expires"
+        RUN_STOPPED = messages.RUN_STOPPED, "a run stops (including complete)"
+
+    class Format(models.TextChoices):
+        JSON = "json", "JSON (signed)"
+        SLACK = "slack", "Slack-compatible message"
+
+    name = models.CharField(max_length=100)
+    url = models.URLField(max_length=500, help_text="http(s) address that receives a POST per notification")
+    secret = models.CharField(
+        max_length=200,
+        default=new_secret,
+        help_text="signs each request (X-Harness-Signature); give it to the receiver, never to the agent",
+    )
+    event_kinds = models.JSONField(default=list, help_text="which kinds of notification this endpoint gets")
+    format = models.CharField(max_length=10, choices=Format.choices, default=Format.JSON)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        kinds = self.event_kinds
+        if not isinstance(kinds, list) or not kinds or any(kind not in self.Kind.values for kind in kinds):
+            raise ValidationError({"event_kinds": f"a non-empty list of: {', '.join(self.Kind.values)}"})
+
+
+class Delivery(models.Model):
+    """One notification for one endpoint: recorded in the same transaction as the
+    event it is about, then sent (and retried) by a worker."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.ForeignKey("runs.Event", on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=30, choices=WebhookEndpoint.Kind.choices)
+    payload = models.JSONField(help_text="the body sent, before signing")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)
+    attempts = models.PositiveIntegerField(default=0)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True, help_text="of the last attempt")
+    response_excerpt = models.TextField(blank=True, default="", help_text="the start of the last response or error")
+    next_retry_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "deliveries"
+        constraints = [models.UniqueConstraint(fields=["endpoint", "event"], name="delivery_unique_endpoint_event")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} to {self.endpoint_id} ({self.status})"
+
+
+class DeliveryAttempt(models.Model):
+    """Each POST of a delivery, as it went."""
+
+    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="attempt_log")
+    number = models.PositiveIntegerField()
+    at = models.DateTimeField()
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_excerpt = models.TextField(blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    duration_ms = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["delivery", "number"]
+        constraints = [models.UniqueConstraint(fields=["delivery", "number"], name="attempt_unique_number")]

@@ -1,0 +1,160 @@
+"""Recording deliveries when an event calls for one, and attempting them.
+
+A delivery row is written in the same transaction as its event, so a notification
+is never lost to a crash or a broker outage between the two; the Celery task only
+sends. An attempt first claims the row with a conditional UPDATE (a short lease),
+so a redelivered or duplicated task message never sends twice at once."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+import requests
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from notifications import messages
+from notifications.models import Delivery, DeliveryAttempt, WebhookEndpoint
+from runs.models import Event
+from runs.redact import redact
+
+log = logging.getLogger(__name__)
+EXCERPT_BYTES = 2000
+# A scheduled retry may be handed to a worker a moment before the time recorded
+# for it (both are computed from slightly different clocks).
+EARLY_SECONDS = 2.0
+USER_AGENT = "Harness-Webhooks/1"
+
+
+def record_deliveries(event: Event) -> list[str]:
+    """Delivery rows for every active endpoint that wants this event; their ids."""
+    kind = messages.kind_of(event.type, event.payload)
+    if kind is None:
+        return []
+    endpoints = [e for e in WebhookEndpoint.objects.filter(active=True) if kind in e.event_kinds]
+    if not endpoints:
+        return []
+    run = event.run
+    run_facts = {"id": str(run.pk), "task_id": run.task_id, "objective": run.objective}
+    now = timezone.now()
+    rows = []
+    for endpoint in endpoints:
+        delivery_id = uuid.uuid4()
+        body = messages.notice(
+            delivery_id=str(delivery_id),
+            kind=kind,
+            run=run_facts,
+            event=event.as_dict(),
+            base_url=settings.HARNESS_PUBLIC_URL,
+        )
+        if endpoint.format == WebhookEndpoint.Format.SLACK:
+            body = messages.slack(body)
+        rows.append(Delivery(id=delivery_id, endpoint=endpoint, event=event, kind=kind, payload=redact(body), next_retry_at=now))
+    Delivery.objects.bulk_create(rows)
+    return [str(row.id) for row in rows]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # delivered | failed | retry | not_due
+    retry_in: float | None = None
+
+
+def attempt(delivery_id: str) -> Outcome:
+    """Send a due delivery once and record how it went."""
+    delivery = claim(delivery_id)
+    if delivery is None:
+        return Outcome("not_due")
+    raw_body = messages.encode(delivery.payload)
+    timestamp = str(int(time.time()))
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "X-Harness-Delivery": str(delivery.pk),
+        "X-Harness-Event": delivery.kind,
+        "X-Harness-Timestamp": timestamp,
+        "X-Harness-Signature": messages.signature(delivery.endpoint.secret, timestamp, raw_body),
+    }
+    started = time.monotonic()
+    status_code, excerpt, error = post(delivery.endpoint.url, raw_body, headers)
+    return record_attempt(delivery, status_code, excerpt, error, int((time.monotonic() - started) * 1000))
+
+
+def claim(delivery_id: str) -> Delivery | None:
+    now = timezone.now()
+    lease_until = now + timedelta(seconds=settings.HARNESS_WEBHOOK_TIMEOUT_SECONDS + 30)
+    claimed = Delivery.objects.filter(
+        pk=delivery_id,
+        status=Delivery.Status.PENDING,
+        next_retry_at__lte=now + timedelta(seconds=EARLY_SECONDS),
+    ).update(next_retry_at=lease_until)
+    if not claimed:
+        return None
+    return Delivery.objects.select_related("endpoint").get(pk=delivery_id)
+
+
+def post(url: str, raw_body: bytes, headers: dict[str, str]) -> tuple[int | None, str, str]:
+    """(status code, start of the response, error); redirects are not followed: the
+    signed request goes only where the admin said."""
+    try:
+        with requests.post(
+            url,
+            data=raw_body,
+            headers=headers,
+            timeout=settings.HARNESS_WEBHOOK_TIMEOUT_SECONDS,
+            allow_redirects=False,
+            stream=True,
+        ) as response:
+            excerpt = response.raw.read(EXCERPT_BYTES, decode_content=True).decode("utf-8", "replace")
+            return response.status_code, excerpt, ""
+    except requests.RequestException as exc:
+        return None, "", f"{type(exc).__name__}: {exc}"[:EXCERPT_BYTES]
+
+
+def record_attempt(delivery: Delivery, status_code: int | None, excerpt: str, error: str, duration_ms: int) -> Outcome:
+    now = timezone.now()
+    number = delivery.attempts + 1
+    ok = status_code is not None and 200 <= status_code < 300
+    retry_in = None
+    if ok:
+        status, outcome = Delivery.Status.DELIVERED, "delivered"
+    elif messages.retryable(status_code) and number < settings.HARNESS_WEBHOOK_MAX_ATTEMPTS:
+        retry_in = messages.backoff_seconds(number, settings.HARNESS_WEBHOOK_RETRY_BASE_SECONDS, settings.HARNESS_WEBHOOK_RETRY_MAX_SECONDS)
+        status, outcome = Delivery.Status.PENDING, "retry"
+    else:
+        status, outcome = Delivery.Status.FAILED, "failed"
+    with transaction.atomic():
+        DeliveryAttempt.objects.create(
+            delivery=delivery,
+            number=number,
+            at=now,
+            status_code=status_code,
+            response_excerpt=excerpt,
+            error=error,
+            duration_ms=duration_ms,
+        )
+        Delivery.objects.filter(pk=delivery.pk).update(
+            status=status,
+            attempts=number,
+            status_code=status_code,
+            response_excerpt=excerpt or error,
+            next_retry_at=now + timedelta(seconds=retry_in) if retry_in is not None else None,
+            delivered_at=now if ok else None,
+        )
+    if not ok:
+        log.warning("webhook %s to %s: attempt %d got %s", delivery.pk, delivery.endpoint.url, number, status_code or error)
+    return Outcome(outcome, retry_in)
+
+
+def overdue(grace_seconds: float) -> list[str]:
+    """Pending deliveries whose send or retry should have happened a while ago: the
+    task message was lost (broker down at commit) or its worker died mid-attempt."""
+    cutoff = timezone.now() - timedelta(seconds=grace_seconds)
+    return [
+        str(pk) for pk in Delivery.objects.filter(status=Delivery.Status.PENDING, next_retry_at__lte=cutoff).values_list("pk", flat=True)
+    ]

@@ -1,0 +1,32 @@
+"""Notifications hang off the event log: every stored event passes here, in the
+transaction that stores it."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import transaction
+from django.dispatch import receiver
+
+from notifications.services import record_deliveries
+from notifications.tasks import enqueue
+from runs.models import Event
+from runs.signals import events_stored
+
+log = logging.getLogger(__name__)
+
+
+@receiver(events_stored, sender=Event, dispatch_uid="notifications.on_events")
+def on_events(sender: type[Event], rows: list[Event], **_: Any) -> None:
+    for event in rows:
+        try:
+            # A savepoint: a failure here is rolled back alone and never costs the run
+            # its event, which is the audit record.
+            with transaction.atomic():
+                delivery_ids = record_deliveries(event)
+        except Exception:  # noqa: BLE001 - a notification must never break the event writer
+            log.exception("could not record webhook deliveries for event %s", event)
+            continue
+        for delivery_id in delivery_ids:
+            transaction.on_commit(lambda delivery_id=delivery_id: enqueue(delivery_id))

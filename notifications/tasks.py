@@ -1,0 +1,40 @@
+"""Celery tasks: sending a delivery (retried with exponential backoff) and the
+beat's sweep for deliveries whose task message was lost."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from notifications import services
+
+log = logging.getLogger(__name__)
+SWEEP_GRACE_SECONDS = 60.0
+
+
+# Each retry is a new task message with a countdown; services.attempt claims the
+# row first, so a message the broker redelivers early is a no-op.
+@shared_task(name="notifications.deliver", bind=True, acks_late=True, max_retries=None)
+def deliver(self, delivery_id: str) -> str:
+    outcome = services.attempt(delivery_id)
+    if outcome.retry_in is not None:
+        raise self.retry(countdown=outcome.retry_in)
+    return outcome.status
+
+
+def enqueue(delivery_id: str) -> None:
+    """Hand a delivery to a worker. If the broker is unreachable the row is still
+    there and the sweep sends it."""
+    try:
+        deliver.delay(delivery_id)
+    except Exception:  # noqa: BLE001 - the database holds the delivery; the sweep retries
+        log.warning("could not enqueue webhook delivery %s", delivery_id, exc_info=True)
+
+
+@shared_task(name="notifications.sweep")
+def sweep() -> int:
+    due = services.overdue(SWEEP_GRACE_SECONDS)
+    for delivery_id in due:
+        enqueue(delivery_id)
+    return len(due)

@@ -1,0 +1,7 @@
+"""Signals other apps listen to instead of reaching into the event writer."""
+
+from django.dispatch import Signal
+
+# Sent by runs.eventlog.append_events inside the transaction that stores the events,
+# with ``rows``: the stored runs.models.Event rows, seq assigned.
+events_stored = Signal()
