@@ -25,7 +25,7 @@ from runs.core.policy import check_policy
 class PolicyVersionForm(forms.ModelForm):
     document_text = forms.CharField(
         label="Policy (JSON)",
-        widget=forms.Textarea(attrs={"rows": 36, "cols": 110, "style": "font-family: monospace"}),
+        widget=forms.Textarea(attrs={"rows": 36, "cols": 110}),
         help_text="rules (first match wins; no match denies), checks, budget, approval TTL, sandbox limits",
     )
 

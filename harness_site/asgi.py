@@ -1,11 +1,7 @@
-"""
-ASGI config for harness_site project.
+"""ASGI entry point (Daphne): HTTP for the pages, WebSockets for the live trace.
 
-It exposes the ASGI callable as a module-level variable named ``application``.
-
-For more information on this file, see
-https://docs.djangoproject.com/en/5.2/howto/deployment/asgi/
-"""
+Sockets are origin-checked against ALLOWED_HOSTS (a page on another site cannot
+ride the reviewer's session) and carry the Django session for the user."""
 
 import os
 
@@ -13,4 +9,23 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
 
-application = get_asgi_application()
+# Django must be set up before the consumers (and their models) are imported.
+django_http = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
+from django.urls import path  # noqa: E402
+
+from runs.consumers import RunTraceConsumer  # noqa: E402
+
+websocket_urls = [path("ws/runs/<uuid:run_id>/", RunTraceConsumer.as_asgi())]
+
+application = ProtocolTypeRouter(
+    {
+        "http": ASGIStaticFilesHandler(django_http) if settings.HARNESS_SERVE_STATIC else django_http,
+        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urls))),
+    }
+)

@@ -78,7 +78,14 @@ DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Workers and the web process share one SQLite file in local mode; waiting for
     # the write lock beats failing with "database is locked".
-    DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+    # WAL lets the web process read while a worker writes, and with synchronous=NORMAL
+    # a commit does not wait for a full fsync (a power loss may lose the last commits,
+    # never corrupt the file): local mode only, production runs on PostgreSQL.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 
 REDIS_URL = env_url("REDIS_URL", "redis://127.0.0.1:6379/0", ("redis", "rediss"))
@@ -93,6 +100,10 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A broker outage must not cancel a run in flight: the database is the record, and the
+# run's lease keeps it single-driver whatever the broker redelivers later.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = env_str("HARNESS_QUEUE", "harness")
 CELERY_TASK_ALWAYS_EAGER = False
 # A message whose worker vanished is redelivered after this long; the beat's lease
@@ -144,15 +155,154 @@ HARNESS_RETRY_BASE_SECONDS = env_float("HARNESS_RETRY_BASE_SECONDS", 0.5)
 # Sandbox (Docker) settings; the engine address follows Docker's own DOCKER_HOST.
 DOCKER_HOST = env_str("DOCKER_HOST", "unix:///var/run/docker.sock")
 SANDBOX_IMAGE = env_str("HARNESS_SANDBOX_IMAGE", "harness-sandbox:latest")
-SANDBOX_MEMORY = env_str("HARNESS_SANDBOX_MEMORY", "512m")
-SANDBOX_CPUS = env_float("HARNESS_SANDBOX_CPUS", 1.0, minimum=0.1)
-SANDBOX_PIDS_LIMIT = env_int("HARNESS_SANDBOX_PIDS_LIMIT", 128, minimum=16)
+# Container limits (memory, CPUs, pids) come from the run's policy, edited in the admin.
+# The scope labels this installation's containers, so its sweeper never removes
+# another installation's (or test session's) containers on the same engine.
+SANDBOX_SCOPE = env_str("HARNESS_SANDBOX_SCOPE", "default")
 WORKSPACE_ROOT = Path(env_str("HARNESS_WORKSPACE_ROOT", str(VAR_DIR / "workspaces")))
 OUTBOX_DIR = Path(env_str("HARNESS_OUTBOX_DIR", str(VAR_DIR / "outbox")))
+# Where contracts may take their workspace from (local paths, git repositories and
+# archives); anything else is refused, so starting a run cannot read server files.
+WORKSPACE_SOURCES = [Path(p) for p in env_list("HARNESS_WORKSPACE_SOURCES", [str(BASE_DIR / "examples")])]
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "WARNING")},
+}
+
+# ---------------------------------------------------------------------------------
+# Model adapters (runs/adapters; issue 6). API keys come from here only: never from a
+# run's configuration, and never stored in run state, events or proposer snapshots.
+# ---------------------------------------------------------------------------------
+from runs.adapters.conversation import parse_price_table  # noqa: E402 - plain Python, no Django
+
+OPENAI_API_KEY = env_str("OPENAI_API_KEY", "")
+OPENAI_BASE_URL = env_url("OPENAI_BASE_URL", "https://api.openai.com/v1", ("http", "https"))
+ANTHROPIC_API_KEY = env_str("ANTHROPIC_API_KEY", "")
+ANTHROPIC_BASE_URL = env_url("ANTHROPIC_BASE_URL", "https://api.anthropic.com", ("http", "https"))
+# A run may pick another base URL (vLLM, Ollama, llama.cpp server...) only from these
+# lists: the server's API key is sent to whatever URL a run names.
+OPENAI_ALLOWED_BASE_URLS = sorted({OPENAI_BASE_URL, *env_list("HARNESS_OPENAI_ALLOWED_BASE_URLS", [])})
+ANTHROPIC_ALLOWED_BASE_URLS = sorted({ANTHROPIC_BASE_URL, *env_list("HARNESS_ANTHROPIC_ALLOWED_BASE_URLS", [])})
+
+# Server-wide caps per run; a run's own max_tokens / max_cost_usd are intersected with them.
+HARNESS_MODEL_MAX_TOKENS = env_int("HARNESS_MODEL_MAX_TOKENS", 2_000_000, minimum=1)
+HARNESS_MODEL_MAX_COST_USD = env_float("HARNESS_MODEL_MAX_COST_USD", 10.0, minimum=0.0001)
+HARNESS_MODEL_MAX_OUTPUT_TOKENS = env_int("HARNESS_MODEL_MAX_OUTPUT_TOKENS", 4096, minimum=16, maximum=200_000)
+HARNESS_MODEL_TIMEOUT_SECONDS = env_float("HARNESS_MODEL_TIMEOUT_SECONDS", 120.0, minimum=1.0)
+HARNESS_MODEL_MAX_RETRIES = env_int("HARNESS_MODEL_MAX_RETRIES", 4, minimum=0, maximum=20)
+HARNESS_MODEL_RETRY_BASE_SECONDS = env_float("HARNESS_MODEL_RETRY_BASE_SECONDS", 1.0, minimum=0.0)
+HARNESS_MODEL_RETRY_MAX_SECONDS = env_float("HARNESS_MODEL_RETRY_MAX_SECONDS", 60.0, minimum=0.0)
+HARNESS_MODEL_MAX_RESULT_CHARS = env_int("HARNESS_MODEL_MAX_RESULT_CHARS", 12_000, minimum=1000)
+
+# USD per million tokens, {"model": {"input": x, "output": y}}; a dated variant uses its
+# base model's entry, and "*" prices every model not listed (e.g. {"*": {"input": 0,
+# "output": 0}} for local models). List prices when written; override in production.
+_DEFAULT_MODEL_PRICES = """{
+  "gpt-4o": {"input": 2.5, "output": 10.0},
+  "gpt-4o-mini": {"input": 0.15, "output": 0.6},
+  "gpt-4.1": {"input": 2.0, "output": 8.0},
+  "gpt-4.1-mini": {"input": 0.4, "output": 1.6},
+  "gpt-4.1-nano": {"input": 0.1, "output": 0.4},
+  "o4-mini": {"input": 1.1, "output": 4.4},
+  "claude-opus-4-1": {"input": 15.0, "output": 75.0},
+  "claude-sonnet-4": {"input": 3.0, "output": 15.0},
+  "claude-sonnet-4-5": {"input": 3.0, "output": 15.0},
+  "claude-sonnet-4-6": {"input": 3.0, "output": 15.0},
+  "claude-haiku-4-5": {"input": 1.0, "output": 5.0},
+  "claude-3-5-haiku": {"input": 0.8, "output": 4.0}
+}"""
+try:
+    HARNESS_MODEL_PRICES = {
+        model: {"input": price.input_per_mtok, "output": price.output_per_mtok}
+        for model, price in parse_price_table(env_str("HARNESS_MODEL_PRICES", _DEFAULT_MODEL_PRICES)).items()
+    }
+except ValueError as exc:
+    raise SettingError(f"HARNESS_MODEL_PRICES: {exc}") from None
+
+HARNESS_SECRET_VALUES += [key for key in (OPENAI_API_KEY, ANTHROPIC_API_KEY) if key and key not in HARNESS_SECRET_VALUES]
+
+# ---------------------------------------------------------------------------------
+# Web dashboard (issue 5): static files, sign-in, cookies, Content-Security-Policy.
+# ---------------------------------------------------------------------------------
+STATICFILES_DIRS = [BASE_DIR / "static"]
+# Daphne serves the static files itself unless a front server does (production).
+HARNESS_SERVE_STATIC = env_bool("HARNESS_SERVE_STATIC", DEBUG)
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "runs:list"
+LOGOUT_REDIRECT_URL = "login"
+MIDDLEWARE.insert(1, "harness_site.security.ContentSecurityPolicyMiddleware")
+# Scripts only from our own static files: injected markup in tool output cannot run
+# even if a template ever forgot to escape it.
+HARNESS_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_AGE = env_int("HARNESS_SESSION_SECONDS", 12 * 3600, minimum=300)
+# Every form is server-rendered with its token, so no script needs the CSRF cookie.
+CSRF_COOKIE_HTTPONLY = True
+CSRF_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("HARNESS_SECURE_COOKIES", not DEBUG)
+X_FRAME_OPTIONS = "DENY"
+SECURE_REFERRER_POLICY = "same-origin"
+# Live events go out by Redis pub/sub: one PUBLISH per broadcast, fanned out to the
+# viewers inside each ASGI process. The default list-based layer queues a copy per
+# viewer in Redis and pops them one by one, which cannot keep up with 20 viewers at
+# 200 events/s. Pub/sub delivers at most once; the trace consumer fills any gap from
+# the database (the record), so nothing is lost for good.
+CHANNEL_LAYERS["default"]["BACKEND"] = "channels_redis.pubsub.RedisPubSubChannelLayer"
+HARNESS_TRACE_WINDOW = env_int("HARNESS_TRACE_WINDOW", 200, minimum=20, maximum=2000)
+# How often a live viewer re-reads the log for a broadcast that never came.
+HARNESS_TRACE_RECHECK_SECONDS = env_float("HARNESS_TRACE_RECHECK_SECONDS", 5.0, minimum=0.1)
+
+# ---------------------------------------------------------------------------------
+# REST API and webhook notifications (api/, notifications/; issue 7).
+# ---------------------------------------------------------------------------------
+INSTALLED_APPS += ["rest_framework", "rest_framework.authtoken", "drf_spectacular", "api", "notifications"]
+
+REST_FRAMEWORK = {
+    # Token first: its WWW-Authenticate header turns a missing login into 401, not 403.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
+    # No OPTIONS self-description and no ?format= switch: the OpenAPI schema
+    # describes the API, and every query parameter is one the schema lists.
+    "DEFAULT_METADATA_CLASS": None,
+    "URL_FORMAT_OVERRIDE": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Harness API",
+    "DESCRIPTION": "Runs, their events and reports, approvals and the kill switch. "
+    "Authenticate with `Authorization: Token <key>` (or a browser session).",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "runs.models.Run.Status",
+        "ApprovalStatusEnum": "approvals.models.ApprovalRequest.Status",
+    },
+}
+
+# Links in notifications point here (the address people reach the web service at).
+HARNESS_PUBLIC_URL = env_url("HARNESS_PUBLIC_URL", "http://localhost:8000", ("http", "https")).rstrip("/")
+HARNESS_WEBHOOK_TIMEOUT_SECONDS = env_float("HARNESS_WEBHOOK_TIMEOUT_SECONDS", 10.0, minimum=0.5)
+HARNESS_WEBHOOK_MAX_ATTEMPTS = env_int("HARNESS_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1, maximum=50)
+# Attempt n waits base * 2**(n-1) seconds, capped; about 20 minutes over 8 attempts.
+HARNESS_WEBHOOK_RETRY_BASE_SECONDS = env_float("HARNESS_WEBHOOK_RETRY_BASE_SECONDS", 10.0, minimum=0.01)
+HARNESS_WEBHOOK_RETRY_MAX_SECONDS = env_float("HARNESS_WEBHOOK_RETRY_MAX_SECONDS", 3600.0, minimum=0.01)
+# Deliveries go to their own queue when set, so a slow receiver never delays runs.
+CELERY_TASK_ROUTES = {"notifications.*": {"queue": env_str("HARNESS_NOTIFY_QUEUE", CELERY_TASK_DEFAULT_QUEUE)}}
+CELERY_BEAT_SCHEDULE["notifications-sweep"] = {
+    "task": "notifications.sweep",
+    "schedule": env_float("HARNESS_BEAT_NOTIFY_SECONDS", 30.0, minimum=1),
 }

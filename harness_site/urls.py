@@ -1,6 +1,47 @@
+"""Pages and actions. Every view checks its permission itself (runs.views.access);
+the live trace's WebSocket route is in harness_site.asgi."""
+
 from django.contrib import admin
-from django.urls import path
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from django.views.generic import RedirectView
+
+from approvals import views as approval_views
+from runs.views import control, new_run, run_detail, runs_list
+
+run_patterns = (
+    [
+        path("", runs_list.run_list, name="list"),
+        path("new/", new_run.new_run, name="new"),
+        path("<uuid:run_id>/", run_detail.run_detail, name="detail"),
+        path("<uuid:run_id>/events/", run_detail.run_events, name="events"),
+        path("<uuid:run_id>/events/<int:seq>/", run_detail.run_event, name="event"),
+        path("<uuid:run_id>/summary/", run_detail.run_summary_json, name="summary"),
+        path("<uuid:run_id>/report.json", run_detail.run_report, name="report"),
+        path("<uuid:run_id>/artifacts/<str:ref>/", run_detail.run_artifact, name="artifact"),
+        path("<uuid:run_id>/kill/", control.kill_run, name="kill"),
+    ],
+    "runs",
+)
+
+approval_patterns = (
+    [
+        path("", approval_views.inbox, name="inbox"),
+        path("count/", approval_views.pending_count, name="count"),
+        path("<uuid:request_id>/", approval_views.detail, name="detail"),
+        path("<uuid:request_id>/grant/", approval_views.grant_view, name="grant"),
+        path("<uuid:request_id>/deny/", approval_views.deny_view, name="deny"),
+    ],
+    "approvals",
+)
 
 urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="runs:list"), name="home"),
+    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("runs/", include(run_patterns)),
+    path("approvals/", include(approval_patterns)),
+    path("control/", control.global_switch, name="control"),
     path("admin/", admin.site.urls),
+    path("api/", include("api.urls")),
 ]

@@ -1,0 +1,124 @@
+"""The reviewer's pages: the inbox of pending requests and one request with its
+exact diff, arguments, revision, evidence and the run's trace, and grant / deny.
+The services decide; a refused decision re-renders the page with the reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from approvals.models import ApprovalRequest
+from approvals.services import DecisionRefused, check_decision, deny, grant, staleness
+from runs.models import Evidence
+from runs.views.access import DECIDE, VIEW_APPROVALS, require
+from runs.views.trace import timeline
+
+Status = ApprovalRequest.Status
+RECENT_DECISIONS = 30
+
+
+def pending_requests() -> QuerySet[ApprovalRequest]:
+    return ApprovalRequest.objects.filter(status=Status.PENDING, expires_at__gt=timezone.now()).order_by("created_at")
+
+
+def inbox_rows() -> list[dict[str, Any]]:
+    return [{"request": r, "stale": staleness(r)} for r in pending_requests().select_related("run", "requested_by")]
+
+
+def decision_blocker(request: ApprovalRequest, user: AbstractBaseUser) -> str | None:
+    """Why this user cannot decide this request now, or None. An expired or stale
+    request is recorded as such here, as the beat would within seconds."""
+    try:
+        check_decision(request, user)
+    except DecisionRefused as exc:
+        request.refresh_from_db()
+        return str(exc)
+    return None
+
+
+def approval_context(request: ApprovalRequest, user: AbstractBaseUser) -> dict[str, Any]:
+    blocker = decision_blocker(request, user)
+    run = request.run
+    run.refresh_from_db()
+    return {
+        "req": request,
+        "run": run,
+        "blocker": blocker,
+        "stale": staleness(request) if request.status == Status.PENDING else None,
+        "revision_current": run.revision == request.revision,
+        "evidence": Evidence.objects.filter(run=run, revision=request.revision).order_by("recorded_at"),
+        "deny_form": DenyForm(),
+        **timeline(str(run.pk)),
+    }
+
+
+def _approval(request_id: str) -> ApprovalRequest:
+    return get_object_or_404(ApprovalRequest.objects.select_related("run", "run__policy", "requested_by", "decided_by"), pk=request_id)
+
+
+@require_GET
+@require(VIEW_APPROVALS)
+def inbox(request: HttpRequest) -> HttpResponse:
+    recent = ApprovalRequest.objects.exclude(status=Status.PENDING).select_related("run", "decided_by").order_by("-created_at")
+    return render(request, "approvals/inbox.html", {"rows": inbox_rows(), "recent": recent[:RECENT_DECISIONS]})
+
+
+@require_GET
+@require(VIEW_APPROVALS)
+def pending_count(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"pending": pending_requests().count()})
+
+
+@require_GET
+@require(VIEW_APPROVALS)
+def detail(request: HttpRequest, request_id: str) -> HttpResponse:
+    return render(request, "approvals/detail.html", approval_context(_approval(request_id), request.user))
+
+
+class DenyForm(forms.Form):
+    reason = forms.CharField(
+        max_length=2000, strip=True, widget=forms.Textarea(attrs={"rows": 3, "placeholder": "Why is this denied? The run stops with it."})
+    )
+
+
+def _refused(request: HttpRequest, approval: ApprovalRequest, error: str, deny_form: DenyForm | None = None) -> HttpResponse:
+    context = approval_context(approval, request.user)
+    context["error"] = error
+    if deny_form is not None:
+        context["deny_form"] = deny_form
+    return render(request, "approvals/detail.html", context, status=409 if deny_form is None else 400)
+
+
+@require_POST
+@require(DECIDE)
+def grant_view(request: HttpRequest, request_id: str) -> HttpResponse:
+    approval = _approval(request_id)
+    try:
+        grant(approval, request.user)
+    except DecisionRefused as exc:
+        return _refused(request, approval, str(exc))
+    messages.success(request, f"Granted {approval.tool} for {approval.run.task_id}; the run continues.")
+    return redirect("runs:detail", approval.run_id)
+
+
+@require_POST
+@require(DECIDE)
+def deny_view(request: HttpRequest, request_id: str) -> HttpResponse:
+    approval = _approval(request_id)
+    form = DenyForm(request.POST)
+    if not form.is_valid():
+        return _refused(request, approval, "a denial needs a reason", form)
+    try:
+        deny(approval, request.user, form.cleaned_data["reason"])
+    except DecisionRefused as exc:
+        return _refused(request, approval, str(exc))
+    messages.warning(request, f"Denied {approval.tool} for {approval.run.task_id}; the run stops.")
+    return redirect("runs:detail", approval.run_id)

@@ -1,0 +1,365 @@
+"""Live-trace latency and the cost of opening a long run, against a real Daphne
+process, the Redis channel layer and WebSocket clients:
+
+- from an event's commit to its arrival in each connected viewer, with events
+  committed at a steady rate (default 200 events/s) and 20 viewers on the run
+  (median, p99, max);
+- opening the page of a run with 10,000 events: the HTML, and the HTML plus the
+  socket's replay up to "live" (what a person waits for).
+
+    python bench/trace_latency.py [--rate 200] [--seconds 10] [--viewers 20] [--events 10000] [--json] [--write-doc]
+
+Uses its own SQLite database, variable directory and channel prefix. ``--write-doc``
+puts the table into docs/performance.md under "Live trace"."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# The writer process is this script again; it must find the same directory and prefix.
+VAR = Path(os.environ.setdefault("BENCH_TRACE_VAR", tempfile.mkdtemp(prefix="bench-trace-")))
+PREFIX = os.environ.setdefault("BENCH_TRACE_PREFIX", f"bench-{uuid.uuid4().hex[:8]}")
+ENV = {
+    **os.environ,
+    "DEBUG": "1",
+    "DJANGO_SETTINGS_MODULE": "harness_site.settings",
+    "HARNESS_VAR_DIR": str(VAR),
+    "HARNESS_CHANNEL_PREFIX": PREFIX,
+    "LOG_LEVEL": "ERROR",
+}
+os.environ.update(ENV)
+DOC = ROOT / "docs" / "performance.md"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_ready(base: str, log: Path) -> None:
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(f"{base}/accounts/login/", timeout=1).read()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"daphne did not start: {log.read_text()[-2000:]}")
+
+
+def new_run(user: Any) -> str:
+    from runs.services import check_new_run, do_create_run
+
+    contract = json.loads((ROOT / "examples" / "demo" / "contract.json").read_text())
+    new = check_new_run(contract, {"kind": "scripted", "script": []})
+    return str(do_create_run(new, user, lambda run: "0" * 40).pk)
+
+
+def note(run_id: str, n: int) -> Any:
+    from runs.core import events as ev
+
+    return ev.ModelNote(run_id=run_id, seq=0, ts=time.time(), kind="bench", detail={"n": n, "text": "x" * 200})
+
+
+def write_events(run_id: str, rate: float, seconds: float, out: Path) -> None:
+    """The writer process: one event per transaction at ``rate``; records each
+    event's commit time (an on_commit hook registered before the broadcast's)."""
+    import django
+
+    django.setup()
+    from django.db import transaction
+
+    from runs.broadcast import flush_broadcasts
+    from runs.eventlog import append_events
+
+    committed: dict[int, float] = {}
+    start = time.perf_counter() + 0.5
+    for n in range(int(rate * seconds)):
+        delay = start + n / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        stamp: dict[str, float] = {}
+        with transaction.atomic():
+            transaction.on_commit(lambda stamp=stamp: stamp.setdefault("t", time.time()))
+            rows = append_events(run_id, [note(run_id, n)])
+        committed[rows[0].seq] = stamp["t"]
+    flush_broadcasts()  # they are sent from a background thread that dies with this process
+    out.write_text(json.dumps(committed))
+
+
+async def watch(url: str, cookie: str, origin: str, after: int, expected: int, arrivals: dict[int, float], ready: asyncio.Event) -> None:
+    from autobahn.asyncio.websocket import WebSocketClientFactory, WebSocketClientProtocol
+
+    done = asyncio.get_running_loop().create_future()
+
+    class Viewer(WebSocketClientProtocol):
+        def onOpen(self) -> None:  # noqa: N802 - autobahn's name
+            self.sendMessage(json.dumps({"type": "subscribe", "after_seq": after}).encode())
+
+        def onMessage(self, payload: bytes, is_binary: bool) -> None:  # noqa: N802
+            now = time.time()
+            message = json.loads(payload)
+            if message["type"] == "live":
+                ready.set()
+            elif message["type"] == "events":
+                for event in message["events"]:
+                    arrivals[event["seq"]] = now
+                if len(arrivals) >= expected and not done.done():
+                    done.set_result(None)
+
+    factory = WebSocketClientFactory(url, origin=origin, headers={"Cookie": cookie})
+    factory.protocol = Viewer
+    host, port = url.split("//", 1)[1].split("/", 1)[0].split(":")
+    transport, _ = await asyncio.get_running_loop().create_connection(factory, host, int(port))
+    try:
+        await asyncio.wait_for(done, timeout=300)
+    finally:
+        transport.close()
+
+
+def session_cookie(user: Any) -> str:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return "; ".join(f"{name}={morsel.value}" for name, morsel in client.cookies.items())
+
+
+def fill(run_id: str, count: int) -> None:
+    from runs.eventlog import append_events
+
+    for start in range(0, count, 500):
+        append_events(run_id, [note(run_id, n) for n in range(start, min(count, start + 500))])
+
+
+def open_page(base: str, run_id: str, cookie: str) -> tuple[float, float, int]:
+    """Seconds to the page's HTML, then to the socket's "live" after what the page shows."""
+    started = time.perf_counter()
+    request = urllib.request.Request(f"{base}/runs/{run_id}/", headers={"Cookie": cookie})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        html = response.read()
+    page = time.perf_counter() - started
+    match = re.search(rb'data-last-seq="(\d+)"', html)
+    assert match, "the page has no timeline"
+    ready = asyncio.Event()
+
+    async def to_live() -> None:
+        url = base.replace("http", "ws", 1) + f"/ws/runs/{run_id}/"
+        task = asyncio.create_task(watch(url, cookie, base, int(match.group(1)), 10**9, {}, ready))
+        await asyncio.wait_for(ready.wait(), timeout=60)
+        task.cancel()
+
+    asyncio.run(to_live())
+    return page, time.perf_counter() - started, len(html)
+
+
+def viewers_process(url: str, cookie: str, origin: str, count: int, expected: int, out: Path) -> None:
+    """The viewers, in a process without Django (autobahn's asyncio flavour cannot
+    share a process with Daphne's Twisted one): "ready" once all are live, then
+    the arrival times of every event at every viewer."""
+    arrivals: list[dict[int, float]] = [{} for _ in range(count)]
+
+    async def run() -> None:
+        readies = [asyncio.Event() for _ in range(count)]
+        tasks = [asyncio.create_task(watch(url, cookie, origin, 0, expected, arrivals[i], readies[i])) for i in range(count)]
+        all_ready = asyncio.ensure_future(asyncio.gather(*(ready.wait() for ready in readies)))
+        await asyncio.wait([all_ready, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                task.result()  # a viewer that failed to connect fails the bench
+        print("ready", flush=True)
+        await asyncio.gather(*tasks)
+
+    asyncio.run(run())
+    out.write_text(json.dumps(arrivals))
+
+
+def child(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, __file__, *args], env=ENV, stdout=subprocess.PIPE, text=True)
+
+
+def measure(rate: float, seconds: float, viewers: int, events: int) -> dict[str, Any]:
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.contrib.auth.models import Group, User
+    from django.core.management import call_command
+
+    from runs.roles import ensure_roles
+
+    call_command("migrate", verbosity=0)
+    ensure_roles()
+    user = User.objects.create_user("bench-operator")
+    user.groups.add(Group.objects.get(name="operator"))
+    cookie = session_cookie(user)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "harness_site.asgi:application"],
+        cwd=ROOT,
+        env=ENV,
+        stdout=open(VAR / "daphne.log", "wb"),  # noqa: SIM115 - closed with the process
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        wait_ready(base, VAR / "daphne.log")
+        live_run = new_run(user)
+        total = int(rate * seconds)
+        arrivals_file, committed_file = VAR / "arrivals.json", VAR / "committed.json"
+        viewers_proc = child(
+            "--viewers-process", f"ws://127.0.0.1:{port}/ws/runs/{live_run}/", cookie, base, str(viewers), str(total), str(arrivals_file)
+        )
+        assert viewers_proc.stdout is not None and viewers_proc.stdout.readline().strip() == "ready", "the viewers did not connect"
+        writer = child("--writer", live_run, str(rate), str(seconds), str(committed_file))
+        if writer.wait() or viewers_proc.wait():
+            raise RuntimeError("the writer or the viewers failed")
+        committed = {int(seq): t for seq, t in json.loads(committed_file.read_text()).items()}
+        arrivals = [{int(seq): t for seq, t in seen.items()} for seen in json.loads(arrivals_file.read_text())]
+        latencies = [(seen[seq] - t) * 1000 for seen in arrivals for seq, t in committed.items()]
+
+        long_run = new_run(user)
+        fill(long_run, events)
+        opener = child("--open", base, long_run, cookie)
+        out, _ = opener.communicate(timeout=600)
+        opens = json.loads(out)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(10)
+    return {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "machine": machine(),
+        "rate": rate,
+        "viewers": viewers,
+        "events_streamed": total,
+        "deliveries": len(latencies),
+        "latency_ms": {
+            "median": round(statistics.median(latencies), 2),
+            "p99": round(percentile(latencies, 0.99), 2),
+            "max": round(max(latencies), 2),
+        },
+        "long_run_events": events,
+        "window": settings.HARNESS_TRACE_WINDOW,
+        "page_ms": {
+            "median": round(statistics.median(o[0] for o in opens) * 1000, 1),
+            "p90": round(percentile([o[0] for o in opens], 0.9) * 1000, 1),
+        },
+        "page_to_live_ms": {
+            "median": round(statistics.median(o[1] for o in opens) * 1000, 1),
+            "p90": round(percentile([o[1] for o in opens], 0.9) * 1000, 1),
+        },
+        "page_kib": round(statistics.median(o[2] for o in opens) / 1024, 1),
+    }
+
+
+def machine() -> str:
+    cpu = platform.machine()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} vCPU {cpu}, {memory:.0f} GiB RAM, Linux {platform.release()}, Python {platform.python_version()}"
+
+
+def table(r: dict[str, Any]) -> str:
+    lat, page, live = r["latency_ms"], r["page_ms"], r["page_to_live_ms"]
+    return "\n".join(
+        [
+            "| measurement | median | p99 / p90 | max | n |",
+            "| --- | ---: | ---: | ---: | ---: |",
+            f"| commit → arrival, {r['rate']:.0f} events/s, {r['viewers']} viewers | {lat['median']:.2f} ms | {lat['p99']:.2f} ms (p99) "
+            f"| {lat['max']:.2f} ms | {r['deliveries']} |",
+            f"| open a run with {r['long_run_events']:,} events: page HTML ({r['page_kib']} KiB, last {r['window']} events) "
+            f"| {page['median']:.1f} ms | {page['p90']:.1f} ms (p90) | | 10 |",
+            f"| same, HTML + socket replay until live | {live['median']:.1f} ms | {live['p90']:.1f} ms (p90) | | 10 |",
+        ]
+    )
+
+
+def write_doc(r: dict[str, Any]) -> None:
+    section = (
+        "## Live trace\n\n"
+        f"Measured with `python bench/trace_latency.py` on {r['date']}, on a {r['machine']}: one Daphne process, "
+        "the Redis pub/sub channel layer, SQLite, all on one machine. A writer process commits one event per transaction at a "
+        f"steady {r['rate']:.0f} events/s for {r['events_streamed']} events while {r['viewers']} WebSocket viewers watch the "
+        "run; latency is from each event's commit (an on_commit hook that runs before the broadcast) to its arrival "
+        "in each viewer, on the same clock.\n\n"
+        f"{table(r)}\n\n"
+        f"The run page renders only the latest {r['window']} events (older ones load on demand), so opening a run costs "
+        "the same whatever its length; the socket then replays nothing older than the page has.\n\n"
+        "channels_redis's default list-based layer, which queues one copy per viewer in Redis for the ASGI process to pop "
+        "one at a time, fell behind at this load (latency grew to seconds over the run); the pub/sub layer publishes each "
+        "broadcast once and fans it out inside the process. Pub/sub delivers at most once: a viewer that sees a gap, or "
+        "no broadcast for a while, reads the missing events from the database.\n"
+    )
+    text = DOC.read_text() if DOC.exists() else "# Performance\n"
+    pattern = re.compile(r"## Live trace\n.*?(?=\n## |\Z)", re.S)
+    text = pattern.sub(section.rstrip("\n"), text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
+    DOC.write_text(text if text.endswith("\n") else text + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", type=float, default=200)
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--viewers", type=int, default=20)
+    parser.add_argument("--events", type=int, default=10_000)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--write-doc", action="store_true")
+    parser.add_argument("--writer", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--viewers-process", dest="viewers_args", nargs=6, help=argparse.SUPPRESS)
+    parser.add_argument("--open", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.writer:
+        run_id, rate, seconds, out = args.writer
+        write_events(run_id, float(rate), float(seconds), Path(out))
+        return
+    if args.viewers_args:
+        url, cookie, origin, count, expected, out = args.viewers_args
+        viewers_process(url, cookie, origin, int(count), int(expected), Path(out))
+        return
+    if args.open:
+        base, run_id, cookie = args.open
+        print(json.dumps([open_page(base, run_id, cookie) for _ in range(10)]))
+        return
+    # A terminated bench still stops its Daphne (measure's finally runs on SystemExit).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    result = measure(args.rate, args.seconds, args.viewers, args.events)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"Live trace on {result['machine']} ({result['date']})\n")
+        print(table(result))
+    if args.write_doc:
+        write_doc(result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""The live trace of one run over a WebSocket.
+
+The client sends ``{"type": "subscribe", "after_seq": N}``. The consumer joins the
+run's group first, then replays events after N from the database in pages, then
+streams what the group delivers. Whatever arrives twice (committed before the
+replay's query, broadcast after the join) is dropped by seq; a gap in the stream
+(a lost broadcast) is filled from the database, and so is a lost last broadcast,
+by a periodic recheck. So a viewer gets every event exactly once, in order.
+
+Server messages: ``events`` (a list of presented events), ``live`` (the replay is
+done), ``error`` (names the problem). Close codes 4401/4403/4404 mean not signed
+in, no permission, no such run: the client should not retry those."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import OrderedDict
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from runs.broadcast import run_group
+from runs.models import Run
+from runs.views.access import VIEW_RUNS
+from runs.views.trace import present, stored_events_after
+
+NOT_SIGNED_IN, FORBIDDEN, NO_SUCH_RUN = 4401, 4403, 4404
+ENCODED_CACHE = 512
+
+# Every viewer of a run gets the same events: they are presented and encoded once per
+# process, not once per viewer. A run's events are immutable and seq is unique per
+# run, so (run, first seq, last seq) names the content. Consumers share one loop.
+_encoded: OrderedDict[tuple[str, int, int], str] = OrderedDict()
+
+
+def encode_events(run_id: str, events: list[dict[str, Any]]) -> str:
+    key = (run_id, events[0]["seq"], events[-1]["seq"])
+    text = _encoded.get(key)
+    if text is None:
+        text = _encoded[key] = json.dumps({"type": "events", "events": [present(event) for event in events]})
+        if len(_encoded) > ENCODED_CACHE:
+            _encoded.popitem(last=False)
+    return text
+
+
+def access_problem(user: Any, run_id: str) -> tuple[int, str] | None:
+    if not user.is_authenticated:
+        return NOT_SIGNED_IN, "sign in to watch runs"
+    if not user.has_perm(VIEW_RUNS):
+        return FORBIDDEN, f"this needs the {VIEW_RUNS} permission"
+    if not Run.objects.filter(pk=run_id).exists():
+        return NO_SUCH_RUN, "no such run"
+    return None
+
+
+def check_subscribe(text: str | None) -> int:
+    """The ``after_seq`` of a subscribe message; ValueError names what is wrong."""
+    if text is None:
+        raise ValueError("send JSON text frames, not binary")
+    try:
+        message = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON: {exc.msg}") from None
+    if not isinstance(message, dict):
+        raise ValueError("a message must be a JSON object")
+    if message.get("type") != "subscribe":
+        raise ValueError("type: the only message type is 'subscribe'")
+    after = message.get("after_seq", 0)
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise ValueError("after_seq: must be a non-negative integer")
+    return after
+
+
+class RunTraceConsumer(AsyncWebsocketConsumer):
+    async def connect(self) -> None:
+        self.run_id = str(self.scope["url_route"]["kwargs"]["run_id"])
+        self.group = run_group(self.run_id)
+        self.cursor: int | None = None  # seq of the last event sent; None until subscribed
+        self.rechecks: asyncio.Task[None] | None = None
+        await self.accept()
+        # Accepted first so the client learns why it is refused and stops retrying.
+        problem = await database_sync_to_async(access_problem)(self.scope["user"], self.run_id)
+        if problem is not None:
+            code, message = problem
+            await self.send_message({"type": "error", "error": message})
+            await self.close(code=code)
+
+    async def disconnect(self, code: int) -> None:
+        if self.rechecks is not None:
+            self.rechecks.cancel()
+        if self.cursor is not None:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        try:
+            after = check_subscribe(text_data)
+        except ValueError as exc:
+            await self.send_message({"type": "error", "error": str(exc)})
+            return
+        if self.cursor is None:
+            # Join before reading the database: anything committed after the read is
+            # then certain to arrive through the group.
+            await self.channel_layer.group_add(self.group, self.channel_name)
+            self.rechecks = asyncio.create_task(self.recheck_periodically())
+        self.cursor = after
+        await self.catch_up()
+        await self.send_message({"type": "live", "last_seq": self.cursor})
+
+    async def catch_up(self) -> None:
+        """Send every stored event after the cursor, page by page."""
+        while True:
+            page = await database_sync_to_async(stored_events_after)(self.run_id, self.cursor)
+            if not page:
+                return
+            await self.send_events(page)
+
+    async def recheck_periodically(self) -> None:
+        # A gap shows when the next broadcast arrives; a lost *last* broadcast (the
+        # run's stop, say) has no next one. The check goes through this consumer's own
+        # channel so it runs between messages, never in the middle of one.
+        while True:
+            await asyncio.sleep(settings.HARNESS_TRACE_RECHECK_SECONDS)
+            await self.channel_layer.send(self.channel_name, {"type": "trace.recheck"})
+
+    async def trace_recheck(self, message: dict[str, Any]) -> None:
+        await self.catch_up()
+
+    async def run_events(self, message: dict[str, Any]) -> None:
+        if self.cursor is None:
+            return
+        fresh = sorted((e for e in message["events"] if e["seq"] > self.cursor), key=lambda e: e["seq"])
+        if not fresh:
+            return
+        if fresh[0]["seq"] != self.cursor + 1:
+            await self.catch_up()
+            fresh = [e for e in fresh if e["seq"] > self.cursor]
+        if fresh:
+            await self.send_events(fresh)
+
+    async def send_events(self, events: list[dict[str, Any]]) -> None:
+        self.cursor = events[-1]["seq"]
+        await self.send(text_data=encode_events(self.run_id, events))
+
+    async def send_message(self, message: dict[str, Any]) -> None:
+        await self.send(text_data=json.dumps(message))

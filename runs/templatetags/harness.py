@@ -1,0 +1,71 @@
+"""Small presentation helpers for the dashboard templates."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import template
+from django.contrib.auth.models import AbstractBaseUser
+
+from approvals.views import pending_requests
+from runs.views.access import DECIDE
+from runs.views.trace import TONES
+from runs.views.trace import short as short_revision
+
+register = template.Library()
+
+# Shown in full up to this many characters; the full event is one click away.
+JSON_SHOWN_CHARS = 4000
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    if len(text) <= JSON_SHOWN_CHARS:
+        return text
+    return f"{text[:JSON_SHOWN_CHARS]}\n… {len(text) - JSON_SHOWN_CHARS} more characters"
+
+
+@register.filter
+def short(value: Any) -> str:
+    return short_revision(value)
+
+
+@register.filter
+def tone(status: str) -> str:
+    return TONES.get(status, "muted")
+
+
+@register.filter
+def percent(ratio: float) -> int:
+    return round(ratio * 100)
+
+
+@register.simple_tag
+def pending_approvals(user: AbstractBaseUser) -> int:
+    """Requests waiting for a decision, for the reviewer's badge."""
+    if not user.is_authenticated or not user.has_perm(DECIDE):
+        return 0
+    return pending_requests().count()
+
+
+@register.simple_tag
+def json_detail_cap() -> int:
+    return JSON_SHOWN_CHARS
+
+
+@register.filter
+def get_item(mapping: dict[str, Any], key: str) -> Any:
+    return mapping.get(key)
+
+
+@register.filter
+def clock(iso: str) -> str:
+    """HH:MM:SS of an ISO timestamp (UTC), as the page's script shows live events."""
+    return str(iso)[11:19]
+
+
+@register.filter
+def tone_of(event: dict[str, Any]) -> str:
+    return str(event["view"]["tone"])

@@ -1,0 +1,35 @@
+"""Permission checks for every page and action: anonymous visitors are sent to the
+sign-in page; signed-in users without the permission get 403."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+
+View = Callable[..., HttpResponse]
+
+VIEW_RUNS = "runs.view_run"
+ADD_RUNS = "runs.add_run"
+OPERATE = "runs.operate_runs"
+VIEW_APPROVALS = "approvals.view_approvalrequest"
+DECIDE = "approvals.decide_approval"
+
+
+def require(permission: str) -> Callable[[View], View]:
+    def decorate(view: View) -> View:
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not request.user.is_authenticated:
+                return redirect_to_login(request.get_full_path())
+            if not request.user.has_perm(permission):
+                raise PermissionDenied(f"this needs the {permission} permission")
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorate

@@ -1,0 +1,75 @@
+"""The operator's controls: killing one run (after a confirmation page) and the
+global switch. The permission is checked here and again by the control services."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods
+
+from runs.control import ACTIVE, ControlRefused, kill, set_global
+from runs.models import GlobalSwitch, Run
+from runs.views.access import OPERATE, require
+
+# Each action turns one of the two switches and leaves the other as it is.
+SWITCH_ACTIONS = {
+    "stop_all": ("stop_all", True),
+    "release": ("stop_all", False),
+    "pause_admission": ("admit_new", False),
+    "admit": ("admit_new", True),
+}
+
+
+@require_http_methods(["GET", "POST"])
+@require(OPERATE)
+def kill_run(request: HttpRequest, run_id: str) -> HttpResponse:
+    run = get_object_or_404(Run, pk=run_id)
+    if request.method == "POST":
+        try:
+            flagged = kill(run, request.user)
+        except ControlRefused as exc:
+            messages.error(request, str(exc))
+        else:
+            if flagged:
+                messages.warning(request, f"Kill requested for {run.task_id}; the worker stops it at once.")
+            else:
+                messages.info(request, f"{run.task_id} is not running or a kill was already requested.")
+        return redirect("runs:detail", run.pk)
+    return render(request, "runs/kill_confirm.html", {"run": run, "active": run.status in ACTIVE})
+
+
+class SwitchForm(forms.Form):
+    action = forms.ChoiceField(choices=[(name, name) for name in SWITCH_ACTIONS])
+    confirm = forms.BooleanField(required=False)
+
+    def clean(self) -> dict[str, object]:
+        data = super().clean() or {}
+        if data.get("action") == "stop_all" and not data.get("confirm"):
+            self.add_error("confirm", "tick the box to confirm stopping every active run")
+        return data
+
+
+@require_http_methods(["GET", "POST"])
+@require(OPERATE)
+def global_switch(request: HttpRequest) -> HttpResponse:
+    form = SwitchForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        switch = GlobalSwitch.get()
+        name, value = SWITCH_ACTIONS[form.cleaned_data["action"]]
+        wanted = {"stop_all": switch.stop_all, "admit_new": switch.admit_new, name: value}
+        try:
+            killed = set_global(request.user, **wanted)
+        except ControlRefused as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, f"Switch set; {killed} active run(s) killed." if killed else "Switch set.")
+        return redirect("control")
+    active = Run.objects.filter(status__in=ACTIVE).order_by("-created_at")
+    return render(
+        request,
+        "runs/control.html",
+        {"switch": GlobalSwitch.get(), "form": form, "active": active[:50], "active_count": active.count()},
+        status=400 if form.is_bound else 200,
+    )

@@ -1,0 +1,122 @@
+"""Starting a run from the browser: a contract from a template in ``examples/`` or
+pasted, and a proposer. Refused input comes back with every offending field named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods
+
+from runs.core.errors import FieldProblem, InputError
+from runs.proposers import PROPOSER_KINDS
+from runs.runtime import create_run
+from runs.views.access import ADD_RUNS, require
+
+# Which form field shows the problems of each kind of refused input.
+FIELD_FOR = {
+    "template": "template",
+    "contract": "contract",
+    "workspace": "contract",
+    "proposer": "proposer_options",
+    "script": "proposer_options",
+}
+
+
+def contract_templates() -> dict[str, Path]:
+    """Template name -> its directory, for every ``examples/<name>/contract.json``."""
+    root = Path(settings.BASE_DIR) / "examples"
+    return {path.parent.name: path.parent for path in sorted(root.glob("*/contract.json"))}
+
+
+def template_documents() -> dict[str, dict[str, Any]]:
+    """Each template's contract and scripted proposals, for the form's script to fill in."""
+    documents = {}
+    for name, folder in contract_templates().items():
+        script = folder / "proposals.json"
+        documents[name] = {
+            "contract": (folder / "contract.json").read_text(),
+            "script": script.read_text() if script.exists() else "",
+        }
+    return documents
+
+
+def _parse_json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(what, [FieldProblem("(root)", f"not valid JSON: {exc}")]) from None
+
+
+def run_inputs(template: str, contract_text: str, kind: str, options_text: str) -> tuple[Any, dict[str, Any]]:
+    """The contract and proposer configuration the form describes. The contract box
+    wins over the template; a scripted proposer without options uses the
+    template's proposals.json."""
+    templates = contract_templates()
+    if template and template not in templates:
+        raise InputError("template", [FieldProblem("template", f"no template named {template!r}")])
+    if contract_text.strip():
+        contract = _parse_json(contract_text, "contract")
+    elif template:
+        contract = _parse_json((templates[template] / "contract.json").read_text(), "contract")
+    else:
+        raise InputError("contract", [FieldProblem("(root)", "pick a template or paste a contract")])
+    options: Any = {}
+    if options_text.strip():
+        options = _parse_json(options_text, "proposer")
+    elif kind == "scripted" and template and (templates[template] / "proposals.json").exists():
+        options = {"script": _parse_json((templates[template] / "proposals.json").read_text(), "script")}
+    if not isinstance(options, dict):
+        raise InputError("proposer", [FieldProblem("proposer", "options must be a JSON object")])
+    return contract, {**options, "kind": kind}
+
+
+class NewRunForm(forms.Form):
+    template = forms.ChoiceField(required=False, label="Contract template")
+    contract = forms.CharField(
+        required=False,
+        label="Contract (JSON)",
+        widget=forms.Textarea(attrs={"rows": 18, "spellcheck": "false", "class": "code"}),
+        help_text="Paste a contract, or leave empty to use the template as it is.",
+    )
+    proposer_kind = forms.ChoiceField(label="Proposer")
+    proposer_options = forms.CharField(
+        required=False,
+        label="Proposer options (JSON object)",
+        widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false", "class": "code"}),
+        help_text='For example {"script": [...]} for the scripted proposer. Empty: the template\'s proposals.json.',
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["template"].choices = [("", "(none: paste below)")] + [(name, name) for name in contract_templates()]
+        self.fields["proposer_kind"].choices = [(kind, kind) for kind in PROPOSER_KINDS]
+
+    def add_problems(self, exc: InputError) -> None:
+        for problem in exc.problems:
+            # A new run's problems are named "contract.…" or "proposer.…".
+            head = problem.field.split(".", 1)[0].split("[", 1)[0]
+            field = FIELD_FOR.get(exc.what) or FIELD_FOR.get(head)
+            self.add_error(field, f"{problem.field}: {problem.message}")
+
+
+@require_http_methods(["GET", "POST"])
+@require(ADD_RUNS)
+def new_run(request: HttpRequest) -> HttpResponse:
+    form = NewRunForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            contract, proposer = run_inputs(data["template"], data["contract"], data["proposer_kind"], data["proposer_options"])
+            run = create_run(contract, proposer, request.user)
+        except InputError as exc:
+            form.add_problems(exc)
+        else:
+            return redirect("runs:detail", run.pk)
+    status = 400 if form.is_bound else 200
+    return render(request, "runs/new.html", {"form": form, "templates": template_documents()}, status=status)

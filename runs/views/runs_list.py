@@ -1,0 +1,64 @@
+"""The runs list: newest first, filtered by status, outcome, owner and a search."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django import forms
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from runs.models import Run
+from runs.views.access import VIEW_RUNS, require
+
+PAGE_SIZE = 50
+
+
+class RunFilter(forms.Form):
+    q = forms.CharField(required=False, max_length=200, label="Search")
+    status = forms.ChoiceField(required=False, choices=[("", "any status"), *Run.Status.choices])
+    outcome = forms.CharField(required=False, max_length=40)
+    mine = forms.BooleanField(required=False, label="started by me")
+
+
+def filter_runs(query: dict[str, Any], user: object) -> QuerySet[Run]:
+    runs = Run.objects.select_related("created_by").annotate(
+        waiting_approvals=Count("approval_requests", filter=Q(approval_requests__status="pending"))
+    )
+    if text := query.get("q", "").strip():
+        match = Q(task_id__icontains=text) | Q(objective__icontains=text) | Q(outcome__icontains=text)
+        try:
+            match |= Q(pk=uuid.UUID(text))
+        except ValueError:
+            pass  # not a run id; search the text fields only
+        runs = runs.filter(match)
+    if query.get("status"):
+        runs = runs.filter(status=query["status"])
+    if query.get("outcome"):
+        runs = runs.filter(outcome=query["outcome"])
+    if query.get("mine"):
+        runs = runs.filter(created_by=user)
+    return runs.order_by("-created_at")
+
+
+def runs_page(query: dict[str, Any], user: object, number: str | None) -> Page:
+    return Paginator(filter_runs(query, user), PAGE_SIZE).get_page(number)
+
+
+@require_GET
+@require(VIEW_RUNS)
+def run_list(request: HttpRequest) -> HttpResponse:
+    form = RunFilter(request.GET)
+    query = form.cleaned_data if form.is_valid() else {}
+    page = runs_page(query, request.user, request.GET.get("page"))
+    counts = dict(Run.objects.values_list("status").annotate(n=Count("pk")))
+    outcomes = Run.objects.order_by("outcome").values_list("outcome", flat=True).distinct()
+    return render(
+        request,
+        "runs/list.html",
+        {"form": form, "page": page, "counts": counts, "outcomes": outcomes, "statuses": Run.Status.choices},
+    )

@@ -1,0 +1,69 @@
+"""A run at a glance: status, budgets, revision and evidence, pending effects and
+approvals. The run page renders it and its script re-reads it as events arrive."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.urls import reverse
+
+from runs.control import ACTIVE
+from runs.models import Run
+from runs.store import load_state
+from runs.views.trace import TONES, short
+
+
+def _budget(name: str, used: float, limit: float, unit: str = "") -> dict[str, Any]:
+    return {"name": name, "used": round(used), "limit": limit, "unit": unit, "ratio": min(1.0, used / limit) if limit else 1.0}
+
+
+def run_summary(run: Run) -> dict[str, Any]:
+    state = load_state(run)
+    finished = run.status not in ACTIVE
+    # A finished run's clock stopped at its last checkpoint.
+    until = run.updated_at.timestamp() if finished else time.time()
+    latest: dict[str, Any] = {}
+    for index, record in enumerate(state.evidence):
+        latest[record.check_id] = {
+            "check_id": record.check_id,
+            "passed": record.passed,
+            "exit_code": record.exit_code,
+            "revision": short(record.revision),
+            "current": state.current_evidence.get(record.check_id) == index and record.revision == state.revision,
+            "output_href": reverse("runs:artifact", args=[run.pk, record.output_ref]) if record.output_ref else "",
+        }
+    approvals = [
+        {
+            "id": str(request.pk),
+            "tool": request.tool,
+            "status": request.status,
+            "tone": TONES.get(request.status, "muted"),
+            "expires_at": request.expires_at.isoformat(),
+            "href": reverse("approvals:detail", args=[request.pk]),
+        }
+        for request in run.approval_requests.order_by("created_at")
+    ]
+    return {
+        "id": str(run.pk),
+        "status": run.status,
+        "tone": TONES.get(run.status, "muted"),
+        "outcome": run.outcome,
+        "active": not finished,
+        "stop_message": run.stop_message,
+        "kill_requested": run.kill_requested,
+        "revision": short(state.revision),
+        "base_revision": short(state.base_revision),
+        "evidence_current": not state.missing_checks(),
+        "missing_checks": state.missing_checks(),
+        "budgets": [
+            _budget("proposals", state.proposals, state.limits.max_proposals),
+            _budget("calls", state.calls, state.limits.max_tool_calls),
+            _budget("time", max(0.0, until - state.started_at), state.limits.wall_time_seconds, "s"),
+        ],
+        "evidence": list(latest.values()),
+        "pending_effects": [{"call_id": p.call_id, "tool": p.tool, "kind": p.kind, "reason": p.reason} for p in state.unresolved_effects()],
+        "approvals": approvals,
+        "report_href": reverse("runs:report", args=[run.pk]) if finished else "",
+        "last_seq": run.last_seq,
+    }

@@ -1,0 +1,270 @@
+"""The dashboard in a real browser: Debian's Chromium driven by Playwright against
+Daphne, with a Celery worker running the example task in the Docker sandbox.
+Each scenario saves screenshots of the pages it passes to docs/screenshots/."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from approvals.models import ApprovalRequest, PolicyVersion
+from approvals.policies import current_policy_row
+from harness_site.celery import app as celery_app
+from runs.control import kill
+from runs.core import events as ev
+from runs.eventlog import append_events
+from runs.models import Event, Run
+from runs.runtime import create_run
+from tests.fixtures_services import ROOT
+from tests.fixtures_web import screenshot, sign_in, waiting_scene
+
+pytestmark = [pytest.mark.browser, pytest.mark.celery, pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+
+DEMO = ROOT / "examples" / "demo"
+LIVE = 30_000  # ms a live update may take to show up
+
+
+def demo_inputs() -> tuple[dict, dict]:
+    contract = json.loads((DEMO / "contract.json").read_text())
+    return contract, {"kind": "scripted", "script": json.loads((DEMO / "proposals.json").read_text())}
+
+
+def wait_for(condition, timeout: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def demo_waiting_for_approval(operator) -> tuple[Run, ApprovalRequest]:
+    """The example task run by the worker up to its publish, which needs a reviewer."""
+    contract, proposer = demo_inputs()
+    run = create_run(contract, proposer, operator)
+    wait_for(lambda: Run.objects.get(pk=run.pk).status == Run.Status.WAITING, what="the run to wait for approval")
+    return run, ApprovalRequest.objects.get(run=run, status="pending")
+
+
+def outcome(page):
+    return page.locator('[data-field="outcome"]')
+
+
+def steps(page) -> list[int]:
+    return [int(seq) for seq in page.locator("#timeline li.step").evaluate_all("nodes => nodes.map(n => n.dataset.seq)")]
+
+
+def mark_page(page) -> None:
+    """A flag that only survives while the page is not reloaded."""
+    page.evaluate("window.__noReload = true")
+
+
+def assert_not_reloaded(page) -> None:
+    assert page.evaluate("window.__noReload === true")
+
+
+def test_it_lets_a_reviewer_read_the_diff_approve_and_watch_the_run_complete(
+    live_server_asgi, celery_worker, browser_page, operator, reviewer
+):
+    page = browser_page
+    run, request = demo_waiting_for_approval(operator)
+    page.goto(f"{live_server_asgi.url}/accounts/login/")
+    screenshot(page, "sign_in")
+    sign_in(page, live_server_asgi, reviewer.username)
+    screenshot(page, "runs_list")
+
+    page.click("nav >> text=Approvals")
+    expect(page.locator("#approval-badge")).to_have_text("1")
+    row = page.locator("table.inbox tbody tr").first
+    expect(row).to_contain_text("publish")
+    expect(row.locator("time.countdown")).to_contain_text("m")
+    screenshot(page, "approvals_inbox")
+
+    row.get_by_role("link", name="Review").click()
+    expect(page.locator(".diff-unified")).to_contain_text('if line["quantity"] < 0:')
+    expect(page.locator(".diff-unified tr.d-add")).to_have_count(2)
+    expect(page.locator("#request-args")).to_contain_text("Reject negative quantities")
+    expect(page.locator(".side")).to_contain_text("still current")
+    expect(page.locator(".side")).to_contain_text("tests passed")
+    expect(page.locator(".side")).to_contain_text("publishing needs a reviewer and a passing check")
+    screenshot(page, "approval_detail")
+    page.click("text=Side by side")
+    expect(page.locator(".diff-split")).to_be_visible()
+    expect(page.locator(".diff-unified")).to_be_hidden()
+    screenshot(page, "approval_detail_side_by_side")
+
+    page.click("#grant")
+    page.wait_for_url(f"**/runs/{run.pk}/")
+    mark_page(page)
+    expect(page.locator("#conn")).to_have_text("live", timeout=LIVE)
+    expect(outcome(page)).to_have_text("complete", timeout=LIVE)
+    expect(page.locator("#timeline")).to_contain_text("Approval used")
+    expect(page.locator("#timeline")).to_contain_text("Complete")
+    expect(page.locator('[data-field="report"]')).to_be_visible()
+    expect(page.locator('[data-field="evidence_current"]')).to_have_text("evidence is current")
+    assert_not_reloaded(page)
+    assert steps(page) == list(range(1, Run.objects.get(pk=run.pk).last_seq + 1))
+    screenshot(page, "run_complete")
+
+    with page.expect_download() as download:
+        page.click('[data-field="report"]')
+    report = json.loads(open(download.value.path()).read())
+    assert report["status"] == "complete" and report["completed"] is True
+
+    page.locator("#timeline a", has_text="show full output").first.click()
+    expect(page.locator("pre.output")).to_contain_text("passed")
+    screenshot(page, "check_output")
+
+
+def slow_check_policy() -> None:
+    """A new policy version with a check that runs for minutes, so there is time to kill it."""
+    document = dict(current_policy_row().document)
+    document["checks"] = [
+        *document["checks"],
+        {
+            "check_id": "slow",
+            "command": ["python3", "-c", "import time; print('working', flush=True); time.sleep(300)"],
+            "timeout_seconds": 600,
+        },
+    ]
+    PolicyVersion.objects.create(version=current_policy_row().version + 1, document=document, note="slow check for the kill test")
+
+
+def test_it_lets_an_operator_watch_events_live_and_kill_a_running_check(live_server_asgi, celery_worker, browser_page, operator):
+    page = browser_page
+    slow_check_policy()
+    contract, _ = demo_inputs()
+    contract["verification_targets"] = ["slow"]
+    script = [{"tool": "read_file", "args": {"path": "orders/total.py"}}, {"tool": "run_check", "args": {"check_id": "slow"}}]
+    run = create_run(contract, {"kind": "scripted", "script": script}, operator, enqueue=False)
+
+    sign_in(page, live_server_asgi, operator.username)
+    page.goto(f"{live_server_asgi.url}/runs/{run.pk}/")
+    mark_page(page)
+    expect(page.locator("#conn")).to_have_text("live", timeout=LIVE)
+    assert steps(page) == []
+    celery_app.send_task("runs.start_run", args=[str(run.pk)])
+
+    check = page.locator('li.card[data-call-id="c2"]')
+    expect(check.locator(".card-tool")).to_have_text("run_check", timeout=LIVE)
+    expect(check).to_contain_text("Started, attempt 1", timeout=LIVE)
+    expect(page.locator('li.card[data-call-id="c1"]')).to_contain_text("Receipt ok")
+    expect(page.locator('[data-budget="calls"] [data-part="text"]')).to_have_text("2 / 20")
+    screenshot(page, "run_live_check")
+
+    page.click('[data-field="kill"]')
+    expect(page.locator("h1")).to_contain_text("Kill run")
+    screenshot(page, "kill_confirm")
+    started = time.monotonic()
+    page.click("#confirm-kill")
+    page.wait_for_url(f"**/runs/{run.pk}/")
+    expect(outcome(page)).to_have_text("killed", timeout=LIVE)
+    assert time.monotonic() - started < 25, "the check sleeps 300s; the kill must cut it short"
+    expect(page.locator("#timeline")).to_contain_text("Kill requested")
+    expect(page.locator("#timeline")).to_contain_text("Stopped: killed")
+    expect(page.locator('[data-field="kill"]')).to_be_hidden()
+    screenshot(page, "run_killed")
+    run.refresh_from_db()
+    assert run.status == "stopped" and run.outcome == "killed"
+
+
+def test_it_stops_the_run_when_a_reviewer_denies(live_server_asgi, celery_worker, browser_page, operator, reviewer):
+    page = browser_page
+    run, request = demo_waiting_for_approval(operator)
+    sign_in(page, live_server_asgi, reviewer.username)
+    page.goto(f"{live_server_asgi.url}/approvals/{request.pk}/")
+    page.click("#deny")  # the browser refuses an empty reason before the server would
+    expect(page).to_have_url(f"{live_server_asgi.url}/approvals/{request.pk}/")
+    page.fill("#id_reason", "publishing is frozen until the release")
+    page.click("#deny")
+    page.wait_for_url(f"**/runs/{run.pk}/")
+    expect(outcome(page)).to_have_text("denied", timeout=LIVE)
+    expect(page.locator('[data-field="stop_message"]')).to_contain_text("publishing is frozen until the release")
+    expect(page.locator("#timeline")).to_contain_text("Approval denied")
+    screenshot(page, "run_denied")
+    request.refresh_from_db()
+    assert request.status == "denied" and request.decided_by == reviewer
+    assert not Event.objects.filter(run=run, type="call_started", payload__tool="publish").exists()
+
+
+def test_it_refuses_to_grant_a_stale_request(live_server_asgi, celery_worker, browser_page, operator, reviewer):
+    page = browser_page
+    run, request = demo_waiting_for_approval(operator)
+    sign_in(page, live_server_asgi, reviewer.username)
+    page.goto(f"{live_server_asgi.url}/approvals/{request.pk}/")
+    expect(page.locator("#grant")).to_be_enabled()
+
+    # While the reviewer reads, the run moves on without them.
+    kill(run, operator)
+    wait_for(lambda: Run.objects.get(pk=run.pk).outcome == "killed", what="the run to stop")
+    page.click("#grant")  # the page is older than the change: the server must refuse
+    expect(page.locator(".error-box")).to_contain_text("stale")
+    expect(page.locator("#grant")).to_be_disabled()
+    expect(page.locator("#deny")).to_be_disabled()
+    expect(page.locator("#request-status")).to_have_text("stale")
+    screenshot(page, "approval_stale")
+    request.refresh_from_db()
+    assert request.status == "stale" and request.decided_by is None
+
+
+def test_it_resumes_the_trace_without_gaps_after_the_socket_drops(live_server_asgi, browser_page, operator, reviewer):
+    page = browser_page
+    scene = waiting_scene(reviewer)
+    run_id = str(scene.run.pk)
+
+    def note(n: int) -> None:
+        event = ev.ModelNote(run_id=run_id, seq=0, ts=timezone.now().timestamp(), kind="note", detail={"n": n})
+        append_events(run_id, [event])
+
+    sign_in(page, live_server_asgi, operator.username)
+    page.goto(f"{live_server_asgi.url}/runs/{run_id}/")
+    mark_page(page)
+    expect(page.locator("#conn")).to_have_text("live", timeout=LIVE)
+    for n in range(3):
+        note(n)
+    last = Run.objects.get(pk=run_id).last_seq
+    expect(page.locator(f'li.step[data-seq="{last}"]')).to_be_attached(timeout=LIVE)
+
+    live_server_asgi.stop()
+    expect(page.locator("#conn")).to_have_attribute("data-state", "reconnecting", timeout=LIVE)
+    screenshot(page, "run_reconnecting")
+    for n in range(3, 13):
+        note(n)  # committed while no socket is open
+    live_server_asgi.start()
+    expect(page.locator("#conn")).to_have_text("live", timeout=LIVE)
+    for n in range(13, 16):
+        note(n)
+    last = Run.objects.get(pk=run_id).last_seq
+    expect(page.locator(f'li.step[data-seq="{last}"]')).to_be_attached(timeout=LIVE)
+    assert steps(page) == list(range(1, last + 1))
+    assert_not_reloaded(page)
+
+
+def test_it_shows_the_other_pages(live_server_asgi, browser_page, operator, admin_user):
+    page = browser_page
+    waiting_scene(operator)
+    sign_in(page, live_server_asgi, admin_user.username)
+    page.goto(f"{live_server_asgi.url}/runs/new/")
+    page.select_option("#id_template", "demo")
+    expect(page.locator("#id_contract")).to_have_value(re.compile("orders-negative-quantity"))
+    expect(page.locator("#id_proposer_options")).to_have_value(re.compile("apply_patch"))
+    screenshot(page, "new_run")
+    page.fill("#id_contract", '{"task_id": "bad id!", "objective": "", "limits": {"max_proposals": 0}}')
+    page.click("text=Start run")
+    errors = page.locator(".error-box")
+    for field in ("task_id", "objective", "acceptance_criteria", "limits.max_proposals", "workspace"):
+        expect(errors).to_contain_text(field)
+    screenshot(page, "new_run_errors")
+
+    page.goto(f"{live_server_asgi.url}/control/")
+    expect(page.locator("h1")).to_have_text("Global kill switch")
+    screenshot(page, "kill_switch")
+    page.goto(f"{live_server_asgi.url}/runs/?status=waiting_approval")
+    expect(page.locator("table.runs tbody tr")).to_have_count(1)
+    expect(page.locator("table.runs")).to_contain_text("1 to approve")

@@ -1,0 +1,219 @@
+"""The live trace over the real Redis channel layer: a subscriber gets the replay
+and then the live stream, every event exactly once and in order, also while events
+are written during the replay, after a lost broadcast, and across a reconnect."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.db import connection
+from django.test import Client
+
+from harness_site.asgi import application
+from runs import eventlog
+from runs.core import events as ev
+from runs.eventlog import append_events
+from runs.models import Run
+from tests.fixtures_web import waiting_scene
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def notes(run_id: str, count: int, batch: int = 1) -> None:
+    for start in range(0, count, batch):
+        size = min(batch, count - start)
+        append_events(
+            run_id, [ev.ModelNote(run_id=run_id, seq=0, ts=time.time(), kind="note", detail={"n": start + i}) for i in range(size)]
+        )
+
+
+def session_cookie(user) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return "; ".join(f"{name}={morsel.value}" for name, morsel in client.cookies.items()).encode()
+
+
+def socket(cookie: bytes, run_id: str) -> WebsocketCommunicator:
+    return WebsocketCommunicator(application, f"/ws/runs/{run_id}/", headers=[(b"origin", b"http://127.0.0.1"), (b"cookie", cookie)])
+
+
+async def receive_until(communicator: WebsocketCommunicator, last_seq: int, timeout: float = 20) -> tuple[list[int], bool]:
+    """Seqs received until ``last_seq`` arrives, and whether ``live`` was announced."""
+    seqs: list[int] = []
+    live = False
+    deadline = time.monotonic() + timeout
+    while not seqs or seqs[-1] < last_seq:
+        message = await communicator.receive_json_from(timeout=max(0.1, deadline - time.monotonic()))
+        if message["type"] == "events":
+            seqs += [event["seq"] for event in message["events"]]
+        elif message["type"] == "live":
+            live = True
+        else:
+            raise AssertionError(message)
+    return seqs, live
+
+
+@pytest.fixture
+def scene(operator):
+    return waiting_scene(operator)
+
+
+def test_it_replays_then_streams_with_no_gap_or_duplicate_while_events_are_written(scene, reviewer):
+    cookie = session_cookie(reviewer)
+    run_id = str(scene.run.pk)
+    notes(run_id, 1200, batch=100)  # more than two replay pages
+    written: dict[str, int] = {}
+
+    def writer() -> None:
+        try:
+            notes(run_id, 600, batch=3)
+            written["last_seq"] = Run.objects.get(pk=run_id).last_seq
+        finally:
+            connection.close()
+
+    async def watch() -> tuple[list[int], bool]:
+        communicator = socket(cookie, run_id)
+        connected, _ = await communicator.connect()
+        assert connected
+        thread = threading.Thread(target=writer)
+        thread.start()
+        await communicator.send_json_to({"type": "subscribe", "after_seq": 0})
+        while thread.is_alive():
+            await asyncio.sleep(0.01)
+        received = await receive_until(communicator, written["last_seq"])
+        await communicator.disconnect()
+        return received
+
+    seqs, live = async_to_sync(watch)()
+    final = Run.objects.get(pk=run_id).last_seq
+    assert seqs == list(range(1, final + 1))
+    assert live and final > 1800
+
+
+def test_it_fills_a_lost_broadcast_from_the_database(scene, reviewer, monkeypatch):
+    cookie = session_cookie(reviewer)
+    run_id = str(scene.run.pk)
+    start = scene.run.last_seq
+
+    async def watch() -> list[int]:
+        communicator = socket(cookie, run_id)
+        await communicator.connect()
+        await communicator.send_json_to({"type": "subscribe", "after_seq": start})
+        assert (await communicator.receive_json_from(timeout=5)) == {"type": "live", "last_seq": start}
+        # A broadcast lost on the way (a Redis hiccup, a full channel): only the
+        # next event's broadcast arrives, and the viewer still gets both.
+        with monkeypatch.context() as lost:
+            lost.setattr(eventlog, "broadcast_events", lambda run_id, events: None)
+            await database_sync_to_async(notes)(run_id, 1)
+        await database_sync_to_async(notes)(run_id, 1)
+        seqs, _ = await receive_until(communicator, start + 2)
+        await communicator.disconnect()
+        return seqs
+
+    assert async_to_sync(watch)() == [start + 1, start + 2]
+
+
+def test_it_delivers_a_lost_last_broadcast_by_rechecking(scene, reviewer, monkeypatch, settings):
+    settings.HARNESS_TRACE_RECHECK_SECONDS = 0.3
+    cookie = session_cookie(reviewer)
+    run_id = str(scene.run.pk)
+    start = scene.run.last_seq
+
+    async def watch() -> list[int]:
+        communicator = socket(cookie, run_id)
+        await communicator.connect()
+        await communicator.send_json_to({"type": "subscribe", "after_seq": start})
+        await communicator.receive_json_from(timeout=5)  # live
+        # The run's last event, and its broadcast is lost: no later one will show the gap.
+        with monkeypatch.context() as lost:
+            lost.setattr(eventlog, "broadcast_events", lambda run_id, events: None)
+            await database_sync_to_async(notes)(run_id, 1)
+        seqs, _ = await receive_until(communicator, start + 1, timeout=5)
+        await communicator.disconnect()
+        return seqs
+
+    assert async_to_sync(watch)() == [start + 1]
+
+
+def test_it_resumes_after_a_reconnect_from_the_seq_the_client_has(scene, reviewer):
+    cookie = session_cookie(reviewer)
+    run_id = str(scene.run.pk)
+
+    async def first_visit() -> list[int]:
+        communicator = socket(cookie, run_id)
+        await communicator.connect()
+        await communicator.send_json_to({"type": "subscribe", "after_seq": 0})
+        seqs, _ = await receive_until(communicator, scene.run.last_seq)
+        await communicator.disconnect()
+        return seqs
+
+    async def second_visit(after: int, last: int) -> list[int]:
+        communicator = socket(cookie, run_id)
+        await communicator.connect()
+        await communicator.send_json_to({"type": "subscribe", "after_seq": after})
+        seqs, _ = await receive_until(communicator, last)
+        assert (await communicator.receive_json_from(timeout=5)) == {"type": "live", "last_seq": last}
+        await database_sync_to_async(notes)(run_id, 2)  # and the stream goes on live
+        more, _ = await receive_until(communicator, last + 2)
+        await communicator.disconnect()
+        return seqs + more
+
+    seen = async_to_sync(first_visit)()
+    assert seen == list(range(1, scene.run.last_seq + 1))
+    notes(run_id, 25, batch=5)  # while the client is away
+    last = Run.objects.get(pk=run_id).last_seq
+    assert async_to_sync(second_visit)(seen[-1], last) == list(range(seen[-1] + 1, last + 3))
+
+
+@pytest.mark.parametrize(
+    "frame,problem",
+    [
+        ("not json", "not valid JSON"),
+        ("[1, 2]", "a message must be a JSON object"),
+        ('{"type": "unsubscribe"}', "type: the only message type is 'subscribe'"),
+        ('{"type": "subscribe", "after_seq": -1}', "after_seq: must be a non-negative integer"),
+        ('{"type": "subscribe", "after_seq": "7"}', "after_seq: must be a non-negative integer"),
+        ('{"type": "subscribe", "after_seq": true}', "after_seq: must be a non-negative integer"),
+        (b"\x00binary", "send JSON text frames, not binary"),
+    ],
+)
+def test_it_answers_a_malformed_message_with_the_problem_and_stays_open(frame, problem, scene, reviewer):
+    cookie = session_cookie(reviewer)
+    run_id = str(scene.run.pk)
+
+    async def talk() -> tuple[dict, list[int]]:
+        communicator = socket(cookie, run_id)
+        await communicator.connect()
+        if isinstance(frame, bytes):
+            await communicator.send_to(bytes_data=frame)
+        else:
+            await communicator.send_to(text_data=frame)
+        error = await communicator.receive_json_from(timeout=5)
+        await communicator.send_json_to({"type": "subscribe", "after_seq": 0})
+        seqs, _ = await receive_until(communicator, scene.run.last_seq)
+        await communicator.disconnect()
+        return error, seqs
+
+    error, seqs = async_to_sync(talk)()
+    assert error["type"] == "error" and problem in error["error"]
+    assert seqs == list(range(1, scene.run.last_seq + 1))
+
+
+def test_it_refuses_a_socket_for_a_run_that_does_not_exist(reviewer):
+    cookie = session_cookie(reviewer)
+
+    async def talk() -> tuple[dict, int]:
+        communicator = socket(cookie, "00000000-0000-0000-0000-000000000000")
+        await communicator.connect()
+        error = await communicator.receive_json_from(timeout=5)
+        closed = await communicator.receive_output(timeout=5)
+        return error, closed["code"]
+
+    error, code = async_to_sync(talk)()
+    assert error == {"type": "error", "error": "no such run"} and code == 4404

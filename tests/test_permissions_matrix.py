@@ -1,0 +1,222 @@
+"""Every role across every page, action and the live-trace socket: who is let in,
+who is sent to sign in, who gets 403, and that every form needs its CSRF token."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.test import Client
+from django.urls import reverse
+
+from approvals.models import ApprovalRequest
+from harness_site.asgi import application
+from runs.artifacts import FileArtifactStore
+from runs.models import GlobalSwitch, Receipt, Run
+from tests.fixtures_web import waiting_scene
+
+pytestmark = pytest.mark.django_db
+
+ROLES = ["anonymous", "outsider", "reviewer", "operator", "admin_user"]
+VIEWERS = {"reviewer", "operator", "admin_user"}
+STARTERS = {"operator", "admin_user"}
+OPERATORS = {"operator", "admin_user"}
+DECIDERS = {"reviewer", "admin_user"}
+CONTRACT = """{"task_id": "orders-fix", "objective": "fix the order total", "acceptance_criteria": ["tests pass"],
+ "workspace": {"kind": "path", "path": "examples/orders"}, "allowed_write_paths": ["orders/*"],
+ "allowed_tools": ["read_file", "write_file", "run_check"], "verification_targets": ["tests"],
+ "limits": {"max_proposals": 5, "max_tool_calls": 5, "max_attempts": 2, "wall_time_seconds": 60, "max_output_bytes_per_call": 65536}}"""
+
+
+@pytest.fixture
+def scene(operator):
+    """The operator started a run that waits for approval and has produced an artifact."""
+    scene = waiting_scene(operator)
+    ref = FileArtifactStore().put(b"check output\n", "text/plain")
+    Receipt.objects.create(
+        run=scene.run, call_id="c3", attempt=9, valid=True, body={"artifacts": [ref]}, harness_revision=scene.run.revision, event_seq=1
+    )
+    scene.ref = ref
+    return scene
+
+
+def client_for(role: str, request) -> Client:
+    client = Client(enforce_csrf_checks=True)
+    if role != "anonymous":
+        user = request.getfixturevalue(role)
+        client.force_login(user)
+    return client
+
+
+def csrf(client: Client) -> str:
+    """The CSRF token a page would have put in its forms."""
+    client.get(reverse("login"))
+    client.get(reverse("runs:list"))
+    return client.cookies[settings.CSRF_COOKIE_NAME].value
+
+
+def assert_refused_or_allowed(response, role: str, allowed: set[str], ok_status: int = 200) -> None:
+    if role == "anonymous":
+        assert response.status_code == 302 and response["Location"].startswith(reverse("login")), response.status_code
+    elif role in allowed:
+        assert response.status_code == ok_status, (role, response.status_code, response.content[:300])
+    else:
+        assert response.status_code == 403, (role, response.status_code)
+
+
+def pages(scene) -> list[tuple[str, set[str]]]:
+    run, approval = scene.run.pk, scene.request.pk
+    return [
+        (reverse("runs:list"), VIEWERS),
+        (reverse("runs:list") + "?status=waiting_approval&q=calc", VIEWERS),
+        (reverse("runs:new"), STARTERS),
+        (reverse("runs:detail", args=[run]), VIEWERS),
+        (reverse("runs:events", args=[run]) + "?before=5", VIEWERS),
+        (reverse("runs:event", args=[run, 1]), VIEWERS),
+        (reverse("runs:summary", args=[run]), VIEWERS),
+        (reverse("runs:report", args=[run]), VIEWERS),
+        (reverse("runs:artifact", args=[run, scene.ref]), VIEWERS),
+        (reverse("runs:kill", args=[run]), OPERATORS),
+        (reverse("control"), OPERATORS),
+        (reverse("approvals:inbox"), VIEWERS),
+        (reverse("approvals:count"), VIEWERS),
+        (reverse("approvals:detail", args=[approval]), VIEWERS),
+    ]
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_it_lets_each_role_open_exactly_its_pages(role, scene, request):
+    client = client_for(role, request)
+    for url, allowed in pages(scene):
+        assert_refused_or_allowed(client.get(url), role, allowed)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_it_lets_only_reviewers_grant(role, scene, request):
+    client = client_for(role, request)
+    response = client.post(reverse("approvals:grant", args=[scene.request.pk]), {"csrfmiddlewaretoken": csrf(client)})
+    assert_refused_or_allowed(response, role, DECIDERS, ok_status=302)
+    scene.request.refresh_from_db()
+    assert scene.request.status == ("granted" if role in DECIDERS else "pending")
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_it_lets_only_reviewers_deny(role, scene, request):
+    client = client_for(role, request)
+    response = client.post(reverse("approvals:deny", args=[scene.request.pk]), {"csrfmiddlewaretoken": csrf(client), "reason": "not today"})
+    assert_refused_or_allowed(response, role, DECIDERS, ok_status=302)
+    scene.request.refresh_from_db()
+    assert scene.request.status == ("denied" if role in DECIDERS else "pending")
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_it_lets_only_operators_kill_a_run(role, scene, request):
+    client = client_for(role, request)
+    response = client.post(reverse("runs:kill", args=[scene.run.pk]), {"csrfmiddlewaretoken": csrf(client)})
+    assert_refused_or_allowed(response, role, OPERATORS, ok_status=302)
+    assert Run.objects.get(pk=scene.run.pk).kill_requested is (role in OPERATORS)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_it_lets_only_operators_turn_the_global_switch(role, scene, request):
+    client = client_for(role, request)
+    response = client.post(reverse("control"), {"csrfmiddlewaretoken": csrf(client), "action": "pause_admission"})
+    assert_refused_or_allowed(response, role, OPERATORS, ok_status=302)
+    assert GlobalSwitch.get().admit_new is (role not in OPERATORS)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_it_lets_only_operators_and_admins_start_runs(role, scene, request):
+    client = client_for(role, request)
+    before = Run.objects.count()
+    response = client.post(
+        reverse("runs:new"),
+        {"csrfmiddlewaretoken": csrf(client), "contract": CONTRACT, "proposer_kind": "scripted", "proposer_options": '{"script": []}'},
+    )
+    assert_refused_or_allowed(response, role, STARTERS, ok_status=302)
+    assert Run.objects.count() == before + (1 if role in STARTERS else 0)
+
+
+@pytest.mark.parametrize(
+    "name,data",
+    [
+        ("grant", {}),
+        ("deny", {"reason": "no"}),
+        ("kill", {}),
+        ("control", {"action": "pause_admission"}),
+        ("new", {"contract": CONTRACT, "proposer_kind": "scripted"}),
+        ("logout", {}),
+    ],
+)
+def test_it_refuses_every_form_without_its_csrf_token(name, data, scene, admin_user):
+    urls = {
+        "grant": reverse("approvals:grant", args=[scene.request.pk]),
+        "deny": reverse("approvals:deny", args=[scene.request.pk]),
+        "kill": reverse("runs:kill", args=[scene.run.pk]),
+        "control": reverse("control"),
+        "new": reverse("runs:new"),
+        "logout": reverse("logout"),
+    }
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(admin_user)
+    runs_before = Run.objects.count()
+    response = client.post(urls[name], data)
+    assert response.status_code == 403
+    assert b"CSRF" in response.content
+    assert ApprovalRequest.objects.get(pk=scene.request.pk).status == "pending"
+    assert not Run.objects.get(pk=scene.run.pk).kill_requested
+    assert GlobalSwitch.get().admit_new and Run.objects.count() == runs_before
+    assert "_auth_user_id" in client.session
+
+
+def test_it_refuses_the_sign_in_form_without_its_csrf_token(reviewer):
+    response = Client(enforce_csrf_checks=True).post(
+        reverse("login"), {"username": reviewer.username, "password": "rita-reviewer-pass-123"}
+    )
+    assert response.status_code == 403
+
+
+async def _socket_outcome(cookies: str, run_id: str) -> tuple[str, object]:
+    communicator = WebsocketCommunicator(
+        application, f"/ws/runs/{run_id}/", headers=[(b"origin", b"http://testserver"), (b"cookie", cookies.encode())]
+    )
+    connected, code = await communicator.connect()
+    if not connected:
+        return "rejected", code
+    await communicator.send_json_to({"type": "subscribe", "after_seq": 0})
+    first = await communicator.receive_json_from(timeout=5)
+    if first["type"] == "error":
+        closed = await communicator.receive_output(timeout=5)
+        await communicator.disconnect()
+        return "refused", closed["code"]
+    await communicator.disconnect()
+    return "events", len(first["events"])
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("role", ROLES)
+def test_it_opens_the_live_trace_socket_only_for_viewers(role, scene, request):
+    client = client_for(role, request)
+    cookies = "; ".join(f"{name}={morsel.value}" for name, morsel in client.cookies.items())
+    kind, detail = async_to_sync(_socket_outcome)(cookies, str(scene.run.pk))
+    if role in VIEWERS:
+        assert kind == "events" and detail == scene.run.last_seq
+    else:
+        assert kind == "refused" and detail == (4401 if role == "anonymous" else 4403)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_rejects_a_socket_from_another_site(scene, reviewer):
+    client = Client()
+    client.force_login(reviewer)
+    cookies = "; ".join(f"{name}={morsel.value}" for name, morsel in client.cookies.items())
+
+    async def attempt() -> bool:
+        communicator = WebsocketCommunicator(
+            application, f"/ws/runs/{scene.run.pk}/", headers=[(b"origin", b"http://evil.example"), (b"cookie", cookies.encode())]
+        )
+        connected, _ = await communicator.connect()
+        return connected
+
+    assert async_to_sync(attempt)() is False
