@@ -32,8 +32,16 @@ pids=()
 cleanup() { say "stopping"; kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 
-python3 -m celery -A harness_site worker -B -s "$HARNESS_VAR_DIR/beat-schedule" -Q "${HARNESS_QUEUE:-harness}" \
-    -c 2 -l info >"$LOGS/worker.log" 2>&1 &
+# Supervised like a deployment would: a worker that exits (e.g. on an unrecoverable
+# broker error while Redis restarts) is started again; runs continue from the database.
+(
+    while true; do
+        python3 -m celery -A harness_site worker -B -s "$HARNESS_VAR_DIR/beat-schedule" -Q "${HARNESS_QUEUE:-harness}" \
+            -c 2 -l info >>"$LOGS/worker.log" 2>&1 || true
+        echo "[up] worker exited; restarting" >>"$LOGS/worker.log"
+        sleep 1
+    done
+) &
 pids+=($!)
 python3 -m daphne -b 127.0.0.1 -p "$PORT" harness_site.asgi:application >"$LOGS/web.log" 2>&1 &
 pids+=($!)

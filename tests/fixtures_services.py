@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,15 +49,36 @@ def service_env(**extra: str) -> dict[str, str]:
 
 
 class Worker:
-    """A real ``celery worker`` process (beat embedded) that tests can kill."""
+    """A real ``celery worker`` process (beat embedded) that tests can kill. Like the
+    process supervisor of a deployment (compose's restart policy), it starts the
+    worker again when it exits on its own, e.g. on an unrecoverable broker error."""
 
     def __init__(self, log_dir: Path, concurrency: int = 2) -> None:
         self.log_dir = log_dir
         self.concurrency = concurrency
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.restarts = 0
+        self._wanted = False
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._supervisor = threading.Thread(target=self._supervise, daemon=True)
 
     def start(self) -> None:
+        with self._lock:
+            self._spawn()
+            self._wanted = True
+        if not self._supervisor.is_alive():
+            self._supervisor.start()
+
+    def _supervise(self) -> None:
+        while not self._closed.wait(0.2):
+            with self._lock:
+                if self._wanted and self.proc is not None and self.proc.poll() is not None:
+                    self.restarts += 1
+                    self._spawn()
+
+    def _spawn(self) -> None:
         self.starts += 1
         log = open(self.log_dir / f"worker-{self.starts}.log", "wb")  # noqa: SIM115 - closed with the process
         schedule = self.log_dir / "beat-schedule"
@@ -102,19 +124,25 @@ class Worker:
         raise RuntimeError(f"worker not ready after 60s: {Path(log_path).read_text()[-3000:]}")
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, sig)
-            self.proc.wait(30)
-        self.proc = None
+        with self._lock:
+            self._wanted = False
+            if self.proc is not None and self.proc.poll() is None:
+                os.killpg(self.proc.pid, sig)
+                self.proc.wait(30)
+            self.proc = None
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+        self._closed.set()
+        with self._lock:
+            self._wanted = False
+            proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(20)
+                proc.wait(20)
             except subprocess.TimeoutExpired:
-                self.kill()
-        self.proc = None
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
 
     def log(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("worker-*.log")))
