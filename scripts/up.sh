@@ -28,8 +28,8 @@ bash sandbox/image/build.sh >"$LOGS/image.log" 2>&1 || { tail -20 "$LOGS/image.l
 python3 manage.py migrate -v0
 python3 manage.py create_demo_users
 
-pids=()
-cleanup() { say "stopping"; kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+# The whole process group: the supervising loop and the worker and server under it.
+cleanup() { trap - EXIT INT TERM; say "stopping"; kill 0 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 
 # Supervised like a deployment would: a worker that exits (e.g. on an unrecoverable
@@ -42,9 +42,7 @@ trap cleanup EXIT INT TERM
         sleep 1
     done
 ) &
-pids+=($!)
 python3 -m daphne -b 127.0.0.1 -p "$PORT" harness_site.asgi:application >"$LOGS/web.log" 2>&1 &
-pids+=($!)
 
 for _ in $(seq 1 100); do
     curl -fs -o /dev/null "http://127.0.0.1:$PORT/accounts/login/" && break
