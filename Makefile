@@ -17,12 +17,12 @@ typecheck:
 	$(PY) -m mypy runs/core runs/adapters
 
 test-sqlite:
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -m "not postgres_only"
 
 # Behaviour that depends on the database (locking, concurrent consumption, constraints)
 # runs again against the local PostgreSQL server.
 test-postgres:
-	DATABASE_URL=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider -m postgres
+	DATABASE_URL=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider -m "postgres or postgres_only"
 
 selftest:
 	DEBUG=1 $(PY) manage.py harness_selftest

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from approvals.services import enqueue_resume
@@ -102,12 +102,17 @@ class Watchdog:
         last_renew = time.monotonic()
         try:
             while not self._stop.wait(self._poll):
-                if not self._killed.is_set() and kill_requested(self.run_id):
-                    self._killed.set()
-                    self._on_kill()
-                if time.monotonic() - last_renew > self._renew_every:
-                    self._renew()
-                    last_renew = time.monotonic()
+                try:
+                    if not self._killed.is_set() and kill_requested(self.run_id):
+                        self._killed.set()
+                        self._on_kill()
+                    if time.monotonic() - last_renew > self._renew_every:
+                        self._renew()
+                        last_renew = time.monotonic()
+                except DatabaseError:
+                    # A lost connection: try again with a fresh one next round; if the
+                    # database stays away, the lease runs out and fencing takes over.
+                    connection.close()
         finally:
             # This thread's own database connection; the loop's is untouched.
             connection.close()

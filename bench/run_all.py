@@ -1,0 +1,60 @@
+"""Run every benchmark in one go and print one table of their figures (medians,
+tails and ratios, each measured within its own run). ``make bench`` calls this;
+the results are recorded in docs/performance.md.
+
+    python bench/run_all.py [--quick]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
+    # name: (full arguments, quick arguments)
+    "loop_overhead": ([], ["--steps", "500"]),
+    "sandbox_overhead": ([], ["--reads", "200", "--checks", "6", "--starts", "3"]),
+    "kill_latency": ([], ["--trials", "3"]),
+    "trace_latency": ([], ["--seconds", "4", "--events", "2000"]),
+}
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, inner in value.items():
+            out.update(flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: value}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions, for a smoke run")
+    args = parser.parse_args()
+    failed = []
+    print(f"{'benchmark':18} {'figure':58} value")
+    for name, (full, quick) in BENCHMARKS.items():
+        started = time.monotonic()
+        command = [sys.executable, str(HERE / f"{name}.py"), "--json", *(quick if args.quick else full)]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            failed.append(name)
+            print(f"{name:18} FAILED ({result.returncode}): {result.stderr.strip().splitlines()[-1:]}")
+            continue
+        figures = flatten(json.loads(result.stdout.strip().splitlines()[-1]))
+        for key, value in figures.items():
+            print(f"{name:18} {key:58} {value}")
+        print(f"{name:18} {'(seconds to run)':58} {time.monotonic() - started:.0f}")
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()
