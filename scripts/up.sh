@@ -38,10 +38,10 @@ trap cleanup EXIT INT TERM
     while true; do
         python3 -m celery -A harness_site worker -B -s "$HARNESS_VAR_DIR/beat-schedule" -Q "${HARNESS_QUEUE:-harness}" \
             -c 2 -l info >>"$LOGS/worker.log" 2>&1 || true
-        echo "[up] worker exited; restarting" >>"$LOGS/worker.log"
+        echo "[up] worker exited; restarting"
         sleep 1
     done
-) &
+) >>"$LOGS/worker.log" 2>&1 &
 python3 -m daphne -b 127.0.0.1 -p "$PORT" harness_site.asgi:application >"$LOGS/web.log" 2>&1 &
 
 for _ in $(seq 1 100); do
