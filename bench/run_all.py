@@ -34,6 +34,13 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
+def last_json(output: str) -> Any:
+    """The JSON document a benchmark printed last (one line, or indented over several)."""
+    text = output.strip()
+    start = max(text.rfind("\n{"), text.rfind("\n["))
+    return json.loads(text[start + 1 :] if start >= 0 else text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, for a smoke run")
@@ -48,7 +55,7 @@ def main() -> None:
             failed.append(name)
             print(f"{name:18} FAILED ({result.returncode}): {result.stderr.strip().splitlines()[-1:]}")
             continue
-        figures = flatten(json.loads(result.stdout.strip().splitlines()[-1]))
+        figures = flatten(last_json(result.stdout))
         for key, value in figures.items():
             print(f"{name:18} {key:58} {value}")
         print(f"{name:18} {'(seconds to run)':58} {time.monotonic() - started:.0f}")

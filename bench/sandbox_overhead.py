@@ -140,7 +140,7 @@ def summary(samples: list[float]) -> dict[str, float]:
 
 def measure(reads: int, checks: int, starts: int, image: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
-        workspace = prepare_workspace(Path(tmp) / "run", WorkspaceSource(kind="path", path="examples/orders"), ROOT)
+        workspace = prepare_workspace(Path(tmp) / "run", WorkspaceSource(kind="path", path="examples/orders"), ROOT, (ROOT,))
         container = SandboxContainer.start("bench", workspace.dir, ContainerSpec.from_limits(LIMITS, image), scope="bench")
         try:
             executor = SandboxExecutor("bench", workspace, container, MemoryArtifacts(), Path(tmp) / "outbox")
