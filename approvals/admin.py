@@ -9,15 +9,18 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.db.models import Max
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils.html import format_html
 
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
 from approvals.policy_diff import pretty, previous_of, version_diff
+from approvals.policy_editor import CheckFormSet, PolicyMainForm, RuleFormSet, compose, initial_data, kept_forms, place_problems
 from runs.core.errors import InputError
 from runs.core.policy import check_policy
 
@@ -86,7 +89,54 @@ class PolicyVersionAdmin(admin.ModelAdmin):
     def difference(self, obj: PolicyVersion) -> str:
         return format_html("<pre>{}</pre>", version_diff(previous_of(obj), obj) or "(no difference)")
 
+    def add_view(self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """Rows for rules and checks; ``?json=1`` (or a posted ``document_text``) is the raw JSON editor."""
+        if request.GET.get("json") or "document_text" in request.POST:
+            return super().add_view(request, form_url, {**(extra_context or {}), "subtitle": "Advanced: raw JSON"})
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        base = dict(current_policy_row().document)
+        base.pop("version", None)
+        main_initial, rules_initial, checks_initial = initial_data(base)
+        if request.method == "POST":
+            main = PolicyMainForm(request.POST)
+            rules = RuleFormSet(request.POST, prefix="rules")
+            checks = CheckFormSet(request.POST, prefix="checks")
+            if main.is_valid() and rules.is_valid() and checks.is_valid():
+                rule_forms = list(rules.ordered_forms)  # the order of rules matters: first match wins
+                check_forms = kept_forms(checks)
+                document = compose(main, rule_forms, check_forms, base)
+                try:
+                    check_policy({**document, "version": 1})
+                except InputError as exc:
+                    place_problems(exc.problems, main, rule_forms, check_forms)
+                else:
+                    obj = PolicyVersion(note=main.cleaned_data["note"])
+                    self.save_version(request, obj, document)
+                    self.log_addition(request, obj, [{"added": {}}])
+                    self.message_user(request, f"Saved {obj}.", messages.SUCCESS)
+                    return HttpResponseRedirect(reverse("admin:approvals_policyversion_change", args=[obj.pk]))
+        else:
+            main = PolicyMainForm(initial=main_initial)
+            rules = RuleFormSet(initial=rules_initial, prefix="rules")
+            checks = CheckFormSet(initial=checks_initial, prefix="checks")
+        context = {
+            **self.admin_site.each_context(request),
+            **(extra_context or {}),
+            "title": "Add policy version",
+            "subtitle": f"starting from v{current_policy_row().version}",
+            "opts": self.model._meta,
+            "main_form": main,
+            "rules": rules,
+            "checks": checks,
+            "refused": request.method == "POST",
+        }
+        return TemplateResponse(request, "admin/approvals/policy_edit.html", context)
+
     def save_model(self, request: HttpRequest, obj: PolicyVersion, form: Any, change: bool) -> None:
+        self.save_version(request, obj, form.cleaned_data["document_text"])
+
+    def save_version(self, request: HttpRequest, obj: PolicyVersion, document: dict[str, Any]) -> None:
         for _ in range(3):
             try:
                 # Two admins saving at once both compute max+1; the unique version
@@ -94,7 +144,7 @@ class PolicyVersionAdmin(admin.ModelAdmin):
                 with transaction.atomic():
                     latest = PolicyVersion.objects.aggregate(v=Max("version"))["v"] or 0
                     obj.version = latest + 1
-                    obj.document = {**form.cleaned_data["document_text"], "version": obj.version}
+                    obj.document = {**document, "version": obj.version}
                     obj.created_by = request.user
                     obj.save()
                 return

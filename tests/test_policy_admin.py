@@ -5,6 +5,7 @@ with the field named."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -79,3 +80,112 @@ def test_it_keeps_versions_immutable(client, admin_user):
 def test_it_refuses_the_policy_admin_to_reviewers(client, reviewer):
     client.force_login(reviewer)
     assert client.get("/admin/approvals/policyversion/add/").status_code in (302, 403)
+
+
+ADD = "/admin/approvals/policyversion/add/"
+
+
+def inline_form(client) -> dict[str, str]:
+    """What a browser would post back from the row editor, untouched."""
+    response = client.get(ADD)
+    assert response.status_code == 200
+    data: dict[str, str] = {}
+    forms = [response.context["main_form"]]
+    for formset in (response.context["rules"], response.context["checks"]):
+        forms += [formset.management_form, *formset.forms]
+    for form in forms:
+        for field in form:
+            value = field.value()
+            if value is True:
+                data[field.html_name] = "on"
+            elif value not in (False, None):
+                data[field.html_name] = str(value)
+    return data
+
+
+def test_it_shows_the_row_editor_without_inline_scripts_or_styles(client, admin_user):
+    client.force_login(admin_user)
+    page = client.get(ADD).content.decode()
+    assert 'name="rules-0-decision"' in page and 'name="checks-0-command"' in page and 'name="budget_max_proposals"' in page
+    assert "style=" not in page
+    assert re.search(r"<script(?![^>]*\bsrc=)", page) is None
+    assert 'name="document_text"' in client.get(ADD + "?json=1").content.decode()
+
+
+def test_it_changes_a_rule_decision_inline_as_a_new_version(client, admin_user):
+    client.force_login(admin_user)
+    before = current_policy_row()
+    data = inline_form(client)
+    data.update({"rules-0-decision": "deny", "note": "no listing"})
+    response = client.post(ADD, data)
+    assert response.status_code == 302
+    newest = current_policy_row()
+    assert newest.version == before.version + 1 and newest.note == "no listing"
+    assert newest.document["rules"][0] == {**before.document["rules"][0], "decision": "deny"}
+    unchanged = {k: v for k, v in newest.document.items() if k not in ("rules", "version")}
+    assert unchanged == {k: v for k, v in before.document.items() if k not in ("rules", "version")}
+    assert newest.document["rules"][1:] == before.document["rules"][1:]
+
+
+def test_it_adds_a_check_and_a_constrained_rule_inline(client, admin_user):
+    client.force_login(admin_user)
+    before = current_policy_row()
+    data = inline_form(client)
+    n = len(before.document["rules"])
+    data.update(
+        {
+            "checks-1-check_id": "lint",
+            "checks-1-command": "ruff\ncheck\n.\n",
+            "checks-1-timeout_seconds": "60",
+            "checks-1-image": "python:3.12",
+            f"rules-{n}-name": "docs only",
+            f"rules-{n}-tool": "write_*",
+            f"rules-{n}-decision": "ask",
+            f"rules-{n}-when": "path=docs/*, README.md",
+        }
+    )
+    assert client.post(ADD, data).status_code == 302
+    newest = current_policy_row()
+    lint = {"check_id": "lint", "command": ["ruff", "check", "."], "version": "1", "timeout_seconds": 60, "image": "python:3.12"}
+    assert newest.document["checks"][1] == lint
+    docs = {"name": "docs only", "tool": "write_*", "decision": "ask", "when": {"path": ["docs/*", "README.md"]}}
+    assert newest.document["rules"][n] == docs
+
+
+def test_it_refuses_an_invalid_inline_row_naming_the_field(client, admin_user):
+    client.force_login(admin_user)
+    data = inline_form(client)
+    before = PolicyVersion.objects.count()
+    data.update({"checks-1-check_id": "Bad ID!", "checks-1-command": "", "rules-1-decision": "maybe", "budget_max_attempts": "0"})
+    response = client.post(ADD, data)
+    assert response.status_code == 200
+    page = response.content.decode()
+    for field in ("checks[1].check_id", "checks[1].command", "rules[1].decision", "budget.max_attempts"):
+        assert field in page
+    assert response.context["checks"].forms[1].errors.keys() == {"check_id", "command"}
+    assert "decision" in response.context["rules"].forms[1].errors
+    assert "budget_max_attempts" in response.context["main_form"].errors
+    data.update({"checks-1-check_id": "lint", "checks-1-command": "true", "rules-1-decision": "allow", "rules-1-when": "no equals sign"})
+    data["budget_max_attempts"] = "3"
+    response = client.post(ADD, data)
+    assert "must look like arg=glob1,glob2" in str(response.context["rules"].forms[1].errors["when"])
+    assert PolicyVersion.objects.count() == before
+
+
+def test_it_deletes_a_rule_row(client, admin_user):
+    client.force_login(admin_user)
+    before = current_policy_row()
+    data = inline_form(client)
+    data["rules-2-DELETE"] = "on"
+    assert client.post(ADD, data).status_code == 302
+    rules = before.document["rules"]
+    assert current_policy_row().document["rules"] == rules[:2] + rules[3:]
+
+
+def test_it_reorders_rules_inline(client, admin_user):
+    client.force_login(admin_user)
+    rules = current_policy_row().document["rules"]
+    data = inline_form(client)
+    data[f"rules-{len(rules) - 1}-ORDER"] = "0"
+    assert client.post(ADD, data).status_code == 302
+    assert current_policy_row().document["rules"] == rules[-1:] + rules[:-1]

@@ -1,0 +1,177 @@
+"""The admin's row editor for a policy: a main form (approval TTL, self-approval,
+budget, sandbox) and formsets for rules and checks. The forms only convert text to
+values; what a valid policy is stays with ``runs.core.policy.check_policy``, whose
+problems are put back on the field or row they name."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django import forms
+
+from runs.core.errors import FieldProblem
+
+DECISIONS = [("allow", "allow"), ("deny", "deny"), ("ask", "ask")]
+BUDGET_FIELDS = ("max_proposals", "max_tool_calls", "max_attempts", "wall_time_seconds", "max_output_bytes_per_call")
+SANDBOX_FIELDS = ("memory", "cpus", "pids_limit")
+_ROW_PATH = re.compile(r"^(rules|checks)\[(\d+)\](?:\.(\w+))?")
+
+
+class PolicyMainForm(forms.Form):
+    note = forms.CharField(max_length=300, required=False)
+    approval_ttl_seconds = forms.IntegerField(label="Approval TTL (seconds)")
+    allow_self_approval = forms.BooleanField(required=False)
+    budget_max_proposals = forms.IntegerField(label="Max proposals")
+    budget_max_tool_calls = forms.IntegerField(label="Max tool calls")
+    budget_max_attempts = forms.IntegerField(label="Max attempts")
+    budget_wall_time_seconds = forms.IntegerField(label="Wall time (seconds)")
+    budget_max_output_bytes_per_call = forms.IntegerField(label="Max output bytes per call")
+    sandbox_memory = forms.CharField(label="Sandbox memory", help_text="e.g. 512m, 2g")
+    sandbox_cpus = forms.FloatField(label="Sandbox CPUs")
+    sandbox_pids_limit = forms.IntegerField(label="Sandbox pids limit")
+
+
+class RuleForm(forms.Form):
+    name = forms.CharField(required=False, widget=forms.TextInput(attrs={"class": "vTextField"}))
+    tool = forms.CharField(required=False, help_text="tool name or glob", widget=forms.TextInput(attrs={"size": 14}))
+    # Not a ChoiceField: check_policy judges the value and names the field.
+    decision = forms.CharField(initial="allow", widget=forms.Select(choices=DECISIONS))
+    requires_evidence = forms.BooleanField(required=False)
+    when = forms.CharField(
+        label="Argument constraints",
+        required=False,
+        help_text="one per line: arg=glob1,glob2",
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 30}),
+    )
+
+    def clean_when(self) -> dict[str, list[str]]:
+        when: dict[str, list[str]] = {}
+        for line in self.cleaned_data["when"].splitlines():
+            if not line.strip():
+                continue
+            arg, sep, globs = line.partition("=")
+            arg = arg.strip()
+            if not sep or not arg:
+                raise forms.ValidationError(f"{line.strip()!r}: each line must look like arg=glob1,glob2")
+            if arg in when:
+                raise forms.ValidationError(f"argument {arg!r} is constrained twice")
+            when[arg] = [g.strip() for g in globs.split(",") if g.strip()]
+        return when
+
+
+class CheckForm(forms.Form):
+    check_id = forms.CharField(required=False, widget=forms.TextInput(attrs={"size": 12}))
+    command = forms.CharField(
+        required=False,
+        help_text="one argv item per line",
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 30}),
+    )
+    version = forms.CharField(initial="1", required=False, widget=forms.TextInput(attrs={"class": "vIntegerField"}))
+    timeout_seconds = forms.IntegerField(initial=120, required=False, widget=forms.NumberInput(attrs={"class": "vIntegerField"}))
+    image = forms.CharField(required=False, widget=forms.TextInput(attrs={"size": 20}))
+
+    def clean_command(self) -> list[str]:
+        return [line.strip() for line in self.cleaned_data["command"].splitlines() if line.strip()]
+
+
+class RuleRows(forms.BaseFormSet):
+    def add_fields(self, form: forms.Form, index: int | None) -> None:
+        super().add_fields(form, index)
+        form.fields["ORDER"].widget.attrs["class"] = "vIntegerField"
+
+
+RuleFormSet = forms.formset_factory(RuleForm, formset=RuleRows, extra=3, can_delete=True, can_order=True)
+CheckFormSet = forms.formset_factory(CheckForm, extra=2, can_delete=True)
+
+
+def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    budget = document.get("budget", {})
+    sandbox = document.get("sandbox", {})
+    main = {
+        "approval_ttl_seconds": document.get("approval_ttl_seconds", 3600),
+        "allow_self_approval": document.get("allow_self_approval", False),
+        **{f"budget_{name}": budget.get(name) for name in BUDGET_FIELDS},
+        "sandbox_memory": sandbox.get("memory", "512m"),
+        "sandbox_cpus": sandbox.get("cpus", 1.0),
+        "sandbox_pids_limit": sandbox.get("pids_limit", 128),
+    }
+    rules = [
+        {
+            "name": rule.get("name", ""),
+            "tool": rule.get("tool", ""),
+            "decision": rule.get("decision", "allow"),
+            "requires_evidence": rule.get("requires_evidence", False),
+            "when": "\n".join(f"{arg}={','.join(globs)}" for arg, globs in rule.get("when", {}).items()),
+        }
+        for rule in document.get("rules", [])
+    ]
+    checks = [
+        {
+            "check_id": check.get("check_id", ""),
+            "command": "\n".join(check.get("command", [])),
+            "version": check.get("version", "1"),
+            "timeout_seconds": check.get("timeout_seconds", 120),
+            "image": check.get("image") or "",
+        }
+        for check in document.get("checks", [])
+    ]
+    return main, rules, checks
+
+
+def kept_forms(formset: forms.BaseFormSet) -> list[forms.Form]:
+    """The rows of a valid formset that make the document: neither deleted nor untouched extras."""
+    deleted = formset.deleted_forms
+    return [form for form in formset.forms if form.cleaned_data and form not in deleted]
+
+
+def compose(main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[CheckForm], base: dict[str, Any]) -> dict[str, Any]:
+    """The policy document (without its version) from valid forms, rows in order."""
+    data = main.cleaned_data
+    rules = []
+    for form in rule_forms:
+        row = form.cleaned_data
+        rule: dict[str, Any] = {"name": row["name"], "tool": row["tool"], "decision": row["decision"]}
+        if row["when"]:
+            rule["when"] = row["when"]
+        if row["requires_evidence"]:
+            rule["requires_evidence"] = True
+        rules.append(rule)
+    checks = []
+    for form in check_forms:
+        row = form.cleaned_data
+        check: dict[str, Any] = {"check_id": row["check_id"], "command": row["command"], "version": row["version"] or "1"}
+        if row["timeout_seconds"] is not None:
+            check["timeout_seconds"] = row["timeout_seconds"]
+        if row["image"]:
+            check["image"] = row["image"]
+        checks.append(check)
+    return {
+        "rules": rules,
+        "checks": checks,
+        "budget": {name: data[f"budget_{name}"] for name in BUDGET_FIELDS},
+        "approval_ttl_seconds": data["approval_ttl_seconds"],
+        "allow_self_approval": data["allow_self_approval"],
+        "sandbox": {
+            **base.get("sandbox", {}),
+            "memory": data["sandbox_memory"],
+            "cpus": data["sandbox_cpus"],
+            "pids_limit": data["sandbox_pids_limit"],
+        },
+    }
+
+
+def place_problems(problems: list[FieldProblem], main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[CheckForm]) -> None:
+    """Put each problem ("rules[1].decision: ...") on the row field it names, else on the main form."""
+    for problem in problems:
+        message = str(problem)
+        match = _ROW_PATH.match(problem.field)
+        if match:
+            rows = rule_forms if match.group(1) == "rules" else check_forms
+            index, name = int(match.group(2)), match.group(3)
+            if index < len(rows):
+                form = rows[index]
+                form.add_error(name if name in form.fields else None, message)
+                continue
+        name = problem.field.replace(".", "_")
+        main.add_error(name if name in main.fields else None, message)
