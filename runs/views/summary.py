@@ -10,12 +10,25 @@ from django.urls import reverse
 
 from runs.control import ACTIVE
 from runs.models import Run
+from runs.proposers import proposer_usage
 from runs.store import load_state
 from runs.views.trace import TONES, short
 
 
-def _budget(name: str, used: float, limit: float, unit: str = "") -> dict[str, Any]:
-    return {"name": name, "used": round(used), "limit": limit, "unit": unit, "ratio": min(1.0, used / limit) if limit else 1.0}
+def _budget(name: str, used: float, limit: float, unit: str = "", digits: int = 0) -> dict[str, Any]:
+    shown = round(used, digits) if digits else round(used)
+    return {"name": name, "used": shown, "limit": limit, "unit": unit, "ratio": min(1.0, used / limit) if limit else 1.0}
+
+
+def model_budgets(run: Run, snapshot: dict[str, Any]) -> list[dict[str, Any]]:
+    """Tokens and cost against the run's model budget (model proposers only)."""
+    usage = proposer_usage(run.proposer, snapshot)
+    if usage is None:
+        return []
+    return [
+        _budget("tokens", float(usage["tokens"]), float(usage["max_tokens"] or 0)),
+        _budget("cost", float(usage["cost_usd"]), float(usage["max_cost_usd"] or 0), " USD", digits=4),
+    ]
 
 
 def run_summary(run: Run) -> dict[str, Any]:
@@ -60,6 +73,7 @@ def run_summary(run: Run) -> dict[str, Any]:
             _budget("proposals", state.proposals, state.limits.max_proposals),
             _budget("calls", state.calls, state.limits.max_tool_calls),
             _budget("time", max(0.0, until - state.started_at), state.limits.wall_time_seconds, "s"),
+            *model_budgets(run, state.proposer_state),
         ],
         "evidence": list(latest.values()),
         "pending_effects": [{"call_id": p.call_id, "tool": p.tool, "kind": p.kind, "reason": p.reason} for p in state.unresolved_effects()],
