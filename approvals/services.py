@@ -5,7 +5,6 @@ with a message for the reviewer; ``do_*`` assume the checks passed."""
 from __future__ import annotations
 
 import logging
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -18,7 +17,7 @@ from approvals.policies import load_policy
 from harness_site.celery import app as celery_app
 from runs.core import events as ev
 from runs.core.ports import Admission, ApprovalAsk
-from runs.eventlog import append_events
+from runs.eventlog import append_event
 from runs.models import Run
 
 log = logging.getLogger(__name__)
@@ -32,11 +31,6 @@ class DecisionRefused(Exception):
 
 class DecisionForbidden(DecisionRefused):
     """This user may not decide this request (no reviewer permission, or it is their own run)."""
-
-
-def _event(cls: type[ev.Event], run_id: str, **fields: Any) -> ev.Event:
-    # seq is assigned by append_events under the run's lock.
-    return cls(run_id=str(run_id), seq=0, ts=time.time(), **fields)
 
 
 class DjangoApprovals:
@@ -132,19 +126,14 @@ def _decide(request: ApprovalRequest, user: AbstractBaseUser, status: str, reaso
         if updated != 1:
             raise DecisionRefused("this request was decided by someone else a moment ago")
         decision = "granted" if status == Status.GRANTED else "denied"
-        append_events(
+        append_event(
             str(request.run_id),
-            [
-                _event(
-                    ev.ApprovalDecided,
-                    request.run_id,
-                    call_id=request.call_id,
-                    request_id=str(request.pk),
-                    decision=decision,
-                    by=user.get_username(),
-                    reason=reason,
-                )
-            ],
+            ev.ApprovalDecided,
+            call_id=request.call_id,
+            request_id=str(request.pk),
+            decision=decision,
+            by=user.get_username(),
+            reason=reason,
         )
         transaction.on_commit(lambda: enqueue_resume(str(request.run_id)))
 
@@ -173,18 +162,13 @@ def do_lapse(request: ApprovalRequest, status: str, reason: str) -> bool:
             status=status, reason=reason
         )
         if updated == 1:
-            append_events(
+            append_event(
                 str(request.run_id),
-                [
-                    _event(
-                        ev.ApprovalLapsed,
-                        request.run_id,
-                        call_id=request.call_id,
-                        request_id=str(request.pk),
-                        status=status,
-                        reason=reason,
-                    )
-                ],
+                ev.ApprovalLapsed,
+                call_id=request.call_id,
+                request_id=str(request.pk),
+                status=status,
+                reason=reason,
             )
     return updated == 1
 

@@ -105,7 +105,6 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = env_str("HARNESS_QUEUE", "harness")
-CELERY_TASK_ALWAYS_EAGER = False
 # A message whose worker vanished is redelivered after this long; the beat's lease
 # sweep usually recovers the run sooner.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("HARNESS_VISIBILITY_TIMEOUT", 300, minimum=10)}

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from approvals.services import enqueue_resume
 from runs.core import events as ev
-from runs.eventlog import append_events
+from runs.eventlog import append_event
 from runs.models import GlobalSwitch, Run
 
 OPERATE_PERMISSION = "runs.operate_runs"
@@ -36,7 +36,7 @@ def do_kill(run: Run, by: str, scope: str = "run") -> bool:
     with transaction.atomic():
         flagged = Run.objects.filter(pk=run.pk, status__in=ACTIVE, kill_requested=False).update(kill_requested=True)
         if flagged:
-            append_events(str(run.pk), [ev.KillRequested(run_id=str(run.pk), seq=0, ts=time.time(), by=by, scope=scope)])
+            append_event(str(run.pk), ev.KillRequested, by=by, scope=scope)
             transaction.on_commit(lambda: enqueue_resume(str(run.pk)))
     return flagged == 1
 

@@ -6,8 +6,10 @@ viewer never sees an event the database does not have."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from django.db import transaction
 
@@ -16,6 +18,13 @@ from runs.core.events import Event as CoreEvent
 from runs.models import Event, Run
 from runs.redact import redact, secret_values
 from runs.signals import events_stored
+
+
+def append_event(run_id: str, cls: type[CoreEvent], **fields: Any) -> Event:
+    """Store one event written outside the loop (a decision, a kill); its seq is
+    assigned here like any other."""
+    [row] = append_events(run_id, [cls(run_id=str(run_id), seq=0, ts=time.time(), **fields)])
+    return row
 
 
 def append_events(run_id: str, events: Sequence[CoreEvent]) -> list[Event]:
