@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import re
+import socket
 import tempfile
 import threading
 import time
@@ -173,6 +174,9 @@ class SandboxContainer:
         self.image_digest = image_digest
         self._killed = False
         self._cgroup_paths: dict[str, Path | None] = {}
+        # The output stream of the execution in flight, so a kill can cut it locally.
+        self._stream_lock = threading.Lock()
+        self._stream: Any = None
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -241,8 +245,19 @@ class SandboxContainer:
             pass
 
     def kill(self) -> None:
-        """From any thread: end the execution in flight and remove the container."""
-        self._killed = True
+        """From any thread: end the execution in flight and remove the container.
+
+        The stream is cut here first, so the driving thread returns at once even when
+        the engine is slow to remove the container (or fails to: the sweeper removes
+        it later); the kill switch must not wait on the engine."""
+        with self._stream_lock:
+            self._killed = True
+            stream = self._stream
+        if stream is not None:
+            try:
+                stream.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed: the execution ended on its own
         try:
             new_client(timeout=10).api.remove_container(self.id, force=True)
         except NotFound:
@@ -278,22 +293,32 @@ class SandboxContainer:
             raise SandboxUnavailable(f"the sandbox could not start the command: {exc}") from None
         error = None
         deadline.start()
+        raw = getattr(sock, "_sock", sock)
+        with self._stream_lock:
+            # A kill that came after the check at the top has already asked the engine
+            # to remove the container; this stream must not outlive it.
+            already_killed = self._killed
+            self._stream = None if already_killed else raw
         try:
-            raw = getattr(sock, "_sock", sock)
             if hasattr(raw, "settimeout"):
                 raw.settimeout(None)  # the deadline above bounds the wait, not the socket
-            for _stream, data in frames_iter(sock, False):
-                capture.write(data)
+            if not already_killed:
+                for _stream, data in frames_iter(sock, False):
+                    capture.write(data)
         except (OSError, DockerException) as exc:
             if not self._killed:
                 error = f"the output stream broke off: {exc}"
         finally:
+            with self._stream_lock:
+                self._stream = None
             deadline.cancel()
             deadline.join()  # a deadline kill already under way must not hit the next execution
             capture.close()
             sock.close()
         elapsed = time.monotonic() - started
-        exit_code = self._exit_code(exec_id)
+        # A killed execution's exit code says nothing, and asking a slow engine for it
+        # would hold the kill up.
+        exit_code = None if self._killed else self._exit_code(exec_id)
         if not self._killed:
             self._reap()
         oom_after = self._oom_kills()

@@ -182,9 +182,22 @@ def test_it_stops_the_run_when_a_reviewer_denies(live_server_asgi, celery_worker
     page.click("#deny")  # the browser refuses an empty reason before the server would
     expect(page).to_have_url(f"{live_server_asgi.url}/approvals/{request.pk}/")
     page.fill("#id_reason", "publishing is frozen until the release")
+    # The run's last event (its stop) has no successor to refresh the summary, so
+    # the page must retry a summary request that fails.
+    failed = []
+
+    def fail_twice(route):
+        if len(failed) < 2:
+            failed.append(route.request.url)
+            route.fulfill(status=503, body="busy")
+        else:
+            route.continue_()
+
+    page.route("**/summary/", fail_twice)
     page.click("#deny")
     page.wait_for_url(f"**/runs/{run.pk}/")
     expect(outcome(page)).to_have_text("denied", timeout=LIVE)
+    assert len(failed) == 2
     expect(page.locator('[data-field="stop_message"]')).to_contain_text("publishing is frozen until the release")
     expect(page.locator("#timeline")).to_contain_text("Approval denied")
     screenshot(page, "run_denied")

@@ -266,12 +266,9 @@ class KillSwitch:
         return self.flag.is_set()
 
 
-def test_it_kills_an_execution_in_flight_and_removes_the_container(docker_engine, tmp_path: Path, db) -> None:
-    from runs.artifacts import FileArtifactStore
-
-    workspace = example_workspace(tmp_path / "kill-run")
-    container = start_container("kill-run", workspace)
-    executor = SandboxExecutor("kill-run", workspace, container, FileArtifactStore(), tmp_path / "outbox")
+def kill_during_long_check(executor: SandboxExecutor) -> tuple[Outcome, float]:
+    """Drive a 60 s check, kill it after a second; the outcome and how long after
+    the kill the loop returned."""
     switch = KillSwitch()
     killed_at: list[float] = []
 
@@ -287,10 +284,46 @@ def test_it_kills_an_execution_in_flight_and_removes_the_container(docker_engine
     outcome = drive(executor, sandbox_policy(long_check), [step("run_check", check_id="long"), *SURVIVE], controls=switch)
     returned_at = time.monotonic()
     thread.join()
-    assert returned_at - killed_at[0] < 2.0
     assert outcome.state.outcome == "killed"
     receipt = outcome.receipt("run_check", "long")
     assert receipt["status"] == "unknown" and receipt["data"]["error"] == "the sandbox was killed during the check"
     assert not outcome.state.evidence  # a cut-off check proves nothing
+    return outcome, returned_at - killed_at[0]
+
+
+def test_it_kills_an_execution_in_flight_and_removes_the_container(docker_engine, tmp_path: Path, db) -> None:
+    from runs.artifacts import FileArtifactStore
+
+    workspace = example_workspace(tmp_path / "kill-run")
+    container = start_container("kill-run", workspace)
+    executor = SandboxExecutor("kill-run", workspace, container, FileArtifactStore(), tmp_path / "outbox")
+    _, took = kill_during_long_check(executor)
+    assert took < 2.0
     with pytest.raises(NotFound):
         docker_engine.containers.get(container.id)
+
+
+def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_container(
+    docker_engine, tmp_path: Path, db, monkeypatch
+) -> None:
+    """The kill switch must not wait on the engine: here removal stalls for 5 s
+    (as a busy engine's can), and the loop still stops within two seconds."""
+    import sandbox.container
+    from runs.artifacts import FileArtifactStore
+
+    class StallingClient:
+        class api:  # noqa: N801 - mirrors docker.DockerClient.api
+            @staticmethod
+            def remove_container(container_id: str, force: bool = False) -> None:
+                time.sleep(5)
+
+    workspace = example_workspace(tmp_path / "slow-engine")
+    container = start_container("slow-engine", workspace)
+    executor = SandboxExecutor("slow-engine", workspace, container, FileArtifactStore(), tmp_path / "outbox")
+    monkeypatch.setattr(sandbox.container, "new_client", lambda timeout: StallingClient())
+    try:
+        _, took = kill_during_long_check(executor)
+        assert took < 2.0
+    finally:
+        monkeypatch.undo()
+        executor.close()

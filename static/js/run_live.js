@@ -223,16 +223,24 @@
   // -- summary --------------------------------------------------------------------
 
   let summaryTimer = null;
+  let summaryAsked = 0;
 
-  function refreshSummarySoon() {
+  // The last event of a run (its stop) has no successor to refresh the summary
+  // again, so a failed fetch is retried; an answer overtaken by a later request is
+  // dropped, or a slow "running" could overwrite a prompt "killed".
+  function refreshSummarySoon(delay) {
     if (!summary || summaryTimer) return;
     summaryTimer = window.setTimeout(function () {
       summaryTimer = null;
+      const asked = ++summaryAsked;
       fetch(timeline.dataset.summaryUrl, { credentials: "same-origin", headers: { Accept: "application/json" } })
-        .then(function (response) { return response.ok ? response.json() : null; })
-        .then(function (data) { if (data) applySummary(data); })
-        .catch(function () { /* the next event refreshes it again */ });
-    }, 300);
+        .then(function (response) {
+          if (!response.ok) throw new Error("HTTP " + response.status);
+          return response.json();
+        })
+        .then(function (data) { if (asked === summaryAsked) applySummary(data); })
+        .catch(function () { if (asked === summaryAsked) refreshSummarySoon(2000); });
+    }, delay || 300);
   }
 
   function field(name) {
