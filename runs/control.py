@@ -4,6 +4,7 @@ loop stops ``killed`` at its next guard."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from approvals.services import enqueue_resume
 from runs.core import events as ev
 from runs.eventlog import append_event
 from runs.models import GlobalSwitch, Run
+
+log = logging.getLogger(__name__)
 
 OPERATE_PERMISSION = "runs.operate_runs"
 ACTIVE = (Run.Status.RUNNING, Run.Status.WAITING)
@@ -98,6 +101,14 @@ class Watchdog:
         self._stop.set()
         self._thread.join(timeout=5)
 
+    def _kill_in_flight(self) -> None:
+        try:
+            self._on_kill()
+        except Exception:  # noqa: BLE001 - this thread must live on to renew the lease
+            # The loop still stops at its next guard; the sweeper removes a container
+            # the engine would not remove now.
+            log.exception("run %s: killing the execution in flight failed", self.run_id)
+
     def _watch(self) -> None:
         last_renew = time.monotonic()
         try:
@@ -105,7 +116,7 @@ class Watchdog:
                 try:
                     if not self._killed.is_set() and kill_requested(self.run_id):
                         self._killed.set()
-                        self._on_kill()
+                        self._kill_in_flight()
                     if time.monotonic() - last_renew > self._renew_every:
                         self._renew()
                         last_renew = time.monotonic()

@@ -140,3 +140,23 @@ def test_it_kills_an_executing_call_within_two_seconds_and_records_the_write_as_
     run.refresh_from_db()
     assert run.report.data["pending"][0]["tool"] == "write_file"
     assert Event.objects.filter(run=run, type="kill_requested").count() == 1
+
+
+def test_it_keeps_renewing_the_lease_when_killing_the_execution_fails():
+    run = World().create()
+    renewals: list[float] = []
+
+    def failing_kill() -> None:
+        raise ConnectionError("the engine did not answer")
+
+    with Watchdog(
+        str(run.pk), renew=lambda: renewals.append(time.monotonic()) or True, on_kill=failing_kill, poll=0.05, renew_every=0.1
+    ) as dog:
+        do_kill(run, "otto")
+        deadline = time.monotonic() + 10
+        while not dog.kill_requested() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        killed_at = time.monotonic()
+        time.sleep(0.5)
+    assert dog.kill_requested()
+    assert [t for t in renewals if t > killed_at], "the watchdog thread died with the failed kill"

@@ -303,9 +303,7 @@ def test_it_kills_an_execution_in_flight_and_removes_the_container(docker_engine
         docker_engine.containers.get(container.id)
 
 
-def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_container(
-    docker_engine, tmp_path: Path, db, monkeypatch
-) -> None:
+def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_container(docker_engine, tmp_path: Path, db, monkeypatch) -> None:
     """The kill switch must not wait on the engine: here removal stalls for 5 s
     (as a busy engine's can), and the loop still stops within two seconds."""
     import sandbox.container
