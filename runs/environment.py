@@ -3,10 +3,25 @@ build one without importing them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from runs.core.ports import Executor, Workspace
+
+
+@dataclass(frozen=True)
+class RepositoryContext:
+    """What a model's first message shows of the workspace: the repository's own
+    instructions, its file list and the files the run may change. All of it comes
+    from the workspace, so the adapters present it as untrusted data."""
+
+    instructions: str | None = None
+    state: str | None = None
+    sources: Sequence[tuple[str, str]] = field(default_factory=tuple)
+
+
+def no_repository_context(write_paths: Sequence[str]) -> RepositoryContext:
+    return RepositoryContext()
 
 
 @dataclass
@@ -15,3 +30,5 @@ class Environment:
     workspace: Workspace
     close: Callable[[], None] = lambda: None  # remove the run's container at the end
     kill: Callable[[], None] = lambda: None  # kill the execution in flight (kill switch)
+    # The repository as a model's first message shows it, given the contract's write globs.
+    repository: Callable[[Sequence[str]], RepositoryContext] = no_repository_context

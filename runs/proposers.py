@@ -8,7 +8,7 @@ server's; it never carries credentials: API keys come from settings only."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -19,6 +19,7 @@ from runs.core.jsonutil import JSON
 from runs.core.ports import Clock, Proposer, ProposerStopped
 from runs.core.scripted import ScriptedProposer
 from runs.core.tools import ToolSpec
+from runs.environment import RepositoryContext
 
 PROPOSER_KINDS = ("scripted", "openai", "anthropic")
 MODEL_KINDS = ("openai", "anthropic")
@@ -122,10 +123,12 @@ def build_proposer(
     deadline: float | None = None,
     clock: Clock | None = None,
     revision: str | None = None,
+    repository: Callable[[], RepositoryContext] | None = None,
 ) -> Proposer:
     """The run's proposer, continuing from ``snapshot``. Model proposers need the
-    contract and the visible tools for their first message; ``deadline`` bounds their
-    retries."""
+    contract and the visible tools for their first message, and the workspace's
+    ``repository`` context while the conversation has not begun; ``deadline`` bounds
+    their retries."""
     if config["kind"] == "scripted":
         return ScriptedProposer(config["script"], position=int(snapshot.get("position", 0)))
     if config["kind"] not in MODEL_KINDS:
@@ -136,7 +139,10 @@ def build_proposer(
         check_proposer_config(config)
     except InputError as exc:
         return RefusingProposer(f"the proposer configuration is no longer accepted: {exc}")
-    return _model_proposer(config, snapshot, contract, tools, deadline=deadline, clock=clock, revision=revision)
+    # Read only for a conversation not yet begun: later turns replay the stored messages.
+    begun = bool(snapshot.get("messages"))
+    context = repository() if repository is not None and not begun else RepositoryContext()
+    return _model_proposer(config, snapshot, contract, tools, deadline=deadline, clock=clock, revision=revision, repository=context)
 
 
 def server_budget() -> tuple[int, float]:
@@ -152,6 +158,7 @@ def _model_proposer(
     deadline: float | None,
     clock: Clock | None,
     revision: str | None,
+    repository: RepositoryContext,
 ) -> Proposer:
     from runs.adapters.conversation import AdapterSettings, Budget, RetryPolicy, TaskContext, ToolDef, parse_price_table, price_for
 
@@ -162,7 +169,13 @@ def _model_proposer(
     common: dict[str, Any] = {
         "model": config["model"],
         "api_key": api_key,
-        "context": TaskContext.from_contract(contract, revision=revision),
+        "context": TaskContext.from_contract(
+            contract,
+            revision=revision,
+            instructions=repository.instructions,
+            state=repository.state,
+            sources=repository.sources,
+        ),
         "tools": [ToolDef.from_spec(spec) for spec in tools],
         "budget": budget,
         "price": price_for(config["model"], parse_price_table(settings.HARNESS_MODEL_PRICES)),

@@ -115,6 +115,7 @@ def drive_run(
             deadline=state.deadline,
             clock=clock,
             revision=state.revision,
+            repository=lambda: environment.repository(state.contract.allowed_write_paths),
         ),
         executor=environment.executor,
         workspace=environment.workspace,

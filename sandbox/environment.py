@@ -45,4 +45,10 @@ def sandbox_environment(run: Run, policy: Policy) -> Environment:
         Path(settings.OUTBOX_DIR),
         spool_dir=Path(settings.ARTIFACT_ROOT) / "spool",
     )
-    return Environment(executor=executor, workspace=executor, close=executor.close, kill=executor.kill)
+    return Environment(
+        executor=executor,
+        workspace=executor,
+        close=executor.close,
+        kill=executor.kill,
+        repository=workspace.repository_context,
+    )

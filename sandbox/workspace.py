@@ -34,6 +34,8 @@ from pathlib import Path
 from runs.core.contract import WorkspaceSource
 from runs.core.errors import FieldProblem, InputError
 from runs.core.jsonutil import JSON
+from runs.core.paths import path_allowed
+from runs.environment import RepositoryContext
 from sandbox import fileops, patches
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,11 @@ RACY_NS = 1_000_000_000
 MAX_ARCHIVE_BYTES = 2_000_000_000
 MAX_ARCHIVE_MEMBERS = 200_000
 CACHE_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".benchmarks"}
+# What a model's first message shows of the repository (the adapters cap it again).
+INSTRUCTION_FILES = ("AGENTS.md", "CONTRIBUTING.md", "README.md")
+CONTEXT_MAX_LISTED = 300
+CONTEXT_MAX_SOURCES = 12
+CONTEXT_MAX_SOURCE_BYTES = 32_000
 
 
 class WorkspaceSourceError(InputError):
@@ -200,6 +207,30 @@ class RunWorkspace:
         except (fileops.FileRefused, patches.PatchRefused) as exc:
             return f"# this {tool} would be refused: {exc}\n"
         return None
+
+    def repository_context(self, write_paths: Sequence[str]) -> RepositoryContext:
+        """The repository's instructions (the first of INSTRUCTION_FILES present), its
+        file list, and the text files the run may write: read the way the tools read,
+        never through a symlink."""
+        listing = fileops.list_files(self.dir, "", CONTEXT_MAX_LISTED)
+        files: list[str] = listing["files"]
+        instructions = next((text for name in INSTRUCTION_FILES if name in files and (text := self._text(name))), None)
+        state = "Files in the workspace:\n" + "\n".join(files)
+        if listing["symlinks"]:
+            state += "\nSymlinks (the file tools do not follow them):\n" + "\n".join(listing["symlinks"])
+        if listing["truncated"]:
+            state += f"\n(the first {CONTEXT_MAX_LISTED} entries; list_files shows the rest)"
+        writable = [f for f in files if path_allowed(f, write_paths)][:CONTEXT_MAX_SOURCES]
+        sources = tuple((path, text) for path in writable if (text := self._text(path)) is not None)
+        return RepositoryContext(instructions=instructions, state=state, sources=sources)
+
+    def _text(self, path: str) -> str | None:
+        """A small text file's content; None for anything else."""
+        try:
+            data = fileops.read_bytes(self.dir, path, CONTEXT_MAX_SOURCE_BYTES)
+        except fileops.FileRefused:
+            return None
+        return None if data is None or fileops.is_binary(data) else fileops.decode(data)
 
     def changes(self) -> list[Change]:
         """Files that differ from the pristine source (content or kind)."""

@@ -357,6 +357,28 @@ def test_it_builds_the_adapter_with_the_budget_clipped_by_the_server(model_setti
         refused.propose(None)
 
 
+def test_it_reads_the_repository_only_for_a_conversation_not_yet_begun(model_settings):
+    from runs.environment import RepositoryContext
+    from runs.proposers import build_proposer
+
+    contract = demo_contract()
+    tools = builtin_registry().visible(contract.allowed_tools)
+    config = {"kind": "openai", "model": "gpt-4o-mini"}
+    reads = []
+
+    def repository():
+        reads.append(1)
+        return RepositoryContext(instructions="use cents", state="src/calc.py", sources=[("src/calc.py", "def total(q): ...")])
+
+    fresh = build_proposer(config, {}, contract, tools, repository=repository)
+    assert reads == [1]
+    assert fresh.context.instructions == "use cents" and list(fresh.context.sources) == [("src/calc.py", "def total(q): ...")]
+    begun = {**fresh.snapshot(), "messages": [{"role": "user", "content": "the task as first sent"}]}
+    resumed = build_proposer(config, begun, contract, tools, repository=repository)
+    assert reads == [1]  # the stored messages are the conversation; the workspace is not read again
+    assert resumed.messages == begun["messages"]
+
+
 def test_it_fails_at_start_naming_a_bad_price_table():
     base = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE",)}
     for value, named in (("{not json", "not valid JSON"), ('{"m": {"input": -1, "output": 1}}', "non-negative")):

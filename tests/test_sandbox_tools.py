@@ -71,7 +71,7 @@ def git_tree(directory: Path, tmp_path: Path) -> str:
 
 def test_it_lists_reads_and_searches_the_workspace(host_executor: SandboxExecutor) -> None:
     listing = run(host_executor, "list_files")["data"]
-    assert listing["files"] == ["orders/__init__.py", "orders/total.py", "pytest.ini", "tests/test_total.py"]
+    assert listing["files"] == ["AGENTS.md", "orders/__init__.py", "orders/total.py", "pytest.ini", "tests/test_total.py"]
     assert run(host_executor, "list_files", path="orders", max_entries=1)["data"] == {
         "path": "orders",
         "files": ["orders/__init__.py"],
@@ -85,6 +85,29 @@ def test_it_lists_reads_and_searches_the_workspace(host_executor: SandboxExecuto
     hits = run(host_executor, "search", pattern='line["quantity"]')["data"]
     assert [(m["path"], m["line"]) for m in hits["matches"]] == [("orders/total.py", 15)]
     assert run(host_executor, "search", pattern=".*", path="orders")["data"]["matches"] == []  # literal, not a regex
+
+
+def test_it_shows_a_model_the_repository_instructions_files_and_writable_sources(host_executor: SandboxExecutor) -> None:
+    workspace = host_executor.workspace
+    context = workspace.repository_context(["orders/*"])
+    assert context.instructions == (workspace.dir / "AGENTS.md").read_text()
+    assert context.state.splitlines()[1:] == ["AGENTS.md", "orders/__init__.py", "orders/total.py", "pytest.ini", "tests/test_total.py"]
+    assert [path for path, _ in context.sources] == ["orders/__init__.py", "orders/total.py"]  # not the tests: not writable
+    assert dict(context.sources)["orders/total.py"] == (workspace.dir / "orders" / "total.py").read_text()
+
+    # What the run could have planted is read the way the tools read: an instructions
+    # file that is a symlink is not followed (the next one is used), binary and
+    # oversized files are left out.
+    (workspace.dir / "AGENTS.md").unlink()
+    (workspace.dir / "AGENTS.md").symlink_to("/etc/passwd")
+    (workspace.dir / "README.md").write_text("# orders\n")
+    (workspace.dir / "orders" / "blob.bin").write_bytes(b"\x00" * 10)
+    (workspace.dir / "orders" / "huge.py").write_text("x = 1\n" * 100_000)
+    context = workspace.repository_context(["orders/*"])
+    assert context.instructions == "# orders\n"
+    assert "Symlinks (the file tools do not follow them):\nAGENTS.md" in context.state
+    assert [path for path, _ in context.sources] == ["orders/__init__.py", "orders/total.py"]
+    assert "root:" not in repr(context)
 
 
 def test_it_reports_tool_problems_as_receipts_not_exceptions(host_executor: SandboxExecutor) -> None:
