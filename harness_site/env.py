@@ -31,6 +31,13 @@ def env_str(name: str, default: str | None = None, env: Mapping[str, str] | None
     return value
 
 
+def env_choice(name: str, default: str, choices: tuple[str, ...], env: Mapping[str, str] | None = None) -> str:
+    value = env_str(name, default, env)
+    if value not in choices:
+        raise SettingError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
 def env_bool(name: str, default: bool, env: Mapping[str, str] | None = None) -> bool:
     value = _raw(name, env)
     if value is None:

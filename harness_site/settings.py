@@ -9,7 +9,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from harness_site.env import SettingError, env_bool, env_float, env_int, env_list, env_str, env_url
+from harness_site.env import SettingError, env_bool, env_choice, env_float, env_int, env_list, env_str, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("HARNESS_VAR_DIR", str(BASE_DIR / "var")))
@@ -185,6 +185,9 @@ ANTHROPIC_BASE_URL = env_url("ANTHROPIC_BASE_URL", "https://api.anthropic.com", 
 # lists: the server's API key is sent to whatever URL a run names.
 OPENAI_ALLOWED_BASE_URLS = sorted({OPENAI_BASE_URL, *env_list("HARNESS_OPENAI_ALLOWED_BASE_URLS", [])})
 ANTHROPIC_ALLOWED_BASE_URLS = sorted({ANTHROPIC_BASE_URL, *env_list("HARNESS_ANTHROPIC_ALLOWED_BASE_URLS", [])})
+# The Chat Completions field that caps a reply: "auto" sends max_completion_tokens to
+# api.openai.com (its reasoning models refuse max_tokens) and max_tokens elsewhere.
+HARNESS_OPENAI_OUTPUT_LIMIT = env_choice("HARNESS_OPENAI_OUTPUT_LIMIT", "auto", ("auto", "max_tokens", "max_completion_tokens"))
 
 # Server-wide caps per run; a run's own max_tokens / max_cost_usd are intersected with them.
 HARNESS_MODEL_MAX_TOKENS = env_int("HARNESS_MODEL_MAX_TOKENS", 2_000_000, minimum=1)

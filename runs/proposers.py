@@ -199,7 +199,7 @@ def _model_proposer(
     if kind == "openai":
         from runs.adapters.openai_adapter import OpenAIProposer
 
-        return OpenAIProposer(**common)
+        return OpenAIProposer(**common, output_limit=settings.HARNESS_OPENAI_OUTPUT_LIMIT)
     from runs.adapters.anthropic_adapter import AnthropicProposer
 
     return AnthropicProposer(**common)

@@ -29,6 +29,7 @@ def start(**env):
         ({"DEBUG": "1", "REDIS_URL": "localhost:6379"}, "REDIS_URL must be a URL"),
         ({"DEBUG": "1", "HARNESS_LEASE_SECONDS": "lots"}, "HARNESS_LEASE_SECONDS must be an integer"),
         ({"DEBUG": "1", "ALLOWED_HOSTS": "a,,b"}, "ALLOWED_HOSTS must be a comma-separated list"),
+        ({"DEBUG": "1", "HARNESS_OPENAI_OUTPUT_LIMIT": "max"}, "HARNESS_OPENAI_OUTPUT_LIMIT must be one of auto, max_tokens"),
     ],
 )
 def test_it_fails_at_start_naming_the_bad_variable(env, named):

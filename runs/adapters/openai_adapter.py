@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, Literal, cast
+from urllib.parse import urlsplit
 
 import openai
 
@@ -27,6 +28,19 @@ from runs.adapters.conversation import (
 from runs.core.jsonutil import JSON
 
 OpenAIToolChoice = Literal["required", "auto"]
+OutputLimitField = Literal["max_tokens", "max_completion_tokens"]
+OutputLimitSetting = Literal["auto", "max_tokens", "max_completion_tokens"]
+OFFICIAL_HOST = "api.openai.com"
+
+
+def output_limit_field(base_url: str | None, configured: OutputLimitSetting) -> OutputLimitField:
+    """The request field that caps a reply's tokens. OpenAI's own API wants
+    ``max_completion_tokens`` (its reasoning models refuse ``max_tokens``); most
+    compatible servers only know ``max_tokens``."""
+    if configured != "auto":
+        return configured
+    official = base_url is None or urlsplit(base_url).hostname == OFFICIAL_HOST
+    return "max_completion_tokens" if official else "max_tokens"
 
 
 class OpenAIProposer(ToolCallingProposer):
@@ -37,12 +51,14 @@ class OpenAIProposer(ToolCallingProposer):
         *,
         base_url: str | None = None,
         tool_choice: OpenAIToolChoice = "required",
+        output_limit: OutputLimitSetting = "auto",
         client: openai.OpenAI | None = None,
         **common: Any,
     ) -> None:
         super().__init__(**common)
         self.base_url = base_url
         self.tool_choice = tool_choice
+        self.output_limit_field = output_limit_field(base_url, output_limit)
         self._client = client
 
     def client(self) -> openai.OpenAI:
@@ -73,13 +89,14 @@ class OpenAIProposer(ToolCallingProposer):
         return messages
 
     def _send(self, messages: list[dict[str, JSON]], max_output_tokens: int, timeout: float) -> ModelReply:
+        limit: dict[str, int] = {self.output_limit_field: max_output_tokens}
         response = self.client().chat.completions.create(
             model=self.model,
             messages=cast(Any, messages),
             tools=cast(Any, self.tool_params()),
             tool_choice=self.tool_choice,
-            max_tokens=max_output_tokens,
             timeout=timeout,
+            **cast(Any, limit),
         )
         usage = response.usage
         number = self.usage.requests + 1
