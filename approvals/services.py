@@ -26,7 +26,12 @@ DECIDE_PERMISSION = "approvals.decide_approval"
 
 
 class DecisionRefused(Exception):
-    """The request cannot be decided now (already decided, expired, stale)."""
+    """The request cannot be decided now (already decided, expired, stale). ``lapse``
+    is the (status, reason) a decision attempt records for an expired or stale one."""
+
+    def __init__(self, message: str, lapse: tuple[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.lapse = lapse
 
 
 class DecisionForbidden(DecisionRefused):
@@ -108,12 +113,21 @@ def check_decision(request: ApprovalRequest, user: AbstractBaseUser) -> None:
     if request.status != Status.PENDING:
         raise DecisionRefused(f"this request is already {request.status}")
     if request.expires_at <= timezone.now():
-        do_lapse(request, Status.EXPIRED, "expired before a decision")
-        raise DecisionRefused("this request has expired")
+        raise DecisionRefused("this request has expired", lapse=(Status.EXPIRED, "expired before a decision"))
     stale = staleness(request)
     if stale is not None:
-        do_lapse(request, Status.STALE, stale)
-        raise DecisionRefused(f"this request is stale: {stale}")
+        raise DecisionRefused(f"this request is stale: {stale}", lapse=(Status.STALE, stale))
+
+
+def check_decision_recording_lapse(request: ApprovalRequest, user: AbstractBaseUser) -> None:
+    """``check_decision`` for a decision being made: a refusal because the request
+    expired or went stale is recorded (and audited) before it is raised."""
+    try:
+        check_decision(request, user)
+    except DecisionRefused as exc:
+        if exc.lapse is not None:
+            do_lapse(request, *exc.lapse)
+        raise
 
 
 def _decide(request: ApprovalRequest, user: AbstractBaseUser, status: str, reason: str) -> None:
@@ -139,7 +153,7 @@ def _decide(request: ApprovalRequest, user: AbstractBaseUser, status: str, reaso
 
 
 def grant(request: ApprovalRequest, user: AbstractBaseUser) -> None:
-    check_decision(request, user)
+    check_decision_recording_lapse(request, user)
     _decide(request, user, Status.GRANTED, "")
 
 
@@ -152,7 +166,7 @@ def check_reason(reason: str) -> str:
 
 def deny(request: ApprovalRequest, user: AbstractBaseUser, reason: str) -> None:
     reason = check_reason(reason)
-    check_decision(request, user)
+    check_decision_recording_lapse(request, user)
     _decide(request, user, Status.DENIED, reason)
 
 

@@ -34,12 +34,12 @@ def inbox_rows() -> list[dict[str, Any]]:
 
 
 def decision_blocker(request: ApprovalRequest, user: AbstractBaseUser) -> str | None:
-    """Why this user cannot decide this request now, or None. An expired or stale
-    request is recorded as such here, as the beat would within seconds."""
+    """Why this user cannot decide this request now, or None. Reading a page records
+    nothing: an expired or stale request is recorded when someone tries to decide it
+    (or by the beat, at expiry)."""
     try:
         check_decision(request, user)
     except DecisionRefused as exc:
-        request.refresh_from_db()
         return str(exc)
     return None
 
@@ -90,6 +90,7 @@ class DenyForm(forms.Form):
 
 
 def _refused(request: HttpRequest, approval: ApprovalRequest, error: str, deny_form: DenyForm | None = None) -> HttpResponse:
+    approval.refresh_from_db()  # the refusal may have recorded the request as expired or stale
     context = approval_context(approval, request.user)
     context["error"] = error
     if deny_form is not None:

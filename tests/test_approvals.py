@@ -87,10 +87,16 @@ def test_it_refuses_decisions_from_non_reviewers_and_from_the_run_starter(operat
     assert request.status == "pending"
 
 
-def test_it_refuses_to_grant_an_expired_request_and_audits_the_expiry(operator, reviewer, resumes):
+def test_it_refuses_to_grant_an_expired_request_and_audits_the_expiry(operator, reviewer, resumes, client):
     _, run, request = waiting_run(operator)
     ApprovalRequest.objects.filter(pk=request.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     request.refresh_from_db()
+    # Reading the page says why it cannot be granted, and records nothing.
+    client.force_login(reviewer)
+    page = client.get(f"/approvals/{request.pk}/")
+    assert b"this request has expired" in page.content
+    assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
+    assert not Event.objects.filter(run=run, type="approval_lapsed").exists()
     with pytest.raises(DecisionRefused, match="expired"):
         grant(request, reviewer)
     request.refresh_from_db()
