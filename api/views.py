@@ -39,6 +39,7 @@ from api.serializers import (
 )
 from approvals import services as approvals
 from approvals.models import ApprovalRequest
+from harness_site import signin
 from runs import control
 from runs.models import GlobalSwitch, Run
 from runs.runtime import create_run
@@ -347,7 +348,25 @@ class Token(ObtainAuthToken):
         operation_id="auth_token",
         summary="Get your API token",
         auth=[],
-        responses={200: TokenSerializer, 400: FIELD_ERRORS},
+        responses={
+            200: TokenSerializer,
+            400: FIELD_ERRORS,
+            429: OpenApiResponse(
+                DetailSerializer, description="Too many failed attempts for this user from this address; see Retry-After."
+            ),
+        },
     )
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return super().post(request, *args, **kwargs)
+        username = str(request.data.get("username") or "") if isinstance(request.data, dict) else ""
+        address = signin.client_address(request)
+        try:
+            signin.check_signin_allowed(username, address)
+        except signin.SignInLocked as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS, headers={"Retry-After": str(exc.retry_after)})
+        try:
+            response = super().post(request, *args, **kwargs)
+        except ValidationError:
+            signin.record_failure(username, address)
+            raise
+        signin.clear_failures(username, address)
+        return response

@@ -95,6 +95,16 @@ CHANNEL_LAYERS = {
         "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("HARNESS_CHANNEL_PREFIX", "harness")},
     }
 }
+# The shared cache: counters every web process must agree on (failed sign-ins).
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": env_str("HARNESS_CACHE_PREFIX", "harness"),
+    }
+}
+HARNESS_SIGNIN_MAX_FAILURES = env_int("HARNESS_SIGNIN_MAX_FAILURES", 5, minimum=1)
+HARNESS_SIGNIN_WINDOW_SECONDS = env_int("HARNESS_SIGNIN_WINDOW_SECONDS", 900, minimum=1)
 CELERY_BROKER_URL = env_url("CELERY_BROKER_URL", REDIS_URL, ("redis", "rediss"))
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True

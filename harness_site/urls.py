@@ -7,6 +7,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from approvals import views as approval_views
+from harness_site.signin import LimitedAuthenticationForm
 from runs.views import control, new_run, run_detail, runs_list
 
 run_patterns = (
@@ -37,7 +38,11 @@ approval_patterns = (
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="runs:list"), name="home"),
-    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(redirect_authenticated_user=True, authentication_form=LimitedAuthenticationForm),
+        name="login",
+    ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("runs/", include(run_patterns)),
     path("approvals/", include(approval_patterns)),

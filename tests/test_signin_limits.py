@@ -1,0 +1,81 @@
+"""Password guessing is refused after a few failures, on the sign-in page and the API's
+token endpoint, per (username, client address), with the count in the real Redis."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+pytestmark = pytest.mark.django_db
+
+PASSWORD = "a-long-enough-pass-123"
+
+
+@pytest.fixture
+def limits(settings):
+    settings.HARNESS_SIGNIN_MAX_FAILURES = 3
+    settings.HARNESS_SIGNIN_WINDOW_SECONDS = 600
+    return settings
+
+
+@pytest.fixture
+def person(db) -> User:
+    # A fresh name per test: the counts live in Redis for the whole test session.
+    return User.objects.create_user(username=f"guessed-{uuid.uuid4().hex[:8]}", password=PASSWORD)
+
+
+def token_attempt(username: str, password: str, address: str = "10.0.0.1"):
+    return APIClient(REMOTE_ADDR=address).post("/api/auth/token/", {"username": username, "password": password}, format="json")
+
+
+def test_it_refuses_the_token_endpoint_after_too_many_failures_even_with_the_right_password(limits, person):
+    for _ in range(3):
+        assert token_attempt(person.username, "guess").status_code == 400
+    locked = token_attempt(person.username, PASSWORD)
+    assert locked.status_code == 429
+    assert "too many failed sign-ins" in locked.json()["detail"]
+    assert 590 <= int(locked["Retry-After"]) <= 600
+    # Another address, or another user from this address, is not held up.
+    assert token_attempt(person.username, PASSWORD, address="10.0.0.2").status_code == 200
+    other = User.objects.create_user(username=f"other-{uuid.uuid4().hex[:8]}", password=PASSWORD)
+    assert token_attempt(other.username, PASSWORD).status_code == 200
+
+
+def test_it_lets_the_user_in_again_after_the_window_and_a_success_clears_the_count(limits, person):
+    limits.HARNESS_SIGNIN_WINDOW_SECONDS = 1
+    for _ in range(3):
+        token_attempt(person.username, "guess")
+    assert token_attempt(person.username, PASSWORD).status_code == 429
+    time.sleep(1.5)
+    assert token_attempt(person.username, PASSWORD).status_code == 200
+    limits.HARNESS_SIGNIN_WINDOW_SECONDS = 600
+    for _ in range(2):
+        token_attempt(person.username, "guess")
+    assert token_attempt(person.username, PASSWORD).status_code == 200  # clears the two failures
+    for _ in range(2):
+        token_attempt(person.username, "guess")
+    assert token_attempt(person.username, PASSWORD).status_code == 200
+
+
+def test_it_refuses_the_sign_in_page_after_too_many_failures(limits, person):
+    client = Client(REMOTE_ADDR="10.0.0.3")
+    for _ in range(3):
+        page = client.post(reverse("login"), {"username": person.username, "password": "guess"})
+        assert page.status_code == 200 and b"Please enter a correct username and password" in page.content
+    page = client.post(reverse("login"), {"username": person.username, "password": PASSWORD})
+    assert page.status_code == 200
+    assert b"Too many failed sign-ins for this user from your address; try again in 10 minute(s)." in page.content
+    assert "_auth_user_id" not in client.session
+
+
+def test_it_does_not_lock_anyone_out_when_the_cache_is_unreachable(limits, person):
+    limits.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}}
+    for _ in range(4):
+        assert token_attempt(person.username, "guess").status_code == 400
+    assert token_attempt(person.username, PASSWORD).status_code == 200
