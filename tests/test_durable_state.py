@@ -129,14 +129,38 @@ def test_it_continues_after_a_crash_at_any_checkpoint(crash_at):
     assert state.proposals <= len(SCRIPT)
     types = list(Event.objects.filter(run=run).values_list("type", flat=True))
     assert types.count("run_started") == 1
-    # An interrupted check is never taken as evidence; anything else completes.
-    assert state.outcome in ("complete", "proposals_exhausted")
-    if state.outcome == "complete":
-        assert state.passing_current("tests") is not None
-        assert len(world.executor.outbox) == 1
+    # An interrupted check is never taken as evidence: it runs again, so every run completes.
+    assert state.outcome == "complete", state.stop_message
+    assert state.passing_current("tests") is not None
+    assert len(world.executor.outbox) == 1
     if "run_resumed" in types:
         resumed = Event.objects.filter(run=run, type="run_resumed").first().call_id
         assert CallLedgerEntry.objects.get(run=run, call_id=resumed).state != "started"
+
+
+class CrashAfterCheck(DjangoStore):
+    """Dies as the check's receipt is about to be stored: the check was running."""
+
+    def checkpoint(self, state, events):
+        if any(e.type == "receipt" and e.tool == "run_check" for e in events):
+            raise Crash("crash with the check in flight")
+        super().checkpoint(state, events)
+
+
+def test_it_runs_an_interrupted_check_again_under_the_same_call_and_completes():
+    world = World()
+    run = create(world)
+    with pytest.raises(Crash):
+        drive(run, world, CrashAfterCheck())
+    state = finish(run, world)
+    assert state.outcome == "complete", state.stop_message
+    rows = list(Event.objects.filter(run=run).order_by("seq").values_list("type", "call_id", "payload"))
+    resumed = [(t, c) for t, c, _ in rows if t in ("run_resumed", "retry")]
+    assert resumed == [("run_resumed", "c3"), ("retry", "c3")]
+    started = [p["attempt"] for t, c, p in rows if t == "call_started" and c == "c3"]
+    assert started == [1, 2]  # the same logical call, its second attempt counted
+    assert Evidence.objects.get(run=run).call_id == "c3"
+    assert state.proposals == len(SCRIPT)  # the proposer was not asked again for the check
 
 
 def test_it_continues_exactly_where_it_stopped_when_loaded_by_another_process():

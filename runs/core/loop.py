@@ -625,23 +625,42 @@ class Harness:
 
     def _recover_in_flight(self) -> None:
         """A call still marked 'started' means the previous driver died during it: its
-        outcome is unknown until reconciled, whatever the chat history says."""
+        outcome is unknown until reconciled, whatever the chat history says. A call
+        that cannot have an effect (a check) is like a transient failure that attests
+        no effect: the same call runs again, within its attempts, the call budget and
+        the deadline, so a worker crash does not cost the run its evidence."""
         interrupted = [r for r in self.state.ledger.values() if r.state == "started"]
         if not interrupted:
             return
+        again: tuple[CallRecord, ToolSpec] | None = None
         for record in interrupted:
             spec = self.registry.get(record.tool)
             self._emit(ev.RunResumed, call_id=record.call_id, reason=f"recovered: {record.tool} attempt {record.attempts} was in flight")
             if spec is not None and spec.has_effect:
                 self._record_pending(record, spec, "the worker stopped during the call")
+            elif spec is not None and record.call_id == self.state.current_call:
+                record.state = "allowed"
+                again = (record, spec)
+                continue
             else:
                 record.state = "failed"
             self.state.feedback = {"kind": "interrupted", "call_id": record.call_id, "tool": record.tool}
-        self.state.current_call = None
-        self.state.current_proposal = None
+        if again is None:
+            self.state.current_call = None
+            self.state.current_proposal = None
         self._set_revision(self.workspace.revision(), cleared_by_write=False)
         self._checkpoint()
         self._reconcile_pending()
+        if again is not None:
+            record, spec = again
+            self._emit(
+                ev.Retry,
+                call_id=record.call_id,
+                attempt=record.attempts,
+                backoff_seconds=0.0,
+                reason="interrupted: the worker stopped during the attempt",
+            )
+            self._execute(record, spec)
 
 
 def _int(value: object) -> int:
