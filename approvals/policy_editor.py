@@ -14,7 +14,6 @@ from runs.core.errors import FieldProblem
 
 DECISIONS = [("allow", "allow"), ("deny", "deny"), ("ask", "ask")]
 BUDGET_FIELDS = ("max_proposals", "max_tool_calls", "max_attempts", "wall_time_seconds", "max_output_bytes_per_call")
-SANDBOX_FIELDS = ("memory", "cpus", "pids_limit")
 _ROW_PATH = re.compile(r"^(rules|checks)\[(\d+)\](?:\.(\w+))?")
 
 
@@ -30,6 +29,7 @@ class PolicyMainForm(forms.Form):
     sandbox_memory = forms.CharField(label="Sandbox memory", help_text="e.g. 512m, 2g")
     sandbox_cpus = forms.FloatField(label="Sandbox CPUs")
     sandbox_pids_limit = forms.IntegerField(label="Sandbox pids limit")
+    sandbox_workspace_max_mb = forms.IntegerField(label="Workspace quota (MB)", help_text="what checks may leave in the workspace")
 
 
 class RuleForm(forms.Form):
@@ -95,6 +95,7 @@ def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[st
         "sandbox_memory": sandbox.get("memory", "512m"),
         "sandbox_cpus": sandbox.get("cpus", 1.0),
         "sandbox_pids_limit": sandbox.get("pids_limit", 128),
+        "sandbox_workspace_max_mb": sandbox.get("workspace_max_mb", 1024),
     }
     rules = [
         {
@@ -157,6 +158,7 @@ def compose(main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[
             "memory": data["sandbox_memory"],
             "cpus": data["sandbox_cpus"],
             "pids_limit": data["sandbox_pids_limit"],
+            "workspace_max_mb": data["sandbox_workspace_max_mb"],
         },
     }
 

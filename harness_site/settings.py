@@ -126,6 +126,8 @@ CELERY_BEAT_SCHEDULE = {
 # How long a worker's claim on a run lasts without renewal; the driving worker
 # renews it several times per period, so only a dead worker's lease runs out.
 HARNESS_LEASE_SECONDS = env_int("HARNESS_LEASE_SECONDS", 30, minimum=2)
+# Free space a worker's disk keeps: checks are refused, or stopped, below it.
+HARNESS_DISK_RESERVE_MB = env_int("HARNESS_DISK_RESERVE_MB", 1024, minimum=0)
 HARNESS_KILL_POLL_SECONDS = env_float("HARNESS_KILL_POLL_SECONDS", 0.25, minimum=0.05)
 
 # Values that must never be stored in events or shown on pages (API keys and the

@@ -27,6 +27,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,37 @@ class ExecResult:
     oom_killed: bool | None  # None: not detectable on this host
     killed: bool  # by kill() (the kill switch)
     error: str | None = None  # the output stream broke off
+    stopped_for: str | None = None  # why ``watch`` had the execution's processes killed
+
+
+class _Watcher:
+    """Asks ``watch`` every ``seconds`` on its own thread until stopped; the first
+    reason it gives is kept and ``stop_execution`` is called once."""
+
+    def __init__(self, watch: Callable[[], str | None] | None, seconds: float, stop_execution: Callable[[], None]) -> None:
+        self.reason: str | None = None
+        self._watch = watch
+        self._seconds = seconds
+        self._stop_execution = stop_execution
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="exec-watch", daemon=True) if watch is not None else None
+        if self._thread is not None:
+            self._thread.start()
+
+    def _run(self) -> None:
+        assert self._watch is not None
+        while not self._done.wait(self._seconds):
+            reason = self._watch()
+            if reason is not None:
+                self.reason = reason
+                log.warning("sandbox execution stopped: %s", reason)
+                self._stop_execution()
+                return
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
 
 
 def _name(scope: str, run_id: str) -> str:
@@ -276,7 +308,17 @@ class SandboxContainer:
 
     # -- executions -------------------------------------------------------------
 
-    def exec(self, argv: list[str], *, timeout_seconds: int, capture: OutputCapture) -> ExecResult:
+    def exec(
+        self,
+        argv: list[str],
+        *,
+        timeout_seconds: int,
+        capture: OutputCapture,
+        watch: Callable[[], str | None] | None = None,
+        watch_seconds: float = 0.5,
+    ) -> ExecResult:
+        """Run ``argv`` in the container. ``watch``, if given, is asked every
+        ``watch_seconds`` while it runs; a reason it returns kills the execution."""
         if self._killed:
             raise SandboxUnavailable("the sandbox was killed")
         api = self._client.api
@@ -293,6 +335,7 @@ class SandboxContainer:
             raise SandboxUnavailable(f"the sandbox could not start the command: {exc}") from None
         error = None
         deadline.start()
+        watcher = _Watcher(watch, watch_seconds, lambda: self.kill_processes(new_client(timeout=10)))
         raw = getattr(sock, "_sock", sock)
         with self._stream_lock:
             # A kill that came after the check at the top has already asked the engine
@@ -311,6 +354,7 @@ class SandboxContainer:
         finally:
             with self._stream_lock:
                 self._stream = None
+            watcher.stop()
             deadline.cancel()
             deadline.join()  # a deadline kill already under way must not hit the next execution
             capture.close()
@@ -331,6 +375,7 @@ class SandboxContainer:
             oom_killed=oom,
             killed=self._killed,
             error=error,
+            stopped_for=watcher.reason,
         )
 
     def _create_exec(self, command: list[str]) -> str:

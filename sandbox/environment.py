@@ -15,6 +15,7 @@ from runs.environment import Environment
 from runs.models import Run
 from sandbox.container import ContainerSpec, SandboxContainer
 from sandbox.executor import SandboxExecutor
+from sandbox.quota import MB, DiskQuota
 from sandbox.workspace import RunWorkspace, prepare_workspace
 
 
@@ -44,6 +45,7 @@ def sandbox_environment(run: Run, policy: Policy) -> Environment:
         FileArtifactStore(),
         Path(settings.OUTBOX_DIR),
         spool_dir=Path(settings.ARTIFACT_ROOT) / "spool",
+        quota=DiskQuota(workspace_max_bytes=policy.sandbox.workspace_max_mb * MB, reserve_bytes=settings.HARNESS_DISK_RESERVE_MB * MB),
     )
     return Environment(
         executor=executor,

@@ -14,6 +14,7 @@ from runs.core.ports import ArtifactStore, Call, Reconciliation
 from runs.core.state import PendingEffect
 from sandbox import fileops
 from sandbox.container import ContainerSpec, SandboxContainer, SandboxUnavailable
+from sandbox.quota import DiskQuota
 from sandbox.tools import HANDLERS, ToolContext, ToolResult, outbox_path
 from sandbox.workspace import RunWorkspace
 
@@ -30,6 +31,7 @@ class SandboxExecutor:
         outbox: Path,
         *,
         spool_dir: Path | None = None,
+        quota: DiskQuota = DiskQuota(),
     ) -> None:
         self.run_id = run_id
         self.workspace = workspace
@@ -44,6 +46,7 @@ class SandboxExecutor:
             outbox=outbox,
             container_for=self._container_for,
             spool_dir=spool_dir,
+            quota=quota,
         )
 
     # -- Workspace ----------------------------------------------------------------

@@ -183,20 +183,27 @@ class Entry:
     st: os.stat_result
 
 
-def walk(dir_fd: int, prefix: str = "", depth: int = 0) -> Iterator[Entry]:
-    """Depth-first, sorted, never following symlinks, leaving out ``.git``
-    directories (the tools never touch them); directories are yielded before
-    their contents."""
+def stat_entries(dir_fd: int, prefix: str, depth: int) -> Iterator[tuple[str, os.stat_result]]:
+    """A directory's entries by name, sorted, with their own (never a symlink
+    target's) status; entries removed meanwhile are left out. ``depth`` and ``prefix``
+    (for the message) bound how deep a tree the callers descend into."""
     if depth > MAX_DEPTH:
         raise FileRefused(f"{prefix or '.'}: directories nested deeper than {MAX_DEPTH} levels")
     with os.scandir(dir_fd) as it:
         names = sorted(entry.name for entry in it)
     for name in names:
-        if name == ".git":
-            continue
         try:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            yield name, os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
+            continue
+
+
+def walk(dir_fd: int, prefix: str = "", depth: int = 0) -> Iterator[Entry]:
+    """Depth-first, sorted, never following symlinks, leaving out ``.git``
+    directories (the tools never touch them); directories are yielded before
+    their contents."""
+    for name, st in stat_entries(dir_fd, prefix, depth):
+        if name == ".git":
             continue
         path = f"{prefix}{name}"
         yield Entry(path, name, dir_fd, st)

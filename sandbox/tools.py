@@ -20,6 +20,7 @@ from runs.core.policy import CheckDef
 from runs.core.ports import ArtifactStore, Call
 from sandbox import fileops, patches
 from sandbox.container import OutputCapture, SandboxContainer, SandboxUnavailable
+from sandbox.quota import WATCH_SECONDS, DiskQuota
 from sandbox.workspace import RunWorkspace
 
 Status = Literal["ok", "transient", "unknown"]
@@ -48,6 +49,7 @@ class ToolContext:
     outbox: Path
     container_for: Callable[[CheckDef], SandboxContainer]
     spool_dir: Path | None = None
+    quota: DiskQuota = DiskQuota()
 
 
 def _error(message: str, **data: JSON) -> ToolResult:
@@ -104,13 +106,22 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
     if check is None:
         return _error("run_check reached the executor without a check definition from policy")
     base: dict[str, JSON] = {"check_id": check.check_id, "check_version": check.version}
+    over = ctx.quota.problem(ctx.workspace.dir)
+    if over is not None:
+        return _error(f"the check was not run: {over}", **base)
     try:
         container = ctx.container_for(check)
     except SandboxUnavailable as exc:
         return ToolResult("transient", "none", {**base, "error": str(exc)})
     capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir)
     try:
-        result = container.exec(list(check.command), timeout_seconds=check.timeout_seconds, capture=capture)
+        result = container.exec(
+            list(check.command),
+            timeout_seconds=check.timeout_seconds,
+            capture=capture,
+            watch=lambda: ctx.quota.problem(ctx.workspace.dir),
+            watch_seconds=WATCH_SECONDS,
+        )
     except SandboxUnavailable as exc:
         capture.discard()
         return ToolResult("transient", "none", {**base, "error": str(exc)})
@@ -131,6 +142,10 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         "truncated": capture.truncated,
         "output_bytes": capture.total,
     }
+    if result.stopped_for is not None:
+        # Its processes were killed for what it wrote: a failed check, whose exit
+        # code says so; the workspace it left is re-read by the harness.
+        data["error"] = f"the check was stopped: {result.stopped_for}"
     if result.killed or result.error:
         # The check was cut off: whatever it did to the workspace is unknown (the
         # harness re-reads the revision itself), and it proves nothing.

@@ -85,16 +85,8 @@ class TreeHasher:
         return digest.hex() if digest is not None else EMPTY_TREE
 
     def _tree(self, dir_fd: int, prefix: str, depth: int, started: int, seen: dict[BlobKey, bytes]) -> bytes | None:
-        if depth > fileops.MAX_DEPTH:
-            raise fileops.FileRefused(f"{prefix or '.'}: directories nested deeper than {fileops.MAX_DEPTH} levels")
         entries: list[tuple[bytes, bytes, bytes]] = []  # (sort key, mode, sha)
-        with os.scandir(dir_fd) as it:
-            names = [entry.name for entry in it]
-        for name in names:
-            try:
-                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
+        for name, st in fileops.stat_entries(dir_fd, prefix, depth):
             raw = os.fsencode(name)
             path = prefix + name
             if stat.S_ISDIR(st.st_mode):

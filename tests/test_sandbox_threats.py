@@ -325,3 +325,67 @@ def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_containe
     finally:
         monkeypatch.undo()
         executor.close()
+
+
+DISK_FILLER = check(
+    "fill",
+    "python3",
+    "-c",
+    # 400 MB in 1 MB writes, half of it under .git (which the file tools never show),
+    # paced so the harness can be seen stopping it long before the end.
+    "import os, time\n"
+    "os.makedirs('.git/objects', exist_ok=True)\n"
+    "chunk = os.urandom(1 << 20)\n"
+    "with open('.git/objects/junk', 'wb') as hidden, open('junk.bin', 'wb') as plain:\n"
+    "    for i in range(400):\n"
+    "        (hidden if i % 2 else plain).write(chunk)\n"
+    "        hidden.flush(); plain.flush(); os.fsync(hidden.fileno()); os.fsync(plain.fileno())\n"
+    "        time.sleep(0.01)\n"
+    "print('filled')\n",
+    timeout=120,
+)
+
+
+def quota_executor(tmp_path: Path, run_id: str, quota) -> SandboxExecutor:
+    from runs.artifacts import FileArtifactStore
+
+    workspace = example_workspace(tmp_path / run_id)
+    container = start_container(run_id, workspace)
+    return SandboxExecutor(run_id, workspace, container, FileArtifactStore(), tmp_path / "outbox", quota=quota)
+
+
+def test_it_stops_a_check_that_fills_the_workspace_and_runs_no_check_there_after(docker_engine, tmp_path: Path, db) -> None:
+    from sandbox.quota import MB, DiskQuota, usage_bytes
+
+    executor = quota_executor(tmp_path, "disk-fill", DiskQuota(workspace_max_bytes=20 * MB))
+    try:
+        outcome = drive(executor, sandbox_policy(DISK_FILLER), [step("run_check", check_id="fill"), *SURVIVE])
+    finally:
+        executor.close()
+    filled = outcome.receipt("run_check", "fill")["data"]
+    assert filled["error"].startswith("the check was stopped: the workspace holds "), filled
+    assert "over its quota of 20 MB" in filled["error"]
+    assert filled["exit_code"] != 0 and "filled" not in filled["output"]
+    # Measured every half second: stopped far short of the 400 MB it would have written.
+    assert usage_bytes(executor.workspace.dir) < 200 * MB
+    # Nothing runs in the workspace it left; the run cannot verify, and does not complete.
+    smoke = outcome.receipt("run_check", "smoke")["data"]
+    assert smoke["error"].startswith("the check was not run: the workspace holds ")
+    assert all(not e.passed for e in outcome.state.evidence)
+    assert outcome.state.outcome != "complete"
+
+
+def test_it_runs_no_check_when_the_workers_disk_is_short_of_its_reserve(docker_engine, tmp_path: Path, db) -> None:
+    import shutil
+
+    from sandbox.quota import MB, DiskQuota
+
+    free = shutil.disk_usage(tmp_path).free
+    executor = quota_executor(tmp_path, "disk-reserve", DiskQuota(reserve_bytes=free + 1024 * MB))
+    try:
+        outcome = drive(executor, sandbox_policy(), SURVIVE)
+    finally:
+        executor.close()
+    smoke = outcome.receipt("run_check", "smoke")["data"]
+    assert smoke["error"].startswith("the check was not run: the worker's disk has ")
+    assert outcome.state.outcome != "complete"

@@ -65,6 +65,8 @@ class SandboxLimits(_Frozen):
     cpus: float = Field(default=1.0, gt=0, le=64)
     pids_limit: int = Field(default=128, ge=16, le=4096)
     network: Literal["none"] = "none"
+    # What checks may leave in the workspace (a directory on the worker's disk).
+    workspace_max_mb: int = Field(default=1024, ge=1, le=1_048_576)
 
 
 class Policy(_Frozen):
