@@ -223,7 +223,10 @@ class SandboxContainer:
         client: docker.DockerClient | None = None,
     ) -> SandboxContainer:
         """The run's running container: reused when one with the same spec and
-        workspace exists (a resumed run), else created."""
+        workspace exists (a resumed run), else created. A reused container is found
+        after its driver died or lost the run, so whatever that driver left running
+        (a check it was waiting for) is killed first: nothing but this run's next
+        execution may change the workspace."""
         client = client or shared_client()
         labels = {LABEL_MANAGED: "1", LABEL_RUN: run_id, LABEL_SCOPE: scope, LABEL_SPEC: spec.digest}
         filters = {"label": [f"{LABEL_MANAGED}=1", f"{LABEL_RUN}={run_id}", f"{LABEL_SCOPE}={scope}"]}
@@ -231,7 +234,9 @@ class SandboxContainer:
         for existing in client.containers.list(all=True, filters=filters):
             mounts = [m.get("Source") for m in existing.attrs.get("Mounts", [])]
             if existing.status == "running" and existing.labels.get(LABEL_SPEC) == spec.digest and mounts == [source]:
-                return cls(client, existing.id, run_id, spec, existing.attrs["Image"])
+                reused = cls(client, existing.id, run_id, spec, existing.attrs["Image"])
+                reused.kill_processes()
+                return reused
             existing.remove(force=True)
         try:
             container = client.containers.create(

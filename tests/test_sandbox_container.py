@@ -47,8 +47,13 @@ def test_it_creates_the_container_with_the_sandbox_defaults(docker_engine, tmp_p
 def test_it_reuses_a_runs_container_and_sweeps_orphans(docker_engine, tmp_path: Path) -> None:
     active, orphan = f"active-{uuid.uuid4().hex[:6]}", f"orphan-{uuid.uuid4().hex[:6]}"
     first = start_container(active, example_workspace(tmp_path / active))
+    # A dead driver's check, still running in the container, writing to the workspace.
+    leftover = docker_engine.api.exec_create(first.id, ["sh", "-c", "while true; do date > late.txt; sleep 0.1; done"], user="65534:65534")
+    docker_engine.api.exec_start(leftover["Id"], detach=True)
     again = start_container(active, example_workspace(tmp_path / active))
     assert again.id == first.id  # a resumed run finds its container
+    processes = [p[-1] for p in docker_engine.containers.get(first.id).top()["Processes"]]
+    assert len(processes) == 1 and "python3" in processes[0], f"the previous driver's check outlived it: {processes}"
     other_limits = start_container(active, example_workspace(tmp_path / active), SandboxLimits(memory="128m"))
     assert other_limits.id != first.id  # changed policy limits: a new container
     with pytest.raises(NotFound):
