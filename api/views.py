@@ -360,13 +360,6 @@ class Token(ObtainAuthToken):
         username = str(request.data.get("username") or "") if isinstance(request.data, dict) else ""
         address = signin.client_address(request)
         try:
-            signin.check_signin_allowed(username, address)
+            return signin.limited_sign_in(username, address, lambda: super(Token, self).post(request, *args, **kwargs), ValidationError)
         except signin.SignInLocked as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS, headers={"Retry-After": str(exc.retry_after)})
-        try:
-            response = super().post(request, *args, **kwargs)
-        except ValidationError:
-            signin.record_failure(username, address)
-            raise
-        signin.clear_failures(username, address)
-        return response

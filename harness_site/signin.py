@@ -1,5 +1,5 @@
-"""Password guessing is slowed down where passwords are accepted: the sign-in page
-and the API's token endpoint.
+"""Password guessing is slowed down where passwords are accepted: the sign-in pages
+(the site's and the admin's) and the API's token endpoint.
 
 Failed attempts are counted per (username, client address) in the shared cache
 (Redis), so every web process sees the same count. After
@@ -14,10 +14,13 @@ import hashlib
 import logging
 import math
 import time
-from typing import Any
+import unicodedata
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django import forms
 from django.conf import settings
+from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.cache import cache
 from django.http import HttpRequest
@@ -25,6 +28,7 @@ from redis.exceptions import RedisError
 
 log = logging.getLogger(__name__)
 CACHE_ERRORS = (RedisError, OSError)
+T = TypeVar("T")
 
 
 class SignInLocked(Exception):
@@ -40,7 +44,10 @@ def client_address(request: HttpRequest) -> str:
 
 
 def _keys(username: str, address: str) -> tuple[str, str]:
-    digest = hashlib.sha256(f"{username.casefold()}\n{address}".encode()).hexdigest()[:32]
+    # The name as authentication sees it (stripped, NFKC-normalised), case-folded too:
+    # " Alice" and "alice" must share one count, or each spelling gets its own tries.
+    name = unicodedata.normalize("NFKC", username.strip()).casefold()
+    digest = hashlib.sha256(f"{name}\n{address}".encode()).hexdigest()[:32]
     return f"signin-failures:{digest}", f"signin-since:{digest}"
 
 
@@ -78,20 +85,37 @@ def clear_failures(username: str, address: str) -> None:
         log.warning("could not clear failed sign-ins", exc_info=True)
 
 
-class LimitedAuthenticationForm(AuthenticationForm):
-    """Django's sign-in form, refusing a (username, address) pair with too many failures."""
+def limited_sign_in(username: str, address: str, attempt: Callable[[], T], failed: type[Exception]) -> T:
+    """Run ``attempt`` (a sign-in) unless this pair is locked (SignInLocked); an
+    attempt that raises ``failed`` is counted, one that succeeds clears the count."""
+    check_signin_allowed(username, address)
+    try:
+        result = attempt()
+    except failed:
+        record_failure(username, address)
+        raise
+    clear_failures(username, address)
+    return result
+
+
+class LimitedSignInMixin:
+    """For Django's sign-in forms (the site's and the admin's)."""
+
+    cleaned_data: dict[str, Any]
+    request: HttpRequest | None
 
     def clean(self) -> dict[str, Any]:
         username = str(self.cleaned_data.get("username") or "")
         address = client_address(self.request) if self.request is not None else ""
         try:
-            check_signin_allowed(username, address)
+            return limited_sign_in(username, address, super().clean, forms.ValidationError)
         except SignInLocked as exc:
             raise forms.ValidationError(str(exc).capitalize() + ".", code="locked") from None
-        try:
-            cleaned = super().clean()
-        except forms.ValidationError:
-            record_failure(username, address)
-            raise
-        clear_failures(username, address)
-        return cleaned
+
+
+class LimitedAuthenticationForm(LimitedSignInMixin, AuthenticationForm):
+    pass
+
+
+class LimitedAdminAuthenticationForm(LimitedSignInMixin, AdminAuthenticationForm):
+    pass

@@ -7,7 +7,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from approvals import views as approval_views
-from harness_site.signin import LimitedAuthenticationForm
+from harness_site.signin import LimitedAdminAuthenticationForm, LimitedAuthenticationForm
 from runs.views import control, new_run, run_detail, runs_list
 
 run_patterns = (
@@ -35,6 +35,8 @@ approval_patterns = (
     ],
     "approvals",
 )
+
+admin.site.login_form = LimitedAdminAuthenticationForm
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="runs:list"), name="home"),

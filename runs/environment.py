@@ -20,7 +20,7 @@ class RepositoryContext:
     sources: Sequence[tuple[str, str]] = field(default_factory=tuple)
 
 
-def no_repository_context(write_paths: Sequence[str]) -> RepositoryContext:
+def no_repository_context(write_paths: Sequence[str], allowed_tools: Sequence[str]) -> RepositoryContext:
     return RepositoryContext()
 
 
@@ -30,5 +30,6 @@ class Environment:
     workspace: Workspace
     close: Callable[[], None] = lambda: None  # remove the run's container at the end
     kill: Callable[[], None] = lambda: None  # kill the execution in flight (kill switch)
-    # The repository as a model's first message shows it, given the contract's write globs.
-    repository: Callable[[Sequence[str]], RepositoryContext] = no_repository_context
+    # The repository as a model's first message shows it, given the contract's write
+    # globs and allowed tools.
+    repository: Callable[[Sequence[str], Sequence[str]], RepositoryContext] = no_repository_context

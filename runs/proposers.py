@@ -7,6 +7,7 @@ server's; it never carries credentials: API keys come from settings only."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,6 +21,8 @@ from runs.core.ports import Clock, Proposer, ProposerStopped
 from runs.core.scripted import ScriptedProposer
 from runs.core.tools import ToolSpec
 from runs.environment import RepositoryContext
+
+log = logging.getLogger(__name__)
 
 PROPOSER_KINDS = ("scripted", "openai", "anthropic")
 MODEL_KINDS = ("openai", "anthropic")
@@ -140,8 +143,12 @@ def build_proposer(
     except InputError as exc:
         return RefusingProposer(f"the proposer configuration is no longer accepted: {exc}")
     # Read only for a conversation not yet begun: later turns replay the stored messages.
-    begun = bool(snapshot.get("messages"))
-    context = repository() if repository is not None and not begun else RepositoryContext()
+    context = RepositoryContext()
+    if repository is not None and not snapshot.get("messages"):
+        try:
+            context = repository()
+        except Exception:  # noqa: BLE001 - the model can still list and read files itself
+            log.warning("could not read the repository for the first message", exc_info=True)
     return _model_proposer(config, snapshot, contract, tools, deadline=deadline, clock=clock, revision=revision, repository=context)
 
 

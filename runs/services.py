@@ -115,7 +115,7 @@ def drive_run(
             deadline=state.deadline,
             clock=clock,
             revision=state.revision,
-            repository=lambda: environment.repository(state.contract.allowed_write_paths),
+            repository=lambda: environment.repository(state.contract.allowed_write_paths, state.contract.allowed_tools),
         ),
         executor=environment.executor,
         workspace=environment.workspace,

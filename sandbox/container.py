@@ -165,7 +165,11 @@ class ExecResult:
 
 class _Watcher:
     """Asks ``watch`` every ``seconds`` on its own thread until stopped; the first
-    reason it gives is kept and ``stop_execution`` is called once."""
+    reason it gives is kept and ``stop_execution`` is called once.
+
+    ``stop`` does not wait for a ``watch`` call under way (a measurement can take a
+    while, and a kill must not wait for it); the lock makes sure that once ``stop``
+    has returned, the thread can no longer stop anything, not the next execution."""
 
     def __init__(self, watch: Callable[[], str | None] | None, seconds: float, stop_execution: Callable[[], None]) -> None:
         self.reason: str | None = None
@@ -173,24 +177,30 @@ class _Watcher:
         self._seconds = seconds
         self._stop_execution = stop_execution
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="exec-watch", daemon=True) if watch is not None else None
-        if self._thread is not None:
-            self._thread.start()
+        self._lock = threading.Lock()
+        if watch is not None:
+            threading.Thread(target=self._run, name="exec-watch", daemon=True).start()
 
     def _run(self) -> None:
         assert self._watch is not None
         while not self._done.wait(self._seconds):
-            reason = self._watch()
-            if reason is not None:
-                self.reason = reason
-                log.warning("sandbox execution stopped: %s", reason)
-                self._stop_execution()
-                return
+            try:
+                reason = self._watch()
+            except Exception:  # noqa: BLE001 - one failed look must not end the watch
+                log.exception("sandbox: watching an execution failed")
+                continue
+            with self._lock:
+                if self._done.is_set():
+                    return
+                if reason is not None:
+                    self.reason = reason
+                    log.warning("sandbox execution stopped: %s", reason)
+                    self._stop_execution()
+                    return
 
     def stop(self) -> None:
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join()
+        with self._lock:
+            self._done.set()
 
 
 def _name(scope: str, run_id: str) -> str:
@@ -289,12 +299,13 @@ class SandboxContainer:
         it later); the kill switch must not wait on the engine."""
         with self._stream_lock:
             self._killed = True
-            stream = self._stream
-        if stream is not None:
-            try:
-                stream.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # already closed: the execution ended on its own
+            # Under the lock: the driving thread closes the socket only after it has
+            # cleared _stream under the same lock, so this never hits a reused fd.
+            if self._stream is not None:
+                try:
+                    self._stream.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # already shut: the execution ended on its own
         try:
             new_client(timeout=10).api.remove_container(self.id, force=True)
         except NotFound:
@@ -340,7 +351,7 @@ class SandboxContainer:
             raise SandboxUnavailable(f"the sandbox could not start the command: {exc}") from None
         error = None
         deadline.start()
-        watcher = _Watcher(watch, watch_seconds, lambda: self.kill_processes(new_client(timeout=10)))
+        watcher = _Watcher(watch, watch_seconds, self._kill_processes_from_another_thread)
         raw = getattr(sock, "_sock", sock)
         with self._stream_lock:
             # A kill that came after the check at the top has already asked the engine
@@ -413,6 +424,10 @@ class SandboxContainer:
     def _deadline(self, hit: threading.Event) -> None:
         hit.set()
         log.warning("sandbox %s: execution passed its deadline; killing its processes", self.id[:12])
+        self._kill_processes_from_another_thread()
+
+    def _kill_processes_from_another_thread(self) -> None:
+        # Its own client: the driving thread's is busy streaming the execution.
         self.kill_processes(new_client(timeout=10))
 
     def kill_processes(self, client: docker.DockerClient | None = None) -> None:

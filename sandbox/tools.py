@@ -20,7 +20,7 @@ from runs.core.policy import CheckDef
 from runs.core.ports import ArtifactStore, Call
 from sandbox import fileops, patches
 from sandbox.container import OutputCapture, SandboxContainer, SandboxUnavailable
-from sandbox.quota import WATCH_SECONDS, DiskQuota
+from sandbox.quota import WATCH_SECONDS, DiskQuota, QuotaProblem
 from sandbox.workspace import RunWorkspace
 
 Status = Literal["ok", "transient", "unknown"]
@@ -108,7 +108,19 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
     base: dict[str, JSON] = {"check_id": check.check_id, "check_version": check.version}
     over = ctx.quota.problem(ctx.workspace.dir)
     if over is not None:
-        return _error(f"the check was not run: {over}", **base)
+        # A short host disk is not the run's doing: retried like any transient failure.
+        # An over-full workspace is: the check fails without running.
+        message = f"the check was not run: {over.reason}"
+        return ToolResult("transient", "none", {**base, "error": message}) if over.host else _error(message, **base)
+    found: list[QuotaProblem] = []
+
+    def watch() -> str | None:
+        problem = ctx.quota.problem(ctx.workspace.dir)
+        if problem is None:
+            return None
+        found.append(problem)
+        return problem.reason
+
     try:
         container = ctx.container_for(check)
     except SandboxUnavailable as exc:
@@ -119,7 +131,7 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
             list(check.command),
             timeout_seconds=check.timeout_seconds,
             capture=capture,
-            watch=lambda: ctx.quota.problem(ctx.workspace.dir),
+            watch=watch,
             watch_seconds=WATCH_SECONDS,
         )
     except SandboxUnavailable as exc:
@@ -143,9 +155,12 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         "output_bytes": capture.total,
     }
     if result.stopped_for is not None:
-        # Its processes were killed for what it wrote: a failed check, whose exit
-        # code says so; the workspace it left is re-read by the harness.
         data["error"] = f"the check was stopped: {result.stopped_for}"
+        if found and found[0].host:
+            # Cut off for want of host disk: it proves nothing either way.
+            return ToolResult("unknown", "unknown", data, [ref])
+        # Killed for what it wrote: a failed check, whose exit code says so; the
+        # workspace it left is re-read by the harness.
     if result.killed or result.error:
         # The check was cut off: whatever it did to the workspace is unknown (the
         # harness re-reads the revision itself), and it proves nothing.

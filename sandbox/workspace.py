@@ -200,19 +200,22 @@ class RunWorkspace:
             return f"# this {tool} would be refused: {exc}\n"
         return None
 
-    def repository_context(self, write_paths: Sequence[str]) -> RepositoryContext:
-        """The repository's instructions (the first of INSTRUCTION_FILES present), its
-        file list, and the text files the run may write: read the way the tools read,
-        never through a symlink."""
+    def repository_context(self, write_paths: Sequence[str], allowed_tools: Sequence[str]) -> RepositoryContext:
+        """The repository's instructions (the first of INSTRUCTION_FILES present) and
+        the text files the run may write, if the run may read files, and its file list,
+        if it may list them: read the way those tools read, never through a symlink."""
+        readable = "read_file" in allowed_tools
+        instructions = next((text for name in INSTRUCTION_FILES if (text := self._text(name))), None) if readable else None
         listing = fileops.list_files(self.dir, "", CONTEXT_MAX_LISTED)
         files: list[str] = listing["files"]
-        instructions = next((text for name in INSTRUCTION_FILES if name in files and (text := self._text(name))), None)
-        state = "Files in the workspace:\n" + "\n".join(files)
-        if listing["symlinks"]:
-            state += "\nSymlinks (the file tools do not follow them):\n" + "\n".join(listing["symlinks"])
-        if listing["truncated"]:
-            state += f"\n(the first {CONTEXT_MAX_LISTED} entries; list_files shows the rest)"
-        writable = [f for f in files if path_allowed(f, write_paths)][:CONTEXT_MAX_SOURCES]
+        state = None
+        if "list_files" in allowed_tools:
+            state = "Files in the workspace:\n" + "\n".join(files)
+            if listing["symlinks"]:
+                state += "\nSymlinks (the file tools do not follow them):\n" + "\n".join(listing["symlinks"])
+            if listing["truncated"]:
+                state += f"\n(the first {CONTEXT_MAX_LISTED} entries; list_files shows the rest)"
+        writable = [f for f in files if path_allowed(f, write_paths)][:CONTEXT_MAX_SOURCES] if readable else []
         sources = tuple((path, text) for path in writable if (text := self._text(path)) is not None)
         return RepositoryContext(instructions=instructions, state=state, sources=sources)
 

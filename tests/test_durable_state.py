@@ -159,6 +159,8 @@ def test_it_runs_an_interrupted_check_again_under_the_same_call_and_completes():
     assert resumed == [("run_resumed", "c3"), ("retry", "c3")]
     started = [p["attempt"] for t, c, p in rows if t == "call_started" and c == "c3"]
     assert started == [1, 2]  # the same logical call, its second attempt counted
+    admitted = [p["revision"] for t, c, p in rows if t == "call_admitted" and c == "c3"]
+    assert len(admitted) == 2  # through the gates again, against the re-read revision
     assert Evidence.objects.get(run=run).call_id == "c3"
     assert state.proposals == len(SCRIPT)  # the proposer was not asked again for the check
 

@@ -89,7 +89,8 @@ def test_it_lists_reads_and_searches_the_workspace(host_executor: SandboxExecuto
 
 def test_it_shows_a_model_the_repository_instructions_files_and_writable_sources(host_executor: SandboxExecutor) -> None:
     workspace = host_executor.workspace
-    context = workspace.repository_context(["orders/*"])
+    tools = ["list_files", "read_file"]
+    context = workspace.repository_context(["orders/*"], tools)
     assert context.instructions == (workspace.dir / "AGENTS.md").read_text()
     assert context.state.splitlines()[1:] == ["AGENTS.md", "orders/__init__.py", "orders/total.py", "pytest.ini", "tests/test_total.py"]
     assert [path for path, _ in context.sources] == ["orders/__init__.py", "orders/total.py"]  # not the tests: not writable
@@ -103,11 +104,16 @@ def test_it_shows_a_model_the_repository_instructions_files_and_writable_sources
     (workspace.dir / "README.md").write_text("# orders\n")
     (workspace.dir / "orders" / "blob.bin").write_bytes(b"\x00" * 10)
     (workspace.dir / "orders" / "huge.py").write_text("x = 1\n" * 100_000)
-    context = workspace.repository_context(["orders/*"])
+    context = workspace.repository_context(["orders/*"], tools)
     assert context.instructions == "# orders\n"
     assert "Symlinks (the file tools do not follow them):\nAGENTS.md" in context.state
     assert [path for path, _ in context.sources] == ["orders/__init__.py", "orders/total.py"]
     assert "root:" not in repr(context)
+
+    # Only what the run's tools could show it.
+    assert workspace.repository_context(["orders/*"], ["read_file"]).state is None
+    unread = workspace.repository_context(["orders/*"], ["list_files"])
+    assert unread.instructions is None and unread.sources == () and "orders/total.py" in unread.state
 
 
 def test_it_reports_tool_problems_as_receipts_not_exceptions(host_executor: SandboxExecutor) -> None:

@@ -35,8 +35,9 @@ def token_attempt(username: str, password: str, address: str = "10.0.0.1"):
 
 
 def test_it_refuses_the_token_endpoint_after_too_many_failures_even_with_the_right_password(limits, person):
-    for _ in range(3):
-        assert token_attempt(person.username, "guess").status_code == 400
+    # Spellings that authenticate as the same user share one count.
+    for spelling in (person.username, f" {person.username}", person.username.upper()):
+        assert token_attempt(spelling, "guess").status_code == 400
     locked = token_attempt(person.username, PASSWORD)
     assert locked.status_code == 429
     assert "too many failed sign-ins" in locked.json()["detail"]
@@ -71,6 +72,20 @@ def test_it_refuses_the_sign_in_page_after_too_many_failures(limits, person):
     page = client.post(reverse("login"), {"username": person.username, "password": PASSWORD})
     assert page.status_code == 200
     assert b"Too many failed sign-ins for this user from your address; try again in 10 minute(s)." in page.content
+    assert "_auth_user_id" not in client.session
+
+
+def test_it_refuses_the_admin_sign_in_page_after_too_many_failures(limits, person):
+    person.is_staff = True
+    person.save()
+    client = Client(REMOTE_ADDR="10.0.0.4")
+    for _ in range(3):
+        assert (
+            b"Please enter the correct username and password"
+            in client.post("/admin/login/", {"username": person.username, "password": "guess"}).content
+        )
+    page = client.post("/admin/login/", {"username": person.username, "password": PASSWORD})
+    assert b"Too many failed sign-ins" in page.content
     assert "_auth_user_id" not in client.session
 
 

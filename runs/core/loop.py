@@ -627,8 +627,10 @@ class Harness:
         """A call still marked 'started' means the previous driver died during it: its
         outcome is unknown until reconciled, whatever the chat history says. A call
         that cannot have an effect (a check) is like a transient failure that attests
-        no effect: the same call runs again, within its attempts, the call budget and
-        the deadline, so a worker crash does not cost the run its evidence."""
+        no effect: the same call is admitted again (permissions, evidence and approval
+        checked anew against the re-read revision) and runs its next attempt, within
+        its attempts, the call budget and the deadline, so a worker crash does not
+        cost the run its evidence."""
         interrupted = [r for r in self.state.ledger.values() if r.state == "started"]
         if not interrupted:
             return
@@ -639,7 +641,7 @@ class Harness:
             if spec is not None and spec.has_effect:
                 self._record_pending(record, spec, "the worker stopped during the call")
             elif spec is not None and record.call_id == self.state.current_call:
-                record.state = "allowed"
+                record.state = "validated"
                 again = (record, spec)
                 continue
             else:
@@ -653,14 +655,10 @@ class Harness:
         self._reconcile_pending()
         if again is not None:
             record, spec = again
-            self._emit(
-                ev.Retry,
-                call_id=record.call_id,
-                attempt=record.attempts,
-                backoff_seconds=0.0,
-                reason="interrupted: the worker stopped during the attempt",
-            )
-            self._execute(record, spec)
+            reason = "interrupted: the worker stopped during the attempt"
+            self._emit(ev.Retry, call_id=record.call_id, attempt=record.attempts, backoff_seconds=0.0, reason=reason)
+            self._guard("before retrying an interrupted call")
+            self._admit(record, spec)
 
 
 def _int(value: object) -> int:

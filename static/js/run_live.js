@@ -224,10 +224,12 @@
 
   let summaryTimer = null;
   let summaryAsked = 0;
+  let summaryShown = 0;
 
   // The last event of a run (its stop) has no successor to refresh the summary
-  // again, so a failed fetch is retried; an answer overtaken by a later request is
-  // dropped, or a slow "running" could overwrite a prompt "killed".
+  // again, so a request that fails on the way or on the server is retried. Answers
+  // can arrive out of order: one older than the answer shown is dropped, or a slow
+  // "running" could overwrite a prompt "killed".
   function refreshSummarySoon(delay) {
     if (!summary || summaryTimer) return;
     summaryTimer = window.setTimeout(function () {
@@ -235,11 +237,17 @@
       const asked = ++summaryAsked;
       fetch(timeline.dataset.summaryUrl, { credentials: "same-origin", headers: { Accept: "application/json" } })
         .then(function (response) {
-          if (!response.ok) throw new Error("HTTP " + response.status);
-          return response.json();
+          if (response.ok) return response.json();
+          // Signed out or no longer allowed: asking again cannot help.
+          if (response.status < 500) return null;
+          throw new Error("HTTP " + response.status);
         })
-        .then(function (data) { if (asked === summaryAsked) applySummary(data); })
-        .catch(function () { if (asked === summaryAsked) refreshSummarySoon(2000); });
+        .then(function (data) {
+          if (!data || asked < summaryShown) return;
+          summaryShown = asked;
+          applySummary(data);
+        })
+        .catch(function () { refreshSummarySoon(2000); });
     }, delay || 300);
   }
 
