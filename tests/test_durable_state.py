@@ -165,6 +165,29 @@ def test_it_runs_an_interrupted_check_again_under_the_same_call_and_completes():
     assert state.proposals == len(SCRIPT)  # the proposer was not asked again for the check
 
 
+class CrashBeforeWrite(DjangoStore):
+    """Stores the write's intent ("started"), then dies before the write happens."""
+
+    def checkpoint(self, state, events):
+        super().checkpoint(state, events)
+        if any(e.type == "call_started" and e.tool == "write_file" for e in events):
+            raise Crash("crash between the write's intent and the write")
+
+
+def test_it_runs_a_write_again_when_the_workspace_shows_it_never_happened():
+    world = World()
+    run = create(world)
+    with pytest.raises(Crash):
+        drive(run, world, CrashBeforeWrite())
+    state = finish(run, world)
+    assert state.outcome == "complete", state.stop_message
+    rows = list(Event.objects.filter(run=run).order_by("seq").values_list("type", "call_id", "payload"))
+    write = [(t, p.get("applied")) for t, c, p in rows if c == "c2" and t in ("run_resumed", "effect_reconciled", "retry", "pending_effect")]
+    assert write == [("run_resumed", None), ("effect_reconciled", False), ("retry", None)]
+    assert [p["attempt"] for t, c, p in rows if t == "call_started" and c == "c2"] == [1, 2]
+    assert state.pending_effects == [] and Evidence.objects.get(run=run).passed
+
+
 def test_it_continues_exactly_where_it_stopped_when_loaded_by_another_process():
     world = World()
     run = create(world)

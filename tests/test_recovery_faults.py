@@ -52,6 +52,11 @@ def finish(run, reviewer, worker, timeout: float = 120):
     return wait_for(run, ("complete", "stopped"), timeout=1, log=worker.log)
 
 
+def trace_of(run) -> list[str]:
+    """The run's events in brief, for the message of a failed trial."""
+    return [f"{e.seq} {e.type} {e.call_id or ''} {json.dumps(e.payload)[:160]}" for e in Event.objects.filter(run=run).order_by("seq")]
+
+
 def test_it_loses_nothing_when_the_worker_is_killed_at_random_points(celery_worker, operator, reviewer):
     rng = random.Random(int(os.environ.get("HARNESS_FAULT_SEED", "7")))
     # One clean run first: how long the demo takes before and after its approval.
@@ -93,7 +98,7 @@ def test_it_loses_nothing_when_the_worker_is_killed_at_random_points(celery_work
         assert len(receipts) == len(set(receipts))
         assert types.count("run_started") == 1
         # Wherever the worker died, the run completes: an interrupted check runs again.
-        assert run.outcome == "complete", (trial, run.outcome, run.stop_message)
+        assert run.outcome == "complete", (trial, run.outcome, run.stop_message, trace_of(run))
         # The report tells the truth about the external effect: a publish that the
         # worker died before performing is reconciled as not applied, not assumed.
         assert len(published) <= 1

@@ -625,32 +625,39 @@ class Harness:
 
     def _recover_in_flight(self) -> None:
         """A call still marked 'started' means the previous driver died during it: its
-        outcome is unknown until reconciled, whatever the chat history says. A call
-        that cannot have an effect (a check) is like a transient failure that attests
-        no effect: the same call is admitted again (permissions, evidence and approval
-        checked anew against the re-read revision) and runs its next attempt, within
-        its attempts, the call budget and the deadline, so a worker crash does not
-        cost the run its evidence."""
+        outcome is unknown until reconciled, whatever the chat history says.
+
+        The call in progress runs again (admitted anew through the gates, against the
+        re-read revision, as its next attempt within the attempts, the call budget
+        and the deadline) when it cannot have had an effect: a check, or a workspace
+        write that provably did not happen because the workspace is still at the
+        revision it had before the call. Anything else becomes a pending effect."""
         interrupted = [r for r in self.state.ledger.values() if r.state == "started"]
         if not interrupted:
             return
+        revision = self.workspace.revision()
         again: tuple[CallRecord, ToolSpec] | None = None
         for record in interrupted:
             spec = self.registry.get(record.tool)
             self._emit(ev.RunResumed, call_id=record.call_id, reason=f"recovered: {record.tool} attempt {record.attempts} was in flight")
-            if spec is not None and spec.has_effect:
-                self._record_pending(record, spec, "the worker stopped during the call")
-            elif spec is not None and record.call_id == self.state.current_call:
+            current = record.call_id == self.state.current_call
+            unwritten = spec is not None and spec.writes and not spec.external_effect and revision == record.revision_before
+            if spec is not None and current and (not spec.has_effect or unwritten):
+                if unwritten:
+                    detail = "the workspace is at the revision it had before the call: the write did not happen"
+                    self._emit(ev.EffectReconciled, call_id=record.call_id, applied=False, detail=detail)
                 record.state = "validated"
                 again = (record, spec)
                 continue
+            if spec is not None and spec.has_effect:
+                self._record_pending(record, spec, "the worker stopped during the call")
             else:
                 record.state = "failed"
             self.state.feedback = {"kind": "interrupted", "call_id": record.call_id, "tool": record.tool}
         if again is None:
             self.state.current_call = None
             self.state.current_proposal = None
-        self._set_revision(self.workspace.revision(), cleared_by_write=False)
+        self._set_revision(revision, cleared_by_write=False)
         self._checkpoint()
         self._reconcile_pending()
         if again is not None:
