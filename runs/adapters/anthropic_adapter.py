@@ -16,11 +16,10 @@ import anthropic
 from runs.adapters.conversation import (
     Failure,
     ModelReply,
+    SdkErrors,
     ToolCall,
     ToolCallingProposer,
     ToolResult,
-    classify_status,
-    provider_message,
     task_message,
 )
 from runs.core.jsonutil import JSON
@@ -28,31 +27,18 @@ from runs.core.jsonutil import JSON
 AnthropicToolChoice = Literal["any", "auto"]
 
 
-class AnthropicProposer(ToolCallingProposer):
+ERRORS = SdkErrors(anthropic.APIStatusError, anthropic.APITimeoutError, anthropic.APIConnectionError, anthropic.AnthropicError)
+
+
+class AnthropicProposer(ToolCallingProposer[anthropic.Anthropic]):
     provider = "anthropic"
 
-    def __init__(
-        self,
-        *,
-        base_url: str | None = None,
-        tool_choice: AnthropicToolChoice = "any",
-        client: anthropic.Anthropic | None = None,
-        **common: Any,
-    ) -> None:
+    def __init__(self, *, tool_choice: AnthropicToolChoice = "any", **common: Any) -> None:
         super().__init__(**common)
-        self.base_url = base_url
         self.tool_choice = tool_choice
-        self._client = client
 
-    def client(self) -> anthropic.Anthropic:
-        if self._client is None:
-            self._client = anthropic.Anthropic(
-                api_key=self._api_key,
-                base_url=self.base_url,
-                max_retries=0,  # retries are ours, so they are bounded by the deadline and show as events
-                timeout=self.settings.request_timeout_seconds,
-            )
-        return self._client
+    def _new_client(self, *, api_key: str | None, base_url: str | None, max_retries: int, timeout: float) -> anthropic.Anthropic:
+        return anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout)
 
     def tool_params(self) -> list[dict[str, JSON]]:
         return [{"name": t.name, "description": t.description, "input_schema": t.schema} for t in self.tools]
@@ -106,13 +92,4 @@ class AnthropicProposer(ToolCallingProposer):
         )
 
     def _classify(self, exc: Exception) -> Failure | None:
-        if isinstance(exc, anthropic.APIStatusError):
-            message = provider_message(exc.body, exc.message)
-            return classify_status(exc.status_code, message, dict(exc.response.headers))
-        if isinstance(exc, anthropic.APITimeoutError):
-            return Failure("timeout", None, "the request timed out")
-        if isinstance(exc, anthropic.APIConnectionError):
-            return Failure("connection", None, f"connection error: {exc}")
-        if isinstance(exc, anthropic.AnthropicError):
-            return Failure("other", None, f"{type(exc).__name__}: {exc}")
-        return None
+        return ERRORS.classify(exc)

@@ -32,7 +32,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
-from typing import Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from runs.core.contract import Contract
 from runs.core.jsonutil import JSON
@@ -606,7 +606,33 @@ class AdapterSettings:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
-class ToolCallingProposer(ABC):
+@dataclass(frozen=True)
+class SdkErrors:
+    """An official SDK's error classes. The OpenAI and Anthropic SDKs share their
+    shape; a timeout is a kind of connection error in both, so it is tested first."""
+
+    status: type[Exception]
+    timeout: type[Exception]
+    connection: type[Exception]
+    base: type[Exception]
+
+    def classify(self, exc: Exception) -> Failure | None:
+        if isinstance(exc, self.status):
+            error: Any = exc
+            return classify_status(error.status_code, provider_message(error.body, error.message), dict(error.response.headers))
+        if isinstance(exc, self.timeout):
+            return Failure("timeout", None, "the request timed out")
+        if isinstance(exc, self.connection):
+            return Failure("connection", None, f"connection error: {exc}")
+        if isinstance(exc, self.base):
+            return Failure("other", None, f"{type(exc).__name__}: {exc}")
+        return None
+
+
+ClientT = TypeVar("ClientT")
+
+
+class ToolCallingProposer(ABC, Generic[ClientT]):
     """The Proposer protocol over a tool-calling chat API.
 
     State machine: the model's tool calls are queued and proposed one at a time; the
@@ -630,8 +656,12 @@ class ToolCallingProposer(ABC):
         settings: AdapterSettings | None = None,
         clock: Clock | None = None,
         deadline: float | None = None,
+        base_url: str | None = None,
+        client: ClientT | None = None,
     ) -> None:
         self.model = model
+        self.base_url = base_url
+        self._client = client
         self._api_key = api_key or None
         self.context = context
         self.tools = list(tools)
@@ -651,7 +681,22 @@ class ToolCallingProposer(ABC):
         if snapshot and snapshot.get("kind") == self.provider:
             self._restore(snapshot)
 
+    def client(self) -> ClientT:
+        """The provider's official client, made on first use."""
+        if self._client is None:
+            self._client = self._new_client(
+                api_key=self._api_key,
+                base_url=self.base_url,
+                max_retries=0,  # retries are ours, so they are bounded by the deadline and show as events
+                timeout=self.settings.request_timeout_seconds,
+            )
+        return self._client
+
     # -- provider specifics --------------------------------------------------------
+
+    @abstractmethod
+    def _new_client(self, *, api_key: str | None, base_url: str | None, max_retries: int, timeout: float) -> ClientT:
+        """The official client with these options."""
 
     @abstractmethod
     def _initial_messages(self) -> list[dict[str, JSON]]:

@@ -17,12 +17,11 @@ import openai
 from runs.adapters.conversation import (
     Failure,
     ModelReply,
+    SdkErrors,
     ToolCall,
     ToolCallingProposer,
     ToolResult,
-    classify_status,
     parse_arguments,
-    provider_message,
     task_message,
 )
 from runs.core.jsonutil import JSON
@@ -43,33 +42,19 @@ def output_limit_field(base_url: str | None, configured: OutputLimitSetting) -> 
     return "max_completion_tokens" if official else "max_tokens"
 
 
-class OpenAIProposer(ToolCallingProposer):
+ERRORS = SdkErrors(openai.APIStatusError, openai.APITimeoutError, openai.APIConnectionError, openai.OpenAIError)
+
+
+class OpenAIProposer(ToolCallingProposer[openai.OpenAI]):
     provider = "openai"
 
-    def __init__(
-        self,
-        *,
-        base_url: str | None = None,
-        tool_choice: OpenAIToolChoice = "required",
-        output_limit: OutputLimitSetting = "auto",
-        client: openai.OpenAI | None = None,
-        **common: Any,
-    ) -> None:
+    def __init__(self, *, tool_choice: OpenAIToolChoice = "required", output_limit: OutputLimitSetting = "auto", **common: Any) -> None:
         super().__init__(**common)
-        self.base_url = base_url
         self.tool_choice = tool_choice
-        self.output_limit_field = output_limit_field(base_url, output_limit)
-        self._client = client
+        self.output_limit_field = output_limit_field(self.base_url, output_limit)
 
-    def client(self) -> openai.OpenAI:
-        if self._client is None:
-            self._client = openai.OpenAI(
-                api_key=self._api_key,
-                base_url=self.base_url,
-                max_retries=0,  # retries are ours, so they are bounded by the deadline and show as events
-                timeout=self.settings.request_timeout_seconds,
-            )
-        return self._client
+    def _new_client(self, *, api_key: str | None, base_url: str | None, max_retries: int, timeout: float) -> openai.OpenAI:
+        return openai.OpenAI(api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout)
 
     def tool_params(self) -> list[dict[str, JSON]]:
         return [
@@ -122,16 +107,7 @@ class OpenAIProposer(ToolCallingProposer):
         return ModelReply(assistant, text, calls, _tokens(usage, "prompt"), _tokens(usage, "completion"), choice.finish_reason)
 
     def _classify(self, exc: Exception) -> Failure | None:
-        if isinstance(exc, openai.APIStatusError):
-            message = provider_message(exc.body, exc.message)
-            return classify_status(exc.status_code, message, dict(exc.response.headers))
-        if isinstance(exc, openai.APITimeoutError):
-            return Failure("timeout", None, "the request timed out")
-        if isinstance(exc, openai.APIConnectionError):
-            return Failure("connection", None, f"connection error: {exc}")
-        if isinstance(exc, openai.OpenAIError):
-            return Failure("other", None, f"{type(exc).__name__}: {exc}")
-        return None
+        return ERRORS.classify(exc)
 
 
 def _tokens(usage: object, side: Literal["prompt", "completion"]) -> int | None:
