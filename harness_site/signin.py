@@ -51,7 +51,7 @@ def _keys(username: str, address: str) -> tuple[str, str]:
     return f"signin-failures:{digest}", f"signin-since:{digest}"
 
 
-def check_signin_allowed(username: str, address: str) -> None:
+def _check_allowed(username: str, address: str) -> None:
     """Raise SignInLocked while this pair has used up its failures."""
     count_key, since_key = _keys(username, address)
     try:
@@ -65,7 +65,7 @@ def check_signin_allowed(username: str, address: str) -> None:
     raise SignInLocked(max(1, math.ceil(since + settings.HARNESS_SIGNIN_WINDOW_SECONDS - time.time())))
 
 
-def record_failure(username: str, address: str) -> None:
+def _record_failure(username: str, address: str) -> None:
     count_key, since_key = _keys(username, address)
     window = settings.HARNESS_SIGNIN_WINDOW_SECONDS
     try:
@@ -78,7 +78,7 @@ def record_failure(username: str, address: str) -> None:
         log.warning("could not record a failed sign-in", exc_info=True)
 
 
-def clear_failures(username: str, address: str) -> None:
+def _clear_failures(username: str, address: str) -> None:
     try:
         cache.delete_many(list(_keys(username, address)))
     except CACHE_ERRORS:
@@ -88,13 +88,13 @@ def clear_failures(username: str, address: str) -> None:
 def limited_sign_in(username: str, address: str, attempt: Callable[[], T], failed: type[Exception]) -> T:
     """Run ``attempt`` (a sign-in) unless this pair is locked (SignInLocked); an
     attempt that raises ``failed`` is counted, one that succeeds clears the count."""
-    check_signin_allowed(username, address)
+    _check_allowed(username, address)
     try:
         result = attempt()
     except failed:
-        record_failure(username, address)
+        _record_failure(username, address)
         raise
-    clear_failures(username, address)
+    _clear_failures(username, address)
     return result
 
 

@@ -13,6 +13,7 @@ from tests.helpers import SCRIPT, World
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
+
 class Crash(Exception):
     """Stands for the worker process dying: nothing after it is written."""
 
@@ -147,21 +148,27 @@ class CrashAfterCheck(DjangoStore):
         super().checkpoint(state, events)
 
 
-def test_it_runs_an_interrupted_check_again_under_the_same_call_and_completes():
+def crash_then_finish(store: DjangoStore):
+    """Drive a new run until ``store`` crashes it, then to the end; the final state
+    and the run's events as (type, call id, payload)."""
     world = World()
     run = create(world)
     with pytest.raises(Crash):
-        drive(run, world, CrashAfterCheck())
+        drive(run, world, store)
     state = finish(run, world)
+    return state, list(Event.objects.filter(run=run).order_by("seq").values_list("type", "call_id", "payload"))
+
+
+def test_it_runs_an_interrupted_check_again_under_the_same_call_and_completes():
+    state, rows = crash_then_finish(CrashAfterCheck())
     assert state.outcome == "complete", state.stop_message
-    rows = list(Event.objects.filter(run=run).order_by("seq").values_list("type", "call_id", "payload"))
     resumed = [(t, c) for t, c, _ in rows if t in ("run_resumed", "retry")]
     assert resumed == [("run_resumed", "c3"), ("retry", "c3")]
     started = [p["attempt"] for t, c, p in rows if t == "call_started" and c == "c3"]
     assert started == [1, 2]  # the same logical call, its second attempt counted
     admitted = [p["revision"] for t, c, p in rows if t == "call_admitted" and c == "c3"]
     assert len(admitted) == 2  # through the gates again, against the re-read revision
-    assert Evidence.objects.get(run=run).call_id == "c3"
+    assert Evidence.objects.get(run_id=state.run_id).call_id == "c3"
     assert state.proposals == len(SCRIPT)  # the proposer was not asked again for the check
 
 
@@ -175,17 +182,14 @@ class CrashBeforeWrite(DjangoStore):
 
 
 def test_it_runs_a_write_again_when_the_workspace_shows_it_never_happened():
-    world = World()
-    run = create(world)
-    with pytest.raises(Crash):
-        drive(run, world, CrashBeforeWrite())
-    state = finish(run, world)
+    state, rows = crash_then_finish(CrashBeforeWrite())
     assert state.outcome == "complete", state.stop_message
-    rows = list(Event.objects.filter(run=run).order_by("seq").values_list("type", "call_id", "payload"))
-    write = [(t, p.get("applied")) for t, c, p in rows if c == "c2" and t in ("run_resumed", "effect_reconciled", "retry", "pending_effect")]
+    write = [
+        (t, p.get("applied")) for t, c, p in rows if c == "c2" and t in ("run_resumed", "effect_reconciled", "retry", "pending_effect")
+    ]
     assert write == [("run_resumed", None), ("effect_reconciled", False), ("retry", None)]
     assert [p["attempt"] for t, c, p in rows if t == "call_started" and c == "c2"] == [1, 2]
-    assert state.pending_effects == [] and Evidence.objects.get(run=run).passed
+    assert state.pending_effects == [] and Evidence.objects.get(run_id=state.run_id).passed
 
 
 def test_it_continues_exactly_where_it_stopped_when_loaded_by_another_process():
