@@ -170,6 +170,9 @@ SANDBOX_IMAGE = env_str("HARNESS_SANDBOX_IMAGE", "harness-sandbox:latest")
 # The scope labels this installation's containers, so its sweeper never removes
 # another installation's (or test session's) containers on the same engine.
 SANDBOX_SCOPE = env_str("HARNESS_SANDBOX_SCOPE", "default")
+# How long one attempt waits for an engine that does not answer (the run's deadline
+# may end the wait sooner); then the attempt fails and the harness's retries go on.
+SANDBOX_ENGINE_WAIT_SECONDS = env_float("HARNESS_SANDBOX_ENGINE_WAIT_SECONDS", 300.0, minimum=1.0)
 WORKSPACE_ROOT = Path(env_str("HARNESS_WORKSPACE_ROOT", str(VAR_DIR / "workspaces")))
 OUTBOX_DIR = Path(env_str("HARNESS_OUTBOX_DIR", str(VAR_DIR / "outbox")))
 # Where contracts may take their workspace from (local paths, git repositories and

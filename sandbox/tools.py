@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from runs.core.jsonutil import JSON
-from runs.core.policy import CheckDef
 from runs.core.ports import ArtifactStore, Call
 from sandbox import fileops, patches
-from sandbox.container import OutputCapture, SandboxContainer, SandboxUnavailable
+from sandbox.container import OutputCapture, SandboxContainer
+from sandbox.engine import SandboxUnavailable
 from sandbox.quota import WATCH_SECONDS, DiskQuota, QuotaProblem
 from sandbox.workspace import RunWorkspace
 
@@ -47,13 +47,22 @@ class ToolContext:
     workspace: RunWorkspace
     artifacts: ArtifactStore
     outbox: Path
-    container_for: Callable[[CheckDef], SandboxContainer]
+    # The container a call's check runs in (started, waiting for the engine, when needed).
+    container_for: Callable[[Call], SandboxContainer]
     spool_dir: Path | None = None
     quota: DiskQuota = DiskQuota()
 
 
 def _error(message: str, **data: JSON) -> ToolResult:
     return ToolResult("ok", "none", {**data, "error": message})
+
+
+def _infrastructure(reason: str, artifacts: list[str] | None = None, **data: JSON) -> ToolResult:
+    """The sandbox failed, not the call: a transient attempt with no effect, which
+    the harness retries and never takes as evidence."""
+    return ToolResult(
+        "transient", "none", {**data, "error": f"the check did not run to its end: {reason}", "infrastructure": reason}, artifacts or []
+    )
 
 
 def list_files(ctx: ToolContext, call: Call) -> ToolResult:
@@ -122,9 +131,9 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         return problem.reason
 
     try:
-        container = ctx.container_for(check)
+        container = ctx.container_for(call)
     except SandboxUnavailable as exc:
-        return ToolResult("transient", "none", {**base, "error": str(exc)})
+        return _infrastructure(exc.reason, **base)
     capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir)
     try:
         result = container.exec(
@@ -136,11 +145,14 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         )
     except SandboxUnavailable as exc:
         capture.discard()
-        return ToolResult("transient", "none", {**base, "error": str(exc)})
+        return _infrastructure(exc.reason, **base)
     except BaseException:
         capture.discard()
         raise
     ref = store_output(ctx.artifacts, capture)
+    if result.lost is not None:
+        # What it printed before the container failed is kept for the record only.
+        return _infrastructure(result.lost, [ref], **base, output_ref=ref, output=capture.excerpt(ref))
     data: dict[str, JSON] = {
         **base,
         "exit_code": result.exit_code,

@@ -137,6 +137,22 @@ class Retry(Event):
     reason: str
 
 
+class SandboxWaiting(Event):
+    """The sandbox engine does not answer: the attempt in progress waits for it, until
+    ``until`` at most (the run's deadline or the wait limit); the kill switch still works."""
+
+    type: Literal["sandbox_waiting"] = "sandbox_waiting"
+    reason: str
+    until: float
+
+
+class SandboxWaitOver(Event):
+    type: Literal["sandbox_wait_over"] = "sandbox_wait_over"
+    engine_back: bool
+    waited_seconds: float
+    detail: str
+
+
 class EvidenceRecorded(Event):
     type: Literal["evidence_recorded"] = "evidence_recorded"
     check_id: str
@@ -209,6 +225,8 @@ AnyEvent = Annotated[
     | CallStarted
     | ReceiptRecorded
     | Retry
+    | SandboxWaiting
+    | SandboxWaitOver
     | EvidenceRecorded
     | EvidenceCleared
     | CheckRequired

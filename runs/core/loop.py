@@ -183,11 +183,12 @@ class Harness:
             self._stop(stop.reason, stop.message)
         return self.state
 
-    def _guard(self, where: str) -> None:
+    def _guard(self, where: str, infrastructure: str | None = None) -> None:
         if self.controls.kill_requested():
             raise _Stop("killed", f"kill switch ({where})")
         if self.clock.now() >= self.state.deadline:
-            raise _Stop("deadline", f"wall-time limit of {self.state.limits.wall_time_seconds}s reached ({where})")
+            message = f"wall-time limit of {self.state.limits.wall_time_seconds}s reached ({where})"
+            raise _no_retry("deadline", message, infrastructure)
 
     def _stop(self, reason: str, message: str) -> None:
         self.state.status = "stopped"
@@ -398,6 +399,7 @@ class Harness:
                 idempotency_key=record.idempotency_key,
                 max_output_bytes=state.limits.max_output_bytes_per_call,
                 check=check,
+                deadline=state.deadline,
             )
             try:
                 raw: object = self.executor.execute(call)
@@ -441,16 +443,18 @@ class Harness:
                 feedback = self._settle(record, spec, receipt, check)
                 self._guard("after the receipt")
                 return self._end_step(feedback)
-            self._guard("after the receipt")
+            infrastructure = receipt.infrastructure
+            error = receipt.data.get("error")
+            record.transient_reasons.append(infrastructure or (error if isinstance(error, str) else "transient failure"))
+            self._guard("after the receipt", infrastructure)
             backoff = min(self.config.retry_base_seconds * 2 ** (record.attempts - 1), self.config.retry_max_seconds)
             if not self._attempts_left(record):
-                raise _Stop("attempt_limit", f"{record.call_id} failed transiently {record.attempts} times")
+                raise _no_retry("attempt_limit", f"{record.call_id} failed transiently {record.attempts} times", infrastructure)
             if self.clock.now() + backoff >= state.deadline:
-                raise _Stop("deadline", f"a retry after {backoff:.2f}s backoff would cross the deadline")
+                raise _no_retry("deadline", f"a retry after {backoff:.2f}s backoff would cross the deadline", infrastructure)
             record.state = "allowed"
-            self._emit(
-                ev.Retry, call_id=record.call_id, attempt=record.attempts, backoff_seconds=backoff, reason="transient failure, no effect"
-            )
+            reason = f"the sandbox failed, not the call (no effect): {infrastructure}" if infrastructure else "transient failure, no effect"
+            self._emit(ev.Retry, call_id=record.call_id, attempt=record.attempts, backoff_seconds=backoff, reason=reason)
             self._checkpoint()
             self.clock.sleep(backoff)
 
@@ -478,7 +482,7 @@ class Harness:
             state.effects_applied.append(record.call_id)
         if check is not None:
             self._record_evidence(record, receipt, check)
-        return {
+        feedback: dict[str, JSON] = {
             "kind": "result",
             "call_id": record.call_id,
             "tool": spec.name,
@@ -486,6 +490,9 @@ class Harness:
             "data": self._observe(receipt.data),
             "artifacts": list(receipt.artifacts),
         }
+        if record.transient_reasons:
+            feedback["earlier_attempts"] = list(record.transient_reasons)
+        return feedback
 
     def _observe(self, data: dict[str, JSON]) -> dict[str, JSON]:
         """What the proposer sees: the data, or a bounded summary plus an artifact ref."""
@@ -666,6 +673,15 @@ class Harness:
             self._emit(ev.Retry, call_id=record.call_id, attempt=record.attempts, backoff_seconds=0.0, reason=reason)
             self._guard("before retrying an interrupted call")
             self._admit(record, spec)
+
+
+def _no_retry(reason: str, message: str, infrastructure: str | None) -> _Stop:
+    """The stop when a transient failure cannot be retried: when the sandbox's own
+    infrastructure kept failing, the outcome names it rather than the limit that
+    ended the retries (the call itself never failed)."""
+    if infrastructure is None:
+        return _Stop(reason, message)
+    return _Stop("sandbox_unavailable", f"the sandbox kept failing ({infrastructure}); {message}")
 
 
 def _int(value: object) -> int:

@@ -27,6 +27,9 @@ class Call:
     idempotency_key: str | None
     max_output_bytes: int
     check: CheckDef | None = None
+    # The run's deadline (the clock's time): an executor that waits for its
+    # infrastructure (a sandbox engine coming back) waits no longer than this.
+    deadline: float | None = None
 
 
 @dataclass(frozen=True)

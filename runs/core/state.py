@@ -31,6 +31,9 @@ class CallRecord(_State):
     approval_key: str | None = None
     last_status: str | None = None
     revision_before: str | None = None
+    # Why each transient attempt failed, so the result that follows can tell the
+    # model what happened before it.
+    transient_reasons: list[str] = Field(default_factory=list)
 
 
 class EvidenceRecord(_State):

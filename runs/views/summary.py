@@ -9,7 +9,7 @@ from typing import Any
 from django.urls import reverse
 
 from runs.control import ACTIVE
-from runs.models import Run
+from runs.models import Event, Run
 from runs.proposers import proposer_usage
 from runs.store import load_state
 from runs.views.trace import TONES, short
@@ -29,6 +29,12 @@ def model_budgets(run: Run, snapshot: dict[str, Any]) -> list[dict[str, Any]]:
         _budget("tokens", float(usage["tokens"]), float(usage["max_tokens"] or 0)),
         _budget("cost", float(usage["cost_usd"]), float(usage["max_cost_usd"] or 0), " USD", digits=4),
     ]
+
+
+def sandbox_waiting(run: Run) -> str:
+    """Why the run waits for the sandbox engine right now, or "" when it does not."""
+    last = Event.objects.filter(run=run, type__in=("sandbox_waiting", "sandbox_wait_over")).order_by("-seq").first()
+    return str(last.payload.get("reason", "")) if last is not None and last.type == "sandbox_waiting" else ""
 
 
 def run_summary(run: Run) -> dict[str, Any]:
@@ -65,6 +71,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         "active": not finished,
         "stop_message": run.stop_message,
         "kill_requested": run.kill_requested,
+        "sandbox_waiting": sandbox_waiting(run) if not finished else "",
         "revision": short(state.revision),
         "base_revision": short(state.base_revision),
         "evidence_current": not state.missing_checks(),

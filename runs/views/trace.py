@@ -120,6 +120,12 @@ def _describe(type_: str, p: dict[str, Any]) -> tuple[str, str, str]:
         return _receipt_view(p)
     if type_ == "retry":
         return "Retry", "warn", f"attempt {p.get('attempt')} after {p.get('backoff_seconds')}s: {p.get('reason')}"
+    if type_ == "sandbox_waiting":
+        return "Waiting for the sandbox engine", "warn", str(p.get("reason", ""))
+    if type_ == "sandbox_wait_over":
+        if p.get("engine_back"):
+            return "Sandbox engine back", "ok", f"after {p.get('waited_seconds')}s"
+        return "Gave up waiting for the sandbox engine", "bad", f"after {p.get('waited_seconds')}s: {p.get('detail')}"
     if type_ == "evidence_recorded":
         verdict = "passed" if p.get("passed") else "failed"
         current = "current" if p.get("current") else "not current"
