@@ -1,0 +1,94 @@
+"""The line between a check that said no and a sandbox that failed (issue 20), as
+rules of the core: a transient receipt that names an infrastructure failure is
+retried like any transient failure, never becomes evidence, tells the model what
+happened, and when the retries run out the run stops ``sandbox_unavailable``.
+The real engine failing is in tests/test_engine_chaos.py."""
+
+from __future__ import annotations
+
+from runs.adapters.conversation import render_feedback
+from runs.core.faults import INJECTED_INFRASTRUCTURE, Fault
+from runs.core.receipts import Receipt
+from runs.core.scenarios import FIXED, build_rig, call
+
+FIX_AND_CHECK = [
+    call("write_file", path="src/calc.py", content=FIXED),
+    call("run_check", check_id="tests"),
+    call("finish", summary="fixed"),
+]
+
+
+def _receipt(status: str, data: dict) -> Receipt:
+    return Receipt(call_id="c1", tool="run_check", status=status, effect="none", revision="r", data=data)  # type: ignore[arg-type]
+
+
+def test_it_reads_the_infrastructure_reason_only_from_a_transient_receipt():
+    assert _receipt("transient", {"infrastructure": "engine gone"}).infrastructure == "engine gone"
+    assert _receipt("ok", {"infrastructure": "engine gone"}).infrastructure is None
+    assert _receipt("transient", {"error": "disk full"}).infrastructure is None
+    assert _receipt("transient", {"infrastructure": ""}).infrastructure is None
+    assert _receipt("transient", {"infrastructure": 7}).infrastructure is None
+
+
+def test_it_retries_an_infrastructure_failure_and_tells_the_model_what_happened():
+    rig = build_rig(FIX_AND_CHECK, faults=[Fault("run_check", "infrastructure", 2)])
+    rig.harness.run()
+    assert rig.state.outcome == "complete"
+    retries = [e for e in rig.store.events if e.model_dump()["type"] == "retry"]
+    assert [r.attempt for r in retries] == [1, 2]
+    assert all(INJECTED_INFRASTRUCTURE in r.reason and "the sandbox failed, not the call" in r.reason for r in retries)
+    assert rig.clock.slept == [0.5, 1.0]
+    # One piece of evidence, from the attempt that ran; the failed attempts left none.
+    assert [(e.passed, e.call_id) for e in rig.state.evidence] == [(True, "c2")]
+    result = rig.feedbacks[2]
+    assert result["kind"] == "result" and result["earlier_attempts"] == [INJECTED_INFRASTRUCTURE] * 2
+    text, failed = render_feedback(result, None, 10_000)
+    assert not failed and "2 failed attempt(s) that proved nothing" in text and INJECTED_INFRASTRUCTURE in text
+
+
+def test_it_stops_sandbox_unavailable_when_the_attempts_run_out_on_infrastructure():
+    rig = build_rig(FIX_AND_CHECK, faults=[Fault("run_check", "infrastructure", 9)])
+    rig.harness.run()
+    assert rig.state.outcome == "sandbox_unavailable"
+    assert INJECTED_INFRASTRUCTURE in rig.state.stop_message and "failed transiently 3 times" in rig.state.stop_message
+    assert rig.state.evidence == [] and rig.state.calls == 1 + 3  # the write, then three attempts of the check
+    types = rig.event_types()
+    assert "evidence_recorded" not in types and "receipt_invalid" not in rig.state.stop_message
+    assert types[-1] == "stop"
+
+
+def test_it_stops_sandbox_unavailable_when_the_deadline_ends_the_retries():
+    rig = build_rig(FIX_AND_CHECK, faults=[Fault("run_check", "infrastructure", 9)])
+
+    original = rig.harness.executor.execute
+
+    def slow(call_):  # each check attempt waits for the engine for 40% of the run's time
+        if call_.tool == "run_check":
+            rig.clock.t += rig.state.limits.wall_time_seconds * 0.4
+        return original(call_)
+
+    rig.harness.executor.execute = slow  # type: ignore[method-assign]
+    rig.harness.run()
+    assert rig.state.outcome == "sandbox_unavailable" and "wall-time limit" in rig.state.stop_message
+    assert rig.state.evidence == [] and rig.state.calls == 1 + 3  # the third attempt ends past the deadline
+
+
+def test_it_keeps_the_ordinary_outcomes_for_transient_failures_of_the_call_itself():
+    rig = build_rig(FIX_AND_CHECK, faults=[Fault("run_check", "transient", 9)])
+    rig.harness.run()
+    assert rig.state.outcome == "attempt_limit"
+    rig = build_rig(FIX_AND_CHECK, faults=[Fault("run_check", "transient", 1)])
+    rig.harness.run()
+    assert rig.state.outcome == "complete" and rig.feedbacks[2]["earlier_attempts"] == ["transient failure"]
+
+
+def test_it_still_stops_killed_when_the_kill_switch_meets_a_failing_sandbox():
+    rig = build_rig(FIX_AND_CHECK, faults=[Fault("run_check", "infrastructure", 9)])
+
+    class Killed:
+        def kill_requested(self) -> bool:
+            return rig.state.calls >= 2
+
+    rig.harness.controls = Killed()
+    rig.harness.run()
+    assert rig.state.outcome == "killed"
