@@ -344,7 +344,7 @@ def test_it_retries_when_the_container_is_removed_or_killed_from_outside(engine:
 def test_it_keeps_a_check_that_hits_its_own_memory_limit_as_a_failed_check(engine: ChaosEngine, tmp_path: Path):
     task = RunTask(engine, tmp_path, "chaos-hog", "hog", max_proposals=1)
     done = task.finish()
-    assert done.report["status"] == "proposals_exhausted"
+    assert done.report["status"] == "budget_exhausted"  # the model has no proposal left to react
     [evidence] = done.report["evidence"]
     assert evidence["passed"] is False and evidence["exit_code"] == 137
     [receipt] = done.events("receipt")
@@ -364,7 +364,7 @@ def test_it_retries_a_check_whose_image_is_missing_until_it_is_back(engine: Chao
     engine.client().images.get(KEEP_TAG).tag(settings.SANDBOX_IMAGE)
     done = task.finish()
     assert_sound(done, "complete")
-    assert all("image is missing" in reason for reason in infrastructure_retries(done))
+    assert all(f"{settings.SANDBOX_IMAGE} not found" in reason for reason in infrastructure_retries(done))
     record("image removed before the check, back after the first retry", done, disrupted_at)
 
 
@@ -372,7 +372,7 @@ def test_it_stops_sandbox_unavailable_when_the_image_stays_missing(engine: Chaos
     engine.client().images.remove(settings.SANDBOX_IMAGE)
     done = RunTask(engine, tmp_path, "chaos-no-image", "slow", max_attempts=3).finish()
     assert_sound(done, "sandbox_unavailable")
-    assert "image is missing" in done.report["message"] and done.report["evidence"] == []
+    assert f"{settings.SANDBOX_IMAGE} not found" in done.report["message"] and done.report["evidence"] == []
     assert len(infrastructure_retries(done)) == 2
     record("image removed for good", done, None)
 
