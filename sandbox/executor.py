@@ -109,7 +109,7 @@ class SandboxExecutor:
             return Reconciliation(True, found, True, detail)
         # A workspace effect: stop anything still running so the revision the
         # harness re-reads next is final.
-        if self.container is not None and not self._killed:
+        if self.container is not None and self.container.lost is None and not self._killed:
             self.container.kill_processes()
         return Reconciliation(True, True, True, "workspace re-read after stopping leftover sandbox processes")
 

@@ -6,11 +6,18 @@ The real engine failing is in tests/test_engine_chaos.py."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from runs.adapters.conversation import render_feedback
+from runs.cli import EXIT_ERROR
 from runs.core.faults import INJECTED_INFRASTRUCTURE, Fault
 from runs.core.receipts import Receipt
 from runs.core.scenarios import FIXED, build_rig, call
 
+ROOT = Path(__file__).resolve().parent.parent
 FIX_AND_CHECK = [
     call("write_file", path="src/calc.py", content=FIXED),
     call("run_check", check_id="tests"),
@@ -92,3 +99,30 @@ def test_it_still_stops_killed_when_the_kill_switch_meets_a_failing_sandbox():
     rig.harness.controls = Killed()
     rig.harness.run()
     assert rig.state.outcome == "killed"
+
+
+# -- the commands name the cause in one line ----------------------------------------
+
+
+def _command(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "harness_site.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_it_names_an_unreachable_database_in_one_line_with_exit_code_three(tmp_path):
+    # Nothing listens on port 1: every query fails as a real outage would.
+    down = {"DATABASE_URL": "postgres://postgres@127.0.0.1:1/harness", "HARNESS_VAR_DIR": str(tmp_path)}
+    demo = ROOT / "examples" / "demo"
+    created = _command("run_task", str(demo / "contract.json"), "--script", str(demo / "proposals.json"), **down)
+    resumed = _command("resume_run", "2b1c7f4e-0d7a-4a51-9a43-2f6f0a0b8c11", **down)
+    for done, what in ((created, "the run could not be created"), (resumed, "the run could not be looked up")):
+        assert done.returncode == EXIT_ERROR, done.stderr
+        assert "Traceback" not in done.stderr and done.stdout == ""
+        [line] = done.stderr.strip().splitlines()
+        assert line.startswith(what) and "OperationalError" in line and "127.0.0.1" in line
