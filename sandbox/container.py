@@ -582,21 +582,22 @@ def sweep_orphans(
         run_id = container.labels.get(LABEL_RUN)
         if run_id in active:
             continue
-        remove_container(client, container.id)
-        removed.append(run_id or container.id)
+        if remove_container(client, container.id):
+            removed.append(run_id or container.id)
     return removed
 
 
-def remove_container(client: docker.DockerClient, container_id: str) -> None:
+def remove_container(client: docker.DockerClient, container_id: str) -> bool:
     """Force-remove a container, tolerating what the engine is already doing with
-    it: a removal in progress (409) or a container already gone (404)."""
+    it: a removal in progress (409) or a container already gone (404, False)."""
     try:
         client.api.remove_container(container_id, force=True)
     except NotFound:
-        pass
+        return False
     except APIError as exc:
         if exc.status_code != 409:
             raise
+    return True
 
 
 def _changed_from_outside(before: dict[str, Any], after: dict[str, Any], restarted_by_us: bool) -> str | None:
