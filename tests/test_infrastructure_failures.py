@@ -1,8 +1,9 @@
-"""The line between a check that said no and a sandbox that failed (issue 20), as
-rules of the core: a transient receipt that names an infrastructure failure is
-retried like any transient failure, never becomes evidence, tells the model what
-happened, and when the retries run out the run stops ``sandbox_unavailable``.
-The real engine failing is in tests/test_engine_chaos.py."""
+"""The line between a check that said no and a sandbox that failed (issue 20), in its
+parts: the core retries a transient receipt that names an infrastructure failure like
+any transient failure, never takes it as evidence, tells the model what happened, and
+stops ``sandbox_unavailable`` when the retries run out; the executor's reading of the
+engine client's errors; cleanup that tolerates the engine's own doings; commands that
+name a failure in one line. The real engine failing is in tests/test_engine_chaos.py."""
 
 from __future__ import annotations
 
@@ -11,11 +12,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import requests
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+
 from runs.adapters.conversation import render_feedback
 from runs.cli import EXIT_ERROR
 from runs.core.faults import INJECTED_INFRASTRUCTURE, Fault
 from runs.core.receipts import Receipt
 from runs.core.scenarios import FIXED, build_rig, call
+from sandbox.container import remove_container
+from sandbox.engine import unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX_AND_CHECK = [
@@ -126,3 +133,46 @@ def test_it_names_an_unreachable_database_in_one_line_with_exit_code_three(tmp_p
         assert "Traceback" not in done.stderr and done.stdout == ""
         [line] = done.stderr.strip().splitlines()
         assert line.startswith(what) and "OperationalError" in line and "127.0.0.1" in line
+
+
+# -- what the engine client's errors mean -------------------------------------------
+
+
+def _api_error(cls: type[APIError], status: int, explanation: str) -> APIError:
+    response = requests.Response()
+    response.status_code = status
+    return cls(f"{status} error", response=response, explanation=explanation)
+
+
+def test_it_names_each_engine_failure_and_waits_only_for_an_engine_that_does_not_answer():
+    cases = [
+        (requests.ConnectionError("refused"), True, "did not answer (ConnectionError)"),
+        (DockerException("Error while fetching server API version"), True, "did not answer (DockerException)"),
+        (_api_error(APIError, 500, "daemon is shutting down"), True, "answered 500 (daemon is shutting down)"),
+        (_api_error(NotFound, 404, "No such container"), False, "the sandbox container no longer exists"),
+        (_api_error(ImageNotFound, 404, "No such image: sandbox"), False, "the sandbox image is missing"),
+        (_api_error(APIError, 409, "container is not running"), False, "answered 409"),
+    ]
+    for exc, down, words in cases:
+        problem = unavailable(exc, "starting the check")
+        assert problem.engine_down is down and problem.reason.startswith("starting the check: ") and words in problem.reason
+
+
+class _Engine:
+    """The engine's answer to a removal, as the docker client raises it."""
+
+    def __init__(self, answer: APIError | None) -> None:
+        self.api = self
+        self.answer = answer
+
+    def remove_container(self, container_id: str, force: bool) -> None:
+        if self.answer is not None:
+            raise self.answer
+
+
+def test_it_tolerates_a_removal_in_progress_or_a_container_already_gone():
+    assert remove_container(_Engine(None), "c") is True  # type: ignore[arg-type]
+    assert remove_container(_Engine(_api_error(APIError, 409, "removal of container c is already in progress")), "c") is True  # type: ignore[arg-type]
+    assert remove_container(_Engine(_api_error(NotFound, 404, "No such container: c")), "c") is False  # type: ignore[arg-type]
+    with pytest.raises(APIError):
+        remove_container(_Engine(_api_error(APIError, 500, "boom")), "c")  # type: ignore[arg-type]
