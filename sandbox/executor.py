@@ -174,10 +174,8 @@ class SandboxExecutor:
                     self._wake.wait(0.2)  # an engine that answers pings but fails requests is not hammered
                     continue
                 if waited_since is not None:
-                    self._tell(
-                        ev.SandboxWaitOver, call.call_id, engine_back=True, waited_seconds=round(time.time() - waited_since, 2), detail=""
-                    )
-                    waited_since = None
+                    waited = round(time.time() - waited_since, 2)
+                    self._tell(ev.SandboxWaitOver, call.call_id, engine_back=True, waited_seconds=waited, detail="")
                 return container
         except SandboxUnavailable as exc:
             if waited_since is not None:
@@ -186,8 +184,12 @@ class SandboxExecutor:
             raise
 
     def _tell(self, cls: type[ev.Event], call_id: str, **fields: JSON) -> None:
-        if self._notify is not None:
+        if self._notify is None:
+            return
+        try:
             self._notify(cls(run_id=self.run_id, seq=0, ts=time.time(), call_id=call_id, **fields))
+        except Exception as exc:  # noqa: BLE001 - what the wait shows must not fail the attempt; its receipt is the record
+            log.warning("run %s: could not record %s (%s)", self.run_id, cls.__name__, exc)
 
     def kill(self) -> None:
         """The kill switch, from any thread: ends the execution in flight (or a wait
