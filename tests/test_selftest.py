@@ -50,6 +50,11 @@ class NoValidation(Harness):
         return dict(args)
 
 
+class NoInfrastructureOutcome(Harness):
+    def _infrastructure_failure(self, receipt):
+        return None
+
+
 ABLATIONS = [
     (scenarios.denied_tool, NoAuthorize),
     (scenarios.stale_check, NoEvidenceBinding),
@@ -58,6 +63,7 @@ ABLATIONS = [
     (scenarios.unknown_write, NoPendingBlock),
     (scenarios.transient_retry, NoAttemptLimit),
     (scenarios.invalid_argument, NoValidation),
+    (scenarios.failing_sandbox, NoInfrastructureOutcome),
 ]
 
 

@@ -443,7 +443,7 @@ class Harness:
                 feedback = self._settle(record, spec, receipt, check)
                 self._guard("after the receipt")
                 return self._end_step(feedback)
-            infrastructure = receipt.infrastructure
+            infrastructure = self._infrastructure_failure(receipt)
             error = receipt.data.get("error")
             record.transient_reasons.append(infrastructure or (error if isinstance(error, str) else "transient failure"))
             self._guard("after the receipt", infrastructure)
@@ -575,6 +575,9 @@ class Harness:
 
     def _attempts_left(self, record: CallRecord) -> bool:
         return record.attempts < self.state.limits.max_attempts
+
+    def _infrastructure_failure(self, receipt: Receipt) -> str | None:
+        return receipt.infrastructure
 
     def _check_receipt(self, raw: object, record: CallRecord, spec: ToolSpec, harness_revision: str) -> Receipt:
         return check_receipt(raw, record.call_id, spec.name, harness_revision)

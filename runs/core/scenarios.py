@@ -204,6 +204,16 @@ def transient_retry(harness_cls: HarnessFactory) -> tuple[bool, str]:
     )
 
 
+def failing_sandbox(harness_cls: HarnessFactory) -> tuple[bool, str]:
+    script = [call("write_file", path="src/calc.py", content=FIXED), call("run_check", check_id="tests"), call("finish", summary="done")]
+    recovered = build_rig(script, harness_cls=harness_cls, faults=[Fault("run_check", "infrastructure", 1)])
+    recovered.harness.run()
+    down = build_rig(script, harness_cls=harness_cls, faults=[Fault("run_check", "infrastructure", 10)])
+    down.harness.run()
+    ok = recovered.state.outcome == "complete" and down.state.outcome == "sandbox_unavailable" and down.state.evidence == []
+    return ok, f"sandbox back: {recovered.state.outcome}; sandbox down: {down.state.outcome}, evidence {len(down.state.evidence)}"
+
+
 def invalid_argument(harness_cls: HarnessFactory) -> tuple[bool, str]:
     rig = build_rig([call("read_file", path="../../etc/passwd"), call("read_file", path="src/calc.py")], harness_cls=harness_cls)
     rig.harness.run()
@@ -221,6 +231,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("an unknown write blocks further writes and completion", unknown_write),
     Scenario("a transient failure is retried within limits", transient_retry),
     Scenario("an invalid argument is returned to the proposer", invalid_argument),
+    Scenario("a failing sandbox is retried, never evidence, and stops the run by name", failing_sandbox),
 )
 
 
