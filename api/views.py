@@ -354,6 +354,7 @@ class Token(ObtainAuthToken):
             429: OpenApiResponse(
                 DetailSerializer, description="Too many failed attempts for this user from this address; see Retry-After."
             ),
+            503: OpenApiResponse(DetailSerializer, description="Attempts cannot be counted right now, so none is checked."),
         },
     )
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -363,3 +364,5 @@ class Token(ObtainAuthToken):
             return signin.limited_sign_in(username, address, lambda: super(Token, self).post(request, *args, **kwargs), ValidationError)
         except signin.SignInLocked as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS, headers={"Retry-After": str(exc.retry_after)})
+        except signin.SignInUnavailable as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": str(exc.retry_after)})
