@@ -315,6 +315,9 @@ SPECTACULAR_SETTINGS = {
 # Links in notifications point here (the address people reach the web service at).
 HARNESS_PUBLIC_URL = env_url("HARNESS_PUBLIC_URL", "http://localhost:8000", ("http", "https")).rstrip("/")
 HARNESS_WEBHOOK_TIMEOUT_SECONDS = env_float("HARNESS_WEBHOOK_TIMEOUT_SECONDS", 10.0, minimum=0.5)
+# Host names and networks (CIDR) webhooks may reach although they are not public
+# addresses (a receiver on the private network); everything else must be public.
+HARNESS_WEBHOOK_ALLOWED_HOSTS = env_list("HARNESS_WEBHOOK_ALLOWED_HOSTS", [])
 HARNESS_WEBHOOK_MAX_ATTEMPTS = env_int("HARNESS_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1, maximum=50)
 # Attempt n waits base * 2**(n-1) seconds, capped; about 20 minutes over 8 attempts.
 HARNESS_WEBHOOK_RETRY_BASE_SECONDS = env_float("HARNESS_WEBHOOK_RETRY_BASE_SECONDS", 10.0, minimum=0.01)
