@@ -281,12 +281,14 @@ HARNESS_TRACE_RECHECK_SECONDS = env_float("HARNESS_TRACE_RECHECK_SECONDS", 5.0, 
 # ---------------------------------------------------------------------------------
 # REST API and webhook notifications (api/, notifications/; issue 7).
 # ---------------------------------------------------------------------------------
-INSTALLED_APPS += ["rest_framework", "rest_framework.authtoken", "drf_spectacular", "api", "notifications"]
+INSTALLED_APPS += ["rest_framework", "drf_spectacular", "api", "notifications"]
+# API tokens are kept hashed (api.models.ApiToken) and last this many days.
+HARNESS_API_TOKEN_DAYS = env_int("HARNESS_API_TOKEN_DAYS", 30, minimum=1, maximum=3650)
 
 REST_FRAMEWORK = {
     # Token first: its WWW-Authenticate header turns a missing login into 401, not 403.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "api.authentication.HashedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -305,6 +307,8 @@ SPECTACULAR_SETTINGS = {
     "Authenticate with `Authorization: Token <key>` (or a browser session).",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema maps every endpoint and field: for signed-in people only.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "runs.models.Run.Status",
