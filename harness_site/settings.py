@@ -22,7 +22,7 @@ else:
     if len(SECRET_KEY) < 32:
         raise SettingError("SECRET_KEY must be at least 32 characters when DEBUG is off")
 
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", ["http://localhost:8000", "http://127.0.0.1:8000"])
 
 INSTALLED_APPS = [
@@ -266,6 +266,13 @@ SESSION_COOKIE_AGE = env_int("HARNESS_SESSION_SECONDS", 12 * 3600, minimum=300)
 CSRF_COOKIE_HTTPONLY = True
 CSRF_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("HARNESS_SECURE_COOKIES", not DEBUG)
+# Once a browser has seen the site over HTTPS it refuses plain HTTP for a year (sent
+# only on HTTPS responses; behind a TLS proxy set HARNESS_BEHIND_TLS_PROXY=1 so Django
+# knows a request came over HTTPS).
+SECURE_HSTS_SECONDS = env_int("HARNESS_HSTS_SECONDS", 0 if DEBUG else 365 * 24 * 3600, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("HARNESS_HSTS_INCLUDE_SUBDOMAINS", False)
+if env_bool("HARNESS_BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 X_FRAME_OPTIONS = "DENY"
 SECURE_REFERRER_POLICY = "same-origin"
 # Live events go out by Redis pub/sub: one PUBLISH per broadcast, fanned out to the
