@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 
 import pytest
 import requests
@@ -24,14 +23,9 @@ CLOSE_WITHIN_SECONDS = 5
 
 
 @pytest.fixture
-def server(transactional_db, tmp_path_factory, monkeypatch) -> Iterator[AsgiServer]:
+def slow_recheck(monkeypatch) -> None:
+    """Requested before live_server_asgi, so the server starts with it."""
     monkeypatch.setenv("HARNESS_TRACE_RECHECK_SECONDS", "60")
-    asgi = AsgiServer(tmp_path_factory.mktemp("daphne"))
-    asgi.start()
-    try:
-        yield asgi
-    finally:
-        asgi.stop()
 
 
 def signed_in(server: AsgiServer, user) -> requests.Session:
@@ -86,7 +80,8 @@ def still_open(socket: ClientConnection) -> bool:
     return True
 
 
-def test_it_closes_the_trace_socket_when_its_user_signs_out(server, operator, reviewer):
+def test_it_closes_the_trace_socket_when_its_user_signs_out(slow_recheck, live_server_asgi, operator, reviewer):
+    server = live_server_asgi
     run = World().create(actor=operator)
     http = signed_in(server, operator)
     socket = watch(server, http, str(run.pk))
@@ -100,7 +95,8 @@ def test_it_closes_the_trace_socket_when_its_user_signs_out(server, operator, re
     other.close()
 
 
-def test_it_closes_the_trace_socket_when_its_user_loses_the_role(server, operator):
+def test_it_closes_the_trace_socket_when_its_user_loses_the_role(slow_recheck, live_server_asgi, operator):
+    server = live_server_asgi
     run = World().create(actor=operator)
     socket = watch(server, signed_in(server, operator), str(run.pk))
     operator.groups.remove(Group.objects.get(name="operator"))
@@ -108,7 +104,8 @@ def test_it_closes_the_trace_socket_when_its_user_loses_the_role(server, operato
     assert code == 4403 and "permission" in error
 
 
-def test_it_closes_the_trace_socket_when_its_user_is_deactivated(server, operator):
+def test_it_closes_the_trace_socket_when_its_user_is_deactivated(slow_recheck, live_server_asgi, operator):
+    server = live_server_asgi
     run = World().create(actor=operator)
     socket = watch(server, signed_in(server, operator), str(run.pk))
     operator.is_active = False

@@ -60,9 +60,7 @@ def test_it_stops_a_run_whose_workspace_the_worker_cannot_prepare(operator, dock
 
 
 def compose_config() -> dict:
-    done = subprocess.run(
-        ["docker-compose", "--env-file", ".env.example", "config"], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    done = subprocess.run(["docker-compose", "--env-file", ".env.example", "config"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return yaml.safe_load(done.stdout)
 

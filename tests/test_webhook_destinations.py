@@ -6,16 +6,13 @@ and timing of the answer kept, never its body."""
 from __future__ import annotations
 
 import socket
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from notifications import destinations, services
 from notifications.admin import EndpointForm
 from notifications.models import Delivery, DeliveryAttempt, WebhookEndpoint
-from tests.test_webhooks import waiting_run
+from tests.test_webhooks import receiver, waiting_run  # noqa: F401 - receiver: the loopback HTTP receiver fixture
 
 REFUSED = [
     "http://127.0.0.1:6379/",
@@ -34,32 +31,10 @@ REFUSED = [
 ]
 
 
-@pytest.fixture
-def body_server() -> Iterator[tuple[str, list[dict[str, str]]]]:
-    seen: list[dict[str, str]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            self.rfile.read(int(self.headers["Content-Length"]))
-            seen.append(dict(self.headers.items()))
-            reply = b"internal secret page: redis INFO ..."
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook", seen
-    server.shutdown()
-    server.server_close()
-
-
 def form(url: str) -> EndpointForm:
-    return EndpointForm(data={"name": "n", "url": url, "format": "json", "event_kinds": ["run_stopped"], "secret": "s" * 20, "active": True})
+    return EndpointForm(
+        data={"name": "n", "url": url, "format": "json", "event_kinds": ["run_stopped"], "secret": "s" * 20, "active": True}
+    )
 
 
 @pytest.mark.django_db
@@ -81,8 +56,8 @@ def test_it_accepts_a_public_address_and_allowed_hosts_in_the_form(settings):
 
 
 @pytest.mark.django_db
-def test_it_refuses_at_delivery_a_name_that_resolves_to_loopback_and_keeps_no_answer(settings, body_server, operator):
-    url, seen = body_server
+def test_it_refuses_at_delivery_a_name_that_resolves_to_loopback_and_keeps_no_answer(settings, receiver, operator):  # noqa: F811
+    url, seen = receiver.url, receiver.requests
     settings.HARNESS_WEBHOOK_ALLOWED_HOSTS = []
     port = url.split(":")[2].split("/")[0]
     hook = WebhookEndpoint.objects.create(name="h", url=f"http://localhost:{port}/hook", event_kinds=["approval_requested"])
@@ -96,15 +71,15 @@ def test_it_refuses_at_delivery_a_name_that_resolves_to_loopback_and_keeps_no_an
     settings.HARNESS_WEBHOOK_ALLOWED_HOSTS = ["localhost"]
     Delivery.objects.filter(pk=delivery.pk).update(status="pending", next_retry_at=delivery.created_at)
     assert services.attempt(str(delivery.pk)).status == "delivered"
-    assert len(seen) == 1 and seen[0]["Host"] == f"localhost:{port}"
+    assert len(seen) == 1 and seen[0].headers["Host"] == f"localhost:{port}"
     stored = [str(v) for row in DeliveryAttempt.objects.filter(delivery=delivery).values() for v in row.values()]
     stored += [str(v) for v in Delivery.objects.filter(pk=delivery.pk).values().get().values()]
-    assert not any("internal secret page" in value for value in stored)
+    assert not any("answer 200" in value for value in stored)  # the receiver's body
 
 
 @pytest.mark.django_db
-def test_it_connects_to_the_address_it_checked_not_a_second_lookup(settings, body_server, monkeypatch, operator):
-    url, seen = body_server
+def test_it_connects_to_the_address_it_checked_not_a_second_lookup(settings, receiver, monkeypatch, operator):  # noqa: F811
+    url, seen = receiver.url, receiver.requests
     port = int(url.split(":")[2].split("/")[0])
     settings.HARNESS_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1/32"]
     answers = iter(["127.0.0.1", "192.0.2.1", "192.0.2.1"])  # a rebinding name: checked, then elsewhere
@@ -122,4 +97,4 @@ def test_it_connects_to_the_address_it_checked_not_a_second_lookup(settings, bod
     waiting_run(operator)
     delivery = Delivery.objects.get(endpoint=hook)
     assert services.attempt(str(delivery.pk)).status == "delivered"
-    assert lookups == ["hooks.example.com"] and seen[0]["Host"] == f"hooks.example.com:{port}"
+    assert lookups == ["hooks.example.com"] and seen[0].headers["Host"] == f"hooks.example.com:{port}"
