@@ -166,6 +166,10 @@ class LimitedSignInMixin:
     request: HttpRequest | None
 
     def clean(self) -> dict[str, Any]:
+        if not self.cleaned_data.get("password"):
+            # No password, nothing checked (the field says it is required): neither an
+            # attempt nor a success, which would otherwise clear the earlier failures.
+            return super().clean()
         username = str(self.cleaned_data.get("username") or "")
         address = client_address(self.request) if self.request is not None else ""
         try:

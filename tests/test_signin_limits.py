@@ -87,6 +87,16 @@ def test_it_limits_one_address_trying_many_accounts_and_one_account_from_many_ad
     assert token_attempt(person.username, PASSWORD, address="10.8.1.1").status_code == 429
 
 
+def test_it_does_not_clear_the_count_when_the_page_is_posted_without_a_password(limits, person):
+    client = Client(REMOTE_ADDR="10.0.0.6")
+    for _ in range(2):
+        client.post(reverse("login"), {"username": person.username, "password": "guess"})
+    assert client.post(reverse("login"), {"username": person.username, "password": ""}).status_code == 200
+    client.post(reverse("login"), {"username": person.username, "password": "guess"})
+    page = client.post(reverse("login"), {"username": person.username, "password": PASSWORD})
+    assert b"Too many failed sign-ins" in page.content
+
+
 def test_it_refuses_the_admin_sign_in_page_after_too_many_failures(limits, person):
     person.is_staff = True
     person.save()
