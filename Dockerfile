@@ -21,8 +21,9 @@ COPY requirements.txt .
 RUN pip install -r requirements.txt
 COPY . .
 
-# Processes that need no privilege run as this user; compose runs the ones that
-# must chown workspaces to the sandbox's uid as root (see docs/deploy.md).
+# Processes that need no privilege run as this user (the web server included);
+# compose runs only the run worker, which prepares workspaces for the sandbox's uid
+# and holds the Docker engine, as root (see docs/deploy.md).
 USER harness
 EXPOSE 8000
 CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "harness_site.asgi:application"]

@@ -2,12 +2,16 @@
 PY ?= python3
 PG_URL ?= postgres://postgres@127.0.0.1:5432/harness
 
-.PHONY: up test lint typecheck test-sqlite test-postgres bench selftest openapi
+.PHONY: up test deps lint typecheck test-sqlite test-postgres bench selftest openapi
 
 up:
 	bash scripts/up.sh
 
-test: lint typecheck test-sqlite test-postgres
+test: deps lint typecheck test-sqlite test-postgres
+
+# The product's packages and the tools and test libraries (a no-op once installed).
+deps:
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 
 lint:
 	$(PY) -m ruff check .

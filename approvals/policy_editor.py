@@ -20,7 +20,11 @@ _ROW_PATH = re.compile(r"^(rules|checks)\[(\d+)\](?:\.(\w+))?")
 class PolicyMainForm(forms.Form):
     note = forms.CharField(max_length=300, required=False)
     approval_ttl_seconds = forms.IntegerField(label="Approval TTL (seconds)")
-    allow_self_approval = forms.BooleanField(required=False)
+    allow_self_approval = forms.BooleanField(
+        required=False,
+        help_text="Warning: lets whoever starts a run approve its own requests, with no second person. "
+        "Turning it on is recorded in the version diff and on every self-approved decision.",
+    )
     budget_max_proposals = forms.IntegerField(label="Max proposals")
     budget_max_tool_calls = forms.IntegerField(label="Max tool calls")
     budget_max_attempts = forms.IntegerField(label="Max attempts")

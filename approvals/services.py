@@ -148,6 +148,7 @@ def _decide(request: ApprovalRequest, user: AbstractBaseUser, status: str, reaso
             decision=decision,
             by=user.get_username(),
             reason=reason,
+            self_approved=request.run.created_by_id == user.pk,
         )
         transaction.on_commit(lambda: enqueue_resume(str(request.run_id)))
 

@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals.models import ApprovalRequest
 from approvals.services import DecisionRefused, check_decision, deny, grant, staleness
 from runs.models import Evidence
+from runs.redact import is_masked
 from runs.views.access import DECIDE, VIEW_APPROVALS, require
 from runs.views.trace import timeline
 
@@ -56,6 +57,9 @@ def approval_context(request: ApprovalRequest, user: AbstractBaseUser) -> dict[s
         "revision_current": run.revision == request.revision,
         "evidence": Evidence.objects.filter(run=run, revision=request.revision).order_by("recorded_at"),
         "deny_form": DenyForm(),
+        # Masking happened before the request was filed (runs.redact): say so, so the
+        # reviewer knows the [redacted] they read stands for a credential.
+        "masked": is_masked(request.args) or is_masked(request.diff),
         **timeline(str(run.pk)),
     }
 

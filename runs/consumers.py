@@ -24,6 +24,7 @@ from django.conf import settings
 
 from runs.broadcast import run_group
 from runs.models import Run
+from runs.session_sockets import current_user, user_group
 from runs.views.access import VIEW_RUNS
 from runs.views.trace import present, stored_events_after
 
@@ -84,15 +85,37 @@ class RunTraceConsumer(AsyncWebsocketConsumer):
         # Accepted first so the client learns why it is refused and stops retrying.
         problem = await database_sync_to_async(access_problem)(self.scope["user"], self.run_id)
         if problem is not None:
-            code, message = problem
-            await self.send_message({"type": "error", "error": message})
-            await self.close(code=code)
+            await self.refuse(problem)
+            return
+        # The user's group hears of sign-out, role changes and deactivation (session_sockets).
+        self.user_group = user_group(self.scope["user"].pk)
+        await self.channel_layer.group_add(self.user_group, self.channel_name)
+
+    async def refuse(self, problem: tuple[int, str]) -> None:
+        code, message = problem
+        await self.send_message({"type": "error", "error": message})
+        await self.close(code=code)
 
     async def disconnect(self, code: int) -> None:
         if self.rechecks is not None:
             self.rechecks.cancel()
         if self.cursor is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        if getattr(self, "user_group", None):
+            await self.channel_layer.group_discard(self.user_group, self.channel_name)
+
+    async def session_recheck(self, message: dict[str, Any] | None = None) -> bool:
+        """Close the socket unless its session still belongs to a user who may watch
+        this run (re-read from the database, not the user the socket opened with)."""
+        session = self.scope.get("session")
+        key = getattr(session, "session_key", None)
+        problem = await database_sync_to_async(lambda: access_problem(current_user(key), self.run_id))()
+        if problem is None:
+            return True
+        if problem[0] == NOT_SIGNED_IN:
+            problem = (NOT_SIGNED_IN, "signed out (or the account changed); sign in again to watch runs")
+        await self.refuse(problem)
+        return False
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         try:
@@ -126,7 +149,8 @@ class RunTraceConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.send(self.channel_name, {"type": "trace.recheck"})
 
     async def trace_recheck(self, message: dict[str, Any]) -> None:
-        await self.catch_up()
+        if await self.session_recheck():
+            await self.catch_up()
 
     async def run_events(self, message: dict[str, Any]) -> None:
         if self.cursor is None:

@@ -19,7 +19,7 @@ from sandbox.container import ContainerSpec, SandboxContainer
 from sandbox.engine import SandboxUnavailable
 from sandbox.executor import SandboxExecutor
 from sandbox.quota import MB, DiskQuota
-from sandbox.workspace import RunWorkspace, prepare_workspace
+from sandbox.workspace import RunWorkspace, check_source, prepare_workspace
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,16 @@ def workspace_for(run: Run) -> RunWorkspace:
 def prepare_workspace_for(run: Run) -> str:
     """For ``do_create_run(..., revision_of=...)``: prepare and return the revision."""
     return workspace_for(run).revision()
+
+
+def check_workspace_for(run: Run) -> str:
+    """For ``do_create_run(..., revision_of=...)`` in a process that must not prepare
+    workspaces (the web server: preparing hands the files to the sandbox's uid, which
+    needs root). Refuses a bad source now; the revision is "" until the worker that
+    first drives the run prepares the workspace (runs.runtime.advance)."""
+    source = WorkspaceSource.model_validate(run.contract["workspace"])
+    check_source(source, Path(settings.BASE_DIR), settings.WORKSPACE_SOURCES)
+    return ""
 
 
 def sandbox_environment(run: Run, policy: Policy) -> Environment:

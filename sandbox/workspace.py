@@ -330,6 +330,16 @@ def prepare_workspace(root: Path, source: WorkspaceSource, base_dir: Path, allow
     return RunWorkspace(root)
 
 
+def check_source(source: WorkspaceSource, base_dir: Path, allowed_roots: Sequence[Path]) -> None:
+    """WorkspaceSourceError unless the source is allowed and exists; reads only, so the
+    process creating a run (the web server, unprivileged) can refuse a bad source at
+    once while the worker that drives the run prepares the workspace."""
+    location = _resolve(source.path, base_dir, allowed_roots)
+    exists = location.is_file() if source.kind == "archive" else location.is_dir()
+    if not exists:
+        raise WorkspaceSourceError(f"{source.path} is not {'a file' if source.kind == 'archive' else 'a directory'}")
+
+
 def _resolve(path: str, base_dir: Path, allowed_roots: Sequence[Path]) -> Path:
     candidate = Path(path)
     if not candidate.is_absolute():

@@ -5,11 +5,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-export DEBUG="${DEBUG:-1}"
 export HARNESS_VAR_DIR="${HARNESS_VAR_DIR:-$PWD/var}"
 PORT="${PORT:-8000}"
 LOGS="$HARNESS_VAR_DIR/log"
 mkdir -p "$LOGS"
+# Production settings, not debug pages: a mistyped URL gets the project's 404, never
+# Django's URL listing. The secret key is generated once and kept under var/ (0600).
+export DEBUG="${DEBUG:-0}"
+if [ -z "${SECRET_KEY:-}" ]; then
+    if [ ! -s "$HARNESS_VAR_DIR/secret_key" ]; then
+        (umask 077 && python3 -c "import secrets; print(secrets.token_urlsafe(50))" >"$HARNESS_VAR_DIR/secret_key")
+    fi
+    SECRET_KEY="$(cat "$HARNESS_VAR_DIR/secret_key")"
+    export SECRET_KEY
+fi
+# Plain HTTP on 127.0.0.1: Secure-only cookies would never come back; Daphne serves
+# the static files itself (no front server here).
+export HARNESS_SECURE_COOKIES="${HARNESS_SECURE_COOKIES:-0}"
+export HARNESS_SERVE_STATIC="${HARNESS_SERVE_STATIC:-1}"
 
 say() { echo "[up] $*" >&2; }
 

@@ -50,8 +50,9 @@ class AsgiServer:
     """A real ``daphne`` process serving harness_site.asgi; it can be stopped and
     started again on the same port (to drop every WebSocket)."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, **env: str) -> None:
         self.log_dir = log_dir
+        self.env = env  # settings of this server's own (e.g. production ones)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -63,7 +64,7 @@ class AsgiServer:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "harness_site.asgi:application"],
             cwd=ROOT,
-            env=service_env(),
+            env=service_env(**self.env),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

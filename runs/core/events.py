@@ -96,6 +96,9 @@ class ApprovalDecided(Event):
     decision: Literal["granted", "denied"]
     by: str
     reason: str
+    # The decider started the run (only possible when the policy allows self-approval):
+    # no second person was involved, and the audit trail says so.
+    self_approved: bool = False
 
 
 class ApprovalLapsed(Event):

@@ -109,7 +109,8 @@ def _describe(type_: str, p: dict[str, Any]) -> tuple[str, str, str]:
     if type_ == "approval_decided":
         granted = p.get("decision") == "granted"
         reason = f": {p.get('reason')}" if p.get("reason") else ""
-        return f"Approval {p.get('decision')}", "ok" if granted else "bad", f"by {p.get('by')}{reason}"
+        alone = " (self-approved: the person who started the run, no second reviewer)" if p.get("self_approved") else ""
+        return f"Approval {p.get('decision')}", "ok" if granted and not alone else "warn" if granted else "bad", f"by {p.get('by')}{alone}{reason}"
     if type_ == "approval_lapsed":
         return f"Approval {p.get('status')}", "warn", str(p.get("reason", ""))
     if type_ == "kill_requested":
