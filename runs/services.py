@@ -18,7 +18,7 @@ from runs.core.contract import Contract, check_contract
 from runs.core.errors import FieldProblem, InputError
 from runs.core.loop import Harness, HarnessConfig, new_state
 from runs.core.policy import Policy
-from runs.core.ports import ApprovalGate, Clock, Controls
+from runs.core.ports import ApprovalGate, Clock, Controls, SystemClock
 from runs.core.report import build_report
 from runs.core.state import RunState
 from runs.core.tools import Registry, builtin_registry
@@ -100,9 +100,12 @@ def drive_run(
     controls: Controls | None = None,
     clock: Clock | None = None,
 ) -> RunState:
-    """Advance a run from its stored state until it waits or stops."""
-    policy = load_policy(run.policy)
+    """Advance a run from its stored state until it waits or stops. Its gates decide
+    under the policy now in force (DESIGN section 6), re-read before every proposal."""
+    policies = CurrentPolicy()
+    policy = policies.current()
     state = load_state(run)
+    now = (clock or SystemClock()).now()
     harness = Harness(
         state,
         registry=registry(),
@@ -112,7 +115,7 @@ def drive_run(
             state.proposer_state,
             state.contract,
             registry().visible(state.contract.allowed_tools),
-            deadline=state.deadline,
+            deadline=state.deadline_at(now),
             clock=clock,
             revision=state.revision,
             repository=lambda: environment.repository(state.contract.allowed_write_paths, state.contract.allowed_tools),
@@ -125,8 +128,22 @@ def drive_run(
         clock=clock,
         controls=controls,
         config=HarnessConfig(retry_base_seconds=settings.HARNESS_RETRY_BASE_SECONDS),
+        policies=policies,
     )
     return harness.run()
+
+
+class CurrentPolicy:
+    """The newest policy version; a version already loaded is not parsed again."""
+
+    def __init__(self) -> None:
+        self._loaded: Policy | None = None
+
+    def current(self) -> Policy:
+        version = PolicyVersion.objects.order_by("-version").values_list("version", flat=True).first()
+        if self._loaded is None or self._loaded.version != version:
+            self._loaded = load_policy(current_policy_row())
+        return self._loaded
 
 
 def report_of(run: Run) -> dict[str, Any]:

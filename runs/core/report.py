@@ -32,6 +32,7 @@ def build_report(state: RunState) -> dict[str, JSON]:
         "proposals": state.proposals,
         "calls": state.calls,
         "limits": state.limits.model_dump(),
+        "waited_seconds": round(state.waited_seconds, 3),
         "policy_version": state.policy_version,
         "base_revision": state.base_revision,
         "revision": state.revision,
