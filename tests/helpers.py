@@ -3,6 +3,12 @@ through the real Django store."""
 
 from __future__ import annotations
 
+import io
+
+from django.core.management import call_command
+
+from approvals.models import PolicyVersion
+from approvals.policies import current_policy_row
 from runs.core.scenarios import FIXED, call
 from runs.core.simulated import SimExecutor, SimWorkspace
 from runs.environment import Environment
@@ -41,3 +47,24 @@ class World:
     def create(self, actor=None, script=SCRIPT) -> Run:
         new = check_new_run(CONTRACT, {"kind": "scripted", "script": script})
         return do_create_run(new, actor, lambda run: self.workspace.revision())
+
+
+def run_command(*args: str) -> tuple[int, str, str]:
+    """A management command as a shell runs it: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    try:
+        call_command(*args, stdout=out, stderr=err)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+def new_policy_version(publish: str | None = None, **fields: object) -> PolicyVersion:
+    """An admin's edit: the current policy with ``fields`` replaced and, if given,
+    the publish rule's decision changed; it becomes the newest version."""
+    row = current_policy_row()
+    document = {**row.document, **fields, "version": row.version + 1}
+    if publish is not None:
+        document["rules"] = [{**rule, "decision": publish} if rule["tool"] == "publish" else rule for rule in document["rules"]]
+    return PolicyVersion.objects.create(version=row.version + 1, document=document, note="edited by a test")
