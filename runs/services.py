@@ -18,7 +18,7 @@ from runs.core.contract import Contract, check_contract
 from runs.core.errors import FieldProblem, InputError
 from runs.core.loop import Harness, HarnessConfig, new_state
 from runs.core.policy import Policy
-from runs.core.ports import ApprovalGate, Clock, Controls, SystemClock
+from runs.core.ports import ApprovalGate, Clock, Controls, Proposer, Store, SystemClock
 from runs.core.report import build_report
 from runs.core.state import RunState
 from runs.core.tools import Registry, builtin_registry
@@ -99,9 +99,12 @@ def drive_run(
     lease_token: int | None = None,
     controls: Controls | None = None,
     clock: Clock | None = None,
+    proposer: Proposer | None = None,
+    store: Store | None = None,
 ) -> RunState:
     """Advance a run from its stored state until it waits or stops. Its gates decide
-    under the policy now in force (DESIGN section 6), re-read before every proposal."""
+    under the policy now in force (DESIGN section 6), re-read before every proposal.
+    ``proposer`` and ``store`` replace the run's own (a test's model, a crashing store)."""
     policies = CurrentPolicy()
     policy = policies.current()
     state = load_state(run)
@@ -110,7 +113,8 @@ def drive_run(
         state,
         registry=registry(),
         policy=policy,
-        proposer=build_proposer(
+        proposer=proposer
+        or build_proposer(
             run.proposer,
             state.proposer_state,
             state.contract,
@@ -123,7 +127,7 @@ def drive_run(
         executor=environment.executor,
         workspace=environment.workspace,
         approvals=approvals,
-        store=DjangoStore(lease_token),
+        store=store or DjangoStore(lease_token),
         artifacts=FileArtifactStore(),
         clock=clock,
         controls=controls,

@@ -44,8 +44,8 @@ class World:
     def environment(self) -> Environment:
         return Environment(self.executor, self.workspace)
 
-    def create(self, actor=None, script=SCRIPT) -> Run:
-        new = check_new_run(CONTRACT, {"kind": "scripted", "script": script})
+    def create(self, actor=None, script=SCRIPT, contract=CONTRACT) -> Run:
+        new = check_new_run(contract, {"kind": "scripted", "script": script})
         return do_create_run(new, actor, lambda run: self.workspace.revision())
 
 

@@ -38,16 +38,7 @@ def create(world: World) -> Run:
 
 def drive(run: Run, world: World, store=None):
     run.refresh_from_db()
-    if store is None:
-        return drive_run(run, world.environment(), world.approvals)
-    import runs.services as services
-
-    original = services.DjangoStore
-    services.DjangoStore = lambda lease_token=None: store
-    try:
-        return drive_run(run, world.environment(), world.approvals)
-    finally:
-        services.DjangoStore = original
+    return drive_run(run, world.environment(), world.approvals, store=store)
 
 
 def finish(run: Run, world: World):
