@@ -1,4 +1,4 @@
-"""Policies in the Django admin: each save is a new immutable version, a run keeps
+"""Policies in the Django admin: each save is a new immutable version, a run records
 the version it started with, versions can be compared, bad policies are refused
 with the field named."""
 
@@ -189,3 +189,15 @@ def test_it_reorders_rules_inline(client, admin_user):
     data[f"rules-{len(rules) - 1}-ORDER"] = "0"
     assert client.post(ADD, data).status_code == 302
     assert current_policy_row().document["rules"] == rules[-1:] + rules[:-1]
+
+
+def test_it_sets_and_validates_the_limit_on_waiting_inline(client, admin_user):
+    client.force_login(admin_user)
+    data = inline_form(client)
+    data["max_wait_seconds"] = "0"
+    response = client.post(ADD, data)
+    assert response.status_code == 200 and "max_wait_seconds" in response.context["main_form"].errors
+    data["max_wait_seconds"] = "900"
+    assert client.post(ADD, data).status_code == 302
+    assert current_policy_row().document["max_wait_seconds"] == 900
+    assert inline_form(client)["max_wait_seconds"] == "900"
