@@ -143,8 +143,9 @@ def check_decision_recording_lapse(request: ApprovalRequest, user: AbstractBaseU
     try:
         check_decision(request, user)
     except DecisionRefused as exc:
-        if exc.lapse is not None:
-            do_lapse(request, *exc.lapse)
+        # The run's wait has ended with the lapse: wake it, so it leaves the wait now.
+        if exc.lapse is not None and do_lapse(request, *exc.lapse):
+            transaction.on_commit(lambda: enqueue_resume(str(request.run_id)))
         raise
 
 

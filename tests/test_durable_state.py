@@ -9,26 +9,9 @@ from runs.core.simulated import MemoryApprovals
 from runs.models import CallLedgerEntry, Event, Evidence, Receipt, Report, Run
 from runs.services import drive_run
 from runs.store import DjangoStore
-from tests.helpers import SCRIPT, World
+from tests.helpers import SCRIPT, Crash, CrashingStore, World
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
-
-
-class Crash(Exception):
-    """Stands for the worker process dying: nothing after it is written."""
-
-
-class CrashingStore(DjangoStore):
-    def __init__(self, crash_at: int) -> None:
-        super().__init__()
-        self.crash_at = crash_at
-        self.count = 0
-
-    def checkpoint(self, state, events):
-        self.count += 1
-        if self.count == self.crash_at:
-            raise Crash(f"crash at checkpoint {self.count}")
-        super().checkpoint(state, events)
 
 
 def create(world: World) -> Run:

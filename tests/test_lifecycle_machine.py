@@ -22,14 +22,14 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from approvals.models import ApprovalRequest
 from approvals.services import DecisionRefused, DjangoApprovals, deny, expire_due, grant
 from runs import invariants
-from runs.control import do_kill, kill_requested, set_global
+from runs.control import do_kill, set_global
 from runs.core.lifecycle import OPEN_STATUSES, REQUEST_TRANSITIONS
 from runs.core.loop import approval_key
 from runs.core.scenarios import FIXED, call
 from runs.models import Event, Run
 from runs.services import drive_run
 from runs.store import DjangoStore
-from tests.helpers import CONTRACT, World, new_policy_version
+from tests.helpers import CONTRACT, Crash, CrashingStore, KillFlag, World, new_policy_version
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -73,32 +73,6 @@ class Model:
 
     def notes(self):
         return []
-
-
-class Crash(Exception):
-    pass
-
-
-class CrashingStore(DjangoStore):
-    """The worker dies at its n-th checkpoint (nothing of that checkpoint is written)."""
-
-    def __init__(self, at: int) -> None:
-        super().__init__()
-        self.left = at
-
-    def checkpoint(self, state, events):
-        self.left -= 1
-        if self.left == 0:
-            raise Crash()
-        super().checkpoint(state, events)
-
-
-class KillFlag:
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-
-    def kill_requested(self) -> bool:
-        return kill_requested(self.run_id)
 
 
 class Lifecycle(RuleBasedStateMachine):

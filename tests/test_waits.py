@@ -18,7 +18,7 @@ from approvals.models import ApprovalRequest
 from approvals.services import DecisionRefused, DjangoApprovals, deny, grant
 from approvals.views import pending_requests
 from runs import invariants
-from runs.control import do_kill, kill, kill_requested, set_global
+from runs.control import do_kill, kill, set_global
 from runs.core.scenarios import call
 from runs.core.simulated import FakeClock
 from runs.models import Event, Run
@@ -26,7 +26,7 @@ from runs.runtime import create_run
 from runs.services import drive_run
 from runs.views.summary import run_summary
 from sandbox.environment import workspace_for
-from tests.helpers import SCRIPT, World, new_policy_version
+from tests.helpers import SCRIPT, KillFlag, World, new_policy_version
 from tests.runs_waiting import DEMO_CONTRACT, DEMO_SCRIPT, assert_gap_free, wait_for
 
 MESSAGE = DEMO_SCRIPT[3]["args"]["message"]
@@ -48,19 +48,9 @@ def resumes(monkeypatch):
     return woken
 
 
-class KillFlag:
-    """The kill switch as the worker's watchdog sees it (the flag in the database)."""
-
-    def __init__(self, run: Run) -> None:
-        self.run_id = str(run.pk)
-
-    def kill_requested(self) -> bool:
-        return kill_requested(self.run_id)
-
-
 def drive(world: World, run: Run, clock=None):
     run.refresh_from_db()
-    return drive_run(run, world.environment(), DjangoApprovals(run), clock=clock, controls=KillFlag(run))
+    return drive_run(run, world.environment(), DjangoApprovals(run), clock=clock, controls=KillFlag(str(run.pk)))
 
 
 def waiting_run(operator, clock=None):
