@@ -33,8 +33,8 @@ from tests.helpers import CONTRACT, Crash, CrashingStore, KillFlag, World, new_p
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
-EXAMPLES = int(os.environ.get("HARNESS_MACHINE_EXAMPLES", "25"))
-STEPS = int(os.environ.get("HARNESS_MACHINE_STEPS", "30"))
+EXAMPLES = int(os.environ.get("HARNESS_MACHINE_EXAMPLES", "20"))
+STEPS = int(os.environ.get("HARNESS_MACHINE_STEPS", "25"))
 PROPOSALS = [
     call("read_file", path="src/calc.py"),
     call("write_file", path="src/calc.py", content=FIXED),
