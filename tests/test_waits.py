@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -19,6 +20,7 @@ from approvals.services import DecisionRefused, DjangoApprovals, deny, grant
 from approvals.views import pending_requests
 from runs import invariants
 from runs.control import do_kill, kill, set_global
+from runs.core.lifecycle import WAIT_EXITS, IllegalTransition, check_request_transition
 from runs.core.scenarios import call
 from runs.core.simulated import FakeClock
 from runs.models import Event, Run
@@ -326,3 +328,23 @@ def test_it_leaves_a_run_with_a_fresh_decision_to_its_wake_up(operator, reviewer
     grant(request, reviewer)
     assert invariants.waits_to_end() == [str(run.pk)]
     assert not Event.objects.filter(run=run, type="invariant_repaired").exists()
+
+
+# -- the lifecycle as data -------------------------------------------------------------
+
+
+def test_it_allows_only_the_request_transitions_of_the_table():
+    check_request_transition("pending", "cancelled")
+    check_request_transition("granted", "stale")
+    for old, new in [("consumed", "granted"), ("denied", "granted"), ("cancelled", "pending"), ("pending", "consumed")]:
+        with pytest.raises(IllegalTransition):
+            check_request_transition(old, new)
+
+
+def test_it_documents_every_way_out_of_a_wait():
+    table = (Path(__file__).resolve().parent.parent / "docs" / "reliability.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "`wait_ended`" in line]
+    assert len(rows) == len(WAIT_EXITS)
+    for (exit, transition), row in zip(WAIT_EXITS.items(), rows, strict=True):
+        assert f"`wait_ended` {exit}" in row and f"| `{transition.request}` |" in row
+        assert transition.outcome is None or f"`{transition.outcome}`" in row
