@@ -50,6 +50,11 @@ class NoValidation(Harness):
         return dict(args)
 
 
+class NoOperationKeys(Harness):
+    def _already_done(self, record):
+        return None
+
+
 ABLATIONS = [
     (scenarios.denied_tool, NoAuthorize),
     (scenarios.stale_check, NoEvidenceBinding),
@@ -58,6 +63,7 @@ ABLATIONS = [
     (scenarios.unknown_write, NoPendingBlock),
     (scenarios.transient_retry, NoAttemptLimit),
     (scenarios.invalid_argument, NoValidation),
+    (scenarios.repeated_effect, NoOperationKeys),
 ]
 
 

@@ -379,8 +379,8 @@ class Harness:
             raise _Stop("tool_denied", f"policy denies {spec.name} ({auth.rule})")
         if spec.external_effect:
             record.idempotency_key = operation_key(self.state.run_id, spec.name, record.args, self.state.revision)
-            done = self.state.operations.get(record.idempotency_key)
-            if done is not None and done.status != "not_applied" and done.call_id != call_id:
+            done = self._already_done(record)
+            if done is not None:
                 return self._duplicate(record, spec, done)
         pending = self._blocking_effects()
         if pending and spec.has_effect:
@@ -774,6 +774,14 @@ class Harness:
 
     def _blocking_effects(self) -> list[PendingEffect]:
         return self.state.unresolved_effects()
+
+    def _already_done(self, record: CallRecord) -> Operation | None:
+        """The same external effect applied, under way or of unknown outcome (only one
+        known not to have happened may be performed again)."""
+        done = self.state.operations.get(record.idempotency_key or "")
+        if done is None or done.status == "not_applied" or done.call_id == record.call_id:
+            return None
+        return done
 
     def _attempts_left(self, record: CallRecord) -> bool:
         return record.attempts < self.state.limits.max_attempts

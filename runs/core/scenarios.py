@@ -213,6 +213,20 @@ def invalid_argument(harness_cls: HarnessFactory) -> tuple[bool, str]:
     return ok, f"feedback invalid_input={fed_back}, executed paths={paths}"
 
 
+def repeated_effect(harness_cls: HarnessFactory) -> tuple[bool, str]:
+    script = [
+        call("write_file", path="src/calc.py", content=FIXED),
+        call("run_check", check_id="tests"),
+        call("publish", message="fix negative quantities"),
+        call("publish", message="fix negative quantities"),
+    ]
+    rig = build_rig(script, harness_cls=harness_cls)
+    rig.harness.run()
+    publishes = rig.executed("publish")
+    ok = publishes == 1 and "duplicate" in rig.event_types()
+    return ok, f"publish executions={publishes}, effects applied={rig.state.effects_applied}"
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("a denied tool never reaches the executor", denied_tool),
     Scenario("a stale check cannot complete a run", stale_check),
@@ -221,6 +235,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("an unknown write blocks further writes and completion", unknown_write),
     Scenario("a transient failure is retried within limits", transient_retry),
     Scenario("an invalid argument is returned to the proposer", invalid_argument),
+    Scenario("the same effect proposed again is performed once", repeated_effect),
 )
 
 
