@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals.models import ApprovalRequest
 from approvals.services import DecisionRefused, check_decision, deny, grant, staleness
-from runs.models import Evidence
+from runs.models import Evidence, Run
 from runs.redact import is_masked
 from runs.views.access import DECIDE, VIEW_APPROVALS, require
 from runs.views.trace import timeline
@@ -27,7 +27,11 @@ RECENT_DECISIONS = 30
 
 
 def pending_requests() -> QuerySet[ApprovalRequest]:
-    return ApprovalRequest.objects.filter(status=Status.PENDING, expires_at__gt=timezone.now()).order_by("created_at")
+    """What reviewers can still decide: pending, not expired, and its run waiting for
+    it (a run being stopped cancels its requests; this keeps them out meanwhile)."""
+    return ApprovalRequest.objects.filter(
+        status=Status.PENDING, expires_at__gt=timezone.now(), run__status=Run.Status.WAITING, run__kill_requested=False
+    ).order_by("created_at")
 
 
 def inbox_rows() -> list[dict[str, Any]]:

@@ -9,7 +9,8 @@ from runs.redact import RedactedJSONField, RedactedTextField
 class ApprovalRequest(models.Model):
     """A reviewer's decision about exactly one call: the key is a digest of the tool,
     the canonical arguments, the revision and the policy version. A grant is used
-    once; a changed revision or policy makes it stale."""
+    once; a changed revision or policy makes it stale; a run that stops cancels its
+    open requests. The allowed status changes are runs.core.lifecycle.REQUEST_TRANSITIONS."""
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -18,6 +19,7 @@ class ApprovalRequest(models.Model):
         EXPIRED = "expired"
         STALE = "stale"
         CONSUMED = "consumed"
+        CANCELLED = "cancelled"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="approval_requests")
@@ -35,7 +37,7 @@ class ApprovalRequest(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)  # or when it expired, went stale or was cancelled
     reason = RedactedTextField(blank=True, default="")
     consumed_at = models.DateTimeField(null=True, blank=True)
     consumed_by_call = models.CharField(max_length=40, blank=True, default="")

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.urls import reverse
 
+from approvals.policies import current_policy_row, load_policy
 from runs.control import ACTIVE
 from runs.models import Event, Run
 from runs.proposers import proposer_usage
@@ -52,6 +53,12 @@ def run_summary(run: Run) -> dict[str, Any]:
             "current": state.current_evidence.get(record.check_id) == index and record.revision == state.revision,
             "output_href": reverse("runs:artifact", args=[run.pk, record.output_ref]) if record.output_ref else "",
         }
+    # Two clocks: the run's own working time (what wall_time limits) and the time it
+    # waited for reviewers, counted apart (bounded by expiry and the policy's limit).
+    waited = state.waited_seconds if finished else state.waited_at(until)
+    working = max(0.0, until - state.started_at - waited)
+    max_wait = load_policy(current_policy_row()).max_wait_seconds
+    wait_budget = [_budget("waiting", waited, max_wait, "s")] if max_wait else []
     approvals = [
         {
             "id": str(request.pk),
@@ -79,10 +86,14 @@ def run_summary(run: Run) -> dict[str, Any]:
         "budgets": [
             _budget("proposals", state.proposals, state.limits.max_proposals),
             _budget("calls", state.calls, state.limits.max_tool_calls),
-            _budget("time", max(0.0, until - state.started_at), state.limits.wall_time_seconds, "s"),
+            _budget("time", working, state.limits.wall_time_seconds, "s"),
+            *wait_budget,
             *model_budgets(run, state.proposer_state),
         ],
         "evidence": list(latest.values()),
+        "working_seconds": round(working, 1),
+        "waited_seconds": round(waited, 1),
+        "waiting_since": state.waiting_since,
         "pending_effects": [{"call_id": p.call_id, "tool": p.tool, "kind": p.kind, "reason": p.reason} for p in state.unresolved_effects()],
         "approvals": approvals,
         "report_href": reverse("runs:report", args=[run.pk]) if finished else "",

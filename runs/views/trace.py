@@ -30,6 +30,7 @@ TONES = {
     "denied": "bad",
     "expired": "muted",
     "stale": "muted",
+    "cancelled": "muted",
 }
 
 
@@ -113,6 +114,15 @@ def _describe(type_: str, p: dict[str, Any]) -> tuple[str, str, str]:
         return f"Approval {p.get('decision')}", "ok" if granted and not alone else "warn" if granted else "bad", f"by {p.get('by')}{alone}{reason}"
     if type_ == "approval_lapsed":
         return f"Approval {p.get('status')}", "warn", str(p.get("reason", ""))
+    if type_ == "wait_ended":
+        waited = f"after {p.get('waited_seconds')}s" if p.get("waited_seconds") else ""
+        return f"Wait ended: {p.get('exit')}", "ok" if p.get("run") == "running" else "bad", f"{waited} {p.get('reason') or ''}".strip()
+    if type_ == "duplicate":
+        return "Duplicate effect", "warn", f"{p.get('tool')} already {p.get('status')} by {p.get('of_call')}: nothing performed"
+    if type_ == "policy_changed":
+        return "Policy changed", "info", f"gates decide under policy v{p.get('new_version')} (was v{p.get('old_version')})"
+    if type_ == "invariant_repaired":
+        return "Repaired", "warn", f"{p.get('invariant')}: {p.get('repair')}"
     if type_ == "kill_requested":
         return "Kill requested", "bad", f"by {p.get('by')} ({p.get('scope')})"
     if type_ == "call_started":
@@ -171,7 +181,7 @@ def describe(event: dict[str, Any]) -> dict[str, Any]:
         {"label": f"show full output ({ref[7:19]})", "href": reverse("runs:artifact", args=[event["run_id"], ref])}
         for ref in artifact_refs(payload)
     ]
-    if type_ in ("approval_required", "approval_decided", "approval_lapsed") and payload.get("request_id"):
+    if type_ in ("approval_required", "approval_decided", "approval_lapsed", "wait_ended") and payload.get("request_id"):
         links.append({"label": "open approval", "href": reverse("approvals:detail", args=[payload["request_id"]])})
     return {"label": label, "tone": tone, "summary": summary, "tool": tool, "args": args, "links": links}
 
