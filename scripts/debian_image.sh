@@ -15,6 +15,9 @@
 #   HARNESS_DEBIAN_MIRROR  override the Debian mirror (default: from apt sources,
 #                          else http://deb.debian.org/debian)
 
+# A failing step inside $(debian_image ...) must fail the caller too.
+shopt -s inherit_errexit
+
 DEBIAN_SUITE=bookworm
 HARNESS_CACHE_DIR=${HARNESS_CACHE_DIR:-/var/cache/harness}
 DEBIAN_IMAGE_LIB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"

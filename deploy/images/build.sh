@@ -33,7 +33,6 @@ case "${1:-}" in
     *) di_die "usage: $0 [--env FILE]" ;;
 esac
 
-SELF="$SCRIPT_DIR/build.sh"
 PG_ENTRYPOINT="$SCRIPT_DIR/postgres-entrypoint.sh"
 REQUIREMENTS="$REPO/requirements.txt"
 # Debian bookworm's PostgreSQL; its binaries (initdb, postgres, pg_isready) go first on PATH.
@@ -84,7 +83,7 @@ wheelhouse() {
 # in a container without network from the wheelhouse, committed as one layer.
 python_image() {
     local base=$1 tag wheels cid
-    tag="harness-python:$(content_digest "$SELF" "base=$base" "$REQUIREMENTS")"
+    tag="harness-python:$(content_digest "base=$base" "$(declare -f python_image)" "$REQUIREMENTS")"
     if image_exists "$tag"; then
         di_log "cache hit: $tag"
         echo "$tag"
@@ -110,31 +109,39 @@ python_image() {
 ensure_docker
 lock_image_cache
 
+# Each image's digest covers its packages, its customise step, the files that step
+# installs and its import options (and scripts/debian_image.sh).
 PG_PACKAGES="postgresql"
-POSTGRES=$(debian_image harness-postgres "$(content_digest "$SELF" "$PG_ENTRYPOINT" "packages=$PG_PACKAGES")" \
-    "$PG_PACKAGES" postgres_rootfs \
-    --change 'USER postgres' \
-    --change "ENV PATH=$PG_BIN:$BASE_PATH" \
-    --change 'ENV PGDATA=/var/lib/postgresql/data' \
-    --change 'ENTRYPOINT ["/usr/local/bin/harness-postgres-entrypoint"]' \
-    --change 'CMD ["postgres"]' \
-    --change 'STOPSIGNAL SIGINT' \
-    --change 'EXPOSE 5432')
+PG_OPTIONS=(
+    --change 'USER postgres'
+    --change "ENV PATH=$PG_BIN:$BASE_PATH"
+    --change 'ENV PGDATA=/var/lib/postgresql/data'
+    --change 'ENTRYPOINT ["/usr/local/bin/harness-postgres-entrypoint"]'
+    --change 'CMD ["postgres"]'
+    --change 'EXPOSE 5432'
+)
+POSTGRES=$(debian_image harness-postgres \
+    "$(content_digest "packages=$PG_PACKAGES" "$(declare -f postgres_rootfs)" "$PG_ENTRYPOINT" "${PG_OPTIONS[@]}")" \
+    "$PG_PACKAGES" postgres_rootfs "${PG_OPTIONS[@]}")
 
 REDIS_PACKAGES="redis-server"
-REDIS=$(debian_image harness-redis "$(content_digest "$SELF" "packages=$REDIS_PACKAGES")" \
-    "$REDIS_PACKAGES" redis_rootfs \
-    --change 'USER redis' \
-    --change 'WORKDIR /data' \
-    --change "ENV PATH=$BASE_PATH" \
-    --change 'CMD ["redis-server", "--protected-mode", "no"]' \
-    --change 'EXPOSE 6379')
+REDIS_OPTIONS=(
+    --change 'USER redis'
+    --change 'WORKDIR /data'
+    --change "ENV PATH=$BASE_PATH"
+    --change 'CMD ["redis-server", "--protected-mode", "no"]'
+    --change 'EXPOSE 6379'
+)
+REDIS=$(debian_image harness-redis \
+    "$(content_digest "packages=$REDIS_PACKAGES" "$(declare -f redis_rootfs)" "${REDIS_OPTIONS[@]}")" \
+    "$REDIS_PACKAGES" redis_rootfs "${REDIS_OPTIONS[@]}")
 
 # What the registry's python:3.11-slim-bookworm gives the root Dockerfile, plus git.
 PY_PACKAGES="python3 python3-venv git ca-certificates"
-PY_BASE=$(debian_image harness-python-base "$(content_digest "$SELF" "packages=$PY_PACKAGES")" \
-    "$PY_PACKAGES" "" \
-    --change "ENV PATH=$BASE_PATH")
+PY_OPTIONS=(--change "ENV PATH=$BASE_PATH")
+PY_BASE=$(debian_image harness-python-base \
+    "$(content_digest "packages=$PY_PACKAGES" "${PY_OPTIONS[@]}")" \
+    "$PY_PACKAGES" "" "${PY_OPTIONS[@]}")
 PYTHON=$(python_image "$PY_BASE")
 
 di_log "docker build (root Dockerfile, PYTHON_IMAGE=$PYTHON, no network)"
