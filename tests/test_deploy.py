@@ -287,7 +287,7 @@ def test_it_starts_the_run_container_locked_down(stack: Stack) -> None:
     assert host["Memory"] > 0 and host["NanoCpus"] > 0 and host["PidsLimit"] > 0
     # Only the run's workspace: no Docker socket, no data directory.
     assert [(mount["Destination"], mount["Source"]) for mount in container["Mounts"] if mount["Type"] == "bind"] == [
-        ("/workspace", f"{stack.data_dir}/data/workspaces/{stack.run['id']}/workspace")
+        ("/workspace", f"{stack.data_dir}/data/workspaces/{container['Config']['Labels']['harness.run_id']}/workspace")
     ]
 
 

@@ -62,6 +62,13 @@ redis_rootfs() {
     install -d -o "${owner%:*}" -g "${owner#*:}" -m 750 "$r/data"
 }
 
+host_pip_wheel() {  # host_pip_wheel DIR ARGS...: the host's pip, without its per-index noise
+    local dir=$1
+    shift
+    python3 -m pip wheel -q --disable-pip-version-check -w "$dir" "$@" 2>&1 |
+        { grep -v '^WARNING: Location .* is ignored' || true; } >&2
+}
+
 # The wheels requirements.txt resolves to, fetched once per requirements.txt by the
 # host's pip (its indexes, proxies and certificates); prints the directory.
 wheelhouse() {
@@ -72,7 +79,7 @@ wheelhouse() {
         di_log "fetching wheels for requirements.txt into $dir"
         find "$HARNESS_CACHE_DIR" -maxdepth 1 -name 'wheels-*' -exec rm -rf {} +
         rm -rf "$dir.tmp"
-        python3 -m pip wheel -q --disable-pip-version-check -r "$REQUIREMENTS" -w "$dir.tmp" >&2
+        host_pip_wheel "$dir.tmp" -r "$REQUIREMENTS"
         cp "$REQUIREMENTS" "$dir.tmp/requirements.txt"
         mv "$dir.tmp" "$dir"
     fi
@@ -82,7 +89,7 @@ wheelhouse() {
 # python_image BASE: BASE with requirements.txt installed in a virtualenv, installed
 # in a container without network from the wheelhouse, committed as one layer.
 python_image() {
-    local base=$1 tag wheels cid
+    local base=$1 tag wheels cid missing round
     tag="harness-python:$(content_digest "base=$base" "$(declare -f python_image)" "$REQUIREMENTS")"
     if image_exists "$tag"; then
         di_log "cache hit: $tag"
@@ -90,20 +97,29 @@ python_image() {
         return 0
     fi
     wheels=$(wheelhouse)
-    di_log "installing requirements.txt into $tag"
-    cid=$(docker create --network none --user root -v "$wheels:/wheels:ro" "$base" \
-        sh -c "python3 -m venv $VENV && $VENV/bin/pip install -q --no-index --no-cache-dir --disable-pip-version-check --find-links /wheels -r /wheels/requirements.txt")
-    if ! docker start -a "$cid" >&2; then
+    for round in 1 2 3 4 5; do
+        di_log "installing requirements.txt into $tag"
+        cid=$(docker create --network none --user root -v "$wheels:/wheels:ro" "$base" \
+            sh -c "python3 -m venv $VENV && $VENV/bin/pip install -q --no-index --no-cache-dir --disable-pip-version-check --find-links /wheels -r /wheels/requirements.txt")
+        if docker start -a "$cid" >&2; then
+            docker commit \
+                --change "ENV PATH=$VENV/bin:$BASE_PATH" \
+                --change "ENV VIRTUAL_ENV=$VENV" \
+                --change 'CMD ["python3"]' \
+                "$cid" "$tag" >/dev/null
+            docker rm "$cid" >/dev/null
+            echo "$tag"
+            return 0
+        fi
+        # The image's Python (3.11.2) can need what the host's resolved away by an
+        # environment marker (e.g. python_full_version < "3.11.3"): fetch it too.
+        missing=$(docker logs "$cid" 2>&1 | sed -n 's/.*No matching distribution found for \([^;]*\).*/\1/p' | head -n1)
         docker rm -f "$cid" >/dev/null
-        di_die "installing requirements.txt failed"
-    fi
-    docker commit \
-        --change "ENV PATH=$VENV/bin:$BASE_PATH" \
-        --change "ENV VIRTUAL_ENV=$VENV" \
-        --change 'CMD ["python3"]' \
-        "$cid" "$tag" >/dev/null
-    docker rm "$cid" >/dev/null
-    echo "$tag"
+        [ -n "$missing" ] || break
+        di_log "the image's Python also needs $missing (round $round)"
+        host_pip_wheel "$wheels" "$missing"
+    done
+    di_die "installing requirements.txt failed"
 }
 
 ensure_docker
