@@ -69,6 +69,7 @@ class Stack:
     # What the run test leaves for the tests after it.
     run: dict[str, Any] = field(default_factory=dict)
     sandbox_container: dict[str, Any] = field(default_factory=dict)
+    watch_error: Exception | None = None
 
     @property
     def url(self) -> str:
@@ -85,7 +86,10 @@ class Stack:
             str(REPO / "docker-compose.yml"),
             *args,
         ]
-        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+        # Compose prefers the caller's environment to the env file: pass on only what
+        # finds the CLI and the engine (this process has the test settings' HARNESS_*).
+        env = {key: value for key, value in os.environ.items() if key in ("PATH", "HOME", "DOCKER_HOST", "DOCKER_CONFIG")}
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
             raise AssertionError(f"{shlex.join(command)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
         return done.stdout
@@ -161,13 +165,15 @@ class Stack:
 
 
 class ContainerWatch:
-    """Inspects the first run container of a scope while it exists: the worker removes
-    it when the run stops or waits."""
+    """Inspects the first run container of a scope as soon as the engine reports it
+    created: the worker removes it again when the run stops or waits."""
 
     def __init__(self, scope: str) -> None:
-        self.scope = scope
         self.seen: dict[str, Any] = {}
-        self._stop = threading.Event()
+        self.error: Exception | None = None
+        self._client = docker.from_env()
+        # Subscribed here, before the run exists, so its container cannot be missed.
+        self._events = self._client.events(decode=True, filters={"type": "container", "event": "create", "label": f"harness.scope={scope}"})
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
     def __enter__(self) -> ContainerWatch:
@@ -175,19 +181,19 @@ class ContainerWatch:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        self._events.close()
+        self._thread.join(timeout=30)
 
     def _watch(self) -> None:
-        api = docker.from_env().api
-        while not self._stop.is_set() and not self.seen:
-            for summary in api.containers(filters={"label": f"harness.scope={self.scope}"}):
+        try:
+            for event in self._events:
                 try:
-                    self.seen = api.inspect_container(summary["Id"])
+                    self.seen = self._client.api.inspect_container(event["id"])
+                    return
                 except NotFound:
                     continue
-                break
-            time.sleep(0.05)
+        except Exception as exc:  # the stream ends when __exit__ closes it
+            self.error = exc
 
 
 @pytest.fixture(scope="module")
@@ -256,7 +262,7 @@ def test_it_runs_the_demo_contract_through_approval_by_a_second_user(stack: Stac
         assert created.status_code == 201, created.text
         run_id = created.json()["id"]
         stack.wait_status(run_id, operator, "waiting_approval")
-    stack.sandbox_container = watch.seen
+    stack.sandbox_container, stack.watch_error = watch.seen, watch.error
 
     pending = stack.api("GET", f"/api/approvals/?run={run_id}&status=pending", reviewer).json()["results"]
     assert [request["tool"] for request in pending] == ["publish"]
@@ -268,13 +274,17 @@ def test_it_runs_the_demo_contract_through_approval_by_a_second_user(stack: Stac
     assert report.status_code == 200, report.text
     assert report.json()["completed"] is True
     assert report.json()["changed_files"] == ["orders/total.py"]
-    stack.run = {"id": run_id, "approval": pending[0]["id"], "last_seq": run["last_seq"], "token": operator, "reviewer": reviewer}
+    approval = stack.api("GET", f"/api/approvals/{pending[0]['id']}/", reviewer).json()
+    assert (approval["status"], approval["decided_by"]) == ("consumed", "reviewer")
+    events = stack.api("GET", f"/api/runs/{run_id}/events/?after=0&limit=200", operator).json()
+    assert not events["has_more"]
+    stack.run = {"run": run, "approval": approval, "events": events["events"], "token": operator, "reviewer": reviewer}
     stack.timings["run"] = time.monotonic() - started
 
 
 def test_it_starts_the_run_container_locked_down(stack: Stack) -> None:
     container = stack.sandbox_container
-    assert container, "the worker started no run container that could be inspected"
+    assert container, f"the worker started no run container that could be inspected ({stack.watch_error!r})"
     host = container["HostConfig"]
     images = {line.split("=", 1)[1] for line in stack.env_file.read_text().splitlines() if line.startswith("HARNESS_SANDBOX_IMAGE=")}
     assert container["Config"]["Image"] in images
@@ -298,17 +308,19 @@ def test_it_runs_the_web_server_unprivileged(stack: Stack) -> None:
 
 
 def test_it_keeps_runs_and_approvals_across_down_and_up(stack: Stack) -> None:
-    run = stack.run
-    assert run, "no run to look for: the run test failed"
+    before = stack.run
+    assert before, "no run to look for: the run test failed"
+    run_id, approval_id = before["run"]["id"], before["approval"]["id"]
     started = time.monotonic()
     stack.compose("down", "--timeout", "30")
     assert stack.compose("ps", "-a", "-q").split() == []
     stack.up()
     stack.timings["down_up"] = time.monotonic() - started
 
-    after = stack.api("GET", f"/api/runs/{run['id']}/", run["token"]).json()
-    assert (after["status"], after["last_seq"]) == ("complete", run["last_seq"])
-    approval = stack.api("GET", f"/api/approvals/{run['approval']}/", run["reviewer"]).json()
-    assert (approval["status"], approval["decided_by"]) == ("granted", "reviewer")
-    listed = stack.api("GET", "/api/runs/", run["token"]).json()
-    assert [item["id"] for item in listed["results"]] == [run["id"]]
+    # The same tokens still sign in: the users and their tokens survived too.
+    assert stack.api("GET", f"/api/runs/{run_id}/", before["token"]).json() == before["run"]
+    assert stack.api("GET", f"/api/approvals/{approval_id}/", before["reviewer"]).json() == before["approval"]
+    events = stack.api("GET", f"/api/runs/{run_id}/events/?after=0&limit=200", before["token"]).json()
+    assert events["events"] == before["events"]
+    listed = stack.api("GET", "/api/runs/", before["token"]).json()
+    assert [item["id"] for item in listed["results"]] == [run_id]
