@@ -87,7 +87,9 @@ def main() -> None:
             time.sleep(0.3)
             clicked = time.monotonic()
             do_kill(run, "bench")
-            while client.containers.list(all=True, filters={"label": f"harness.run_id={run.pk}"}):
+            # sparse: one listing call and no per-container inspect, so a container that
+            # vanishes between the listing and its inspect is not a 404.
+            while client.containers.list(all=True, sparse=True, filters={"label": f"harness.run_id={run.pk}"}):
                 time.sleep(0.01)
             latencies.append(time.monotonic() - clicked)
             while Run.objects.get(pk=run.pk).status != "stopped":
