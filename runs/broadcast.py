@@ -51,17 +51,28 @@ class _Sender:
         loop = asyncio.new_event_loop()
         inbox = self._queue
         while True:
-            run_id, events = inbox.get()
-            try:
-                layer = get_channel_layer()
-                if layer is not None:
-                    loop.run_until_complete(layer.group_send(run_group(run_id), {"type": "run.events", "events": events}))
-            except Exception:  # noqa: BLE001 - the stream is best effort; replay fills gaps
-                log.warning("broadcast of %d events for run %s failed", len(events), run_id, exc_info=True)
-            finally:
-                with self._idle:
-                    self._pending -= 1
-                    self._idle.notify_all()
+            batches = [inbox.get()]
+            # Whatever queued up while the last send was under way goes out as one
+            # message per run: when the sender falls behind, each viewer gets fewer,
+            # larger messages instead of a growing backlog (still in commit order).
+            while True:
+                try:
+                    batches.append(inbox.get_nowait())
+                except queue.Empty:
+                    break
+            merged: dict[str, list[dict[str, Any]]] = {}
+            for run_id, events in batches:
+                merged.setdefault(run_id, []).extend(events)
+            for run_id, events in merged.items():
+                try:
+                    layer = get_channel_layer()
+                    if layer is not None:
+                        loop.run_until_complete(layer.group_send(run_group(run_id), {"type": "run.events", "events": events}))
+                except Exception:  # noqa: BLE001 - the stream is best effort; replay fills gaps
+                    log.warning("broadcast of %d events for run %s failed", len(events), run_id, exc_info=True)
+            with self._idle:
+                self._pending -= len(batches)
+                self._idle.notify_all()
 
 
 _sender = _Sender()
