@@ -17,6 +17,7 @@ from runs.broadcast import broadcast_events
 from runs.core.events import Event as CoreEvent
 from runs.models import Event, Run
 from runs.redact import redact, secret_values
+from runs.rows import insert
 from runs.signals import events_stored
 
 
@@ -62,7 +63,15 @@ def append_events(
         ]
         if not rows:
             return rows
-        Event.objects.bulk_create(rows)
+        stored = insert(
+            Event,
+            [{"run": run_id, "seq": r.seq, "type": r.type, "call_id": r.call_id, "ts": r.ts, "payload": r.payload} for r in rows],
+            returning=["id", "seq"],
+        )
+        ids = {seq: pk for pk, seq in stored}
+        for row in rows:
+            row.pk = ids[row.seq]
+            row._state.adding = False
         # Listeners (webhook notifications) record what they need in this same
         # transaction, so it commits or rolls back with the events.
         events_stored.send(sender=Event, rows=rows)
@@ -91,7 +100,7 @@ def _reserve(run_id: str, count: int, columns: Mapping[str, object], lease_token
     if lease_token is not None:
         where += f" AND {quote('lease_token')} = %s"
         params.append(lease_token)
-    sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {where} RETURNING {quote('last_seq')}"
+    sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {where} RETURNING {quote('last_seq')}"  # noqa: S608 - quoted identifiers; values are parameters
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         found = cursor.fetchone()

@@ -4,9 +4,9 @@ effects, report) in one transaction.
 
 A checkpoint is a handful of statements, each a single round trip: one UPDATE of
 the run row that fences, locks, numbers the events and writes the state; one
-multi-row INSERT for the events; one upsert per projection the step touched. No
-savepoints: the checkpoint is all or nothing, so nothing inside it needs to roll
-back alone."""
+multi-row INSERT for the events; one INSERT or upsert per projection the step
+touched. No savepoints and no reads: the checkpoint is all or nothing, so nothing
+inside it needs to roll back alone."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from runs.core.report import build_report
 from runs.core.state import RunState
 from runs.eventlog import LeaseLost, append_events
 from runs.models import CallLedgerEntry, Evidence, PendingEffect, Receipt, Report, Run
+from runs.rows import insert
 
 __all__ = ["DjangoStore", "LeaseLost", "load_state", "state_columns"]
 
@@ -56,21 +57,21 @@ def _project(state: RunState, events: Sequence[CoreEvent], seqs: list[int]) -> N
     run_id = state.run_id
     now = timezone.now()
     touched = {e.call_id for e in events if e.call_id}
-    _upsert(
+    insert(
         CallLedgerEntry,
         [
-            CallLedgerEntry(
-                run_id=run_id,
-                call_id=record.call_id,
-                tool=record.tool,
-                args=record.args,
-                state=record.state,
-                attempts=record.attempts,
-                idempotency_key=record.idempotency_key,
-                decision=record.decision or "",
-                rule=record.rule or "",
-                updated_at=now,
-            )
+            {
+                "run": run_id,
+                "call_id": record.call_id,
+                "tool": record.tool,
+                "args": record.args,
+                "state": record.state,
+                "attempts": record.attempts,
+                "idempotency_key": record.idempotency_key,
+                "decision": record.decision or "",
+                "rule": record.rule or "",
+                "updated_at": now,
+            }
             for call_id in sorted(touched)
             if (record := state.ledger.get(call_id)) is not None
         ],
@@ -82,71 +83,62 @@ def _project(state: RunState, events: Sequence[CoreEvent], seqs: list[int]) -> N
     for event, seq in zip(events, seqs, strict=True):
         if isinstance(event, ReceiptRecorded):
             receipts.append(
-                Receipt(
-                    run_id=run_id,
-                    call_id=event.call_id,
-                    attempt=event.attempt,
-                    valid=event.valid,
-                    problem=event.problem or "",
-                    body=event.receipt,
-                    harness_revision=event.harness_revision,
-                    event_seq=seq,
-                )
+                {
+                    "run": run_id,
+                    "call_id": event.call_id,
+                    "attempt": event.attempt,
+                    "valid": event.valid,
+                    "problem": event.problem or "",
+                    "body": event.receipt,
+                    "harness_revision": event.harness_revision,
+                    "event_seq": seq,
+                }
             )
         elif isinstance(event, EvidenceRecorded):
             record = next(e for e in reversed(state.evidence) if e.call_id == event.call_id)
             evidence.append(
-                Evidence(
-                    run_id=run_id,
-                    call_id=record.call_id,
-                    check_id=record.check_id,
-                    check_version=record.check_version,
-                    command=record.command,
-                    exit_code=record.exit_code,
-                    timed_out=record.timed_out,
-                    duration_ms=record.duration_ms,
-                    image_digest=record.image_digest,
-                    revision=record.revision,
-                    policy_version=record.policy_version,
-                    output_ref=record.output_ref,
-                    passed=record.passed,
-                    recorded_at=now,
-                )
+                {
+                    "run": run_id,
+                    "call_id": record.call_id,
+                    "check_id": record.check_id,
+                    "check_version": record.check_version,
+                    "command": record.command,
+                    "exit_code": record.exit_code,
+                    "timed_out": record.timed_out,
+                    "duration_ms": record.duration_ms,
+                    "image_digest": record.image_digest,
+                    "revision": record.revision,
+                    "policy_version": record.policy_version,
+                    "output_ref": record.output_ref,
+                    "passed": record.passed,
+                    "recorded_at": now,
+                }
             )
-    if receipts:
-        Receipt.objects.bulk_create(receipts)
-    if evidence:
-        Evidence.objects.bulk_create(evidence)
-    effect_fields = ["tool", "args", "kind", "idempotency_key", "reason", "resolved", "applied", "resolution"]
-    _upsert(
+    insert(Receipt, receipts)
+    insert(Evidence, evidence)
+    insert(
         PendingEffect,
         [
-            PendingEffect(
-                run_id=run_id,
-                call_id=effect.call_id,
-                tool=effect.tool,
-                args=effect.args,
-                kind=effect.kind,
-                idempotency_key=effect.idempotency_key,
-                reason=effect.reason,
-                resolved=effect.resolved,
-                applied=effect.applied,
-                resolution=effect.resolution or "",
-            )
+            {
+                "run": run_id,
+                "call_id": effect.call_id,
+                "tool": effect.tool,
+                "args": effect.args,
+                "kind": effect.kind,
+                "idempotency_key": effect.idempotency_key,
+                "reason": effect.reason,
+                "resolved": effect.resolved,
+                "applied": effect.applied,
+                "resolution": effect.resolution or "",
+            }
             for effect in state.pending_effects
             if effect.call_id in touched
         ],
         unique=["run", "call_id"],
-        update=effect_fields,
+        update=["tool", "args", "kind", "idempotency_key", "reason", "resolved", "applied", "resolution"],
     )
     if state.finished:
-        _upsert(Report, [Report(run_id=run_id, data=build_report(state))], unique=["run"], update=["data"])
-
-
-def _upsert(model: type, rows: list, *, unique: list[str], update: list[str]) -> None:
-    """Insert or update ``rows`` in one statement (no read first, no savepoint)."""
-    if rows:
-        model.objects.bulk_create(rows, update_conflicts=True, unique_fields=unique, update_fields=update)
+        insert(Report, [{"run": run_id, "data": build_report(state), "created_at": now}], unique=["run"], update=["data"])
 
 
 def load_state(run: Run) -> RunState:

@@ -4,7 +4,6 @@ are written during the replay, after a lost broadcast, and across a reconnect.""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 
