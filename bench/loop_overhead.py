@@ -418,7 +418,7 @@ def table(result: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=2000, help="steps per in-memory trial (half of it, at least 50, on a database)")
+    parser.add_argument("--steps", type=int, default=2000, help="steps per in-memory trial (a quarter of it, at least 50, on a database)")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "PEER_URL"), help=argparse.SUPPRESS)
@@ -427,7 +427,7 @@ def main() -> None:
         kind, peer_url = args.child
         print(json.dumps(database_trials(kind, args.steps, args.trials, peer_url)))
         return
-    result = measure(args.steps, max(50, args.steps // 2), args.trials)
+    result = measure(args.steps, max(50, args.steps // 4), args.trials)
     print(json.dumps(result) if args.json else table(result))
 
 

@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from celery_worker import start_worker  # noqa: E402
 from machine import load, machine, now  # noqa: E402
 
 # The writer process is this script again; it must find the same directory and prefix.
@@ -229,17 +230,6 @@ def busy_worker(user: Any, stop: threading.Event, checks: list[int]) -> None:
     checks.append(Evidence.objects.count())
 
 
-def start_worker() -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "harness_site", "worker", "-Q", PREFIX, "-c", "1", "--without-gossip", "--without-mingle", "-l", "warning"],
-        cwd=ROOT,
-        env=ENV,
-        stdout=open(VAR / "worker.log", "wb"),  # noqa: SIM115 - closed with the process
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
 def cpu_seconds(pid: int) -> float:
     """CPU time (user + system) the process has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -304,7 +294,7 @@ def measure(rate: float, seconds: float, viewers: int, repeats: int, events: int
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    worker = start_worker() if with_worker else None
+    worker = start_worker(PREFIX, 1, ENV, VAR / "worker.log") if with_worker else None
     stop, checks = threading.Event(), []
     feeder = threading.Thread(target=busy_worker, args=(user, stop, checks), daemon=True) if worker else None
     try:
