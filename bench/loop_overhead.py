@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -423,6 +424,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "PEER_URL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    # A terminated bench still drops the databases it created (their finally runs on SystemExit).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     if args.child:
         kind, peer_url = args.child
         print(json.dumps(database_trials(kind, args.steps, args.trials, peer_url)))
