@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from runs.broadcast import broadcast_events
 from runs.core.events import Event as CoreEvent
@@ -87,6 +87,7 @@ def _reserve(run_id: str, count: int, columns: Mapping[str, object], lease_token
     log (worker, reviewers, the beat) until the transaction ends, so seq stays
     gap-free and unique without retry loops; the same statement numbers the events,
     writes the caller's columns and checks the fencing token."""
+    connection = connections[DEFAULT_DB_ALIAS]  # resolved once (see runs.rows.insert)
     meta = Run._meta
     quote = connection.ops.quote_name
     assignments = [f"{quote('last_seq')} = {quote('last_seq')} + %s"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connections, models
 
 
 def insert(
@@ -27,6 +27,9 @@ def insert(
     written, in no particular order."""
     if not rows:
         return []
+    # The connection itself, not django.db.connection: that proxy looks it up again
+    # (a context-local read) on every attribute, dozens of times per row here.
+    connection = connections[DEFAULT_DB_ALIAS]
     quote = connection.ops.quote_name
     meta = model._meta
     fields = [meta.get_field(name) for name in rows[0]]
