@@ -14,7 +14,9 @@ Trials are interleaved (harness, peer, peer, harness, ...) so both see the same
 machine; every figure is the median of the trials with its spread (min-max). Each
 database variant runs in a child process on a database created for this run under a
 unique name and dropped afterwards. Statements per step are counted on the same
-runs: every SQL statement the client sent, BEGIN and COMMIT included.
+runs: every SQL statement the client sent, BEGIN and COMMIT included. The CPU time
+per step (this process, all threads) is given beside the wall time because it
+hardly changes with the machine's load.
 
 The peers come from bench/requirements.txt, never from the product's requirements."""
 
@@ -285,14 +287,19 @@ def peer_saver(kind: str, url: str) -> Iterator[tuple[Any, Callable[[Counter], N
 def interleaved(variants: dict[str, Callable[[Counter], float]], trials: int, steps: int) -> dict[str, Any]:
     """Each variant ``trials`` times, alternating which goes first."""
     times: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
     statements: dict[str, list[float]] = {name: [] for name in variants}
     order = list(variants)
     for trial in range(trials):
         for name in order if trial % 2 == 0 else reversed(order):
             counter = Counter()
+            # CPU time of this process (all its threads): unlike the wall time it
+            # hardly moves with the machine's load; the database server's is not in it.
+            started = time.process_time()
             times[name].append(variants[name](counter))
+            cpu[name].append((time.process_time() - started) / steps)
             statements[name].append(counter.statements / steps)
-    return {name: {"seconds": times[name], "statements": statements[name]} for name in variants}
+    return {name: {"seconds": times[name], "cpu": cpu[name], "statements": statements[name]} for name in variants}
 
 
 def child(kind: str, url: str, peer_url: str, steps: int, trials: int) -> dict[str, Any]:
@@ -345,12 +352,15 @@ def postgres_databases() -> Iterator[tuple[str, str] | None]:
 # -- the report ---------------------------------------------------------------------
 
 
-def summary(seconds: list[float], statements: list[float] | None = None) -> dict[str, Any]:
-    us = [s * 1e6 for s in seconds]
-    row: dict[str, Any] = {"us_per_step": round(statistics.median(us), 1), "min": round(min(us), 1), "max": round(max(us), 1)}
-    if statements is not None:
-        row["statements_per_step"] = round(statistics.median(statements), 2)
-    return row
+def summary(trials: dict[str, list[float]]) -> dict[str, Any]:
+    us = [s * 1e6 for s in trials["seconds"]]
+    return {
+        "us_per_step": round(statistics.median(us), 1),
+        "min": round(min(us), 1),
+        "max": round(max(us), 1),
+        "cpu_us_per_step": round(statistics.median(trials["cpu"]) * 1e6, 1),
+        "statements_per_step": round(statistics.median(trials["statements"]), 2),
+    }
 
 
 def in_memory_trials(steps: int, trials: int) -> dict[str, Any]:
@@ -371,9 +381,9 @@ def measure(steps: int, db_steps: int, trials: int) -> dict[str, Any]:
     memory = in_memory_trials(steps, trials)
     base = statistics.median(memory["empty"]["seconds"])
     result["in memory"] = {
-        "empty loop": summary(memory["empty"]["seconds"]),
-        "harness": summary(memory["harness"]["seconds"]),
-        "langgraph (InMemorySaver)": summary(memory["langgraph"]["seconds"]),
+        "empty loop": summary(memory["empty"]),
+        "harness": summary(memory["harness"]),
+        "langgraph (InMemorySaver)": summary(memory["langgraph"]),
         "harness / empty loop": round(statistics.median(memory["harness"]["seconds"]) / base, 1),
     }
     result["in memory"]["harness / langgraph"] = ratio(memory)
@@ -393,10 +403,12 @@ def ratio(trials: dict[str, Any]) -> float:
 
 
 def database_row(trials: dict[str, Any], saver: str) -> dict[str, Any]:
+    cpu = statistics.median(h / p for h, p in zip(trials["harness"]["cpu"], trials["langgraph"]["cpu"], strict=True))
     return {
-        "harness": summary(trials["harness"]["seconds"], trials["harness"]["statements"]),
-        f"langgraph ({saver})": summary(trials["langgraph"]["seconds"], trials["langgraph"]["statements"]),
+        "harness": summary(trials["harness"]),
+        f"langgraph ({saver})": summary(trials["langgraph"]),
         "harness / langgraph": ratio(trials),
+        "harness / langgraph, CPU": round(cpu, 2),
     }
 
 
@@ -405,13 +417,15 @@ def table(result: dict[str, Any]) -> str:
         f"Durable step cost, {result['date']}, {result['machine']}, load {result['load_before']} -> {result['load_after']}",
         f"{result['steps']} steps in memory, {result['db_steps']} on a database, median of {result['trials']} interleaved trials (min-max)",
         "",
-        f"{'where':12} {'variant':30} {'µs/step':>9} {'min-max':>17} {'statements/step':>16}",
+        f"{'where':12} {'variant':30} {'µs/step':>9} {'min-max':>17} {'CPU µs/step':>12} {'statements/step':>16}",
     ]
     for where in ("in memory", "sqlite", "postgresql"):
         for name, row in result.get(where, {}).items():
             if isinstance(row, dict):
                 spread = f"{row['min']}-{row['max']}"
-                lines.append(f"{where:12} {name:30} {row['us_per_step']:>9} {spread:>17} {row.get('statements_per_step', ''):>16}")
+                lines.append(
+                    f"{where:12} {name:30} {row['us_per_step']:>9} {spread:>17} {row['cpu_us_per_step']:>12} {row['statements_per_step']:>16}"
+                )
             else:
                 lines.append(f"{where:12} {name:30} {row:>9}")
     return "\n".join(lines)
