@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -95,6 +96,7 @@ def main() -> None:
     finally:
         os.killpg(worker.pid, 15)
         worker.wait(30)
+        shutil.rmtree(VAR, ignore_errors=True)
     result = {
         "date": now(),
         "machine": machine(),

@@ -303,17 +303,15 @@ def interleaved(variants: dict[str, Callable[[Counter], float]], trials: int, st
 
 
 def child(kind: str, url: str, peer_url: str, steps: int, trials: int) -> dict[str, Any]:
+    var = tempfile.mkdtemp(prefix="bench-loop-")
     # DEBUG off, as deployed: with DEBUG on Django keeps a log of every query and, on
     # SQLite, runs one more statement per statement to render it.
-    env = {
-        **os.environ,
-        "DEBUG": "0",
-        "SECRET_KEY": uuid.uuid4().hex + uuid.uuid4().hex,
-        "DATABASE_URL": url,
-        "HARNESS_VAR_DIR": tempfile.mkdtemp(prefix="bench-loop-"),
-    }
+    env = {**os.environ, "DEBUG": "0", "SECRET_KEY": uuid.uuid4().hex + uuid.uuid4().hex, "DATABASE_URL": url, "HARNESS_VAR_DIR": var}
     command = [sys.executable, __file__, "--child", kind, peer_url, "--steps", str(steps), "--trials", str(trials)]
-    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+    try:
+        out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+    finally:
+        shutil.rmtree(var, ignore_errors=True)
     return json.loads(out.strip().splitlines()[-1])
 
 

@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -324,6 +325,10 @@ def measure(rate: float, seconds: float, viewers: int, repeats: int, events: int
             if process is not None:
                 os.killpg(process.pid, signal.SIGTERM)
                 process.wait(30)
+        if worker is not None:
+            from sandbox.container import sweep_orphans
+
+            sweep_orphans([], scope=PREFIX)  # the container of a run the worker was still driving
     p99s = [stream["p99"] for stream in streams]
     return {
         "date": started_at,
@@ -426,7 +431,10 @@ def main() -> None:
         return
     # A terminated bench still stops its Daphne (measure's finally runs on SystemExit).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    result = measure(args.rate, args.seconds, args.viewers, args.repeats, args.events, not args.no_worker)
+    try:
+        result = measure(args.rate, args.seconds, args.viewers, args.repeats, args.events, not args.no_worker)
+    finally:
+        shutil.rmtree(VAR, ignore_errors=True)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
