@@ -13,8 +13,8 @@ synchronous=NORMAL, the harness's local-mode setting.
 Trials are interleaved (harness, peer, peer, harness, ...) so both see the same
 machine; every figure is the median of the trials with its spread (min-max). Each
 database variant runs in a child process on a database created for this run under a
-unique name and dropped afterwards. Statements per step are counted on the same
-runs: every SQL statement the client sent, BEGIN and COMMIT included. The CPU time
+unique name and dropped afterwards. Statements per step are counted in an untimed
+pass before the trials: every SQL statement the client sent, BEGIN and COMMIT included. The CPU time
 per step (this process, all threads) is given beside the wall time because it
 hardly changes with the machine's load.
 
@@ -35,7 +35,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import load, machine, now  # noqa: E402
 
 PG_ADMIN_URL = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+COUNTED_STEPS = 50  # the untimed pass that counts statements
 
 
 def noop_parts(steps: int) -> tuple[Any, Any, Any, Any]:
@@ -245,22 +246,28 @@ def database_trials(kind: str, steps: int, trials: int, peer_url: str) -> dict[s
     call_command("migrate", verbosity=0)
     policy = current_policy_row()
 
-    def harness(counter: Counter) -> float:
+    def harness(n: int, counter: Counter | None = None) -> float:
         run = Run.objects.create(task_id="bench", objective="measure", contract={}, policy=policy, proposer={})
-        with counting_django(counter):
-            return harness_loop(steps, DjangoStore(), str(run.pk))
+        with counting_django(counter) if counter else nullcontext():
+            return harness_loop(n, DjangoStore(), str(run.pk))
 
     with peer_saver(kind, peer_url) as (saver, count_peer):
-
-        def peer(counter: Counter) -> float:
-            count_peer(counter)
-            return langgraph_loop(steps, saver)
-
-        return interleaved({"harness": harness, "langgraph": peer}, trials, steps)
+        # Statements are counted in a pass of their own, outside the timed trials: a
+        # counting hook called back from inside the driver would add its own cost,
+        # more to the process that also runs a broadcast thread.
+        counted = {"harness": Counter(), "langgraph": Counter()}
+        harness(COUNTED_STEPS, counted["harness"])
+        with count_peer(counted["langgraph"]):
+            langgraph_loop(COUNTED_STEPS, saver)
+        result = interleaved({"harness": lambda _: harness(steps), "langgraph": lambda _: langgraph_loop(steps, saver)}, trials, steps)
+        for name, counter in counted.items():
+            result[name]["statements"] = [counter.statements / COUNTED_STEPS]
+        return result
 
 
 @contextmanager
-def peer_saver(kind: str, url: str) -> Iterator[tuple[Any, Callable[[Counter], None]]]:
+def peer_saver(kind: str, url: str) -> Iterator[tuple[Any, Callable[[Counter], AbstractContextManager[None]]]]:
+    """The peer's checkpointer on a fresh database, and how to count its statements."""
     if kind == "sqlite":
         from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -269,8 +276,17 @@ def peer_saver(kind: str, url: str) -> Iterator[tuple[Any, Callable[[Counter], N
         conn.execute("PRAGMA synchronous=NORMAL")
         saver = SqliteSaver(conn)
         saver.setup()
+
+        @contextmanager
+        def counting(counter: Counter) -> Iterator[None]:
+            counter.sqlite(conn)
+            try:
+                yield
+            finally:
+                conn.set_trace_callback(None)
+
         try:
-            yield saver, lambda counter: counter.sqlite(conn)
+            yield saver, counting
         finally:
             conn.close()
         return
@@ -281,7 +297,17 @@ def peer_saver(kind: str, url: str) -> Iterator[tuple[Any, Callable[[Counter], N
     with psycopg.connect(url, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
         saver = PostgresSaver(conn)
         saver.setup()
-        yield saver, lambda counter: counting_psycopg(conn, counter)
+
+        @contextmanager
+        def counting_pg(counter: Counter) -> Iterator[None]:
+            plain = conn.cursor_factory
+            counting_psycopg(conn, counter)
+            try:
+                yield
+            finally:
+                conn.cursor_factory = plain
+
+        yield saver, counting_pg
 
 
 def interleaved(variants: dict[str, Callable[[Counter], float]], trials: int, steps: int) -> dict[str, Any]:
