@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from machine import load  # noqa: E402
+from machine import machine as describe_machine  # noqa: E402
 
 from runs.core.contract import Contract, WorkspaceSource  # noqa: E402
 from runs.core.loop import Harness, new_state  # noqa: E402
@@ -184,22 +187,13 @@ def measure(reads: int, checks: int, starts: int, image: str) -> dict[str, Any]:
     result["ratio_run_check_vs_cli"] = statistics.median(h / r for h, r in zip(check_times, cli, strict=True))
     result["ratio_run_check_vs_sdk"] = statistics.median(h / r for h, r in zip(check_times, sdk, strict=True))
     result["machine"] = machine()
+    result["load"] = load()
     result["date"] = datetime.now(UTC).strftime("%Y-%m-%d")
     return result
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    engine = shared_client().version().get("Version", "?")
-    return f"{os.cpu_count()} vCPU {cpu}, {memory:.0f} GiB RAM, Linux {platform.release()}, Docker {engine}, Python {platform.python_version()}"
+    return f"{describe_machine()}, Docker {shared_client().version().get('Version', '?')}"
 
 
 def table(result: dict[str, Any]) -> str:

@@ -45,12 +45,14 @@ python3 manage.py create_demo_users
 cleanup() { trap - EXIT INT TERM; say "stopping"; kill 0 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 
+# One run at a time per core by default (WORKER_CONCURRENCY overrides): a run's checks
+# use the CPU inside its sandbox, so more runs than cores only queue for it.
 # Supervised like a deployment would: a worker that exits (e.g. on an unrecoverable
 # broker error while Redis restarts) is started again; runs continue from the database.
 (
     while true; do
         python3 -m celery -A harness_site worker -B -s "$HARNESS_VAR_DIR/beat-schedule" -Q "${HARNESS_QUEUE:-harness}" \
-            -c 2 -l info >>"$LOGS/worker.log" 2>&1 || true
+            -c "${WORKER_CONCURRENCY:-$(nproc)}" -l info >>"$LOGS/worker.log" 2>&1 || true
         echo "[up] worker exited; restarting"
         sleep 1
     done
