@@ -76,6 +76,7 @@ def reset_workspace(workspace: RunWorkspace) -> None:
     for dirpath, dirnames, filenames in os.walk(workspace.dir):
         for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
             os.lchown(name, 65534, 65534)
+    workspace.reread()  # changed behind the harness's tools: only a walk sees it
 
 
 def start_container(run_id: str, workspace: RunWorkspace, limits: SandboxLimits = TEST_LIMITS) -> SandboxContainer:
