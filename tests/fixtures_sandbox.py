@@ -28,7 +28,7 @@ from runs.core.events import Event
 from runs.core.loop import Harness, new_state
 from runs.core.policy import CheckDef, Policy, SandboxLimits
 from runs.core.ports import Call
-from runs.core.scripted import ScriptedProposer
+from runs.core.scripted import ScriptedProposer, ScriptFn
 from runs.core.simulated import MemoryApprovals, MemoryStore
 from runs.core.state import RunState
 from runs.core.tools import builtin_registry
@@ -191,7 +191,7 @@ class Outcome:
 def drive(
     executor: SandboxExecutor,
     policy: Policy,
-    script: Sequence[dict[str, Any]],
+    script: Sequence[dict[str, Any]] | ScriptFn,
     contract: Contract | None = None,
     **harness_options: Any,
 ) -> Outcome:
@@ -211,7 +211,7 @@ def drive(
         state,
         registry=builtin_registry(),
         policy=policy,
-        proposer=ScriptedProposer(list(script)),
+        proposer=ScriptedProposer(script if callable(script) else list(script)),
         executor=executor,
         workspace=executor,
         approvals=MemoryApprovals(),
