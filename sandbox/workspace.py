@@ -3,16 +3,19 @@
 Layout under ``WORKSPACE_ROOT/<run_id>/``::
 
     workspace/    mounted at /workspace in the run's container (owned by uid 65534)
-    pristine/     the source as prepared, never mounted: publish diffs against it.
-                  Hard links to the workspace's files as prepared: the harness's
-                  tools replace a file by renaming a new one over it, so the
-                  pristine inode keeps its content (and reads of it are checked
-                  against the base revision's blob hashes all the same)
+    source.git/   from a git source: the clone's objects (hard links to the
+                  source's), never mounted; publish diffs against the commit
+    pristine/     from any other source (or a checkout that differs from its
+                  commit): hard links to the workspace's files as prepared. The
+                  harness's tools replace a file by renaming a new one over it, so
+                  the pristine inode keeps its content
     index/        the revision's tree objects (``sandbox/revision.py``)
     source.json   where it came from (kind, path, ref, commit)
 
-The revision is the git tree hash of ``workspace/``'s contents (``sandbox/hashing.py``),
-kept current along the paths the harness's own tools write."""
+No file's data is copied twice. Every read of the pristine side is checked against
+the blob hash the base revision records. The revision is the git tree hash of
+``workspace/``'s contents (``sandbox/hashing.py``), kept current along the paths the
+harness's own tools write."""
 
 from __future__ import annotations
 
@@ -39,7 +42,7 @@ from runs.core.paths import path_allowed
 from runs.core.ports import RevisionMismatch
 from runs.environment import RepositoryContext
 from sandbox import fileops, patches
-from sandbox.hashing import EMPTY_TREE, TreeHasher, content, git_hash
+from sandbox.hashing import EMPTY_TREE, LINK_MODE, TreeHasher, content, git_hash
 from sandbox.revision import CHECKS_MAY_WRITE_WORKSPACE, WHOLE_TREE, RevisionIndex
 
 __all__ = ["EMPTY_TREE", "RunWorkspace", "TreeHasher", "prepare_workspace"]
@@ -88,6 +91,7 @@ class RunWorkspace:
         self.root = root
         self.dir = root / "workspace"
         self.pristine = root / "pristine"
+        self.pristine_git = root / "source.git"
         self._hasher = TreeHasher()
         self.index = RevisionIndex(root / "index", self.dir, self._hasher)
 
@@ -196,10 +200,22 @@ class RunWorkspace:
         for path, old_sha, new_sha in self.index.changes(self.base_revision(), head):
             if ".git" in path.split("/"):
                 continue  # never published, like everything the file tools cannot reach
-            old_kind, old = _side(self.pristine, path, old_sha)
+            old_kind, old = self._pristine_side(path, old_sha)
             new_kind, new = _side(self.dir, path, new_sha)
             out.append(Change(path, old, new, old_kind, new_kind))
         return out
+
+    def _pristine_side(self, path: str, sha: bytes | None) -> tuple[str | None, bytes | None]:
+        if sha is None or not self.pristine_git.is_dir():
+            return _side(self.pristine, path, sha)
+        entry = self.index.entry(self.base_revision(), path)
+        try:
+            data = _git_output(["cat-file", "blob", sha.hex()], cwd=self.pristine_git)
+        except WorkspaceSourceError as exc:
+            raise RevisionMismatch(f"the source's {path} cannot be read from its git objects: {exc}") from None
+        if entry is None or git_hash(b"blob", data) != sha:
+            raise RevisionMismatch(f"the source's {path} is not what the base revision records")
+        return ("other", b"") if entry[0] == LINK_MODE else ("file", data)
 
     def diff(self) -> PatchSet:
         """The workspace's changes as a patch ``git apply``/``patch -p1`` accept.
@@ -267,7 +283,7 @@ def prepare_workspace(root: Path, source: WorkspaceSource, base_dir: Path, allow
         if source.kind == "path":
             _copy_tree(location, prepared.dir, skip=CACHE_DIRS)
         elif source.kind == "git":
-            meta["commit"] = _from_git(location, source.ref, prepared.dir)
+            meta["commit"] = _from_git(location, source.ref, prepared.dir, prepared.pristine_git)
         else:
             _from_archive(location, prepared.dir)
         if CHECKS_MAY_WRITE_WORKSPACE:
@@ -275,8 +291,12 @@ def prepare_workspace(root: Path, source: WorkspaceSource, base_dir: Path, allow
             # it is mounted read-only to them; then this per-file chown goes (reading
             # needs no ownership).
             _give_to_sandbox(prepared.dir)
-        _link_tree(prepared.dir, prepared.pristine)
-        prepared.index.start()
+        base = prepared.index.start()
+        if source.kind == "git" and base == _git(["rev-parse", f"{meta['commit']}^{{tree}}"], cwd=prepared.pristine_git):
+            pass  # the full walk verified the checkout: the commit's objects are the pristine tree
+        else:
+            shutil.rmtree(prepared.pristine_git, ignore_errors=True)
+            _link_tree(prepared.dir, prepared.pristine)
         (staging / READY).write_text(json.dumps(meta, indent=2))
         try:
             os.rename(staging, root)
@@ -354,6 +374,10 @@ def _give_to_sandbox(tree: Path) -> None:
 
 
 def _git(args: list[str], cwd: Path | None = None) -> str:
+    return _git_output(args, cwd).decode(errors="replace").strip()
+
+
+def _git_output(args: list[str], cwd: Path | None = None) -> bytes:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": "/nonexistent",
@@ -363,26 +387,26 @@ def _git(args: list[str], cwd: Path | None = None) -> str:
         "LC_ALL": "C",
     }
     base = ["git", "-c", "core.hooksPath=/dev/null", "-c", "safe.directory=*", "-c", "advice.detachedHead=false"]
-    done = subprocess.run(base + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(base + args, cwd=cwd, env=env, capture_output=True, timeout=300)
     if done.returncode != 0:
-        raise WorkspaceSourceError(f"git {args[0]} failed: {done.stderr.strip()[:500]}")
-    return done.stdout.strip()
+        raise WorkspaceSourceError(f"git {args[0]} failed: {done.stderr.decode(errors='replace').strip()[:500]}")
+    return done.stdout
 
 
-def _from_git(location: Path, ref: str | None, dest: Path) -> str:
+def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> str:
     if not (location / ".git").exists() and not (location / "HEAD").is_file():
         raise WorkspaceSourceError(f"{location} is not a local git repository")
     if ref is not None and (ref.startswith("-") or any(c.isspace() or ord(c) < 32 for c in ref)):
         raise WorkspaceSourceError(f"{ref!r} is not a valid git ref", field="workspace.ref")
     # A local clone hard-links the source's objects (git never changes an object file)
-    # and checks the commit out once; its .git then goes, so only the files remain.
+    # and checks the commit out once; its .git then moves out of the workspace.
     _git(["clone", "--quiet", "--local", "--no-checkout", "--", str(location), str(dest)])
     try:
         commit = _git(["rev-parse", "--verify", "--quiet", f"{ref or 'HEAD'}^{{commit}}"], cwd=dest)
     except WorkspaceSourceError:
         raise WorkspaceSourceError(f"ref {ref or 'HEAD'!r} is not a commit in {location}", field="workspace.ref") from None
     _git(["checkout", "--quiet", "--detach", commit], cwd=dest)
-    shutil.rmtree(dest / ".git")
+    os.rename(dest / ".git", git_dir)
     return commit
 
 

@@ -419,6 +419,31 @@ def test_it_keeps_the_pristine_copy_out_of_the_mounted_directory(tmp_path: Path)
     assert [c.path for c in ws.changes()] == ["orders/total.py"]
 
 
+def test_it_keeps_a_git_source_once_as_its_objects_and_diffs_against_the_commit(tmp_path: Path) -> None:
+    make_repo(tmp_path / "repo")
+    ws = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="git", path=str(tmp_path / "repo")), ROOT, (ROOT, tmp_path))
+    assert ws.pristine_git.is_dir() and not ws.pristine.exists() and not (ws.dir / ".git").exists()
+    assert ws.revision() == ws.base_revision() == git_tree(tmp_path / "repo", tmp_path)
+    ws.write_file("orders/total.py", "changed\n")
+    ws.apply_patch(patches.unified_diff("orders/extra.py", "EXTRA = True\n", None))
+    diff = ws.diff()
+    assert diff.files == ["orders/extra.py", "orders/total.py"]
+    assert "-EXTRA = True" in diff.text and "+changed" in diff.text and "-    subtotal = 0" in diff.text
+
+    # A checkout that is not byte for byte the commit (here git converts line ends)
+    # keeps its own pristine tree: the diff shows what the run changed, nothing else.
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}
+    (tmp_path / "repo" / ".gitattributes").write_text("*.txt text eol=crlf\n")
+    (tmp_path / "repo" / "notes.txt").write_text("one\ntwo\n")
+    subprocess.run(["git", "add", "-A"], cwd=tmp_path / "repo", check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", "crlf"], cwd=tmp_path / "repo", check=True, env=env)
+    converted = prepare_workspace(tmp_path / "run2", WorkspaceSource(kind="git", path=str(tmp_path / "repo")), ROOT, (ROOT, tmp_path))
+    assert (converted.dir / "notes.txt").read_bytes() == b"one\r\ntwo\r\n"
+    assert converted.pristine.is_dir() and not converted.pristine_git.exists()
+    converted.write_file("orders/total.py", "changed\n")
+    assert converted.diff().files == ["orders/total.py"]
+
+
 def test_it_never_diffs_against_a_pristine_file_changed_through_its_shared_inode(tmp_path: Path) -> None:
     """The pristine tree shares its files' inodes with the workspace as prepared. Only
     a write in place could reach it (the harness's tools rename a new file over the
