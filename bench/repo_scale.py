@@ -164,7 +164,7 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
-def measure(sizes: list[int], image: str, rounds: int) -> dict[str, Any]:
+def measure(sizes: list[int], image: str, rounds: int, counts: tuple[int, int, int]) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="harness-scale-") as name:
@@ -175,10 +175,11 @@ def measure(sizes: list[int], image: str, rounds: int) -> dict[str, Any]:
             generated = time.perf_counter() - began
             row = {"files": size, "generate_s": generated, "load_before": uptime()}
             row["preparation"] = preparation(tree, tmp, rounds)
-            row.update(calls(tree, tmp, image, reads=200, writes=200, checks=5))
+            row.update(calls(tree, tmp, image, *counts))
             row["load_after"] = uptime()
             rows[str(size)] = row
-            print(f"measured {size} files", file=sys.stderr, flush=True)
+            # Each size as it is measured: a long run interrupted keeps what it had.
+            print(json.dumps(row), file=sys.stderr, flush=True)
     return {"rows": rows, "machine": machine(), "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
 
 
@@ -210,12 +211,14 @@ def main() -> None:
     parser.add_argument("--sizes", default="10,5000,20000,100000")
     parser.add_argument("--huge", action="store_true", help="add 300,000 files")
     parser.add_argument("--rounds", type=int, default=3, help="preparations per size (median)")
+    parser.add_argument("--calls", default="200,200,5", help="read_file, write_file and run_check steps per size")
     parser.add_argument("--image", default=os.environ.get("HARNESS_SANDBOX_IMAGE", "harness-sandbox:latest"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s] + ([300_000] if args.huge else [])
     shared_client().ping()
-    result = measure(sizes, args.image, args.rounds)
+    reads, writes, checks = (int(n) for n in args.calls.split(","))
+    result = measure(sizes, args.image, args.rounds, (reads, writes, checks))
     if args.json:
         print(json.dumps(result, indent=2))
         return
