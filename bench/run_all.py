@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "sandbox_overhead": ([], ["--reads", "200", "--checks", "6", "--starts", "3"]),
     "kill_latency": ([], ["--trials", "3"]),
     "trace_latency": ([], ["--seconds", "4", "--events", "2000"]),
+    "repo_scale": ([], ["--sizes", "10,5000", "--rounds", "1", "--calls", "50,50,2"]),
 }
 
 
