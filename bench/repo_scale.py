@@ -63,7 +63,8 @@ def generate(root: Path, files: int) -> None:
         (directory / f"f{n}.py").write_text(f"N{n} = {n}\n")
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     subprocess.run(["git", "add", "-A"], cwd=root, check=True, env=GIT_ENV)
-    subprocess.run(["git", "commit", "-qm", "tree"], cwd=root, check=True, env=GIT_ENV)
+    # No automatic gc in the background: it would race the copies measured next.
+    subprocess.run(["git", "-c", "gc.auto=0", "commit", "-qm", "tree"], cwd=root, check=True, env=GIT_ENV)
     subprocess.run(["git", "repack", "-adq"], cwd=root, check=True, env=GIT_ENV)
     subprocess.run(["git", "prune-packed"], cwd=root, check=True, env=GIT_ENV)
 
