@@ -50,12 +50,18 @@ TESTS = CheckDef(check_id="tests", command=["python3", "-m", "pytest", "-q", "-p
 LIMITS = SandboxLimits()  # the default policy's: 512m, 1 CPU, 128 pids
 
 
-def harness_for(executor: SandboxExecutor, script: Callable[[Any, int], object | None], steps: int) -> Harness:
+def harness_for(
+    executor: SandboxExecutor,
+    script: Callable[[Any, int], object | None],
+    steps: int,
+    check: CheckDef = TESTS,
+    write_paths: tuple[str, ...] = (),
+) -> Harness:
     policy = Policy.model_validate(
         {
             "version": 1,
             "rules": [{"name": "all", "tool": "*", "decision": "allow"}],
-            "checks": [TESTS.model_dump()],
+            "checks": [check.model_dump()],
             "budget": {
                 "max_proposals": steps + 5,
                 "max_tool_calls": steps + 5,
@@ -71,9 +77,9 @@ def harness_for(executor: SandboxExecutor, script: Callable[[Any, int], object |
             "objective": "measure the sandbox",
             "acceptance_criteria": ["numbers"],
             "workspace": {"kind": "path", "path": "examples/orders"},
-            "allowed_write_paths": ["orders/*"],
-            "allowed_tools": ["read_file", "run_check"],
-            "verification_targets": ["tests"],
+            "allowed_write_paths": list(write_paths) or ["orders/*"],
+            "allowed_tools": ["read_file", "run_check", *(["write_file"] if write_paths else [])],
+            "verification_targets": [check.check_id],
             "limits": policy.budget.model_dump(),
         }
     )
@@ -94,7 +100,12 @@ def harness_for(executor: SandboxExecutor, script: Callable[[Any, int], object |
 
 
 def step_times(
-    executor: SandboxExecutor, proposal: dict[str, Any], steps: int, before_each: Callable[[], None] | None = None
+    executor: SandboxExecutor,
+    proposal: dict[str, Any] | Callable[[int], dict[str, Any]],
+    steps: int,
+    before_each: Callable[[], None] | None = None,
+    check: CheckDef = TESTS,
+    write_paths: tuple[str, ...] = (),
 ) -> list[float]:
     """Seconds from handing the harness a proposal until it asks for the next one."""
     handed: list[float] = []
@@ -109,16 +120,16 @@ def step_times(
         if before_each is not None:
             before_each()
         handed.append(time.perf_counter())
-        return proposal
+        return proposal(position) if callable(proposal) else proposal
 
-    harness_for(executor, script, steps).run()
+    harness_for(executor, script, steps, check, write_paths).run()
     return [asked[i + 1] - handed[i] for i in range(steps)]
 
 
-def raw_cli(container_id: str) -> float:
+def raw_cli(container_id: str, command: list[str] = TESTS.command) -> float:
     started = time.perf_counter()
     subprocess.run(
-        ["docker", "exec", "-u", SANDBOX_USER, "-w", WORKDIR, container_id, *TESTS.command],
+        ["docker", "exec", "-u", SANDBOX_USER, "-w", WORKDIR, container_id, *command],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         check=False,

@@ -87,13 +87,13 @@ def search(ctx: ToolContext, call: Call) -> ToolResult:
 
 
 def write_file(ctx: ToolContext, call: Call) -> ToolResult:
-    data = fileops.write_file(ctx.workspace.dir, str(call.args["path"]), str(call.args["content"]))
+    data = ctx.workspace.write_file(str(call.args["path"]), str(call.args["content"]))
     return ToolResult("ok", "none" if data["unchanged"] else "applied", data)
 
 
 def apply_patch(ctx: ToolContext, call: Call) -> ToolResult:
     try:
-        data = fileops.apply_patch(ctx.workspace.dir, str(call.args["patch"]))
+        data = ctx.workspace.apply_patch(str(call.args["patch"]))
     except patches.PatchRefused as exc:
         return _error(f"the patch was not applied (nothing was written): {exc}")
     return ToolResult("ok", "applied", data)
@@ -136,13 +136,14 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         return _infrastructure(exc.reason, **base)
     capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir)
     try:
-        result = container.exec(
-            list(check.command),
-            timeout_seconds=check.timeout_seconds,
-            capture=capture,
-            watch=watch,
-            watch_seconds=WATCH_SECONDS,
-        )
+        with ctx.workspace.untrusted_code():
+            result = container.exec(
+                list(check.command),
+                timeout_seconds=check.timeout_seconds,
+                capture=capture,
+                watch=watch,
+                watch_seconds=WATCH_SECONDS,
+            )
     except SandboxUnavailable as exc:
         capture.discard()
         return _infrastructure(exc.reason, **base)

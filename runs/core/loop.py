@@ -27,6 +27,7 @@ from runs.core.ports import (
     PolicySource,
     Proposer,
     ProposerStopped,
+    RevisionMismatch,
     Store,
     SystemClock,
     Workspace,
@@ -189,6 +190,8 @@ class Harness:
                 self._step()
         except _Stop as stop:
             self._stop(stop.reason, stop.message)
+        except RevisionMismatch as exc:
+            self._stop("revision_mismatch", str(exc))
         return self.state
 
     def _guard(self, where: str, infrastructure: str | None = None) -> None:
@@ -601,6 +604,8 @@ class Harness:
             )
             try:
                 raw: object = self.executor.execute(call)
+            except RevisionMismatch:
+                raise
             except Exception as exc:  # noqa: BLE001 - an executor crash is a missing receipt, not a worker crash
                 raw = None
                 problem_detail = f"executor raised {type(exc).__name__}: {exc}"

@@ -48,9 +48,16 @@ class Executor(Protocol):
         """Find out whether an effect of unknown outcome happened (by idempotency key)."""
 
 
+class RevisionMismatch(Exception):
+    """The workspace's maintained revision disagrees with a full walk of its tree (or
+    can no longer be read): nothing it vouched for can be trusted, so the run stops
+    (``revision_mismatch``) instead of going on with an unverified value."""
+
+
 class Workspace(Protocol):
     def revision(self) -> str:
-        """The content hash of the workspace, computed by trusted code."""
+        """The content hash of the workspace, computed by trusted code. Raises
+        RevisionMismatch when that value fails its verification."""
 
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
         """A unified diff of what a write would change, for reviewers."""
