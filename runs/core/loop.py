@@ -12,7 +12,7 @@ from runs.core import events as ev
 from runs.core.contract import Contract
 from runs.core.errors import FieldProblem, InputError
 from runs.core.jsonutil import JSON, canonical_json, digest
-from runs.core.paths import patch_targets
+from runs.core.patchtext import patch_targets
 from runs.core.policy import Authorization, CheckDef, Policy, authorize
 from runs.core.ports import (
     ApprovalAsk,
