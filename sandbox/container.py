@@ -49,10 +49,16 @@ LABEL_RUN = "harness.run_id"
 LABEL_SCOPE = "harness.scope"
 LABEL_SPEC = "harness.spec"
 DEFAULT_SCOPE = "default"
-TMPFS = {"/tmp": "rw,noexec,nosuid,size=64m"}
-# Fixed by trusted code, never copied from the worker: without it Python checks
-# would write __pycache__ into the workspace, changing the revision they verify.
-SANDBOX_ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
+SCRATCH = "/tmp"
+# Fixed by trusted code, never copied from the worker. The workspace is mounted
+# read-only, so whatever a check writes (bytecode, caches, build output) must go to
+# the scratch tmpfs; these point the usual tools there.
+SANDBOX_ENV = {
+    "HOME": SCRATCH,
+    "TMPDIR": SCRATCH,
+    "XDG_CACHE_HOME": f"{SCRATCH}/.cache",
+    "PYTHONPYCACHEPREFIX": f"{SCRATCH}/.pycache",
+}
 DEADLINE_GRACE_SECONDS = 2.0
 # PID 1: reaps every orphan. Signals from inside the container cannot kill it
 # (the kernel protects a namespace's init), so ``kill -9 -1`` spares it.
@@ -64,13 +70,42 @@ while True:
     except ChildProcessError:
         time.sleep(0.2)
 """
-# $0 is the timeout; "$@" the check's argv (never a shell string).
-WRAPPER = 'timeout -s KILL "$0" "$@"; rc=$?; kill -9 -1 2>/dev/null; exit $rc'
+# Empties scratch, so no check sees what an earlier one left there.
+SCRATCH_RESET = f"find {SCRATCH} -mindepth 1 -type d -exec chmod u+rwx {{}} + 2>/dev/null; find {SCRATCH} -mindepth 1 -delete 2>/dev/null"
+# $0 is the timeout; $1 where the check runs: "workspace" (read-only) or "copy", a
+# throwaway copy of it in scratch for a check that must write into its tree; the
+# rest, "$@" after the shift, is the check's argv (never a shell string).
+WRAPPER = (
+    f"{SCRATCH_RESET}; "
+    f'if [ "$1" = copy ]; then cp -R {WORKDIR}/. {SCRATCH}/tree || exit 125; cd {SCRATCH}/tree || exit 125; fi; shift; '
+    'timeout -s KILL "$0" "$@"; rc=$?; kill -9 -1 2>/dev/null; '
+    f"{SCRATCH_RESET}; exit $rc"
+)
 KILL_ALL = ["sh", "-c", "kill -9 -1 2>/dev/null; exit 0"]
 
 
 class SandboxUnavailable(Exception):
     """The engine or the container could not start the command: nothing ran."""
+
+
+class RuntimeMissing(SandboxUnavailable):
+    """The policy asks for a container runtime the engine does not have."""
+
+
+RUNSC_CONFIG = '{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=none"]}}}'
+
+
+def check_runtime(client: docker.DockerClient, runtime: str) -> None:
+    """Refuse, naming it, a runtime the engine has not registered (the engine's own
+    error would come only at create time, and less clearly)."""
+    registered = client.info().get("Runtimes") or {}
+    if runtime not in registered:
+        raise RuntimeMissing(
+            f"the Docker engine has no runtime {runtime!r} (policy sandbox.runtime = {runtime}; "
+            f"it has {', '.join(sorted(registered)) or 'none'}). Register it in /etc/docker/daemon.json"
+            + (f" as {RUNSC_CONFIG}" if runtime == "runsc" else "")
+            + " and restart the engine (scripts/start_docker.sh does this), or choose another runtime in the policy"
+        )
 
 
 @dataclass(frozen=True)
@@ -80,10 +115,25 @@ class ContainerSpec:
     cpus: float = 1.0
     pids_limit: int = 128
     network: str = "none"
+    scratch_mb: int = 256
+    runtime: str = "runc"
 
     @classmethod
     def from_limits(cls, limits: SandboxLimits, image: str) -> ContainerSpec:
-        return cls(image=image, memory=limits.memory, cpus=limits.cpus, pids_limit=limits.pids_limit, network=limits.network)
+        return cls(
+            image=image,
+            memory=limits.memory,
+            cpus=limits.cpus,
+            pids_limit=limits.pids_limit,
+            network=limits.network,
+            scratch_mb=limits.scratch_mb,
+            runtime=limits.runtime,
+        )
+
+    @property
+    def tmpfs(self) -> dict[str, str]:
+        # The kernel bounds scratch: a check that fills it gets ENOSPC, nothing more.
+        return {SCRATCH: f"rw,noexec,nosuid,nodev,size={self.scratch_mb}m"}
 
     @property
     def digest(self) -> str:
@@ -242,12 +292,13 @@ class SandboxContainer:
         filters = {"label": [f"{LABEL_MANAGED}=1", f"{LABEL_RUN}={run_id}", f"{LABEL_SCOPE}={scope}"]}
         source = str(workspace_dir.resolve())
         for existing in client.containers.list(all=True, filters=filters):
-            mounts = [m.get("Source") for m in existing.attrs.get("Mounts", [])]
-            if existing.status == "running" and existing.labels.get(LABEL_SPEC) == spec.digest and mounts == [source]:
+            mounts = [(m.get("Source"), m.get("RW")) for m in existing.attrs.get("Mounts", [])]
+            if existing.status == "running" and existing.labels.get(LABEL_SPEC) == spec.digest and mounts == [(source, False)]:
                 reused = cls(client, existing.id, run_id, spec, existing.attrs["Image"])
                 reused.kill_processes()
                 return reused
             existing.remove(force=True)
+        check_runtime(client, spec.runtime)
         try:
             container = client.containers.create(
                 spec.image,
@@ -265,8 +316,11 @@ class SandboxContainer:
                 memswap_limit=spec.memory,
                 nano_cpus=int(spec.cpus * 1_000_000_000),
                 pids_limit=spec.pids_limit,
-                tmpfs=dict(TMPFS),
-                mounts=[Mount(target=WORKDIR, source=source, type="bind", read_only=False)],
+                tmpfs=spec.tmpfs,
+                # Read-only: only the harness's own file tools write the workspace, so a
+                # check observes it and never changes it.
+                mounts=[Mount(target=WORKDIR, source=source, type="bind", read_only=True)],
+                runtime=spec.runtime,
                 hostname="sandbox",
                 stop_signal="SIGKILL",
                 detach=True,
@@ -332,13 +386,15 @@ class SandboxContainer:
         capture: OutputCapture,
         watch: Callable[[], str | None] | None = None,
         watch_seconds: float = 0.5,
+        on_copy: bool = False,
     ) -> ExecResult:
-        """Run ``argv`` in the container. ``watch``, if given, is asked every
+        """Run ``argv`` in the container, in the read-only workspace or (``on_copy``)
+        in a throwaway copy of it. ``watch``, if given, is asked every
         ``watch_seconds`` while it runs; a reason it returns kills the execution."""
         if self._killed:
             raise SandboxUnavailable("the sandbox was killed")
         api = self._client.api
-        command = ["sh", "-c", WRAPPER, str(timeout_seconds), *argv]
+        command = ["sh", "-c", WRAPPER, str(timeout_seconds), "copy" if on_copy else "workspace", *argv]
         exec_id = self._create_exec(command)
         oom_before = self._oom_kills()
         hit = threading.Event()

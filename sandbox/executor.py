@@ -3,9 +3,10 @@ run's workspace directory, its Docker container and the outbox."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from runs.core.jsonutil import JSON
@@ -13,7 +14,8 @@ from runs.core.policy import CheckDef
 from runs.core.ports import ArtifactStore, Call, Reconciliation
 from runs.core.state import PendingEffect
 from sandbox import fileops
-from sandbox.container import ContainerSpec, SandboxContainer, SandboxUnavailable
+from sandbox.container import SandboxContainer, SandboxUnavailable
+from sandbox.publishing import PublishRefused, publication
 from sandbox.quota import DiskQuota
 from sandbox.tools import HANDLERS, ToolContext, ToolResult, outbox_path
 from sandbox.workspace import RunWorkspace
@@ -30,6 +32,7 @@ class SandboxExecutor:
         artifacts: ArtifactStore,
         outbox: Path,
         *,
+        write_paths: Sequence[str],
         spool_dir: Path | None = None,
         quota: DiskQuota = DiskQuota(),
     ) -> None:
@@ -45,6 +48,7 @@ class SandboxExecutor:
             artifacts=artifacts,
             outbox=outbox,
             container_for=self._container_for,
+            write_paths=tuple(write_paths),
             spool_dir=spool_dir,
             quota=quota,
         )
@@ -55,6 +59,12 @@ class SandboxExecutor:
         return self.workspace.revision()
 
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
+        if tool == "publish":
+            # The reviewer sees exactly the patch that publish would write.
+            try:
+                return publication(self.workspace, self.context.write_paths).text
+            except PublishRefused as exc:
+                return f"# this publish would be refused: {exc}\n"
         return self.workspace.preview(tool, args)
 
     # -- Executor -----------------------------------------------------------------
@@ -106,13 +116,7 @@ class SandboxExecutor:
             for extra in self._extra:
                 if extra.spec.image == check.image:
                     return extra
-            spec = ContainerSpec(
-                image=check.image,
-                memory=self.container.spec.memory,
-                cpus=self.container.spec.cpus,
-                pids_limit=self.container.spec.pids_limit,
-                network=self.container.spec.network,
-            )
+            spec = dataclasses.replace(self.container.spec, image=check.image)
             extra = SandboxContainer.start(f"{self.run_id}.{len(self._extra) + 1}", self.workspace.dir, spec)
             self._extra.append(extra)
             return extra

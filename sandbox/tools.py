@@ -20,6 +20,7 @@ from runs.core.policy import CheckDef
 from runs.core.ports import ArtifactStore, Call
 from sandbox import fileops, patches
 from sandbox.container import OutputCapture, SandboxContainer, SandboxUnavailable
+from sandbox.publishing import PublishRefused, publication
 from sandbox.quota import WATCH_SECONDS, DiskQuota, QuotaProblem
 from sandbox.workspace import RunWorkspace
 
@@ -48,6 +49,7 @@ class ToolContext:
     artifacts: ArtifactStore
     outbox: Path
     container_for: Callable[[CheckDef], SandboxContainer]
+    write_paths: tuple[str, ...]
     spool_dir: Path | None = None
     quota: DiskQuota = DiskQuota()
 
@@ -133,6 +135,7 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
             capture=capture,
             watch=watch,
             watch_seconds=WATCH_SECONDS,
+            on_copy=check.on_copy,
         )
     except SandboxUnavailable as exc:
         capture.discard()
@@ -149,6 +152,7 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         "duration_ms": result.duration_ms,
         "oom_killed": result.oom_killed,
         "image_digest": container.image_digest,
+        "runtime": container.spec.runtime,
         "output_ref": ref,
         "output": capture.excerpt(ref),
         "truncated": capture.truncated,
@@ -182,11 +186,14 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
     target = outbox_path(ctx.outbox, key)
     if target.exists():
         return ToolResult("ok", "none", {"idempotency_key": key, "duplicate": True, "outbox_file": target.name})
-    patch = ctx.workspace.diff()
-    header = [f"# Harness publish {key}", f"# run: {ctx.run_id}", f"# revision: {ctx.workspace.revision()}"]
+    try:
+        published = publication(ctx.workspace, ctx.write_paths)
+    except PublishRefused as exc:
+        return _error(f"nothing was published: {exc}", idempotency_key=key)
+    patch = published.patch
+    header = [f"# Harness publish {key}", f"# run: {ctx.run_id}", f"# revision: {published.revision}"]
     header += [f"# {line}" for line in str(call.args["message"]).splitlines() or [""]]
-    header += [f"# not included: {s['path']} ({s['reason']})" for s in patch.skipped]
-    content = ("\n".join(header) + "\n\n" + patch.text).encode("utf-8", errors="surrogateescape")
+    content = ("\n".join(header) + "\n\n" + published.text).encode("utf-8", errors="surrogateescape")
     ctx.outbox.mkdir(parents=True, exist_ok=True)
     tmp = ctx.outbox / f".{key}.{secrets.token_hex(6)}.tmp"
     try:

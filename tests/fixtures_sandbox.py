@@ -39,6 +39,7 @@ from sandbox.workspace import RunWorkspace, prepare_workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 SCOPE = f"test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+WRITE_PATHS = ("orders/*",)
 TEST_LIMITS = SandboxLimits(memory="256m", cpus=1.0, pids_limit=64)
 ALL_TOOLS = ["list_files", "read_file", "search", "write_file", "apply_patch", "run_check", "publish", "lookup_publish", "finish"]
 SMOKE = CheckDef(check_id="smoke", command=["python3", "-c", "print('sandbox alive')"], timeout_seconds=30)
@@ -111,6 +112,7 @@ def sandbox(module_sandbox: ModuleSandbox, tmp_path: Path, db: None) -> SandboxE
         module_sandbox.container,
         FileArtifactStore(),
         tmp_path / "outbox",
+        write_paths=WRITE_PATHS,
         spool_dir=tmp_path / "spool",
     )
 
@@ -121,7 +123,9 @@ def host_executor(tmp_path: Path, db: None) -> SandboxExecutor:
     from runs.artifacts import FileArtifactStore
 
     workspace = example_workspace(tmp_path / "run")
-    return SandboxExecutor(f"host-{uuid.uuid4().hex[:8]}", workspace, None, FileArtifactStore(), tmp_path / "outbox")
+    return SandboxExecutor(
+        f"host-{uuid.uuid4().hex[:8]}", workspace, None, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS
+    )
 
 
 def make_call(tool: str, args: dict[str, Any], *, check: CheckDef | None = None, key: str | None = None, cap: int = 100_000) -> Call:
@@ -152,7 +156,7 @@ def sandbox_contract(targets: Sequence[str] = ("smoke",), max_output_bytes: int 
             "objective": "exercise the sandbox",
             "acceptance_criteria": ["the run survives"],
             "workspace": {"kind": "path", "path": "examples/orders"},
-            "allowed_write_paths": ["orders/*"],
+            "allowed_write_paths": list(WRITE_PATHS),
             "allowed_tools": ALL_TOOLS,
             "verification_targets": list(targets),
             "limits": {

@@ -6,6 +6,7 @@ and that the run then goes on to finish normally."""
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import time
 from pathlib import Path
@@ -14,10 +15,12 @@ import pytest
 from docker.errors import NotFound
 
 from runs.artifacts import artifact_path
-from runs.core.policy import CheckDef
+from runs.core.policy import CheckDef, SandboxLimits
 from sandbox.executor import SandboxExecutor
 from tests.fixtures_sandbox import (
     SURVIVE,
+    TEST_LIMITS,
+    WRITE_PATHS,
     ModuleSandbox,
     Outcome,
     drive,
@@ -108,12 +111,20 @@ PLANT_LINKS = check(
     "plant_links",
     "sh",
     "-c",
-    "ln -s /etc/passwd orders/passwd.py && ln -s / orders/root && ln -s ../.. orders/up && ln -s total.py orders/alias.py",
+    "ln -s /etc/shadow orders/shadow.py",
 )
+
+
+def plant_links_as_a_source_could(workspace_dir: Path) -> None:
+    """A check can no longer plant links (the workspace is read-only to it); a
+    workspace source can still contain them."""
+    for name, target in [("passwd.py", "/etc/passwd"), ("root", "/"), ("up", "../.."), ("alias.py", "total.py")]:
+        os.symlink(target, workspace_dir / "orders" / name)
 
 
 def test_it_refuses_dotdot_and_symlink_escapes_even_when_a_check_planted_them(sandbox: SandboxExecutor) -> None:
     host_passwd = hashlib.sha256(Path("/etc/passwd").read_bytes()).hexdigest()
+    plant_links_as_a_source_could(sandbox.workspace.dir)
     script = [
         step("read_file", path="../../etc/passwd"),
         step("run_check", check_id="plant_links"),
@@ -132,7 +143,8 @@ def test_it_refuses_dotdot_and_symlink_escapes_even_when_a_check_planted_them(sa
     ]
     outcome = drive(sandbox, sandbox_policy(PLANT_LINKS), script)
     assert outcome.of_type("invalid_input")[0].problems[0]["message"].endswith("must not contain '..'")
-    assert outcome.receipt("run_check", "plant_links")["data"]["exit_code"] == 0
+    planted = outcome.receipt("run_check", "plant_links")["data"]
+    assert planted["exit_code"] == 1 and "Read-only file system" in planted["output"]
     reads = [r["data"] for r in outcome.receipts("read_file")]
     assert [d.get("error") for d in reads] == [
         "orders/passwd.py is a symlink (symlinks are never followed)",
@@ -235,7 +247,7 @@ def test_it_kills_a_check_that_sleeps_past_its_timeout(sandbox: SandboxExecutor,
 
 
 ENV = check("env", "env")
-ALLOWED_ENV = {"PATH", "HOSTNAME", "HOME", "PWD", "PYTHONDONTWRITEBYTECODE"}
+ALLOWED_ENV = {"PATH", "HOSTNAME", "HOME", "PWD", "TMPDIR", "XDG_CACHE_HOME", "PYTHONPYCACHEPREFIX"}
 
 
 def test_it_gives_checks_none_of_the_workers_environment(docker_engine, tmp_path: Path, monkeypatch, db) -> None:
@@ -247,7 +259,7 @@ def test_it_gives_checks_none_of_the_workers_environment(docker_engine, tmp_path
     try:
         from runs.artifacts import FileArtifactStore
 
-        executor = SandboxExecutor("env-run", workspace, container, FileArtifactStore(), tmp_path / "outbox")
+        executor = SandboxExecutor("env-run", workspace, container, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS)
         outcome = drive(executor, sandbox_policy(ENV), [step("run_check", check_id="env"), *SURVIVE])
     finally:
         container.remove()
@@ -296,7 +308,7 @@ def test_it_kills_an_execution_in_flight_and_removes_the_container(docker_engine
 
     workspace = example_workspace(tmp_path / "kill-run")
     container = start_container("kill-run", workspace)
-    executor = SandboxExecutor("kill-run", workspace, container, FileArtifactStore(), tmp_path / "outbox")
+    executor = SandboxExecutor("kill-run", workspace, container, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS)
     _, took = kill_during_long_check(executor)
     assert took < 2.0
     with pytest.raises(NotFound):
@@ -317,7 +329,7 @@ def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_containe
 
     workspace = example_workspace(tmp_path / "slow-engine")
     container = start_container("slow-engine", workspace)
-    executor = SandboxExecutor("slow-engine", workspace, container, FileArtifactStore(), tmp_path / "outbox")
+    executor = SandboxExecutor("slow-engine", workspace, container, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS)
     monkeypatch.setattr(sandbox.container, "new_client", lambda timeout: StallingClient())
     try:
         _, took = kill_during_long_check(executor)
@@ -331,48 +343,76 @@ DISK_FILLER = check(
     "fill",
     "python3",
     "-c",
-    # 400 MB in 1 MB writes, half of it under .git (which the file tools never show),
-    # paced so the harness can be seen stopping it long before the end.
-    "import os, time\n"
-    "os.makedirs('.git/objects', exist_ok=True)\n"
+    # First the workspace (read-only to checks), then 400 MB into scratch in 1 MB
+    # writes, half of it under a hidden directory.
+    "import os\n"
+    "for target in ['junk.bin', 'tests/test_total.py']:\n"
+    "    try:\n"
+    "        open(target, 'wb')\n"
+    "    except OSError as exc:\n"
+    "        print('workspace:', exc.strerror)\n"
+    "os.makedirs(os.environ['TMPDIR'] + '/.hidden')\n"
     "chunk = os.urandom(1 << 20)\n"
-    "with open('.git/objects/junk', 'wb') as hidden, open('junk.bin', 'wb') as plain:\n"
-    "    for i in range(400):\n"
-    "        (hidden if i % 2 else plain).write(chunk)\n"
-    "        hidden.flush(); plain.flush(); os.fsync(hidden.fileno()); os.fsync(plain.fileno())\n"
-    "        time.sleep(0.01)\n"
+    "written = 0\n"
+    "try:\n"
+    "    with open(os.environ['TMPDIR'] + '/.hidden/junk', 'wb') as hidden, open(os.environ['TMPDIR'] + '/junk', 'wb') as plain:\n"
+    "        for i in range(400):\n"
+    "            (hidden if i % 2 else plain).write(chunk)\n"
+    "            hidden.flush(); plain.flush()\n"
+    "            written += 1\n"
+    "except OSError as exc:\n"
+    "    print('scratch:', exc.strerror, 'after', written, 'MB')\n"
+    "    raise SystemExit(1)\n"
     "print('filled')\n",
     timeout=120,
 )
+SCRATCH_LEFT = check("scratch_left", "sh", "-c", 'echo "scratch entries: $(ls -A "$TMPDIR" | wc -l)"')
 
 
-def quota_executor(tmp_path: Path, run_id: str, quota) -> SandboxExecutor:
+def quota_executor(tmp_path: Path, run_id: str, quota, limits: SandboxLimits = TEST_LIMITS) -> SandboxExecutor:
     from runs.artifacts import FileArtifactStore
 
     workspace = example_workspace(tmp_path / run_id)
-    container = start_container(run_id, workspace)
-    return SandboxExecutor(run_id, workspace, container, FileArtifactStore(), tmp_path / "outbox", quota=quota)
+    container = start_container(run_id, workspace, limits)
+    return SandboxExecutor(run_id, workspace, container, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS, quota=quota)
 
 
-def test_it_stops_a_check_that_fills_the_workspace_and_runs_no_check_there_after(docker_engine, tmp_path: Path, db) -> None:
+def test_it_bounds_what_a_check_writes_by_its_scratch_and_leaves_the_workspace_unchanged(docker_engine, tmp_path: Path, db) -> None:
+    """Stronger than the old quota on the workspace (measured every half second while
+    the check wrote into it): the check cannot write the workspace at all, and the
+    kernel stops it at the scratch tmpfs's size, which is emptied after the check."""
     from sandbox.quota import MB, DiskQuota, usage_bytes
 
-    executor = quota_executor(tmp_path, "disk-fill", DiskQuota(workspace_max_bytes=20 * MB))
+    limits = TEST_LIMITS.model_copy(update={"scratch_mb": 20})
+    executor = quota_executor(tmp_path, "disk-fill", DiskQuota(workspace_max_bytes=20 * MB), limits)
+    used_before, revision_before = usage_bytes(executor.workspace.dir), executor.revision()
     try:
-        outcome = drive(executor, sandbox_policy(DISK_FILLER), [step("run_check", check_id="fill"), *SURVIVE])
+        script = [step("run_check", check_id="fill"), step("run_check", check_id="scratch_left"), *SURVIVE]
+        outcome = drive(executor, sandbox_policy(DISK_FILLER, SCRATCH_LEFT, limits=limits), script)
     finally:
         executor.close()
     filled = outcome.receipt("run_check", "fill")["data"]
-    assert filled["error"].startswith("the check was stopped: the workspace holds "), filled
-    assert "over its quota of 20 MB" in filled["error"]
-    assert filled["exit_code"] != 0 and "filled" not in filled["output"]
-    # Measured every half second: stopped far short of the 400 MB it would have written.
-    assert usage_bytes(executor.workspace.dir) < 200 * MB
-    # Nothing runs in the workspace it left; the run cannot verify, and does not complete.
+    assert filled["exit_code"] == 1 and "filled" not in filled["output"], filled
+    assert filled["output"].count("workspace: Read-only file system") == 2
+    written = int(filled["output"].split("scratch: No space left on device after ")[1].split()[0])
+    assert 15 <= written <= 20, filled["output"]
+    assert usage_bytes(executor.workspace.dir) == used_before and executor.revision() == revision_before
+    assert "scratch entries: 0" in outcome.receipt("run_check", "scratch_left")["data"]["output"]
+    assert_survived(outcome)
+
+
+def test_it_runs_no_check_in_a_workspace_over_its_quota(docker_engine, tmp_path: Path, db) -> None:
+    from sandbox.quota import MB, DiskQuota
+
+    executor = quota_executor(tmp_path, "disk-quota", DiskQuota(workspace_max_bytes=1 * MB))
+    try:
+        script = [step("write_file", path="orders/big.py", content="#" * (3 * MB)), *SURVIVE]
+        outcome = drive(executor, sandbox_policy(), script)
+    finally:
+        executor.close()
     smoke = outcome.receipt("run_check", "smoke")["data"]
-    assert smoke["error"].startswith("the check was not run: the workspace holds ")
-    assert all(not e.passed for e in outcome.state.evidence)
-    assert outcome.state.outcome != "complete"
+    assert smoke["error"] == "the check was not run: the workspace holds 3 MB, over its quota of 1 MB"
+    assert all(not e.passed for e in outcome.state.evidence) and outcome.state.outcome != "complete"
 
 
 def test_it_runs_no_check_when_the_workers_disk_is_short_of_its_reserve(docker_engine, tmp_path: Path, db) -> None:
