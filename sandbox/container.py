@@ -34,7 +34,7 @@ from typing import Any
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from docker.types import Mount
+from docker.types import Mount, Ulimit
 from docker.utils.socket import frames_iter
 
 from runs.core.policy import SandboxLimits
@@ -60,6 +60,7 @@ SANDBOX_ENV = {
     "PYTHONPYCACHEPREFIX": f"{SCRATCH}/.pycache",
 }
 DEADLINE_GRACE_SECONDS = 2.0
+STREAM_GRACE_SECONDS = 1.0
 # PID 1: reaps every orphan. Signals from inside the container cannot kill it
 # (the kernel protects a namespace's init), so ``kill -9 -1`` spares it.
 REAPER = """
@@ -92,6 +93,10 @@ class RuntimeMissing(SandboxUnavailable):
     """The policy asks for a container runtime the engine does not have."""
 
 
+# Measured with runsc's ptrace platform: about 40 host threads for the sandbox
+# itself, then up to 6 per sandboxed process.
+RUNSC_BASE_PIDS = 64
+RUNSC_PIDS_PER_TASK = 8
 RUNSC_CONFIG = '{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=none"]}}}'
 
 
@@ -129,6 +134,23 @@ class ContainerSpec:
             scratch_mb=limits.scratch_mb,
             runtime=limits.runtime,
         )
+
+    @property
+    def host_pids_limit(self) -> int:
+        """The host cgroup's pids limit. Under gVisor that cgroup also counts the
+        sandbox kernel's own threads (several per sandboxed process), and a sandbox
+        that reaches it dies whole instead of refusing a fork; so there the policy's
+        limit is enforced inside gVisor, as RLIMIT_NPROC (``ulimits``), and the host
+        limit only bounds what gVisor may use for it."""
+        if self.runtime == "runc":
+            return self.pids_limit
+        return RUNSC_BASE_PIDS + self.pids_limit * RUNSC_PIDS_PER_TASK
+
+    @property
+    def ulimits(self) -> list[Ulimit]:
+        # Not under runc: there RLIMIT_NPROC counts every process of uid 65534 on the
+        # host, every other sandbox's included.
+        return [] if self.runtime == "runc" else [Ulimit(name="nproc", soft=self.pids_limit, hard=self.pids_limit)]
 
     @property
     def tmpfs(self) -> dict[str, str]:
@@ -315,7 +337,8 @@ class SandboxContainer:
                 mem_limit=spec.memory,
                 memswap_limit=spec.memory,
                 nano_cpus=int(spec.cpus * 1_000_000_000),
-                pids_limit=spec.pids_limit,
+                pids_limit=spec.host_pids_limit,
+                ulimits=spec.ulimits,
                 tmpfs=spec.tmpfs,
                 # Read-only: only the harness's own file tools write the workspace, so a
                 # check observes it and never changes it.
@@ -351,15 +374,8 @@ class SandboxContainer:
         The stream is cut here first, so the driving thread returns at once even when
         the engine is slow to remove the container (or fails to: the sweeper removes
         it later); the kill switch must not wait on the engine."""
-        with self._stream_lock:
-            self._killed = True
-            # Under the lock: the driving thread closes the socket only after it has
-            # cleared _stream under the same lock, so this never hits a reused fd.
-            if self._stream is not None:
-                try:
-                    self._stream.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass  # already shut: the execution ended on its own
+        self._killed = True
+        self._cut_stream()
         try:
             new_client(timeout=10).api.remove_container(self.id, force=True)
         except NotFound:
@@ -481,6 +497,20 @@ class SandboxContainer:
         hit.set()
         log.warning("sandbox %s: execution passed its deadline; killing its processes", self.id[:12])
         self._kill_processes_from_another_thread()
+        # A stream normally ends with its processes; one whose sandbox died under it
+        # (gVisor's, when a fork bomb takes its kernel down) may never end on its own.
+        time.sleep(STREAM_GRACE_SECONDS)
+        self._cut_stream()
+
+    def _cut_stream(self) -> None:
+        with self._stream_lock:
+            # Under the lock: the driving thread closes the socket only after it has
+            # cleared _stream under the same lock, so this never hits a reused fd.
+            if self._stream is not None:
+                try:
+                    self._stream.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # already shut: the execution ended on its own
 
     def _kill_processes_from_another_thread(self) -> None:
         # Its own client: the driving thread's is busy streaming the execution.
@@ -548,6 +578,8 @@ class SandboxContainer:
         return None
 
     def _pids_current(self) -> int | None:
+        if self.spec.runtime != "runc":
+            return None  # the host cgroup counts gVisor's threads, not the sandbox's processes
         text = self._read_cgroup("pids", ("pids.current",))
         return int(text) if text is not None and text.strip().isdigit() else None
 

@@ -27,9 +27,9 @@ def new_client(timeout: int = DEFAULT_TIMEOUT) -> docker.DockerClient:
 
 
 def shared_client() -> docker.DockerClient:
-    """One client per thread (requests sessions are not safe to share)."""
-    client: docker.DockerClient | None = getattr(_local, "client", None)
-    if client is None:
-        client = new_client()
-        _local.client = client
-    return client
+    """One client per thread and engine (requests sessions are not safe to share)."""
+    clients: dict[str, docker.DockerClient] = _local.__dict__.setdefault("clients", {})
+    host = docker_host()
+    if host not in clients:
+        clients[host] = new_client()
+    return clients[host]

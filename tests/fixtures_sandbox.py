@@ -36,6 +36,7 @@ from sandbox.container import ContainerSpec, SandboxContainer, sweep_orphans
 from sandbox.docker_client import docker_host, new_client
 from sandbox.executor import SandboxExecutor
 from sandbox.workspace import RunWorkspace, prepare_workspace
+from tests.fixtures_runtimes import RuntimeEngine
 
 ROOT = Path(__file__).resolve().parent.parent
 SCOPE = f"test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -88,15 +89,17 @@ class ModuleSandbox:
     run_id: str
     workspace: RunWorkspace
     container: SandboxContainer
+    engine: RuntimeEngine
 
 
 @pytest.fixture(scope="module")
-def module_sandbox(docker_engine: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleSandbox]:
-    """One workspace and container per test module; each test resets the workspace."""
-    run_id = f"module-{uuid.uuid4().hex[:8]}"
+def module_sandbox(runtime_engine: RuntimeEngine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleSandbox]:
+    """One workspace and container per test module and runtime; each test resets the
+    workspace."""
+    run_id = f"module-{runtime_engine.runtime}-{uuid.uuid4().hex[:8]}"
     workspace = example_workspace(tmp_path_factory.mktemp("sandbox") / run_id)
-    container = start_container(run_id, workspace)
-    yield ModuleSandbox(run_id, workspace, container)
+    container = start_container(run_id, workspace, runtime_engine.limits(TEST_LIMITS))
+    yield ModuleSandbox(run_id, workspace, container, runtime_engine)
     container.remove()
 
 
@@ -142,10 +145,14 @@ def make_call(tool: str, args: dict[str, Any], *, check: CheckDef | None = None,
     )
 
 
-def sandbox_policy(*checks: CheckDef, limits: SandboxLimits = TEST_LIMITS) -> Policy:
+def sandbox_policy(*checks: CheckDef, limits: SandboxLimits = TEST_LIMITS, allow_publish: bool = False) -> Policy:
+    """The default policy with these checks; ``allow_publish`` lets publish through
+    without a reviewer (it still needs current evidence)."""
     document = json.loads((ROOT / "approvals" / "default_policy.json").read_text())
     document["checks"] = [TESTS.model_dump(), SMOKE.model_dump(), *(c.model_dump() for c in checks)]
     document["sandbox"] = limits.model_dump()
+    if allow_publish:
+        document["rules"] = [{**r, "decision": "allow"} if r["tool"] == "publish" else r for r in document["rules"]]
     return Policy.model_validate(document)
 
 

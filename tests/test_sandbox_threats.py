@@ -17,6 +17,7 @@ from docker.errors import NotFound
 from runs.artifacts import artifact_path
 from runs.core.policy import CheckDef, SandboxLimits
 from sandbox.executor import SandboxExecutor
+from tests.fixtures_runtimes import RuntimeEngine
 from tests.fixtures_sandbox import (
     SURVIVE,
     TEST_LIMITS,
@@ -42,8 +43,8 @@ def assert_survived(outcome: Outcome) -> None:
     assert outcome.receipt("run_check", "smoke")["data"]["exit_code"] == 0
 
 
-def leftover_processes(module_sandbox: ModuleSandbox, docker_engine) -> list[list[str]]:
-    return docker_engine.containers.get(module_sandbox.container.id).top()["Processes"]
+def leftover_processes(module_sandbox: ModuleSandbox) -> list[list[str]]:
+    return module_sandbox.engine.client.containers.get(module_sandbox.container.id).top()["Processes"]
 
 
 NETWORK = check(
@@ -68,7 +69,8 @@ def test_it_has_no_outbound_network(sandbox: SandboxExecutor) -> None:
     data = outcome.receipt("run_check", "network")["data"]
     assert data["exit_code"] == 3, data["output"]
     assert "interfaces: ['lo']" in data["output"]
-    assert "Network is unreachable" in data["output"]
+    # runc: the kernel has no route; runsc: gVisor's netstack has none either.
+    assert "Network is unreachable" in data["output"] or "No route to host" in data["output"]
     assert "connected" not in data["output"]
     assert_survived(outcome)
 
@@ -98,7 +100,8 @@ def test_it_refuses_writes_outside_the_workspace_and_the_allowed_paths(sandbox: 
     assert "outside allowed_write_paths" in refusals[2].problems[0]["message"]
     assert not outcome.receipts("write_file") and not outcome.receipts("apply_patch")  # nothing reached the executor
     data = outcome.receipt("run_check", "escape_write")["data"]
-    assert data["exit_code"] == 0 and data["output"].count("Read-only file system") == 4
+    # gVisor checks the permission before the read-only mount: either refusal will do.
+    assert data["exit_code"] == 0 and data["output"].count("Read-only file system") + data["output"].count("Permission denied") == 4
     root = sandbox.workspace.root
     assert not (root / "escape.txt").exists() and not (root / "outside.py").exists() and not (root / "pwned").exists()
     assert (sandbox.workspace.dir / "tests" / "test_total.py").read_text() == (
@@ -179,17 +182,19 @@ FORK_BOMB = check(
 )
 
 
-def test_it_stops_a_fork_bomb_with_the_pids_limit(sandbox: SandboxExecutor, module_sandbox: ModuleSandbox, docker_engine) -> None:
+def test_it_stops_a_fork_bomb_with_the_pids_limit(sandbox: SandboxExecutor, module_sandbox: ModuleSandbox) -> None:
     outcome = drive(sandbox, sandbox_policy(FORK_BOMB), [step("run_check", check_id="fork_bomb"), *SURVIVE])
     receipt = outcome.receipt("run_check", "fork_bomb")
     data = receipt["data"]
     assert receipt["status"] == "ok"
     assert "Resource temporarily unavailable" in data["output"]
     assert data["timed_out"] is True and data["exit_code"] is None
-    assert 4000 <= data["duration_ms"] < 9000
+    # Under gVisor the bomb takes the sandbox's kernel down once forks are refused:
+    # its stream is cut and the container restarted, which takes a few seconds more.
+    assert 4000 <= data["duration_ms"] < (9000 if module_sandbox.engine.runtime == "runc" else 15000)
     evidence = outcome.of_type("evidence_recorded")[0]
     assert evidence.check_id == "fork_bomb" and evidence.passed is False
-    assert len(leftover_processes(module_sandbox, docker_engine)) == 1  # only the reaper, PID 1
+    assert len(leftover_processes(module_sandbox)) == 1  # only the reaper, PID 1
     assert_survived(outcome)
 
 
@@ -232,7 +237,7 @@ def test_it_caps_a_100mb_output_and_stores_all_of_it(sandbox: SandboxExecutor) -
 SLEEPER = check("sleeper", "sh", "-c", "setsid sleep 300 & echo started; sleep 300", timeout=2)
 
 
-def test_it_kills_a_check_that_sleeps_past_its_timeout(sandbox: SandboxExecutor, module_sandbox: ModuleSandbox, docker_engine) -> None:
+def test_it_kills_a_check_that_sleeps_past_its_timeout(sandbox: SandboxExecutor, module_sandbox: ModuleSandbox) -> None:
     outcome = drive(sandbox, sandbox_policy(SLEEPER), [step("run_check", check_id="sleeper"), *SURVIVE])
     receipt = outcome.receipt("run_check", "sleeper")
     data = receipt["data"]
@@ -242,7 +247,7 @@ def test_it_kills_a_check_that_sleeps_past_its_timeout(sandbox: SandboxExecutor,
     assert data["output"].startswith("started")
     evidence = outcome.state.evidence[0]
     assert evidence.check_id == "sleeper" and evidence.timed_out is True and evidence.passed is False
-    assert len(leftover_processes(module_sandbox, docker_engine)) == 1  # the setsid'd sleep is gone too
+    assert len(leftover_processes(module_sandbox)) == 1  # the setsid'd sleep is gone too
     assert_survived(outcome)
 
 
@@ -250,12 +255,12 @@ ENV = check("env", "env")
 ALLOWED_ENV = {"PATH", "HOSTNAME", "HOME", "PWD", "TMPDIR", "XDG_CACHE_HOME", "PYTHONPYCACHEPREFIX"}
 
 
-def test_it_gives_checks_none_of_the_workers_environment(docker_engine, tmp_path: Path, monkeypatch, db) -> None:
+def test_it_gives_checks_none_of_the_workers_environment(runtime_engine: RuntimeEngine, tmp_path: Path, monkeypatch, db) -> None:
     canary = "canary-" + hashlib.sha256(str(time.time()).encode()).hexdigest()[:16]
     monkeypatch.setenv("HARNESS_CANARY_SECRET", canary)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", canary)
     workspace = example_workspace(tmp_path / "env-run")
-    container = start_container("env-run", workspace)  # created after the canary is set
+    container = start_container("env-run", workspace, runtime_engine.limits(TEST_LIMITS))  # created after the canary is set
     try:
         from runs.artifacts import FileArtifactStore
 
@@ -303,19 +308,21 @@ def kill_during_long_check(executor: SandboxExecutor) -> tuple[Outcome, float]:
     return outcome, returned_at - killed_at[0]
 
 
-def test_it_kills_an_execution_in_flight_and_removes_the_container(docker_engine, tmp_path: Path, db) -> None:
+def test_it_kills_an_execution_in_flight_and_removes_the_container(runtime_engine: RuntimeEngine, tmp_path: Path, db) -> None:
     from runs.artifacts import FileArtifactStore
 
     workspace = example_workspace(tmp_path / "kill-run")
-    container = start_container("kill-run", workspace)
+    container = start_container("kill-run", workspace, runtime_engine.limits(TEST_LIMITS))
     executor = SandboxExecutor("kill-run", workspace, container, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS)
     _, took = kill_during_long_check(executor)
     assert took < 2.0
     with pytest.raises(NotFound):
-        docker_engine.containers.get(container.id)
+        runtime_engine.client.containers.get(container.id)
 
 
-def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_container(docker_engine, tmp_path: Path, db, monkeypatch) -> None:
+def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_container(
+    runtime_engine: RuntimeEngine, tmp_path: Path, db, monkeypatch
+) -> None:
     """The kill switch must not wait on the engine: here removal stalls for 5 s
     (as a busy engine's can), and the loop still stops within two seconds."""
     import sandbox.container
@@ -328,7 +335,7 @@ def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_containe
                 time.sleep(5)
 
     workspace = example_workspace(tmp_path / "slow-engine")
-    container = start_container("slow-engine", workspace)
+    container = start_container("slow-engine", workspace, runtime_engine.limits(TEST_LIMITS))
     executor = SandboxExecutor("slow-engine", workspace, container, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS)
     monkeypatch.setattr(sandbox.container, "new_client", lambda timeout: StallingClient())
     try:
@@ -366,10 +373,10 @@ DISK_FILLER = check(
     "print('filled')\n",
     timeout=120,
 )
-SCRATCH_LEFT = check("scratch_left", "sh", "-c", 'echo "scratch entries: $(ls -A "$TMPDIR" | wc -l)"')
+SCRATCH_LEFT = check("scratch_left", "python3", "-B", "-c", "import os; print('scratch entries:', len(os.listdir(os.environ['TMPDIR'])))")
 
 
-def quota_executor(tmp_path: Path, run_id: str, quota, limits: SandboxLimits = TEST_LIMITS) -> SandboxExecutor:
+def quota_executor(tmp_path: Path, run_id: str, quota, limits: SandboxLimits) -> SandboxExecutor:
     from runs.artifacts import FileArtifactStore
 
     workspace = example_workspace(tmp_path / run_id)
@@ -377,13 +384,15 @@ def quota_executor(tmp_path: Path, run_id: str, quota, limits: SandboxLimits = T
     return SandboxExecutor(run_id, workspace, container, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS, quota=quota)
 
 
-def test_it_bounds_what_a_check_writes_by_its_scratch_and_leaves_the_workspace_unchanged(docker_engine, tmp_path: Path, db) -> None:
+def test_it_bounds_what_a_check_writes_by_its_scratch_and_leaves_the_workspace_unchanged(
+    runtime_engine: RuntimeEngine, tmp_path: Path, db
+) -> None:
     """Stronger than the old quota on the workspace (measured every half second while
     the check wrote into it): the check cannot write the workspace at all, and the
     kernel stops it at the scratch tmpfs's size, which is emptied after the check."""
     from sandbox.quota import MB, DiskQuota, usage_bytes
 
-    limits = TEST_LIMITS.model_copy(update={"scratch_mb": 20})
+    limits = runtime_engine.limits(TEST_LIMITS).model_copy(update={"scratch_mb": 20})
     executor = quota_executor(tmp_path, "disk-fill", DiskQuota(workspace_max_bytes=20 * MB), limits)
     used_before, revision_before = usage_bytes(executor.workspace.dir), executor.revision()
     try:
@@ -401,10 +410,10 @@ def test_it_bounds_what_a_check_writes_by_its_scratch_and_leaves_the_workspace_u
     assert_survived(outcome)
 
 
-def test_it_runs_no_check_in_a_workspace_over_its_quota(docker_engine, tmp_path: Path, db) -> None:
+def test_it_runs_no_check_in_a_workspace_over_its_quota(runtime_engine: RuntimeEngine, tmp_path: Path, db) -> None:
     from sandbox.quota import MB, DiskQuota
 
-    executor = quota_executor(tmp_path, "disk-quota", DiskQuota(workspace_max_bytes=1 * MB))
+    executor = quota_executor(tmp_path, "disk-quota", DiskQuota(workspace_max_bytes=1 * MB), runtime_engine.limits(TEST_LIMITS))
     try:
         script = [step("write_file", path="orders/big.py", content="#" * (3 * MB)), *SURVIVE]
         outcome = drive(executor, sandbox_policy(), script)
@@ -415,13 +424,13 @@ def test_it_runs_no_check_in_a_workspace_over_its_quota(docker_engine, tmp_path:
     assert all(not e.passed for e in outcome.state.evidence) and outcome.state.outcome != "complete"
 
 
-def test_it_runs_no_check_when_the_workers_disk_is_short_of_its_reserve(docker_engine, tmp_path: Path, db) -> None:
+def test_it_runs_no_check_when_the_workers_disk_is_short_of_its_reserve(runtime_engine: RuntimeEngine, tmp_path: Path, db) -> None:
     import shutil
 
     from sandbox.quota import MB, DiskQuota
 
     free = shutil.disk_usage(tmp_path).free
-    executor = quota_executor(tmp_path, "disk-reserve", DiskQuota(reserve_bytes=free + 1024 * MB))
+    executor = quota_executor(tmp_path, "disk-reserve", DiskQuota(reserve_bytes=free + 1024 * MB), runtime_engine.limits(TEST_LIMITS))
     try:
         outcome = drive(executor, sandbox_policy(), SURVIVE)
     finally:
@@ -431,3 +440,104 @@ def test_it_runs_no_check_when_the_workers_disk_is_short_of_its_reserve(docker_e
     assert [r["status"] for r in attempts] == ["transient", "transient"]
     assert attempts[0]["data"]["error"].startswith("the check was not run: the worker's disk has ")
     assert outcome.state.outcome == "attempt_limit" and outcome.state.evidence == []
+
+
+# -- the bypasses of issue 12: checks that change the workspace, patch headers read two
+# ways, file names that forge diff headers ---------------------------------------------
+
+EVIL_PACKAGE = """from orders.total import order_total
+
+import os, pathlib
+
+root = pathlib.Path(__file__).resolve().parent.parent
+attempts = {
+    "rewrite tests": lambda: (root / "tests" / "test_total.py").write_text("def test_it():\\n    pass\\n"),
+    "plant outside": lambda: (root / "conftest.py").write_text("collect_ignore = ['tests']\\n"),
+    "newline header": lambda: os.makedirs(root / "orders" / "x\\n--- a" / "tests"),
+    "separator": lambda: (root / "orders" / "total.py\\u2028.evil").write_text("x"),
+    "control": lambda: (root / "orders" / "total.py\\x1c").write_text("x"),
+    "plant inside": lambda: (root / "orders" / "extra.py").write_text("x"),
+}
+for name, attempt in attempts.items():
+    try:
+        attempt()
+        print(name, "WRITTEN")
+    except OSError as exc:
+        print(name, "refused:", exc.strerror)
+"""
+IMPORT_ORDERS = check("import_orders", "python3", "-c", "import orders")
+
+
+def test_it_keeps_code_the_model_wrote_from_changing_the_workspace_during_a_check(sandbox: SandboxExecutor, tmp_path: Path) -> None:
+    """Bypass 1 (and 3, through a check): repository code the model wrote, run by a
+    check, tries to rewrite the tests, plant files outside the write paths and create
+    names with a newline, a separator and a control character. Nothing changes; the
+    evidence is for the revision the model wrote; publish ships only that."""
+    script = [
+        step("write_file", path="orders/__init__.py", content=EVIL_PACKAGE),
+        step("run_check", check_id="import_orders"),
+        step("run_check", check_id="smoke"),
+        step("publish", message="fix"),
+        step("finish", summary="done"),
+    ]
+    pristine_tests = (sandbox.workspace.pristine / "tests" / "test_total.py").read_bytes()
+    outcome = drive(sandbox, sandbox_policy(IMPORT_ORDERS, allow_publish=True), script)
+    output = outcome.receipt("run_check", "import_orders")["data"]["output"]
+    assert "WRITTEN" not in output and output.count("refused: Read-only file system") == 6, output
+    written = outcome.receipt("write_file")["revision"]
+    assert outcome.receipt("run_check", "import_orders")["revision"] == written == sandbox.revision()
+    evidence = outcome.of_type("evidence_recorded")
+    assert [(e.check_id, e.revision, e.current) for e in evidence] == [("import_orders", written, True), ("smoke", written, True)]
+    assert (sandbox.workspace.dir / "tests" / "test_total.py").read_bytes() == pristine_tests
+    assert sorted(p.name for p in (sandbox.workspace.dir / "orders").iterdir()) == ["__init__.py", "total.py"]
+    published = outcome.receipt("publish")["data"]
+    assert published["files"] == ["orders/__init__.py"] and published["skipped"] == []
+    assert_git_applies(sandbox, tmp_path)
+    assert outcome.state.outcome == "complete", outcome.summary()
+
+
+def test_it_refuses_separator_and_control_characters_in_patch_headers(sandbox: SandboxExecutor) -> None:
+    """Bypass 2: the validator read lines with ``splitlines``, the applier with
+    ``split("\\n")``; these headers passed validation for orders/total.py and created
+    other files."""
+    hunk = "@@ -0,0 +1 @@\n+x = 1\n"
+    script = [
+        step("apply_patch", patch=f"--- /dev/null\n+++ b/orders/total.py\u2028.evil\n{hunk}"),
+        step("apply_patch", patch=f"--- /dev/null\n+++ b/orders/total.py\x1c/conftest.py\n{hunk}"),
+        step("apply_patch", patch=f"--- /dev/null\n+++ b/orders/new.py\r\n{hunk}"),
+        step("write_file", path="orders/x\n--- a/tests/test_total.py", content="x"),
+        *SURVIVE,
+    ]
+    before = sandbox.revision()
+    outcome = drive(sandbox, sandbox_policy(), script)
+    problems = [e.problems for e in outcome.of_type("invalid_input")]
+    assert [p[0]["field"] for p in problems] == ["args.patch", "args.patch", "args.patch", "args.path"]
+    messages = [p[0]["message"] for p in problems]
+    assert '"orders/total.py\\u2028.evil" contains U+2028 LINE SEPARATOR' in messages[0]
+    assert '"orders/total.py\\x1c/conftest.py" contains U+001C' in messages[1]
+    assert '"orders/new.py\\x0d" contains U+000D' in messages[2]
+    assert '"orders/x\\x0a--- a/tests/test_total.py" contains U+000A' in messages[3]
+    assert not any(c in m for m in messages for c in "\n\r\x1c\u2028")  # the names are shown escaped
+    assert not outcome.receipts("apply_patch") and not outcome.receipts("write_file")
+    assert sandbox.revision() == before
+    assert_survived(outcome)
+
+
+def test_it_does_not_count_a_check_whose_workspace_changed_under_it(sandbox: SandboxExecutor) -> None:
+    """The second lock: if the revision moves during a check (here the host writes
+    while it runs; checks themselves cannot), the check is not evidence, and says so."""
+    writer = threading.Timer(0.5, lambda: (sandbox.workspace.dir / "orders" / "late.py").write_text("x = 1\n"))
+    writer.start()
+    outcome = drive(sandbox, sandbox_policy(check("slow", "sleep", "2")), [step("run_check", check_id="slow"), *SURVIVE])
+    writer.join()
+    receipt = outcome.receipt("run_check", "slow")
+    assert receipt["status"] == "unknown" and "the workspace changed during the check (revision " in receipt["data"]["error"]
+    assert [e.check_id for e in outcome.state.evidence] == ["smoke"]
+    assert_survived(outcome)
+
+
+def assert_git_applies(executor: SandboxExecutor, tmp_path: Path) -> None:
+    from tests.git_apply import git_applies_to_source
+
+    (published,) = list((tmp_path / "outbox").glob("*.patch"))
+    git_applies_to_source(executor.workspace, published.read_bytes(), tmp_path / "git-check")
