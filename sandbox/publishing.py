@@ -42,7 +42,7 @@ def publication(workspace: RunWorkspace, write_paths: Sequence[str]) -> Publicat
     except PatchRefused as exc:
         raise PublishRefused(f"the workspace's changes cannot be published: {exc}") from None
     changed = patch.files + [s["path"] for s in patch.skipped]
-    outside = [path for path in changed if not path_allowed(path, write_paths)]
+    outside = sorted(path for path in changed if not path_allowed(path, write_paths))
     if outside:
         raise PublishRefused(
             f"the workspace changes files outside allowed_write_paths {list(write_paths)}: "

@@ -44,7 +44,9 @@ def test_it_saves_every_edit_as_a_new_version_and_runs_keep_theirs(client, admin
 def test_it_refuses_an_invalid_policy_naming_the_field(client, admin_user):
     client.force_login(admin_user)
     before = PolicyVersion.objects.count()
-    bad = document_text(budget={"max_proposals": 0, "max_tool_calls": 1, "max_attempts": 1, "wall_time_seconds": 1, "max_output_bytes_per_call": 2048})
+    bad = document_text(
+        budget={"max_proposals": 0, "max_tool_calls": 1, "max_attempts": 1, "wall_time_seconds": 1, "max_output_bytes_per_call": 2048}
+    )
     response = add(client, bad)
     assert response.status_code == 200
     assert "budget.max_proposals" in response.content.decode()
