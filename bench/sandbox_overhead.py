@@ -5,9 +5,16 @@
 - run_check of the example's test suite through the Harness, against a raw
   ``docker exec`` of the same command in the same container, interleaved
   (target: median ratio at most 1.2);
-- starting (and removing) a run's container.
+- starting (and removing) a run's container;
+- a raw exec of a bare Python start-up;
 
-    python bench/sandbox_overhead.py [--reads N] [--checks N] [--starts N] [--json]
+each under every runtime asked for (runc and gVisor's runsc by default), side by
+side, with the runsc/runc ratio. runsc is measured on the engine at ``--runsc-host``
+(default: the same engine; it must have runsc registered, as scripts/start_docker.sh
+does).
+
+    python bench/sandbox_overhead.py [--reads N] [--checks N] [--starts N]
+        [--runtimes runc,runsc] [--runsc-host unix:///...] [--json]
 
 The harness runs with in-memory state, approvals and artifacts, so the numbers are
 the loop plus the sandbox, without database checkpoints (bench/loop_overhead.py
@@ -45,6 +52,7 @@ from sandbox.workspace import prepare_workspace  # noqa: E402
 
 TESTS = CheckDef(check_id="tests", command=["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"], timeout_seconds=120)
 LIMITS = SandboxLimits()  # the default policy's: 512m, 1 CPU, 128 pids
+PYTHON_STARTUP = ["python3", "-c", "pass"]
 
 
 def harness_for(executor: SandboxExecutor, script: Callable[[Any, int], object | None], steps: int) -> Harness:
@@ -119,13 +127,14 @@ def raw_cli(container_id: str) -> float:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         check=False,
+        env={**os.environ, "DOCKER_HOST": docker_host()},
     )
     return time.perf_counter() - started
 
 
-def raw_sdk(container_id: str) -> float:
+def raw_sdk(container_id: str, command: list[str] = TESTS.command) -> float:
     started = time.perf_counter()
-    shared_client().api.exec_start(shared_client().api.exec_create(container_id, TESTS.command, user=SANDBOX_USER, workdir=WORKDIR)["Id"])
+    shared_client().api.exec_start(shared_client().api.exec_create(container_id, command, user=SANDBOX_USER, workdir=WORKDIR)["Id"])
     return time.perf_counter() - started
 
 
@@ -138,12 +147,13 @@ def summary(samples: list[float]) -> dict[str, float]:
     }
 
 
-def measure(reads: int, checks: int, starts: int, image: str) -> dict[str, Any]:
+def measure(reads: int, checks: int, starts: int, image: str, runtime: str) -> dict[str, Any]:
+    limits = LIMITS.model_copy(update={"runtime": runtime})
     with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
         workspace = prepare_workspace(Path(tmp) / "run", WorkspaceSource(kind="path", path="examples/orders"), ROOT, (ROOT,))
-        container = SandboxContainer.start("bench", workspace.dir, ContainerSpec.from_limits(LIMITS, image), scope="bench")
+        container = SandboxContainer.start("bench", workspace.dir, ContainerSpec.from_limits(limits, image), scope="bench")
         try:
-            executor = SandboxExecutor("bench", workspace, container, MemoryArtifacts(), Path(tmp) / "outbox")
+            executor = SandboxExecutor("bench", workspace, container, MemoryArtifacts(), Path(tmp) / "outbox", write_paths=("orders/*",))
             read = {"tool": "read_file", "args": {"path": "orders/total.py"}}
             step_times(executor, read, 50)  # warm-up
             read_times = step_times(executor, read, reads)[10:]
@@ -160,6 +170,7 @@ def measure(reads: int, checks: int, starts: int, image: str) -> dict[str, Any]:
                 sdk.append(raw_sdk(container.id))
 
             check_times = step_times(executor, check, checks, before_each=raw_pair)
+            startup = [raw_sdk(container.id, PYTHON_STARTUP) for _ in range(checks * 3)]
         finally:
             container.remove()
 
@@ -167,7 +178,7 @@ def measure(reads: int, checks: int, starts: int, image: str) -> dict[str, Any]:
         remove_times: list[float] = []
         for n in range(starts):
             began = time.perf_counter()
-            fresh = SandboxContainer.start(f"bench-start-{n}", workspace.dir, ContainerSpec.from_limits(LIMITS, image), scope="bench")
+            fresh = SandboxContainer.start(f"bench-start-{n}", workspace.dir, ContainerSpec.from_limits(limits, image), scope="bench")
             start_times.append(time.perf_counter() - began)
             began = time.perf_counter()
             fresh.remove()
@@ -178,13 +189,12 @@ def measure(reads: int, checks: int, starts: int, image: str) -> dict[str, Any]:
         "run_check_through_harness": summary(check_times),
         "raw_docker_exec_cli": summary(cli),
         "raw_docker_exec_sdk": summary(sdk),
+        "raw_python_startup_sdk": summary(startup),
         "container_start": summary(start_times),
         "container_remove": summary(remove_times),
     }
     result["ratio_run_check_vs_cli"] = statistics.median(h / r for h, r in zip(check_times, cli, strict=True))
     result["ratio_run_check_vs_sdk"] = statistics.median(h / r for h, r in zip(check_times, sdk, strict=True))
-    result["machine"] = machine()
-    result["date"] = datetime.now(UTC).strftime("%Y-%m-%d")
     return result
 
 
@@ -202,21 +212,34 @@ def machine() -> str:
     return f"{os.cpu_count()} vCPU {cpu}, {memory:.0f} GiB RAM, Linux {platform.release()}, Docker {engine}, Python {platform.python_version()}"
 
 
-def table(result: dict[str, Any]) -> str:
-    rows = [
-        ("read_file through the harness", "read_file_through_harness", "< 5 ms"),
-        ("run_check (tests) through the harness", "run_check_through_harness", ""),
-        ("raw `docker exec` (CLI), same command", "raw_docker_exec_cli", ""),
-        ("raw exec via the SDK, same command", "raw_docker_exec_sdk", ""),
-        ("container start (create + start)", "container_start", ""),
-        ("container remove", "container_remove", ""),
-    ]
-    lines = ["| measurement | median | p90 | n | target |", "| --- | ---: | ---: | ---: | --- |"]
-    for label, key, target in rows:
-        s = result[key]
-        lines.append(f"| {label} | {s['median_ms']:.2f} ms | {s['p90_ms']:.2f} ms | {s['n']} | {target} |")
-    lines.append(f"| run_check / raw CLI exec (median of paired ratios) | {result['ratio_run_check_vs_cli']:.3f} | | | ≤ 1.2 |")
-    lines.append(f"| run_check / raw SDK exec (median of paired ratios) | {result['ratio_run_check_vs_sdk']:.3f} | | | |")
+ROWS = [
+    ("read_file through the harness", "read_file_through_harness", "< 5 ms"),
+    ("run_check (tests) through the harness", "run_check_through_harness", ""),
+    ("raw `docker exec` (CLI), same command", "raw_docker_exec_cli", ""),
+    ("raw exec via the SDK, same command", "raw_docker_exec_sdk", ""),
+    ("raw exec via the SDK, `python3 -c pass`", "raw_python_startup_sdk", ""),
+    ("container start (create + start)", "container_start", ""),
+    ("container remove", "container_remove", ""),
+]
+
+
+def table(results: dict[str, dict[str, Any]]) -> str:
+    """Median (p90) per runtime, side by side, and runsc/runc where both ran."""
+    runtimes = list(results)
+    both = "runc" in results and "runsc" in results
+    head = "| measurement | " + " | ".join(f"{r} median (p90)" for r in runtimes) + (" | runsc / runc |" if both else " |") + " target |"
+    lines = [head, "| --- |" + " ---: |" * (len(runtimes) + both) + " --- |"]
+    for label, key, target in ROWS:
+        cells = [f"{results[r][key]['median_ms']:.2f} ms ({results[r][key]['p90_ms']:.2f})" for r in runtimes]
+        if both:
+            cells.append(f"{results['runsc'][key]['median_ms'] / results['runc'][key]['median_ms']:.2f}x")
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {target} |")
+    for label, key, target in [
+        ("run_check / raw CLI exec (median of paired ratios)", "ratio_run_check_vs_cli", "≤ 1.2"),
+        ("run_check / raw SDK exec (median of paired ratios)", "ratio_run_check_vs_sdk", ""),
+    ]:
+        cells = [f"{results[r][key]:.3f}" for r in runtimes] + ([""] if both else [])
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {target} |")
     return "\n".join(lines)
 
 
@@ -226,15 +249,24 @@ def main() -> None:
     parser.add_argument("--checks", type=int, default=20)
     parser.add_argument("--starts", type=int, default=10)
     parser.add_argument("--image", default=os.environ.get("HARNESS_SANDBOX_IMAGE", "harness-sandbox:latest"))
+    parser.add_argument("--runtimes", default="runc,runsc", help="comma-separated: runc, runsc")
+    parser.add_argument("--runsc-host", default=None, help="the engine with runsc registered (default: DOCKER_HOST)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    shared_client().ping()
-    result = measure(args.reads, args.checks, args.starts, args.image)
+    main_host = docker_host()
+    hosts = {"runc": main_host, "runsc": args.runsc_host or main_host}
+    results: dict[str, dict[str, Any]] = {}
+    for runtime in args.runtimes.split(","):
+        os.environ["DOCKER_HOST"] = hosts[runtime]  # the client factories read it outside Django
+        shared_client().ping()
+        results[runtime] = measure(args.reads, args.checks, args.starts, args.image, runtime)
+    os.environ["DOCKER_HOST"] = main_host
+    report = {"machine": machine(), "date": datetime.now(UTC).strftime("%Y-%m-%d"), "engines": hosts, "results": results}
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(report, indent=2))
         return
-    print(f"Sandbox overhead on {result['machine']} ({result['date']}, engine {docker_host()})\n")
-    print(table(result))
+    print(f"Sandbox overhead on {report['machine']} ({report['date']}, engines {hosts})\n")
+    print(table(results))
 
 
 if __name__ == "__main__":
