@@ -51,14 +51,11 @@ LABEL_SPEC = "harness.spec"
 DEFAULT_SCOPE = "default"
 SCRATCH = "/tmp"
 # Fixed by trusted code, never copied from the worker. The workspace is mounted
-# read-only, so whatever a check writes (bytecode, caches, build output) must go to
-# the scratch tmpfs; these point the usual tools there.
-SANDBOX_ENV = {
-    "HOME": SCRATCH,
-    "TMPDIR": SCRATCH,
-    "XDG_CACHE_HOME": f"{SCRATCH}/.cache",
-    "PYTHONPYCACHEPREFIX": f"{SCRATCH}/.pycache",
-}
+# read-only, so whatever a check writes (caches, build output) must go to the scratch
+# tmpfs; these point the usual tools there. Bytecode needs nothing: Python skips
+# writing it where it cannot (and a PYTHONPYCACHEPREFIX would hide the image's own
+# compiled stdlib, making every check compile it again).
+SANDBOX_ENV = {"HOME": SCRATCH, "TMPDIR": SCRATCH, "XDG_CACHE_HOME": f"{SCRATCH}/.cache"}
 DEADLINE_GRACE_SECONDS = 2.0
 STREAM_GRACE_SECONDS = 1.0
 # PID 1: reaps every orphan. Signals from inside the container cannot kill it
