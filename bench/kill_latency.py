@@ -66,7 +66,22 @@ def main() -> None:
     client = docker.from_env()
 
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "harness_site", "worker", "-Q", QUEUE, "-c", "2", "--without-gossip", "--without-mingle", "-l", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "harness_site",
+            "worker",
+            "-Q",
+            QUEUE,
+            "-c",
+            "2",
+            "--without-gossip",
+            "--without-mingle",
+            "-l",
+            "warning",
+        ],
         cwd=ROOT,
         env=ENV,
         stdout=subprocess.DEVNULL,

@@ -198,6 +198,35 @@ def measure(reads: int, checks: int, starts: int, image: str, runtime: str) -> d
     return result
 
 
+def paired_startup(hosts: dict[str, str], image: str, pairs: int) -> dict[str, Any]:
+    """``python3 -c pass`` by raw exec, alternating between a runc and a runsc
+    container (each on its engine), so load on the machine hits both alike."""
+    containers: dict[str, SandboxContainer] = {}
+    times: dict[str, list[float]] = {"runc": [], "runsc": []}
+    with tempfile.TemporaryDirectory(prefix="harness-bench-") as tmp:
+        workspace = prepare_workspace(Path(tmp) / "run", WorkspaceSource(kind="path", path="examples/orders"), ROOT, (ROOT,))
+        try:
+            for runtime in times:
+                os.environ["DOCKER_HOST"] = hosts[runtime]
+                spec = ContainerSpec.from_limits(LIMITS.model_copy(update={"runtime": runtime}), image)
+                containers[runtime] = SandboxContainer.start(f"bench-pair-{runtime}", workspace.dir, spec, scope="bench")
+            for n in range(pairs + 3):
+                for runtime in times:
+                    os.environ["DOCKER_HOST"] = hosts[runtime]
+                    took = raw_sdk(containers[runtime].id, PYTHON_STARTUP)
+                    if n >= 3:  # warm-up
+                        times[runtime].append(took)
+        finally:
+            for runtime, container in containers.items():
+                os.environ["DOCKER_HOST"] = hosts[runtime]
+                container.remove()
+    return {
+        "runc": summary(times["runc"]),
+        "runsc": summary(times["runsc"]),
+        "ratio_runsc_vs_runc": statistics.median(b / a for a, b in zip(times["runc"], times["runsc"], strict=True)),
+    }
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -260,13 +289,26 @@ def main() -> None:
         os.environ["DOCKER_HOST"] = hosts[runtime]  # the client factories read it outside Django
         shared_client().ping()
         results[runtime] = measure(args.reads, args.checks, args.starts, args.image, runtime)
+    paired = paired_startup(hosts, args.image, args.checks * 3) if set(results) == {"runc", "runsc"} else None
     os.environ["DOCKER_HOST"] = main_host
-    report = {"machine": machine(), "date": datetime.now(UTC).strftime("%Y-%m-%d"), "engines": hosts, "results": results}
+    report = {
+        "machine": machine(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "engines": hosts,
+        "results": results,
+        "python_startup_paired": paired,
+    }
     if args.json:
         print(json.dumps(report, indent=2))
         return
     print(f"Sandbox overhead on {report['machine']} ({report['date']}, engines {hosts})\n")
     print(table(results))
+    if paired is not None:
+        print(
+            f"\n`python3 -c pass` by raw exec, runc and runsc alternating ({paired['runc']['n']} pairs): "
+            f"runc {paired['runc']['median_ms']:.1f} ms, runsc {paired['runsc']['median_ms']:.1f} ms median; "
+            f"runsc / runc {paired['ratio_runsc_vs_runc']:.2f} (median of paired ratios)"
+        )
 
 
 if __name__ == "__main__":
