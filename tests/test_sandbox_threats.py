@@ -551,3 +551,24 @@ def assert_git_applies(executor: SandboxExecutor, tmp_path: Path) -> None:
 
     (published,) = list((tmp_path / "outbox").glob("*.patch"))
     git_applies_to_source(executor.workspace, published.read_bytes(), tmp_path / "git-check")
+
+
+BUILD_IN_TREE = ["sh", "-c", "echo built > orders/built.txt && cat orders/built.txt && pwd"]
+
+
+def test_it_runs_a_check_that_must_write_its_tree_on_a_throwaway_copy(sandbox: SandboxExecutor) -> None:
+    in_place = check("in_place", *BUILD_IN_TREE)
+    on_copy = CheckDef(check_id="on_copy", command=BUILD_IN_TREE, timeout_seconds=30, on_copy=True)
+    before = sandbox.revision()
+    script = [step("run_check", check_id="in_place"), step("run_check", check_id="on_copy"), *SURVIVE]
+    outcome = drive(sandbox, sandbox_policy(in_place, on_copy), script)
+    refused = outcome.receipt("run_check", "in_place")["data"]
+    assert refused["exit_code"] != 0 and ("Read-only file system" in refused["output"] or "Permission denied" in refused["output"])
+    built = outcome.receipt("run_check", "on_copy")["data"]
+    assert built["exit_code"] == 0 and built["output"] == "built\n/tmp/tree\n", built
+    assert [(e.check_id, e.passed, e.current) for e in outcome.of_type("evidence_recorded")][:2] == [
+        ("in_place", False, True),
+        ("on_copy", True, True),
+    ]
+    assert sandbox.revision() == before and not (sandbox.workspace.dir / "orders" / "built.txt").exists()
+    assert_survived(outcome)
