@@ -13,6 +13,7 @@ from django import forms
 from runs.core.errors import FieldProblem
 
 DECISIONS = [("allow", "allow"), ("deny", "deny"), ("ask", "ask")]
+RUNTIMES = [("runc", "runc (the engine's default)"), ("runsc", "runsc (gVisor: a user-space kernel)")]
 BUDGET_FIELDS = ("max_proposals", "max_tool_calls", "max_attempts", "wall_time_seconds", "max_output_bytes_per_call")
 _ROW_PATH = re.compile(r"^(rules|checks)\[(\d+)\](?:\.(\w+))?")
 
@@ -36,7 +37,12 @@ class PolicyMainForm(forms.Form):
     sandbox_memory = forms.CharField(label="Sandbox memory", help_text="e.g. 512m, 2g")
     sandbox_cpus = forms.FloatField(label="Sandbox CPUs")
     sandbox_pids_limit = forms.IntegerField(label="Sandbox pids limit")
-    sandbox_workspace_max_mb = forms.IntegerField(label="Workspace quota (MB)", help_text="what checks may leave in the workspace")
+    sandbox_workspace_max_mb = forms.IntegerField(
+        label="Workspace quota (MB)", help_text="how large the workspace may grow before no check runs in it"
+    )
+    sandbox_scratch_mb = forms.IntegerField(label="Scratch (MB)", help_text="the tmpfs checks write to; counts against memory")
+    # Not a ChoiceField: check_policy judges the value and names the field.
+    sandbox_runtime = forms.CharField(label="Sandbox runtime", initial="runc", widget=forms.Select(choices=RUNTIMES))
 
 
 class RuleForm(forms.Form):
@@ -77,6 +83,7 @@ class CheckForm(forms.Form):
     version = forms.CharField(initial="1", required=False, widget=forms.TextInput(attrs={"class": "vIntegerField"}))
     timeout_seconds = forms.IntegerField(initial=120, required=False, widget=forms.NumberInput(attrs={"class": "vIntegerField"}))
     image = forms.CharField(required=False, widget=forms.TextInput(attrs={"size": 20}))
+    on_copy = forms.BooleanField(required=False, label="On a copy", help_text="runs in a throwaway copy of the workspace")
 
     def clean_command(self) -> list[str]:
         return [line.strip() for line in self.cleaned_data["command"].splitlines() if line.strip()]
@@ -104,6 +111,8 @@ def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[st
         "sandbox_cpus": sandbox.get("cpus", 1.0),
         "sandbox_pids_limit": sandbox.get("pids_limit", 128),
         "sandbox_workspace_max_mb": sandbox.get("workspace_max_mb", 1024),
+        "sandbox_scratch_mb": sandbox.get("scratch_mb", 256),
+        "sandbox_runtime": sandbox.get("runtime", "runc"),
     }
     rules = [
         {
@@ -122,6 +131,7 @@ def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[st
             "version": check.get("version", "1"),
             "timeout_seconds": check.get("timeout_seconds", 120),
             "image": check.get("image") or "",
+            "on_copy": check.get("on_copy", False),
         }
         for check in document.get("checks", [])
     ]
@@ -154,6 +164,8 @@ def compose(main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[
             check["timeout_seconds"] = row["timeout_seconds"]
         if row["image"]:
             check["image"] = row["image"]
+        if row["on_copy"]:
+            check["on_copy"] = True
         checks.append(check)
     return {
         "rules": rules,
@@ -168,6 +180,8 @@ def compose(main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[
             "cpus": data["sandbox_cpus"],
             "pids_limit": data["sandbox_pids_limit"],
             "workspace_max_mb": data["sandbox_workspace_max_mb"],
+            "scratch_mb": data["sandbox_scratch_mb"],
+            "runtime": data["sandbox_runtime"],
         },
     }
 

@@ -58,13 +58,24 @@ def noop_parts(steps: int) -> tuple[Any, Any, Any, Any]:
 
     class NoopExecutor:
         def execute(self, call: Any) -> dict[str, Any]:
-            return {"call_id": call.call_id, "tool": call.tool, "status": "ok", "effect": "none", "revision": "r0", "data": {}, "artifacts": []}
+            return {
+                "call_id": call.call_id,
+                "tool": call.tool,
+                "status": "ok",
+                "effect": "none",
+                "revision": "r0",
+                "data": {},
+                "artifacts": [],
+            }
 
         def reconcile(self, effect: Any) -> Any:
             raise AssertionError("nothing is pending")
 
     class FixedWorkspace:
         def revision(self) -> str:
+            return "r0"
+
+        def verify(self) -> str:
             return "r0"
 
         def preview(self, tool: str, args: Any) -> None:

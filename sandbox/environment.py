@@ -66,6 +66,7 @@ def sandbox_environment(run: Run, policy: Policy) -> Environment:
         container,
         FileArtifactStore(),
         Path(settings.OUTBOX_DIR),
+        write_paths=run.contract["allowed_write_paths"],
         spool_dir=Path(settings.ARTIFACT_ROOT) / "spool",
         quota=DiskQuota(workspace_max_bytes=policy.sandbox.workspace_max_mb * MB, reserve_bytes=settings.HARNESS_DISK_RESERVE_MB * MB),
         spec=spec,

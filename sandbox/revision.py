@@ -9,8 +9,8 @@ again: reading the revision costs one small file read, a write costs the depth o
 path (and the entries of the directories on it), whatever the size of the repository.
 Nothing is held in memory, so a worker that restarts trusts nothing it did not persist.
 
-The full walk stays the judge. It builds the index at preparation and re-reads the
-tree after untrusted code ran (``after_untrusted_code``). Before every write the
+The full walk stays the judge. It builds the index at preparation and, after untrusted
+code ran (``after_untrusted_code``), must find the tree unchanged. Before every write the
 paths about to change are recorded in ``index/pending`` and removed once the index
 has caught up; a worker that finds the file left behind (a crash mid-write) brings
 those paths up to date from the disk and verifies the whole index against a full
@@ -33,11 +33,6 @@ from runs.core.ports import RevisionMismatch
 from sandbox import fileops
 from sandbox.hashing import EMPTY_TREE, LINK_MODE, TREE_MODE, TreeHasher, git_hash
 
-# DECISION POINT (issue 12). While checks can write the workspace, what untrusted code
-# leaves behind is only known by walking the tree again, so the walk's value becomes
-# the revision. Once the workspace is mounted read-only to checks, set this to False:
-# the walk then has to find the revision unchanged, and a difference stops the run.
-CHECKS_MAY_WRITE_WORKSPACE = True
 WHOLE_TREE = "*"  # the pending marker of untrusted code: anything may have changed
 
 Entries = dict[bytes, tuple[bytes, bytes]]  # name -> (mode, sha)
@@ -127,7 +122,9 @@ class RevisionIndex:
                 log.warning("revision index of %s not brought up to date: %s", self.tree, exc)
 
     def after_untrusted_code(self) -> str:
-        return self.rebuild() if CHECKS_MAY_WRITE_WORKSPACE else self.verify()
+        # Checks see the workspace read-only (sandbox/container.py), so the full walk
+        # must find the revision unchanged; a difference stops the run.
+        return self.verify()
 
     def _recover(self, paths: list[str], *, crashed: bool) -> None:
         """Bring the index up to date with ``paths`` after they were written; after a

@@ -20,6 +20,7 @@ from runs.core.ports import ArtifactStore, Call
 from sandbox import fileops, patches
 from sandbox.container import OutputCapture, SandboxContainer
 from sandbox.engine import SandboxUnavailable
+from sandbox.publishing import PublishRefused, publication
 from sandbox.quota import WATCH_SECONDS, DiskQuota, QuotaProblem
 from sandbox.workspace import RunWorkspace
 
@@ -49,6 +50,7 @@ class ToolContext:
     outbox: Path
     # The container a call's check runs in (started, waiting for the engine, when needed).
     container_for: Callable[[Call], SandboxContainer]
+    write_paths: tuple[str, ...]
     spool_dir: Path | None = None
     quota: DiskQuota = DiskQuota()
 
@@ -134,6 +136,7 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         container = ctx.container_for(call)
     except SandboxUnavailable as exc:
         return _infrastructure(exc.reason, **base)
+    before = ctx.workspace.revision()
     capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir)
     try:
         with ctx.workspace.untrusted_code():
@@ -143,6 +146,7 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
                 capture=capture,
                 watch=watch,
                 watch_seconds=WATCH_SECONDS,
+                on_copy=check.on_copy,
             )
     except SandboxUnavailable as exc:
         capture.discard()
@@ -162,6 +166,7 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         "duration_ms": result.duration_ms,
         "oom_killed": result.oom_killed,
         "image_digest": container.image_digest,
+        "runtime": container.spec.runtime,
         "output_ref": ref,
         "output": capture.excerpt(ref),
         "truncated": capture.truncated,
@@ -179,6 +184,12 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         # harness re-reads the revision itself), and it proves nothing.
         data["error"] = "the sandbox was killed during the check" if result.killed else str(result.error)
         return ToolResult("unknown", "unknown", data, [ref])
+    after = ctx.workspace.revision()
+    if after != before:
+        # A check observes and never changes (the workspace is mounted read-only);
+        # if the revision moved anyway, what it checked is not one revision.
+        data["error"] = f"the workspace changed during the check (revision {before} -> {after}): it is not evidence"
+        return ToolResult("unknown", "unknown", data, [ref])
     return ToolResult("ok", "none", data, [ref])
 
 
@@ -195,11 +206,14 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
     target = outbox_path(ctx.outbox, key)
     if target.exists():
         return ToolResult("ok", "none", {"idempotency_key": key, "duplicate": True, "outbox_file": target.name})
-    patch = ctx.workspace.diff()
-    header = [f"# Harness publish {key}", f"# run: {ctx.run_id}", f"# revision: {ctx.workspace.revision()}"]
+    try:
+        published = publication(ctx.workspace, ctx.write_paths)
+    except PublishRefused as exc:
+        return _error(f"nothing was published: {exc}", idempotency_key=key)
+    patch = published.patch
+    header = [f"# Harness publish {key}", f"# run: {ctx.run_id}", f"# revision: {published.revision}"]
     header += [f"# {line}" for line in str(call.args["message"]).splitlines() or [""]]
-    header += [f"# not included: {s['path']} ({s['reason']})" for s in patch.skipped]
-    content = ("\n".join(header) + "\n\n" + patch.text).encode("utf-8", errors="surrogateescape")
+    content = ("\n".join(header) + "\n\n" + published.text).encode("utf-8", errors="surrogateescape")
     ctx.outbox.mkdir(parents=True, exist_ok=True)
     tmp = ctx.outbox / f".{key}.{secrets.token_hex(6)}.tmp"
     try:

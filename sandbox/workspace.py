@@ -38,12 +38,12 @@ from pathlib import Path
 from runs.core.contract import WorkspaceSource
 from runs.core.errors import FieldProblem, InputError
 from runs.core.jsonutil import JSON
-from runs.core.paths import path_allowed
+from runs.core.paths import PathRefused, canonical_path, path_allowed, refused_character, shown_path
 from runs.core.ports import RevisionMismatch
 from runs.environment import RepositoryContext
 from sandbox import fileops, patches
 from sandbox.hashing import EMPTY_TREE, LINK_MODE, TreeHasher, content, git_hash
-from sandbox.revision import CHECKS_MAY_WRITE_WORKSPACE, WHOLE_TREE, RevisionIndex
+from sandbox.revision import WHOLE_TREE, RevisionIndex
 
 __all__ = ["EMPTY_TREE", "RunWorkspace", "TreeHasher", "prepare_workspace"]
 
@@ -141,7 +141,8 @@ class RunWorkspace:
         return self.index.writing([WHOLE_TREE])
 
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
-        """What a write would change, as a unified diff against the current content."""
+        """What a file tool would change, as a unified diff against the current content
+        (``publish`` is previewed by ``sandbox.publishing``)."""
         try:
             if tool == "write_file":
                 path = str(args["path"])
@@ -154,11 +155,6 @@ class RunWorkspace:
             if tool == "apply_patch":
                 planned = fileops.plan_patch(self.dir, str(args["patch"]))
                 return "".join(patches.unified_diff(c.path, c.old, c.new) for c in planned)
-            if tool == "publish":
-                # The reviewer sees exactly the patch that publish would write.
-                published = self.diff()
-                skipped = "".join(f"# not published: {s['path']} ({s['reason']})\n" for s in published.skipped)
-                return skipped + published.text
         except (fileops.FileRefused, patches.PatchRefused) as exc:
             return f"# this {tool} would be refused: {exc}\n"
         return None
@@ -219,11 +215,16 @@ class RunWorkspace:
 
     def diff(self) -> PatchSet:
         """The workspace's changes as a patch ``git apply``/``patch -p1`` accept.
-        Binary files and symlinks cannot be expressed and are listed as skipped."""
+        Binary files and symlinks cannot be expressed and are listed as skipped; a
+        path outside the path grammar refuses the whole diff (PatchRefused)."""
         text: list[str] = []
         files: list[str] = []
         skipped: list[dict[str, str]] = []
         for change in self.changes():
+            try:
+                canonical_path(change.path)  # a name found in the tree obeys the grammar too
+            except PathRefused as exc:
+                raise patches.PatchRefused(str(exc)) from None
             kinds = {change.old_kind or "file", change.new_kind or "file"}
             if kinds != {"file"}:
                 skipped.append({"path": change.path, "reason": "symlinks and special files are not published"})
@@ -286,11 +287,9 @@ def prepare_workspace(root: Path, source: WorkspaceSource, base_dir: Path, allow
             meta["commit"] = _from_git(location, source.ref, prepared.dir, prepared.pristine_git)
         else:
             _from_archive(location, prepared.dir)
-        if CHECKS_MAY_WRITE_WORKSPACE:
-            # DECISION POINT (issue 12): checks write the workspace as uid 65534 until
-            # it is mounted read-only to them; then this per-file chown goes (reading
-            # needs no ownership).
-            _give_to_sandbox(prepared.dir)
+        # Checks only read the tree (it is mounted read-only), but a source may hold
+        # files only their owner can read: the sandbox's uid owns them.
+        _give_to_sandbox(prepared.dir)
         base = prepared.index.start()
         if source.kind == "git" and base == _git(["rev-parse", f"{meta['commit']}^{{tree}}"], cwd=prepared.pristine_git):
             pass  # the full walk verified the checkout: the commit's objects are the pristine tree
@@ -340,6 +339,7 @@ def _copy_tree(src: Path, dst: Path, skip: set[str]) -> None:
     def ignore(directory: str, names: list[str]) -> set[str]:
         left_out = set()
         for name in names:
+            _check_name(os.path.relpath(os.path.join(directory, name), src))
             mode = os.lstat(os.path.join(directory, name)).st_mode
             regular = stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)
             if not regular or name in skip or (name == ".git" and Path(directory) == src):
@@ -363,6 +363,13 @@ def _link_tree(src: Path, dst: Path) -> None:
                     dirnames.remove(name)  # os.walk would not descend, but say it
             elif name in filenames:
                 os.link(full, target / name)
+
+
+def _check_name(path: str) -> None:
+    """A file name in a source obeys the path grammar, or the source is refused."""
+    why = refused_character(path)
+    if why is not None:
+        raise WorkspaceSourceError(f"the source has a file {shown_path(path)} that {why}; such names are refused")
 
 
 def _give_to_sandbox(tree: Path) -> None:
@@ -423,6 +430,7 @@ def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> str
 def _archive_member_path(name: str) -> str:
     clean = name[2:] if name.startswith("./") else name
     clean = clean.rstrip("/")
+    _check_name(clean)
     if not clean or clean.startswith("/") or "\\" in clean or "\x00" in clean:
         raise WorkspaceSourceError(f"archive member {name!r}: absolute or malformed path")
     if any(part == ".." for part in clean.split("/")):

@@ -36,9 +36,11 @@ from sandbox.container import ContainerSpec, SandboxContainer, sweep_orphans
 from sandbox.docker_client import docker_host, new_client
 from sandbox.executor import SandboxExecutor
 from sandbox.workspace import RunWorkspace, prepare_workspace
+from tests.fixtures_runtimes import RuntimeEngine
 
 ROOT = Path(__file__).resolve().parent.parent
 SCOPE = f"test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+WRITE_PATHS = ("orders/*",)
 TEST_LIMITS = SandboxLimits(memory="256m", cpus=1.0, pids_limit=64)
 ALL_TOOLS = ["list_files", "read_file", "search", "write_file", "apply_patch", "run_check", "publish", "lookup_publish", "finish"]
 SMOKE = CheckDef(check_id="smoke", command=["python3", "-c", "print('sandbox alive')"], timeout_seconds=30)
@@ -88,15 +90,17 @@ class ModuleSandbox:
     run_id: str
     workspace: RunWorkspace
     container: SandboxContainer
+    engine: RuntimeEngine
 
 
 @pytest.fixture(scope="module")
-def module_sandbox(docker_engine: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleSandbox]:
-    """One workspace and container per test module; each test resets the workspace."""
-    run_id = f"module-{uuid.uuid4().hex[:8]}"
+def module_sandbox(runtime_engine: RuntimeEngine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleSandbox]:
+    """One workspace and container per test module and runtime; each test resets the
+    workspace."""
+    run_id = f"module-{runtime_engine.runtime}-{uuid.uuid4().hex[:8]}"
     workspace = example_workspace(tmp_path_factory.mktemp("sandbox") / run_id)
-    container = start_container(run_id, workspace)
-    yield ModuleSandbox(run_id, workspace, container)
+    container = start_container(run_id, workspace, runtime_engine.limits(TEST_LIMITS))
+    yield ModuleSandbox(run_id, workspace, container, runtime_engine)
     container.remove()
 
 
@@ -112,6 +116,7 @@ def sandbox(module_sandbox: ModuleSandbox, tmp_path: Path, db: None) -> SandboxE
         module_sandbox.container,
         FileArtifactStore(),
         tmp_path / "outbox",
+        write_paths=WRITE_PATHS,
         spool_dir=tmp_path / "spool",
     )
 
@@ -122,7 +127,9 @@ def host_executor(tmp_path: Path, db: None) -> SandboxExecutor:
     from runs.artifacts import FileArtifactStore
 
     workspace = example_workspace(tmp_path / "run")
-    return SandboxExecutor(f"host-{uuid.uuid4().hex[:8]}", workspace, None, FileArtifactStore(), tmp_path / "outbox")
+    return SandboxExecutor(
+        f"host-{uuid.uuid4().hex[:8]}", workspace, None, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS
+    )
 
 
 def make_call(tool: str, args: dict[str, Any], *, check: CheckDef | None = None, key: str | None = None, cap: int = 100_000) -> Call:
@@ -139,10 +146,14 @@ def make_call(tool: str, args: dict[str, Any], *, check: CheckDef | None = None,
     )
 
 
-def sandbox_policy(*checks: CheckDef, limits: SandboxLimits = TEST_LIMITS) -> Policy:
+def sandbox_policy(*checks: CheckDef, limits: SandboxLimits = TEST_LIMITS, allow_publish: bool = False) -> Policy:
+    """The default policy with these checks; ``allow_publish`` lets publish through
+    without a reviewer (it still needs current evidence)."""
     document = json.loads((ROOT / "approvals" / "default_policy.json").read_text())
     document["checks"] = [TESTS.model_dump(), SMOKE.model_dump(), *(c.model_dump() for c in checks)]
     document["sandbox"] = limits.model_dump()
+    if allow_publish:
+        document["rules"] = [{**r, "decision": "allow"} if r["tool"] == "publish" else r for r in document["rules"]]
     return Policy.model_validate(document)
 
 
@@ -153,7 +164,7 @@ def sandbox_contract(targets: Sequence[str] = ("smoke",), max_output_bytes: int 
             "objective": "exercise the sandbox",
             "acceptance_criteria": ["the run survives"],
             "workspace": {"kind": "path", "path": "examples/orders"},
-            "allowed_write_paths": ["orders/*"],
+            "allowed_write_paths": list(WRITE_PATHS),
             "allowed_tools": ALL_TOOLS,
             "verification_targets": list(targets),
             "limits": {

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from runs.core.contract import WorkspaceSource
 from runs.core.ports import RevisionMismatch
-from sandbox import fileops, hashing, patches, revision
+from sandbox import fileops, hashing, patches
 from sandbox.executor import SandboxExecutor
 from sandbox.hashing import TreeHasher
 from sandbox.workspace import RunWorkspace, prepare_workspace
@@ -146,10 +146,9 @@ def test_it_stops_the_run_when_the_full_walk_disagrees(host_executor: SandboxExe
         RunWorkspace(ws.root).revision()
 
 
-def test_it_stops_when_a_check_changed_a_read_only_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Once checks cannot write the workspace (issue 12), a walk after each check must
-    find the revision unchanged."""
-    monkeypatch.setattr(revision, "CHECKS_MAY_WRITE_WORKSPACE", False)
+def test_it_stops_when_a_check_changed_a_read_only_workspace(tmp_path: Path) -> None:
+    """Checks cannot write the workspace, so a walk after each check must find the
+    revision unchanged."""
     ws = prepared(tmp_path / "run")
     with ws.untrusted_code():
         pass

@@ -238,7 +238,10 @@ def test_it_shows_tokens_and_cost_against_the_budget_for_a_model_run(db):
     run = World().create()
     assert model_budgets(run, {}) == []  # a scripted run has no model budget
     run.proposer = {"kind": "openai", "model": "gpt-4o-mini", "max_tokens": 1000, "max_cost_usd": 0.5}
-    snapshot = {"usage": {"requests": 2, "input_tokens": 300, "output_tokens": 100, "cost_usd": 0.00011}, "budget": {"max_tokens": 1000, "max_cost_usd": 0.5}}
+    snapshot = {
+        "usage": {"requests": 2, "input_tokens": 300, "output_tokens": 100, "cost_usd": 0.00011},
+        "budget": {"max_tokens": 1000, "max_cost_usd": 0.5},
+    }
     tokens, cost = model_budgets(run, snapshot)
     assert (tokens["name"], tokens["used"], tokens["limit"], tokens["ratio"]) == ("tokens", 400, 1000.0, 0.4)
     assert (cost["name"], cost["used"], cost["limit"], cost["unit"]) == ("cost", 0.0001, 0.5, " USD")

@@ -347,7 +347,9 @@ def make_repo(path: Path) -> list[str]:
 
 def test_it_prepares_workspaces_from_a_path_a_git_ref_and_archives(tmp_path: Path) -> None:
     first, second = make_repo(tmp_path / "repo")
-    at_first = prepare_workspace(tmp_path / "ws-git", WorkspaceSource(kind="git", path=str(tmp_path / "repo"), ref=first), ROOT, (ROOT, tmp_path))
+    at_first = prepare_workspace(
+        tmp_path / "ws-git", WorkspaceSource(kind="git", path=str(tmp_path / "repo"), ref=first), ROOT, (ROOT, tmp_path)
+    )
     assert not (at_first.dir / "orders" / "extra.py").exists() and not (at_first.dir / ".git").exists()
     assert at_first.source["commit"] == first
     head = prepare_workspace(tmp_path / "ws-head", WorkspaceSource(kind="git", path=str(tmp_path / "repo")), ROOT, (ROOT, tmp_path))
@@ -355,17 +357,22 @@ def test_it_prepares_workspaces_from_a_path_a_git_ref_and_archives(tmp_path: Pat
     path = prepare_workspace(tmp_path / "ws-path", WorkspaceSource(kind="path", path="examples/orders"), ROOT, (ROOT, tmp_path))
     assert path.revision() == at_first.revision()  # same content, same tree hash
     assert (
-        prepare_workspace(tmp_path / "ws-path", WorkspaceSource(kind="path", path="nowhere"), ROOT, (ROOT, tmp_path)).revision() == path.revision()
+        prepare_workspace(tmp_path / "ws-path", WorkspaceSource(kind="path", path="nowhere"), ROOT, (ROOT, tmp_path)).revision()
+        == path.revision()
     )  # reused
 
     with tarfile.open(tmp_path / "src.tar.gz", "w:gz") as tar:
         tar.add(ROOT / "examples" / "orders", arcname=".", filter=lambda m: None if set(m.name.split("/")) & CACHES else m)
-    from_tar = prepare_workspace(tmp_path / "ws-tar", WorkspaceSource(kind="archive", path=str(tmp_path / "src.tar.gz")), ROOT, (ROOT, tmp_path))
+    from_tar = prepare_workspace(
+        tmp_path / "ws-tar", WorkspaceSource(kind="archive", path=str(tmp_path / "src.tar.gz")), ROOT, (ROOT, tmp_path)
+    )
     with zipfile.ZipFile(tmp_path / "src.zip", "w") as archive:
         for file in sorted((ROOT / "examples" / "orders").rglob("*")):
             if file.is_file() and not set(file.parts) & CACHES:
                 archive.write(file, file.relative_to(ROOT / "examples" / "orders").as_posix())
-    from_zip = prepare_workspace(tmp_path / "ws-zip", WorkspaceSource(kind="archive", path=str(tmp_path / "src.zip")), ROOT, (ROOT, tmp_path))
+    from_zip = prepare_workspace(
+        tmp_path / "ws-zip", WorkspaceSource(kind="archive", path=str(tmp_path / "src.zip")), ROOT, (ROOT, tmp_path)
+    )
     assert from_tar.revision() == from_zip.revision() == path.revision()
     if os.geteuid() == 0:
         assert from_zip.dir.stat().st_uid == 65534 and (from_zip.dir / "orders" / "total.py").stat().st_uid == 65534
@@ -403,9 +410,13 @@ def test_it_refuses_unsafe_archives_and_bad_sources(tmp_path: Path) -> None:
         prepare_workspace(tmp_path / "ws-nogit", WorkspaceSource(kind="git", path="examples/orders"), ROOT, (ROOT, tmp_path))
     make_repo(tmp_path / "repo")
     with pytest.raises(WorkspaceSourceError, match="not a valid git ref"):
-        prepare_workspace(tmp_path / "ws-ref", WorkspaceSource(kind="git", path=str(tmp_path / "repo"), ref="--upload-pack=evil"), ROOT, (ROOT, tmp_path))
+        prepare_workspace(
+            tmp_path / "ws-ref", WorkspaceSource(kind="git", path=str(tmp_path / "repo"), ref="--upload-pack=evil"), ROOT, (ROOT, tmp_path)
+        )
     with pytest.raises(WorkspaceSourceError, match="is not a commit"):
-        prepare_workspace(tmp_path / "ws-ref2", WorkspaceSource(kind="git", path=str(tmp_path / "repo"), ref="nope"), ROOT, (ROOT, tmp_path))
+        prepare_workspace(
+            tmp_path / "ws-ref2", WorkspaceSource(kind="git", path=str(tmp_path / "repo"), ref="nope"), ROOT, (ROOT, tmp_path)
+        )
     with pytest.raises(WorkspaceSourceError, match="is not a directory"):
         prepare_workspace(tmp_path / "ws-missing", WorkspaceSource(kind="path", path="examples/missing"), ROOT, (ROOT, tmp_path))
 
@@ -447,12 +458,13 @@ def test_it_keeps_a_git_source_once_as_its_objects_and_diffs_against_the_commit(
 def test_it_never_diffs_against_a_pristine_file_changed_through_its_shared_inode(tmp_path: Path) -> None:
     """The pristine tree shares its files' inodes with the workspace as prepared. Only
     a write in place could reach it (the harness's tools rename a new file over the
-    old; checks may not write the workspace): then publishing stops, never ships a
-    wrong diff."""
+    old; checks see the workspace read-only): the walk after the code that did it
+    stops the run, and no diff is made after that."""
     ws: RunWorkspace = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="path", path="examples/orders"), ROOT, (ROOT, tmp_path))
-    with ws.untrusted_code(), open(ws.dir / "orders" / "total.py", "r+") as handle:
-        handle.write("# in place\n")
-    with pytest.raises(RevisionMismatch, match="pristine/orders/total.py no longer has the content"):
+    with pytest.raises(RevisionMismatch, match="differs from a full walk"):
+        with ws.untrusted_code(), open(ws.dir / "orders" / "total.py", "r+") as handle:
+            handle.write("# in place\n")
+    with pytest.raises(RevisionMismatch):
         ws.diff()
 
 

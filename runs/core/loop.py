@@ -13,7 +13,7 @@ from runs.core.contract import Contract
 from runs.core.errors import FieldProblem, InputError
 from runs.core.jsonutil import JSON, canonical_json, digest
 from runs.core.lifecycle import CANCELLED_OUTCOME, WAIT_EXITS, WaitExit, exit_of
-from runs.core.paths import patch_targets
+from runs.core.patchtext import patch_targets
 from runs.core.policy import Authorization, CheckDef, Policy, authorize
 from runs.core.ports import (
     ApprovalAsk,
@@ -181,9 +181,10 @@ class Harness:
             self._adopt_policy(self.policy)
             self._refresh_policy()
             self._recover_in_flight()
-            # Whatever happened while nobody drove this run, the trusted revision
-            # is re-read before any approval or evidence is relied on again.
-            self._set_revision(self.workspace.revision(), cleared_by_write=False)
+            # Whatever happened while nobody drove this run (hours, for a wait), the
+            # workspace is read in full before any approval or evidence is relied on
+            # again: a change that came around the harness's tools stops the run.
+            self._set_revision(self.workspace.verify(), cleared_by_write=False)
             if self.state.status == "waiting_approval":
                 self._resume_waiting()
             while self.state.status == "running":

@@ -59,6 +59,11 @@ class Workspace(Protocol):
         """The content hash of the workspace, computed by trusted code. Raises
         RevisionMismatch when that value fails its verification."""
 
+    def verify(self) -> str:
+        """The revision as a full read of the workspace finds it, which must agree with
+        ``revision()`` (RevisionMismatch otherwise). Costs the size of the workspace:
+        for when a run is picked up, not for every call."""
+
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
         """A unified diff of what a write would change, for reviewers."""
 

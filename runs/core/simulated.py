@@ -36,6 +36,9 @@ class SimWorkspace:
     def revision(self) -> str:
         return digest(self.files)[:40]
 
+    def verify(self) -> str:
+        return self.revision()
+
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
         if tool == "publish":
             return f"# publish of {len(self.files)} file(s)\n"

@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from runs.core.errors import FieldProblem, InputError, problems_from
 from runs.core.jsonutil import JSON
-from runs.core.paths import PathRefused, canonical_path, patch_targets, path_allowed
+from runs.core.patchtext import patch_targets
+from runs.core.paths import PathRefused, canonical_path, path_allowed
 
 
 class Args(BaseModel):
@@ -69,11 +70,7 @@ class ApplyPatchArgs(Args):
     @field_validator("patch")
     @classmethod
     def _targets(cls, value: str) -> str:
-        targets = patch_targets(value)
-        if not targets:
-            raise ValueError("no '--- a/...' / '+++ b/...' file headers found")
-        for target in targets:
-            _canonical(target)
+        patch_targets(value)  # the applier's own reading: PatchRefused names the problem
         return value
 
 
@@ -150,7 +147,7 @@ class Registry:
             globs = list(write_globs)
             targets = patch_targets(clean["patch"]) if "patch" in clean else [clean["path"]]
             field = "args.patch" if "patch" in clean else "args.path"
-            refused = [t for t in targets if not path_allowed(canonical_path(t), globs)]
+            refused = [t for t in targets if not path_allowed(t, globs)]
             if refused:
                 raise InputError(
                     "arguments",
