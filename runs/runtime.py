@@ -9,20 +9,21 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 
 from approvals.policies import load_policy
-from approvals.services import DjangoApprovals
+from approvals.services import DjangoApprovals, cancel_open_requests
 from harness_site.celery import app as celery_app
 from runs import leases
 from runs.control import Watchdog, admitting_new_runs
 from runs.core import events as ev
 from runs.core.errors import FieldProblem, InputError
 from runs.core.faults import Fault, FaultyExecutor
+from runs.core.ports import RevisionMismatch
 from runs.environment import Environment
 from runs.models import Run
 from runs.services import check_new_run, do_create_run, drive_run, registry
@@ -63,26 +64,28 @@ def create_run(contract: object, proposer: object, actor: Any, *, enqueue: bool 
     return run
 
 
-def record_base_revision(run: Run, revision: str, lease_token: int) -> None:
+def record_base_revision(run: Run, revision: Callable[[], str], lease_token: int) -> None:
     """A run created without its workspace (by the web process) starts from the revision
     the worker found after preparing it; written once, under the worker's lease."""
     state = load_state(run)
     if state.base_revision:
         return
-    state.base_revision = state.revision = revision
+    state.base_revision = state.revision = revision()
     DjangoStore(lease_token).checkpoint(state, [])
     run.refresh_from_db()
 
 
-def stop_unprepared(run: Run, problem: str, lease_token: int) -> str:
+def stop_undriven(run: Run, reason: str, message: str, lease_token: int) -> str:
     """A workspace the worker cannot prepare (found only then: a git ref that is not a
-    commit, a malformed archive) stops the run, saying why, instead of leaving it running."""
+    commit, a malformed archive) or whose revision fails its verification stops the
+    run, saying why, instead of leaving it running or waiting."""
     state = load_state(run)
-    state.status, state.stop_reason = "stopped", "workspace_error"
-    state.stop_message = f"the workspace could not be prepared: {problem}"
-    stop = ev.Stopped(run_id=str(run.pk), seq=0, ts=time.time(), status="workspace_error", message=state.stop_message)
+    state.status, state.stop_reason, state.stop_message = "stopped", reason, message
+    stop = ev.Stopped(run_id=str(run.pk), seq=0, ts=time.time(), status=reason, message=message)
     DjangoStore(lease_token).checkpoint(state, [stop])
-    return "workspace_error"
+    # Its requests leave the reviewers' queue, as with any stop.
+    cancel_open_requests(str(run.pk), f"the run stopped: {reason}")
+    return reason
 
 
 def worker_identity() -> str:
@@ -102,8 +105,11 @@ def advance(run_id: str, faults: Sequence[Fault] = ()) -> str:
         try:
             environment = environment_for(run, faults)  # prepares the workspace on first use
         except WorkspaceSourceError as exc:
-            return stop_unprepared(run, str(exc), token)
-        record_base_revision(run, environment.workspace.revision(), token)
+            return stop_undriven(run, "workspace_error", f"the workspace could not be prepared: {exc}", token)
+        try:
+            record_base_revision(run, environment.workspace.revision, token)
+        except RevisionMismatch as exc:
+            return stop_undriven(run, "revision_mismatch", str(exc), token)
         with Watchdog(
             run_id,
             renew=lambda: leases.renew(run_id, token),

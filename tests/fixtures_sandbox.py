@@ -78,7 +78,11 @@ def reset_workspace(workspace: RunWorkspace) -> None:
     for dirpath, dirnames, filenames in os.walk(workspace.dir):
         for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
             os.lchown(name, 65534, 65534)
-    workspace.reread()  # changed behind the harness's tools: only a walk sees it
+    # Changed behind the harness's tools: only a walk sees it. A test that made the
+    # index refuse (a check that found the tree changed) must not leave the next one a
+    # workspace that refuses too.
+    (workspace.index.dir / "broken").unlink(missing_ok=True)
+    workspace.reread()
 
 
 def start_container(run_id: str, workspace: RunWorkspace, limits: SandboxLimits = TEST_LIMITS) -> SandboxContainer:

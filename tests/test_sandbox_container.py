@@ -85,7 +85,6 @@ def test_it_restarts_a_stopped_container_for_the_next_check(docker_engine, tmp_p
 @pytest.mark.django_db(transaction=True)
 def test_it_runs_the_demo_until_publish_waits_for_approval(docker_engine) -> None:
     from approvals.policies import load_policy
-    from runs.core.loop import idempotency_key
     from runs.services import check_new_run, do_create_run, drive_run
     from sandbox.environment import prepare_workspace_for, sandbox_environment, workspace_root
 
@@ -109,7 +108,8 @@ def test_it_runs_the_demo_until_publish_waits_for_approval(docker_engine) -> Non
         state = drive_run(run, resumed, approvals)
         assert state.status == "complete", (state.stop_reason, state.stop_message)
         assert state.effects_applied == ["c4"]
-        patch = Path(settings.OUTBOX_DIR) / f"{idempotency_key(str(run.pk), 'c4')}.patch"
+        (published,) = [op for op in state.operations.values() if op.call_id == "c4" and op.status == "applied"]
+        patch = Path(settings.OUTBOX_DIR) / f"{published.key}.patch"
         assert 'if line["quantity"] < 0:' in patch.read_text()
     finally:
         environment.close()

@@ -128,6 +128,7 @@ def plant_links_as_a_source_could(workspace_dir: Path) -> None:
 def test_it_refuses_dotdot_and_symlink_escapes_even_when_a_check_planted_them(sandbox: SandboxExecutor) -> None:
     host_passwd = hashlib.sha256(Path("/etc/passwd").read_bytes()).hexdigest()
     plant_links_as_a_source_could(sandbox.workspace.dir)
+    sandbox.workspace.reread()  # as if the source had held them from the start
     script = [
         step("read_file", path="../../etc/passwd"),
         step("run_check", check_id="plant_links"),
@@ -534,16 +535,16 @@ def test_it_refuses_separator_and_control_characters_in_patch_headers(sandbox: S
 
 
 def test_it_does_not_count_a_check_whose_workspace_changed_under_it(sandbox: SandboxExecutor) -> None:
-    """The second lock: if the revision moves during a check (here the host writes
-    while it runs; checks themselves cannot), the check is not evidence, and says so."""
+    """The second lock: if the tree changes during a check (here the host writes while
+    it runs; checks themselves cannot), the full walk after the check finds it, and the
+    run stops rather than take that check, or anything after it, as evidence."""
     writer = threading.Timer(0.5, lambda: (sandbox.workspace.dir / "orders" / "late.py").write_text("x = 1\n"))
     writer.start()
     outcome = drive(sandbox, sandbox_policy(check("slow", "sleep", "2")), [step("run_check", check_id="slow"), *SURVIVE])
     writer.join()
-    receipt = outcome.receipt("run_check", "slow")
-    assert receipt["status"] == "unknown" and "the workspace changed during the check (revision " in receipt["data"]["error"]
-    assert [e.check_id for e in outcome.state.evidence] == ["smoke"]
-    assert_survived(outcome)
+    assert outcome.state.stop_reason == "revision_mismatch"
+    assert "differs from a full walk" in outcome.state.stop_message
+    assert not outcome.state.evidence
 
 
 def assert_git_applies(executor: SandboxExecutor, tmp_path: Path) -> None:
