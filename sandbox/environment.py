@@ -12,6 +12,7 @@ from runs.artifacts import FileArtifactStore
 from runs.core.contract import WorkspaceSource
 from runs.core.policy import Policy
 from runs.environment import Environment
+from runs.live_output import LiveOutput
 from runs.models import Run
 from sandbox.container import ContainerSpec, SandboxContainer
 from sandbox.executor import SandboxExecutor
@@ -46,6 +47,7 @@ def sandbox_environment(run: Run, policy: Policy) -> Environment:
         Path(settings.OUTBOX_DIR),
         spool_dir=Path(settings.ARTIFACT_ROOT) / "spool",
         quota=DiskQuota(workspace_max_bytes=policy.sandbox.workspace_max_mb * MB, reserve_bytes=settings.HARNESS_DISK_RESERVE_MB * MB),
+        live_output=lambda call_id: LiveOutput(str(run.pk), call_id),
     )
     return Environment(
         executor=executor,

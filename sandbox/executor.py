@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from runs.core.jsonutil import JSON
@@ -13,7 +13,7 @@ from runs.core.policy import CheckDef
 from runs.core.ports import ArtifactStore, Call, Reconciliation
 from runs.core.state import PendingEffect
 from sandbox import fileops
-from sandbox.container import ContainerSpec, SandboxContainer, SandboxUnavailable
+from sandbox.container import ContainerSpec, OutputListener, SandboxContainer, SandboxUnavailable
 from sandbox.quota import DiskQuota
 from sandbox.tools import HANDLERS, ToolContext, ToolResult, outbox_path
 from sandbox.workspace import RunWorkspace
@@ -32,6 +32,7 @@ class SandboxExecutor:
         *,
         spool_dir: Path | None = None,
         quota: DiskQuota = DiskQuota(),
+        live_output: Callable[[str], OutputListener] | None = None,
     ) -> None:
         self.run_id = run_id
         self.workspace = workspace
@@ -47,6 +48,7 @@ class SandboxExecutor:
             container_for=self._container_for,
             spool_dir=spool_dir,
             quota=quota,
+            live_output=live_output,
         )
 
     # -- Workspace ----------------------------------------------------------------

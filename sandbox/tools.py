@@ -19,7 +19,7 @@ from runs.core.jsonutil import JSON
 from runs.core.policy import CheckDef
 from runs.core.ports import ArtifactStore, Call
 from sandbox import fileops, patches
-from sandbox.container import OutputCapture, SandboxContainer, SandboxUnavailable
+from sandbox.container import OutputCapture, OutputListener, SandboxContainer, SandboxUnavailable
 from sandbox.quota import WATCH_SECONDS, DiskQuota, QuotaProblem
 from sandbox.workspace import RunWorkspace
 
@@ -50,6 +50,8 @@ class ToolContext:
     container_for: Callable[[CheckDef], SandboxContainer]
     spool_dir: Path | None = None
     quota: DiskQuota = DiskQuota()
+    # Given a call id, who watches that call's output while it runs (the live page).
+    live_output: Callable[[str], OutputListener] | None = None
 
 
 def _error(message: str, **data: JSON) -> ToolResult:
@@ -125,7 +127,8 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         container = ctx.container_for(check)
     except SandboxUnavailable as exc:
         return ToolResult("transient", "none", {**base, "error": str(exc)})
-    capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir)
+    listener = ctx.live_output(call.call_id) if ctx.live_output is not None else None
+    capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir, listener=listener)
     try:
         result = container.exec(
             list(check.command),
