@@ -17,9 +17,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals.models import ApprovalRequest
 from approvals.services import DecisionRefused, check_decision, deny, grant, staleness
+from runs.core.tools import builtin_registry
 from runs.models import Evidence
 from runs.views.access import DECIDE, VIEW_APPROVALS, require
-from runs.views.trace import timeline
+from runs.views.trace import text_args, timeline
 
 Status = ApprovalRequest.Status
 RECENT_DECISIONS = 30
@@ -56,8 +57,16 @@ def approval_context(request: ApprovalRequest, user: AbstractBaseUser) -> dict[s
         "revision_current": run.revision == request.revision,
         "evidence": Evidence.objects.filter(run=run, revision=request.revision).order_by("recorded_at"),
         "deny_form": DenyForm(),
+        "what_it_does": reviewer_summary(request.tool),
+        "text_args": text_args(request.args),
         **timeline(str(run.pk)),
     }
+
+
+def reviewer_summary(tool: str) -> str:
+    """What granting this tool does, from the tool's registry entry."""
+    spec = builtin_registry().get(tool)
+    return spec.reviewer_summary if spec is not None else ""
 
 
 def _approval(request_id: str) -> ApprovalRequest:
@@ -89,13 +98,18 @@ class DenyForm(forms.Form):
     )
 
 
-def _refused(request: HttpRequest, approval: ApprovalRequest, error: str, deny_form: DenyForm | None = None) -> HttpResponse:
-    approval.refresh_from_db()  # the refusal may have recorded the request as expired or stale
+def _refused(request: HttpRequest, approval: ApprovalRequest, error: str) -> HttpResponse:
+    """Back to the request's page (GET), so a reload does not send the decision again;
+    the refusal is shown in the decision panel."""
+    messages.error(request, error, extra_tags="decision")
+    return redirect("approvals:detail", approval.pk)
+
+
+def _bad_denial(request: HttpRequest, approval: ApprovalRequest, form: DenyForm) -> HttpResponse:
     context = approval_context(approval, request.user)
-    context["error"] = error
-    if deny_form is not None:
-        context["deny_form"] = deny_form
-    return render(request, "approvals/detail.html", context, status=409 if deny_form is None else 400)
+    context["error"] = "a denial needs a reason"
+    context["deny_form"] = form
+    return render(request, "approvals/detail.html", context, status=400)
 
 
 @require_POST
@@ -116,7 +130,7 @@ def deny_view(request: HttpRequest, request_id: str) -> HttpResponse:
     approval = _approval(request_id)
     form = DenyForm(request.POST)
     if not form.is_valid():
-        return _refused(request, approval, "a denial needs a reason", form)
+        return _bad_denial(request, approval, form)
     try:
         deny(approval, request.user, form.cleaned_data["reason"])
     except DecisionRefused as exc:

@@ -65,7 +65,11 @@ def set_global(user: AbstractBaseUser, *, stop_all: bool, admit_new: bool) -> in
 
 def kill_requested(run_id: str) -> bool:
     flagged = Run.objects.filter(pk=run_id).values_list("kill_requested", flat=True).first()
-    return bool(flagged) or GlobalSwitch.objects.filter(pk=1, stop_all=True).exists()
+    return bool(flagged) or stopping_all_runs()
+
+
+def stopping_all_runs() -> bool:
+    return GlobalSwitch.objects.filter(pk=1, stop_all=True).exists()
 
 
 def admitting_new_runs() -> bool:

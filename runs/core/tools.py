@@ -103,6 +103,8 @@ class ToolSpec:
     external_effect: bool = False  # changes something outside the workspace
     needs_evidence: bool = False  # refused without a passing check of the current revision
     runs_untrusted_code: bool = False  # may change the workspace even without writing
+    # One line for the reviewer: what happens if this call is granted (effectful tools).
+    reviewer_summary: str = ""
 
     @property
     def has_effect(self) -> bool:
@@ -164,6 +166,7 @@ BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
         "Replace a workspace file's content. Only paths in the task's allowed write paths; no symlinks.",
         WriteFileArgs,
         writes=True,
+        reviewer_summary="Replaces the whole content of this one file in the run's workspace; nothing leaves the sandbox.",
     ),
     ToolSpec(
         "apply_patch",
@@ -171,6 +174,7 @@ BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
         "Apply a unified diff to workspace files. Refused as a whole when any hunk does not apply.",
         ApplyPatchArgs,
         writes=True,
+        reviewer_summary="Changes the workspace files exactly as the diff shows; nothing leaves the sandbox.",
     ),
     ToolSpec(
         "run_check",
@@ -186,6 +190,10 @@ BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
         PublishArgs,
         external_effect=True,
         needs_evidence=True,
+        reviewer_summary=(
+            "Ships the workspace's changes against the base revision, exactly the diff shown, as one patch with this"
+            " message to the outbox, outside the sandbox; it happens once and cannot be taken back by the run."
+        ),
     ),
     ToolSpec(
         "lookup_publish",

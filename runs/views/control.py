@@ -9,16 +9,24 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
+from runs.broadcast import broadcast_lists_changed
 from runs.control import ACTIVE, ControlRefused, kill, set_global
 from runs.models import GlobalSwitch, Run
 from runs.views.access import OPERATE, require
 
-# Each action turns one of the two switches and leaves the other as it is.
+# Each action turns one of the two switches and leaves the other as it is; the
+# message says which switch and what it does now.
 SWITCH_ACTIONS = {
     "stop_all": ("stop_all", True),
     "release": ("stop_all", False),
     "pause_admission": ("admit_new", False),
     "admit": ("admit_new", True),
+}
+SWITCH_MESSAGES = {
+    "stop_all": "Stop all runs is on: new runs are refused",
+    "release": "Stop all runs is released: runs may start again",
+    "pause_admission": "New runs are paused: runs already going continue",
+    "admit": "New runs are admitted again",
 }
 
 
@@ -64,7 +72,9 @@ def global_switch(request: HttpRequest) -> HttpResponse:
         except ControlRefused as exc:
             messages.error(request, str(exc))
         else:
-            messages.success(request, f"Switch set; {killed} active run(s) killed." if killed else "Switch set.")
+            said = SWITCH_MESSAGES[form.cleaned_data["action"]]
+            messages.success(request, f"{said}; {killed} active run(s) killed." if killed else f"{said}.")
+            broadcast_lists_changed("switch")
         return redirect("control")
     active = Run.objects.filter(status__in=ACTIVE).order_by("-created_at")
     return render(

@@ -13,6 +13,7 @@ from runs.models import Run
 from runs.proposers import proposer_usage
 from runs.store import load_state
 from runs.views.trace import TONES, short
+from runs.wording import human
 
 
 def _budget(name: str, used: float, limit: float, unit: str = "", digits: int = 0) -> dict[str, Any]:
@@ -52,6 +53,7 @@ def run_summary(run: Run) -> dict[str, Any]:
             "tool": request.tool,
             "status": request.status,
             "tone": TONES.get(request.status, "muted"),
+            "status_label": human(request.status),
             "expires_at": request.expires_at.isoformat(),
             "href": reverse("approvals:detail", args=[request.pk]),
         }
@@ -62,6 +64,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         "status": run.status,
         "tone": TONES.get(run.status, "muted"),
         "outcome": run.outcome,
+        "outcome_label": human(run.outcome),
         "active": not finished,
         "stop_message": run.stop_message,
         "kill_requested": run.kill_requested,
