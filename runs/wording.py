@@ -11,7 +11,7 @@ LABELS = {
     "stopped": "stopped",
     # why a run stopped
     "killed": "killed",
-    "denied": "denied by a reviewer",
+    "denied": "denied",
     "tool_denied": "tool not allowed",
     "deadline": "out of time",
     "attempt_limit": "out of attempts",

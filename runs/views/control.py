@@ -1,5 +1,5 @@
 """The operator's controls: killing one run (after a confirmation page) and the
-global switch. The permission is checked here and again by the control services."""
+global switch; and where each role lands after signing in. The permission is checked here and again by the control services."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.views.decorators.http import require_http_methods
 from runs.broadcast import broadcast_lists_changed
 from runs.control import ACTIVE, ControlRefused, kill, set_global
 from runs.models import GlobalSwitch, Run
-from runs.views.access import OPERATE, require
+from runs.views.access import DECIDE, OPERATE, require
 
 # Each action turns one of the two switches and leaves the other as it is; the
 # message says which switch and what it does now.
@@ -28,6 +28,13 @@ SWITCH_MESSAGES = {
     "pause_admission": "New runs are paused: runs already going continue",
     "admit": "New runs are admitted again",
 }
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    """Where each role starts: a reviewer at the requests waiting for them."""
+    if request.user.is_authenticated and request.user.has_perm(DECIDE):
+        return redirect("approvals:inbox")
+    return redirect("runs:list")
 
 
 @require_http_methods(["GET", "POST"])

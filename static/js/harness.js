@@ -265,5 +265,5 @@ window.Harness = (function () {
     document.addEventListener("harness:regions", syncDecisionButtons);
   });
 
-  return { el: el, safeHref: safeHref, duration: duration, formatTimes: formatTimes, liveSocket: liveSocket };
+  return { el: el, safeHref: safeHref, duration: duration, formatTimes: formatTimes, tickCountdowns: tickCountdowns, liveSocket: liveSocket };
 })();

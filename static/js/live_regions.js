@@ -35,7 +35,7 @@
           old.replaceWith(adopted);
           H.formatTimes(adopted);
         });
-        tickCountdowns();
+        H.tickCountdowns();
         document.dispatchEvent(new CustomEvent("harness:regions"));
       })
       .catch(function () { /* the next change or reconnect asks again */ })
