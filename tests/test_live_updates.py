@@ -1,0 +1,248 @@
+"""What keeps the pages live and honest, below the browser: heartbeats on every
+socket, the lists socket, a running call's output (throttled, capped, redacted,
+never stored), the trace in seq order, the reader's words, the reviewer's line
+for each effectful tool, the global switch at the New run form, and the page
+actions that must not resubmit or mislead."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+from django.urls import reverse
+
+from approvals.services import deny
+from harness_site.asgi import application
+from runs.broadcast import broadcast_output
+from runs.control import set_global
+from runs.core import events as ev
+from runs.core.tools import BUILTIN_TOOLS
+from runs.eventlog import append_events
+from runs.live_output import LiveOutput
+from runs.models import Run
+from runs.templatetags.harness import when
+from runs.views.trace import group_cards, present
+from runs.wording import human
+from tests.fixtures_web import waiting_scene
+from tests.test_live_trace import session_cookie
+
+ORIGIN = (b"origin", b"http://127.0.0.1")
+
+
+def lists_socket(cookie: bytes) -> WebsocketCommunicator:
+    return WebsocketCommunicator(application, "/ws/lists/", headers=[ORIGIN, (b"cookie", cookie)])
+
+
+def trace_socket(cookie: bytes, run_id: str) -> WebsocketCommunicator:
+    return WebsocketCommunicator(application, f"/ws/runs/{run_id}/", headers=[ORIGIN, (b"cookie", cookie)])
+
+
+async def next_of(communicator: WebsocketCommunicator, kind: str, timeout: float = 10) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        message = await communicator.receive_json_from(timeout=max(0.1, deadline - time.monotonic()))
+        if message["type"] == kind:
+            return message
+
+
+# -- the running call's output ----------------------------------------------------------
+
+
+def test_it_publishes_a_running_calls_last_lines_throttled_capped_and_redacted(settings):
+    settings.HARNESS_SECRET_VALUES = ["hunter2-very-secret"]
+    sent: list[dict] = []
+    live = LiveOutput("run-1", "c2", publish=lambda run_id, output: sent.append(output), interval=0.3, max_lines=3)
+    live.write(b"one\n")
+    assert [s["lines"] for s in sent] == [["one"]], "the first chunk goes out at once"
+    live.write(b"two\nthree\n")
+    live.write(b"four\ntoken hunter2-very-secret sk-abcdefghijklmnopqrstuvwx\n")
+    assert len(sent) == 1, "chunks inside the interval wait for it to end"
+    time.sleep(0.6)
+    assert len(sent) == 2, "the last chunk before a quiet spell is still sent"
+    assert sent[-1]["lines"] == ["three", "four", "token [redacted] [redacted]"]
+    assert sent[-1]["call_id"] == "c2" and sent[-1]["total_bytes"] == 4 + 10 + len(b"four\ntoken hunter2-very-secret sk-abcdefghijklmnopqrstuvwx\n")
+    live.write(b"five\n")  # the interval is over: at once
+    live.write(b"six\n")  # held for the next interval...
+    live.close()  # ...which never comes: the call ended
+    time.sleep(0.5)
+    assert [s["lines"][-1] for s in sent[2:]] == ["five"], "nothing is sent once the call's output is closed"
+
+
+def test_it_caps_a_single_huge_line():
+    sent: list[dict] = []
+    live = LiveOutput("run-1", "c1", publish=lambda run_id, output: sent.append(output), max_chars=100)
+    live.write(b"x" * 10_000)
+    assert len("".join(sent[0]["lines"])) == 100
+
+
+# -- sockets --------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_sends_heartbeats_and_running_output_on_the_trace_socket(operator, reviewer, settings):
+    settings.HARNESS_LIVE_HEARTBEAT_SECONDS = 0.2
+    scene = waiting_scene(operator)
+    run_id = str(scene.run.pk)
+    cookie = session_cookie(reviewer)
+
+    async def watch() -> tuple[dict, dict, dict]:
+        communicator = trace_socket(cookie, run_id)
+        await communicator.connect()
+        await communicator.send_json_to({"type": "subscribe", "after_seq": scene.run.last_seq})
+        live = await next_of(communicator, "live")
+        beat = await next_of(communicator, "heartbeat", timeout=3)
+        broadcast_output(run_id, {"call_id": "c9", "lines": ["<b>tick</b>"], "total_bytes": 12})
+        output = await next_of(communicator, "output")
+        await communicator.disconnect()
+        return live, beat, output
+
+    live, beat, output = async_to_sync(watch)()
+    assert live["heartbeat_seconds"] == 0.2 and beat == {"type": "heartbeat"}
+    assert output == {"type": "output", "call_id": "c9", "lines": ["<b>tick</b>"], "total_bytes": 12}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_tells_the_list_pages_when_a_run_changes(operator, reviewer, settings):
+    settings.HARNESS_LIVE_HEARTBEAT_SECONDS = 0.2
+    scene = waiting_scene(operator)
+    run_id = str(scene.run.pk)
+    cookie = session_cookie(reviewer)
+
+    async def watch() -> tuple[dict, dict, dict]:
+        communicator = lists_socket(cookie)
+        connected, _ = await communicator.connect()
+        assert connected
+        live = await next_of(communicator, "live")
+        beat = await next_of(communicator, "heartbeat", timeout=3)
+        await sync_note()
+        changed = await next_of(communicator, "changed")
+        await communicator.disconnect()
+        return live, beat, changed
+
+    from channels.db import database_sync_to_async
+
+    @database_sync_to_async
+    def sync_note() -> None:
+        append_events(run_id, [ev.ModelNote(run_id=run_id, seq=0, ts=time.time(), kind="note", detail={})])
+
+    live, beat, changed = async_to_sync(watch)()
+    assert live["heartbeat_seconds"] == 0.2 and beat["type"] == "heartbeat"
+    assert changed == {"type": "changed", "run_id": run_id}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_refuses_the_lists_socket_to_visitors_without_a_role(outsider):
+    cookie = session_cookie(outsider)
+
+    async def watch() -> tuple[dict, dict]:
+        communicator = lists_socket(cookie)
+        await communicator.connect()
+        error = await communicator.receive_json_from(timeout=5)
+        closed = await communicator.receive_output(timeout=5)
+        return error, closed
+
+    error, closed = async_to_sync(watch)()
+    assert error["type"] == "error" and "permission" in error["error"]
+    assert closed == {"type": "websocket.close", "code": 4403}
+
+
+# -- what the pages say ------------------------------------------------------------------
+
+
+def step(seq: int, type_: str, call_id: str | None, **payload) -> dict:
+    return present({"run_id": "00000000-0000-0000-0000-000000000001", "seq": seq, "ts": "2026-11-30T18:19:27+00:00", "type": type_, "call_id": call_id, "payload": payload})
+
+
+def test_it_keeps_the_trace_in_seq_order_when_a_call_is_interrupted():
+    events = [
+        step(1, "proposed", "c1", number=1, proposal={"tool": "run_check", "args": {"check_id": "slow"}}),
+        step(2, "call_started", "c1", attempt=1, tool="run_check"),
+        step(3, "kill_requested", None, by="otto", scope="run"),
+        step(4, "stop", "c1", status="killed", message="killed by otto"),
+    ]
+    items = group_cards(events)
+    assert [[e["seq"] for e in item["events"]] for item in items] == [[1, 2], [3], [4]]
+    assert [item.get("continued") for item in items] == [False, None, True]
+    assert items[2]["tool"] == "run_check"
+    assert items[1]["events"][0]["view"]["summary"] == "by otto for this run"
+    assert items[2]["events"][0]["view"]["label"] == "Stopped: killed"
+
+
+def test_it_shows_long_string_arguments_as_text_beside_the_json():
+    view = step(1, "proposed", "c1", number=1, proposal={"tool": "publish", "args": {"message": "Fix totals\n\nReject negatives", "n": 1}})["view"]
+    assert view["text_args"] == [{"name": "message", "text": "Fix totals\n\nReject negatives"}]
+    assert view["args"] == {"message": "Fix totals\n\nReject negatives", "n": 1}
+
+
+def test_it_words_statuses_for_people_and_keeps_unknown_ids_readable():
+    assert human("waiting_approval") == "waiting for approval"
+    assert human("proposals_exhausted") == "out of proposals"
+    assert human("consumed") == "granted and used"
+    assert human("some_new_reason") == "some new reason"
+
+
+def test_it_tells_the_reviewer_what_each_effectful_tool_does():
+    effectful = [spec for spec in BUILTIN_TOOLS if spec.has_effect]
+    assert {spec.name for spec in effectful} >= {"publish", "write_file", "apply_patch"}
+    for spec in effectful:
+        assert spec.reviewer_summary.strip(), spec.name
+
+
+def test_it_writes_times_for_the_viewers_zone_and_never_zero_minutes_ago():
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime.now(UTC)
+    assert ">just now</time>" in when(now - timedelta(seconds=20), "ago")
+    assert ">3 min ago</time>" in when(now - timedelta(minutes=3, seconds=5), "ago")
+    full = when(datetime(2026, 11, 30, 18, 19, 27, tzinfo=UTC))
+    assert 'data-when="full"' in full and ">2026-11-30 18:19:27 UTC</time>" in full and 'title="2026-11-30 18:19:27 UTC"' in full
+
+
+# -- actions --------------------------------------------------------------------------------
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.django_db
+def test_it_refuses_a_new_run_at_the_form_while_every_run_is_stopped(admin_user):
+    set_global(admin_user, stop_all=True, admit_new=True)
+    client = signed_in(admin_user)
+    page = client.get(reverse("runs:new"))
+    assert "Stop all runs is on." in page.content.decode()
+    response = client.post(reverse("runs:new"), {"template": "demo", "contract": "", "proposer_kind": "scripted", "proposer_options": ""})
+    text = response.content.decode()
+    assert response.status_code == 400 and "would be killed at once" in text and "(run)" not in text
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+def test_it_names_the_switch_it_turned_and_who_turned_it(operator):
+    client = signed_in(operator)
+    assert "Never changed" in client.get(reverse("control")).content.decode()
+    page = client.post(reverse("control"), {"action": "pause_admission"}, follow=True).content.decode()
+    assert "New runs are paused: runs already going continue." in page
+    assert f"Last changed by {operator.username}" in page and "New runs are paused.</strong>" in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_answers_a_refused_grant_with_a_page_a_reload_does_not_resubmit(operator, reviewer):
+    scene = waiting_scene(operator)
+    deny(scene.request, reviewer, "no")
+    client = signed_in(reviewer)
+    response = client.post(reverse("approvals:grant", args=[scene.request.pk]))
+    assert response.status_code == 302 and response["Location"] == reverse("approvals:detail", args=[scene.request.pk])
+    page = client.get(response["Location"]).content.decode()
+    assert "this request is already denied" in page and f"Denied by <strong>{reviewer.username}</strong>" in page
+
+
+@pytest.mark.django_db
+def test_it_lands_each_role_on_its_own_page(reviewer, operator):
+    assert signed_in(reviewer).get("/")["Location"] == reverse("approvals:inbox")
+    assert signed_in(operator).get("/")["Location"] == reverse("runs:list")
