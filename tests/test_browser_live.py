@@ -275,3 +275,22 @@ def test_it_has_no_serious_accessibility_problems(web, context, size, operator, 
         page.goto(f"{web.url}{path}")
         check(name)
     assert not problems, "\n".join(problems)
+
+
+def test_it_takes_an_admin_from_a_version_to_a_new_one_and_compares_them(web, context, size, admin_user):
+    from approvals.policies import current_policy_row
+
+    first = current_policy_row()
+    page = signed_in(context, web, admin_user, "/admin/approvals/policyversion/")
+    page.get_by_role("link", name=f"new version from v{first.version}").click()
+    expect(page.locator("#content")).to_contain_text(f"starting from v{first.version}")
+    page.select_option("select[name=rules-0-decision]", "deny")
+    page.fill("input[name=note]", "no listing")
+    page.click("input[name=_save]")
+    new_version = first.version + 1
+    page.get_by_role("link", name=f"Compare with v{first.version}").click()
+    expect(page).to_have_url(re.compile(rf"/compare/\?old={first.version}&new={new_version}$"))
+    expect(page.locator(".diff-split")).to_be_visible()
+    expect(page.locator(".diff-split td.d-add").first).to_have_css("background-color", "rgb(230, 255, 236)")
+    expect(page.locator(".diff-split td.d-del").first).to_contain_text('"allow"')
+    screenshot(page, f"policy_compare_{size}")
