@@ -128,6 +128,8 @@ def test_it_updates_the_lists_live(web, context, size, operator, admin_user):
     expect(row.get_by_role("link", name=re.compile("Kill"))).to_have_count(0)
     expect(runs.locator("#runs-rows")).to_contain_text("kill requested", timeout=LIVE)
     expect(runs.locator("#runs-rows time").first).to_have_text("just now")
+    review = inbox.get_by_role("link", name=re.compile("^Review")).first.bounding_box()
+    assert review["x"] + review["width"] <= SIZES[size]["width"], "the Review button is on the screen"
     if size == "phone":
         screenshot(inbox, "approvals_inbox_phone")
     for page in (runs, inbox, control):
