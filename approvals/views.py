@@ -20,7 +20,7 @@ from approvals.services import DecisionRefused, check_decision, deny, grant, sta
 from runs.core.tools import builtin_registry
 from runs.models import Evidence
 from runs.views.access import DECIDE, VIEW_APPROVALS, require
-from runs.views.trace import text_args, timeline
+from runs.views.trace import EMPTY_OUTPUT_REF, text_args, timeline
 
 Status = ApprovalRequest.Status
 RECENT_DECISIONS = 30
@@ -56,6 +56,7 @@ def approval_context(request: ApprovalRequest, user: AbstractBaseUser) -> dict[s
         "stale": staleness(request) if request.status == Status.PENDING else None,
         "revision_current": run.revision == request.revision,
         "evidence": Evidence.objects.filter(run=run, revision=request.revision).order_by("recorded_at"),
+        "empty_output": EMPTY_OUTPUT_REF,
         "deny_form": DenyForm(),
         "what_it_does": reviewer_summary(request.tool),
         "text_args": text_args(request.args),

@@ -118,7 +118,12 @@ def test_it_lets_a_reviewer_read_the_diff_approve_and_watch_the_run_complete(
     assert report["status"] == "complete" and report["completed"] is True
 
     page.locator("#timeline a", has_text="show full output").first.click()
-    expect(page.locator("pre.output")).to_contain_text("passed")
+    expect(page.locator("#output-lines")).to_contain_text("passed")
+    expect(page.locator("h1")).to_have_text("Output of check tests")
+    expect(page.locator(".meta-line").first).to_contain_text("exit code 0")
+    page.fill("#output-filter", "passed")
+    expect(page.locator("#output-lines li.hit")).not_to_have_count(0)
+    expect(page.locator("#output-matches")).to_contain_text("match")
     screenshot(page, "check_output")
 
 

@@ -63,7 +63,9 @@ def test_it_publishes_a_running_calls_last_lines_throttled_capped_and_redacted(s
     time.sleep(0.6)
     assert len(sent) == 2, "the last chunk before a quiet spell is still sent"
     assert sent[-1]["lines"] == ["three", "four", "token [redacted] [redacted]"]
-    assert sent[-1]["call_id"] == "c2" and sent[-1]["total_bytes"] == 4 + 10 + len(b"four\ntoken hunter2-very-secret sk-abcdefghijklmnopqrstuvwx\n")
+    assert sent[-1]["call_id"] == "c2" and sent[-1]["total_bytes"] == 4 + 10 + len(
+        b"four\ntoken hunter2-very-secret sk-abcdefghijklmnopqrstuvwx\n"
+    )
     live.write(b"five\n")  # the interval is over: at once
     live.write(b"six\n")  # held for the next interval...
     live.close()  # ...which never comes: the call ended
@@ -153,7 +155,16 @@ def test_it_refuses_the_lists_socket_to_visitors_without_a_role(outsider):
 
 
 def step(seq: int, type_: str, call_id: str | None, **payload) -> dict:
-    return present({"run_id": "00000000-0000-0000-0000-000000000001", "seq": seq, "ts": "2026-11-30T18:19:27+00:00", "type": type_, "call_id": call_id, "payload": payload})
+    return present(
+        {
+            "run_id": "00000000-0000-0000-0000-000000000001",
+            "seq": seq,
+            "ts": "2026-11-30T18:19:27+00:00",
+            "type": type_,
+            "call_id": call_id,
+            "payload": payload,
+        }
+    )
 
 
 def test_it_keeps_the_trace_in_seq_order_when_a_call_is_interrupted():
@@ -172,7 +183,9 @@ def test_it_keeps_the_trace_in_seq_order_when_a_call_is_interrupted():
 
 
 def test_it_shows_long_string_arguments_as_text_beside_the_json():
-    view = step(1, "proposed", "c1", number=1, proposal={"tool": "publish", "args": {"message": "Fix totals\n\nReject negatives", "n": 1}})["view"]
+    view = step(1, "proposed", "c1", number=1, proposal={"tool": "publish", "args": {"message": "Fix totals\n\nReject negatives", "n": 1}})[
+        "view"
+    ]
     assert view["text_args"] == [{"name": "message", "text": "Fix totals\n\nReject negatives"}]
     assert view["args"] == {"message": "Fix totals\n\nReject negatives", "n": 1}
 
@@ -246,3 +259,37 @@ def test_it_answers_a_refused_grant_with_a_page_a_reload_does_not_resubmit(opera
 def test_it_lands_each_role_on_its_own_page(reviewer, operator):
     assert signed_in(reviewer).get("/")["Location"] == reverse("approvals:inbox")
     assert signed_in(operator).get("/")["Location"] == reverse("runs:list")
+
+
+def test_it_links_no_empty_output():
+    from runs.views.trace import EMPTY_OUTPUT_REF
+
+    view = step(
+        5,
+        "receipt",
+        "c2",
+        valid=True,
+        receipt={
+            "status": "ok",
+            "effect": "none",
+            "revision": "r",
+            "data": {"output_ref": EMPTY_OUTPUT_REF},
+            "artifacts": [EMPTY_OUTPUT_REF],
+        },
+    )["view"]
+    assert view["links"] == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_shows_a_checks_output_with_line_numbers_and_what_produced_it(operator):
+    from runs.models import Evidence
+
+    from runs.artifacts import FileArtifactStore
+
+    scene = waiting_scene(operator)
+    evidence = Evidence.objects.filter(run=scene.run).first()
+    evidence.output_ref = FileArtifactStore().put(b"collected 3 items\n3 passed\n", "text/plain")
+    evidence.save()
+    page = signed_in(operator).get(reverse("runs:artifact", args=[scene.run.pk, evidence.output_ref])).content.decode()
+    assert f"Output of check {evidence.check_id}" in page and f"exit code {evidence.exit_code}" in page
+    assert evidence.revision[:12] in page and 'id="L1"' in page and 'href="#end"' in page and 'id="output-filter"' in page

@@ -12,7 +12,7 @@ from runs.control import ACTIVE
 from runs.models import Run
 from runs.proposers import proposer_usage
 from runs.store import load_state
-from runs.views.trace import TONES, short
+from runs.views.trace import EMPTY_OUTPUT_REF, TONES, short
 from runs.wording import human
 
 
@@ -45,7 +45,7 @@ def run_summary(run: Run) -> dict[str, Any]:
             "exit_code": record.exit_code,
             "revision": short(record.revision),
             "current": state.current_evidence.get(record.check_id) == index and record.revision == state.revision,
-            "output_href": reverse("runs:artifact", args=[run.pk, record.output_ref]) if record.output_ref else "",
+            "output_href": reverse("runs:artifact", args=[run.pk, record.output_ref]) if record.output_ref and record.output_ref != EMPTY_OUTPUT_REF else "",
         }
     approvals = [
         {

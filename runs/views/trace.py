@@ -18,6 +18,9 @@ from runs.wording import human
 
 ARTIFACT_REF = re.compile(r"sha256:[0-9a-f]{64}")
 ARTIFACT_KEYS = ("artifacts", "output_ref", "artifact")
+# Content-addressed: the reference of an empty output is always this one, and a
+# link to it would open an empty page.
+EMPTY_OUTPUT_REF = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 REPLAY_PAGE = 500
 # Colour of each run and approval status; events carry their own tone.
 TONES = {
@@ -171,6 +174,7 @@ def describe(event: dict[str, Any]) -> dict[str, Any]:
     links = [
         {"label": f"show full output ({ref[7:19]})", "href": reverse("runs:artifact", args=[event["run_id"], ref])}
         for ref in artifact_refs(payload)
+        if ref != EMPTY_OUTPUT_REF
     ]
     if type_ in ("approval_required", "approval_decided", "approval_lapsed") and payload.get("request_id"):
         links.append({"label": "open approval", "href": reverse("approvals:detail", args=[payload["request_id"]])})
