@@ -10,6 +10,7 @@ import time
 
 import pytest
 from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.urls import reverse
@@ -83,55 +84,59 @@ def test_it_caps_a_single_huge_line():
 # -- sockets --------------------------------------------------------------------------------
 
 
-@pytest.mark.django_db(transaction=True)
-def test_it_sends_heartbeats_and_running_output_on_the_trace_socket(operator, reviewer, settings):
+async def opened(communicator: WebsocketCommunicator, subscribe_after: int | None = None) -> tuple[dict, dict]:
+    """Connect (and subscribe to a run's trace); the ``live`` message and the first heartbeat."""
+    connected, _ = await communicator.connect()
+    assert connected
+    if subscribe_after is not None:
+        await communicator.send_json_to({"type": "subscribe", "after_seq": subscribe_after})
+    live = await next_of(communicator, "live")
+    return live, await next_of(communicator, "heartbeat", timeout=3)
+
+
+@pytest.fixture
+def quick_beats(settings) -> float:
     settings.HARNESS_LIVE_HEARTBEAT_SECONDS = 0.2
+    return 0.2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_sends_heartbeats_and_running_output_on_the_trace_socket(operator, reviewer, quick_beats):
     scene = waiting_scene(operator)
     run_id = str(scene.run.pk)
-    cookie = session_cookie(reviewer)
+    communicator = trace_socket(session_cookie(reviewer), run_id)
 
     async def watch() -> tuple[dict, dict, dict]:
-        communicator = trace_socket(cookie, run_id)
-        await communicator.connect()
-        await communicator.send_json_to({"type": "subscribe", "after_seq": scene.run.last_seq})
-        live = await next_of(communicator, "live")
-        beat = await next_of(communicator, "heartbeat", timeout=3)
+        live, beat = await opened(communicator, scene.run.last_seq)
         broadcast_output(run_id, {"call_id": "c9", "lines": ["<b>tick</b>"], "total_bytes": 12})
         output = await next_of(communicator, "output")
         await communicator.disconnect()
         return live, beat, output
 
     live, beat, output = async_to_sync(watch)()
-    assert live["heartbeat_seconds"] == 0.2 and beat == {"type": "heartbeat"}
+    assert live["heartbeat_seconds"] == quick_beats and beat == {"type": "heartbeat"}
     assert output == {"type": "output", "call_id": "c9", "lines": ["<b>tick</b>"], "total_bytes": 12}
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_tells_the_list_pages_when_a_run_changes(operator, reviewer, settings):
-    settings.HARNESS_LIVE_HEARTBEAT_SECONDS = 0.2
+def test_it_tells_the_list_pages_when_a_run_changes(operator, reviewer, quick_beats):
     scene = waiting_scene(operator)
     run_id = str(scene.run.pk)
-    cookie = session_cookie(reviewer)
+    communicator = lists_socket(session_cookie(reviewer))
+
+    @database_sync_to_async
+    def note() -> None:
+        append_events(run_id, [ev.ModelNote(run_id=run_id, seq=0, ts=time.time(), kind="note", detail={})])
 
     async def watch() -> tuple[dict, dict, dict]:
-        communicator = lists_socket(cookie)
-        connected, _ = await communicator.connect()
-        assert connected
-        live = await next_of(communicator, "live")
-        beat = await next_of(communicator, "heartbeat", timeout=3)
-        await sync_note()
+        live, beat = await opened(communicator)
+        await note()
         changed = await next_of(communicator, "changed")
         await communicator.disconnect()
         return live, beat, changed
 
-    from channels.db import database_sync_to_async
-
-    @database_sync_to_async
-    def sync_note() -> None:
-        append_events(run_id, [ev.ModelNote(run_id=run_id, seq=0, ts=time.time(), kind="note", detail={})])
-
     live, beat, changed = async_to_sync(watch)()
-    assert live["heartbeat_seconds"] == 0.2 and beat["type"] == "heartbeat"
+    assert live["heartbeat_seconds"] == quick_beats and beat["type"] == "heartbeat"
     assert changed == {"type": "changed", "run_id": run_id}
 
 
@@ -282,9 +287,8 @@ def test_it_links_no_empty_output():
 
 @pytest.mark.django_db(transaction=True)
 def test_it_shows_a_checks_output_with_line_numbers_and_what_produced_it(operator):
-    from runs.models import Evidence
-
     from runs.artifacts import FileArtifactStore
+    from runs.models import Evidence
 
     scene = waiting_scene(operator)
     evidence = Evidence.objects.filter(run=scene.run).first()
