@@ -185,6 +185,9 @@ def test_it_fits_a_phone_and_reaches_grant_by_keyboard(web, context, size, opera
         assert box["x"] >= 0 and box["x"] + box["width"] <= width, name
     expect(page.locator("#what-it-does")).to_contain_text("outbox")
     screenshot(page, f"approval_{size}")
+    why = page.get_by_role("heading", name="Why a reviewer is asked")
+    why.scroll_into_view_if_needed()
+    expect(why).to_be_in_viewport()
 
     # The skip link is the first stop; from it, Grant is within five more.
     page.goto(page.url)
@@ -213,6 +216,11 @@ def test_it_fits_a_phone_and_reaches_grant_by_keyboard(web, context, size, opera
     assert run.evaluate("document.documentElement.scrollWidth") <= width
     expect(run.locator("#timeline li.step").first).to_be_visible()
     assert run.locator("#timeline").bounding_box()["width"] >= min(300, width - 40)
+    if size == "laptop":  # the sticky sidebar fits the screen: its end can be scrolled to
+        assert run.locator("#summary").bounding_box()["height"] <= SIZES[size]["height"]
+        last = run.locator("#summary [data-list=approvals]")
+        last.scroll_into_view_if_needed()
+        expect(last).to_be_in_viewport()
     screenshot(run, f"run_{size}")
 
 
