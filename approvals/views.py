@@ -118,7 +118,7 @@ def _bad_denial(request: HttpRequest, approval: ApprovalRequest, form: DenyForm)
 def grant_view(request: HttpRequest, request_id: str) -> HttpResponse:
     approval = _approval(request_id)
     try:
-        grant(approval, request.user)
+        grant(approval, request.user, request.POST.get("comment", "")[:2000])
     except DecisionRefused as exc:
         return _refused(request, approval, str(exc))
     messages.success(request, f"Granted {approval.tool} for {approval.run.task_id}; the run continues.")

@@ -28,25 +28,28 @@ class ControlRefused(Exception):
     pass
 
 
+KILL_REASON_CHARS = 500
+
+
 def check_operator(user: AbstractBaseUser) -> None:
     if not user.is_authenticated or not user.has_perm(OPERATE_PERMISSION):
         raise ControlRefused("you do not have the operator permission")
 
 
-def do_kill(run: Run, by: str, scope: str = "run") -> bool:
+def do_kill(run: Run, by: str, scope: str = "run", reason: str = "") -> bool:
     """Flag a run for killing. A run waiting for approval has no driver to notice,
     so it is resumed: the loop's first guard then stops it ``killed``."""
     with transaction.atomic():
         flagged = Run.objects.filter(pk=run.pk, status__in=ACTIVE, kill_requested=False).update(kill_requested=True)
         if flagged:
-            append_event(str(run.pk), ev.KillRequested, by=by, scope=scope)
+            append_event(str(run.pk), ev.KillRequested, by=by, scope=scope, reason=reason)
             transaction.on_commit(lambda: enqueue_resume(str(run.pk)))
     return flagged == 1
 
 
-def kill(run: Run, user: AbstractBaseUser) -> bool:
+def kill(run: Run, user: AbstractBaseUser, reason: str = "") -> bool:
     check_operator(user)
-    return do_kill(run, user.get_username())
+    return do_kill(run, user.get_username(), reason=reason.strip()[:KILL_REASON_CHARS])
 
 
 def set_global(user: AbstractBaseUser, *, stop_all: bool, admit_new: bool) -> int:

@@ -297,3 +297,19 @@ def test_it_shows_a_checks_output_with_line_numbers_and_what_produced_it(operato
     page = signed_in(operator).get(reverse("runs:artifact", args=[scene.run.pk, evidence.output_ref])).content.decode()
     assert f"Output of check {evidence.check_id}" in page and f"exit code {evidence.exit_code}" in page
     assert evidence.revision[:12] in page and 'id="L1"' in page and 'href="#end"' in page and 'id="output-filter"' in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_keeps_an_optional_comment_on_a_grant_and_reason_on_a_kill(operator, reviewer):
+    from approvals.models import ApprovalRequest
+    from runs.models import Event
+
+    granted, killed = waiting_scene(operator), waiting_scene(operator)
+    signed_in(reviewer).post(reverse("approvals:grant", args=[granted.request.pk]), {"comment": "  checked with the team  "})
+    assert ApprovalRequest.objects.get(pk=granted.request.pk).reason == "checked with the team"
+    decided = Event.objects.get(run=granted.run, type="approval_decided").as_dict()
+    assert present(decided)["view"]["summary"] == "checked with the team"
+
+    signed_in(operator).post(reverse("runs:kill", args=[killed.run.pk]), {"reason": "wrong repository"})
+    event = present(Event.objects.get(run=killed.run, type="kill_requested").as_dict())
+    assert event["view"]["summary"] == f"by {operator.username} for this run: wrong repository"

@@ -43,7 +43,7 @@ def kill_run(request: HttpRequest, run_id: str) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
     if request.method == "POST":
         try:
-            flagged = kill(run, request.user)
+            flagged = kill(run, request.user, request.POST.get("reason", ""))
         except ControlRefused as exc:
             messages.error(request, str(exc))
         else:

@@ -124,7 +124,8 @@ def _describe(type_: str, p: dict[str, Any]) -> tuple[str, str, str]:
         return f"Approval {human(p.get('status'))}", "warn", str(p.get("reason", ""))
     if type_ == "kill_requested":
         whom = "this run" if p.get("scope") == "run" else "every active run (Stop all runs)"
-        return "Kill requested", "bad", f"by {p.get('by')} for {whom}"
+        why = f": {p.get('reason')}" if p.get("reason") else ""
+        return "Kill requested", "bad", f"by {p.get('by')} for {whom}{why}"
     if type_ == "call_started":
         return f"Started, attempt {p.get('attempt')}", "info", str(p.get("tool", ""))
     if type_ == "receipt":
