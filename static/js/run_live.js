@@ -1,7 +1,8 @@
 // The live trace: subscribes to the run's WebSocket after the last event on the
-// page, appends events as they arrive (each tool call is one card), reconnects
-// with backoff and resumes from the last seq, loads older events on demand and
-// refreshes the run summary. Every piece of run data is set with textContent.
+// page, appends events as they arrive in seq order (consecutive events of a tool
+// call share a card), reconnects with backoff and resumes from the last seq, loads
+// older events on demand, shows a running call's latest output and elapsed time,
+// and refreshes the run summary. Every piece of run data is set with textContent.
 "use strict";
 
 (function () {
@@ -209,8 +210,9 @@
   }
 
   function tickRunning() {
-    cards.forEach(function (card) {
-      const running = isRunning(card);
+    timeline.querySelectorAll("li.card[data-call-id]").forEach(function (card) {
+      // Only a call's latest card can be running; an earlier one was interrupted.
+      const running = cards.get(card.dataset.callId) === card && isRunning(card);
       let clock = card.querySelector(".card-elapsed");
       if (!running) {
         if (clock) clock.remove();
