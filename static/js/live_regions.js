@@ -45,9 +45,11 @@
       });
   }
 
+  // Changes come in bursts (a run writes several events a second): one refetch per
+  // burst, at most one in flight.
   function refreshSoon() {
     if (refreshTimer) return;
-    refreshTimer = window.setTimeout(function () { refreshTimer = null; refreshRegions(); }, 250);
+    refreshTimer = window.setTimeout(function () { refreshTimer = null; refreshRegions(); }, 600);
   }
 
   function refreshBadge() {
