@@ -36,7 +36,9 @@ class LiveOutput:
         interval: float = INTERVAL_SECONDS,
         max_lines: int = MAX_LINES,
         max_chars: int = MAX_CHARS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._clock = clock
         self.run_id, self.call_id = run_id, call_id
         self._publish, self.interval = publish, interval
         self.max_lines, self.max_chars = max_lines, max_chars
@@ -56,7 +58,7 @@ class LiveOutput:
             self._total += len(data)
             # Bytes, not characters: keep enough for max_chars of multi-byte text.
             self._tail = (self._tail + data)[-self.max_chars * 4 :]
-            wait = self._sent_at + self.interval - time.monotonic()
+            wait = self._sent_at + self.interval - self._clock()
             if wait <= 0:
                 self._send_locked()
             elif self._timer is None:
@@ -78,7 +80,7 @@ class LiveOutput:
                 self._send_locked()
 
     def _send_locked(self) -> None:
-        self._sent_at = time.monotonic()
+        self._sent_at = self._clock()
         self._publish(self.run_id, self.snapshot())
 
     def snapshot(self) -> dict[str, Any]:

@@ -55,22 +55,26 @@ async def next_of(communicator: WebsocketCommunicator, kind: str, timeout: float
 def test_it_publishes_a_running_calls_last_lines_throttled_capped_and_redacted(settings):
     settings.HARNESS_SECRET_VALUES = ["hunter2-very-secret"]
     sent: list[dict] = []
-    live = LiveOutput("run-1", "c2", publish=lambda run_id, output: sent.append(output), interval=0.3, max_lines=3)
+    now = [100.0]
+    live = LiveOutput("run-1", "c2", publish=lambda run_id, output: sent.append(output), interval=0.3, max_lines=3, clock=lambda: now[0])
     live.write(b"one\n")
     assert [s["lines"] for s in sent] == [["one"]], "the first chunk goes out at once"
     live.write(b"two\nthree\n")
     live.write(b"four\ntoken hunter2-very-secret sk-abcdefghijklmnopqrstuvwx\n")
     assert len(sent) == 1, "chunks inside the interval wait for it to end"
-    time.sleep(0.6)
+    deadline = time.monotonic() + 10
+    while len(sent) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert len(sent) == 2, "the last chunk before a quiet spell is still sent"
     assert sent[-1]["lines"] == ["three", "four", "token [redacted] [redacted]"]
     assert sent[-1]["call_id"] == "c2" and sent[-1]["total_bytes"] == 4 + 10 + len(
         b"four\ntoken hunter2-very-secret sk-abcdefghijklmnopqrstuvwx\n"
     )
+    now[0] += 1
     live.write(b"five\n")  # the interval is over: at once
     live.write(b"six\n")  # held for the next interval...
     live.close()  # ...which never comes: the call ended
-    time.sleep(0.5)
+    time.sleep(0.6)
     assert [s["lines"][-1] for s in sent[2:]] == ["five"], "nothing is sent once the call's output is closed"
 
 
