@@ -20,7 +20,7 @@ from django.utils.html import format_html
 
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
-from approvals.policy_diff import pretty, previous_of, version_diff
+from approvals.policy_diff import SELF_APPROVAL_ON, pretty, previous_of, self_approval_change, version_diff
 from approvals.policy_editor import CheckFormSet, PolicyMainForm, RuleFormSet, compose, initial_data, kept_forms, place_problems
 from runs.core.errors import InputError
 from runs.core.policy import check_policy
@@ -164,6 +164,9 @@ class PolicyVersionAdmin(admin.ModelAdmin):
                     obj.document = {**document, "version": obj.version}
                     obj.created_by = request.user
                     obj.save()
+                previous = previous_of(obj)
+                if self_approval_change(previous.document if previous else None, obj.document) == SELF_APPROVAL_ON:
+                    self.message_user(request, SELF_APPROVAL_ON.removeprefix("!! ").strip(), messages.WARNING)
                 return
             except IntegrityError:
                 obj.pk = None

@@ -20,7 +20,14 @@ _ROW_PATH = re.compile(r"^(rules|checks)\[(\d+)\](?:\.(\w+))?")
 class PolicyMainForm(forms.Form):
     note = forms.CharField(max_length=300, required=False)
     approval_ttl_seconds = forms.IntegerField(label="Approval TTL (seconds)")
-    allow_self_approval = forms.BooleanField(required=False)
+    max_wait_seconds = forms.IntegerField(
+        label="Limit on waiting (seconds)", required=False, help_text="total time one run may wait for reviewers; empty for no limit"
+    )
+    allow_self_approval = forms.BooleanField(
+        required=False,
+        help_text="Warning: lets whoever starts a run approve its own requests, with no second person. "
+        "Turning it on is recorded in the version diff and on every self-approved decision.",
+    )
     budget_max_proposals = forms.IntegerField(label="Max proposals")
     budget_max_tool_calls = forms.IntegerField(label="Max tool calls")
     budget_max_attempts = forms.IntegerField(label="Max attempts")
@@ -96,6 +103,7 @@ def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[st
     sandbox = document.get("sandbox", {})
     main = {
         "approval_ttl_seconds": document.get("approval_ttl_seconds", 3600),
+        "max_wait_seconds": document.get("max_wait_seconds"),
         "allow_self_approval": document.get("allow_self_approval", False),
         **{f"budget_{name}": budget.get(name) for name in BUDGET_FIELDS},
         "sandbox_memory": sandbox.get("memory", "512m"),
@@ -158,6 +166,7 @@ def compose(main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[
         "checks": checks,
         "budget": {name: data[f"budget_{name}"] for name in BUDGET_FIELDS},
         "approval_ttl_seconds": data["approval_ttl_seconds"],
+        **({"max_wait_seconds": data["max_wait_seconds"]} if data["max_wait_seconds"] is not None else {}),
         "allow_self_approval": data["allow_self_approval"],
         "sandbox": {
             **base.get("sandbox", {}),

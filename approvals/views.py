@@ -18,7 +18,8 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals.models import ApprovalRequest
 from approvals.services import DecisionRefused, check_decision, deny, grant, staleness
 from runs.core.tools import builtin_registry
-from runs.models import Evidence
+from runs.models import Evidence, Run
+from runs.redact import is_masked
 from runs.views.access import DECIDE, VIEW_APPROVALS, require
 from runs.views.trace import EMPTY_OUTPUT_REF, text_args, timeline
 
@@ -27,7 +28,11 @@ RECENT_DECISIONS = 30
 
 
 def pending_requests() -> QuerySet[ApprovalRequest]:
-    return ApprovalRequest.objects.filter(status=Status.PENDING, expires_at__gt=timezone.now()).order_by("created_at")
+    """What reviewers can still decide: pending, not expired, and its run waiting for
+    it (a run being stopped cancels its requests; this keeps them out meanwhile)."""
+    return ApprovalRequest.objects.filter(
+        status=Status.PENDING, expires_at__gt=timezone.now(), run__status=Run.Status.WAITING, run__kill_requested=False
+    ).order_by("created_at")
 
 
 def inbox_rows() -> list[dict[str, Any]]:
@@ -60,6 +65,9 @@ def approval_context(request: ApprovalRequest, user: AbstractBaseUser) -> dict[s
         "deny_form": DenyForm(),
         "what_it_does": reviewer_summary(request.tool),
         "text_args": text_args(request.args),
+        # Masking happened before the request was filed (runs.redact): say so, so the
+        # reviewer knows the [redacted] they read stands for a credential.
+        "masked": is_masked(request.args) or is_masked(request.diff),
         **timeline(str(run.pk)),
     }
 

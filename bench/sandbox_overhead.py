@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from machine import load  # noqa: E402
+from machine import machine as describe_machine  # noqa: E402
 
 from runs.core.contract import Contract, WorkspaceSource  # noqa: E402
 from runs.core.loop import Harness, new_state  # noqa: E402
@@ -47,12 +50,18 @@ TESTS = CheckDef(check_id="tests", command=["python3", "-m", "pytest", "-q", "-p
 LIMITS = SandboxLimits()  # the default policy's: 512m, 1 CPU, 128 pids
 
 
-def harness_for(executor: SandboxExecutor, script: Callable[[Any, int], object | None], steps: int) -> Harness:
+def harness_for(
+    executor: SandboxExecutor,
+    script: Callable[[Any, int], object | None],
+    steps: int,
+    check: CheckDef = TESTS,
+    write_paths: tuple[str, ...] = (),
+) -> Harness:
     policy = Policy.model_validate(
         {
             "version": 1,
             "rules": [{"name": "all", "tool": "*", "decision": "allow"}],
-            "checks": [TESTS.model_dump()],
+            "checks": [check.model_dump()],
             "budget": {
                 "max_proposals": steps + 5,
                 "max_tool_calls": steps + 5,
@@ -68,9 +77,9 @@ def harness_for(executor: SandboxExecutor, script: Callable[[Any, int], object |
             "objective": "measure the sandbox",
             "acceptance_criteria": ["numbers"],
             "workspace": {"kind": "path", "path": "examples/orders"},
-            "allowed_write_paths": ["orders/*"],
-            "allowed_tools": ["read_file", "run_check"],
-            "verification_targets": ["tests"],
+            "allowed_write_paths": list(write_paths) or ["orders/*"],
+            "allowed_tools": ["read_file", "run_check", *(["write_file"] if write_paths else [])],
+            "verification_targets": [check.check_id],
             "limits": policy.budget.model_dump(),
         }
     )
@@ -91,7 +100,12 @@ def harness_for(executor: SandboxExecutor, script: Callable[[Any, int], object |
 
 
 def step_times(
-    executor: SandboxExecutor, proposal: dict[str, Any], steps: int, before_each: Callable[[], None] | None = None
+    executor: SandboxExecutor,
+    proposal: dict[str, Any] | Callable[[int], dict[str, Any]],
+    steps: int,
+    before_each: Callable[[], None] | None = None,
+    check: CheckDef = TESTS,
+    write_paths: tuple[str, ...] = (),
 ) -> list[float]:
     """Seconds from handing the harness a proposal until it asks for the next one."""
     handed: list[float] = []
@@ -106,16 +120,16 @@ def step_times(
         if before_each is not None:
             before_each()
         handed.append(time.perf_counter())
-        return proposal
+        return proposal(position) if callable(proposal) else proposal
 
-    harness_for(executor, script, steps).run()
+    harness_for(executor, script, steps, check, write_paths).run()
     return [asked[i + 1] - handed[i] for i in range(steps)]
 
 
-def raw_cli(container_id: str) -> float:
+def raw_cli(container_id: str, command: list[str] = TESTS.command) -> float:
     started = time.perf_counter()
     subprocess.run(
-        ["docker", "exec", "-u", SANDBOX_USER, "-w", WORKDIR, container_id, *TESTS.command],
+        ["docker", "exec", "-u", SANDBOX_USER, "-w", WORKDIR, container_id, *command],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         check=False,
@@ -184,22 +198,13 @@ def measure(reads: int, checks: int, starts: int, image: str) -> dict[str, Any]:
     result["ratio_run_check_vs_cli"] = statistics.median(h / r for h, r in zip(check_times, cli, strict=True))
     result["ratio_run_check_vs_sdk"] = statistics.median(h / r for h, r in zip(check_times, sdk, strict=True))
     result["machine"] = machine()
+    result["load"] = load()
     result["date"] = datetime.now(UTC).strftime("%Y-%m-%d")
     return result
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    engine = shared_client().version().get("Version", "?")
-    return f"{os.cpu_count()} vCPU {cpu}, {memory:.0f} GiB RAM, Linux {platform.release()}, Docker {engine}, Python {platform.python_version()}"
+    return f"{describe_machine()}, Docker {shared_client().version().get('Version', '?')}"
 
 
 def table(result: dict[str, Any]) -> str:

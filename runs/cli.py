@@ -3,17 +3,53 @@
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.management.base import OutputWrapper
 
+from runs.core.faults import Fault
 from runs.models import Event, Run
+from runs.runtime import advance
 from runs.services import report_of
+
+log = logging.getLogger(__name__)
 
 EXIT_COMPLETE = 0
 EXIT_STOPPED = 1
 EXIT_BAD_INPUT = 2
+# The command itself failed (the database went away, an unexpected error): the cause
+# is one line on stderr, the run is left as it was stored, to be resumed.
+EXIT_ERROR = 3
 EXIT_WAITING = 10
+
+
+def one_line(exc: BaseException) -> str:
+    """An error named for a shell user: its kind and first line, never a traceback
+    (that goes to the log at DEBUG level)."""
+    log.debug("command failed", exc_info=exc)
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first[:300]}" if first else type(exc).__name__
+
+
+def drive_and_report(out: OutputWrapper, err: OutputWrapper, run_id: str, as_json: bool, faults: Sequence[Fault] = ()) -> int:
+    """Drive the run in this process, print its report and return the exit code;
+    whatever fails is reported in one line, never as a traceback."""
+    code: int | None = None
+    try:
+        if advance(run_id, faults) == "leased_elsewhere":
+            err.write("another worker is driving this run right now")
+    except Exception as exc:  # noqa: BLE001 - the command's contract: one line and an exit code
+        err.write(f"the run could not be driven: {one_line(exc)} (LOG_LEVEL=DEBUG shows the traceback)")
+        code = EXIT_ERROR
+    try:
+        run = Run.objects.get(pk=run_id)
+        print_report(out, run, as_json)
+    except Exception as exc:  # noqa: BLE001 - as above
+        err.write(f"the run's report could not be read: {one_line(exc)}")
+        return EXIT_ERROR
+    return exit_code(run) if code is None else code
 
 
 def exit_code(run: Run) -> int:

@@ -13,7 +13,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from approvals.services import enqueue_resume
+from approvals.services import cancel_open_requests, enqueue_resume
 from runs.core import events as ev
 from runs.eventlog import append_event
 from runs.models import GlobalSwitch, Run
@@ -37,12 +37,15 @@ def check_operator(user: AbstractBaseUser) -> None:
 
 
 def do_kill(run: Run, by: str, scope: str = "run", reason: str = "") -> bool:
-    """Flag a run for killing. A run waiting for approval has no driver to notice,
-    so it is resumed: the loop's first guard then stops it ``killed``."""
+    """Flag a run for killing. Its open approval requests are cancelled at once, so
+    they leave the reviewers' queue whether or not a worker is about. A run waiting
+    for approval has no driver to notice, so it is resumed: the loop's first guard
+    then stops it ``killed``."""
     with transaction.atomic():
         flagged = Run.objects.filter(pk=run.pk, status__in=ACTIVE, kill_requested=False).update(kill_requested=True)
         if flagged:
             append_event(str(run.pk), ev.KillRequested, by=by, scope=scope, reason=reason)
+            cancel_open_requests(str(run.pk), f"the run is being stopped: kill by {by} ({scope})")
             transaction.on_commit(lambda: enqueue_resume(str(run.pk)))
     return flagged == 1
 

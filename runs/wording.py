@@ -22,6 +22,10 @@ LABELS = {
     "unresolved": "unresolved effect",
     "model_error": "model error",
     "approval_expired": "approval expired",
+    "approval_cancelled": "approval cancelled",
+    "sandbox_unavailable": "sandbox unavailable",
+    "workspace_error": "workspace could not be prepared",
+    "revision_mismatch": "workspace revision did not verify",
     # approval requests
     "pending": "waiting for a decision",
     "granted": "granted",
@@ -37,3 +41,16 @@ def human(value: object) -> str:
     yet is shown with spaces for underscores rather than not at all."""
     text = str(value or "")
     return LABELS.get(text, text.replace("_", " "))
+
+
+def duration(seconds: object) -> str:
+    """A length of time as a person reads it: 42 s, 3 min 5 s, 2 h 4 min."""
+    try:
+        total = round(float(seconds))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return str(seconds)
+    if total < 60:
+        return f"{total} s"
+    if total < 3600:
+        return f"{total // 60} min {total % 60} s" if total % 60 else f"{total // 60} min"
+    return f"{total // 3600} h {total % 3600 // 60} min"

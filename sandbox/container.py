@@ -39,6 +39,7 @@ from docker.utils.socket import frames_iter
 
 from runs.core.policy import SandboxLimits
 from sandbox.docker_client import new_client, shared_client
+from sandbox.engine import ENGINE_ERRORS, SandboxUnavailable, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +68,9 @@ while True:
 # $0 is the timeout; "$@" the check's argv (never a shell string).
 WRAPPER = 'timeout -s KILL "$0" "$@"; rc=$?; kill -9 -1 2>/dev/null; exit $rc'
 KILL_ALL = ["sh", "-c", "kill -9 -1 2>/dev/null; exit 0"]
-
-
-class SandboxUnavailable(Exception):
-    """The engine or the container could not start the command: nothing ran."""
+# A command killed by a signal that was none of ours: how long the engine may take to
+# report that the container itself died (a removal or kill from outside).
+SETTLE_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -175,6 +175,9 @@ class ExecResult:
     killed: bool  # by kill() (the kill switch)
     error: str | None = None  # the output stream broke off
     stopped_for: str | None = None  # why ``watch`` had the execution's processes killed
+    # The container or the engine failed during the execution (not our kill, not our
+    # limits): the exit status is not the command's own and proves nothing.
+    lost: str | None = None
 
 
 class _Watcher:
@@ -222,13 +225,25 @@ def _name(scope: str, run_id: str) -> str:
 
 
 class SandboxContainer:
-    def __init__(self, client: docker.DockerClient, container_id: str, run_id: str, spec: ContainerSpec, image_digest: str) -> None:
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        container_id: str,
+        run_id: str,
+        spec: ContainerSpec,
+        image_digest: str,
+        scope: str = DEFAULT_SCOPE,
+    ) -> None:
         self._client = client
         self.id = container_id
         self.run_id = run_id
         self.spec = spec
         self.image_digest = image_digest
+        self.scope = scope
         self._killed = False
+        # Set once the container failed under an execution: it is not used again.
+        self.lost: str | None = None
+        self._restarted_by_us = False
         self._cgroup_paths: dict[str, Path | None] = {}
         # The output stream of the execution in flight, so a kill can cut it locally.
         self._stream_lock = threading.Lock()
@@ -250,18 +265,25 @@ class SandboxContainer:
         workspace exists (a resumed run), else created. A reused container is found
         after its driver died or lost the run, so whatever that driver left running
         (a check it was waiting for) is killed first: nothing but this run's next
-        execution may change the workspace."""
-        client = client or shared_client()
+        execution may change the workspace. An engine that fails raises
+        SandboxUnavailable."""
+        try:
+            return cls._start(run_id, workspace_dir, spec, scope, client or shared_client())
+        except ENGINE_ERRORS as exc:
+            raise unavailable(exc, "starting the sandbox container") from None
+
+    @classmethod
+    def _start(cls, run_id: str, workspace_dir: Path, spec: ContainerSpec, scope: str, client: docker.DockerClient) -> SandboxContainer:
         labels = {LABEL_MANAGED: "1", LABEL_RUN: run_id, LABEL_SCOPE: scope, LABEL_SPEC: spec.digest}
         filters = {"label": [f"{LABEL_MANAGED}=1", f"{LABEL_RUN}={run_id}", f"{LABEL_SCOPE}={scope}"]}
         source = str(workspace_dir.resolve())
         for existing in client.containers.list(all=True, filters=filters):
             mounts = [m.get("Source") for m in existing.attrs.get("Mounts", [])]
             if existing.status == "running" and existing.labels.get(LABEL_SPEC) == spec.digest and mounts == [source]:
-                reused = cls(client, existing.id, run_id, spec, existing.attrs["Image"])
+                reused = cls(client, existing.id, run_id, spec, existing.attrs["Image"], scope)
                 reused.kill_processes()
                 return reused
-            existing.remove(force=True)
+            remove_container(client, existing.id)
         try:
             container = client.containers.create(
                 spec.image,
@@ -289,21 +311,18 @@ class SandboxContainer:
             raise SandboxUnavailable(f"sandbox image {spec.image} not found; build it with: bash sandbox/image/build.sh") from None
         except APIError as exc:
             if exc.status_code == 409:  # a stale container holds the name
-                client.api.remove_container(_name(scope, run_id), force=True)
-                return cls.start(run_id, workspace_dir, spec, scope=scope, client=client)
+                remove_container(client, _name(scope, run_id))
+                return cls._start(run_id, workspace_dir, spec, scope, client)
             raise
         try:
             container.start()
-        except DockerException:
-            container.remove(force=True)
+        except ENGINE_ERRORS:
+            remove_container(client, container.id)
             raise
-        return cls(client, container.id, run_id, spec, container.attrs["Image"])
+        return cls(client, container.id, run_id, spec, container.attrs["Image"], scope)
 
     def remove(self) -> None:
-        try:
-            self._client.api.remove_container(self.id, force=True)
-        except NotFound:
-            pass
+        remove_container(self._client, self.id)
 
     def kill(self) -> None:
         """From any thread: end the execution in flight and remove the container.
@@ -320,10 +339,7 @@ class SandboxContainer:
                     self._stream.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass  # already shut: the execution ended on its own
-        try:
-            new_client(timeout=10).api.remove_container(self.id, force=True)
-        except NotFound:
-            pass
+        remove_container(new_client(timeout=10), self.id)
 
     @property
     def killed(self) -> bool:
@@ -333,8 +349,8 @@ class SandboxContainer:
         """Start the container again if it stopped (nothing in it survives)."""
         try:
             self._client.api.start(self.id)
-        except NotFound:
-            raise SandboxUnavailable("the run's sandbox container no longer exists") from None
+        except ENGINE_ERRORS as exc:
+            raise self._lose(unavailable(exc, "restarting the stopped sandbox container")) from None
 
     # -- executions -------------------------------------------------------------
 
@@ -348,12 +364,19 @@ class SandboxContainer:
         watch_seconds: float = 0.5,
     ) -> ExecResult:
         """Run ``argv`` in the container. ``watch``, if given, is asked every
-        ``watch_seconds`` while it runs; a reason it returns kills the execution."""
+        ``watch_seconds`` while it runs; a reason it returns kills the execution.
+
+        Raises SandboxUnavailable when the command could not start; a container or
+        engine that fails while it runs is reported as ``lost``."""
         if self._killed:
             raise SandboxUnavailable("the sandbox was killed")
+        if self.lost is not None:
+            raise SandboxUnavailable(self.lost)
         api = self._client.api
         command = ["sh", "-c", WRAPPER, str(timeout_seconds), *argv]
         exec_id = self._create_exec(command)
+        before = self._state("before the check")
+        self._restarted_by_us = False
         oom_before = self._oom_kills()
         hit = threading.Event()
         deadline = threading.Timer(timeout_seconds + DEADLINE_GRACE_SECONDS, self._deadline, args=(hit,))
@@ -361,8 +384,8 @@ class SandboxContainer:
         started = time.monotonic()
         try:
             sock = api.exec_start(exec_id, socket=True)
-        except DockerException as exc:
-            raise SandboxUnavailable(f"the sandbox could not start the command: {exc}") from None
+        except ENGINE_ERRORS as exc:
+            raise self._lose(unavailable(exc, "starting the check")) from None
         error = None
         deadline.start()
         watcher = _Watcher(watch, watch_seconds, self._kill_processes_from_another_thread)
@@ -393,11 +416,15 @@ class SandboxContainer:
         # A killed execution's exit code says nothing, and asking a slow engine for it
         # would hold the kill up.
         exit_code = None if self._killed else self._exit_code(exec_id)
-        if not self._killed:
-            self._reap()
         oom_after = self._oom_kills()
         oom = None if oom_before is None or oom_after is None else oom_after > oom_before
         timed_out = hit.is_set() or (elapsed >= timeout_seconds and exit_code in (124, 137))
+        # Our own ends (the kill switch, the timeout, the watch, the memory limit) are
+        # the command's result; anything else that ended it is asked of the engine.
+        ours = self._killed or timed_out or watcher.reason is not None or bool(oom)
+        lost = None if ours else self._lost_during(before, exit_code)
+        if not self._killed and lost is None:
+            self._reap()
         return ExecResult(
             exit_code=None if timed_out else exit_code,
             timed_out=timed_out,
@@ -406,7 +433,41 @@ class SandboxContainer:
             killed=self._killed,
             error=error,
             stopped_for=watcher.reason,
+            lost=lost,
         )
+
+    def _lose(self, problem: SandboxUnavailable) -> SandboxUnavailable:
+        """The container failed the attempt: it is not used again (the next attempt
+        starts a fresh one)."""
+        self.lost = problem.reason
+        return problem
+
+    def _state(self, when: str) -> dict[str, Any]:
+        try:
+            state: dict[str, Any] = self._client.api.inspect_container(self.id)["State"]
+        except ENGINE_ERRORS as exc:
+            raise self._lose(unavailable(exc, when)) from None
+        return state
+
+    def _lost_during(self, before: dict[str, Any], exit_code: int | None) -> str | None:
+        """Why the container itself failed under the execution, by the engine's own
+        account (gone, stopped or restarted by someone else, or the engine gone), or
+        None when the exit status is the command's own."""
+        settle = time.monotonic() + SETTLE_SECONDS
+        while True:
+            try:
+                after = self._state("after the check")
+            except SandboxUnavailable as exc:
+                return exc.reason
+            reason = _changed_from_outside(before, after, self._restarted_by_us)
+            if reason is not None:
+                self.lost = reason
+                return reason
+            # A command ended by a signal may have died with its container, and the
+            # engine may not have noticed yet.
+            if (exit_code is not None and exit_code <= 128) or time.monotonic() >= settle:
+                return None
+            time.sleep(0.05)
 
     def _create_exec(self, command: list[str]) -> str:
         for attempt in (1, 2):
@@ -415,11 +476,12 @@ class SandboxContainer:
                     self.id, command, user=SANDBOX_USER, workdir=WORKDIR, stdout=True, stderr=True, stdin=False, tty=False
                 )
                 return str(created["Id"])
-            except NotFound:
-                raise SandboxUnavailable("the run's sandbox container no longer exists") from None
-            except APIError as exc:
-                if attempt == 2 or self._killed or exc.status_code != 409:  # 409: not running
-                    raise SandboxUnavailable(f"the sandbox could not create the execution: {exc.explanation}") from None
+            except ENGINE_ERRORS as exc:
+                # 409: the container stopped since the last execution; nothing runs in
+                # it, so it is started again once.
+                stopped = isinstance(exc, APIError) and exc.status_code == 409
+                if attempt == 2 or self._killed or not stopped:
+                    raise self._lose(unavailable(exc, "creating the check's execution")) from None
                 self._revive()
         raise AssertionError("unreachable")
 
@@ -428,7 +490,7 @@ class SandboxContainer:
         while True:
             try:
                 info = self._client.api.exec_inspect(exec_id)
-            except DockerException:
+            except ENGINE_ERRORS:
                 return None
             if not info.get("Running") or time.monotonic() > wait_until:
                 code = info.get("ExitCode")
@@ -457,16 +519,17 @@ class SandboxContainer:
                 return
         except NotFound:
             return
-        except DockerException as exc:
+        except ENGINE_ERRORS as exc:
             log.warning("sandbox %s: kill -9 -1 failed (%s); restarting the container", self.id[:12], exc)
+        self._restarted_by_us = True
         try:
             api.kill(self.id)
-        except DockerException:
+        except ENGINE_ERRORS:
             pass
         try:
             api.start(self.id)
-        except NotFound:
-            pass
+        except ENGINE_ERRORS as exc:
+            log.warning("sandbox %s: could not start the container again (%s)", self.id[:12], exc)
 
     def _reap(self) -> None:
         """Ensure nothing but PID 1 outlives an execution (a process that dodged the
@@ -533,9 +596,31 @@ def sweep_orphans(
         run_id = container.labels.get(LABEL_RUN)
         if run_id in active:
             continue
-        try:
-            container.remove(force=True)
-        except NotFound:
-            continue
-        removed.append(run_id or container.id)
+        if remove_container(client, container.id):
+            removed.append(run_id or container.id)
     return removed
+
+
+def remove_container(client: docker.DockerClient, container_id: str) -> bool:
+    """Force-remove a container, tolerating what the engine is already doing with
+    it: a removal in progress (409) or a container already gone (404, False)."""
+    try:
+        client.api.remove_container(container_id, force=True)
+    except NotFound:
+        return False
+    except APIError as exc:
+        if exc.status_code != 409:
+            raise
+    return True
+
+
+def _changed_from_outside(before: dict[str, Any], after: dict[str, Any], restarted_by_us: bool) -> str | None:
+    """Compare docker's account of the container before and after an execution."""
+    if not after.get("Running"):
+        if after.get("OOMKilled") and not before.get("OOMKilled"):
+            return None  # our memory limit ended it: the check's own result
+        status, code = after.get("Status"), after.get("ExitCode")
+        return f"the sandbox container was stopped during the check, not by the harness (status {status}, exit code {code})"
+    if after.get("StartedAt") != before.get("StartedAt") and not restarted_by_us:
+        return "the sandbox container was restarted during the check, not by the harness"
+    return None

@@ -33,3 +33,10 @@ def shared_client() -> docker.DockerClient:
         client = new_client()
         _local.client = client
     return client
+
+
+def forget_shared_client() -> None:
+    """Drop this thread's client (its pooled connections may lead to an engine that
+    went away); the next ``shared_client`` makes a new one. It is not closed: a
+    container may still hold it for a last best-effort call."""
+    _local.client = None

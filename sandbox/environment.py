@@ -4,6 +4,7 @@ executor the harness drives."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from django.conf import settings
@@ -12,12 +13,16 @@ from runs.artifacts import FileArtifactStore
 from runs.core.contract import WorkspaceSource
 from runs.core.policy import Policy
 from runs.environment import Environment
+from runs.eventlog import append_events
 from runs.live_output import LiveOutput
 from runs.models import Run
 from sandbox.container import ContainerSpec, SandboxContainer
+from sandbox.engine import SandboxUnavailable
 from sandbox.executor import SandboxExecutor
 from sandbox.quota import MB, DiskQuota
-from sandbox.workspace import RunWorkspace, prepare_workspace
+from sandbox.workspace import RunWorkspace, check_source, prepare_workspace
+
+log = logging.getLogger(__name__)
 
 
 def workspace_root(run: Run) -> Path:
@@ -35,19 +40,40 @@ def prepare_workspace_for(run: Run) -> str:
     return workspace_for(run).revision()
 
 
+def check_workspace_for(run: Run) -> str:
+    """For ``do_create_run(..., revision_of=...)`` in a process that must not prepare
+    workspaces (the web server: preparing hands the files to the sandbox's uid, which
+    needs root). Refuses a bad source now; the revision is "" until the worker that
+    first drives the run prepares the workspace (runs.runtime.advance)."""
+    source = WorkspaceSource.model_validate(run.contract["workspace"])
+    check_source(source, Path(settings.BASE_DIR), settings.WORKSPACE_SOURCES)
+    return ""
+
+
 def sandbox_environment(run: Run, policy: Policy) -> Environment:
     workspace = workspace_for(run)
+    run_id = str(run.pk)
     spec = ContainerSpec.from_limits(policy.sandbox, str(settings.SANDBOX_IMAGE))
-    container = SandboxContainer.start(str(run.pk), workspace.dir, spec, scope=settings.SANDBOX_SCOPE)
+    try:
+        container: SandboxContainer | None = SandboxContainer.start(run_id, workspace.dir, spec, scope=settings.SANDBOX_SCOPE)
+    except SandboxUnavailable as exc:
+        # The run goes on with what needs no sandbox; its first check starts the
+        # container, waiting for the engine if need be.
+        log.warning("run %s: no sandbox container yet (%s)", run_id, exc.reason)
+        container = None
     executor = SandboxExecutor(
-        str(run.pk),
+        run_id,
         workspace,
         container,
         FileArtifactStore(),
         Path(settings.OUTBOX_DIR),
         spool_dir=Path(settings.ARTIFACT_ROOT) / "spool",
         quota=DiskQuota(workspace_max_bytes=policy.sandbox.workspace_max_mb * MB, reserve_bytes=settings.HARNESS_DISK_RESERVE_MB * MB),
-        live_output=lambda call_id: LiveOutput(str(run.pk), call_id),
+        spec=spec,
+        scope=settings.SANDBOX_SCOPE,
+        engine_wait_seconds=settings.SANDBOX_ENGINE_WAIT_SECONDS,
+        notify=lambda event: append_events(run_id, [event]),
+        live_output=lambda call_id: LiveOutput(run_id, call_id),
     )
     return Environment(
         executor=executor,

@@ -5,23 +5,33 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from runs.core import events as ev
 from runs.core.jsonutil import JSON
-from runs.core.policy import CheckDef
 from runs.core.ports import ArtifactStore, Call, Reconciliation
 from runs.core.state import PendingEffect
 from sandbox import fileops
-from sandbox.container import ContainerSpec, OutputListener, SandboxContainer, SandboxUnavailable
+from sandbox.container import DEFAULT_SCOPE, ContainerSpec, OutputListener, SandboxContainer
+from sandbox.engine import ENGINE_ERRORS, SandboxUnavailable, wait_for_engine
 from sandbox.quota import DiskQuota
 from sandbox.tools import HANDLERS, ToolContext, ToolResult, outbox_path
 from sandbox.workspace import RunWorkspace
 
 log = logging.getLogger(__name__)
+# How long one attempt waits for an engine that does not answer, at most (the run's
+# deadline may end the wait sooner).
+ENGINE_WAIT_SECONDS = 300.0
 
 
 class SandboxExecutor:
+    """``container`` is the run's container, or None to start one at the first check
+    (from ``spec``; a run has none when both are None). A container that failed under
+    a check is replaced by a fresh one at the next attempt; an engine that does not
+    answer is waited for, and ``notify`` receives the events of that wait."""
+
     def __init__(
         self,
         run_id: str,
@@ -32,14 +42,24 @@ class SandboxExecutor:
         *,
         spool_dir: Path | None = None,
         quota: DiskQuota = DiskQuota(),
+        spec: ContainerSpec | None = None,
+        scope: str = DEFAULT_SCOPE,
+        engine_wait_seconds: float = ENGINE_WAIT_SECONDS,
+        notify: Callable[[ev.Event], None] | None = None,
         live_output: Callable[[str], OutputListener] | None = None,
     ) -> None:
         self.run_id = run_id
         self.workspace = workspace
         self.container = container
+        self._spec = container.spec if container is not None else spec
+        self._scope = container.scope if container is not None else scope
+        self._engine_wait_seconds = engine_wait_seconds
+        self._notify = notify
         self._lock = threading.Lock()
         self._extra: list[SandboxContainer] = []
         self._killed = False
+        # Set by a kill: ends a wait for the engine at once.
+        self._wake = threading.Event()
         self.context = ToolContext(
             run_id=run_id,
             workspace=workspace,
@@ -91,48 +111,110 @@ class SandboxExecutor:
             return Reconciliation(True, found, True, detail)
         # A workspace effect: stop anything still running so the revision the
         # harness re-reads next is final.
-        if self.container is not None and not self._killed:
+        if self.container is not None and self.container.lost is None and not self._killed:
             self.container.kill_processes()
         return Reconciliation(True, True, True, "workspace re-read after stopping leftover sandbox processes")
 
     # -- containers ----------------------------------------------------------------
 
-    def _container_for(self, check: CheckDef) -> SandboxContainer:
-        if self.container is None:
+    def _container_for(self, call: Call) -> SandboxContainer:
+        if self._spec is None:
             raise SandboxUnavailable("this run has no sandbox container")
-        if check.image is None or check.image == self.container.spec.image:
-            return self.container
-        # A check pinned to another image gets its own container, with the same
-        # limits and the same workspace, for the rest of the run.
+        check = call.check
         with self._lock:
-            for extra in self._extra:
+            if check is None or check.image is None or check.image == self._spec.image:
+                if self.container is None or self.container.lost is not None:
+                    self.container = self._fresh(self.run_id, self._spec, self.container, call)
+                return self.container
+            # A check pinned to another image gets its own container, with the same
+            # limits and the same workspace, for the rest of the run.
+            for index, extra in enumerate(self._extra):
                 if extra.spec.image == check.image:
+                    if extra.lost is not None:
+                        self._extra[index] = extra = self._fresh(extra.run_id, extra.spec, extra, call)
                     return extra
             spec = ContainerSpec(
                 image=check.image,
-                memory=self.container.spec.memory,
-                cpus=self.container.spec.cpus,
-                pids_limit=self.container.spec.pids_limit,
-                network=self.container.spec.network,
+                memory=self._spec.memory,
+                cpus=self._spec.cpus,
+                pids_limit=self._spec.pids_limit,
+                network=self._spec.network,
             )
-            extra = SandboxContainer.start(f"{self.run_id}.{len(self._extra) + 1}", self.workspace.dir, spec)
+            extra = self._fresh(f"{self.run_id}.{len(self._extra) + 1}", spec, None, call)
             self._extra.append(extra)
             return extra
 
+    def _fresh(self, name: str, spec: ContainerSpec, failed: SandboxContainer | None, call: Call) -> SandboxContainer:
+        """A container for the attempt in place of one that failed (or none yet). An
+        engine that does not answer is waited for, until the run's deadline or the
+        wait limit, whichever comes first, or a kill."""
+        if failed is not None:
+            log.warning("sandbox %s: replacing the container (%s)", failed.id[:12], failed.lost)
+            try:
+                failed.remove()
+            except ENGINE_ERRORS:
+                pass  # starting the fresh one removes it, or the sweeper does
+        until = time.time() + self._engine_wait_seconds
+        if call.deadline is not None:
+            until = min(until, call.deadline)
+        waited_since: float | None = None
+        try:
+            while True:
+                if self._killed:
+                    raise SandboxUnavailable("the sandbox was killed")
+                try:
+                    container = SandboxContainer.start(name, self.workspace.dir, spec, scope=self._scope)
+                except SandboxUnavailable as exc:
+                    if not exc.engine_down or time.time() >= until:
+                        raise
+                    if waited_since is None:
+                        waited_since = time.time()
+                        log.warning("sandbox for run %s: waiting for the engine (%s)", self.run_id, exc.reason)
+                        self._tell(ev.SandboxWaiting, call.call_id, reason=exc.reason, until=until)
+                    if not wait_for_engine(until, self._wake):
+                        raise
+                    self._wake.wait(0.2)  # an engine that answers pings but fails requests is not hammered
+                    continue
+                if waited_since is not None:
+                    waited = round(time.time() - waited_since, 2)
+                    self._tell(ev.SandboxWaitOver, call.call_id, engine_back=True, waited_seconds=waited, detail="")
+                return container
+        except SandboxUnavailable as exc:
+            if waited_since is not None:
+                waited = round(time.time() - waited_since, 2)
+                self._tell(ev.SandboxWaitOver, call.call_id, engine_back=False, waited_seconds=waited, detail=exc.reason)
+            raise
+
+    def _tell(self, cls: type[ev.Event], call_id: str, **fields: JSON) -> None:
+        if self._notify is None:
+            return
+        try:
+            self._notify(cls(run_id=self.run_id, seq=0, ts=time.time(), call_id=call_id, **fields))
+        except Exception as exc:  # noqa: BLE001 - what the wait shows must not fail the attempt; its receipt is the record
+            log.warning("run %s: could not record %s (%s)", self.run_id, cls.__name__, exc)
+
     def kill(self) -> None:
-        """The kill switch, from any thread: ends the execution in flight and removes
-        the run's containers."""
+        """The kill switch, from any thread: ends the execution in flight (or a wait
+        for the engine) and removes the run's containers."""
         self._killed = True
+        self._wake.set()
         for container in [self.container, *self._extra]:
             if container is None:
                 continue
             try:
                 container.kill()
-            except Exception:  # the switch must reach every container
+            except ENGINE_ERRORS as exc:  # the switch must reach every container; the sweeper removes this one later
+                log.warning("sandbox %s: kill failed (%s)", container.id[:12], exc)
+            except Exception:
                 log.exception("sandbox %s: kill failed", container.id[:12])
 
     def close(self) -> None:
-        """The run ended: remove its containers (the workspace stays for inspection)."""
+        """The run ended: remove its containers (the workspace stays for inspection).
+        An engine that cannot do it now leaves them to the sweeper."""
         for container in [self.container, *self._extra]:
-            if container is not None:
+            if container is None:
+                continue
+            try:
                 container.remove()
+            except ENGINE_ERRORS as exc:
+                log.warning("sandbox %s: not removed now (%s); the sweeper removes it later", container.id[:12], exc)

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from runs.core.jsonutil import JSON
-from runs.core.policy import CheckDef
 from runs.core.ports import ArtifactStore, Call
 from sandbox import fileops, patches
-from sandbox.container import OutputCapture, OutputListener, SandboxContainer, SandboxUnavailable
+from sandbox.container import OutputCapture, OutputListener, SandboxContainer
+from sandbox.engine import SandboxUnavailable
 from sandbox.quota import WATCH_SECONDS, DiskQuota, QuotaProblem
 from sandbox.workspace import RunWorkspace
 
@@ -47,7 +47,8 @@ class ToolContext:
     workspace: RunWorkspace
     artifacts: ArtifactStore
     outbox: Path
-    container_for: Callable[[CheckDef], SandboxContainer]
+    # The container a call's check runs in (started, waiting for the engine, when needed).
+    container_for: Callable[[Call], SandboxContainer]
     spool_dir: Path | None = None
     quota: DiskQuota = DiskQuota()
     # Given a call id, who watches that call's output while it runs (the live page).
@@ -56,6 +57,14 @@ class ToolContext:
 
 def _error(message: str, **data: JSON) -> ToolResult:
     return ToolResult("ok", "none", {**data, "error": message})
+
+
+def _infrastructure(reason: str, artifacts: list[str] | None = None, **data: JSON) -> ToolResult:
+    """The sandbox failed, not the call: a transient attempt with no effect, which
+    the harness retries and never takes as evidence."""
+    return ToolResult(
+        "transient", "none", {**data, "error": f"the check did not run to its end: {reason}", "infrastructure": reason}, artifacts or []
+    )
 
 
 def list_files(ctx: ToolContext, call: Call) -> ToolResult:
@@ -80,13 +89,13 @@ def search(ctx: ToolContext, call: Call) -> ToolResult:
 
 
 def write_file(ctx: ToolContext, call: Call) -> ToolResult:
-    data = fileops.write_file(ctx.workspace.dir, str(call.args["path"]), str(call.args["content"]))
+    data = ctx.workspace.write_file(str(call.args["path"]), str(call.args["content"]))
     return ToolResult("ok", "none" if data["unchanged"] else "applied", data)
 
 
 def apply_patch(ctx: ToolContext, call: Call) -> ToolResult:
     try:
-        data = fileops.apply_patch(ctx.workspace.dir, str(call.args["patch"]))
+        data = ctx.workspace.apply_patch(str(call.args["patch"]))
     except patches.PatchRefused as exc:
         return _error(f"the patch was not applied (nothing was written): {exc}")
     return ToolResult("ok", "applied", data)
@@ -124,26 +133,30 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         return problem.reason
 
     try:
-        container = ctx.container_for(check)
+        container = ctx.container_for(call)
     except SandboxUnavailable as exc:
-        return ToolResult("transient", "none", {**base, "error": str(exc)})
+        return _infrastructure(exc.reason, **base)
     listener = ctx.live_output(call.call_id) if ctx.live_output is not None else None
     capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir, listener=listener)
     try:
-        result = container.exec(
-            list(check.command),
-            timeout_seconds=check.timeout_seconds,
-            capture=capture,
-            watch=watch,
-            watch_seconds=WATCH_SECONDS,
-        )
+        with ctx.workspace.untrusted_code():
+            result = container.exec(
+                list(check.command),
+                timeout_seconds=check.timeout_seconds,
+                capture=capture,
+                watch=watch,
+                watch_seconds=WATCH_SECONDS,
+            )
     except SandboxUnavailable as exc:
         capture.discard()
-        return ToolResult("transient", "none", {**base, "error": str(exc)})
+        return _infrastructure(exc.reason, **base)
     except BaseException:
         capture.discard()
         raise
     ref = store_output(ctx.artifacts, capture)
+    if result.lost is not None:
+        # What it printed before the container failed is kept for the record only.
+        return _infrastructure(result.lost, [ref], **base, output_ref=ref, output=capture.excerpt(ref))
     data: dict[str, JSON] = {
         **base,
         "exit_code": result.exit_code,
@@ -231,7 +244,8 @@ def _fsync_dir(path: Path) -> None:
 
 
 def lookup_publish(ctx: ToolContext, call: Call) -> ToolResult:
-    key = str(call.args["idempotency_key"])
+    # Without a key in the arguments the harness names the run's own publish.
+    key = str(call.args.get("idempotency_key") or call.idempotency_key)
     found = outbox_path(ctx.outbox, key).exists()
     return ToolResult("ok", "none", {"idempotency_key": key, "found": found, "authoritative": True})
 

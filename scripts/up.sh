@@ -5,7 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-export DEBUG="${DEBUG:-1}"
 export HARNESS_VAR_DIR="${HARNESS_VAR_DIR:-$PWD/var}"
 PORT="${PORT:-8000}"
 LOGS="$HARNESS_VAR_DIR/log"
@@ -17,6 +16,21 @@ need() { say "cannot continue: $*"; exit 1; }
 # The var directory (database, artifacts, workspaces, logs) is created when missing.
 mkdir -p "$LOGS" 2>/dev/null || need "HARNESS_VAR_DIR=$HARNESS_VAR_DIR cannot be created; point it at a directory you can write"
 [ -w "$HARNESS_VAR_DIR" ] || need "HARNESS_VAR_DIR=$HARNESS_VAR_DIR is not writable; point it at a directory you can write"
+
+# Production settings, not debug pages: a mistyped URL gets the project's 404, never
+# Django's URL listing. The secret key is generated once and kept under var/ (0600).
+export DEBUG="${DEBUG:-0}"
+if [ -z "${SECRET_KEY:-}" ]; then
+    if [ ! -s "$HARNESS_VAR_DIR/secret_key" ]; then
+        (umask 077 && python3 -c "import secrets; print(secrets.token_urlsafe(50))" >"$HARNESS_VAR_DIR/secret_key")
+    fi
+    SECRET_KEY="$(cat "$HARNESS_VAR_DIR/secret_key")"
+    export SECRET_KEY
+fi
+# Plain HTTP on 127.0.0.1: Secure-only cookies would never come back; Daphne serves
+# the static files itself (no front server here).
+export HARNESS_SECURE_COOKIES="${HARNESS_SECURE_COOKIES:-0}"
+export HARNESS_SERVE_STATIC="${HARNESS_SERVE_STATIC:-1}"
 
 # Installs only what is missing, and only where it can: as root with apt-get.
 can_apt() { [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; }
@@ -72,12 +86,14 @@ python3 manage.py create_demo_users
 cleanup() { trap - EXIT INT TERM; say "stopping"; kill 0 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 
+# One run at a time per core by default (WORKER_CONCURRENCY overrides): a run's checks
+# use the CPU inside its sandbox, so more runs than cores only queue for it.
 # Supervised like a deployment would: a worker that exits (e.g. on an unrecoverable
 # broker error while Redis restarts) is started again; runs continue from the database.
 (
     while true; do
         python3 -m celery -A harness_site worker -B -s "$HARNESS_VAR_DIR/beat-schedule" -Q "${HARNESS_QUEUE:-harness}" \
-            -c 2 -l info >>"$LOGS/worker.log" 2>&1 || true
+            -c "${WORKER_CONCURRENCY:-$(nproc)}" -l info >>"$LOGS/worker.log" 2>&1 || true
         echo "[up] worker exited; restarting"
         sleep 1
     done

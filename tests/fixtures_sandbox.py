@@ -28,7 +28,7 @@ from runs.core.events import Event
 from runs.core.loop import Harness, new_state
 from runs.core.policy import CheckDef, Policy, SandboxLimits
 from runs.core.ports import Call
-from runs.core.scripted import ScriptedProposer
+from runs.core.scripted import ScriptedProposer, ScriptFn
 from runs.core.simulated import MemoryApprovals, MemoryStore
 from runs.core.state import RunState
 from runs.core.tools import builtin_registry
@@ -76,6 +76,7 @@ def reset_workspace(workspace: RunWorkspace) -> None:
     for dirpath, dirnames, filenames in os.walk(workspace.dir):
         for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
             os.lchown(name, 65534, 65534)
+    workspace.reread()  # changed behind the harness's tools: only a walk sees it
 
 
 def start_container(run_id: str, workspace: RunWorkspace, limits: SandboxLimits = TEST_LIMITS) -> SandboxContainer:
@@ -190,7 +191,7 @@ class Outcome:
 def drive(
     executor: SandboxExecutor,
     policy: Policy,
-    script: Sequence[dict[str, Any]],
+    script: Sequence[dict[str, Any]] | ScriptFn,
     contract: Contract | None = None,
     **harness_options: Any,
 ) -> Outcome:
@@ -210,7 +211,7 @@ def drive(
         state,
         registry=builtin_registry(),
         policy=policy,
-        proposer=ScriptedProposer(list(script)),
+        proposer=ScriptedProposer(script if callable(script) else list(script)),
         executor=executor,
         workspace=executor,
         approvals=MemoryApprovals(),

@@ -52,7 +52,7 @@ class AsgiServer:
 
     def __init__(self, log_dir: Path, **env: str) -> None:
         self.log_dir = log_dir
-        self.env = env
+        self.env = env  # settings of this server's own (e.g. production ones)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None

@@ -15,13 +15,13 @@ from playwright.sync_api import expect
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
 from harness_site.celery import app as celery_app
-from runs.control import kill
 from runs.core import events as ev
 from runs.eventlog import append_events
 from runs.models import Event, Run
 from runs.runtime import create_run
 from tests.fixtures_services import ROOT
 from tests.fixtures_web import screenshot, sign_in, waiting_scene
+from tests.helpers import new_policy_version
 
 pytestmark = [pytest.mark.browser, pytest.mark.celery, pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
@@ -235,9 +235,8 @@ def test_it_refuses_to_grant_a_stale_request(live_server_asgi, celery_worker, br
     page.goto(f"{live_server_asgi.url}/approvals/{request.pk}/")
     expect(page.locator("#grant")).to_be_enabled()
 
-    # While the reviewer reads, the run moves on without them.
-    kill(run, operator)
-    wait_for(lambda: Run.objects.get(pk=run.pk).outcome == "killed", what="the run to stop")
+    # While the reviewer reads, an admin changes the policy: the request is stale.
+    new_policy_version(approval_ttl_seconds=600)
     page.click("#grant")  # the page is older than the change: the server must refuse
     expect(page.locator(".error-box")).to_contain_text("stale")
     expect(page.locator("#grant")).to_be_disabled()

@@ -4,7 +4,6 @@ are written during the replay, after a lost broadcast, and across a reconnect.""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 
@@ -69,10 +68,16 @@ def test_it_replays_then_streams_with_no_gap_or_duplicate_while_events_are_writt
     run_id = str(scene.run.pk)
     notes(run_id, 1200, batch=100)  # more than two replay pages
     written: dict[str, int] = {}
+    went_live = threading.Event()
 
     def writer() -> None:
+        # Writing goes on until the viewer is live, so the replay and the stream both
+        # overlap the writes however fast either side is.
         try:
-            notes(run_id, 600, batch=3)
+            count = 0
+            while count < 600 or not went_live.is_set():
+                notes(run_id, 3, batch=3)
+                count += 3
             written["last_seq"] = Run.objects.get(pk=run_id).last_seq
         finally:
             connection.close()
@@ -84,11 +89,18 @@ def test_it_replays_then_streams_with_no_gap_or_duplicate_while_events_are_writt
         thread = threading.Thread(target=writer)
         thread.start()
         await communicator.send_json_to({"type": "subscribe", "after_seq": 0})
-        while thread.is_alive():
-            await asyncio.sleep(0.01)
-        received = await receive_until(communicator, written["last_seq"])
+        seqs: list[int] = []
+        deadline = time.monotonic() + 60
+        while thread.is_alive() and time.monotonic() < deadline:
+            message = await communicator.receive_json_from(timeout=20)
+            if message["type"] == "events":
+                seqs += [event["seq"] for event in message["events"]]
+            elif message["type"] == "live":
+                went_live.set()
+        thread.join()
+        more, _ = await receive_until(communicator, written["last_seq"]) if seqs[-1] < written["last_seq"] else ([], True)
         await communicator.disconnect()
-        return received
+        return seqs + more, went_live.is_set()
 
     seqs, live = async_to_sync(watch)()
     final = Run.objects.get(pk=run_id).last_seq

@@ -1,4 +1,4 @@
-"""Policies in the Django admin: each save is a new immutable version, a run keeps
+"""Policies in the Django admin: each save is a new immutable version, a run records
 the version it started with, versions can be compared, bad policies are refused
 with the field named."""
 
@@ -44,7 +44,9 @@ def test_it_saves_every_edit_as_a_new_version_and_runs_keep_theirs(client, admin
 def test_it_refuses_an_invalid_policy_naming_the_field(client, admin_user):
     client.force_login(admin_user)
     before = PolicyVersion.objects.count()
-    bad = document_text(budget={"max_proposals": 0, "max_tool_calls": 1, "max_attempts": 1, "wall_time_seconds": 1, "max_output_bytes_per_call": 2048})
+    bad = document_text(
+        budget={"max_proposals": 0, "max_tool_calls": 1, "max_attempts": 1, "wall_time_seconds": 1, "max_output_bytes_per_call": 2048}
+    )
     response = add(client, bad)
     assert response.status_code == 200
     assert "budget.max_proposals" in response.content.decode()
@@ -218,3 +220,15 @@ def test_it_reorders_rules_inline(client, admin_user):
     data[f"rules-{len(rules) - 1}-ORDER"] = "0"
     assert client.post(ADD, data).status_code == 302
     assert current_policy_row().document["rules"] == rules[-1:] + rules[:-1]
+
+
+def test_it_sets_and_validates_the_limit_on_waiting_inline(client, admin_user):
+    client.force_login(admin_user)
+    data = inline_form(client)
+    data["max_wait_seconds"] = "0"
+    response = client.post(ADD, data)
+    assert response.status_code == 200 and "max_wait_seconds" in response.context["main_form"].errors
+    data["max_wait_seconds"] = "900"
+    assert client.post(ADD, data).status_code == 302
+    assert current_policy_row().document["max_wait_seconds"] == 900
+    assert inline_form(client)["max_wait_seconds"] == "900"

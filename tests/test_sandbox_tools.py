@@ -19,6 +19,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from runs.core.contract import WorkspaceSource
+from runs.core.ports import RevisionMismatch
 from runs.core.state import PendingEffect
 from sandbox import fileops, patches
 from sandbox.executor import SandboxExecutor
@@ -291,9 +292,11 @@ def test_it_publishes_the_diff_once_per_idempotency_key(host_executor: SandboxEx
 
 
 def test_it_keeps_the_revision_equal_to_git_and_stable(host_executor: SandboxExecutor, tmp_path: Path) -> None:
+    """The full walk, which verifies the maintained revision, after edits behind the
+    harness's back (which only a walk can see)."""
     ws = host_executor.workspace
-    ws._hasher = TreeHasher(racy_ns=0)  # cache even files written a moment ago, to test the cache key
-    revision = ws.revision()
+    ws.index.hasher = TreeHasher(racy_ns=0)  # cache even files written a moment ago, to test the cache key
+    revision = ws.reread()
     assert revision == git_tree(ws.dir, tmp_path) == ws.base_revision()
     assert all(ws.revision() == revision for _ in range(20))
     started = time.perf_counter()
@@ -301,28 +304,29 @@ def test_it_keeps_the_revision_equal_to_git_and_stable(host_executor: SandboxExe
         ws.revision()
     assert (time.perf_counter() - started) / 100 < 0.005
     (ws.dir / "empty-dir").mkdir()
-    assert ws.revision() == revision  # git does not record empty directories either
+    assert ws.reread() == revision  # git does not record empty directories either
 
     total = ws.dir / "orders" / "total.py"
     old_stat = total.stat()
     total.write_text(total.read_text().replace("subtotal = 0", "subtotal = 1"))  # same size
     os.utime(total, ns=(old_stat.st_atime_ns, old_stat.st_mtime_ns))  # and the old mtime
-    edited = ws.revision()
+    edited = ws.reread()
     assert edited != revision and edited == git_tree(ws.dir, tmp_path)
     total.chmod(0o755)
-    executable = ws.revision()
+    executable = ws.reread()
     assert executable not in (revision, edited) and executable == git_tree(ws.dir, tmp_path)
     (ws.dir / "orders" / "link").symlink_to("total.py")
-    assert ws.revision() == git_tree(ws.dir, tmp_path) != executable
+    assert ws.reread() == git_tree(ws.dir, tmp_path) != executable
     (ws.dir / ".gitignore").write_text("*\n")
     (ws.dir / "orders" / "hidden.py").write_text("EVIL = 1\n")
-    assert ws.revision() != git_tree(ws.dir, tmp_path)  # unlike git, .gitignore cannot hide a file
+    assert ws.reread() != git_tree(ws.dir, tmp_path)  # unlike git, .gitignore cannot hide a file
 
 
 def test_it_never_vouches_for_a_tree_it_cannot_hash(host_executor: SandboxExecutor) -> None:
     deep = host_executor.workspace.dir / "orders" / "/".join(["d"] * (fileops.MAX_DEPTH + 2))
-    deep.mkdir(parents=True)
-    (deep / "x.py").write_text("hidden = True\n")
+    with host_executor.workspace.untrusted_code():  # as a check would
+        deep.mkdir(parents=True)
+        (deep / "x.py").write_text("hidden = True\n")
     first, second = host_executor.revision(), host_executor.revision()
     assert first.startswith("unhashable-") and second.startswith("unhashable-") and first != second
 
@@ -410,9 +414,46 @@ def test_it_keeps_the_pristine_copy_out_of_the_mounted_directory(tmp_path: Path)
     ws: RunWorkspace = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="path", path="examples/orders"), ROOT, (ROOT, tmp_path))
     assert ws.pristine.parent == ws.dir.parent == ws.root
     assert not ws.pristine.is_relative_to(ws.dir)
-    (ws.dir / "orders" / "total.py").write_text("changed\n")
+    ws.write_file("orders/total.py", "changed\n")
     assert (ws.pristine / "orders" / "total.py").read_text() != "changed\n"
     assert [c.path for c in ws.changes()] == ["orders/total.py"]
+
+
+def test_it_keeps_a_git_source_once_as_its_objects_and_diffs_against_the_commit(tmp_path: Path) -> None:
+    make_repo(tmp_path / "repo")
+    ws = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="git", path=str(tmp_path / "repo")), ROOT, (ROOT, tmp_path))
+    assert ws.pristine_git.is_dir() and not ws.pristine.exists() and not (ws.dir / ".git").exists()
+    assert ws.revision() == ws.base_revision() == git_tree(tmp_path / "repo", tmp_path)
+    ws.write_file("orders/total.py", "changed\n")
+    ws.apply_patch(patches.unified_diff("orders/extra.py", "EXTRA = True\n", None))
+    diff = ws.diff()
+    assert diff.files == ["orders/extra.py", "orders/total.py"]
+    assert "-EXTRA = True" in diff.text and "+changed" in diff.text and "-    subtotal = 0" in diff.text
+
+    # A checkout that is not byte for byte the commit (here git converts line ends)
+    # keeps its own pristine tree: the diff shows what the run changed, nothing else.
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}
+    (tmp_path / "repo" / ".gitattributes").write_text("*.txt text eol=crlf\n")
+    (tmp_path / "repo" / "notes.txt").write_text("one\ntwo\n")
+    subprocess.run(["git", "add", "-A"], cwd=tmp_path / "repo", check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", "crlf"], cwd=tmp_path / "repo", check=True, env=env)
+    converted = prepare_workspace(tmp_path / "run2", WorkspaceSource(kind="git", path=str(tmp_path / "repo")), ROOT, (ROOT, tmp_path))
+    assert (converted.dir / "notes.txt").read_bytes() == b"one\r\ntwo\r\n"
+    assert converted.pristine.is_dir() and not converted.pristine_git.exists()
+    converted.write_file("orders/total.py", "changed\n")
+    assert converted.diff().files == ["orders/total.py"]
+
+
+def test_it_never_diffs_against_a_pristine_file_changed_through_its_shared_inode(tmp_path: Path) -> None:
+    """The pristine tree shares its files' inodes with the workspace as prepared. Only
+    a write in place could reach it (the harness's tools rename a new file over the
+    old; checks may not write the workspace): then publishing stops, never ships a
+    wrong diff."""
+    ws: RunWorkspace = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="path", path="examples/orders"), ROOT, (ROOT, tmp_path))
+    with ws.untrusted_code(), open(ws.dir / "orders" / "total.py", "r+") as handle:
+        handle.write("# in place\n")
+    with pytest.raises(RevisionMismatch, match="pristine/orders/total.py no longer has the content"):
+        ws.diff()
 
 
 def test_it_refuses_a_workspace_source_outside_the_allowed_roots(tmp_path):

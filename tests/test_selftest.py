@@ -50,6 +50,16 @@ class NoValidation(Harness):
         return dict(args)
 
 
+class NoInfrastructureOutcome(Harness):
+    def _infrastructure_failure(self, receipt):
+        return None
+
+
+class NoOperationKeys(Harness):
+    def _already_done(self, record):
+        return None
+
+
 ABLATIONS = [
     (scenarios.denied_tool, NoAuthorize),
     (scenarios.stale_check, NoEvidenceBinding),
@@ -58,6 +68,8 @@ ABLATIONS = [
     (scenarios.unknown_write, NoPendingBlock),
     (scenarios.transient_retry, NoAttemptLimit),
     (scenarios.invalid_argument, NoValidation),
+    (scenarios.failing_sandbox, NoInfrastructureOutcome),
+    (scenarios.repeated_effect, NoOperationKeys),
 ]
 
 

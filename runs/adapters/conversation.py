@@ -516,6 +516,11 @@ def render_feedback(feedback: Mapping[str, JSON] | None, call: ToolCall | None, 
             artifacts.append(str(data["artifact"]))
         artifact = artifacts[0] if artifacts else None
         lines = [f"[harness] {tool} ran (call {call_id}); workspace revision is now {feedback.get('revision')}."]
+        earlier = [str(reason) for reason in _list(feedback.get("earlier_attempts"))]
+        if earlier:
+            lines.append(
+                f"[harness] It ran after {len(earlier)} failed attempt(s) that proved nothing and were retried: " + "; ".join(earlier)
+            )
         if tool == "run_check":
             lines.append(
                 "[harness] The check's verdict is recorded by the harness from the executor's receipt (exit code); "

@@ -11,8 +11,9 @@ from runs.core.errors import FieldProblem, InputError
 from runs.core.ports import Call, Executor, Reconciliation
 from runs.core.state import PendingEffect
 
-FaultKind = Literal["transient", "unknown", "invalid_receipt", "timeout"]
-FAULT_KINDS: tuple[str, ...] = ("transient", "unknown", "invalid_receipt", "timeout")
+FaultKind = Literal["transient", "unknown", "invalid_receipt", "timeout", "infrastructure"]
+FAULT_KINDS: tuple[str, ...] = ("transient", "unknown", "invalid_receipt", "timeout", "infrastructure")
+INJECTED_INFRASTRUCTURE = "injected fault: the sandbox engine did not answer"
 
 
 @dataclass
@@ -74,6 +75,8 @@ class FaultyExecutor:
         effectful = self.has_effect(call.tool)
         if kind == "transient" or (kind == "timeout" and not effectful):
             return self._receipt(call, "transient", "none", {"fault": kind})
+        if kind == "infrastructure":
+            return self._receipt(call, "transient", "none", {"fault": kind, "infrastructure": INJECTED_INFRASTRUCTURE})
         if kind == "timeout":
             # The request may or may not have reached the effect; report it honestly.
             return self._receipt(call, "unknown", "unknown", {"fault": kind, "timed_out": True})

@@ -75,6 +75,9 @@ class Policy(_Frozen):
     checks: list[CheckDef]
     budget: Limits
     approval_ttl_seconds: int = Field(default=3600, ge=1)
+    # An optional bound on the total time one run may wait for reviewers; each request
+    # expires no later than what is left of it.
+    max_wait_seconds: int | None = Field(default=None, ge=1, le=30 * 24 * 3600)
     allow_self_approval: bool = False
     sandbox: SandboxLimits = SandboxLimits()
 

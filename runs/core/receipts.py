@@ -24,6 +24,14 @@ class Receipt(BaseModel):
     data: dict[str, JSON]
     artifacts: list[str] = []
 
+    @property
+    def infrastructure(self) -> str | None:
+        """Why the infrastructure, not the call, failed this attempt: the executor's
+        ``data.infrastructure`` of a transient receipt (a lost engine, a container
+        removed from outside). Such an attempt proves nothing about the call."""
+        reason = self.data.get("infrastructure")
+        return reason if self.status == "transient" and isinstance(reason, str) and reason else None
+
 
 class ReceiptInvalid(Exception):
     pass

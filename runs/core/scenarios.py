@@ -204,6 +204,16 @@ def transient_retry(harness_cls: HarnessFactory) -> tuple[bool, str]:
     )
 
 
+def failing_sandbox(harness_cls: HarnessFactory) -> tuple[bool, str]:
+    script = [call("write_file", path="src/calc.py", content=FIXED), call("run_check", check_id="tests"), call("finish", summary="done")]
+    recovered = build_rig(script, harness_cls=harness_cls, faults=[Fault("run_check", "infrastructure", 1)])
+    recovered.harness.run()
+    down = build_rig(script, harness_cls=harness_cls, faults=[Fault("run_check", "infrastructure", 10)])
+    down.harness.run()
+    ok = recovered.state.outcome == "complete" and down.state.outcome == "sandbox_unavailable" and down.state.evidence == []
+    return ok, f"sandbox back: {recovered.state.outcome}; sandbox down: {down.state.outcome}, evidence {len(down.state.evidence)}"
+
+
 def invalid_argument(harness_cls: HarnessFactory) -> tuple[bool, str]:
     rig = build_rig([call("read_file", path="../../etc/passwd"), call("read_file", path="src/calc.py")], harness_cls=harness_cls)
     rig.harness.run()
@@ -211,6 +221,20 @@ def invalid_argument(harness_cls: HarnessFactory) -> tuple[bool, str]:
     fed_back = any(isinstance(f, dict) and f.get("kind") == "invalid_input" for f in rig.feedbacks)
     ok = fed_back and paths == ["src/calc.py"] and rig.state.proposals == 2
     return ok, f"feedback invalid_input={fed_back}, executed paths={paths}"
+
+
+def repeated_effect(harness_cls: HarnessFactory) -> tuple[bool, str]:
+    script = [
+        call("write_file", path="src/calc.py", content=FIXED),
+        call("run_check", check_id="tests"),
+        call("publish", message="fix negative quantities"),
+        call("publish", message="fix negative quantities"),
+    ]
+    rig = build_rig(script, harness_cls=harness_cls)
+    rig.harness.run()
+    publishes = rig.executed("publish")
+    ok = publishes == 1 and "duplicate" in rig.event_types()
+    return ok, f"publish executions={publishes}, effects applied={rig.state.effects_applied}"
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -221,6 +245,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("an unknown write blocks further writes and completion", unknown_write),
     Scenario("a transient failure is retried within limits", transient_retry),
     Scenario("an invalid argument is returned to the proposer", invalid_argument),
+    Scenario("a failing sandbox is retried, never evidence, and stops the run by name", failing_sandbox),
+    Scenario("the same effect proposed again is performed once", repeated_effect),
 )
 
 

@@ -86,7 +86,11 @@ class PublishArgs(Args):
 
 
 class LookupPublishArgs(Args):
-    idempotency_key: str = Field(pattern=r"^[0-9a-f]{32}$")
+    idempotency_key: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{32}$",
+        description="the publish to look up; leave it out for this run's publish (the unresolved one, else the latest)",
+    )
 
 
 class FinishArgs(Args):
@@ -103,6 +107,7 @@ class ToolSpec:
     external_effect: bool = False  # changes something outside the workspace
     needs_evidence: bool = False  # refused without a passing check of the current revision
     runs_untrusted_code: bool = False  # may change the workspace even without writing
+    looks_up: str | None = None  # finds whether an effect of the named tool happened, by its idempotency key
     # One line for the reviewer: what happens if this call is granted (effectful tools).
     reviewer_summary: str = ""
 
@@ -198,8 +203,9 @@ BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec(
         "lookup_publish",
         "1",
-        "Ask whether a publish with this idempotency key happened; says whether the answer is authoritative.",
+        "Ask whether this run's publish happened (or the publish with the given idempotency key); says whether the answer is authoritative.",
         LookupPublishArgs,
+        looks_up="publish",
     ),
     ToolSpec(FINISH, "1", "Declare the task done. Refused until the current revision has passing checks.", FinishArgs),
 )

@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET
 from runs.artifacts import FileArtifactStore, artifact_path
 from runs.cli import full_report
 from runs.models import Artifact, Event, Evidence, Receipt, Run
+from runs.redact import redact_bytes
 from runs.views.access import VIEW_RUNS, require
 from runs.views.summary import run_summary
 from runs.views.trace import artifact_refs, events_before, timeline
@@ -88,7 +89,9 @@ def run_artifact(request: HttpRequest, run_id: str, ref: str) -> HttpResponse:
     if not run_has_artifact(run, ref):
         raise PermissionDenied("this run did not produce that artifact")
     artifact = get_object_or_404(Artifact, ref=ref)
-    content = FileArtifactStore().get(ref)
+    # Tool output is stored as it came (on disk, not in the database); credentials in it
+    # are masked whenever it is shown or downloaded.
+    content = redact_bytes(FileArtifactStore().get(ref))
     if request.GET.get("download"):
         response = HttpResponse(content, content_type="application/octet-stream")
         response["Content-Disposition"] = f'attachment; filename="{ref[7:]}"'

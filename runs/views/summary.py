@@ -8,8 +8,9 @@ from typing import Any
 
 from django.urls import reverse
 
+from approvals.policies import current_policy_row, load_policy
 from runs.control import ACTIVE
-from runs.models import Run
+from runs.models import Event, Run
 from runs.proposers import proposer_usage
 from runs.store import load_state
 from runs.views.trace import EMPTY_OUTPUT_REF, TONES, short
@@ -32,6 +33,12 @@ def model_budgets(run: Run, snapshot: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def sandbox_waiting(run: Run) -> str:
+    """Why the run waits for the sandbox engine right now, or "" when it does not."""
+    last = Event.objects.filter(run=run, type__in=("sandbox_waiting", "sandbox_wait_over")).order_by("-seq").first()
+    return str(last.payload.get("reason", "")) if last is not None and last.type == "sandbox_waiting" else ""
+
+
 def run_summary(run: Run) -> dict[str, Any]:
     state = load_state(run)
     finished = run.status not in ACTIVE
@@ -47,6 +54,12 @@ def run_summary(run: Run) -> dict[str, Any]:
             "current": state.current_evidence.get(record.check_id) == index and record.revision == state.revision,
             "output_href": reverse("runs:artifact", args=[run.pk, record.output_ref]) if record.output_ref and record.output_ref != EMPTY_OUTPUT_REF else "",
         }
+    # Two clocks: the run's own working time (what wall_time limits) and the time it
+    # waited for reviewers, counted apart (bounded by expiry and the policy's limit).
+    waited = state.waited_seconds if finished else state.waited_at(until)
+    working = max(0.0, until - state.started_at - waited)
+    max_wait = load_policy(current_policy_row()).max_wait_seconds
+    wait_budget = [_budget("waiting", waited, max_wait, "s")] if max_wait else []
     approvals = [
         {
             "id": str(request.pk),
@@ -68,6 +81,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         "active": not finished,
         "stop_message": run.stop_message,
         "kill_requested": run.kill_requested,
+        "sandbox_waiting": sandbox_waiting(run) if not finished else "",
         "revision": short(state.revision),
         "base_revision": short(state.base_revision),
         "evidence_current": not state.missing_checks(),
@@ -75,10 +89,14 @@ def run_summary(run: Run) -> dict[str, Any]:
         "budgets": [
             _budget("proposals", state.proposals, state.limits.max_proposals),
             _budget("calls", state.calls, state.limits.max_tool_calls),
-            _budget("time", max(0.0, until - state.started_at), state.limits.wall_time_seconds, "s"),
+            _budget("time", working, state.limits.wall_time_seconds, "s"),
+            *wait_budget,
             *model_budgets(run, state.proposer_state),
         ],
         "evidence": list(latest.values()),
+        "working_seconds": round(working, 1),
+        "waited_seconds": round(waited, 1),
+        "waiting_since": state.waiting_since,
         "pending_effects": [{"call_id": p.call_id, "tool": p.tool, "kind": p.kind, "reason": p.reason} for p in state.unresolved_effects()],
         "approvals": approvals,
         "report_href": reverse("runs:report", args=[run.pk]) if finished else "",

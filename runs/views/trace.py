@@ -14,7 +14,7 @@ from django.conf import settings
 from django.urls import reverse
 
 from runs.models import Event
-from runs.wording import human
+from runs.wording import duration, human
 
 ARTIFACT_REF = re.compile(r"sha256:[0-9a-f]{64}")
 ARTIFACT_KEYS = ("artifacts", "output_ref", "artifact")
@@ -119,9 +119,22 @@ def _describe(type_: str, p: dict[str, Any]) -> tuple[str, str, str]:
     if type_ == "approval_decided":
         granted = p.get("decision") == "granted"
         reason = f": {p.get('reason')}" if p.get("reason") else ""
-        return f"{'Granted' if granted else 'Denied'} by {p.get('by')}", "ok" if granted else "bad", reason[2:]
+        alone = "self-approved: the person who started the run, no second reviewer" if p.get("self_approved") else ""
+        tone = ("warn" if alone else "ok") if granted else "bad"
+        return f"{'Granted' if granted else 'Denied'} by {p.get('by')}", tone, "; ".join(x for x in (alone, reason[2:]) if x)
     if type_ == "approval_lapsed":
         return f"Approval {human(p.get('status'))}", "warn", str(p.get("reason", ""))
+    if type_ == "wait_ended":
+        after = f"after {duration(p.get('waited_seconds'))} waiting; " if p.get("waited_seconds") else ""
+        goes_on = "the run continues" if p.get("run") == "running" else "the run stops"
+        reason = f": {p.get('reason')}" if p.get("reason") else ""
+        return f"Wait over: {human(p.get('exit'))}", "ok" if p.get("run") == "running" else "bad", f"{after}{goes_on}{reason}"
+    if type_ == "duplicate":
+        return "Already done", "warn", f"{p.get('tool')} was already {p.get('status')} by call {p.get('of_call')}: nothing performed again"
+    if type_ == "policy_changed":
+        return "Policy changed", "info", f"the gates decide under policy v{p.get('new_version')} now (was v{p.get('old_version')})"
+    if type_ == "invariant_repaired":
+        return "Repaired", "warn", f"{p.get('invariant')}: {p.get('repair')}"
     if type_ == "kill_requested":
         whom = "this run" if p.get("scope") == "run" else "every active run (Stop all runs)"
         why = f": {p.get('reason')}" if p.get("reason") else ""
@@ -132,6 +145,12 @@ def _describe(type_: str, p: dict[str, Any]) -> tuple[str, str, str]:
         return _receipt_view(p)
     if type_ == "retry":
         return "Retry", "warn", f"attempt {p.get('attempt')} after {p.get('backoff_seconds')}s: {p.get('reason')}"
+    if type_ == "sandbox_waiting":
+        return "Waiting for the sandbox engine", "warn", str(p.get("reason", ""))
+    if type_ == "sandbox_wait_over":
+        if p.get("engine_back"):
+            return "Sandbox engine back", "ok", f"after {p.get('waited_seconds')}s"
+        return "Gave up waiting for the sandbox engine", "bad", f"after {p.get('waited_seconds')}s: {p.get('detail')}"
     if type_ == "evidence_recorded":
         verdict = "passed" if p.get("passed") else "failed"
         current = "current" if p.get("current") else "not current"
@@ -177,7 +196,7 @@ def describe(event: dict[str, Any]) -> dict[str, Any]:
         for ref in artifact_refs(payload)
         if ref != EMPTY_OUTPUT_REF
     ]
-    if type_ in ("approval_required", "approval_decided", "approval_lapsed") and payload.get("request_id"):
+    if type_ in ("approval_required", "approval_decided", "approval_lapsed", "wait_ended") and payload.get("request_id"):
         links.append({"label": "open approval", "href": reverse("approvals:detail", args=[payload["request_id"]])})
     return {"label": label, "tone": tone, "summary": summary, "tool": tool, "args": args, "text_args": text_args(args), "links": links}
 

@@ -323,6 +323,11 @@
     outcome.title = s.outcome;
     setTone(outcome, "chip chip-big", s.tone);
     field("kill-requested").hidden = !(s.kill_requested && s.active);
+    const waiting = field("sandbox-waiting");
+    if (waiting) {
+      waiting.hidden = !s.sandbox_waiting;
+      waiting.title = s.sandbox_waiting;
+    }
     const message = field("stop_message");
     message.textContent = s.stop_message;
     message.hidden = !s.stop_message;

@@ -8,9 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from runs.cli import EXIT_BAD_INPUT, exit_code, print_report
+from runs.cli import EXIT_BAD_INPUT, EXIT_ERROR, drive_and_report, one_line
 from runs.models import Run
-from runs.runtime import advance
 
 
 class Command(BaseCommand):
@@ -21,16 +20,15 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        run = Run.objects.filter(pk=_uuid_or_none(options["run_id"])).first()
+        try:
+            run = Run.objects.filter(pk=_uuid_or_none(options["run_id"])).first()
+        except Exception as exc:  # noqa: BLE001 - one line and an exit code, never a traceback
+            self.stderr.write(f"the run could not be looked up: {one_line(exc)}")
+            sys.exit(EXIT_ERROR)
         if run is None:
             self.stderr.write(f"no run with id {options['run_id']!r}")
             sys.exit(EXIT_BAD_INPUT)
-        outcome = advance(str(run.pk))
-        if outcome == "leased_elsewhere":
-            self.stderr.write("another worker is driving this run right now")
-        run.refresh_from_db()
-        print_report(self.stdout, run, options["json"])
-        sys.exit(exit_code(run))
+        sys.exit(drive_and_report(self.stdout, self.stderr, str(run.pk), options["json"]))
 
 
 def _uuid_or_none(value: str) -> str | None:

@@ -1,5 +1,6 @@
 """Run a contract with the scripted proposer in this process and print the report.
-Exit codes: 0 complete, 10 waiting for approval, 1 any other stop, 2 bad input."""
+Exit codes: 0 complete, 10 waiting for approval, 1 any other stop, 2 bad input, 3 the
+command failed (the cause in one line on stderr)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from runs.cli import EXIT_BAD_INPUT, exit_code, print_report
+from runs.cli import EXIT_BAD_INPUT, EXIT_ERROR, drive_and_report, one_line
 from runs.core.errors import FieldProblem, InputError
 from runs.core.faults import parse_faults
-from runs.runtime import advance, create_run
+from runs.runtime import create_run
 from runs.services import registry
 
 
@@ -44,7 +45,7 @@ class Command(BaseCommand):
         except InputError as exc:
             self.stderr.write(str(exc))
             sys.exit(EXIT_BAD_INPUT)
-        advance(str(run.pk), faults)
-        run.refresh_from_db()
-        print_report(self.stdout, run, options["json"])
-        sys.exit(exit_code(run))
+        except Exception as exc:  # noqa: BLE001 - one line and an exit code, never a traceback
+            self.stderr.write(f"the run could not be created: {one_line(exc)}")
+            sys.exit(EXIT_ERROR)
+        sys.exit(drive_and_report(self.stdout, self.stderr, str(run.pk), options["json"], faults))
