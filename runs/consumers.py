@@ -20,7 +20,6 @@ import json
 from collections import OrderedDict
 from typing import Any
 
-from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from django.conf import settings
 
@@ -99,17 +98,6 @@ class RunTraceConsumer(HeartbeatMixin):
         code, message = problem
         await self.send_message({"type": "error", "error": message})
         await self.close(code=code)
-
-    async def dispatch(self, message: dict[str, Any]) -> None:
-        """Channels' dispatch first closes stale database connections, with a hop to
-        the one thread that runs sync code, for every message of every viewer: at
-        200 events/s to 20 viewers that queue on one thread was the trace's tail.
-        No handler here uses the database outside ``database_sync_to_async``, which
-        closes stale connections around each call itself."""
-        handler = getattr(self, get_handler_name(message), None)
-        if handler is None:
-            raise ValueError(f"no handler for message type {message['type']}")
-        await handler(message)
 
     async def disconnect(self, code: int) -> None:
         self.stop_heartbeat()

@@ -43,14 +43,13 @@ def human(value: object) -> str:
     return LABELS.get(text, text.replace("_", " "))
 
 
-def duration(seconds: object) -> str:
-    """A length of time as a person reads it: 42 s, 3 min 5 s, 2 h 4 min."""
-    try:
-        total = round(float(seconds))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return str(seconds)
-    if total < 60:
-        return f"{total} s"
-    if total < 3600:
-        return f"{total // 60} min {total % 60} s" if total % 60 else f"{total // 60} min"
-    return f"{total // 3600} h {total % 3600 // 60} min"
+def duration(seconds: float) -> str:
+    """A length of time as a person reads it, as the pages' script writes it too
+    (static/js/harness.js): 42s, 3m 05s, 2h 04m."""
+    total = max(0, int(seconds))
+    hours, minutes, secs = total // 3600, total % 3600 // 60, total % 60
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"

@@ -17,6 +17,7 @@ from runs.models import GlobalSwitch
 from runs.views.access import DECIDE
 from runs.views.trace import TONES
 from runs.views.trace import short as short_revision
+from runs.wording import duration as duration_text
 from runs.wording import human as human_word
 
 register = template.Library()
@@ -69,6 +70,11 @@ def get_item(mapping: dict[str, Any], key: str) -> Any:
 @register.filter
 def human(value: object) -> str:
     return human_word(value)
+
+
+@register.filter
+def duration(seconds: float) -> str:
+    return duration_text(seconds)
 
 
 @register.simple_tag

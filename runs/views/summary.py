@@ -10,6 +10,7 @@ from django.urls import reverse
 
 from approvals.policies import current_policy_row, load_policy
 from runs.control import ACTIVE
+from runs.core.state import RunState
 from runs.models import Event, Run
 from runs.proposers import proposer_usage
 from runs.store import load_state
@@ -39,11 +40,19 @@ def sandbox_waiting(run: Run) -> str:
     return str(last.payload.get("reason", "")) if last is not None and last.type == "sandbox_waiting" else ""
 
 
+def run_clocks(run: Run, state: RunState) -> tuple[float, float]:
+    """(working, waited) seconds: the run's own working time (what wall_time limits)
+    and the time it waited for reviewers, counted apart (bounded by expiry and the
+    policy's limit). A finished run's clocks stopped at its last checkpoint."""
+    finished = run.status not in ACTIVE
+    until = run.updated_at.timestamp() if finished else time.time()
+    waited = state.waited_seconds if finished else state.waited_at(until)
+    return max(0.0, until - state.started_at - waited), waited
+
+
 def run_summary(run: Run) -> dict[str, Any]:
     state = load_state(run)
     finished = run.status not in ACTIVE
-    # A finished run's clock stopped at its last checkpoint.
-    until = run.updated_at.timestamp() if finished else time.time()
     latest: dict[str, Any] = {}
     for index, record in enumerate(state.evidence):
         latest[record.check_id] = {
@@ -54,10 +63,7 @@ def run_summary(run: Run) -> dict[str, Any]:
             "current": state.current_evidence.get(record.check_id) == index and record.revision == state.revision,
             "output_href": reverse("runs:artifact", args=[run.pk, record.output_ref]) if record.output_ref and record.output_ref != EMPTY_OUTPUT_REF else "",
         }
-    # Two clocks: the run's own working time (what wall_time limits) and the time it
-    # waited for reviewers, counted apart (bounded by expiry and the policy's limit).
-    waited = state.waited_seconds if finished else state.waited_at(until)
-    working = max(0.0, until - state.started_at - waited)
+    working, waited = run_clocks(run, state)
     max_wait = load_policy(current_policy_row()).max_wait_seconds
     wait_budget = [_budget("waiting", waited, max_wait, "s")] if max_wait else []
     approvals = [

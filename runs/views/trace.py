@@ -125,7 +125,8 @@ def _describe(type_: str, p: dict[str, Any]) -> tuple[str, str, str]:
     if type_ == "approval_lapsed":
         return f"Approval {human(p.get('status'))}", "warn", str(p.get("reason", ""))
     if type_ == "wait_ended":
-        after = f"after {duration(p.get('waited_seconds'))} waiting; " if p.get("waited_seconds") else ""
+        waited = p.get("waited_seconds")
+        after = f"after {duration(waited)} waiting; " if isinstance(waited, int | float) and waited else ""
         goes_on = "the run continues" if p.get("run") == "running" else "the run stops"
         reason = f": {p.get('reason')}" if p.get("reason") else ""
         return f"Wait over: {human(p.get('exit'))}", "ok" if p.get("run") == "running" else "bad", f"{after}{goes_on}{reason}"

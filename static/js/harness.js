@@ -88,6 +88,26 @@ window.Harness = (function () {
     });
   }
 
+  // A run's clocks (templates/runs/_clocks.html): the server's count when the element
+  // was first seen here, plus, for the clock that runs now, the time since.
+  function tickClocks() {
+    const now = Date.now();
+    document.querySelectorAll("[data-clock-seconds]").forEach(function (node) {
+      if (!node.dataset.clockAt) node.dataset.clockAt = String(now);
+      const since = node.dataset.clockTicks === "1" ? now - Number(node.dataset.clockAt) : 0;
+      const text = duration(Number(node.dataset.clockSeconds) * 1000 + since);
+      if (node.textContent !== text) node.textContent = text;
+    });
+  }
+
+  function setClock(node, seconds, ticking) {
+    if (!node) return;
+    node.dataset.clockSeconds = String(seconds);
+    node.dataset.clockAt = String(Date.now());
+    if (ticking) node.dataset.clockTicks = "1"; else delete node.dataset.clockTicks;
+    tickClocks();
+  }
+
   function bindDiffToggles() {
     document.querySelectorAll(".diff").forEach(function (diff) {
       diff.querySelectorAll("[data-diff-view]").forEach(function (button) {
@@ -258,12 +278,13 @@ window.Harness = (function () {
   document.addEventListener("DOMContentLoaded", function () {
     formatTimes(document);
     tickCountdowns();
-    setInterval(function () { tickCountdowns(); formatTimes(document); }, 1000);
+    tickClocks();
+    setInterval(function () { tickCountdowns(); tickClocks(); formatTimes(document); }, 1000);
     bindDiffToggles();
     bindShortcut();
     syncDecisionButtons();
     document.addEventListener("harness:regions", syncDecisionButtons);
   });
 
-  return { el: el, safeHref: safeHref, duration: duration, formatTimes: formatTimes, tickCountdowns: tickCountdowns, liveSocket: liveSocket };
+  return { el: el, safeHref: safeHref, duration: duration, formatTimes: formatTimes, tickCountdowns: tickCountdowns, setClock: setClock, liveSocket: liveSocket };
 })();

@@ -328,6 +328,8 @@
       waiting.hidden = !s.sandbox_waiting;
       waiting.title = s.sandbox_waiting;
     }
+    H.setClock(field("working"), s.working_seconds, s.status === "running");
+    H.setClock(field("waited"), s.waited_seconds, s.status === "waiting_approval");
     const message = field("stop_message");
     message.textContent = s.stop_message;
     message.hidden = !s.stop_message;
