@@ -7,6 +7,7 @@ actions that must not resubmit or mislead."""
 from __future__ import annotations
 
 import time
+from typing import get_args
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -17,7 +18,7 @@ from django.urls import reverse
 
 from approvals.services import deny
 from harness_site.asgi import application
-from runs.broadcast import broadcast_output
+from runs.broadcast import LISTS_GROUP, broadcast_output, coalesce
 from runs.control import set_global
 from runs.core import events as ev
 from runs.core.tools import BUILTIN_TOOLS
@@ -26,7 +27,7 @@ from runs.live_output import LiveOutput
 from runs.models import Run
 from runs.templatetags.harness import when
 from runs.views.trace import group_cards, present
-from runs.wording import human
+from runs.wording import LABELS, duration, human
 from tests.fixtures_web import waiting_scene
 from tests.test_live_trace import session_cookie
 
@@ -204,6 +205,84 @@ def test_it_words_statuses_for_people_and_keeps_unknown_ids_readable():
     assert human("proposals_exhausted") == "out of proposals"
     assert human("consumed") == "granted and used"
     assert human("some_new_reason") == "some new reason"
+
+
+def test_it_describes_every_event_type_in_words():
+    # The trace's fallback for a type it does not know is the raw type, muted, with no summary.
+    kinds = [cls.model_fields["type"].default for cls in get_args(get_args(ev.AnyEvent)[0])]
+    assert {"wait_ended", "duplicate", "policy_changed", "invariant_repaired", "sandbox_waiting", "sandbox_wait_over"} <= set(kinds)
+    for kind in kinds:
+        view = step(1, kind, None)["view"]
+        assert view["label"] != kind and view["summary"] is not None, kind
+    ended = step(
+        2,
+        "wait_ended",
+        "c4",
+        request_id="00000000-0000-0000-0000-00000000000a",
+        exit="stale",
+        run="running",
+        reason="the workspace moved",
+        waited_seconds=185.2,
+    )
+    assert ended["view"]["label"] == "Wait over: out of date"
+    assert ended["view"]["summary"] == "after 3m 05s waiting; the run continues: the workspace moved"
+    alone = step(
+        3,
+        "approval_decided",
+        "c4",
+        request_id="00000000-0000-0000-0000-00000000000a",
+        decision="granted",
+        by="ada",
+        reason="ok",
+        self_approved=True,
+    )["view"]
+    assert alone["label"] == "Granted by ada" and alone["tone"] == "warn" and "self-approved" in alone["summary"]
+
+
+def test_it_words_the_stop_reasons_and_request_statuses_of_issues_11_and_20():
+    for raw in ("approval_expired", "approval_cancelled", "sandbox_unavailable", "workspace_error", "revision_mismatch", "cancelled"):
+        assert raw in LABELS, raw
+    assert duration(42.7) == "42s" and duration(185) == "3m 05s" and duration(7440) == "2h 04m"
+
+
+def test_it_merges_what_queued_up_per_group_keeping_each_groups_order():
+    def events(*seqs: int) -> dict:
+        return {"type": "run.events", "events": [{"seq": n} for n in seqs]}
+
+    def output(call: str, line: str) -> dict:
+        return {"type": "run.output", "output": {"call_id": call, "lines": [line]}}
+
+    changed = {"type": "lists.changed", "run_id": "a"}
+    queued = [
+        ("run.a", events(1)),
+        (LISTS_GROUP, changed),
+        ("run.a", events(2, 3)),
+        ("run.a", output("c1", "x")),
+        ("run.a", output("c1", "y")),
+        (LISTS_GROUP, changed),
+        ("run.a", events(4)),
+    ]
+    assert coalesce(queued) == [
+        ("run.a", events(1, 2, 3)),
+        (LISTS_GROUP, changed),
+        ("run.a", output("c1", "y")),
+        ("run.a", events(4)),
+    ]
+
+
+@pytest.mark.django_db
+def test_it_shows_both_clocks_on_the_approval_and_run_pages(operator, reviewer):
+    scene = waiting_scene(operator)
+    for client, url in (
+        (signed_in(reviewer), reverse("approvals:detail", args=[scene.request.pk])),
+        (signed_in(operator), reverse("runs:detail", args=[scene.run.pk])),
+    ):
+        page = client.get(url).content.decode()
+        # Waiting for a reviewer: the waiting clock runs, the working clock stands still.
+        assert 'data-field="waited"' in page and 'data-field="working"' in page, url
+        assert page.count('data-clock-ticks="1"') == 1 and 'data-field="waited" data-clock-seconds' in page, url
+        waited = page.split('data-field="waited"', 1)[1]
+        assert waited.split(">", 1)[0].endswith('data-clock-ticks="1"'), url
 
 
 def test_it_tells_the_reviewer_what_each_effectful_tool_does():
