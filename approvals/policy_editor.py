@@ -85,6 +85,12 @@ class CheckForm(forms.Form):
     image = forms.CharField(required=False, widget=forms.TextInput(attrs={"size": 20}))
     on_copy = forms.BooleanField(required=False, label="On a copy", help_text="runs in a throwaway copy of the workspace")
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The box shows every argv item and the longest one whole.
+        lines = str(self.initial.get("command") or "").splitlines() or [""]
+        self.fields["command"].widget.attrs.update(rows=max(3, len(lines) + 1), cols=max(30, min(100, max(map(len, lines)) + 2)))
+
     def clean_command(self) -> list[str]:
         return [line.strip() for line in self.cleaned_data["command"].splitlines() if line.strip()]
 

@@ -173,9 +173,9 @@ def _decide(request: ApprovalRequest, user: AbstractBaseUser, status: str, reaso
         transaction.on_commit(lambda: enqueue_resume(str(request.run_id)))
 
 
-def grant(request: ApprovalRequest, user: AbstractBaseUser) -> None:
+def grant(request: ApprovalRequest, user: AbstractBaseUser, comment: str = "") -> None:
     check_decision_recording_lapse(request, user)
-    _decide(request, user, Status.GRANTED, "")
+    _decide(request, user, Status.GRANTED, comment.strip())
 
 
 def check_reason(reason: str) -> str:

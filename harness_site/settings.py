@@ -287,6 +287,9 @@ CHANNEL_LAYERS["default"]["BACKEND"] = "channels_redis.pubsub.RedisPubSubChannel
 HARNESS_TRACE_WINDOW = env_int("HARNESS_TRACE_WINDOW", 200, minimum=20, maximum=2000)
 # How often a live viewer re-reads the log for a broadcast that never came.
 HARNESS_TRACE_RECHECK_SECONDS = env_float("HARNESS_TRACE_RECHECK_SECONDS", 5.0, minimum=0.1)
+# Every live socket speaks at least this often, so a page can tell a quiet run from
+# a dead connection (runs.live).
+HARNESS_LIVE_HEARTBEAT_SECONDS = env_float("HARNESS_LIVE_HEARTBEAT_SECONDS", 5.0, minimum=0.1)
 
 # ---------------------------------------------------------------------------------
 # REST API and webhook notifications (api/, notifications/; issue 7).

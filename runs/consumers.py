@@ -8,7 +8,9 @@ replay's query, broadcast after the join) is dropped by seq; a gap in the stream
 by a recheck after an interval without broadcasts. So a viewer gets every event exactly once, in order.
 
 Server messages: ``events`` (a list of presented events), ``live`` (the replay is
-done), ``error`` (names the problem). Close codes 4401/4403/4404 mean not signed
+done; with the heartbeat period), ``heartbeat`` (runs.live), ``output`` (the latest
+lines of a running call's output: ephemeral, never in the log), ``error`` (names
+the problem). Close codes 4401/4403/4404 mean not signed
 in, no permission, no such run: the client should not retry those."""
 
 from __future__ import annotations
@@ -18,12 +20,11 @@ import json
 from collections import OrderedDict
 from typing import Any
 
-from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from runs.broadcast import run_group
+from runs.live import HeartbeatMixin
 from runs.models import Run
 from runs.session_sockets import current_user, user_group
 from runs.views.access import VIEW_RUNS
@@ -76,7 +77,7 @@ def check_subscribe(text: str | None) -> int:
     return after
 
 
-class RunTraceConsumer(AsyncWebsocketConsumer):
+class RunTraceConsumer(HeartbeatMixin):
     async def connect(self) -> None:
         self.run_id = str(self.scope["url_route"]["kwargs"]["run_id"])
         self.group = run_group(self.run_id)
@@ -98,18 +99,8 @@ class RunTraceConsumer(AsyncWebsocketConsumer):
         await self.send_message({"type": "error", "error": message})
         await self.close(code=code)
 
-    async def dispatch(self, message: dict[str, Any]) -> None:
-        """Channels' dispatch first closes stale database connections, with a hop to
-        the one thread that runs sync code, for every message of every viewer: at
-        200 events/s to 20 viewers that queue on one thread was the trace's tail.
-        No handler here uses the database outside ``database_sync_to_async``, which
-        closes stale connections around each call itself."""
-        handler = getattr(self, get_handler_name(message), None)
-        if handler is None:
-            raise ValueError(f"no handler for message type {message['type']}")
-        await handler(message)
-
     async def disconnect(self, code: int) -> None:
+        self.stop_heartbeat()
         if self.rechecks is not None:
             self.rechecks.cancel()
         if self.cursor is not None:
@@ -141,9 +132,10 @@ class RunTraceConsumer(AsyncWebsocketConsumer):
             # then certain to arrive through the group.
             await self.channel_layer.group_add(self.group, self.channel_name)
             self.rechecks = asyncio.create_task(self.recheck_periodically())
+            self.start_heartbeat()
         self.cursor = after
         await self.catch_up()
-        await self.send_message({"type": "live", "last_seq": self.cursor})
+        await self.send_message({"type": "live", "last_seq": self.cursor, "heartbeat_seconds": self.heartbeat_seconds()})
 
     async def catch_up(self) -> None:
         """Send every stored event after the cursor, page by page."""
@@ -183,6 +175,10 @@ class RunTraceConsumer(AsyncWebsocketConsumer):
             fresh = [e for e in fresh if e["seq"] > self.cursor]
         if fresh:
             await self.send_events(fresh)
+
+    async def run_output(self, message: dict[str, Any]) -> None:
+        if self.cursor is not None:
+            await self.send_message({"type": "output", **message["output"]})
 
     async def send_events(self, events: list[dict[str, Any]]) -> None:
         self.cursor = events[-1]["seq"]

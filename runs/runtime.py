@@ -19,7 +19,7 @@ from approvals.policies import load_policy
 from approvals.services import DjangoApprovals, cancel_open_requests
 from harness_site.celery import app as celery_app
 from runs import leases
-from runs.control import Watchdog, admitting_new_runs
+from runs.control import Watchdog, admitting_new_runs, stopping_all_runs
 from runs.core import events as ev
 from runs.core.errors import FieldProblem, InputError
 from runs.core.faults import Fault, FaultyExecutor
@@ -48,6 +48,16 @@ def environment_for(run: Run, faults: Sequence[Fault] = ()) -> Environment:
 
 
 def check_admission() -> None:
+    if stopping_all_runs():
+        # Admitted, it would be killed at once: refused at the form instead.
+        raise InputError(
+            "run",
+            [
+                FieldProblem(
+                    "(run)", "'Stop all runs' is on: a new run would be killed at once; an operator releases it on the Kill switch page"
+                )
+            ],
+        )
     if not admitting_new_runs():
         raise InputError("run", [FieldProblem("(run)", "the global switch admits no new runs right now")])
 

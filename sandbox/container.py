@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
@@ -159,11 +159,21 @@ class ContainerSpec:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
 
 
+class OutputListener(Protocol):
+    """Watches an execution's output as it arrives (runs.live_output): it must be
+    quick and must not fail; the capture stays the record."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class OutputCapture:
     """Streams an execution's output to a spool file, hashing it, and keeps only
-    the head and tail in memory."""
+    the head and tail in memory; a listener, if any, sees each chunk too."""
 
-    def __init__(self, inline_limit: int, spool_dir: Path | None = None) -> None:
+    def __init__(self, inline_limit: int, spool_dir: Path | None = None, listener: OutputListener | None = None) -> None:
+        self.listener = listener
         self.inline_limit = max(256, inline_limit)
         self._half = self.inline_limit // 2
         self.head = bytearray()
@@ -178,6 +188,8 @@ class OutputCapture:
         self._file = os.fdopen(fd, "wb")
 
     def write(self, data: bytes) -> None:
+        if self.listener is not None:
+            self.listener.write(data)
         self.total += len(data)
         self._sha.update(data)
         self._file.write(data)
@@ -192,6 +204,8 @@ class OutputCapture:
                 self._tail_len -= len(self._tail.popleft())
 
     def close(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
         if not self._file.closed:
             self._file.close()
 

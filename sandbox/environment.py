@@ -14,6 +14,7 @@ from runs.core.contract import WorkspaceSource
 from runs.core.policy import Policy
 from runs.environment import Environment
 from runs.eventlog import append_events
+from runs.live_output import LiveOutput
 from runs.models import Run
 from sandbox.container import ContainerSpec, SandboxContainer
 from sandbox.engine import SandboxUnavailable
@@ -73,6 +74,7 @@ def sandbox_environment(run: Run, policy: Policy) -> Environment:
         scope=settings.SANDBOX_SCOPE,
         engine_wait_seconds=settings.SANDBOX_ENGINE_WAIT_SECONDS,
         notify=lambda event: append_events(run_id, [event]),
+        live_output=lambda call_id: LiveOutput(run_id, call_id),
     )
     return Environment(
         executor=executor,

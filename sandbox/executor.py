@@ -15,7 +15,7 @@ from runs.core.jsonutil import JSON
 from runs.core.ports import ArtifactStore, Call, Reconciliation
 from runs.core.state import PendingEffect
 from sandbox import fileops
-from sandbox.container import DEFAULT_SCOPE, ContainerSpec, SandboxContainer
+from sandbox.container import DEFAULT_SCOPE, ContainerSpec, OutputListener, SandboxContainer
 from sandbox.engine import ENGINE_ERRORS, SandboxUnavailable, wait_for_engine
 from sandbox.publishing import PublishRefused, publication
 from sandbox.quota import DiskQuota
@@ -49,6 +49,7 @@ class SandboxExecutor:
         scope: str = DEFAULT_SCOPE,
         engine_wait_seconds: float = ENGINE_WAIT_SECONDS,
         notify: Callable[[ev.Event], None] | None = None,
+        live_output: Callable[[str], OutputListener] | None = None,
     ) -> None:
         self.run_id = run_id
         self.workspace = workspace
@@ -71,6 +72,7 @@ class SandboxExecutor:
             write_paths=tuple(write_paths),
             spool_dir=spool_dir,
             quota=quota,
+            live_output=live_output,
         )
 
     # -- Workspace ----------------------------------------------------------------

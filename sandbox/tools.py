@@ -18,7 +18,7 @@ from typing import Literal, Protocol
 from runs.core.jsonutil import JSON
 from runs.core.ports import ArtifactStore, Call
 from sandbox import fileops, patches
-from sandbox.container import OutputCapture, SandboxContainer
+from sandbox.container import OutputCapture, OutputListener, SandboxContainer
 from sandbox.engine import SandboxUnavailable
 from sandbox.publishing import PublishRefused, publication
 from sandbox.quota import WATCH_SECONDS, DiskQuota, QuotaProblem
@@ -53,6 +53,8 @@ class ToolContext:
     write_paths: tuple[str, ...]
     spool_dir: Path | None = None
     quota: DiskQuota = DiskQuota()
+    # Given a call id, who watches that call's output while it runs (the live page).
+    live_output: Callable[[str], OutputListener] | None = None
 
 
 def _error(message: str, **data: JSON) -> ToolResult:
@@ -136,7 +138,8 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         container = ctx.container_for(call)
     except SandboxUnavailable as exc:
         return _infrastructure(exc.reason, **base)
-    capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir)
+    listener = ctx.live_output(call.call_id) if ctx.live_output is not None else None
+    capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir, listener=listener)
     try:
         # A check observes and never changes (the workspace is mounted read-only): the
         # walk after it must find the revision unchanged, or the run stops.

@@ -53,7 +53,7 @@ async def receive_until(communicator: WebsocketCommunicator, last_seq: int, time
             seqs += [event["seq"] for event in message["events"]]
         elif message["type"] == "live":
             live = True
-        else:
+        elif message["type"] != "heartbeat":
             raise AssertionError(message)
     return seqs, live
 
@@ -117,7 +117,7 @@ def test_it_fills_a_lost_broadcast_from_the_database(scene, reviewer, monkeypatc
         communicator = socket(cookie, run_id)
         await communicator.connect()
         await communicator.send_json_to({"type": "subscribe", "after_seq": start})
-        assert (await communicator.receive_json_from(timeout=5)) == {"type": "live", "last_seq": start}
+        assert (await communicator.receive_json_from(timeout=5)) == {"type": "live", "last_seq": start, "heartbeat_seconds": 5.0}
         # A broadcast lost on the way (a Redis hiccup, a full channel): only the
         # next event's broadcast arrives, and the viewer still gets both.
         with monkeypatch.context() as lost:
@@ -170,7 +170,7 @@ def test_it_resumes_after_a_reconnect_from_the_seq_the_client_has(scene, reviewe
         await communicator.connect()
         await communicator.send_json_to({"type": "subscribe", "after_seq": after})
         seqs, _ = await receive_until(communicator, last)
-        assert (await communicator.receive_json_from(timeout=5)) == {"type": "live", "last_seq": last}
+        assert (await communicator.receive_json_from(timeout=5)) == {"type": "live", "last_seq": last, "heartbeat_seconds": 5.0}
         await database_sync_to_async(notes)(run_id, 2)  # and the stream goes on live
         more, _ = await receive_until(communicator, last + 2)
         await communicator.disconnect()

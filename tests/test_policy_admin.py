@@ -67,7 +67,36 @@ def test_it_shows_a_version_with_its_difference_and_compares_two(client, admin_u
         "/admin/approvals/policyversion/",
         {"action": "compare_versions", "_selected_action": [base.pk, newest.pk]},
     )
-    assert f"Policy v{base.version} → v{newest.version}" in response.content.decode()
+    # The comparison lives at a GET URL that can be bookmarked and shared.
+    url = f"/admin/approvals/policyversion/compare/?old={base.version}&new={newest.version}"
+    assert response.status_code == 302 and response["Location"] == url
+    page = client.get(url).content.decode()
+    assert f"Policy v{base.version} → v{newest.version}" in page
+    assert 'data-view="split"' in page and "css/diff.css" in page
+    assert '<td class="code d-del">' in page and '<td class="code d-add">' in page
+    assert client.get(url.replace(f"new={newest.version}", "new=999")).status_code == 404
+
+
+def test_it_starts_a_new_version_from_any_version(client, admin_user):
+    client.force_login(admin_user)
+    first = current_policy_row()
+    add(client, document_text(approval_ttl_seconds=60), "short ttl")
+    second = current_policy_row()
+    assert 'id="new-from-this"' in client.get(f"/admin/approvals/policyversion/{first.pk}/change/").content.decode()
+    page = client.get(f"{ADD}?from={first.version}").content.decode()
+    assert f"starting from v{first.version}" in page
+    assert f'value="{first.document["approval_ttl_seconds"]}"' in page and 'value="60"' not in page
+    assert f"starting from v{second.version}" in client.get(ADD).content.decode()
+    assert client.get(f"{ADD}?from=999").status_code == 404
+
+
+def test_it_sizes_a_checks_command_box_to_its_argv(client, admin_user):
+    client.force_login(admin_user)
+    checks = [{"check_id": "long", "command": ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"], "timeout_seconds": 60}]
+    add(client, document_text(checks=checks), "six argv items")
+    page = client.get(ADD).content.decode()
+    box = re.search(r'<textarea name="checks-0-command"[^>]*>', page).group(0)
+    assert 'rows="7"' in box
 
 
 def test_it_keeps_versions_immutable(client, admin_user):

@@ -112,3 +112,22 @@ def test_it_closes_the_trace_socket_when_its_user_is_deactivated(slow_recheck, l
     operator.save()
     code, _, _ = closed_within(socket, CLOSE_WITHIN_SECONDS)
     assert code == 4401
+
+
+def test_it_closes_the_lists_socket_when_its_user_signs_out(slow_recheck, live_server_asgi, operator):
+    server = live_server_asgi
+    http = signed_in(server, operator)
+    cookie = "; ".join(f"{name}={value}" for name, value in http.cookies.items())
+    socket = connect(
+        f"ws://127.0.0.1:{server.port}/ws/lists/",
+        additional_headers={"Cookie": cookie, "Origin": server.url},
+        open_timeout=20,
+        legacy=True,
+    )
+    while json.loads(socket.recv(timeout=20))["type"] != "live":
+        pass
+    page = http.get(f"{server.url}/runs/")
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+    http.post(f"{server.url}/accounts/logout/", data={"csrfmiddlewaretoken": token}, headers={"Referer": f"{server.url}/runs/"})
+    code, error, _ = closed_within(socket, CLOSE_WITHIN_SECONDS)
+    assert code == 4401 and "signed out" in error

@@ -158,6 +158,7 @@ class KillRequested(Event):
     type: Literal["kill_requested"] = "kill_requested"
     by: str
     scope: Literal["run", "global"]
+    reason: str = ""  # the operator's words, optional
 
 
 class CallStarted(Event):

@@ -105,6 +105,8 @@ class ToolSpec:
     needs_evidence: bool = False  # refused without a passing check of the current revision
     runs_untrusted_code: bool = False  # may change the workspace even without writing
     looks_up: str | None = None  # finds whether an effect of the named tool happened, by its idempotency key
+    # One line for the reviewer: what happens if this call is granted (effectful tools).
+    reviewer_summary: str = ""
 
     @property
     def has_effect(self) -> bool:
@@ -166,6 +168,7 @@ BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
         "Replace a workspace file's content. Only paths in the task's allowed write paths; no symlinks.",
         WriteFileArgs,
         writes=True,
+        reviewer_summary="Replaces the whole content of this one file in the run's workspace; nothing leaves the sandbox.",
     ),
     ToolSpec(
         "apply_patch",
@@ -173,6 +176,7 @@ BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
         "Apply a unified diff to workspace files. Refused as a whole when any hunk does not apply.",
         ApplyPatchArgs,
         writes=True,
+        reviewer_summary="Changes the workspace files exactly as the diff shows; nothing leaves the sandbox.",
     ),
     ToolSpec(
         "run_check",
@@ -188,6 +192,10 @@ BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
         PublishArgs,
         external_effect=True,
         needs_evidence=True,
+        reviewer_summary=(
+            "Ships the workspace's changes against the base revision, exactly the diff shown, as one patch with this"
+            " message to the outbox, outside the sandbox; it happens once and cannot be taken back by the run."
+        ),
     ),
     ToolSpec(
         "lookup_publish",

@@ -97,8 +97,12 @@ def run_artifact(request: HttpRequest, run_id: str, ref: str) -> HttpResponse:
         response["Content-Disposition"] = f'attachment; filename="{ref[7:]}"'
         return response
     shown = content[:SHOWN_OUTPUT_BYTES].decode("utf-8", errors="replace")
-    return render(
-        request,
-        "runs/artifact.html",
-        {"run": run, "artifact": artifact, "text": shown, "cut": len(content) > SHOWN_OUTPUT_BYTES},
-    )
+    context = {
+        "run": run,
+        "artifact": artifact,
+        "lines": shown.splitlines(),
+        "cut": len(content) > SHOWN_OUTPUT_BYTES,
+        # Which check produced it, with what exit code, on which revision.
+        "evidence": Evidence.objects.filter(run=run, output_ref=ref).order_by("-recorded_at").first(),
+    }
+    return render(request, "runs/artifact.html", context)
