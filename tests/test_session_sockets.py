@@ -1,7 +1,8 @@
 """Live sockets follow the session: an open trace socket on the real ASGI server is
 closed within a few seconds of its user signing out, losing the role, or being
-deactivated; a socket of another user stays open. The periodic recheck is set to a
-minute here, so it is the auth signals' notice that closes them."""
+deactivated; a socket of another user stays open. The periodic event recheck is set
+to a minute here, so what closes them is the auth signals' notice or, should Redis
+pub/sub drop it, the session check on the next heartbeat (one second here)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ CLOSE_WITHIN_SECONDS = 5
 def slow_recheck(monkeypatch) -> None:
     """Requested before live_server_asgi, so the server starts with it."""
     monkeypatch.setenv("HARNESS_TRACE_RECHECK_SECONDS", "60")
+    monkeypatch.setenv("HARNESS_LIVE_HEARTBEAT_SECONDS", "1")
 
 
 def signed_in(server: AsgiServer, user) -> requests.Session:
