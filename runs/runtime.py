@@ -91,6 +91,7 @@ def stop_undriven(run: Run, reason: str, message: str, lease_token: int) -> str:
     run, saying why, instead of leaving it running or waiting."""
     state = load_state(run)
     state.status, state.stop_reason, state.stop_message = "stopped", reason, message
+    state.waiting = state.waiting_since = None  # a stopped run waits for nothing
     stop = ev.Stopped(run_id=str(run.pk), seq=0, ts=time.time(), status=reason, message=message)
     DjangoStore(lease_token).checkpoint(state, [stop])
     # Its requests leave the reviewers' queue, as with any stop.

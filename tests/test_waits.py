@@ -99,7 +99,11 @@ def test_it_stops_a_run_whose_workspace_changed_around_the_harness_under_a_grant
     grant(first, reviewer)
     run = wait_for(run, ("complete", "stopped"), timeout=90, log=celery_worker.log)
     assert run.outcome == "revision_mismatch", run.stop_message
-    first.refresh_from_db()
+    # The requests are cancelled right after the stop is stored (the loop's last step).
+    deadline = time.monotonic() + 30
+    while first.status != "cancelled" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        first.refresh_from_db()
     assert first.status == "cancelled" and first.consumed_at is None
     assert_gap_free(run)
     assert run.report.data["effects_applied"] == []
