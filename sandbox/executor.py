@@ -17,6 +17,7 @@ from sandbox import fileops
 from sandbox.container import DEFAULT_SCOPE, ContainerSpec, SandboxContainer
 from sandbox.engine import ENGINE_ERRORS, SandboxUnavailable, wait_for_engine
 from sandbox.quota import DiskQuota
+from sandbox.remote import PushConflict, RemoteTarget
 from sandbox.tools import HANDLERS, ToolContext, ToolResult, outbox_path
 from sandbox.workspace import RunWorkspace
 
@@ -46,6 +47,7 @@ class SandboxExecutor:
         scope: str = DEFAULT_SCOPE,
         engine_wait_seconds: float = ENGINE_WAIT_SECONDS,
         notify: Callable[[ev.Event], None] | None = None,
+        remote: RemoteTarget | None = None,
     ) -> None:
         self.run_id = run_id
         self.workspace = workspace
@@ -67,6 +69,7 @@ class SandboxExecutor:
             container_for=self._container_for,
             spool_dir=spool_dir,
             quota=quota,
+            remote=remote,
         )
 
     # -- Workspace ----------------------------------------------------------------
@@ -104,6 +107,12 @@ class SandboxExecutor:
         if effect.kind == "external":
             if effect.idempotency_key is None:
                 return Reconciliation(False, None, False, "no idempotency key to look up")
+            if self.context.remote is not None:
+                try:
+                    applied, detail = self.context.remote.lookup(effect.idempotency_key)
+                except PushConflict as exc:
+                    return Reconciliation(True, False, True, str(exc), conflict=True)
+                return Reconciliation(True, applied, True, detail)
             found = outbox_path(self.context.outbox, effect.idempotency_key).exists()
             detail = "found in the outbox" if found else "not in the outbox (the outbox is local: authoritative)"
             return Reconciliation(True, found, True, detail)

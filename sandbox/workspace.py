@@ -4,7 +4,8 @@ Layout under ``WORKSPACE_ROOT/<run_id>/``::
 
     workspace/    mounted at /workspace in the run's container (owned by uid 65534)
     pristine/     the source as prepared, never mounted: publish diffs against it
-    source.json   where it came from (kind, path, ref, commit)
+    source.json   where it came from (kind, path or url, ref, commit)
+    remote.git/   for a git remote: the clone's git directory, never mounted
 
 The revision is the git tree hash of ``workspace/``'s contents, computed here in
 Python from directory fds. No git process, index or ``.gitignore``/
@@ -36,13 +37,15 @@ from runs.core.errors import FieldProblem, InputError
 from runs.core.jsonutil import JSON
 from runs.core.paths import path_allowed
 from runs.environment import RepositoryContext
-from sandbox import fileops, patches
+from sandbox import fileops, patches, remote
+from sandbox.remote import RemoteAccess
 
 log = logging.getLogger(__name__)
 
 SANDBOX_UID = 65534
 SANDBOX_GID = 65534
 READY = "source.json"
+REMOTE_GIT_DIR = "remote.git"
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # A file changed within this window of a hash may change again within the same
 # timestamp tick; it is re-read until it is older (git's "racy clean" problem).
@@ -294,10 +297,18 @@ def open_workspace(root: Path) -> RunWorkspace | None:
     return RunWorkspace(root) if (root / READY).is_file() else None
 
 
-def prepare_workspace(root: Path, source: WorkspaceSource, base_dir: Path, allowed_roots: Sequence[Path]) -> RunWorkspace:
+def prepare_workspace(
+    root: Path,
+    source: WorkspaceSource,
+    base_dir: Path,
+    allowed_roots: Sequence[Path],
+    remotes: RemoteAccess | None = None,
+) -> RunWorkspace:
     """Materialise the source under ``root`` (idempotent: a prepared root is reused).
     The source must lie under one of ``allowed_roots``: whoever may start a run must
     not be able to copy arbitrary files of the server into a workspace they can read.
+    A remote must be one of ``remotes.allowed``; its clone's git directory is kept as
+    ``remote.git/`` (never mounted) for publishing.
     Built in a staging directory and renamed into place, so a crash never leaves a
     half-prepared workspace that looks ready."""
     existing = open_workspace(root)
@@ -307,14 +318,19 @@ def prepare_workspace(root: Path, source: WorkspaceSource, base_dir: Path, allow
     staging = root.parent / f".{root.name}.staging-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     try:
-        location = _resolve(source.path, base_dir, allowed_roots)
-        meta: dict[str, JSON] = {"kind": source.kind, "path": str(location), "ref": source.ref}
-        if source.kind == "path":
-            _copy_tree(location, staging / "pristine", skip=CACHE_DIRS)
-        elif source.kind == "git":
-            meta["commit"] = _from_git(location, source.ref, staging)
+        meta: dict[str, JSON] = {"kind": source.kind, "ref": source.ref}
+        if source.url is not None:
+            meta.update(url=source.url, commit=_from_remote(source.url, source.ref, staging, remotes or RemoteAccess()))
         else:
-            _from_archive(location, staging / "pristine")
+            assert source.path is not None  # one of path and url, by WorkspaceSource
+            location = _resolve(source.path, base_dir, allowed_roots)
+            meta["path"] = str(location)
+            if source.kind == "path":
+                _copy_tree(location, staging / "pristine", skip=CACHE_DIRS)
+            elif source.kind == "git":
+                meta["commit"] = _from_git(location, source.ref, staging)
+            else:
+                _from_archive(location, staging / "pristine")
         _copy_tree(staging / "pristine", staging / "workspace", skip=set())
         _give_to_sandbox(staging / "workspace")
         (staging / READY).write_text(json.dumps(meta, indent=2))
@@ -406,6 +422,15 @@ def _from_git(location: Path, ref: str | None, staging: Path) -> str:
         raise WorkspaceSourceError(f"ref {ref or 'HEAD'!r} is not a commit in {location}", field="workspace.ref") from None
     _git(["checkout", "--quiet", "--detach", commit], cwd=clone)
     _copy_tree(clone, staging / "pristine", skip=set())
+    shutil.rmtree(clone)
+    return commit
+
+
+def _from_remote(url: str, ref: str | None, staging: Path, access: RemoteAccess) -> str:
+    clone = staging / "clone"
+    commit = remote.clone(url, ref, clone, access)
+    _copy_tree(clone, staging / "pristine", skip=set())
+    os.rename(clone / ".git", staging / REMOTE_GIT_DIR)
     shutil.rmtree(clone)
     return commit
 

@@ -1,0 +1,247 @@
+"""Real repositories in and out: a workspace cloned from a git remote, and publish
+pushing one commit to a branch there. Against a real git server on loopback (git
+http-backend behind basic auth, a fault proxy in front) and file:// repositories."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from runs.core.contract import WorkspaceSource
+from runs.core.errors import InputError
+from runs.core.state import PendingEffect
+from sandbox.executor import SandboxExecutor
+from sandbox.remote import RemoteAccess, RemoteError, RemoteTarget, check_remote_url
+from sandbox.workspace import REMOTE_GIT_DIR, RunWorkspace, prepare_workspace
+from tests.fixtures_sandbox import ROOT, make_call
+from tests.gitserver import HOOK_MESSAGE, TOKEN, USER, FaultProxy, GitHttpServer, make_bare_repository, reject_pushes, serving, sh
+
+FIX = "def total(prices):\n    if any(p < 0 for p in prices):\n        raise ValueError('negative price')\n    return round(sum(prices), 2)\n"
+
+
+@dataclass
+class Remote:
+    root: Path
+    commits: dict[str, str]
+    server: GitHttpServer
+    proxy: FaultProxy
+
+    @property
+    def bare(self) -> Path:
+        return Path(self.commits["path"])
+
+    def access(self, token: str = TOKEN) -> RemoteAccess:
+        return RemoteAccess(
+            allowed=("http://127.0.0.1:*/shop.git", "file:///*"),
+            token=token,
+            token_user=USER,
+            author_name="Harness Bot",
+            author_email="bot@harness.example",
+            timeout_seconds=30,
+        )
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Iterator[Remote]:
+    root = tmp_path / "server"
+    root.mkdir()
+    commits = make_bare_repository(root)
+    server = GitHttpServer(root)
+    proxy = FaultProxy(server)
+    with serving(server, proxy):
+        yield Remote(root, commits, server, proxy)
+
+
+def clone_run(tmp_path: Path, url: str, ref: str | None, access: RemoteAccess) -> RunWorkspace:
+    source = WorkspaceSource(kind="git", url=url, ref=ref)
+    return prepare_workspace(tmp_path / f"run-{uuid.uuid4().hex[:6]}", source, ROOT, (ROOT,), access)
+
+
+def executor_for(workspace: RunWorkspace, remote: Remote, url: str, tmp_path: Path, reviewer: str | None = "reviewer") -> SandboxExecutor:
+    from runs.artifacts import FileArtifactStore
+
+    def trailers(call_id: str) -> list[tuple[str, str]]:
+        return [("Harness-Approval", f"apr-{call_id}"), ("Harness-Reviewer", reviewer)] if reviewer else []
+
+    target = RemoteTarget(
+        url=url,
+        base=str(workspace.source["commit"]),
+        branch="harness/fix-totals-1a2b3c4d",
+        git_dir=workspace.root / REMOTE_GIT_DIR,
+        access=remote.access(),
+        approval_trailers=trailers,
+    )
+    return SandboxExecutor("run-1a2b3c4d", workspace, None, FileArtifactStore(), tmp_path / "outbox", remote=target)
+
+
+def publish(executor: SandboxExecutor, key: str, message: str = "Refuse negative prices\n\nThey made refunds.") -> dict:
+    receipt = executor.execute(make_call("publish", {"message": message}, key=key))
+    assert isinstance(receipt, dict)
+    return receipt
+
+
+def pending(key: str) -> PendingEffect:
+    return PendingEffect(call_id="c1", tool="publish", args={}, kind="external", idempotency_key=key, reason="lost", recorded_at=0)
+
+
+def in_bare(remote: Remote, *args: str) -> str:
+    return sh(*args, cwd=remote.bare)
+
+
+def branch_updates(remote: Remote, branch: str = "harness/fix-totals-1a2b3c4d") -> int:
+    log = remote.bare / "logs" / "refs" / "heads" / branch
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+# -- clone -----------------------------------------------------------------------
+
+
+def test_it_clones_a_branch_and_a_tag_over_authenticated_http(remote: Remote, tmp_path: Path) -> None:
+    url = remote.server.url("shop.git")
+    at_feature = clone_run(tmp_path, url, "feature", remote.access())
+    assert at_feature.source["commit"] == remote.commits["feature"] and at_feature.source["url"] == url
+    assert (at_feature.dir / "feature.txt").read_text() == "wip\n" and not (at_feature.dir / ".git").exists()
+    git_dir = at_feature.root / REMOTE_GIT_DIR
+    assert sh("--git-dir", str(git_dir), "rev-parse", "--is-shallow-repository") == "true"
+    at_tag = clone_run(tmp_path, url, "v1", remote.access())
+    assert at_tag.source["commit"] == remote.commits["first"]
+    assert "round" not in (at_tag.dir / "total.py").read_text()
+    default = clone_run(tmp_path, url, None, remote.access())
+    assert default.source["commit"] == remote.commits["main"]
+    # The credential is nowhere in what the run keeps: not the workspace, not the
+    # record of its source, not the kept git directory's configuration.
+    for run in (at_feature, at_tag, default):
+        for path in run.root.rglob("*"):
+            if path.is_file():
+                assert TOKEN.encode() not in path.read_bytes(), path
+
+
+def test_it_clones_a_file_remote_at_a_commit_id(remote: Remote, tmp_path: Path) -> None:
+    url = f"file://{remote.bare}"
+    workspace = clone_run(tmp_path, url, remote.commits["first"], remote.access())
+    assert workspace.source["commit"] == remote.commits["first"]
+    assert (workspace.dir / "README.md").read_text() == "# Shop\n"
+
+
+def test_it_names_an_unknown_ref_and_failed_authentication(remote: Remote, tmp_path: Path) -> None:
+    url = remote.server.url("shop.git")
+    with pytest.raises(RemoteError) as unknown:
+        clone_run(tmp_path, url, "no-such-branch", remote.access())
+    assert unknown.value.cause == "unknown_ref" and "no-such-branch" in unknown.value.message
+    assert unknown.value.problems[0].field == "workspace.ref"
+    with pytest.raises(RemoteError) as refused:
+        clone_run(tmp_path, url, "main", remote.access(token="wrong-token"))
+    assert refused.value.cause == "auth" and "authentication failed" in refused.value.message
+    assert "wrong-token" not in refused.value.message
+    assert not list(tmp_path.glob("run-*")), "a failed clone leaves no workspace behind"
+
+
+def test_it_refuses_remotes_not_allowed_and_malformed_urls(tmp_path: Path) -> None:
+    allowed = ("https://git.example.com/team/*",)
+    assert check_remote_url("https://git.example.com/team/shop.git", allowed)
+    cases = {
+        "https://evil.example.com/team/shop.git": "refused",
+        "https://user:pw@git.example.com/team/shop.git": "malformed",
+        "git@git.example.com:team/shop.git": "malformed",
+        "ext::sh -c touch% /tmp/pwned": "malformed",
+        "--upload-pack=touch /tmp/x": "malformed",
+        "https://git.example.com": "malformed",
+        "file://relative/path": "malformed",
+    }
+    for url, cause in cases.items():
+        with pytest.raises(RemoteError) as caught:
+            check_remote_url(url, allowed)
+        assert caught.value.cause == cause, url
+        assert isinstance(caught.value, InputError) and caught.value.problems[0].field == "workspace.url"
+    with pytest.raises(RemoteError, match="HARNESS_GIT_ALLOWED_REMOTES"):
+        clone_run(tmp_path, "https://evil.example.com/team/shop.git", None, RemoteAccess(allowed=allowed))
+
+
+# -- publish ---------------------------------------------------------------------
+
+
+def test_it_pushes_exactly_the_approved_commit_once(remote: Remote, tmp_path: Path, db: None) -> None:
+    url = remote.server.url("shop.git")
+    workspace = clone_run(tmp_path, url, "main", remote.access())
+    executor = executor_for(workspace, remote, url, tmp_path)
+    (workspace.dir / "total.py").write_text(FIX)
+    key = "a" * 32
+    first = publish(executor, key)
+    assert (first["status"], first["effect"]) == ("ok", "applied"), first
+    commit = first["data"]["commit"]
+    assert first["data"]["branch"] == "harness/fix-totals-1a2b3c4d" and first["data"]["remote"] == url
+    assert in_bare(remote, "rev-parse", "refs/heads/harness/fix-totals-1a2b3c4d") == commit
+    # The tree is the workspace's revision; the parent is the base the run cloned.
+    assert in_bare(remote, "rev-parse", f"{commit}^{{tree}}") == executor.revision()
+    assert in_bare(remote, "log", "-1", "--format=%P", commit) == remote.commits["main"]
+    assert in_bare(remote, "log", "-1", "--format=%an <%ae>|%cn <%ce>", commit) == (
+        "Harness Bot <bot@harness.example>|Harness Bot <bot@harness.example>"
+    )
+    message = in_bare(remote, "log", "-1", "--format=%B", commit)
+    assert message.startswith("Refuse negative prices\n\nThey made refunds.\n")
+    trailers = [t for t in in_bare(remote, "log", "-1", "--format=%(trailers:only)", commit).splitlines() if t]
+    assert len(trailers) == 3 and trailers[0] == "Harness-Run: run-1a2b3c4d" and trailers[2] == "Harness-Reviewer: reviewer"
+    assert trailers[1].startswith("Harness-Approval: apr-d-")
+    assert in_bare(remote, "diff", "--name-only", remote.commits["main"], commit) == "total.py"
+    pushes = len(remote.server.pushes)
+    again = publish(executor, key)
+    assert (again["status"], again["effect"], again["data"]["duplicate"], again["data"]["commit"]) == ("ok", "none", True, commit)
+    assert len(remote.server.pushes) == pushes == 1, "publishing the same operation again pushes nothing"
+    assert branch_updates(remote) == 1
+    looked = executor.reconcile(pending(key))
+    assert (looked.resolved, looked.applied, looked.conflict) == (True, True, False)
+
+
+def test_it_reconciles_a_push_whose_answer_was_lost_as_applied(remote: Remote, tmp_path: Path, db: None) -> None:
+    url = remote.proxy.url("shop.git")
+    workspace = clone_run(tmp_path, url, "main", remote.access())
+    executor = executor_for(workspace, remote, url, tmp_path)
+    (workspace.dir / "total.py").write_text(FIX)
+    key = "b" * 32
+    remote.proxy.drop_push_answer = True
+    lost = publish(executor, key)
+    assert (lost["status"], lost["effect"]) == ("unknown", "unknown"), lost
+    assert "outcome is unknown" in lost["data"]["error"]
+    # The server did apply it (git's HTTP client may resend the request on the
+    # dropped connection; the server refuses the repeat as the branch now exists).
+    assert branch_updates(remote) == 1
+    pushed = in_bare(remote, "rev-parse", "refs/heads/harness/fix-totals-1a2b3c4d")
+    remote.proxy.drop_push_answer = False
+    found = executor.reconcile(pending(key))
+    assert (found.resolved, found.applied, found.authoritative, found.conflict) == (True, True, True, False)
+    assert pushed[:12] in found.detail
+    again = publish(executor, key)
+    assert (again["effect"], again["data"]["duplicate"], again["data"]["commit"]) == ("none", True, pushed)
+    assert branch_updates(remote) == 1, "nothing is pushed twice"
+
+
+def test_it_reconciles_an_absent_branch_as_not_applied_and_another_commit_as_a_conflict(
+    remote: Remote, tmp_path: Path, db: None
+) -> None:
+    url = f"file://{remote.bare}"
+    workspace = clone_run(tmp_path, url, "main", remote.access())
+    executor = executor_for(workspace, remote, url, tmp_path)
+    absent = executor.reconcile(pending("c" * 32))
+    assert (absent.resolved, absent.applied, absent.conflict) == (True, False, False)
+    # Somebody else's commit on the operation's branch.
+    in_bare(remote, "update-ref", "refs/heads/harness/fix-totals-1a2b3c4d", remote.commits["feature"])
+    clash = executor.reconcile(pending("c" * 32))
+    assert clash.conflict and "not this run's commit" in clash.detail and "harness/fix-totals-1a2b3c4d" in clash.detail
+
+
+def test_it_reports_a_push_refused_by_a_hook_as_a_failed_effect(remote: Remote, tmp_path: Path, db: None) -> None:
+    url = remote.server.url("shop.git")
+    workspace = clone_run(tmp_path, url, "main", remote.access())
+    executor = executor_for(workspace, remote, url, tmp_path)
+    (workspace.dir / "total.py").write_text(FIX)
+    reject_pushes(remote.bare)
+    refused = publish(executor, "d" * 32)
+    assert (refused["status"], refused["effect"], refused["data"]["rejected"]) == ("ok", "none", True), refused
+    assert HOOK_MESSAGE in refused["data"]["error"] and "pre-receive hook declined" in refused["data"]["error"]
+    listed = subprocess.run(["git", "branch", "--list", "harness/*"], cwd=remote.bare, capture_output=True, text=True, check=True)
+    assert listed.stdout.strip() == ""
