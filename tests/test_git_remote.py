@@ -4,6 +4,7 @@ http-backend behind basic auth, a fault proxy in front) and file:// repositories
 
 from __future__ import annotations
 
+import json
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -245,3 +246,81 @@ def test_it_reports_a_push_refused_by_a_hook_as_a_failed_effect(remote: Remote, 
     assert HOOK_MESSAGE in refused["data"]["error"] and "pre-receive hook declined" in refused["data"]["error"]
     listed = subprocess.run(["git", "branch", "--list", "harness/*"], cwd=remote.bare, capture_output=True, text=True, check=True)
     assert listed.stdout.strip() == ""
+
+
+# -- run creation and the loop ---------------------------------------------------
+
+
+def test_it_accepts_a_remote_source_only_as_git_with_exactly_one_location() -> None:
+    assert WorkspaceSource(kind="git", url="https://git.example.com/a.git", ref="main").path is None
+    for bad in (
+        {"kind": "git"},
+        {"kind": "git", "path": "examples/orders", "url": "https://git.example.com/a.git"},
+        {"kind": "archive", "url": "https://git.example.com/a.tgz"},
+    ):
+        with pytest.raises(ValueError, match="exactly one of path|its kind must be 'git'"):
+            WorkspaceSource.model_validate(bad)
+
+
+def test_it_creates_no_run_for_a_refused_or_malformed_remote_and_records_the_base_of_an_allowed_one(
+    operator, remote: Remote, settings, tmp_path: Path
+) -> None:
+    from runs.models import Run
+    from tests.test_api import SCRIPT, SMALL_CONTRACT, client_for
+
+    settings.GIT_ALLOWED_REMOTES = [f"file://{remote.root}/*"]
+    settings.WORKSPACE_ROOT = tmp_path / "workspaces"
+    client = client_for(operator)
+    for url, says in (
+        ("https://evil.example.com/shop.git", "is not an allowed remote"),
+        ("https://token@evil.example.com/shop.git", "credentials do not belong in the URL"),
+    ):
+        contract = {**SMALL_CONTRACT, "workspace": {"kind": "git", "url": url}}
+        response = client.post("/api/runs/", {"contract": contract, "proposer": SCRIPT}, format="json")
+        assert response.status_code == 400
+        assert says in response.json()["contract.workspace.url"][0], response.json()
+    missing = {**SMALL_CONTRACT, "workspace": {"kind": "git", "url": f"file://{remote.bare}", "ref": "nope"}}
+    response = client.post("/api/runs/", {"contract": missing, "proposer": SCRIPT}, format="json")
+    assert response.status_code == 400 and "has no branch or tag 'nope'" in response.json()["contract.workspace.ref"][0]
+    assert Run.objects.count() == 0
+    good = {**SMALL_CONTRACT, "workspace": {"kind": "git", "url": f"file://{remote.bare}", "ref": "v1"}}
+    response = client.post("/api/runs/", {"contract": good, "proposer": SCRIPT}, format="json")
+    assert response.status_code == 201, response.json()
+    run = Run.objects.get()
+    source = (tmp_path / "workspaces" / str(run.pk) / "source.json").read_text()
+    assert remote.commits["first"] in source
+
+
+def test_it_shows_a_refused_remote_on_the_new_run_form(operator, settings) -> None:
+    from django.test import Client
+
+    from tests.test_api import SMALL_CONTRACT
+
+    settings.GIT_ALLOWED_REMOTES = ["https://git.example.com/*"]
+    client = Client()
+    client.force_login(operator)
+    contract = {**SMALL_CONTRACT, "workspace": {"kind": "git", "url": "https://evil.example.com/shop.git"}}
+    page = client.post("/runs/new/", {"contract": json.dumps(contract), "proposer_kind": "scripted", "proposer_options": json.dumps({"script": []})})
+    assert page.status_code == 400
+    body = page.content.decode()
+    assert "workspace.url: https://evil.example.com/shop.git is not an allowed remote" in body, body[body.find("error"):][:600]
+
+
+def test_it_stops_the_run_when_the_lookup_finds_another_commit_on_the_branch() -> None:
+    from runs.core.faults import Fault
+    from runs.core.ports import Reconciliation
+    from runs.core.scenarios import FIXED, build_rig, call
+
+    script = [
+        call("write_file", path="src/calc.py", content=FIXED),
+        call("run_check", check_id="tests"),
+        call("publish", message="fix"),
+        call("read_file", path="src/calc.py"),
+    ]
+    rig = build_rig(script, faults=[Fault("publish", "timeout", 1)])
+    detail = "branch harness/t-1 on https://git.example.com/a.git is at 0123abcd, which is not this run's commit"
+    rig.executor.reconcile = lambda effect: Reconciliation(True, False, True, detail, conflict=True)  # type: ignore[method-assign]
+    rig.harness.run()
+    assert rig.state.outcome == "effect_conflict"
+    assert "not this run's commit" in (rig.state.stop_message or "")
+    assert [(p.tool, p.resolved) for p in rig.state.pending_effects] == [("publish", False)]
