@@ -48,7 +48,9 @@ def remote_target(run: Run, workspace: RunWorkspace) -> RemoteTarget | None:
 
     def approval_trailers(call_id: str) -> list[tuple[str, str]]:
         granted = (
-            ApprovalRequest.objects.filter(run_id=run.pk, call_id=call_id, status=ApprovalRequest.Status.GRANTED)
+            ApprovalRequest.objects.filter(
+                run_id=run.pk, call_id=call_id, status__in=[ApprovalRequest.Status.GRANTED, ApprovalRequest.Status.CONSUMED]
+            )
             .select_related("decided_by")
             .order_by("-decided_at")
             .first()

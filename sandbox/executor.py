@@ -78,7 +78,11 @@ class SandboxExecutor:
         return self.workspace.revision()
 
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
-        return self.workspace.preview(tool, args)
+        shown = self.workspace.preview(tool, args)
+        if tool == "publish" and self.context.remote is not None and shown is not None:
+            message = "".join(f"#   {line}".rstrip() + "\n" for line in str(args.get("message", "")).splitlines())
+            return self.context.remote.describe() + "# message:\n" + message + shown
+        return shown
 
     # -- Executor -----------------------------------------------------------------
 

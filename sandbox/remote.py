@@ -282,6 +282,13 @@ class RemoteTarget:
     def scheme(self) -> str:
         return urlsplit(self.url).scheme
 
+    def describe(self) -> str:
+        """What a reviewer is shown above the diff of a push."""
+        return (
+            f"# push to {self.url}\n# branch {self.branch}, one commit on {self.base[:12]}\n"
+            f"# author and committer: {self.access.author_name} <{self.access.author_email}>\n"
+        )
+
     def commit_for(self, patch: str, message: str, trailers: Sequence[tuple[str, str]]) -> str:
         """One commit on the base with ``patch`` applied and the approved message."""
         with tempfile.TemporaryDirectory(prefix="harness-publish-") as tmp:
@@ -366,7 +373,9 @@ class RemoteTarget:
             return False, f"branch {self.branch} is absent on {self.url}: the push did not happen"
         if ours is not None and self.same_change(ours, head):
             return True, f"branch {self.branch} on {self.url} is at our commit {head[:12]}"
-        raise PushConflict(f"branch {self.branch} on {self.url} is at {head[:12]}, which is not this run's commit: someone else pushed to it")
+        raise PushConflict(
+            f"branch {self.branch} on {self.url} is at {head[:12]}, which is not this run's commit: someone else pushed to it"
+        )
 
 
 class PushConflict(Exception):

@@ -22,7 +22,9 @@ from sandbox.workspace import REMOTE_GIT_DIR, RunWorkspace, prepare_workspace
 from tests.fixtures_sandbox import ROOT, make_call
 from tests.gitserver import HOOK_MESSAGE, TOKEN, USER, FaultProxy, GitHttpServer, make_bare_repository, reject_pushes, serving, sh
 
-FIX = "def total(prices):\n    if any(p < 0 for p in prices):\n        raise ValueError('negative price')\n    return round(sum(prices), 2)\n"
+FIX = (
+    "def total(prices):\n    if any(p < 0 for p in prices):\n        raise ValueError('negative price')\n    return round(sum(prices), 2)\n"
+)
 
 
 @dataclass
@@ -172,6 +174,10 @@ def test_it_pushes_exactly_the_approved_commit_once(remote: Remote, tmp_path: Pa
     executor = executor_for(workspace, remote, url, tmp_path)
     (workspace.dir / "total.py").write_text(FIX)
     key = "a" * 32
+    shown = executor.preview("publish", {"message": "Refuse negative prices\n\nThey made refunds."}) or ""
+    assert shown.startswith(f"# push to {url}\n# branch harness/fix-totals-1a2b3c4d, one commit on {remote.commits['main'][:12]}\n")
+    assert "# author and committer: Harness Bot <bot@harness.example>\n# message:\n#   Refuse negative prices\n" in shown
+    assert "+        raise ValueError('negative price')" in shown
     first = publish(executor, key)
     assert (first["status"], first["effect"]) == ("ok", "applied"), first
     commit = first["data"]["commit"]
@@ -221,9 +227,7 @@ def test_it_reconciles_a_push_whose_answer_was_lost_as_applied(remote: Remote, t
     assert branch_updates(remote) == 1, "nothing is pushed twice"
 
 
-def test_it_reconciles_an_absent_branch_as_not_applied_and_another_commit_as_a_conflict(
-    remote: Remote, tmp_path: Path, db: None
-) -> None:
+def test_it_reconciles_an_absent_branch_as_not_applied_and_another_commit_as_a_conflict(remote: Remote, tmp_path: Path, db: None) -> None:
     url = f"file://{remote.bare}"
     workspace = clone_run(tmp_path, url, "main", remote.access())
     executor = executor_for(workspace, remote, url, tmp_path)
@@ -300,10 +304,12 @@ def test_it_shows_a_refused_remote_on_the_new_run_form(operator, settings) -> No
     client = Client()
     client.force_login(operator)
     contract = {**SMALL_CONTRACT, "workspace": {"kind": "git", "url": "https://evil.example.com/shop.git"}}
-    page = client.post("/runs/new/", {"contract": json.dumps(contract), "proposer_kind": "scripted", "proposer_options": json.dumps({"script": []})})
+    page = client.post(
+        "/runs/new/", {"contract": json.dumps(contract), "proposer_kind": "scripted", "proposer_options": json.dumps({"script": []})}
+    )
     assert page.status_code == 400
     body = page.content.decode()
-    assert "workspace.url: https://evil.example.com/shop.git is not an allowed remote" in body, body[body.find("error"):][:600]
+    assert "workspace.url: https://evil.example.com/shop.git is not an allowed remote" in body, body[body.find("error") :][:600]
 
 
 def test_it_stops_the_run_when_the_lookup_finds_another_commit_on_the_branch() -> None:
