@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -54,7 +54,8 @@ class RemoteAccess:
     """The server's side of remote access: which remotes, which credentials, as whom."""
 
     allowed: tuple[str, ...] = ()
-    token: str | None = None
+    # Out of repr: a logged RemoteAccess must not carry the credential.
+    token: str | None = field(default=None, repr=False)
     token_user: str = "x-access-token"  # noqa: S105 - the user name forges accept with a token, not a secret
     ssh_key_file: Path | None = None
     ssh_known_hosts: Path | None = None

@@ -144,6 +144,16 @@ def test_it_names_an_unknown_ref_and_failed_authentication(remote: Remote, tmp_p
     assert not list(tmp_path.glob("run-*")), "a failed clone leaves no workspace behind"
 
 
+def test_it_clones_the_example_remote_the_script_makes(tmp_path: Path) -> None:
+    made = subprocess.run(["sh", str(ROOT / "examples/remote/make_remote.sh"), str(tmp_path / "ex")], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    source = json.loads((tmp_path / "ex" / "contract.json").read_text())["workspace"]
+    assert source == {"kind": "git", "url": f"file://{tmp_path / 'ex' / 'orders.git'}", "ref": "main"}
+    workspace = clone_run(tmp_path, source["url"], source["ref"], RemoteAccess(allowed=(f"file://{tmp_path}/*",)))
+    assert (workspace.dir / "orders" / "total.py").read_text() == (ROOT / "examples/orders/orders/total.py").read_text()
+    assert "tok-secret" not in repr(RemoteAccess(token="tok-secret"))
+
+
 def test_it_refuses_remotes_not_allowed_and_malformed_urls(tmp_path: Path) -> None:
     allowed = ("https://git.example.com/team/*",)
     assert check_remote_url("https://git.example.com/team/shop.git", allowed)
