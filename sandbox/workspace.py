@@ -23,7 +23,6 @@ import os
 import posixpath
 import shutil
 import stat
-import subprocess
 import tarfile
 import time
 import uuid
@@ -394,18 +393,9 @@ def _give_to_sandbox(tree: Path) -> None:
 
 
 def _git(args: list[str], cwd: Path | None = None) -> str:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": "/nonexistent",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": "/dev/null",
-        "GIT_TERMINAL_PROMPT": "0",
-        "LC_ALL": "C",
-    }
-    base = ["git", "-c", "core.hooksPath=/dev/null", "-c", "safe.directory=*", "-c", "advice.detachedHead=false"]
-    done = subprocess.run(base + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    done = remote.git(args, RemoteAccess(timeout_seconds=300), "file", cwd=cwd)
     if done.returncode != 0:
-        raise WorkspaceSourceError(f"git {args[0]} failed: {done.stderr.strip()[:500]}")
+        raise WorkspaceSourceError(f"git {args[0]} failed: {(done.stderr.strip() or 'timed out')[:500]}")
     return done.stdout.strip()
 
 

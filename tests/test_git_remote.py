@@ -65,11 +65,15 @@ def clone_run(tmp_path: Path, url: str, ref: str | None, access: RemoteAccess) -
     return prepare_workspace(tmp_path / f"run-{uuid.uuid4().hex[:6]}", source, ROOT, (ROOT,), access)
 
 
-def executor_for(workspace: RunWorkspace, remote: Remote, url: str, tmp_path: Path, reviewer: str | None = "reviewer") -> SandboxExecutor:
+def changed_run(remote: Remote, url: str, tmp_path: Path) -> SandboxExecutor:
+    """A run cloned from ``url`` at main with total.py fixed, publishing to that remote."""
     from runs.artifacts import FileArtifactStore
 
+    workspace = clone_run(tmp_path, url, "main", remote.access())
+    (workspace.dir / "total.py").write_text(FIX)
+
     def trailers(call_id: str) -> list[tuple[str, str]]:
-        return [("Harness-Approval", f"apr-{call_id}"), ("Harness-Reviewer", reviewer)] if reviewer else []
+        return [("Harness-Approval", f"apr-{call_id}"), ("Harness-Reviewer", "reviewer")]
 
     target = RemoteTarget(
         url=url,
@@ -180,9 +184,7 @@ def test_it_refuses_remotes_not_allowed_and_malformed_urls(tmp_path: Path) -> No
 
 def test_it_pushes_exactly_the_approved_commit_once(remote: Remote, tmp_path: Path, db: None) -> None:
     url = remote.server.url("shop.git")
-    workspace = clone_run(tmp_path, url, "main", remote.access())
-    executor = executor_for(workspace, remote, url, tmp_path)
-    (workspace.dir / "total.py").write_text(FIX)
+    executor = changed_run(remote, url, tmp_path)
     key = "a" * 32
     shown = executor.preview("publish", {"message": "Refuse negative prices\n\nThey made refunds."}) or ""
     assert shown.startswith(f"# push to {url}\n# branch harness/fix-totals-1a2b3c4d, one commit on {remote.commits['main'][:12]}\n")
@@ -216,9 +218,7 @@ def test_it_pushes_exactly_the_approved_commit_once(remote: Remote, tmp_path: Pa
 
 def test_it_reconciles_a_push_whose_answer_was_lost_as_applied(remote: Remote, tmp_path: Path, db: None) -> None:
     url = remote.proxy.url("shop.git")
-    workspace = clone_run(tmp_path, url, "main", remote.access())
-    executor = executor_for(workspace, remote, url, tmp_path)
-    (workspace.dir / "total.py").write_text(FIX)
+    executor = changed_run(remote, url, tmp_path)
     key = "b" * 32
     remote.proxy.drop_push_answer = True
     lost = publish(executor, key)
@@ -239,8 +239,7 @@ def test_it_reconciles_a_push_whose_answer_was_lost_as_applied(remote: Remote, t
 
 def test_it_reconciles_an_absent_branch_as_not_applied_and_another_commit_as_a_conflict(remote: Remote, tmp_path: Path, db: None) -> None:
     url = f"file://{remote.bare}"
-    workspace = clone_run(tmp_path, url, "main", remote.access())
-    executor = executor_for(workspace, remote, url, tmp_path)
+    executor = changed_run(remote, url, tmp_path)
     absent = executor.reconcile(pending("c" * 32))
     assert (absent.resolved, absent.applied, absent.conflict) == (True, False, False)
     # Somebody else's commit on the operation's branch.
@@ -251,9 +250,7 @@ def test_it_reconciles_an_absent_branch_as_not_applied_and_another_commit_as_a_c
 
 def test_it_reports_a_push_refused_by_a_hook_as_a_failed_effect(remote: Remote, tmp_path: Path, db: None) -> None:
     url = remote.server.url("shop.git")
-    workspace = clone_run(tmp_path, url, "main", remote.access())
-    executor = executor_for(workspace, remote, url, tmp_path)
-    (workspace.dir / "total.py").write_text(FIX)
+    executor = changed_run(remote, url, tmp_path)
     reject_pushes(remote.bare)
     refused = publish(executor, "d" * 32)
     assert (refused["status"], refused["effect"], refused["data"]["rejected"]) == ("ok", "none", True), refused
