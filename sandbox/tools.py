@@ -244,7 +244,10 @@ def push(ctx: ToolContext, target: RemoteTarget, call: Call, key: str) -> ToolRe
     try:
         result = target.publish(key, patch.text, str(call.args["message"]), trailers)
     except RemoteError as exc:
-        # The branch could not be looked up: nothing was pushed yet.
+        # The branch could not be looked up: nothing was pushed yet. Credentials the
+        # remote refuses will not get better by retrying.
+        if exc.cause == "auth":
+            return _error(f"the remote refused the server's credentials: {exc.message}", **base)
         return ToolResult("transient", "none", {**base, "error": f"the remote could not be reached: {exc.message}"})
     data: dict[str, JSON] = {
         **base,

@@ -12,6 +12,7 @@ import http.client
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -152,6 +153,8 @@ class FaultProxy:
 
     def __init__(self, upstream: GitHttpServer) -> None:
         self.drop_push_answer = False
+        # Before dropping, hold the connection this long (a client's timeout fires first).
+        self.hold_seconds = 0.0
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -182,6 +185,7 @@ class FaultProxy:
         payload = answer.read()
         conn.close()
         if self.drop_push_answer and req.command == "POST" and req.path.endswith("/git-receive-pack"):
+            time.sleep(self.hold_seconds)
             req.close_connection = True
             return
         req.send_response(answer.status)

@@ -235,6 +235,22 @@ def test_it_reconciles_a_push_whose_answer_was_lost_as_applied(remote: Remote, t
     again = publish(executor, key)
     assert (again["effect"], again["data"]["duplicate"], again["data"]["commit"]) == ("none", True, pushed)
     assert branch_updates(remote) == 1, "nothing is pushed twice"
+    asked = executor.execute(make_call("lookup_publish", {"idempotency_key": key}))
+    assert isinstance(asked, dict) and (asked["data"]["found"], asked["data"]["authoritative"]) == (True, True)
+
+
+def test_it_takes_a_push_cut_off_by_its_timeout_as_unknown_and_looks_it_up(remote: Remote, tmp_path: Path, db: None) -> None:
+    url = remote.proxy.url("shop.git")
+    executor = changed_run(remote, url, tmp_path)
+    assert executor.context.remote is not None
+    executor.context.remote.access = RemoteAccess(**{**vars(remote.access()), "timeout_seconds": 3.0})
+    remote.proxy.drop_push_answer, remote.proxy.hold_seconds = True, 8.0
+    key = "e" * 32
+    cut = publish(executor, key)
+    assert (cut["status"], cut["effect"]) == ("unknown", "unknown"), cut
+    remote.proxy.drop_push_answer = False
+    found = executor.reconcile(pending(key))
+    assert (found.resolved, found.applied) == (True, True) and branch_updates(remote) == 1
 
 
 def test_it_reconciles_an_absent_branch_as_not_applied_and_another_commit_as_a_conflict(remote: Remote, tmp_path: Path, db: None) -> None:
@@ -257,6 +273,11 @@ def test_it_reports_a_push_refused_by_a_hook_as_a_failed_effect(remote: Remote, 
     assert HOOK_MESSAGE in refused["data"]["error"] and "pre-receive hook declined" in refused["data"]["error"]
     listed = subprocess.run(["git", "branch", "--list", "harness/*"], cwd=remote.bare, capture_output=True, text=True, check=True)
     assert listed.stdout.strip() == ""
+    assert executor.context.remote is not None
+    executor.context.remote.access = remote.access(token="revoked-token")
+    unauthorised = publish(executor, "f" * 32)
+    assert (unauthorised["status"], unauthorised["effect"]) == ("ok", "none"), unauthorised
+    assert "refused the server's credentials" in unauthorised["data"]["error"] and "revoked-token" not in str(unauthorised)
 
 
 # -- run creation and the loop ---------------------------------------------------
