@@ -67,7 +67,7 @@ class RemoteAccess:
     def from_settings(cls, s: object) -> RemoteAccess:
         token_file = getattr(s, "GIT_TOKEN_FILE", None)
         token = Path(token_file).read_text().strip() if token_file else getattr(s, "GIT_TOKEN", "") or None
-        name, email = parse_identity(str(getattr(s, "GIT_AUTHOR", "Harness <harness@localhost>")))
+        name, email = getattr(s, "GIT_AUTHOR", ("Harness", "harness@localhost"))
         key = getattr(s, "GIT_SSH_KEY_FILE", None)
         hosts = getattr(s, "GIT_SSH_KNOWN_HOSTS", None)
         return cls(
@@ -76,17 +76,10 @@ class RemoteAccess:
             token_user=str(getattr(s, "GIT_TOKEN_USER", "x-access-token")),
             ssh_key_file=Path(key) if key else None,
             ssh_known_hosts=Path(hosts) if hosts else None,
-            author_name=name,
-            author_email=email,
+            author_name=str(name),
+            author_email=str(email),
             timeout_seconds=float(getattr(s, "GIT_TIMEOUT_SECONDS", 120.0)),
         )
-
-
-def parse_identity(text: str) -> tuple[str, str]:
-    match = re.fullmatch(r"\s*([^<>\n]+?)\s*<([^<>\s]+@[^<>\s]+)>\s*", text)
-    if match is None:
-        raise ValueError(f"HARNESS_GIT_AUTHOR must look like 'Name <email>', got {text!r}")
-    return match.group(1), match.group(2)
 
 
 # -- validation ------------------------------------------------------------------

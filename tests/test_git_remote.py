@@ -158,6 +158,15 @@ def test_it_clones_the_example_remote_the_script_makes(tmp_path: Path) -> None:
     assert "tok-secret" not in repr(RemoteAccess(token="tok-secret"))
 
 
+def test_it_fails_at_start_naming_a_malformed_author_or_remote_list() -> None:
+    from tests.test_settings import start
+
+    bad_author = start(DEBUG="1", HARNESS_GIT_AUTHOR="just a name")
+    assert bad_author.returncode != 0 and "HARNESS_GIT_AUTHOR must look like 'Name <email@host>'" in bad_author.stderr
+    bad_list = start(DEBUG="1", HARNESS_GIT_ALLOWED_REMOTES="https://a/*,,https://b/*")
+    assert bad_list.returncode != 0 and "HARNESS_GIT_ALLOWED_REMOTES must be a comma-separated list" in bad_list.stderr
+
+
 def test_it_refuses_remotes_not_allowed_and_malformed_urls(tmp_path: Path) -> None:
     allowed = ("https://git.example.com/team/*",)
     assert check_remote_url("https://git.example.com/team/shop.git", allowed)
