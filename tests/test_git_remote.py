@@ -367,3 +367,30 @@ def test_it_stops_the_run_when_the_lookup_finds_another_commit_on_the_branch() -
     assert rig.state.outcome == "effect_conflict"
     assert "not this run's commit" in (rig.state.stop_message or "")
     assert [(p.tool, p.resolved) for p in rig.state.pending_effects] == [("publish", False)]
+
+
+def test_it_names_the_runs_branch_and_the_granted_approval_in_the_trailers(
+    operator, reviewer, remote: Remote, tmp_path, monkeypatch
+) -> None:
+    from approvals import services
+    from approvals.services import grant
+    from sandbox.environment import remote_target
+    from tests.test_approvals import waiting_run
+
+    monkeypatch.setattr(services, "enqueue_resume", lambda run_id: None)
+    _world, run, request = waiting_run(operator)
+    workspace = clone_run(tmp_path, f"file://{remote.bare}", "main", remote.access())
+    target = remote_target(run, workspace)
+    assert target is not None
+    assert (target.branch, target.base, target.url) == (
+        f"harness/calc-fix-{str(run.pk)[:8]}",
+        remote.commits["main"],
+        f"file://{remote.bare}",
+    )
+    assert target.approval_trailers(request.call_id) == [], "no trailer before a reviewer decides"
+    grant(request, reviewer)
+    assert target.approval_trailers(request.call_id) == [
+        ("Harness-Approval", str(request.pk)),
+        ("Harness-Reviewer", reviewer.get_username()),
+    ]
+    assert target.approval_trailers("c999") == []
