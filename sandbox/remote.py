@@ -218,10 +218,13 @@ def clone(url: str, ref: str | None, dest: Path, access: RemoteAccess) -> str:
     if ref is not None:
         shallow += ["--branch", ref]
     done = git([*shallow, "--", url, str(dest)], access, scheme)
+    # After a clone with --branch, HEAD is the ref's commit (a tag's too).
+    wanted = "HEAD"
     if done.returncode != 0 and ref is not None and HEX_REF.match(ref) and _cause(done.stderr) in ("unknown_ref", "failed"):
         # Not a branch or tag: a commit id, which needs a full clone to find.
         shutil.rmtree(dest, ignore_errors=True)
         done = git(["clone", "--quiet", "--no-checkout", "--", url, str(dest)], access, scheme)
+        wanted = ref
     if done.returncode != 0:
         cause = _cause(done.stderr) if done.returncode is not None else "unreachable"
         detail = _last_line(done.stderr) or "timed out"
@@ -230,9 +233,7 @@ def clone(url: str, ref: str | None, dest: Path, access: RemoteAccess) -> str:
         if cause == "auth":
             raise RemoteError(cause, f"{url}: authentication failed with the server's credentials ({detail})")
         raise RemoteError(cause, f"could not clone {url}: {detail}")
-    found = git(["rev-parse", "--verify", "--quiet", f"{ref or 'HEAD'}^{{commit}}"], access, "file", cwd=dest)
-    if found.returncode != 0 and ref is not None:
-        found = git(["rev-parse", "--verify", "--quiet", "FETCH_HEAD^{commit}"], access, "file", cwd=dest)
+    found = git(["rev-parse", "--verify", "--quiet", f"{wanted}^{{commit}}"], access, "file", cwd=dest)
     if found.returncode != 0:
         raise RemoteError("unknown_ref", f"{url} has no commit {what}", field="workspace.ref")
     commit = found.stdout.strip()
