@@ -271,6 +271,11 @@ def test_it_reconciles_an_absent_branch_as_not_applied_and_another_commit_as_a_c
     in_bare(remote, "update-ref", "refs/heads/harness/fix-totals-1a2b3c4d", remote.commits["feature"])
     clash = executor.reconcile(pending("c" * 32))
     assert clash.conflict and "not this run's commit" in clash.detail and "harness/fix-totals-1a2b3c4d" in clash.detail
+    # Publishing onto it is refused without touching it.
+    refused = publish(executor, "c" * 32)
+    assert (refused["status"], refused["effect"], refused["data"]["rejected"]) == ("ok", "none", True)
+    assert "already holds another commit" in refused["data"]["error"]
+    assert in_bare(remote, "rev-parse", "refs/heads/harness/fix-totals-1a2b3c4d") == remote.commits["feature"]
 
 
 def test_it_reports_a_push_refused_by_a_hook_as_a_failed_effect(remote: Remote, tmp_path: Path, db: None) -> None:
