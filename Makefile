@@ -2,12 +2,16 @@
 PY ?= python3
 PG_URL ?= postgres://postgres@127.0.0.1:5432/harness
 
-.PHONY: up test lint typecheck test-sqlite test-postgres bench selftest openapi
+.PHONY: up test deps lint typecheck test-sqlite test-postgres test-deploy bench selftest openapi
 
 up:
 	bash scripts/up.sh
 
-test: lint typecheck test-sqlite test-postgres
+test: deps lint typecheck test-sqlite test-postgres
+
+# The product's packages and the tools and test libraries (a no-op once installed).
+deps:
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 
 lint:
 	$(PY) -m ruff check .
@@ -17,12 +21,17 @@ typecheck:
 	$(PY) -m mypy runs/core runs/adapters
 
 test-sqlite:
-	$(PY) -m pytest -q -p no:cacheprovider -m "not postgres_only"
+	$(PY) -m pytest -q -p no:cacheprovider -m "not postgres_only and not deploy"
 
 # Behaviour that depends on the database (locking, concurrent consumption, constraints)
 # runs again against the local PostgreSQL server.
 test-postgres:
 	DATABASE_URL=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider -m "postgres or postgres_only"
+
+# The deployment: docker-compose.yml from images built without a registry
+# (deploy/images/build.sh), a run through the published port, down and up again.
+test-deploy:
+	$(PY) -m pytest -q -s -p no:cacheprovider -m deploy tests/test_deploy.py
 
 selftest:
 	DEBUG=1 $(PY) manage.py harness_selftest
@@ -30,5 +39,8 @@ selftest:
 openapi:
 	DEBUG=1 $(PY) manage.py spectacular --validate --fail-on-warn --file docs/openapi.yaml
 
+# The peers the benchmarks compare against come from bench/requirements.txt, never
+# from the product's requirements.
 bench:
+	$(PY) -c "import langgraph.checkpoint.sqlite, langgraph.checkpoint.postgres" 2>/dev/null || $(PY) -m pip install -q -r bench/requirements.txt
 	$(PY) bench/run_all.py

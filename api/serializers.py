@@ -203,4 +203,5 @@ class DetailSerializer(serializers.Serializer):
 
 
 class TokenSerializer(serializers.Serializer):
-    token = serializers.CharField(help_text="Send as `Authorization: Token <token>`.")
+    token = serializers.CharField(help_text="Send as `Authorization: Token <token>`. Shown only here: the server keeps its hash.")
+    expires_at = serializers.DateTimeField(help_text="After this the token is refused; ask for a new one.")

@@ -13,13 +13,15 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
-from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.generics import GenericAPIView
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import permissions as perms
+from api.models import ApiToken
 from api.pagination import BoundedPagination
 from api.serializers import (
     ApprovalFilterSerializer,
@@ -337,29 +339,43 @@ class Switch(ApiView):
         return Response({**SwitchSerializer(GlobalSwitch.get()).data, "killed": killed})
 
 
-class Token(ObtainAuthToken):
-    """Trade a username and password for the user's API token (the same token on
-    every call, until an admin deletes it)."""
+class Token(GenericAPIView):
+    """Trade a username and password for a new API token. The token is in this answer
+    only (the server keeps its hash); it expires after ``HARNESS_API_TOKEN_DAYS`` and an
+    admin can revoke it."""
 
     # Only the credentials in the body count here, not a header or a session.
     authentication_classes = ()
+    permission_classes = ()
+    parser_classes = (FormParser, MultiPartParser, JSONParser)
+    serializer_class = AuthTokenSerializer
 
     @extend_schema(
         operation_id="auth_token",
-        summary="Get your API token",
+        summary="Get a new API token",
         auth=[],
+        request=AuthTokenSerializer,
         responses={
             200: TokenSerializer,
             400: FIELD_ERRORS,
             429: OpenApiResponse(
                 DetailSerializer, description="Too many failed attempts for this user from this address; see Retry-After."
             ),
+            503: OpenApiResponse(DetailSerializer, description="Attempts cannot be counted right now, so none is checked."),
         },
     )
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         username = str(request.data.get("username") or "") if isinstance(request.data, dict) else ""
         address = signin.client_address(request)
         try:
-            return signin.limited_sign_in(username, address, lambda: super(Token, self).post(request, *args, **kwargs), ValidationError)
+            return signin.limited_sign_in(username, address, lambda: self._issue(request), ValidationError)
         except signin.SignInLocked as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS, headers={"Retry-After": str(exc.retry_after)})
+        except signin.SignInUnavailable as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": str(exc.retry_after)})
+
+    def _issue(self, request: Request) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        row, token = ApiToken.issue(serializer.validated_data["user"])
+        return Response(TokenSerializer({"token": token, "expires_at": row.expires_at}).data)

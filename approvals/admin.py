@@ -1,6 +1,7 @@
 """Policies in the Django admin. Versions are immutable: "add" starts from the
-newest document and saves a new version; a version's page shows its difference
-from the one before; selecting two versions compares them."""
+newest document (or from any version: "new version from this one") and saves a new
+version; a version's page shows its difference from the one before; any two
+versions are compared side by side, in colour, at a GET URL that can be shared."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.db.models import Max
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import path, reverse
 from django.utils.html import format_html
 
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
-from approvals.policy_diff import pretty, previous_of, version_diff
+from approvals.policy_diff import SELF_APPROVAL_ON, pretty, previous_of, self_approval_change, version_diff
 from approvals.policy_editor import CheckFormSet, PolicyMainForm, RuleFormSet, compose, initial_data, kept_forms, place_problems
 from runs.core.errors import InputError
 from runs.core.policy import check_policy
@@ -55,12 +56,31 @@ class PolicyVersionForm(forms.ModelForm):
 @admin.register(PolicyVersion)
 class PolicyVersionAdmin(admin.ModelAdmin):
     form = PolicyVersionForm
-    list_display = ("version", "note", "created_by", "created_at", "run_count")
+    list_display = ("version", "note", "created_by", "created_at", "run_count", "new_from_this")
     actions = ["compare_versions"]
     readonly_fields = ("version", "note", "created_by", "created_at", "document_pretty", "difference")
 
     def run_count(self, obj: PolicyVersion) -> int:
         return obj.runs.count()
+
+    @admin.display(description="edit")
+    def new_from_this(self, obj: PolicyVersion) -> str:
+        url = reverse("admin:approvals_policyversion_add")
+        return format_html('<a href="{}?from={}">new version from v{}</a>', url, obj.version, obj.version)
+
+    def get_urls(self) -> list[Any]:
+        compare = path("compare/", self.admin_site.admin_view(self.compare_view), name="approvals_policyversion_compare")
+        return [compare, *super().get_urls()]
+
+    def base_document(self, request: HttpRequest) -> tuple[int, dict[str, Any]]:
+        """The version a new one starts from: ``?from=N``, else the newest."""
+        wanted = request.GET.get("from", "")
+        row = PolicyVersion.objects.filter(version=int(wanted)).first() if wanted.isdigit() else current_policy_row()
+        if row is None:
+            raise Http404(f"there is no policy v{wanted}")
+        document = dict(row.document)
+        document.pop("version", None)
+        return row.version, document
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # versions are immutable; a change is a new version
@@ -77,9 +97,7 @@ class PolicyVersionAdmin(admin.ModelAdmin):
         return () if obj is None else self.readonly_fields
 
     def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
-        document = dict(current_policy_row().document)
-        document.pop("version", None)
-        return {"document_text": pretty(document)}
+        return {"document_text": pretty(self.base_document(request)[1])}
 
     @admin.display(description="document")
     def document_pretty(self, obj: PolicyVersion) -> str:
@@ -95,8 +113,7 @@ class PolicyVersionAdmin(admin.ModelAdmin):
             return super().add_view(request, form_url, {**(extra_context or {}), "subtitle": "Advanced: raw JSON"})
         if not self.has_add_permission(request):
             raise PermissionDenied
-        base = dict(current_policy_row().document)
-        base.pop("version", None)
+        start, base = self.base_document(request)
         main_initial, rules_initial, checks_initial = initial_data(base)
         if request.method == "POST":
             main = PolicyMainForm(request.POST)
@@ -124,7 +141,7 @@ class PolicyVersionAdmin(admin.ModelAdmin):
             **self.admin_site.each_context(request),
             **(extra_context or {}),
             "title": "Add policy version",
-            "subtitle": f"starting from v{current_policy_row().version}",
+            "subtitle": f"starting from v{start}",
             "opts": self.model._meta,
             "main_form": main,
             "rules": rules,
@@ -147,6 +164,9 @@ class PolicyVersionAdmin(admin.ModelAdmin):
                     obj.document = {**document, "version": obj.version}
                     obj.created_by = request.user
                     obj.save()
+                previous = previous_of(obj)
+                if self_approval_change(previous.document if previous else None, obj.document) == SELF_APPROVAL_ON:
+                    self.message_user(request, SELF_APPROVAL_ON.removeprefix("!! ").strip(), messages.WARNING)
                 return
             except IntegrityError:
                 obj.pk = None
@@ -158,10 +178,28 @@ class PolicyVersionAdmin(admin.ModelAdmin):
         if len(chosen) != 2:
             self.message_user(request, "Select exactly two versions to compare.", messages.WARNING)
             return None
+        url = reverse("admin:approvals_policyversion_compare")
+        return HttpResponseRedirect(f"{url}?old={chosen[0].version}&new={chosen[1].version}")
+
+    def compare_view(self, request: HttpRequest) -> HttpResponse:
+        """``?old=N&new=M``: the two versions side by side, changes coloured."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        versions = {row.version: row for row in PolicyVersion.objects.order_by("version")}
+        picked = []
+        for name in ("old", "new"):
+            text = request.GET.get(name, "")
+            if not text.isdigit() or int(text) not in versions:
+                raise Http404(f"{name}: there is no policy version {text!r}")
+            picked.append(versions[int(text)])
+        old, new = picked
         context = {
             **self.admin_site.each_context(request),
-            "title": f"Policy v{chosen[0].version} → v{chosen[1].version}",
-            "diff": version_diff(chosen[0], chosen[1]) or "(no difference)",
+            "title": f"Policy v{old.version} → v{new.version}",
+            "old": old,
+            "new": new,
+            "versions": list(versions),
+            "diff": version_diff(old, new),
             "opts": self.model._meta,
         }
         return TemplateResponse(request, "admin/approvals/policy_compare.html", context)

@@ -13,6 +13,7 @@ from django import forms
 from runs.core.errors import FieldProblem
 
 DECISIONS = [("allow", "allow"), ("deny", "deny"), ("ask", "ask")]
+RUNTIMES = [("runc", "runc (the engine's default)"), ("runsc", "runsc (gVisor: a user-space kernel)")]
 BUDGET_FIELDS = ("max_proposals", "max_tool_calls", "max_attempts", "wall_time_seconds", "max_output_bytes_per_call")
 _ROW_PATH = re.compile(r"^(rules|checks)\[(\d+)\](?:\.(\w+))?")
 
@@ -20,7 +21,14 @@ _ROW_PATH = re.compile(r"^(rules|checks)\[(\d+)\](?:\.(\w+))?")
 class PolicyMainForm(forms.Form):
     note = forms.CharField(max_length=300, required=False)
     approval_ttl_seconds = forms.IntegerField(label="Approval TTL (seconds)")
-    allow_self_approval = forms.BooleanField(required=False)
+    max_wait_seconds = forms.IntegerField(
+        label="Limit on waiting (seconds)", required=False, help_text="total time one run may wait for reviewers; empty for no limit"
+    )
+    allow_self_approval = forms.BooleanField(
+        required=False,
+        help_text="Warning: lets whoever starts a run approve its own requests, with no second person. "
+        "Turning it on is recorded in the version diff and on every self-approved decision.",
+    )
     budget_max_proposals = forms.IntegerField(label="Max proposals")
     budget_max_tool_calls = forms.IntegerField(label="Max tool calls")
     budget_max_attempts = forms.IntegerField(label="Max attempts")
@@ -29,7 +37,12 @@ class PolicyMainForm(forms.Form):
     sandbox_memory = forms.CharField(label="Sandbox memory", help_text="e.g. 512m, 2g")
     sandbox_cpus = forms.FloatField(label="Sandbox CPUs")
     sandbox_pids_limit = forms.IntegerField(label="Sandbox pids limit")
-    sandbox_workspace_max_mb = forms.IntegerField(label="Workspace quota (MB)", help_text="what checks may leave in the workspace")
+    sandbox_workspace_max_mb = forms.IntegerField(
+        label="Workspace quota (MB)", help_text="how large the workspace may grow before no check runs in it"
+    )
+    sandbox_scratch_mb = forms.IntegerField(label="Scratch (MB)", help_text="the tmpfs checks write to; counts against memory")
+    # Not a ChoiceField: check_policy judges the value and names the field.
+    sandbox_runtime = forms.CharField(label="Sandbox runtime", initial="runc", widget=forms.Select(choices=RUNTIMES))
 
 
 class RuleForm(forms.Form):
@@ -70,6 +83,13 @@ class CheckForm(forms.Form):
     version = forms.CharField(initial="1", required=False, widget=forms.TextInput(attrs={"class": "vIntegerField"}))
     timeout_seconds = forms.IntegerField(initial=120, required=False, widget=forms.NumberInput(attrs={"class": "vIntegerField"}))
     image = forms.CharField(required=False, widget=forms.TextInput(attrs={"size": 20}))
+    on_copy = forms.BooleanField(required=False, label="On a copy", help_text="runs in a throwaway copy of the workspace")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The box shows every argv item and the longest one whole.
+        lines = str(self.initial.get("command") or "").splitlines() or [""]
+        self.fields["command"].widget.attrs.update(rows=max(3, len(lines) + 1), cols=max(30, min(100, max(map(len, lines)) + 2)))
 
     def clean_command(self) -> list[str]:
         return [line.strip() for line in self.cleaned_data["command"].splitlines() if line.strip()]
@@ -90,12 +110,15 @@ def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[st
     sandbox = document.get("sandbox", {})
     main = {
         "approval_ttl_seconds": document.get("approval_ttl_seconds", 3600),
+        "max_wait_seconds": document.get("max_wait_seconds"),
         "allow_self_approval": document.get("allow_self_approval", False),
         **{f"budget_{name}": budget.get(name) for name in BUDGET_FIELDS},
         "sandbox_memory": sandbox.get("memory", "512m"),
         "sandbox_cpus": sandbox.get("cpus", 1.0),
         "sandbox_pids_limit": sandbox.get("pids_limit", 128),
         "sandbox_workspace_max_mb": sandbox.get("workspace_max_mb", 1024),
+        "sandbox_scratch_mb": sandbox.get("scratch_mb", 256),
+        "sandbox_runtime": sandbox.get("runtime", "runc"),
     }
     rules = [
         {
@@ -114,6 +137,7 @@ def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[st
             "version": check.get("version", "1"),
             "timeout_seconds": check.get("timeout_seconds", 120),
             "image": check.get("image") or "",
+            "on_copy": check.get("on_copy", False),
         }
         for check in document.get("checks", [])
     ]
@@ -146,12 +170,15 @@ def compose(main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[
             check["timeout_seconds"] = row["timeout_seconds"]
         if row["image"]:
             check["image"] = row["image"]
+        if row["on_copy"]:
+            check["on_copy"] = True
         checks.append(check)
     return {
         "rules": rules,
         "checks": checks,
         "budget": {name: data[f"budget_{name}"] for name in BUDGET_FIELDS},
         "approval_ttl_seconds": data["approval_ttl_seconds"],
+        **({"max_wait_seconds": data["max_wait_seconds"]} if data["max_wait_seconds"] is not None else {}),
         "allow_self_approval": data["allow_self_approval"],
         "sandbox": {
             **base.get("sandbox", {}),
@@ -159,6 +186,8 @@ def compose(main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[
             "cpus": data["sandbox_cpus"],
             "pids_limit": data["sandbox_pids_limit"],
             "workspace_max_mb": data["sandbox_workspace_max_mb"],
+            "scratch_mb": data["sandbox_scratch_mb"],
+            "runtime": data["sandbox_runtime"],
         },
     }
 

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from approvals.policies import load_policy
+from approvals.policies import current_policy_row, load_policy
 from harness_site.celery import app as celery_app
 from runs.core import events as ev
-from runs.core.ports import Admission, ApprovalAsk
+from runs.core.lifecycle import OPEN_STATUSES, check_request_transition, sources_of
+from runs.core.ports import ApprovalAsk, Filed, RequestState
 from runs.eventlog import append_event
 from runs.models import Run
 
@@ -44,22 +45,13 @@ class DjangoApprovals:
     def __init__(self, run: Run) -> None:
         self.run = run
 
-    def admit(self, ask: ApprovalAsk) -> Admission:
+    def request(self, ask: ApprovalAsk) -> Filed:
         now = timezone.now()
-        matching = ApprovalRequest.objects.filter(run_id=ask.run_id, key=ask.key)
-        granted = matching.filter(status=Status.GRANTED).order_by("created_at").first()
-        if granted is not None:
-            if granted.expires_at <= now:
-                do_lapse(granted, Status.EXPIRED, "expired before it was used")
-            elif do_consume(granted.pk, ask.call_id):
-                return Admission("consumed", str(granted.pk))
-        denied = matching.filter(status=Status.DENIED).order_by("-decided_at").first()
-        if denied is not None:
-            return Admission("denied", str(denied.pk), reason=denied.reason)
-        pending = matching.filter(status=Status.PENDING, expires_at__gt=now).first()
+        # After a crash between filing and the run's checkpoint, the same call finds
+        # the request it already filed instead of filing a second one.
+        pending = ApprovalRequest.objects.filter(run_id=ask.run_id, key=ask.key, status=Status.PENDING, expires_at__gt=now).first()
         if pending is not None:
-            return Admission("waiting", str(pending.pk))
-        ttl = load_policy(self.run.policy).approval_ttl_seconds
+            return Filed(str(pending.pk), new=False)
         request = ApprovalRequest.objects.create(
             run_id=ask.run_id,
             call_id=ask.call_id,
@@ -72,9 +64,23 @@ class DjangoApprovals:
             diff=ask.diff or "",
             evidence=[dict(e) for e in ask.evidence],
             requested_by=self.run.created_by,
-            expires_at=now + timedelta(seconds=ttl),
+            expires_at=now + timedelta(seconds=ask.expires_in_seconds),
         )
-        return Admission("waiting", str(request.pk), new=True)
+        return Filed(str(request.pk), new=True)
+
+    def state(self, request_id: str) -> RequestState:
+        row = ApprovalRequest.objects.get(pk=request_id)
+        due = row.status in OPEN_STATUSES and row.expires_at <= timezone.now()
+        return RequestState(str(row.pk), row.status, row.reason, row.consumed_by_call, due)
+
+    def consume(self, request_id: str, call_id: str) -> bool:
+        return do_consume(request_id, call_id)
+
+    def lapse(self, request_id: str, status: Literal["expired", "stale"], reason: str) -> bool:
+        return do_lapse(ApprovalRequest.objects.get(pk=request_id), status, reason)
+
+    def cancel_open(self, run_id: str, reason: str) -> list[str]:
+        return cancel_open_requests(run_id, reason)
 
 
 def do_consume(request_id: Any, call_id: str) -> bool:
@@ -87,19 +93,31 @@ def do_consume(request_id: Any, call_id: str) -> bool:
     return updated == 1
 
 
+def cancel_open_requests(run_id: str, reason: str) -> list[str]:
+    """Every open request of a stopped run leaves the queue, each with an event."""
+    cancelled = []
+    for request in ApprovalRequest.objects.filter(run_id=run_id, status__in=OPEN_STATUSES):
+        if do_lapse(request, Status.CANCELLED, reason):
+            cancelled.append(str(request.pk))
+    return cancelled
+
+
 def current_revision_of(run: Run) -> str:
     return str((run.state or {}).get("revision", ""))
 
 
 def staleness(request: ApprovalRequest) -> str | None:
-    """Why a request no longer describes what would run, or None if it still does."""
+    """Why a request no longer describes what would run, or None if it still does.
+    Gates decide under the policy now in force, so a newer policy makes it stale."""
     run = Run.objects.get(pk=request.run_id)
-    if run.policy.version != request.policy_version:
-        return f"the run's policy is v{run.policy.version}, the request was for v{request.policy_version}"
+    current = current_policy_row().version
+    if current != request.policy_version:
+        return f"the policy is now v{current}, the request was for v{request.policy_version}"
     if current_revision_of(run) != request.revision:
         return f"the workspace is at {current_revision_of(run)[:12]}, the request was for {request.revision[:12]}"
-    if run.status != Run.Status.WAITING:
-        return f"the run is {run.outcome}, no longer waiting for this approval"
+    if run.status != Run.Status.WAITING or run.kill_requested:
+        state = "being stopped" if run.kill_requested else run.outcome
+        return f"the run is {state}, no longer waiting for this approval"
     return None
 
 
@@ -107,7 +125,7 @@ def check_decision(request: ApprovalRequest, user: AbstractBaseUser) -> None:
     if not user.is_authenticated or not user.has_perm(DECIDE_PERMISSION):
         raise DecisionForbidden("you do not have the reviewer permission")
     run = request.run
-    policy = load_policy(run.policy)
+    policy = load_policy(current_policy_row())
     if run.created_by_id == user.pk and not policy.allow_self_approval:
         raise DecisionForbidden("you started this run; another reviewer must decide (separation of duties)")
     if request.status != Status.PENDING:
@@ -125,14 +143,16 @@ def check_decision_recording_lapse(request: ApprovalRequest, user: AbstractBaseU
     try:
         check_decision(request, user)
     except DecisionRefused as exc:
-        if exc.lapse is not None:
-            do_lapse(request, *exc.lapse)
+        # The run's wait has ended with the lapse: wake it, so it leaves the wait now.
+        if exc.lapse is not None and do_lapse(request, *exc.lapse):
+            transaction.on_commit(lambda: enqueue_resume(str(request.run_id)))
         raise
 
 
 def _decide(request: ApprovalRequest, user: AbstractBaseUser, status: str, reason: str) -> None:
-    # Only a still-pending row can be decided: a concurrent decision or expiry wins
-    # or loses as a whole, never half.
+    # Only a still-pending row can be decided: a concurrent decision, expiry or
+    # cancellation wins or loses as a whole, never half.
+    check_request_transition(Status.PENDING, status)
     with transaction.atomic():
         updated = ApprovalRequest.objects.filter(pk=request.pk, status=Status.PENDING).update(
             status=status, decided_by=user, decided_at=timezone.now(), reason=reason
@@ -148,13 +168,14 @@ def _decide(request: ApprovalRequest, user: AbstractBaseUser, status: str, reaso
             decision=decision,
             by=user.get_username(),
             reason=reason,
+            self_approved=request.run.created_by_id == user.pk,
         )
         transaction.on_commit(lambda: enqueue_resume(str(request.run_id)))
 
 
-def grant(request: ApprovalRequest, user: AbstractBaseUser) -> None:
+def grant(request: ApprovalRequest, user: AbstractBaseUser, comment: str = "") -> None:
     check_decision_recording_lapse(request, user)
-    _decide(request, user, Status.GRANTED, "")
+    _decide(request, user, Status.GRANTED, comment.strip())
 
 
 def check_reason(reason: str) -> str:
@@ -171,9 +192,12 @@ def deny(request: ApprovalRequest, user: AbstractBaseUser, reason: str) -> None:
 
 
 def do_lapse(request: ApprovalRequest, status: str, reason: str) -> bool:
+    """End an open request (expired, stale, cancelled) with its event, together."""
+    check_request_transition(Status.PENDING, status)
     with transaction.atomic():
-        updated = ApprovalRequest.objects.filter(pk=request.pk, status__in=[Status.PENDING, Status.GRANTED]).update(
-            status=status, reason=reason
+        # decided_at also says when a request lapsed: the system decided it.
+        updated = ApprovalRequest.objects.filter(pk=request.pk, status__in=sources_of(status)).update(
+            status=status, reason=reason, decided_at=timezone.now()
         )
         if updated == 1:
             append_event(
@@ -188,7 +212,7 @@ def do_lapse(request: ApprovalRequest, status: str, reason: str) -> bool:
 
 
 def expire_due() -> int:
-    """Expire requests past their TTL; their runs are resumed so they ask again."""
+    """Expire requests past their TTL; their runs are resumed, and stop ``approval_expired``."""
     due = ApprovalRequest.objects.filter(status__in=[Status.PENDING, Status.GRANTED], expires_at__lte=timezone.now())
     count = 0
     for request in due:

@@ -17,16 +17,24 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals.models import ApprovalRequest
 from approvals.services import DecisionRefused, check_decision, deny, grant, staleness
-from runs.models import Evidence
+from runs.core.tools import builtin_registry
+from runs.models import Evidence, Run
+from runs.redact import is_masked
+from runs.store import load_state
 from runs.views.access import DECIDE, VIEW_APPROVALS, require
-from runs.views.trace import timeline
+from runs.views.summary import run_clocks
+from runs.views.trace import EMPTY_OUTPUT_REF, text_args, timeline
 
 Status = ApprovalRequest.Status
 RECENT_DECISIONS = 30
 
 
 def pending_requests() -> QuerySet[ApprovalRequest]:
-    return ApprovalRequest.objects.filter(status=Status.PENDING, expires_at__gt=timezone.now()).order_by("created_at")
+    """What reviewers can still decide: pending, not expired, and its run waiting for
+    it (a run being stopped cancels its requests; this keeps them out meanwhile)."""
+    return ApprovalRequest.objects.filter(
+        status=Status.PENDING, expires_at__gt=timezone.now(), run__status=Run.Status.WAITING, run__kill_requested=False
+    ).order_by("created_at")
 
 
 def inbox_rows() -> list[dict[str, Any]]:
@@ -48,16 +56,31 @@ def approval_context(request: ApprovalRequest, user: AbstractBaseUser) -> dict[s
     blocker = decision_blocker(request, user)
     run = request.run
     run.refresh_from_db()
+    working, waited = run_clocks(run, load_state(run))
     return {
         "req": request,
         "run": run,
+        "working_seconds": round(working, 1),
+        "waited_seconds": round(waited, 1),
         "blocker": blocker,
         "stale": staleness(request) if request.status == Status.PENDING else None,
         "revision_current": run.revision == request.revision,
         "evidence": Evidence.objects.filter(run=run, revision=request.revision).order_by("recorded_at"),
+        "empty_output": EMPTY_OUTPUT_REF,
         "deny_form": DenyForm(),
+        "what_it_does": reviewer_summary(request.tool),
+        "text_args": text_args(request.args),
+        # Masking happened before the request was filed (runs.redact): say so, so the
+        # reviewer knows the [redacted] they read stands for a credential.
+        "masked": is_masked(request.args) or is_masked(request.diff),
         **timeline(str(run.pk)),
     }
+
+
+def reviewer_summary(tool: str) -> str:
+    """What granting this tool does, from the tool's registry entry."""
+    spec = builtin_registry().get(tool)
+    return spec.reviewer_summary if spec is not None else ""
 
 
 def _approval(request_id: str) -> ApprovalRequest:
@@ -89,13 +112,18 @@ class DenyForm(forms.Form):
     )
 
 
-def _refused(request: HttpRequest, approval: ApprovalRequest, error: str, deny_form: DenyForm | None = None) -> HttpResponse:
-    approval.refresh_from_db()  # the refusal may have recorded the request as expired or stale
+def _refused(request: HttpRequest, approval: ApprovalRequest, error: str) -> HttpResponse:
+    """Back to the request's page (GET), so a reload does not send the decision again;
+    the refusal is shown in the decision panel."""
+    messages.error(request, error, extra_tags="decision")
+    return redirect("approvals:detail", approval.pk)
+
+
+def _bad_denial(request: HttpRequest, approval: ApprovalRequest, form: DenyForm) -> HttpResponse:
     context = approval_context(approval, request.user)
-    context["error"] = error
-    if deny_form is not None:
-        context["deny_form"] = deny_form
-    return render(request, "approvals/detail.html", context, status=409 if deny_form is None else 400)
+    context["error"] = "a denial needs a reason"
+    context["deny_form"] = form
+    return render(request, "approvals/detail.html", context, status=400)
 
 
 @require_POST
@@ -103,7 +131,7 @@ def _refused(request: HttpRequest, approval: ApprovalRequest, error: str, deny_f
 def grant_view(request: HttpRequest, request_id: str) -> HttpResponse:
     approval = _approval(request_id)
     try:
-        grant(approval, request.user)
+        grant(approval, request.user, request.POST.get("comment", "")[:2000])
     except DecisionRefused as exc:
         return _refused(request, approval, str(exc))
     messages.success(request, f"Granted {approval.tool} for {approval.run.task_id}; the run continues.")
@@ -116,7 +144,7 @@ def deny_view(request: HttpRequest, request_id: str) -> HttpResponse:
     approval = _approval(request_id)
     form = DenyForm(request.POST)
     if not form.is_valid():
-        return _refused(request, approval, "a denial needs a reason", form)
+        return _bad_denial(request, approval, form)
     try:
         deny(approval, request.user, form.cleaned_data["reason"])
     except DecisionRefused as exc:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,6 +21,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from celery_worker import start_worker  # noqa: E402
+from machine import load, machine, now  # noqa: E402
 
 VAR = Path(tempfile.mkdtemp(prefix="bench-kill-"))
 QUEUE = f"bench-kill-{uuid.uuid4().hex[:8]}"
@@ -65,14 +69,7 @@ def main() -> None:
     script = {"kind": "scripted", "script": [{"tool": "run_check", "args": {"check_id": "slow"}}]}
     client = docker.from_env()
 
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "harness_site", "worker", "-Q", QUEUE, "-c", "2", "--without-gossip", "--without-mingle", "-l", "warning"],
-        cwd=ROOT,
-        env=ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    worker = start_worker(QUEUE, 2, ENV)
     latencies = []
     stopped = []
     to_stop = []
@@ -87,7 +84,9 @@ def main() -> None:
             time.sleep(0.3)
             clicked = time.monotonic()
             do_kill(run, "bench")
-            while client.containers.list(all=True, filters={"label": f"harness.run_id={run.pk}"}):
+            # sparse: one listing call and no per-container inspect, so a container that
+            # vanishes between the listing and its inspect is not a 404.
+            while client.containers.list(all=True, sparse=True, filters={"label": f"harness.run_id={run.pk}"}):
                 time.sleep(0.01)
             latencies.append(time.monotonic() - clicked)
             while Run.objects.get(pk=run.pk).status != "stopped":
@@ -97,7 +96,11 @@ def main() -> None:
     finally:
         os.killpg(worker.pid, 15)
         worker.wait(30)
+        shutil.rmtree(VAR, ignore_errors=True)
     result = {
+        "date": now(),
+        "machine": machine(),
+        "load": load(),
         "trials": len(latencies),
         "median_s": round(statistics.median(latencies), 3),
         "p90_s": round(sorted(latencies)[int(0.9 * (len(latencies) - 1))], 3),

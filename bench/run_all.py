@@ -15,20 +15,26 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from machine import load, machine, now  # noqa: E402
 
 BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     # name: (full arguments, quick arguments)
-    "loop_overhead": ([], ["--steps", "500"]),
+    "loop_overhead": ([], ["--steps", "500", "--trials", "3"]),
     "sandbox_overhead": ([], ["--reads", "200", "--checks", "6", "--starts", "3"]),
     "kill_latency": ([], ["--trials", "3"]),
-    "trace_latency": ([], ["--seconds", "4", "--events", "2000"]),
+    "trace_latency": ([], ["--seconds", "4", "--repeats", "2", "--events", "2000"]),
+    "redaction_overhead": ([], ["--steps", "100", "--rounds", "3"]),
+    "repo_scale": ([], ["--sizes", "10,5000", "--rounds", "1", "--calls", "50,50,2"]),
 }
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
+    if isinstance(value, dict | list):
         out: dict[str, Any] = {}
-        for key, inner in value.items():
+        items = value.items() if isinstance(value, dict) else enumerate(value, start=1)
+        for key, inner in items:
             out.update(flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
         return out
     return {prefix: value}
@@ -46,6 +52,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, for a smoke run")
     args = parser.parse_args()
     failed = []
+    # The machine is often shared: its load is recorded beside the figures, here and
+    # in each benchmark's own output, so a run can be judged and compared later.
+    print(f"make bench, {now()}, {machine()}, load {load()} (1, 5, 15 min)")
     print(f"{'benchmark':18} {'figure':58} value")
     for name, (full, quick) in BENCHMARKS.items():
         started = time.monotonic()
@@ -59,6 +68,7 @@ def main() -> None:
         for key, value in figures.items():
             print(f"{name:18} {key:58} {value}")
         print(f"{name:18} {'(seconds to run)':58} {time.monotonic() - started:.0f}")
+        print(f"{name:18} {'(load when done)':58} {load()}")
     if failed:
         raise SystemExit(f"failed: {', '.join(failed)}")
 

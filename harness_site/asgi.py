@@ -20,8 +20,12 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from django.urls import path  # noqa: E402
 
 from runs.consumers import RunTraceConsumer  # noqa: E402
+from runs.live import ListsConsumer  # noqa: E402
 
-websocket_urls = [path("ws/runs/<uuid:run_id>/", RunTraceConsumer.as_asgi())]
+websocket_urls = [
+    path("ws/runs/<uuid:run_id>/", RunTraceConsumer.as_asgi()),
+    path("ws/lists/", ListsConsumer.as_asgi()),
+]
 
 application = ProtocolTypeRouter(
     {

@@ -22,7 +22,7 @@ else:
     if len(SECRET_KEY) < 32:
         raise SettingError("SECRET_KEY must be at least 32 characters when DEBUG is off")
 
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", ["http://localhost:8000", "http://127.0.0.1:8000"])
 
 INSTALLED_APPS = [
@@ -105,6 +105,11 @@ CACHES = {
 }
 HARNESS_SIGNIN_MAX_FAILURES = env_int("HARNESS_SIGNIN_MAX_FAILURES", 5, minimum=1)
 HARNESS_SIGNIN_WINDOW_SECONDS = env_int("HARNESS_SIGNIN_WINDOW_SECONDS", 900, minimum=1)
+# Wider limits: one account guessed from many addresses, one address trying many accounts.
+HARNESS_SIGNIN_MAX_FAILURES_PER_USER = env_int("HARNESS_SIGNIN_MAX_FAILURES_PER_USER", 4 * HARNESS_SIGNIN_MAX_FAILURES, minimum=1)
+HARNESS_SIGNIN_MAX_FAILURES_PER_ADDRESS = env_int(
+    "HARNESS_SIGNIN_MAX_FAILURES_PER_ADDRESS", 10 * HARNESS_SIGNIN_MAX_FAILURES, minimum=1
+)
 CELERY_BROKER_URL = env_url("CELERY_BROKER_URL", REDIS_URL, ("redis", "rediss"))
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
@@ -274,6 +279,13 @@ SESSION_COOKIE_AGE = env_int("HARNESS_SESSION_SECONDS", 12 * 3600, minimum=300)
 CSRF_COOKIE_HTTPONLY = True
 CSRF_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("HARNESS_SECURE_COOKIES", not DEBUG)
+# Once a browser has seen the site over HTTPS it refuses plain HTTP for a year (sent
+# only on HTTPS responses; behind a TLS proxy set HARNESS_BEHIND_TLS_PROXY=1 so Django
+# knows a request came over HTTPS).
+SECURE_HSTS_SECONDS = env_int("HARNESS_HSTS_SECONDS", 0 if DEBUG else 365 * 24 * 3600, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("HARNESS_HSTS_INCLUDE_SUBDOMAINS", False)
+if env_bool("HARNESS_BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 X_FRAME_OPTIONS = "DENY"
 SECURE_REFERRER_POLICY = "same-origin"
 # Live events go out by Redis pub/sub: one PUBLISH per broadcast, fanned out to the
@@ -285,16 +297,21 @@ CHANNEL_LAYERS["default"]["BACKEND"] = "channels_redis.pubsub.RedisPubSubChannel
 HARNESS_TRACE_WINDOW = env_int("HARNESS_TRACE_WINDOW", 200, minimum=20, maximum=2000)
 # How often a live viewer re-reads the log for a broadcast that never came.
 HARNESS_TRACE_RECHECK_SECONDS = env_float("HARNESS_TRACE_RECHECK_SECONDS", 5.0, minimum=0.1)
+# Every live socket speaks at least this often, so a page can tell a quiet run from
+# a dead connection (runs.live).
+HARNESS_LIVE_HEARTBEAT_SECONDS = env_float("HARNESS_LIVE_HEARTBEAT_SECONDS", 5.0, minimum=0.1)
 
 # ---------------------------------------------------------------------------------
 # REST API and webhook notifications (api/, notifications/; issue 7).
 # ---------------------------------------------------------------------------------
-INSTALLED_APPS += ["rest_framework", "rest_framework.authtoken", "drf_spectacular", "api", "notifications"]
+INSTALLED_APPS += ["rest_framework", "drf_spectacular", "api", "notifications"]
+# API tokens are kept hashed (api.models.ApiToken) and last this many days.
+HARNESS_API_TOKEN_DAYS = env_int("HARNESS_API_TOKEN_DAYS", 30, minimum=1, maximum=3650)
 
 REST_FRAMEWORK = {
     # Token first: its WWW-Authenticate header turns a missing login into 401, not 403.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "api.authentication.HashedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -313,6 +330,8 @@ SPECTACULAR_SETTINGS = {
     "Authenticate with `Authorization: Token <key>` (or a browser session).",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema maps every endpoint and field: for signed-in people only.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "runs.models.Run.Status",
@@ -323,6 +342,9 @@ SPECTACULAR_SETTINGS = {
 # Links in notifications point here (the address people reach the web service at).
 HARNESS_PUBLIC_URL = env_url("HARNESS_PUBLIC_URL", "http://localhost:8000", ("http", "https")).rstrip("/")
 HARNESS_WEBHOOK_TIMEOUT_SECONDS = env_float("HARNESS_WEBHOOK_TIMEOUT_SECONDS", 10.0, minimum=0.5)
+# Host names and networks (CIDR) webhooks may reach although they are not public
+# addresses (a receiver on the private network); everything else must be public.
+HARNESS_WEBHOOK_ALLOWED_HOSTS = env_list("HARNESS_WEBHOOK_ALLOWED_HOSTS", [])
 HARNESS_WEBHOOK_MAX_ATTEMPTS = env_int("HARNESS_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1, maximum=50)
 # Attempt n waits base * 2**(n-1) seconds, capped; about 20 minutes over 8 attempts.
 HARNESS_WEBHOOK_RETRY_BASE_SECONDS = env_float("HARNESS_WEBHOOK_RETRY_BASE_SECONDS", 10.0, minimum=0.01)

@@ -1,23 +1,40 @@
 """Password guessing is slowed down where passwords are accepted: the sign-in pages
 (the site's and the admin's) and the API's token endpoint.
 
-Failed attempts are counted per (username, client address) in the shared cache
-(Redis), so every web process sees the same count. After
-``HARNESS_SIGNIN_MAX_FAILURES`` failures within ``HARNESS_SIGNIN_WINDOW_SECONDS``,
-further attempts for that pair are refused until the window (which starts at the
-first failure) has passed; a successful sign-in clears the count. When the cache is
-unreachable, sign-in is not blocked: locking everyone out would be worse."""
+Every attempt first *reserves* a slot, atomically, in the shared cache (Redis), and
+only then is the password checked: a counter is incremented (and given its window as a
+TTL, in the same Lua script) before the slow PBKDF2 check, so twenty simultaneous
+guesses take twenty slots and only the first ``HARNESS_SIGNIN_MAX_FAILURES`` are
+checked. Three counters are kept per window
+(``HARNESS_SIGNIN_WINDOW_SECONDS``, starting at the first attempt):
+
+- the (normalised username, client address) pair, limit ``HARNESS_SIGNIN_MAX_FAILURES``;
+- the normalised username from any address (distributed guessing at one account),
+  limit ``HARNESS_SIGNIN_MAX_FAILURES_PER_USER``;
+- the client address for any username (one address spraying many accounts), limit
+  ``HARNESS_SIGNIN_MAX_FAILURES_PER_ADDRESS``.
+
+A failed attempt keeps its slots; a successful one clears the pair and gives back its
+slot in the other two (so the people behind one NAT address are not locked out by each
+other's successful sign-ins).
+
+**Fail-closed**: when the cache is unreachable, sign-in is refused (503 on the API,
+a form error on the pages) instead of checking passwords without any limit. A Redis
+outage already stops runs and live traces; existing sessions and API tokens keep
+working, and an attacker must not get unlimited guesses by waiting for (or causing)
+one."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import math
-import time
 import unicodedata
 from collections.abc import Callable
+from functools import cache as memoize
 from typing import Any, TypeVar
 
+import redis
 from django import forms
 from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
@@ -30,6 +47,26 @@ log = logging.getLogger(__name__)
 CACHE_ERRORS = (RedisError, OSError)
 T = TypeVar("T")
 
+# KEYS: the counters; ARGV[1]: the window in seconds; ARGV[1 + i]: the limit of KEYS[i].
+# When a counter has reached its limit, nothing is counted and the script returns its
+# TTL (when the caller may try again); otherwise every counter takes one attempt, and a
+# new counter gets the window as its TTL, and it returns 0. One script, so the check,
+# the increments and their TTLs are one atomic step: no race, no count without a window.
+_RESERVE = """
+local wait = 0
+for i, key in ipairs(KEYS) do
+  if tonumber(redis.call('GET', key) or '0') >= tonumber(ARGV[i + 1]) then
+    wait = math.max(wait, redis.call('TTL', key), 1)
+  end
+end
+if wait > 0 then return wait end
+for _, key in ipairs(KEYS) do
+  redis.call('INCR', key)
+  if redis.call('TTL', key) < 0 then redis.call('EXPIRE', key, ARGV[1]) end
+end
+return 0
+"""
+
 
 class SignInLocked(Exception):
     def __init__(self, retry_after: int) -> None:
@@ -38,63 +75,87 @@ class SignInLocked(Exception):
         self.retry_after = retry_after
 
 
+class SignInUnavailable(Exception):
+    """The attempt could not be counted (the cache is unreachable), so it is refused."""
+
+    def __init__(self) -> None:
+        super().__init__("sign-in is temporarily unavailable; try again in a minute")
+        self.retry_after = 60
+
+
 def client_address(request: HttpRequest) -> str:
     # The peer address: behind a proxy, the proxy must set REMOTE_ADDR (see docs/deploy.md).
     return str(request.META.get("REMOTE_ADDR", ""))
 
 
-def _keys(username: str, address: str) -> tuple[str, str]:
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def _keys(username: str, address: str) -> tuple[str, str, str]:
+    """(pair, username, address) counter keys."""
     # The name as authentication sees it (stripped, NFKC-normalised), case-folded too:
     # " Alice" and "alice" must share one count, or each spelling gets its own tries.
     name = unicodedata.normalize("NFKC", username.strip()).casefold()
-    digest = hashlib.sha256(f"{name}\n{address}".encode()).hexdigest()[:32]
-    return f"signin-failures:{digest}", f"signin-since:{digest}"
+    return tuple(  # type: ignore[return-value]
+        cache.make_and_validate_key(f"signin-attempts:{kind}:{_digest(*parts)}")
+        for kind, parts in (("pair", (name, address)), ("user", (name,)), ("address", (address,)))
+    )
 
 
-def _check_allowed(username: str, address: str) -> None:
-    """Raise SignInLocked while this pair has used up its failures."""
-    count_key, since_key = _keys(username, address)
+@memoize
+def _client(location: str) -> redis.Redis:
+    return redis.Redis.from_url(location, socket_timeout=2, socket_connect_timeout=2)
+
+
+def _redis() -> redis.Redis:
+    # The same Redis as the shared cache (tests point CACHES elsewhere to simulate an outage).
+    return _client(str(settings.CACHES["default"]["LOCATION"]))
+
+
+def _reserve(keys: tuple[str, str, str]) -> None:
+    limits = (
+        settings.HARNESS_SIGNIN_MAX_FAILURES,
+        settings.HARNESS_SIGNIN_MAX_FAILURES_PER_USER,
+        settings.HARNESS_SIGNIN_MAX_FAILURES_PER_ADDRESS,
+    )
     try:
-        values: dict[str, Any] = cache.get_many([count_key, since_key])
+        wait = int(_redis().eval(_RESERVE, len(keys), *keys, settings.HARNESS_SIGNIN_WINDOW_SECONDS, *limits))
     except CACHE_ERRORS:
-        log.warning("sign-in limits unavailable (cache unreachable); not limiting", exc_info=True)
-        return
-    if int(values.get(count_key) or 0) < settings.HARNESS_SIGNIN_MAX_FAILURES:
-        return
-    since = float(values.get(since_key) or time.time())
-    raise SignInLocked(max(1, math.ceil(since + settings.HARNESS_SIGNIN_WINDOW_SECONDS - time.time())))
+        log.error("sign-in refused: the attempt could not be counted (cache unreachable)", exc_info=True)
+        raise SignInUnavailable() from None
+    if wait:
+        raise SignInLocked(wait)
 
 
-def _record_failure(username: str, address: str) -> None:
-    count_key, since_key = _keys(username, address)
-    window = settings.HARNESS_SIGNIN_WINDOW_SECONDS
+def _release(keys: tuple[str, str, str], cleared: bool) -> None:
+    """Give back the slots of an attempt that did not fail; ``cleared`` also forgets the
+    pair's earlier failures (a successful sign-in)."""
+    pair, *shared = keys
     try:
-        # add() only sets a missing key, so the window starts at the first failure;
-        # incr() is atomic in Redis, so concurrent guesses are all counted.
-        cache.add(since_key, time.time(), window)
-        cache.add(count_key, 0, window)
-        cache.incr(count_key)
-    except (*CACHE_ERRORS, ValueError):  # ValueError: the count expired between add and incr
-        log.warning("could not record a failed sign-in", exc_info=True)
-
-
-def _clear_failures(username: str, address: str) -> None:
-    try:
-        cache.delete_many(list(_keys(username, address)))
+        with _redis().pipeline(transaction=True) as pipe:
+            pipe.delete(pair) if cleared else pipe.decr(pair)
+            for key in shared:
+                pipe.decr(key)
+            pipe.execute()
     except CACHE_ERRORS:
-        log.warning("could not clear failed sign-ins", exc_info=True)
+        log.warning("could not give back a sign-in attempt", exc_info=True)
 
 
 def limited_sign_in(username: str, address: str, attempt: Callable[[], T], failed: type[Exception]) -> T:
-    """Run ``attempt`` (a sign-in) unless this pair is locked (SignInLocked); an
-    attempt that raises ``failed`` is counted, one that succeeds clears the count."""
-    _check_allowed(username, address)
+    """Reserve an attempt for this user and address (SignInLocked when one of the limits
+    is used up, SignInUnavailable when it cannot be counted), then run ``attempt`` (a
+    sign-in). One that raises ``failed`` keeps its slots; one that succeeds clears them."""
+    keys = _keys(username, address)
+    _reserve(keys)
     try:
         result = attempt()
     except failed:
-        _record_failure(username, address)
         raise
-    _clear_failures(username, address)
+    except BaseException:
+        _release(keys, cleared=False)  # not a wrong password (e.g. a server error): not counted
+        raise
+    _release(keys, cleared=True)
     return result
 
 
@@ -105,12 +166,18 @@ class LimitedSignInMixin:
     request: HttpRequest | None
 
     def clean(self) -> dict[str, Any]:
+        if not self.cleaned_data.get("password"):
+            # No password, nothing checked (the field says it is required): neither an
+            # attempt nor a success, which would otherwise clear the earlier failures.
+            return super().clean()
         username = str(self.cleaned_data.get("username") or "")
         address = client_address(self.request) if self.request is not None else ""
         try:
             return limited_sign_in(username, address, super().clean, forms.ValidationError)
         except SignInLocked as exc:
             raise forms.ValidationError(str(exc).capitalize() + ".", code="locked") from None
+        except SignInUnavailable as exc:
+            raise forms.ValidationError(str(exc).capitalize() + ".", code="unavailable") from None
 
 
 class LimitedAuthenticationForm(LimitedSignInMixin, AuthenticationForm):

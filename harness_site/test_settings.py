@@ -13,7 +13,10 @@ os.environ.setdefault("HARNESS_CACHE_PREFIX", os.environ["HARNESS_QUEUE"])
 os.environ.setdefault("HARNESS_VAR_DIR", tempfile.mkdtemp(prefix=f"{os.environ['HARNESS_QUEUE']}-"))
 
 from harness_site.settings import *  # noqa: E402,F403
-from harness_site.settings import DATABASES, VAR_DIR  # noqa: E402
+from harness_site.settings import ALLOWED_HOSTS, DATABASES, VAR_DIR  # noqa: E402
+
+# Django's test client calls itself "testserver"; production settings do not allow it.
+ALLOWED_HOSTS = [*ALLOWED_HOSTS, "testserver"]
 
 # Worker processes started by the tests must open the same test database, so the
 # SQLite test database is a file, not memory.

@@ -4,7 +4,6 @@ the live trace's WebSocket route is in harness_site.asgi."""
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from django.views.generic import RedirectView
 
 from approvals import views as approval_views
 from harness_site.signin import LimitedAdminAuthenticationForm, LimitedAuthenticationForm
@@ -39,10 +38,10 @@ approval_patterns = (
 admin.site.login_form = LimitedAdminAuthenticationForm
 
 urlpatterns = [
-    path("", RedirectView.as_view(pattern_name="runs:list"), name="home"),
+    path("", control.home, name="home"),
     path(
         "accounts/login/",
-        auth_views.LoginView.as_view(redirect_authenticated_user=True, authentication_form=LimitedAuthenticationForm),
+        auth_views.LoginView.as_view(redirect_authenticated_user=True, authentication_form=LimitedAuthenticationForm, next_page="home"),
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

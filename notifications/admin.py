@@ -9,6 +9,7 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
+from notifications.destinations import DestinationRefused, DestinationUnresolved, check_destination
 from notifications.models import Delivery, DeliveryAttempt, WebhookEndpoint
 
 
@@ -23,6 +24,14 @@ class EndpointForm(forms.ModelForm):
     class Meta:
         model = WebhookEndpoint
         fields = ["name", "url", "format", "event_kinds", "secret", "active"]
+
+    def clean_url(self) -> str:
+        url = str(self.cleaned_data["url"])
+        try:
+            check_destination(url)
+        except (DestinationRefused, DestinationUnresolved) as exc:
+            raise forms.ValidationError(str(exc).capitalize() + ".", code="destination") from None
+        return url
 
 
 @admin.register(WebhookEndpoint)
@@ -40,7 +49,7 @@ class AttemptInline(admin.TabularInline):
     model = DeliveryAttempt
     extra = 0
     can_delete = False
-    fields = ["number", "at", "status_code", "duration_ms", "response_excerpt", "error"]
+    fields = ["number", "at", "status_code", "duration_ms", "error"]
     readonly_fields = fields
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -63,7 +72,7 @@ class DeliveryAdmin(admin.ModelAdmin):
         "status",
         "attempts",
         "status_code",
-        "response_excerpt",
+        "last_error",
         "next_retry_at",
         "delivered_at",
         "created_at",

@@ -85,7 +85,8 @@ def slack(body: dict[str, Any]) -> dict[str, Any]:
     """A Slack incoming-webhook message (also understood by Mattermost and others)."""
     link = body["approval"]["url"] if "approval" in body else body["run"]["url"]
     return {
-        "text": body["text"],
+        # The top-level text is the notification's fallback rendering: escaped like the block.
+        "text": _slack_escape(body["text"]),
         "blocks": [
             {"type": "section", "text": {"type": "mrkdwn", "text": _slack_escape(body["text"])}},
             {

@@ -5,6 +5,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from notifications import messages
+from runs.redact import RedactedJSONField, RedactedTextField
 
 
 def new_secret() -> str:
@@ -60,11 +61,13 @@ class Delivery(models.Model):
     endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries")
     event = models.ForeignKey("runs.Event", on_delete=models.CASCADE, related_name="+")
     kind = models.CharField(max_length=30, choices=WebhookEndpoint.Kind.choices)
-    payload = models.JSONField(help_text="the body sent, before signing")
+    payload = RedactedJSONField(help_text="the body sent, before signing")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)
     attempts = models.PositiveIntegerField(default=0)
     status_code = models.PositiveSmallIntegerField(null=True, blank=True, help_text="of the last attempt")
-    response_excerpt = models.TextField(blank=True, default="", help_text="the start of the last response or error")
+    # The receiver's answer is never stored (only its status code and timing): a
+    # stored body would let whoever edits endpoints read internal services.
+    last_error = RedactedTextField(blank=True, default="", help_text="why the last attempt got no answer, if it did not")
     next_retry_at = models.DateTimeField(null=True, blank=True, db_index=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -85,8 +88,7 @@ class DeliveryAttempt(models.Model):
     number = models.PositiveIntegerField()
     at = models.DateTimeField()
     status_code = models.PositiveSmallIntegerField(null=True, blank=True)
-    response_excerpt = models.TextField(blank=True, default="")
-    error = models.TextField(blank=True, default="")
+    error = RedactedTextField(blank=True, default="")
     duration_ms = models.PositiveIntegerField()
 
     class Meta:

@@ -13,18 +13,20 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
-import requests
+import certifi
+import urllib3
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from notifications import messages
+from notifications.destinations import Destination, DestinationRefused, DestinationUnresolved, check_destination
 from notifications.models import Delivery, DeliveryAttempt, WebhookEndpoint
 from runs.models import Event
 from runs.redact import redact
 
 log = logging.getLogger(__name__)
-EXCERPT_BYTES = 2000
+ERROR_CHARS = 2000
 # A scheduled retry may be handed to a worker a moment before the time recorded
 # for it (both are computed from slightly different clocks).
 EARLY_SECONDS = 2.0
@@ -81,8 +83,15 @@ def attempt(delivery_id: str) -> Outcome:
         "X-Harness-Signature": messages.signature(delivery.endpoint.secret, timestamp, raw_body),
     }
     started = time.monotonic()
-    status_code, excerpt, error = post(delivery.endpoint.url, raw_body, headers)
-    return record_attempt(delivery, status_code, excerpt, error, int((time.monotonic() - started) * 1000))
+    try:
+        # Checked again at every attempt: the name may resolve elsewhere since the form.
+        destination = check_destination(delivery.endpoint.url)
+    except DestinationRefused as exc:
+        return record_attempt(delivery, None, f"refused: {exc}", 0, final=True)
+    except DestinationUnresolved as exc:
+        return record_attempt(delivery, None, str(exc), int((time.monotonic() - started) * 1000))
+    status_code, error = post(destination, raw_body, headers)
+    return record_attempt(delivery, status_code, error, int((time.monotonic() - started) * 1000))
 
 
 def claim(delivery_id: str) -> Delivery | None:
@@ -98,32 +107,55 @@ def claim(delivery_id: str) -> Delivery | None:
     return Delivery.objects.select_related("endpoint").get(pk=delivery_id)
 
 
-def post(url: str, raw_body: bytes, headers: dict[str, str]) -> tuple[int | None, str, str]:
-    """(status code, start of the response, error); redirects are not followed: the
-    signed request goes only where the admin said."""
+def post(destination: Destination, raw_body: bytes, headers: dict[str, str]) -> tuple[int | None, str]:
+    """(status code, error). The connection goes to the address that was checked (no
+    second lookup of the name); TLS still verifies the certificate for the name.
+    Redirects are not followed (the signed request goes only where the admin said),
+    and the response body is never read or kept: a receiver's answer is not ours to
+    store or show (it would make webhooks a way to read internal services)."""
+    host = f"[{destination.host}]" if ":" in destination.host else destination.host
+    default_port = 443 if destination.scheme == "https" else 80
+    pool: urllib3.HTTPConnectionPool
+    if destination.scheme == "https":
+        pool = urllib3.HTTPSConnectionPool(
+            destination.address,
+            destination.port,
+            server_hostname=destination.host,
+            assert_hostname=destination.host,
+            cert_reqs="CERT_REQUIRED",
+            ca_certs=certifi.where(),
+        )
+    else:
+        pool = urllib3.HTTPConnectionPool(destination.address, destination.port)
+    host_header = host if destination.port == default_port else f"{host}:{destination.port}"
     try:
-        with requests.post(
-            url,
-            data=raw_body,
-            headers=headers,
-            timeout=settings.HARNESS_WEBHOOK_TIMEOUT_SECONDS,
-            allow_redirects=False,
-            stream=True,
-        ) as response:
-            excerpt = response.raw.read(EXCERPT_BYTES, decode_content=True).decode("utf-8", "replace")
-            return response.status_code, excerpt, ""
-    except requests.RequestException as exc:
-        return None, "", f"{type(exc).__name__}: {exc}"[:EXCERPT_BYTES]
+        with pool:
+            response = pool.urlopen(
+                "POST",
+                destination.target,
+                body=raw_body,
+                headers={**headers, "Host": host_header},
+                redirect=False,
+                retries=False,
+                timeout=urllib3.Timeout(total=settings.HARNESS_WEBHOOK_TIMEOUT_SECONDS),
+                preload_content=False,
+            )
+            response.release_conn()
+            return response.status, ""
+    except urllib3.exceptions.HTTPError as exc:
+        return None, f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
 
 
-def record_attempt(delivery: Delivery, status_code: int | None, excerpt: str, error: str, duration_ms: int) -> Outcome:
+def record_attempt(delivery: Delivery, status_code: int | None, error: str, duration_ms: int, final: bool = False) -> Outcome:
+    """Record an attempt: its status code (or error) and how long it took; ``final``
+    when asking again cannot help (a refused destination)."""
     now = timezone.now()
     number = delivery.attempts + 1
     ok = status_code is not None and 200 <= status_code < 300
     retry_in = None
     if ok:
         status, outcome = Delivery.Status.DELIVERED, "delivered"
-    elif messages.retryable(status_code) and number < settings.HARNESS_WEBHOOK_MAX_ATTEMPTS:
+    elif not final and messages.retryable(status_code) and number < settings.HARNESS_WEBHOOK_MAX_ATTEMPTS:
         retry_in = messages.backoff_seconds(number, settings.HARNESS_WEBHOOK_RETRY_BASE_SECONDS, settings.HARNESS_WEBHOOK_RETRY_MAX_SECONDS)
         status, outcome = Delivery.Status.PENDING, "retry"
     else:
@@ -134,7 +166,6 @@ def record_attempt(delivery: Delivery, status_code: int | None, excerpt: str, er
             number=number,
             at=now,
             status_code=status_code,
-            response_excerpt=excerpt,
             error=error,
             duration_ms=duration_ms,
         )
@@ -142,7 +173,7 @@ def record_attempt(delivery: Delivery, status_code: int | None, excerpt: str, er
             status=status,
             attempts=number,
             status_code=status_code,
-            response_excerpt=excerpt or error,
+            last_error=error,
             next_retry_at=now + timedelta(seconds=retry_in) if retry_in is not None else None,
             delivered_at=now if ok else None,
         )

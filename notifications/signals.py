@@ -9,6 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.dispatch import receiver
 
+from notifications.messages import kind_of
 from notifications.services import record_deliveries
 from notifications.tasks import enqueue
 from runs.models import Event
@@ -20,6 +21,9 @@ log = logging.getLogger(__name__)
 @receiver(events_stored, sender=Event, dispatch_uid="notifications.on_events")
 def on_events(sender: type[Event], rows: list[Event], **_: Any) -> None:
     for event in rows:
+        # Most events call for no notification; they cost the step no savepoint.
+        if kind_of(event.type, event.payload) is None:
+            continue
         try:
             # A savepoint: a failure here is rolled back alone and never costs the run
             # its event, which is the audit record.

@@ -8,5 +8,7 @@ class RunsConfig(AppConfig):
 
     def ready(self) -> None:
         from runs.roles import ensure_roles
+        from runs.session_sockets import connect_signals
 
         post_migrate.connect(ensure_roles, sender=self)
+        connect_signals()

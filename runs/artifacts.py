@@ -14,6 +14,10 @@ from django.conf import settings
 from runs.core.jsonutil import sha256_bytes
 from runs.models import Artifact
 
+# Readable by the (unprivileged) web server, which shows the artifacts a (root) worker
+# stored: mkstemp's 0600, or a spool file's mode, would hide them from it.
+ARTIFACT_MODE = 0o644
+
 
 def artifact_path(ref: str) -> Path:
     algo, _, hexdigest = ref.partition(":")
@@ -30,6 +34,7 @@ class FileArtifactStore:
             path.parent.mkdir(parents=True, exist_ok=True)
             # Write then rename, so a reader never sees a half-written artifact.
             fd, tmp = tempfile.mkstemp(dir=path.parent)
+            os.fchmod(fd, ARTIFACT_MODE)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(content)
             os.replace(tmp, path)
@@ -58,6 +63,7 @@ class FileArtifactStore:
                 shutil.copyfileobj(src, out, 1 << 20)
             os.replace(tmp, path)
             source.unlink()
+        os.chmod(path, ARTIFACT_MODE)
         Artifact.objects.get_or_create(ref=ref, defaults={"size": size, "media_type": media_type})
         return ref
 

@@ -5,10 +5,12 @@ run's group first, then replays events after N from the database in pages, then
 streams what the group delivers. Whatever arrives twice (committed before the
 replay's query, broadcast after the join) is dropped by seq; a gap in the stream
 (a lost broadcast) is filled from the database, and so is a lost last broadcast,
-by a periodic recheck. So a viewer gets every event exactly once, in order.
+by a recheck after an interval without broadcasts. So a viewer gets every event exactly once, in order.
 
 Server messages: ``events`` (a list of presented events), ``live`` (the replay is
-done), ``error`` (names the problem). Close codes 4401/4403/4404 mean not signed
+done; with the heartbeat period), ``heartbeat`` (runs.live), ``output`` (the latest
+lines of a running call's output: ephemeral, never in the log), ``error`` (names
+the problem). Close codes 4401/4403/4404 mean not signed
 in, no permission, no such run: the client should not retry those."""
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from collections import OrderedDict
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from runs.broadcast import run_group
+from runs.live import HeartbeatMixin
 from runs.models import Run
+from runs.session_sockets import current_user, user_group
 from runs.views.access import VIEW_RUNS
 from runs.views.trace import present, stored_events_after
 
@@ -74,25 +77,49 @@ def check_subscribe(text: str | None) -> int:
     return after
 
 
-class RunTraceConsumer(AsyncWebsocketConsumer):
+class RunTraceConsumer(HeartbeatMixin):
     async def connect(self) -> None:
         self.run_id = str(self.scope["url_route"]["kwargs"]["run_id"])
         self.group = run_group(self.run_id)
         self.cursor: int | None = None  # seq of the last event sent; None until subscribed
         self.rechecks: asyncio.Task[None] | None = None
+        self.heard = False  # a broadcast arrived since the last recheck
         await self.accept()
         # Accepted first so the client learns why it is refused and stops retrying.
         problem = await database_sync_to_async(access_problem)(self.scope["user"], self.run_id)
         if problem is not None:
-            code, message = problem
-            await self.send_message({"type": "error", "error": message})
-            await self.close(code=code)
+            await self.refuse(problem)
+            return
+        # The user's group hears of sign-out, role changes and deactivation (session_sockets).
+        self.user_group = user_group(self.scope["user"].pk)
+        await self.channel_layer.group_add(self.user_group, self.channel_name)
+
+    async def refuse(self, problem: tuple[int, str]) -> None:
+        code, message = problem
+        await self.send_message({"type": "error", "error": message})
+        await self.close(code=code)
 
     async def disconnect(self, code: int) -> None:
+        self.stop_heartbeat()
         if self.rechecks is not None:
             self.rechecks.cancel()
         if self.cursor is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        if getattr(self, "user_group", None):
+            await self.channel_layer.group_discard(self.user_group, self.channel_name)
+
+    async def session_recheck(self, message: dict[str, Any] | None = None) -> bool:
+        """Close the socket unless its session still belongs to a user who may watch
+        this run (re-read from the database, not the user the socket opened with)."""
+        session = self.scope.get("session")
+        key = getattr(session, "session_key", None)
+        problem = await database_sync_to_async(lambda: access_problem(current_user(key), self.run_id))()
+        if problem is None:
+            return True
+        if problem[0] == NOT_SIGNED_IN:
+            problem = (NOT_SIGNED_IN, "signed out (or the account changed); sign in again to watch runs")
+        await self.refuse(problem)
+        return False
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         try:
@@ -105,9 +132,10 @@ class RunTraceConsumer(AsyncWebsocketConsumer):
             # then certain to arrive through the group.
             await self.channel_layer.group_add(self.group, self.channel_name)
             self.rechecks = asyncio.create_task(self.recheck_periodically())
+            self.start_heartbeat()
         self.cursor = after
         await self.catch_up()
-        await self.send_message({"type": "live", "last_seq": self.cursor})
+        await self.send_message({"type": "live", "last_seq": self.cursor, "heartbeat_seconds": self.heartbeat_seconds()})
 
     async def catch_up(self) -> None:
         """Send every stored event after the cursor, page by page."""
@@ -121,16 +149,24 @@ class RunTraceConsumer(AsyncWebsocketConsumer):
         # A gap shows when the next broadcast arrives; a lost *last* broadcast (the
         # run's stop, say) has no next one. The check goes through this consumer's own
         # channel so it runs between messages, never in the middle of one.
+        # While broadcasts keep arriving a lost one shows as a gap anyway, so the
+        # database is read only after an interval with none: with many viewers,
+        # reads every interval were a periodic stall of the live stream.
         while True:
             await asyncio.sleep(settings.HARNESS_TRACE_RECHECK_SECONDS)
+            if self.heard:
+                self.heard = False
+                continue
             await self.channel_layer.send(self.channel_name, {"type": "trace.recheck"})
 
     async def trace_recheck(self, message: dict[str, Any]) -> None:
-        await self.catch_up()
+        if await self.session_recheck():
+            await self.catch_up()
 
     async def run_events(self, message: dict[str, Any]) -> None:
         if self.cursor is None:
             return
+        self.heard = True
         fresh = sorted((e for e in message["events"] if e["seq"] > self.cursor), key=lambda e: e["seq"])
         if not fresh:
             return
@@ -139,6 +175,10 @@ class RunTraceConsumer(AsyncWebsocketConsumer):
             fresh = [e for e in fresh if e["seq"] > self.cursor]
         if fresh:
             await self.send_events(fresh)
+
+    async def run_output(self, message: dict[str, Any]) -> None:
+        if self.cursor is not None:
+            await self.send_message({"type": "output", **message["output"]})
 
     async def send_events(self, events: list[dict[str, Any]]) -> None:
         self.cursor = events[-1]["seq"]

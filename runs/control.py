@@ -13,7 +13,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from approvals.services import enqueue_resume
+from approvals.services import cancel_open_requests, enqueue_resume
 from runs.core import events as ev
 from runs.eventlog import append_event
 from runs.models import GlobalSwitch, Run
@@ -28,25 +28,31 @@ class ControlRefused(Exception):
     pass
 
 
+KILL_REASON_CHARS = 500
+
+
 def check_operator(user: AbstractBaseUser) -> None:
     if not user.is_authenticated or not user.has_perm(OPERATE_PERMISSION):
         raise ControlRefused("you do not have the operator permission")
 
 
-def do_kill(run: Run, by: str, scope: str = "run") -> bool:
-    """Flag a run for killing. A run waiting for approval has no driver to notice,
-    so it is resumed: the loop's first guard then stops it ``killed``."""
+def do_kill(run: Run, by: str, scope: str = "run", reason: str = "") -> bool:
+    """Flag a run for killing. Its open approval requests are cancelled at once, so
+    they leave the reviewers' queue whether or not a worker is about. A run waiting
+    for approval has no driver to notice, so it is resumed: the loop's first guard
+    then stops it ``killed``."""
     with transaction.atomic():
         flagged = Run.objects.filter(pk=run.pk, status__in=ACTIVE, kill_requested=False).update(kill_requested=True)
         if flagged:
-            append_event(str(run.pk), ev.KillRequested, by=by, scope=scope)
+            append_event(str(run.pk), ev.KillRequested, by=by, scope=scope, reason=reason)
+            cancel_open_requests(str(run.pk), f"the run is being stopped: kill by {by} ({scope})")
             transaction.on_commit(lambda: enqueue_resume(str(run.pk)))
     return flagged == 1
 
 
-def kill(run: Run, user: AbstractBaseUser) -> bool:
+def kill(run: Run, user: AbstractBaseUser, reason: str = "") -> bool:
     check_operator(user)
-    return do_kill(run, user.get_username())
+    return do_kill(run, user.get_username(), reason=reason.strip()[:KILL_REASON_CHARS])
 
 
 def set_global(user: AbstractBaseUser, *, stop_all: bool, admit_new: bool) -> int:
@@ -65,7 +71,11 @@ def set_global(user: AbstractBaseUser, *, stop_all: bool, admit_new: bool) -> in
 
 def kill_requested(run_id: str) -> bool:
     flagged = Run.objects.filter(pk=run_id).values_list("kill_requested", flat=True).first()
-    return bool(flagged) or GlobalSwitch.objects.filter(pk=1, stop_all=True).exists()
+    return bool(flagged) or stopping_all_runs()
+
+
+def stopping_all_runs() -> bool:
+    return GlobalSwitch.objects.filter(pk=1, stop_all=True).exists()
 
 
 def admitting_new_runs() -> bool:

@@ -7,17 +7,22 @@ viewer never sees an event the database does not have."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 from runs.broadcast import broadcast_events
 from runs.core.events import Event as CoreEvent
 from runs.models import Event, Run
 from runs.redact import redact, secret_values
+from runs.rows import insert
 from runs.signals import events_stored
+
+
+class LeaseLost(Exception):
+    """Another worker holds the run now; this one must stop writing."""
 
 
 def append_event(run_id: str, cls: type[CoreEvent], **fields: Any) -> Event:
@@ -27,33 +32,81 @@ def append_event(run_id: str, cls: type[CoreEvent], **fields: Any) -> Event:
     return row
 
 
-def append_events(run_id: str, events: Sequence[CoreEvent]) -> list[Event]:
-    """Store events for a run; returns the rows with their assigned ``seq``."""
-    if not events:
+def append_events(
+    run_id: str,
+    events: Sequence[CoreEvent],
+    *,
+    run_columns: Mapping[str, object] | None = None,
+    lease_token: int | None = None,
+) -> list[Event]:
+    """Store events for a run; returns the rows with their assigned ``seq``.
+
+    ``run_columns`` are written to the run row in the statement that numbers the
+    events, and ``lease_token`` fences that statement: a worker whose lease was
+    taken over gets ``LeaseLost`` and writes nothing."""
+    if not events and not run_columns:
         return []
     secrets = secret_values()
-    # The row lock serialises every writer of this run's log (worker, reviewers,
-    # the beat), so seq stays gap-free and unique without retry loops.
     with transaction.atomic(savepoint=False):
-        run = Run.objects.select_for_update().only("id", "last_seq").get(pk=run_id)
-        rows = []
-        for offset, event in enumerate(events, start=1):
-            data = event.model_dump()
-            rows.append(
-                Event(
-                    run_id=run.id,
-                    seq=run.last_seq + offset,
-                    type=data["type"],
-                    call_id=event.call_id,
-                    ts=datetime.fromtimestamp(event.ts, tz=UTC),
-                    payload=redact(event.payload(), secrets),
-                )
+        last_seq = _reserve(run_id, len(events), run_columns or {}, lease_token)
+        first = last_seq - len(events) + 1
+        rows = [
+            Event(
+                run_id=run_id,
+                seq=first + offset,
+                type=event.type,
+                call_id=event.call_id,
+                ts=datetime.fromtimestamp(event.ts, tz=UTC),
+                payload=redact(event.payload(), secrets),
             )
-        Event.objects.bulk_create(rows)
+            for offset, event in enumerate(events)
+        ]
+        if not rows:
+            return rows
+        stored = insert(
+            Event,
+            [{"run": run_id, "seq": r.seq, "type": r.type, "call_id": r.call_id, "ts": r.ts, "payload": r.payload} for r in rows],
+            returning=["id", "seq"],
+        )
+        ids = {seq: pk for pk, seq in stored}
+        for row in rows:
+            row.pk = ids[row.seq]
+            row._state.adding = False
         # Listeners (webhook notifications) record what they need in this same
         # transaction, so it commits or rolls back with the events.
         events_stored.send(sender=Event, rows=rows)
-        Run.objects.filter(pk=run.id).update(last_seq=run.last_seq + len(rows))
         payloads = [row.as_dict() for row in rows]
         transaction.on_commit(lambda: broadcast_events(str(run_id), payloads))
     return rows
+
+
+def _reserve(run_id: str, count: int, columns: Mapping[str, object], lease_token: int | None) -> int:
+    """Advance the run's ``last_seq`` by ``count`` and return it, in one statement.
+
+    The UPDATE takes the run row's lock, which serialises every writer of this run's
+    log (worker, reviewers, the beat) until the transaction ends, so seq stays
+    gap-free and unique without retry loops; the same statement numbers the events,
+    writes the caller's columns and checks the fencing token."""
+    connection = connections[DEFAULT_DB_ALIAS]  # resolved once (see runs.rows.insert)
+    meta = Run._meta
+    quote = connection.ops.quote_name
+    assignments = [f"{quote('last_seq')} = {quote('last_seq')} + %s"]
+    params: list[object] = [count]
+    for name, value in columns.items():
+        field = meta.get_field(name)
+        assignments.append(f"{quote(field.column)} = %s")
+        params.append(field.get_db_prep_save(value, connection))
+    where = f"{quote(meta.pk.column)} = %s"
+    params.append(meta.pk.get_db_prep_value(run_id, connection))
+    if lease_token is not None:
+        where += f" AND {quote('lease_token')} = %s"
+        params.append(lease_token)
+    sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {where} RETURNING {quote('last_seq')}"  # noqa: S608 - quoted identifiers; values are parameters
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        found = cursor.fetchone()
+    if found is None:
+        if lease_token is not None:
+            raise LeaseLost(f"run {run_id}: lease token {lease_token} is no longer current")
+        raise Run.DoesNotExist(f"run {run_id} does not exist")
+    return int(found[0])

@@ -21,6 +21,7 @@ from runs.core.ports import Clock, Proposer, ProposerStopped
 from runs.core.scripted import ScriptedProposer
 from runs.core.tools import ToolSpec
 from runs.environment import RepositoryContext
+from runs.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,24 @@ class RefusingProposer:
         return notes
 
 
+class MaskingProposer:
+    """Masks secrets in every proposal before the gates see it (runs.redact explains
+    why here): the run, its approval key and everything stored then agree on the
+    masked arguments, and a resumed run computes the same key again."""
+
+    def __init__(self, inner: Proposer) -> None:
+        self.inner = inner
+
+    def propose(self, feedback: Any) -> object | None:
+        return redact(self.inner.propose(feedback))
+
+    def snapshot(self) -> dict[str, JSON]:
+        return self.inner.snapshot()
+
+    def notes(self) -> list[dict[str, JSON]]:
+        return self.inner.notes()
+
+
 def build_proposer(
     config: dict[str, Any],
     snapshot: dict[str, Any],
@@ -131,7 +150,23 @@ def build_proposer(
     """The run's proposer, continuing from ``snapshot``. Model proposers need the
     contract and the visible tools for their first message, and the workspace's
     ``repository`` context while the conversation has not begun; ``deadline`` bounds
-    their retries."""
+    their retries. Every proposal it gives is masked (MaskingProposer)."""
+    return MaskingProposer(
+        _build(config, snapshot, contract, tools, deadline=deadline, clock=clock, revision=revision, repository=repository)
+    )
+
+
+def _build(
+    config: dict[str, Any],
+    snapshot: dict[str, Any],
+    contract: Contract | None,
+    tools: Sequence[ToolSpec],
+    *,
+    deadline: float | None,
+    clock: Clock | None,
+    revision: str | None,
+    repository: Callable[[], RepositoryContext] | None,
+) -> Proposer:
     if config["kind"] == "scripted":
         return ScriptedProposer(config["script"], position=int(snapshot.get("position", 0)))
     if config["kind"] not in MODEL_KINDS:

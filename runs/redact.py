@@ -1,5 +1,27 @@
-"""Secrets never reach stored events: configured secret values and well-known
-credential shapes are replaced before anything is written."""
+"""One redaction step for everything the server keeps or shows: configured secret
+values (the server's own secret-bearing environment variables) and well-known
+credential shapes are replaced by ``MASK`` before anything is written.
+
+Where it happens, and why there:
+
+- **At proposal time** (``runs.proposers.MaskingProposer``): a proposal is masked before
+  the gates see it, so the run works with the masked value from the start. The
+  approval key (a digest over tool, args and revision), the ledger, the state and the
+  request the reviewer sees all describe the same arguments, and a run resumed from
+  its (masked) stored state computes the same key again. Masking only in storage
+  would leave the live run holding a raw value whose key no stored row can match.
+- **At the persistence boundary** (the ``Redacted*Field`` column types below): every
+  column that holds run data (state snapshots, ledger and effect arguments,
+  receipts, evidence, approval arguments, diff and evidence, reports, events, webhook
+  bodies, stop messages) is masked in ``get_db_prep_value``, which every write path
+  goes through (``save``, ``create``, ``bulk_create``, ``update``). Tool output and
+  file contents (a ``read_file`` result, the diff against a file holding a key) come
+  from the workspace; the raw value stays only in the sandbox workspace file itself,
+  which is the user's data, never in the database.
+- **When served**: artifacts (files on disk) are masked when shown or downloaded.
+
+A masked value shows ``[redacted]`` wherever it appears, and the reviewer's page says
+that something was masked."""
 
 from __future__ import annotations
 
@@ -8,10 +30,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
+from django.db import models
 
 MASK = "[redacted]"
 CREDENTIAL_PATTERNS = re.compile(
-    r"(sk-[A-Za-z0-9_-]{16,}|sk-ant-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abprs]-[A-Za-z0-9-]{10,})"
+    r"(sk-ant-[A-Za-z0-9_-]{16,}|sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|xox[abposr]-[A-Za-z0-9-]{10,}|glpat-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{35}"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$))"
 )
 
 
@@ -20,11 +45,18 @@ def secret_values() -> list[str]:
     return sorted((v for v in values if len(v) >= 8), key=len, reverse=True)
 
 
+# Every credential shape starts with one of these: a string holding none of them (most
+# do) skips the regular expression, which is most of the cost on a large state.
+_SHAPE_PREFIXES = ("sk-", "AKIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xox", "glpat-", "AIza", "-----BEGIN")
+
+
 def redact_text(text: str, secrets: list[str]) -> str:
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, MASK)
-    return CREDENTIAL_PATTERNS.sub(MASK, text)
+    if any(prefix in text for prefix in _SHAPE_PREFIXES):
+        text = CREDENTIAL_PATTERNS.sub(MASK, text)
+    return text
 
 
 def redact(value: Any, secrets: list[str] | None = None) -> Any:
@@ -33,6 +65,47 @@ def redact(value: Any, secrets: list[str] | None = None) -> Any:
         return redact_text(value, secrets)
     if isinstance(value, dict):
         return {redact_text(str(k), secrets): redact(v, secrets) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [redact(v, secrets) for v in value]
     return value
+
+
+def redact_bytes(content: bytes) -> bytes:
+    """Mask text in bytes of any encoding (undecodable bytes pass through unchanged)."""
+    return redact_text(content.decode("utf-8", "surrogateescape"), secret_values()).encode("utf-8", "surrogateescape")
+
+
+def is_masked(value: Any) -> bool:
+    """Whether a stored value had something masked (for the reviewer's notice)."""
+    if isinstance(value, str):
+        return MASK in value
+    if isinstance(value, dict):
+        return any(is_masked(k) or is_masked(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(is_masked(v) for v in value)
+    return False
+
+
+class _BaseClassPath:
+    """The column is the same as its base class's in the database, so migrations
+    record the base class: swapping a column to a redacted one needs no migration."""
+
+    def deconstruct(self) -> Any:
+        name, _path, args, kwargs = super().deconstruct()  # type: ignore[misc]
+        base = next(cls for cls in type(self).__mro__ if cls.__module__ == "django.db.models.fields" or cls is models.JSONField)
+        return name, f"django.db.models.{base.__name__}", args, kwargs
+
+
+class RedactedJSONField(_BaseClassPath, models.JSONField):
+    """A JSON column whose strings (keys and values) are masked on every write."""
+
+    def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> Any:
+        return super().get_db_prep_value(redact(value), connection, prepared)
+
+
+class RedactedTextField(_BaseClassPath, models.TextField):
+    """A text column masked on every write."""
+
+    def get_prep_value(self, value: Any) -> Any:
+        value = super().get_prep_value(value)
+        return redact_text(value, secret_values()) if isinstance(value, str) else value

@@ -25,6 +25,8 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
         "notifications.change_webhookendpoint",
         "notifications.delete_webhookendpoint",
         "notifications.view_delivery",
+        "api.view_apitoken",
+        "api.change_apitoken",
     ],
 }
 

@@ -18,7 +18,7 @@ from runs.core.contract import Contract, check_contract
 from runs.core.errors import FieldProblem, InputError
 from runs.core.loop import Harness, HarnessConfig, new_state
 from runs.core.policy import Policy
-from runs.core.ports import ApprovalGate, Clock, Controls
+from runs.core.ports import ApprovalGate, Clock, Controls, Proposer, Store, SystemClock
 from runs.core.report import build_report
 from runs.core.state import RunState
 from runs.core.tools import Registry, builtin_registry
@@ -99,20 +99,27 @@ def drive_run(
     lease_token: int | None = None,
     controls: Controls | None = None,
     clock: Clock | None = None,
+    proposer: Proposer | None = None,
+    store: Store | None = None,
 ) -> RunState:
-    """Advance a run from its stored state until it waits or stops."""
-    policy = load_policy(run.policy)
+    """Advance a run from its stored state until it waits or stops. Its gates decide
+    under the policy now in force (DESIGN section 6), re-read before every proposal.
+    ``proposer`` and ``store`` replace the run's own (a test's model, a crashing store)."""
+    policies = CurrentPolicy()
+    policy = policies.current()
     state = load_state(run)
+    now = (clock or SystemClock()).now()
     harness = Harness(
         state,
         registry=registry(),
         policy=policy,
-        proposer=build_proposer(
+        proposer=proposer
+        or build_proposer(
             run.proposer,
             state.proposer_state,
             state.contract,
             registry().visible(state.contract.allowed_tools),
-            deadline=state.deadline,
+            deadline=state.deadline_at(now),
             clock=clock,
             revision=state.revision,
             repository=lambda: environment.repository(state.contract.allowed_write_paths, state.contract.allowed_tools),
@@ -120,13 +127,27 @@ def drive_run(
         executor=environment.executor,
         workspace=environment.workspace,
         approvals=approvals,
-        store=DjangoStore(lease_token),
+        store=store or DjangoStore(lease_token),
         artifacts=FileArtifactStore(),
         clock=clock,
         controls=controls,
         config=HarnessConfig(retry_base_seconds=settings.HARNESS_RETRY_BASE_SECONDS),
+        policies=policies,
     )
     return harness.run()
+
+
+class CurrentPolicy:
+    """The newest policy version; a version already loaded is not parsed again."""
+
+    def __init__(self) -> None:
+        self._loaded: Policy | None = None
+
+    def current(self) -> Policy:
+        version = PolicyVersion.objects.order_by("-version").values_list("version", flat=True).first()
+        if self._loaded is None or self._loaded.version != version:
+            self._loaded = load_policy(current_policy_row())
+        return self._loaded
 
 
 def report_of(run: Run) -> dict[str, Any]:

@@ -1,6 +1,12 @@
 """Persisting the core's state: ``DjangoStore.checkpoint`` writes the run state, the
 step's events and the relational copies (ledger, receipts, evidence, pending
-effects, report) in one transaction."""
+effects, report) in one transaction.
+
+A checkpoint is a handful of statements, each a single round trip: one UPDATE of
+the run row that fences, locks, numbers the events and writes the state; one
+multi-row INSERT for the events; one INSERT or upsert per projection the step
+touched. No savepoints and no reads: the checkpoint is all or nothing, so nothing
+inside it needs to roll back alone."""
 
 from __future__ import annotations
 
@@ -10,14 +16,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs.core.events import Event as CoreEvent
+from runs.core.events import EvidenceRecorded, ReceiptRecorded
 from runs.core.report import build_report
 from runs.core.state import RunState
-from runs.eventlog import append_events
+from runs.eventlog import LeaseLost, append_events
 from runs.models import CallLedgerEntry, Evidence, PendingEffect, Receipt, Report, Run
+from runs.rows import insert
 
-
-class LeaseLost(Exception):
-    """Another worker holds the run now; this one must stop writing."""
+__all__ = ["DjangoStore", "LeaseLost", "load_state", "state_columns"]
 
 
 def state_columns(state: RunState) -> dict[str, object]:
@@ -41,90 +47,98 @@ class DjangoStore:
         # State, events and their projections land together or not at all: a crash
         # between them would otherwise resume from a state the log does not explain.
         with transaction.atomic(savepoint=False):
-            query = Run.objects.filter(pk=state.run_id)
-            if self.lease_token is not None:
-                # Fencing: a worker whose lease was taken over writes nothing more.
-                query = query.filter(lease_token=self.lease_token)
-            if query.update(**state_columns(state)) != 1:
-                raise LeaseLost(f"run {state.run_id}: lease token {self.lease_token} is no longer current")
-            rows = append_events(state.run_id, events)
+            # Fencing rides on the numbering UPDATE: a worker whose lease was taken
+            # over gets LeaseLost before it has written anything.
+            rows = append_events(state.run_id, events, run_columns=state_columns(state), lease_token=self.lease_token)
             _project(state, events, [row.seq for row in rows])
 
 
 def _project(state: RunState, events: Sequence[CoreEvent], seqs: list[int]) -> None:
     run_id = state.run_id
+    now = timezone.now()
     touched = {e.call_id for e in events if e.call_id}
-    entries = [
-        CallLedgerEntry(
-            run_id=run_id,
-            call_id=record.call_id,
-            tool=record.tool,
-            args=record.args,
-            state=record.state,
-            attempts=record.attempts,
-            idempotency_key=record.idempotency_key,
-            decision=record.decision or "",
-            rule=record.rule or "",
-            updated_at=timezone.now(),
-        )
-        for call_id in sorted(touched)
-        if (record := state.ledger.get(call_id)) is not None
-    ]
-    CallLedgerEntry.objects.bulk_create(
-        entries,
-        update_conflicts=True,
-        unique_fields=["run", "call_id"],
-        update_fields=["state", "attempts", "idempotency_key", "decision", "rule", "updated_at"],
+    insert(
+        CallLedgerEntry,
+        [
+            {
+                "run": run_id,
+                "call_id": record.call_id,
+                "tool": record.tool,
+                "args": record.args,
+                "state": record.state,
+                "attempts": record.attempts,
+                "idempotency_key": record.idempotency_key,
+                "decision": record.decision or "",
+                "rule": record.rule or "",
+                "updated_at": now,
+            }
+            for call_id in sorted(touched)
+            if (record := state.ledger.get(call_id)) is not None
+        ],
+        unique=["run", "call_id"],
+        update=["state", "attempts", "idempotency_key", "decision", "rule", "updated_at"],
     )
+    receipts = []
+    evidence = []
     for event, seq in zip(events, seqs, strict=True):
-        data = event.model_dump()
-        if data["type"] == "receipt":
-            Receipt.objects.create(
-                run_id=run_id,
-                call_id=event.call_id,
-                attempt=data["attempt"],
-                valid=data["valid"],
-                problem=data["problem"] or "",
-                body=data["receipt"],
-                harness_revision=data["harness_revision"],
-                event_seq=seq,
+        if isinstance(event, ReceiptRecorded):
+            receipts.append(
+                {
+                    "run": run_id,
+                    "call_id": event.call_id,
+                    "attempt": event.attempt,
+                    "valid": event.valid,
+                    "problem": event.problem or "",
+                    "body": event.receipt,
+                    "harness_revision": event.harness_revision,
+                    "event_seq": seq,
+                }
             )
-        elif data["type"] == "evidence_recorded":
+        elif isinstance(event, EvidenceRecorded):
             record = next(e for e in reversed(state.evidence) if e.call_id == event.call_id)
-            Evidence.objects.create(
-                run_id=run_id,
-                call_id=record.call_id,
-                check_id=record.check_id,
-                check_version=record.check_version,
-                command=record.command,
-                exit_code=record.exit_code,
-                timed_out=record.timed_out,
-                duration_ms=record.duration_ms,
-                image_digest=record.image_digest,
-                revision=record.revision,
-                policy_version=record.policy_version,
-                output_ref=record.output_ref,
-                passed=record.passed,
-                recorded_at=timezone.now(),
+            evidence.append(
+                {
+                    "run": run_id,
+                    "call_id": record.call_id,
+                    "check_id": record.check_id,
+                    "check_version": record.check_version,
+                    "command": record.command,
+                    "exit_code": record.exit_code,
+                    "timed_out": record.timed_out,
+                    "duration_ms": record.duration_ms,
+                    "image_digest": record.image_digest,
+                    "revision": record.revision,
+                    "policy_version": record.policy_version,
+                    "output_ref": record.output_ref,
+                    "passed": record.passed,
+                    "recorded_at": now,
+                }
             )
-    for effect in state.pending_effects:
-        if effect.call_id in touched:
-            PendingEffect.objects.update_or_create(
-                run_id=run_id,
-                call_id=effect.call_id,
-                defaults={
-                    "tool": effect.tool,
-                    "args": effect.args,
-                    "kind": effect.kind,
-                    "idempotency_key": effect.idempotency_key,
-                    "reason": effect.reason,
-                    "resolved": effect.resolved,
-                    "applied": effect.applied,
-                    "resolution": effect.resolution or "",
-                },
-            )
+    insert(Receipt, receipts)
+    insert(Evidence, evidence)
+    insert(
+        PendingEffect,
+        [
+            {
+                "run": run_id,
+                "call_id": effect.call_id,
+                "tool": effect.tool,
+                "args": effect.args,
+                "kind": effect.kind,
+                "idempotency_key": effect.idempotency_key,
+                "reason": effect.reason,
+                "resolved": effect.resolved,
+                "applied": effect.applied,
+                "resolution": effect.resolution or "",
+            }
+            for effect in state.pending_effects
+            if effect.call_id in touched
+        ],
+        unique=["run", "call_id"],
+        update=["tool", "args", "kind", "idempotency_key", "reason", "resolved", "applied", "resolution"],
+    )
     if state.finished:
-        Report.objects.update_or_create(run_id=run_id, defaults={"data": build_report(state)})
+        insert(Report, [{"run": run_id, "data": build_report(state), "created_at": now}], unique=["run"], update=["data"])
 
 
 def load_state(run: Run) -> RunState:

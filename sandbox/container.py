@@ -30,11 +30,11 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from docker.types import Mount
+from docker.types import Mount, Ulimit
 from docker.utils.socket import frames_iter
 
 from runs.core.policy import SandboxLimits
@@ -50,11 +50,15 @@ LABEL_RUN = "harness.run_id"
 LABEL_SCOPE = "harness.scope"
 LABEL_SPEC = "harness.spec"
 DEFAULT_SCOPE = "default"
-TMPFS = {"/tmp": "rw,noexec,nosuid,size=64m"}
-# Fixed by trusted code, never copied from the worker: without it Python checks
-# would write __pycache__ into the workspace, changing the revision they verify.
-SANDBOX_ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
+SCRATCH = "/tmp"
+# Fixed by trusted code, never copied from the worker. The workspace is mounted
+# read-only, so whatever a check writes (caches, build output) must go to the scratch
+# tmpfs; these point the usual tools there. Bytecode needs nothing: Python skips
+# writing it where it cannot (and a PYTHONPYCACHEPREFIX would hide the image's own
+# compiled stdlib, making every check compile it again).
+SANDBOX_ENV = {"HOME": SCRATCH, "TMPDIR": SCRATCH, "XDG_CACHE_HOME": f"{SCRATCH}/.cache"}
 DEADLINE_GRACE_SECONDS = 2.0
+STREAM_GRACE_SECONDS = 1.0
 # PID 1: reaps every orphan. Signals from inside the container cannot kill it
 # (the kernel protects a namespace's init), so ``kill -9 -1`` spares it.
 REAPER = """
@@ -65,12 +69,45 @@ while True:
     except ChildProcessError:
         time.sleep(0.2)
 """
-# $0 is the timeout; "$@" the check's argv (never a shell string).
-WRAPPER = 'timeout -s KILL "$0" "$@"; rc=$?; kill -9 -1 2>/dev/null; exit $rc'
+# Empties scratch, so no check sees what an earlier one left there.
+SCRATCH_RESET = f"find {SCRATCH} -mindepth 1 -type d -exec chmod u+rwx {{}} + 2>/dev/null; find {SCRATCH} -mindepth 1 -delete 2>/dev/null"
+# $0 is the timeout; $1 where the check runs: "workspace" (read-only) or "copy", a
+# throwaway copy of it in scratch for a check that must write into its tree; the
+# rest, "$@" after the shift, is the check's argv (never a shell string).
+WRAPPER = (
+    f"{SCRATCH_RESET}; "
+    f'if [ "$1" = copy ]; then cp -R {WORKDIR}/. {SCRATCH}/tree || exit 125; cd {SCRATCH}/tree || exit 125; fi; shift; '
+    'timeout -s KILL "$0" "$@"; rc=$?; kill -9 -1 2>/dev/null; '
+    f"{SCRATCH_RESET}; exit $rc"
+)
 KILL_ALL = ["sh", "-c", "kill -9 -1 2>/dev/null; exit 0"]
 # A command killed by a signal that was none of ours: how long the engine may take to
 # report that the container itself died (a removal or kill from outside).
 SETTLE_SECONDS = 1.0
+
+
+class RuntimeMissing(SandboxUnavailable):
+    """The policy asks for a container runtime the engine does not have."""
+
+
+# Measured with runsc's ptrace platform: about 40 host threads for the sandbox
+# itself, then up to 6 per sandboxed process.
+RUNSC_BASE_PIDS = 64
+RUNSC_PIDS_PER_TASK = 8
+RUNSC_CONFIG = '{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=none"]}}}'
+
+
+def check_runtime(client: docker.DockerClient, runtime: str) -> None:
+    """Refuse, naming it, a runtime the engine has not registered (the engine's own
+    error would come only at create time, and less clearly)."""
+    registered = client.info().get("Runtimes") or {}
+    if runtime not in registered:
+        raise RuntimeMissing(
+            f"the Docker engine has no runtime {runtime!r} (policy sandbox.runtime = {runtime}; "
+            f"it has {', '.join(sorted(registered)) or 'none'}). Register it in /etc/docker/daemon.json"
+            + (f" as {RUNSC_CONFIG}" if runtime == "runsc" else "")
+            + " and restart the engine (scripts/start_docker.sh does this), or choose another runtime in the policy"
+        )
 
 
 @dataclass(frozen=True)
@@ -80,21 +117,63 @@ class ContainerSpec:
     cpus: float = 1.0
     pids_limit: int = 128
     network: str = "none"
+    scratch_mb: int = 256
+    runtime: str = "runc"
 
     @classmethod
     def from_limits(cls, limits: SandboxLimits, image: str) -> ContainerSpec:
-        return cls(image=image, memory=limits.memory, cpus=limits.cpus, pids_limit=limits.pids_limit, network=limits.network)
+        return cls(
+            image=image,
+            memory=limits.memory,
+            cpus=limits.cpus,
+            pids_limit=limits.pids_limit,
+            network=limits.network,
+            scratch_mb=limits.scratch_mb,
+            runtime=limits.runtime,
+        )
+
+    @property
+    def host_pids_limit(self) -> int:
+        """The host cgroup's pids limit. Under gVisor that cgroup also counts the
+        sandbox kernel's own threads (several per sandboxed process), and a sandbox
+        that reaches it dies whole instead of refusing a fork; so there the policy's
+        limit is enforced inside gVisor, as RLIMIT_NPROC (``ulimits``), and the host
+        limit only bounds what gVisor may use for it."""
+        if self.runtime == "runc":
+            return self.pids_limit
+        return RUNSC_BASE_PIDS + self.pids_limit * RUNSC_PIDS_PER_TASK
+
+    @property
+    def ulimits(self) -> list[Ulimit]:
+        # Not under runc: there RLIMIT_NPROC counts every process of uid 65534 on the
+        # host, every other sandbox's included.
+        return [] if self.runtime == "runc" else [Ulimit(name="nproc", soft=self.pids_limit, hard=self.pids_limit)]
+
+    @property
+    def tmpfs(self) -> dict[str, str]:
+        # The kernel bounds scratch: a check that fills it gets ENOSPC, nothing more.
+        return {SCRATCH: f"rw,noexec,nosuid,nodev,size={self.scratch_mb}m"}
 
     @property
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
 
 
+class OutputListener(Protocol):
+    """Watches an execution's output as it arrives (runs.live_output): it must be
+    quick and must not fail; the capture stays the record."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class OutputCapture:
     """Streams an execution's output to a spool file, hashing it, and keeps only
-    the head and tail in memory."""
+    the head and tail in memory; a listener, if any, sees each chunk too."""
 
-    def __init__(self, inline_limit: int, spool_dir: Path | None = None) -> None:
+    def __init__(self, inline_limit: int, spool_dir: Path | None = None, listener: OutputListener | None = None) -> None:
+        self.listener = listener
         self.inline_limit = max(256, inline_limit)
         self._half = self.inline_limit // 2
         self.head = bytearray()
@@ -109,6 +188,8 @@ class OutputCapture:
         self._file = os.fdopen(fd, "wb")
 
     def write(self, data: bytes) -> None:
+        if self.listener is not None:
+            self.listener.write(data)
         self.total += len(data)
         self._sha.update(data)
         self._file.write(data)
@@ -123,6 +204,8 @@ class OutputCapture:
                 self._tail_len -= len(self._tail.popleft())
 
     def close(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
         if not self._file.closed:
             self._file.close()
 
@@ -264,12 +347,13 @@ class SandboxContainer:
         filters = {"label": [f"{LABEL_MANAGED}=1", f"{LABEL_RUN}={run_id}", f"{LABEL_SCOPE}={scope}"]}
         source = str(workspace_dir.resolve())
         for existing in client.containers.list(all=True, filters=filters):
-            mounts = [m.get("Source") for m in existing.attrs.get("Mounts", [])]
-            if existing.status == "running" and existing.labels.get(LABEL_SPEC) == spec.digest and mounts == [source]:
+            mounts = [(m.get("Source"), m.get("RW")) for m in existing.attrs.get("Mounts", [])]
+            if existing.status == "running" and existing.labels.get(LABEL_SPEC) == spec.digest and mounts == [(source, False)]:
                 reused = cls(client, existing.id, run_id, spec, existing.attrs["Image"], scope)
                 reused.kill_processes()
                 return reused
             remove_container(client, existing.id)
+        check_runtime(client, spec.runtime)
         try:
             container = client.containers.create(
                 spec.image,
@@ -286,9 +370,13 @@ class SandboxContainer:
                 mem_limit=spec.memory,
                 memswap_limit=spec.memory,
                 nano_cpus=int(spec.cpus * 1_000_000_000),
-                pids_limit=spec.pids_limit,
-                tmpfs=dict(TMPFS),
-                mounts=[Mount(target=WORKDIR, source=source, type="bind", read_only=False)],
+                pids_limit=spec.host_pids_limit,
+                ulimits=spec.ulimits,
+                tmpfs=spec.tmpfs,
+                # Read-only: only the harness's own file tools write the workspace, so a
+                # check observes it and never changes it.
+                mounts=[Mount(target=WORKDIR, source=source, type="bind", read_only=True)],
+                runtime=spec.runtime,
                 hostname="sandbox",
                 stop_signal="SIGKILL",
                 detach=True,
@@ -316,15 +404,8 @@ class SandboxContainer:
         The stream is cut here first, so the driving thread returns at once even when
         the engine is slow to remove the container (or fails to: the sweeper removes
         it later); the kill switch must not wait on the engine."""
-        with self._stream_lock:
-            self._killed = True
-            # Under the lock: the driving thread closes the socket only after it has
-            # cleared _stream under the same lock, so this never hits a reused fd.
-            if self._stream is not None:
-                try:
-                    self._stream.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass  # already shut: the execution ended on its own
+        self._killed = True
+        self._cut_stream()
         remove_container(new_client(timeout=10), self.id)
 
     @property
@@ -348,8 +429,10 @@ class SandboxContainer:
         capture: OutputCapture,
         watch: Callable[[], str | None] | None = None,
         watch_seconds: float = 0.5,
+        on_copy: bool = False,
     ) -> ExecResult:
-        """Run ``argv`` in the container. ``watch``, if given, is asked every
+        """Run ``argv`` in the container, in the read-only workspace or (``on_copy``)
+        in a throwaway copy of it. ``watch``, if given, is asked every
         ``watch_seconds`` while it runs; a reason it returns kills the execution.
 
         Raises SandboxUnavailable when the command could not start; a container or
@@ -359,7 +442,7 @@ class SandboxContainer:
         if self.lost is not None:
             raise SandboxUnavailable(self.lost)
         api = self._client.api
-        command = ["sh", "-c", WRAPPER, str(timeout_seconds), *argv]
+        command = ["sh", "-c", WRAPPER, str(timeout_seconds), "copy" if on_copy else "workspace", *argv]
         exec_id = self._create_exec(command)
         before = self._state("before the check")
         self._restarted_by_us = False
@@ -487,6 +570,20 @@ class SandboxContainer:
         hit.set()
         log.warning("sandbox %s: execution passed its deadline; killing its processes", self.id[:12])
         self._kill_processes_from_another_thread()
+        # A stream normally ends with its processes; one whose sandbox died under it
+        # (gVisor's, when a fork bomb takes its kernel down) may never end on its own.
+        time.sleep(STREAM_GRACE_SECONDS)
+        self._cut_stream()
+
+    def _cut_stream(self) -> None:
+        with self._stream_lock:
+            # Under the lock: the driving thread closes the socket only after it has
+            # cleared _stream under the same lock, so this never hits a reused fd.
+            if self._stream is not None:
+                try:
+                    self._stream.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # already shut: the execution ended on its own
 
     def _kill_processes_from_another_thread(self) -> None:
         # Its own client: the driving thread's is busy streaming the execution.
@@ -555,6 +652,8 @@ class SandboxContainer:
         return None
 
     def _pids_current(self) -> int | None:
+        if self.spec.runtime != "runc":
+            return None  # the host cgroup counts gVisor's threads, not the sandbox's processes
         text = self._read_cgroup("pids", ("pids.current",))
         return int(text) if text is not None and text.strip().isdigit() else None
 

@@ -27,16 +27,16 @@ def new_client(timeout: int = DEFAULT_TIMEOUT) -> docker.DockerClient:
 
 
 def shared_client() -> docker.DockerClient:
-    """One client per thread (requests sessions are not safe to share)."""
-    client: docker.DockerClient | None = getattr(_local, "client", None)
-    if client is None:
-        client = new_client()
-        _local.client = client
-    return client
+    """One client per thread and engine (requests sessions are not safe to share)."""
+    clients: dict[str, docker.DockerClient] = _local.__dict__.setdefault("clients", {})
+    host = docker_host()
+    if host not in clients:
+        clients[host] = new_client()
+    return clients[host]
 
 
 def forget_shared_client() -> None:
-    """Drop this thread's client (its pooled connections may lead to an engine that
-    went away); the next ``shared_client`` makes a new one. It is not closed: a
-    container may still hold it for a last best-effort call."""
-    _local.client = None
+    """Drop this thread's client for the current engine (its pooled connections may lead
+    to an engine that went away); the next ``shared_client`` makes a new one. It is not
+    closed: a container may still hold it for a last best-effort call."""
+    _local.__dict__.get("clients", {}).pop(docker_host(), None)

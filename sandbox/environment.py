@@ -15,13 +15,14 @@ from runs.core.contract import WorkspaceSource
 from runs.core.policy import Policy
 from runs.environment import Environment
 from runs.eventlog import append_events
+from runs.live_output import LiveOutput
 from runs.models import Run
 from sandbox.container import ContainerSpec, SandboxContainer
 from sandbox.engine import SandboxUnavailable
 from sandbox.executor import SandboxExecutor
 from sandbox.quota import MB, DiskQuota
 from sandbox.remote import RemoteAccess, RemoteTarget
-from sandbox.workspace import REMOTE_GIT_DIR, RunWorkspace, prepare_workspace
+from sandbox.workspace import RunWorkspace, check_source, prepare_workspace
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ def remote_target(run: Run, workspace: RunWorkspace) -> RemoteTarget | None:
         url=str(source["url"]),
         base=str(source["commit"]),
         branch=f"harness/{run.contract['task_id']}-{run_id[:8]}",
-        git_dir=workspace.root / REMOTE_GIT_DIR,
+        git_dir=workspace.remote_git,
         access=RemoteAccess.from_settings(settings),
         approval_trailers=approval_trailers,
     )
@@ -75,6 +76,16 @@ def remote_target(run: Run, workspace: RunWorkspace) -> RemoteTarget | None:
 def prepare_workspace_for(run: Run) -> str:
     """For ``do_create_run(..., revision_of=...)``: prepare and return the revision."""
     return workspace_for(run).revision()
+
+
+def check_workspace_for(run: Run) -> str:
+    """For ``do_create_run(..., revision_of=...)`` in a process that must not prepare
+    workspaces (the web server: preparing hands the files to the sandbox's uid, which
+    needs root). Refuses a bad source now; the revision is "" until the worker that
+    first drives the run prepares the workspace (runs.runtime.advance)."""
+    source = WorkspaceSource.model_validate(run.contract["workspace"])
+    check_source(source, Path(settings.BASE_DIR), settings.WORKSPACE_SOURCES, settings.GIT_ALLOWED_REMOTES)
+    return ""
 
 
 def sandbox_environment(run: Run, policy: Policy) -> Environment:
@@ -94,6 +105,7 @@ def sandbox_environment(run: Run, policy: Policy) -> Environment:
         container,
         FileArtifactStore(),
         Path(settings.OUTBOX_DIR),
+        write_paths=run.contract["allowed_write_paths"],
         spool_dir=Path(settings.ARTIFACT_ROOT) / "spool",
         quota=DiskQuota(workspace_max_bytes=policy.sandbox.workspace_max_mb * MB, reserve_bytes=settings.HARNESS_DISK_RESERVE_MB * MB),
         spec=spec,
@@ -101,6 +113,7 @@ def sandbox_environment(run: Run, policy: Policy) -> Environment:
         engine_wait_seconds=settings.SANDBOX_ENGINE_WAIT_SECONDS,
         notify=lambda event: append_events(run_id, [event]),
         remote=remote_target(run, workspace),
+        live_output=lambda call_id: LiveOutput(run_id, call_id),
     )
     return Environment(
         executor=executor,

@@ -3,10 +3,11 @@ run's workspace directory, its Docker container and the outbox."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from runs.core import events as ev
@@ -14,8 +15,9 @@ from runs.core.jsonutil import JSON
 from runs.core.ports import ArtifactStore, Call, Reconciliation
 from runs.core.state import PendingEffect
 from sandbox import fileops
-from sandbox.container import DEFAULT_SCOPE, ContainerSpec, SandboxContainer
+from sandbox.container import DEFAULT_SCOPE, ContainerSpec, OutputListener, SandboxContainer
 from sandbox.engine import ENGINE_ERRORS, SandboxUnavailable, wait_for_engine
+from sandbox.publishing import PublishRefused, publication
 from sandbox.quota import DiskQuota
 from sandbox.remote import PushConflict, RemoteTarget
 from sandbox.tools import HANDLERS, ToolContext, ToolResult, outbox_path
@@ -41,6 +43,7 @@ class SandboxExecutor:
         artifacts: ArtifactStore,
         outbox: Path,
         *,
+        write_paths: Sequence[str],
         spool_dir: Path | None = None,
         quota: DiskQuota = DiskQuota(),
         spec: ContainerSpec | None = None,
@@ -48,6 +51,7 @@ class SandboxExecutor:
         engine_wait_seconds: float = ENGINE_WAIT_SECONDS,
         notify: Callable[[ev.Event], None] | None = None,
         remote: RemoteTarget | None = None,
+        live_output: Callable[[str], OutputListener] | None = None,
     ) -> None:
         self.run_id = run_id
         self.workspace = workspace
@@ -67,9 +71,11 @@ class SandboxExecutor:
             artifacts=artifacts,
             outbox=outbox,
             container_for=self._container_for,
+            write_paths=tuple(write_paths),
             spool_dir=spool_dir,
             quota=quota,
             remote=remote,
+            live_output=live_output,
         )
 
     # -- Workspace ----------------------------------------------------------------
@@ -77,12 +83,21 @@ class SandboxExecutor:
     def revision(self) -> str:
         return self.workspace.revision()
 
+    def verify(self) -> str:
+        return self.workspace.verify()
+
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
-        shown = self.workspace.preview(tool, args)
-        if tool == "publish" and self.context.remote is not None and shown is not None:
-            message = "".join(f"#   {line}".rstrip() + "\n" for line in str(args.get("message", "")).splitlines())
-            return self.context.remote.describe() + "# message:\n" + message + shown
-        return shown
+        if tool == "publish":
+            # The reviewer sees exactly the patch that publish would write.
+            try:
+                shown = publication(self.workspace, self.context.write_paths).text
+            except PublishRefused as exc:
+                return f"# this publish would be refused: {exc}\n"
+            if self.context.remote is not None:
+                message = "".join(f"#   {line}".rstrip() + "\n" for line in str(args.get("message", "")).splitlines())
+                return self.context.remote.describe() + "# message:\n" + message + shown
+            return shown
+        return self.workspace.preview(tool, args)
 
     # -- Executor -----------------------------------------------------------------
 
@@ -144,13 +159,7 @@ class SandboxExecutor:
                     if extra.lost is not None:
                         self._extra[index] = extra = self._fresh(extra.run_id, extra.spec, extra, call)
                     return extra
-            spec = ContainerSpec(
-                image=check.image,
-                memory=self._spec.memory,
-                cpus=self._spec.cpus,
-                pids_limit=self._spec.pids_limit,
-                network=self._spec.network,
-            )
+            spec = dataclasses.replace(self._spec, image=check.image)
             extra = self._fresh(f"{self.run_id}.{len(self._extra) + 1}", spec, None, call)
             self._extra.append(extra)
             return extra

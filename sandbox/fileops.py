@@ -425,8 +425,7 @@ def plan_patch(root: Path, patch_text: str) -> list[PlannedChange]:
     return planned
 
 
-def apply_patch(root: Path, patch_text: str) -> dict[str, object]:
-    planned = plan_patch(root, patch_text)
+def apply_planned(root: Path, planned: list[PlannedChange]) -> dict[str, object]:
     changed: list[dict[str, object]] = []
     with opened_root(root) as root_fd:
         for change in planned:

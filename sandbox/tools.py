@@ -18,8 +18,9 @@ from typing import Literal, Protocol
 from runs.core.jsonutil import JSON
 from runs.core.ports import ArtifactStore, Call
 from sandbox import fileops, patches
-from sandbox.container import OutputCapture, SandboxContainer
+from sandbox.container import OutputCapture, OutputListener, SandboxContainer
 from sandbox.engine import SandboxUnavailable
+from sandbox.publishing import PublishRefused, publication
 from sandbox.quota import WATCH_SECONDS, DiskQuota, QuotaProblem
 from sandbox.remote import PushConflict, RemoteError, RemoteTarget
 from sandbox.workspace import RunWorkspace
@@ -50,10 +51,13 @@ class ToolContext:
     outbox: Path
     # The container a call's check runs in (started, waiting for the engine, when needed).
     container_for: Callable[[Call], SandboxContainer]
+    write_paths: tuple[str, ...]
     spool_dir: Path | None = None
     quota: DiskQuota = DiskQuota()
     # Set for a workspace cloned from a git remote: publish pushes a branch there.
     remote: RemoteTarget | None = None
+    # Given a call id, who watches that call's output while it runs (the live page).
+    live_output: Callable[[str], OutputListener] | None = None
 
 
 def _error(message: str, **data: JSON) -> ToolResult:
@@ -90,13 +94,13 @@ def search(ctx: ToolContext, call: Call) -> ToolResult:
 
 
 def write_file(ctx: ToolContext, call: Call) -> ToolResult:
-    data = fileops.write_file(ctx.workspace.dir, str(call.args["path"]), str(call.args["content"]))
+    data = ctx.workspace.write_file(str(call.args["path"]), str(call.args["content"]))
     return ToolResult("ok", "none" if data["unchanged"] else "applied", data)
 
 
 def apply_patch(ctx: ToolContext, call: Call) -> ToolResult:
     try:
-        data = fileops.apply_patch(ctx.workspace.dir, str(call.args["patch"]))
+        data = ctx.workspace.apply_patch(str(call.args["patch"]))
     except patches.PatchRefused as exc:
         return _error(f"the patch was not applied (nothing was written): {exc}")
     return ToolResult("ok", "applied", data)
@@ -137,15 +141,20 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         container = ctx.container_for(call)
     except SandboxUnavailable as exc:
         return _infrastructure(exc.reason, **base)
-    capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir)
+    listener = ctx.live_output(call.call_id) if ctx.live_output is not None else None
+    capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir, listener=listener)
     try:
-        result = container.exec(
-            list(check.command),
-            timeout_seconds=check.timeout_seconds,
-            capture=capture,
-            watch=watch,
-            watch_seconds=WATCH_SECONDS,
-        )
+        # A check observes and never changes (the workspace is mounted read-only): the
+        # walk after it must find the revision unchanged, or the run stops.
+        with ctx.workspace.untrusted_code():
+            result = container.exec(
+                list(check.command),
+                timeout_seconds=check.timeout_seconds,
+                capture=capture,
+                watch=watch,
+                watch_seconds=WATCH_SECONDS,
+                on_copy=check.on_copy,
+            )
     except SandboxUnavailable as exc:
         capture.discard()
         return _infrastructure(exc.reason, **base)
@@ -164,6 +173,7 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         "duration_ms": result.duration_ms,
         "oom_killed": result.oom_killed,
         "image_digest": container.image_digest,
+        "runtime": container.spec.runtime,
         "output_ref": ref,
         "output": capture.excerpt(ref),
         "truncated": capture.truncated,
@@ -199,11 +209,14 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
     target = outbox_path(ctx.outbox, key)
     if target.exists():
         return ToolResult("ok", "none", {"idempotency_key": key, "duplicate": True, "outbox_file": target.name})
-    patch = ctx.workspace.diff()
-    header = [f"# Harness publish {key}", f"# run: {ctx.run_id}", f"# revision: {ctx.workspace.revision()}"]
+    try:
+        published = publication(ctx.workspace, ctx.write_paths)
+    except PublishRefused as exc:
+        return _error(f"nothing was published: {exc}", idempotency_key=key)
+    patch = published.patch
+    header = [f"# Harness publish {key}", f"# run: {ctx.run_id}", f"# revision: {published.revision}"]
     header += [f"# {line}" for line in str(call.args["message"]).splitlines() or [""]]
-    header += [f"# not included: {s['path']} ({s['reason']})" for s in patch.skipped]
-    content = ("\n".join(header) + "\n\n" + patch.text).encode("utf-8", errors="surrogateescape")
+    content = ("\n".join(header) + "\n\n" + published.text).encode("utf-8", errors="surrogateescape")
     ctx.outbox.mkdir(parents=True, exist_ok=True)
     tmp = ctx.outbox / f".{key}.{secrets.token_hex(6)}.tmp"
     try:
@@ -238,9 +251,12 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
 
 def push(ctx: ToolContext, target: RemoteTarget, call: Call, key: str) -> ToolResult:
     """Publish to the run's remote: one commit on the base, pushed to the run's branch."""
-    patch = ctx.workspace.diff()
-    trailers = [("Harness-Run", ctx.run_id), *target.approval_trailers(call.call_id)]
     base: dict[str, JSON] = {"idempotency_key": key, "remote": target.url, "branch": target.branch}
+    try:
+        patch = publication(ctx.workspace, ctx.write_paths).patch
+    except PublishRefused as exc:
+        return _error(f"nothing was published: {exc}", **base)
+    trailers = [("Harness-Run", ctx.run_id), *target.approval_trailers(call.call_id)]
     try:
         result = target.publish(key, patch.text, str(call.args["message"]), trailers)
     except RemoteError as exc:
@@ -274,7 +290,8 @@ def _fsync_dir(path: Path) -> None:
 
 
 def lookup_publish(ctx: ToolContext, call: Call) -> ToolResult:
-    key = str(call.args["idempotency_key"])
+    # Without a key in the arguments the harness names the run's own publish.
+    key = str(call.args.get("idempotency_key") or call.idempotency_key)
     if ctx.remote is not None:
         try:
             found, detail = ctx.remote.lookup(key)

@@ -3,41 +3,52 @@
 Layout under ``WORKSPACE_ROOT/<run_id>/``::
 
     workspace/    mounted at /workspace in the run's container (owned by uid 65534)
-    pristine/     the source as prepared, never mounted: publish diffs against it
+    source.git/   from a git source or remote: the clone's objects (hard links to a
+                  local source's), never mounted; publish diffs against the commit
+    remote.git/   from a git remote whose checkout differs from its commit: the
+                  clone's git directory, kept only for pushing, never mounted
+    pristine/     from any other source (or a checkout that differs from its
+                  commit): hard links to the workspace's files as prepared. The
+                  harness's tools replace a file by renaming a new one over it, so
+                  the pristine inode keeps its content
+    index/        the revision's tree objects (``sandbox/revision.py``)
     source.json   where it came from (kind, path or url, ref, commit)
-    remote.git/   for a git remote: the clone's git directory, never mounted
 
-The revision is the git tree hash of ``workspace/``'s contents, computed here in
-Python from directory fds. No git process, index or ``.gitignore``/
-``.gitattributes``/nested-repository rule can be influenced by the agent, and it is
-the same value ``git add -A && git write-tree`` gives for an ordinary tree (files,
-executable bits, symlinks; empty directories omitted). Unlike git it also covers
-anything named ``.git`` inside the workspace, so nothing can hide there."""
+No file's data is copied twice. Every read of the pristine side is checked against
+the blob hash the base revision records. The revision is the git tree hash of
+``workspace/``'s contents (``sandbox/hashing.py``), kept current along the paths the
+harness's own tools write."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import posixpath
 import shutil
 import stat
+import subprocess
 import tarfile
 import time
 import uuid
 import zipfile
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 from runs.core.contract import WorkspaceSource
 from runs.core.errors import FieldProblem, InputError
 from runs.core.jsonutil import JSON
-from runs.core.paths import path_allowed
+from runs.core.paths import PathRefused, canonical_path, path_allowed, refused_character, shown_path
+from runs.core.ports import RevisionMismatch
 from runs.environment import RepositoryContext
 from sandbox import fileops, patches, remote
+from sandbox.hashing import EMPTY_TREE, LINK_MODE, TreeHasher, content, git_hash
 from sandbox.remote import RemoteAccess
+from sandbox.revision import WHOLE_TREE, RevisionIndex
+
+__all__ = ["EMPTY_TREE", "RunWorkspace", "TreeHasher", "prepare_workspace"]
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +56,6 @@ SANDBOX_UID = 65534
 SANDBOX_GID = 65534
 READY = "source.json"
 REMOTE_GIT_DIR = "remote.git"
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-# A file changed within this window of a hash may change again within the same
-# timestamp tick; it is re-read until it is older (git's "racy clean" problem).
-RACY_NS = 1_000_000_000
 MAX_ARCHIVE_BYTES = 2_000_000_000
 MAX_ARCHIVE_MEMBERS = 200_000
 CACHE_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".benchmarks"}
@@ -64,78 +71,6 @@ class WorkspaceSourceError(InputError):
         super().__init__("workspace", [FieldProblem(field, message)])
 
 
-# -- revision --------------------------------------------------------------------
-
-BlobKey = tuple[str, int, int, int, int, int, int]
-
-
-class TreeHasher:
-    """Git tree hashes with a blob cache keyed on (path, inode, size, mtime, ctime,
-    mode). ctime cannot be set from user space, so resetting mtime after an edit
-    does not hide the edit."""
-
-    def __init__(self, racy_ns: int = RACY_NS) -> None:
-        self.racy_ns = racy_ns
-        self._blobs: dict[BlobKey, bytes] = {}
-
-    def tree(self, root: Path) -> str:
-        started = time.time_ns()
-        seen: dict[BlobKey, bytes] = {}
-        with fileops.opened_root(root) as fd:
-            digest = self._tree(fd, "", 0, started, seen)
-        self._blobs = seen
-        return digest.hex() if digest is not None else EMPTY_TREE
-
-    def _tree(self, dir_fd: int, prefix: str, depth: int, started: int, seen: dict[BlobKey, bytes]) -> bytes | None:
-        entries: list[tuple[bytes, bytes, bytes]] = []  # (sort key, mode, sha)
-        for name, st in fileops.stat_entries(dir_fd, prefix, depth):
-            raw = os.fsencode(name)
-            path = prefix + name
-            if stat.S_ISDIR(st.st_mode):
-                child = os.open(name, fileops.DIR_FLAGS, dir_fd=dir_fd)
-                try:
-                    sub = self._tree(child, path + "/", depth + 1, started, seen)
-                finally:
-                    os.close(child)
-                if sub is not None:
-                    entries.append((raw + b"/", b"40000", sub))
-                continue
-            key: BlobKey = (path, st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
-            sha = self._blobs.get(key)
-            if sha is None:
-                sha = _git_hash(b"blob", self._content(dir_fd, name, st))
-            if st.st_ctime_ns < started - self.racy_ns and st.st_mtime_ns < started - self.racy_ns:
-                seen[key] = sha
-            if stat.S_ISLNK(st.st_mode):
-                mode = b"120000"
-            elif stat.S_ISREG(st.st_mode):
-                mode = b"100755" if st.st_mode & stat.S_IXUSR else b"100644"
-            else:
-                mode = b"100644"
-            entries.append((raw, mode, sha))
-        if not entries:
-            return None
-        entries.sort(key=lambda e: e[0])
-        body = b"".join(mode + b" " + key.rstrip(b"/") + b"\0" + sha for key, mode, sha in entries)
-        return _git_hash(b"tree", body)
-
-    @staticmethod
-    def _content(dir_fd: int, name: str, st: os.stat_result) -> bytes:
-        if stat.S_ISLNK(st.st_mode):
-            return os.fsencode(os.readlink(name, dir_fd=dir_fd))
-        if not stat.S_ISREG(st.st_mode):
-            # FIFOs, sockets: git cannot store them, but their presence must still
-            # change the revision.
-            return f"harness-special-file mode={st.st_mode:o}".encode()
-        fd = os.open(name, fileops.FILE_FLAGS, dir_fd=dir_fd)
-        with os.fdopen(fd, "rb") as handle:
-            return handle.read()
-
-
-def _git_hash(kind: bytes, body: bytes) -> bytes:
-    return hashlib.sha1(kind + b" " + str(len(body)).encode() + b"\0" + body, usedforsecurity=False).digest()
-
-
 # -- the workspace -----------------------------------------------------------------
 
 
@@ -144,6 +79,8 @@ class Change:
     path: str
     old: bytes | None
     new: bytes | None
+    old_kind: str | None = None  # "file" or "other" (symlink, special file); None: absent
+    new_kind: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,7 +95,14 @@ class RunWorkspace:
         self.root = root
         self.dir = root / "workspace"
         self.pristine = root / "pristine"
+        self.pristine_git = root / "source.git"
         self._hasher = TreeHasher()
+        self.index = RevisionIndex(root / "index", self.dir, self._hasher)
+
+    @property
+    def remote_git(self) -> Path:
+        """For a workspace cloned from a remote: the git directory pushes are made in."""
+        return self.pristine_git if self.pristine_git.is_dir() else self.root / REMOTE_GIT_DIR
 
     @property
     def source(self) -> dict[str, JSON]:
@@ -166,8 +110,10 @@ class RunWorkspace:
         return loaded
 
     def revision(self) -> str:
+        """The maintained revision (no walk); RevisionMismatch once it failed its
+        verification."""
         try:
-            return self._hasher.tree(self.dir)
+            return self.index.head()
         except (fileops.FileRefused, OSError, RecursionError) as exc:
             # A tree trusted code cannot read (nesting a check created to exhaust
             # fds, say) gets a revision equal to no other, not even the next call's:
@@ -177,10 +123,35 @@ class RunWorkspace:
             return f"unhashable-{time.time_ns():x}"
 
     def base_revision(self) -> str:
-        return TreeHasher().tree(self.pristine)
+        return self.index.base(self.pristine)
+
+    def verify(self) -> str:
+        """A full walk that must agree with the maintained revision (or RevisionMismatch)."""
+        return self.index.verify()
+
+    def reread(self) -> str:
+        """After something other than the harness's tools changed the tree: the full
+        walk's value becomes the revision."""
+        return self.index.rebuild()
+
+    # -- the only writers -------------------------------------------------------------
+
+    def write_file(self, path: str, text: str) -> dict[str, object]:
+        with self.index.writing([path]):
+            return fileops.write_file(self.dir, path, text)
+
+    def apply_patch(self, patch_text: str) -> dict[str, object]:
+        planned = fileops.plan_patch(self.dir, patch_text)
+        with self.index.writing([change.path for change in planned]):
+            return fileops.apply_planned(self.dir, planned)
+
+    def untrusted_code(self) -> AbstractContextManager[None]:
+        """Around code the harness does not control (a check) running in the sandbox."""
+        return self.index.writing([WHOLE_TREE])
 
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
-        """What a write would change, as a unified diff against the current content."""
+        """What a file tool would change, as a unified diff against the current content
+        (``publish`` is previewed by ``sandbox.publishing``)."""
         try:
             if tool == "write_file":
                 path = str(args["path"])
@@ -193,11 +164,6 @@ class RunWorkspace:
             if tool == "apply_patch":
                 planned = fileops.plan_patch(self.dir, str(args["patch"]))
                 return "".join(patches.unified_diff(c.path, c.old, c.new) for c in planned)
-            if tool == "publish":
-                # The reviewer sees exactly the patch that publish would write.
-                published = self.diff()
-                skipped = "".join(f"# not published: {s['path']} ({s['reason']})\n" for s in published.skipped)
-                return skipped + published.text
         except (fileops.FileRefused, patches.PatchRefused) as exc:
             return f"# this {tool} would be refused: {exc}\n"
         return None
@@ -230,23 +196,45 @@ class RunWorkspace:
         return None if data is None or fileops.is_binary(data) else fileops.decode(data)
 
     def changes(self) -> list[Change]:
-        """Files that differ from the pristine source (content or kind)."""
-        old, new = _snapshot(self.pristine), _snapshot(self.dir)
+        """Files that differ from the pristine source (content or kind), found by
+        comparing the base and current trees: only the trees that differ are read."""
+        head = self.revision()
+        if head.startswith("unhashable-"):
+            raise fileops.FileRefused("the workspace cannot be hashed, so its changes cannot be shown")
         out = []
-        for path in sorted(set(old) | set(new)):
-            if old.get(path) != new.get(path):
-                out.append(Change(path, _read_entry(self.pristine, path, old.get(path)), _read_entry(self.dir, path, new.get(path))))
+        for path, old_sha, new_sha in self.index.changes(self.base_revision(), head):
+            if ".git" in path.split("/"):
+                continue  # never published, like everything the file tools cannot reach
+            old_kind, old = self._pristine_side(path, old_sha)
+            new_kind, new = _side(self.dir, path, new_sha)
+            out.append(Change(path, old, new, old_kind, new_kind))
         return out
+
+    def _pristine_side(self, path: str, sha: bytes | None) -> tuple[str | None, bytes | None]:
+        if sha is None or not self.pristine_git.is_dir():
+            return _side(self.pristine, path, sha)
+        entry = self.index.entry(self.base_revision(), path)
+        try:
+            data = _git_output(["cat-file", "blob", sha.hex()], cwd=self.pristine_git)
+        except WorkspaceSourceError as exc:
+            raise RevisionMismatch(f"the source's {path} cannot be read from its git objects: {exc}") from None
+        if entry is None or git_hash(b"blob", data) != sha:
+            raise RevisionMismatch(f"the source's {path} is not what the base revision records")
+        return ("other", b"") if entry[0] == LINK_MODE else ("file", data)
 
     def diff(self) -> PatchSet:
         """The workspace's changes as a patch ``git apply``/``patch -p1`` accept.
-        Binary files and symlinks cannot be expressed and are listed as skipped."""
+        Binary files and symlinks cannot be expressed and are listed as skipped; a
+        path outside the path grammar refuses the whole diff (PatchRefused)."""
         text: list[str] = []
         files: list[str] = []
         skipped: list[dict[str, str]] = []
-        old_kinds, new_kinds = _kinds(self.pristine), _kinds(self.dir)
         for change in self.changes():
-            kinds = {old_kinds.get(change.path, "file"), new_kinds.get(change.path, "file")}
+            try:
+                canonical_path(change.path)  # a name found in the tree obeys the grammar too
+            except PathRefused as exc:
+                raise patches.PatchRefused(str(exc)) from None
+            kinds = {change.old_kind or "file", change.new_kind or "file"}
             if kinds != {"file"}:
                 skipped.append({"path": change.path, "reason": "symlinks and special files are not published"})
                 continue
@@ -260,33 +248,23 @@ class RunWorkspace:
         return PatchSet("".join(text), files, skipped)
 
 
-def _snapshot(root: Path) -> dict[str, tuple[int, str]]:
-    """path -> (file type, content hash); the same hashing as the revision."""
-    out: dict[str, tuple[int, str]] = {}
-    with fileops.opened_root(root) as fd:
-        for entry in fileops.walk(fd):
-            if stat.S_ISDIR(entry.st.st_mode):
-                continue
-            content = TreeHasher._content(entry.dir_fd, entry.name, entry.st)
-            out[entry.path] = (stat.S_IFMT(entry.st.st_mode), hashlib.sha256(content).hexdigest())
-    return out
-
-
-def _kinds(root: Path) -> dict[str, str]:
-    out = {}
-    with fileops.opened_root(root) as fd:
-        for entry in fileops.walk(fd):
-            mode = entry.st.st_mode
-            out[entry.path] = "file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else "other"
-    return out
-
-
-def _read_entry(root: Path, path: str, seen: tuple[int, str] | None) -> bytes | None:
-    if seen is None:
-        return None
-    if seen[0] != stat.S_IFREG:
-        return b""
-    return fileops.read_bytes(root, path, limit=None)
+def _side(root: Path, path: str, sha: bytes | None) -> tuple[str | None, bytes | None]:
+    """(kind, content) of ``path`` under ``root``, which must hash to ``sha``: a diff
+    shows exactly the revisions it names, or nothing."""
+    if sha is None:
+        return None, None
+    parts = path.split("/")
+    try:
+        with fileops.opened_root(root) as root_fd, fileops.opened_dir(root_fd, parts[:-1]) as dir_fd:
+            st = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
+            data = content(dir_fd, parts[-1], st)
+    except (fileops.FileRefused, OSError) as exc:
+        raise RevisionMismatch(f"{root.name}/{path} cannot be read as its revision records it: {exc}") from None
+    if git_hash(b"blob", data) != sha:
+        raise RevisionMismatch(f"{root.name}/{path} no longer has the content its revision records")
+    if stat.S_ISREG(st.st_mode):
+        return "file", data
+    return "other", b""
 
 
 # -- preparation ---------------------------------------------------------------------
@@ -306,8 +284,8 @@ def prepare_workspace(
     """Materialise the source under ``root`` (idempotent: a prepared root is reused).
     The source must lie under one of ``allowed_roots``: whoever may start a run must
     not be able to copy arbitrary files of the server into a workspace they can read.
-    A remote must be one of ``remotes.allowed``; its clone's git directory is kept as
-    ``remote.git/`` (never mounted) for publishing.
+    A remote must be one of ``remotes.allowed``; its clone's git directory is always
+    kept (``source.git/`` or ``remote.git/``, never mounted) for publishing.
     Built in a staging directory and renamed into place, so a crash never leaves a
     half-prepared workspace that looks ready."""
     existing = open_workspace(root)
@@ -318,20 +296,32 @@ def prepare_workspace(
     staging.mkdir()
     try:
         meta: dict[str, JSON] = {"kind": source.kind, "ref": source.ref}
+        prepared = RunWorkspace(staging)
         if source.url is not None:
-            meta.update(url=source.url, commit=_from_remote(source.url, source.ref, staging, remotes or RemoteAccess()))
+            meta.update(url=source.url, commit=_from_remote(source.url, source.ref, prepared, remotes or RemoteAccess()))
         else:
             assert source.path is not None  # one of path and url, by WorkspaceSource
             location = _resolve(source.path, base_dir, allowed_roots)
             meta["path"] = str(location)
             if source.kind == "path":
-                _copy_tree(location, staging / "pristine", skip=CACHE_DIRS)
+                _copy_tree(location, prepared.dir, skip=CACHE_DIRS)
             elif source.kind == "git":
-                meta["commit"] = _from_git(location, source.ref, staging)
+                meta["commit"] = _from_git(location, source.ref, prepared.dir, prepared.pristine_git)
             else:
-                _from_archive(location, staging / "pristine")
-        _copy_tree(staging / "pristine", staging / "workspace", skip=set())
-        _give_to_sandbox(staging / "workspace")
+                _from_archive(location, prepared.dir)
+        # Checks only read the tree (it is mounted read-only), but a source may hold
+        # files only their owner can read: the sandbox's uid owns them.
+        _give_to_sandbox(prepared.dir)
+        base = prepared.index.start()
+        if "commit" in meta and base == _git(["rev-parse", f"{meta['commit']}^{{tree}}"], cwd=prepared.pristine_git):
+            pass  # the full walk verified the checkout: the commit's objects are the pristine tree
+        else:
+            if source.url is not None:
+                # Not the pristine side, but publishing makes its commit there.
+                os.rename(prepared.pristine_git, staging / REMOTE_GIT_DIR)
+            else:
+                shutil.rmtree(prepared.pristine_git, ignore_errors=True)
+            _link_tree(prepared.dir, prepared.pristine)
         (staging / READY).write_text(json.dumps(meta, indent=2))
         try:
             os.rename(staging, root)
@@ -343,6 +333,24 @@ def prepare_workspace(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return RunWorkspace(root)
+
+
+def check_source(
+    source: WorkspaceSource, base_dir: Path, allowed_roots: Sequence[Path], allowed_remotes: Sequence[str] = ()
+) -> None:
+    """WorkspaceSourceError (RemoteError for a remote) unless the source is allowed and
+    exists; reads only, so the process creating a run (the web server, unprivileged)
+    can refuse a bad source at once while the worker that drives the run prepares the
+    workspace. A remote is checked against the allowed list, not contacted."""
+    if source.url is not None:
+        remote.check_remote_url(source.url, allowed_remotes)
+        remote.check_ref(source.ref)
+        return
+    assert source.path is not None  # one of path and url, by WorkspaceSource
+    location = _resolve(source.path, base_dir, allowed_roots)
+    exists = location.is_file() if source.kind == "archive" else location.is_dir()
+    if not exists:
+        raise WorkspaceSourceError(f"{source.path} is not {'a file' if source.kind == 'archive' else 'a directory'}")
 
 
 def _resolve(path: str, base_dir: Path, allowed_roots: Sequence[Path]) -> Path:
@@ -365,6 +373,7 @@ def _copy_tree(src: Path, dst: Path, skip: set[str]) -> None:
     def ignore(directory: str, names: list[str]) -> set[str]:
         left_out = set()
         for name in names:
+            _check_name(os.path.relpath(os.path.join(directory, name), src))
             mode = os.lstat(os.path.join(directory, name)).st_mode
             regular = stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)
             if not regular or name in skip or (name == ".git" and Path(directory) == src):
@@ -372,6 +381,29 @@ def _copy_tree(src: Path, dst: Path, skip: set[str]) -> None:
         return left_out
 
     shutil.copytree(src, dst, symlinks=True, ignore=ignore)
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """``dst`` as hard links to ``src``'s files (their data is not copied): the tree
+    was just made by trusted code and holds only directories, files and symlinks."""
+    for dirpath, dirnames, filenames in os.walk(src):
+        target = dst / os.path.relpath(dirpath, src)
+        target.mkdir(exist_ok=True)
+        for name in dirnames + filenames:
+            full = os.path.join(dirpath, name)
+            if os.path.islink(full):
+                os.symlink(os.readlink(full), target / name)
+                if name in dirnames:
+                    dirnames.remove(name)  # os.walk would not descend, but say it
+            elif name in filenames:
+                os.link(full, target / name)
+
+
+def _check_name(path: str) -> None:
+    """A file name in a source obeys the path grammar, or the source is refused."""
+    why = refused_character(path)
+    if why is not None:
+        raise WorkspaceSourceError(f"the source has a file {shown_path(path)} that {why}; such names are refused")
 
 
 def _give_to_sandbox(tree: Path) -> None:
@@ -393,41 +425,53 @@ def _give_to_sandbox(tree: Path) -> None:
 
 
 def _git(args: list[str], cwd: Path | None = None) -> str:
-    done = remote.git(args, RemoteAccess(timeout_seconds=300), "file", cwd=cwd)
+    return _git_output(args, cwd).decode(errors="replace").strip()
+
+
+def _git_output(args: list[str], cwd: Path | None = None) -> bytes:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": "/nonexistent",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_TERMINAL_PROMPT": "0",
+        "LC_ALL": "C",
+    }
+    base = ["git", "-c", "core.hooksPath=/dev/null", "-c", "safe.directory=*", "-c", "advice.detachedHead=false"]
+    done = subprocess.run(base + args, cwd=cwd, env=env, capture_output=True, timeout=300)
     if done.returncode != 0:
-        raise WorkspaceSourceError(f"git {args[0]} failed: {(done.stderr.strip() or 'timed out')[:500]}")
-    return done.stdout.strip()
+        raise WorkspaceSourceError(f"git {args[0]} failed: {done.stderr.decode(errors='replace').strip()[:500]}")
+    return done.stdout
 
 
-def _from_git(location: Path, ref: str | None, staging: Path) -> str:
+def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> str:
     if not (location / ".git").exists() and not (location / "HEAD").is_file():
         raise WorkspaceSourceError(f"{location} is not a local git repository")
     if ref is not None and (ref.startswith("-") or any(c.isspace() or ord(c) < 32 for c in ref)):
         raise WorkspaceSourceError(f"{ref!r} is not a valid git ref", field="workspace.ref")
-    clone = staging / "clone"
-    _git(["clone", "--quiet", "--no-hardlinks", "--no-checkout", "--", str(location), str(clone)])
+    # A local clone hard-links the source's objects (git never changes an object file)
+    # and checks the commit out once; its .git then moves out of the workspace.
+    _git(["clone", "--quiet", "--local", "--no-checkout", "--", str(location), str(dest)])
     try:
-        commit = _git(["rev-parse", "--verify", "--quiet", f"{ref or 'HEAD'}^{{commit}}"], cwd=clone)
+        commit = _git(["rev-parse", "--verify", "--quiet", f"{ref or 'HEAD'}^{{commit}}"], cwd=dest)
     except WorkspaceSourceError:
         raise WorkspaceSourceError(f"ref {ref or 'HEAD'!r} is not a commit in {location}", field="workspace.ref") from None
-    _git(["checkout", "--quiet", "--detach", commit], cwd=clone)
-    _copy_tree(clone, staging / "pristine", skip=set())
-    shutil.rmtree(clone)
+    _git(["checkout", "--quiet", "--detach", commit], cwd=dest)
+    os.rename(dest / ".git", git_dir)
     return commit
 
 
-def _from_remote(url: str, ref: str | None, staging: Path, access: RemoteAccess) -> str:
-    clone = staging / "clone"
-    commit = remote.clone(url, ref, clone, access)
-    _copy_tree(clone, staging / "pristine", skip=set())
-    os.rename(clone / ".git", staging / REMOTE_GIT_DIR)
-    shutil.rmtree(clone)
+def _from_remote(url: str, ref: str | None, prepared: RunWorkspace, access: RemoteAccess) -> str:
+    # Cloned like a local git source: its git directory moves out of the workspace.
+    commit = remote.clone(url, ref, prepared.dir, access)
+    os.rename(prepared.dir / ".git", prepared.pristine_git)
     return commit
 
 
 def _archive_member_path(name: str) -> str:
     clean = name[2:] if name.startswith("./") else name
     clean = clean.rstrip("/")
+    _check_name(clean)
     if not clean or clean.startswith("/") or "\\" in clean or "\x00" in clean:
         raise WorkspaceSourceError(f"archive member {name!r}: absolute or malformed path")
     if any(part == ".." for part in clean.split("/")):

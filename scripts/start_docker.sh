@@ -3,6 +3,7 @@
 #
 # - exits 0 immediately if `docker info` already works;
 # - installs docker.io with apt-get if dockerd is missing;
+# - registers gVisor's runsc (if installed) in /etc/docker/daemon.json;
 # - starts dockerd directly (no systemd here), logging to
 #   /var/log/dockerd-harness.log, and waits up to 60 s for it.
 #
@@ -35,6 +36,30 @@ if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; 
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends docker.io iptables ca-certificates >/dev/null
 fi
+
+# gVisor (policy sandbox.runtime = runsc): register Debian's runsc with the engine
+# before it starts, keeping whatever else daemon.json says. The ptrace platform works
+# on these machines; --network=none is required (sandboxes have no network anyway),
+# or runsc refuses to start in the root network namespace.
+register_runsc() {
+    local config=${HARNESS_DOCKERD_CONFIG:-/etc/docker/daemon.json}
+    if [ ! -x /usr/bin/runsc ]; then
+        log "runsc is not installed: policies asking for sandbox.runtime=runsc will be refused (apt-get install runsc)"
+        return 0
+    fi
+    mkdir -p "$(dirname "$config")"
+    python3 - "$config" <<'PY'
+import json, os, sys
+path = sys.argv[1]
+config = json.load(open(path)) if os.path.exists(path) and os.path.getsize(path) else {}
+config.setdefault("runtimes", {})["runsc"] = {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=none"]}
+with open(path + ".tmp", "w") as handle:
+    json.dump(config, handle, indent=2)
+os.replace(path + ".tmp", path)
+PY
+    log "registered the runsc runtime in $config"
+}
+register_runsc
 
 # A stale pid file from a dead daemon prevents dockerd from starting.
 clear_stale_pid() {

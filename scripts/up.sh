@@ -5,24 +5,78 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-export DEBUG="${DEBUG:-1}"
 export HARNESS_VAR_DIR="${HARNESS_VAR_DIR:-$PWD/var}"
 PORT="${PORT:-8000}"
 LOGS="$HARNESS_VAR_DIR/log"
-mkdir -p "$LOGS"
 
 say() { echo "[up] $*" >&2; }
+# Stops with what to do, when something is missing and this script cannot add it.
+need() { say "cannot continue: $*"; exit 1; }
 
-if ! python3 -c "import django, celery, channels, docker" 2>/dev/null; then
-    say "installing Python packages"
-    python3 -m pip install -q --disable-pip-version-check -r requirements.txt
+# The var directory (database, artifacts, workspaces, logs) is created when missing.
+mkdir -p "$LOGS" 2>/dev/null || need "HARNESS_VAR_DIR=$HARNESS_VAR_DIR cannot be created; point it at a directory you can write"
+[ -w "$HARNESS_VAR_DIR" ] || need "HARNESS_VAR_DIR=$HARNESS_VAR_DIR is not writable; point it at a directory you can write"
+
+# Production settings, not debug pages: a mistyped URL gets the project's 404, never
+# Django's URL listing. The secret key is generated once and kept under var/ (0600).
+export DEBUG="${DEBUG:-0}"
+if [ -z "${SECRET_KEY:-}" ]; then
+    if [ ! -s "$HARNESS_VAR_DIR/secret_key" ]; then
+        (umask 077 && python3 -c "import secrets; print(secrets.token_urlsafe(50))" >"$HARNESS_VAR_DIR/secret_key")
+    fi
+    SECRET_KEY="$(cat "$HARNESS_VAR_DIR/secret_key")"
+    export SECRET_KEY
 fi
-if ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1; then
-    say "installing docker.io, debootstrap and redis-server"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io debootstrap redis-server >/dev/null
+# Plain HTTP on 127.0.0.1: Secure-only cookies would never come back; Daphne serves
+# the static files itself (no front server here).
+export HARNESS_SECURE_COOKIES="${HARNESS_SECURE_COOKIES:-0}"
+export HARNESS_SERVE_STATIC="${HARNESS_SERVE_STATIC:-1}"
+
+# Installs only what is missing, and only where it can: as root with apt-get.
+can_apt() { [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; }
+apt_install() {
+    say "installing $*"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+if ! python3 -c "import django, celery, channels, daphne, docker, redis" 2>/dev/null; then
+    say "installing the Python packages of requirements.txt"
+    python3 -m pip install -q --disable-pip-version-check -r requirements.txt \
+        || need "pip could not install requirements.txt; run: python3 -m pip install -r requirements.txt (in a virtualenv if you are not root)"
 fi
-HARNESS_NEED_POSTGRES=0 bash scripts/services.sh
+
+# Redis: one that already answers (REDIS_URL or the local default) is used as it is.
+REDIS_HOST=$(python3 -c "import os, urllib.parse as u; print(u.urlparse(os.environ.get('REDIS_URL', 'redis://127.0.0.1:6379/0')).hostname or '127.0.0.1')")
+REDIS_PORT=$(python3 -c "import os, urllib.parse as u; print(u.urlparse(os.environ.get('REDIS_URL', 'redis://127.0.0.1:6379/0')).port or 6379)")
+redis_answers() { python3 -c "import redis, sys; redis.Redis(host='$REDIS_HOST', port=$REDIS_PORT, socket_timeout=1).ping()" 2>/dev/null; }
+if ! redis_answers; then
+    if ! command -v redis-server >/dev/null 2>&1; then
+        can_apt && apt_install redis-server redis-tools \
+            || need "no Redis answers at $REDIS_HOST:$REDIS_PORT and redis-server is not installed; install it (apt-get install redis-server, brew install redis) or set REDIS_URL to a running Redis"
+    fi
+    say "starting redis"
+    redis-server --daemonize yes --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
+        --dir "$HARNESS_VAR_DIR" --logfile "$LOGS/redis.log"
+    for _ in $(seq 1 50); do redis_answers && break; sleep 0.1; done
+    redis_answers || need "redis-server did not start; see $LOGS/redis.log"
+fi
+
+# Docker: an engine that already answers (a local daemon, Docker Desktop, DOCKER_HOST)
+# is used as it is; only without one is dockerd installed or started.
+if ! docker info >/dev/null 2>&1; then
+    if ! command -v dockerd >/dev/null 2>&1; then
+        can_apt && apt_install docker.io iptables ca-certificates \
+            || need "no Docker engine answers and dockerd is not installed; start Docker Desktop, set DOCKER_HOST to an engine, or install docker.io (apt-get install docker.io) as root"
+    fi
+    [ "$(id -u)" -eq 0 ] || need "no Docker engine answers and starting dockerd needs root; start it (sudo dockerd, or sudo systemctl start docker) or set DOCKER_HOST"
+    bash scripts/start_docker.sh
+fi
+
 say "sandbox image (built once, then cached by content)"
+if ! docker image inspect "${HARNESS_SANDBOX_IMAGE:-harness-sandbox:latest}" >/dev/null 2>&1 && ! command -v debootstrap >/dev/null 2>&1; then
+    can_apt && apt_install debootstrap \
+        || need "the sandbox image is not built and debootstrap is not installed; install it as root (apt-get install debootstrap) or load the image harness-sandbox:latest"
+fi
 bash sandbox/image/build.sh >"$LOGS/image.log" 2>&1 || { tail -20 "$LOGS/image.log"; exit 1; }
 
 python3 manage.py migrate -v0
@@ -32,12 +86,14 @@ python3 manage.py create_demo_users
 cleanup() { trap - EXIT INT TERM; say "stopping"; kill 0 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 
+# One run at a time per core by default (WORKER_CONCURRENCY overrides): a run's checks
+# use the CPU inside its sandbox, so more runs than cores only queue for it.
 # Supervised like a deployment would: a worker that exits (e.g. on an unrecoverable
 # broker error while Redis restarts) is started again; runs continue from the database.
 (
     while true; do
         python3 -m celery -A harness_site worker -B -s "$HARNESS_VAR_DIR/beat-schedule" -Q "${HARNESS_QUEUE:-harness}" \
-            -c 2 -l info >>"$LOGS/worker.log" 2>&1 || true
+            -c "${WORKER_CONCURRENCY:-$(nproc)}" -l info >>"$LOGS/worker.log" 2>&1 || true
         echo "[up] worker exited; restarting"
         sleep 1
     done

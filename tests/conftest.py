@@ -7,7 +7,7 @@ from django.contrib.auth.models import Group, User
 
 from runs.roles import ensure_roles
 
-pytest_plugins = ["tests.fixtures_services", "tests.fixtures_sandbox", "tests.fixtures_web"]
+pytest_plugins = ["tests.fixtures_services", "tests.fixtures_runtimes", "tests.fixtures_sandbox", "tests.fixtures_web"]
 
 
 def _persona(username: str, *groups: str, staff: bool = False) -> User:

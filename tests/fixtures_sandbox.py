@@ -28,7 +28,7 @@ from runs.core.events import Event
 from runs.core.loop import Harness, new_state
 from runs.core.policy import CheckDef, Policy, SandboxLimits
 from runs.core.ports import Call
-from runs.core.scripted import ScriptedProposer
+from runs.core.scripted import ScriptedProposer, ScriptFn
 from runs.core.simulated import MemoryApprovals, MemoryStore
 from runs.core.state import RunState
 from runs.core.tools import builtin_registry
@@ -36,9 +36,11 @@ from sandbox.container import ContainerSpec, SandboxContainer, sweep_orphans
 from sandbox.docker_client import docker_host, new_client
 from sandbox.executor import SandboxExecutor
 from sandbox.workspace import RunWorkspace, prepare_workspace
+from tests.fixtures_runtimes import RuntimeEngine
 
 ROOT = Path(__file__).resolve().parent.parent
 SCOPE = f"test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+WRITE_PATHS = ("orders/*",)
 TEST_LIMITS = SandboxLimits(memory="256m", cpus=1.0, pids_limit=64)
 ALL_TOOLS = ["list_files", "read_file", "search", "write_file", "apply_patch", "run_check", "publish", "lookup_publish", "finish"]
 SMOKE = CheckDef(check_id="smoke", command=["python3", "-c", "print('sandbox alive')"], timeout_seconds=30)
@@ -76,6 +78,11 @@ def reset_workspace(workspace: RunWorkspace) -> None:
     for dirpath, dirnames, filenames in os.walk(workspace.dir):
         for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
             os.lchown(name, 65534, 65534)
+    # Changed behind the harness's tools: only a walk sees it. A test that made the
+    # index refuse (a check that found the tree changed) must not leave the next one a
+    # workspace that refuses too.
+    (workspace.index.dir / "broken").unlink(missing_ok=True)
+    workspace.reread()
 
 
 def start_container(run_id: str, workspace: RunWorkspace, limits: SandboxLimits = TEST_LIMITS) -> SandboxContainer:
@@ -87,15 +94,17 @@ class ModuleSandbox:
     run_id: str
     workspace: RunWorkspace
     container: SandboxContainer
+    engine: RuntimeEngine
 
 
 @pytest.fixture(scope="module")
-def module_sandbox(docker_engine: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleSandbox]:
-    """One workspace and container per test module; each test resets the workspace."""
-    run_id = f"module-{uuid.uuid4().hex[:8]}"
+def module_sandbox(runtime_engine: RuntimeEngine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleSandbox]:
+    """One workspace and container per test module and runtime; each test resets the
+    workspace."""
+    run_id = f"module-{runtime_engine.runtime}-{uuid.uuid4().hex[:8]}"
     workspace = example_workspace(tmp_path_factory.mktemp("sandbox") / run_id)
-    container = start_container(run_id, workspace)
-    yield ModuleSandbox(run_id, workspace, container)
+    container = start_container(run_id, workspace, runtime_engine.limits(TEST_LIMITS))
+    yield ModuleSandbox(run_id, workspace, container, runtime_engine)
     container.remove()
 
 
@@ -111,6 +120,7 @@ def sandbox(module_sandbox: ModuleSandbox, tmp_path: Path, db: None) -> SandboxE
         module_sandbox.container,
         FileArtifactStore(),
         tmp_path / "outbox",
+        write_paths=WRITE_PATHS,
         spool_dir=tmp_path / "spool",
     )
 
@@ -121,7 +131,9 @@ def host_executor(tmp_path: Path, db: None) -> SandboxExecutor:
     from runs.artifacts import FileArtifactStore
 
     workspace = example_workspace(tmp_path / "run")
-    return SandboxExecutor(f"host-{uuid.uuid4().hex[:8]}", workspace, None, FileArtifactStore(), tmp_path / "outbox")
+    return SandboxExecutor(
+        f"host-{uuid.uuid4().hex[:8]}", workspace, None, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS
+    )
 
 
 def make_call(tool: str, args: dict[str, Any], *, check: CheckDef | None = None, key: str | None = None, cap: int = 100_000) -> Call:
@@ -138,10 +150,14 @@ def make_call(tool: str, args: dict[str, Any], *, check: CheckDef | None = None,
     )
 
 
-def sandbox_policy(*checks: CheckDef, limits: SandboxLimits = TEST_LIMITS) -> Policy:
+def sandbox_policy(*checks: CheckDef, limits: SandboxLimits = TEST_LIMITS, allow_publish: bool = False) -> Policy:
+    """The default policy with these checks; ``allow_publish`` lets publish through
+    without a reviewer (it still needs current evidence)."""
     document = json.loads((ROOT / "approvals" / "default_policy.json").read_text())
     document["checks"] = [TESTS.model_dump(), SMOKE.model_dump(), *(c.model_dump() for c in checks)]
     document["sandbox"] = limits.model_dump()
+    if allow_publish:
+        document["rules"] = [{**r, "decision": "allow"} if r["tool"] == "publish" else r for r in document["rules"]]
     return Policy.model_validate(document)
 
 
@@ -152,7 +168,7 @@ def sandbox_contract(targets: Sequence[str] = ("smoke",), max_output_bytes: int 
             "objective": "exercise the sandbox",
             "acceptance_criteria": ["the run survives"],
             "workspace": {"kind": "path", "path": "examples/orders"},
-            "allowed_write_paths": ["orders/*"],
+            "allowed_write_paths": list(WRITE_PATHS),
             "allowed_tools": ALL_TOOLS,
             "verification_targets": list(targets),
             "limits": {
@@ -190,7 +206,7 @@ class Outcome:
 def drive(
     executor: SandboxExecutor,
     policy: Policy,
-    script: Sequence[dict[str, Any]],
+    script: Sequence[dict[str, Any]] | ScriptFn,
     contract: Contract | None = None,
     **harness_options: Any,
 ) -> Outcome:
@@ -210,7 +226,7 @@ def drive(
         state,
         registry=builtin_registry(),
         policy=policy,
-        proposer=ScriptedProposer(list(script)),
+        proposer=ScriptedProposer(script if callable(script) else list(script)),
         executor=executor,
         workspace=executor,
         approvals=MemoryApprovals(),

@@ -50,8 +50,9 @@ class AsgiServer:
     """A real ``daphne`` process serving harness_site.asgi; it can be stopped and
     started again on the same port (to drop every WebSocket)."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, **env: str) -> None:
         self.log_dir = log_dir
+        self.env = env  # settings of this server's own (e.g. production ones)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -63,7 +64,7 @@ class AsgiServer:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "harness_site.asgi:application"],
             cwd=ROOT,
-            env=service_env(),
+            env=service_env(**self.env),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -92,6 +93,15 @@ class AsgiServer:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         self.proc = None
+
+    def pause(self) -> None:
+        """Freeze the server without closing anything: its sockets stay open and silent."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGCONT)
 
     def log(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("daphne-*.log")))
@@ -143,7 +153,7 @@ def sign_in(page, server: AsgiServer, username: str) -> None:
     page.fill("#id_username", username)
     page.fill("#id_password", f"{username}-pass-123")
     page.click("button[type=submit]")
-    page.wait_for_url(f"{server.url}/runs/**")
+    page.wait_for_url(lambda url: "/accounts/login/" not in url)
 
 
 def screenshot(page, name: str) -> None:

@@ -3,11 +3,19 @@ through the real Django store."""
 
 from __future__ import annotations
 
+import io
+
+from django.core.management import call_command
+
+from approvals.models import PolicyVersion
+from approvals.policies import current_policy_row
+from runs.control import kill_requested
 from runs.core.scenarios import FIXED, call
 from runs.core.simulated import SimExecutor, SimWorkspace
 from runs.environment import Environment
 from runs.models import Run
 from runs.services import check_new_run, do_create_run
+from runs.store import DjangoStore
 
 CONTRACT = {
     "task_id": "calc-fix",
@@ -38,6 +46,56 @@ class World:
     def environment(self) -> Environment:
         return Environment(self.executor, self.workspace)
 
-    def create(self, actor=None, script=SCRIPT) -> Run:
-        new = check_new_run(CONTRACT, {"kind": "scripted", "script": script})
+    def create(self, actor=None, script=SCRIPT, contract=CONTRACT) -> Run:
+        new = check_new_run(contract, {"kind": "scripted", "script": script})
         return do_create_run(new, actor, lambda run: self.workspace.revision())
+
+
+def run_command(*args: str) -> tuple[int, str, str]:
+    """A management command as a shell runs it: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    try:
+        call_command(*args, stdout=out, stderr=err)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+def new_policy_version(publish: str | None = None, **fields: object) -> PolicyVersion:
+    """An admin's edit: the current policy with ``fields`` replaced and, if given,
+    the publish rule's decision changed; it becomes the newest version."""
+    row = current_policy_row()
+    document = {**row.document, **fields, "version": row.version + 1}
+    if publish is not None:
+        document["rules"] = [{**rule, "decision": publish} if rule["tool"] == "publish" else rule for rule in document["rules"]]
+    return PolicyVersion.objects.create(version=row.version + 1, document=document, note="edited by a test")
+
+
+class Crash(Exception):
+    """Stands for the worker process dying: nothing after it is written."""
+
+
+class CrashingStore(DjangoStore):
+    """The real store, dying at its ``crash_at``-th checkpoint (before writing it)."""
+
+    def __init__(self, crash_at: int) -> None:
+        super().__init__()
+        self.crash_at = crash_at
+        self.count = 0
+
+    def checkpoint(self, state, events):
+        self.count += 1
+        if self.count == self.crash_at:
+            raise Crash(f"crash at checkpoint {self.count}")
+        super().checkpoint(state, events)
+
+
+class KillFlag:
+    """The kill switch as the worker's watchdog sees it (the flags in the database)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+
+    def kill_requested(self) -> bool:
+        return kill_requested(self.run_id)

@@ -359,12 +359,12 @@ def test_it_builds_the_adapter_with_the_budget_clipped_by_the_server(model_setti
     contract = demo_contract()
     tools = builtin_registry().visible(contract.allowed_tools)
     config = {"kind": "openai", "model": "gpt-4o-mini-2024-07-18", "max_tokens": 10**9}
-    built = build_proposer(config, {}, contract, tools, deadline=123.0)
+    built = build_proposer(config, {}, contract, tools, deadline=123.0).inner
     assert isinstance(built, OpenAIProposer)
     assert built.budget == Budget(max_tokens=10_000, max_cost_usd=1.0)  # never more than the server allows
     assert built.price == Price(0.15, 0.6)  # the dated model uses its base model's price
     assert built.deadline == 123.0 and built.base_url == "https://api.openai.com/v1"
-    smaller = build_proposer({**config, "max_tokens": 50, "max_cost_usd": 0.5}, {}, contract, tools)
+    smaller = build_proposer({**config, "max_tokens": 50, "max_cost_usd": 0.5}, {}, contract, tools).inner
     assert smaller.budget == Budget(max_tokens=50, max_cost_usd=0.5)
     assert proposer_usage(config, smaller.snapshot())["max_tokens"] == 50
     model_settings.OPENAI_API_KEY = ""  # removed after the run was created: it stops cleanly
@@ -386,11 +386,11 @@ def test_it_reads_the_repository_only_for_a_conversation_not_yet_begun(model_set
         reads.append(1)
         return RepositoryContext(instructions="use cents", state="src/calc.py", sources=[("src/calc.py", "def total(q): ...")])
 
-    fresh = build_proposer(config, {}, contract, tools, repository=repository)
+    fresh = build_proposer(config, {}, contract, tools, repository=repository).inner
     assert reads == [1]
     assert fresh.context.instructions == "use cents" and list(fresh.context.sources) == [("src/calc.py", "def total(q): ...")]
     begun = {**fresh.snapshot(), "messages": [{"role": "user", "content": "the task as first sent"}]}
-    resumed = build_proposer(config, begun, contract, tools, repository=repository)
+    resumed = build_proposer(config, begun, contract, tools, repository=repository).inner
     assert reads == [1]  # the stored messages are the conversation; the workspace is not read again
     assert resumed.messages == begun["messages"]
 

@@ -13,9 +13,9 @@ import yaml
 from django.core.management import call_command
 from hypothesis import HealthCheck
 from hypothesis import strategies as st
-from rest_framework.authtoken.models import Token
 from schemathesis import checks
 
+from api.models import ApiToken
 from approvals.models import ApprovalRequest
 from approvals.services import DjangoApprovals
 from harness_site.wsgi import application
@@ -35,7 +35,9 @@ def test_it_keeps_the_checked_in_schema_equal_to_the_generated_one(tmp_path):
     assert generated.read_text() == CHECKED_IN.read_text(), f"docs/openapi.yaml is out of date; run: {REGENERATE}"
 
 
-def test_it_serves_the_schema_without_login(client):
+def test_it_serves_the_schema_only_after_sign_in(client, outsider):
+    assert client.get("/api/schema/").status_code == 401
+    client.force_login(outsider)
     response = client.get("/api/schema/")
     assert response.status_code == 200
     assert yaml.safe_load(response.content) == yaml.safe_load(CHECKED_IN.read_text())
@@ -55,7 +57,8 @@ def api_schema(transactional_db, operator):
     drive_run(run, world.environment(), DjangoApprovals(run))
     KNOWN_IDS["run_id"] = [str(run.pk)]
     KNOWN_IDS["approval_id"] = [str(ApprovalRequest.objects.get(run=run).pk)]
-    yield schemathesis.openapi.from_wsgi("/api/schema/", application)
+    signed_in = {"Authorization": f"Token {ApiToken.issue(operator)[1]}"}
+    yield schemathesis.openapi.from_wsgi("/api/schema/", application, headers=signed_in)
     KNOWN_IDS.clear()
 
 
@@ -67,7 +70,7 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 @schema.parametrize()
 @hypothesis.settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
 def test_it_answers_generated_requests_within_its_schema(case, admin_user):
-    token = Token.objects.get_or_create(user=admin_user)[0].key
+    token = ApiToken.issue(admin_user)[1]
     case.call_and_validate(
         headers={"Authorization": f"Token {token}"},
         checks=[

@@ -104,14 +104,16 @@ def test_it_refuses_to_grant_an_expired_request_and_audits_the_expiry(operator, 
     assert Event.objects.filter(run=run, type="approval_lapsed", payload__status="expired").count() == 1
 
 
-def test_it_expires_due_requests_and_the_run_asks_again(operator, resumes):
+def test_it_expires_due_requests_and_the_run_stops_approval_expired(operator, resumes):
     world, run, request = waiting_run(operator)
     ApprovalRequest.objects.filter(pk=request.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert expire_due() == 1
     assert resumes == [str(run.pk)]
     state = drive(world, run)
-    assert state.status == "waiting_approval"
-    assert ApprovalRequest.objects.filter(run=run, status="pending").count() == 1
+    assert state.outcome == "approval_expired"
+    assert not ApprovalRequest.objects.filter(run=run, status="pending").exists()
+    ended = Event.objects.get(run=run, type="wait_ended")
+    assert ended.payload["exit"] == "expired" and ended.payload["run"] == "stopped"
 
 
 def test_it_refuses_a_stale_request_whose_revision_changed(operator, reviewer):
@@ -134,7 +136,7 @@ def test_it_never_consumes_a_grant_for_another_revision(operator, reviewer, resu
     state = drive(world, run)
     assert state.outcome != "complete"
     request.refresh_from_db()
-    assert request.status == "granted"  # unused
+    assert request.status == "stale"  # never used, and never usable again
     assert world.executor.outbox == {}
     # The evidence was for the old revision, so publish is refused before approval.
     assert Event.objects.filter(run=run, type="evidence_cleared").exists()

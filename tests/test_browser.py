@@ -15,13 +15,13 @@ from playwright.sync_api import expect
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
 from harness_site.celery import app as celery_app
-from runs.control import kill
 from runs.core import events as ev
 from runs.eventlog import append_events
 from runs.models import Event, Run
 from runs.runtime import create_run
 from tests.fixtures_services import ROOT
 from tests.fixtures_web import screenshot, sign_in, waiting_scene
+from tests.helpers import new_policy_version
 
 pytestmark = [pytest.mark.browser, pytest.mark.celery, pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
@@ -90,9 +90,9 @@ def test_it_lets_a_reviewer_read_the_diff_approve_and_watch_the_run_complete(
     expect(page.locator(".diff-unified")).to_contain_text('if line["quantity"] < 0:')
     expect(page.locator(".diff-unified tr.d-add")).to_have_count(2)
     expect(page.locator("#request-args")).to_contain_text("Reject negative quantities")
-    expect(page.locator(".side")).to_contain_text("still current")
-    expect(page.locator(".side")).to_contain_text("tests passed")
-    expect(page.locator(".side")).to_contain_text("publishing needs a reviewer and a passing check")
+    expect(page.locator(".approval-side")).to_contain_text("still current")
+    expect(page.locator(".approval-side")).to_contain_text("tests passed")
+    expect(page.locator(".approval-side")).to_contain_text("publishing needs a reviewer and a passing check")
     screenshot(page, "approval_detail")
     page.click("text=Side by side")
     expect(page.locator(".diff-split")).to_be_visible()
@@ -118,7 +118,12 @@ def test_it_lets_a_reviewer_read_the_diff_approve_and_watch_the_run_complete(
     assert report["status"] == "complete" and report["completed"] is True
 
     page.locator("#timeline a", has_text="show full output").first.click()
-    expect(page.locator("pre.output")).to_contain_text("passed")
+    expect(page.locator("#output-lines")).to_contain_text("passed")
+    expect(page.locator("h1")).to_have_text("Output of check tests")
+    expect(page.locator(".meta-line").first).to_contain_text("exit code 0")
+    page.fill("#output-filter", "passed")
+    expect(page.locator("#output-lines li.hit")).not_to_have_count(0)
+    expect(page.locator("#output-matches")).to_contain_text("match")
     screenshot(page, "check_output")
 
 
@@ -129,7 +134,7 @@ def slow_check_policy() -> None:
         *document["checks"],
         {
             "check_id": "slow",
-            "command": ["python3", "-c", "import time; print('working', flush=True); time.sleep(300)"],
+            "command": ["python3", "-c", "import time\nfor i in range(600):\n    print('working on step', i, flush=True)\n    time.sleep(0.5)"],
             "timeout_seconds": 600,
         },
     ]
@@ -156,7 +161,23 @@ def test_it_lets_an_operator_watch_events_live_and_kill_a_running_check(live_ser
     expect(check).to_contain_text("Started, attempt 1", timeout=LIVE)
     expect(page.locator('li.card[data-call-id="c1"]')).to_contain_text("Receipt ok")
     expect(page.locator('[data-budget="calls"] [data-part="text"]')).to_have_text("2 / 20")
+    # While the check runs: its latest output, how long it has run, the time budget ticking.
+    output = check.locator(".live-output pre")
+    expect(output).to_contain_text("working on step", timeout=LIVE)
+    first = output.text_content()
+    expect(output).not_to_have_text(first, timeout=LIVE)
+    assert len(output.text_content().splitlines()) <= 20
+    expect(check.locator(".card-elapsed")).to_contain_text(re.compile(r"running for \d+s"))
+    budget = page.locator('[data-budget="time"] [data-part="text"]')
+    used = budget.text_content()
+    expect(budget).not_to_have_text(used, timeout=5000)
+    stored = [json.dumps(event.payload) for event in Event.objects.filter(run=run)]
+    assert not any("working on step" in text for text in stored), "live output is never stored"
     screenshot(page, "run_live_check")
+    page.set_viewport_size({"width": 390, "height": 844})
+    check.locator(".live-output").scroll_into_view_if_needed()
+    screenshot(page, "run_live_output_phone")
+    page.set_viewport_size({"width": 1280, "height": 860})
 
     page.click('[data-field="kill"]')
     expect(page.locator("h1")).to_contain_text("Kill run")
@@ -199,7 +220,8 @@ def test_it_stops_the_run_when_a_reviewer_denies(live_server_asgi, celery_worker
     expect(outcome(page)).to_have_text("denied", timeout=LIVE)
     assert len(failed) == 2
     expect(page.locator('[data-field="stop_message"]')).to_contain_text("publishing is frozen until the release")
-    expect(page.locator("#timeline")).to_contain_text("Approval denied")
+    expect(page.locator("#timeline")).to_contain_text(f"Denied by {reviewer.username}")
+    expect(page.locator("#timeline .step-label", has_text="Denied by")).to_have_count(1)
     screenshot(page, "run_denied")
     request.refresh_from_db()
     assert request.status == "denied" and request.decided_by == reviewer
@@ -213,14 +235,13 @@ def test_it_refuses_to_grant_a_stale_request(live_server_asgi, celery_worker, br
     page.goto(f"{live_server_asgi.url}/approvals/{request.pk}/")
     expect(page.locator("#grant")).to_be_enabled()
 
-    # While the reviewer reads, the run moves on without them.
-    kill(run, operator)
-    wait_for(lambda: Run.objects.get(pk=run.pk).outcome == "killed", what="the run to stop")
+    # While the reviewer reads, an admin changes the policy: the request is stale.
+    new_policy_version(approval_ttl_seconds=600)
     page.click("#grant")  # the page is older than the change: the server must refuse
     expect(page.locator(".error-box")).to_contain_text("stale")
     expect(page.locator("#grant")).to_be_disabled()
     expect(page.locator("#deny")).to_be_disabled()
-    expect(page.locator("#request-status")).to_have_text("stale")
+    expect(page.locator("#request-status")).to_have_text("out of date")
     screenshot(page, "approval_stale")
     request.refresh_from_db()
     assert request.status == "stale" and request.decided_by is None
@@ -245,7 +266,7 @@ def test_it_resumes_the_trace_without_gaps_after_the_socket_drops(live_server_as
     expect(page.locator(f'li.step[data-seq="{last}"]')).to_be_attached(timeout=LIVE)
 
     live_server_asgi.stop()
-    expect(page.locator("#conn")).to_have_attribute("data-state", "reconnecting", timeout=LIVE)
+    expect(page.locator("#conn")).to_have_attribute("data-state", re.compile("reconnecting|disconnected"), timeout=LIVE)
     screenshot(page, "run_reconnecting")
     for n in range(3, 13):
         note(n)  # committed while no socket is open

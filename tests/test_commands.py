@@ -3,12 +3,12 @@ their exit codes, against the real sandbox."""
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+
+from tests.helpers import run_command
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]
 
@@ -16,14 +16,7 @@ DEMO = Path(__file__).resolve().parent.parent / "examples" / "demo"
 CONTRACT, SCRIPT = str(DEMO / "contract.json"), str(DEMO / "proposals.json")
 
 
-def run(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    try:
-        call_command(*args, stdout=out, stderr=err)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    return code, out.getvalue(), err.getvalue()
+run = run_command
 
 
 def test_it_runs_the_demo_to_the_approval_wait_and_on_to_completion(reviewer):

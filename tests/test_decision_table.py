@@ -97,14 +97,16 @@ def test_it_waits_for_approval_and_sends_the_request_with_its_arguments():
 
 
 def test_it_executes_after_a_grant_and_the_approval_is_used_once():
-    script = CHECKED + [call("publish", message="fix"), call("publish", message="fix")]
+    script = CHECKED + [call("publish", message="fix"), call("publish", message="fix"), call("publish", message="other")]
     rig = build_rig(script, policy=demo_policy(rules=ASK_PUBLISH))
     rig.harness.run()
     key = rig.state.waiting.approval_key
     rig.approvals.grant(key)
     rig.harness.run()
     assert rig.executed("publish") == 1
-    # The identical second call needs a new approval of its own.
+    # The identical second publish is the same effect: a duplicate, nobody is asked.
+    assert rig.feedbacks[4]["kind"] == "duplicate" and rig.feedbacks[4]["of_call"] == "c3"
+    # A different publish needs a new approval of its own.
     assert rig.state.status == "waiting_approval"
     assert rig.event_types().count("approval_required") == 2
 

@@ -9,26 +9,9 @@ from runs.core.simulated import MemoryApprovals
 from runs.models import CallLedgerEntry, Event, Evidence, Receipt, Report, Run
 from runs.services import drive_run
 from runs.store import DjangoStore
-from tests.helpers import SCRIPT, World
+from tests.helpers import SCRIPT, Crash, CrashingStore, World
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
-
-
-class Crash(Exception):
-    """Stands for the worker process dying: nothing after it is written."""
-
-
-class CrashingStore(DjangoStore):
-    def __init__(self, crash_at: int) -> None:
-        super().__init__()
-        self.crash_at = crash_at
-        self.count = 0
-
-    def checkpoint(self, state, events):
-        self.count += 1
-        if self.count == self.crash_at:
-            raise Crash(f"crash at checkpoint {self.count}")
-        super().checkpoint(state, events)
 
 
 def create(world: World) -> Run:
@@ -38,16 +21,7 @@ def create(world: World) -> Run:
 
 def drive(run: Run, world: World, store=None):
     run.refresh_from_db()
-    if store is None:
-        return drive_run(run, world.environment(), world.approvals)
-    import runs.services as services
-
-    original = services.DjangoStore
-    services.DjangoStore = lambda lease_token=None: store
-    try:
-        return drive_run(run, world.environment(), world.approvals)
-    finally:
-        services.DjangoStore = original
+    return drive_run(run, world.environment(), world.approvals, store=store)
 
 
 def finish(run: Run, world: World):

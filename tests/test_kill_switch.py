@@ -34,7 +34,7 @@ def test_it_stops_every_active_run_and_records_who(operator, monkeypatch):
             state = drive_run(run, world.environment(), DjangoApprovals(run), controls=watchdog)
         assert state.outcome == "killed"
         event = Event.objects.get(run=run, type="kill_requested")
-        assert event.payload == {"by": operator.username, "scope": "global"}
+        assert event.payload == {"by": operator.username, "scope": "global", "reason": ""}
 
 
 def test_it_admits_no_new_runs_when_told(operator):

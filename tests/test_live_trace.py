@@ -4,7 +4,6 @@ are written during the replay, after a lost broadcast, and across a reconnect.""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 
@@ -54,7 +53,7 @@ async def receive_until(communicator: WebsocketCommunicator, last_seq: int, time
             seqs += [event["seq"] for event in message["events"]]
         elif message["type"] == "live":
             live = True
-        else:
+        elif message["type"] != "heartbeat":
             raise AssertionError(message)
     return seqs, live
 
@@ -69,10 +68,16 @@ def test_it_replays_then_streams_with_no_gap_or_duplicate_while_events_are_writt
     run_id = str(scene.run.pk)
     notes(run_id, 1200, batch=100)  # more than two replay pages
     written: dict[str, int] = {}
+    went_live = threading.Event()
 
     def writer() -> None:
+        # Writing goes on until the viewer is live, so the replay and the stream both
+        # overlap the writes however fast either side is.
         try:
-            notes(run_id, 600, batch=3)
+            count = 0
+            while count < 600 or not went_live.is_set():
+                notes(run_id, 3, batch=3)
+                count += 3
             written["last_seq"] = Run.objects.get(pk=run_id).last_seq
         finally:
             connection.close()
@@ -84,11 +89,18 @@ def test_it_replays_then_streams_with_no_gap_or_duplicate_while_events_are_writt
         thread = threading.Thread(target=writer)
         thread.start()
         await communicator.send_json_to({"type": "subscribe", "after_seq": 0})
-        while thread.is_alive():
-            await asyncio.sleep(0.01)
-        received = await receive_until(communicator, written["last_seq"])
+        seqs: list[int] = []
+        deadline = time.monotonic() + 60
+        while thread.is_alive() and time.monotonic() < deadline:
+            message = await communicator.receive_json_from(timeout=20)
+            if message["type"] == "events":
+                seqs += [event["seq"] for event in message["events"]]
+            elif message["type"] == "live":
+                went_live.set()
+        thread.join()
+        more, _ = await receive_until(communicator, written["last_seq"]) if seqs[-1] < written["last_seq"] else ([], True)
         await communicator.disconnect()
-        return received
+        return seqs + more, went_live.is_set()
 
     seqs, live = async_to_sync(watch)()
     final = Run.objects.get(pk=run_id).last_seq
@@ -105,7 +117,7 @@ def test_it_fills_a_lost_broadcast_from_the_database(scene, reviewer, monkeypatc
         communicator = socket(cookie, run_id)
         await communicator.connect()
         await communicator.send_json_to({"type": "subscribe", "after_seq": start})
-        assert (await communicator.receive_json_from(timeout=5)) == {"type": "live", "last_seq": start}
+        assert (await communicator.receive_json_from(timeout=5)) == {"type": "live", "last_seq": start, "heartbeat_seconds": 5.0}
         # A broadcast lost on the way (a Redis hiccup, a full channel): only the
         # next event's broadcast arrives, and the viewer still gets both.
         with monkeypatch.context() as lost:
@@ -158,7 +170,7 @@ def test_it_resumes_after_a_reconnect_from_the_seq_the_client_has(scene, reviewe
         await communicator.connect()
         await communicator.send_json_to({"type": "subscribe", "after_seq": after})
         seqs, _ = await receive_until(communicator, last)
-        assert (await communicator.receive_json_from(timeout=5)) == {"type": "live", "last_seq": last}
+        assert (await communicator.receive_json_from(timeout=5)) == {"type": "live", "last_seq": last, "heartbeat_seconds": 5.0}
         await database_sync_to_async(notes)(run_id, 2)  # and the stream goes on live
         more, _ = await receive_until(communicator, last + 2)
         await communicator.disconnect()
@@ -226,7 +238,10 @@ def test_it_shows_tokens_and_cost_against_the_budget_for_a_model_run(db):
     run = World().create()
     assert model_budgets(run, {}) == []  # a scripted run has no model budget
     run.proposer = {"kind": "openai", "model": "gpt-4o-mini", "max_tokens": 1000, "max_cost_usd": 0.5}
-    snapshot = {"usage": {"requests": 2, "input_tokens": 300, "output_tokens": 100, "cost_usd": 0.00011}, "budget": {"max_tokens": 1000, "max_cost_usd": 0.5}}
+    snapshot = {
+        "usage": {"requests": 2, "input_tokens": 300, "output_tokens": 100, "cost_usd": 0.00011},
+        "budget": {"max_tokens": 1000, "max_cost_usd": 0.5},
+    }
     tokens, cost = model_budgets(run, snapshot)
     assert (tokens["name"], tokens["used"], tokens["limit"], tokens["ratio"]) == ("tokens", 400, 1000.0, 0.4)
     assert (cost["name"], cost["used"], cost["limit"], cost["unit"]) == ("cost", 0.0001, 0.5, " USD")

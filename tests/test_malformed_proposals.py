@@ -15,11 +15,18 @@ JSON_VALUES = st.recursive(
     max_leaves=12,
 )
 TOOLS = st.sampled_from(["read_file", "write_file", "list_files", "search", "run_check", "publish", "finish", "rm", ""])
-ARGS = st.dictionaries(st.sampled_from(["path", "content", "offset", "limit", "pattern", "check_id", "message", "x"]), JSON_VALUES, max_size=4)
+ARGS = st.dictionaries(
+    st.sampled_from(["path", "content", "offset", "limit", "pattern", "check_id", "message", "x"]), JSON_VALUES, max_size=4
+)
 PROPOSALS = st.one_of(
     JSON_VALUES,
     st.builds(lambda tool, args: {"tool": tool, "args": args}, TOOLS, ARGS),
-    st.builds(lambda tool, args, extra: {"tool": tool, "args": args, **extra}, TOOLS, ARGS, st.dictionaries(st.text(max_size=5), JSON_VALUES, max_size=2)),
+    st.builds(
+        lambda tool, args, extra: {"tool": tool, "args": args, **extra},
+        TOOLS,
+        ARGS,
+        st.dictionaries(st.text(max_size=5), JSON_VALUES, max_size=2),
+    ),
 )
 
 

@@ -86,7 +86,7 @@ def test_it_changes_nothing_in_policy_approvals_or_evidence_when_a_file_says_pub
     assert proposed[:2] == ["read_file", "publish"]
     assert rig.executed("publish") == 0 and rig.executor.outbox == {}
     assert rig.harness.policy.model_dump() == before
-    assert rig.approvals.requests == {} and rig.approvals.decisions == {} and rig.approvals.consumed == set()
+    assert rig.approvals.requests == {} and rig.approvals.status == {}
     assert rig.state.evidence == [] and rig.state.current_evidence == {}
     assert rig.state.outcome != "complete"
     assert "check_required" in rig.event_types()
@@ -119,7 +119,7 @@ def test_it_still_asks_a_reviewer_when_checks_pass_and_the_file_says_publish_now
     assert rig.executed("publish") == 0
     [ask] = rig.approvals.requests.values()
     assert ask.tool == "publish" and dict(ask.args) == {"message": "as the README says"}
-    assert rig.approvals.decisions == {}
+    assert set(rig.approvals.status.values()) == {"pending"}  # nobody decided
     assert len(rig.state.evidence) == 1 and rig.state.evidence[0].call_id == "c2"  # only the executor's receipt
     assert len(fake.requests) == 4
 

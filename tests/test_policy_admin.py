@@ -1,4 +1,4 @@
-"""Policies in the Django admin: each save is a new immutable version, a run keeps
+"""Policies in the Django admin: each save is a new immutable version, a run records
 the version it started with, versions can be compared, bad policies are refused
 with the field named."""
 
@@ -44,7 +44,9 @@ def test_it_saves_every_edit_as_a_new_version_and_runs_keep_theirs(client, admin
 def test_it_refuses_an_invalid_policy_naming_the_field(client, admin_user):
     client.force_login(admin_user)
     before = PolicyVersion.objects.count()
-    bad = document_text(budget={"max_proposals": 0, "max_tool_calls": 1, "max_attempts": 1, "wall_time_seconds": 1, "max_output_bytes_per_call": 2048})
+    bad = document_text(
+        budget={"max_proposals": 0, "max_tool_calls": 1, "max_attempts": 1, "wall_time_seconds": 1, "max_output_bytes_per_call": 2048}
+    )
     response = add(client, bad)
     assert response.status_code == 200
     assert "budget.max_proposals" in response.content.decode()
@@ -65,7 +67,36 @@ def test_it_shows_a_version_with_its_difference_and_compares_two(client, admin_u
         "/admin/approvals/policyversion/",
         {"action": "compare_versions", "_selected_action": [base.pk, newest.pk]},
     )
-    assert f"Policy v{base.version} → v{newest.version}" in response.content.decode()
+    # The comparison lives at a GET URL that can be bookmarked and shared.
+    url = f"/admin/approvals/policyversion/compare/?old={base.version}&new={newest.version}"
+    assert response.status_code == 302 and response["Location"] == url
+    page = client.get(url).content.decode()
+    assert f"Policy v{base.version} → v{newest.version}" in page
+    assert 'data-view="split"' in page and "css/diff.css" in page
+    assert '<td class="code d-del">' in page and '<td class="code d-add">' in page
+    assert client.get(url.replace(f"new={newest.version}", "new=999")).status_code == 404
+
+
+def test_it_starts_a_new_version_from_any_version(client, admin_user):
+    client.force_login(admin_user)
+    first = current_policy_row()
+    add(client, document_text(approval_ttl_seconds=60), "short ttl")
+    second = current_policy_row()
+    assert 'id="new-from-this"' in client.get(f"/admin/approvals/policyversion/{first.pk}/change/").content.decode()
+    page = client.get(f"{ADD}?from={first.version}").content.decode()
+    assert f"starting from v{first.version}" in page
+    assert f'value="{first.document["approval_ttl_seconds"]}"' in page and 'value="60"' not in page
+    assert f"starting from v{second.version}" in client.get(ADD).content.decode()
+    assert client.get(f"{ADD}?from=999").status_code == 404
+
+
+def test_it_sizes_a_checks_command_box_to_its_argv(client, admin_user):
+    client.force_login(admin_user)
+    checks = [{"check_id": "long", "command": ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"], "timeout_seconds": 60}]
+    add(client, document_text(checks=checks), "six argv items")
+    page = client.get(ADD).content.decode()
+    box = re.search(r'<textarea name="checks-0-command"[^>]*>', page).group(0)
+    assert 'rows="7"' in box
 
 
 def test_it_keeps_versions_immutable(client, admin_user):
@@ -189,3 +220,15 @@ def test_it_reorders_rules_inline(client, admin_user):
     data[f"rules-{len(rules) - 1}-ORDER"] = "0"
     assert client.post(ADD, data).status_code == 302
     assert current_policy_row().document["rules"] == rules[-1:] + rules[:-1]
+
+
+def test_it_sets_and_validates_the_limit_on_waiting_inline(client, admin_user):
+    client.force_login(admin_user)
+    data = inline_form(client)
+    data["max_wait_seconds"] = "0"
+    response = client.post(ADD, data)
+    assert response.status_code == 200 and "max_wait_seconds" in response.context["main_form"].errors
+    data["max_wait_seconds"] = "900"
+    assert client.post(ADD, data).status_code == 302
+    assert current_policy_row().document["max_wait_seconds"] == 900
+    assert inline_form(client)["max_wait_seconds"] == "900"

@@ -27,7 +27,9 @@ TRIALS = int(os.environ.get("HARNESS_FAULT_TRIALS", "20"))
 
 
 def outbox_files(run) -> list[Path]:
-    keys = set(Event.objects.filter(run=run, type="call_started", payload__tool="publish").values_list("payload__idempotency_key", flat=True))
+    keys = set(
+        Event.objects.filter(run=run, type="call_started", payload__tool="publish").values_list("payload__idempotency_key", flat=True)
+    )
     return [p for p in Path(settings.OUTBOX_DIR).glob("*.patch") if p.stem in keys]
 
 

@@ -14,7 +14,7 @@ from docker.errors import NotFound
 
 from runs.core.policy import SandboxLimits
 from runs.core.simulated import MemoryApprovals
-from sandbox.container import LABEL_MANAGED, LABEL_RUN, LABEL_SCOPE, OutputCapture, SandboxContainer, sweep_orphans
+from sandbox.container import LABEL_MANAGED, LABEL_RUN, LABEL_SCOPE, SANDBOX_ENV, OutputCapture, SandboxContainer, sweep_orphans
 from tests.fixtures_sandbox import ROOT, SCOPE, example_workspace, start_container
 
 pytestmark = [pytest.mark.docker]
@@ -33,12 +33,13 @@ def test_it_creates_the_container_with_the_sandbox_defaults(docker_engine, tmp_p
     assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
     assert host["CapDrop"] == ["ALL"] and host["SecurityOpt"] == ["no-new-privileges"] and host["Privileged"] is False
     assert (host["Memory"], host["MemorySwap"], host["NanoCpus"], host["PidsLimit"]) == (300 * 2**20, 300 * 2**20, 500_000_000, 50)
-    assert host["Tmpfs"] == {"/tmp": "rw,noexec,nosuid,size=64m"}
+    assert host["Tmpfs"] == {"/tmp": "rw,noexec,nosuid,nodev,size=256m"}  # scratch, bounded by the kernel
+    assert host["Runtime"] == "runc"
     assert [(m["Type"], m["Source"], m["Destination"], m["RW"]) for m in attrs["Mounts"]] == [
-        ("bind", str(workspace.dir.resolve()), "/workspace", True)
+        ("bind", str(workspace.dir.resolve()), "/workspace", False)  # checks observe, never change
     ]
     assert config["User"] == "65534:65534" and config["WorkingDir"] == "/workspace"
-    assert not [e for e in config["Env"] if e.split("=", 1)[0] not in {"PATH", "PYTHONDONTWRITEBYTECODE"}]
+    assert not [e for e in config["Env"] if e.split("=", 1)[0] not in {"PATH", *SANDBOX_ENV}]
     assert config["Labels"][LABEL_RUN] == "defaults" and config["Labels"][LABEL_MANAGED] == "1"
     assert container.image_digest == attrs["Image"] and container.image_digest.startswith("sha256:")
     assert container.image_digest == docker_engine.images.get(settings.SANDBOX_IMAGE).id
@@ -84,7 +85,6 @@ def test_it_restarts_a_stopped_container_for_the_next_check(docker_engine, tmp_p
 @pytest.mark.django_db(transaction=True)
 def test_it_runs_the_demo_until_publish_waits_for_approval(docker_engine) -> None:
     from approvals.policies import load_policy
-    from runs.core.loop import idempotency_key
     from runs.services import check_new_run, do_create_run, drive_run
     from sandbox.environment import prepare_workspace_for, sandbox_environment, workspace_root
 
@@ -108,7 +108,8 @@ def test_it_runs_the_demo_until_publish_waits_for_approval(docker_engine) -> Non
         state = drive_run(run, resumed, approvals)
         assert state.status == "complete", (state.stop_reason, state.stop_message)
         assert state.effects_applied == ["c4"]
-        patch = Path(settings.OUTBOX_DIR) / f"{idempotency_key(str(run.pk), 'c4')}.patch"
+        (published,) = [op for op in state.operations.values() if op.call_id == "c4" and op.status == "applied"]
+        patch = Path(settings.OUTBOX_DIR) / f"{published.key}.patch"
         assert 'if line["quantity"] < 0:' in patch.read_text()
     finally:
         environment.close()

@@ -6,6 +6,7 @@ and that the run then goes on to finish normally."""
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import time
 from pathlib import Path
@@ -14,10 +15,13 @@ import pytest
 from docker.errors import NotFound
 
 from runs.artifacts import artifact_path
-from runs.core.policy import CheckDef
+from runs.core.policy import CheckDef, SandboxLimits
 from sandbox.executor import SandboxExecutor
+from tests.fixtures_runtimes import RuntimeEngine
 from tests.fixtures_sandbox import (
     SURVIVE,
+    TEST_LIMITS,
+    WRITE_PATHS,
     ModuleSandbox,
     Outcome,
     drive,
@@ -39,8 +43,8 @@ def assert_survived(outcome: Outcome) -> None:
     assert outcome.receipt("run_check", "smoke")["data"]["exit_code"] == 0
 
 
-def leftover_processes(module_sandbox: ModuleSandbox, docker_engine) -> list[list[str]]:
-    return docker_engine.containers.get(module_sandbox.container.id).top()["Processes"]
+def leftover_processes(module_sandbox: ModuleSandbox) -> list[list[str]]:
+    return module_sandbox.engine.client.containers.get(module_sandbox.container.id).top()["Processes"]
 
 
 NETWORK = check(
@@ -65,7 +69,8 @@ def test_it_has_no_outbound_network(sandbox: SandboxExecutor) -> None:
     data = outcome.receipt("run_check", "network")["data"]
     assert data["exit_code"] == 3, data["output"]
     assert "interfaces: ['lo']" in data["output"]
-    assert "Network is unreachable" in data["output"]
+    # runc: the kernel has no route; runsc: gVisor's netstack has none either.
+    assert "Network is unreachable" in data["output"] or "No route to host" in data["output"]
     assert "connected" not in data["output"]
     assert_survived(outcome)
 
@@ -95,7 +100,8 @@ def test_it_refuses_writes_outside_the_workspace_and_the_allowed_paths(sandbox: 
     assert "outside allowed_write_paths" in refusals[2].problems[0]["message"]
     assert not outcome.receipts("write_file") and not outcome.receipts("apply_patch")  # nothing reached the executor
     data = outcome.receipt("run_check", "escape_write")["data"]
-    assert data["exit_code"] == 0 and data["output"].count("Read-only file system") == 4
+    # gVisor checks the permission before the read-only mount: either refusal will do.
+    assert data["exit_code"] == 0 and data["output"].count("Read-only file system") + data["output"].count("Permission denied") == 4
     root = sandbox.workspace.root
     assert not (root / "escape.txt").exists() and not (root / "outside.py").exists() and not (root / "pwned").exists()
     assert (sandbox.workspace.dir / "tests" / "test_total.py").read_text() == (
@@ -108,12 +114,21 @@ PLANT_LINKS = check(
     "plant_links",
     "sh",
     "-c",
-    "ln -s /etc/passwd orders/passwd.py && ln -s / orders/root && ln -s ../.. orders/up && ln -s total.py orders/alias.py",
+    "ln -s /etc/shadow orders/shadow.py",
 )
+
+
+def plant_links_as_a_source_could(workspace_dir: Path) -> None:
+    """A check can no longer plant links (the workspace is read-only to it); a
+    workspace source can still contain them."""
+    for name, target in [("passwd.py", "/etc/passwd"), ("root", "/"), ("up", "../.."), ("alias.py", "total.py")]:
+        os.symlink(target, workspace_dir / "orders" / name)
 
 
 def test_it_refuses_dotdot_and_symlink_escapes_even_when_a_check_planted_them(sandbox: SandboxExecutor) -> None:
     host_passwd = hashlib.sha256(Path("/etc/passwd").read_bytes()).hexdigest()
+    plant_links_as_a_source_could(sandbox.workspace.dir)
+    sandbox.workspace.reread()  # as if the source had held them from the start
     script = [
         step("read_file", path="../../etc/passwd"),
         step("run_check", check_id="plant_links"),
@@ -132,7 +147,8 @@ def test_it_refuses_dotdot_and_symlink_escapes_even_when_a_check_planted_them(sa
     ]
     outcome = drive(sandbox, sandbox_policy(PLANT_LINKS), script)
     assert outcome.of_type("invalid_input")[0].problems[0]["message"].endswith("must not contain '..'")
-    assert outcome.receipt("run_check", "plant_links")["data"]["exit_code"] == 0
+    planted = outcome.receipt("run_check", "plant_links")["data"]
+    assert planted["exit_code"] == 1 and "Read-only file system" in planted["output"]
     reads = [r["data"] for r in outcome.receipts("read_file")]
     assert [d.get("error") for d in reads] == [
         "orders/passwd.py is a symlink (symlinks are never followed)",
@@ -167,29 +183,41 @@ FORK_BOMB = check(
 )
 
 
-def test_it_stops_a_fork_bomb_with_the_pids_limit(sandbox: SandboxExecutor, module_sandbox: ModuleSandbox, docker_engine) -> None:
+def test_it_stops_a_fork_bomb_with_the_pids_limit(sandbox: SandboxExecutor, module_sandbox: ModuleSandbox) -> None:
     outcome = drive(sandbox, sandbox_policy(FORK_BOMB), [step("run_check", check_id="fork_bomb"), *SURVIVE])
     receipt = outcome.receipt("run_check", "fork_bomb")
     data = receipt["data"]
     assert receipt["status"] == "ok"
     assert "Resource temporarily unavailable" in data["output"]
     assert data["timed_out"] is True and data["exit_code"] is None
-    assert 4000 <= data["duration_ms"] < 9000
+    # Under gVisor the bomb takes the sandbox's kernel down once forks are refused:
+    # its stream is cut and the container restarted, which takes a few seconds more.
+    assert 4000 <= data["duration_ms"] < (9000 if module_sandbox.engine.runtime == "runc" else 15000)
     evidence = outcome.of_type("evidence_recorded")[0]
     assert evidence.check_id == "fork_bomb" and evidence.passed is False
-    assert len(leftover_processes(module_sandbox, docker_engine)) == 1  # only the reaper, PID 1
+    assert len(leftover_processes(module_sandbox)) == 1  # only the reaper, PID 1
     assert_survived(outcome)
 
 
 MEMORY_BOMB = check("memory_bomb", "python3", "-c", "hoard = []\nwhile True:\n    hoard.append(b'x' * 10_000_000)\n")
 
 
-def test_it_kills_a_memory_bomb_and_reports_it(sandbox: SandboxExecutor) -> None:
-    outcome = drive(sandbox, sandbox_policy(MEMORY_BOMB), [step("run_check", check_id="memory_bomb"), *SURVIVE])
+MEMORY_BOMB_UNDER_GVISOR = check("memory_bomb", *MEMORY_BOMB.command, timeout=5)
+
+
+def test_it_kills_a_memory_bomb_and_reports_it(sandbox: SandboxExecutor, module_sandbox: ModuleSandbox) -> None:
+    runc = module_sandbox.engine.runtime == "runc"
+    bomb = MEMORY_BOMB if runc else MEMORY_BOMB_UNDER_GVISOR
+    outcome = drive(sandbox, sandbox_policy(bomb), [step("run_check", check_id="memory_bomb"), *SURVIVE])
     data = outcome.receipt("run_check", "memory_bomb")["data"]
-    assert data["exit_code"] == 137
-    assert data["oom_killed"] is True
-    assert data["timed_out"] is False
+    if runc:
+        assert data["exit_code"] == 137
+        assert data["oom_killed"] is True
+        assert data["timed_out"] is False
+    else:
+        # gVisor's kernel is what the host OOM-kills: the sandbox dies whole, its
+        # stream is cut at the deadline, and the container is restarted.
+        assert data["timed_out"] is True and data["exit_code"] is None
     assert outcome.of_type("evidence_recorded")[0].passed is False
     assert_survived(outcome)
 
@@ -220,7 +248,7 @@ def test_it_caps_a_100mb_output_and_stores_all_of_it(sandbox: SandboxExecutor) -
 SLEEPER = check("sleeper", "sh", "-c", "setsid sleep 300 & echo started; sleep 300", timeout=2)
 
 
-def test_it_kills_a_check_that_sleeps_past_its_timeout(sandbox: SandboxExecutor, module_sandbox: ModuleSandbox, docker_engine) -> None:
+def test_it_kills_a_check_that_sleeps_past_its_timeout(sandbox: SandboxExecutor, module_sandbox: ModuleSandbox) -> None:
     outcome = drive(sandbox, sandbox_policy(SLEEPER), [step("run_check", check_id="sleeper"), *SURVIVE])
     receipt = outcome.receipt("run_check", "sleeper")
     data = receipt["data"]
@@ -230,24 +258,24 @@ def test_it_kills_a_check_that_sleeps_past_its_timeout(sandbox: SandboxExecutor,
     assert data["output"].startswith("started")
     evidence = outcome.state.evidence[0]
     assert evidence.check_id == "sleeper" and evidence.timed_out is True and evidence.passed is False
-    assert len(leftover_processes(module_sandbox, docker_engine)) == 1  # the setsid'd sleep is gone too
+    assert len(leftover_processes(module_sandbox)) == 1  # the setsid'd sleep is gone too
     assert_survived(outcome)
 
 
 ENV = check("env", "env")
-ALLOWED_ENV = {"PATH", "HOSTNAME", "HOME", "PWD", "PYTHONDONTWRITEBYTECODE"}
+ALLOWED_ENV = {"PATH", "HOSTNAME", "HOME", "PWD", "TMPDIR", "XDG_CACHE_HOME"}
 
 
-def test_it_gives_checks_none_of_the_workers_environment(docker_engine, tmp_path: Path, monkeypatch, db) -> None:
+def test_it_gives_checks_none_of_the_workers_environment(runtime_engine: RuntimeEngine, tmp_path: Path, monkeypatch, db) -> None:
     canary = "canary-" + hashlib.sha256(str(time.time()).encode()).hexdigest()[:16]
     monkeypatch.setenv("HARNESS_CANARY_SECRET", canary)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", canary)
     workspace = example_workspace(tmp_path / "env-run")
-    container = start_container("env-run", workspace)  # created after the canary is set
+    container = start_container("env-run", workspace, runtime_engine.limits(TEST_LIMITS))  # created after the canary is set
     try:
         from runs.artifacts import FileArtifactStore
 
-        executor = SandboxExecutor("env-run", workspace, container, FileArtifactStore(), tmp_path / "outbox")
+        executor = SandboxExecutor("env-run", workspace, container, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS)
         outcome = drive(executor, sandbox_policy(ENV), [step("run_check", check_id="env"), *SURVIVE])
     finally:
         container.remove()
@@ -291,19 +319,21 @@ def kill_during_long_check(executor: SandboxExecutor) -> tuple[Outcome, float]:
     return outcome, returned_at - killed_at[0]
 
 
-def test_it_kills_an_execution_in_flight_and_removes_the_container(docker_engine, tmp_path: Path, db) -> None:
+def test_it_kills_an_execution_in_flight_and_removes_the_container(runtime_engine: RuntimeEngine, tmp_path: Path, db) -> None:
     from runs.artifacts import FileArtifactStore
 
     workspace = example_workspace(tmp_path / "kill-run")
-    container = start_container("kill-run", workspace)
-    executor = SandboxExecutor("kill-run", workspace, container, FileArtifactStore(), tmp_path / "outbox")
+    container = start_container("kill-run", workspace, runtime_engine.limits(TEST_LIMITS))
+    executor = SandboxExecutor("kill-run", workspace, container, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS)
     _, took = kill_during_long_check(executor)
     assert took < 2.0
     with pytest.raises(NotFound):
-        docker_engine.containers.get(container.id)
+        runtime_engine.client.containers.get(container.id)
 
 
-def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_container(docker_engine, tmp_path: Path, db, monkeypatch) -> None:
+def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_container(
+    runtime_engine: RuntimeEngine, tmp_path: Path, db, monkeypatch
+) -> None:
     """The kill switch must not wait on the engine: here removal stalls for 5 s
     (as a busy engine's can), and the loop still stops within two seconds."""
     import sandbox.container
@@ -316,8 +346,8 @@ def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_containe
                 time.sleep(5)
 
     workspace = example_workspace(tmp_path / "slow-engine")
-    container = start_container("slow-engine", workspace)
-    executor = SandboxExecutor("slow-engine", workspace, container, FileArtifactStore(), tmp_path / "outbox")
+    container = start_container("slow-engine", workspace, runtime_engine.limits(TEST_LIMITS))
+    executor = SandboxExecutor("slow-engine", workspace, container, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS)
     monkeypatch.setattr(sandbox.container, "new_client", lambda timeout: StallingClient())
     try:
         _, took = kill_during_long_check(executor)
@@ -331,57 +361,87 @@ DISK_FILLER = check(
     "fill",
     "python3",
     "-c",
-    # 400 MB in 1 MB writes, half of it under .git (which the file tools never show),
-    # paced so the harness can be seen stopping it long before the end.
-    "import os, time\n"
-    "os.makedirs('.git/objects', exist_ok=True)\n"
+    # First the workspace (read-only to checks), then 400 MB into scratch in 1 MB
+    # writes, half of it under a hidden directory.
+    "import os\n"
+    "for target in ['junk.bin', 'tests/test_total.py']:\n"
+    "    try:\n"
+    "        open(target, 'wb')\n"
+    "    except OSError as exc:\n"
+    "        print('workspace:', exc.strerror)\n"
+    "os.makedirs(os.environ['TMPDIR'] + '/.hidden')\n"
     "chunk = os.urandom(1 << 20)\n"
-    "with open('.git/objects/junk', 'wb') as hidden, open('junk.bin', 'wb') as plain:\n"
-    "    for i in range(400):\n"
-    "        (hidden if i % 2 else plain).write(chunk)\n"
-    "        hidden.flush(); plain.flush(); os.fsync(hidden.fileno()); os.fsync(plain.fileno())\n"
-    "        time.sleep(0.01)\n"
+    "written = 0\n"
+    "try:\n"
+    "    with open(os.environ['TMPDIR'] + '/.hidden/junk', 'wb') as hidden, open(os.environ['TMPDIR'] + '/junk', 'wb') as plain:\n"
+    "        for i in range(400):\n"
+    "            (hidden if i % 2 else plain).write(chunk)\n"
+    "            hidden.flush(); plain.flush()\n"
+    "            written += 1\n"
+    "except OSError as exc:\n"
+    "    print('scratch:', exc.strerror, 'after', written, 'MB')\n"
+    "    raise SystemExit(1)\n"
     "print('filled')\n",
     timeout=120,
 )
+SCRATCH_LEFT = check("scratch_left", "python3", "-B", "-c", "import os; print('scratch entries:', len(os.listdir(os.environ['TMPDIR'])))")
 
 
-def quota_executor(tmp_path: Path, run_id: str, quota) -> SandboxExecutor:
+def quota_executor(tmp_path: Path, run_id: str, quota, limits: SandboxLimits) -> SandboxExecutor:
     from runs.artifacts import FileArtifactStore
 
     workspace = example_workspace(tmp_path / run_id)
-    container = start_container(run_id, workspace)
-    return SandboxExecutor(run_id, workspace, container, FileArtifactStore(), tmp_path / "outbox", quota=quota)
+    container = start_container(run_id, workspace, limits)
+    return SandboxExecutor(run_id, workspace, container, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS, quota=quota)
 
 
-def test_it_stops_a_check_that_fills_the_workspace_and_runs_no_check_there_after(docker_engine, tmp_path: Path, db) -> None:
+def test_it_bounds_what_a_check_writes_by_its_scratch_and_leaves_the_workspace_unchanged(
+    runtime_engine: RuntimeEngine, tmp_path: Path, db
+) -> None:
+    """Stronger than the old quota on the workspace (measured every half second while
+    the check wrote into it): the check cannot write the workspace at all, and the
+    kernel stops it at the scratch tmpfs's size, which is emptied after the check."""
     from sandbox.quota import MB, DiskQuota, usage_bytes
 
-    executor = quota_executor(tmp_path, "disk-fill", DiskQuota(workspace_max_bytes=20 * MB))
+    limits = runtime_engine.limits(TEST_LIMITS).model_copy(update={"scratch_mb": 20})
+    executor = quota_executor(tmp_path, "disk-fill", DiskQuota(workspace_max_bytes=20 * MB), limits)
+    used_before, revision_before = usage_bytes(executor.workspace.dir), executor.revision()
     try:
-        outcome = drive(executor, sandbox_policy(DISK_FILLER), [step("run_check", check_id="fill"), *SURVIVE])
+        script = [step("run_check", check_id="fill"), step("run_check", check_id="scratch_left"), *SURVIVE]
+        outcome = drive(executor, sandbox_policy(DISK_FILLER, SCRATCH_LEFT, limits=limits), script)
     finally:
         executor.close()
     filled = outcome.receipt("run_check", "fill")["data"]
-    assert filled["error"].startswith("the check was stopped: the workspace holds "), filled
-    assert "over its quota of 20 MB" in filled["error"]
-    assert filled["exit_code"] != 0 and "filled" not in filled["output"]
-    # Measured every half second: stopped far short of the 400 MB it would have written.
-    assert usage_bytes(executor.workspace.dir) < 200 * MB
-    # Nothing runs in the workspace it left; the run cannot verify, and does not complete.
+    assert filled["exit_code"] == 1 and "filled" not in filled["output"], filled
+    assert filled["output"].count("workspace: Read-only file system") == 2
+    written = int(filled["output"].split("scratch: No space left on device after ")[1].split()[0])
+    assert 15 <= written <= 20, filled["output"]
+    assert usage_bytes(executor.workspace.dir) == used_before and executor.revision() == revision_before
+    assert "scratch entries: 0" in outcome.receipt("run_check", "scratch_left")["data"]["output"]
+    assert_survived(outcome)
+
+
+def test_it_runs_no_check_in_a_workspace_over_its_quota(runtime_engine: RuntimeEngine, tmp_path: Path, db) -> None:
+    from sandbox.quota import MB, DiskQuota
+
+    executor = quota_executor(tmp_path, "disk-quota", DiskQuota(workspace_max_bytes=1 * MB), runtime_engine.limits(TEST_LIMITS))
+    try:
+        script = [step("write_file", path="orders/big.py", content="#" * (3 * MB)), *SURVIVE]
+        outcome = drive(executor, sandbox_policy(), script)
+    finally:
+        executor.close()
     smoke = outcome.receipt("run_check", "smoke")["data"]
-    assert smoke["error"].startswith("the check was not run: the workspace holds ")
-    assert all(not e.passed for e in outcome.state.evidence)
-    assert outcome.state.outcome != "complete"
+    assert smoke["error"] == "the check was not run: the workspace holds 3 MB, over its quota of 1 MB"
+    assert all(not e.passed for e in outcome.state.evidence) and outcome.state.outcome != "complete"
 
 
-def test_it_runs_no_check_when_the_workers_disk_is_short_of_its_reserve(docker_engine, tmp_path: Path, db) -> None:
+def test_it_runs_no_check_when_the_workers_disk_is_short_of_its_reserve(runtime_engine: RuntimeEngine, tmp_path: Path, db) -> None:
     import shutil
 
     from sandbox.quota import MB, DiskQuota
 
     free = shutil.disk_usage(tmp_path).free
-    executor = quota_executor(tmp_path, "disk-reserve", DiskQuota(reserve_bytes=free + 1024 * MB))
+    executor = quota_executor(tmp_path, "disk-reserve", DiskQuota(reserve_bytes=free + 1024 * MB), runtime_engine.limits(TEST_LIMITS))
     try:
         outcome = drive(executor, sandbox_policy(), SURVIVE)
     finally:
@@ -391,3 +451,125 @@ def test_it_runs_no_check_when_the_workers_disk_is_short_of_its_reserve(docker_e
     assert [r["status"] for r in attempts] == ["transient", "transient"]
     assert attempts[0]["data"]["error"].startswith("the check was not run: the worker's disk has ")
     assert outcome.state.outcome == "attempt_limit" and outcome.state.evidence == []
+
+
+# -- the bypasses of issue 12: checks that change the workspace, patch headers read two
+# ways, file names that forge diff headers ---------------------------------------------
+
+EVIL_PACKAGE = """from orders.total import order_total
+
+import os, pathlib
+
+root = pathlib.Path(__file__).resolve().parent.parent
+attempts = {
+    "rewrite tests": lambda: (root / "tests" / "test_total.py").write_text("def test_it():\\n    pass\\n"),
+    "plant outside": lambda: (root / "conftest.py").write_text("collect_ignore = ['tests']\\n"),
+    "newline header": lambda: os.makedirs(root / "orders" / "x\\n--- a" / "tests"),
+    "separator": lambda: (root / "orders" / "total.py\\u2028.evil").write_text("x"),
+    "control": lambda: (root / "orders" / "total.py\\x1c").write_text("x"),
+    "plant inside": lambda: (root / "orders" / "extra.py").write_text("x"),
+}
+for name, attempt in attempts.items():
+    try:
+        attempt()
+        print(name, "WRITTEN")
+    except OSError as exc:
+        print(name, "refused:", exc.strerror)
+"""
+IMPORT_ORDERS = check("import_orders", "python3", "-c", "import orders")
+
+
+def test_it_keeps_code_the_model_wrote_from_changing_the_workspace_during_a_check(sandbox: SandboxExecutor, tmp_path: Path) -> None:
+    """Bypass 1 (and 3, through a check): repository code the model wrote, run by a
+    check, tries to rewrite the tests, plant files outside the write paths and create
+    names with a newline, a separator and a control character. Nothing changes; the
+    evidence is for the revision the model wrote; publish ships only that."""
+    script = [
+        step("write_file", path="orders/__init__.py", content=EVIL_PACKAGE),
+        step("run_check", check_id="import_orders"),
+        step("run_check", check_id="smoke"),
+        step("publish", message="fix"),
+        step("finish", summary="done"),
+    ]
+    pristine_tests = (sandbox.workspace.pristine / "tests" / "test_total.py").read_bytes()
+    outcome = drive(sandbox, sandbox_policy(IMPORT_ORDERS, allow_publish=True), script)
+    output = outcome.receipt("run_check", "import_orders")["data"]["output"]
+    assert "WRITTEN" not in output and output.count("refused: Read-only file system") == 6, output
+    written = outcome.receipt("write_file")["revision"]
+    assert outcome.receipt("run_check", "import_orders")["revision"] == written == sandbox.revision()
+    evidence = outcome.of_type("evidence_recorded")
+    assert [(e.check_id, e.revision, e.current) for e in evidence] == [("import_orders", written, True), ("smoke", written, True)]
+    assert (sandbox.workspace.dir / "tests" / "test_total.py").read_bytes() == pristine_tests
+    assert sorted(p.name for p in (sandbox.workspace.dir / "orders").iterdir()) == ["__init__.py", "total.py"]
+    published = outcome.receipt("publish")["data"]
+    assert published["files"] == ["orders/__init__.py"] and published["skipped"] == []
+    assert_git_applies(sandbox, tmp_path)
+    assert outcome.state.outcome == "complete", outcome.summary()
+
+
+def test_it_refuses_separator_and_control_characters_in_patch_headers(sandbox: SandboxExecutor) -> None:
+    """Bypass 2: the validator read lines with ``splitlines``, the applier with
+    ``split("\\n")``; these headers passed validation for orders/total.py and created
+    other files."""
+    hunk = "@@ -0,0 +1 @@\n+x = 1\n"
+    script = [
+        step("apply_patch", patch=f"--- /dev/null\n+++ b/orders/total.py\u2028.evil\n{hunk}"),
+        step("apply_patch", patch=f"--- /dev/null\n+++ b/orders/total.py\x1c/conftest.py\n{hunk}"),
+        step("apply_patch", patch=f"--- /dev/null\n+++ b/orders/new.py\r\n{hunk}"),
+        step("write_file", path="orders/x\n--- a/tests/test_total.py", content="x"),
+        *SURVIVE,
+    ]
+    before = sandbox.revision()
+    outcome = drive(sandbox, sandbox_policy(), script)
+    problems = [e.problems for e in outcome.of_type("invalid_input")]
+    assert [p[0]["field"] for p in problems] == ["args.patch", "args.patch", "args.patch", "args.path"]
+    messages = [p[0]["message"] for p in problems]
+    assert '"orders/total.py\\u2028.evil" contains U+2028 LINE SEPARATOR' in messages[0]
+    assert '"orders/total.py\\x1c/conftest.py" contains U+001C' in messages[1]
+    assert '"orders/new.py\\x0d" contains U+000D' in messages[2]
+    assert '"orders/x\\x0a--- a/tests/test_total.py" contains U+000A' in messages[3]
+    assert not any(c in m for m in messages for c in "\n\r\x1c\u2028")  # the names are shown escaped
+    assert not outcome.receipts("apply_patch") and not outcome.receipts("write_file")
+    assert sandbox.revision() == before
+    assert_survived(outcome)
+
+
+def test_it_does_not_count_a_check_whose_workspace_changed_under_it(sandbox: SandboxExecutor) -> None:
+    """The second lock: if the tree changes during a check (here the host writes while
+    it runs; checks themselves cannot), the full walk after the check finds it, and the
+    run stops rather than take that check, or anything after it, as evidence."""
+    writer = threading.Timer(0.5, lambda: (sandbox.workspace.dir / "orders" / "late.py").write_text("x = 1\n"))
+    writer.start()
+    outcome = drive(sandbox, sandbox_policy(check("slow", "sleep", "2")), [step("run_check", check_id="slow"), *SURVIVE])
+    writer.join()
+    assert outcome.state.stop_reason == "revision_mismatch"
+    assert "differs from a full walk" in outcome.state.stop_message
+    assert not outcome.state.evidence
+
+
+def assert_git_applies(executor: SandboxExecutor, tmp_path: Path) -> None:
+    from tests.git_apply import git_applies_to_source
+
+    (published,) = list((tmp_path / "outbox").glob("*.patch"))
+    git_applies_to_source(executor.workspace, published.read_bytes(), tmp_path / "git-check")
+
+
+BUILD_IN_TREE = ["sh", "-c", "echo built > orders/built.txt && cat orders/built.txt && pwd"]
+
+
+def test_it_runs_a_check_that_must_write_its_tree_on_a_throwaway_copy(sandbox: SandboxExecutor) -> None:
+    in_place = check("in_place", *BUILD_IN_TREE)
+    on_copy = CheckDef(check_id="on_copy", command=BUILD_IN_TREE, timeout_seconds=30, on_copy=True)
+    before = sandbox.revision()
+    script = [step("run_check", check_id="in_place"), step("run_check", check_id="on_copy"), *SURVIVE]
+    outcome = drive(sandbox, sandbox_policy(in_place, on_copy), script)
+    refused = outcome.receipt("run_check", "in_place")["data"]
+    assert refused["exit_code"] != 0 and ("Read-only file system" in refused["output"] or "Permission denied" in refused["output"])
+    built = outcome.receipt("run_check", "on_copy")["data"]
+    assert built["exit_code"] == 0 and built["output"] == "built\n/tmp/tree\n", built
+    assert [(e.check_id, e.passed, e.current) for e in outcome.of_type("evidence_recorded")][:2] == [
+        ("in_place", False, True),
+        ("on_copy", True, True),
+    ]
+    assert sandbox.revision() == before and not (sandbox.workspace.dir / "orders" / "built.txt").exists()
+    assert_survived(outcome)

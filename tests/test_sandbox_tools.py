@@ -19,6 +19,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from runs.core.contract import WorkspaceSource
+from runs.core.ports import RevisionMismatch
 from runs.core.state import PendingEffect
 from sandbox import fileops, patches
 from sandbox.executor import SandboxExecutor
@@ -291,9 +292,11 @@ def test_it_publishes_the_diff_once_per_idempotency_key(host_executor: SandboxEx
 
 
 def test_it_keeps_the_revision_equal_to_git_and_stable(host_executor: SandboxExecutor, tmp_path: Path) -> None:
+    """The full walk, which verifies the maintained revision, after edits behind the
+    harness's back (which only a walk can see)."""
     ws = host_executor.workspace
-    ws._hasher = TreeHasher(racy_ns=0)  # cache even files written a moment ago, to test the cache key
-    revision = ws.revision()
+    ws.index.hasher = TreeHasher(racy_ns=0)  # cache even files written a moment ago, to test the cache key
+    revision = ws.reread()
     assert revision == git_tree(ws.dir, tmp_path) == ws.base_revision()
     assert all(ws.revision() == revision for _ in range(20))
     started = time.perf_counter()
@@ -301,28 +304,29 @@ def test_it_keeps_the_revision_equal_to_git_and_stable(host_executor: SandboxExe
         ws.revision()
     assert (time.perf_counter() - started) / 100 < 0.005
     (ws.dir / "empty-dir").mkdir()
-    assert ws.revision() == revision  # git does not record empty directories either
+    assert ws.reread() == revision  # git does not record empty directories either
 
     total = ws.dir / "orders" / "total.py"
     old_stat = total.stat()
     total.write_text(total.read_text().replace("subtotal = 0", "subtotal = 1"))  # same size
     os.utime(total, ns=(old_stat.st_atime_ns, old_stat.st_mtime_ns))  # and the old mtime
-    edited = ws.revision()
+    edited = ws.reread()
     assert edited != revision and edited == git_tree(ws.dir, tmp_path)
     total.chmod(0o755)
-    executable = ws.revision()
+    executable = ws.reread()
     assert executable not in (revision, edited) and executable == git_tree(ws.dir, tmp_path)
     (ws.dir / "orders" / "link").symlink_to("total.py")
-    assert ws.revision() == git_tree(ws.dir, tmp_path) != executable
+    assert ws.reread() == git_tree(ws.dir, tmp_path) != executable
     (ws.dir / ".gitignore").write_text("*\n")
     (ws.dir / "orders" / "hidden.py").write_text("EVIL = 1\n")
-    assert ws.revision() != git_tree(ws.dir, tmp_path)  # unlike git, .gitignore cannot hide a file
+    assert ws.reread() != git_tree(ws.dir, tmp_path)  # unlike git, .gitignore cannot hide a file
 
 
 def test_it_never_vouches_for_a_tree_it_cannot_hash(host_executor: SandboxExecutor) -> None:
     deep = host_executor.workspace.dir / "orders" / "/".join(["d"] * (fileops.MAX_DEPTH + 2))
-    deep.mkdir(parents=True)
-    (deep / "x.py").write_text("hidden = True\n")
+    with host_executor.workspace.untrusted_code():  # as a check would
+        deep.mkdir(parents=True)
+        (deep / "x.py").write_text("hidden = True\n")
     first, second = host_executor.revision(), host_executor.revision()
     assert first.startswith("unhashable-") and second.startswith("unhashable-") and first != second
 
@@ -343,7 +347,9 @@ def make_repo(path: Path) -> list[str]:
 
 def test_it_prepares_workspaces_from_a_path_a_git_ref_and_archives(tmp_path: Path) -> None:
     first, second = make_repo(tmp_path / "repo")
-    at_first = prepare_workspace(tmp_path / "ws-git", WorkspaceSource(kind="git", path=str(tmp_path / "repo"), ref=first), ROOT, (ROOT, tmp_path))
+    at_first = prepare_workspace(
+        tmp_path / "ws-git", WorkspaceSource(kind="git", path=str(tmp_path / "repo"), ref=first), ROOT, (ROOT, tmp_path)
+    )
     assert not (at_first.dir / "orders" / "extra.py").exists() and not (at_first.dir / ".git").exists()
     assert at_first.source["commit"] == first
     head = prepare_workspace(tmp_path / "ws-head", WorkspaceSource(kind="git", path=str(tmp_path / "repo")), ROOT, (ROOT, tmp_path))
@@ -351,17 +357,22 @@ def test_it_prepares_workspaces_from_a_path_a_git_ref_and_archives(tmp_path: Pat
     path = prepare_workspace(tmp_path / "ws-path", WorkspaceSource(kind="path", path="examples/orders"), ROOT, (ROOT, tmp_path))
     assert path.revision() == at_first.revision()  # same content, same tree hash
     assert (
-        prepare_workspace(tmp_path / "ws-path", WorkspaceSource(kind="path", path="nowhere"), ROOT, (ROOT, tmp_path)).revision() == path.revision()
+        prepare_workspace(tmp_path / "ws-path", WorkspaceSource(kind="path", path="nowhere"), ROOT, (ROOT, tmp_path)).revision()
+        == path.revision()
     )  # reused
 
     with tarfile.open(tmp_path / "src.tar.gz", "w:gz") as tar:
         tar.add(ROOT / "examples" / "orders", arcname=".", filter=lambda m: None if set(m.name.split("/")) & CACHES else m)
-    from_tar = prepare_workspace(tmp_path / "ws-tar", WorkspaceSource(kind="archive", path=str(tmp_path / "src.tar.gz")), ROOT, (ROOT, tmp_path))
+    from_tar = prepare_workspace(
+        tmp_path / "ws-tar", WorkspaceSource(kind="archive", path=str(tmp_path / "src.tar.gz")), ROOT, (ROOT, tmp_path)
+    )
     with zipfile.ZipFile(tmp_path / "src.zip", "w") as archive:
         for file in sorted((ROOT / "examples" / "orders").rglob("*")):
             if file.is_file() and not set(file.parts) & CACHES:
                 archive.write(file, file.relative_to(ROOT / "examples" / "orders").as_posix())
-    from_zip = prepare_workspace(tmp_path / "ws-zip", WorkspaceSource(kind="archive", path=str(tmp_path / "src.zip")), ROOT, (ROOT, tmp_path))
+    from_zip = prepare_workspace(
+        tmp_path / "ws-zip", WorkspaceSource(kind="archive", path=str(tmp_path / "src.zip")), ROOT, (ROOT, tmp_path)
+    )
     assert from_tar.revision() == from_zip.revision() == path.revision()
     if os.geteuid() == 0:
         assert from_zip.dir.stat().st_uid == 65534 and (from_zip.dir / "orders" / "total.py").stat().st_uid == 65534
@@ -399,9 +410,13 @@ def test_it_refuses_unsafe_archives_and_bad_sources(tmp_path: Path) -> None:
         prepare_workspace(tmp_path / "ws-nogit", WorkspaceSource(kind="git", path="examples/orders"), ROOT, (ROOT, tmp_path))
     make_repo(tmp_path / "repo")
     with pytest.raises(WorkspaceSourceError, match="not a valid git ref"):
-        prepare_workspace(tmp_path / "ws-ref", WorkspaceSource(kind="git", path=str(tmp_path / "repo"), ref="--upload-pack=evil"), ROOT, (ROOT, tmp_path))
+        prepare_workspace(
+            tmp_path / "ws-ref", WorkspaceSource(kind="git", path=str(tmp_path / "repo"), ref="--upload-pack=evil"), ROOT, (ROOT, tmp_path)
+        )
     with pytest.raises(WorkspaceSourceError, match="is not a commit"):
-        prepare_workspace(tmp_path / "ws-ref2", WorkspaceSource(kind="git", path=str(tmp_path / "repo"), ref="nope"), ROOT, (ROOT, tmp_path))
+        prepare_workspace(
+            tmp_path / "ws-ref2", WorkspaceSource(kind="git", path=str(tmp_path / "repo"), ref="nope"), ROOT, (ROOT, tmp_path)
+        )
     with pytest.raises(WorkspaceSourceError, match="is not a directory"):
         prepare_workspace(tmp_path / "ws-missing", WorkspaceSource(kind="path", path="examples/missing"), ROOT, (ROOT, tmp_path))
 
@@ -410,9 +425,47 @@ def test_it_keeps_the_pristine_copy_out_of_the_mounted_directory(tmp_path: Path)
     ws: RunWorkspace = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="path", path="examples/orders"), ROOT, (ROOT, tmp_path))
     assert ws.pristine.parent == ws.dir.parent == ws.root
     assert not ws.pristine.is_relative_to(ws.dir)
-    (ws.dir / "orders" / "total.py").write_text("changed\n")
+    ws.write_file("orders/total.py", "changed\n")
     assert (ws.pristine / "orders" / "total.py").read_text() != "changed\n"
     assert [c.path for c in ws.changes()] == ["orders/total.py"]
+
+
+def test_it_keeps_a_git_source_once_as_its_objects_and_diffs_against_the_commit(tmp_path: Path) -> None:
+    make_repo(tmp_path / "repo")
+    ws = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="git", path=str(tmp_path / "repo")), ROOT, (ROOT, tmp_path))
+    assert ws.pristine_git.is_dir() and not ws.pristine.exists() and not (ws.dir / ".git").exists()
+    assert ws.revision() == ws.base_revision() == git_tree(tmp_path / "repo", tmp_path)
+    ws.write_file("orders/total.py", "changed\n")
+    ws.apply_patch(patches.unified_diff("orders/extra.py", "EXTRA = True\n", None))
+    diff = ws.diff()
+    assert diff.files == ["orders/extra.py", "orders/total.py"]
+    assert "-EXTRA = True" in diff.text and "+changed" in diff.text and "-    subtotal = 0" in diff.text
+
+    # A checkout that is not byte for byte the commit (here git converts line ends)
+    # keeps its own pristine tree: the diff shows what the run changed, nothing else.
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}
+    (tmp_path / "repo" / ".gitattributes").write_text("*.txt text eol=crlf\n")
+    (tmp_path / "repo" / "notes.txt").write_text("one\ntwo\n")
+    subprocess.run(["git", "add", "-A"], cwd=tmp_path / "repo", check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", "crlf"], cwd=tmp_path / "repo", check=True, env=env)
+    converted = prepare_workspace(tmp_path / "run2", WorkspaceSource(kind="git", path=str(tmp_path / "repo")), ROOT, (ROOT, tmp_path))
+    assert (converted.dir / "notes.txt").read_bytes() == b"one\r\ntwo\r\n"
+    assert converted.pristine.is_dir() and not converted.pristine_git.exists()
+    converted.write_file("orders/total.py", "changed\n")
+    assert converted.diff().files == ["orders/total.py"]
+
+
+def test_it_never_diffs_against_a_pristine_file_changed_through_its_shared_inode(tmp_path: Path) -> None:
+    """The pristine tree shares its files' inodes with the workspace as prepared. Only
+    a write in place could reach it (the harness's tools rename a new file over the
+    old; checks see the workspace read-only): the walk after the code that did it
+    stops the run, and no diff is made after that."""
+    ws: RunWorkspace = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="path", path="examples/orders"), ROOT, (ROOT, tmp_path))
+    with pytest.raises(RevisionMismatch, match="differs from a full walk"):
+        with ws.untrusted_code(), open(ws.dir / "orders" / "total.py", "r+") as handle:
+            handle.write("# in place\n")
+    with pytest.raises(RevisionMismatch):
+        ws.diff()
 
 
 def test_it_refuses_a_workspace_source_outside_the_allowed_roots(tmp_path):

@@ -55,6 +55,11 @@ class NoInfrastructureOutcome(Harness):
         return None
 
 
+class NoOperationKeys(Harness):
+    def _already_done(self, record):
+        return None
+
+
 ABLATIONS = [
     (scenarios.denied_tool, NoAuthorize),
     (scenarios.stale_check, NoEvidenceBinding),
@@ -64,6 +69,7 @@ ABLATIONS = [
     (scenarios.transient_retry, NoAttemptLimit),
     (scenarios.invalid_argument, NoValidation),
     (scenarios.failing_sandbox, NoInfrastructureOutcome),
+    (scenarios.repeated_effect, NoOperationKeys),
 ]
 
 

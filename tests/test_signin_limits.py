@@ -49,11 +49,13 @@ def test_it_refuses_the_token_endpoint_after_too_many_failures_even_with_the_rig
 
 
 def test_it_lets_the_user_in_again_after_the_window_and_a_success_clears_the_count(limits, person):
-    limits.HARNESS_SIGNIN_WINDOW_SECONDS = 1
+    # The window must outlast four password checks on a loaded machine (PBKDF2 each).
+    limits.HARNESS_SIGNIN_WINDOW_SECONDS = 6
+    started = time.monotonic()
     for _ in range(3):
         token_attempt(person.username, "guess")
     assert token_attempt(person.username, PASSWORD).status_code == 429
-    time.sleep(1.5)
+    time.sleep(max(0.0, started + 6.5 - time.monotonic()))
     assert token_attempt(person.username, PASSWORD).status_code == 200
     limits.HARNESS_SIGNIN_WINDOW_SECONDS = 600
     for _ in range(2):
@@ -75,6 +77,28 @@ def test_it_refuses_the_sign_in_page_after_too_many_failures(limits, person):
     assert "_auth_user_id" not in client.session
 
 
+def test_it_limits_one_address_trying_many_accounts_and_one_account_from_many_addresses(limits, person):
+    limits.HARNESS_SIGNIN_MAX_FAILURES_PER_ADDRESS = 4
+    limits.HARNESS_SIGNIN_MAX_FAILURES_PER_USER = 5
+    address = f"10.9.{uuid.uuid4().int % 250}.{uuid.uuid4().int % 250}"
+    for n in range(4):
+        assert token_attempt(f"sprayed-{n}-{uuid.uuid4().hex[:6]}", "guess", address=address).status_code == 400
+    assert token_attempt(person.username, PASSWORD, address=address).status_code == 429
+    for n in range(5):
+        assert token_attempt(person.username, "guess", address=f"10.8.0.{n}").status_code == 400
+    assert token_attempt(person.username, PASSWORD, address="10.8.1.1").status_code == 429
+
+
+def test_it_does_not_clear_the_count_when_the_page_is_posted_without_a_password(limits, person):
+    client = Client(REMOTE_ADDR="10.0.0.6")
+    for _ in range(2):
+        client.post(reverse("login"), {"username": person.username, "password": "guess"})
+    assert client.post(reverse("login"), {"username": person.username, "password": ""}).status_code == 200
+    client.post(reverse("login"), {"username": person.username, "password": "guess"})
+    page = client.post(reverse("login"), {"username": person.username, "password": PASSWORD})
+    assert b"Too many failed sign-ins" in page.content
+
+
 def test_it_refuses_the_admin_sign_in_page_after_too_many_failures(limits, person):
     person.is_staff = True
     person.save()
@@ -89,8 +113,41 @@ def test_it_refuses_the_admin_sign_in_page_after_too_many_failures(limits, perso
     assert "_auth_user_id" not in client.session
 
 
-def test_it_does_not_lock_anyone_out_when_the_cache_is_unreachable(limits, person):
+def test_it_refuses_sign_in_when_attempts_cannot_be_counted(limits, person):
+    # Fail-closed: without the shared counter no password is checked at all.
     limits.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}}
-    for _ in range(4):
-        assert token_attempt(person.username, "guess").status_code == 400
-    assert token_attempt(person.username, PASSWORD).status_code == 200
+    refused = token_attempt(person.username, PASSWORD)
+    assert refused.status_code == 503 and "temporarily unavailable" in refused.json()["detail"]
+    page = Client(REMOTE_ADDR="10.0.0.5").post(reverse("login"), {"username": person.username, "password": PASSWORD})
+    assert b"Sign-in is temporarily unavailable" in page.content
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_admits_at_most_the_limit_of_concurrent_wrong_passwords(live_server_asgi):
+    # The web server reads its limit from the environment it started with (5 by default).
+    import json
+    import threading
+    import urllib.error
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+
+    user = User.objects.create_user(username=f"raced-{uuid.uuid4().hex[:8]}", password=PASSWORD)
+    start = threading.Barrier(20)
+
+    def guess(_: int) -> int:
+        body = json.dumps({"username": user.username, "password": "guess"}).encode()
+        request = urllib.request.Request(
+            f"{live_server_asgi.url}/api/auth/token/", data=body, headers={"Content-Type": "application/json"}
+        )
+        start.wait()
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return response.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    with ThreadPoolExecutor(20) as pool:
+        codes = list(pool.map(guess, range(20)))
+    # 400: the password was checked (and was wrong); 429: refused before any check.
+    assert sorted(set(codes)) == [400, 429], codes
+    assert codes.count(400) == 5, codes

@@ -3,11 +3,14 @@ import uuid
 from django.conf import settings
 from django.db import models
 
+from runs.redact import RedactedJSONField, RedactedTextField
+
 
 class ApprovalRequest(models.Model):
     """A reviewer's decision about exactly one call: the key is a digest of the tool,
     the canonical arguments, the revision and the policy version. A grant is used
-    once; a changed revision or policy makes it stale."""
+    once; a changed revision or policy makes it stale; a run that stops cancels its
+    open requests. The allowed status changes are runs.core.lifecycle.REQUEST_TRANSITIONS."""
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -16,25 +19,26 @@ class ApprovalRequest(models.Model):
         EXPIRED = "expired"
         STALE = "stale"
         CONSUMED = "consumed"
+        CANCELLED = "cancelled"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="approval_requests")
     call_id = models.CharField(max_length=40)
     tool = models.CharField(max_length=100)
-    args = models.JSONField()
+    args = RedactedJSONField()
     revision = models.CharField(max_length=80)
     policy_version = models.PositiveIntegerField()
     key = models.CharField(max_length=64, db_index=True)
     rule = models.CharField(max_length=200)
-    diff = models.TextField(blank=True, default="")
-    evidence = models.JSONField(default=list)
+    diff = RedactedTextField(blank=True, default="")
+    evidence = RedactedJSONField(default=list)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    decided_at = models.DateTimeField(null=True, blank=True)
-    reason = models.TextField(blank=True, default="")
+    decided_at = models.DateTimeField(null=True, blank=True)  # or when it expired, went stale or was cancelled
+    reason = RedactedTextField(blank=True, default="")
     consumed_at = models.DateTimeField(null=True, blank=True)
     consumed_by_call = models.CharField(max_length=40, blank=True, default="")
 

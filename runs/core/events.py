@@ -54,6 +54,7 @@ class Denied(Event):
     tool: str
     rule: str
     reason: str
+    policy_version: int | None = None
 
 
 class CallAdmitted(Event):
@@ -64,6 +65,7 @@ class CallAdmitted(Event):
     decision: str
     rule: str
     revision: str
+    policy_version: int | None = None
 
 
 class ApprovalRequired(Event):
@@ -96,21 +98,67 @@ class ApprovalDecided(Event):
     decision: Literal["granted", "denied"]
     by: str
     reason: str
+    # The decider started the run (only possible when the policy allows self-approval):
+    # no second person was involved, and the audit trail says so.
+    self_approved: bool = False
 
 
 class ApprovalLapsed(Event):
-    """A request that can no longer be decided or used: expired or stale."""
+    """A request that can no longer be decided or used: expired, stale, or
+    cancelled because its run stopped."""
 
     type: Literal["approval_lapsed"] = "approval_lapsed"
     request_id: str
-    status: Literal["expired", "stale"]
+    status: Literal["expired", "stale", "cancelled"]
     reason: str
+
+
+class WaitEnded(Event):
+    """The run left ``waiting_approval`` (runs.core.lifecycle.WAIT_EXITS)."""
+
+    type: Literal["wait_ended"] = "wait_ended"
+    request_id: str
+    exit: Literal["granted", "denied", "expired", "stale", "cancelled"]
+    run: Literal["running", "stopped"]
+    reason: str
+    waited_seconds: float
+    total_waited_seconds: float
+
+
+class DuplicateEffect(Event):
+    """An external effect identical to one already applied or still unresolved:
+    nothing is performed and nobody is asked."""
+
+    type: Literal["duplicate"] = "duplicate"
+    tool: str
+    idempotency_key: str
+    of_call: str
+    status: str
+
+
+class PolicyChanged(Event):
+    """The run's gates decide under a newer policy version from now on."""
+
+    type: Literal["policy_changed"] = "policy_changed"
+    old_version: int
+    new_version: int
+
+
+class InvariantRepaired(Event):
+    """The beat's sweep found a row breaking an invariant of DESIGN section 6 and
+    repaired it."""
+
+    type: Literal["invariant_repaired"] = "invariant_repaired"
+    invariant: str
+    repair: str
+    request_id: str | None = None
 
 
 class KillRequested(Event):
     type: Literal["kill_requested"] = "kill_requested"
     by: str
     scope: Literal["run", "global"]
+    reason: str = ""  # the operator's words, optional
 
 
 class CallStarted(Event):
@@ -221,6 +269,10 @@ AnyEvent = Annotated[
     | ApprovalRefused
     | ApprovalDecided
     | ApprovalLapsed
+    | WaitEnded
+    | DuplicateEffect
+    | PolicyChanged
+    | InvariantRepaired
     | KillRequested
     | CallStarted
     | ReceiptRecorded

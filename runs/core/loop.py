@@ -12,7 +12,8 @@ from runs.core import events as ev
 from runs.core.contract import Contract
 from runs.core.errors import FieldProblem, InputError
 from runs.core.jsonutil import JSON, canonical_json, digest
-from runs.core.paths import patch_targets
+from runs.core.lifecycle import CANCELLED_OUTCOME, WAIT_EXITS, WaitExit, exit_of
+from runs.core.patchtext import patch_targets
 from runs.core.policy import Authorization, CheckDef, Policy, authorize
 from runs.core.ports import (
     ApprovalAsk,
@@ -23,14 +24,16 @@ from runs.core.ports import (
     Controls,
     Executor,
     NoControls,
+    PolicySource,
     Proposer,
     ProposerStopped,
+    RevisionMismatch,
     Store,
     SystemClock,
     Workspace,
 )
 from runs.core.receipts import Receipt, ReceiptInvalid, check_receipt
-from runs.core.state import TERMINAL_STATES, CallRecord, EvidenceRecord, PendingEffect, RunState, Waiting
+from runs.core.state import TERMINAL_STATES, CallRecord, EvidenceRecord, Operation, PendingEffect, RunState, Waiting
 from runs.core.tools import FINISH, Registry, ToolSpec
 
 RUN_CHECK = "run_check"
@@ -53,8 +56,10 @@ def approval_key(tool: str, args: Mapping[str, JSON], revision: str, policy_vers
     return digest({"tool": tool, "args": dict(args), "revision": revision, "policy_version": policy_version})
 
 
-def idempotency_key(run_id: str, call_id: str) -> str:
-    return digest({"run": run_id, "call": call_id})[:32]
+def operation_key(run_id: str, tool: str, args: Mapping[str, JSON], revision: str) -> str:
+    """The idempotency key of an external effect: what the effect is, never which call
+    asked for it, so the same effect proposed again is found (DESIGN section 6)."""
+    return digest({"run": run_id, "tool": tool, "args": dict(args), "revision": revision})[:32]
 
 
 def as_json(value: object) -> JSON:
@@ -97,9 +102,8 @@ class Harness:
         clock: Clock | None = None,
         controls: Controls | None = None,
         config: HarnessConfig | None = None,
+        policies: PolicySource | None = None,
     ) -> None:
-        if policy.version != state.policy_version:
-            raise ValueError(f"run {state.run_id} started under policy v{state.policy_version}, got v{policy.version}")
         self.state = state
         self.registry = registry
         self.policy = policy
@@ -112,7 +116,9 @@ class Harness:
         self.clock = clock or SystemClock()
         self.controls = controls or NoControls()
         self.config = config or HarnessConfig()
+        self.policies = policies
         self._events: list[ev.Event] = []
+        self._wait_just_ended = 0.0
         finish = registry.get(FINISH)
         if finish is None:
             raise ValueError("the registry has no finish tool")
@@ -171,16 +177,22 @@ class Harness:
                     tools=sorted(self.state.contract.allowed_tools),
                 )
                 self._checkpoint()
+            self._end_wait_clock()
+            self._adopt_policy(self.policy)
+            self._refresh_policy()
             self._recover_in_flight()
-            # Whatever happened while nobody drove this run, the trusted revision
-            # is re-read before any approval or evidence is relied on again.
-            self._set_revision(self.workspace.revision(), cleared_by_write=False)
+            # Whatever happened while nobody drove this run (hours, for a wait), the
+            # workspace is read in full before any approval or evidence is relied on
+            # again: a change that came around the harness's tools stops the run.
+            self._set_revision(self.workspace.verify(), cleared_by_write=False)
             if self.state.status == "waiting_approval":
                 self._resume_waiting()
             while self.state.status == "running":
                 self._step()
         except _Stop as stop:
             self._stop(stop.reason, stop.message)
+        except RevisionMismatch as exc:
+            self._stop("revision_mismatch", str(exc))
         return self.state
 
     def _guard(self, where: str, infrastructure: str | None = None) -> None:
@@ -191,18 +203,70 @@ class Harness:
             raise _no_retry("deadline", message, infrastructure)
 
     def _stop(self, reason: str, message: str) -> None:
-        self.state.status = "stopped"
-        self.state.stop_reason = reason
-        self.state.stop_message = message
-        self.state.waiting = None
-        self._emit(ev.Stopped, call_id=self.state.current_call, status=reason, message=message)
-        self.state.current_call = None
-        self.state.current_proposal = None
+        state = self.state
+        if state.waiting is not None:
+            self._emit_wait_ended("cancelled", message)
+        state.status = "stopped"
+        state.stop_reason = reason
+        state.stop_message = message
+        state.waiting = None
+        state.waiting_since = None
+        self._emit(ev.Stopped, call_id=state.current_call, status=reason, message=message)
+        state.current_call = None
+        state.current_proposal = None
         self._checkpoint()
+        self._close_requests(f"the run stopped: {reason}")
+
+    def _close_requests(self, reason: str) -> None:
+        """A run that ended leaves nothing in the reviewers' queue (DESIGN section 6:
+        a pending request belongs to a waiting run). The gate records each
+        cancellation; this runs after the final checkpoint, so a crash in between
+        leaves it to the sweep."""
+        self.approvals.cancel_open(self.state.run_id, reason)
+
+    # -- policy and time -------------------------------------------------------------
+
+    def _adopt_policy(self, policy: Policy) -> None:
+        """Gates decide under the policy now in force; the change is on the record."""
+        self.policy = policy
+        if policy.version != self.state.policy_version:
+            self._emit(ev.PolicyChanged, old_version=self.state.policy_version, new_version=policy.version)
+            self.state.policy_version = policy.version
+
+    def _refresh_policy(self) -> None:
+        if self.policies is not None:
+            self._adopt_policy(self.policies.current())
+
+    def _end_wait_clock(self) -> None:
+        """Time waiting for a human is not working time: it moves the deadline on and
+        is counted apart. A wait that goes on is re-opened by ``_enter_wait``."""
+        state = self.state
+        self._wait_just_ended = 0.0
+        if state.waiting_since is None:
+            return
+        waited = max(0.0, self.clock.now() - state.waiting_since)
+        self._wait_just_ended = waited
+        state.waited_seconds += waited
+        state.deadline += waited
+        state.waiting_since = None
+
+    def _enter_wait(self) -> None:
+        self.state.status = "waiting_approval"
+        if self.state.waiting_since is None:
+            self.state.waiting_since = self.clock.now()
+
+    def _wait_left(self) -> float:
+        """How long a new request may stay open: the policy's TTL, bounded by what is
+        left of its limit on total waiting."""
+        ttl = float(self.policy.approval_ttl_seconds)
+        if self.policy.max_wait_seconds is None:
+            return ttl
+        return min(ttl, self.policy.max_wait_seconds - self.state.waited_seconds)
 
     def _step(self) -> None:
         state = self.state
         if state.current_call is None:
+            self._refresh_policy()
             self._guard("before asking the model")
             if not self._proposal_budget_left():
                 raise _Stop("budget_exhausted", f"proposal budget of {state.limits.max_proposals} used")
@@ -257,9 +321,10 @@ class Harness:
             clean = self._validate(spec, args)
             if tool == RUN_CHECK and self.policy.check(clean["check_id"]) is None:
                 raise InputError("arguments", [FieldProblem("args.check_id", f"unknown check {clean['check_id']!r}")])
+            looked_up = self._key_to_look_up(spec, clean)
         except InputError as exc:
             return self._invalid(call_id, "validate", exc.problems)
-        record = CallRecord(call_id=call_id, tool=tool, args=clean, state="validated")
+        record = CallRecord(call_id=call_id, tool=tool, args=clean, state="validated", idempotency_key=looked_up)
         self.state.ledger[call_id] = record
         self._admit(record, spec)
 
@@ -279,17 +344,49 @@ class Harness:
         self.state.status = "complete"
         self._emit(ev.Stopped, call_id=call_id, status="complete", message="finished with passing checks on the current revision")
         self._end_step({"kind": "complete", "call_id": call_id})
+        self._close_requests("the run completed")
+
+    def _key_to_look_up(self, spec: ToolSpec, args: dict[str, JSON]) -> str | None:
+        """A lookup needs no internal key from the model: without one it looks up this
+        run's effect of that tool, the unresolved one first, else the latest (at the
+        current revision if there is one)."""
+        if spec.looks_up is None:
+            return None
+        given = args.get("idempotency_key")
+        if isinstance(given, str):
+            return given
+        state = self.state
+        unresolved = [p.idempotency_key for p in state.unresolved_effects() if p.tool == spec.looks_up and p.idempotency_key]
+        if unresolved:
+            return unresolved[-1]
+        done = [op for op in state.operations.values() if op.tool == spec.looks_up]
+        chosen = [op for op in done if op.revision == state.revision] or done
+        if not chosen:
+            raise InputError("arguments", [FieldProblem("args.idempotency_key", f"this run has no {spec.looks_up} to look up; give a key")])
+        return chosen[-1].key
 
     # -- gates 4-6: authorize, evidence, approval --------------------------------
 
     def _admit(self, record: CallRecord, spec: ToolSpec) -> None:
         call_id = record.call_id
         auth = self._authorize(spec, record.args)
-        record.decision, record.rule = auth.decision, auth.rule
+        record.decision, record.rule, record.policy_version = auth.decision, auth.rule, self.policy.version
         if auth.decision == "deny":
             record.state = "failed"
-            self._emit(ev.Denied, call_id=call_id, tool=spec.name, rule=auth.rule, reason="policy denies this call")
+            self._emit(
+                ev.Denied,
+                call_id=call_id,
+                tool=spec.name,
+                rule=auth.rule,
+                reason="policy denies this call",
+                policy_version=self.policy.version,
+            )
             raise _Stop("tool_denied", f"policy denies {spec.name} ({auth.rule})")
+        if spec.external_effect:
+            record.idempotency_key = operation_key(self.state.run_id, spec.name, record.args, self.state.revision)
+            done = self._already_done(record)
+            if done is not None:
+                return self._duplicate(record, spec, done)
         pending = self._blocking_effects()
         if pending and spec.has_effect:
             record.state = "failed"
@@ -301,8 +398,10 @@ class Harness:
             record.state = "failed"
             self._emit(ev.CheckRequired, call_id=call_id, revision=self.state.revision, missing=missing, for_tool=spec.name)
             return self._end_step({"kind": "check_required", "call_id": call_id, "revision": self.state.revision, "missing": missing})
-        if auth.decision == "ask" and not self._approved(record, spec, auth):
-            return
+        if auth.decision == "ask" and record.granted_key != self._approval_key(record):
+            # No effect without a consumed grant for exactly this tool, these arguments,
+            # this revision and this policy version.
+            return self._ask(record, spec, auth)
         record.state = "allowed"
         self._emit(
             ev.CallAdmitted,
@@ -313,19 +412,53 @@ class Harness:
             decision=auth.decision,
             rule=auth.rule,
             revision=self.state.revision,
+            policy_version=self.policy.version,
         )
         self._execute(record, spec)
 
-    def _approved(self, record: CallRecord, spec: ToolSpec, auth: Authorization) -> bool:
+    def _duplicate(self, record: CallRecord, spec: ToolSpec, done: Operation) -> None:
+        """The same effect again: nothing is performed, nobody is asked, and the
+        proposer gets the first outcome."""
+        record.state = "completed"
+        record.last_status = "duplicate"
+        self.state.not_performed.append({"call_id": record.call_id, "tool": spec.name, "state": "duplicate", "of_call": done.call_id})
+        self._emit(
+            ev.DuplicateEffect, call_id=record.call_id, tool=spec.name, idempotency_key=done.key, of_call=done.call_id, status=done.status
+        )
+        self._end_step(
+            {
+                "kind": "duplicate",
+                "call_id": record.call_id,
+                "tool": spec.name,
+                "of_call": done.call_id,
+                "idempotency_key": done.key,
+                "status": done.status,
+                "first_outcome": done.outcome,
+            }
+        )
+
+    def _approval_key(self, record: CallRecord) -> str:
+        return approval_key(record.tool, record.args, self.state.revision, self.policy.version)
+
+    def _ask(self, record: CallRecord, spec: ToolSpec, auth: Authorization) -> None:
+        """File (or find) the request for exactly this call and wait for it."""
         state = self.state
-        key = approval_key(spec.name, record.args, state.revision, state.policy_version)
+        wait_left = self._wait_left()
+        # A reviewer is never offered a grant the run could not use.
+        if wait_left <= 0:
+            record.state = "failed"
+            raise _Stop("approval_expired", f"the policy's limit of {self.policy.max_wait_seconds}s on waiting for reviewers is used up")
+        if state.calls >= state.limits.max_tool_calls:
+            record.state = "failed"
+            raise _Stop("budget_exhausted", f"call budget of {state.limits.max_tool_calls} used: a grant could not be used")
+        key = self._approval_key(record)
         record.approval_key = key
         # What the reviewer is asked about is exactly what the audit trail records.
         asked: dict[str, Any] = {
             "tool": spec.name,
             "args": record.args,
             "revision": state.revision,
-            "policy_version": state.policy_version,
+            "policy_version": self.policy.version,
             "key": key,
             "rule": auth.rule,
         }
@@ -335,33 +468,97 @@ class Harness:
             actor=state.actor,
             diff=self.workspace.preview(spec.name, record.args) if spec.has_effect else None,
             evidence=[state.evidence[i].model_dump() for i in state.current_evidence.values()],
+            expires_in_seconds=wait_left,
             **asked,
         )
-        admission = self.approvals.admit(ask)
-        if admission.kind == "consumed":
-            state.waiting = None
-            state.status = "running"
-            self._emit(ev.ApprovalConsumed, call_id=record.call_id, key=key, request_id=admission.request_id)
-            return True
-        if admission.kind == "denied":
-            record.state = "failed"
-            self._emit(ev.ApprovalRefused, call_id=record.call_id, key=key, request_id=admission.request_id, reason=admission.reason)
-            raise _Stop("denied", f"approval denied: {admission.reason}")
-        if admission.new or state.waiting is None or state.waiting.request_id != admission.request_id:
-            self._emit(ev.ApprovalRequired, call_id=record.call_id, request_id=admission.request_id, **asked)
-        state.status = "waiting_approval"
-        state.waiting = Waiting(call_id=record.call_id, request_id=admission.request_id, approval_key=key)
+        filed = self.approvals.request(ask)
+        if filed.new or state.waiting is None or state.waiting.request_id != filed.request_id:
+            self._emit(ev.ApprovalRequired, call_id=record.call_id, request_id=filed.request_id, **asked)
+        state.waiting = Waiting(
+            call_id=record.call_id,
+            request_id=filed.request_id,
+            approval_key=key,
+            revision=state.revision,
+            policy_version=self.policy.version,
+        )
+        self._enter_wait()
         self._checkpoint()
-        return False
 
     def _resume_waiting(self) -> None:
-        """Re-run the waiting call from the authorize gate: permissions, evidence and the
-        approval are checked again against the current revision before it may execute."""
-        assert self.state.waiting is not None
-        record = self.state.ledger[self.state.waiting.call_id]
+        """Decide how the wait ends (runs.core.lifecycle.WAIT_EXITS), or that it goes on."""
+        state = self.state
+        waiting = state.waiting
+        assert waiting is not None
+        record = state.ledger[waiting.call_id]
         spec = self.registry.get(record.tool)
         assert spec is not None
-        self._guard("resuming after approval")
+        self._guard("resuming a wait")
+        if self._approval_key(record) != waiting.approval_key:
+            reason = self._stale_reason(waiting)
+            self.approvals.lapse(waiting.request_id, "stale", reason)
+            return self._leave_wait("stale", reason, record, spec)
+        found = self.approvals.state(waiting.request_id)
+        if found.due:
+            self.approvals.lapse(waiting.request_id, "expired", "no decision before the request expired")
+            found = self.approvals.state(waiting.request_id)
+        if found.status == "granted" and self.approvals.consume(waiting.request_id, record.call_id):
+            found = self.approvals.state(waiting.request_id)
+        exit = exit_of(found.status)
+        if found.status == "consumed" and found.consumed_by_call != record.call_id:
+            reason = f"the grant was used by {found.consumed_by_call}"
+            return self._leave_wait("stale", reason, record, spec)
+        if exit is None or found.status == "granted":
+            # Still pending (or a grant not usable this instant): the wait goes on.
+            self._enter_wait()
+            self._checkpoint()
+            return
+        self._leave_wait(exit, found.reason, record, spec)
+
+    def _stale_reason(self, waiting: Waiting) -> str:
+        state = self.state
+        if waiting.policy_version != self.policy.version:
+            return f"policy v{self.policy.version} replaced v{waiting.policy_version} while the request waited"
+        if waiting.revision != state.revision:
+            return f"the workspace moved from {waiting.revision[:12]} to {state.revision[:12]} while the request waited"
+        return "the call no longer matches the request"
+
+    def _emit_wait_ended(self, exit: WaitExit, reason: str) -> None:
+        state = self.state
+        assert state.waiting is not None
+        self._emit(
+            ev.WaitEnded,
+            call_id=state.waiting.call_id,
+            request_id=state.waiting.request_id,
+            exit=exit,
+            run=WAIT_EXITS[exit].run,
+            reason=reason,
+            waited_seconds=round(self._wait_just_ended, 3),
+            total_waited_seconds=round(state.waited_seconds, 3),
+        )
+
+    def _leave_wait(self, exit: WaitExit, reason: str, record: CallRecord, spec: ToolSpec) -> None:
+        state = self.state
+        waiting = state.waiting
+        assert waiting is not None
+        transition = WAIT_EXITS[exit]
+        self._emit_wait_ended(exit, reason)
+        state.waiting = None
+        state.status = "running"
+        if exit == "granted":
+            record.granted_key = waiting.approval_key
+            self._emit(ev.ApprovalConsumed, call_id=record.call_id, key=waiting.approval_key, request_id=waiting.request_id)
+            return self._admit(record, spec)
+        if transition.run == "stopped":
+            record.state = "failed"
+            if exit == "denied":
+                self._emit(
+                    ev.ApprovalRefused, call_id=record.call_id, key=waiting.approval_key, request_id=waiting.request_id, reason=reason
+                )
+                raise _Stop("denied", f"approval denied: {reason}")
+            raise _Stop(transition.outcome or CANCELLED_OUTCOME, f"approval {exit}: {reason}")
+        # Stale: the call goes back through the gates at the current revision and
+        # under the current policy; the run goes on.
+        record.approval_key = None
         self._admit(record, spec)
 
     # -- gates 7-9: execute, receipt check, observe -----------------------------
@@ -370,7 +567,12 @@ class Harness:
         state = self.state
         check = self.policy.check(str(record.args["check_id"])) if spec.name == RUN_CHECK else None
         if spec.external_effect:
-            record.idempotency_key = idempotency_key(state.run_id, record.call_id)
+            assert record.idempotency_key is not None
+            # Part of the intent checkpointed below: a crash during the call leaves the
+            # operation known, so the same effect is never performed twice.
+            state.operations[record.idempotency_key] = Operation(
+                key=record.idempotency_key, tool=spec.name, args=record.args, revision=state.revision, call_id=record.call_id
+            )
         while True:
             self._guard("before an attempt")
             if not self._attempts_left(record):
@@ -403,6 +605,8 @@ class Harness:
             )
             try:
                 raw: object = self.executor.execute(call)
+            except RevisionMismatch:
+                raise
             except Exception as exc:  # noqa: BLE001 - an executor crash is a missing receipt, not a worker crash
                 raw = None
                 problem_detail = f"executor raised {type(exc).__name__}: {exc}"
@@ -441,6 +645,7 @@ class Harness:
             record.last_status = receipt.status
             if receipt.status != "transient":
                 feedback = self._settle(record, spec, receipt, check)
+                self._settle_operation(record, receipt, feedback)
                 self._guard("after the receipt")
                 return self._end_step(feedback)
             infrastructure = self._infrastructure_failure(receipt)
@@ -493,6 +698,16 @@ class Harness:
         if record.transient_reasons:
             feedback["earlier_attempts"] = list(record.transient_reasons)
         return feedback
+
+    def _settle_operation(self, record: CallRecord, receipt: Receipt, feedback: dict[str, JSON]) -> None:
+        operation = self.state.operations.get(record.idempotency_key or "")
+        if operation is None or operation.call_id != record.call_id:
+            return
+        if receipt.status == "unknown":
+            operation.status = "unknown"
+        else:
+            operation.status = "applied" if receipt.effect == "applied" else "not_applied"
+        operation.outcome = feedback
 
     def _observe(self, data: dict[str, JSON]) -> dict[str, JSON]:
         """What the proposer sees: the data, or a bounded summary plus an artifact ref."""
@@ -573,6 +788,14 @@ class Harness:
     def _blocking_effects(self) -> list[PendingEffect]:
         return self.state.unresolved_effects()
 
+    def _already_done(self, record: CallRecord) -> Operation | None:
+        """The same external effect applied, under way or of unknown outcome (only one
+        known not to have happened may be performed again)."""
+        done = self.state.operations.get(record.idempotency_key or "")
+        if done is None or done.status == "not_applied" or done.call_id == record.call_id:
+            return None
+        return done
+
     def _attempts_left(self, record: CallRecord) -> bool:
         return record.attempts < self.state.limits.max_attempts
 
@@ -587,6 +810,9 @@ class Harness:
     def _record_pending(self, record: CallRecord, spec: ToolSpec, reason: str) -> None:
         record.state = "unknown"
         kind = "external" if spec.external_effect else "workspace"
+        operation = self.state.operations.get(record.idempotency_key or "")
+        if operation is not None and operation.call_id == record.call_id:
+            operation.status = "unknown"
         if spec.writes:
             self._note_written(record)
         self.state.pending_effects.append(
@@ -631,6 +857,10 @@ class Harness:
                 self._set_revision(self.workspace.revision(), cleared_by_write=bool(result.applied))
             elif result.applied:
                 self.state.effects_applied.append(effect.call_id)
+            operation = self.state.operations.get(effect.idempotency_key or "")
+            if operation is not None and operation.call_id == effect.call_id:
+                operation.status = "applied" if result.applied else "not_applied"
+                operation.outcome = {"reconciled": result.detail}
             self._emit(ev.EffectReconciled, call_id=effect.call_id, applied=bool(result.applied), detail=result.detail)
         if changed:
             self._checkpoint()

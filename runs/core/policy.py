@@ -58,6 +58,9 @@ class CheckDef(_Frozen):
     version: str = "1"
     timeout_seconds: int = Field(default=120, ge=1, le=3600)
     image: str | None = None
+    # The workspace is read-only to checks; one that must write into its tree runs
+    # in a throwaway copy of it in scratch instead.
+    on_copy: bool = False
 
 
 class SandboxLimits(_Frozen):
@@ -65,8 +68,15 @@ class SandboxLimits(_Frozen):
     cpus: float = Field(default=1.0, gt=0, le=64)
     pids_limit: int = Field(default=128, ge=16, le=4096)
     network: Literal["none"] = "none"
-    # What checks may leave in the workspace (a directory on the worker's disk).
+    # How large the workspace may grow before no check runs in it (a directory on
+    # the worker's disk; checks see it read-only, the file tools write it).
     workspace_max_mb: int = Field(default=1024, ge=1, le=1_048_576)
+    # The tmpfs checks write to (caches, bytecode, build output), emptied before and
+    # after every check; the kernel bounds it, and it counts against ``memory``.
+    scratch_mb: int = Field(default=256, ge=1, le=65_536)
+    # The container runtime: runc (the engine's default) or gVisor's runsc, which
+    # puts a user-space kernel between checks and the host's.
+    runtime: Literal["runc", "runsc"] = "runc"
 
 
 class Policy(_Frozen):
@@ -75,6 +85,9 @@ class Policy(_Frozen):
     checks: list[CheckDef]
     budget: Limits
     approval_ttl_seconds: int = Field(default=3600, ge=1)
+    # An optional bound on the total time one run may wait for reviewers; each request
+    # expires no later than what is left of it.
+    max_wait_seconds: int | None = Field(default=None, ge=1, le=30 * 24 * 3600)
     allow_self_approval: bool = False
     sandbox: SandboxLimits = SandboxLimits()
 

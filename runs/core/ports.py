@@ -10,7 +10,7 @@ from typing import Literal, Protocol
 
 from runs.core.events import Event
 from runs.core.jsonutil import JSON
-from runs.core.policy import CheckDef
+from runs.core.policy import CheckDef, Policy
 from runs.core.state import PendingEffect, RunState
 
 
@@ -51,9 +51,21 @@ class Executor(Protocol):
         """Find out whether an effect of unknown outcome happened (by idempotency key)."""
 
 
+class RevisionMismatch(Exception):
+    """The workspace's maintained revision disagrees with a full walk of its tree (or
+    can no longer be read): nothing it vouched for can be trusted, so the run stops
+    (``revision_mismatch``) instead of going on with an unverified value."""
+
+
 class Workspace(Protocol):
     def revision(self) -> str:
-        """The content hash of the workspace, computed by trusted code."""
+        """The content hash of the workspace, computed by trusted code. Raises
+        RevisionMismatch when that value fails its verification."""
+
+    def verify(self) -> str:
+        """The revision as a full read of the workspace finds it, which must agree with
+        ``revision()`` (RevisionMismatch otherwise). Costs the size of the workspace:
+        for when a run is picked up, not for every call."""
 
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
         """A unified diff of what a write would change, for reviewers."""
@@ -72,20 +84,48 @@ class ApprovalAsk:
     actor: str
     diff: str | None
     evidence: Sequence[Mapping[str, JSON]] = field(default_factory=tuple)
+    # The core bounds the request's life by the policy's TTL and what is left of the
+    # policy's limit on waiting, so no reviewer is offered a grant the run cannot use.
+    expires_in_seconds: float = 3600.0
 
 
 @dataclass(frozen=True)
-class Admission:
-    kind: Literal["consumed", "denied", "waiting"]
+class Filed:
     request_id: str
+    new: bool
+
+
+@dataclass(frozen=True)
+class RequestState:
+    request_id: str
+    status: str  # runs.core.lifecycle.RequestStatus
     reason: str = ""
-    new: bool = False
+    consumed_by_call: str = ""
+    due: bool = False  # still open but past its expiry
 
 
 class ApprovalGate(Protocol):
-    def admit(self, ask: ApprovalAsk) -> Admission:
-        """Consume a granted approval for exactly this key (atomically, once), report a
-        denial, or file/keep a request and say the run must wait."""
+    """Approval requests as the loop sees them. Every status change the gate makes
+    follows runs.core.lifecycle.REQUEST_TRANSITIONS and is recorded as an event."""
+
+    def request(self, ask: ApprovalAsk) -> Filed:
+        """File a request for exactly this key, or return the pending one already filed."""
+
+    def state(self, request_id: str) -> RequestState: ...
+
+    def consume(self, request_id: str, call_id: str) -> bool:
+        """Use a granted request once (atomically: of concurrent consumers one wins)."""
+
+    def lapse(self, request_id: str, status: Literal["expired", "stale"], reason: str) -> bool:
+        """End an open request that can no longer be decided or used."""
+
+    def cancel_open(self, run_id: str, reason: str) -> list[str]:
+        """Cancel every open request of a run that stopped; their ids."""
+
+
+class PolicySource(Protocol):
+    def current(self) -> Policy:
+        """The server policy now in force (the newest version)."""
 
 
 class Store(Protocol):

@@ -32,6 +32,10 @@ def build_report(state: RunState) -> dict[str, JSON]:
         "proposals": state.proposals,
         "calls": state.calls,
         "limits": state.limits.model_dump(),
+        # Time spent waiting for reviewers, apart from the working time the limits bound
+        # (plus the wait in progress since ``waiting_since``, for a run still waiting).
+        "waited_seconds": round(state.waited_seconds, 3),
+        "waiting_since": state.waiting_since,
         "policy_version": state.policy_version,
         "base_revision": state.base_revision,
         "revision": state.revision,

@@ -223,6 +223,20 @@ def invalid_argument(harness_cls: HarnessFactory) -> tuple[bool, str]:
     return ok, f"feedback invalid_input={fed_back}, executed paths={paths}"
 
 
+def repeated_effect(harness_cls: HarnessFactory) -> tuple[bool, str]:
+    script = [
+        call("write_file", path="src/calc.py", content=FIXED),
+        call("run_check", check_id="tests"),
+        call("publish", message="fix negative quantities"),
+        call("publish", message="fix negative quantities"),
+    ]
+    rig = build_rig(script, harness_cls=harness_cls)
+    rig.harness.run()
+    publishes = rig.executed("publish")
+    ok = publishes == 1 and "duplicate" in rig.event_types()
+    return ok, f"publish executions={publishes}, effects applied={rig.state.effects_applied}"
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("a denied tool never reaches the executor", denied_tool),
     Scenario("a stale check cannot complete a run", stale_check),
@@ -232,6 +246,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("a transient failure is retried within limits", transient_retry),
     Scenario("an invalid argument is returned to the proposer", invalid_argument),
     Scenario("a failing sandbox is retried, never evidence, and stops the run by name", failing_sandbox),
+    Scenario("the same effect proposed again is performed once", repeated_effect),
 )
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from runs.core.events import Event
 from runs.core.jsonutil import JSON, digest, sha256_bytes
-from runs.core.ports import Admission, ApprovalAsk, Call, Reconciliation
+from runs.core.lifecycle import OPEN_STATUSES, REQUEST_TRANSITIONS
+from runs.core.ports import ApprovalAsk, Call, Filed, Reconciliation, RequestState
 from runs.core.state import CallRecord, PendingEffect, RunState
 
 
@@ -33,6 +35,9 @@ class SimWorkspace:
 
     def revision(self) -> str:
         return digest(self.files)[:40]
+
+    def verify(self) -> str:
+        return self.revision()
 
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
         if tool == "publish":
@@ -107,7 +112,7 @@ class SimExecutor:
         return "applied", {"idempotency_key": key}
 
     def _lookup_publish(self, call: Call) -> tuple[str, dict[str, JSON]]:
-        key = str(call.args["idempotency_key"])
+        key = str(call.args.get("idempotency_key") or call.idempotency_key)
         return "none", {"found": key in self.outbox, "authoritative": self.lookup_authoritative}
 
     def reconcile(self, effect: PendingEffect) -> Reconciliation:
@@ -122,33 +127,59 @@ class SimExecutor:
 
 
 class MemoryApprovals:
-    """Approval decisions by key, with the single-use rule of DESIGN section 6."""
+    """Approval requests in memory, following runs.core.lifecycle's transitions."""
 
     def __init__(self) -> None:
         self.requests: dict[str, ApprovalAsk] = {}
-        self.decisions: dict[str, tuple[str, str]] = {}
-        self.consumed: set[str] = set()
+        self.status: dict[str, str] = {}
+        self.reasons: dict[str, str] = {}
+        self.consumed_by: dict[str, str] = {}
+        self.due: set[str] = set()
 
-    def admit(self, ask: ApprovalAsk) -> Admission:
-        request_id = f"req-{ask.key[:12]}-{len(self.consumed)}"
-        decision = self.decisions.get(ask.key)
-        if decision is not None and decision[0] == "granted" and ask.key not in self.consumed:
-            self.consumed.add(ask.key)
-            return Admission("consumed", request_id)
-        if decision is not None and decision[0] == "denied":
-            return Admission("denied", request_id, reason=decision[1])
-        new = ask.key not in self.requests or ask.key in self.consumed
-        if ask.key in self.consumed:
-            self.consumed.discard(ask.key)
-            self.decisions.pop(ask.key, None)
-        self.requests[ask.key] = ask
-        return Admission("waiting", request_id, new=new)
+    def _move(self, request_id: str, status: str, reason: str = "") -> bool:
+        if status not in REQUEST_TRANSITIONS[self.status[request_id]]:
+            return False
+        self.status[request_id] = status
+        self.reasons[request_id] = reason
+        return True
+
+    def request(self, ask: ApprovalAsk) -> Filed:
+        for request_id, filed in self.requests.items():
+            if filed.key == ask.key and self.status[request_id] == "pending":
+                return Filed(request_id, new=False)
+        request_id = f"req-{len(self.requests) + 1}"
+        self.requests[request_id] = ask
+        self.status[request_id] = "pending"
+        return Filed(request_id, new=True)
+
+    def state(self, request_id: str) -> RequestState:
+        status = self.status[request_id]
+        due = request_id in self.due and status in OPEN_STATUSES
+        return RequestState(request_id, status, self.reasons.get(request_id, ""), self.consumed_by.get(request_id, ""), due)
+
+    def consume(self, request_id: str, call_id: str) -> bool:
+        if request_id in self.due or not self._move(request_id, "consumed"):
+            return False
+        self.consumed_by[request_id] = call_id
+        return True
+
+    def lapse(self, request_id: str, status: Literal["expired", "stale"], reason: str) -> bool:
+        return self._move(request_id, status, reason)
+
+    def cancel_open(self, run_id: str, reason: str) -> list[str]:
+        return [r for r, ask in self.requests.items() if ask.run_id == run_id and self._move(r, "cancelled", reason)]
+
+    def open_for(self, key: str) -> str:
+        return next(r for r, ask in self.requests.items() if ask.key == key and self.status[r] in OPEN_STATUSES)
 
     def grant(self, key: str) -> None:
-        self.decisions[key] = ("granted", "")
+        self._move(self.open_for(key), "granted")
 
     def deny(self, key: str, reason: str) -> None:
-        self.decisions[key] = ("denied", reason)
+        self._move(self.open_for(key), "denied", reason)
+
+    def expire(self, key: str) -> None:
+        self.due.add(self.open_for(key))
 
 
 class MemoryStore:

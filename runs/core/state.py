@@ -34,6 +34,11 @@ class CallRecord(_State):
     # Why each transient attempt failed, so the result that follows can tell the
     # model what happened before it.
     transient_reasons: list[str] = Field(default_factory=list)
+    # The policy version whose gates decided this call (policy changes reach runs in flight).
+    policy_version: int | None = None
+    # The approval key of the grant this call consumed; an ``ask`` call executes only
+    # with a consumed grant for exactly its tool, arguments, revision and policy version.
+    granted_key: str | None = None
 
 
 class EvidenceRecord(_State):
@@ -65,10 +70,25 @@ class PendingEffect(_State):
     resolution: str | None = None
 
 
+class Operation(_State):
+    """One external effect, by what it is (run, tool, canonical args, revision): the
+    same operation proposed again is a duplicate, never performed twice."""
+
+    key: str
+    tool: str
+    args: dict[str, JSON]
+    revision: str
+    call_id: str  # the call that performed it (or is performing it)
+    status: Literal["started", "applied", "not_applied", "unknown"] = "started"
+    outcome: dict[str, JSON] = Field(default_factory=dict)
+
+
 class Waiting(_State):
     call_id: str
     request_id: str
     approval_key: str
+    revision: str = ""
+    policy_version: int = 0
 
 
 class RunState(_State):
@@ -83,7 +103,11 @@ class RunState(_State):
     proposals: int = 0
     calls: int = 0
     started_at: float
+    # The end of the run's working time: moved on by every wait for a human, which is
+    # counted apart in ``waited_seconds`` (and ``waiting_since`` while a wait lasts).
     deadline: float
+    waited_seconds: float = 0.0
+    waiting_since: float | None = None
     base_revision: str
     revision: str
     evidence: list[EvidenceRecord] = Field(default_factory=list)
@@ -103,6 +127,8 @@ class RunState(_State):
     next_seq: int = 1
     next_call: int = 1
     effects_applied: list[str] = Field(default_factory=list)
+    # External effects by idempotency key (see Operation).
+    operations: dict[str, Operation] = Field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
@@ -114,6 +140,13 @@ class RunState(_State):
         if self.status == "stopped":
             return self.stop_reason or "stopped"
         return self.status
+
+    def deadline_at(self, now: float) -> float:
+        """The working-time deadline as it will stand if a wait in progress ends now."""
+        return self.deadline + (now - self.waiting_since if self.waiting_since is not None else 0.0)
+
+    def waited_at(self, now: float) -> float:
+        return self.waited_seconds + (now - self.waiting_since if self.waiting_since is not None else 0.0)
 
     def unresolved_effects(self) -> list[PendingEffect]:
         return [p for p in self.pending_effects if not p.resolved]

@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from runs.core.errors import FieldProblem, InputError, problems_from
 from runs.core.jsonutil import JSON
-from runs.core.paths import PathRefused, canonical_path, patch_targets, path_allowed
+from runs.core.patchtext import patch_targets
+from runs.core.paths import PathRefused, canonical_path, path_allowed
 
 
 class Args(BaseModel):
@@ -69,11 +70,7 @@ class ApplyPatchArgs(Args):
     @field_validator("patch")
     @classmethod
     def _targets(cls, value: str) -> str:
-        targets = patch_targets(value)
-        if not targets:
-            raise ValueError("no '--- a/...' / '+++ b/...' file headers found")
-        for target in targets:
-            _canonical(target)
+        patch_targets(value)  # the applier's own reading: PatchRefused names the problem
         return value
 
 
@@ -86,7 +83,11 @@ class PublishArgs(Args):
 
 
 class LookupPublishArgs(Args):
-    idempotency_key: str = Field(pattern=r"^[0-9a-f]{32}$")
+    idempotency_key: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{32}$",
+        description="the publish to look up; leave it out for this run's publish (the unresolved one, else the latest)",
+    )
 
 
 class FinishArgs(Args):
@@ -103,6 +104,9 @@ class ToolSpec:
     external_effect: bool = False  # changes something outside the workspace
     needs_evidence: bool = False  # refused without a passing check of the current revision
     runs_untrusted_code: bool = False  # may change the workspace even without writing
+    looks_up: str | None = None  # finds whether an effect of the named tool happened, by its idempotency key
+    # One line for the reviewer: what happens if this call is granted (effectful tools).
+    reviewer_summary: str = ""
 
     @property
     def has_effect(self) -> bool:
@@ -145,7 +149,7 @@ class Registry:
             globs = list(write_globs)
             targets = patch_targets(clean["patch"]) if "patch" in clean else [clean["path"]]
             field = "args.patch" if "patch" in clean else "args.path"
-            refused = [t for t in targets if not path_allowed(canonical_path(t), globs)]
+            refused = [t for t in targets if not path_allowed(t, globs)]
             if refused:
                 raise InputError(
                     "arguments",
@@ -164,6 +168,7 @@ BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
         "Replace a workspace file's content. Only paths in the task's allowed write paths; no symlinks.",
         WriteFileArgs,
         writes=True,
+        reviewer_summary="Replaces the whole content of this one file in the run's workspace; nothing leaves the sandbox.",
     ),
     ToolSpec(
         "apply_patch",
@@ -171,6 +176,7 @@ BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
         "Apply a unified diff to workspace files. Refused as a whole when any hunk does not apply.",
         ApplyPatchArgs,
         writes=True,
+        reviewer_summary="Changes the workspace files exactly as the diff shows; nothing leaves the sandbox.",
     ),
     ToolSpec(
         "run_check",
@@ -186,12 +192,17 @@ BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
         PublishArgs,
         external_effect=True,
         needs_evidence=True,
+        reviewer_summary=(
+            "Ships the workspace's changes against the base revision, exactly the diff shown, as one patch with this"
+            " message to the outbox, outside the sandbox; it happens once and cannot be taken back by the run."
+        ),
     ),
     ToolSpec(
         "lookup_publish",
         "1",
-        "Ask whether a publish with this idempotency key happened; says whether the answer is authoritative.",
+        "Ask whether this run's publish happened (or the publish with the given idempotency key); says whether the answer is authoritative.",
         LookupPublishArgs,
+        looks_up="publish",
     ),
     ToolSpec(FINISH, "1", "Declare the task done. Refused until the current revision has passing checks.", FinishArgs),
 )

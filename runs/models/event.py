@@ -1,5 +1,7 @@
 from django.db import models
 
+from runs.redact import RedactedJSONField
+
 
 class Event(models.Model):
     """The append-only event log. ``seq`` is per run, gap-free and assigned under the
@@ -10,7 +12,7 @@ class Event(models.Model):
     type = models.CharField(max_length=40, db_index=True)
     call_id = models.CharField(max_length=40, null=True, blank=True)
     ts = models.DateTimeField()
-    payload = models.JSONField()
+    payload = RedactedJSONField()
 
     class Meta:
         ordering = ["run", "seq"]

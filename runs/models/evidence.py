@@ -1,5 +1,7 @@
 from django.db import models
 
+from runs.redact import RedactedJSONField
+
 
 class Evidence(models.Model):
     """A check's result, bound to the revision it checked. Only executor receipts
@@ -9,7 +11,7 @@ class Evidence(models.Model):
     call_id = models.CharField(max_length=40)
     check_id = models.CharField(max_length=64)
     check_version = models.CharField(max_length=40)
-    command = models.JSONField()
+    command = RedactedJSONField()
     exit_code = models.IntegerField(null=True)
     timed_out = models.BooleanField(default=False)
     duration_ms = models.PositiveIntegerField()

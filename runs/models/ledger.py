@@ -1,5 +1,7 @@
 from django.db import models
 
+from runs.redact import RedactedJSONField, RedactedTextField
+
 
 class CallLedgerEntry(models.Model):
     """One logical tool call: proposed -> validated -> allowed -> started ->
@@ -17,7 +19,7 @@ class CallLedgerEntry(models.Model):
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="ledger")
     call_id = models.CharField(max_length=40)
     tool = models.CharField(max_length=100)
-    args = models.JSONField()
+    args = RedactedJSONField()
     state = models.CharField(max_length=20, choices=State.choices)
     attempts = models.PositiveIntegerField(default=0)
     idempotency_key = models.CharField(max_length=64, null=True, blank=True)
@@ -37,8 +39,8 @@ class Receipt(models.Model):
     call_id = models.CharField(max_length=40)
     attempt = models.PositiveIntegerField()
     valid = models.BooleanField()
-    problem = models.TextField(blank=True, default="")
-    body = models.JSONField(null=True)
+    problem = RedactedTextField(blank=True, default="")
+    body = RedactedJSONField(null=True)
     harness_revision = models.CharField(max_length=80)
     event_seq = models.PositiveIntegerField()
 

@@ -3,6 +3,8 @@ import uuid
 from django.conf import settings
 from django.db import models
 
+from runs.redact import RedactedJSONField, RedactedTextField
+
 
 class Run(models.Model):
     """One agent run. ``state`` is the core's RunState, the source of truth for
@@ -16,14 +18,14 @@ class Run(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     task_id = models.CharField(max_length=100, db_index=True)
-    objective = models.TextField()
-    contract = models.JSONField()
+    objective = RedactedTextField()
+    contract = RedactedJSONField()
     policy = models.ForeignKey("approvals.PolicyVersion", on_delete=models.PROTECT, related_name="runs")
-    proposer = models.JSONField(help_text="how to rebuild the proposer: kind and its configuration")
-    state = models.JSONField(null=True)
+    proposer = RedactedJSONField(help_text="how to rebuild the proposer: kind and its configuration")
+    state = RedactedJSONField(null=True)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.RUNNING, db_index=True)
     outcome = models.CharField(max_length=40, default="running", db_index=True)
-    stop_message = models.TextField(blank=True, default="")
+    stop_message = RedactedTextField(blank=True, default="")
     revision = models.CharField(max_length=80, blank=True, default="")
     proposals = models.PositiveIntegerField(default=0)
     calls = models.PositiveIntegerField(default=0)

@@ -1,5 +1,5 @@
 """The operator's controls: killing one run (after a confirmation page) and the
-global switch. The permission is checked here and again by the control services."""
+global switch; and where each role lands after signing in. The permission is checked here and again by the control services."""
 
 from __future__ import annotations
 
@@ -9,17 +9,32 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
+from runs.broadcast import broadcast_lists_changed
 from runs.control import ACTIVE, ControlRefused, kill, set_global
 from runs.models import GlobalSwitch, Run
-from runs.views.access import OPERATE, require
+from runs.views.access import DECIDE, OPERATE, require
 
-# Each action turns one of the two switches and leaves the other as it is.
+# Each action turns one of the two switches and leaves the other as it is; the
+# message says which switch and what it does now.
 SWITCH_ACTIONS = {
     "stop_all": ("stop_all", True),
     "release": ("stop_all", False),
     "pause_admission": ("admit_new", False),
     "admit": ("admit_new", True),
 }
+SWITCH_MESSAGES = {
+    "stop_all": "Stop all runs is on: new runs are refused",
+    "release": "Stop all runs is released: runs may start again",
+    "pause_admission": "New runs are paused: runs already going continue",
+    "admit": "New runs are admitted again",
+}
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    """Where each role starts: a reviewer at the requests waiting for them."""
+    if request.user.is_authenticated and request.user.has_perm(DECIDE):
+        return redirect("approvals:inbox")
+    return redirect("runs:list")
 
 
 @require_http_methods(["GET", "POST"])
@@ -28,7 +43,7 @@ def kill_run(request: HttpRequest, run_id: str) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
     if request.method == "POST":
         try:
-            flagged = kill(run, request.user)
+            flagged = kill(run, request.user, request.POST.get("reason", ""))
         except ControlRefused as exc:
             messages.error(request, str(exc))
         else:
@@ -64,7 +79,9 @@ def global_switch(request: HttpRequest) -> HttpResponse:
         except ControlRefused as exc:
             messages.error(request, str(exc))
         else:
-            messages.success(request, f"Switch set; {killed} active run(s) killed." if killed else "Switch set.")
+            said = SWITCH_MESSAGES[form.cleaned_data["action"]]
+            messages.success(request, f"{said}; {killed} active run(s) killed." if killed else f"{said}.")
+            broadcast_lists_changed("switch")
         return redirect("control")
     active = Run.objects.filter(status__in=ACTIVE).order_by("-created_at")
     return render(

@@ -102,7 +102,9 @@ class NewRunForm(forms.Form):
             # A new run's problems are named "contract.…" or "proposer.…".
             head = problem.field.split(".", 1)[0].split("[", 1)[0]
             field = FIELD_FOR.get(exc.what) or FIELD_FOR.get(head)
-            self.add_error(field, f"{problem.field}: {problem.message}")
+            # "(root)" and "(run)" name the whole input, not a field a person could find.
+            named = not problem.field.startswith("(")
+            self.add_error(field, f"{problem.field}: {problem.message}" if named else problem.message)
 
 
 @require_http_methods(["GET", "POST"])

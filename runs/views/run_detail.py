@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET
 from runs.artifacts import FileArtifactStore, artifact_path
 from runs.cli import full_report
 from runs.models import Artifact, Event, Evidence, Receipt, Run
+from runs.redact import redact_bytes
 from runs.views.access import VIEW_RUNS, require
 from runs.views.summary import run_summary
 from runs.views.trace import artifact_refs, events_before, timeline
@@ -88,14 +89,20 @@ def run_artifact(request: HttpRequest, run_id: str, ref: str) -> HttpResponse:
     if not run_has_artifact(run, ref):
         raise PermissionDenied("this run did not produce that artifact")
     artifact = get_object_or_404(Artifact, ref=ref)
-    content = FileArtifactStore().get(ref)
+    # Tool output is stored as it came (on disk, not in the database); credentials in it
+    # are masked whenever it is shown or downloaded.
+    content = redact_bytes(FileArtifactStore().get(ref))
     if request.GET.get("download"):
         response = HttpResponse(content, content_type="application/octet-stream")
         response["Content-Disposition"] = f'attachment; filename="{ref[7:]}"'
         return response
     shown = content[:SHOWN_OUTPUT_BYTES].decode("utf-8", errors="replace")
-    return render(
-        request,
-        "runs/artifact.html",
-        {"run": run, "artifact": artifact, "text": shown, "cut": len(content) > SHOWN_OUTPUT_BYTES},
-    )
+    context = {
+        "run": run,
+        "artifact": artifact,
+        "lines": shown.splitlines(),
+        "cut": len(content) > SHOWN_OUTPUT_BYTES,
+        # Which check produced it, with what exit code, on which revision.
+        "evidence": Evidence.objects.filter(run=run, output_ref=ref).order_by("-recorded_at").first(),
+    }
+    return render(request, "runs/artifact.html", context)

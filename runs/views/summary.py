@@ -8,11 +8,14 @@ from typing import Any
 
 from django.urls import reverse
 
+from approvals.policies import current_policy_row, load_policy
 from runs.control import ACTIVE
+from runs.core.state import RunState
 from runs.models import Event, Run
 from runs.proposers import proposer_usage
 from runs.store import load_state
-from runs.views.trace import TONES, short
+from runs.views.trace import EMPTY_OUTPUT_REF, TONES, short
+from runs.wording import human
 
 
 def _budget(name: str, used: float, limit: float, unit: str = "", digits: int = 0) -> dict[str, Any]:
@@ -37,11 +40,19 @@ def sandbox_waiting(run: Run) -> str:
     return str(last.payload.get("reason", "")) if last is not None and last.type == "sandbox_waiting" else ""
 
 
+def run_clocks(run: Run, state: RunState) -> tuple[float, float]:
+    """(working, waited) seconds: the run's own working time (what wall_time limits)
+    and the time it waited for reviewers, counted apart (bounded by expiry and the
+    policy's limit). A finished run's clocks stopped at its last checkpoint."""
+    finished = run.status not in ACTIVE
+    until = run.updated_at.timestamp() if finished else time.time()
+    waited = state.waited_seconds if finished else state.waited_at(until)
+    return max(0.0, until - state.started_at - waited), waited
+
+
 def run_summary(run: Run) -> dict[str, Any]:
     state = load_state(run)
     finished = run.status not in ACTIVE
-    # A finished run's clock stopped at its last checkpoint.
-    until = run.updated_at.timestamp() if finished else time.time()
     latest: dict[str, Any] = {}
     for index, record in enumerate(state.evidence):
         latest[record.check_id] = {
@@ -50,14 +61,18 @@ def run_summary(run: Run) -> dict[str, Any]:
             "exit_code": record.exit_code,
             "revision": short(record.revision),
             "current": state.current_evidence.get(record.check_id) == index and record.revision == state.revision,
-            "output_href": reverse("runs:artifact", args=[run.pk, record.output_ref]) if record.output_ref else "",
+            "output_href": reverse("runs:artifact", args=[run.pk, record.output_ref]) if record.output_ref and record.output_ref != EMPTY_OUTPUT_REF else "",
         }
+    working, waited = run_clocks(run, state)
+    max_wait = load_policy(current_policy_row()).max_wait_seconds
+    wait_budget = [_budget("waiting", waited, max_wait, "s")] if max_wait else []
     approvals = [
         {
             "id": str(request.pk),
             "tool": request.tool,
             "status": request.status,
             "tone": TONES.get(request.status, "muted"),
+            "status_label": human(request.status),
             "expires_at": request.expires_at.isoformat(),
             "href": reverse("approvals:detail", args=[request.pk]),
         }
@@ -68,6 +83,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         "status": run.status,
         "tone": TONES.get(run.status, "muted"),
         "outcome": run.outcome,
+        "outcome_label": human(run.outcome),
         "active": not finished,
         "stop_message": run.stop_message,
         "kill_requested": run.kill_requested,
@@ -79,10 +95,14 @@ def run_summary(run: Run) -> dict[str, Any]:
         "budgets": [
             _budget("proposals", state.proposals, state.limits.max_proposals),
             _budget("calls", state.calls, state.limits.max_tool_calls),
-            _budget("time", max(0.0, until - state.started_at), state.limits.wall_time_seconds, "s"),
+            _budget("time", working, state.limits.wall_time_seconds, "s"),
+            *wait_budget,
             *model_budgets(run, state.proposer_state),
         ],
         "evidence": list(latest.values()),
+        "working_seconds": round(working, 1),
+        "waited_seconds": round(waited, 1),
+        "waiting_since": state.waiting_since,
         "pending_effects": [{"call_id": p.call_id, "tool": p.tool, "kind": p.kind, "reason": p.reason} for p in state.unresolved_effects()],
         "approvals": approvals,
         "report_href": reverse("runs:report", args=[run.pk]) if finished else "",

@@ -14,9 +14,13 @@ from django.conf import settings
 from django.urls import reverse
 
 from runs.models import Event
+from runs.wording import duration, human
 
 ARTIFACT_REF = re.compile(r"sha256:[0-9a-f]{64}")
 ARTIFACT_KEYS = ("artifacts", "output_ref", "artifact")
+# Content-addressed: the reference of an empty output is always this one, and a
+# link to it would open an empty page.
+EMPTY_OUTPUT_REF = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 REPLAY_PAGE = 500
 # Colour of each run and approval status; events carry their own tone.
 TONES = {
@@ -30,7 +34,11 @@ TONES = {
     "denied": "bad",
     "expired": "muted",
     "stale": "muted",
+    "cancelled": "muted",
 }
+# A string argument is also shown as text (its line breaks as breaks) when it is
+# longer than this or spans lines; the exact JSON stays beside it.
+TEXT_ARG_CHARS = 60
 
 
 def short(revision: object) -> str:
@@ -105,15 +113,33 @@ def _describe(type_: str, p: dict[str, Any]) -> tuple[str, str, str]:
     if type_ == "approval_consumed":
         return "Approval used", "ok", "the granted approval was consumed by this call"
     if type_ == "approval_denied":
-        return "Approval denied", "bad", str(p.get("reason", ""))
+        # The reviewer's decision is its own event (approval_decided); this is the
+        # run acting on it.
+        return "Call refused", "bad", "the reviewer's denial stops the run"
     if type_ == "approval_decided":
         granted = p.get("decision") == "granted"
         reason = f": {p.get('reason')}" if p.get("reason") else ""
-        return f"Approval {p.get('decision')}", "ok" if granted else "bad", f"by {p.get('by')}{reason}"
+        alone = "self-approved: the person who started the run, no second reviewer" if p.get("self_approved") else ""
+        tone = ("warn" if alone else "ok") if granted else "bad"
+        return f"{'Granted' if granted else 'Denied'} by {p.get('by')}", tone, "; ".join(x for x in (alone, reason[2:]) if x)
     if type_ == "approval_lapsed":
-        return f"Approval {p.get('status')}", "warn", str(p.get("reason", ""))
+        return f"Approval {human(p.get('status'))}", "warn", str(p.get("reason", ""))
+    if type_ == "wait_ended":
+        waited = p.get("waited_seconds")
+        after = f"after {duration(waited)} waiting; " if isinstance(waited, int | float) and waited else ""
+        goes_on = "the run continues" if p.get("run") == "running" else "the run stops"
+        reason = f": {p.get('reason')}" if p.get("reason") else ""
+        return f"Wait over: {human(p.get('exit'))}", "ok" if p.get("run") == "running" else "bad", f"{after}{goes_on}{reason}"
+    if type_ == "duplicate":
+        return "Already done", "warn", f"{p.get('tool')} was already {p.get('status')} by call {p.get('of_call')}: nothing performed again"
+    if type_ == "policy_changed":
+        return "Policy changed", "info", f"the gates decide under policy v{p.get('new_version')} now (was v{p.get('old_version')})"
+    if type_ == "invariant_repaired":
+        return "Repaired", "warn", f"{p.get('invariant')}: {p.get('repair')}"
     if type_ == "kill_requested":
-        return "Kill requested", "bad", f"by {p.get('by')} ({p.get('scope')})"
+        whom = "this run" if p.get("scope") == "run" else "every active run (Stop all runs)"
+        why = f": {p.get('reason')}" if p.get("reason") else ""
+        return "Kill requested", "bad", f"by {p.get('by')} for {whom}{why}"
     if type_ == "call_started":
         return f"Started, attempt {p.get('attempt')}", "info", str(p.get("tool", ""))
     if type_ == "receipt":
@@ -150,7 +176,7 @@ def _describe(type_: str, p: dict[str, Any]) -> tuple[str, str, str]:
     if type_ == "stop":
         if p.get("status") == "complete":
             return "Complete", "ok", str(p.get("message", ""))
-        return f"Stopped: {p.get('status')}", "bad", str(p.get("message", ""))
+        return f"Stopped: {human(p.get('status'))}", "bad", str(p.get("message", ""))
     return type_, "muted", ""
 
 
@@ -169,10 +195,22 @@ def describe(event: dict[str, Any]) -> dict[str, Any]:
     links = [
         {"label": f"show full output ({ref[7:19]})", "href": reverse("runs:artifact", args=[event["run_id"], ref])}
         for ref in artifact_refs(payload)
+        if ref != EMPTY_OUTPUT_REF
     ]
-    if type_ in ("approval_required", "approval_decided", "approval_lapsed") and payload.get("request_id"):
+    if type_ in ("approval_required", "approval_decided", "approval_lapsed", "wait_ended") and payload.get("request_id"):
         links.append({"label": "open approval", "href": reverse("approvals:detail", args=[payload["request_id"]])})
-    return {"label": label, "tone": tone, "summary": summary, "tool": tool, "args": args, "links": links}
+    return {"label": label, "tone": tone, "summary": summary, "tool": tool, "args": args, "text_args": text_args(args), "links": links}
+
+
+def text_args(args: Any) -> list[dict[str, str]]:
+    """The long or multi-line string arguments, to be read as text beside the JSON."""
+    if not isinstance(args, dict):
+        return []
+    return [
+        {"name": str(name), "text": value}
+        for name, value in sorted(args.items())
+        if isinstance(value, str) and ("\n" in value or len(value) > TEXT_ARG_CHARS)
+    ]
 
 
 def present(event: dict[str, Any]) -> dict[str, Any]:
@@ -180,23 +218,32 @@ def present(event: dict[str, Any]) -> dict[str, Any]:
 
 
 def group_cards(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Presented events grouped into timeline items: one card per tool call, in the
-    order of each call's first event, and single rows for run-level events."""
+    """Presented events grouped into timeline items: consecutive events of one tool
+    call share a card, run-level events are single rows. The trace stays in seq
+    order: a call whose events are interrupted by another (a kill, another call)
+    continues in a new card below it, marked as continued."""
     items: list[dict[str, Any]] = []
-    cards: dict[str, dict[str, Any]] = {}
+    tools: dict[str, str] = {}
     for event in events:
         call_id = event.get("call_id")
         if not call_id:
             items.append({"call_id": None, "events": [event]})
             continue
-        card = cards.get(call_id)
-        if card is None:
-            card = cards[call_id] = {"call_id": call_id, "tool": "", "args": None, "events": []}
-            items.append(card)
         view = event["view"]
-        card["tool"] = card["tool"] or view["tool"]
+        card = items[-1] if items and items[-1]["call_id"] == call_id else None
+        if card is None:
+            card = {
+                "call_id": call_id,
+                "tool": tools.get(call_id, ""),
+                "args": None,
+                "text_args": [],
+                "events": [],
+                "continued": call_id in tools,
+            }
+            items.append(card)
+        tools[call_id] = card["tool"] = card["tool"] or view["tool"]
         if card["args"] is None and view["args"] is not None:
-            card["args"] = view["args"]
+            card["args"], card["text_args"] = view["args"], view["text_args"]
         card["events"].append(event)
     return items
 

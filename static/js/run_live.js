@@ -1,7 +1,8 @@
 // The live trace: subscribes to the run's WebSocket after the last event on the
-// page, appends events as they arrive (each tool call is one card), reconnects
-// with backoff and resumes from the last seq, loads older events on demand and
-// refreshes the run summary. Every piece of run data is set with textContent.
+// page, appends events as they arrive in seq order (consecutive events of a tool
+// call share a card), reconnects with backoff and resumes from the last seq, loads
+// older events on demand, shows a running call's latest output and elapsed time,
+// and refreshes the run summary. Every piece of run data is set with textContent.
 "use strict";
 
 (function () {
@@ -18,9 +19,7 @@
   let lastSeq = Number(timeline.dataset.lastSeq);
   let firstSeq = Number(timeline.dataset.firstSeq);
   let socket = null;
-  let failures = 0;
-  let retryTimer = null;
-  let refusal = "";
+  let budgetClock = null; // {box, used, limit, unit, at}: the time budget ticks while the run works
 
   timeline.querySelectorAll("li.card[data-call-id]").forEach(function (card) {
     cards.set(card.dataset.callId, card);
@@ -57,11 +56,13 @@
     const step = el("li");
     setTone(step, solo ? "step solo" : "step", view.tone);
     step.dataset.seq = String(event.seq);
+    step.dataset.type = event.type;
     const detail = el("details", "step-detail");
     const line = el("summary", "step-line");
     const time = el("time", "step-time", String(event.ts).slice(11, 19));
     time.setAttribute("datetime", event.ts);
-    time.title = event.ts;
+    time.dataset.when = "clock";
+    H.formatTimes(step);
     line.append(el("span", "step-seq", "#" + event.seq), el("span", "step-label", view.label), el("span", "step-summary", view.summary), time);
     const full = el("a", "faint", "full event JSON (" + event.type + ")");
     full.href = eventUrl(event.seq);
@@ -79,21 +80,29 @@
     return step;
   }
 
-  function renderArgs(args) {
+  function renderArgs(view) {
     const box = el("details", "card-args");
     box.open = true;
-    box.append(el("summary", "", "Arguments"), el("pre", "json", prettyJson(args)));
+    box.append(el("summary", "", "Arguments"));
+    (view.text_args || []).forEach(function (arg) {
+      const text = el("div", "arg-text");
+      const name = el("div", "arg-name", arg.name + " ");
+      name.append(el("span", "faint", "as text"));
+      text.append(name, el("pre", "output-light", arg.text));
+      box.append(text);
+    });
+    box.append(el("pre", "json", prettyJson(view.args)));
     return box;
   }
 
-  function renderCard(event) {
+  function renderCard(event, continued) {
     const card = el("li");
     setTone(card, "card", event.view.tone);
     card.dataset.callId = event.call_id;
     const head = el("div", "card-head");
     head.append(el("span", "card-tool", event.view.tool || "(no tool)"), el("span", "card-call", event.call_id));
+    if (continued) head.append(el("span", "faint", "continued"));
     card.append(head, el("ol", "steps"));
-    cards.set(event.call_id, card);
     return card;
   }
 
@@ -101,23 +110,27 @@
     const tool = card.querySelector(".card-tool");
     if (view.tool && tool.textContent === "(no tool)") tool.textContent = view.tool;
     if (view.args !== null && view.args !== undefined && !card.querySelector(".card-args")) {
-      card.insertBefore(renderArgs(view.args), card.querySelector(".steps"));
+      card.insertBefore(renderArgs(view), card.querySelector(".steps"));
     }
   }
 
-  // Older events go on top (newest of them first); live events at the bottom.
+  // The trace stays in seq order: consecutive events of one call share a card; a
+  // call interrupted by another event continues in a new card. Older events go on
+  // top, live events at the bottom.
   function place(event, atStart) {
     if (!event.call_id) {
       const step = renderStep(event, true);
       atStart ? timeline.prepend(step) : timeline.append(step);
       return;
     }
-    let card = cards.get(event.call_id);
+    const edge = atStart ? timeline.firstElementChild : timeline.lastElementChild;
+    let card = edge && edge.classList.contains("card") && edge.dataset.callId === event.call_id ? edge : null;
     if (!card) {
-      card = renderCard(event);
+      const known = cards.get(event.call_id);
+      card = renderCard(event, !atStart && !!known);
+      if (known && !event.view.tool) card.querySelector(".card-tool").textContent = known.querySelector(".card-tool").textContent;
       atStart ? timeline.prepend(card) : timeline.append(card);
-    } else if (atStart) {
-      timeline.prepend(card); // a call is placed where its first event is
+      if (!atStart || !known) cards.set(event.call_id, card);
     }
     fillCardHeader(card, event.view);
     const steps = card.querySelector(".steps");
@@ -150,50 +163,71 @@
     if (follow && events.length) window.scrollTo(0, document.body.scrollHeight);
     timeline.dataset.lastSeq = String(lastSeq);
     refreshSummarySoon();
+    // The approval page follows its request: its decision panel asks the server again.
+    document.dispatchEvent(new CustomEvent("harness:changed", { detail: { reason: "events" } }));
   }
 
   // -- connection -----------------------------------------------------------------
 
-  function setConn(state, text) {
-    conn.dataset.state = state;
-    conn.textContent = text;
-  }
-
   function connect() {
-    window.clearTimeout(retryTimer);
-    retryTimer = null;
-    setConn(failures ? "reconnecting" : "connecting", failures ? "reconnecting…" : "connecting…");
-    const scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
-    const ws = new WebSocket(scheme + window.location.host + timeline.dataset.wsPath);
-    socket = ws;
-    ws.addEventListener("open", function () {
-      ws.send(JSON.stringify({ type: "subscribe", after_seq: lastSeq }));
-    });
-    ws.addEventListener("message", function (message) {
-      const data = JSON.parse(message.data);
-      if (data.type === "events") applyLive(data.events);
-      else if (data.type === "live") {
-        failures = 0;
-        setConn("live", "live");
-      } else if (data.type === "error") refusal = data.error;
-    });
-    ws.addEventListener("close", function (closed) {
-      if (socket === ws) socket = null;
-      if (closed.code >= 4400 && closed.code < 4500) {
-        setConn("disconnected", "disconnected: " + (refusal || "refused by the server"));
-        return; // not signed in, no permission or no such run: retrying cannot help
-      }
-      scheduleReconnect();
+    H.liveSocket({
+      path: timeline.dataset.wsPath,
+      indicator: conn,
+      retryButton: document.getElementById("conn-retry"),
+      onOpen: function (ws) {
+        socket = ws;
+        ws.send(JSON.stringify({ type: "subscribe", after_seq: lastSeq }));
+      },
+      onLive: function () { refreshSummarySoon(); },
+      onMessage: function (data) {
+        if (data.type === "events") applyLive(data.events);
+        else if (data.type === "output") showOutput(data);
+      },
     });
   }
 
-  function scheduleReconnect() {
-    failures += 1;
-    const delay = Math.min(30000, 500 * Math.pow(2, failures - 1)) * (0.8 + Math.random() * 0.4);
-    const state = failures > 5 ? "disconnected" : "reconnecting";
-    const label = failures > 5 ? "disconnected, retrying in " : "reconnecting in ";
-    setConn(state, label + H.duration(delay + 999));
-    retryTimer = window.setTimeout(connect, delay);
+  // -- a running call: its latest output and how long it has been running ------------
+
+  // Ephemeral: the server sends the last lines while the call runs and never stores
+  // them; the call's receipt replaces them with the link to the full output.
+  function showOutput(data) {
+    const card = cards.get(data.call_id);
+    if (!card || !isRunning(card)) return;
+    let box = card.querySelector(".live-output");
+    if (!box) {
+      box = el("div", "live-output");
+      box.append(el("div", "live-output-head"), el("pre", "output"));
+      box.setAttribute("aria-label", "latest output of the running call");
+      card.append(box);
+    }
+    box.querySelector(".live-output-head").textContent = "live output, last " + data.lines.length + " lines (" + data.total_bytes + " bytes so far)";
+    box.querySelector("pre").textContent = data.lines.join("\n");
+  }
+
+  function isRunning(card) {
+    const last = card.querySelector(".steps > li.step:last-child");
+    return !!last && last.dataset.type === "call_started";
+  }
+
+  function tickRunning() {
+    timeline.querySelectorAll("li.card[data-call-id]").forEach(function (card) {
+      // Only a call's latest card can be running; an earlier one was interrupted.
+      const running = cards.get(card.dataset.callId) === card && isRunning(card);
+      let clock = card.querySelector(".card-elapsed");
+      if (!running) {
+        if (clock) clock.remove();
+        const box = card.querySelector(".live-output");
+        if (box) box.remove();
+        return;
+      }
+      if (!clock) {
+        clock = el("span", "card-elapsed");
+        card.querySelector(".card-head").append(clock);
+      }
+      const since = Date.parse(card.querySelector(".steps > li.step:last-child time").getAttribute("datetime"));
+      clock.textContent = "running for " + H.duration(Date.now() - since);
+    });
+    tickBudget();
   }
 
   // -- older events ---------------------------------------------------------------
@@ -251,6 +285,14 @@
     }, delay || 300);
   }
 
+  function tickBudget() {
+    if (!budgetClock) return;
+    const b = budgetClock;
+    const used = Math.min(b.limit, b.used + Math.floor((Date.now() - b.at) / 1000));
+    b.box.querySelector('[data-part="text"]').textContent = used + b.unit + " / " + b.limit + b.unit;
+    b.box.querySelector('[data-part="meter"]').value = b.limit ? Math.min(1, used / b.limit) : 1;
+  }
+
   function field(name) {
     return summary.querySelector('[data-field="' + name + '"]');
   }
@@ -277,7 +319,8 @@
 
   function applySummary(s) {
     const outcome = field("outcome");
-    outcome.textContent = s.outcome;
+    outcome.textContent = s.outcome_label;
+    outcome.title = s.outcome;
     setTone(outcome, "chip chip-big", s.tone);
     field("kill-requested").hidden = !(s.kill_requested && s.active);
     const waiting = field("sandbox-waiting");
@@ -285,6 +328,8 @@
       waiting.hidden = !s.sandbox_waiting;
       waiting.title = s.sandbox_waiting;
     }
+    H.setClock(field("working"), s.working_seconds, s.status === "running");
+    H.setClock(field("waited"), s.waited_seconds, s.status === "waiting_approval");
     const message = field("stop_message");
     message.textContent = s.stop_message;
     message.hidden = !s.stop_message;
@@ -293,9 +338,13 @@
     report.href = s.report_href ? H.safeHref(s.report_href) : "#";
     const kill = field("kill");
     if (kill) kill.hidden = !s.active;
+    budgetClock = null;
     s.budgets.forEach(function (budget) {
       const box = summary.querySelector('[data-budget="' + budget.name + '"]');
       if (!box) return;
+      if (budget.name === "time" && s.status === "running") {
+        budgetClock = { box: box, used: budget.used, limit: budget.limit, unit: budget.unit, at: Date.now() };
+      }
       box.querySelector('[data-part="text"]').textContent = budget.used + budget.unit + " / " + budget.limit + budget.unit;
       box.querySelector('[data-part="meter"]').value = budget.ratio;
     });
@@ -317,12 +366,12 @@
     });
     fillList("approvals", s.approvals, function (request) {
       const li = dotItem(request.tone);
-      li.append(link(request.tool, request.href), " " + request.status);
+      li.append(link(request.tool, request.href), " " + request.status_label);
       return li;
     });
   }
 
   if (olderButton) olderButton.addEventListener("click", loadOlder);
-  window.addEventListener("online", function () { if (retryTimer) connect(); });
+  window.setInterval(tickRunning, 1000);
   connect();
 })();

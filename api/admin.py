@@ -1,0 +1,35 @@
+"""API tokens in the admin: a list to see who holds which token, and revocation.
+Tokens are never made or shown here (the token itself is not stored)."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+
+from api.models import ApiToken
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "user", "created_at", "expires_at", "last_used_at", "revoked_at", "state"]
+    list_filter = ["revoked_at", "expires_at"]
+    search_fields = ["user__username", "prefix"]
+    readonly_fields = ["user", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    exclude = ["digest"]
+    actions = ["revoke"]
+
+    @admin.display(description="state")
+    def state(self, obj: ApiToken) -> str:
+        if obj.revoked_at is not None:
+            return "revoked"
+        return "usable" if obj.usable else "expired"
+
+    @admin.action(description="Revoke the selected tokens", permissions=["change"])
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

@@ -1,0 +1,28 @@
+"""``Authorization: Token <token>`` against the hashed tokens of api.models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+from rest_framework import authentication, exceptions
+
+from api.models import ApiToken
+
+# How often a token's "last used" time is written (not on every request).
+LAST_USED_RESOLUTION_SECONDS = 60
+
+
+class HashedTokenAuthentication(authentication.TokenAuthentication):
+    keyword = "Token"
+
+    def authenticate_credentials(self, key: str) -> tuple[Any, ApiToken]:
+        row = ApiToken.find(key)
+        if row is None:
+            raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
+        if not row.user.is_active:
+            raise exceptions.AuthenticationFailed("User inactive or deleted.")
+        now = timezone.now()
+        if row.last_used_at is None or (now - row.last_used_at).total_seconds() > LAST_USED_RESOLUTION_SECONDS:
+            ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
+        return row.user, row

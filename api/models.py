@@ -1,0 +1,73 @@
+"""API tokens, kept as hashes: a database backup (or anyone reading it) gets no usable
+token. A token is shown once, when it is made; it expires, and an admin can revoke it.
+
+The tokens are 32 random bytes, so a single SHA-256 is as strong as a slow password
+hash would be (nothing to guess) and keeps each request's check cheap. The first
+characters (``prefix``) are stored as they are, to find the row and to let people tell
+their tokens apart in the admin."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+PREFIX_CHARS = 10
+
+
+def digest_of(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
+    def usable(self) -> ApiTokenQuerySet:
+        return self.filter(revoked_at__isnull=True, expires_at__gt=timezone.now())
+
+
+class ApiToken(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    prefix = models.CharField(max_length=PREFIX_CHARS, db_index=True, help_text="the token's first characters")
+    digest = models.CharField(max_length=64, unique=True, help_text="SHA-256 of the token; the token itself is not kept")
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+    @classmethod
+    def issue(cls, user: models.Model) -> tuple[ApiToken, str]:
+        """A new token for ``user``: the row, and the token itself (shown once)."""
+        token = secrets.token_hex(32)
+        row = cls.objects.create(
+            user=user,
+            prefix=token[:PREFIX_CHARS],
+            digest=digest_of(token),
+            expires_at=timezone.now() + timedelta(days=settings.HARNESS_API_TOKEN_DAYS),
+        )
+        return row, token
+
+    @classmethod
+    def find(cls, token: str) -> ApiToken | None:
+        """The usable (unexpired, unrevoked) row for ``token``, or None."""
+        digest = digest_of(token)
+        for row in cls.objects.usable().select_related("user").filter(prefix=token[:PREFIX_CHARS]):
+            if hmac.compare_digest(row.digest, digest):
+                return row
+        return None
+
+    @property
+    def usable(self) -> bool:
+        return self.revoked_at is None and self.expires_at > timezone.now()

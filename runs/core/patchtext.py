@@ -1,0 +1,185 @@
+"""The one reader of a unified diff's text, for the validator (which paths a patch
+touches, checked against the write paths) and the applier alike: whatever one of
+them takes as a file header, a path or a hunk line, so does the other.
+
+Lines end at ``"\\n"`` only (never at ``\\r``, ``\\x1c``-``\\x1e``, ``\\x85``, U+2028 or
+U+2029, which ``str.splitlines`` also splits on); a header's path is what follows
+``--- ``/``+++ `` up to a tab, without surrounding spaces and without an ``a/``/``b/``
+prefix, and must pass ``canonical_path``. Text is ``str``; bytes that are not UTF-8
+arrive as ``surrogateescape`` characters and simply never match."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from runs.core.paths import PathRefused, canonical_path
+
+DEV_NULL = "/dev/null"
+_HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+# Extended git headers whose meaning the applier does not implement; refusing them
+# is better than silently applying half of what the author meant.
+_UNSUPPORTED = {
+    "rename from": "renames",
+    "rename to": "renames",
+    "copy from": "copies",
+    "copy to": "copies",
+    "old mode": "mode changes",
+    "new mode": "mode changes",
+    "GIT binary patch": "binary patches",
+    "Binary files": "binary patches",
+}
+
+Line = tuple[str, bool]  # text without its line break, and whether a "\n" followed it
+
+
+class PatchRefused(ValueError):
+    """The patch cannot be parsed or does not apply; the message names file and hunk."""
+
+
+@dataclass
+class Hunk:
+    number: int
+    old_start: int
+    old_count: int
+    new_start: int
+    new_count: int
+    lines: list[tuple[str, str, bool]] = field(default_factory=list)  # (op, text, newline)
+
+    @property
+    def header(self) -> str:
+        return f"@@ -{self.old_start},{self.old_count} +{self.new_start},{self.new_count} @@"
+
+    @property
+    def old(self) -> list[Line]:
+        return [(text, nl) for op, text, nl in self.lines if op in " -"]
+
+    @property
+    def new(self) -> list[Line]:
+        return [(text, nl) for op, text, nl in self.lines if op in " +"]
+
+
+@dataclass
+class FilePatch:
+    old_path: str | None  # None: the file is created
+    new_path: str | None  # None: the file is deleted
+    hunks: list[Hunk] = field(default_factory=list)
+
+    @property
+    def path(self) -> str:
+        path = self.new_path if self.new_path is not None else self.old_path
+        assert path is not None
+        return path
+
+
+def split_lines(text: str) -> list[Line]:
+    lines = text.split("\n")
+    result: list[Line] = [(line, True) for line in lines[:-1]]
+    if lines[-1] != "":
+        result.append((lines[-1], False))
+    return result
+
+
+def join_lines(lines: Sequence[Line]) -> str:
+    return "".join(text + ("\n" if nl else "") for text, nl in lines)
+
+
+def _header_path(line: str, number: int) -> str | None:
+    name = line[4:].split("\t", 1)[0].strip(" ")
+    if name == DEV_NULL:
+        return None
+    if name.startswith(("a/", "b/")):
+        name = name[2:]
+    try:
+        return canonical_path(name)
+    except PathRefused as exc:
+        raise PatchRefused(f"line {number}: {exc}") from None
+
+
+def parse_patch(text: str) -> list[FilePatch]:
+    raw = text.split("\n")
+    if raw and raw[-1] == "":
+        raw.pop()
+    patches: list[FilePatch] = []
+    seen: set[str] = set()
+    i = 0
+    while i < len(raw):
+        line = raw[i]
+        for prefix, what in _UNSUPPORTED.items():
+            if line.startswith(prefix):
+                raise PatchRefused(f"line {i + 1}: {what} are not supported ({line.strip()[:80]!r})")
+        if not line.startswith("--- "):
+            i += 1  # commentary, "diff --git", "index ..." and the like
+            continue
+        if i + 1 >= len(raw) or not raw[i + 1].startswith("+++ "):
+            raise PatchRefused(f"line {i + 1}: '--- ' header is not followed by a '+++ ' header")
+        old_path, new_path = _header_path(line, i + 1), _header_path(raw[i + 1], i + 2)
+        if old_path is None and new_path is None:
+            raise PatchRefused(f"line {i + 1}: both sides are /dev/null")
+        if old_path is not None and new_path is not None and old_path != new_path:
+            raise PatchRefused(f"line {i + 1}: renames are not supported ({old_path} -> {new_path})")
+        patch = FilePatch(old_path, new_path)
+        if patch.path in seen:
+            raise PatchRefused(f"{patch.path}: the patch changes this file twice")
+        seen.add(patch.path)
+        i += 2
+        while i < len(raw) and raw[i].startswith("@@"):
+            hunk, i = _parse_hunk(raw, i, patch.path, len(patch.hunks) + 1)
+            patch.hunks.append(hunk)
+        if not patch.hunks:
+            raise PatchRefused(f"{patch.path}: no hunks ('@@ -a,b +c,d @@') after the file headers")
+        patches.append(patch)
+    if not patches:
+        raise PatchRefused("no '--- a/...' / '+++ b/...' file headers found")
+    return patches
+
+
+def patch_targets(text: str) -> list[str]:
+    """The files a patch touches, in order, exactly as the applier will write them."""
+    return [patch.path for patch in parse_patch(text)]
+
+
+def _parse_hunk(raw: list[str], i: int, path: str, number: int) -> tuple[Hunk, int]:
+    match = _HUNK_HEADER.match(raw[i])
+    if match is None:
+        raise PatchRefused(f"{path}: hunk {number} has a malformed header {raw[i]!r}")
+    old_start, new_start = int(match.group(1)), int(match.group(3))
+    old_count = 1 if match.group(2) is None else int(match.group(2))
+    new_count = 1 if match.group(4) is None else int(match.group(4))
+    hunk = Hunk(number, old_start, old_count, new_start, new_count)
+    i += 1
+    old_seen = new_seen = 0
+    while old_seen < old_count or new_seen < new_count:
+        if i >= len(raw):
+            raise PatchRefused(f"{path}: hunk {number} ({hunk.header}) ends early: the patch is truncated")
+        line = raw[i]
+        op, text = (line[0], line[1:]) if line else (" ", "")  # editors strip a blank context line's space
+        if op == "\\":
+            _mark_no_newline(hunk, path)
+            i += 1
+            continue
+        if op not in " -+":
+            raise PatchRefused(
+                f"{path}: hunk {number} ({hunk.header}) line {i + 1} starts with {op!r}; "
+                f"expected ' ', '-' or '+' (the hunk's line counts may be wrong)"
+            )
+        if op in " -":
+            old_seen += 1
+        if op in " +":
+            new_seen += 1
+        if old_seen > old_count or new_seen > new_count:
+            raise PatchRefused(f"{path}: hunk {number} ({hunk.header}) has more lines than its header counts")
+        hunk.lines.append((op, text, True))
+        i += 1
+    while i < len(raw) and raw[i].startswith("\\"):
+        _mark_no_newline(hunk, path)
+        i += 1
+    return hunk, i
+
+
+def _mark_no_newline(hunk: Hunk, path: str) -> None:
+    if not hunk.lines:
+        raise PatchRefused(f"{path}: hunk {hunk.number} starts with a 'No newline' marker")
+    op, text, _ = hunk.lines[-1]
+    hunk.lines[-1] = (op, text, False)

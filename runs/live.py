@@ -1,0 +1,128 @@
+"""What every live socket shares, and the socket of the list pages.
+
+A page can only tell a quiet run from a dead connection if the server speaks at a
+known rhythm: every socket sends ``{"type": "heartbeat"}`` every
+``HARNESS_LIVE_HEARTBEAT_SECONDS`` and announces that period when it goes live, so a
+page that hears nothing for two periods says so ("no updates since ...").
+
+The lists socket (``/ws/lists/``) tells the runs list, the approvals inbox and the
+control page that something they show changed (``{"type": "changed"}``). It carries
+no data: the page refetches itself with the viewer's own permissions, and it also
+refetches on every (re)connect, so a change made while it was away is never missed.
+Like the trace socket, it follows its session (runs.session_sockets): told that its
+user changed, it re-reads the session and closes when the user may no longer see the
+lists."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from channels.consumer import get_handler_name
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from runs.broadcast import LISTS_GROUP
+from runs.session_sockets import current_user, user_group
+from runs.views.access import VIEW_APPROVALS, VIEW_RUNS
+
+NOT_SIGNED_IN, FORBIDDEN = 4401, 4403
+
+
+class HeartbeatMixin(AsyncWebsocketConsumer):
+    heartbeats: asyncio.Task[None] | None = None
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Channels' dispatch first closes stale database connections, with a hop to
+        the one thread that runs sync code, for every message of every viewer: at
+        200 events/s to 20 viewers that queue on one thread was the trace's tail.
+        No handler of a live socket uses the database outside ``database_sync_to_async``,
+        which closes stale connections around each call itself."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"no handler for message type {message['type']}")
+        await handler(message)
+
+    def start_heartbeat(self) -> None:
+        if self.heartbeats is None:
+            self.heartbeats = asyncio.create_task(self._beat())
+
+    def stop_heartbeat(self) -> None:
+        if self.heartbeats is not None:
+            self.heartbeats.cancel()
+
+    def heartbeat_seconds(self) -> float:
+        return float(settings.HARNESS_LIVE_HEARTBEAT_SECONDS)
+
+    async def _beat(self) -> None:
+        # Through the consumer's own channel, so a beat goes out between messages,
+        # never in the middle of a replay.
+        while True:
+            await asyncio.sleep(self.heartbeat_seconds())
+            await self.channel_layer.send(self.channel_name, {"type": "live.heartbeat"})
+
+    async def session_recheck(self, message: dict[str, Any] | None = None) -> bool:
+        """Close the socket unless its session still allows what it shows; True if
+        it stays open."""
+        raise NotImplementedError
+
+    async def live_heartbeat(self, message: dict[str, Any]) -> None:
+        # Each beat re-reads the session too: the per-user notice (session_sockets)
+        # closes a socket at once, but it travels by Redis pub/sub, which can drop it.
+        if await self.session_recheck():
+            await self.send(text_data=json.dumps({"type": "heartbeat"}))
+
+
+def lists_access_problem(user: Any) -> tuple[int, str] | None:
+    if not user.is_authenticated:
+        return NOT_SIGNED_IN, "sign in to watch runs"
+    if not (user.has_perm(VIEW_RUNS) or user.has_perm(VIEW_APPROVALS)):
+        return FORBIDDEN, f"this needs the {VIEW_RUNS} or {VIEW_APPROVALS} permission"
+    return None
+
+
+class ListsConsumer(HeartbeatMixin):
+    joined = False
+    user_group = ""
+
+    async def connect(self) -> None:
+        await self.accept()
+        problem = await database_sync_to_async(lists_access_problem)(self.scope["user"])
+        if problem is not None:
+            await self.refuse(problem)
+            return
+        self.user_group = user_group(self.scope["user"].pk)
+        await self.channel_layer.group_add(self.user_group, self.channel_name)
+        await self.channel_layer.group_add(LISTS_GROUP, self.channel_name)
+        self.joined = True
+        self.start_heartbeat()
+        await self.send(text_data=json.dumps({"type": "live", "heartbeat_seconds": self.heartbeat_seconds()}))
+
+    async def refuse(self, problem: tuple[int, str]) -> None:
+        code, message = problem
+        await self.send(text_data=json.dumps({"type": "error", "error": message}))
+        await self.close(code=code)
+
+    async def disconnect(self, code: int) -> None:
+        self.stop_heartbeat()
+        if self.joined:
+            await self.channel_layer.group_discard(LISTS_GROUP, self.channel_name)
+        if self.user_group:
+            await self.channel_layer.group_discard(self.user_group, self.channel_name)
+
+    async def session_recheck(self, message: dict[str, Any] | None = None) -> bool:
+        """Close the socket unless its session still belongs to a user who may see
+        the lists (re-read from the database, not the user the socket opened with)."""
+        key = getattr(self.scope.get("session"), "session_key", None)
+        problem = await database_sync_to_async(lambda: lists_access_problem(current_user(key)))()
+        if problem is None:
+            return True
+        if problem[0] == NOT_SIGNED_IN:
+            problem = (NOT_SIGNED_IN, "signed out (or the account changed); sign in again to watch the lists")
+        await self.refuse(problem)
+        return False
+
+    async def lists_changed(self, message: dict[str, Any]) -> None:
+        await self.send(text_data=json.dumps({"type": "changed", "run_id": message.get("run_id", "")}))

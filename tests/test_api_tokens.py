@@ -1,0 +1,94 @@
+"""API tokens are kept hashed: shown once by POST /api/auth/token/, not recoverable
+from the database, refused after expiry or revocation (revoked in the admin), and a
+token made before the change (DRF's plaintext table) keeps working once hashed."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+from importlib import import_module
+from types import SimpleNamespace
+
+import pytest
+from django.apps import apps
+from django.db import connection
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from api.models import ApiToken
+
+pytestmark = pytest.mark.django_db
+
+
+def token_for(user) -> str:
+    response = APIClient().post("/api/auth/token/", {"username": user.username, "password": f"{user.username}-pass-123"}, format="json")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert set(body) == {"token", "expires_at"}
+    return body["token"]
+
+
+def status_with(token: str) -> int:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return client.get("/api/runs/").status_code
+
+
+def all_database_text() -> str:
+    chunks = []
+    with connection.cursor() as cursor:
+        for table in connection.introspection.table_names():
+            cursor.execute(f"SELECT * FROM {connection.ops.quote_name(table)}")  # noqa: S608 - names from the schema
+            chunks += [str(value) for row in cursor.fetchall() for value in row]
+    return "\n".join(chunks)
+
+
+def test_it_keeps_only_a_hash_and_shows_the_token_once(operator):
+    token = token_for(operator)
+    assert status_with(token) == 200
+    assert token not in all_database_text()
+    row = ApiToken.objects.get(user=operator)
+    assert row.digest == hashlib.sha256(token.encode()).hexdigest() and token.startswith(row.prefix)
+    # Every call makes a new token: the old one is never shown again.
+    assert token_for(operator) != token and ApiToken.objects.filter(user=operator).count() == 2
+
+
+def test_it_refuses_an_expired_token(operator, settings):
+    token = token_for(operator)
+    ApiToken.objects.filter(user=operator).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert status_with(token) == 401
+    settings.HARNESS_API_TOKEN_DAYS = 7
+    fresh = token_for(operator)
+    row = ApiToken.find(fresh)
+    assert timedelta(days=6, hours=23) < row.expires_at - timezone.now() <= timedelta(days=7)
+
+
+def test_it_refuses_a_token_revoked_in_the_admin_and_lists_tokens_there(operator, admin_user, client):
+    token = token_for(operator)
+    row = ApiToken.find(token)
+    client.force_login(admin_user)
+    listing = client.get("/admin/api/apitoken/")
+    assert listing.status_code == 200 and row.prefix in listing.content.decode() and token not in listing.content.decode()
+    done = client.post("/admin/api/apitoken/", {"action": "revoke", "_selected_action": [row.pk]}, follow=True)
+    assert "Revoked 1 token(s)." in done.content.decode()
+    assert status_with(token) == 401
+    row.refresh_from_db()
+    assert row.revoked_at is not None
+
+
+def test_it_refuses_a_deactivated_users_token(operator):
+    token = token_for(operator)
+    operator.is_active = False
+    operator.save()
+    assert status_with(token) == 401
+
+
+def test_it_hashes_the_old_plaintext_tokens_so_their_clients_keep_working(operator):
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE authtoken_token (key varchar(40) PRIMARY KEY, user_id integer NOT NULL, created timestamp NOT NULL)")
+        cursor.execute("INSERT INTO authtoken_token VALUES (%s, %s, %s)", ["a" * 40, operator.pk, timezone.now()])
+    migration = import_module("api.migrations.0001_hashed_api_tokens")
+    # The migration's step, on a database that still has DRF's plaintext table.
+    migration.hash_plaintext_tokens(apps, SimpleNamespace(connection=connection))
+    assert "authtoken_token" not in connection.introspection.table_names()
+    assert status_with("a" * 40) == 200 and "a" * 40 not in all_database_text()

@@ -1,0 +1,306 @@
+"""The reviewer's and operator's day in a real browser (Debian's Chromium through
+Playwright, against Daphne), at a laptop's 1366x768 and a phone's 390x844: an
+honest connection indicator, lists and the approval page that follow changes
+live, the layout on a phone, the keyboard path to Grant, times in the viewer's
+zone, the global switch's banner and an accessibility pass with axe-core."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from approvals.models import ApprovalRequest
+from approvals.services import expire_due
+from runs.control import kill, set_global
+from tests.fixtures_web import AsgiServer, screenshot, sign_in, waiting_scene
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+LIVE = 20_000  # ms a live update may take to show up on a loaded machine
+HEARTBEAT = 1.0  # s between the server's heartbeats in these tests
+SIZES = {"laptop": {"width": 1366, "height": 768}, "phone": {"width": 390, "height": 844}}
+
+
+@pytest.fixture
+def web(transactional_db, tmp_path_factory) -> Iterator[AsgiServer]:
+    server = AsgiServer(tmp_path_factory.mktemp("daphne"), HARNESS_LIVE_HEARTBEAT_SECONDS=str(HEARTBEAT))
+    server.start()
+    try:
+        yield server
+    finally:
+        if server.proc is not None:
+            server.resume()
+        server.stop()
+
+
+@pytest.fixture(params=list(SIZES))
+def size(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def context(chromium, size):
+    context = chromium.new_context(viewport=SIZES[size], timezone_id="America/New_York")
+    try:
+        yield context
+    finally:
+        context.close()
+
+
+def signed_in(context, web: AsgiServer, user, path: str):
+    """A new tab at ``path``; the first tab of a context signs in (the others share it)."""
+    page = context.new_page()
+    if not context.cookies():
+        sign_in(page, web, user.username)
+    page.goto(f"{web.url}{path}")
+    page.evaluate("window.__noReload = true")
+    return page
+
+
+def not_reloaded(page) -> bool:
+    return page.evaluate("window.__noReload === true")
+
+
+def test_it_says_offline_and_when_the_server_stops_talking(web, context, size, operator):
+    scene = waiting_scene(operator)
+    page = signed_in(context, web, operator, f"/runs/{scene.run.pk}/")
+    conn = page.locator("#conn")
+    expect(conn).to_have_text("live", timeout=LIVE)
+    expect(page.locator("#conn-retry")).to_be_hidden()
+
+    context.set_offline(True)
+    expect(conn).to_have_attribute("data-state", "offline", timeout=LIVE)
+    expect(conn).to_contain_text(re.compile(r"offline, no updates since \d\d:\d\d:\d\d"))
+    context.set_offline(False)
+    expect(conn).to_have_text("live", timeout=LIVE)
+
+    web.pause()  # the server stops sending; the socket stays open
+    expect(conn).to_have_attribute("data-state", "quiet", timeout=LIVE)
+    expect(conn).to_contain_text(re.compile(r"^no updates since \d\d:\d\d:\d\d$"))
+    expect(page.locator("#conn-retry")).to_be_visible()
+    web.resume()
+    expect(conn).to_have_text("live", timeout=LIVE)
+
+    web.stop()
+    expect(conn).to_have_attribute("data-state", re.compile("reconnecting|disconnected"), timeout=LIVE)
+    # The countdown ticks; "Retry now" does not wait for it.
+    for _ in range(3):
+        page.locator("#conn-retry").click()
+    expect(conn).to_contain_text(re.compile(r"in \d+s"), timeout=LIVE)
+    seen = set()
+    for _ in range(12):
+        seen.add(conn.text_content())
+        time.sleep(0.25)
+    assert len(seen) >= 2, f"the countdown does not tick: {seen}"
+    screenshot(page, f"run_reconnecting_{size}")
+    web.start()
+    page.locator("#conn-retry").click()
+    expect(conn).to_have_text("live", timeout=LIVE)
+    assert not_reloaded(page)
+
+
+def test_it_updates_the_lists_live(web, context, size, operator, admin_user):
+    first = waiting_scene(operator)
+    runs = signed_in(context, web, admin_user, "/runs/")
+    inbox = signed_in(context, web, admin_user, "/approvals/")
+    control = signed_in(context, web, admin_user, "/control/")
+    for page in (runs, inbox, control):
+        expect(page.locator("#lists-conn")).to_have_text("live", timeout=LIVE)
+    expect(runs.locator("#runs-rows tr")).to_have_count(1)
+    expect(inbox.locator("#inbox-rows tr")).to_have_count(1)
+
+    second = waiting_scene(operator)  # a new run, waiting for its reviewer
+    expect(runs.locator("#runs-rows tr")).to_have_count(2, timeout=LIVE)
+    expect(inbox.locator("#inbox-rows tr")).to_have_count(2, timeout=LIVE)
+    expect(inbox.locator("#inbox-count")).to_have_text("2 waiting")
+    expect(control.locator("#active-rows tr")).to_have_count(2, timeout=LIVE)
+    expect(inbox.locator(f'#inbox-rows tr[data-request="{second.request.pk}"]')).to_contain_text(str(second.run.pk)[:8])
+
+    kill(first.run, operator)
+    row = control.locator("#active-rows tr", has_text="kill requested")
+    expect(row).to_have_count(1, timeout=LIVE)
+    expect(row.get_by_role("link", name=re.compile("Kill"))).to_have_count(0)
+    expect(runs.locator("#runs-rows")).to_contain_text("kill requested", timeout=LIVE)
+    expect(runs.locator("#runs-rows time").first).to_have_text("just now")
+    review = inbox.get_by_role("link", name=re.compile("^Review")).first.bounding_box()
+    assert review["x"] + review["width"] <= SIZES[size]["width"], "the Review button is on the screen"
+    if size == "phone":
+        screenshot(inbox, "approvals_inbox_phone")
+    for page in (runs, inbox, control):
+        assert not_reloaded(page)
+
+
+def test_it_follows_the_request_on_the_approval_page(web, context, size, operator, reviewer):
+    scene = waiting_scene(operator)
+    url = f"/approvals/{scene.request.pk}/"
+    watching = signed_in(context, web, reviewer, url)
+    deciding = context.new_page()
+    deciding.goto(f"{web.url}{url}")
+    expect(watching.locator("#conn")).to_have_text("live", timeout=LIVE)
+    expect(watching.locator("#grant")).to_be_enabled()
+    expect(watching.locator("#request-status")).to_have_text("waiting for a decision")
+
+    deciding.fill("#id_reason", "not this week")
+    deciding.click("#deny")
+    expect(watching.locator("#request-status")).to_have_text("denied", timeout=LIVE)
+    expect(watching.locator("#decision-state")).to_contain_text(f"Denied by {reviewer.username}")
+    expect(watching.locator("#decision-state")).to_contain_text("not this week")
+    expect(watching.locator("#grant")).to_be_disabled()
+    expect(watching.locator("#deny")).to_be_disabled()
+    assert not_reloaded(watching)
+
+    # Expiry: the countdown reaches zero, the page asks the server, the buttons close.
+    later = waiting_scene(operator)
+    ApprovalRequest.objects.filter(pk=later.request.pk).update(expires_at=timezone.now() + timedelta(seconds=4))
+    page = signed_in(context, web, reviewer, f"/approvals/{later.request.pk}/")
+    expect(page.locator("#grant")).to_be_enabled()
+    expect(page.locator("#decision-blocker")).to_contain_text("expired", timeout=LIVE)
+    expect(page.locator("#grant")).to_be_disabled()
+    expire_due()  # what the beat does: the request is recorded as expired
+    expect(page.locator("#request-status")).to_have_text("expired", timeout=LIVE)
+    expect(page.locator("#deny")).to_be_disabled()
+    assert not_reloaded(page)
+    screenshot(page, f"approval_expired_{size}")
+
+
+def test_it_fits_a_phone_and_reaches_grant_by_keyboard(web, context, size, operator, reviewer):
+    scene = waiting_scene(operator)
+    page = signed_in(context, web, reviewer, f"/approvals/{scene.request.pk}/")
+    width = SIZES[size]["width"]
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    diff = page.locator(".diff").bounding_box()
+    decision = page.locator("#decision").bounding_box()
+    assert diff["width"] >= 300
+    if size == "phone":
+        assert decision["y"] > diff["y"], "one column: the diff comes before the decision"
+        assert page.locator("#decision").bounding_box()["y"] < page.locator("#timeline").bounding_box()["y"]
+    for name in ("Sign out", "Approvals"):
+        box = page.get_by_role("button" if name == "Sign out" else "link", name=name, exact=False).first.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= width, name
+    expect(page.locator("#what-it-does")).to_contain_text("outbox")
+    screenshot(page, f"approval_{size}")
+    why = page.get_by_role("heading", name="Why a reviewer is asked")
+    why.scroll_into_view_if_needed()
+    expect(why).to_be_in_viewport()
+
+    # The skip link is the first stop; from it, Grant is within five more.
+    page.goto(page.url)
+    page.keyboard.press("Tab")
+    expect(page.locator(".skip-link")).to_be_focused()
+    page.keyboard.press("Enter")
+    for stops in range(1, 6):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.id") == "grant":
+            break
+    else:
+        raise AssertionError("Grant is not within 5 Tab stops after the skip link")
+    page.locator("body").click(position={"x": 1, "y": 1})
+    page.keyboard.press("d")
+    expect(page.locator("#decision")).to_be_focused()
+
+    # Times in the viewer's zone (New York here), UTC on hover, one format.
+    when = page.locator(".approval-side time[data-when=full]").last
+    expect(when).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (EST|EDT|GMT-[45])$"))
+    expect(when).to_have_attribute("title", re.compile(r" UTC$"))
+    utc = scene.request.created_at
+    assert when.get_attribute("title").startswith(f"{utc:%Y-%m-%d %H:%M}")
+
+    run = context.new_page()
+    run.goto(f"{web.url}/runs/{scene.run.pk}/")
+    assert run.evaluate("document.documentElement.scrollWidth") <= width
+    expect(run.locator("#timeline li.step").first).to_be_visible()
+    assert run.locator("#timeline").bounding_box()["width"] >= min(300, width - 40)
+    if size == "laptop":  # the sticky sidebar fits the screen: its end can be scrolled to
+        assert run.locator("#summary").bounding_box()["height"] <= SIZES[size]["height"]
+        last = run.locator("#summary [data-list=approvals]")
+        last.scroll_into_view_if_needed()
+        expect(last).to_be_in_viewport()
+    screenshot(run, f"run_{size}")
+
+
+def test_it_shows_the_switches_on_every_page_and_refuses_new_runs(web, context, size, operator, admin_user):
+    page = signed_in(context, web, admin_user, "/control/")
+    expect(page.locator("#switch-banner")).to_have_count(0)
+    expect(page.locator("#switch-changed")).to_contain_text("Never changed")
+    page.locator("#switch-panels input[name=confirm]").check()
+    page.click("#stop-all")
+    expect(page.locator(".flash")).to_contain_text("Stop all runs is on")
+    for path in ("/runs/", "/approvals/", "/runs/new/"):
+        page.goto(f"{web.url}{path}")
+        expect(page.locator("#switch-banner")).to_contain_text("Stop all runs is on")
+    page.select_option("#id_template", "demo")
+    page.click("text=Start run")
+    expect(page.locator(".error-box")).to_contain_text("'Stop all runs' is on")
+    expect(page.locator(".error-box")).not_to_contain_text("(run)")
+    if size == "phone":
+        screenshot(page, "new_run_refused_phone")
+
+    set_global(admin_user, stop_all=False, admit_new=False)
+    page.goto(f"{web.url}/runs/new/")
+    expect(page.locator("#switch-banner")).to_contain_text("New runs are paused")
+    page.select_option("#id_template", "demo")
+    page.click("text=Start run")
+    expect(page.locator(".error-box")).to_contain_text("admits no new runs")
+    page.goto(f"{web.url}/control/")
+    expect(page.locator("#switch-changed")).to_contain_text(f"Last changed by {admin_user.username}")
+
+
+def test_it_has_no_serious_accessibility_problems(web, context, size, operator, reviewer, admin_user):
+    from axe_playwright_python.sync_playwright import Axe
+
+    scene = waiting_scene(operator)
+    axe = Axe()
+    page = context.new_page()
+    pages = {
+        "sign in": "/accounts/login/",
+    }
+    problems: list[str] = []
+
+    def check(name: str) -> None:
+        results = axe.run(page)
+        for violation in results.response["violations"]:
+            if violation["impact"] in ("serious", "critical"):
+                targets = [node["target"] for node in violation["nodes"]][:3]
+                problems.append(f"{name}: {violation['id']} ({violation['impact']}): {violation['help']} at {targets}")
+
+    for name, path in pages.items():
+        page.goto(f"{web.url}{path}")
+        check(name)
+    sign_in(page, web, admin_user.username)
+    for name, path in {
+        "runs": "/runs/",
+        "run": f"/runs/{scene.run.pk}/",
+        "approvals": "/approvals/",
+        "approval": f"/approvals/{scene.request.pk}/",
+        "new run": "/runs/new/",
+        "control": "/control/",
+        "kill": f"/runs/{scene.run.pk}/kill/",
+    }.items():
+        page.goto(f"{web.url}{path}")
+        check(name)
+    assert not problems, "\n".join(problems)
+
+
+def test_it_takes_an_admin_from_a_version_to_a_new_one_and_compares_them(web, context, size, admin_user):
+    from approvals.policies import current_policy_row
+
+    first = current_policy_row()
+    page = signed_in(context, web, admin_user, "/admin/approvals/policyversion/")
+    page.get_by_role("link", name=f"new version from v{first.version}").click()
+    expect(page.locator("#content")).to_contain_text(f"starting from v{first.version}")
+    page.select_option("select[name=rules-0-decision]", "deny")
+    page.fill("input[name=note]", "no listing")
+    page.click("input[name=_save]")
+    new_version = first.version + 1
+    page.get_by_role("link", name=f"Compare with v{first.version}").click()
+    expect(page).to_have_url(re.compile(rf"/compare/\?old={first.version}&new={new_version}$"))
+    expect(page.locator(".diff-split")).to_be_visible()
+    expect(page.locator(".diff-split td.d-add").first).to_have_css("background-color", "rgb(230, 255, 236)")
+    expect(page.locator(".diff-split td.d-del").first).to_contain_text('"allow"')
+    screenshot(page, f"policy_compare_{size}")

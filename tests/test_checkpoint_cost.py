@@ -1,0 +1,102 @@
+"""A durable step costs few statements: each checkpoint is one transaction with one
+UPDATE of the run row (fencing, numbering and state at once), one multi-row INSERT of
+its events and one statement per projection it touched, and no savepoints. Counted,
+not timed: the timing is in bench/loop_overhead.py."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+import runs.services as services
+from runs.core import events as ev
+from runs.core.scenarios import call
+from runs.core.simulated import MemoryApprovals
+from runs.eventlog import append_event
+from runs.models import Event, Run
+from runs.services import drive_run
+from runs.store import DjangoStore, LeaseLost, load_state
+from tests.helpers import World
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
+
+READS = 6
+
+
+class CountingStore(DjangoStore):
+    """Records the statements each checkpoint sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checkpoints: list[list[str]] = []
+
+    def checkpoint(self, state, events):
+        with CaptureQueriesContext(connection) as captured:
+            super().checkpoint(state, events)
+        self.checkpoints.append(statements(captured))
+
+
+def statements(captured: CaptureQueriesContext) -> list[str]:
+    """The kind of each statement sent, transaction boundaries left out (PostgreSQL's
+    driver sends those itself, SQLite's are logged)."""
+    kinds = [q["sql"].split()[0].upper() for q in captured.captured_queries]
+    return [kind for kind in kinds if kind not in ("BEGIN", "COMMIT", "ROLLBACK")]
+
+
+def drive_reads(monkeypatch) -> tuple[Run, CountingStore]:
+    world = World()
+    run = world.create(script=[call("read_file", path="src/calc.py")] * READS)
+    store = CountingStore()
+    monkeypatch.setattr(services, "DjangoStore", lambda lease_token=None: store)
+    drive_run(run, world.environment(), MemoryApprovals())
+    return run, store
+
+
+def test_it_takes_no_savepoint_and_no_extra_read_in_a_checkpoint(monkeypatch):
+    _, store = drive_reads(monkeypatch)
+    # All but the last: the run's stop calls for a webhook notice, which has its own
+    # savepoint so that a failing notice never costs the run its stop event.
+    sent = [kind for checkpoint in store.checkpoints[:-1] for kind in checkpoint]
+    assert "SAVEPOINT" not in sent and "SELECT" not in sent, sent
+
+
+def test_it_stores_a_read_step_in_at_most_six_statements(monkeypatch):
+    run, store = drive_reads(monkeypatch)
+    # The first checkpoint records the run's start, the last its stop; in between,
+    # two per read: the proposal, then its admission, start and receipt.
+    steps = store.checkpoints[1:-1]
+    assert len(steps) == 2 * READS
+    proposal, result = steps[0], steps[1]
+    assert proposal == ["UPDATE", "INSERT"], proposal
+    assert sorted(result) == ["INSERT", "INSERT", "INSERT", "UPDATE"], result
+    assert sum(len(c) for c in steps) / READS <= 6
+    seqs = list(Event.objects.filter(run=run).values_list("seq", flat=True))
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_it_numbers_an_event_in_the_statement_that_locks_the_run():
+    world = World()
+    run = world.create()
+    with CaptureQueriesContext(connection) as captured:
+        row = append_event(str(run.pk), ev.KillRequested, by="operator", scope="run")
+    assert statements(captured) == ["UPDATE", "INSERT"], statements(captured)
+    assert any("RETURNING" in q["sql"].upper() for q in captured.captured_queries if q["sql"].upper().startswith("UPDATE"))
+    run.refresh_from_db()
+    assert row.seq == run.last_seq
+
+
+def test_it_refuses_a_stale_lease_token_in_that_same_statement():
+    world = World()
+    run = world.create()
+    Run.objects.filter(pk=run.pk).update(lease_token=5)
+    state = load_state(run)
+    event = ev.RunResumed(run_id=str(run.pk), seq=0, ts=0.0, reason="stale worker")
+    before = Run.objects.get(pk=run.pk)
+    with CaptureQueriesContext(connection) as captured, pytest.raises(LeaseLost):
+        state.proposals = 99
+        DjangoStore(lease_token=4).checkpoint(state, [event])
+    assert statements(captured) == ["UPDATE"], statements(captured)
+    after = Run.objects.get(pk=run.pk)
+    assert (after.last_seq, after.proposals, after.state) == (before.last_seq, before.proposals, before.state)
+    assert not Event.objects.filter(run=run, type="run_resumed").exists()

@@ -1,0 +1,169 @@
+"""The workspace revision is kept along the paths the harness writes (no walk per
+call), equals a full walk after any writes, survives a worker killed mid-write (the
+next worker re-verifies the whole tree), and a disagreement stops the run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
+from runs.core.contract import WorkspaceSource
+from runs.core.ports import RevisionMismatch
+from sandbox import fileops, hashing, patches
+from sandbox.executor import SandboxExecutor
+from sandbox.hashing import TreeHasher
+from sandbox.workspace import RunWorkspace, prepare_workspace
+from tests.fixtures_sandbox import ROOT, drive, make_call, sandbox_policy, step
+
+NAMES = st.sampled_from(["orders", "a", "b", "total.py", "x.py", "y.txt"])
+PATHS = st.lists(NAMES, min_size=1, max_size=4).map("/".join)
+CONTENT = st.text(alphabet="ab\n", max_size=30)
+OPERATIONS = st.lists(st.tuples(st.sampled_from(["write", "patch", "delete"]), PATHS, CONTENT), min_size=1, max_size=12)
+
+
+def prepared(root: Path) -> RunWorkspace:
+    return prepare_workspace(root, WorkspaceSource(kind="path", path="examples/orders"), ROOT, (ROOT,))
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    out = {}
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            full = Path(dirpath) / name
+            out[str(full.relative_to(root))] = full.read_bytes()
+    return out
+
+
+def crash_inside_write(ws: RunWorkspace, path: str, text: str, *, write: bool) -> None:
+    """A worker killed (SIGKILL) after it recorded the write's intent, after the write
+    itself when ``write``, before the index caught up."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child never returns
+        try:
+            with ws.index.writing([path]):
+                if write:
+                    fileops.write_file(ws.dir, path, text)
+                os.kill(os.getpid(), signal.SIGKILL)
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+@hypothesis_settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(OPERATIONS)
+def test_it_keeps_the_incremental_revision_equal_to_a_full_walk(operations: list[tuple[str, str, str]]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = prepared(Path(tmp) / "run")
+        for kind, path, text in operations:
+            try:
+                if kind == "write":
+                    ws.write_file(path, text)
+                else:
+                    current = fileops.read_bytes(ws.dir, path)
+                    old = None if current is None else fileops.decode(current)
+                    new = None if kind == "delete" else text
+                    if old is None and new is None:
+                        continue
+                    ws.apply_patch(patches.unified_diff(path, old, new))
+            except (fileops.FileRefused, patches.PatchRefused):
+                pass  # refused (a directory in the way, nothing to change): the index must still agree
+            assert ws.revision() == TreeHasher().tree(ws.dir)
+        # A worker that starts now trusts only what was persisted, and it verifies.
+        restarted = RunWorkspace(ws.root)
+        assert restarted.revision() == restarted.verify() == ws.revision()
+        before, after = files_under(ws.pristine), files_under(ws.dir)
+        assert [c.path for c in restarted.changes()] == sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+
+
+def test_it_reads_and_writes_without_walking_the_tree(host_executor: SandboxExecutor, monkeypatch: pytest.MonkeyPatch) -> None:
+    host_executor.revision()
+    walks: list[str] = []
+    real = hashing.TreeHasher.tree
+
+    def counted(self: TreeHasher, root: Path, sink: object = None) -> str:
+        walks.append(str(root))
+        return real(self, root, sink)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hashing.TreeHasher, "tree", counted)
+    before = host_executor.revision()
+    read = host_executor.execute(make_call("read_file", {"path": "orders/total.py", "offset": 0, "limit": 100}))
+    wrote = host_executor.execute(make_call("write_file", {"path": "orders/deep/er/new.py", "content": "N = 1\n"}))
+    patch = patches.unified_diff("orders/deep/er/new.py", "N = 1\n", None)
+    deleted = host_executor.execute(make_call("apply_patch", {"patch": patch}))
+    assert walks == []
+    assert read["revision"] == before != wrote["revision"]  # type: ignore[index]
+    assert deleted["revision"] == before  # type: ignore[index]
+    assert host_executor.workspace.verify() == before
+
+
+@pytest.mark.parametrize("write", [True, False], ids=["after-the-write", "before-the-write"])
+def test_it_recovers_a_worker_killed_mid_write_and_verifies_the_tree(tmp_path: Path, write: bool) -> None:
+    ws = prepared(tmp_path / "run")
+    before = ws.revision()
+    crash_inside_write(ws, "orders/total.py", "crashed = True\n", write=write)
+    assert (ws.index.dir / "pending").exists()
+
+    verified: list[str] = []
+    real = RunWorkspace(ws.root)
+    monkey_verify = real.index.verify
+
+    def spy() -> str:
+        verified.append("walk")
+        return monkey_verify()
+
+    real.index.verify = spy  # type: ignore[method-assign]
+    after = real.revision()
+    assert verified == ["walk"] and not (ws.index.dir / "pending").exists()
+    assert after == TreeHasher().tree(ws.dir)
+    assert (after != before) is write
+
+
+def test_it_stops_the_run_when_the_full_walk_disagrees(host_executor: SandboxExecutor) -> None:
+    ws = host_executor.workspace
+
+    def tamper_then_read(feedback: object, position: int) -> object | None:
+        if position == 0:
+            # Changed behind the harness's tools while a worker died mid-write: the
+            # next worker's verification finds the other change.
+            (ws.dir / "orders" / "total.py").write_text("tampered = True\n")
+            crash_inside_write(ws, "orders/new.py", "N = 1\n", write=True)
+            return step("read_file", path="orders/new.py")
+        return None
+
+    outcome = drive(host_executor, sandbox_policy(), tamper_then_read)
+    assert outcome.state.stop_reason == "revision_mismatch"
+    assert "differs from a full walk" in (outcome.state.stop_message or "")
+    assert not outcome.receipts("read_file")
+    with pytest.raises(RevisionMismatch):  # and it stays stopped for the next worker too
+        RunWorkspace(ws.root).revision()
+
+
+def test_it_stops_when_a_check_changed_a_read_only_workspace(tmp_path: Path) -> None:
+    """Checks cannot write the workspace, so a walk after each check must find the
+    revision unchanged."""
+    ws = prepared(tmp_path / "run")
+    with ws.untrusted_code():
+        pass
+    assert ws.revision() == ws.base_revision()
+    with pytest.raises(RevisionMismatch, match="differs from a full walk"), ws.untrusted_code():
+        (ws.dir / "orders" / "total.py").write_text("changed by a check\n")
+    with pytest.raises(RevisionMismatch):
+        ws.revision()
+
+
+def test_it_stops_when_a_tree_object_of_the_index_is_damaged(tmp_path: Path) -> None:
+    ws = prepared(tmp_path / "run")
+    for tree in ws.index.objects.iterdir():
+        tree.write_bytes(b"damaged")
+    with pytest.raises(RevisionMismatch, match="lost or damaged"):
+        ws.write_file("orders/total.py", "x = 1\n")
+    with pytest.raises(RevisionMismatch):
+        ws.revision()

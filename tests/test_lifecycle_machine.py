@@ -1,0 +1,297 @@
+"""A stateful model-based test of the run's life around humans and effects (DESIGN
+section 11): Hypothesis drives real runs (the Django store, the approvals services,
+the sweep; a simulated executor) through random interleavings of proposals
+(identical and different effects), grants, denials, expiries, workspace and policy
+changes, kills, the global stop, worker crashes with resumes, and the beat's sweep.
+After every step it checks the invariants of DESIGN section 6 and a gap-free event
+log. The figures are in docs/reliability.md."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+
+from approvals.models import ApprovalRequest
+from approvals.services import DecisionRefused, DjangoApprovals, deny, expire_due, grant
+from runs import invariants
+from runs.control import do_kill, set_global
+from runs.core.lifecycle import OPEN_STATUSES, REQUEST_TRANSITIONS
+from runs.core.loop import approval_key
+from runs.core.scenarios import FIXED, call
+from runs.models import Event, Run
+from runs.services import drive_run
+from runs.store import DjangoStore
+from tests.helpers import CONTRACT, Crash, CrashingStore, KillFlag, World, new_policy_version
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
+
+EXAMPLES = int(os.environ.get("HARNESS_MACHINE_EXAMPLES", "25"))
+STEPS = int(os.environ.get("HARNESS_MACHINE_STEPS", "30"))
+PUBLISHES = [
+    call("publish", message="reject negative quantities"),
+    call("publish", message="reject negative quantities"),  # the model repeating itself
+    call("publish", message="another wording"),
+]
+PROPOSALS = [
+    *PUBLISHES,
+    call("read_file", path="src/calc.py"),
+    call("write_file", path="src/calc.py", content=FIXED),
+    call("write_file", path="src/calc.py", content=FIXED + "# second thoughts\n"),
+    call("run_check", check_id="tests"),
+    *PUBLISHES,
+    call("lookup_publish"),
+    call("finish", summary="done"),
+]
+# Every run starts with the fix written and checked, so a publish asks a reviewer at once.
+SETUP = [call("write_file", path="src/calc.py", content=FIXED), call("run_check", check_id="tests")]
+MACHINE_CONTRACT = {**CONTRACT, "allowed_tools": [*CONTRACT["allowed_tools"], "lookup_publish"]}
+STATS: Counter[str] = Counter()
+RUNS = st.integers(0, 7)
+
+
+class Idle(Exception):
+    """The model has nothing to say until the machine's next step."""
+
+
+class Model:
+    """A proposer fed one proposal per step by the machine."""
+
+    def __init__(self) -> None:
+        self.queue: list[object] = []
+
+    def propose(self, feedback):
+        if not self.queue:
+            raise Idle()
+        return self.queue.pop(0)
+
+    def snapshot(self):
+        return {"kind": "scripted", "position": 0}
+
+    def notes(self):
+        return []
+
+
+class Lifecycle(RuleBasedStateMachine):
+    operator = None
+    reviewer = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.worlds: dict[str, World] = {}
+        self.models: dict[str, Model] = {}
+        self.checked: dict[str, int] = {}
+        new_policy_version(publish="ask")
+        STATS["examples"] += 1
+
+    # -- driving -----------------------------------------------------------------
+
+    def drive(self, run_id: str, store: DjangoStore | None = None) -> None:
+        run = Run.objects.get(pk=run_id)
+        try:
+            drive_run(
+                run,
+                self.worlds[run_id].environment(),
+                DjangoApprovals(run),
+                controls=KillFlag(run_id),
+                proposer=self.models[run_id],
+                store=store,
+            )
+        except Idle:
+            pass
+
+    def new_run(self) -> str:
+        world = World()
+        run = world.create(actor=self.operator, script=[], contract=MACHINE_CONTRACT)
+        run_id = str(run.pk)
+        self.worlds[run_id], self.models[run_id] = world, Model()
+        self.models[run_id].queue = list(SETUP)
+        self.drive(run_id)
+        STATS["runs"] += 1
+        return run_id
+
+    def pending(self, run_id: str) -> ApprovalRequest | None:
+        return ApprovalRequest.objects.filter(run_id=run_id, status="pending").first()
+
+    def step(self, name: str) -> None:
+        STATS["steps"] += 1
+        STATS[name] += 1
+
+    # -- rules -------------------------------------------------------------------
+
+    def active(self, pick: int) -> str:
+        """One of the example's runs still going (a new one if none is), so every step acts."""
+        going = [r for r in self.worlds if Run.objects.get(pk=r).status in (Run.Status.RUNNING, Run.Status.WAITING)]
+        if not going:
+            self.step("start")
+            return self.new_run()
+        return going[pick % len(going)]
+
+    @initialize()
+    def first_run(self) -> None:
+        """Each example starts with a run waiting for a reviewer."""
+        run_id = self.new_run()
+        self.models[run_id].queue = [call("publish", message="reject negative quantities")]
+        self.drive(run_id)
+
+    @rule(pick=RUNS, proposal=st.sampled_from(PROPOSALS))
+    def propose(self, pick: int, proposal: dict) -> None:
+        run_id = self.active(pick)
+        self.step(f"propose {proposal['tool']}")
+        self.models[run_id].queue = [proposal]
+        self.drive(run_id)
+
+    @rule(pick=RUNS, how=st.sampled_from(["grant", "deny", "expire"]))
+    def decide(self, pick: int, how: str) -> None:
+        """A reviewer decides the run's request, or nobody does in time. A run with
+        nothing to decide is first given a publish to ask about."""
+        run_id = self.active(pick)
+        self.step(how)
+        if self.pending(run_id) is None:
+            self.models[run_id].queue = [call("publish", message="reject negative quantities")]
+            self.drive(run_id)
+        request = self.pending(run_id)
+        if request is None:
+            return
+        try:
+            if how == "grant":
+                grant(request, self.reviewer)
+            elif how == "deny":
+                deny(request, self.reviewer, "not this one")
+            else:
+                ApprovalRequest.objects.filter(pk=request.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+                expire_due()
+        except DecisionRefused:
+            STATS[f"{how} refused"] += 1
+        self.drive(run_id)
+
+    @rule(pick=RUNS, what=st.sampled_from(["workspace a", "workspace b", "policy ask", "policy allow", "new run"]))
+    def disturb(self, pick: int, what: str) -> None:
+        """The world moves under the runs: someone edits a workspace behind a run's
+        back, an admin edits the policy, or another run starts."""
+        self.step(what.split()[0] if what != "new run" else "start")
+        if what.startswith("workspace"):
+            self.worlds[self.active(pick)].workspace.files["src/notes.txt"] = what
+        elif what.startswith("policy"):
+            new_policy_version(publish=what.split()[1])
+        else:
+            self.new_run()
+
+    @rule(pick=RUNS, how=st.sampled_from(["kill", "kill", "kill", "global"]))
+    def stop(self, pick: int, how: str) -> None:
+        """An operator kills a run, or (rarer) every run with the global switch."""
+        self.step(how)
+        if how == "kill":
+            run_id = self.active(pick)
+            do_kill(Run.objects.get(pk=run_id), "otto")
+            self.drive(run_id)
+            return
+        set_global(self.operator, stop_all=True, admit_new=True)
+        try:
+            for run_id in self.worlds:
+                self.drive(run_id)
+        finally:
+            set_global(self.operator, stop_all=False, admit_new=True)
+
+    @rule(pick=RUNS, proposal=st.sampled_from(PROPOSALS), at=st.integers(1, 4))
+    def crash_and_resume(self, pick: int, proposal: dict, at: int) -> None:
+        run_id = self.active(pick)
+        self.step("crash and resume")
+        self.models[run_id].queue = [proposal]
+        try:
+            self.drive(run_id, CrashingStore(at))
+        except Crash:
+            STATS["crashes"] += 1
+        self.drive(run_id)
+
+    @rule()
+    def sweep(self) -> None:
+        self.step("sweep")
+        invariants.cancel_orphaned_requests()
+        for run_id in invariants.waits_to_end():
+            if run_id in self.worlds:
+                self.drive(run_id)
+
+    # -- invariants ----------------------------------------------------------------
+
+    def changed(self) -> list[tuple[Run, World]]:
+        """The runs to check after this step: every run whose log grew, and every
+        waiting run (its request's expiry is a matter of time). A finished run whose
+        log did not grow cannot have changed: every change of a run or its requests
+        writes an event."""
+        found = []
+        for run_id, world in self.worlds.items():
+            run = Run.objects.get(pk=run_id)
+            if run.status == Run.Status.WAITING or self.checked.get(run_id) != run.last_seq:
+                self.checked[run_id] = run.last_seq
+                found.append((run, world))
+        return found
+
+    @invariant()
+    def invariants_hold(self) -> None:
+        for run, world in self.changed():
+            self.log_is_gap_free(run)
+            self.a_waiting_run_has_exactly_one_pending_request_and_only_it(run)
+            self.no_effect_twice_and_none_without_a_consumed_grant(run, world)
+
+    def log_is_gap_free(self, run: Run) -> None:
+        seqs = list(Event.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
+        assert seqs == list(range(1, len(seqs) + 1)) and run.last_seq == len(seqs)
+
+    def a_waiting_run_has_exactly_one_pending_request_and_only_it(self, run: Run) -> None:
+        requests = list(ApprovalRequest.objects.filter(run=run))
+        assert {r.status for r in requests} <= set(REQUEST_TRANSITIONS)
+        open_requests = [r for r in requests if r.status in OPEN_STATUSES]
+        if run.status == Run.Status.WAITING:
+            assert [(str(r.pk), r.status) for r in open_requests] == [(run.state["waiting"]["request_id"], "pending")]
+            assert open_requests[0].expires_at > timezone.now()
+        else:
+            assert open_requests == [], (run.status, [(r.status, r.reason) for r in open_requests])
+
+    def no_effect_twice_and_none_without_a_consumed_grant(self, run: Run, world: World) -> None:
+        keys = [c.idempotency_key for c in world.executor.calls if c.tool == "publish"]
+        assert len(keys) == len(set(keys)), "one operation performed twice"
+        assert len(run.state["effects_applied"]) == len(set(run.state["effects_applied"]))
+        for started in Event.objects.filter(run=run, type="call_started", payload__tool="publish"):
+            admitted = Event.objects.filter(run=run, type="call_admitted", call_id=started.call_id, seq__lt=started.seq)
+            admitted = admitted.order_by("-seq").first().payload
+            if admitted["decision"] != "ask":
+                continue
+            key = approval_key("publish", admitted["args"], admitted["revision"], admitted["policy_version"])
+            assert ApprovalRequest.objects.filter(run=run, key=key, status="consumed", consumed_by_call=started.call_id).exists(), (
+                "an effect without a consumed grant for its tool, arguments, revision and policy version"
+            )
+
+
+def test_it_keeps_every_invariant_through_random_interleavings(operator, reviewer):
+    Lifecycle.operator, Lifecycle.reviewer = operator, reviewer
+    STATS.clear()
+    started = time.monotonic()
+    run_state_machine_as_test(
+        Lifecycle,
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=STEPS,
+            derandomize=True,
+            database=None,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+        ),
+    )
+    seconds = time.monotonic() - started
+    exits = Counter(Event.objects.filter(type="wait_ended").values_list("payload__exit", flat=True))
+    outcomes = Counter(Run.objects.exclude(status__in=["running", "waiting_approval"]).values_list("outcome", flat=True))
+    duplicates = Event.objects.filter(type="duplicate").count()
+    print(
+        f"\nlifecycle machine: {dict(STATS)}, wait exits {dict(exits)}, outcomes {dict(outcomes)}, duplicates {duplicates}, {seconds:.1f}s"
+    )
+    # The interleavings reached every way out of a wait, and steps in the hundreds.
+    assert STATS["steps"] >= 300
+    assert {"granted", "denied", "expired", "stale", "cancelled"} <= set(exits)

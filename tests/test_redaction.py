@@ -1,0 +1,119 @@
+"""Secrets never reach the database nor any response: a secret from the server's
+environment and credential-shaped keys are planted in every field a run can reach (the
+contract, the script, a proposal's arguments, the workspace's files, tool output, the
+publish diff), then every column of every table of the test database and every API
+response and page about the run are scanned for them. The reviewer is told when
+something was masked, and the masked run still completes with its approval."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import pytest
+from django.db import connection
+from rest_framework.test import APIClient
+
+from approvals.models import ApprovalRequest
+from approvals.services import DjangoApprovals, grant
+from notifications.models import WebhookEndpoint
+from runs.core.jsonutil import JSON
+from runs.core.scenarios import FIXED, call
+from runs.core.simulated import SimExecutor, SimWorkspace
+from runs.environment import Environment
+from runs.models import Artifact, Run
+from runs.redact import MASK, redact_text
+from runs.services import check_new_run, do_create_run, drive_run
+from tests.helpers import CONTRACT
+
+ENV_SECRET = "server-env-secret-4f9c1e7a55"
+OPENAI_SHAPED = "sk-proj" + "A1b2C3d4E5f6G7h8J9k0Lm"
+GITHUB_SHAPED = "ghp_" + "a" * 12 + "B" * 12 + "c" * 12
+AWS_SHAPED = "AKIA" + "ABCDEFGHIJKLMNOP"
+SLACK_SHAPED = "xoxb-" + "123456789012-abcdefABCDEF"
+PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7pemBodyLine\n-----END RSA PRIVATE KEY-----"
+SECRETS = [ENV_SECRET, OPENAI_SHAPED, GITHUB_SHAPED, AWS_SHAPED, SLACK_SHAPED, "MIIEowIBAAKCAQEA7pemBodyLine"]
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+
+
+class DiffingWorkspace(SimWorkspace):
+    """Like the real workspace, a publish shows the diff of every changed file."""
+
+    def __init__(self, files: Mapping[str, str]) -> None:
+        super().__init__(files)
+        self.original = dict(files)
+
+    def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
+        if tool != "publish":
+            return super().preview(tool, args)
+        return "".join(f"--- a/{p}\n+++ b/{p}\n-{self.original.get(p, '')}\n+{c}\n" for p, c in self.files.items())
+
+
+def leaks(text: str) -> list[str]:
+    return [secret for secret in SECRETS if secret in text]
+
+
+def scan_database() -> list[str]:
+    found = []
+    with connection.cursor() as cursor:
+        for table in connection.introspection.table_names():
+            cursor.execute(f"SELECT * FROM {connection.ops.quote_name(table)}")  # noqa: S608 - names from the schema
+            for row in cursor.fetchall():
+                found += [f"{table}: {secret}" for value in row for secret in leaks(str(value))]
+    return found
+
+
+def test_it_masks_credential_shapes_and_configured_values():
+    text = f"a {OPENAI_SHAPED} b {GITHUB_SHAPED} c {AWS_SHAPED} d {SLACK_SHAPED} e {PEM} f {ENV_SECRET}"
+    assert redact_text(text, [ENV_SECRET]) == f"a {MASK} b {MASK} c {MASK} d {MASK} e {MASK} f {MASK}"
+    assert redact_text("sha256:" + "ab" * 32, [ENV_SECRET]) == "sha256:" + "ab" * 32
+
+
+def test_it_never_stores_or_serves_a_secret_planted_in_every_field_a_run_reaches(settings, operator, reviewer, client):
+    settings.HARNESS_SECRET_VALUES = [ENV_SECRET]
+    WebhookEndpoint.objects.create(name="hook", url="https://93.184.215.14/hook", event_kinds=["approval_requested", "run_stopped"])
+    workspace = DiffingWorkspace({"src/calc.py": f"# {AWS_SHAPED}\ndef total(q):\n    return q\n", "deploy.pem": PEM})
+    executor = SimExecutor(workspace, check_passes=lambda files, _: "ValueError" in files["src/calc.py"])
+    script = [
+        call("read_file", path="deploy.pem"),
+        call("read_file", path="src/calc.py"),
+        call("write_file", path="src/calc.py", content=f"{FIXED}# {GITHUB_SHAPED} {ENV_SECRET}\n"),
+        call("run_check", check_id="tests"),
+        call("publish", message=f"ship it with {OPENAI_SHAPED} and {SLACK_SHAPED}"),
+        call("finish", summary=f"fixed; key {ENV_SECRET}"),
+    ]
+    contract = {**CONTRACT, "objective": f"fix the calculator, token {ENV_SECRET}", "acceptance_criteria": [f"uses {OPENAI_SHAPED}"]}
+    run = do_create_run(check_new_run(contract, {"kind": "scripted", "script": script}), operator, lambda run: workspace.revision())
+    env = Environment(executor, workspace)
+    assert drive_run(run, env, DjangoApprovals(run)).status == "waiting_approval"
+
+    request = ApprovalRequest.objects.get(run=run)
+    assert request.args == {"message": f"ship it with {MASK} and {MASK}"} and MASK in request.diff
+    api = APIClient()
+    api.force_authenticate(reviewer)
+    served = [api.get(f"/api/approvals/{request.pk}/"), api.get("/api/approvals/")]
+    client.force_login(reviewer)
+    page = client.get(f"/approvals/{request.pk}/")
+    assert b'id="masked-notice"' in page.content
+    served.append(page)
+
+    grant(request, reviewer)
+    run.refresh_from_db()
+    state = drive_run(run, env, DjangoApprovals(run))
+    assert state.outcome == "complete", state.stop_message  # the masked run keeps its approval
+    # The workspace (the user's data) still has what the agent was given to read.
+    assert AWS_SHAPED in workspace.files["src/calc.py"] or MASK in workspace.files["src/calc.py"]
+
+    assert scan_database() == []
+    api.force_authenticate(operator)
+    client.force_login(operator)
+    for url in (f"/api/runs/{run.pk}/", f"/api/runs/{run.pk}/events/", f"/api/runs/{run.pk}/report/", "/api/runs/"):
+        served.append(api.get(url))
+    for url in (f"/runs/{run.pk}/", f"/runs/{run.pk}/report.json", f"/runs/{run.pk}/events/?before=1000", f"/runs/{run.pk}/summary/"):
+        served.append(client.get(url))
+    served += [client.get(f"/runs/{run.pk}/artifacts/{ref}/?download=1") for ref in Artifact.objects.values_list("ref", flat=True)]
+    for response in served:
+        assert response.status_code == 200, (response.request["PATH_INFO"], response.status_code)
+        assert leaks(response.content.decode()) == [], response.request["PATH_INFO"]
+    assert MASK in json.dumps(Run.objects.get(pk=run.pk).state)
