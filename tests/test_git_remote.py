@@ -18,7 +18,7 @@ from runs.core.errors import InputError
 from runs.core.state import PendingEffect
 from sandbox.executor import SandboxExecutor
 from sandbox.remote import RemoteAccess, RemoteError, RemoteTarget, check_remote_url
-from sandbox.workspace import REMOTE_GIT_DIR, RunWorkspace, prepare_workspace
+from sandbox.workspace import RunWorkspace, prepare_workspace
 from tests.fixtures_sandbox import ROOT, make_call
 from tests.gitserver import HOOK_MESSAGE, TOKEN, USER, FaultProxy, GitHttpServer, make_bare_repository, reject_pushes, serving, sh
 
@@ -70,7 +70,7 @@ def changed_run(remote: Remote, url: str, tmp_path: Path) -> SandboxExecutor:
     from runs.artifacts import FileArtifactStore
 
     workspace = clone_run(tmp_path, url, "main", remote.access())
-    (workspace.dir / "total.py").write_text(FIX)
+    workspace.write_file("total.py", FIX)
 
     def trailers(call_id: str) -> list[tuple[str, str]]:
         return [("Harness-Approval", f"apr-{call_id}"), ("Harness-Reviewer", "reviewer")]
@@ -79,11 +79,11 @@ def changed_run(remote: Remote, url: str, tmp_path: Path) -> SandboxExecutor:
         url=url,
         base=str(workspace.source["commit"]),
         branch="harness/fix-totals-1a2b3c4d",
-        git_dir=workspace.root / REMOTE_GIT_DIR,
+        git_dir=workspace.remote_git,
         access=remote.access(),
         approval_trailers=trailers,
     )
-    return SandboxExecutor("run-1a2b3c4d", workspace, None, FileArtifactStore(), tmp_path / "outbox", remote=target)
+    return SandboxExecutor("run-1a2b3c4d", workspace, None, FileArtifactStore(), tmp_path / "outbox", write_paths=("*",), remote=target)
 
 
 def publish(executor: SandboxExecutor, key: str, message: str = "Refuse negative prices\n\nThey made refunds.") -> dict:
@@ -113,7 +113,7 @@ def test_it_clones_a_branch_and_a_tag_over_authenticated_http(remote: Remote, tm
     at_feature = clone_run(tmp_path, url, "feature", remote.access())
     assert at_feature.source["commit"] == remote.commits["feature"] and at_feature.source["url"] == url
     assert (at_feature.dir / "feature.txt").read_text() == "wip\n" and not (at_feature.dir / ".git").exists()
-    git_dir = at_feature.root / REMOTE_GIT_DIR
+    git_dir = at_feature.remote_git
     assert sh("--git-dir", str(git_dir), "rev-parse", "--is-shallow-repository") == "true"
     at_tag = clone_run(tmp_path, url, "v1", remote.access())
     assert at_tag.source["commit"] == remote.commits["first"]
@@ -312,6 +312,8 @@ def test_it_creates_no_run_for_a_refused_or_malformed_remote_and_records_the_bas
     operator, remote: Remote, settings, tmp_path: Path
 ) -> None:
     from runs.models import Run
+    from runs.runtime import advance
+    from sandbox.environment import workspace_for
     from tests.test_api import SCRIPT, SMALL_CONTRACT, client_for
 
     settings.GIT_ALLOWED_REMOTES = [f"file://{remote.root}/*"]
@@ -325,16 +327,19 @@ def test_it_creates_no_run_for_a_refused_or_malformed_remote_and_records_the_bas
         response = client.post("/api/runs/", {"contract": contract, "proposer": SCRIPT}, format="json")
         assert response.status_code == 400
         assert says in response.json()["contract.workspace.url"][0], response.json()
+    assert Run.objects.count() == 0
+    # Creating a run (the unprivileged web side) does not contact the remote: the
+    # worker that first drives the run clones it, and stops the run naming a missing ref.
     missing = {**SMALL_CONTRACT, "workspace": {"kind": "git", "url": f"file://{remote.bare}", "ref": "nope"}}
     response = client.post("/api/runs/", {"contract": missing, "proposer": SCRIPT}, format="json")
-    assert response.status_code == 400 and "has no branch or tag 'nope'" in response.json()["contract.workspace.ref"][0]
-    assert Run.objects.count() == 0
+    assert response.status_code == 201, response.json()
+    assert advance(response.json()["id"]) == "workspace_error"
+    assert "has no branch or tag 'nope'" in Run.objects.get(pk=response.json()["id"]).stop_message
     good = {**SMALL_CONTRACT, "workspace": {"kind": "git", "url": f"file://{remote.bare}", "ref": "v1"}}
     response = client.post("/api/runs/", {"contract": good, "proposer": SCRIPT}, format="json")
     assert response.status_code == 201, response.json()
-    run = Run.objects.get()
-    source = (tmp_path / "workspaces" / str(run.pk) / "source.json").read_text()
-    assert remote.commits["first"] in source
+    run = Run.objects.get(pk=response.json()["id"])
+    assert workspace_for(run).source["commit"] == remote.commits["first"]
 
 
 def test_it_shows_a_refused_remote_on_the_new_run_form(operator, settings) -> None:
