@@ -463,11 +463,7 @@ def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> str
 
 def _from_remote(url: str, ref: str | None, prepared: RunWorkspace, access: RemoteAccess) -> str:
     # Cloned like a local git source: its git directory moves out of the workspace.
-    try:
-        commit = remote.clone(url, ref, prepared.dir, access)
-    except remote.RemoteError as exc:
-        # The worker stops a run whose workspace cannot be prepared, naming why.
-        raise WorkspaceSourceError(exc.message, field=exc.problems[0].field) from None
+    commit = remote.clone(url, ref, prepared.dir, access)
     os.rename(prepared.dir / ".git", prepared.pristine_git)
     return commit
 
