@@ -404,3 +404,33 @@ def test_it_names_the_runs_branch_and_the_granted_approval_in_the_trailers(
         ("Harness-Reviewer", reviewer.get_username()),
     ]
     assert target.approval_trailers("c999") == []
+
+
+def test_it_keeps_the_git_directory_for_pushing_when_the_checkout_differs_from_the_commit(
+    remote: Remote, tmp_path: Path, db: None
+) -> None:
+    from runs.artifacts import FileArtifactStore
+
+    # An eol attribute makes the checkout's bytes differ from the commit's blobs: the
+    # commit's objects cannot be the pristine side, but pushes still need the git dir.
+    work = remote.root / "eol-work"
+    sh("clone", "--quiet", str(remote.bare), str(work))
+    (work / ".gitattributes").write_text("*.txt text eol=crlf\n")
+    (work / "notes.txt").write_text("one\n")
+    sh("add", "-A", cwd=work)
+    sh("commit", "--quiet", "-m", "Notes", cwd=work)
+    sh("push", "--quiet", "origin", "HEAD:refs/heads/eol", cwd=work)
+    url = f"file://{remote.bare}"
+    workspace = clone_run(tmp_path, url, "eol", remote.access())
+    assert (workspace.dir / "notes.txt").read_bytes() == b"one\r\n"
+    assert not workspace.pristine_git.exists() and workspace.remote_git == workspace.root / "remote.git"
+    assert (workspace.pristine / "notes.txt").read_bytes() == b"one\r\n"
+    workspace.write_file("total.py", FIX)
+    target = RemoteTarget(
+        url=url, base=str(workspace.source["commit"]), branch="harness/eol-1", git_dir=workspace.remote_git, access=remote.access()
+    )
+    executor = SandboxExecutor("run-eol", workspace, None, FileArtifactStore(), tmp_path / "outbox", write_paths=("*",), remote=target)
+    published = publish(executor, "b" * 32)
+    assert (published["status"], published["effect"]) == ("ok", "applied"), published
+    commit = published["data"]["commit"]
+    assert in_bare(remote, "diff", "--name-only", str(workspace.source["commit"]), commit) == "total.py"
