@@ -122,7 +122,7 @@ class GitRun:
     stderr: str
 
 
-def _environment(access: RemoteAccess, scheme: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def git_environment(access: RemoteAccess, scheme: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": "/nonexistent",
@@ -168,7 +168,7 @@ def git(
             ["git", *args],
             cwd=cwd,
             input=stdin,
-            env=_environment(access, scheme, extra_env),
+            env=git_environment(access, scheme, extra_env),
             capture_output=True,
             text=True,
             timeout=access.timeout_seconds,

@@ -429,16 +429,9 @@ def _git(args: list[str], cwd: Path | None = None) -> str:
 
 
 def _git_output(args: list[str], cwd: Path | None = None) -> bytes:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": "/nonexistent",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": "/dev/null",
-        "GIT_TERMINAL_PROMPT": "0",
-        "LC_ALL": "C",
-    }
-    base = ["git", "-c", "core.hooksPath=/dev/null", "-c", "safe.directory=*", "-c", "advice.detachedHead=false"]
-    done = subprocess.run(base + args, cwd=cwd, env=env, capture_output=True, timeout=300)
+    # Bytes (a blob is not text), in the same isolated environment as remote git.
+    env = remote.git_environment(RemoteAccess(), "file")
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, timeout=300)
     if done.returncode != 0:
         raise WorkspaceSourceError(f"git {args[0]} failed: {done.stderr.decode(errors='replace').strip()[:500]}")
     return done.stdout
