@@ -7,6 +7,7 @@ deployment shows up as a clear error instead of a silently ignored default.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 
 
@@ -101,3 +102,12 @@ def env_url(name: str, default: str, schemes: tuple[str, ...], env: Mapping[str,
         allowed = ", ".join(f"{s}://" for s in schemes)
         raise SettingError(f"{name} must be a URL starting with one of {allowed}; got {value!r}")
     return value
+
+
+def env_identity(name: str, default: str, env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """A git identity, ``Name <email>``, as (name, email)."""
+    value = env_str(name, default, env)
+    match = re.fullmatch(r"([^<>\n]+?)\s*<([^<>\s]+@[^<>\s]+)>", value)
+    if match is None:
+        raise SettingError(f"{name} must look like 'Name <email@host>', got {value!r}")
+    return match.group(1), match.group(2)

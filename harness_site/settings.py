@@ -9,7 +9,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from harness_site.env import SettingError, env_bool, env_choice, env_float, env_int, env_list, env_str, env_url
+from harness_site.env import SettingError, env_bool, env_choice, env_float, env_identity, env_int, env_list, env_str, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("HARNESS_VAR_DIR", str(BASE_DIR / "var")))
@@ -183,6 +183,16 @@ OUTBOX_DIR = Path(env_str("HARNESS_OUTBOX_DIR", str(VAR_DIR / "outbox")))
 # Where contracts may take their workspace from (local paths, git repositories and
 # archives); anything else is refused, so starting a run cannot read server files.
 WORKSPACE_SOURCES = [Path(p) for p in env_list("HARNESS_WORKSPACE_SOURCES", [str(BASE_DIR / "examples")])]
+# Git remotes a run may clone from and publish to (fnmatch patterns over the URL);
+# none by default. The token or SSH key is read by the worker's git process only.
+GIT_ALLOWED_REMOTES = env_list("HARNESS_GIT_ALLOWED_REMOTES", [])
+GIT_TOKEN = env_str("HARNESS_GIT_TOKEN", "")
+GIT_TOKEN_FILE = env_str("HARNESS_GIT_TOKEN_FILE", "") or None
+GIT_TOKEN_USER = env_str("HARNESS_GIT_TOKEN_USER", "x-access-token")
+GIT_SSH_KEY_FILE = env_str("HARNESS_GIT_SSH_KEY_FILE", "") or None
+GIT_SSH_KNOWN_HOSTS = env_str("HARNESS_GIT_SSH_KNOWN_HOSTS", "") or None
+GIT_AUTHOR = env_identity("HARNESS_GIT_AUTHOR", "Harness <harness@localhost>")
+GIT_TIMEOUT_SECONDS = env_float("HARNESS_GIT_TIMEOUT_SECONDS", 120.0, minimum=1.0)
 
 LOGGING = {
     "version": 1,

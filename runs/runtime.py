@@ -29,6 +29,7 @@ from runs.models import Run
 from runs.services import check_new_run, do_create_run, drive_run, registry
 from runs.store import DjangoStore, LeaseLost, load_state
 from sandbox.environment import check_workspace_for, sandbox_environment
+from sandbox.remote import RemoteError
 from sandbox.workspace import WorkspaceSourceError
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ def advance(run_id: str, faults: Sequence[Fault] = ()) -> str:
             return run.outcome
         try:
             environment = environment_for(run, faults)  # prepares the workspace on first use
-        except WorkspaceSourceError as exc:
+        except (WorkspaceSourceError, RemoteError) as exc:
             return stop_undriven(run, "workspace_error", f"the workspace could not be prepared: {exc}", token)
         try:
             record_base_revision(run, environment.workspace.revision, token)

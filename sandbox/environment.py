@@ -9,6 +9,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from approvals.models import ApprovalRequest
 from runs.artifacts import FileArtifactStore
 from runs.core.contract import WorkspaceSource
 from runs.core.policy import Policy
@@ -20,6 +21,7 @@ from sandbox.container import ContainerSpec, SandboxContainer
 from sandbox.engine import SandboxUnavailable
 from sandbox.executor import SandboxExecutor
 from sandbox.quota import MB, DiskQuota
+from sandbox.remote import RemoteAccess, RemoteTarget
 from sandbox.workspace import RunWorkspace, check_source, prepare_workspace
 
 log = logging.getLogger(__name__)
@@ -32,7 +34,43 @@ def workspace_root(run: Run) -> Path:
 def workspace_for(run: Run) -> RunWorkspace:
     """The run's workspace, prepared from its contract's source on first use."""
     source = WorkspaceSource.model_validate(run.contract["workspace"])
-    return prepare_workspace(workspace_root(run), source, Path(settings.BASE_DIR), settings.WORKSPACE_SOURCES)
+    return prepare_workspace(
+        workspace_root(run), source, Path(settings.BASE_DIR), settings.WORKSPACE_SOURCES, RemoteAccess.from_settings(settings)
+    )
+
+
+def remote_target(run: Run, workspace: RunWorkspace) -> RemoteTarget | None:
+    """Where publish pushes, for a workspace cloned from a git remote: a branch fixed
+    per run (``harness/<task_id>-<run id prefix>``), on the commit it was cloned at."""
+    source = workspace.source
+    if not isinstance(source.get("url"), str):
+        return None
+    run_id = str(run.pk)
+
+    def approval_trailers(call_id: str) -> list[tuple[str, str]]:
+        granted = (
+            ApprovalRequest.objects.filter(
+                run_id=run.pk, call_id=call_id, status__in=[ApprovalRequest.Status.GRANTED, ApprovalRequest.Status.CONSUMED]
+            )
+            .select_related("decided_by")
+            .order_by("-decided_at")
+            .first()
+        )
+        if granted is None:
+            return []
+        trailers = [("Harness-Approval", str(granted.pk))]
+        if granted.decided_by is not None:
+            trailers.append(("Harness-Reviewer", granted.decided_by.get_username()))
+        return trailers
+
+    return RemoteTarget(
+        url=str(source["url"]),
+        base=str(source["commit"]),
+        branch=f"harness/{run.contract['task_id']}-{run_id[:8]}",
+        git_dir=workspace.remote_git,
+        access=RemoteAccess.from_settings(settings),
+        approval_trailers=approval_trailers,
+    )
 
 
 def prepare_workspace_for(run: Run) -> str:
@@ -46,7 +84,7 @@ def check_workspace_for(run: Run) -> str:
     needs root). Refuses a bad source now; the revision is "" until the worker that
     first drives the run prepares the workspace (runs.runtime.advance)."""
     source = WorkspaceSource.model_validate(run.contract["workspace"])
-    check_source(source, Path(settings.BASE_DIR), settings.WORKSPACE_SOURCES)
+    check_source(source, Path(settings.BASE_DIR), settings.WORKSPACE_SOURCES, settings.GIT_ALLOWED_REMOTES)
     return ""
 
 
@@ -74,6 +112,7 @@ def sandbox_environment(run: Run, policy: Policy) -> Environment:
         scope=settings.SANDBOX_SCOPE,
         engine_wait_seconds=settings.SANDBOX_ENGINE_WAIT_SECONDS,
         notify=lambda event: append_events(run_id, [event]),
+        remote=remote_target(run, workspace),
         live_output=lambda call_id: LiveOutput(run_id, call_id),
     )
     return Environment(

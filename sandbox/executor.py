@@ -19,6 +19,7 @@ from sandbox.container import DEFAULT_SCOPE, ContainerSpec, OutputListener, Sand
 from sandbox.engine import ENGINE_ERRORS, SandboxUnavailable, wait_for_engine
 from sandbox.publishing import PublishRefused, publication
 from sandbox.quota import DiskQuota
+from sandbox.remote import PushConflict, RemoteTarget
 from sandbox.tools import HANDLERS, ToolContext, ToolResult, outbox_path
 from sandbox.workspace import RunWorkspace
 
@@ -49,6 +50,7 @@ class SandboxExecutor:
         scope: str = DEFAULT_SCOPE,
         engine_wait_seconds: float = ENGINE_WAIT_SECONDS,
         notify: Callable[[ev.Event], None] | None = None,
+        remote: RemoteTarget | None = None,
         live_output: Callable[[str], OutputListener] | None = None,
     ) -> None:
         self.run_id = run_id
@@ -72,6 +74,7 @@ class SandboxExecutor:
             write_paths=tuple(write_paths),
             spool_dir=spool_dir,
             quota=quota,
+            remote=remote,
             live_output=live_output,
         )
 
@@ -87,9 +90,13 @@ class SandboxExecutor:
         if tool == "publish":
             # The reviewer sees exactly the patch that publish would write.
             try:
-                return publication(self.workspace, self.context.write_paths).text
+                shown = publication(self.workspace, self.context.write_paths).text
             except PublishRefused as exc:
                 return f"# this publish would be refused: {exc}\n"
+            if self.context.remote is not None:
+                message = "".join(f"#   {line}".rstrip() + "\n" for line in str(args.get("message", "")).splitlines())
+                return self.context.remote.describe() + "# message:\n" + message + shown
+            return shown
         return self.workspace.preview(tool, args)
 
     # -- Executor -----------------------------------------------------------------
@@ -119,6 +126,12 @@ class SandboxExecutor:
         if effect.kind == "external":
             if effect.idempotency_key is None:
                 return Reconciliation(False, None, False, "no idempotency key to look up")
+            if self.context.remote is not None:
+                try:
+                    applied, detail = self.context.remote.lookup(effect.idempotency_key)
+                except PushConflict as exc:
+                    return Reconciliation(True, False, True, str(exc), conflict=True)
+                return Reconciliation(True, applied, True, detail)
             found = outbox_path(self.context.outbox, effect.idempotency_key).exists()
             detail = "found in the outbox" if found else "not in the outbox (the outbox is local: authoritative)"
             return Reconciliation(True, found, True, detail)

@@ -22,6 +22,7 @@ from sandbox.container import OutputCapture, OutputListener, SandboxContainer
 from sandbox.engine import SandboxUnavailable
 from sandbox.publishing import PublishRefused, publication
 from sandbox.quota import WATCH_SECONDS, DiskQuota, QuotaProblem
+from sandbox.remote import PushConflict, RemoteError, RemoteTarget
 from sandbox.workspace import RunWorkspace
 
 Status = Literal["ok", "transient", "unknown"]
@@ -53,6 +54,8 @@ class ToolContext:
     write_paths: tuple[str, ...]
     spool_dir: Path | None = None
     quota: DiskQuota = DiskQuota()
+    # Set for a workspace cloned from a git remote: publish pushes a branch there.
+    remote: RemoteTarget | None = None
     # Given a call id, who watches that call's output while it runs (the live page).
     live_output: Callable[[str], OutputListener] | None = None
 
@@ -201,6 +204,8 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
     key = call.idempotency_key
     if key is None or not KEY_PATTERN.match(key):
         return _error("publish reached the executor without a valid idempotency key")
+    if ctx.remote is not None:
+        return push(ctx, ctx.remote, call, key)
     target = outbox_path(ctx.outbox, key)
     if target.exists():
         return ToolResult("ok", "none", {"idempotency_key": key, "duplicate": True, "outbox_file": target.name})
@@ -244,6 +249,38 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
     return ToolResult("ok", "applied", data, [ref])
 
 
+def push(ctx: ToolContext, target: RemoteTarget, call: Call, key: str) -> ToolResult:
+    """Publish to the run's remote: one commit on the base, pushed to the run's branch."""
+    base: dict[str, JSON] = {"idempotency_key": key, "remote": target.url, "branch": target.branch}
+    try:
+        patch = publication(ctx.workspace, ctx.write_paths).patch
+    except PublishRefused as exc:
+        return _error(f"nothing was published: {exc}", **base)
+    trailers = [("Harness-Run", ctx.run_id), *target.approval_trailers(call.call_id)]
+    try:
+        result = target.publish(key, patch.text, str(call.args["message"]), trailers)
+    except RemoteError as exc:
+        # The branch could not be looked up: nothing was pushed yet. Credentials the
+        # remote refuses will not get better by retrying.
+        if exc.cause == "auth":
+            return _error(f"the remote refused the server's credentials: {exc.message}", **base)
+        return ToolResult("transient", "none", {**base, "error": f"the remote could not be reached: {exc.message}"})
+    data: dict[str, JSON] = {
+        **base,
+        "commit": result.commit,
+        "duplicate": result.duplicate,
+        "files": list(patch.files),
+        "skipped": list(patch.skipped),
+    }
+    if result.outcome == "applied":
+        return ToolResult("ok", "none" if result.duplicate else "applied", data)
+    if result.outcome == "rejected":
+        return ToolResult("ok", "none", {**data, "rejected": True, "error": f"the remote refused the push: {result.message}"})
+    if result.outcome == "not_applied":
+        return ToolResult("transient", "none", {**data, "error": f"the push did not reach the remote: {result.message}"})
+    return ToolResult("unknown", "unknown", {**data, "error": f"the push's outcome is unknown: {result.message}"})
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -255,6 +292,14 @@ def _fsync_dir(path: Path) -> None:
 def lookup_publish(ctx: ToolContext, call: Call) -> ToolResult:
     # Without a key in the arguments the harness names the run's own publish.
     key = str(call.args.get("idempotency_key") or call.idempotency_key)
+    if ctx.remote is not None:
+        try:
+            found, detail = ctx.remote.lookup(key)
+        except PushConflict as exc:
+            return _error(str(exc), idempotency_key=key)
+        except RemoteError as exc:
+            return ToolResult("transient", "none", {"idempotency_key": key, "error": exc.message})
+        return ToolResult("ok", "none", {"idempotency_key": key, "found": found, "authoritative": True, "detail": detail})
     found = outbox_path(ctx.outbox, key).exists()
     return ToolResult("ok", "none", {"idempotency_key": key, "found": found, "authoritative": True})
 

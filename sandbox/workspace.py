@@ -3,14 +3,16 @@
 Layout under ``WORKSPACE_ROOT/<run_id>/``::
 
     workspace/    mounted at /workspace in the run's container (owned by uid 65534)
-    source.git/   from a git source: the clone's objects (hard links to the
-                  source's), never mounted; publish diffs against the commit
+    source.git/   from a git source or remote: the clone's objects (hard links to a
+                  local source's), never mounted; publish diffs against the commit
+    remote.git/   from a git remote whose checkout differs from its commit: the
+                  clone's git directory, kept only for pushing, never mounted
     pristine/     from any other source (or a checkout that differs from its
                   commit): hard links to the workspace's files as prepared. The
                   harness's tools replace a file by renaming a new one over it, so
                   the pristine inode keeps its content
     index/        the revision's tree objects (``sandbox/revision.py``)
-    source.json   where it came from (kind, path, ref, commit)
+    source.json   where it came from (kind, path or url, ref, commit)
 
 No file's data is copied twice. Every read of the pristine side is checked against
 the blob hash the base revision records. The revision is the git tree hash of
@@ -41,8 +43,9 @@ from runs.core.jsonutil import JSON
 from runs.core.paths import PathRefused, canonical_path, path_allowed, refused_character, shown_path
 from runs.core.ports import RevisionMismatch
 from runs.environment import RepositoryContext
-from sandbox import fileops, patches
+from sandbox import fileops, patches, remote
 from sandbox.hashing import EMPTY_TREE, LINK_MODE, TreeHasher, content, git_hash
+from sandbox.remote import RemoteAccess
 from sandbox.revision import WHOLE_TREE, RevisionIndex
 
 __all__ = ["EMPTY_TREE", "RunWorkspace", "TreeHasher", "prepare_workspace"]
@@ -52,6 +55,7 @@ log = logging.getLogger(__name__)
 SANDBOX_UID = 65534
 SANDBOX_GID = 65534
 READY = "source.json"
+REMOTE_GIT_DIR = "remote.git"
 MAX_ARCHIVE_BYTES = 2_000_000_000
 MAX_ARCHIVE_MEMBERS = 200_000
 CACHE_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".benchmarks"}
@@ -94,6 +98,11 @@ class RunWorkspace:
         self.pristine_git = root / "source.git"
         self._hasher = TreeHasher()
         self.index = RevisionIndex(root / "index", self.dir, self._hasher)
+
+    @property
+    def remote_git(self) -> Path:
+        """For a workspace cloned from a remote: the git directory pushes are made in."""
+        return self.pristine_git if self.pristine_git.is_dir() else self.root / REMOTE_GIT_DIR
 
     @property
     def source(self) -> dict[str, JSON]:
@@ -265,10 +274,18 @@ def open_workspace(root: Path) -> RunWorkspace | None:
     return RunWorkspace(root) if (root / READY).is_file() else None
 
 
-def prepare_workspace(root: Path, source: WorkspaceSource, base_dir: Path, allowed_roots: Sequence[Path]) -> RunWorkspace:
+def prepare_workspace(
+    root: Path,
+    source: WorkspaceSource,
+    base_dir: Path,
+    allowed_roots: Sequence[Path],
+    remotes: RemoteAccess | None = None,
+) -> RunWorkspace:
     """Materialise the source under ``root`` (idempotent: a prepared root is reused).
     The source must lie under one of ``allowed_roots``: whoever may start a run must
     not be able to copy arbitrary files of the server into a workspace they can read.
+    A remote must be one of ``remotes.allowed``; its clone's git directory is always
+    kept (``source.git/`` or ``remote.git/``, never mounted) for publishing.
     Built in a staging directory and renamed into place, so a crash never leaves a
     half-prepared workspace that looks ready."""
     existing = open_workspace(root)
@@ -278,23 +295,32 @@ def prepare_workspace(root: Path, source: WorkspaceSource, base_dir: Path, allow
     staging = root.parent / f".{root.name}.staging-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     try:
-        location = _resolve(source.path, base_dir, allowed_roots)
-        meta: dict[str, JSON] = {"kind": source.kind, "path": str(location), "ref": source.ref}
+        meta: dict[str, JSON] = {"kind": source.kind, "ref": source.ref}
         prepared = RunWorkspace(staging)
-        if source.kind == "path":
-            _copy_tree(location, prepared.dir, skip=CACHE_DIRS)
-        elif source.kind == "git":
-            meta["commit"] = _from_git(location, source.ref, prepared.dir, prepared.pristine_git)
+        if source.url is not None:
+            meta.update(url=source.url, commit=_from_remote(source.url, source.ref, prepared, remotes or RemoteAccess()))
         else:
-            _from_archive(location, prepared.dir)
+            assert source.path is not None  # one of path and url, by WorkspaceSource
+            location = _resolve(source.path, base_dir, allowed_roots)
+            meta["path"] = str(location)
+            if source.kind == "path":
+                _copy_tree(location, prepared.dir, skip=CACHE_DIRS)
+            elif source.kind == "git":
+                meta["commit"] = _from_git(location, source.ref, prepared.dir, prepared.pristine_git)
+            else:
+                _from_archive(location, prepared.dir)
         # Checks only read the tree (it is mounted read-only), but a source may hold
         # files only their owner can read: the sandbox's uid owns them.
         _give_to_sandbox(prepared.dir)
         base = prepared.index.start()
-        if source.kind == "git" and base == _git(["rev-parse", f"{meta['commit']}^{{tree}}"], cwd=prepared.pristine_git):
+        if "commit" in meta and base == _git(["rev-parse", f"{meta['commit']}^{{tree}}"], cwd=prepared.pristine_git):
             pass  # the full walk verified the checkout: the commit's objects are the pristine tree
         else:
-            shutil.rmtree(prepared.pristine_git, ignore_errors=True)
+            if source.url is not None:
+                # Not the pristine side, but publishing makes its commit there.
+                os.rename(prepared.pristine_git, staging / REMOTE_GIT_DIR)
+            else:
+                shutil.rmtree(prepared.pristine_git, ignore_errors=True)
             _link_tree(prepared.dir, prepared.pristine)
         (staging / READY).write_text(json.dumps(meta, indent=2))
         try:
@@ -309,10 +335,18 @@ def prepare_workspace(root: Path, source: WorkspaceSource, base_dir: Path, allow
     return RunWorkspace(root)
 
 
-def check_source(source: WorkspaceSource, base_dir: Path, allowed_roots: Sequence[Path]) -> None:
-    """WorkspaceSourceError unless the source is allowed and exists; reads only, so the
-    process creating a run (the web server, unprivileged) can refuse a bad source at
-    once while the worker that drives the run prepares the workspace."""
+def check_source(
+    source: WorkspaceSource, base_dir: Path, allowed_roots: Sequence[Path], allowed_remotes: Sequence[str] = ()
+) -> None:
+    """WorkspaceSourceError (RemoteError for a remote) unless the source is allowed and
+    exists; reads only, so the process creating a run (the web server, unprivileged)
+    can refuse a bad source at once while the worker that drives the run prepares the
+    workspace. A remote is checked against the allowed list, not contacted."""
+    if source.url is not None:
+        remote.check_remote_url(source.url, allowed_remotes)
+        remote.check_ref(source.ref)
+        return
+    assert source.path is not None  # one of path and url, by WorkspaceSource
     location = _resolve(source.path, base_dir, allowed_roots)
     exists = location.is_file() if source.kind == "archive" else location.is_dir()
     if not exists:
@@ -395,16 +429,9 @@ def _git(args: list[str], cwd: Path | None = None) -> str:
 
 
 def _git_output(args: list[str], cwd: Path | None = None) -> bytes:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": "/nonexistent",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": "/dev/null",
-        "GIT_TERMINAL_PROMPT": "0",
-        "LC_ALL": "C",
-    }
-    base = ["git", "-c", "core.hooksPath=/dev/null", "-c", "safe.directory=*", "-c", "advice.detachedHead=false"]
-    done = subprocess.run(base + args, cwd=cwd, env=env, capture_output=True, timeout=300)
+    # Bytes (a blob is not text), in the same isolated environment as remote git.
+    env = remote.git_environment(RemoteAccess(), "file")
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, timeout=300)
     if done.returncode != 0:
         raise WorkspaceSourceError(f"git {args[0]} failed: {done.stderr.decode(errors='replace').strip()[:500]}")
     return done.stdout
@@ -424,6 +451,13 @@ def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> str
         raise WorkspaceSourceError(f"ref {ref or 'HEAD'!r} is not a commit in {location}", field="workspace.ref") from None
     _git(["checkout", "--quiet", "--detach", commit], cwd=dest)
     os.rename(dest / ".git", git_dir)
+    return commit
+
+
+def _from_remote(url: str, ref: str | None, prepared: RunWorkspace, access: RemoteAccess) -> str:
+    # Cloned like a local git source: its git directory moves out of the workspace.
+    commit = remote.clone(url, ref, prepared.dir, access)
+    os.rename(prepared.dir / ".git", prepared.pristine_git)
     return commit
 
 

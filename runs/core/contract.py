@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runs.core.errors import FieldProblem, InputError, problems_from
 from runs.core.paths import PathRefused, canonical_path
@@ -46,9 +46,21 @@ class Limits(Strict):
 
 
 class WorkspaceSource(Strict):
+    """A directory, archive or git repository on the server (``path``), or a git
+    remote (``url``, kind ``git`` only; the server decides which remotes are allowed)."""
+
     kind: Literal["path", "git", "archive"]
-    path: str = Field(min_length=1)
+    path: str | None = Field(default=None, min_length=1)
+    url: str | None = Field(default=None, min_length=1, max_length=2000)
     ref: str | None = None
+
+    @model_validator(mode="after")
+    def _one_location(self) -> WorkspaceSource:
+        if (self.path is None) == (self.url is None):
+            raise ValueError("give exactly one of path (on the server) or url (a git remote)")
+        if self.url is not None and self.kind != "git":
+            raise ValueError("a url is a git remote: its kind must be 'git'")
+        return self
 
 
 class Contract(Strict):

@@ -842,6 +842,8 @@ class Harness:
                 result = self.executor.reconcile(effect)
             except Exception:  # noqa: BLE001, S112 - a failed lookup leaves the outcome unknown, never "failed"
                 continue
+            if result.conflict:
+                raise _Stop("effect_conflict", f"{effect.call_id}: {result.detail}")
             if not result.resolved:
                 continue
             changed = True

@@ -38,6 +38,9 @@ class Reconciliation:
     applied: bool | None
     authoritative: bool
     detail: str
+    # The lookup found the effect's target changed by someone else (a branch at
+    # another commit): neither applied nor retryable, so the run stops.
+    conflict: bool = False
 
 
 class Executor(Protocol):

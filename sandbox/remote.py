@@ -1,0 +1,399 @@
+"""Git remotes: cloning a run's workspace from one, and publishing by pushing a branch.
+
+Only the worker's own git processes ever see a credential: the HTTPS token travels
+as an ``http.extraHeader`` set through git's environment configuration (never in
+argv, the URL, the workspace or the sandbox), the SSH key through
+``GIT_SSH_COMMAND``. Every git process runs without the user's or the system's
+configuration, hooks or prompts, and may speak only the remote's own protocol.
+
+A push's outcome is decided by the remote itself: ``ls-remote`` of the operation's
+branch is the authoritative lookup for a push whose answer was lost."""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from runs.core.errors import FieldProblem, InputError
+
+SCHEMES = ("https", "ssh", "file", "http")
+HEX_REF = re.compile(r"^[0-9a-f]{7,40}$")
+Cause = Literal["refused", "malformed", "unknown_ref", "auth", "unreachable", "failed"]
+PushOutcome = Literal["applied", "rejected", "unknown", "not_applied"]
+
+# What git prints for each cause (git 2.x wording; the C locale is forced).
+_AUTH = ("authentication failed", "could not read username", "could not read password", "permission denied (publickey", "403")
+_UNKNOWN_REF = ("remote branch", "couldn't find remote ref", "not our ref", "no such ref", "invalid refspec")
+_UNREACHABLE = ("could not resolve host", "failed to connect", "connection refused", "does not appear to be a git repository")
+# Said before any byte of the push reached the server: the push did not happen.
+_NOT_SENT = ("could not resolve host", "failed to connect", "connection refused", "authentication failed", "could not read username")
+
+
+class RemoteError(InputError):
+    """A remote workspace source that cannot be used; ``cause`` says why."""
+
+    def __init__(self, cause: Cause, message: str, field: str = "workspace.url") -> None:
+        super().__init__("workspace", [FieldProblem(field, message)])
+        self.cause = cause
+        self.message = message
+
+
+@dataclass(frozen=True)
+class RemoteAccess:
+    """The server's side of remote access: which remotes, which credentials, as whom."""
+
+    allowed: tuple[str, ...] = ()
+    # Out of repr: a logged RemoteAccess must not carry the credential.
+    token: str | None = field(default=None, repr=False)
+    token_user: str = "x-access-token"  # noqa: S105 - the user name forges accept with a token, not a secret
+    ssh_key_file: Path | None = None
+    ssh_known_hosts: Path | None = None
+    author_name: str = "Harness"
+    author_email: str = "harness@localhost"
+    timeout_seconds: float = 120.0
+
+    @classmethod
+    def from_settings(cls, s: object) -> RemoteAccess:
+        token_file = getattr(s, "GIT_TOKEN_FILE", None)
+        token = Path(token_file).read_text().strip() if token_file else getattr(s, "GIT_TOKEN", "") or None
+        name, email = getattr(s, "GIT_AUTHOR", ("Harness", "harness@localhost"))
+        key = getattr(s, "GIT_SSH_KEY_FILE", None)
+        hosts = getattr(s, "GIT_SSH_KNOWN_HOSTS", None)
+        return cls(
+            allowed=tuple(getattr(s, "GIT_ALLOWED_REMOTES", ())),
+            token=token,
+            token_user=str(getattr(s, "GIT_TOKEN_USER", "x-access-token")),
+            ssh_key_file=Path(key) if key else None,
+            ssh_known_hosts=Path(hosts) if hosts else None,
+            author_name=str(name),
+            author_email=str(email),
+            timeout_seconds=float(getattr(s, "GIT_TIMEOUT_SECONDS", 120.0)),
+        )
+
+
+# -- validation ------------------------------------------------------------------
+
+
+def check_remote_url(url: str, allowed: Sequence[str]) -> str:
+    """The URL if it is well formed and one of the server's allowed remotes."""
+    if any(c.isspace() or ord(c) < 32 for c in url) or url.startswith("-"):
+        raise RemoteError("malformed", f"{url!r} is not a git URL (spaces, control characters or a leading '-')")
+    parts = urlsplit(url)
+    if parts.scheme not in SCHEMES:
+        hint = " (write scp-like addresses as ssh://user@host/path)" if "@" in url and ":" in url else ""
+        raise RemoteError("malformed", f"{url!r}: a remote URL must start with https://, ssh:// or file://{hint}")
+    if parts.password is not None or (parts.username is not None and parts.scheme != "ssh"):
+        raise RemoteError("malformed", f"{url!r}: credentials do not belong in the URL; the server supplies them")
+    if parts.scheme == "file":
+        if parts.netloc or not parts.path.startswith("/"):
+            raise RemoteError("malformed", f"{url!r}: a file URL must be file:///absolute/path")
+    elif not parts.hostname or not parts.path.strip("/"):
+        raise RemoteError("malformed", f"{url!r}: a remote URL needs a host and a repository path")
+    if not any(fnmatch.fnmatchcase(url, pattern) for pattern in allowed):
+        listed = ", ".join(allowed) if allowed else "none are configured"
+        raise RemoteError("refused", f"{url} is not an allowed remote (HARNESS_GIT_ALLOWED_REMOTES: {listed})")
+    return url
+
+
+def check_ref(ref: str | None) -> str | None:
+    if ref is not None and (ref.startswith("-") or ".." in ref or any(c.isspace() or ord(c) < 32 or c in "~^:?*[\\" for c in ref)):
+        raise RemoteError("malformed", f"{ref!r} is not a valid git ref", field="workspace.ref")
+    return ref
+
+
+# -- git processes ---------------------------------------------------------------
+
+
+@dataclass
+class GitRun:
+    returncode: int | None  # None: killed at the timeout
+    stdout: str
+    stderr: str
+
+
+def git_environment(access: RemoteAccess, scheme: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": "/nonexistent",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_ASKPASS": "/bin/false",
+        "SSH_ASKPASS": "/bin/false",
+        # Only the remote's own transport: no ext::, no redirect to another scheme.
+        "GIT_ALLOW_PROTOCOL": scheme,
+        "LC_ALL": "C",
+    }
+    config = [("core.hooksPath", "/dev/null"), ("advice.detachedHead", "false"), ("safe.directory", "*")]
+    # A redirect could carry the token's header to another host.
+    config.append(("http.followRedirects", "false"))
+    if access.token and scheme in ("https", "http"):
+        basic = base64.b64encode(f"{access.token_user}:{access.token}".encode()).decode()
+        config.append(("http.extraHeader", f"Authorization: Basic {basic}"))
+    if scheme == "ssh":
+        ssh = ["ssh", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"]
+        if access.ssh_key_file is not None:
+            ssh += ["-i", str(access.ssh_key_file)]
+        if access.ssh_known_hosts is not None:
+            ssh += ["-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={access.ssh_known_hosts}"]
+        env["GIT_SSH_COMMAND"] = shlex.join(ssh)
+    env["GIT_CONFIG_COUNT"] = str(len(config))
+    for i, (key, value) in enumerate(config):
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
+    return {**env, **(extra or {})}
+
+
+def git(
+    args: list[str],
+    access: RemoteAccess,
+    scheme: str,
+    cwd: Path | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    stdin: str | None = None,
+) -> GitRun:
+    try:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            input=stdin,
+            env=git_environment(access, scheme, extra_env),
+            capture_output=True,
+            text=True,
+            timeout=access.timeout_seconds,
+        )
+    except subprocess.TimeoutExpired as exc:
+        return GitRun(None, _text(exc.stdout), _text(exc.stderr))
+    return GitRun(done.returncode, done.stdout, done.stderr)
+
+
+def _text(value: bytes | str | None) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value or ""
+
+
+def _cause(stderr: str) -> Cause:
+    low = stderr.lower()
+    if any(s in low for s in _AUTH):
+        return "auth"
+    if any(s in low for s in _UNKNOWN_REF):
+        return "unknown_ref"
+    if any(s in low for s in _UNREACHABLE):
+        return "unreachable"
+    return "failed"
+
+
+def _local(
+    args: list[str], git_dir: Path, access: RemoteAccess, extra_env: Mapping[str, str] | None = None, stdin: str | None = None
+) -> str:
+    """A git command on the worker's own repository; failing here is a bug, not input."""
+    done = git(["--git-dir", str(git_dir), *args], access, "file", extra_env=extra_env, stdin=stdin)
+    if done.returncode != 0:
+        raise RuntimeError(f"git {args[0]} failed: {done.stderr.strip()[:500]}")
+    return done.stdout.strip()
+
+
+# -- clone -----------------------------------------------------------------------
+
+
+def clone(url: str, ref: str | None, dest: Path, access: RemoteAccess) -> str:
+    """Check out ``url`` at ``ref`` (default: its HEAD) into ``dest`` and return the
+    commit. Shallow where the ref allows it; a commit id that the server will not
+    serve shallowly is fetched with history. Raises ``RemoteError`` naming the cause."""
+    check_remote_url(url, access.allowed)
+    check_ref(ref)
+    scheme = urlsplit(url).scheme
+    what = f"ref {ref!r}" if ref else "its default branch"
+    shallow = ["clone", "--quiet", "--no-checkout", "--depth", "1", "--no-tags"]
+    if ref is not None:
+        shallow += ["--branch", ref]
+    done = git([*shallow, "--", url, str(dest)], access, scheme)
+    # After a clone with --branch, HEAD is the ref's commit (a tag's too).
+    wanted = "HEAD"
+    if done.returncode != 0 and ref is not None and HEX_REF.match(ref) and _cause(done.stderr) in ("unknown_ref", "failed"):
+        # Not a branch or tag: a commit id, which needs a full clone to find.
+        shutil.rmtree(dest, ignore_errors=True)
+        done = git(["clone", "--quiet", "--no-checkout", "--", url, str(dest)], access, scheme)
+        wanted = ref
+    if done.returncode != 0:
+        cause = _cause(done.stderr) if done.returncode is not None else "unreachable"
+        detail = _last_line(done.stderr) or "timed out"
+        if cause == "unknown_ref":
+            raise RemoteError(cause, f"{url} has no branch or tag {ref!r} ({detail})", field="workspace.ref")
+        if cause == "auth":
+            raise RemoteError(cause, f"{url}: authentication failed with the server's credentials ({detail})")
+        raise RemoteError(cause, f"could not clone {url}: {detail}")
+    found = git(["rev-parse", "--verify", "--quiet", f"{wanted}^{{commit}}"], access, "file", cwd=dest)
+    if found.returncode != 0:
+        raise RemoteError("unknown_ref", f"{url} has no commit {what}", field="workspace.ref")
+    commit = found.stdout.strip()
+    checkout = git(["checkout", "--quiet", "--detach", commit], access, "file", cwd=dest)
+    if checkout.returncode != 0:
+        raise RemoteError("failed", f"could not check out {commit} of {url}: {_last_line(checkout.stderr)}")
+    return commit
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+# -- publish ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PushResult:
+    outcome: PushOutcome
+    commit: str
+    branch: str
+    message: str = ""
+    duplicate: bool = False
+
+
+@dataclass
+class RemoteTarget:
+    """Where a run cloned from a remote publishes: its branch on that remote, built on
+    the run's base commit inside the worker's git directory (never in the sandbox)."""
+
+    url: str
+    base: str
+    branch: str
+    git_dir: Path
+    access: RemoteAccess
+    # call id -> the approval's trailers (request id, reviewer), where known.
+    approval_trailers: Callable[[str], list[tuple[str, str]]] = lambda _call_id: []
+
+    @property
+    def scheme(self) -> str:
+        return urlsplit(self.url).scheme
+
+    def describe(self) -> str:
+        """What a reviewer is shown above the diff of a push."""
+        return (
+            f"# push to {self.url}\n# branch {self.branch}, one commit on {self.base[:12]}\n"
+            f"# author and committer: {self.access.author_name} <{self.access.author_email}>\n"
+        )
+
+    def commit_for(self, patch: str, message: str, trailers: Sequence[tuple[str, str]]) -> str:
+        """One commit on the base with ``patch`` applied and the approved message."""
+        with tempfile.TemporaryDirectory(prefix="harness-publish-") as tmp:
+            index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            _local(["read-tree", self.base], self.git_dir, self.access, index)
+            if patch:
+                patch_file = Path(tmp) / "change.patch"
+                patch_file.write_text(patch, encoding="utf-8", errors="surrogateescape")
+                _local(["apply", "--cached", "--whitespace=nowarn", str(patch_file)], self.git_dir, self.access, index)
+            tree = _local(["write-tree"], self.git_dir, self.access, index)
+        body = message.rstrip() + "\n"
+        if trailers:
+            body += "\n" + "".join(f"{k}: {v}\n" for k, v in trailers)
+        who = {
+            "GIT_AUTHOR_NAME": self.access.author_name,
+            "GIT_AUTHOR_EMAIL": self.access.author_email,
+            "GIT_COMMITTER_NAME": self.access.author_name,
+            "GIT_COMMITTER_EMAIL": self.access.author_email,
+        }
+        return _local(["commit-tree", tree, "-p", self.base, "-F", "-"], self.git_dir, self.access, who, stdin=body)
+
+    def _pending_ref(self, key: str) -> str:
+        return f"refs/harness/pending/{key}"
+
+    def remote_head(self) -> str | None:
+        """The branch's commit on the remote, by ``ls-remote`` (authoritative)."""
+        done = git(["ls-remote", "--", self.url, f"refs/heads/{self.branch}"], self.access, self.scheme)
+        if done.returncode != 0:
+            raise RemoteError(_cause(done.stderr) if done.returncode is not None else "unreachable", _last_line(done.stderr) or "timed out")
+        for line in done.stdout.splitlines():
+            sha, _, name = line.partition("\t")
+            if name == f"refs/heads/{self.branch}":
+                return sha
+        return None
+
+    def same_change(self, ours: str, theirs: str) -> bool:
+        """Whether the remote's commit is this operation's: the same tree on the same
+        parent (a retried publish makes a new commit object with a new date)."""
+        if ours == theirs:
+            return True
+        have = git(["--git-dir", str(self.git_dir), "cat-file", "-e", f"{theirs}^{{commit}}"], self.access, "file")
+        if have.returncode != 0:
+            fetched = git(
+                ["--git-dir", str(self.git_dir), "fetch", "--quiet", "--depth", "1", "--no-tags", "--", self.url, theirs],
+                self.access,
+                self.scheme,
+            )
+            if fetched.returncode != 0:
+                raise RemoteError(_cause(fetched.stderr), f"could not read {theirs[:12]} from {self.url}: {_last_line(fetched.stderr)}")
+
+        def shape(commit: str) -> tuple[str, str]:
+            return (
+                _local(["rev-parse", f"{commit}^{{tree}}"], self.git_dir, self.access),
+                _local(["log", "-1", "--format=%P", commit], self.git_dir, self.access),
+            )
+
+        return shape(ours) == shape(theirs)
+
+    def publish(self, key: str, patch: str, message: str, trailers: Sequence[tuple[str, str]]) -> PushResult:
+        ours = self.commit_for(patch, message, trailers)
+        head = self.remote_head()
+        if head is not None:
+            if self.same_change(ours, head):
+                return PushResult("applied", head, self.branch, "the branch already holds this change", duplicate=True)
+            return PushResult("rejected", head, self.branch, f"branch {self.branch} already holds another commit ({head[:12]})")
+        # Recorded before the push, so a lookup after a lost answer knows what we sent.
+        _local(["update-ref", self._pending_ref(key), ours], self.git_dir, self.access)
+        done = git(
+            ["--git-dir", str(self.git_dir), "push", "--porcelain", "--", self.url, f"{ours}:refs/heads/{self.branch}"],
+            self.access,
+            self.scheme,
+        )
+        return PushResult(_push_outcome(done), ours, self.branch, _push_message(done))
+
+    def lookup(self, key: str) -> tuple[bool, str]:
+        """(applied, detail) for a push of unknown outcome; raises ``PushConflict``
+        when the branch holds a commit that is not this operation's."""
+        found = git(["--git-dir", str(self.git_dir), "rev-parse", "--verify", "--quiet", self._pending_ref(key)], self.access, "file")
+        ours = found.stdout.strip() if found.returncode == 0 else None
+        head = self.remote_head()
+        if head is None:
+            return False, f"branch {self.branch} is absent on {self.url}: the push did not happen"
+        if ours is not None and self.same_change(ours, head):
+            return True, f"branch {self.branch} on {self.url} is at our commit {head[:12]}"
+        raise PushConflict(
+            f"branch {self.branch} on {self.url} is at {head[:12]}, which is not this run's commit: someone else pushed to it"
+        )
+
+
+class PushConflict(Exception):
+    """The operation's branch holds somebody else's commit: the run must stop."""
+
+
+def _push_outcome(done: GitRun) -> PushOutcome:
+    if done.returncode == 0:
+        return "applied"
+    if done.returncode is None:
+        return "unknown"
+    said = (done.stdout + done.stderr).lower()
+    if "[rejected]" in said or "[remote rejected]" in said or "! [" in said:
+        return "rejected"
+    if any(s in said for s in _NOT_SENT) or "403" in said:
+        return "not_applied"
+    # The connection ended after the pack may have reached the server.
+    return "unknown"
+
+
+def _push_message(done: GitRun) -> str:
+    """The server's own words: hook output (``remote:`` lines) and the ref's reason."""
+    lines = [line.strip() for line in (done.stderr + "\n" + done.stdout).splitlines()]
+    said = [line for line in lines if line.startswith("remote:") and line != "remote:"]
+    said += [line for line in lines if line.startswith("!") or "rejected" in line or "fatal:" in line or "error:" in line]
+    return "\n".join(dict.fromkeys(said))[:2000] if said else (_last_line(done.stderr) or "timed out")
