@@ -4,24 +4,23 @@ with a message for the reviewer; ``do_*`` assume the checks passed."""
 
 from __future__ import annotations
 
-import logging
 from datetime import timedelta
 from typing import Any, Literal
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.policies import current_policy_row, load_policy
-from harness_site.celery import app as celery_app
+from approvals.signals import wait_may_end
 from runs.core import events as ev
 from runs.core.lifecycle import OPEN_STATUSES, check_request_transition, sources_of
 from runs.core.ports import ApprovalAsk, Filed, RequestState
 from runs.eventlog import append_event
 from runs.models import Run
 
-log = logging.getLogger(__name__)
 Status = ApprovalRequest.Status
 DECIDE_PERMISSION = "approvals.decide_approval"
 
@@ -145,7 +144,7 @@ def check_decision_recording_lapse(request: ApprovalRequest, user: AbstractBaseU
     except DecisionRefused as exc:
         # The run's wait has ended with the lapse: wake it, so it leaves the wait now.
         if exc.lapse is not None and do_lapse(request, *exc.lapse):
-            transaction.on_commit(lambda: enqueue_resume(str(request.run_id)))
+            wake_after_commit(str(request.run_id))
         raise
 
 
@@ -170,7 +169,7 @@ def _decide(request: ApprovalRequest, user: AbstractBaseUser, status: str, reaso
             reason=reason,
             self_approved=request.run.created_by_id == user.pk,
         )
-        transaction.on_commit(lambda: enqueue_resume(str(request.run_id)))
+        wake_after_commit(str(request.run_id))
 
 
 def grant(request: ApprovalRequest, user: AbstractBaseUser, comment: str = "") -> None:
@@ -218,14 +217,19 @@ def expire_due() -> int:
     for request in due:
         if do_lapse(request, Status.EXPIRED, "no decision before the deadline"):
             count += 1
-            transaction.on_commit(lambda run_id=str(request.run_id): enqueue_resume(run_id))
+            wake_after_commit(str(request.run_id))
     return count
 
 
-def enqueue_resume(run_id: str) -> None:
-    """Wake the run's driver. If the broker is down the decision still stands: the
-    beat's sweep wakes waiting runs that have a decision."""
-    try:
-        celery_app.send_task("runs.resume_run", args=[run_id])
-    except Exception:  # noqa: BLE001 - the database holds the decision; the sweep retries
-        log.warning("could not enqueue resume of run %s", run_id, exc_info=True)
+def wake_after_commit(run_id: str) -> None:
+    """The run's wait may be over: once this transaction commits, whoever drives runs
+    is told (approvals.signals.wait_may_end)."""
+    transaction.on_commit(lambda: wait_may_end.send(sender=ApprovalRequest, run_id=run_id))
+
+
+def pending_requests() -> QuerySet[ApprovalRequest]:
+    """What reviewers can still decide: pending, not expired, and its run waiting for
+    it (a run being stopped cancels its requests; this keeps them out meanwhile)."""
+    return ApprovalRequest.objects.filter(
+        status=Status.PENDING, expires_at__gt=timezone.now(), run__status=Run.Status.WAITING, run__kill_requested=False
+    ).order_by("created_at")

@@ -36,7 +36,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "runs",
     "approvals",
-    "sandbox",
 ]
 
 MIDDLEWARE = [

@@ -5,8 +5,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from approvals import views as approval_views
 from harness_site.signin import LimitedAdminAuthenticationForm, LimitedAuthenticationForm
+from runs.views import approvals as approval_views
 from runs.views import control, new_run, run_detail, runs_list
 
 run_patterns = (

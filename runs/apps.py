@@ -7,8 +7,17 @@ class RunsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # Wiring that must exist before any request or task: the sandbox's engine
+        # address and approvals' wake-ups come from here (the composition root's side).
+        from django.conf import settings
+
+        from approvals.signals import wait_may_end
+        from runs.queue import resume_on_signal
         from runs.roles import ensure_roles
         from runs.session_sockets import connect_signals
+        from sandbox.docker_client import use_engine_host
 
         post_migrate.connect(ensure_roles, sender=self)
         connect_signals()
+        wait_may_end.connect(resume_on_signal, dispatch_uid="runs.queue.resume_on_signal")
+        use_engine_host(lambda: str(settings.DOCKER_HOST))

@@ -13,10 +13,11 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from approvals.services import cancel_open_requests, enqueue_resume
+from approvals.services import cancel_open_requests
 from runs.core import events as ev
 from runs.eventlog import append_event
 from runs.models import GlobalSwitch, Run
+from runs.queue import enqueue_resume
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ from typing import Any
 from django.conf import settings
 
 from runs.core.contract import Contract
+from runs.core.environment import RepositoryContext
 from runs.core.errors import FieldProblem, InputError
 from runs.core.jsonutil import JSON
 from runs.core.ports import Clock, Proposer, ProposerStopped
 from runs.core.scripted import ScriptedProposer
 from runs.core.tools import ToolSpec
-from runs.environment import RepositoryContext
 from runs.redact import redact
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,14 @@
-"""The production wiring: runs execute in the Docker sandbox under a lease, with a
-watchdog for the kill switch. Celery tasks, commands, views and the API create and
-continue runs through here."""
+"""The composition root: the one module that wires the core (runs.core) to Django,
+the Docker sandbox, approvals and Celery. Runs execute in the sandbox under a lease,
+with a watchdog for the kill switch; each run's workspace lives under
+``WORKSPACE_ROOT/<run_id>/`` and its container takes its limits from the run's policy,
+never from the model. Celery tasks, commands, views and the API create and continue
+runs through here.
+
+The line with runs.services: services are the plain functions over a run that take
+their parts as arguments (an Environment, an ApprovalGate, a workspace check) and
+never name the sandbox, approvals' Django rows or Celery; this module chooses those
+parts and hands them in."""
 
 from __future__ import annotations
 
@@ -10,29 +18,136 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 
+from approvals.models import ApprovalRequest
 from approvals.policies import load_policy
 from approvals.services import DjangoApprovals, cancel_open_requests
-from harness_site.celery import app as celery_app
 from runs import leases
+from runs.artifacts import FileArtifactStore
 from runs.control import Watchdog, admitting_new_runs, stopping_all_runs
 from runs.core import events as ev
+from runs.core.contract import WorkspaceSource
+from runs.core.environment import Environment
 from runs.core.errors import FieldProblem, InputError
 from runs.core.faults import Fault, FaultyExecutor
+from runs.core.policy import Policy
 from runs.core.ports import RevisionMismatch
-from runs.environment import Environment
+from runs.eventlog import append_events
+from runs.live_output import LiveOutput
 from runs.models import Run
+from runs.queue import enqueue_start
 from runs.services import check_new_run, do_create_run, drive_run, registry
 from runs.store import DjangoStore, LeaseLost, load_state
-from sandbox.environment import check_workspace_for, sandbox_environment
-from sandbox.remote import RemoteError
-from sandbox.workspace import WorkspaceSourceError
+from sandbox.container import ContainerSpec, SandboxContainer
+from sandbox.engine import SandboxUnavailable
+from sandbox.executor import SandboxExecutor
+from sandbox.quota import MB, DiskQuota
+from sandbox.remote import RemoteAccess, RemoteError, RemoteTarget
+from sandbox.workspace import RunWorkspace, WorkspaceSourceError, check_source, prepare_workspace
 
 log = logging.getLogger(__name__)
+
+
+def workspace_root(run: Run) -> Path:
+    return Path(settings.WORKSPACE_ROOT) / str(run.pk)
+
+
+def workspace_for(run: Run) -> RunWorkspace:
+    """The run's workspace, prepared from its contract's source on first use."""
+    source = WorkspaceSource.model_validate(run.contract["workspace"])
+    return prepare_workspace(
+        workspace_root(run), source, Path(settings.BASE_DIR), settings.WORKSPACE_SOURCES, RemoteAccess.from_settings(settings)
+    )
+
+
+def remote_target(run: Run, workspace: RunWorkspace) -> RemoteTarget | None:
+    """Where publish pushes, for a workspace cloned from a git remote: a branch fixed
+    per run (``harness/<task_id>-<run id prefix>``), on the commit it was cloned at."""
+    source = workspace.source
+    if not isinstance(source.get("url"), str):
+        return None
+    run_id = str(run.pk)
+
+    def approval_trailers(call_id: str) -> list[tuple[str, str]]:
+        granted = (
+            ApprovalRequest.objects.filter(
+                run_id=run.pk, call_id=call_id, status__in=[ApprovalRequest.Status.GRANTED, ApprovalRequest.Status.CONSUMED]
+            )
+            .select_related("decided_by")
+            .order_by("-decided_at")
+            .first()
+        )
+        if granted is None:
+            return []
+        trailers = [("Harness-Approval", str(granted.pk))]
+        if granted.decided_by is not None:
+            trailers.append(("Harness-Reviewer", granted.decided_by.get_username()))
+        return trailers
+
+    return RemoteTarget(
+        url=str(source["url"]),
+        base=str(source["commit"]),
+        branch=f"harness/{run.contract['task_id']}-{run_id[:8]}",
+        git_dir=workspace.remote_git,
+        access=RemoteAccess.from_settings(settings),
+        approval_trailers=approval_trailers,
+    )
+
+
+def prepare_workspace_for(run: Run) -> str:
+    """For ``do_create_run(..., revision_of=...)``: prepare and return the revision."""
+    return workspace_for(run).revision()
+
+
+def check_workspace_for(run: Run) -> str:
+    """For ``do_create_run(..., revision_of=...)`` in a process that must not prepare
+    workspaces (the web server: preparing hands the files to the sandbox's uid, which
+    needs root). Refuses a bad source now; the revision is "" until the worker that
+    first drives the run prepares the workspace (runs.runtime.advance)."""
+    source = WorkspaceSource.model_validate(run.contract["workspace"])
+    check_source(source, Path(settings.BASE_DIR), settings.WORKSPACE_SOURCES, settings.GIT_ALLOWED_REMOTES)
+    return ""
+
+
+def sandbox_environment(run: Run, policy: Policy) -> Environment:
+    workspace = workspace_for(run)
+    run_id = str(run.pk)
+    spec = ContainerSpec.from_limits(policy.sandbox, str(settings.SANDBOX_IMAGE))
+    try:
+        container: SandboxContainer | None = SandboxContainer.start(run_id, workspace.dir, spec, scope=settings.SANDBOX_SCOPE)
+    except SandboxUnavailable as exc:
+        # The run goes on with what needs no sandbox; its first check starts the
+        # container, waiting for the engine if need be.
+        log.warning("run %s: no sandbox container yet (%s)", run_id, exc.reason)
+        container = None
+    executor = SandboxExecutor(
+        run_id,
+        workspace,
+        container,
+        FileArtifactStore(),
+        Path(settings.OUTBOX_DIR),
+        write_paths=run.contract["allowed_write_paths"],
+        spool_dir=Path(settings.ARTIFACT_ROOT) / "spool",
+        quota=DiskQuota(workspace_max_bytes=policy.sandbox.workspace_max_mb * MB, reserve_bytes=settings.HARNESS_DISK_RESERVE_MB * MB),
+        spec=spec,
+        scope=settings.SANDBOX_SCOPE,
+        engine_wait_seconds=settings.SANDBOX_ENGINE_WAIT_SECONDS,
+        notify=lambda event: append_events(run_id, [event]),
+        remote=remote_target(run, workspace),
+        live_output=lambda call_id: LiveOutput(run_id, call_id),
+    )
+    return Environment(
+        executor=executor,
+        workspace=executor,
+        close=executor.close,
+        kill=executor.kill,
+        repository=workspace.repository_context,
+    )
 
 
 def environment_for(run: Run, faults: Sequence[Fault] = ()) -> Environment:
@@ -71,7 +186,7 @@ def create_run(contract: object, proposer: object, actor: Any, *, enqueue: bool 
     run = do_create_run(new, actor, check_workspace_for)
     if enqueue:
         run_id = str(run.pk)
-        transaction.on_commit(lambda: celery_app.send_task("runs.start_run", args=[run_id]))
+        transaction.on_commit(lambda: enqueue_start(run_id))
     return run
 
 

@@ -15,6 +15,7 @@ from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row, load_policy
 from runs.artifacts import FileArtifactStore
 from runs.core.contract import Contract, check_contract
+from runs.core.environment import Environment
 from runs.core.errors import FieldProblem, InputError
 from runs.core.loop import Harness, HarnessConfig, new_state
 from runs.core.policy import Policy
@@ -22,7 +23,6 @@ from runs.core.ports import ApprovalGate, Clock, Controls, Proposer, Store, Syst
 from runs.core.report import build_report
 from runs.core.state import RunState
 from runs.core.tools import Registry, builtin_registry
-from runs.environment import Environment
 from runs.models import Run
 from runs.proposers import build_proposer, check_proposer_config
 from runs.store import DjangoStore, load_state

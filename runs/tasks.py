@@ -1,12 +1,15 @@
-"""Celery tasks: thin wrappers around ``runs.runtime.advance``."""
+"""Celery tasks: thin wrappers around ``runs.runtime.advance`` and the sweeps of the
+beat (leases, the sandbox's orphaned containers)."""
 
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 
 from runs import invariants, leases
 from runs.models import Run
 from runs.runtime import advance
+from sandbox.container import sweep_orphans
 
 
 @shared_task(name="runs.start_run", acks_late=True, reject_on_worker_lost=True)
@@ -34,3 +37,10 @@ def sweep_leases() -> list[str]:
     for run_id in targets:
         resume_run.delay(run_id)
     return targets
+
+
+@shared_task(name="sandbox.sweep")
+def sweep_containers() -> list[str]:
+    """Remove containers whose run is not being driven (its worker died, or it ended)."""
+    active = Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__isnull=False)
+    return sweep_orphans({str(pk) for pk in active.values_list("pk", flat=True)}, scope=settings.SANDBOX_SCOPE)

@@ -1,9 +1,11 @@
-"""Docker SDK clients for the engine at ``settings.DOCKER_HOST``."""
+"""Docker SDK clients for the engine the composition root names (``use_engine_host``;
+runs.apps points it at ``settings.DOCKER_HOST``), else Docker's own ``DOCKER_HOST``."""
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 
 import docker
 
@@ -11,13 +13,21 @@ DEFAULT_TIMEOUT = 60
 _local = threading.local()
 
 
-def docker_host() -> str:
-    from django.conf import settings
-
-    if settings.configured or os.environ.get("DJANGO_SETTINGS_MODULE"):
-        return str(settings.DOCKER_HOST)
-    # Outside Django (a script): Docker's own convention.
+def _docker_convention() -> str:
     return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+
+
+# Read on every call, so a change of the source's value (a test's override) is seen.
+_host_source: Callable[[], str] = _docker_convention
+
+
+def use_engine_host(source: Callable[[], str]) -> None:
+    global _host_source
+    _host_source = source
+
+
+def docker_host() -> str:
+    return _host_source()
 
 
 def new_client(timeout: int = DEFAULT_TIMEOUT) -> docker.DockerClient:

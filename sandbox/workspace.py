@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runs.core.contract import WorkspaceSource
+from runs.core.environment import RepositoryContext
 from runs.core.errors import FieldProblem, InputError
 from runs.core.jsonutil import JSON
 from runs.core.paths import PathRefused, canonical_path, path_allowed, refused_character, shown_path
 from runs.core.ports import RevisionMismatch
-from runs.environment import RepositoryContext
 from sandbox import fileops, patches, remote
 from sandbox.hashing import EMPTY_TREE, LINK_MODE, TreeHasher, content, git_hash
 from sandbox.remote import RemoteAccess

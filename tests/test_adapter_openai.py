@@ -374,7 +374,7 @@ def test_it_builds_the_adapter_with_the_budget_clipped_by_the_server(model_setti
 
 
 def test_it_reads_the_repository_only_for_a_conversation_not_yet_begun(model_settings):
-    from runs.environment import RepositoryContext
+    from runs.core.environment import RepositoryContext
     from runs.proposers import build_proposer
 
     contract = demo_contract()

@@ -10,7 +10,6 @@ import pytest
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from approvals import services
 from approvals.models import ApprovalRequest
 from approvals.services import DecisionRefused, DjangoApprovals, deny, do_consume, expire_due, grant
 from runs.models import Event, Run
@@ -23,7 +22,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 @pytest.fixture
 def resumes(monkeypatch):
     woken: list[str] = []
-    monkeypatch.setattr(services, "enqueue_resume", woken.append)
+    monkeypatch.setattr("runs.queue.enqueue_resume", woken.append)
     return woken
 
 

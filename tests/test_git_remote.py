@@ -312,8 +312,7 @@ def test_it_creates_no_run_for_a_refused_or_malformed_remote_and_records_the_bas
     operator, remote: Remote, settings, tmp_path: Path
 ) -> None:
     from runs.models import Run
-    from runs.runtime import advance
-    from sandbox.environment import workspace_for
+    from runs.runtime import advance, workspace_for
     from tests.test_api import SCRIPT, SMALL_CONTRACT, client_for
 
     settings.GIT_ALLOWED_REMOTES = [f"file://{remote.root}/*"]
@@ -382,12 +381,11 @@ def test_it_stops_the_run_when_the_lookup_finds_another_commit_on_the_branch() -
 def test_it_names_the_runs_branch_and_the_granted_approval_in_the_trailers(
     operator, reviewer, remote: Remote, tmp_path, monkeypatch
 ) -> None:
-    from approvals import services
     from approvals.services import grant
-    from sandbox.environment import remote_target
+    from runs.runtime import remote_target
     from tests.test_approvals import waiting_run
 
-    monkeypatch.setattr(services, "enqueue_resume", lambda run_id: None)
+    monkeypatch.setattr("runs.queue.enqueue_resume", lambda run_id: None)
     _world, run, request = waiting_run(operator)
     workspace = clone_run(tmp_path, f"file://{remote.bare}", "main", remote.access())
     target = remote_target(run, workspace)

@@ -12,8 +12,7 @@ import pytest
 from approvals.models import ApprovalRequest
 from approvals.services import grant
 from runs.models import Run
-from runs.runtime import advance, create_run
-from sandbox.environment import workspace_for
+from runs.runtime import advance, create_run, workspace_for
 from tests.fake_providers import API_KEY, FakeOpenAI, openai_tools
 from tests.runs_waiting import DEMO_CONTRACT, DEMO_SCRIPT
 

@@ -17,10 +17,10 @@ from rest_framework.test import APIClient
 from approvals.models import ApprovalRequest
 from approvals.services import DjangoApprovals, grant
 from notifications.models import WebhookEndpoint
+from runs.core.environment import Environment
 from runs.core.jsonutil import JSON
 from runs.core.scenarios import FIXED, call
 from runs.core.simulated import SimExecutor, SimWorkspace
-from runs.environment import Environment
 from runs.models import Artifact, Run
 from runs.redact import MASK, redact_text
 from runs.services import check_new_run, do_create_run, drive_run

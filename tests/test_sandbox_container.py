@@ -85,8 +85,8 @@ def test_it_restarts_a_stopped_container_for_the_next_check(docker_engine, tmp_p
 @pytest.mark.django_db(transaction=True)
 def test_it_runs_the_demo_until_publish_waits_for_approval(docker_engine) -> None:
     from approvals.policies import load_policy
+    from runs.runtime import prepare_workspace_for, sandbox_environment, workspace_root
     from runs.services import check_new_run, do_create_run, drive_run
-    from sandbox.environment import prepare_workspace_for, sandbox_environment, workspace_root
 
     contract = json.loads((ROOT / "examples" / "demo" / "contract.json").read_text())
     script = json.loads((ROOT / "examples" / "demo" / "proposals.json").read_text())

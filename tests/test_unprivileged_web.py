@@ -14,8 +14,7 @@ import yaml
 from runs.artifacts import artifact_path
 from runs.core.errors import InputError
 from runs.models import Artifact, Run
-from runs.runtime import advance, create_run
-from sandbox.environment import workspace_root
+from runs.runtime import advance, create_run, workspace_root
 from tests.fixtures_services import ROOT
 from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO
 

@@ -14,20 +14,17 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from approvals import services
 from approvals.models import ApprovalRequest
-from approvals.services import DecisionRefused, DjangoApprovals, deny, grant
-from approvals.views import pending_requests
+from approvals.services import DecisionRefused, DjangoApprovals, deny, grant, pending_requests
 from runs import invariants
 from runs.control import do_kill, kill, set_global
 from runs.core.lifecycle import WAIT_EXITS, IllegalTransition, check_request_transition
 from runs.core.scenarios import call
 from runs.core.simulated import FakeClock
 from runs.models import Event, Run
-from runs.runtime import create_run
+from runs.runtime import create_run, workspace_for
 from runs.services import drive_run
 from runs.views.summary import run_summary
-from sandbox.environment import workspace_for
 from tests.helpers import SCRIPT, KillFlag, World, new_policy_version
 from tests.runs_waiting import DEMO_CONTRACT, DEMO_SCRIPT, assert_gap_free, wait_for
 
@@ -45,7 +42,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def resumes(monkeypatch):
     woken: list[str] = []
-    monkeypatch.setattr(services, "enqueue_resume", woken.append)
+    monkeypatch.setattr("runs.queue.enqueue_resume", woken.append)
     monkeypatch.setattr("runs.control.enqueue_resume", woken.append)
     return woken
 

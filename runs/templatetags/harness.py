@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from approvals.views import pending_requests
+from approvals.services import pending_requests
 from runs.models import GlobalSwitch
 from runs.views.access import DECIDE
 from runs.views.trace import TONES

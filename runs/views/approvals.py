@@ -9,16 +9,14 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals.models import ApprovalRequest
-from approvals.services import DecisionRefused, check_decision, deny, grant, staleness
+from approvals.services import DecisionRefused, check_decision, deny, grant, pending_requests, staleness
 from runs.core.tools import builtin_registry
-from runs.models import Evidence, Run
+from runs.models import Evidence
 from runs.redact import is_masked
 from runs.store import load_state
 from runs.views.access import DECIDE, VIEW_APPROVALS, require
@@ -27,14 +25,6 @@ from runs.views.trace import EMPTY_OUTPUT_REF, text_args, timeline
 
 Status = ApprovalRequest.Status
 RECENT_DECISIONS = 30
-
-
-def pending_requests() -> QuerySet[ApprovalRequest]:
-    """What reviewers can still decide: pending, not expired, and its run waiting for
-    it (a run being stopped cancels its requests; this keeps them out meanwhile)."""
-    return ApprovalRequest.objects.filter(
-        status=Status.PENDING, expires_at__gt=timezone.now(), run__status=Run.Status.WAITING, run__kill_requested=False
-    ).order_by("created_at")
 
 
 def inbox_rows() -> list[dict[str, Any]]:

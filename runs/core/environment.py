@@ -1,5 +1,6 @@
-"""Where a run's calls execute. Kept apart from the services so the sandbox can
-build one without importing them."""
+"""Where a run's calls execute: the executor, the workspace and the hooks the
+composition root (runs.runtime) fills in, so the core and the sandbox share the type
+without importing Django or each other."""
 
 from __future__ import annotations
 
