@@ -13,8 +13,10 @@ test: deps lint typecheck test-sqlite test-postgres
 deps:
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 
+# The layers (.importlinter): what each package may import.
 lint:
 	$(PY) -m ruff check .
+	lint-imports
 	$(PY) -m ruff format --check runs/core runs/adapters
 
 typecheck:
