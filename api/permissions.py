@@ -1,5 +1,5 @@
 """The API asks for the same permissions as the pages: each view names the one a
-method needs, so an operator's token can do what the operator's browser can."""
+method needs (named in runs.permissions), so an operator's token can do what the operator's browser can."""
 
 from __future__ import annotations
 
@@ -7,12 +7,6 @@ from typing import Any
 
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
-
-VIEW_RUN = "runs.view_run"
-ADD_RUN = "runs.add_run"
-OPERATE_RUNS = "runs.operate_runs"
-VIEW_APPROVAL = "approvals.view_approvalrequest"
-DECIDE_APPROVAL = "approvals.decide_approval"
 
 
 class MethodPermission(BasePermission):

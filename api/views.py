@@ -42,7 +42,7 @@ from api.serializers import (
 from approvals import services as approvals
 from approvals.models import ApprovalRequest
 from harness_site import signin
-from runs import control
+from runs import control, permissions
 from runs.models import GlobalSwitch, Run
 from runs.runtime import create_run
 from runs.services import report_of
@@ -110,7 +110,7 @@ class ApiView(GenericAPIView):
 
 
 class RunList(ApiView):
-    required_permissions = {"GET": perms.VIEW_RUN, "POST": perms.ADD_RUN}
+    required_permissions = {"GET": permissions.VIEW_RUNS, "POST": permissions.ADD_RUNS}
     query_serializers = {"GET": RunFilterSerializer}
     pagination_class = BoundedPagination
     serializer_class = RunSerializer
@@ -147,7 +147,7 @@ class RunList(ApiView):
 
 
 class RunDetail(ApiView):
-    required_permissions = {"GET": perms.VIEW_RUN}
+    required_permissions = {"GET": permissions.VIEW_RUNS}
 
     @extend_schema(
         operation_id="runs_retrieve",
@@ -160,7 +160,7 @@ class RunDetail(ApiView):
 
 
 class RunEvents(ApiView):
-    required_permissions = {"GET": perms.VIEW_RUN}
+    required_permissions = {"GET": permissions.VIEW_RUNS}
     query_serializers = {"GET": EventQuerySerializer}
 
     @extend_schema(
@@ -187,7 +187,7 @@ class RunEvents(ApiView):
 
 
 class RunReport(ApiView):
-    required_permissions = {"GET": perms.VIEW_RUN}
+    required_permissions = {"GET": permissions.VIEW_RUNS}
 
     @extend_schema(
         operation_id="runs_report",
@@ -200,7 +200,7 @@ class RunReport(ApiView):
 
 
 class RunKill(ApiView):
-    required_permissions = {"POST": perms.OPERATE_RUNS}
+    required_permissions = {"POST": permissions.OPERATE_RUNS}
 
     @extend_schema(
         operation_id="runs_kill",
@@ -227,7 +227,7 @@ class RunKill(ApiView):
 
 
 class ApprovalList(ApiView):
-    required_permissions = {"GET": perms.VIEW_APPROVAL}
+    required_permissions = {"GET": permissions.VIEW_APPROVALS}
     query_serializers = {"GET": ApprovalFilterSerializer}
     pagination_class = BoundedPagination
     serializer_class = ApprovalSerializer
@@ -252,7 +252,7 @@ def approval_rows() -> QuerySet[ApprovalRequest]:
 
 
 class ApprovalDetail(ApiView):
-    required_permissions = {"GET": perms.VIEW_APPROVAL}
+    required_permissions = {"GET": permissions.VIEW_APPROVALS}
 
     @extend_schema(
         operation_id="approvals_retrieve",
@@ -276,7 +276,7 @@ def decided(approval: ApprovalRequest) -> Response:
 
 
 class ApprovalGrant(ApiView):
-    required_permissions = {"POST": perms.DECIDE_APPROVAL}
+    required_permissions = {"POST": permissions.DECIDE_APPROVALS}
 
     @extend_schema(
         operation_id="approvals_grant",
@@ -293,7 +293,7 @@ class ApprovalGrant(ApiView):
 
 
 class ApprovalDeny(ApiView):
-    required_permissions = {"POST": perms.DECIDE_APPROVAL}
+    required_permissions = {"POST": permissions.DECIDE_APPROVALS}
 
     @extend_schema(
         operation_id="approvals_deny",
@@ -311,7 +311,7 @@ class ApprovalDeny(ApiView):
 
 
 class Switch(ApiView):
-    required_permissions = {"GET": perms.VIEW_RUN, "POST": perms.OPERATE_RUNS}
+    required_permissions = {"GET": permissions.VIEW_RUNS, "POST": permissions.OPERATE_RUNS}
 
     @extend_schema(
         operation_id="switch_retrieve",

@@ -15,6 +15,7 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest
 from approvals.policies import current_policy_row, load_policy
 from approvals.signals import wait_may_end
+from runs import permissions
 from runs.core import events as ev
 from runs.core.lifecycle import OPEN_STATUSES, check_request_transition, sources_of
 from runs.core.ports import ApprovalAsk, Filed, RequestState
@@ -22,7 +23,6 @@ from runs.eventlog import append_event
 from runs.models import Run
 
 Status = ApprovalRequest.Status
-DECIDE_PERMISSION = "approvals.decide_approval"
 
 
 class DecisionRefused(Exception):
@@ -121,7 +121,7 @@ def staleness(request: ApprovalRequest) -> str | None:
 
 
 def check_decision(request: ApprovalRequest, user: AbstractBaseUser) -> None:
-    if not user.is_authenticated or not user.has_perm(DECIDE_PERMISSION):
+    if not user.is_authenticated or not user.has_perm(permissions.DECIDE_APPROVALS):
         raise DecisionForbidden("you do not have the reviewer permission")
     run = request.run
     policy = load_policy(current_policy_row())

@@ -26,8 +26,8 @@ from django.conf import settings
 from runs.broadcast import run_group
 from runs.live import HeartbeatMixin
 from runs.models import Run
+from runs.permissions import VIEW_RUNS
 from runs.session_sockets import current_user, user_group
-from runs.views.access import VIEW_RUNS
 from runs.views.trace import present, stored_events_after
 
 NOT_SIGNED_IN, FORBIDDEN, NO_SUCH_RUN = 4401, 4403, 4404

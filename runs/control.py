@@ -14,6 +14,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from approvals.services import cancel_open_requests
+from runs import permissions
 from runs.core import events as ev
 from runs.eventlog import append_event
 from runs.models import GlobalSwitch, Run
@@ -21,7 +22,6 @@ from runs.queue import enqueue_resume
 
 log = logging.getLogger(__name__)
 
-OPERATE_PERMISSION = "runs.operate_runs"
 ACTIVE = (Run.Status.RUNNING, Run.Status.WAITING)
 
 
@@ -33,7 +33,7 @@ KILL_REASON_CHARS = 500
 
 
 def check_operator(user: AbstractBaseUser) -> None:
-    if not user.is_authenticated or not user.has_perm(OPERATE_PERMISSION):
+    if not user.is_authenticated or not user.has_perm(permissions.OPERATE_RUNS):
         raise ControlRefused("you do not have the operator permission")
 
 

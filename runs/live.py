@@ -25,8 +25,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from runs.broadcast import LISTS_GROUP
+from runs.permissions import VIEW_APPROVALS, VIEW_RUNS
 from runs.session_sockets import current_user, user_group
-from runs.views.access import VIEW_APPROVALS, VIEW_RUNS
 
 NOT_SIGNED_IN, FORBIDDEN = 4401, 4403
 

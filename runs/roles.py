@@ -9,24 +9,26 @@ from django.apps import apps
 from django.contrib.auth.management import create_permissions
 from django.contrib.auth.models import Group, Permission
 
+from runs import permissions as p
+
 ROLE_PERMISSIONS: dict[str, list[str]] = {
-    "reviewer": ["runs.view_run", "approvals.view_approvalrequest", "approvals.decide_approval"],
-    "operator": ["runs.view_run", "runs.add_run", "approvals.view_approvalrequest", "runs.operate_runs"],
+    "reviewer": [p.VIEW_RUNS, p.VIEW_APPROVALS, p.DECIDE_APPROVALS],
+    "operator": [p.VIEW_RUNS, p.ADD_RUNS, p.VIEW_APPROVALS, p.OPERATE_RUNS],
     "admin": [
-        "runs.view_run",
-        "runs.add_run",
-        "runs.operate_runs",
-        "approvals.view_approvalrequest",
-        "approvals.decide_approval",
-        "approvals.view_policyversion",
-        "approvals.add_policyversion",
-        "notifications.view_webhookendpoint",
-        "notifications.add_webhookendpoint",
-        "notifications.change_webhookendpoint",
-        "notifications.delete_webhookendpoint",
-        "notifications.view_delivery",
-        "api.view_apitoken",
-        "api.change_apitoken",
+        p.VIEW_RUNS,
+        p.ADD_RUNS,
+        p.OPERATE_RUNS,
+        p.VIEW_APPROVALS,
+        p.DECIDE_APPROVALS,
+        p.VIEW_POLICIES,
+        p.ADD_POLICIES,
+        p.VIEW_WEBHOOKS,
+        p.ADD_WEBHOOKS,
+        p.CHANGE_WEBHOOKS,
+        p.DELETE_WEBHOOKS,
+        p.VIEW_DELIVERIES,
+        p.VIEW_API_TOKENS,
+        p.CHANGE_API_TOKENS,
     ],
 }
 

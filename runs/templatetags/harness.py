@@ -14,7 +14,7 @@ from django.utils.safestring import SafeString
 
 from approvals.services import pending_requests
 from runs.models import GlobalSwitch
-from runs.views.access import DECIDE
+from runs.permissions import DECIDE_APPROVALS
 from runs.views.trace import TONES
 from runs.views.trace import short as short_revision
 from runs.wording import duration as duration_text
@@ -52,7 +52,7 @@ def percent(ratio: float) -> int:
 @register.simple_tag
 def pending_approvals(user: AbstractBaseUser) -> int:
     """Requests waiting for a decision, for the reviewer's badge."""
-    if not user.is_authenticated or not user.has_perm(DECIDE):
+    if not user.is_authenticated or not user.has_perm(DECIDE_APPROVALS):
         return 0
     return pending_requests().count()
 

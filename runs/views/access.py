@@ -13,13 +13,6 @@ from django.http import HttpRequest, HttpResponse
 
 View = Callable[..., HttpResponse]
 
-VIEW_RUNS = "runs.view_run"
-ADD_RUNS = "runs.add_run"
-OPERATE = "runs.operate_runs"
-VIEW_APPROVALS = "approvals.view_approvalrequest"
-DECIDE = "approvals.decide_approval"
-
-
 def require(permission: str) -> Callable[[View], View]:
     def decorate(view: View) -> View:
         @wraps(view)

@@ -17,9 +17,10 @@ from approvals.models import ApprovalRequest
 from approvals.services import DecisionRefused, check_decision, deny, grant, pending_requests, staleness
 from runs.core.tools import builtin_registry
 from runs.models import Evidence
+from runs.permissions import DECIDE_APPROVALS, VIEW_APPROVALS
 from runs.redact import is_masked
 from runs.store import load_state
-from runs.views.access import DECIDE, VIEW_APPROVALS, require
+from runs.views.access import require
 from runs.views.summary import run_clocks
 from runs.views.trace import EMPTY_OUTPUT_REF, text_args, timeline
 
@@ -117,7 +118,7 @@ def _bad_denial(request: HttpRequest, approval: ApprovalRequest, form: DenyForm)
 
 
 @require_POST
-@require(DECIDE)
+@require(DECIDE_APPROVALS)
 def grant_view(request: HttpRequest, request_id: str) -> HttpResponse:
     approval = _approval(request_id)
     try:
@@ -129,7 +130,7 @@ def grant_view(request: HttpRequest, request_id: str) -> HttpResponse:
 
 
 @require_POST
-@require(DECIDE)
+@require(DECIDE_APPROVALS)
 def deny_view(request: HttpRequest, request_id: str) -> HttpResponse:
     approval = _approval(request_id)
     form = DenyForm(request.POST)

@@ -12,7 +12,8 @@ from django.views.decorators.http import require_http_methods
 from runs.broadcast import broadcast_lists_changed
 from runs.control import ACTIVE, ControlRefused, kill, set_global
 from runs.models import GlobalSwitch, Run
-from runs.views.access import DECIDE, OPERATE, require
+from runs.permissions import DECIDE_APPROVALS, OPERATE_RUNS
+from runs.views.access import require
 
 # Each action turns one of the two switches and leaves the other as it is; the
 # message says which switch and what it does now.
@@ -32,13 +33,13 @@ SWITCH_MESSAGES = {
 
 def home(request: HttpRequest) -> HttpResponse:
     """Where each role starts: a reviewer at the requests waiting for them."""
-    if request.user.is_authenticated and request.user.has_perm(DECIDE):
+    if request.user.is_authenticated and request.user.has_perm(DECIDE_APPROVALS):
         return redirect("approvals:inbox")
     return redirect("runs:list")
 
 
 @require_http_methods(["GET", "POST"])
-@require(OPERATE)
+@require(OPERATE_RUNS)
 def kill_run(request: HttpRequest, run_id: str) -> HttpResponse:
     run = get_object_or_404(Run, pk=run_id)
     if request.method == "POST":
@@ -67,7 +68,7 @@ class SwitchForm(forms.Form):
 
 
 @require_http_methods(["GET", "POST"])
-@require(OPERATE)
+@require(OPERATE_RUNS)
 def global_switch(request: HttpRequest) -> HttpResponse:
     form = SwitchForm(request.POST or None)
     if request.method == "POST" and form.is_valid():

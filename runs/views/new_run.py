@@ -14,9 +14,10 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from runs.core.errors import FieldProblem, InputError
+from runs.permissions import ADD_RUNS
 from runs.proposers import PROPOSER_KINDS
 from runs.runtime import create_run
-from runs.views.access import ADD_RUNS, require
+from runs.views.access import require
 
 # Which form field shows the problems of each kind of refused input.
 FIELD_FOR = {

@@ -15,8 +15,9 @@ from django.views.decorators.http import require_GET
 from runs.artifacts import FileArtifactStore, artifact_path
 from runs.cli import full_report
 from runs.models import Artifact, Event, Evidence, Receipt, Run
+from runs.permissions import VIEW_RUNS
 from runs.redact import redact_bytes
-from runs.views.access import VIEW_RUNS, require
+from runs.views.access import require
 from runs.views.summary import run_summary
 from runs.views.trace import artifact_refs, events_before, timeline
 

@@ -13,7 +13,8 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from runs.models import Run
-from runs.views.access import VIEW_RUNS, require
+from runs.permissions import VIEW_RUNS
+from runs.views.access import require
 
 PAGE_SIZE = 50
 
