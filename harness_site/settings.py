@@ -156,15 +156,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Large tool outputs live outside the database, addressed by their SHA-256.
 ARTIFACT_ROOT = Path(env_str("HARNESS_ARTIFACT_ROOT", str(VAR_DIR / "artifacts")))
 
-# Upper bounds that every contract is intersected with until an admin-edited policy
-# exists (a task can never grant itself more than this).
-HARNESS_DEFAULT_BUDGET = {
-    "max_proposals": env_int("HARNESS_MAX_PROPOSALS", 200, minimum=1),
-    "max_tool_calls": env_int("HARNESS_MAX_TOOL_CALLS", 200, minimum=1),
-    "max_attempts": env_int("HARNESS_MAX_ATTEMPTS", 5, minimum=1),
-    "wall_time_seconds": env_int("HARNESS_WALL_TIME_SECONDS", 3600, minimum=1),
-    "max_output_bytes_per_call": env_int("HARNESS_MAX_OUTPUT_BYTES", 1_000_000, minimum=1024),
-}
+# The first retry's backoff (runs.core.loop.HarnessConfig); the budget's upper bounds
+# are the policy's (approvals/default_policy.json until an admin edits one).
 HARNESS_RETRY_BASE_SECONDS = env_float("HARNESS_RETRY_BASE_SECONDS", 0.5)
 
 # Sandbox (Docker) settings; the engine address follows Docker's own DOCKER_HOST.
