@@ -91,6 +91,7 @@ class ApiView(GenericAPIView):
         known = set(serializer().fields) if serializer else set()
         if self.pagination_class is not None and self.method == "GET":
             paginator = self.pagination_class()
+            assert isinstance(paginator, BoundedPagination)  # the API has one pagination style
             known |= {paginator.limit_query_param, paginator.offset_query_param}
         unknown = sorted(set(request.query_params) - known)
         if unknown:

@@ -6,10 +6,11 @@ versions are compared side by side, in colour, at a GET URL that can be shared."
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.db.models import Max
@@ -162,7 +163,7 @@ class PolicyVersionAdmin(admin.ModelAdmin):
                     latest = PolicyVersion.objects.aggregate(v=Max("version"))["v"] or 0
                     obj.version = latest + 1
                     obj.document = {**document, "version": obj.version}
-                    obj.created_by = request.user
+                    obj.created_by = cast(User, request.user)  # the admin site admits only signed-in staff
                     obj.save()
                 previous = previous_of(obj)
                 if self_approval_change(previous.document if previous else None, obj.document) == SELF_APPROVAL_ON:

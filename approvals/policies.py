@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from django.db import IntegrityError, transaction
 
@@ -14,8 +15,9 @@ from runs.core.policy import Policy, check_policy
 DEFAULT_POLICY_FILE = Path(__file__).with_name("default_policy.json")
 
 
-def default_policy_document() -> dict:
-    return json.loads(DEFAULT_POLICY_FILE.read_text())
+def default_policy_document() -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(DEFAULT_POLICY_FILE.read_text())
+    return document
 
 
 def load_policy(row: PolicyVersion) -> Policy:

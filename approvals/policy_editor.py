@@ -144,7 +144,7 @@ def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[st
     return main, rules, checks
 
 
-def kept_forms(formset: forms.BaseFormSet) -> list[forms.Form]:
+def kept_forms(formset: forms.BaseFormSet) -> list[Any]:
     """The rows of a valid formset that make the document: neither deleted nor untouched extras."""
     deleted = formset.deleted_forms
     return [form for form in formset.forms if form.cleaned_data and form not in deleted]
@@ -163,8 +163,8 @@ def compose(main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[
             rule["requires_evidence"] = True
         rules.append(rule)
     checks = []
-    for form in check_forms:
-        row = form.cleaned_data
+    for check_form in check_forms:
+        row = check_form.cleaned_data
         check: dict[str, Any] = {"check_id": row["check_id"], "command": row["command"], "version": row["version"] or "1"}
         if row["timeout_seconds"] is not None:
             check["timeout_seconds"] = row["timeout_seconds"]

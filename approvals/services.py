@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Literal
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -120,7 +120,7 @@ def staleness(request: ApprovalRequest) -> str | None:
     return None
 
 
-def check_decision(request: ApprovalRequest, user: AbstractBaseUser) -> None:
+def check_decision(request: ApprovalRequest, user: User | AnonymousUser) -> None:
     if not user.is_authenticated or not user.has_perm(permissions.DECIDE_APPROVALS):
         raise DecisionForbidden("you do not have the reviewer permission")
     run = request.run
@@ -136,7 +136,7 @@ def check_decision(request: ApprovalRequest, user: AbstractBaseUser) -> None:
         raise DecisionRefused(f"this request is stale: {stale}", lapse=(Status.STALE, stale))
 
 
-def check_decision_recording_lapse(request: ApprovalRequest, user: AbstractBaseUser) -> None:
+def check_decision_recording_lapse(request: ApprovalRequest, user: User | AnonymousUser) -> None:
     """``check_decision`` for a decision being made: a refusal because the request
     expired or went stale is recorded (and audited) before it is raised."""
     try:
@@ -148,7 +148,7 @@ def check_decision_recording_lapse(request: ApprovalRequest, user: AbstractBaseU
         raise
 
 
-def _decide(request: ApprovalRequest, user: AbstractBaseUser, status: str, reason: str) -> None:
+def _decide(request: ApprovalRequest, user: User | AnonymousUser, status: str, reason: str) -> None:
     # Only a still-pending row can be decided: a concurrent decision, expiry or
     # cancellation wins or loses as a whole, never half.
     check_request_transition(Status.PENDING, status)
@@ -172,7 +172,7 @@ def _decide(request: ApprovalRequest, user: AbstractBaseUser, status: str, reaso
         wake_after_commit(str(request.run_id))
 
 
-def grant(request: ApprovalRequest, user: AbstractBaseUser, comment: str = "") -> None:
+def grant(request: ApprovalRequest, user: User | AnonymousUser, comment: str = "") -> None:
     check_decision_recording_lapse(request, user)
     _decide(request, user, Status.GRANTED, comment.strip())
 
@@ -184,7 +184,7 @@ def check_reason(reason: str) -> str:
     return reason
 
 
-def deny(request: ApprovalRequest, user: AbstractBaseUser, reason: str) -> None:
+def deny(request: ApprovalRequest, user: User | AnonymousUser, reason: str) -> None:
     reason = check_reason(reason)
     check_decision_recording_lapse(request, user)
     _decide(request, user, Status.DENIED, reason)

@@ -49,8 +49,7 @@ class AttemptInline(admin.TabularInline):
     model = DeliveryAttempt
     extra = 0
     can_delete = False
-    fields = ["number", "at", "status_code", "duration_ms", "error"]
-    readonly_fields = fields
+    fields = readonly_fields = ("number", "at", "status_code", "duration_ms", "error")
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -88,7 +88,7 @@ def check_destination(url: str) -> Destination:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
         raise DestinationUnresolved(f"{host} does not resolve: {exc}") from None
-    addresses = list(dict.fromkeys(ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos))
+    addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
     allowed = settings.HARNESS_WEBHOOK_ALLOWED_HOSTS
     for address in addresses:
         reason = _special(address)

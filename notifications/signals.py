@@ -4,6 +4,7 @@ transaction that stores it."""
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -33,4 +34,4 @@ def on_events(sender: type[Event], rows: list[Event], **_: Any) -> None:
             log.exception("could not record webhook deliveries for event %s", event)
             continue
         for delivery_id in delivery_ids:
-            transaction.on_commit(lambda delivery_id=delivery_id: enqueue(delivery_id))
+            transaction.on_commit(partial(enqueue, delivery_id))

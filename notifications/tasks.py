@@ -4,6 +4,7 @@ beat's sweep for deliveries whose task message was lost."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import shared_task
 
@@ -16,7 +17,7 @@ SWEEP_GRACE_SECONDS = 60.0
 # Each retry is a new task message with a countdown; services.attempt claims the
 # row first, so a message the broker redelivers early is a no-op.
 @shared_task(name="notifications.deliver", bind=True, acks_late=True, max_retries=None)
-def deliver(self, delivery_id: str) -> str:
+def deliver(self: Any, delivery_id: str) -> str:
     outcome = services.attempt(delivery_id)
     if outcome.retry_in is not None:
         raise self.retry(countdown=outcome.retry_in)

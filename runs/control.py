@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
@@ -32,7 +32,7 @@ class ControlRefused(Exception):
 KILL_REASON_CHARS = 500
 
 
-def check_operator(user: AbstractBaseUser) -> None:
+def check_operator(user: User | AnonymousUser) -> None:
     if not user.is_authenticated or not user.has_perm(permissions.OPERATE_RUNS):
         raise ControlRefused("you do not have the operator permission")
 
@@ -51,12 +51,12 @@ def do_kill(run: Run, by: str, scope: str = "run", reason: str = "") -> bool:
     return flagged == 1
 
 
-def kill(run: Run, user: AbstractBaseUser, reason: str = "") -> bool:
+def kill(run: Run, user: User | AnonymousUser, reason: str = "") -> bool:
     check_operator(user)
     return do_kill(run, user.get_username(), reason=reason.strip()[:KILL_REASON_CHARS])
 
 
-def set_global(user: AbstractBaseUser, *, stop_all: bool, admit_new: bool) -> int:
+def set_global(user: User | AnonymousUser, *, stop_all: bool, admit_new: bool) -> int:
     """Turn the global switch; with stop_all, every active run is killed now."""
     check_operator(user)
     switch = GlobalSwitch.get()

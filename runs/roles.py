@@ -39,7 +39,7 @@ def ensure_roles(**_: Any) -> None:
     for app_config in apps.get_app_configs():
         create_permissions(app_config, verbosity=0)
     for role, names in ROLE_PERMISSIONS.items():
-        group, _ = Group.objects.get_or_create(name=role)
+        group, _created = Group.objects.get_or_create(name=role)
         permissions = []
         for name in names:
             app_label, codename = name.split(".")

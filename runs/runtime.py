@@ -114,6 +114,12 @@ def check_workspace_for(run: Run) -> str:
     return ""
 
 
+def notify(run_id: str, event: ev.Event) -> None:
+    """The events of a wait for the sandbox's engine, written to the run's log as the
+    wait goes on (the executor's ``notify``)."""
+    append_events(run_id, [event])
+
+
 def sandbox_environment(run: Run, policy: Policy) -> Environment:
     workspace = workspace_for(run)
     run_id = str(run.pk)
@@ -137,7 +143,7 @@ def sandbox_environment(run: Run, policy: Policy) -> Environment:
         spec=spec,
         scope=settings.SANDBOX_SCOPE,
         engine_wait_seconds=settings.SANDBOX_ENGINE_WAIT_SECONDS,
-        notify=lambda event: append_events(run_id, [event]),
+        notify=lambda event: notify(run_id, event),
         remote=remote_target(run, workspace),
         live_output=lambda call_id: LiveOutput(run_id, call_id),
     )

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django import template
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -50,7 +50,7 @@ def percent(ratio: float) -> int:
 
 
 @register.simple_tag
-def pending_approvals(user: AbstractBaseUser) -> int:
+def pending_approvals(user: User | AnonymousUser) -> int:
     """Requests waiting for a decision, for the reviewer's badge."""
     if not user.is_authenticated or not user.has_perm(DECIDE_APPROVALS):
         return 0

@@ -8,7 +8,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -32,7 +32,7 @@ def inbox_rows() -> list[dict[str, Any]]:
     return [{"request": r, "stale": staleness(r)} for r in pending_requests().select_related("run", "requested_by")]
 
 
-def decision_blocker(request: ApprovalRequest, user: AbstractBaseUser) -> str | None:
+def decision_blocker(request: ApprovalRequest, user: User | AnonymousUser) -> str | None:
     """Why this user cannot decide this request now, or None. Reading a page records
     nothing: an expired or stale request is recorded when someone tries to decide it
     (or by the beat, at expiry)."""
@@ -43,7 +43,7 @@ def decision_blocker(request: ApprovalRequest, user: AbstractBaseUser) -> str | 
     return None
 
 
-def approval_context(request: ApprovalRequest, user: AbstractBaseUser) -> dict[str, Any]:
+def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> dict[str, Any]:
     blocker = decision_blocker(request, user)
     run = request.run
     run.refresh_from_db()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import uuid
-from typing import Any
+from typing import Any, NoReturn
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
@@ -100,6 +100,6 @@ class Command(BaseCommand):
         except ValueError:
             self.fail(f"{value!r} is not an id")
 
-    def fail(self, message: str) -> Any:
+    def fail(self, message: str) -> NoReturn:
         self.stderr.write(message)
         sys.exit(2)
