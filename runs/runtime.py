@@ -7,8 +7,8 @@ runs through here.
 
 The line with runs.services: services are the plain functions over a run that take
 their parts as arguments (an Environment, an ApprovalGate, a workspace check) and
-never name the sandbox, approvals' Django rows or Celery; this module chooses those
-parts and hands them in."""
+never name the sandbox or Celery; this module chooses the production parts and hands
+them in (tests hand in their own)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
-"""Creating and driving runs: the plain functions that commands, views and Celery
-tasks wrap. ``check_*`` validates and raises InputError; the rest assume valid input."""
+"""Creating and driving runs, with their parts handed in: ``drive_run`` takes the
+Environment (executor and workspace), the ApprovalGate and the controls; creating a
+run takes the function that checks or prepares its workspace. Choosing the
+production parts (the Docker sandbox, approvals' rows, Celery) is runs.runtime's, the
+composition root; tests call these functions with their own. ``check_*`` validates
+and raises InputError; the rest assume valid input."""
 
 from __future__ import annotations
 
