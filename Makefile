@@ -2,7 +2,7 @@
 PY ?= python3
 PG_URL ?= postgres://postgres@127.0.0.1:5432/harness
 
-.PHONY: up test deps lint typecheck test-sqlite test-postgres test-deploy bench selftest openapi
+.PHONY: up test test-fast deps lint typecheck test-sqlite test-postgres test-deploy bench selftest openapi
 
 up:
 	bash scripts/up.sh
@@ -22,6 +22,11 @@ lint:
 # Every package, strict (mypy.ini; Django and DRF through django-stubs' plugins).
 typecheck:
 	$(PY) -m mypy sandbox approvals notifications api runs harness_site
+
+# The edit-test loop: what needs no Docker, Celery worker or browser, and nothing
+# marked slow, on SQLite. `make test` still runs everything.
+test-fast:
+	$(PY) -m pytest -q -p no:cacheprovider -m "not docker and not browser and not celery and not deploy and not postgres_only and not slow"
 
 test-sqlite:
 	$(PY) -m pytest -q -p no:cacheprovider -m "not postgres_only and not deploy"

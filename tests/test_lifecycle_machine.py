@@ -31,7 +31,7 @@ from runs.services import drive_run
 from runs.store import DjangoStore
 from tests.helpers import CONTRACT, Crash, CrashingStore, KillFlag, World, new_policy_version
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres, pytest.mark.slow]
 
 EXAMPLES = int(os.environ.get("HARNESS_MACHINE_EXAMPLES", "25"))
 STEPS = int(os.environ.get("HARNESS_MACHINE_STEPS", "30"))
