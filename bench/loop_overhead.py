@@ -412,7 +412,14 @@ def in_memory_trials(steps: int, trials: int) -> dict[str, Any]:
 
 
 def measure(steps: int, db_steps: int, trials: int) -> dict[str, Any]:
-    result: dict[str, Any] = {"date": now(), "machine": machine(), "load_before": load(), "steps": steps, "db_steps": db_steps, "trials": trials}
+    result: dict[str, Any] = {
+        "date": now(),
+        "machine": machine(),
+        "load_before": load(),
+        "steps": steps,
+        "db_steps": db_steps,
+        "trials": trials,
+    }
     memory = in_memory_trials(steps, trials)
     base = statistics.median(memory["empty"]["seconds"])
     result["in memory"] = {

@@ -26,7 +26,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    os.environ.update({"DEBUG": "1", "DJANGO_SETTINGS_MODULE": "harness_site.settings", "HARNESS_VAR_DIR": tempfile.mkdtemp(prefix="bench-")})
+    os.environ.update(
+        {"DEBUG": "1", "DJANGO_SETTINGS_MODULE": "harness_site.settings", "HARNESS_VAR_DIR": tempfile.mkdtemp(prefix="bench-")}
+    )
     os.environ.pop("DATABASE_URL", None)
     import django
 

@@ -134,7 +134,11 @@ def slow_check_policy() -> None:
         *document["checks"],
         {
             "check_id": "slow",
-            "command": ["python3", "-c", "import time\nfor i in range(600):\n    print('working on step', i, flush=True)\n    time.sleep(0.5)"],
+            "command": [
+                "python3",
+                "-c",
+                "import time\nfor i in range(600):\n    print('working on step', i, flush=True)\n    time.sleep(0.5)",
+            ],
             "timeout_seconds": 600,
         },
     ]

@@ -413,7 +413,9 @@ def test_it_stops_a_run_waiting_for_the_engine_on_the_kill_switch(engine: ChaosE
     done = task.finish(30)
     assert done.report["status"] == "killed" and done.code == 1
     assert done.report["evidence"] == []
-    FIGURES.append({"case": "kill switch while waiting for the engine", "outcome": "killed", "seconds_to_stop": round(time.time() - killed_at, 1)})
+    FIGURES.append(
+        {"case": "kill switch while waiting for the engine", "outcome": "killed", "seconds_to_stop": round(time.time() - killed_at, 1)}
+    )
 
 
 def test_it_stops_sandbox_unavailable_when_the_engine_stays_down_past_the_deadline(engine: ChaosEngine, tmp_path: Path):

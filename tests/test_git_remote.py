@@ -404,9 +404,7 @@ def test_it_names_the_runs_branch_and_the_granted_approval_in_the_trailers(
     assert target.approval_trailers("c999") == []
 
 
-def test_it_keeps_the_git_directory_for_pushing_when_the_checkout_differs_from_the_commit(
-    remote: Remote, tmp_path: Path, db: None
-) -> None:
+def test_it_keeps_the_git_directory_for_pushing_when_the_checkout_differs_from_the_commit(remote: Remote, tmp_path: Path, db: None) -> None:
     from runs.artifacts import FileArtifactStore
 
     # An eol attribute makes the checkout's bytes differ from the commit's blobs: the

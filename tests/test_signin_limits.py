@@ -136,9 +136,7 @@ def test_it_admits_at_most_the_limit_of_concurrent_wrong_passwords(live_server_a
 
     def guess(_: int) -> int:
         body = json.dumps({"username": user.username, "password": "guess"}).encode()
-        request = urllib.request.Request(
-            f"{live_server_asgi.url}/api/auth/token/", data=body, headers={"Content-Type": "application/json"}
-        )
+        request = urllib.request.Request(f"{live_server_asgi.url}/api/auth/token/", data=body, headers={"Content-Type": "application/json"})
         start.wait()
         try:
             with urllib.request.urlopen(request, timeout=60) as response:

@@ -115,7 +115,12 @@ def when(moment: datetime | str | None, kind: str = "full", css: str = "") -> Sa
     else:
         text = f"{utc:%Y-%m-%d %H:%M:%S} UTC"
     return format_html(
-        '<time class="{}" datetime="{}" data-when="{}" title="{} UTC">{}</time>', css, utc.isoformat(), kind, f"{utc:%Y-%m-%d %H:%M:%S}", text
+        '<time class="{}" datetime="{}" data-when="{}" title="{} UTC">{}</time>',
+        css,
+        utc.isoformat(),
+        kind,
+        f"{utc:%Y-%m-%d %H:%M:%S}",
+        text,
     )
 
 

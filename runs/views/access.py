@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse
 
 View = Callable[..., HttpResponse]
 
+
 def require(permission: str) -> Callable[[View], View]:
     def decorate(view: View) -> View:
         @wraps(view)

@@ -61,7 +61,9 @@ def run_summary(run: Run) -> dict[str, Any]:
             "exit_code": record.exit_code,
             "revision": short(record.revision),
             "current": state.current_evidence.get(record.check_id) == index and record.revision == state.revision,
-            "output_href": reverse("runs:artifact", args=[run.pk, record.output_ref]) if record.output_ref and record.output_ref != EMPTY_OUTPUT_REF else "",
+            "output_href": reverse("runs:artifact", args=[run.pk, record.output_ref])
+            if record.output_ref and record.output_ref != EMPTY_OUTPUT_REF
+            else "",
         }
     working, waited = run_clocks(run, state)
     max_wait = load_policy(current_policy_row()).max_wait_seconds
