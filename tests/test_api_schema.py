@@ -67,6 +67,7 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 
 # Also in the PostgreSQL pass: it refuses what SQLite lets through (NUL characters).
 @pytest.mark.postgres
+@pytest.mark.slow  # property-based: every operation, 60 generated requests each
 @schema.parametrize()
 @hypothesis.settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
 def test_it_answers_generated_requests_within_its_schema(case, admin_user):

@@ -122,6 +122,7 @@ def _command(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # waits out a connection timeout in a subprocess
 def test_it_names_an_unreachable_database_in_one_line_with_exit_code_three(tmp_path):
     # Nothing listens on port 1: every query fails as a real outage would.
     down = {"DATABASE_URL": "postgres://postgres@127.0.0.1:1/harness", "HARNESS_VAR_DIR": str(tmp_path)}

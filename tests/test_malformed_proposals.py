@@ -4,6 +4,7 @@ counted."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +31,7 @@ PROPOSALS = st.one_of(
 )
 
 
+@pytest.mark.slow  # property-based: 300 generated proposal lists
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(PROPOSALS, min_size=1, max_size=6))
 def test_it_survives_any_proposal_and_only_valid_calls_reach_the_executor(proposals):

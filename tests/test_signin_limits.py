@@ -12,7 +12,8 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-pytestmark = pytest.mark.django_db
+# slow: each attempt is a PBKDF2 check, and the windows are waited out in real time.
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 PASSWORD = "a-long-enough-pass-123"
 
