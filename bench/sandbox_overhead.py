@@ -51,7 +51,7 @@ from runs.core.tools import builtin_registry  # noqa: E402
 from sandbox.container import SANDBOX_USER, WORKDIR, ContainerSpec, SandboxContainer  # noqa: E402
 from sandbox.docker_client import docker_host, shared_client  # noqa: E402
 from sandbox.executor import SandboxExecutor  # noqa: E402
-from sandbox.workspace import prepare_workspace  # noqa: E402
+from sandbox.preparation import prepare_workspace  # noqa: E402
 
 TESTS = CheckDef(check_id="tests", command=["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"], timeout_seconds=120)
 LIMITS = SandboxLimits()  # the default policy's: 512m, 1 CPU, 128 pids

@@ -16,7 +16,7 @@ import pytest
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
-from runs.adapters.conversation import render_feedback
+from runs.adapters.feedback import render_feedback
 from runs.cli import EXIT_ERROR
 from runs.core.faults import INJECTED_INFRASTRUCTURE, Fault
 from runs.core.receipts import Receipt
