@@ -43,6 +43,7 @@ from machine import load  # noqa: E402
 from machine import machine as describe_machine  # noqa: E402
 
 from runs.core.contract import Contract, WorkspaceSource  # noqa: E402
+from runs.core.feedback import Result  # noqa: E402
 from runs.core.loop import Harness, new_state  # noqa: E402
 from runs.core.policy import CheckDef, Policy, SandboxLimits  # noqa: E402
 from runs.core.scripted import ScriptedProposer  # noqa: E402
@@ -121,7 +122,7 @@ def step_times(
 
     def script(feedback: Any, position: int) -> object | None:
         asked.append(time.perf_counter())
-        if feedback is not None and feedback.get("kind") != "result":
+        if feedback is not None and not isinstance(feedback, Result):
             raise RuntimeError(f"unexpected feedback: {feedback}")
         if position >= steps:
             return None

@@ -29,14 +29,16 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from runs.core.jsonutil import JSON
 from runs.core.paths import PathRefused, canonical_path, path_allowed
 from runs.core.ports import RevisionMismatch
+from runs.core.tools import builtin_registry
 from runs.environment import RepositoryContext
 from sandbox import fileops, patches
 from sandbox.hashing import LINK_MODE, TreeHasher, content, git_hash
@@ -129,38 +131,21 @@ class RunWorkspace:
         """Around code the harness does not control (a check) running in the sandbox."""
         return self.index.writing([WHOLE_TREE])
 
-    def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
-        """What a file tool would change, as a unified diff against the current content
-        (``publish`` is previewed by ``sandbox.publishing``)."""
-        try:
-            if tool == "write_file":
-                path = str(args["path"])
-                current = fileops.read_bytes(self.dir, path)
-                new = str(args["content"])
-                if current is not None and fileops.is_binary(current):
-                    return f"# {path} is a binary file; write_file replaces it with {len(new.encode())} bytes of text\n"
-                old = None if current is None else fileops.decode(current)
-                return patches.unified_diff(path, old, new)
-            if tool == "apply_patch":
-                planned = fileops.plan_patch(self.dir, str(args["patch"]))
-                return "".join(patches.unified_diff(c.path, c.old, c.new) for c in planned)
-        except (fileops.FileRefused, patches.PatchRefused) as exc:
-            return f"# this {tool} would be refused: {exc}\n"
-        return None
-
     def repository_context(self, write_paths: Sequence[str], allowed_tools: Sequence[str]) -> RepositoryContext:
         """The repository's instructions (the first of INSTRUCTION_FILES present) and
         the text files the run may write, if the run may read files, and its file list,
         if it may list them: read the way those tools read, never through a symlink."""
-        readable = "read_file" in allowed_tools
+        shown = {spec.shows for spec in builtin_registry().visible(allowed_tools)}
+        readable = "file_contents" in shown
         instructions = next((text for name in INSTRUCTION_FILES if (text := self._text(name))), None) if readable else None
         listing = fileops.list_files(self.dir, "", CONTEXT_MAX_LISTED)
-        files: list[str] = listing["files"]
+        files = cast(list[str], listing["files"])
+        symlinks = cast(list[str], listing["symlinks"])
         state = None
-        if "list_files" in allowed_tools:
+        if "file_list" in shown:
             state = "Files in the workspace:\n" + "\n".join(files)
-            if listing["symlinks"]:
-                state += "\nSymlinks (the file tools do not follow them):\n" + "\n".join(listing["symlinks"])
+            if symlinks:
+                state += "\nSymlinks (the file tools do not follow them):\n" + "\n".join(symlinks)
             if listing["truncated"]:
                 state += f"\n(the first {CONTEXT_MAX_LISTED} entries; list_files shows the rest)"
         writable = [f for f in files if path_allowed(f, write_paths)][:CONTEXT_MAX_SOURCES] if readable else []

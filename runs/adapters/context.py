@@ -23,10 +23,12 @@ class ToolDef:
     name: str
     description: str
     schema: dict[str, JSON]
+    # Its receipts are the harness's evidence (the registry entry runs a check).
+    evidence: bool = False
 
     @classmethod
     def from_spec(cls, spec: ToolSpec) -> ToolDef:
-        return cls(spec.name, spec.description, spec.json_schema())
+        return cls(spec.name, spec.description, spec.json_schema(), evidence=spec.runs_check is not None)
 
 
 @dataclass(frozen=True)

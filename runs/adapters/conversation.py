@@ -33,6 +33,7 @@ from runs.adapters.context import SYSTEM_PROMPT, TaskContext, ToolDef
 from runs.adapters.feedback import render_feedback, skipped_result
 from runs.adapters.pricing import Budget, Price, UsageTotals, estimate_tokens
 from runs.adapters.retries import Failure, RetryPolicy
+from runs.core import feedback as fb
 from runs.core.jsonutil import JSON
 from runs.core.ports import Clock, ProposerStopped, SystemClock
 
@@ -137,12 +138,12 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
 
     # -- the Proposer protocol -----------------------------------------------------
 
-    def propose(self, feedback: Mapping[str, JSON] | None) -> object | None:
+    def propose(self, feedback: fb.Feedback | None) -> object | None:
         if self.awaiting is not None:
             self._settle(self.awaiting, feedback)
             self.awaiting = None
         elif feedback is not None and self.messages:
-            self.user_texts.append(render_feedback(feedback, None, self.settings.max_result_chars)[0])
+            self.user_texts.append(self._render(feedback, None)[0])
         if self.queue:
             return self._take_next()
         base = self.messages or self._initial_messages()
@@ -198,8 +199,12 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
         self.awaiting = call
         return {"tool": call.name, "args": call.args}
 
-    def _settle(self, call: ToolCall, feedback: Mapping[str, JSON] | None) -> None:
-        content, refused = render_feedback(feedback, call, self.settings.max_result_chars)
+    def _render(self, feedback: fb.Feedback | None, call: ToolCall | None) -> tuple[str, bool]:
+        evidence_tools = [t.name for t in self.tools if t.evidence]
+        return render_feedback(feedback, call, self.settings.max_result_chars, evidence_tools)
+
+    def _settle(self, call: ToolCall, feedback: fb.Feedback | None) -> None:
+        content, refused = self._render(feedback, call)
         if call.id == "":  # the reply had no tool call: answer in plain text
             self.user_texts.append(content)
             return

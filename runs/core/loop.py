@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from runs.core import events as ev
+from runs.core import feedback as fb
 from runs.core.contract import Contract
 from runs.core.errors import FieldProblem, InputError
 from runs.core.jsonutil import JSON, canonical_json, digest
 from runs.core.lifecycle import CANCELLED_OUTCOME, WAIT_EXITS, WaitExit, exit_of
-from runs.core.patchtext import patch_targets
 from runs.core.policy import Authorization, CheckDef, Policy, authorize
 from runs.core.ports import (
     ApprovalAsk,
@@ -34,9 +34,7 @@ from runs.core.ports import (
 )
 from runs.core.receipts import Receipt, ReceiptInvalid, check_receipt
 from runs.core.state import TERMINAL_STATES, CallRecord, EvidenceRecord, Operation, PendingEffect, RunState, Waiting
-from runs.core.tools import FINISH, Registry, ToolSpec
-
-RUN_CHECK = "run_check"
+from runs.core.tools import Registry, ToolSpec
 
 
 @dataclass(frozen=True)
@@ -119,10 +117,7 @@ class Harness:
         self.policies = policies
         self._events: list[ev.Event] = []
         self._wait_just_ended = 0.0
-        finish = registry.get(FINISH)
-        if finish is None:
-            raise ValueError("the registry has no finish tool")
-        self._finish_spec = finish
+        registry.finish()  # a registry without exactly one finishing tool is refused here, not mid-run
 
     # -- recording ---------------------------------------------------------------
 
@@ -153,8 +148,8 @@ class Harness:
             kind = str(note.get("kind", "note"))
             self._emit(ev.ModelNote, call_id=self.state.current_call, kind=kind, detail={k: v for k, v in note.items() if k != "kind"})
 
-    def _end_step(self, feedback: dict[str, JSON]) -> None:
-        self.state.feedback = feedback
+    def _end_step(self, feedback: fb.Feedback) -> None:
+        self.state.feedback = feedback.to_json()
         self.state.current_call = None
         self.state.current_proposal = None
         self._checkpoint()
@@ -272,7 +267,7 @@ class Harness:
                 raise _Stop("budget_exhausted", f"proposal budget of {state.limits.max_proposals} used")
             self._reconcile_pending()
             try:
-                raw = self.proposer.propose(state.feedback)
+                raw = self.proposer.propose(None if state.feedback is None else fb.feedback_from_json(state.feedback))
             except ProposerStopped as exc:
                 self._emit_model_notes()
                 raise _Stop(exc.reason, exc.message) from None
@@ -293,7 +288,7 @@ class Harness:
     def _invalid(self, call_id: str, gate: str, problems: list[FieldProblem]) -> None:
         listed = [{"field": p.field, "message": p.message} for p in problems]
         self._emit(ev.InvalidInput, call_id=call_id, gate=gate, problems=listed)
-        self._end_step({"kind": "invalid_input", "call_id": call_id, "problems": listed})
+        self._end_step(fb.InvalidInput(call_id=call_id, problems=[fb.Problem(field=p.field, message=p.message) for p in problems]))
 
     def _process(self, call_id: str, raw: JSON) -> None:
         if not isinstance(raw, dict):
@@ -309,9 +304,9 @@ class Harness:
             return self._invalid(call_id, "parse", parse_problems)
         tool: str = raw["tool"]
         args: dict[str, JSON] = raw["args"]
-        if tool == FINISH:
-            return self._finish(call_id, args)
         spec = self.registry.get(tool)
+        if spec is not None and spec.finishes:
+            return self._finish(call_id, spec, args)
         if spec is None:
             return self._invalid(call_id, "resolve", [FieldProblem("tool", f"unknown tool {tool!r}")])
         if tool not in self.state.contract.allowed_tools:
@@ -319,8 +314,8 @@ class Harness:
             raise _Stop("tool_denied", f"{tool} is not allowed for this run")
         try:
             clean = self._validate(spec, args)
-            if tool == RUN_CHECK and self.policy.check(clean["check_id"]) is None:
-                raise InputError("arguments", [FieldProblem("args.check_id", f"unknown check {clean['check_id']!r}")])
+            if spec.runs_check is not None and self.policy.check(clean[spec.runs_check]) is None:
+                raise InputError("arguments", [FieldProblem(f"args.{spec.runs_check}", f"unknown check {clean[spec.runs_check]!r}")])
             looked_up = self._key_to_look_up(spec, clean)
         except InputError as exc:
             return self._invalid(call_id, "validate", exc.problems)
@@ -328,9 +323,9 @@ class Harness:
         self.state.ledger[call_id] = record
         self._admit(record, spec)
 
-    def _finish(self, call_id: str, args: dict[str, JSON]) -> None:
+    def _finish(self, call_id: str, spec: ToolSpec, args: dict[str, JSON]) -> None:
         try:
-            self.registry.validate(self._finish_spec, args, ())
+            self.registry.validate(spec, args, ())
         except InputError as exc:
             return self._invalid(call_id, "validate", exc.problems)
         pending = self._blocking_effects()
@@ -338,12 +333,12 @@ class Harness:
             raise _Stop("unresolved", f"finish with {len(pending)} pending effect(s) of unknown outcome")
         missing = self._missing_evidence()
         if missing:
-            self._emit(ev.CheckRequired, call_id=call_id, revision=self.state.revision, missing=missing, for_tool=FINISH)
-            return self._end_step({"kind": "check_required", "call_id": call_id, "revision": self.state.revision, "missing": missing})
-        self.state.ledger[call_id] = CallRecord(call_id=call_id, tool=FINISH, args=args, state="completed")
+            self._emit(ev.CheckRequired, call_id=call_id, revision=self.state.revision, missing=missing, for_tool=spec.name)
+            return self._end_step(fb.CheckRequired(call_id=call_id, revision=self.state.revision, missing=missing))
+        self.state.ledger[call_id] = CallRecord(call_id=call_id, tool=spec.name, args=args, state="completed")
         self.state.status = "complete"
         self._emit(ev.Stopped, call_id=call_id, status="complete", message="finished with passing checks on the current revision")
-        self._end_step({"kind": "complete", "call_id": call_id})
+        self._end_step(fb.Complete(call_id=call_id))
         self._close_requests("the run completed")
 
     def _key_to_look_up(self, spec: ToolSpec, args: dict[str, JSON]) -> str | None:
@@ -392,12 +387,12 @@ class Harness:
             record.state = "failed"
             keys = [p.call_id for p in pending]
             self._emit(ev.WriteBlocked, call_id=call_id, tool=spec.name, pending=keys)
-            return self._end_step({"kind": "write_blocked", "call_id": call_id, "pending": [p.model_dump() for p in pending]})
+            return self._end_step(fb.WriteBlocked(call_id=call_id, pending=pending))
         missing = self._missing_evidence() if spec.needs_evidence or auth.requires_evidence else []
         if missing:
             record.state = "failed"
             self._emit(ev.CheckRequired, call_id=call_id, revision=self.state.revision, missing=missing, for_tool=spec.name)
-            return self._end_step({"kind": "check_required", "call_id": call_id, "revision": self.state.revision, "missing": missing})
+            return self._end_step(fb.CheckRequired(call_id=call_id, revision=self.state.revision, missing=missing))
         if auth.decision == "ask" and record.granted_key != self._approval_key(record):
             # No effect without a consumed grant for exactly this tool, these arguments,
             # this revision and this policy version.
@@ -426,15 +421,14 @@ class Harness:
             ev.DuplicateEffect, call_id=record.call_id, tool=spec.name, idempotency_key=done.key, of_call=done.call_id, status=done.status
         )
         self._end_step(
-            {
-                "kind": "duplicate",
-                "call_id": record.call_id,
-                "tool": spec.name,
-                "of_call": done.call_id,
-                "idempotency_key": done.key,
-                "status": done.status,
-                "first_outcome": done.outcome,
-            }
+            fb.Duplicate(
+                call_id=record.call_id,
+                tool=spec.name,
+                of_call=done.call_id,
+                idempotency_key=done.key,
+                status=done.status,
+                first_outcome=done.outcome,
+            )
         )
 
     def _approval_key(self, record: CallRecord) -> str:
@@ -564,142 +558,153 @@ class Harness:
     # -- gates 7-9: execute, receipt check, observe -----------------------------
 
     def _execute(self, record: CallRecord, spec: ToolSpec) -> None:
-        state = self.state
-        check = self.policy.check(str(record.args["check_id"])) if spec.name == RUN_CHECK else None
+        check = self.policy.check(str(record.args[spec.runs_check])) if spec.runs_check is not None else None
         if spec.external_effect:
-            assert record.idempotency_key is not None
-            # Part of the intent checkpointed below: a crash during the call leaves the
-            # operation known, so the same effect is never performed twice.
-            state.operations[record.idempotency_key] = Operation(
-                key=record.idempotency_key, tool=spec.name, args=record.args, revision=state.revision, call_id=record.call_id
-            )
+            self._record_operation(record, spec)
         while True:
-            self._guard("before an attempt")
-            if not self._attempts_left(record):
-                raise _Stop("attempt_limit", f"{record.call_id} used its {state.limits.max_attempts} attempts")
-            if state.calls >= state.limits.max_tool_calls:
-                raise _Stop("budget_exhausted", f"call budget of {state.limits.max_tool_calls} used")
-            record.attempts += 1
-            state.calls += 1
-            record.state = "started"
-            record.revision_before = state.revision
-            self._emit(
-                ev.CallStarted, call_id=record.call_id, tool=spec.name, attempt=record.attempts, idempotency_key=record.idempotency_key
-            )
-            # Write intent is durable before the effect can happen, so a crash during
-            # the call is found as "started" and reconciled instead of forgotten. A
-            # read needs no such record: after a crash it is simply done again.
-            if spec.has_effect or spec.runs_untrusted_code:
-                self._checkpoint()
-            call = Call(
-                run_id=state.run_id,
-                call_id=record.call_id,
-                tool=spec.name,
-                tool_version=spec.version,
-                args=record.args,
-                attempt=record.attempts,
-                idempotency_key=record.idempotency_key,
-                max_output_bytes=state.limits.max_output_bytes_per_call,
-                check=check,
-                deadline=state.deadline,
-            )
-            try:
-                raw: object = self.executor.execute(call)
-            except RevisionMismatch:
-                raise
-            except Exception as exc:  # noqa: BLE001 - an executor crash is a missing receipt, not a worker crash
-                raw = None
-                problem_detail = f"executor raised {type(exc).__name__}: {exc}"
-            else:
-                problem_detail = ""
-            harness_revision = self.workspace.revision() if spec.may_change_workspace else state.revision
-            try:
-                receipt = self._check_receipt(raw, record, spec, harness_revision)
-            except ReceiptInvalid as exc:
-                problem = f"{exc} ({problem_detail})" if problem_detail else str(exc)
-                self._emit(
-                    ev.ReceiptRecorded,
-                    call_id=record.call_id,
-                    tool=spec.name,
-                    attempt=record.attempts,
-                    valid=False,
-                    problem=problem,
-                    receipt=as_json(raw),
-                    harness_revision=harness_revision,
-                )
-                if spec.has_effect:
-                    self._record_pending(record, spec, f"receipt invalid: {problem}")
-                else:
-                    record.state = "failed"
-                self._set_revision(harness_revision, cleared_by_write=spec.writes)
-                raise _Stop("receipt_invalid", problem) from None
-            self._emit(
-                ev.ReceiptRecorded,
-                call_id=record.call_id,
-                tool=spec.name,
-                attempt=record.attempts,
-                valid=True,
-                receipt=receipt.model_dump(),
-                harness_revision=harness_revision,
-            )
+            self._start_attempt(record, spec)
+            raw, problem_detail = self._attempt(record, spec, check)
+            receipt = self._checked_receipt(raw, problem_detail, record, spec)
             record.last_status = receipt.status
             if receipt.status != "transient":
                 feedback = self._settle(record, spec, receipt, check)
                 self._settle_operation(record, receipt, feedback)
                 self._guard("after the receipt")
                 return self._end_step(feedback)
-            infrastructure = self._infrastructure_failure(receipt)
-            error = receipt.data.get("error")
-            record.transient_reasons.append(infrastructure or (error if isinstance(error, str) else "transient failure"))
-            self._guard("after the receipt", infrastructure)
-            backoff = min(self.config.retry_base_seconds * 2 ** (record.attempts - 1), self.config.retry_max_seconds)
-            if not self._attempts_left(record):
-                raise _no_retry("attempt_limit", f"{record.call_id} failed transiently {record.attempts} times", infrastructure)
-            if self.clock.now() + backoff >= state.deadline:
-                raise _no_retry("deadline", f"a retry after {backoff:.2f}s backoff would cross the deadline", infrastructure)
-            record.state = "allowed"
-            reason = f"the sandbox failed, not the call (no effect): {infrastructure}" if infrastructure else "transient failure, no effect"
-            self._emit(ev.Retry, call_id=record.call_id, attempt=record.attempts, backoff_seconds=backoff, reason=reason)
-            self._checkpoint()
-            self.clock.sleep(backoff)
+            self._before_retry(record, receipt)
 
-    def _settle(self, record: CallRecord, spec: ToolSpec, receipt: Receipt, check: CheckDef | None) -> dict[str, JSON]:
+    def _record_operation(self, record: CallRecord, spec: ToolSpec) -> None:
+        """Part of the intent checkpointed before the attempt: a crash during the call
+        leaves the operation known, so the same effect is never performed twice."""
+        assert record.idempotency_key is not None
+        state = self.state
+        state.operations[record.idempotency_key] = Operation(
+            key=record.idempotency_key, tool=spec.name, args=record.args, revision=state.revision, call_id=record.call_id
+        )
+
+    def _start_attempt(self, record: CallRecord, spec: ToolSpec) -> None:
+        state = self.state
+        self._guard("before an attempt")
+        if not self._attempts_left(record):
+            raise _Stop("attempt_limit", f"{record.call_id} used its {state.limits.max_attempts} attempts")
+        if state.calls >= state.limits.max_tool_calls:
+            raise _Stop("budget_exhausted", f"call budget of {state.limits.max_tool_calls} used")
+        record.attempts += 1
+        state.calls += 1
+        record.state = "started"
+        record.revision_before = state.revision
+        self._emit(ev.CallStarted, call_id=record.call_id, tool=spec.name, attempt=record.attempts, idempotency_key=record.idempotency_key)
+        # Write intent is durable before the effect can happen, so a crash during
+        # the call is found as "started" and reconciled instead of forgotten. A
+        # read needs no such record: after a crash it is simply done again.
+        if spec.has_effect or spec.runs_untrusted_code:
+            self._checkpoint()
+
+    def _attempt(self, record: CallRecord, spec: ToolSpec, check: CheckDef | None) -> tuple[object, str]:
+        """What the executor returned (None if it raised) and, if it raised, why."""
+        state = self.state
+        call = Call(
+            run_id=state.run_id,
+            call_id=record.call_id,
+            tool=spec.name,
+            tool_version=spec.version,
+            args=record.args,
+            attempt=record.attempts,
+            idempotency_key=record.idempotency_key,
+            max_output_bytes=state.limits.max_output_bytes_per_call,
+            check=check,
+            deadline=state.deadline,
+        )
+        try:
+            return self.executor.execute(call), ""
+        except RevisionMismatch:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an executor crash is a missing receipt, not a worker crash
+            return None, f"executor raised {type(exc).__name__}: {exc}"
+
+    def _checked_receipt(self, raw: object, problem_detail: str, record: CallRecord, spec: ToolSpec) -> Receipt:
+        """The receipt checked against the revision the harness reads itself, on the
+        record either way; an invalid one stops the run."""
+        harness_revision = self.workspace.revision() if spec.may_change_workspace else self.state.revision
+        try:
+            receipt = self._check_receipt(raw, record, spec, harness_revision)
+        except ReceiptInvalid as exc:
+            problem = f"{exc} ({problem_detail})" if problem_detail else str(exc)
+            self._emit(
+                ev.ReceiptRecorded,
+                call_id=record.call_id,
+                tool=spec.name,
+                attempt=record.attempts,
+                valid=False,
+                problem=problem,
+                receipt=as_json(raw),
+                harness_revision=harness_revision,
+            )
+            if spec.has_effect:
+                self._record_pending(record, spec, f"receipt invalid: {problem}")
+            else:
+                record.state = "failed"
+            self._set_revision(harness_revision, cleared_by_write=spec.writes_workspace)
+            raise _Stop("receipt_invalid", problem) from None
+        self._emit(
+            ev.ReceiptRecorded,
+            call_id=record.call_id,
+            tool=spec.name,
+            attempt=record.attempts,
+            valid=True,
+            receipt=receipt.model_dump(),
+            harness_revision=harness_revision,
+        )
+        return receipt
+
+    def _before_retry(self, record: CallRecord, receipt: Receipt) -> None:
+        """After a transient failure: stop if no retry is possible, else wait the backoff."""
+        state = self.state
+        infrastructure = self._infrastructure_failure(receipt)
+        error = receipt.data.get("error")
+        record.transient_reasons.append(infrastructure or (error if isinstance(error, str) else "transient failure"))
+        self._guard("after the receipt", infrastructure)
+        backoff = min(self.config.retry_base_seconds * 2 ** (record.attempts - 1), self.config.retry_max_seconds)
+        if not self._attempts_left(record):
+            raise _no_retry("attempt_limit", f"{record.call_id} failed transiently {record.attempts} times", infrastructure)
+        if self.clock.now() + backoff >= state.deadline:
+            raise _no_retry("deadline", f"a retry after {backoff:.2f}s backoff would cross the deadline", infrastructure)
+        record.state = "allowed"
+        reason = f"the sandbox failed, not the call (no effect): {infrastructure}" if infrastructure else "transient failure, no effect"
+        self._emit(ev.Retry, call_id=record.call_id, attempt=record.attempts, backoff_seconds=backoff, reason=reason)
+        self._checkpoint()
+        self.clock.sleep(backoff)
+
+    def _settle(self, record: CallRecord, spec: ToolSpec, receipt: Receipt, check: CheckDef | None) -> fb.Result | fb.OutcomeUnknown:
         state = self.state
         if receipt.status == "unknown":
             if spec.has_effect:
                 self._record_pending(record, spec, "the executor could not tell whether the effect happened")
             else:
                 record.state = "unknown"
-            self._set_revision(receipt.revision, cleared_by_write=spec.writes)
-            return {
-                "kind": "outcome_unknown",
-                "call_id": record.call_id,
-                "tool": spec.name,
-                "idempotency_key": record.idempotency_key,
-                "data": self._observe(receipt.data),
-            }
+            self._set_revision(receipt.revision, cleared_by_write=spec.writes_workspace)
+            return fb.OutcomeUnknown(
+                call_id=record.call_id, tool=spec.name, idempotency_key=record.idempotency_key, data=self._observe(receipt.data)
+            )
         record.state = "completed"
-        wrote = spec.writes and receipt.effect != "none"
+        wrote = spec.writes_workspace and receipt.effect != "none"
         if wrote:
-            self._note_written(record)
+            self._note_written(record, spec)
         self._set_revision(receipt.revision, cleared_by_write=wrote)
         if spec.external_effect and receipt.effect == "applied":
             state.effects_applied.append(record.call_id)
         if check is not None:
             self._record_evidence(record, receipt, check)
-        feedback: dict[str, JSON] = {
-            "kind": "result",
-            "call_id": record.call_id,
-            "tool": spec.name,
-            "revision": state.revision,
-            "data": self._observe(receipt.data),
-            "artifacts": list(receipt.artifacts),
-        }
-        if record.transient_reasons:
-            feedback["earlier_attempts"] = list(record.transient_reasons)
-        return feedback
+        return fb.Result(
+            call_id=record.call_id,
+            tool=spec.name,
+            revision=state.revision,
+            data=self._observe(receipt.data),
+            artifacts=list(receipt.artifacts),
+            earlier_attempts=list(record.transient_reasons) if record.transient_reasons else None,
+        )
 
-    def _settle_operation(self, record: CallRecord, receipt: Receipt, feedback: dict[str, JSON]) -> None:
+    def _settle_operation(self, record: CallRecord, receipt: Receipt, feedback: fb.Feedback) -> None:
         operation = self.state.operations.get(record.idempotency_key or "")
         if operation is None or operation.call_id != record.call_id:
             return
@@ -707,7 +712,7 @@ class Harness:
             operation.status = "unknown"
         else:
             operation.status = "applied" if receipt.effect == "applied" else "not_applied"
-        operation.outcome = feedback
+        operation.outcome = feedback.to_json()
 
     def _observe(self, data: dict[str, JSON]) -> dict[str, JSON]:
         """What the proposer sees: the data, or a bounded summary plus an artifact ref."""
@@ -720,8 +725,8 @@ class Harness:
         head = encoded[: min(cap, 4000)].decode("utf-8", errors="ignore")
         return {"truncated": True, "size": len(encoded), "artifact": ref, "head": head}
 
-    def _note_written(self, record: CallRecord) -> None:
-        paths = patch_targets(str(record.args["patch"])) if "patch" in record.args else [str(record.args.get("path"))]
+    def _note_written(self, record: CallRecord, spec: ToolSpec) -> None:
+        paths = spec.written_paths(record.args)
         self.state.changed_paths = sorted(set(self.state.changed_paths) | set(paths))
 
     def _set_revision(self, revision: str, *, cleared_by_write: bool) -> None:
@@ -813,8 +818,8 @@ class Harness:
         operation = self.state.operations.get(record.idempotency_key or "")
         if operation is not None and operation.call_id == record.call_id:
             operation.status = "unknown"
-        if spec.writes:
-            self._note_written(record)
+        if spec.writes_workspace:
+            self._note_written(record, spec)
         self.state.pending_effects.append(
             PendingEffect(
                 call_id=record.call_id,
@@ -883,7 +888,7 @@ class Harness:
             spec = self.registry.get(record.tool)
             self._emit(ev.RunResumed, call_id=record.call_id, reason=f"recovered: {record.tool} attempt {record.attempts} was in flight")
             current = record.call_id == self.state.current_call
-            unwritten = spec is not None and spec.writes and not spec.external_effect and revision == record.revision_before
+            unwritten = spec is not None and spec.writes_workspace and not spec.external_effect and revision == record.revision_before
             if spec is not None and current and (not spec.has_effect or unwritten):
                 if unwritten:
                     detail = "the workspace is at the revision it had before the call: the write did not happen"
@@ -895,7 +900,7 @@ class Harness:
                 self._record_pending(record, spec, "the worker stopped during the call")
             else:
                 record.state = "failed"
-            self.state.feedback = {"kind": "interrupted", "call_id": record.call_id, "tool": record.tool}
+            self.state.feedback = fb.Interrupted(call_id=record.call_id, tool=record.tool).to_json()
         if again is None:
             self.state.current_call = None
             self.state.current_proposal = None
