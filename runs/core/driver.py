@@ -129,8 +129,8 @@ class Driver:
         self._close_requests(f"the run stopped: {reason}")
 
     def _close_requests(self, reason: str) -> None:
-        """A run that ended leaves nothing in the reviewers' queue (DESIGN section 6:
-        a pending request belongs to a waiting run). The gate records each
+        """A run that ended leaves nothing in the reviewers' queue (a pending request
+        belongs to a waiting run: docs/design.md, Lifecycle). The gate records each
         cancellation; this runs after the final checkpoint, so a crash in between
         leaves it to the sweep."""
         self.approvals.cancel_open(self.state.run_id, reason)

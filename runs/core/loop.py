@@ -1,6 +1,11 @@
-"""The agent loop: each proposal passes the gates of DESIGN section 1 in order, every
+"""The agent loop: each proposal passes the gates (docs/design.md, Gates) in order, every
 outcome is an event, and the state is checkpointed after every step so a run
-loaded from the store continues exactly where it stopped."""
+loaded from the store continues exactly where it stopped.
+
+``Harness`` drives a run and holds gates 1-6 (parse, resolve, validate, authorize,
+evidence, approval); gates 7-9 (execute, receipt check, observe), evidence, pending
+effects and recovery are in ``runs.core.execution``; waiting for reviewers in
+``runs.core.waits``; recording, stops and the controls in ``runs.core.driver``."""
 
 from __future__ import annotations
 
@@ -38,7 +43,7 @@ __all__ = ["Harness", "HarnessConfig", "new_state", "operation_key"]
 
 def operation_key(run_id: str, tool: str, args: Mapping[str, JSON], revision: str) -> str:
     """The idempotency key of an external effect: what the effect is, never which call
-    asked for it, so the same effect proposed again is found (DESIGN section 6)."""
+    asked for it, so the same effect proposed again is found (docs/design.md, Approvals)."""
     return digest({"run": run_id, "tool": tool, "args": dict(args), "revision": revision})[:32]
 
 
