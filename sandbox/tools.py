@@ -77,7 +77,7 @@ def _infrastructure(reason: str, artifacts: list[str] | None = None, **data: JSO
 
 def list_files(ctx: ToolContext, call: Call) -> ToolResult:
     data = fileops.list_files(ctx.workspace.dir, str(call.args["path"]), int(call.args["max_entries"]))
-    return ToolResult("ok", "none", data)
+    return ToolResult("ok", "none", dict(data))
 
 
 def read_file(ctx: ToolContext, call: Call) -> ToolResult:

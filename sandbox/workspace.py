@@ -33,7 +33,6 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
 from runs.core.jsonutil import JSON
 from runs.core.paths import PathRefused, canonical_path, path_allowed
@@ -139,13 +138,12 @@ class RunWorkspace:
         readable = "file_contents" in shown
         instructions = next((text for name in INSTRUCTION_FILES if (text := self._text(name))), None) if readable else None
         listing = fileops.list_files(self.dir, "", CONTEXT_MAX_LISTED)
-        files = cast(list[str], listing["files"])
-        symlinks = cast(list[str], listing["symlinks"])
+        files: list[str] = listing["files"]
         state = None
         if "file_list" in shown:
             state = "Files in the workspace:\n" + "\n".join(files)
-            if symlinks:
-                state += "\nSymlinks (the file tools do not follow them):\n" + "\n".join(symlinks)
+            if listing["symlinks"]:
+                state += "\nSymlinks (the file tools do not follow them):\n" + "\n".join(listing["symlinks"])
             if listing["truncated"]:
                 state += f"\n(the first {CONTEXT_MAX_LISTED} entries; list_files shows the rest)"
         writable = [f for f in files if path_allowed(f, write_paths)][:CONTEXT_MAX_SOURCES] if readable else []
