@@ -46,9 +46,11 @@ from runs.store import DjangoStore, LeaseLost, load_state
 from sandbox.container import ContainerSpec, SandboxContainer
 from sandbox.engine import SandboxUnavailable
 from sandbox.executor import SandboxExecutor
+from sandbox.preparation import prepare_workspace
 from sandbox.quota import MB, DiskQuota
 from sandbox.remote import RemoteAccess, RemoteError, RemoteTarget
-from sandbox.workspace import RunWorkspace, WorkspaceSourceError, check_source, prepare_workspace
+from sandbox.sources import WorkspaceSourceError, check_source
+from sandbox.workspace import RunWorkspace
 
 log = logging.getLogger(__name__)
 
