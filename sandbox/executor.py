@@ -17,6 +17,7 @@ from runs.core.state import PendingEffect
 from sandbox import fileops
 from sandbox.container import DEFAULT_SCOPE, ContainerSpec, OutputListener, SandboxContainer
 from sandbox.engine import ENGINE_ERRORS, SandboxUnavailable, wait_for_engine
+from sandbox.forges import ChangeRequests, ForgeError
 from sandbox.publishing import PublishRefused, publication
 from sandbox.quota import DiskQuota
 from sandbox.remote import PushConflict, RemoteTarget
@@ -51,6 +52,7 @@ class SandboxExecutor:
         engine_wait_seconds: float = ENGINE_WAIT_SECONDS,
         notify: Callable[[ev.Event], None] | None = None,
         remote: RemoteTarget | None = None,
+        forge: ChangeRequests | None = None,
         live_output: Callable[[str], OutputListener] | None = None,
     ) -> None:
         self.run_id = run_id
@@ -75,6 +77,7 @@ class SandboxExecutor:
             spool_dir=spool_dir,
             quota=quota,
             remote=remote,
+            forge=forge,
             live_output=live_output,
         )
 
@@ -97,6 +100,10 @@ class SandboxExecutor:
                 message = "".join(f"#   {line}".rstrip() + "\n" for line in str(args.get("message", "")).splitlines())
                 return self.context.remote.describe() + "# message:\n" + message + shown
             return shown
+        if tool == "open_change_request":
+            if self.context.forge is None:
+                return "# this change request would be refused: no forge is configured on this server\n"
+            return self.context.forge.describe(str(args.get("title", "")), str(args.get("body", "")))
         return self.workspace.preview(tool, args)
 
     # -- Executor -----------------------------------------------------------------
@@ -126,6 +133,8 @@ class SandboxExecutor:
         if effect.kind == "external":
             if effect.idempotency_key is None:
                 return Reconciliation(False, None, False, "no idempotency key to look up")
+            if effect.tool == "open_change_request":
+                return self._find_change_request()
             if self.context.remote is not None:
                 try:
                     applied, detail = self.context.remote.lookup(effect.idempotency_key)
@@ -140,6 +149,20 @@ class SandboxExecutor:
         if self.container is not None and self.container.lost is None and not self._killed:
             self.container.kill_processes()
         return Reconciliation(True, True, True, "workspace re-read after stopping leftover sandbox processes")
+
+    def _find_change_request(self) -> Reconciliation:
+        """The forge's open requests from the run's branch are authoritative: one open
+        means ours was opened; none means it was not."""
+        forge = self.context.forge
+        if forge is None:
+            return Reconciliation(False, None, False, "no forge is configured to look the change request up")
+        try:
+            found = forge.find()
+        except ForgeError as exc:
+            return Reconciliation(False, None, False, f"could not look the change request up: {exc.message}")
+        if found is None:
+            return Reconciliation(True, False, True, f"no open change request from {forge.source} on {forge.project}: it was not opened")
+        return Reconciliation(True, True, True, f"change request #{found.number} from {forge.source} is open: {found.url}")
 
     # -- containers ----------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from runs.core.ports import ArtifactStore, Call
 from sandbox import fileops, patches
 from sandbox.container import OutputCapture, OutputListener, SandboxContainer
 from sandbox.engine import SandboxUnavailable
+from sandbox.forges import ChangeRequests, ForgeError
 from sandbox.publishing import PublishRefused, publication
 from sandbox.quota import WATCH_SECONDS, DiskQuota, QuotaProblem
 from sandbox.remote import PushConflict, RemoteError, RemoteTarget
@@ -56,6 +57,8 @@ class ToolContext:
     quota: DiskQuota = DiskQuota()
     # Set for a workspace cloned from a git remote: publish pushes a branch there.
     remote: RemoteTarget | None = None
+    # Set when the server has a forge for that remote: open_change_request opens there.
+    forge: ChangeRequests | None = None
     # Given a call id, who watches that call's output while it runs (the live page).
     live_output: Callable[[str], OutputListener] | None = None
 
@@ -281,6 +284,36 @@ def push(ctx: ToolContext, target: RemoteTarget, call: Call, key: str) -> ToolRe
     return ToolResult("unknown", "unknown", {**data, "error": f"the push's outcome is unknown: {result.message}"})
 
 
+def open_change_request(ctx: ToolContext, call: Call) -> ToolResult:
+    """A pull or merge request from the run's pushed branch; one per branch (the
+    forge's open requests are looked up first)."""
+    key = call.idempotency_key
+    if ctx.remote is None:
+        return _error("open_change_request needs a workspace cloned from a git remote; this run publishes to the outbox")
+    if ctx.forge is None:
+        return _error("no forge is configured on this server (HARNESS_FORGE): a change request cannot be opened")
+    forge, branch = ctx.forge, ctx.remote.branch
+    base: dict[str, JSON] = {"idempotency_key": key, "remote": ctx.remote.url, "branch": branch, "project": forge.project}
+    try:
+        head = ctx.remote.remote_head()
+    except RemoteError as exc:
+        if exc.cause == "auth":
+            return _error(f"the remote refused the server's credentials: {exc.message}", **base)
+        return ToolResult("transient", "none", {**base, "error": f"the remote could not be reached: {exc.message}"})
+    if head is None:
+        return _error(f"branch {branch} is not on {ctx.remote.url}: publish the change first, then open its change request", **base)
+    try:
+        opened = forge.open(str(call.args["title"]), str(call.args["body"]))
+    except ForgeError as exc:
+        if exc.failure == "refused":
+            return _error(f"no change request was opened: {exc.message}", **base, refused=True)
+        if exc.failure == "not_sent":
+            return ToolResult("transient", "none", {**base, "error": f"no change request was opened: {exc.message}"})
+        return ToolResult("unknown", "unknown", {**base, "error": f"the change request's outcome is unknown: {exc.message}"})
+    data: dict[str, JSON] = {**base, "commit": head, "duplicate": opened.duplicate, "change_request": opened.request.as_json()}
+    return ToolResult("ok", "none" if opened.duplicate else "applied", data)
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -313,4 +346,5 @@ HANDLERS: dict[str, Callable[[ToolContext, Call], ToolResult]] = {
     "run_check": run_check,
     "publish": publish,
     "lookup_publish": lookup_publish,
+    "open_change_request": open_change_request,
 }

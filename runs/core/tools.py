@@ -82,6 +82,11 @@ class PublishArgs(Args):
     message: str = Field(min_length=1, max_length=2000)
 
 
+class ChangeRequestArgs(Args):
+    title: str = Field(min_length=1, max_length=250, pattern=r"\S")
+    body: str = Field(default="", max_length=60_000)
+
+
 class LookupPublishArgs(Args):
     idempotency_key: str | None = Field(
         default=None,
@@ -195,6 +200,18 @@ BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
         reviewer_summary=(
             "Ships the workspace's changes against the base revision, exactly the diff shown, as one patch with this"
             " message to the outbox, outside the sandbox; it happens once and cannot be taken back by the run."
+        ),
+    ),
+    ToolSpec(
+        "open_change_request",
+        "1",
+        "Open a pull request (GitHub) or merge request (GitLab) from the branch publish pushed into the base branch."
+        " Refused until the branch is on the remote.",
+        ChangeRequestArgs,
+        external_effect=True,
+        reviewer_summary=(
+            "Opens a change request on the forge from the run's pushed branch into the base branch, with this title and"
+            " body, under the server's forge account; others see it at once, and the run cannot take it back."
         ),
     ),
     ToolSpec(
