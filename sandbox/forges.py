@@ -59,9 +59,9 @@ class ForgeAccess:
         token_file = getattr(s, "FORGE_TOKEN_FILE", None)
         token = Path(token_file).read_text().strip() if token_file else str(getattr(s, "FORGE_TOKEN", "") or "")
         return cls(
-            kind=kind,  # type: ignore[arg-type] - checked against FORGE_KINDS above
-            api_url=str(s.FORGE_API_URL),  # type: ignore[attr-defined]
-            web_url=str(s.FORGE_WEB_URL).rstrip("/"),  # type: ignore[attr-defined]
+            kind=kind,
+            api_url=str(getattr(s, "FORGE_API_URL")),  # noqa: B009 - s is any settings object
+            web_url=str(getattr(s, "FORGE_WEB_URL")).rstrip("/"),  # noqa: B009
             token=token,
             project=getattr(s, "FORGE_PROJECT", None) or None,
             timeout_seconds=float(getattr(s, "FORGE_TIMEOUT_SECONDS", 30.0)),
