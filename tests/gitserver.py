@@ -155,6 +155,16 @@ class FaultProxy:
         self.drop_push_answer = False
         # Before dropping, hold the connection this long (a client's timeout fires first).
         self.hold_seconds = 0.0
+        # The next this many requests fail without reaching the server: answered with
+        # a 503, or ("reset") the connection closed at once.
+        self.fail_requests = 0
+        self.fail_with: int | str = 503
+        # Every request's path, in order (what a client tried).
+        self.seen: list[str] = []
+        # Set while a push is being forwarded (it has reached the proxy, not yet its answer).
+        self.push_arrived = threading.Event()
+        # While set, a push is held at the proxy before it is forwarded.
+        self.hold_push = threading.Event()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -178,6 +188,21 @@ class FaultProxy:
 
     def forward(self, req: BaseHTTPRequestHandler, upstream: GitHttpServer) -> None:
         body = read_body(req)
+        self.seen.append(req.path)
+        if self.fail_requests > 0:
+            self.fail_requests -= 1
+            if self.fail_with == "reset":
+                req.close_connection = True
+                return
+            req.send_response(int(self.fail_with))
+            req.send_header("Content-Length", "0")
+            req.end_headers()
+            return
+        pushing = req.command == "POST" and req.path.endswith("/git-receive-pack")
+        if pushing:
+            self.push_arrived.set()
+            while self.hold_push.is_set():
+                time.sleep(0.05)
         headers = {k: v for k, v in req.headers.items() if k.lower() not in ("host", "transfer-encoding", "content-length", "connection")}
         conn = http.client.HTTPConnection("127.0.0.1", upstream.port, timeout=60)
         conn.request(req.command, req.path, body=body if req.command == "POST" else None, headers=headers)

@@ -434,3 +434,43 @@ def test_it_keeps_the_git_directory_for_pushing_when_the_checkout_differs_from_t
     assert (published["status"], published["effect"]) == ("ok", "applied"), published
     commit = published["data"]["commit"]
     assert in_bare(remote, "diff", "--name-only", str(workspace.source["commit"]), commit) == "total.py"
+
+
+# -- clone retries ---------------------------------------------------------------
+
+
+def retrying(remote: Remote, attempts: int = 4, token: str = TOKEN) -> RemoteAccess:
+    return RemoteAccess(
+        **{**vars(remote.access(token)), "clone_attempts": attempts, "clone_backoff_seconds": 0.05, "clone_backoff_max_seconds": 0.1}
+    )
+
+
+def test_it_retries_a_clone_that_fails_for_a_passing_network_reason(remote: Remote, tmp_path: Path) -> None:
+    url = remote.proxy.url("shop.git")
+    for failure in (503, "reset"):
+        remote.proxy.seen.clear()
+        remote.proxy.fail_requests, remote.proxy.fail_with = 2, failure
+        workspace = clone_run(tmp_path, url, "main", retrying(remote))
+        assert workspace.source["commit"] == remote.commits["main"]
+        # Two failed attempts, then the third clone's own requests.
+        assert remote.proxy.seen[:3] == ["/shop.git/info/refs?service=git-upload-pack"] * 3, (failure, remote.proxy.seen)
+    remote.proxy.fail_requests, remote.proxy.fail_with = 10, 503
+    with pytest.raises(RemoteError) as gave_up:
+        clone_run(tmp_path, url, "main", retrying(remote, attempts=3))
+    assert "after 3 attempts" in gave_up.value.message and "503" in gave_up.value.message
+    assert remote.proxy.fail_requests == 7, "three attempts, no more"
+
+
+def test_it_does_not_retry_a_refused_credential_or_an_unknown_ref(remote: Remote, tmp_path: Path) -> None:
+    url = remote.proxy.url("shop.git")
+    for ref, token, cause in (("main", "wrong-token", "auth"), ("no-such-branch", TOKEN, "unknown_ref")):
+        remote.proxy.seen.clear()
+        with pytest.raises(RemoteError) as once:
+            clone_run(tmp_path, url, ref, retrying(remote, attempts=1, token=token))
+        single = len(remote.proxy.seen)
+        remote.proxy.seen.clear()
+        with pytest.raises(RemoteError) as retried:
+            clone_run(tmp_path, url, ref, retrying(remote, attempts=4, token=token))
+        assert once.value.cause == retried.value.cause == cause
+        assert len(remote.proxy.seen) == single, f"{cause}: not tried again"
+        assert "attempts" not in retried.value.message
