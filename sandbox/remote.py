@@ -291,8 +291,12 @@ def passing_failure(done: GitRun) -> bool:
 
 
 def _last_line(text: str) -> str:
+    """The line of git's stderr that says why: the one naming a known cause (git
+    follows e.g. "Permission denied (publickey)" with generic advice), else the last."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
+    markers = (*_AUTH, *_UNKNOWN_REF, *_UNREACHABLE, *_PASSING, "host key verification failed")
+    telling = [line for line in lines if any(m in line.lower() for m in markers)]
+    return (telling or lines or [""])[-1][:300]
 
 
 # -- publish ---------------------------------------------------------------------
