@@ -13,6 +13,7 @@ from runs.control import ACTIVE
 from runs.core.state import RunState
 from runs.models import Event, Run
 from runs.proposers import proposer_usage
+from runs.published import published
 from runs.store import load_state
 from runs.views.trace import EMPTY_OUTPUT_REF, TONES, short
 from runs.wording import human
@@ -105,6 +106,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         "waiting_since": state.waiting_since,
         "pending_effects": [{"call_id": p.call_id, "tool": p.tool, "kind": p.kind, "reason": p.reason} for p in state.unresolved_effects()],
         "approvals": approvals,
+        "published": published(run),
         "report_href": reverse("runs:report", args=[run.pk]) if finished else "",
         "last_seq": run.last_seq,
     }

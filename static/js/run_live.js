@@ -317,6 +317,14 @@
     return a;
   }
 
+  // The server links only pages of the configured forge; here, only http(s) is taken.
+  function forgeLink(text, href) {
+    const a = el("a", "", text);
+    a.href = /^https?:\/\//.test(href) ? href : "#";
+    a.rel = "noreferrer";
+    return a;
+  }
+
   function applySummary(s) {
     const outcome = field("outcome");
     outcome.textContent = s.outcome_label;
@@ -362,6 +370,18 @@
     fillList("pending_effects", s.pending_effects, function (effect) {
       const li = dotItem("bad");
       li.append(effect.tool + " (" + effect.call_id + ", " + effect.kind + "): " + effect.reason);
+      return li;
+    });
+    fillList("published", s.published || [], function (item) {
+      const li = dotItem("ok");
+      if (item.kind === "branch") {
+        li.append("branch ", item.href ? forgeLink(item.branch, item.href) : el("code", "", item.branch), " at ", el("code", "", item.commit), " on ", el("span", "mono", item.remote));
+      } else {
+        const text = (item.number ? "#" + item.number + " " : "") + item.title;
+        li.append("change request ", item.href ? forgeLink(text, item.href) : text);
+        if (!item.href && item.url) li.append(" ", el("span", "mono", item.url));
+        if (item.target) li.append(" into ", el("code", "", item.target));
+      }
       return li;
     });
     fillList("approvals", s.approvals, function (request) {
