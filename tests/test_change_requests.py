@@ -6,6 +6,7 @@ run's branch on a real git server (tests/gitserver.py)."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -276,3 +277,70 @@ def test_it_links_only_to_the_configured_forge(git_server: GitHttpServer) -> Non
         assert access.web_link(bad) == ""
     assert access.branch_link("acme/shop", "harness/x-1") == "https://github.com/acme/shop/tree/harness/x-1"
     assert "token=" not in repr(access) and "'t'" not in repr(access)
+
+
+# -- a whole run ---------------------------------------------------------------------
+
+
+@pytest.mark.celery
+@pytest.mark.docker
+def test_it_opens_the_change_request_of_a_whole_run_after_two_approvals_and_links_it(
+    transactional_db, operator, reviewer, settings, tmp_path: Path
+) -> None:
+    from django.test import Client
+
+    from approvals.models import ApprovalRequest
+    from approvals.services import grant
+    from runs.models import Event
+    from runs.runtime import create_run
+    from tests.remote_runs import CHANGE_REQUEST, REPOSITORY, demo_script, remote_rig
+    from tests.runs_waiting import wait_for
+    from tests.test_api import client_for
+
+    with FakeForge("github", REPOSITORY) as forge:
+        forge_env = {"FORGE": "github", "FORGE_API_URL": forge.api_url, "FORGE_WEB_URL": forge.web_url, "FORGE_TOKEN": FORGE_TOKEN}
+        for name, value in forge_env.items():
+            setattr(settings, name, value)
+        with remote_rig(tmp_path / "remote", settings, **{f"HARNESS_{k}": v for k, v in forge_env.items()}) as rig:
+            run = create_run(rig.contract("open_change_request"), demo_script(CHANGE_REQUEST), operator)
+            run = wait_for(run, ("waiting_approval",), timeout=120, log=rig.worker.log)
+            grant(ApprovalRequest.objects.get(run=run, status="pending", tool="publish"), reviewer)
+            deadline = time.monotonic() + 60
+            while not ApprovalRequest.objects.filter(run=run, status="pending", tool="open_change_request").exists():
+                assert time.monotonic() < deadline, rig.worker.log()[-3000:]
+                time.sleep(0.1)
+            asked = ApprovalRequest.objects.get(run=run, status="pending", tool="open_change_request")
+            branch = rig.branch_of(run)
+            assert forge.posts() == [], "nothing is opened before the reviewer grants it"
+            assert f"# from branch {branch} into main\n# title: Reject negative quantities\n" in asked.diff
+            reviewer_client = Client()
+            reviewer_client.force_login(reviewer)
+            page = reviewer_client.get(f"/approvals/{asked.pk}/").content.decode()
+            assert "&lt;b&gt;bold?&lt;/b&gt;" in page and "<b>bold?</b>" not in page and branch in page
+            grant(asked, reviewer)
+            run = wait_for(run, ("complete", "stopped"), timeout=120, log=rig.worker.log)
+            assert run.outcome == "complete", run.stop_message
+            assert len(forge.posts()) == 1 and forge.posts()[0].body == {
+                "base": "main",
+                "head": branch,
+                "title": "Reject negative quantities",
+                "body": "Found by the tests.\n<b>bold?</b>",
+            }
+            commit = rig.head(branch)
+            assert commit is not None
+        pull = f"{forge.web_url}/{REPOSITORY}/pull/1"
+        shown = Client()
+        shown.force_login(operator)
+        html = shown.get(f"/runs/{run.pk}/").content.decode()
+        assert f'<a href="{pull}" rel="noreferrer">#1 Reject negative quantities</a>' in html
+        assert f'<a href="{forge.web_url}/{REPOSITORY}/tree/{branch}" rel="noreferrer">{branch}</a> at <code>{commit[:12]}</code>' in html
+        api = client_for(operator).get(f"/api/runs/{run.pk}/").json()
+        assert [(p["kind"], p["href"]) for p in api["published"]] == [
+            ("branch", f"{forge.web_url}/{REPOSITORY}/tree/{branch}"),
+            ("change_request", pull),
+        ]
+        everything = json.dumps(list(Event.objects.filter(run=run).values_list("payload", flat=True))) + html + json.dumps(api)
+        assert FORGE_TOKEN not in everything and TOKEN not in everything
+        # Another forge's address in a receipt is shown as text, never linked.
+        settings.FORGE_WEB_URL = "https://forge.example.com"
+        assert f'href="{pull}"' not in shown.get(f"/runs/{run.pk}/").content.decode()
