@@ -474,3 +474,25 @@ def test_it_does_not_retry_a_refused_credential_or_an_unknown_ref(remote: Remote
         assert once.value.cause == retried.value.cause == cause
         assert len(remote.proxy.seen) == single, f"{cause}: not tried again"
         assert "attempts" not in retried.value.message
+
+
+def test_it_starts_a_run_from_a_repository_url_and_ref_on_the_new_run_form(operator, remote: Remote, settings) -> None:
+    from django.test import Client
+
+    from runs.models import Run
+
+    settings.GIT_ALLOWED_REMOTES = [f"file://{remote.root}/*"]
+    client = Client()
+    client.force_login(operator)
+    form = {"template": "demo", "contract": "", "proposer_kind": "scripted", "proposer_options": ""}
+    page = client.post("/runs/new/", {**form, "repository_url": f"file://{remote.bare}", "repository_ref": "v1"})
+    assert page.status_code == 302, page.content.decode()[:2000]
+    run = Run.objects.get()
+    assert run.contract["workspace"] == {"kind": "git", "url": f"file://{remote.bare}", "ref": "v1", "path": None}
+    assert page["Location"] == f"/runs/{run.pk}/"
+    refused = client.post("/runs/new/", {**form, "repository_url": "https://evil.example.com/shop.git", "repository_ref": "main"})
+    assert refused.status_code == 400 and Run.objects.count() == 1
+    body = refused.content.decode()
+    assert "Repository URL</span> · workspace.url: https://evil.example.com/shop.git is not an allowed remote" in body
+    bad_ref = client.post("/runs/new/", {**form, "repository_url": f"file://{remote.bare}", "repository_ref": "a..b"})
+    assert "Branch, tag or commit</span> · workspace.ref: &#x27;a..b&#x27; is not a valid git ref" in bad_ref.content.decode()
