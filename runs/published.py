@@ -17,13 +17,6 @@ from sandbox.forges import ForgeAccess
 TOOLS = ("publish", "open_change_request")
 
 
-def _forge() -> ForgeAccess | None:
-    try:
-        return ForgeAccess.from_settings(settings)
-    except OSError:
-        return None  # an unreadable token file: nothing to link through, no page fails
-
-
 def _branch_href(forge: ForgeAccess | None, remote: str, branch: str) -> str:
     """The branch's page, when the remote is the forge's (or the project is configured)."""
     if forge is None or not (forge.project or urlsplit(remote).hostname == urlsplit(forge.web_url).hostname):
@@ -32,7 +25,7 @@ def _branch_href(forge: ForgeAccess | None, remote: str, branch: str) -> str:
 
 
 def published(run: Run) -> list[dict[str, Any]]:
-    forge = _forge()
+    forge = ForgeAccess.from_settings(settings, with_token=False)
     reconciled = {
         e.call_id: str(e.payload.get("detail", ""))
         for e in Event.objects.filter(run=run, type="effect_reconciled", payload__applied=True).only("call_id", "payload")

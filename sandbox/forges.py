@@ -50,14 +50,18 @@ class ForgeAccess:
     timeout_seconds: float = 30.0
 
     @classmethod
-    def from_settings(cls, s: object) -> ForgeAccess | None:
+    def from_settings(cls, s: object, with_token: bool = True) -> ForgeAccess | None:
+        """The configured forge, or None; ``with_token=False`` for what only links to
+        its pages (the web process never needs to read the token)."""
         kind = str(getattr(s, "FORGE", "") or "")
         if not kind:
             return None
         if kind not in FORGE_KINDS:
             raise ValueError(f"HARNESS_FORGE must be one of {', '.join(FORGE_KINDS)}; got {kind!r}")
-        token_file = getattr(s, "FORGE_TOKEN_FILE", None)
-        token = Path(token_file).read_text().strip() if token_file else str(getattr(s, "FORGE_TOKEN", "") or "")
+        token = ""
+        if with_token:
+            token_file = getattr(s, "FORGE_TOKEN_FILE", None)
+            token = Path(token_file).read_text().strip() if token_file else str(getattr(s, "FORGE_TOKEN", "") or "")
         return cls(
             kind=kind,
             api_url=str(getattr(s, "FORGE_API_URL")),  # noqa: B009 - s is any settings object
