@@ -117,9 +117,10 @@ class NewRunForm(forms.Form):
         for problem in exc.problems:
             # A new run's problems are named "contract.…" or "proposer.…".
             head = problem.field.split(".", 1)[0].split("[", 1)[0]
-            field = (REPOSITORY_FIELDS.get(problem.field.removeprefix("contract.")) if self["repository_url"].value() else None) or (
-                FIELD_FOR.get(exc.what) or FIELD_FOR.get(head)
-            )
+            field = FIELD_FOR.get(exc.what) or FIELD_FOR.get(head)
+            if self["repository_url"].value():
+                # The workspace came from the repository fields: its problems belong there.
+                field = REPOSITORY_FIELDS.get(problem.field.removeprefix("contract."), field)
             # "(root)" and "(run)" name the whole input, not a field a person could find.
             named = not problem.field.startswith("(")
             self.add_error(field, f"{problem.field}: {problem.message}" if named else problem.message)
