@@ -162,12 +162,11 @@ def test_it_takes_a_create_cut_off_by_its_timeout_as_unknown_and_an_absent_reque
 ) -> None:
     with FakeForge("github", PROJECT) as forge:
         executor = run_for(tmp_path, git_server, forge)
-        assert executor.context.forge is not None
-        executor.context.forge = ChangeRequests(forge_access(forge, timeout=1.0), PROJECT, BRANCH, "main")
         publish(executor)
         absent = executor.reconcile(pending())
         assert (absent.resolved, absent.applied) == (True, False) and "it was not opened" in absent.detail
-        forge.drop_create_answer, forge.hold_seconds = True, 3.0
+        executor.context.forge = ChangeRequests(forge_access(forge, timeout=2.0), PROJECT, BRANCH, "main")
+        forge.drop_create_answer, forge.hold_seconds = True, 6.0
         cut = open_request(executor)
         assert (cut["status"], cut["effect"]) == ("unknown", "unknown"), cut
         forge.drop_create_answer = False
