@@ -21,9 +21,11 @@ from sandbox.container import ContainerSpec, SandboxContainer
 from sandbox.engine import SandboxUnavailable
 from sandbox.executor import SandboxExecutor
 from sandbox.forges import ChangeRequests, ForgeAccess
+from sandbox.preparation import prepare_workspace
 from sandbox.quota import MB, DiskQuota
 from sandbox.remote import HEX_REF, RemoteAccess, RemoteTarget
-from sandbox.workspace import RunWorkspace, check_source, prepare_workspace
+from sandbox.sources import check_source
+from sandbox.workspace import RunWorkspace
 
 log = logging.getLogger(__name__)
 

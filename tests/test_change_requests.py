@@ -18,8 +18,8 @@ from runs.core.policy import authorize, check_policy
 from runs.core.state import PendingEffect
 from sandbox.executor import SandboxExecutor
 from sandbox.forges import ChangeRequests, ForgeAccess
+from sandbox.preparation import prepare_workspace
 from sandbox.remote import RemoteAccess, RemoteTarget
-from sandbox.workspace import prepare_workspace
 from tests.fake_forges import FORGE_TOKEN, FakeForge
 from tests.fixtures_sandbox import ROOT, make_call
 from tests.gitserver import TOKEN, USER, GitHttpServer, make_bare_repository, serving

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from runs.core.contract import WorkspaceSource
+from sandbox.preparation import prepare_workspace
 from sandbox.remote import RemoteAccess, RemoteError, RemoteTarget
-from sandbox.workspace import prepare_workspace
 from tests.fixtures_sandbox import ROOT
 from tests.gitserver import make_bare_repository, sh
 from tests.sshserver import SshServer, ssh_server
