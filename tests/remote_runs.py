@@ -6,6 +6,7 @@ its environment (HARNESS_GIT_*, HARNESS_FORGE_*)."""
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,6 +56,20 @@ class RemoteRig:
     def lookups(self) -> int:
         """ls-remote (and clone) requests that went through the proxy."""
         return sum(1 for path in self.proxy.seen if path.endswith("/info/refs?service=git-upload-pack"))
+
+
+def parked(run: Any, timeout: float = 60) -> Any:
+    """The run once the worker that parked it for approval has released its lease.
+    A grant made before that is answered by a resume that finds the run leased and
+    gives up, and nothing resumes the run later (a race of the product's, reported
+    to the lead; these tests are about remotes, so they grant after the release)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        run.refresh_from_db()
+        if run.status == "waiting_approval" and not run.lease_owner:
+            return run
+        assert time.monotonic() < deadline, f"run {run.pk} still leased by {run.lease_owner!r} ({run.status})"
+        time.sleep(0.05)
 
 
 def demo_script(*extra: dict[str, Any]) -> dict[str, Any]:

@@ -292,7 +292,7 @@ def test_it_opens_the_change_request_of_a_whole_run_after_two_approvals_and_link
     from approvals.services import grant
     from runs.models import Event
     from runs.runtime import create_run
-    from tests.remote_runs import CHANGE_REQUEST, REPOSITORY, demo_script, remote_rig
+    from tests.remote_runs import CHANGE_REQUEST, REPOSITORY, demo_script, parked, remote_rig
     from tests.runs_waiting import wait_for
     from tests.test_api import client_for
 
@@ -302,13 +302,14 @@ def test_it_opens_the_change_request_of_a_whole_run_after_two_approvals_and_link
             setattr(settings, name, value)
         with remote_rig(tmp_path / "remote", settings, **{f"HARNESS_{k}": v for k, v in forge_env.items()}) as rig:
             run = create_run(rig.contract("open_change_request"), demo_script(CHANGE_REQUEST), operator)
-            run = wait_for(run, ("waiting_approval",), timeout=120, log=rig.worker.log)
+            run = parked(wait_for(run, ("waiting_approval",), timeout=120, log=rig.worker.log))
             grant(ApprovalRequest.objects.get(run=run, status="pending", tool="publish"), reviewer)
             deadline = time.monotonic() + 60
             while not ApprovalRequest.objects.filter(run=run, status="pending", tool="open_change_request").exists():
                 assert time.monotonic() < deadline, rig.worker.log()[-3000:]
                 time.sleep(0.1)
             asked = ApprovalRequest.objects.get(run=run, status="pending", tool="open_change_request")
+            run = parked(run)
             branch = rig.branch_of(run)
             assert forge.posts() == [], "nothing is opened before the reviewer grants it"
             assert f"# from branch {branch} into main\n# title: Reject negative quantities\n" in asked.diff

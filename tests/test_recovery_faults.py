@@ -126,7 +126,7 @@ def test_it_pushes_at_most_once_when_the_worker_is_killed_mid_push(transactional
     held push then reaches the server (the server accepted what a dead client sent)
     or never does; the new worker's ls-remote of the branch decides, and the run's
     report says which. The branch moves at most once."""
-    from tests.remote_runs import remote_rig
+    from tests.remote_runs import parked, remote_rig
 
     measured = []
     with remote_rig(tmp_path / "remote", settings) as rig:
@@ -134,7 +134,7 @@ def test_it_pushes_at_most_once_when_the_worker_is_killed_mid_push(transactional
             rig.proxy.push_arrived.clear()
             rig.proxy.discard_push = not lands
             run = create_run(rig.contract(), SCRIPTED_DEMO, operator)
-            run = wait_for(run, ("waiting_approval",), timeout=120, log=rig.worker.log)
+            run = parked(wait_for(run, ("waiting_approval",), timeout=120, log=rig.worker.log))
             rig.proxy.hold_push.set()
             grant(ApprovalRequest.objects.get(run=run, status="pending"), reviewer)
             assert rig.proxy.push_arrived.wait(60), "the push never reached the proxy"
