@@ -288,7 +288,7 @@ def test_it_keeps_every_invariant_through_random_interleavings(operator, reviewe
     seconds = time.monotonic() - started
     exits = Counter(Event.objects.filter(type="wait_ended").values_list("payload__exit", flat=True))
     outcomes = Counter(Run.objects.exclude(status__in=["running", "waiting_approval"]).values_list("outcome", flat=True))
-    duplicates = Event.objects.filter(type="duplicate").count()
+    duplicates = Event.objects.filter(type="duplicate_effect").count()
     print(
         f"\nlifecycle machine: {dict(STATS)}, wait exits {dict(exits)}, outcomes {dict(outcomes)}, duplicates {duplicates}, {seconds:.1f}s"
     )

@@ -10,6 +10,7 @@ from django.urls import reverse
 
 from approvals.policies import current_policy_row, load_policy
 from runs.control import ACTIVE
+from runs.core import events as ev
 from runs.core.state import RunState
 from runs.models import Event, Run
 from runs.proposers import proposer_usage
@@ -36,8 +37,10 @@ def model_budgets(run: Run, snapshot: dict[str, Any]) -> list[dict[str, Any]]:
 
 def sandbox_waiting(run: Run) -> str:
     """Why the run waits for the sandbox engine right now, or "" when it does not."""
-    last = Event.objects.filter(run=run, type__in=("sandbox_waiting", "sandbox_wait_over")).order_by("-seq").first()
-    return str(last.payload.get("reason", "")) if last is not None and last.type == "sandbox_waiting" else ""
+    kinds = (ev.type_name(ev.SandboxWaiting), ev.type_name(ev.SandboxWaitOver))
+    last = Event.objects.filter(run=run, type__in=kinds).order_by("-seq").first()
+    typed = last.typed() if last is not None else None
+    return typed.reason if isinstance(typed, ev.SandboxWaiting) else ""
 
 
 def run_clocks(run: Run, state: RunState) -> tuple[float, float]:
