@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from importlib import import_module
+from pathlib import Path
 from typing import get_args
 
 import pytest
@@ -116,3 +117,12 @@ def test_it_renames_the_rows_stored_under_the_old_names_and_back():
     assert stored() == [*OLD_NAMES, *kept]
     executor = MigrationExecutor(connection)
     executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+def test_it_documents_every_event_type_and_its_fields():
+    text = (Path(__file__).parent.parent / "docs" / "live_trace.md").read_text()
+    for cls in CLASSES:
+        row = next((line for line in text.splitlines() if line.startswith(f"| `{ev.type_name(cls)}` | `{cls.__name__}` |")), None)
+        assert row is not None, cls
+        documented = set(re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", row.split("|")[3])))
+        assert documented == set(cls.model_fields) - {"run_id", "seq", "ts", "call_id", "type"}, cls
