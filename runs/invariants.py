@@ -1,4 +1,4 @@
-"""The beat's repair of the invariants of DESIGN section 6 around waits: a run in
+"""The beat's repair of the wait invariants (docs/design.md, Lifecycle): a run in
 ``waiting_approval`` has exactly one pending request (the one its state waits
 for), and an open request belongs to a run waiting for it. Only runs nobody drives
 (lease free) are touched; every repair is recorded as an event on the run."""

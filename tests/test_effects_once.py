@@ -1,4 +1,4 @@
-"""Effects happen once (DESIGN sections 3 and 6): the idempotency key of an external
+"""Effects happen once (docs/design.md, Outcomes, Approvals): the idempotency key of an external
 effect is what the effect is (run, tool, canonical arguments, revision), so the same
 effect proposed again, by a retry, after a reconciliation or by a model repeating
 itself, performs nothing, asks nobody, and returns the first outcome as a duplicate."""

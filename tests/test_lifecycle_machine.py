@@ -1,11 +1,11 @@
-"""A stateful model-based test of the run's life around humans and effects (DESIGN
-section 11): Hypothesis drives real runs (the Django store, the approvals services,
-the sweep; a simulated executor) through random interleavings of proposals
-(identical and different effects), grants, denials, expiries, workspace and policy
-changes, kills, the global stop, worker crashes with resumes, and the beat's sweep.
-After every step it checks the invariants of DESIGN section 6 and a gap-free event
-log, and that the log explains the stored state (runs.core.fold). The figures are
-in docs/reliability.md."""
+"""A stateful model-based test of the run's life around humans and effects
+(docs/design.md, Lifecycle): Hypothesis drives real runs (the Django store, the
+approvals services, the sweep; a simulated executor) through random interleavings
+of proposals (identical and different effects), grants, denials, expiries,
+workspace and policy changes, kills, the global stop, worker crashes with resumes,
+and the beat's sweep. After every step it checks the invariants (docs/design.md,
+Lifecycle), a gap-free event log, and that the log explains the stored state
+(runs.core.fold). The figures are in docs/reliability.md."""
 
 from __future__ import annotations
 

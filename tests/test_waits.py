@@ -1,4 +1,4 @@
-"""Every way out of a wait for a human is defined (DESIGN sections 3, 6 and 11):
+"""Every way out of a wait for a human is defined (docs/design.md, Outcomes, Approvals, Lifecycle):
 grant continues, deny stops, expiry stops ``approval_expired``, staleness sends the
 call back through the gates, a stop cancels the run's requests; waiting time is not
 working time; the sweep repairs rows that break the invariants. Issue 11's cases 2 to

@@ -147,7 +147,7 @@ class PolicyChanged(Event):
 
 
 class InvariantRepaired(Event):
-    """The beat's sweep found a row breaking an invariant of DESIGN section 6 and
+    """The beat's sweep found a row breaking an invariant (docs/design.md, Lifecycle) and
     repaired it."""
 
     type: Literal["invariant_repaired"] = "invariant_repaired"

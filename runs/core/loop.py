@@ -1,4 +1,4 @@
-"""The agent loop: each proposal passes the gates of DESIGN section 1 in order, every
+"""The agent loop: each proposal passes the gates (docs/design.md, Gates) in order, every
 outcome is an event, and the state is checkpointed after every step so a run
 loaded from the store continues exactly where it stopped."""
 
@@ -58,7 +58,7 @@ def approval_key(tool: str, args: Mapping[str, JSON], revision: str, policy_vers
 
 def operation_key(run_id: str, tool: str, args: Mapping[str, JSON], revision: str) -> str:
     """The idempotency key of an external effect: what the effect is, never which call
-    asked for it, so the same effect proposed again is found (DESIGN section 6)."""
+    asked for it, so the same effect proposed again is found (docs/design.md, Approvals)."""
     return digest({"run": run_id, "tool": tool, "args": dict(args), "revision": revision})[:32]
 
 
@@ -218,8 +218,8 @@ class Harness:
         self._close_requests(f"the run stopped: {reason}")
 
     def _close_requests(self, reason: str) -> None:
-        """A run that ended leaves nothing in the reviewers' queue (DESIGN section 6:
-        a pending request belongs to a waiting run). The gate records each
+        """A run that ended leaves nothing in the reviewers' queue (a pending request
+        belongs to a waiting run: docs/design.md, Lifecycle). The gate records each
         cancellation; this runs after the final checkpoint, so a crash in between
         leaves it to the sweep."""
         self.approvals.cancel_open(self.state.run_id, reason)
