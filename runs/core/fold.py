@@ -18,7 +18,7 @@ What they do not determine, and so is not compared: the revision (it moves
 without an event when no evidence is current), waiting time (a wait that goes on
 re-opens its clock without an event), the ledger (settled calls leave it), the
 operations, the changed paths, the deadline, the feedback and the proposer's own
-state. docs/design.md, "Events", says the same."""
+state. docs/design.md, Events, says the same."""
 
 from __future__ import annotations
 

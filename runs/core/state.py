@@ -5,7 +5,7 @@ The stored object carries ``schema_version``. A release that changes the shape
 raises ``SCHEMA_VERSION`` and adds the step from the previous version to
 ``UPGRADES``; ``load_stored_state`` applies the steps in order on load, so runs in
 flight (a wait can last days) survive the release. A state written by a newer
-release is refused, never guessed at (docs/design.md, "Recovery")."""
+release is refused, never guessed at (docs/design.md, Recovery)."""
 
 from __future__ import annotations
 
