@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from runs.core.events import AnyEvent
 from runs.core.fold import differences
 from runs.core.state import StateVersionError
-from runs.models import Run
+from runs.models import Event, Run
 from runs.store import load_state
 
 
@@ -22,7 +22,7 @@ def state_problems(run: Run) -> list[str]:
         return [f"the stored state does not load: {exc}"]
     events: list[AnyEvent] = []
     problems = []
-    for row in run.events.order_by("seq").iterator():
+    for row in Event.objects.filter(run=run).order_by("seq").iterator():
         try:
             events.append(row.typed())
         except ValidationError as exc:
