@@ -21,8 +21,17 @@ from django.utils.html import format_html
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
 from approvals.policy_diff import SELF_APPROVAL_ON, pretty, previous_of, self_approval_change, version_diff
-from approvals.policy_editor import CheckFormSet, PolicyMainForm, RuleFormSet, compose, initial_data, kept_forms, place_problems
-from runs.core.errors import InputError
+from approvals.policy_editor import (
+    CheckFormSet,
+    PolicyMainForm,
+    RuleFormSet,
+    compose,
+    error_summary,
+    initial_data,
+    kept_forms,
+    place_problems,
+)
+from runs.core.errors import InputError, json_message
 from runs.core.policy import check_policy
 
 
@@ -42,14 +51,14 @@ class PolicyVersionForm(forms.ModelForm):
         try:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"not valid JSON: {exc}") from None
+            raise forms.ValidationError(json_message(exc)) from None
         if not isinstance(raw, dict):
             raise forms.ValidationError("the policy must be a JSON object")
         raw.pop("version", None)
         try:
             check_policy({**raw, "version": 1})
         except InputError as exc:
-            raise forms.ValidationError([f"{p.field}: {p.message}" for p in exc.problems]) from None
+            raise forms.ValidationError([str(p) for p in exc.problems]) from None
         return raw
 
 
@@ -147,6 +156,7 @@ class PolicyVersionAdmin(admin.ModelAdmin):
             "rules": rules,
             "checks": checks,
             "refused": request.method == "POST",
+            "problems": error_summary(main, rules, checks) if request.method == "POST" else [],
         }
         return TemplateResponse(request, "admin/approvals/policy_edit.html", context)
 

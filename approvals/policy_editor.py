@@ -195,14 +195,26 @@ def compose(main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[
 def place_problems(problems: list[FieldProblem], main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[CheckForm]) -> None:
     """Put each problem ("rules[1].decision: ...") on the row field it names, else on the main form."""
     for problem in problems:
-        message = str(problem)
         match = _ROW_PATH.match(problem.field)
         if match:
             rows = rule_forms if match.group(1) == "rules" else check_forms
             index, name = int(match.group(2)), match.group(3)
             if index < len(rows):
                 form = rows[index]
-                form.add_error(name if name in form.fields else None, message)
+                form.add_error(*((name, problem.message) if name in form.fields else (None, str(problem))))
                 continue
         name = problem.field.replace(".", "_")
-        main.add_error(name if name in main.fields else None, message)
+        main.add_error(*((name, problem.message) if name in main.fields else (None, str(problem))))
+
+
+def error_summary(main: PolicyMainForm, rules: forms.BaseFormSet, checks: forms.BaseFormSet) -> list[str]:
+    """Every refusal on the page, each with the field it is about as the page labels
+    it, so a long form says at its top what to fix and where."""
+    lines = [str(error) for error in main.non_field_errors()]
+    lines += [f"{field.label}: {error}" for field in main for error in field.errors]
+    for heading, formset in (("Rule", rules), ("Check", checks)):
+        lines += [str(error) for error in formset.non_form_errors()]
+        for row, form in enumerate(formset.forms, start=1):
+            lines += [f"{heading} row {row}: {error}" for error in form.non_field_errors()]
+            lines += [f"{heading} row {row}, {field.label.lower()}: {error}" for field in form for error in field.errors]
+    return lines

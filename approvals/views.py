@@ -108,7 +108,13 @@ def detail(request: HttpRequest, request_id: str) -> HttpResponse:
 
 class DenyForm(forms.Form):
     reason = forms.CharField(
-        max_length=2000, strip=True, widget=forms.Textarea(attrs={"rows": 3, "placeholder": "Why is this denied? The run stops with it."})
+        max_length=2000,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "Why is this denied? The run stops with it."}),
+        error_messages={
+            "required": "Reason for denying: write why; the run stops with it and the trace keeps it.",
+            "max_length": "Reason for denying: at most %(limit_value)d characters (it has %(show_value)d).",
+        },
     )
 
 
@@ -121,7 +127,6 @@ def _refused(request: HttpRequest, approval: ApprovalRequest, error: str) -> Htt
 
 def _bad_denial(request: HttpRequest, approval: ApprovalRequest, form: DenyForm) -> HttpResponse:
     context = approval_context(approval, request.user)
-    context["error"] = "a denial needs a reason"
     context["deny_form"] = form
     return render(request, "approvals/detail.html", context, status=400)
 
