@@ -22,7 +22,7 @@ from runs.models import Evidence, Run
 from runs.redact import is_masked
 from runs.store import load_state
 from runs.views.access import DECIDE, VIEW_APPROVALS, require
-from runs.views.summary import run_clocks
+from runs.views.summary import shown_clocks
 from runs.views.trace import EMPTY_OUTPUT_REF, text_args, timeline
 
 Status = ApprovalRequest.Status
@@ -56,12 +56,12 @@ def approval_context(request: ApprovalRequest, user: AbstractBaseUser) -> dict[s
     blocker = decision_blocker(request, user)
     run = request.run
     run.refresh_from_db()
-    working, waited = run_clocks(run, load_state(run))
+    working, waited = shown_clocks(run, load_state(run))
     return {
         "req": request,
         "run": run,
-        "working_seconds": round(working, 1),
-        "waited_seconds": round(waited, 1),
+        "working_seconds": working,
+        "waited_seconds": waited,
         "blocker": blocker,
         "stale": staleness(request) if request.status == Status.PENDING else None,
         "revision_current": run.revision == request.revision,
