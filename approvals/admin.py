@@ -31,6 +31,7 @@ from approvals.policy_editor import (
     kept_forms,
     place_problems,
 )
+from harness_site.admin_times import zoned_times
 from runs.core.errors import InputError, json_message
 from runs.core.policy import check_policy
 
@@ -63,9 +64,10 @@ class PolicyVersionForm(forms.ModelForm):
 
 
 @admin.register(PolicyVersion)
+@zoned_times(PolicyVersion)
 class PolicyVersionAdmin(admin.ModelAdmin):
     form = PolicyVersionForm
-    list_display = ("version", "note", "created_by", "created_at", "run_count", "new_from_this")
+    list_display = ("version", "new_from_this", "note", "created_by", "created_at", "run_count")
     actions = ["compare_versions"]
     readonly_fields = ("version", "note", "created_by", "created_at", "document_pretty", "difference")
 
@@ -110,11 +112,11 @@ class PolicyVersionAdmin(admin.ModelAdmin):
 
     @admin.display(description="document")
     def document_pretty(self, obj: PolicyVersion) -> str:
-        return format_html("<pre>{}</pre>", pretty(obj.document))
+        return format_html('<pre tabindex="0">{}</pre>', pretty(obj.document))
 
     @admin.display(description="difference from the previous version")
     def difference(self, obj: PolicyVersion) -> str:
-        return format_html("<pre>{}</pre>", version_diff(previous_of(obj), obj) or "(no difference)")
+        return format_html('<pre tabindex="0">{}</pre>', version_diff(previous_of(obj), obj) or "(no difference)")
 
     def add_view(self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None) -> HttpResponse:
         """Rows for rules and checks; ``?json=1`` (or a posted ``document_text``) is the raw JSON editor."""
@@ -216,6 +218,7 @@ class PolicyVersionAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApprovalRequest)
+@zoned_times(ApprovalRequest)
 class ApprovalRequestAdmin(admin.ModelAdmin):
     list_display = ("tool", "run", "status", "created_at", "expires_at", "decided_by")
     list_filter = ("status", "tool")

@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from django import forms
+from django.forms.utils import pretty_name
 
 from runs.core.errors import FieldProblem
 
@@ -95,14 +96,33 @@ class CheckForm(forms.Form):
         return [line.strip() for line in self.cleaned_data["command"].splitlines() if line.strip()]
 
 
-class RuleRows(forms.BaseFormSet):
+class Rows(forms.BaseFormSet):
+    """A table of rows whose column headings are the only visible labels: each input
+    is named for screen readers by its column and row ("Tool, rule 2")."""
+
+    noun = "row"
+
+    def add_fields(self, form: forms.Form, index: int | None) -> None:
+        super().add_fields(form, index)
+        row = "new row" if index is None else f"{self.noun} {index + 1}"
+        for name, field in form.fields.items():
+            field.widget.attrs["aria-label"] = f"{field.label or pretty_name(name)}, {row}"
+
+
+class RuleRows(Rows):
+    noun = "rule"
+
     def add_fields(self, form: forms.Form, index: int | None) -> None:
         super().add_fields(form, index)
         form.fields["ORDER"].widget.attrs["class"] = "vIntegerField"
 
 
+class CheckRows(Rows):
+    noun = "check"
+
+
 RuleFormSet = forms.formset_factory(RuleForm, formset=RuleRows, extra=3, can_delete=True, can_order=True)
-CheckFormSet = forms.formset_factory(CheckForm, extra=2, can_delete=True)
+CheckFormSet = forms.formset_factory(CheckForm, formset=CheckRows, extra=2, can_delete=True)
 
 
 def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:

@@ -257,15 +257,54 @@ def test_it_shows_the_switches_on_every_page_and_refuses_new_runs(web, context, 
     expect(page.locator("#switch-changed")).to_contain_text(f"Last changed by {admin_user.username}")
 
 
-def test_it_has_no_serious_accessibility_problems(web, context, size, operator, reviewer, admin_user):
+def admin_scene(admin_user) -> dict[str, str]:
+    """A second policy version, an API token and a webhook endpoint with a delivery:
+    something on every admin page."""
+    from api.models import ApiToken
+    from approvals.models import PolicyVersion
+    from notifications.models import Delivery, DeliveryAttempt, WebhookEndpoint
+    from runs.models import Event
+    from tests.helpers import new_policy_version
+
+    new_policy_version(approval_ttl_seconds=900)
+    first, latest = PolicyVersion.objects.order_by("version")[:2]
+    token, _ = ApiToken.issue(admin_user)
+    endpoint = WebhookEndpoint.objects.create(name="ops channel", url="https://hooks.example.com/harness", event_kinds=["approval_requested"])
+    event = Event.objects.order_by("-seq").first()
+    delivery = Delivery.objects.create(endpoint=endpoint, event=event, kind="approval_requested", payload={"text": "publish waits"})
+    DeliveryAttempt.objects.create(delivery=delivery, number=1, at=timezone.now(), status_code=503, duration_ms=41)
+    return {
+        "admin home": "/admin/",
+        "policies": "/admin/approvals/policyversion/",
+        "new policy version": "/admin/approvals/policyversion/add/",
+        "new policy version as JSON": "/admin/approvals/policyversion/add/?json=1",
+        "policy version": f"/admin/approvals/policyversion/{latest.pk}/change/",
+        "policy compare": f"/admin/approvals/policyversion/compare/?old={first.version}&new={latest.version}",
+        "approval requests": "/admin/approvals/approvalrequest/",
+        "api tokens": "/admin/api/apitoken/",
+        "api token": f"/admin/api/apitoken/{token.pk}/change/",
+        "webhook endpoints": "/admin/notifications/webhookendpoint/",
+        "webhook endpoint": f"/admin/notifications/webhookendpoint/{endpoint.pk}/change/",
+        "new webhook endpoint": "/admin/notifications/webhookendpoint/add/",
+        "deliveries": "/admin/notifications/delivery/",
+        "delivery": f"/admin/notifications/delivery/{delivery.pk}/change/",
+    }
+
+
+def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(web, context, size, operator, reviewer, admin_user):
     from axe_playwright_python.sync_playwright import Axe
 
+    from runs.artifacts import FileArtifactStore
+    from runs.models import Evidence
+
     scene = waiting_scene(operator)
+    evidence = Evidence.objects.filter(run=scene.run).first()
+    evidence.output_ref = FileArtifactStore().put(b"collected 3 items\n3 passed in 0.02s\n", "text/plain")
+    evidence.save()
+    admin_pages = admin_scene(admin_user)
     axe = Axe()
     page = context.new_page()
-    pages = {
-        "sign in": "/accounts/login/",
-    }
+    width = SIZES[size]["width"]
     problems: list[str] = []
 
     def check(name: str) -> None:
@@ -274,19 +313,23 @@ def test_it_has_no_serious_accessibility_problems(web, context, size, operator, 
             if violation["impact"] in ("serious", "critical"):
                 targets = [node["target"] for node in violation["nodes"]][:3]
                 problems.append(f"{name}: {violation['id']} ({violation['impact']}): {violation['help']} at {targets}")
+        # Nothing runs off the side: the page itself never scrolls sideways.
+        if page.evaluate("document.documentElement.scrollWidth") > width:
+            problems.append(f"{name}: wider than the {width} px screen")
 
-    for name, path in pages.items():
-        page.goto(f"{web.url}{path}")
-        check(name)
+    page.goto(f"{web.url}/accounts/login/")
+    check("sign in")
     sign_in(page, web, admin_user.username)
     for name, path in {
         "runs": "/runs/",
         "run": f"/runs/{scene.run.pk}/",
+        "output": f"/runs/{scene.run.pk}/artifacts/{evidence.output_ref}/",
         "approvals": "/approvals/",
         "approval": f"/approvals/{scene.request.pk}/",
         "new run": "/runs/new/",
         "control": "/control/",
         "kill": f"/runs/{scene.run.pk}/kill/",
+        **admin_pages,
     }.items():
         page.goto(f"{web.url}{path}")
         check(name)

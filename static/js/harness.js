@@ -124,17 +124,24 @@ window.Harness = (function () {
     tickClocks();
   }
 
+  // Side by side needs two readable columns: on a narrow screen a diff starts unified.
+  const SPLIT_MIN_WIDTH = 700;
+
   function bindDiffToggles() {
     document.querySelectorAll(".diff").forEach(function (diff) {
-      diff.querySelectorAll("[data-diff-view]").forEach(function (button) {
-        button.addEventListener("click", function () {
-          diff.dataset.view = button.dataset.diffView;
-          diff.querySelectorAll("[data-diff-view]").forEach(function (other) {
-            other.classList.toggle("active", other === button);
-            other.setAttribute("aria-pressed", other === button ? "true" : "false");
-          });
+      const buttons = diff.querySelectorAll("[data-diff-view]");
+      function show(view) {
+        diff.dataset.view = view;
+        buttons.forEach(function (other) {
+          const on = other.dataset.diffView === view;
+          other.classList.toggle("active", on);
+          other.setAttribute("aria-pressed", on ? "true" : "false");
         });
+      }
+      buttons.forEach(function (button) {
+        button.addEventListener("click", function () { show(button.dataset.diffView); });
       });
+      if (diff.dataset.view === "split" && diff.clientWidth < SPLIT_MIN_WIDTH) show("unified");
     });
   }
 
