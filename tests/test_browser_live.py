@@ -353,3 +353,78 @@ def test_it_takes_an_admin_from_a_version_to_a_new_one_and_compares_them(web, co
     expect(page.locator(".diff-split td.d-add").first).to_have_css("background-color", "rgb(230, 255, 236)")
     expect(page.locator(".diff-split td.d-del").first).to_contain_text('"allow"')
     screenshot(page, f"policy_compare_{size}")
+
+
+def test_it_shows_the_working_clock_and_the_time_budget_alike_while_they_tick(web, context, size, operator):
+    from tests.helpers import World
+
+    run = World().create(actor=operator)  # running, and no worker: its clocks only tick
+    page = signed_in(context, web, operator, f"/runs/{run.pk}/")
+    clock = page.locator('#summary [data-field="working"]')
+    budget = page.locator('[data-budget="time"] [data-part="text"]')
+    expect(clock).to_have_text(re.compile(r"^\d+s$"))
+    seen = set()
+    deadline = time.monotonic() + 6
+    while time.monotonic() < deadline:
+        # Both read in one go, between two of the page's ticks.
+        shown = page.evaluate(
+            """() => [document.querySelector('#summary [data-field="working"]').textContent,
+                      document.querySelector('[data-budget="time"] [data-part="text"]').textContent]"""
+        )
+        working, used = shown
+        assert used == f"{working.removesuffix('s')}s / 600s", shown
+        seen.add(working)
+        time.sleep(0.15)
+    assert len(seen) >= 3, f"the clocks do not tick: {seen}"
+    expect(budget).to_have_text(re.compile(r"^\d+s / 600s$"))
+
+
+def test_it_lands_a_reviewer_on_the_inbox_and_never_resends_a_refused_grant(web, context, size, operator, reviewer):
+    from approvals.services import deny
+
+    scene = waiting_scene(operator)
+    page = context.new_page()
+    sign_in(page, web, reviewer.username)
+    expect(page).to_have_url(f"{web.url}/approvals/")
+    row = page.locator(f'#inbox-rows tr[data-request="{scene.request.pk}"]')
+    expect(row).to_contain_text(str(scene.run.pk)[:8])
+    expect(row.locator("time[data-when=ago]")).to_have_text("just now")
+    row.get_by_role("link", name=re.compile("^Review")).click()
+    expect(page.locator("#grant")).to_be_enabled()
+
+    deny(scene.request, reviewer, "decided in another tab")  # while this page is open
+    page.locator(".grant-comment summary").click()
+    page.fill("#id_comment", "looks right")
+    posts: list[str] = []
+    page.on("request", lambda request: posts.append(request.url) if request.method == "POST" else None)
+    page.click("#grant")
+    expect(page.locator("#decision .error-box")).to_contain_text("already denied")
+    expect(page).to_have_url(f"{web.url}/approvals/{scene.request.pk}/")
+    assert len(posts) == 1
+    page.reload()  # a GET: the refused grant is not sent again
+    expect(page.locator("#request-status")).to_have_text("denied")
+    assert len(posts) == 1, posts
+
+
+def test_it_keeps_the_reason_of_a_kill_and_the_comment_of_a_grant_in_the_trace(web, context, size, operator, reviewer):
+    killed, granted = waiting_scene(operator), waiting_scene(operator)
+    page = signed_in(context, web, operator, f"/runs/{killed.run.pk}/")
+    page.click('[data-field="kill"]')
+    page.fill("#kill-reason", "wrong repository")
+    page.click("#confirm-kill")
+    expect(page.locator("#timeline")).to_contain_text(f"by {operator.username} for this run: wrong repository", timeout=LIVE)
+    page.goto(f"{web.url}/approvals/")
+    expect(page.locator("table.table").last).to_contain_text(f"killed by {operator.username}: wrong repository")
+
+    decider = context.browser.new_context(viewport=SIZES[size], timezone_id="America/New_York")
+    try:
+        review = decider.new_page()
+        sign_in(review, web, reviewer.username)
+        review.goto(f"{web.url}/approvals/{granted.request.pk}/")
+        review.locator(".grant-comment summary").click()
+        review.fill("#id_comment", "checked the diff with the team")
+        review.click("#grant")
+        review.wait_for_url(f"**/runs/{granted.run.pk}/")
+        expect(review.locator("#timeline")).to_contain_text("checked the diff with the team", timeout=LIVE)
+    finally:
+        decider.close()
