@@ -402,7 +402,7 @@ def test_it_shows_the_working_clock_and_the_time_budget_alike_while_they_tick(we
 
 
 def test_it_lands_a_reviewer_on_the_inbox_and_never_resends_a_refused_grant(web, context, size, operator, reviewer):
-    from approvals.services import deny
+    from tests.helpers import new_policy_version
 
     scene = waiting_scene(operator)
     page = context.new_page()
@@ -414,17 +414,20 @@ def test_it_lands_a_reviewer_on_the_inbox_and_never_resends_a_refused_grant(web,
     row.get_by_role("link", name=re.compile("^Review")).click()
     expect(page.locator("#grant")).to_be_enabled()
 
-    deny(scene.request, reviewer, "decided in another tab")  # while this page is open
+    # While the page is open an admin changes the policy: the server refuses the grant
+    # (the page cannot know; a decision in another tab would close its buttons first).
+    new_policy_version(approval_ttl_seconds=600)
     page.locator(".grant-comment summary").click()
     page.fill("#id_comment", "looks right")
     posts: list[str] = []
     page.on("request", lambda request: posts.append(request.url) if request.method == "POST" else None)
     page.click("#grant")
-    expect(page.locator("#decision .error-box")).to_contain_text("already denied")
+    expect(page.locator("#decision .error-box")).to_contain_text("stale")
     expect(page).to_have_url(f"{web.url}/approvals/{scene.request.pk}/")
     assert len(posts) == 1
     page.reload()  # a GET: the refused grant is not sent again
-    expect(page.locator("#request-status")).to_have_text("denied")
+    expect(page.locator("#request-status")).to_have_text("out of date")
+    expect(page.locator("#decision .error-box")).to_have_count(0)  # the refusal was shown once
     assert len(posts) == 1, posts
 
 
