@@ -319,6 +319,11 @@ def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(web, conte
         # Nothing runs off the side: the page itself never scrolls sideways.
         if page.evaluate("document.documentElement.scrollWidth") > width:
             problems.append(f"{name}: wider than the {width} px screen")
+        # Every link of the top bar is on the screen (an admin has the most).
+        for link in page.locator("nav.nav a").all():
+            box = link.bounding_box()
+            if box is None or box["x"] < 0 or box["x"] + box["width"] > width:
+                problems.append(f"{name}: the top bar's {link.text_content().strip()!r} is off the screen")
 
     page.goto(f"{web.url}/accounts/login/")
     check("sign in")
