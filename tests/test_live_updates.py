@@ -394,3 +394,91 @@ def test_it_keeps_an_optional_comment_on_a_grant_and_reason_on_a_kill(operator, 
     signed_in(operator).post(reverse("runs:kill", args=[killed.run.pk]), {"reason": "wrong repository"})
     event = present(Event.objects.get(run=killed.run, type="kill_requested").as_dict())
     assert event["view"]["summary"] == f"by {operator.username} for this run: wrong repository"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_rounds_the_working_clock_and_the_time_budget_alike(operator, reviewer):
+    from datetime import UTC, datetime
+
+    from approvals.services import DjangoApprovals, grant
+    from runs.services import drive_run
+    from runs.store import load_state
+    from runs.views.summary import run_summary
+
+    scene = waiting_scene(operator)
+    grant(scene.request, reviewer)
+    drive_run(scene.run, scene.world.environment(), DjangoApprovals(scene.run))
+    state = load_state(Run.objects.get(pk=scene.run.pk))
+    # 4.6 s of work: a clock that rounds down says 4s, a budget that rounds to nearest 5s.
+    finished = datetime.fromtimestamp(state.started_at + state.waited_seconds + 4.6, UTC)
+    Run.objects.filter(pk=scene.run.pk).update(updated_at=finished)
+    summary = run_summary(Run.objects.get(pk=scene.run.pk))
+    time_budget = next(b for b in summary["budgets"] if b["name"] == "time")
+    assert summary["working_seconds"] == 4.6 and time_budget["used"] == 4 and time_budget["clock"] == "working"
+    page = signed_in(operator).get(reverse("runs:detail", args=[scene.run.pk])).content.decode()
+    assert 'data-clock-seconds="4.6">4s</span>' in page and ">4s / 600s</span>" in page
+
+
+@pytest.mark.django_db
+def test_it_says_what_is_wrong_with_a_new_run_in_words_naming_each_field(admin_user):
+    form = {"template": "", "proposer_kind": "scripted", "proposer_options": ""}
+    contract = '{"task_id": "bad id!", "objective": "", "acceptance_criteria": "tests", "limits": {"max_proposals": 0, "max_attempts": "3"}}'
+    page = signed_in(admin_user).post(reverse("runs:new"), {**form, "contract": contract}).content.decode()
+    for said in (
+        "task_id: must be 1 to 100 letters, digits, &#x27;.&#x27;, &#x27;_&#x27; or &#x27;-&#x27;, starting with a letter or digit",
+        "objective: must not be empty",
+        "acceptance_criteria: must be a list (a JSON array)",
+        "workspace: required",
+        "limits.max_proposals: must be at least 1",
+        "limits.max_attempts: must be a whole number",
+        "script: required: the scripted proposer plays a JSON list of proposals",
+    ):
+        assert said in page
+    for raw in ("(root)", "Field required", "Input should", "String should", "contract.task_id", "char "):
+        assert raw not in page, raw
+    page = signed_in(admin_user).post(reverse("runs:new"), {**form, "contract": '{"task_id": '}).content.decode()
+    assert "not valid JSON: expecting value at line 1, column 12" in page and "(root)" not in page
+
+
+@pytest.mark.django_db
+def test_it_says_which_sign_in_box_is_empty(reviewer):
+    page = Client().post(reverse("login"), {"username": reviewer.username, "password": ""}).content.decode()
+    assert "Fill in your password." in page
+    page = Client().post(reverse("login"), {"username": "", "password": ""}).content.decode()
+    assert "Fill in your username and password." in page
+
+
+@pytest.mark.django_db
+def test_it_names_the_field_of_every_problem_in_the_policy_editor(admin_user):
+    from approvals.policies import current_policy_row
+    from approvals.policy_editor import initial_data
+
+    main, rules, checks = initial_data(current_policy_row().document)
+    data = {key: "" if value is None else value for key, value in main.items()}
+    data.update(approval_ttl_seconds=0, sandbox_memory="lots", note="bad")
+    data["allow_self_approval"] = ""
+    for prefix, rows in (("rules", rules), ("checks", checks)):
+        data.update({f"{prefix}-TOTAL_FORMS": len(rows), f"{prefix}-INITIAL_FORMS": 0, f"{prefix}-MIN_NUM_FORMS": 0, f"{prefix}-MAX_NUM_FORMS": 1000})
+        for index, row in enumerate(rows):
+            for name, value in row.items():
+                if value is not False:
+                    data[f"{prefix}-{index}-{name}"] = value
+            if prefix == "rules":
+                data[f"{prefix}-{index}-ORDER"] = index + 1
+    data["rules-0-name"] = ""
+    data["checks-0-check_id"] = "Bad ID!"
+    client = signed_in(admin_user)
+    response = client.post(reverse("admin:approvals_policyversion_add"), data)
+    page = response.content.decode()
+    assert response.status_code == 200 and 'id="policy-problems"' in page
+    for said in (
+        "Approval TTL (seconds): must be at least 1",
+        "Sandbox memory: must be a number followed by k, m or g (for example 512m or 2g)",
+        "Rule row 1, name: must not be empty",
+        "Check row 1, check id: must be 1 to 64 lowercase letters",
+    ):
+        assert said in page, said
+    for raw in ("String should", "Input should", "pattern &#x27;"):
+        assert raw not in page, raw
+    refused = client.post(f"{reverse('admin:approvals_policyversion_add')}?json=1", {"note": "", "document_text": '{"rules": ['}).content.decode()
+    assert "not valid JSON: expecting value at line 1, column 12" in refused

@@ -234,7 +234,7 @@ def test_it_cancels_the_requests_of_killed_and_globally_stopped_runs(celery_work
             run = wait_for(run, ("stopped",), timeout=60, log=celery_worker.log)
             assert run.outcome == "killed"
             request = ApprovalRequest.objects.get(run=run)
-            assert request.status == "cancelled" and "kill by" in request.reason
+            assert request.status == "cancelled" and "the run is being stopped" in request.reason
             assert exits(run) == ["cancelled"]
             assert_gap_free(run)
     finally:
