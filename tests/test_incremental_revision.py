@@ -146,17 +146,70 @@ def test_it_stops_the_run_when_the_full_walk_disagrees(host_executor: SandboxExe
         RunWorkspace(ws.root).revision()
 
 
-def test_it_stops_when_a_check_changed_a_read_only_workspace(tmp_path: Path) -> None:
-    """Checks cannot write the workspace, so a walk after each check must find the
-    revision unchanged."""
+def count_walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    walks: list[str] = []
+    real = hashing.TreeHasher.tree
+
+    def counted(self: TreeHasher, root: Path, sink: object = None) -> str:
+        walks.append(str(root))
+        return real(self, root, sink)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hashing.TreeHasher, "tree", counted)
+    return walks
+
+
+def test_it_walks_nothing_after_a_check_and_the_next_verification_finds_a_change_behind_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check sees the workspace through a mount its container proved read-only, so
+    nothing is walked after it; a change made meanwhile around the harness's tools
+    (here by the test, as a host process would) is found by the next full walk, the
+    one a pickup, a publish or a finish makes, and the run stops for good."""
     ws = prepared(tmp_path / "run")
+    walks = count_walks(monkeypatch)
     with ws.untrusted_code():
         pass
-    assert ws.revision() == ws.base_revision()
-    with pytest.raises(RevisionMismatch, match="differs from a full walk"), ws.untrusted_code():
-        (ws.dir / "orders" / "total.py").write_text("changed by a check\n")
+    with ws.untrusted_code():
+        (ws.dir / "orders" / "total.py").write_text("changed behind the harness\n")
+    assert walks == [] and ws.revision() == ws.base_revision()
+    with pytest.raises(RevisionMismatch, match="differs from a full walk"):
+        ws.verify()
     with pytest.raises(RevisionMismatch):
         ws.revision()
+
+
+def test_it_walks_the_tree_after_a_worker_killed_mid_check(tmp_path: Path) -> None:
+    ws = prepared(tmp_path / "run")
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child never returns
+        try:
+            with ws.untrusted_code():
+                (ws.dir / "orders" / "total.py").write_text("changed while the worker died\n")
+                os.kill(os.getpid(), signal.SIGKILL)
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and (ws.index.dir / "pending").read_text() == '["*"]'
+    with pytest.raises(RevisionMismatch, match="differs from a full walk"):
+        RunWorkspace(ws.root).revision()
+
+
+def test_it_keeps_the_workspace_size_for_the_quota_without_a_walk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws = prepared(tmp_path / "run")
+    walker = TreeHasher()
+    walker.tree(ws.dir)
+    assert ws.index.usage() == walker.allocated > 0
+    walks = count_walks(monkeypatch)
+    ws.write_file("orders/big.py", "#" * (3 << 20))
+    grown = ws.index.usage()
+    assert 3 << 20 <= grown - walker.allocated <= (3 << 20) + 8192
+    ws.apply_patch(patches.unified_diff("orders/big.py", "#" * (3 << 20), None))
+    assert ws.index.usage() == walker.allocated and walks == []
+    ws.write_file("orders/new/deeper.py", "x = 1\n")  # its new directory is counted by the next walk
+    kept = ws.index.usage()
+    ws.verify()
+    walker.tree(ws.dir)
+    assert kept < ws.index.usage() == walker.allocated
 
 
 def test_it_stops_when_a_tree_object_of_the_index_is_damaged(tmp_path: Path) -> None:
