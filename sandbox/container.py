@@ -71,8 +71,13 @@ while True:
     except ChildProcessError:
         time.sleep(0.2)
 """
+# The engine's own tmpfs for shared memory: writable too, bounded by the kernel at the
+# engine's shm size (64 MB by default), and emptied with scratch.
+SHM = "/dev/shm"
 # Empties scratch, so no check sees what an earlier one left there.
-SCRATCH_RESET = f"find {SCRATCH} -mindepth 1 -type d -exec chmod u+rwx {{}} + 2>/dev/null; find {SCRATCH} -mindepth 1 -delete 2>/dev/null"
+SCRATCH_RESET = (
+    f"find {SCRATCH} {SHM} -mindepth 1 -type d -exec chmod u+rwx {{}} + 2>/dev/null; find {SCRATCH} {SHM} -mindepth 1 -delete 2>/dev/null"
+)
 # $0 is the timeout; $1 where the check runs: "workspace" (read-only) or "copy", a
 # throwaway copy of it in scratch for a check that must write into its tree; the
 # rest, "$@" after the shift, is the check's argv (never a shell string).
