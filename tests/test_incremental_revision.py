@@ -83,8 +83,7 @@ def test_it_keeps_the_incremental_revision_equal_to_a_full_walk(operations: list
         assert [c.path for c in restarted.changes()] == sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
 
 
-def test_it_reads_and_writes_without_walking_the_tree(host_executor: SandboxExecutor, monkeypatch: pytest.MonkeyPatch) -> None:
-    host_executor.revision()
+def count_walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     walks: list[str] = []
     real = hashing.TreeHasher.tree
 
@@ -93,6 +92,12 @@ def test_it_reads_and_writes_without_walking_the_tree(host_executor: SandboxExec
         return real(self, root, sink)  # type: ignore[arg-type]
 
     monkeypatch.setattr(hashing.TreeHasher, "tree", counted)
+    return walks
+
+
+def test_it_reads_and_writes_without_walking_the_tree(host_executor: SandboxExecutor, monkeypatch: pytest.MonkeyPatch) -> None:
+    host_executor.revision()
+    walks = count_walks(monkeypatch)
     before = host_executor.revision()
     read = host_executor.execute(make_call("read_file", {"path": "orders/total.py", "offset": 0, "limit": 100}))
     wrote = host_executor.execute(make_call("write_file", {"path": "orders/deep/er/new.py", "content": "N = 1\n"}))
@@ -144,18 +149,6 @@ def test_it_stops_the_run_when_the_full_walk_disagrees(host_executor: SandboxExe
     assert not outcome.receipts("read_file")
     with pytest.raises(RevisionMismatch):  # and it stays stopped for the next worker too
         RunWorkspace(ws.root).revision()
-
-
-def count_walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    walks: list[str] = []
-    real = hashing.TreeHasher.tree
-
-    def counted(self: TreeHasher, root: Path, sink: object = None) -> str:
-        walks.append(str(root))
-        return real(self, root, sink)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(hashing.TreeHasher, "tree", counted)
-    return walks
 
 
 def test_it_walks_nothing_after_a_check_and_the_next_verification_finds_a_change_behind_it(
