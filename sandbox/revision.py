@@ -125,9 +125,10 @@ class RevisionIndex:
 
     @contextmanager
     def writing(self, paths: Sequence[str]) -> Iterator[None]:
-        """Around a write of ``paths`` by the harness (or, with WHOLE_TREE, around
-        untrusted code): whatever happens inside, the index follows the disk after it,
-        and a crash inside leaves a record for the next worker."""
+        """Around a write of ``paths`` by the harness (or, with WHOLE_TREE, around a
+        check, which sees the tree read-only and is not walked after): the index
+        follows the written paths on the disk after it, and a crash inside leaves a
+        record that has the next worker walk the whole tree."""
         broken = self._read("broken")
         if broken is not None:
             raise RevisionMismatch(broken)
