@@ -44,6 +44,7 @@ from runs.core.simulated import MemoryArtifacts  # noqa: E402
 from sandbox.container import ContainerSpec, SandboxContainer  # noqa: E402
 from sandbox.docker_client import shared_client  # noqa: E402
 from sandbox.executor import SandboxExecutor  # noqa: E402
+from sandbox.quota import DiskQuota  # noqa: E402
 from sandbox.workspace import prepare_workspace  # noqa: E402
 
 TRIVIAL = CheckDef(
@@ -129,7 +130,11 @@ def calls(tree: Path, tmp: Path, image: str, reads: int, writes: int, checks: in
     container = SandboxContainer.start("bench-scale", workspace.dir, ContainerSpec.from_limits(LIMITS, image), scope="bench")
     result: dict[str, Any] = {"container_start_ms": (time.perf_counter() - started) * 1000}
     try:
-        executor = SandboxExecutor("bench-scale", workspace, container, MemoryArtifacts(), tmp / "outbox", write_paths=("src/*",))
+        # The policy's default quota (1 GB) is smaller than 300,000 small files' blocks.
+        quota = DiskQuota(workspace_max_bytes=1 << 40)
+        executor = SandboxExecutor(
+            "bench-scale", workspace, container, MemoryArtifacts(), tmp / "outbox", write_paths=("src/*",), quota=quota
+        )
         read = {"tool": "read_file", "args": {"path": "src/edited.py"}}
         step_times(executor, read, 20)  # warm-up
         read_times = step_times(executor, read, reads)
