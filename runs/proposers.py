@@ -48,7 +48,8 @@ def check_proposer_config(config: object) -> dict[str, Any]:
     if kind == "scripted":
         script = config.get("script")
         if not isinstance(script, list):
-            raise InputError("proposer", [FieldProblem("proposer.script", "must be a JSON list of proposals")])
+            said = "must be a JSON list of proposals" if "script" in config else "required: the scripted proposer plays a JSON list of proposals"
+            raise InputError("proposer", [FieldProblem("proposer.script", said)])
         extra = set(config) - {"kind", "script"}
         if extra:
             raise InputError("proposer", [FieldProblem(f"proposer.{sorted(extra)[0]}", "unexpected field")])
@@ -60,7 +61,7 @@ def check_proposer_config(config: object) -> dict[str, Any]:
 
 
 def _model_config_problems(kind: str, config: dict[str, Any]) -> list[FieldProblem]:
-    from runs.adapters.conversation import parse_price_table, price_for
+    from runs.adapters.pricing import parse_price_table, price_for
 
     problems: list[FieldProblem] = []
     for name in sorted(set(config) - set(MODEL_FIELDS)):
@@ -202,7 +203,10 @@ def _model_proposer(
     revision: str | None,
     repository: RepositoryContext,
 ) -> Proposer:
-    from runs.adapters.conversation import AdapterSettings, Budget, RetryPolicy, TaskContext, ToolDef, parse_price_table, price_for
+    from runs.adapters.context import TaskContext, ToolDef
+    from runs.adapters.conversation import AdapterSettings
+    from runs.adapters.pricing import Budget, parse_price_table, price_for
+    from runs.adapters.retries import RetryPolicy
 
     kind = config["kind"]
     api_key, default_url, _, _ = _provider_settings(kind)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from runs.core.events import ModelNote
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -209,8 +211,11 @@ def adapter(kind: str, base_url: str, rig: Any, **overrides: Any) -> Any:
     """An adapter for ``rig``'s run, talking to a fake provider, sleeping on the rig's
     fake clock and bounded by the run's deadline; it replaces the rig's proposer."""
     from runs.adapters.anthropic_adapter import AnthropicProposer
-    from runs.adapters.conversation import AdapterSettings, Budget, RetryPolicy, TaskContext, ToolDef
+    from runs.adapters.context import TaskContext, ToolDef
+    from runs.adapters.conversation import AdapterSettings
     from runs.adapters.openai_adapter import OpenAIProposer
+    from runs.adapters.pricing import Budget
+    from runs.adapters.retries import RetryPolicy
     from runs.core.tools import builtin_registry
 
     state = rig.state
@@ -258,4 +263,4 @@ def reload(rig: Any) -> Any:
 
 
 def model_notes(rig: Any) -> list[dict[str, Any]]:
-    return [{"kind": e.kind, **e.detail} for e in rig.store.events if e.model_dump()["type"] == "model"]
+    return [{"kind": e.kind, **e.detail} for e in rig.store.events if isinstance(e, ModelNote)]

@@ -35,7 +35,8 @@ from runs.core.tools import builtin_registry
 from sandbox.container import ContainerSpec, SandboxContainer, sweep_orphans
 from sandbox.docker_client import docker_host, new_client
 from sandbox.executor import SandboxExecutor
-from sandbox.workspace import RunWorkspace, prepare_workspace
+from sandbox.preparation import prepare_workspace
+from sandbox.workspace import RunWorkspace
 from tests.fixtures_runtimes import RuntimeEngine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,7 +193,7 @@ class Outcome:
         return [e for e in self.events if getattr(e, "type", None) == kind]
 
     def receipts(self, tool: str) -> list[dict[str, Any]]:
-        return [e.receipt for e in self.of_type("receipt") if e.valid and e.tool == tool]
+        return [e.receipt for e in self.of_type("receipt_recorded") if e.valid and e.tool == tool]
 
     def receipt(self, tool: str, check_id: str | None = None) -> dict[str, Any]:
         found = [r for r in self.receipts(tool) if check_id is None or r["data"].get("check_id") == check_id]

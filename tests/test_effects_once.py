@@ -1,4 +1,4 @@
-"""Effects happen once (DESIGN sections 3 and 6): the idempotency key of an external
+"""Effects happen once (docs/design.md, Outcomes, Approvals): the idempotency key of an external
 effect is what the effect is (run, tool, canonical arguments, revision), so the same
 effect proposed again, by a retry, after a reconciliation or by a model repeating
 itself, performs nothing, asks nobody, and returns the first outcome as a duplicate."""
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from runs.core import feedback as fb
 from runs.core.faults import Fault
 from runs.core.policy import Rule
 from runs.core.scenarios import FIXED, build_rig, call, demo_policy
@@ -45,9 +46,9 @@ def test_it_publishes_once_when_the_model_repeats_a_publish_after_a_reconciliati
     assert report["effects_applied"] == ["c3"]
     events = report["events"]
     assert [e["payload"]["applied"] for e in events if e["type"] == "effect_reconciled"] == [True]
-    lookup = next(e for e in events if e["type"] == "receipt" and e["payload"]["tool"] == "lookup_publish")
+    lookup = next(e for e in events if e["type"] == "receipt_recorded" and e["payload"]["tool"] == "lookup_publish")
     assert lookup["payload"]["receipt"]["data"]["found"] is True  # no key needed from the model
-    [duplicate] = [e for e in events if e["type"] == "duplicate"]
+    [duplicate] = [e for e in events if e["type"] == "duplicate_effect"]
     assert duplicate["call_id"] == "c5" and duplicate["payload"]["of_call"] == "c3"
     assert duplicate["payload"]["status"] == "applied"
     key = duplicate["payload"]["idempotency_key"]
@@ -69,7 +70,7 @@ def test_it_asks_no_reviewer_again_for_an_effect_that_already_happened():
     rig.harness.run()
     assert rig.executed("publish") == 1
     assert len(rig.approvals.requests) == 1
-    assert rig.feedbacks[4]["kind"] == "duplicate" and rig.feedbacks[4]["first_outcome"]["kind"] == "result"
+    assert isinstance(rig.feedbacks[4], fb.Duplicate) and rig.feedbacks[4].first_outcome["kind"] == "result"
 
 
 def test_it_does_not_perform_an_effect_again_while_its_first_outcome_is_unknown():
@@ -77,7 +78,7 @@ def test_it_does_not_perform_an_effect_again_while_its_first_outcome_is_unknown(
     rig = build_rig(script, faults=[Fault("publish", "timeout", 1)], lookup_authoritative=False)
     rig.harness.run()
     assert rig.executed("publish") == 0  # the timeout fault never reached the outbox
-    assert rig.feedbacks[4]["kind"] == "duplicate" and rig.feedbacks[4]["status"] == "unknown"
+    assert isinstance(rig.feedbacks[4], fb.Duplicate) and rig.feedbacks[4].status == "unknown"
     assert rig.state.unresolved_effects()
 
 
@@ -87,7 +88,7 @@ def test_it_performs_the_same_effect_again_once_the_first_is_known_not_to_have_h
     rig.harness.run()
     # The timeout is reconciled as not applied (not in the outbox): the same publish may go.
     assert rig.executed("publish") == 1 and len(rig.executor.outbox) == 1
-    assert "duplicate" not in rig.event_types()
+    assert "duplicate_effect" not in rig.event_types()
     assert rig.state.effects_applied == ["c5"]
 
 
@@ -103,6 +104,6 @@ def test_it_keys_an_effect_by_what_it_is_not_by_the_call():
 def test_it_refuses_a_lookup_without_a_key_when_there_is_nothing_to_look_up():
     rig = build_rig([call("lookup_publish")])
     rig.harness.run()
-    assert rig.feedbacks[1]["kind"] == "invalid_input"
-    assert rig.feedbacks[1]["problems"][0]["field"] == "args.idempotency_key"
+    assert isinstance(rig.feedbacks[1], fb.InvalidInput)
+    assert rig.feedbacks[1].problems[0].field == "args.idempotency_key"
     assert rig.executor.calls == []

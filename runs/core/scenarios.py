@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from runs.core import events as ev
 from runs.core.contract import Contract, Limits
 from runs.core.faults import Fault, FaultyExecutor
+from runs.core.feedback import Feedback, InvalidInput
 from runs.core.loop import Harness, HarnessConfig, new_state
 from runs.core.policy import CheckDef, Policy, Rule
 from runs.core.scripted import ScriptedProposer
@@ -59,13 +61,13 @@ class Rig:
     store: MemoryStore
     approvals: MemoryApprovals
     clock: FakeClock
-    feedbacks: list[object] = field(default_factory=list)
+    feedbacks: list[Feedback | None] = field(default_factory=list)
 
     def executed(self, tool: str) -> int:
         return sum(1 for c in self.executor.calls if c.tool == tool)
 
     def event_types(self) -> list[str]:
-        return [e.model_dump()["type"] for e in self.store.events]
+        return [ev.type_name(type(e)) for e in self.store.events]
 
 
 def build_rig(
@@ -95,10 +97,10 @@ def build_rig(
     clock = FakeClock()
     store = MemoryStore()
     approvals = MemoryApprovals()
-    feedbacks: list[object] = []
+    feedbacks: list[Feedback | None] = []
     steps = list(script)
 
-    def scripted(feedback: object, position: int) -> object | None:
+    def scripted(feedback: Feedback | None, position: int) -> object | None:
         feedbacks.append(feedback)
         return steps[position] if position < len(steps) else None
 
@@ -151,7 +153,7 @@ def stale_check(harness_cls: HarnessFactory) -> tuple[bool, str]:
     ]
     rig = build_rig(script, harness_cls=harness_cls)
     rig.harness.run()
-    ok = rig.state.outcome != "complete" and "check_required" in rig.event_types()
+    ok = rig.state.outcome != "complete" and ev.type_name(ev.CheckRequired) in rig.event_types()
     return ok, f"outcome={rig.state.outcome}"
 
 
@@ -182,7 +184,7 @@ def unknown_write(harness_cls: HarnessFactory) -> tuple[bool, str]:
     rig = build_rig(script, harness_cls=harness_cls, faults=[Fault("publish", "timeout", 1)], lookup_authoritative=False)
     rig.harness.run()
     writes = rig.executed("write_file")
-    ok = rig.state.outcome == "unresolved" and writes == 1 and "write_blocked" in rig.event_types()
+    ok = rig.state.outcome == "unresolved" and writes == 1 and ev.type_name(ev.WriteBlocked) in rig.event_types()
     return ok, f"outcome={rig.state.outcome}, write executions={writes}"
 
 
@@ -218,7 +220,7 @@ def invalid_argument(harness_cls: HarnessFactory) -> tuple[bool, str]:
     rig = build_rig([call("read_file", path="../../etc/passwd"), call("read_file", path="src/calc.py")], harness_cls=harness_cls)
     rig.harness.run()
     paths = [c.args.get("path") for c in rig.executor.calls]
-    fed_back = any(isinstance(f, dict) and f.get("kind") == "invalid_input" for f in rig.feedbacks)
+    fed_back = any(isinstance(f, InvalidInput) for f in rig.feedbacks)
     ok = fed_back and paths == ["src/calc.py"] and rig.state.proposals == 2
     return ok, f"feedback invalid_input={fed_back}, executed paths={paths}"
 
@@ -233,7 +235,7 @@ def repeated_effect(harness_cls: HarnessFactory) -> tuple[bool, str]:
     rig = build_rig(script, harness_cls=harness_cls)
     rig.harness.run()
     publishes = rig.executed("publish")
-    ok = publishes == 1 and "duplicate" in rig.event_types()
+    ok = publishes == 1 and ev.type_name(ev.DuplicateEffect) in rig.event_types()
     return ok, f"publish executions={publishes}, effects applied={rig.state.effects_applied}"
 
 
