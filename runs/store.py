@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from django.db import transaction
 from django.utils import timezone
+from pydantic_core import PydanticSerializationError
 
 from runs.core.events import Event as CoreEvent
 from runs.core.events import EvidenceRecorded, ReceiptRecorded
@@ -21,6 +22,7 @@ from runs.core.report import build_report
 from runs.core.state import RunState
 from runs.eventlog import LeaseLost, append_events
 from runs.models import CallLedgerEntry, Evidence, PendingEffect, Receipt, Report, Run
+from runs.redact import MaskedJSON, masked, masked_text, secret_values
 from runs.rows import insert
 
 __all__ = ["DjangoStore", "LeaseLost", "load_state", "state_columns"]
@@ -28,7 +30,7 @@ __all__ = ["DjangoStore", "LeaseLost", "load_state", "state_columns"]
 
 def state_columns(state: RunState) -> dict[str, object]:
     return {
-        "state": state.model_dump(mode="json"),
+        "state": state_json(state),
         "status": state.status,
         "outcome": state.outcome,
         "stop_message": state.stop_message,
@@ -37,6 +39,17 @@ def state_columns(state: RunState) -> dict[str, object]:
         "calls": state.calls,
         "updated_at": timezone.now(),
     }
+
+
+def state_json(state: RunState) -> MaskedJSON:
+    """The state as the masked JSON text the run row stores, serialised once by
+    pydantic's own encoder (a string it cannot encode, a lone surrogate from a
+    tool's output, takes the slower road through Python's)."""
+    secrets = secret_values()
+    try:
+        return masked_text(state.model_dump_json(), secrets)
+    except PydanticSerializationError:
+        return masked(state.model_dump(mode="json"), secrets)[1]
 
 
 class DjangoStore:
