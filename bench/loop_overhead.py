@@ -258,9 +258,10 @@ def database_trials(kind: str, steps: int, trials: int, peer_url: str) -> dict[s
     policy = current_policy_row()
 
     def harness(n: int, counter: Counter | None = None) -> float:
-        run = Run.objects.create(task_id="bench", objective="measure", contract={}, policy=policy, proposer={})
+        # Driven as a worker drives it: under a lease, every checkpoint fenced by its token.
+        run = Run.objects.create(task_id="bench", objective="measure", contract={}, policy=policy, proposer={}, lease_token=1)
         with counting_django(counter) if counter else nullcontext():
-            return harness_loop(n, DjangoStore(), str(run.pk))
+            return harness_loop(n, DjangoStore(lease_token=1), str(run.pk))
 
     with peer_saver(kind, peer_url) as (saver, count_peer):
         # Statements are counted in a pass of their own, outside the timed trials: a
@@ -296,20 +297,26 @@ def wal_bytes(kind: str, path: str, saver: Any = None) -> Iterator[list[int]]:
         yield written
         return
 
-    def truncate() -> None:
+    def pragma(sql: str) -> None:
         if saver is not None:
-            saver.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            saver.conn.execute(sql)
         else:
             from django.db import connection
 
             with connection.cursor() as cursor:
-                cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                cursor.execute(sql)
 
+    # Emptied first, and not checkpointed meanwhile (a checkpoint would start the log
+    # over and hide what was written): its growth is every frame written.
     wal = Path(path + "-wal")
-    truncate()
+    pragma("PRAGMA wal_checkpoint(TRUNCATE)")
+    pragma("PRAGMA wal_autocheckpoint=0")
     before = wal.stat().st_size if wal.exists() else 0
-    yield written
-    written.append(wal.stat().st_size - before)
+    try:
+        yield written
+        written.append(wal.stat().st_size - before)
+    finally:
+        pragma("PRAGMA wal_autocheckpoint=1000")
 
 
 @contextmanager
