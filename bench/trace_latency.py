@@ -47,7 +47,10 @@ from celery_worker import start_worker  # noqa: E402
 from machine import load, machine, now  # noqa: E402
 
 # The writer process is this script again; it must find the same directory and prefix.
-VAR = Path(os.environ.setdefault("BENCH_TRACE_VAR", tempfile.mkdtemp(prefix="bench-trace-")))
+# (Made only once: the children inherit it, and each used to leave an empty one behind.)
+if "BENCH_TRACE_VAR" not in os.environ:
+    os.environ["BENCH_TRACE_VAR"] = tempfile.mkdtemp(prefix="bench-trace-")
+VAR = Path(os.environ["BENCH_TRACE_VAR"])
 PREFIX = os.environ.setdefault("BENCH_TRACE_PREFIX", f"bench-{uuid.uuid4().hex[:8]}")
 ENV = {
     **os.environ,
