@@ -13,7 +13,6 @@ be inside an event loop themselves (the ASGI server, a browser test)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import threading
@@ -30,8 +29,6 @@ LISTS_GROUP = "harness.lists"
 # A process sends at most one round of broadcasts this often: what commits meanwhile
 # waits for the next round (a live viewer sees it up to this much later).
 ROUND_SECONDS = 0.02
-# The lists group hears from a process at most this often (the first change at once).
-LISTS_INTERVAL_SECONDS = 0.5
 
 
 def run_group(run_id: str) -> str:
@@ -76,16 +73,9 @@ class _Sender:
         # One long-lived loop: starting an event loop for every send cost about as
         # much CPU as the send itself, on the thread that shares the worker's GIL.
         loop = asyncio.get_running_loop()
-        lists_due = 0.0  # when the lists group may hear from this process again
-        held: dict[str, Any] | None = None  # the lists message waiting for that
-        folded = 0  # submissions the held message stands for
         last_round = -ROUND_SECONDS
         while True:
-            if held is None:
-                await self._wake.wait()
-            else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), max(0.0, lists_due - loop.time()))
+            await self._wake.wait()
             # Under a stream of commits one round per ROUND_SECONDS carries all that
             # queued meanwhile: fewer, larger messages, for Redis, for this thread's
             # share of the GIL and for every viewer's socket. The first commit after
@@ -97,31 +87,17 @@ class _Sender:
             with self._lock:
                 batches, self._waiting = self._waiting, []
                 self._signalled = False
-            # The list pages only learn that something changed and refetch (at most
-            # every 0.6 s themselves): one message per interval says all that every
-            # event's did, and a running step no longer costs two sends per commit.
-            for_lists = [message for group, message in batches if group == LISTS_GROUP]
-            if for_lists:
-                held, folded = for_lists[-1], folded + len(for_lists)
-            sent = len(batches) - len(for_lists)
-            for group, message in coalesce([item for item in batches if item[0] != LISTS_GROUP]):
-                await self._send(group, message)
-            if held is not None and loop.time() >= lists_due:
-                await self._send(LISTS_GROUP, held)
-                lists_due = loop.time() + LISTS_INTERVAL_SECONDS
-                held, sent, folded = None, sent + folded, 0
+            for group, message in coalesce(batches):
+                try:
+                    layer = get_channel_layer()
+                    if layer is not None:
+                        await layer.group_send(group, message)
+                except Exception:  # noqa: BLE001 - the stream is best effort; replay fills gaps
+                    log.warning("broadcast of %s to %s failed", message.get("type"), group, exc_info=True)
             last_round = loop.time()
             with self._idle:
-                self._pending -= sent
+                self._pending -= len(batches)
                 self._idle.notify_all()
-
-    async def _send(self, group: str, message: dict[str, Any]) -> None:
-        try:
-            layer = get_channel_layer()
-            if layer is not None:
-                await layer.group_send(group, message)
-        except Exception:  # noqa: BLE001 - the stream is best effort; replay fills gaps
-            log.warning("broadcast of %s to %s failed", message.get("type"), group, exc_info=True)
 
 
 def coalesce(batches: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
