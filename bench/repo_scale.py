@@ -40,7 +40,7 @@ from runs.core.simulated import MemoryArtifacts  # noqa: E402
 from sandbox.container import ContainerSpec, SandboxContainer  # noqa: E402
 from sandbox.docker_client import shared_client  # noqa: E402
 from sandbox.executor import SandboxExecutor  # noqa: E402
-from sandbox.workspace import prepare_workspace  # noqa: E402
+from sandbox.preparation import prepare_workspace  # noqa: E402
 
 TRIVIAL = CheckDef(
     check_id="trivial", command=["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_trivial.py"], timeout_seconds=120

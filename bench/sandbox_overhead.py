@@ -43,6 +43,7 @@ from machine import load  # noqa: E402
 from machine import machine as describe_machine  # noqa: E402
 
 from runs.core.contract import Contract, WorkspaceSource  # noqa: E402
+from runs.core.feedback import Result  # noqa: E402
 from runs.core.loop import Harness, new_state  # noqa: E402
 from runs.core.policy import CheckDef, Policy, SandboxLimits  # noqa: E402
 from runs.core.scripted import ScriptedProposer  # noqa: E402
@@ -51,7 +52,7 @@ from runs.core.tools import builtin_registry  # noqa: E402
 from sandbox.container import SANDBOX_USER, WORKDIR, ContainerSpec, SandboxContainer  # noqa: E402
 from sandbox.docker_client import docker_host, shared_client  # noqa: E402
 from sandbox.executor import SandboxExecutor  # noqa: E402
-from sandbox.workspace import prepare_workspace  # noqa: E402
+from sandbox.preparation import prepare_workspace  # noqa: E402
 
 TESTS = CheckDef(check_id="tests", command=["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"], timeout_seconds=120)
 LIMITS = SandboxLimits()  # the default policy's: 512m, 1 CPU, 128 pids
@@ -121,7 +122,7 @@ def step_times(
 
     def script(feedback: Any, position: int) -> object | None:
         asked.append(time.perf_counter())
-        if feedback is not None and feedback.get("kind") != "result":
+        if feedback is not None and not isinstance(feedback, Result):
             raise RuntimeError(f"unexpected feedback: {feedback}")
         if position >= steps:
             return None

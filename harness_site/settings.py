@@ -205,7 +205,7 @@ LOGGING = {
 # Model adapters (runs/adapters; issue 6). API keys come from here only: never from a
 # run's configuration, and never stored in run state, events or proposer snapshots.
 # ---------------------------------------------------------------------------------
-from runs.adapters.conversation import parse_price_table  # noqa: E402 - plain Python, no Django
+from runs.adapters.pricing import parse_price_table  # noqa: E402 - plain Python, no Django
 
 OPENAI_API_KEY = env_str("OPENAI_API_KEY", "")
 OPENAI_BASE_URL = env_url("OPENAI_BASE_URL", "https://api.openai.com/v1", ("http", "https"))

@@ -60,7 +60,7 @@ def check_proposer_config(config: object) -> dict[str, Any]:
 
 
 def _model_config_problems(kind: str, config: dict[str, Any]) -> list[FieldProblem]:
-    from runs.adapters.conversation import parse_price_table, price_for
+    from runs.adapters.pricing import parse_price_table, price_for
 
     problems: list[FieldProblem] = []
     for name in sorted(set(config) - set(MODEL_FIELDS)):
@@ -202,7 +202,10 @@ def _model_proposer(
     revision: str | None,
     repository: RepositoryContext,
 ) -> Proposer:
-    from runs.adapters.conversation import AdapterSettings, Budget, RetryPolicy, TaskContext, ToolDef, parse_price_table, price_for
+    from runs.adapters.context import TaskContext, ToolDef
+    from runs.adapters.conversation import AdapterSettings
+    from runs.adapters.pricing import Budget, parse_price_table, price_for
+    from runs.adapters.retries import RetryPolicy
 
     kind = config["kind"]
     api_key, default_url, _, _ = _provider_settings(kind)

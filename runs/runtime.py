@@ -30,7 +30,7 @@ from runs.services import check_new_run, do_create_run, drive_run, registry
 from runs.store import DjangoStore, LeaseLost, load_state
 from sandbox.environment import check_workspace_for, sandbox_environment
 from sandbox.remote import RemoteError
-from sandbox.workspace import WorkspaceSourceError
+from sandbox.sources import WorkspaceSourceError
 
 log = logging.getLogger(__name__)
 

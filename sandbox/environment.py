@@ -20,9 +20,11 @@ from runs.models import Run
 from sandbox.container import ContainerSpec, SandboxContainer
 from sandbox.engine import SandboxUnavailable
 from sandbox.executor import SandboxExecutor
+from sandbox.preparation import prepare_workspace
 from sandbox.quota import MB, DiskQuota
 from sandbox.remote import RemoteAccess, RemoteTarget
-from sandbox.workspace import RunWorkspace, check_source, prepare_workspace
+from sandbox.sources import check_source
+from sandbox.workspace import RunWorkspace
 
 log = logging.getLogger(__name__)
 

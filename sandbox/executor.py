@@ -17,10 +17,9 @@ from runs.core.state import PendingEffect
 from sandbox import fileops
 from sandbox.container import DEFAULT_SCOPE, ContainerSpec, OutputListener, SandboxContainer
 from sandbox.engine import ENGINE_ERRORS, SandboxUnavailable, wait_for_engine
-from sandbox.publishing import PublishRefused, publication
 from sandbox.quota import DiskQuota
-from sandbox.remote import PushConflict, RemoteTarget
-from sandbox.tools import HANDLERS, ToolContext, ToolResult, outbox_path
+from sandbox.remote import RemoteTarget
+from sandbox.tools import TOOLS, ToolContext, ToolResult
 from sandbox.workspace import RunWorkspace
 
 log = logging.getLogger(__name__)
@@ -87,29 +86,20 @@ class SandboxExecutor:
         return self.workspace.verify()
 
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
-        if tool == "publish":
-            # The reviewer sees exactly the patch that publish would write.
-            try:
-                shown = publication(self.workspace, self.context.write_paths).text
-            except PublishRefused as exc:
-                return f"# this publish would be refused: {exc}\n"
-            if self.context.remote is not None:
-                message = "".join(f"#   {line}".rstrip() + "\n" for line in str(args.get("message", "")).splitlines())
-                return self.context.remote.describe() + "# message:\n" + message + shown
-            return shown
-        return self.workspace.preview(tool, args)
+        entry = TOOLS.get(tool)
+        return entry.preview(self.context, args) if entry is not None and entry.preview is not None else None
 
     # -- Executor -----------------------------------------------------------------
 
     def execute(self, call: Call) -> object:
-        handler = HANDLERS.get(call.tool)
-        if handler is None:
+        entry = TOOLS.get(call.tool)
+        if entry is None:
             result = ToolResult("ok", "none", {"error": f"the sandbox has no tool {call.tool!r}"})
         elif self._killed:
             result = ToolResult("transient", "none", {"error": "the sandbox was killed"})
         else:
             try:
-                result = handler(self.context, call)
+                result = entry.run(self.context, call)
             except fileops.FileRefused as exc:
                 result = ToolResult("ok", "none", {"error": str(exc)})
         return {
@@ -124,17 +114,10 @@ class SandboxExecutor:
 
     def reconcile(self, effect: PendingEffect) -> Reconciliation:
         if effect.kind == "external":
-            if effect.idempotency_key is None:
-                return Reconciliation(False, None, False, "no idempotency key to look up")
-            if self.context.remote is not None:
-                try:
-                    applied, detail = self.context.remote.lookup(effect.idempotency_key)
-                except PushConflict as exc:
-                    return Reconciliation(True, False, True, str(exc), conflict=True)
-                return Reconciliation(True, applied, True, detail)
-            found = outbox_path(self.context.outbox, effect.idempotency_key).exists()
-            detail = "found in the outbox" if found else "not in the outbox (the outbox is local: authoritative)"
-            return Reconciliation(True, found, True, detail)
+            entry = TOOLS.get(effect.tool)
+            if entry is None or entry.reconcile is None:
+                return Reconciliation(False, None, False, f"the sandbox cannot look up an effect of {effect.tool!r}")
+            return entry.reconcile(self.context, effect)
         # A workspace effect: stop anything still running so the revision the
         # harness re-reads next is final.
         if self.container is not None and self.container.lost is None and not self._killed:

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from sandbox import patches
 
@@ -231,7 +232,14 @@ def _kind(mode: int) -> str:
 # -- the tools -----------------------------------------------------------------------
 
 
-def list_files(root: Path, path: str, max_entries: int) -> dict[str, object]:
+class Listing(TypedDict):
+    path: str
+    files: list[str]
+    symlinks: list[str]
+    truncated: bool
+
+
+def list_files(root: Path, path: str, max_entries: int) -> Listing:
     parts = split_path(path)
     _refuse_git(parts, path)
     prefix = "" if not parts else path + "/"

@@ -3,20 +3,23 @@
 
 Each returns a ``ToolResult``; a problem the model caused (missing file, patch that
 does not apply, symlink) is a result with ``data.error`` and no effect, never an
-exception."""
+exception. ``TOOLS`` holds, for each tool of the registry (``runs.core.tools``), its
+handler and, beside it, what a reviewer is shown before granting it and how an
+external effect of unknown outcome is found again."""
 
 from __future__ import annotations
 
 import os
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
 from runs.core.jsonutil import JSON
-from runs.core.ports import ArtifactStore, Call
+from runs.core.ports import ArtifactStore, Call, Reconciliation
+from runs.core.state import PendingEffect
 from sandbox import fileops, patches
 from sandbox.container import OutputCapture, OutputListener, SandboxContainer
 from sandbox.engine import SandboxUnavailable
@@ -74,7 +77,7 @@ def _infrastructure(reason: str, artifacts: list[str] | None = None, **data: JSO
 
 def list_files(ctx: ToolContext, call: Call) -> ToolResult:
     data = fileops.list_files(ctx.workspace.dir, str(call.args["path"]), int(call.args["max_entries"]))
-    return ToolResult("ok", "none", data)
+    return ToolResult("ok", "none", dict(data))
 
 
 def read_file(ctx: ToolContext, call: Call) -> ToolResult:
@@ -98,12 +101,39 @@ def write_file(ctx: ToolContext, call: Call) -> ToolResult:
     return ToolResult("ok", "none" if data["unchanged"] else "applied", data)
 
 
+def _would_refuse(tool: str, exc: Exception) -> str:
+    return f"# this {tool} would be refused: {exc}\n"
+
+
+def preview_write_file(ctx: ToolContext, args: Mapping[str, JSON]) -> str:
+    """The file's change as a unified diff against its current content."""
+    path = str(args["path"])
+    try:
+        current = fileops.read_bytes(ctx.workspace.dir, path)
+        new = str(args["content"])
+        if current is not None and fileops.is_binary(current):
+            return f"# {path} is a binary file; write_file replaces it with {len(new.encode())} bytes of text\n"
+        old = None if current is None else fileops.decode(current)
+        return patches.unified_diff(path, old, new)
+    except (fileops.FileRefused, patches.PatchRefused) as exc:
+        return _would_refuse("write_file", exc)
+
+
 def apply_patch(ctx: ToolContext, call: Call) -> ToolResult:
     try:
         data = ctx.workspace.apply_patch(str(call.args["patch"]))
     except patches.PatchRefused as exc:
         return _error(f"the patch was not applied (nothing was written): {exc}")
     return ToolResult("ok", "applied", data)
+
+
+def preview_apply_patch(ctx: ToolContext, args: Mapping[str, JSON]) -> str:
+    """What the patch would change, as the applier plans it, against the current content."""
+    try:
+        planned = fileops.plan_patch(ctx.workspace.dir, str(args["patch"]))
+        return "".join(patches.unified_diff(c.path, c.old, c.new) for c in planned)
+    except (fileops.FileRefused, patches.PatchRefused) as exc:
+        return _would_refuse("apply_patch", exc)
 
 
 def store_output(artifacts: ArtifactStore, capture: OutputCapture) -> str:
@@ -249,6 +279,34 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
     return ToolResult("ok", "applied", data, [ref])
 
 
+def preview_publish(ctx: ToolContext, args: Mapping[str, JSON]) -> str:
+    """Exactly the patch publish would write (for a remote: where it goes, and its message)."""
+    try:
+        shown = publication(ctx.workspace, ctx.write_paths).text
+    except PublishRefused as exc:
+        return _would_refuse("publish", exc)
+    if ctx.remote is not None:
+        message = "".join(f"#   {line}".rstrip() + "\n" for line in str(args.get("message", "")).splitlines())
+        return ctx.remote.describe() + "# message:\n" + message + shown
+    return shown
+
+
+def find_publish(ctx: ToolContext, effect: PendingEffect) -> Reconciliation:
+    """Whether a publish of unknown outcome happened: its branch on the remote, or its
+    file in the outbox (local, so the answer is authoritative)."""
+    if effect.idempotency_key is None:
+        return Reconciliation(False, None, False, "no idempotency key to look up")
+    if ctx.remote is not None:
+        try:
+            applied, detail = ctx.remote.lookup(effect.idempotency_key)
+        except PushConflict as exc:
+            return Reconciliation(True, False, True, str(exc), conflict=True)
+        return Reconciliation(True, applied, True, detail)
+    found = outbox_path(ctx.outbox, effect.idempotency_key).exists()
+    detail = "found in the outbox" if found else "not in the outbox (the outbox is local: authoritative)"
+    return Reconciliation(True, found, True, detail)
+
+
 def push(ctx: ToolContext, target: RemoteTarget, call: Call, key: str) -> ToolResult:
     """Publish to the run's remote: one commit on the base, pushed to the run's branch."""
     base: dict[str, JSON] = {"idempotency_key": key, "remote": target.url, "branch": target.branch}
@@ -304,13 +362,25 @@ def lookup_publish(ctx: ToolContext, call: Call) -> ToolResult:
     return ToolResult("ok", "none", {"idempotency_key": key, "found": found, "authoritative": True})
 
 
-HANDLERS: dict[str, Callable[[ToolContext, Call], ToolResult]] = {
-    "list_files": list_files,
-    "read_file": read_file,
-    "search": search,
-    "write_file": write_file,
-    "apply_patch": apply_patch,
-    "run_check": run_check,
-    "publish": publish,
-    "lookup_publish": lookup_publish,
+@dataclass(frozen=True)
+class SandboxTool:
+    """What the sandbox does for one tool of the registry. ``preview`` shows a reviewer
+    what granting the call would do (for a tool with an effect; a call that would be
+    refused says so); ``reconcile`` finds whether an external effect of unknown
+    outcome happened."""
+
+    run: Callable[[ToolContext, Call], ToolResult]
+    preview: Callable[[ToolContext, Mapping[str, JSON]], str] | None = None
+    reconcile: Callable[[ToolContext, PendingEffect], Reconciliation] | None = None
+
+
+TOOLS: dict[str, SandboxTool] = {
+    "list_files": SandboxTool(list_files),
+    "read_file": SandboxTool(read_file),
+    "search": SandboxTool(search),
+    "write_file": SandboxTool(write_file, preview_write_file),
+    "apply_patch": SandboxTool(apply_patch, preview_apply_patch),
+    "run_check": SandboxTool(run_check),
+    "publish": SandboxTool(publish, preview_publish, find_publish),
+    "lookup_publish": SandboxTool(lookup_publish),
 }

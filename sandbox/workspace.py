@@ -17,61 +17,42 @@ Layout under ``WORKSPACE_ROOT/<run_id>/``::
 No file's data is copied twice. Every read of the pristine side is checked against
 the blob hash the base revision records. The revision is the git tree hash of
 ``workspace/``'s contents (``sandbox/hashing.py``), kept current along the paths the
-harness's own tools write."""
+harness's own tools write.
+
+The workspace is made by ``sandbox.preparation`` from a source ``sandbox.sources``
+checked (archives unpacked by ``sandbox.archives``)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
-import posixpath
-import shutil
 import stat
-import subprocess
-import tarfile
 import time
-import uuid
-import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from runs.core.contract import WorkspaceSource
-from runs.core.errors import FieldProblem, InputError
 from runs.core.jsonutil import JSON
-from runs.core.paths import PathRefused, canonical_path, path_allowed, refused_character, shown_path
+from runs.core.paths import PathRefused, canonical_path, path_allowed
 from runs.core.ports import RevisionMismatch
+from runs.core.tools import builtin_registry
 from runs.environment import RepositoryContext
-from sandbox import fileops, patches, remote
-from sandbox.hashing import EMPTY_TREE, LINK_MODE, TreeHasher, content, git_hash
-from sandbox.remote import RemoteAccess
+from sandbox import fileops, patches
+from sandbox.hashing import LINK_MODE, TreeHasher, content, git_hash
 from sandbox.revision import WHOLE_TREE, RevisionIndex
-
-__all__ = ["EMPTY_TREE", "RunWorkspace", "TreeHasher", "prepare_workspace"]
+from sandbox.sources import WorkspaceSourceError, git_output
 
 log = logging.getLogger(__name__)
 
-SANDBOX_UID = 65534
-SANDBOX_GID = 65534
 READY = "source.json"
 REMOTE_GIT_DIR = "remote.git"
-MAX_ARCHIVE_BYTES = 2_000_000_000
-MAX_ARCHIVE_MEMBERS = 200_000
-CACHE_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".benchmarks"}
 # What a model's first message shows of the repository (the adapters cap it again).
 INSTRUCTION_FILES = ("AGENTS.md", "CONTRIBUTING.md", "README.md")
 CONTEXT_MAX_LISTED = 300
 CONTEXT_MAX_SOURCES = 12
 CONTEXT_MAX_SOURCE_BYTES = 32_000
-
-
-class WorkspaceSourceError(InputError):
-    def __init__(self, message: str, field: str = "workspace.path") -> None:
-        super().__init__("workspace", [FieldProblem(field, message)])
-
-
-# -- the workspace -----------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -149,35 +130,17 @@ class RunWorkspace:
         """Around code the harness does not control (a check) running in the sandbox."""
         return self.index.writing([WHOLE_TREE])
 
-    def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
-        """What a file tool would change, as a unified diff against the current content
-        (``publish`` is previewed by ``sandbox.publishing``)."""
-        try:
-            if tool == "write_file":
-                path = str(args["path"])
-                current = fileops.read_bytes(self.dir, path)
-                new = str(args["content"])
-                if current is not None and fileops.is_binary(current):
-                    return f"# {path} is a binary file; write_file replaces it with {len(new.encode())} bytes of text\n"
-                old = None if current is None else fileops.decode(current)
-                return patches.unified_diff(path, old, new)
-            if tool == "apply_patch":
-                planned = fileops.plan_patch(self.dir, str(args["patch"]))
-                return "".join(patches.unified_diff(c.path, c.old, c.new) for c in planned)
-        except (fileops.FileRefused, patches.PatchRefused) as exc:
-            return f"# this {tool} would be refused: {exc}\n"
-        return None
-
     def repository_context(self, write_paths: Sequence[str], allowed_tools: Sequence[str]) -> RepositoryContext:
         """The repository's instructions (the first of INSTRUCTION_FILES present) and
         the text files the run may write, if the run may read files, and its file list,
         if it may list them: read the way those tools read, never through a symlink."""
-        readable = "read_file" in allowed_tools
+        shown = {spec.shows for spec in builtin_registry().visible(allowed_tools)}
+        readable = "file_contents" in shown
         instructions = next((text for name in INSTRUCTION_FILES if (text := self._text(name))), None) if readable else None
         listing = fileops.list_files(self.dir, "", CONTEXT_MAX_LISTED)
         files: list[str] = listing["files"]
         state = None
-        if "list_files" in allowed_tools:
+        if "file_list" in shown:
             state = "Files in the workspace:\n" + "\n".join(files)
             if listing["symlinks"]:
                 state += "\nSymlinks (the file tools do not follow them):\n" + "\n".join(listing["symlinks"])
@@ -215,7 +178,7 @@ class RunWorkspace:
             return _side(self.pristine, path, sha)
         entry = self.index.entry(self.base_revision(), path)
         try:
-            data = _git_output(["cat-file", "blob", sha.hex()], cwd=self.pristine_git)
+            data = git_output(["cat-file", "blob", sha.hex()], cwd=self.pristine_git)
         except WorkspaceSourceError as exc:
             raise RevisionMismatch(f"the source's {path} cannot be read from its git objects: {exc}") from None
         if entry is None or git_hash(b"blob", data) != sha:
@@ -265,295 +228,3 @@ def _side(root: Path, path: str, sha: bytes | None) -> tuple[str | None, bytes |
     if stat.S_ISREG(st.st_mode):
         return "file", data
     return "other", b""
-
-
-# -- preparation ---------------------------------------------------------------------
-
-
-def open_workspace(root: Path) -> RunWorkspace | None:
-    return RunWorkspace(root) if (root / READY).is_file() else None
-
-
-def prepare_workspace(
-    root: Path,
-    source: WorkspaceSource,
-    base_dir: Path,
-    allowed_roots: Sequence[Path],
-    remotes: RemoteAccess | None = None,
-) -> RunWorkspace:
-    """Materialise the source under ``root`` (idempotent: a prepared root is reused).
-    The source must lie under one of ``allowed_roots``: whoever may start a run must
-    not be able to copy arbitrary files of the server into a workspace they can read.
-    A remote must be one of ``remotes.allowed``; its clone's git directory is always
-    kept (``source.git/`` or ``remote.git/``, never mounted) for publishing.
-    Built in a staging directory and renamed into place, so a crash never leaves a
-    half-prepared workspace that looks ready."""
-    existing = open_workspace(root)
-    if existing is not None:
-        return existing
-    root.parent.mkdir(parents=True, exist_ok=True)
-    staging = root.parent / f".{root.name}.staging-{uuid.uuid4().hex[:8]}"
-    staging.mkdir()
-    try:
-        meta: dict[str, JSON] = {"kind": source.kind, "ref": source.ref}
-        prepared = RunWorkspace(staging)
-        if source.url is not None:
-            meta.update(url=source.url, commit=_from_remote(source.url, source.ref, prepared, remotes or RemoteAccess()))
-        else:
-            assert source.path is not None  # one of path and url, by WorkspaceSource
-            location = _resolve(source.path, base_dir, allowed_roots)
-            meta["path"] = str(location)
-            if source.kind == "path":
-                _copy_tree(location, prepared.dir, skip=CACHE_DIRS)
-            elif source.kind == "git":
-                meta["commit"] = _from_git(location, source.ref, prepared.dir, prepared.pristine_git)
-            else:
-                _from_archive(location, prepared.dir)
-        # Checks only read the tree (it is mounted read-only), but a source may hold
-        # files only their owner can read: the sandbox's uid owns them.
-        _give_to_sandbox(prepared.dir)
-        base = prepared.index.start()
-        if "commit" in meta and base == _git(["rev-parse", f"{meta['commit']}^{{tree}}"], cwd=prepared.pristine_git):
-            pass  # the full walk verified the checkout: the commit's objects are the pristine tree
-        else:
-            if source.url is not None:
-                # Not the pristine side, but publishing makes its commit there.
-                os.rename(prepared.pristine_git, staging / REMOTE_GIT_DIR)
-            else:
-                shutil.rmtree(prepared.pristine_git, ignore_errors=True)
-            _link_tree(prepared.dir, prepared.pristine)
-        (staging / READY).write_text(json.dumps(meta, indent=2))
-        try:
-            os.rename(staging, root)
-        except OSError:
-            if open_workspace(root) is None:  # not a concurrent preparation that won
-                raise
-            shutil.rmtree(staging, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return RunWorkspace(root)
-
-
-def check_source(
-    source: WorkspaceSource, base_dir: Path, allowed_roots: Sequence[Path], allowed_remotes: Sequence[str] = ()
-) -> None:
-    """WorkspaceSourceError (RemoteError for a remote) unless the source is allowed and
-    exists; reads only, so the process creating a run (the web server, unprivileged)
-    can refuse a bad source at once while the worker that drives the run prepares the
-    workspace. A remote is checked against the allowed list, not contacted."""
-    if source.url is not None:
-        remote.check_remote_url(source.url, allowed_remotes)
-        remote.check_ref(source.ref)
-        return
-    assert source.path is not None  # one of path and url, by WorkspaceSource
-    location = _resolve(source.path, base_dir, allowed_roots)
-    exists = location.is_file() if source.kind == "archive" else location.is_dir()
-    if not exists:
-        raise WorkspaceSourceError(f"{source.path} is not {'a file' if source.kind == 'archive' else 'a directory'}")
-
-
-def _resolve(path: str, base_dir: Path, allowed_roots: Sequence[Path]) -> Path:
-    candidate = Path(path)
-    if not candidate.is_absolute():
-        candidate = base_dir / candidate
-    candidate = candidate.resolve()
-    roots = [Path(r).resolve() for r in allowed_roots]
-    if not any(candidate.is_relative_to(r) for r in roots):
-        allowed = ", ".join(str(r) for r in roots)
-        raise WorkspaceSourceError(f"{path} is outside the allowed workspace sources ({allowed}; see HARNESS_WORKSPACE_SOURCES)")
-    return candidate
-
-
-def _copy_tree(src: Path, dst: Path, skip: set[str]) -> None:
-    """Copy without following symlinks; special files and ``.git`` are left out."""
-    if not src.is_dir():
-        raise WorkspaceSourceError(f"{src} is not a directory")
-
-    def ignore(directory: str, names: list[str]) -> set[str]:
-        left_out = set()
-        for name in names:
-            _check_name(os.path.relpath(os.path.join(directory, name), src))
-            mode = os.lstat(os.path.join(directory, name)).st_mode
-            regular = stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)
-            if not regular or name in skip or (name == ".git" and Path(directory) == src):
-                left_out.add(name)
-        return left_out
-
-    shutil.copytree(src, dst, symlinks=True, ignore=ignore)
-
-
-def _link_tree(src: Path, dst: Path) -> None:
-    """``dst`` as hard links to ``src``'s files (their data is not copied): the tree
-    was just made by trusted code and holds only directories, files and symlinks."""
-    for dirpath, dirnames, filenames in os.walk(src):
-        target = dst / os.path.relpath(dirpath, src)
-        target.mkdir(exist_ok=True)
-        for name in dirnames + filenames:
-            full = os.path.join(dirpath, name)
-            if os.path.islink(full):
-                os.symlink(os.readlink(full), target / name)
-                if name in dirnames:
-                    dirnames.remove(name)  # os.walk would not descend, but say it
-            elif name in filenames:
-                os.link(full, target / name)
-
-
-def _check_name(path: str) -> None:
-    """A file name in a source obeys the path grammar, or the source is refused."""
-    why = refused_character(path)
-    if why is not None:
-        raise WorkspaceSourceError(f"the source has a file {shown_path(path)} that {why}; such names are refused")
-
-
-def _give_to_sandbox(tree: Path) -> None:
-    """The checks run as uid 65534 and may need to write (build outputs, fixtures)."""
-    try:
-        for dirpath, dirnames, filenames in os.walk(tree):
-            os.lchown(dirpath, SANDBOX_UID, SANDBOX_GID)
-            for name in dirnames + filenames:
-                os.lchown(os.path.join(dirpath, name), SANDBOX_UID, SANDBOX_GID)
-    except PermissionError:
-        # A worker that is not root cannot chown; open the tree to the sandbox user
-        # instead (the workspace holds only the task's own files).
-        for dirpath, _dirnames, filenames in os.walk(tree):
-            os.chmod(dirpath, 0o777)  # noqa: S103
-            for name in filenames:
-                full = os.path.join(dirpath, name)
-                if not os.path.islink(full):
-                    os.chmod(full, os.stat(full).st_mode | 0o666)  # noqa: S103
-
-
-def _git(args: list[str], cwd: Path | None = None) -> str:
-    return _git_output(args, cwd).decode(errors="replace").strip()
-
-
-def _git_output(args: list[str], cwd: Path | None = None) -> bytes:
-    # Bytes (a blob is not text), in the same isolated environment as remote git.
-    env = remote.git_environment(RemoteAccess(), "file")
-    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, timeout=300)
-    if done.returncode != 0:
-        raise WorkspaceSourceError(f"git {args[0]} failed: {done.stderr.decode(errors='replace').strip()[:500]}")
-    return done.stdout
-
-
-def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> str:
-    if not (location / ".git").exists() and not (location / "HEAD").is_file():
-        raise WorkspaceSourceError(f"{location} is not a local git repository")
-    if ref is not None and (ref.startswith("-") or any(c.isspace() or ord(c) < 32 for c in ref)):
-        raise WorkspaceSourceError(f"{ref!r} is not a valid git ref", field="workspace.ref")
-    # A local clone hard-links the source's objects (git never changes an object file)
-    # and checks the commit out once; its .git then moves out of the workspace.
-    _git(["clone", "--quiet", "--local", "--no-checkout", "--", str(location), str(dest)])
-    try:
-        commit = _git(["rev-parse", "--verify", "--quiet", f"{ref or 'HEAD'}^{{commit}}"], cwd=dest)
-    except WorkspaceSourceError:
-        raise WorkspaceSourceError(f"ref {ref or 'HEAD'!r} is not a commit in {location}", field="workspace.ref") from None
-    _git(["checkout", "--quiet", "--detach", commit], cwd=dest)
-    os.rename(dest / ".git", git_dir)
-    return commit
-
-
-def _from_remote(url: str, ref: str | None, prepared: RunWorkspace, access: RemoteAccess) -> str:
-    # Cloned like a local git source: its git directory moves out of the workspace.
-    commit = remote.clone(url, ref, prepared.dir, access)
-    os.rename(prepared.dir / ".git", prepared.pristine_git)
-    return commit
-
-
-def _archive_member_path(name: str) -> str:
-    clean = name[2:] if name.startswith("./") else name
-    clean = clean.rstrip("/")
-    _check_name(clean)
-    if not clean or clean.startswith("/") or "\\" in clean or "\x00" in clean:
-        raise WorkspaceSourceError(f"archive member {name!r}: absolute or malformed path")
-    if any(part == ".." for part in clean.split("/")):
-        raise WorkspaceSourceError(f"archive member {name!r}: '..' would leave the workspace")
-    return posixpath.normpath(clean)
-
-
-def _from_archive(location: Path, dest: Path) -> None:
-    if not location.is_file():
-        raise WorkspaceSourceError(f"{location} is not a file")
-    name = location.name.lower()
-    dest.mkdir()
-    if name.endswith(".zip"):
-        _extract_zip(location, dest)
-    elif name.endswith((".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")):
-        _extract_tar(location, dest)
-    else:
-        raise WorkspaceSourceError(f"{location.name}: archives must be .zip, .tar, .tar.gz, .tgz, .tar.bz2 or .tar.xz")
-
-
-def _extract_tar(location: Path, dest: Path) -> None:
-    try:
-        archive = tarfile.open(location, "r:*")
-    except (tarfile.TarError, OSError) as exc:
-        raise WorkspaceSourceError(f"{location.name}: not a readable tar archive ({exc})") from None
-    with archive:
-        members: list[tarfile.TarInfo] = []
-        total = 0
-        for member in archive:
-            path = _archive_member_path(member.name)
-            if path == "." or path == ".git" or path.startswith(".git/"):
-                continue
-            if member.islnk():
-                raise WorkspaceSourceError(f"archive member {member.name!r}: hard links are refused")
-            if member.issym():
-                target = member.linkname
-                joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
-                if target.startswith("/") or joined == ".." or joined.startswith("../"):
-                    raise WorkspaceSourceError(f"archive member {member.name!r}: symlink to {target!r} leaves the workspace")
-            elif not (member.isfile() or member.isdir()):
-                raise WorkspaceSourceError(f"archive member {member.name!r}: devices and FIFOs are refused")
-            total += member.size
-            if total > MAX_ARCHIVE_BYTES or len(members) >= MAX_ARCHIVE_MEMBERS:
-                raise WorkspaceSourceError(f"{location.name}: larger than {MAX_ARCHIVE_BYTES} bytes or {MAX_ARCHIVE_MEMBERS} members")
-            members.append(member)
-        try:
-            # The "data" filter re-checks every member (and drops setuid bits) on
-            # top of the checks above.
-            archive.extractall(dest, members=members, filter="data")
-        except (tarfile.TarError, OSError) as exc:
-            raise WorkspaceSourceError(f"{location.name}: refused while extracting ({exc})") from None
-
-
-def _extract_zip(location: Path, dest: Path) -> None:
-    try:
-        archive = zipfile.ZipFile(location)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise WorkspaceSourceError(f"{location.name}: not a readable zip archive ({exc})") from None
-    with archive:
-        infos = archive.infolist()
-        if len(infos) > MAX_ARCHIVE_MEMBERS or sum(i.file_size for i in infos) > MAX_ARCHIVE_BYTES:
-            raise WorkspaceSourceError(f"{location.name}: larger than {MAX_ARCHIVE_BYTES} bytes or {MAX_ARCHIVE_MEMBERS} members")
-        budget = MAX_ARCHIVE_BYTES
-        for info in infos:
-            path = _archive_member_path(info.filename)
-            if path == "." or path == ".git" or path.startswith(".git/"):
-                continue
-            if stat.S_IFMT(info.external_attr >> 16) == stat.S_IFLNK:
-                raise WorkspaceSourceError(f"archive member {info.filename!r}: symlinks in zip archives are refused")
-            try:
-                budget = _extract_zip_member(archive, info, dest / path, budget)
-            except (OSError, zipfile.BadZipFile) as exc:
-                raise WorkspaceSourceError(f"archive member {info.filename!r}: {exc}") from None
-            if budget < 0:
-                raise WorkspaceSourceError(f"{location.name}: inflates to more than {MAX_ARCHIVE_BYTES} bytes")
-
-
-def _extract_zip_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path, budget: int) -> int:
-    if info.is_dir():
-        target.mkdir(parents=True, exist_ok=True)
-        return budget
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with archive.open(info) as src, open(target, "xb") as out:
-        # Declared sizes can lie; count what is actually inflated.
-        while block := src.read(1 << 20):
-            budget -= len(block)
-            if budget < 0:
-                return budget
-            out.write(block)
-    if (info.external_attr >> 16) & stat.S_IXUSR:
-        target.chmod(0o755)
-    return budget

@@ -209,8 +209,11 @@ def adapter(kind: str, base_url: str, rig: Any, **overrides: Any) -> Any:
     """An adapter for ``rig``'s run, talking to a fake provider, sleeping on the rig's
     fake clock and bounded by the run's deadline; it replaces the rig's proposer."""
     from runs.adapters.anthropic_adapter import AnthropicProposer
-    from runs.adapters.conversation import AdapterSettings, Budget, RetryPolicy, TaskContext, ToolDef
+    from runs.adapters.context import TaskContext, ToolDef
+    from runs.adapters.conversation import AdapterSettings
     from runs.adapters.openai_adapter import OpenAIProposer
+    from runs.adapters.pricing import Budget
+    from runs.adapters.retries import RetryPolicy
     from runs.core.tools import builtin_registry
 
     state = rig.state

@@ -35,7 +35,8 @@ from runs.core.tools import builtin_registry
 from sandbox.container import ContainerSpec, SandboxContainer, sweep_orphans
 from sandbox.docker_client import docker_host, new_client
 from sandbox.executor import SandboxExecutor
-from sandbox.workspace import RunWorkspace, prepare_workspace
+from sandbox.preparation import prepare_workspace
+from sandbox.workspace import RunWorkspace
 from tests.fixtures_runtimes import RuntimeEngine
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from runs.adapters.conversation import Budget, Price
+from runs.adapters.pricing import Budget, Price
 from runs.core.policy import Rule
 from runs.core.scenarios import FIXED, build_rig, demo_contract, demo_policy
 from runs.core.tools import builtin_registry

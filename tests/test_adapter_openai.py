@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from runs.adapters.conversation import Budget, Price
+from runs.adapters.pricing import Budget, Price
+from runs.core import feedback as fb
 from runs.core.policy import Rule
 from runs.core.scenarios import FIXED, build_rig, demo_contract, demo_policy
 from runs.core.tools import builtin_registry
@@ -307,7 +308,7 @@ def test_it_continues_a_queue_after_a_crash_without_asking_the_model_again():
         assert API_KEY not in json.dumps(snapshot)
         again = adapter("openai", fake.base_url, rig, snapshot=snapshot)
         assert isinstance(again, OpenAIProposer)
-        result = {"kind": "result", "call_id": "c1", "tool": "list_files", "revision": "r1", "data": {"files": []}, "artifacts": []}
+        result = fb.Result(call_id="c1", tool="list_files", revision="r1", data={"files": []}, artifacts=[])
         assert again.propose(result) == {"tool": "read_file", "args": {"path": "src/calc.py"}}
     assert len(fake.requests) == 1
 

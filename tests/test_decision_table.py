@@ -3,6 +3,7 @@ proposer and the simulated executor."""
 
 from __future__ import annotations
 
+from runs.core import feedback as fb
 from runs.core.faults import Fault
 from runs.core.policy import Rule
 from runs.core.scenarios import FIXED, build_rig, call, demo_policy
@@ -20,7 +21,7 @@ CHECKED = [
 def test_it_returns_a_malformed_proposal_as_invalid_input_naming_the_field():
     rig = build_rig([{"tool": "read_file"}, {"tool": "read_file", "args": {}, "extra": 1}, "not an object"])
     rig.harness.run()
-    problems = [f["problems"] for f in rig.feedbacks[1:] if f]
+    problems = [[p.model_dump() for p in f.problems] for f in rig.feedbacks[1:] if isinstance(f, fb.InvalidInput)]
     assert problems[0] == [{"field": "args", "message": "required, must be an object"}]
     assert problems[1] == [{"field": "extra", "message": "unexpected field (a proposal is exactly {tool, args})"}]
     assert problems[2][0]["field"] == "(root)"
@@ -30,24 +31,24 @@ def test_it_returns_a_malformed_proposal_as_invalid_input_naming_the_field():
 def test_it_returns_an_invalid_argument_naming_the_field_and_lets_the_model_correct_it():
     rig = build_rig([call("read_file", path="src/calc.py", limit=0), call("read_file", path="src/calc.py")])
     rig.harness.run()
-    assert rig.feedbacks[1]["kind"] == "invalid_input"
-    assert rig.feedbacks[1]["problems"][0]["field"] == "args.limit"
-    assert rig.feedbacks[2]["kind"] == "result"
+    assert isinstance(rig.feedbacks[1], fb.InvalidInput)
+    assert rig.feedbacks[1].problems[0].field == "args.limit"
+    assert isinstance(rig.feedbacks[2], fb.Result)
     assert rig.state.proposals == 2 and rig.state.calls == 1
 
 
 def test_it_rejects_extra_argument_fields_and_unknown_tools():
     rig = build_rig([call("read_file", path="a.py", follow=True), call("rm_rf", path=".")])
     rig.harness.run()
-    assert rig.feedbacks[1]["problems"][0] == {"field": "args.follow", "message": "unexpected field (extra fields are rejected)"}
-    assert rig.feedbacks[2]["problems"][0] == {"field": "tool", "message": "unknown tool 'rm_rf'"}
+    assert rig.feedbacks[1].problems[0] == fb.Problem(field="args.follow", message="unexpected field (extra fields are rejected)")
+    assert rig.feedbacks[2].problems[0] == fb.Problem(field="tool", message="unknown tool 'rm_rf'")
 
 
 def test_it_refuses_writes_outside_the_allowed_write_paths():
     rig = build_rig([call("write_file", path="setup.py", content="evil")])
     rig.harness.run()
-    assert rig.feedbacks[1]["problems"][0]["field"] == "args.path"
-    assert "outside allowed_write_paths" in rig.feedbacks[1]["problems"][0]["message"]
+    assert rig.feedbacks[1].problems[0].field == "args.path"
+    assert "outside allowed_write_paths" in rig.feedbacks[1].problems[0].message
     assert rig.executed("write_file") == 0
 
 
@@ -105,7 +106,7 @@ def test_it_executes_after_a_grant_and_the_approval_is_used_once():
     rig.harness.run()
     assert rig.executed("publish") == 1
     # The identical second publish is the same effect: a duplicate, nobody is asked.
-    assert rig.feedbacks[4]["kind"] == "duplicate" and rig.feedbacks[4]["of_call"] == "c3"
+    assert isinstance(rig.feedbacks[4], fb.Duplicate) and rig.feedbacks[4].of_call == "c3"
     # A different publish needs a new approval of its own.
     assert rig.state.status == "waiting_approval"
     assert rig.event_types().count("approval_required") == 2
@@ -130,7 +131,7 @@ def test_it_records_a_pending_effect_for_an_unknown_write_and_blocks_writes_and_
     rig = build_rig(script, faults=[Fault("publish", "timeout", 1)], lookup_authoritative=False)
     rig.harness.run()
     assert rig.state.pending_effects[0].tool == "publish"
-    assert rig.feedbacks[4]["kind"] == "write_blocked"
+    assert isinstance(rig.feedbacks[4], fb.WriteBlocked)
     assert rig.executed("write_file") == 1
     assert rig.state.outcome == "unresolved"
 
@@ -156,7 +157,7 @@ def test_it_reconciles_an_unknown_write_by_an_authoritative_lookup():
 def test_it_answers_finish_without_a_passing_check_with_check_required_and_the_revision():
     rig = build_rig([call("write_file", path="src/calc.py", content=FIXED), call("finish", summary="done")])
     rig.harness.run()
-    assert rig.feedbacks[2] == {"kind": "check_required", "call_id": "c2", "revision": rig.state.revision, "missing": ["tests"]}
+    assert rig.feedbacks[2] == fb.CheckRequired(call_id="c2", revision=rig.state.revision, missing=["tests"])
     assert rig.state.outcome == "proposals_exhausted"
 
 
@@ -164,7 +165,7 @@ def test_it_does_not_count_a_failing_check_as_evidence():
     rig = build_rig(CHECKED + [call("finish", summary="done")], check_passes=lambda files, check_id: False)
     rig.harness.run()
     assert rig.state.evidence[0].passed is False
-    assert rig.feedbacks[3]["kind"] == "check_required"
+    assert isinstance(rig.feedbacks[3], fb.CheckRequired)
 
 
 def test_it_completes_on_a_passing_check_of_the_current_revision_with_nothing_pending():

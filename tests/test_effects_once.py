@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from runs.core import feedback as fb
 from runs.core.faults import Fault
 from runs.core.policy import Rule
 from runs.core.scenarios import FIXED, build_rig, call, demo_policy
@@ -69,7 +70,7 @@ def test_it_asks_no_reviewer_again_for_an_effect_that_already_happened():
     rig.harness.run()
     assert rig.executed("publish") == 1
     assert len(rig.approvals.requests) == 1
-    assert rig.feedbacks[4]["kind"] == "duplicate" and rig.feedbacks[4]["first_outcome"]["kind"] == "result"
+    assert isinstance(rig.feedbacks[4], fb.Duplicate) and rig.feedbacks[4].first_outcome["kind"] == "result"
 
 
 def test_it_does_not_perform_an_effect_again_while_its_first_outcome_is_unknown():
@@ -77,7 +78,7 @@ def test_it_does_not_perform_an_effect_again_while_its_first_outcome_is_unknown(
     rig = build_rig(script, faults=[Fault("publish", "timeout", 1)], lookup_authoritative=False)
     rig.harness.run()
     assert rig.executed("publish") == 0  # the timeout fault never reached the outbox
-    assert rig.feedbacks[4]["kind"] == "duplicate" and rig.feedbacks[4]["status"] == "unknown"
+    assert isinstance(rig.feedbacks[4], fb.Duplicate) and rig.feedbacks[4].status == "unknown"
     assert rig.state.unresolved_effects()
 
 
@@ -103,6 +104,6 @@ def test_it_keys_an_effect_by_what_it_is_not_by_the_call():
 def test_it_refuses_a_lookup_without_a_key_when_there_is_nothing_to_look_up():
     rig = build_rig([call("lookup_publish")])
     rig.harness.run()
-    assert rig.feedbacks[1]["kind"] == "invalid_input"
-    assert rig.feedbacks[1]["problems"][0]["field"] == "args.idempotency_key"
+    assert isinstance(rig.feedbacks[1], fb.InvalidInput)
+    assert rig.feedbacks[1].problems[0].field == "args.idempotency_key"
     assert rig.executor.calls == []

@@ -17,8 +17,9 @@ from runs.core.contract import WorkspaceSource
 from runs.core.errors import InputError
 from runs.core.state import PendingEffect
 from sandbox.executor import SandboxExecutor
+from sandbox.preparation import prepare_workspace
 from sandbox.remote import RemoteAccess, RemoteError, RemoteTarget, check_remote_url
-from sandbox.workspace import RunWorkspace, prepare_workspace
+from sandbox.workspace import RunWorkspace
 from tests.fixtures_sandbox import ROOT, make_call
 from tests.gitserver import HOOK_MESSAGE, TOKEN, USER, FaultProxy, GitHttpServer, make_bare_repository, reject_pushes, serving, sh
 

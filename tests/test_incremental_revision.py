@@ -19,7 +19,8 @@ from runs.core.ports import RevisionMismatch
 from sandbox import fileops, hashing, patches
 from sandbox.executor import SandboxExecutor
 from sandbox.hashing import TreeHasher
-from sandbox.workspace import RunWorkspace, prepare_workspace
+from sandbox.preparation import prepare_workspace
+from sandbox.workspace import RunWorkspace
 from tests.fixtures_sandbox import ROOT, drive, make_call, sandbox_policy, step
 
 NAMES = st.sampled_from(["orders", "a", "b", "total.py", "x.py", "y.txt"])

@@ -16,8 +16,9 @@ import pytest
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
-from runs.adapters.conversation import render_feedback
+from runs.adapters.feedback import render_feedback
 from runs.cli import EXIT_ERROR
+from runs.core import feedback as fb
 from runs.core.faults import INJECTED_INFRASTRUCTURE, Fault
 from runs.core.receipts import Receipt
 from runs.core.scenarios import FIXED, build_rig, call
@@ -55,7 +56,7 @@ def test_it_retries_an_infrastructure_failure_and_tells_the_model_what_happened(
     # One piece of evidence, from the attempt that ran; the failed attempts left none.
     assert [(e.passed, e.call_id) for e in rig.state.evidence] == [(True, "c2")]
     result = rig.feedbacks[2]
-    assert result["kind"] == "result" and result["earlier_attempts"] == [INJECTED_INFRASTRUCTURE] * 2
+    assert isinstance(result, fb.Result) and result.earlier_attempts == [INJECTED_INFRASTRUCTURE] * 2
     text, failed = render_feedback(result, None, 10_000)
     assert not failed and "2 failed attempt(s) that proved nothing" in text and INJECTED_INFRASTRUCTURE in text
 
@@ -93,7 +94,7 @@ def test_it_keeps_the_ordinary_outcomes_for_transient_failures_of_the_call_itsel
     assert rig.state.outcome == "attempt_limit"
     rig = build_rig(FIX_AND_CHECK, faults=[Fault("run_check", "transient", 1)])
     rig.harness.run()
-    assert rig.state.outcome == "complete" and rig.feedbacks[2]["earlier_attempts"] == ["transient failure"]
+    assert rig.state.outcome == "complete" and rig.feedbacks[2].earlier_attempts == ["transient failure"]
 
 
 def test_it_still_stops_killed_when_the_kill_switch_meets_a_failing_sandbox():

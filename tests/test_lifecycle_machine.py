@@ -24,8 +24,8 @@ from approvals.services import DecisionRefused, DjangoApprovals, deny, expire_du
 from runs import invariants
 from runs.control import do_kill, set_global
 from runs.core.lifecycle import OPEN_STATUSES, REQUEST_TRANSITIONS
-from runs.core.loop import approval_key
 from runs.core.scenarios import FIXED, call
+from runs.core.waits import approval_key
 from runs.models import Event, Run
 from runs.services import drive_run
 from runs.store import DjangoStore

@@ -18,8 +18,9 @@ from runs.core.contract import WorkspaceSource
 from runs.core.ports import RevisionMismatch
 from sandbox import patches
 from sandbox.executor import SandboxExecutor
+from sandbox.preparation import prepare_workspace
 from sandbox.publishing import PublishRefused, publication
-from sandbox.workspace import WorkspaceSourceError, prepare_workspace
+from sandbox.sources import WorkspaceSourceError
 from tests.fixtures_sandbox import ROOT, make_call
 from tests.git_apply import git_applies_to_source
 

@@ -23,7 +23,10 @@ from runs.core.ports import RevisionMismatch
 from runs.core.state import PendingEffect
 from sandbox import fileops, patches
 from sandbox.executor import SandboxExecutor
-from sandbox.workspace import RunWorkspace, TreeHasher, WorkspaceSourceError, prepare_workspace
+from sandbox.hashing import TreeHasher
+from sandbox.preparation import prepare_workspace
+from sandbox.sources import WorkspaceSourceError
+from sandbox.workspace import RunWorkspace
 from tests.fixtures_sandbox import ROOT, make_call
 
 CACHES = {"__pycache__", ".pytest_cache", ".benchmarks", ".hypothesis"}

@@ -13,15 +13,10 @@ from typing import Any, Literal, cast
 
 import anthropic
 
-from runs.adapters.conversation import (
-    Failure,
-    ModelReply,
-    SdkErrors,
-    ToolCall,
-    ToolCallingProposer,
-    ToolResult,
-    task_message,
-)
+from runs.adapters.calls import ModelReply, ToolCall, ToolResult
+from runs.adapters.context import task_message
+from runs.adapters.conversation import ToolCallingProposer
+from runs.adapters.retries import Failure, SdkErrors
 from runs.core.jsonutil import JSON
 
 AnthropicToolChoice = Literal["any", "auto"]

@@ -14,16 +14,10 @@ from urllib.parse import urlsplit
 
 import openai
 
-from runs.adapters.conversation import (
-    Failure,
-    ModelReply,
-    SdkErrors,
-    ToolCall,
-    ToolCallingProposer,
-    ToolResult,
-    parse_arguments,
-    task_message,
-)
+from runs.adapters.calls import ModelReply, ToolCall, ToolResult, parse_arguments
+from runs.adapters.context import task_message
+from runs.adapters.conversation import ToolCallingProposer
+from runs.adapters.retries import Failure, SdkErrors
 from runs.core.jsonutil import JSON
 
 OpenAIToolChoice = Literal["required", "auto"]

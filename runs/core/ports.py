@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from runs.core.events import Event
+from runs.core.feedback import Feedback
 from runs.core.jsonutil import JSON
 from runs.core.policy import CheckDef, Policy
 from runs.core.state import PendingEffect, RunState
@@ -149,9 +150,9 @@ class ProposerStopped(Exception):
 
 
 class Proposer(Protocol):
-    def propose(self, feedback: Mapping[str, JSON] | None) -> object | None:
-        """The next raw proposal, or None when the proposer has nothing more.
-        May raise ProposerStopped."""
+    def propose(self, feedback: Feedback | None) -> object | None:
+        """The next raw proposal, given what became of the last one (None before the
+        first), or None when the proposer has nothing more. May raise ProposerStopped."""
 
     def snapshot(self) -> dict[str, JSON]:
         """Position/conversation to persist so a reload continues exactly here."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from runs.core.contract import Contract, Limits
 from runs.core.faults import Fault, FaultyExecutor
+from runs.core.feedback import Feedback, InvalidInput
 from runs.core.loop import Harness, HarnessConfig, new_state
 from runs.core.policy import CheckDef, Policy, Rule
 from runs.core.scripted import ScriptedProposer
@@ -59,7 +60,7 @@ class Rig:
     store: MemoryStore
     approvals: MemoryApprovals
     clock: FakeClock
-    feedbacks: list[object] = field(default_factory=list)
+    feedbacks: list[Feedback | None] = field(default_factory=list)
 
     def executed(self, tool: str) -> int:
         return sum(1 for c in self.executor.calls if c.tool == tool)
@@ -95,10 +96,10 @@ def build_rig(
     clock = FakeClock()
     store = MemoryStore()
     approvals = MemoryApprovals()
-    feedbacks: list[object] = []
+    feedbacks: list[Feedback | None] = []
     steps = list(script)
 
-    def scripted(feedback: object, position: int) -> object | None:
+    def scripted(feedback: Feedback | None, position: int) -> object | None:
         feedbacks.append(feedback)
         return steps[position] if position < len(steps) else None
 
@@ -218,7 +219,7 @@ def invalid_argument(harness_cls: HarnessFactory) -> tuple[bool, str]:
     rig = build_rig([call("read_file", path="../../etc/passwd"), call("read_file", path="src/calc.py")], harness_cls=harness_cls)
     rig.harness.run()
     paths = [c.args.get("path") for c in rig.executor.calls]
-    fed_back = any(isinstance(f, dict) and f.get("kind") == "invalid_input" for f in rig.feedbacks)
+    fed_back = any(isinstance(f, InvalidInput) for f in rig.feedbacks)
     ok = fed_back and paths == ["src/calc.py"] and rig.state.proposals == 2
     return ok, f"feedback invalid_input={fed_back}, executed paths={paths}"
 

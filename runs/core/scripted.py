@@ -3,11 +3,12 @@ feedback. Used by tests, demos and replays; its position is part of run state.""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
+from runs.core.feedback import Feedback
 from runs.core.jsonutil import JSON
 
-ScriptFn = Callable[[Mapping[str, JSON] | None, int], object | None]
+ScriptFn = Callable[[Feedback | None, int], object | None]
 
 
 class ScriptedProposer:
@@ -15,7 +16,7 @@ class ScriptedProposer:
         self._script = script
         self.position = position
 
-    def propose(self, feedback: Mapping[str, JSON] | None) -> object | None:
+    def propose(self, feedback: Feedback | None) -> object | None:
         if callable(self._script):
             proposal = self._script(feedback, self.position)
         elif self.position < len(self._script):

@@ -1,10 +1,15 @@
 """The tool registry: name, version, argument schema and what a tool can do to the
-world. The harness decides gates from these flags, never from the model's claims."""
+world. The harness decides gates from these entries, never from the model's claims and
+never from a tool's name: what a tool writes, whether it has an effect outside the
+workspace, whether it needs or produces evidence, whether it ends the run, all is in its
+entry. What runs it, and what a reviewer is shown of it, sits beside its handler in
+``sandbox.tools``; adding a tool is one entry here and one there."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -95,26 +100,56 @@ class FinishArgs(Args):
 
 
 @dataclass(frozen=True)
+class Writes:
+    """The workspace files a call writes, read from one of its arguments."""
+
+    arg: str
+    paths: Callable[[str], list[str]]
+
+    def of(self, args: Mapping[str, JSON]) -> list[str]:
+        return self.paths(str(args[self.arg]))
+
+
+def _one_path(path: str) -> list[str]:
+    return [path]
+
+
+@dataclass(frozen=True)
 class ToolSpec:
     name: str
     version: str
     description: str
     args: type[Args]
-    writes: bool = False  # changes the workspace
+    writes: Writes | None = None  # the workspace files it changes
     external_effect: bool = False  # changes something outside the workspace
     needs_evidence: bool = False  # refused without a passing check of the current revision
     runs_untrusted_code: bool = False  # may change the workspace even without writing
+    # The argument naming the policy check the call runs; its receipt becomes evidence.
+    runs_check: str | None = None
     looks_up: str | None = None  # finds whether an effect of the named tool happened, by its idempotency key
+    # Declares the task done: always offered, and refused until the current revision
+    # has passing checks.
+    finishes: bool = False
+    # What of the workspace the model can see through it; the task message shows as
+    # much up front and never more (sandbox.workspace.RunWorkspace.repository_context).
+    shows: Literal["file_contents", "file_list"] | None = None
     # One line for the reviewer: what happens if this call is granted (effectful tools).
     reviewer_summary: str = ""
 
     @property
+    def writes_workspace(self) -> bool:
+        return self.writes is not None
+
+    @property
     def has_effect(self) -> bool:
-        return self.writes or self.external_effect
+        return self.writes_workspace or self.external_effect
 
     @property
     def may_change_workspace(self) -> bool:
-        return self.writes or self.runs_untrusted_code
+        return self.writes_workspace or self.runs_untrusted_code
+
+    def written_paths(self, args: Mapping[str, JSON]) -> list[str]:
+        return self.writes.of(args) if self.writes is not None else []
 
     def json_schema(self) -> dict[str, JSON]:
         return self.args.model_json_schema()
@@ -134,9 +169,15 @@ class Registry:
     def names(self) -> set[str]:
         return set(self._specs)
 
+    def finish(self) -> ToolSpec:
+        found = [spec for spec in self._specs.values() if spec.finishes]
+        if len(found) != 1:
+            raise ValueError(f"the registry needs exactly one tool that finishes a run, has {len(found)}")
+        return found[0]
+
     def visible(self, allowed: Iterable[str]) -> list[ToolSpec]:
-        allowed_set = set(allowed) | {FINISH}
-        return [spec for name, spec in self._specs.items() if name in allowed_set]
+        allowed_set = set(allowed)
+        return [spec for name, spec in self._specs.items() if name in allowed_set or spec.finishes]
 
     def validate(self, spec: ToolSpec, args: Mapping[str, JSON], write_globs: Iterable[str]) -> dict[str, JSON]:
         """Schema check, then path canonicalisation and the contract's write paths."""
@@ -145,29 +186,35 @@ class Registry:
         except ValidationError as exc:
             raise InputError("arguments", problems_from(exc, "args")) from None
         clean: dict[str, JSON] = parsed.model_dump()
-        if spec.writes:
+        if spec.writes is not None:
             globs = list(write_globs)
-            targets = patch_targets(clean["patch"]) if "patch" in clean else [clean["path"]]
-            field = "args.patch" if "patch" in clean else "args.path"
-            refused = [t for t in targets if not path_allowed(t, globs)]
+            refused = [t for t in spec.writes.of(clean) if not path_allowed(t, globs)]
             if refused:
                 raise InputError(
                     "arguments",
-                    [FieldProblem(field, f"{', '.join(refused)} is outside allowed_write_paths {globs}")],
+                    [FieldProblem(f"args.{spec.writes.arg}", f"{', '.join(refused)} is outside allowed_write_paths {globs}")],
                 )
         return clean
 
 
 BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec("list_files", "1", "List files under a workspace directory. Cannot read outside the workspace.", ListFilesArgs),
-    ToolSpec("read_file", "1", "Read lines of a workspace file. Cannot follow symlinks or leave the workspace.", ReadFileArgs),
+    ToolSpec(
+        "list_files", "1", "List files under a workspace directory. Cannot read outside the workspace.", ListFilesArgs, shows="file_list"
+    ),
+    ToolSpec(
+        "read_file",
+        "1",
+        "Read lines of a workspace file. Cannot follow symlinks or leave the workspace.",
+        ReadFileArgs,
+        shows="file_contents",
+    ),
     ToolSpec("search", "1", "Find literal text in workspace files. Cannot run commands.", SearchArgs),
     ToolSpec(
         "write_file",
         "1",
         "Replace a workspace file's content. Only paths in the task's allowed write paths; no symlinks.",
         WriteFileArgs,
-        writes=True,
+        writes=Writes("path", _one_path),
         reviewer_summary="Replaces the whole content of this one file in the run's workspace; nothing leaves the sandbox.",
     ),
     ToolSpec(
@@ -175,7 +222,7 @@ BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
         "1",
         "Apply a unified diff to workspace files. Refused as a whole when any hunk does not apply.",
         ApplyPatchArgs,
-        writes=True,
+        writes=Writes("patch", patch_targets),
         reviewer_summary="Changes the workspace files exactly as the diff shows; nothing leaves the sandbox.",
     ),
     ToolSpec(
@@ -184,6 +231,7 @@ BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
         "Run a verification check by id; the command is fixed by server configuration, not by you.",
         RunCheckArgs,
         runs_untrusted_code=True,
+        runs_check="check_id",
     ),
     ToolSpec(
         "publish",
@@ -204,7 +252,7 @@ BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
         LookupPublishArgs,
         looks_up="publish",
     ),
-    ToolSpec(FINISH, "1", "Declare the task done. Refused until the current revision has passing checks.", FinishArgs),
+    ToolSpec(FINISH, "1", "Declare the task done. Refused until the current revision has passing checks.", FinishArgs, finishes=True),
 )
 
 

@@ -1,0 +1,166 @@
+"""Preparing a run's workspace from its source (a directory, a local git
+repository, an archive or an allowed remote), once, in a staging directory renamed into
+place; the layout is described in ``sandbox.workspace``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from runs.core.contract import WorkspaceSource
+from runs.core.jsonutil import JSON
+from sandbox import remote
+from sandbox.archives import extract_archive
+from sandbox.remote import RemoteAccess
+from sandbox.sources import WorkspaceSourceError, check_name, git, resolve_source
+from sandbox.workspace import READY, REMOTE_GIT_DIR, RunWorkspace
+
+SANDBOX_UID = 65534
+SANDBOX_GID = 65534
+CACHE_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".benchmarks"}
+
+
+def open_workspace(root: Path) -> RunWorkspace | None:
+    return RunWorkspace(root) if (root / READY).is_file() else None
+
+
+def prepare_workspace(
+    root: Path,
+    source: WorkspaceSource,
+    base_dir: Path,
+    allowed_roots: Sequence[Path],
+    remotes: RemoteAccess | None = None,
+) -> RunWorkspace:
+    """Materialise the source under ``root`` (idempotent: a prepared root is reused).
+    The source must lie under one of ``allowed_roots``: whoever may start a run must
+    not be able to copy arbitrary files of the server into a workspace they can read.
+    A remote must be one of ``remotes.allowed``; its clone's git directory is always
+    kept (``source.git/`` or ``remote.git/``, never mounted) for publishing.
+    Built in a staging directory and renamed into place, so a crash never leaves a
+    half-prepared workspace that looks ready."""
+    existing = open_workspace(root)
+    if existing is not None:
+        return existing
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = root.parent / f".{root.name}.staging-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    try:
+        meta: dict[str, JSON] = {"kind": source.kind, "ref": source.ref}
+        prepared = RunWorkspace(staging)
+        if source.url is not None:
+            meta.update(url=source.url, commit=_from_remote(source.url, source.ref, prepared, remotes or RemoteAccess()))
+        else:
+            assert source.path is not None  # one of path and url, by WorkspaceSource
+            location = resolve_source(source.path, base_dir, allowed_roots)
+            meta["path"] = str(location)
+            if source.kind == "path":
+                _copy_tree(location, prepared.dir, skip=CACHE_DIRS)
+            elif source.kind == "git":
+                meta["commit"] = _from_git(location, source.ref, prepared.dir, prepared.pristine_git)
+            else:
+                extract_archive(location, prepared.dir)
+        # Checks only read the tree (it is mounted read-only), but a source may hold
+        # files only their owner can read: the sandbox's uid owns them.
+        _give_to_sandbox(prepared.dir)
+        base = prepared.index.start()
+        if "commit" in meta and base == git(["rev-parse", f"{meta['commit']}^{{tree}}"], cwd=prepared.pristine_git):
+            pass  # the full walk verified the checkout: the commit's objects are the pristine tree
+        else:
+            if source.url is not None:
+                # Not the pristine side, but publishing makes its commit there.
+                os.rename(prepared.pristine_git, staging / REMOTE_GIT_DIR)
+            else:
+                shutil.rmtree(prepared.pristine_git, ignore_errors=True)
+            _link_tree(prepared.dir, prepared.pristine)
+        (staging / READY).write_text(json.dumps(meta, indent=2))
+        try:
+            os.rename(staging, root)
+        except OSError:
+            if open_workspace(root) is None:  # not a concurrent preparation that won
+                raise
+            shutil.rmtree(staging, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return RunWorkspace(root)
+
+
+def _copy_tree(src: Path, dst: Path, skip: set[str]) -> None:
+    """Copy without following symlinks; special files and ``.git`` are left out."""
+    if not src.is_dir():
+        raise WorkspaceSourceError(f"{src} is not a directory")
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        left_out = set()
+        for name in names:
+            check_name(os.path.relpath(os.path.join(directory, name), src))
+            mode = os.lstat(os.path.join(directory, name)).st_mode
+            regular = stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)
+            if not regular or name in skip or (name == ".git" and Path(directory) == src):
+                left_out.add(name)
+        return left_out
+
+    shutil.copytree(src, dst, symlinks=True, ignore=ignore)
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """``dst`` as hard links to ``src``'s files (their data is not copied): the tree
+    was just made by trusted code and holds only directories, files and symlinks."""
+    for dirpath, dirnames, filenames in os.walk(src):
+        target = dst / os.path.relpath(dirpath, src)
+        target.mkdir(exist_ok=True)
+        for name in dirnames + filenames:
+            full = os.path.join(dirpath, name)
+            if os.path.islink(full):
+                os.symlink(os.readlink(full), target / name)
+                if name in dirnames:
+                    dirnames.remove(name)  # os.walk would not descend, but say it
+            elif name in filenames:
+                os.link(full, target / name)
+
+
+def _give_to_sandbox(tree: Path) -> None:
+    """The checks run as uid 65534 and may need to write (build outputs, fixtures)."""
+    try:
+        for dirpath, dirnames, filenames in os.walk(tree):
+            os.lchown(dirpath, SANDBOX_UID, SANDBOX_GID)
+            for name in dirnames + filenames:
+                os.lchown(os.path.join(dirpath, name), SANDBOX_UID, SANDBOX_GID)
+    except PermissionError:
+        # A worker that is not root cannot chown; open the tree to the sandbox user
+        # instead (the workspace holds only the task's own files).
+        for dirpath, _dirnames, filenames in os.walk(tree):
+            os.chmod(dirpath, 0o777)  # noqa: S103
+            for name in filenames:
+                full = os.path.join(dirpath, name)
+                if not os.path.islink(full):
+                    os.chmod(full, os.stat(full).st_mode | 0o666)  # noqa: S103
+
+
+def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> str:
+    if not (location / ".git").exists() and not (location / "HEAD").is_file():
+        raise WorkspaceSourceError(f"{location} is not a local git repository")
+    if ref is not None and (ref.startswith("-") or any(c.isspace() or ord(c) < 32 for c in ref)):
+        raise WorkspaceSourceError(f"{ref!r} is not a valid git ref", field="workspace.ref")
+    # A local clone hard-links the source's objects (git never changes an object file)
+    # and checks the commit out once; its .git then moves out of the workspace.
+    git(["clone", "--quiet", "--local", "--no-checkout", "--", str(location), str(dest)])
+    try:
+        commit = git(["rev-parse", "--verify", "--quiet", f"{ref or 'HEAD'}^{{commit}}"], cwd=dest)
+    except WorkspaceSourceError:
+        raise WorkspaceSourceError(f"ref {ref or 'HEAD'!r} is not a commit in {location}", field="workspace.ref") from None
+    git(["checkout", "--quiet", "--detach", commit], cwd=dest)
+    os.rename(dest / ".git", git_dir)
+    return commit
+
+
+def _from_remote(url: str, ref: str | None, prepared: RunWorkspace, access: RemoteAccess) -> str:
+    # Cloned like a local git source: its git directory moves out of the workspace.
+    commit = remote.clone(url, ref, prepared.dir, access)
+    os.rename(prepared.dir / ".git", prepared.pristine_git)
+    return commit

@@ -1,0 +1,69 @@
+"""What a workspace may be made from, checked before anything is read: a path under
+the allowed source roots (``HARNESS_WORKSPACE_SOURCES``) or an allowed remote, whose
+file names obey the path grammar. Also the local git the preparation runs, in the
+same isolated environment as remote git."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from runs.core.contract import WorkspaceSource
+from runs.core.errors import FieldProblem, InputError
+from runs.core.paths import refused_character, shown_path
+from sandbox import remote
+from sandbox.remote import RemoteAccess
+
+
+class WorkspaceSourceError(InputError):
+    def __init__(self, message: str, field: str = "workspace.path") -> None:
+        super().__init__("workspace", [FieldProblem(field, message)])
+
+
+def check_source(source: WorkspaceSource, base_dir: Path, allowed_roots: Sequence[Path], allowed_remotes: Sequence[str] = ()) -> None:
+    """WorkspaceSourceError (RemoteError for a remote) unless the source is allowed and
+    exists; reads only, so the process creating a run (the web server, unprivileged)
+    can refuse a bad source at once while the worker that drives the run prepares the
+    workspace. A remote is checked against the allowed list, not contacted."""
+    if source.url is not None:
+        remote.check_remote_url(source.url, allowed_remotes)
+        remote.check_ref(source.ref)
+        return
+    assert source.path is not None  # one of path and url, by WorkspaceSource
+    location = resolve_source(source.path, base_dir, allowed_roots)
+    exists = location.is_file() if source.kind == "archive" else location.is_dir()
+    if not exists:
+        raise WorkspaceSourceError(f"{source.path} is not {'a file' if source.kind == 'archive' else 'a directory'}")
+
+
+def resolve_source(path: str, base_dir: Path, allowed_roots: Sequence[Path]) -> Path:
+    candidate = Path(path)
+    if not candidate.is_absolute():
+        candidate = base_dir / candidate
+    candidate = candidate.resolve()
+    roots = [Path(r).resolve() for r in allowed_roots]
+    if not any(candidate.is_relative_to(r) for r in roots):
+        allowed = ", ".join(str(r) for r in roots)
+        raise WorkspaceSourceError(f"{path} is outside the allowed workspace sources ({allowed}; see HARNESS_WORKSPACE_SOURCES)")
+    return candidate
+
+
+def check_name(path: str) -> None:
+    """A file name in a source obeys the path grammar, or the source is refused."""
+    why = refused_character(path)
+    if why is not None:
+        raise WorkspaceSourceError(f"the source has a file {shown_path(path)} that {why}; such names are refused")
+
+
+def git(args: list[str], cwd: Path | None = None) -> str:
+    return git_output(args, cwd).decode(errors="replace").strip()
+
+
+def git_output(args: list[str], cwd: Path | None = None) -> bytes:
+    # Bytes (a blob is not text), in the same isolated environment as remote git.
+    env = remote.git_environment(RemoteAccess(), "file")
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, timeout=300)
+    if done.returncode != 0:
+        raise WorkspaceSourceError(f"git {args[0]} failed: {done.stderr.decode(errors='replace').strip()[:500]}")
+    return done.stdout

@@ -1,0 +1,51 @@
+"""Each tool's knowledge is in its registry entry (runs.core.tools) and, for what
+runs it, in its sandbox entry beside its handler (sandbox.tools): the loop, the
+adapters and the executor ask the entries, never a tool's name."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from runs.core.tools import BUILTIN_TOOLS, builtin_registry
+from sandbox.tools import TOOLS
+
+ROOT = Path(__file__).resolve().parent.parent
+# Where tool names may be spelled: the two registries, and the demo scripts and the
+# in-memory stand-ins that play a model and a sandbox.
+REGISTRIES = {"runs/core/tools.py", "sandbox/tools.py", "runs/core/scenarios.py", "runs/core/simulated.py"}
+
+
+def test_it_gives_every_registered_tool_exactly_one_sandbox_entry():
+    registered = {spec.name for spec in BUILTIN_TOOLS if not spec.finishes}
+    assert set(TOOLS) == registered
+
+
+def test_it_shows_a_reviewer_every_effect_and_can_look_up_every_external_one():
+    for spec in BUILTIN_TOOLS:
+        if spec.finishes:
+            continue
+        entry = TOOLS[spec.name]
+        assert (entry.preview is not None) == spec.has_effect, spec.name
+        assert (entry.reconcile is not None) == spec.external_effect, spec.name
+        assert bool(spec.reviewer_summary) == spec.has_effect, spec.name
+
+
+def test_it_has_one_tool_that_finishes_and_offers_it_whatever_the_contract_allows():
+    registry = builtin_registry()
+    finish = registry.finish()
+    assert [spec.name for spec in registry.visible([])] == [finish.name]
+
+
+def test_it_spells_no_tool_name_outside_the_registries():
+    names = {spec.name for spec in BUILTIN_TOOLS}
+    found = []
+    for package in ("runs", "sandbox", "approvals", "notifications", "api"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            where = str(path.relative_to(ROOT))
+            if where in REGISTRIES or "migrations" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Constant) and node.value in names:
+                    found.append(f"{where}:{node.lineno} {node.value!r}")
+    assert found == []
