@@ -108,6 +108,9 @@ class RunFilterSerializer(serializers.Serializer):
 
 class EventSerializer(serializers.ModelSerializer):
     run = serializers.UUIDField(source="run_id", read_only=True)
+    type = serializers.CharField(
+        read_only=True, help_text="The event type, one name per type (the list and each payload's fields: docs/live_trace.md)."
+    )
     payload = ObjectField(read_only=True)
 
     class Meta:

@@ -19,7 +19,7 @@ from pydantic_core import PydanticSerializationError
 from runs.core.events import Event as CoreEvent
 from runs.core.events import EvidenceRecorded, ReceiptRecorded
 from runs.core.report import build_report
-from runs.core.state import RunState
+from runs.core.state import RunState, load_stored_state
 from runs.eventlog import LeaseLost, append_events
 from runs.models import CallLedgerEntry, Evidence, PendingEffect, Receipt, Report, Run
 from runs.redact import MaskedJSON, masked, masked_text, secret_values
@@ -170,4 +170,5 @@ def _project(state: RunState, events: Sequence[CoreEvent], seqs: list[int]) -> N
 
 
 def load_state(run: Run) -> RunState:
-    return RunState.model_validate(run.state)
+    """The run's state in the current shape, whichever schema version stored it."""
+    return load_stored_state(run.state)

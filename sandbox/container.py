@@ -1,6 +1,6 @@
 """One Docker container per run, and executions inside it.
 
-The container is created with the sandbox defaults of DESIGN section 9 and the
+The container is created with the sandbox defaults (docs/design.md, Trust boundaries) and the
 run's policy limits; its PID 1 is a tiny reaper so orphaned processes (a fork bomb's
 debris) are collected and do not pin the pids limit. Every execution:
 

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from runs.core.errors import FieldProblem, InputError, problems_from
+from runs.core.errors import FieldProblem, InputError, described, problems_from
 from runs.core.jsonutil import JSON
 from runs.core.patchtext import patch_targets
 from runs.core.paths import PathRefused, canonical_path, path_allowed
@@ -90,7 +90,7 @@ class PublishArgs(Args):
 class LookupPublishArgs(Args):
     idempotency_key: str | None = Field(
         default=None,
-        pattern=r"^[0-9a-f]{32}$",
+        pattern=described(r"^[0-9a-f]{32}$", "32 lowercase hexadecimal digits"),
         description="the publish to look up; leave it out for this run's publish (the unresolved one, else the latest)",
     )
 

@@ -13,13 +13,14 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from runs.core.errors import FieldProblem, InputError
+from runs.core.errors import FieldProblem, InputError, json_message
 from runs.proposers import PROPOSER_KINDS
 from runs.runtime import create_run
 from runs.views.access import ADD_RUNS, require
 
 # Which form field shows the problems of each kind of refused input.
 FIELD_FOR = {
+    "proposer.kind": "proposer_kind",
     "template": "template",
     "contract": "contract",
     "workspace": "contract",
@@ -50,7 +51,7 @@ def _parse_json(text: str, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(what, [FieldProblem("(root)", f"not valid JSON: {exc}")]) from None
+        raise InputError(what, [FieldProblem("(root)", json_message(exc))]) from None
 
 
 def run_inputs(template: str, contract_text: str, kind: str, options_text: str) -> tuple[Any, dict[str, Any]]:
@@ -99,12 +100,15 @@ class NewRunForm(forms.Form):
 
     def add_problems(self, exc: InputError) -> None:
         for problem in exc.problems:
-            # A new run's problems are named "contract.…" or "proposer.…".
-            head = problem.field.split(".", 1)[0].split("[", 1)[0]
-            field = FIELD_FOR.get(exc.what) or FIELD_FOR.get(head)
-            # "(root)" and "(run)" name the whole input, not a field a person could find.
-            named = not problem.field.startswith("(")
-            self.add_error(field, f"{problem.field}: {problem.message}" if named else problem.message)
+            # A new run's problems are named "contract.…" or "proposer.…"; the box's
+            # label says which, so the message names the field inside its JSON.
+            head, _, inner = problem.field.partition(".")
+            head = head.split("[", 1)[0]
+            field = FIELD_FOR.get(problem.field) or FIELD_FOR.get(exc.what) or FIELD_FOR.get(head)
+            if problem.field.startswith("(") or problem.field == head or field == "proposer_kind":
+                self.add_error(field, problem.message)
+            else:
+                self.add_error(field, f"{inner or problem.field}: {problem.message}")
 
 
 @require_http_methods(["GET", "POST"])
