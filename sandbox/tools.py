@@ -25,7 +25,7 @@ from sandbox.container import OutputCapture, OutputListener, SandboxContainer
 from sandbox.engine import SandboxUnavailable
 from sandbox.forges import ChangeRequests, ForgeError
 from sandbox.publishing import PublishRefused, publication
-from sandbox.quota import WATCH_SECONDS, DiskQuota, QuotaProblem
+from sandbox.quota import WATCH_SECONDS, DiskQuota
 from sandbox.remote import PushConflict, RemoteError, RemoteTarget
 from sandbox.workspace import RunWorkspace
 
@@ -155,30 +155,31 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
     if check is None:
         return _error("run_check reached the executor without a check definition from policy")
     base: dict[str, JSON] = {"check_id": check.check_id, "check_version": check.version}
-    over = ctx.quota.problem(ctx.workspace.dir)
+    # The workspace's size as the index keeps it: no walk, whatever the tree's size.
+    over = ctx.quota.problem(ctx.workspace.index.usage(), ctx.workspace.dir)
     if over is not None:
         # A short host disk is not the run's doing: retried like any transient failure.
         # An over-full workspace is: the check fails without running.
         message = f"the check was not run: {over.reason}"
         return ToolResult("transient", "none", {**base, "error": message}) if over.host else _error(message, **base)
-    found: list[QuotaProblem] = []
-
-    def watch() -> str | None:
-        problem = ctx.quota.problem(ctx.workspace.dir)
-        if problem is None:
-            return None
-        found.append(problem)
-        return problem.reason
-
     try:
         container = ctx.container_for(call)
     except SandboxUnavailable as exc:
         return _infrastructure(exc.reason, **base)
     listener = ctx.live_output(call.call_id) if ctx.live_output is not None else None
     capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir, listener=listener)
+
+    def watch() -> str | None:
+        # The check cannot write the worker's disk, only its output does (spooled
+        # here): one statvfs, never a walk. Scratch is bounded by the kernel.
+        problem = ctx.quota.host_problem(capture.path.parent)
+        return None if problem is None else problem.reason
+
     try:
-        # A check observes and never changes (the workspace is mounted read-only): the
-        # walk after it must find the revision unchanged, or the run stops.
+        # The container proves its workspace mount read-only before the check runs
+        # (or refuses to run it), so the check observes and never changes the tree
+        # and nothing is walked after it; a crash inside leaves the marker that has
+        # the next worker walk it.
         with ctx.workspace.untrusted_code():
             result = container.exec(
                 list(check.command),
@@ -213,12 +214,11 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         "output_bytes": capture.total,
     }
     if result.stopped_for is not None:
+        # Cut off for want of host disk (the only reason the watch gives): it proves
+        # nothing either way, changed nothing it could not see read-only, and is
+        # retried like the refusal before a check.
         data["error"] = f"the check was stopped: {result.stopped_for}"
-        if found and found[0].host:
-            # Cut off for want of host disk: it proves nothing either way.
-            return ToolResult("unknown", "unknown", data, [ref])
-        # Killed for what it wrote: a failed check, whose exit code says so; the
-        # workspace it left is re-read by the harness.
+        return ToolResult("transient", "none", data, [ref])
     if result.killed or result.error:
         # The check was cut off: whatever it did to the workspace is unknown (the
         # harness re-reads the revision itself), and it proves nothing.
