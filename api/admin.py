@@ -9,9 +9,11 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from api.models import ApiToken
+from harness_site.admin_times import zoned_times
 
 
 @admin.register(ApiToken)
+@zoned_times(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
     list_display = ["prefix", "user", "created_at", "expires_at", "last_used_at", "revoked_at", "state"]
     list_filter = ["revoked_at", "expires_at"]

@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from approvals.models import ApprovalRequest
 from runs.models import Event, GlobalSwitch, Run
+from runs.published import published
 
 # Bounds that keep numbers inside what every database column and index can hold.
 MAX_SEQ = 2**31 - 1
@@ -63,6 +64,9 @@ class RunSerializer(serializers.ModelSerializer):
     policy_version = serializers.IntegerField(source="policy.version", read_only=True)
     contract = ObjectField(read_only=True)
     proposer = ObjectField(read_only=True)
+    published = serializers.SerializerMethodField(
+        help_text="The branch publish pushed and the change request opened, with links to the configured forge's pages."
+    )
 
     class Meta:
         model = Run
@@ -84,8 +88,13 @@ class RunSerializer(serializers.ModelSerializer):
             "updated_at",
             "contract",
             "proposer",
+            "published",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.ListField(child=serializers.DictField()))
+    def get_published(self, run: Run) -> list[dict[str, Any]]:
+        return published(run)
 
 
 class RunCreateSerializer(serializers.Serializer):
@@ -108,6 +117,9 @@ class RunFilterSerializer(serializers.Serializer):
 
 class EventSerializer(serializers.ModelSerializer):
     run = serializers.UUIDField(source="run_id", read_only=True)
+    type = serializers.CharField(
+        read_only=True, help_text="The event type, one name per type (the list and each payload's fields: docs/live_trace.md)."
+    )
     payload = ObjectField(read_only=True)
 
     class Meta:

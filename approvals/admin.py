@@ -22,8 +22,18 @@ from django.utils.html import format_html
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
 from approvals.policy_diff import SELF_APPROVAL_ON, pretty, previous_of, self_approval_change, version_diff
-from approvals.policy_editor import CheckFormSet, PolicyMainForm, RuleFormSet, compose, initial_data, kept_forms, place_problems
-from runs.core.errors import InputError
+from approvals.policy_editor import (
+    CheckFormSet,
+    PolicyMainForm,
+    RuleFormSet,
+    compose,
+    error_summary,
+    initial_data,
+    kept_forms,
+    place_problems,
+)
+from harness_site.admin_times import zoned_times
+from runs.core.errors import InputError, json_message
 from runs.core.policy import check_policy
 
 
@@ -43,21 +53,22 @@ class PolicyVersionForm(forms.ModelForm):
         try:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"not valid JSON: {exc}") from None
+            raise forms.ValidationError(json_message(exc)) from None
         if not isinstance(raw, dict):
             raise forms.ValidationError("the policy must be a JSON object")
         raw.pop("version", None)
         try:
             check_policy({**raw, "version": 1})
         except InputError as exc:
-            raise forms.ValidationError([f"{p.field}: {p.message}" for p in exc.problems]) from None
+            raise forms.ValidationError([str(p) for p in exc.problems]) from None
         return raw
 
 
 @admin.register(PolicyVersion)
+@zoned_times(PolicyVersion)
 class PolicyVersionAdmin(admin.ModelAdmin):
     form = PolicyVersionForm
-    list_display = ("version", "note", "created_by", "created_at", "run_count", "new_from_this")
+    list_display = ("version", "new_from_this", "note", "created_by", "created_at", "run_count")
     actions = ["compare_versions"]
     readonly_fields = ("version", "note", "created_by", "created_at", "document_pretty", "difference")
 
@@ -102,11 +113,11 @@ class PolicyVersionAdmin(admin.ModelAdmin):
 
     @admin.display(description="document")
     def document_pretty(self, obj: PolicyVersion) -> str:
-        return format_html("<pre>{}</pre>", pretty(obj.document))
+        return format_html('<pre tabindex="0">{}</pre>', pretty(obj.document))
 
     @admin.display(description="difference from the previous version")
     def difference(self, obj: PolicyVersion) -> str:
-        return format_html("<pre>{}</pre>", version_diff(previous_of(obj), obj) or "(no difference)")
+        return format_html('<pre tabindex="0">{}</pre>', version_diff(previous_of(obj), obj) or "(no difference)")
 
     def add_view(self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None) -> HttpResponse:
         """Rows for rules and checks; ``?json=1`` (or a posted ``document_text``) is the raw JSON editor."""
@@ -148,6 +159,7 @@ class PolicyVersionAdmin(admin.ModelAdmin):
             "rules": rules,
             "checks": checks,
             "refused": request.method == "POST",
+            "problems": error_summary(main, rules, checks) if request.method == "POST" else [],
         }
         return TemplateResponse(request, "admin/approvals/policy_edit.html", context)
 
@@ -207,6 +219,7 @@ class PolicyVersionAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApprovalRequest)
+@zoned_times(ApprovalRequest)
 class ApprovalRequestAdmin(admin.ModelAdmin):
     list_display = ("tool", "run", "status", "created_at", "expires_at", "decided_by")
     list_filter = ("status", "tool")

@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from django import forms
+from django.forms.utils import pretty_name
 
 from runs.core.errors import FieldProblem
 
@@ -95,14 +96,33 @@ class CheckForm(forms.Form):
         return [line.strip() for line in self.cleaned_data["command"].splitlines() if line.strip()]
 
 
-class RuleRows(forms.BaseFormSet):
+class Rows(forms.BaseFormSet):
+    """A table of rows whose column headings are the only visible labels: each input
+    is named for screen readers by its column and row ("Tool, rule 2")."""
+
+    noun = "row"
+
+    def add_fields(self, form: forms.Form, index: int | None) -> None:
+        super().add_fields(form, index)
+        row = "new row" if index is None else f"{self.noun} {index + 1}"
+        for name, field in form.fields.items():
+            field.widget.attrs["aria-label"] = f"{field.label or pretty_name(name)}, {row}"
+
+
+class RuleRows(Rows):
+    noun = "rule"
+
     def add_fields(self, form: forms.Form, index: int | None) -> None:
         super().add_fields(form, index)
         form.fields["ORDER"].widget.attrs["class"] = "vIntegerField"
 
 
+class CheckRows(Rows):
+    noun = "check"
+
+
 RuleFormSet = forms.formset_factory(RuleForm, formset=RuleRows, extra=3, can_delete=True, can_order=True)
-CheckFormSet = forms.formset_factory(CheckForm, extra=2, can_delete=True)
+CheckFormSet = forms.formset_factory(CheckForm, formset=CheckRows, extra=2, can_delete=True)
 
 
 def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
@@ -195,14 +215,26 @@ def compose(main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[
 def place_problems(problems: list[FieldProblem], main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[CheckForm]) -> None:
     """Put each problem ("rules[1].decision: ...") on the row field it names, else on the main form."""
     for problem in problems:
-        message = str(problem)
         match = _ROW_PATH.match(problem.field)
         if match:
             rows = rule_forms if match.group(1) == "rules" else check_forms
             index, name = int(match.group(2)), match.group(3)
             if index < len(rows):
                 form = rows[index]
-                form.add_error(name if name in form.fields else None, message)
+                form.add_error(*((name, problem.message) if name in form.fields else (None, str(problem))))
                 continue
         name = problem.field.replace(".", "_")
-        main.add_error(name if name in main.fields else None, message)
+        main.add_error(*((name, problem.message) if name in main.fields else (None, str(problem))))
+
+
+def error_summary(main: PolicyMainForm, rules: forms.BaseFormSet, checks: forms.BaseFormSet) -> list[str]:
+    """Every refusal on the page, each with the field it is about as the page labels
+    it, so a long form says at its top what to fix and where."""
+    lines = [str(error) for error in main.non_field_errors()]
+    lines += [f"{field.label}: {error}" for field in main for error in field.errors]
+    for heading, formset in (("Rule", rules), ("Check", checks)):
+        lines += [str(error) for error in formset.non_form_errors()]
+        for row, form in enumerate(formset.forms, start=1):
+            lines += [f"{heading} row {row}: {error}" for error in form.non_field_errors()]
+            lines += [f"{heading} row {row}, {field.label.lower()}: {error}" for field in form for error in field.errors]
+    return lines

@@ -258,22 +258,65 @@ def database_trials(kind: str, steps: int, trials: int, peer_url: str) -> dict[s
     policy = current_policy_row()
 
     def harness(n: int, counter: Counter | None = None) -> float:
-        run = Run.objects.create(task_id="bench", objective="measure", contract={}, policy=policy, proposer={})
+        # Driven as a worker drives it: under a lease, every checkpoint fenced by its token.
+        run = Run.objects.create(task_id="bench", objective="measure", contract={}, policy=policy, proposer={}, lease_token=1)
         with counting_django(counter) if counter else nullcontext():
-            return harness_loop(n, DjangoStore(), str(run.pk))
+            return harness_loop(n, DjangoStore(lease_token=1), str(run.pk))
 
     with peer_saver(kind, peer_url) as (saver, count_peer):
         # Statements are counted in a pass of their own, outside the timed trials: a
         # counting hook called back from inside the driver would add its own cost,
         # more to the process that also runs a broadcast thread.
         counted = {"harness": Counter(), "langgraph": Counter()}
-        harness(COUNTED_STEPS, counted["harness"])
-        with count_peer(counted["langgraph"]):
+        with wal_bytes(kind, harness_wal()) as written_by_harness:
+            harness(COUNTED_STEPS, counted["harness"])
+        with wal_bytes(kind, peer_url if kind == "sqlite" else "", saver) as written_by_peer, count_peer(counted["langgraph"]):
             langgraph_loop(COUNTED_STEPS, saver)
         result = interleaved({"harness": lambda _: harness(steps), "langgraph": lambda _: langgraph_loop(steps, saver)}, trials, steps)
         for name, counter in counted.items():
             result[name]["statements"] = [counter.statements / COUNTED_STEPS]
+        for name, written in (("harness", written_by_harness), ("langgraph", written_by_peer)):
+            if written:
+                result[name]["wal_bytes"] = [written[0] / COUNTED_STEPS]
         return result
+
+
+def harness_wal() -> str:
+    from django.db import connection
+
+    return str(connection.settings_dict["NAME"]) if connection.vendor == "sqlite" else ""
+
+
+@contextmanager
+def wal_bytes(kind: str, path: str, saver: Any = None) -> Iterator[list[int]]:
+    """Bytes SQLite appended to the database's write-ahead log meanwhile (whole pages
+    and their frame headers: what each commit writes); nothing on PostgreSQL, whose
+    WAL is shared with whatever else the server is running."""
+    written: list[int] = []
+    if kind != "sqlite" or not path:
+        yield written
+        return
+
+    def pragma(sql: str) -> None:
+        if saver is not None:
+            saver.conn.execute(sql)
+        else:
+            from django.db import connection
+
+            with connection.cursor() as cursor:
+                cursor.execute(sql)
+
+    # Emptied first, and not checkpointed meanwhile (a checkpoint would start the log
+    # over and hide what was written): its growth is every frame written.
+    wal = Path(path + "-wal")
+    pragma("PRAGMA wal_checkpoint(TRUNCATE)")
+    pragma("PRAGMA wal_autocheckpoint=0")
+    before = wal.stat().st_size if wal.exists() else 0
+    try:
+        yield written
+        written.append(wal.stat().st_size - before)
+    finally:
+        pragma("PRAGMA wal_autocheckpoint=1000")
 
 
 @contextmanager
@@ -395,6 +438,7 @@ def summary(trials: dict[str, list[float]]) -> dict[str, Any]:
         "max": round(max(us), 1),
         "cpu_us_per_step": round(statistics.median(trials["cpu"]) * 1e6, 1),
         "statements_per_step": round(statistics.median(trials["statements"]), 2),
+        "wal_bytes_per_step": round(statistics.median(trials["wal_bytes"])) if trials.get("wal_bytes") else "",
     }
 
 
@@ -459,7 +503,7 @@ def table(result: dict[str, Any]) -> str:
         f"Durable step cost, {result['date']}, {result['machine']}, load {result['load_before']} -> {result['load_after']}",
         f"{result['steps']} steps in memory, {result['db_steps']} on a database, median of {result['trials']} interleaved trials (min-max)",
         "",
-        f"{'where':12} {'variant':30} {'µs/step':>9} {'min-max':>17} {'CPU µs/step':>12} {'statements/step':>16}",
+        f"{'where':12} {'variant':30} {'µs/step':>9} {'min-max':>17} {'CPU µs/step':>12} {'statements/step':>16} {'WAL bytes/step':>15}",
     ]
     for where in ("in memory", "sqlite", "postgresql"):
         for name, row in result.get(where, {}).items():
@@ -467,6 +511,7 @@ def table(result: dict[str, Any]) -> str:
                 spread = f"{row['min']}-{row['max']}"
                 lines.append(
                     f"{where:12} {name:30} {row['us_per_step']:>9} {spread:>17} {row['cpu_us_per_step']:>12} {row['statements_per_step']:>16}"
+                    f" {row['wal_bytes_per_step']:>15}"
                 )
             else:
                 lines.append(f"{where:12} {name:30} {row:>9}")

@@ -11,8 +11,12 @@ measured in the same run on the same tree:
 
     python bench/repo_scale.py [--sizes 10,5000,20000,100000] [--huge] [--json]
 
-``--huge`` adds 300,000 files (about 1.5 GB of disk and several minutes). Trees are
-generated in a temporary directory and removed afterwards."""
+``--huge`` adds 300,000 files (about 1.5 GB of disk and several minutes; its
+preparations are measured ``--huge-rounds`` times). Trees are generated in a
+temporary directory and removed afterwards. Every figure is printed as a ratio to its
+floor; run start is preparation from git plus the container's start, against
+``git clone --local``. ``--dir /dev/shm`` makes the trees on a tmpfs, when a shared
+disk would measure the neighbours more than the harness."""
 
 from __future__ import annotations
 
@@ -41,6 +45,7 @@ from sandbox.container import ContainerSpec, SandboxContainer  # noqa: E402
 from sandbox.docker_client import shared_client  # noqa: E402
 from sandbox.executor import SandboxExecutor  # noqa: E402
 from sandbox.preparation import prepare_workspace  # noqa: E402
+from sandbox.quota import DiskQuota  # noqa: E402
 
 TRIVIAL = CheckDef(
     check_id="trivial", command=["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_trivial.py"], timeout_seconds=120
@@ -121,10 +126,15 @@ def raw_write(path: Path, n: int) -> float:
 
 def calls(tree: Path, tmp: Path, image: str, reads: int, writes: int, checks: int) -> dict[str, Any]:
     workspace = prepare_workspace(tmp / "run", WorkspaceSource(kind="git", path=str(tree)), tmp, (tmp,))
+    started = time.perf_counter()
     container = SandboxContainer.start("bench-scale", workspace.dir, ContainerSpec.from_limits(LIMITS, image), scope="bench")
-    result: dict[str, Any] = {}
+    result: dict[str, Any] = {"container_start_ms": (time.perf_counter() - started) * 1000}
     try:
-        executor = SandboxExecutor("bench-scale", workspace, container, MemoryArtifacts(), tmp / "outbox")
+        # The policy's default quota (1 GB) is smaller than 300,000 small files' blocks.
+        quota = DiskQuota(workspace_max_bytes=1 << 40)
+        executor = SandboxExecutor(
+            "bench-scale", workspace, container, MemoryArtifacts(), tmp / "outbox", write_paths=("src/*",), quota=quota
+        )
         read = {"tool": "read_file", "args": {"path": "src/edited.py"}}
         step_times(executor, read, 20)  # warm-up
         read_times = step_times(executor, read, reads)
@@ -165,42 +175,56 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
-def measure(sizes: list[int], image: str, rounds: int, counts: tuple[int, int, int]) -> dict[str, Any]:
+def measure(sizes: list[int], image: str, rounds: dict[int, int], counts: tuple[int, int, int], where: str | None) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     for size in sizes:
-        with tempfile.TemporaryDirectory(prefix="harness-scale-") as name:
+        with tempfile.TemporaryDirectory(prefix="harness-scale-", dir=where) as name:
             tmp = Path(name)
             tree = tmp / "repo"
             began = time.perf_counter()
             generate(tree, size)
             generated = time.perf_counter() - began
             row = {"files": size, "generate_s": generated, "load_before": uptime()}
-            row["preparation"] = preparation(tree, tmp, rounds)
+            row["preparation"] = preparation(tree, tmp, rounds[size])
             row.update(calls(tree, tmp, image, *counts))
             row["load_after"] = uptime()
             rows[str(size)] = row
             # Each size as it is measured: a long run interrupted keeps what it had.
             print(json.dumps(row), file=sys.stderr, flush=True)
-    return {"rows": rows, "machine": machine(), "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
+    return {
+        "rows": rows,
+        "machine": machine(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "dir": where or tempfile.gettempdir(),
+    }
+
+
+def ratio(value: float, floor: float) -> str:
+    return f"{value / floor:.1f}x" if floor > 0 else "-"
 
 
 def table(result: dict[str, Any]) -> str:
     lines = [
-        "| files | read_file (raw read) | write_file (raw write) | run_check (raw exec; overhead) | prepare from git / `git clone --local` | prepare from a path / `cp -a` |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| files | read_file / raw read | write_file / raw write | run_check / raw exec (overhead) "
+        "| run start / `git clone --local` | prepare from git / `git clone --local` | prepare from a path / `cp -a` |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in result["rows"].values():
         p = row["preparation"]
-        check = (
-            f"{row['run_check']['median_ms']:.0f} ms ({row['raw_exec']['median_ms']:.0f} ms; +{row['check_overhead_ms']:.0f} ms)"
-            if "run_check" in row
-            else f"not run: {row.get('run_check_error', '?')[:80]}"
-        )
+        read, raw_read_ms = row["read_file"]["median_ms"], row["raw_read"]["median_ms"]
+        write, raw_write_ms = row["write_file"]["median_ms"], row["raw_write"]["median_ms"]
+        if "run_check" in row:
+            checked, raw_exec = row["run_check"]["median_ms"], row["raw_exec"]["median_ms"]
+            check = f"{checked:.0f} / {raw_exec:.0f} ms = {checked / raw_exec:.2f}x ({row['check_overhead_ms']:+.0f} ms)"
+        else:
+            check = f"not run: {row.get('run_check_error', '?')[:80]}"
+        start = p["prepare_git"] + row["container_start_ms"]
         lines.append(
             f"| {row['files']:,} "
-            f"| {row['read_file']['median_ms']:.2f} ms ({row['raw_read']['median_ms']:.3f} ms) "
-            f"| {row['write_file']['median_ms']:.2f} ms ({row['raw_write']['median_ms']:.3f} ms) "
+            f"| {read:.2f} / {raw_read_ms:.3f} ms = {ratio(read, raw_read_ms)} "
+            f"| {write:.2f} / {raw_write_ms:.3f} ms = {ratio(write, raw_write_ms)} "
             f"| {check} "
+            f"| {start:.0f} / {p['git_clone_local']:.0f} ms = {start / p['git_clone_local']:.2f}x "
             f"| {p['prepare_git']:.0f} / {p['git_clone_local']:.0f} ms = {p['ratio_git_vs_clone']:.2f}x "
             f"| {p['prepare_path']:.0f} / {p['cp_a']:.0f} ms = {p['ratio_path_vs_cp']:.2f}x |"
         )
@@ -212,18 +236,23 @@ def main() -> None:
     parser.add_argument("--sizes", default="10,5000,20000,100000")
     parser.add_argument("--huge", action="store_true", help="add 300,000 files")
     parser.add_argument("--rounds", type=int, default=3, help="preparations per size (median)")
+    parser.add_argument("--huge-rounds", type=int, default=1, help="preparations of the 300,000-file tree")
     parser.add_argument("--calls", default="200,200,5", help="read_file, write_file and run_check steps per size")
+    parser.add_argument(
+        "--dir", default=None, help="where the trees are made (default: the system's temporary directory); e.g. /dev/shm for a tmpfs"
+    )
     parser.add_argument("--image", default=os.environ.get("HARNESS_SANDBOX_IMAGE", "harness-sandbox:latest"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s] + ([300_000] if args.huge else [])
     shared_client().ping()
     reads, writes, checks = (int(n) for n in args.calls.split(","))
-    result = measure(sizes, args.image, args.rounds, (reads, writes, checks))
+    rounds = {size: args.huge_rounds if size >= 300_000 else args.rounds for size in sizes}
+    result = measure(sizes, args.image, rounds, (reads, writes, checks), args.dir)
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"Repository scale on {result['machine']} ({result['date']})\n")
+    print(f"Repository scale on {result['machine']} ({result['date']}, trees in {result['dir']})\n")
     print(table(result))
     for row in result["rows"].values():
         print(f"\n{row['files']:,} files: load before {row['load_before']!r}, after {row['load_after']!r}")

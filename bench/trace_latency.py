@@ -47,7 +47,10 @@ from celery_worker import start_worker  # noqa: E402
 from machine import load, machine, now  # noqa: E402
 
 # The writer process is this script again; it must find the same directory and prefix.
-VAR = Path(os.environ.setdefault("BENCH_TRACE_VAR", tempfile.mkdtemp(prefix="bench-trace-")))
+# (Made only once: the children inherit it, and each used to leave an empty one behind.)
+if "BENCH_TRACE_VAR" not in os.environ:
+    os.environ["BENCH_TRACE_VAR"] = tempfile.mkdtemp(prefix="bench-trace-")
+VAR = Path(os.environ["BENCH_TRACE_VAR"])
 PREFIX = os.environ.setdefault("BENCH_TRACE_PREFIX", f"bench-{uuid.uuid4().hex[:8]}")
 ENV = {
     **os.environ,
@@ -237,6 +240,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def scheduler_ns(pid: int) -> tuple[int, int]:
+    """Nanoseconds the process's threads spent on a CPU and waiting on a run queue
+    (ready to run, no CPU free) so far, from /proc/<pid>/task/*/schedstat."""
+    on_cpu = waiting = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "schedstat").read_text().split()
+        except OSError:  # a thread that ended meanwhile
+            continue
+        on_cpu, waiting = on_cpu + int(fields[0]), waiting + int(fields[1])
+    return on_cpu, waiting
+
+
 def stream_once(port: int, server: int, user: Any, cookie: str, rate: float, seconds: float, viewers: int) -> dict[str, Any]:
     """One live measurement: a fresh run, ``viewers`` sockets on it, the writer. Also
     the web process's CPU time per 1000 deliveries, a figure the machine's load
@@ -251,6 +267,7 @@ def stream_once(port: int, server: int, user: Any, cookie: str, rate: float, sec
     )
     assert viewers_proc.stdout is not None and viewers_proc.stdout.readline().strip() == "ready", "the viewers did not connect"
     cpu_before = cpu_seconds(server)
+    sched_before, wall_before = scheduler_ns(server), time.monotonic()
     writer = child("--writer", live_run, str(rate), str(seconds), str(committed_file))
     if writer.wait() or viewers_proc.wait():
         raise RuntimeError("the writer or the viewers failed")
@@ -258,8 +275,13 @@ def stream_once(port: int, server: int, user: Any, cookie: str, rate: float, sec
     arrivals = [{int(seq): t for seq, t in seen.items()} for seen in json.loads(arrivals_file.read_text())]
     latencies = [(seen[seq] - t) * 1000 for seen in arrivals for seq, t in committed.items()]
     web_cpu = cpu_seconds(server) - cpu_before
+    sched_after, wall = scheduler_ns(server), time.monotonic() - wall_before
     return {
         "web_cpu_ms_per_1000_deliveries": round(web_cpu * 1e6 / len(latencies), 1),
+        # Per second of the stream: how long the web process ran, and how long it was
+        # ready to run but waited for a CPU (starvation by the machine, not its own cost).
+        "web_on_cpu_ms_per_s": round((sched_after[0] - sched_before[0]) / 1e6 / wall, 1),
+        "web_runqueue_wait_ms_per_s": round((sched_after[1] - sched_before[1]) / 1e6 / wall, 1),
         "median": round(statistics.median(latencies), 2),
         "p99": round(percentile(latencies, 0.99), 2),
         "max": round(max(latencies), 2),
@@ -361,13 +383,14 @@ def measure(rate: float, seconds: float, viewers: int, repeats: int, events: int
 def table(r: dict[str, Any]) -> str:
     page, live = r["page_ms"], r["page_to_live_ms"]
     lines = [
-        "| commit → arrival | median | p99 | max | deliveries | web CPU per 1000 | load (1, 5, 15 min) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| commit → arrival | median | p99 | max | deliveries | web CPU per 1000 | web on CPU / waiting for one, per s | load (1, 5, 15 min) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for n, stream in enumerate(r["repeats"], start=1):
         lines.append(
             f"| repeat {n}: {r['rate']:.0f} events/s, {r['viewers']} viewers | {stream['median']:.2f} ms | {stream['p99']:.2f} ms "
-            f"| {stream['max']:.2f} ms | {stream['deliveries']} | {stream['web_cpu_ms_per_1000_deliveries']} ms | {stream['load']} |"
+            f"| {stream['max']:.2f} ms | {stream['deliveries']} | {stream['web_cpu_ms_per_1000_deliveries']} ms "
+            f"| {stream['web_on_cpu_ms_per_s']} / {stream['web_runqueue_wait_ms_per_s']} ms | {stream['load']} |"
         )
     lines += [
         "",

@@ -183,6 +183,27 @@ GIT_SSH_KEY_FILE = env_str("HARNESS_GIT_SSH_KEY_FILE", "") or None
 GIT_SSH_KNOWN_HOSTS = env_str("HARNESS_GIT_SSH_KNOWN_HOSTS", "") or None
 GIT_AUTHOR = env_identity("HARNESS_GIT_AUTHOR", "Harness <harness@localhost>")
 GIT_TIMEOUT_SECONDS = env_float("HARNESS_GIT_TIMEOUT_SECONDS", 120.0, minimum=1.0)
+# A clone that fails for a passing network reason is tried this many times in all,
+# waiting 1s, 2s, 4s... (at most HARNESS_GIT_CLONE_BACKOFF_MAX_SECONDS) in between.
+GIT_CLONE_ATTEMPTS = env_int("HARNESS_GIT_CLONE_ATTEMPTS", 4, minimum=1, maximum=20)
+GIT_CLONE_BACKOFF_SECONDS = env_float("HARNESS_GIT_CLONE_BACKOFF_SECONDS", 1.0, minimum=0.0)
+GIT_CLONE_BACKOFF_MAX_SECONDS = env_float("HARNESS_GIT_CLONE_BACKOFF_MAX_SECONDS", 30.0, minimum=0.0)
+# The forge open_change_request opens pull requests (GitHub) or merge requests
+# (GitLab) on; none by default. Its project is HARNESS_FORGE_PROJECT or the path of
+# the run's remote. The token is read by the worker's forge client only.
+FORGE = env_choice("HARNESS_FORGE", "", ("", "github", "gitlab"))
+_FORGE_DEFAULTS = {"github": ("https://api.github.com", "https://github.com"), "gitlab": ("https://gitlab.com", "https://gitlab.com")}
+_forge_api, _forge_web = _FORGE_DEFAULTS.get(FORGE, _FORGE_DEFAULTS["github"])
+# GitHub's REST root (GitHub Enterprise: https://host/api/v3); GitLab's instance URL.
+FORGE_API_URL = env_url("HARNESS_FORGE_API_URL", _forge_api, ("http", "https"))
+# Links on the run page go only to pages under this URL.
+FORGE_WEB_URL = env_url("HARNESS_FORGE_WEB_URL", _forge_web, ("http", "https"))
+FORGE_PROJECT = env_str("HARNESS_FORGE_PROJECT", "") or None
+FORGE_TOKEN = env_str("HARNESS_FORGE_TOKEN", "")
+FORGE_TOKEN_FILE = env_str("HARNESS_FORGE_TOKEN_FILE", "") or None
+FORGE_TIMEOUT_SECONDS = env_float("HARNESS_FORGE_TIMEOUT_SECONDS", 30.0, minimum=1.0)
+if FORGE and not (FORGE_TOKEN or FORGE_TOKEN_FILE):
+    raise SettingError("HARNESS_FORGE is set: HARNESS_FORGE_TOKEN or HARNESS_FORGE_TOKEN_FILE is required")
 
 LOGGING = {
     "version": 1,

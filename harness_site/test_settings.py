@@ -10,6 +10,9 @@ os.environ.setdefault("DEBUG", "1")
 os.environ.setdefault("HARNESS_QUEUE", f"harness-test-{os.getpid()}")
 os.environ.setdefault("HARNESS_SANDBOX_SCOPE", os.environ["HARNESS_QUEUE"])
 os.environ.setdefault("HARNESS_CACHE_PREFIX", os.environ["HARNESS_QUEUE"])
+# Live broadcasts too: on a shared Redis another session's "lists changed" reached this
+# session's sockets (and failed a test waiting for its own run's change).
+os.environ.setdefault("HARNESS_CHANNEL_PREFIX", os.environ["HARNESS_QUEUE"])
 os.environ.setdefault("HARNESS_VAR_DIR", tempfile.mkdtemp(prefix=f"{os.environ['HARNESS_QUEUE']}-"))
 
 from harness_site.settings import *  # noqa: E402,F403

@@ -9,6 +9,7 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
+from harness_site.admin_times import zoned_times
 from notifications.destinations import DestinationRefused, DestinationUnresolved, check_destination
 from notifications.models import Delivery, DeliveryAttempt, WebhookEndpoint
 
@@ -35,6 +36,7 @@ class EndpointForm(forms.ModelForm):
 
 
 @admin.register(WebhookEndpoint)
+@zoned_times(WebhookEndpoint)
 class WebhookEndpointAdmin(admin.ModelAdmin):
     form = EndpointForm
     list_display = ["name", "url", "format", "kinds", "active", "created_at"]
@@ -45,6 +47,7 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
         return ", ".join(obj.event_kinds)
 
 
+@zoned_times(DeliveryAttempt)
 class AttemptInline(admin.TabularInline):
     model = DeliveryAttempt
     extra = 0
@@ -56,6 +59,7 @@ class AttemptInline(admin.TabularInline):
 
 
 @admin.register(Delivery)
+@zoned_times(Delivery)
 class DeliveryAdmin(admin.ModelAdmin):
     list_display = ["created_at", "kind", "endpoint", "status", "attempts", "status_code", "delivered_at", "next_retry_at"]
     list_filter = ["status", "kind", "endpoint"]

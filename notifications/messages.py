@@ -1,12 +1,15 @@
 """What a notification says, as plain data: which events notify, the JSON
-payload, the Slack-compatible rendering, and the signature. No Django here."""
+payload, the Slack-compatible rendering, and the signature. No Django here
+(events come typed from runs.core.events)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import json
-from typing import Any
+from typing import Any, assert_never
+
+from runs.core import events as ev
 
 APPROVAL_REQUESTED = "approval_requested"
 APPROVAL_EXPIRED = "approval_expired"
@@ -14,15 +17,47 @@ RUN_STOPPED = "run_stopped"
 OBJECTIVE_CHARS = 300
 
 
-def kind_of(event_type: str, payload: dict[str, Any]) -> str | None:
-    """The notification an event calls for, if any."""
-    if event_type == "approval_required":
-        return APPROVAL_REQUESTED
-    if event_type == "approval_lapsed" and payload.get("status") == "expired":
-        return APPROVAL_EXPIRED
-    if event_type == "stop":
-        return RUN_STOPPED
-    return None
+def kind_of(event: ev.AnyEvent) -> str | None:
+    """The notification an event calls for, if any. Every event type is named here,
+    so a new one is a type error until someone decides whether it notifies."""
+    match event:
+        case ev.ApprovalRequired():
+            return APPROVAL_REQUESTED
+        case ev.ApprovalLapsed():
+            return APPROVAL_EXPIRED if event.status == "expired" else None
+        case ev.Stopped():
+            return RUN_STOPPED
+        case (
+            ev.RunStarted()
+            | ev.RunResumed()
+            | ev.Proposed()
+            | ev.InvalidInput()
+            | ev.Denied()
+            | ev.CallAdmitted()
+            | ev.ApprovalConsumed()
+            | ev.ApprovalRefused()
+            | ev.ApprovalDecided()
+            | ev.WaitEnded()
+            | ev.DuplicateEffect()
+            | ev.PolicyChanged()
+            | ev.InvariantRepaired()
+            | ev.KillRequested()
+            | ev.CallStarted()
+            | ev.ReceiptRecorded()
+            | ev.Retry()
+            | ev.SandboxWaiting()
+            | ev.SandboxWaitOver()
+            | ev.EvidenceRecorded()
+            | ev.EvidenceCleared()
+            | ev.CheckRequired()
+            | ev.PendingEffectRecorded()
+            | ev.EffectReconciled()
+            | ev.WriteBlocked()
+            | ev.ModelNote()
+        ):
+            return None
+        case _:
+            assert_never(event)
 
 
 def notice(
@@ -36,7 +71,6 @@ def notice(
     """The JSON payload. ``run`` has id, task_id, objective; ``event`` is the stored
     event (seq, type, ts, call_id, payload), already redacted by the event writer.
     Tool arguments are left out: reviewers read them where they decide."""
-    payload = event["payload"]
     body: dict[str, Any] = {
         "id": delivery_id,
         "kind": kind,
@@ -49,20 +83,22 @@ def notice(
         },
         "event": {"seq": event["seq"], "type": event["type"], "ts": event["ts"], "call_id": event["call_id"]},
     }
-    if kind in (APPROVAL_REQUESTED, APPROVAL_EXPIRED):
-        request_id = payload["request_id"]
-        approval = {
-            "id": request_id,
-            "url": f"{base_url}/approvals/{request_id}/",
-            "api_url": f"{base_url}/api/approvals/{request_id}/",
+    typed = ev.parse_event(event)
+    if isinstance(typed, ev.ApprovalRequired | ev.ApprovalLapsed):
+        approval: dict[str, Any] = {
+            "id": typed.request_id,
+            "url": f"{base_url}/approvals/{typed.request_id}/",
+            "api_url": f"{base_url}/api/approvals/{typed.request_id}/",
         }
-        if kind == APPROVAL_REQUESTED:
-            approval |= {"tool": payload["tool"], "rule": payload["rule"], "revision": payload["revision"]}
+        if isinstance(typed, ev.ApprovalRequired):
+            approval |= {"tool": typed.tool, "rule": typed.rule, "revision": typed.revision}
         else:
-            approval |= {"reason": payload["reason"]}
+            approval |= {"reason": typed.reason}
         body["approval"] = approval
+    elif isinstance(typed, ev.Stopped):
+        body["stop"] = {"status": typed.status, "message": typed.message}
     else:
-        body["stop"] = {"status": payload["status"], "message": payload["message"]}
+        raise ValueError(f"a {typed.type} event calls for no notification")
     body["text"] = summary(body)
     return body
 

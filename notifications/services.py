@@ -35,7 +35,7 @@ USER_AGENT = "Harness-Webhooks/1"
 
 def record_deliveries(event: Event) -> list[str]:
     """Delivery rows for every active endpoint that wants this event; their ids."""
-    kind = messages.kind_of(event.type, event.payload)
+    kind = messages.kind_of(event.typed())
     if kind is None:
         return []
     endpoints = [e for e in WebhookEndpoint.objects.filter(active=True) if kind in e.event_kinds]

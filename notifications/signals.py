@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 def on_events(sender: type[Event], rows: list[Event], **_: Any) -> None:
     for event in rows:
         # Most events call for no notification; they cost the step no savepoint.
-        if kind_of(event.type, event.payload) is None:
+        if kind_of(event.typed()) is None:
             continue
         try:
             # A savepoint: a failure here is rolled back alone and never costs the run

@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 # Every page that lists runs or requests listens here; what it may see is decided
 # when it refetches the page, with the viewer's own permissions.
 LISTS_GROUP = "harness.lists"
+# A process sends at most one round of broadcasts this often: what commits meanwhile
+# waits for the next round (a live viewer sees it up to this much later).
+ROUND_SECONDS = 0.02
 
 
 def run_group(run_id: str) -> str:
@@ -69,8 +72,17 @@ class _Sender:
     async def _pump(self) -> None:
         # One long-lived loop: starting an event loop for every send cost about as
         # much CPU as the send itself, on the thread that shares the worker's GIL.
+        loop = asyncio.get_running_loop()
+        last_round = -ROUND_SECONDS
         while True:
             await self._wake.wait()
+            # Under a stream of commits one round per ROUND_SECONDS carries all that
+            # queued meanwhile: fewer, larger messages, for Redis, for this thread's
+            # share of the GIL and for every viewer's socket. The first commit after
+            # a quiet spell goes out at once.
+            pause = last_round + ROUND_SECONDS - loop.time()
+            if pause > 0:
+                await asyncio.sleep(pause)
             self._wake.clear()
             with self._lock:
                 batches, self._waiting = self._waiting, []
@@ -82,6 +94,7 @@ class _Sender:
                         await layer.group_send(group, message)
                 except Exception:  # noqa: BLE001 - the stream is best effort; replay fills gaps
                     log.warning("broadcast of %s to %s failed", message.get("type"), group, exc_info=True)
+            last_round = loop.time()
             with self._idle:
                 self._pending -= len(batches)
                 self._idle.notify_all()

@@ -1,9 +1,10 @@
-"""Shared output and exit codes for the run commands (run_task, resume_run)."""
+"""Shared output and exit codes for the run commands (run_task, resume_run, check_run_state)."""
 
 from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +24,14 @@ EXIT_BAD_INPUT = 2
 # is one line on stderr, the run is left as it was stored, to be resumed.
 EXIT_ERROR = 3
 EXIT_WAITING = 10
+
+
+def uuid_or_none(value: str) -> str | None:
+    """A run id as the database compares it, or None for text that is not one."""
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return None
 
 
 def one_line(exc: BaseException) -> str:

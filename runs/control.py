@@ -37,6 +37,13 @@ def check_operator(user: User | AnonymousUser) -> None:
         raise ControlRefused("you do not have the operator permission")
 
 
+def stopping_reason(by: str, scope: str, reason: str) -> str:
+    """Why a kill cancelled a run's open requests, as the inbox and the audit say it."""
+    if scope == "global":
+        return f"the run is being stopped: {by} turned on Stop all runs"
+    return f"the run is being stopped: killed by {by}" + (f": {reason}" if reason else "")
+
+
 def do_kill(run: Run, by: str, scope: str = "run", reason: str = "") -> bool:
     """Flag a run for killing. Its open approval requests are cancelled at once, so
     they leave the reviewers' queue whether or not a worker is about. A run waiting
@@ -46,7 +53,7 @@ def do_kill(run: Run, by: str, scope: str = "run", reason: str = "") -> bool:
         flagged = Run.objects.filter(pk=run.pk, status__in=ACTIVE, kill_requested=False).update(kill_requested=True)
         if flagged:
             append_event(str(run.pk), ev.KillRequested, by=by, scope=scope, reason=reason)
-            cancel_open_requests(str(run.pk), f"the run is being stopped: kill by {by} ({scope})")
+            cancel_open_requests(str(run.pk), stopping_reason(by, scope, reason))
             transaction.on_commit(lambda: enqueue_resume(str(run.pk)))
     return flagged == 1
 

@@ -16,8 +16,8 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from runs.broadcast import broadcast_events
 from runs.core.events import Event as CoreEvent
 from runs.models import Event, Run
-from runs.redact import redact, secret_values
-from runs.rows import insert
+from runs.redact import masked, secret_values
+from runs.rows import checkpoint_cursor, insert
 from runs.signals import events_stored
 
 
@@ -50,22 +50,31 @@ def append_events(
     with transaction.atomic(savepoint=False):
         last_seq = _reserve(run_id, len(events), run_columns or {}, lease_token)
         first = last_seq - len(events) + 1
-        rows = [
-            Event(
-                run_id=run_id,
-                seq=first + offset,
-                type=event.type,
-                call_id=event.call_id,
-                ts=datetime.fromtimestamp(event.ts, tz=UTC),
-                payload=redact(event.payload(), secrets),
+        rows = []
+        texts = []
+        for offset, event in enumerate(events):
+            payload, text = masked(event.payload(), secrets)
+            rows.append(
+                Event(
+                    run_id=run_id,
+                    seq=first + offset,
+                    type=event.type,
+                    call_id=event.call_id,
+                    ts=datetime.fromtimestamp(event.ts, tz=UTC),
+                    payload=payload,
+                )
             )
-            for offset, event in enumerate(events)
-        ]
+            texts.append(text)
         if not rows:
             return rows
+        # The payloads go in as the JSON text masking already produced: each is
+        # serialised once.
         stored = insert(
             Event,
-            [{"run": run_id, "seq": r.seq, "type": r.type, "call_id": r.call_id, "ts": r.ts, "payload": r.payload} for r in rows],
+            [
+                {"run": run_id, "seq": r.seq, "type": r.type, "call_id": r.call_id, "ts": r.ts, "payload": text}
+                for r, text in zip(rows, texts, strict=True)
+            ],
             returning=["id", "seq"],
         )
         ids = {seq: pk for pk, seq in stored}
@@ -89,20 +98,13 @@ def _reserve(run_id: str, count: int, columns: Mapping[str, object], lease_token
     writes the caller's columns and checks the fencing token."""
     connection = connections[DEFAULT_DB_ALIAS]  # resolved once (see runs.rows.insert)
     meta = Run._meta
-    quote = connection.ops.quote_name
-    assignments = [f"{quote('last_seq')} = {quote('last_seq')} + %s"]
+    sql, fields = _reserve_statement(connection, tuple(columns), lease_token is not None)
     params: list[object] = [count]
-    for name, value in columns.items():
-        field = meta.get_field(name)
-        assignments.append(f"{quote(field.column)} = %s")
-        params.append(field.get_db_prep_save(value, connection))
-    where = f"{quote(meta.pk.column)} = %s"
+    params += [field.get_db_prep_save(columns[field.name], connection) for field in fields]
     params.append(meta.pk.get_db_prep_value(run_id, connection))
     if lease_token is not None:
-        where += f" AND {quote('lease_token')} = %s"
         params.append(lease_token)
-    sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {where} RETURNING {quote('last_seq')}"  # noqa: S608 - quoted identifiers; values are parameters
-    with connection.cursor() as cursor:
+    with checkpoint_cursor(connection) as cursor:
         cursor.execute(sql, params)
         found = cursor.fetchone()
     if found is None:
@@ -110,3 +112,22 @@ def _reserve(run_id: str, count: int, columns: Mapping[str, object], lease_token
             raise LeaseLost(f"run {run_id}: lease token {lease_token} is no longer current")
         raise Run.DoesNotExist(f"run {run_id} does not exist")
     return int(found[0])
+
+
+_statements: dict[tuple[str, tuple[str, ...], bool], tuple[str, list[Any]]] = {}
+
+
+def _reserve_statement(connection: Any, names: tuple[str, ...], fenced: bool) -> tuple[str, list[Any]]:
+    """The numbering UPDATE for these columns, built once per column set: a step
+    runs it twice, and building it was a good part of its Python work."""
+    key = (connection.vendor, names, fenced)
+    found = _statements.get(key)
+    if found is None:
+        meta = Run._meta
+        quote = connection.ops.quote_name
+        fields = [meta.get_field(name) for name in names]
+        assignments = [f"{quote('last_seq')} = {quote('last_seq')} + %s", *(f"{quote(field.column)} = %s" for field in fields)]
+        where = f"{quote(meta.pk.column)} = %s" + (f" AND {quote('lease_token')} = %s" if fenced else "")
+        sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {where} RETURNING {quote('last_seq')}"  # noqa: S608 - quoted identifiers; values are parameters
+        found = _statements[key] = (sql, fields)
+    return found

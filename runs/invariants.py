@@ -1,4 +1,4 @@
-"""The beat's repair of the invariants of DESIGN section 6 around waits: a run in
+"""The beat's repair of the wait invariants (docs/design.md, Lifecycle): a run in
 ``waiting_approval`` has exactly one pending request (the one its state waits
 for), and an open request belongs to a run waiting for it. Only runs nobody drives
 (lease free) are touched; every repair is recorded as an event on the run."""
@@ -71,7 +71,7 @@ def waits_to_end() -> list[str]:
         if request is not None and request.status in OPEN_STATUSES:
             continue  # granted and not yet consumed, or pending past expiry: both end on the resume
         since = request.decided_at or request.created_at if request is not None else run.updated_at
-        recorded = Event.objects.filter(run=run, type="invariant_repaired", payload__request_id=request_id).exists()
+        recorded = Event.objects.filter(run=run, type=ev.type_name(ev.InvariantRepaired), payload__request_id=request_id).exists()
         if since <= late and not recorded:
             status = request.status if request is not None else "missing"
             append_event(

@@ -46,9 +46,10 @@ from runs.store import DjangoStore, LeaseLost, load_state
 from sandbox.container import ContainerSpec, SandboxContainer
 from sandbox.engine import SandboxUnavailable
 from sandbox.executor import SandboxExecutor
+from sandbox.forges import ChangeRequests, ForgeAccess
 from sandbox.preparation import prepare_workspace
 from sandbox.quota import MB, DiskQuota
-from sandbox.remote import RemoteAccess, RemoteError, RemoteTarget
+from sandbox.remote import HEX_REF, RemoteAccess, RemoteError, RemoteTarget
 from sandbox.sources import WorkspaceSourceError, check_source
 from sandbox.workspace import RunWorkspace
 
@@ -101,6 +102,18 @@ def remote_target(run: Run, workspace: RunWorkspace) -> RemoteTarget | None:
     )
 
 
+def change_requests(run: Run, target: RemoteTarget | None) -> ChangeRequests | None:
+    """Where open_change_request opens, for a run that pushes to a remote on a server
+    with a forge: from the run's branch into the branch it was cloned from (the
+    forge's default branch for a run cloned at a commit or at the default)."""
+    access = ForgeAccess.from_settings(settings)
+    if target is None or access is None:
+        return None
+    ref = run.contract["workspace"].get("ref")
+    into = ref if isinstance(ref, str) and not HEX_REF.match(ref) else None
+    return ChangeRequests(access, access.project_of(target.url), target.branch, into)
+
+
 def prepare_workspace_for(run: Run) -> str:
     """For ``do_create_run(..., revision_of=...)``: prepare and return the revision."""
     return workspace_for(run).revision()
@@ -133,6 +146,7 @@ def sandbox_environment(run: Run, policy: Policy) -> Environment:
         # container, waiting for the engine if need be.
         log.warning("run %s: no sandbox container yet (%s)", run_id, exc.reason)
         container = None
+    target = remote_target(run, workspace)
     executor = SandboxExecutor(
         run_id,
         workspace,
@@ -146,7 +160,8 @@ def sandbox_environment(run: Run, policy: Policy) -> Environment:
         scope=settings.SANDBOX_SCOPE,
         engine_wait_seconds=settings.SANDBOX_ENGINE_WAIT_SECONDS,
         notify=lambda event: notify(run_id, event),
-        remote=remote_target(run, workspace),
+        remote=target,
+        forge=change_requests(run, target),
         live_output=lambda call_id: LiveOutput(run_id, call_id),
     )
     return Environment(

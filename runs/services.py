@@ -107,7 +107,7 @@ def drive_run(
     store: Store | None = None,
 ) -> RunState:
     """Advance a run from its stored state until it waits or stops. Its gates decide
-    under the policy now in force (DESIGN section 6), re-read before every proposal.
+    under the policy now in force (docs/design.md, Approvals), re-read before every proposal.
     ``proposer`` and ``store`` replace the run's own (a test's model, a crashing store)."""
     policies = CurrentPolicy()
     policy = policies.current()

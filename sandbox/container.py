@@ -1,6 +1,6 @@
 """One Docker container per run, and executions inside it.
 
-The container is created with the sandbox defaults of DESIGN section 9 and the
+The container is created with the sandbox defaults (docs/design.md, Trust boundaries) and the
 run's policy limits; its PID 1 is a tiny reaper so orphaned processes (a fork bomb's
 debris) are collected and do not pin the pids limit. Every execution:
 
@@ -12,8 +12,10 @@ debris) are collected and do not pin the pids limit. Every execution:
 - streams its output into an ``OutputCapture``: the full bytes go to a spool file
   (for the artifact store), memory holds only a bounded head and tail.
 
-Afterwards the host verifies from the container's cgroup that only PID 1 is left,
-so nothing can keep changing the workspace after the revision is computed."""
+Before every execution the engine's account of the container must show the
+workspace mounted read-only and nothing mounted writable (``writable_mounts``): the
+check observes the tree and cannot change it, which is why no walk follows it.
+Afterwards the host verifies from the container's cgroup that only PID 1 is left."""
 
 from __future__ import annotations
 
@@ -69,8 +71,13 @@ while True:
     except ChildProcessError:
         time.sleep(0.2)
 """
+# The engine's own tmpfs for shared memory: writable too, bounded by the kernel at the
+# engine's shm size (64 MB by default), and emptied with scratch.
+SHM = "/dev/shm"
 # Empties scratch, so no check sees what an earlier one left there.
-SCRATCH_RESET = f"find {SCRATCH} -mindepth 1 -type d -exec chmod u+rwx {{}} + 2>/dev/null; find {SCRATCH} -mindepth 1 -delete 2>/dev/null"
+SCRATCH_RESET = (
+    f"find {SCRATCH} {SHM} -mindepth 1 -type d -exec chmod u+rwx {{}} + 2>/dev/null; find {SCRATCH} {SHM} -mindepth 1 -delete 2>/dev/null"
+)
 # $0 is the timeout; $1 where the check runs: "workspace" (read-only) or "copy", a
 # throwaway copy of it in scratch for a check that must write into its tree; the
 # rest, "$@" after the shift, is the check's argv (never a shell string).
@@ -444,7 +451,7 @@ class SandboxContainer:
         api = self._client.api
         command = ["sh", "-c", WRAPPER, str(timeout_seconds), "copy" if on_copy else "workspace", *argv]
         exec_id = self._create_exec(command)
-        before = self._state("before the check")
+        before = self._read_only_state()
         self._restarted_by_us = False
         oom_before = self._oom_kills()
         hit = threading.Event()
@@ -512,10 +519,26 @@ class SandboxContainer:
         return problem
 
     def _state(self, when: str) -> dict[str, Any]:
+        state: dict[str, Any] = self._inspect(when)["State"]
+        return state
+
+    def _inspect(self, when: str) -> dict[str, Any]:
         try:
-            state: dict[str, Any] = self._client.api.inspect_container(self.id)["State"]
+            attrs: dict[str, Any] = self._client.api.inspect_container(self.id)
         except ENGINE_ERRORS as exc:
             raise self._lose(unavailable(exc, when)) from None
+        return attrs
+
+    def _read_only_state(self) -> dict[str, Any]:
+        """The container's state before a check, once the engine has shown that the
+        check cannot write the workspace: that proof is what lets the harness skip a
+        walk of the tree after every check (``sandbox/revision.py``). A container
+        that fails it runs nothing and is not used again."""
+        attrs = self._inspect("before the check")
+        problem = writable_mounts(attrs)
+        if problem is not None:
+            raise self._lose(SandboxUnavailable(problem))
+        state: dict[str, Any] = attrs["State"]
         return state
 
     def _lost_during(self, before: dict[str, Any], exit_code: int | None) -> str | None:
@@ -697,6 +720,20 @@ def remove_container(client: docker.DockerClient, container_id: str) -> bool:
         if exc.status_code != 409:
             raise
     return True
+
+
+def writable_mounts(attrs: dict[str, Any]) -> str | None:
+    """Why, by the engine's account of a container, a process in it could write the
+    workspace, or None: the workspace must be mounted, and nothing may be mounted
+    writable (tmpfs scratch is not a mount of the host's). Mounts cannot change while
+    a container exists, so this holds for the whole execution."""
+    mounts = attrs.get("Mounts") or []
+    writable = [m.get("Destination") for m in mounts if m.get("RW") is not False]
+    if writable:
+        return f"the sandbox container mounts {', '.join(map(str, writable))} writable; checks must see the workspace read-only"
+    if not any(m.get("Destination") == WORKDIR for m in mounts):
+        return f"the sandbox container does not mount the workspace at {WORKDIR}"
+    return None
 
 
 def _changed_from_outside(before: dict[str, Any], after: dict[str, Any], restarted_by_us: bool) -> str | None:

@@ -17,6 +17,7 @@ from runs.core.state import PendingEffect
 from sandbox import fileops
 from sandbox.container import DEFAULT_SCOPE, ContainerSpec, OutputListener, SandboxContainer
 from sandbox.engine import ENGINE_ERRORS, SandboxUnavailable, wait_for_engine
+from sandbox.forges import ChangeRequests
 from sandbox.quota import DiskQuota
 from sandbox.remote import RemoteTarget
 from sandbox.tools import TOOLS, ToolContext, ToolResult
@@ -50,6 +51,7 @@ class SandboxExecutor:
         engine_wait_seconds: float = ENGINE_WAIT_SECONDS,
         notify: Callable[[ev.Event], None] | None = None,
         remote: RemoteTarget | None = None,
+        forge: ChangeRequests | None = None,
         live_output: Callable[[str], OutputListener] | None = None,
     ) -> None:
         self.run_id = run_id
@@ -74,6 +76,7 @@ class SandboxExecutor:
             spool_dir=spool_dir,
             quota=quota,
             remote=remote,
+            forge=forge,
             live_output=live_output,
         )
 

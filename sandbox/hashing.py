@@ -38,6 +38,11 @@ class TreeHasher:
     def __init__(self, racy_ns: int = RACY_NS) -> None:
         self.racy_ns = racy_ns
         self._blobs: dict[BlobKey, bytes] = {}
+        # What the last whole walk found allocated (as ``du`` counts: blocks, every
+        # entry, never following symlinks): the disk quota's measurement, taken by the
+        # walk that already stats every entry instead of by a walk of its own.
+        self.allocated = 0
+        self._walked = 0
 
     def tree(self, root: Path, sink: TreeSink | None = None) -> str:
         with fileops.opened_root(root) as fd:
@@ -47,9 +52,11 @@ class TreeHasher:
     def tree_at(self, fd: int, prefix: str, depth: int, sink: TreeSink | None = None) -> bytes | None:
         """The tree hash of the directory ``fd`` (None: it holds no file)."""
         seen: dict[BlobKey, bytes] = {}
+        self._walked = 0
         digest = self._tree(fd, prefix, depth, time.time_ns(), seen, sink)
         if not prefix:
             self._blobs = seen  # only a whole walk knows which cached blobs are gone
+            self.allocated = self._walked
         else:
             self._blobs.update(seen)
         return digest
@@ -57,6 +64,7 @@ class TreeHasher:
     def _tree(self, dir_fd: int, prefix: str, depth: int, started: int, seen: dict[BlobKey, bytes], sink: TreeSink | None) -> bytes | None:
         entries: list[tuple[bytes, bytes, bytes]] = []  # (sort key, mode, sha)
         for name, st in fileops.stat_entries(dir_fd, prefix, depth):
+            self._walked += st.st_blocks * 512
             raw = os.fsencode(name)
             path = prefix + name
             if stat.S_ISDIR(st.st_mode):

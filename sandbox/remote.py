@@ -19,6 +19,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,21 @@ PushOutcome = Literal["applied", "rejected", "unknown", "not_applied"]
 _AUTH = ("authentication failed", "could not read username", "could not read password", "permission denied (publickey", "403")
 _UNKNOWN_REF = ("remote branch", "couldn't find remote ref", "not our ref", "no such ref", "invalid refspec")
 _UNREACHABLE = ("could not resolve host", "failed to connect", "connection refused", "does not appear to be a git repository")
+# A passing network failure, worth another clone attempt: refused, reset or timed
+# out connections, a connection dropped mid-transfer, a server's 5xx answer.
+_PASSING = (
+    "failed to connect",
+    "connection refused",
+    "connection reset",
+    "connection timed out",
+    "operation timed out",
+    "early eof",
+    "empty reply from server",
+    "recv failure",
+    "remote end hung up unexpectedly",
+    "returned error: 5",
+    "http 5",
+)
 # Said before any byte of the push reached the server: the push did not happen.
 _NOT_SENT = ("could not resolve host", "failed to connect", "connection refused", "authentication failed", "could not read username")
 
@@ -62,6 +78,11 @@ class RemoteAccess:
     author_name: str = "Harness"
     author_email: str = "harness@localhost"
     timeout_seconds: float = 120.0
+    # A clone that fails for a passing network reason is tried again, waiting
+    # backoff, 2 x backoff, ... (at most backoff_max) in between.
+    clone_attempts: int = 1
+    clone_backoff_seconds: float = 1.0
+    clone_backoff_max_seconds: float = 30.0
 
     @classmethod
     def from_settings(cls, s: object) -> RemoteAccess:
@@ -79,6 +100,9 @@ class RemoteAccess:
             author_name=str(name),
             author_email=str(email),
             timeout_seconds=float(getattr(s, "GIT_TIMEOUT_SECONDS", 120.0)),
+            clone_attempts=int(getattr(s, "GIT_CLONE_ATTEMPTS", 1)),
+            clone_backoff_seconds=float(getattr(s, "GIT_CLONE_BACKOFF_SECONDS", 1.0)),
+            clone_backoff_max_seconds=float(getattr(s, "GIT_CLONE_BACKOFF_MAX_SECONDS", 30.0)),
         )
 
 
@@ -206,25 +230,23 @@ def _local(
 # -- clone -----------------------------------------------------------------------
 
 
-def clone(url: str, ref: str | None, dest: Path, access: RemoteAccess) -> str:
+def clone(url: str, ref: str | None, dest: Path, access: RemoteAccess, sleep: Callable[[float], None] = time.sleep) -> str:
     """Check out ``url`` at ``ref`` (default: its HEAD) into ``dest`` and return the
     commit. Shallow where the ref allows it; a commit id that the server will not
-    serve shallowly is fetched with history. Raises ``RemoteError`` naming the cause."""
+    serve shallowly is fetched with history. A passing network failure is retried
+    with bounded backoff; a refused credential or an unknown ref is not. Raises
+    ``RemoteError`` naming the cause."""
     check_remote_url(url, access.allowed)
     check_ref(ref)
-    scheme = urlsplit(url).scheme
     what = f"ref {ref!r}" if ref else "its default branch"
-    shallow = ["clone", "--quiet", "--no-checkout", "--depth", "1", "--no-tags"]
-    if ref is not None:
-        shallow += ["--branch", ref]
-    done = git([*shallow, "--", url, str(dest)], access, scheme)
-    # After a clone with --branch, HEAD is the ref's commit (a tag's too).
-    wanted = "HEAD"
-    if done.returncode != 0 and ref is not None and HEX_REF.match(ref) and _cause(done.stderr) in ("unknown_ref", "failed"):
-        # Not a branch or tag: a commit id, which needs a full clone to find.
+    attempt = 1
+    while True:
+        done, wanted = _clone_once(url, ref, dest, access)
+        if done.returncode == 0 or attempt >= access.clone_attempts or not passing_failure(done):
+            break
         shutil.rmtree(dest, ignore_errors=True)
-        done = git(["clone", "--quiet", "--no-checkout", "--", url, str(dest)], access, scheme)
-        wanted = ref
+        sleep(min(access.clone_backoff_seconds * 2 ** (attempt - 1), access.clone_backoff_max_seconds))
+        attempt += 1
     if done.returncode != 0:
         cause = _cause(done.stderr) if done.returncode is not None else "unreachable"
         detail = _last_line(done.stderr) or "timed out"
@@ -232,7 +254,8 @@ def clone(url: str, ref: str | None, dest: Path, access: RemoteAccess) -> str:
             raise RemoteError(cause, f"{url} has no branch or tag {ref!r} ({detail})", field="workspace.ref")
         if cause == "auth":
             raise RemoteError(cause, f"{url}: authentication failed with the server's credentials ({detail})")
-        raise RemoteError(cause, f"could not clone {url}: {detail}")
+        tries = f" after {attempt} attempts" if attempt > 1 else ""
+        raise RemoteError(cause, f"could not clone {url}{tries}: {detail}")
     found = git(["rev-parse", "--verify", "--quiet", f"{wanted}^{{commit}}"], access, "file", cwd=dest)
     if found.returncode != 0:
         raise RemoteError("unknown_ref", f"{url} has no commit {what}", field="workspace.ref")
@@ -243,9 +266,37 @@ def clone(url: str, ref: str | None, dest: Path, access: RemoteAccess) -> str:
     return commit
 
 
+def _clone_once(url: str, ref: str | None, dest: Path, access: RemoteAccess) -> tuple[GitRun, str]:
+    """One clone attempt, and the revision that names the wanted commit in it."""
+    scheme = urlsplit(url).scheme
+    shallow = ["clone", "--quiet", "--no-checkout", "--depth", "1", "--no-tags"]
+    if ref is not None:
+        shallow += ["--branch", ref]
+    done = git([*shallow, "--", url, str(dest)], access, scheme)
+    # After a clone with --branch, HEAD is the ref's commit (a tag's too).
+    if done.returncode != 0 and ref is not None and HEX_REF.match(ref) and _cause(done.stderr) in ("unknown_ref", "failed"):
+        # Not a branch or tag: a commit id, which needs a full clone to find.
+        shutil.rmtree(dest, ignore_errors=True)
+        return git(["clone", "--quiet", "--no-checkout", "--", url, str(dest)], access, scheme), ref
+    return done, "HEAD"
+
+
+def passing_failure(done: GitRun) -> bool:
+    """A failure another attempt may not meet: the network's or the server's, not
+    the request's (credentials and refs are never retried)."""
+    if done.returncode is None:
+        return True
+    low = done.stderr.lower()
+    return _cause(done.stderr) not in ("auth", "unknown_ref") and any(s in low for s in _PASSING)
+
+
 def _last_line(text: str) -> str:
+    """The line of git's stderr that says why: the one naming a known cause (git
+    follows e.g. "Permission denied (publickey)" with generic advice), else the last."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
+    markers = (*_AUTH, *_UNKNOWN_REF, *_UNREACHABLE, *_PASSING, "host key verification failed")
+    telling = [line for line in lines if any(m in line.lower() for m in markers)]
+    return (telling or lines or [""])[-1][:300]
 
 
 # -- publish ---------------------------------------------------------------------

@@ -8,15 +8,23 @@ write the workspace, so after a write only the trees along the written paths are
 again: reading the revision costs one small file read, a write costs the depth of its
 path (and the entries of the directories on it), whatever the size of the repository.
 Nothing is held in memory, so a worker that restarts trusts nothing it did not persist.
+``index/usage`` is kept the same way: the bytes the workspace holds (what the disk
+quota limits), set by every full walk and moved by what each write adds or frees.
 
-The full walk stays the judge. It builds the index at preparation and, after untrusted
-code ran (``after_untrusted_code``), must find the tree unchanged. Before every write the
-paths about to change are recorded in ``index/pending`` and removed once the index
-has caught up; a worker that finds the file left behind (a crash mid-write) brings
-those paths up to date from the disk and verifies the whole index against a full
-walk. A disagreement, or a tree object that is lost or damaged, is recorded in
-``index/broken`` and every later read of the revision raises ``RevisionMismatch``:
-the run stops rather than going on with a value nobody verified."""
+The full walk stays the judge. It builds the index at preparation, and ``verify``
+runs it wherever a value is about to be relied on after a time nobody watched the
+tree: when a worker picks a run up, before publish is previewed or ships, and before
+a run completes. A check is not walked after: it sees the workspace through a mount
+the container proves read-only before every execution (``sandbox/container.py``), so
+it cannot have changed it, and anything else that changed it went around the
+harness's tools, which the next of those walks finds. Before every write the paths
+about to change are recorded in ``index/pending`` (``*`` around a check) and removed
+once the index has caught up; a worker that finds the file left behind (a crash
+mid-write or mid-check) brings those paths up to date from the disk and verifies the
+whole index against a full walk. A disagreement, or a tree object that is lost or
+damaged, is recorded in ``index/broken`` and every later read of the revision raises
+``RevisionMismatch``: the run stops rather than going on with a value nobody
+verified."""
 
 from __future__ import annotations
 
@@ -33,7 +41,7 @@ from runs.core.ports import RevisionMismatch
 from sandbox import fileops
 from sandbox.hashing import EMPTY_TREE, LINK_MODE, TREE_MODE, TreeHasher, git_hash
 
-WHOLE_TREE = "*"  # the pending marker of untrusted code: anything may have changed
+WHOLE_TREE = "*"  # the pending marker of a check: a crash inside it is followed by a full walk
 
 Entries = dict[bytes, tuple[bytes, bytes]]  # name -> (mode, sha)
 
@@ -82,62 +90,80 @@ class RevisionIndex:
         self._remove("HEAD")  # a walk that fails leaves no value standing
         head = self.hasher.tree(self.tree, self._store_body)
         self._write("HEAD", head)
+        self._write("usage", str(self.hasher.allocated))
         return head
 
     def verify(self) -> str:
-        """A full walk that must agree with the index."""
+        """A full walk that must agree with the index. A tree that cannot be walked
+        (nested past the limit, say) agrees with nothing."""
         broken = self._read("broken")
         if broken is not None:
             raise RevisionMismatch(broken)
         expected = self._read("HEAD")
-        if expected is None:
-            return self.rebuild()  # no value stands that the walk could contradict
-        walked = self.hasher.tree(self.tree)
+        try:
+            if expected is None:
+                return self.rebuild()  # no value stands that the walk could contradict
+            walked = self.hasher.tree(self.tree)
+        except (fileops.FileRefused, OSError, RecursionError) as exc:
+            raise RevisionMismatch(f"the workspace cannot be walked to verify its revision: {exc}") from None
         if walked != expected:
             reason = f"the workspace's maintained revision {expected} differs from a full walk of it ({walked})"
             self._write("broken", reason)
             raise RevisionMismatch(reason)
+        self._write("usage", str(self.hasher.allocated))
         return walked
+
+    def usage(self) -> int:
+        """The bytes the workspace holds, without a walk (one when no full walk has
+        recorded it yet). A write's new directories are not counted until the next
+        full walk: a few blocks each, against a quota in megabytes."""
+        text = self._read("usage")
+        if text is None:
+            self.verify()
+            text = self._read("usage") or "0"
+        return int(text)
 
     @contextmanager
     def writing(self, paths: Sequence[str]) -> Iterator[None]:
-        """Around a write of ``paths`` by the harness (or, with WHOLE_TREE, around
-        untrusted code): whatever happens inside, the index follows the disk after it,
-        and a crash inside leaves a record for the next worker."""
+        """Around a write of ``paths`` by the harness (or, with WHOLE_TREE, around a
+        check, which sees the tree read-only and is not walked after): the index
+        follows the written paths on the disk after it, and a crash inside leaves a
+        record that has the next worker walk the whole tree."""
         broken = self._read("broken")
         if broken is not None:
             raise RevisionMismatch(broken)
         earlier = self._read("pending")
         if earlier is not None:  # recovered first: the marker below must not hide it
             self._recover(json.loads(earlier), crashed=True)
+        written = [p for p in paths if p != WHOLE_TREE]
+        before = self._allocated(written)
         self._write("pending", json.dumps(list(paths)))
         try:
             yield
         finally:
             try:
                 self._recover(list(paths), crashed=False)
+                if written:
+                    self._add_usage(self._allocated(written) - before)
             except (fileops.FileRefused, OSError, RecursionError) as exc:
                 # The marker stays: the next read of the revision tries again and
                 # meanwhile finds the tree unhashable, never the old value.
                 log.warning("revision index of %s not brought up to date: %s", self.tree, exc)
 
-    def after_untrusted_code(self) -> str:
-        # Checks see the workspace read-only (sandbox/container.py), so the full walk
-        # must find the revision unchanged; a difference stops the run.
-        return self.verify()
-
     def _recover(self, paths: list[str], *, crashed: bool) -> None:
         """Bring the index up to date with ``paths`` after they were written; after a
-        crash mid-write, the rest of the tree is verified too."""
-        if WHOLE_TREE in paths:
-            self.after_untrusted_code()
-        else:
-            self._update(paths)
+        crash mid-write or mid-check, the whole tree is verified too.
+
+        A check that ended is not walked after (the module's docstring says why):
+        what it could have changed it saw read-only."""
+        self._update([p for p in paths if p != WHOLE_TREE])
         self._remove("pending")
-        if crashed and WHOLE_TREE not in paths:
+        if crashed:
             self.verify()
 
     def _update(self, paths: Sequence[str]) -> None:
+        if not paths:
+            return
         head = self._read("HEAD")
         if head is None:
             return  # no value stands: the next read walks the tree
@@ -183,6 +209,26 @@ class RevisionIndex:
         else:
             entries[name] = new
         return self._store(entries) if entries else None
+
+    def _allocated(self, paths: Sequence[str]) -> int:
+        """What ``paths`` occupy on the disk now (absent, or unreachable: nothing)."""
+        if not paths:
+            return 0
+        total = 0
+        with fileops.opened_root(self.tree) as root_fd:
+            for path in paths:
+                parts = path.split("/")
+                try:
+                    with fileops.opened_dir(root_fd, parts[:-1]) as dir_fd:
+                        total += os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False).st_blocks * 512
+                except (fileops.FileRefused, FileNotFoundError):
+                    continue
+        return total
+
+    def _add_usage(self, delta: int) -> None:
+        text = self._read("usage")
+        if text is not None and delta:
+            self._write("usage", str(max(0, int(text) + delta)))
 
     # -- what changed between two revisions ------------------------------------------
 

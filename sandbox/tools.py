@@ -23,8 +23,9 @@ from runs.core.state import PendingEffect
 from sandbox import fileops, patches
 from sandbox.container import OutputCapture, OutputListener, SandboxContainer
 from sandbox.engine import SandboxUnavailable
+from sandbox.forges import ChangeRequests, ForgeError
 from sandbox.publishing import PublishRefused, publication
-from sandbox.quota import WATCH_SECONDS, DiskQuota, QuotaProblem
+from sandbox.quota import WATCH_SECONDS, DiskQuota
 from sandbox.remote import PushConflict, RemoteError, RemoteTarget
 from sandbox.workspace import RunWorkspace
 
@@ -59,6 +60,8 @@ class ToolContext:
     quota: DiskQuota = DiskQuota()
     # Set for a workspace cloned from a git remote: publish pushes a branch there.
     remote: RemoteTarget | None = None
+    # Set when the server has a forge for that remote: open_change_request opens there.
+    forge: ChangeRequests | None = None
     # Given a call id, who watches that call's output while it runs (the live page).
     live_output: Callable[[str], OutputListener] | None = None
 
@@ -152,30 +155,31 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
     if check is None:
         return _error("run_check reached the executor without a check definition from policy")
     base: dict[str, JSON] = {"check_id": check.check_id, "check_version": check.version}
-    over = ctx.quota.problem(ctx.workspace.dir)
+    # The workspace's size as the index keeps it: no walk, whatever the tree's size.
+    over = ctx.quota.problem(ctx.workspace.index.usage(), ctx.workspace.dir)
     if over is not None:
         # A short host disk is not the run's doing: retried like any transient failure.
         # An over-full workspace is: the check fails without running.
         message = f"the check was not run: {over.reason}"
         return ToolResult("transient", "none", {**base, "error": message}) if over.host else _error(message, **base)
-    found: list[QuotaProblem] = []
-
-    def watch() -> str | None:
-        problem = ctx.quota.problem(ctx.workspace.dir)
-        if problem is None:
-            return None
-        found.append(problem)
-        return problem.reason
-
     try:
         container = ctx.container_for(call)
     except SandboxUnavailable as exc:
         return _infrastructure(exc.reason, **base)
     listener = ctx.live_output(call.call_id) if ctx.live_output is not None else None
     capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir, listener=listener)
+
+    def watch() -> str | None:
+        # The check cannot write the worker's disk, only its output does (spooled
+        # here): one statvfs, never a walk. Scratch is bounded by the kernel.
+        problem = ctx.quota.host_problem(capture.path.parent)
+        return None if problem is None else problem.reason
+
     try:
-        # A check observes and never changes (the workspace is mounted read-only): the
-        # walk after it must find the revision unchanged, or the run stops.
+        # The container proves its workspace mount read-only before the check runs
+        # (or refuses to run it), so the check observes and never changes the tree
+        # and nothing is walked after it; a crash inside leaves the marker that has
+        # the next worker walk it.
         with ctx.workspace.untrusted_code():
             result = container.exec(
                 list(check.command),
@@ -210,12 +214,11 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         "output_bytes": capture.total,
     }
     if result.stopped_for is not None:
+        # Cut off for want of host disk (the only reason the watch gives): it proves
+        # nothing either way, changed nothing it could not see read-only, and is
+        # retried like the refusal before a check.
         data["error"] = f"the check was stopped: {result.stopped_for}"
-        if found and found[0].host:
-            # Cut off for want of host disk: it proves nothing either way.
-            return ToolResult("unknown", "unknown", data, [ref])
-        # Killed for what it wrote: a failed check, whose exit code says so; the
-        # workspace it left is re-read by the harness.
+        return ToolResult("transient", "none", data, [ref])
     if result.killed or result.error:
         # The check was cut off: whatever it did to the workspace is unknown (the
         # harness re-reads the revision itself), and it proves nothing.
@@ -339,6 +342,57 @@ def push(ctx: ToolContext, target: RemoteTarget, call: Call, key: str) -> ToolRe
     return ToolResult("unknown", "unknown", {**data, "error": f"the push's outcome is unknown: {result.message}"})
 
 
+def open_change_request(ctx: ToolContext, call: Call) -> ToolResult:
+    """A pull or merge request from the run's pushed branch; one per branch (the
+    forge's open requests are looked up first)."""
+    key = call.idempotency_key
+    if ctx.remote is None:
+        return _error("open_change_request needs a workspace cloned from a git remote; this run publishes to the outbox")
+    if ctx.forge is None:
+        return _error("no forge is configured on this server (HARNESS_FORGE): a change request cannot be opened")
+    forge, branch = ctx.forge, ctx.remote.branch
+    base: dict[str, JSON] = {"idempotency_key": key, "remote": ctx.remote.url, "branch": branch, "project": forge.project}
+    try:
+        head = ctx.remote.remote_head()
+    except RemoteError as exc:
+        if exc.cause == "auth":
+            return _error(f"the remote refused the server's credentials: {exc.message}", **base)
+        return ToolResult("transient", "none", {**base, "error": f"the remote could not be reached: {exc.message}"})
+    if head is None:
+        return _error(f"branch {branch} is not on {ctx.remote.url}: publish the change first, then open its change request", **base)
+    try:
+        opened = forge.open(str(call.args["title"]), str(call.args["body"]))
+    except ForgeError as exc:
+        if exc.failure == "refused":
+            return _error(f"no change request was opened: {exc.message}", **base, refused=True)
+        if exc.failure == "not_sent":
+            return ToolResult("transient", "none", {**base, "error": f"no change request was opened: {exc.message}"})
+        return ToolResult("unknown", "unknown", {**base, "error": f"the change request's outcome is unknown: {exc.message}"})
+    data: dict[str, JSON] = {**base, "commit": head, "duplicate": opened.duplicate, "change_request": opened.request.as_json()}
+    return ToolResult("ok", "none" if opened.duplicate else "applied", data)
+
+
+def preview_open_change_request(ctx: ToolContext, args: Mapping[str, JSON]) -> str:
+    if ctx.forge is None:
+        return "# this change request would be refused: no forge is configured on this server\n"
+    return ctx.forge.describe(str(args.get("title", "")), str(args.get("body", "")))
+
+
+def find_change_request(ctx: ToolContext, effect: PendingEffect) -> Reconciliation:
+    """The forge's open requests from the run's branch are authoritative: one open
+    means ours was opened; none means it was not."""
+    forge = ctx.forge
+    if forge is None:
+        return Reconciliation(False, None, False, "no forge is configured to look the change request up")
+    try:
+        found = forge.find()
+    except ForgeError as exc:
+        return Reconciliation(False, None, False, f"could not look the change request up: {exc.message}")
+    if found is None:
+        return Reconciliation(True, False, True, f"no open change request from {forge.source} on {forge.project}: it was not opened")
+    return Reconciliation(True, True, True, f"change request #{found.number} from {forge.source} is open: {found.url}")
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -383,4 +437,5 @@ TOOLS: dict[str, SandboxTool] = {
     "run_check": SandboxTool(run_check),
     "publish": SandboxTool(publish, preview_publish, find_publish),
     "lookup_publish": SandboxTool(lookup_publish),
+    "open_change_request": SandboxTool(open_change_request, preview_open_change_request, find_change_request),
 }

@@ -127,7 +127,9 @@ class RunWorkspace:
             return fileops.apply_planned(self.dir, planned)
 
     def untrusted_code(self) -> AbstractContextManager[None]:
-        """Around code the harness does not control (a check) running in the sandbox."""
+        """Around a check: code the harness does not control, which sees the workspace
+        through a mount its container proves read-only, so nothing is walked after it
+        (a crash inside has the next worker walk the tree)."""
         return self.index.writing([WHOLE_TREE])
 
     def repository_context(self, write_paths: Sequence[str], allowed_tools: Sequence[str]) -> RepositoryContext:

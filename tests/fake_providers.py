@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from runs.core.events import ModelNote
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -261,4 +263,4 @@ def reload(rig: Any) -> Any:
 
 
 def model_notes(rig: Any) -> list[dict[str, Any]]:
-    return [{"kind": e.kind, **e.detail} for e in rig.store.events if e.model_dump()["type"] == "model"]
+    return [{"kind": e.kind, **e.detail} for e in rig.store.events if isinstance(e, ModelNote)]

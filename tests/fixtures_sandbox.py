@@ -193,7 +193,7 @@ class Outcome:
         return [e for e in self.events if getattr(e, "type", None) == kind]
 
     def receipts(self, tool: str) -> list[dict[str, Any]]:
-        return [e.receipt for e in self.of_type("receipt") if e.valid and e.tool == tool]
+        return [e.receipt for e in self.of_type("receipt_recorded") if e.valid and e.tool == tool]
 
     def receipt(self, tool: str, check_id: str | None = None) -> dict[str, Any]:
         found = [r for r in self.receipts(tool) if check_id is None or r["data"].get("check_id") == check_id]

@@ -53,9 +53,11 @@ class Worker:
     process supervisor of a deployment (compose's restart policy), it starts the
     worker again when it exits on its own, e.g. on an unrecoverable broker error."""
 
-    def __init__(self, log_dir: Path, concurrency: int = 2) -> None:
+    def __init__(self, log_dir: Path, concurrency: int = 2, env: dict[str, str] | None = None) -> None:
         self.log_dir = log_dir
         self.concurrency = concurrency
+        # Server configuration of this worker's own (e.g. the remotes it may push to).
+        self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.restarts = 0
@@ -106,7 +108,7 @@ class Worker:
                 f"test{self.starts}@%h",
             ],
             cwd=ROOT,
-            env=service_env(),
+            env=service_env(**self.env),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group, so a kill takes its children too

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import http.client
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -57,6 +58,22 @@ def make_bare_repository(root: Path, name: str = "shop.git") -> dict[str, str]:
     feature = sh("rev-parse", "HEAD", cwd=work)
     sh("push", "--quiet", str(bare), "main", "feature", "v1", cwd=work)
     return {"first": first, "main": main, "feature": feature, "path": str(bare)}
+
+
+def make_orders_remote(root: Path, name: str) -> Path:
+    """A bare repository holding examples/orders on ``main`` (what the demo script
+    changes), as examples/remote/make_remote.sh makes it."""
+    bare = root / name
+    sh("init", "--quiet", "--bare", "--initial-branch=main", str(bare))
+    sh("config", "http.receivepack", "true", cwd=bare)
+    sh("config", "core.logAllRefUpdates", "always", cwd=bare)
+    work = root / f"{name}-work"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "orders", work, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    sh("init", "--quiet", "--initial-branch=main", cwd=work)
+    sh("add", "-A", cwd=work)
+    sh("commit", "--quiet", "-m", "Orders: totals with discounts", cwd=work)
+    sh("push", "--quiet", str(bare), "main", cwd=work)
+    return bare
 
 
 def reject_pushes(bare: Path) -> None:
@@ -155,6 +172,18 @@ class FaultProxy:
         self.drop_push_answer = False
         # Before dropping, hold the connection this long (a client's timeout fires first).
         self.hold_seconds = 0.0
+        # The next this many requests fail without reaching the server: answered with
+        # a 503, or ("reset") the connection closed at once.
+        self.fail_requests = 0
+        self.fail_with: int | str = 503
+        # Every request's path, in order (what a client tried).
+        self.seen: list[str] = []
+        # Set while a push is being forwarded (it has reached the proxy, not yet its answer).
+        self.push_arrived = threading.Event()
+        # While set, a push is held at the proxy before it is forwarded.
+        self.hold_push = threading.Event()
+        # A push released from the hold is dropped instead of forwarded.
+        self.discard_push = False
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -178,6 +207,25 @@ class FaultProxy:
 
     def forward(self, req: BaseHTTPRequestHandler, upstream: GitHttpServer) -> None:
         body = read_body(req)
+        self.seen.append(req.path)
+        if self.fail_requests > 0:
+            self.fail_requests -= 1
+            if self.fail_with == "reset":
+                req.close_connection = True
+                return
+            req.send_response(int(self.fail_with))
+            req.send_header("Content-Length", "0")
+            req.end_headers()
+            return
+        pushing = req.command == "POST" and req.path.endswith("/git-receive-pack")
+        if pushing:
+            self.push_arrived.set()
+            while self.hold_push.is_set():
+                time.sleep(0.05)
+            if self.discard_push:
+                # The push never reaches the server; the client sees the connection end.
+                req.close_connection = True
+                return
         headers = {k: v for k, v in req.headers.items() if k.lower() not in ("host", "transfer-encoding", "content-length", "connection")}
         conn = http.client.HTTPConnection("127.0.0.1", upstream.port, timeout=60)
         conn.request(req.command, req.path, body=body if req.command == "POST" else None, headers=headers)
@@ -194,7 +242,10 @@ class FaultProxy:
                 req.send_header(key, value)
         req.send_header("Content-Length", str(len(payload)))
         req.end_headers()
-        req.wfile.write(payload)
+        try:
+            req.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            req.close_connection = True  # the client is gone (a test killed it)
 
 
 @contextmanager

@@ -448,6 +448,6 @@ def test_it_creates_a_run_that_waits_for_a_grant_and_completes_all_through_the_a
             break
     assert [e["seq"] for e in events] == list(range(1, run["last_seq"] + 1))
     assert [e["type"] for e in events] == list(Event.objects.filter(run_id=run["id"]).order_by("seq").values_list("type", flat=True))
-    assert events[-1]["type"] == "stop" and events[-1]["payload"]["status"] == "complete"
+    assert events[-1]["type"] == "stopped" and events[-1]["payload"]["status"] == "complete"
     report = ops.get(f"{run_url}report/").json()
     assert report["status"] == "complete"

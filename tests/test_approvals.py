@@ -1,4 +1,4 @@
-"""Approvals (DESIGN section 6): bound to the exact call and revision, single use,
+"""Approvals (docs/design.md, Approvals): bound to the exact call and revision, single use,
 stale and expired ones refused, separation of duties, every decision audited."""
 
 from __future__ import annotations

@@ -257,15 +257,57 @@ def test_it_shows_the_switches_on_every_page_and_refuses_new_runs(web, context, 
     expect(page.locator("#switch-changed")).to_contain_text(f"Last changed by {admin_user.username}")
 
 
-def test_it_has_no_serious_accessibility_problems(web, context, size, operator, reviewer, admin_user):
+def admin_scene(admin_user) -> dict[str, str]:
+    """A second policy version, an API token and a webhook endpoint with a delivery:
+    something on every admin page."""
+    from api.models import ApiToken
+    from approvals.models import PolicyVersion
+    from notifications.models import Delivery, DeliveryAttempt, WebhookEndpoint
+    from runs.models import Event
+    from tests.helpers import new_policy_version
+
+    new_policy_version(approval_ttl_seconds=900)
+    first, latest = PolicyVersion.objects.order_by("version")[:2]
+    token, _ = ApiToken.issue(admin_user)
+    endpoint = WebhookEndpoint.objects.create(name="ops channel", url="https://hooks.example.com/harness", event_kinds=["approval_requested"])
+    event = Event.objects.order_by("-seq").first()
+    delivery = Delivery.objects.create(endpoint=endpoint, event=event, kind="approval_requested", payload={"text": "publish waits"})
+    DeliveryAttempt.objects.create(delivery=delivery, number=1, at=timezone.now(), status_code=503, duration_ms=41)
+    return {
+        "admin home": "/admin/",
+        "policies": "/admin/approvals/policyversion/",
+        "new policy version": "/admin/approvals/policyversion/add/",
+        "new policy version as JSON": "/admin/approvals/policyversion/add/?json=1",
+        "policy version": f"/admin/approvals/policyversion/{latest.pk}/change/",
+        "policy compare": f"/admin/approvals/policyversion/compare/?old={first.version}&new={latest.version}",
+        "approval requests": "/admin/approvals/approvalrequest/",
+        "api tokens": "/admin/api/apitoken/",
+        "api token": f"/admin/api/apitoken/{token.pk}/change/",
+        "webhook endpoints": "/admin/notifications/webhookendpoint/",
+        "webhook endpoint": f"/admin/notifications/webhookendpoint/{endpoint.pk}/change/",
+        "new webhook endpoint": "/admin/notifications/webhookendpoint/add/",
+        "deliveries": "/admin/notifications/delivery/",
+        "delivery": f"/admin/notifications/delivery/{delivery.pk}/change/",
+    }
+
+
+PHONE_PICTURES = {"output": "check_output_phone", "policies": "policies_phone", "policy version": "policy_version_phone", "api tokens": "api_tokens_phone"}
+
+
+def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(web, context, size, operator, reviewer, admin_user):
     from axe_playwright_python.sync_playwright import Axe
 
+    from runs.artifacts import FileArtifactStore
+    from runs.models import Evidence
+
     scene = waiting_scene(operator)
+    evidence = Evidence.objects.filter(run=scene.run).first()
+    evidence.output_ref = FileArtifactStore().put(b"collected 3 items\n3 passed in 0.02s\n", "text/plain")
+    evidence.save()
+    admin_pages = admin_scene(admin_user)
     axe = Axe()
     page = context.new_page()
-    pages = {
-        "sign in": "/accounts/login/",
-    }
+    width = SIZES[size]["width"]
     problems: list[str] = []
 
     def check(name: str) -> None:
@@ -274,22 +316,33 @@ def test_it_has_no_serious_accessibility_problems(web, context, size, operator, 
             if violation["impact"] in ("serious", "critical"):
                 targets = [node["target"] for node in violation["nodes"]][:3]
                 problems.append(f"{name}: {violation['id']} ({violation['impact']}): {violation['help']} at {targets}")
+        # Nothing runs off the side: the page itself never scrolls sideways.
+        if page.evaluate("document.documentElement.scrollWidth") > width:
+            problems.append(f"{name}: wider than the {width} px screen")
+        # Every link of the top bar is on the screen (an admin has the most).
+        for link in page.locator("nav.nav a").all():
+            box = link.bounding_box()
+            if box is None or box["x"] < 0 or box["x"] + box["width"] > width:
+                problems.append(f"{name}: the top bar's {link.text_content().strip()!r} is off the screen")
 
-    for name, path in pages.items():
-        page.goto(f"{web.url}{path}")
-        check(name)
+    page.goto(f"{web.url}/accounts/login/")
+    check("sign in")
     sign_in(page, web, admin_user.username)
     for name, path in {
         "runs": "/runs/",
         "run": f"/runs/{scene.run.pk}/",
+        "output": f"/runs/{scene.run.pk}/artifacts/{evidence.output_ref}/",
         "approvals": "/approvals/",
         "approval": f"/approvals/{scene.request.pk}/",
         "new run": "/runs/new/",
         "control": "/control/",
         "kill": f"/runs/{scene.run.pk}/kill/",
+        **admin_pages,
     }.items():
         page.goto(f"{web.url}{path}")
         check(name)
+        if size == "phone" and name in PHONE_PICTURES:
+            screenshot(page, PHONE_PICTURES[name])
     assert not problems, "\n".join(problems)
 
 
@@ -302,11 +355,106 @@ def test_it_takes_an_admin_from_a_version_to_a_new_one_and_compares_them(web, co
     expect(page.locator("#content")).to_contain_text(f"starting from v{first.version}")
     page.select_option("select[name=rules-0-decision]", "deny")
     page.fill("input[name=note]", "no listing")
+    # Refused first: every problem in words, named as the page labels the field.
+    page.fill("input[name=approval_ttl_seconds]", "0")
+    page.fill("input[name=checks-0-check_id]", "Unit Tests")
+    page.click("input[name=_save]")
+    problems = page.locator("#policy-problems")
+    expect(problems).to_contain_text("Approval TTL (seconds): must be at least 1")
+    expect(problems).to_contain_text("Check row 1, check id: must be 1 to 64 lowercase letters")
+    expect(page.locator(".field-approval_ttl_seconds .errorlist")).to_have_text("must be at least 1")
+    expect(page.locator("#content")).not_to_contain_text("should")
+    screenshot(page, f"policy_errors_{size}")
+    page.fill("input[name=approval_ttl_seconds]", "3600")
+    page.fill("input[name=checks-0-check_id]", "tests")
     page.click("input[name=_save]")
     new_version = first.version + 1
     page.get_by_role("link", name=f"Compare with v{first.version}").click()
     expect(page).to_have_url(re.compile(rf"/compare/\?old={first.version}&new={new_version}$"))
+    if size == "phone":  # two columns do not fit: it starts unified, side by side is one press away
+        expect(page.locator(".diff-unified")).to_be_visible()
+        screenshot(page, "policy_compare_phone")
+        page.get_by_role("button", name="Side by side").click()
     expect(page.locator(".diff-split")).to_be_visible()
     expect(page.locator(".diff-split td.d-add").first).to_have_css("background-color", "rgb(230, 255, 236)")
     expect(page.locator(".diff-split td.d-del").first).to_contain_text('"allow"')
-    screenshot(page, f"policy_compare_{size}")
+    if size == "laptop":
+        screenshot(page, "policy_compare_laptop")
+
+
+def test_it_shows_the_working_clock_and_the_time_budget_alike_while_they_tick(web, context, size, operator):
+    from tests.helpers import World
+
+    run = World().create(actor=operator)  # running, and no worker: its clocks only tick
+    page = signed_in(context, web, operator, f"/runs/{run.pk}/")
+    clock = page.locator('#summary [data-field="working"]')
+    budget = page.locator('[data-budget="time"] [data-part="text"]')
+    expect(clock).to_have_text(re.compile(r"^\d+s$"))
+    seen = set()
+    deadline = time.monotonic() + 6
+    while time.monotonic() < deadline:
+        # Both read in one go, between two of the page's ticks.
+        shown = page.evaluate(
+            """() => [document.querySelector('#summary [data-field="working"]').textContent,
+                      document.querySelector('[data-budget="time"] [data-part="text"]').textContent]"""
+        )
+        working, used = shown
+        assert used == f"{working.removesuffix('s')}s / 600s", shown
+        seen.add(working)
+        time.sleep(0.15)
+    assert len(seen) >= 3, f"the clocks do not tick: {seen}"
+    expect(budget).to_have_text(re.compile(r"^\d+s / 600s$"))
+
+
+def test_it_lands_a_reviewer_on_the_inbox_and_never_resends_a_refused_grant(web, context, size, operator, reviewer):
+    from tests.helpers import new_policy_version
+
+    scene = waiting_scene(operator)
+    page = context.new_page()
+    sign_in(page, web, reviewer.username)
+    expect(page).to_have_url(f"{web.url}/approvals/")
+    row = page.locator(f'#inbox-rows tr[data-request="{scene.request.pk}"]')
+    expect(row).to_contain_text(str(scene.run.pk)[:8])
+    expect(row.locator(".faint time[data-when=ago]")).to_have_text("just now")  # when the run started
+    row.get_by_role("link", name=re.compile("^Review")).click()
+    expect(page.locator("#grant")).to_be_enabled()
+
+    # While the page is open an admin changes the policy: the server refuses the grant
+    # (the page cannot know; a decision in another tab would close its buttons first).
+    new_policy_version(approval_ttl_seconds=600)
+    page.locator(".grant-comment summary").click()
+    page.fill("#id_comment", "looks right")
+    posts: list[str] = []
+    page.on("request", lambda request: posts.append(request.url) if request.method == "POST" else None)
+    page.click("#grant")
+    expect(page.locator("#decision .error-box")).to_contain_text("stale")
+    expect(page).to_have_url(f"{web.url}/approvals/{scene.request.pk}/")
+    assert len(posts) == 1
+    page.reload()  # a GET: the refused grant is not sent again
+    expect(page.locator("#request-status")).to_have_text("out of date")
+    expect(page.locator("#decision .error-box")).to_have_count(0)  # the refusal was shown once
+    assert len(posts) == 1, posts
+
+
+def test_it_keeps_the_reason_of_a_kill_and_the_comment_of_a_grant_in_the_trace(web, context, size, operator, reviewer):
+    killed, granted = waiting_scene(operator), waiting_scene(operator)
+    page = signed_in(context, web, operator, f"/runs/{killed.run.pk}/")
+    page.click('[data-field="kill"]')
+    page.fill("#kill-reason", "wrong repository")
+    page.click("#confirm-kill")
+    expect(page.locator("#timeline")).to_contain_text(f"by {operator.username} for this run: wrong repository", timeout=LIVE)
+    page.goto(f"{web.url}/approvals/")
+    expect(page.locator("table.table").last).to_contain_text(f"killed by {operator.username}: wrong repository")
+
+    decider = context.browser.new_context(viewport=SIZES[size], timezone_id="America/New_York")
+    try:
+        review = decider.new_page()
+        sign_in(review, web, reviewer.username)
+        review.goto(f"{web.url}/approvals/{granted.request.pk}/")
+        review.locator(".grant-comment summary").click()
+        review.fill("#id_comment", "checked the diff with the team")
+        review.click("#grant")
+        review.wait_for_url(f"**/runs/{granted.run.pk}/")
+        expect(review.locator("#timeline")).to_contain_text("checked the diff with the team", timeout=LIVE)
+    finally:
+        decider.close()

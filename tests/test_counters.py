@@ -1,4 +1,4 @@
-"""Counter semantics and the deadline checks of DESIGN section 2."""
+"""Counter semantics and the deadline checks (docs/design.md, Counters)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Every row of DESIGN section 3, driven through the pure loop with the scripted
-proposer and the simulated executor."""
+"""Every row of the outcomes table (docs/design.md, Outcomes), driven through the
+pure loop with the scripted proposer and the simulated executor."""
 
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ def test_it_refuses_a_second_event_with_the_same_seq():
     run = create(world)
     finish(run, world)
     with pytest.raises(IntegrityError), transaction.atomic():
-        Event.objects.create(run=run, seq=1, type="stop", ts=timezone.now(), payload={})
+        Event.objects.create(run=run, seq=1, type="stopped", ts=timezone.now(), payload={})
 
 
 def uninterrupted_checkpoints() -> int:
@@ -117,7 +117,7 @@ class CrashAfterCheck(DjangoStore):
     """Dies as the check's receipt is about to be stored: the check was running."""
 
     def checkpoint(self, state, events):
-        if any(e.type == "receipt" and e.tool == "run_check" for e in events):
+        if any(e.type == "receipt_recorded" and e.tool == "run_check" for e in events):
             raise Crash("crash with the check in flight")
         super().checkpoint(state, events)
 
@@ -159,7 +159,7 @@ def test_it_runs_a_write_again_when_the_workspace_shows_it_never_happened():
     state, rows = crash_then_finish(CrashBeforeWrite())
     assert state.outcome == "complete", state.stop_message
     write = [
-        (t, p.get("applied")) for t, c, p in rows if c == "c2" and t in ("run_resumed", "effect_reconciled", "retry", "pending_effect")
+        (t, p.get("applied")) for t, c, p in rows if c == "c2" and t in ("run_resumed", "effect_reconciled", "retry", "pending_effect_recorded")
     ]
     assert write == [("run_resumed", None), ("effect_reconciled", False), ("retry", None)]
     assert [p["attempt"] for t, c, p in rows if t == "call_started" and c == "c2"] == [1, 2]

@@ -1,4 +1,4 @@
-"""Effects happen once (DESIGN sections 3 and 6): the idempotency key of an external
+"""Effects happen once (docs/design.md, Outcomes, Approvals): the idempotency key of an external
 effect is what the effect is (run, tool, canonical arguments, revision), so the same
 effect proposed again, by a retry, after a reconciliation or by a model repeating
 itself, performs nothing, asks nobody, and returns the first outcome as a duplicate."""
@@ -46,9 +46,9 @@ def test_it_publishes_once_when_the_model_repeats_a_publish_after_a_reconciliati
     assert report["effects_applied"] == ["c3"]
     events = report["events"]
     assert [e["payload"]["applied"] for e in events if e["type"] == "effect_reconciled"] == [True]
-    lookup = next(e for e in events if e["type"] == "receipt" and e["payload"]["tool"] == "lookup_publish")
+    lookup = next(e for e in events if e["type"] == "receipt_recorded" and e["payload"]["tool"] == "lookup_publish")
     assert lookup["payload"]["receipt"]["data"]["found"] is True  # no key needed from the model
-    [duplicate] = [e for e in events if e["type"] == "duplicate"]
+    [duplicate] = [e for e in events if e["type"] == "duplicate_effect"]
     assert duplicate["call_id"] == "c5" and duplicate["payload"]["of_call"] == "c3"
     assert duplicate["payload"]["status"] == "applied"
     key = duplicate["payload"]["idempotency_key"]
@@ -88,7 +88,7 @@ def test_it_performs_the_same_effect_again_once_the_first_is_known_not_to_have_h
     rig.harness.run()
     # The timeout is reconciled as not applied (not in the outbox): the same publish may go.
     assert rig.executed("publish") == 1 and len(rig.executor.outbox) == 1
-    assert "duplicate" not in rig.event_types()
+    assert "duplicate_effect" not in rig.event_types()
     assert rig.state.effects_applied == ["c5"]
 
 

@@ -270,7 +270,7 @@ def assert_sound(done: Finished, outcome: str) -> None:
     assert done.code == (0 if outcome == "complete" else 1)
     seqs = list(Event.objects.filter(run=done.run).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, len(seqs) + 1)) and seqs[-1] == done.run.last_seq
-    assert all(e["payload"]["valid"] for e in done.events("receipt"))
+    assert all(e["payload"]["valid"] for e in done.events("receipt_recorded"))
     assert all(e["passed"] for e in done.report["evidence"]), done.report["evidence"]
     assert "receipt_invalid" not in json.dumps(done.report["events"])
 
@@ -338,7 +338,7 @@ def test_it_retries_when_the_container_is_removed_or_killed_from_outside(engine:
     assert_sound(done, "complete")
     [reason] = infrastructure_retries(done)
     assert "not by the harness" in reason or "no longer exists" in reason, reason
-    failed = [e for e in done.events("receipt") if e["payload"]["receipt"]["status"] == "transient"]
+    failed = [e for e in done.events("receipt_recorded") if e["payload"]["receipt"]["status"] == "transient"]
     assert failed and "exit_code" not in failed[0]["payload"]["receipt"]["data"]
     record(f"container {how} mid-check", done, disrupted_at)
 
@@ -349,7 +349,7 @@ def test_it_keeps_a_check_that_hits_its_own_memory_limit_as_a_failed_check(engin
     assert done.report["status"] == "budget_exhausted"  # the model has no proposal left to react
     [evidence] = done.report["evidence"]
     assert evidence["passed"] is False and evidence["exit_code"] == 137
-    [receipt] = done.events("receipt")
+    [receipt] = done.events("receipt_recorded")
     assert receipt["payload"]["receipt"]["status"] == "ok" and receipt["payload"]["receipt"]["data"]["oom_killed"] is True
     assert done.events("retry") == []
     record("check hits its own memory limit (contrast)", done, None)

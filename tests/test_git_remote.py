@@ -431,3 +431,65 @@ def test_it_keeps_the_git_directory_for_pushing_when_the_checkout_differs_from_t
     assert (published["status"], published["effect"]) == ("ok", "applied"), published
     commit = published["data"]["commit"]
     assert in_bare(remote, "diff", "--name-only", str(workspace.source["commit"]), commit) == "total.py"
+
+
+# -- clone retries ---------------------------------------------------------------
+
+
+def retrying(remote: Remote, attempts: int = 4, token: str = TOKEN) -> RemoteAccess:
+    return RemoteAccess(
+        **{**vars(remote.access(token)), "clone_attempts": attempts, "clone_backoff_seconds": 0.05, "clone_backoff_max_seconds": 0.1}
+    )
+
+
+def test_it_retries_a_clone_that_fails_for_a_passing_network_reason(remote: Remote, tmp_path: Path) -> None:
+    url = remote.proxy.url("shop.git")
+    for failure in (503, "reset"):
+        remote.proxy.seen.clear()
+        remote.proxy.fail_requests, remote.proxy.fail_with = 2, failure
+        workspace = clone_run(tmp_path, url, "main", retrying(remote))
+        assert workspace.source["commit"] == remote.commits["main"]
+        # Two failed attempts, then the third clone's own requests.
+        assert remote.proxy.seen[:3] == ["/shop.git/info/refs?service=git-upload-pack"] * 3, (failure, remote.proxy.seen)
+    remote.proxy.fail_requests, remote.proxy.fail_with = 10, 503
+    with pytest.raises(RemoteError) as gave_up:
+        clone_run(tmp_path, url, "main", retrying(remote, attempts=3))
+    assert "after 3 attempts" in gave_up.value.message and "503" in gave_up.value.message
+    assert remote.proxy.fail_requests == 7, "three attempts, no more"
+
+
+def test_it_does_not_retry_a_refused_credential_or_an_unknown_ref(remote: Remote, tmp_path: Path) -> None:
+    url = remote.proxy.url("shop.git")
+    for ref, token, cause in (("main", "wrong-token", "auth"), ("no-such-branch", TOKEN, "unknown_ref")):
+        remote.proxy.seen.clear()
+        with pytest.raises(RemoteError) as once:
+            clone_run(tmp_path, url, ref, retrying(remote, attempts=1, token=token))
+        single = len(remote.proxy.seen)
+        remote.proxy.seen.clear()
+        with pytest.raises(RemoteError) as retried:
+            clone_run(tmp_path, url, ref, retrying(remote, attempts=4, token=token))
+        assert once.value.cause == retried.value.cause == cause
+        assert len(remote.proxy.seen) == single, f"{cause}: not tried again"
+        assert "attempts" not in retried.value.message
+
+
+def test_it_starts_a_run_from_a_repository_url_and_ref_on_the_new_run_form(operator, remote: Remote, settings) -> None:
+    from django.test import Client
+
+    from runs.models import Run
+
+    settings.GIT_ALLOWED_REMOTES = [f"file://{remote.root}/*"]
+    client = Client()
+    client.force_login(operator)
+    form = {"template": "demo", "contract": "", "proposer_kind": "scripted", "proposer_options": ""}
+    page = client.post("/runs/new/", {**form, "repository_url": f"file://{remote.bare}", "repository_ref": "v1"})
+    assert page.status_code == 302, page.content.decode()[:2000]
+    run = Run.objects.get()
+    assert run.contract["workspace"] == {"kind": "git", "url": f"file://{remote.bare}", "ref": "v1", "path": None}
+    assert page["Location"] == f"/runs/{run.pk}/"
+    refused = client.post("/runs/new/", {**form, "repository_url": "https://evil.example.com/shop.git", "repository_ref": "main"})
+    assert refused.status_code == 400 and Run.objects.count() == 1
+    body = refused.content.decode()
+    assert "Repository URL</span> · workspace.url: https://evil.example.com/shop.git is not an allowed remote" in body
+    bad_ref = client.post("/runs/new/", {**form, "repository_url": f"file://{remote.bare}", "repository_ref": "a..b"})
+    assert "Branch, tag or commit</span> · workspace.ref: &#x27;a..b&#x27; is not a valid git ref" in bad_ref.content.decode()

@@ -84,8 +84,7 @@ def test_it_keeps_the_incremental_revision_equal_to_a_full_walk(operations: list
         assert [c.path for c in restarted.changes()] == sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
 
 
-def test_it_reads_and_writes_without_walking_the_tree(host_executor: SandboxExecutor, monkeypatch: pytest.MonkeyPatch) -> None:
-    host_executor.revision()
+def count_walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     walks: list[str] = []
     real = hashing.TreeHasher.tree
 
@@ -94,6 +93,12 @@ def test_it_reads_and_writes_without_walking_the_tree(host_executor: SandboxExec
         return real(self, root, sink)  # type: ignore[arg-type]
 
     monkeypatch.setattr(hashing.TreeHasher, "tree", counted)
+    return walks
+
+
+def test_it_reads_and_writes_without_walking_the_tree(host_executor: SandboxExecutor, monkeypatch: pytest.MonkeyPatch) -> None:
+    host_executor.revision()
+    walks = count_walks(monkeypatch)
     before = host_executor.revision()
     read = host_executor.execute(make_call("read_file", {"path": "orders/total.py", "offset": 0, "limit": 100}))
     wrote = host_executor.execute(make_call("write_file", {"path": "orders/deep/er/new.py", "content": "N = 1\n"}))
@@ -147,17 +152,58 @@ def test_it_stops_the_run_when_the_full_walk_disagrees(host_executor: SandboxExe
         RunWorkspace(ws.root).revision()
 
 
-def test_it_stops_when_a_check_changed_a_read_only_workspace(tmp_path: Path) -> None:
-    """Checks cannot write the workspace, so a walk after each check must find the
-    revision unchanged."""
+def test_it_walks_nothing_after_a_check_and_the_next_verification_finds_a_change_behind_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check sees the workspace through a mount its container proved read-only, so
+    nothing is walked after it; a change made meanwhile around the harness's tools
+    (here by the test, as a host process would) is found by the next full walk, the
+    one a pickup, a publish or a finish makes, and the run stops for good."""
     ws = prepared(tmp_path / "run")
+    walks = count_walks(monkeypatch)
     with ws.untrusted_code():
         pass
-    assert ws.revision() == ws.base_revision()
-    with pytest.raises(RevisionMismatch, match="differs from a full walk"), ws.untrusted_code():
-        (ws.dir / "orders" / "total.py").write_text("changed by a check\n")
+    with ws.untrusted_code():
+        (ws.dir / "orders" / "total.py").write_text("changed behind the harness\n")
+    assert walks == [] and ws.revision() == ws.base_revision()
+    with pytest.raises(RevisionMismatch, match="differs from a full walk"):
+        ws.verify()
     with pytest.raises(RevisionMismatch):
         ws.revision()
+
+
+def test_it_walks_the_tree_after_a_worker_killed_mid_check(tmp_path: Path) -> None:
+    ws = prepared(tmp_path / "run")
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child never returns
+        try:
+            with ws.untrusted_code():
+                (ws.dir / "orders" / "total.py").write_text("changed while the worker died\n")
+                os.kill(os.getpid(), signal.SIGKILL)
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and (ws.index.dir / "pending").read_text() == '["*"]'
+    with pytest.raises(RevisionMismatch, match="differs from a full walk"):
+        RunWorkspace(ws.root).revision()
+
+
+def test_it_keeps_the_workspace_size_for_the_quota_without_a_walk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws = prepared(tmp_path / "run")
+    walker = TreeHasher()
+    walker.tree(ws.dir)
+    assert ws.index.usage() == walker.allocated > 0
+    walks = count_walks(monkeypatch)
+    ws.write_file("orders/big.py", "#" * (3 << 20))
+    grown = ws.index.usage()
+    assert 3 << 20 <= grown - walker.allocated <= (3 << 20) + 8192
+    ws.apply_patch(patches.unified_diff("orders/big.py", "#" * (3 << 20), None))
+    assert ws.index.usage() == walker.allocated and walks == []
+    ws.write_file("orders/new/deeper.py", "x = 1\n")  # its new directory is counted by the next walk
+    kept = ws.index.usage()
+    ws.verify()
+    walker.tree(ws.dir)
+    assert kept < ws.index.usage() == walker.allocated
 
 
 def test_it_stops_when_a_tree_object_of_the_index_is_damaged(tmp_path: Path) -> None:

@@ -69,7 +69,7 @@ def test_it_stops_sandbox_unavailable_when_the_attempts_run_out_on_infrastructur
     assert rig.state.evidence == [] and rig.state.calls == 1 + 3  # the write, then three attempts of the check
     types = rig.event_types()
     assert "evidence_recorded" not in types and "receipt_invalid" not in rig.state.stop_message
-    assert types[-1] == "stop"
+    assert types[-1] == "stopped"
 
 
 def test_it_stops_sandbox_unavailable_when_the_deadline_ends_the_retries():

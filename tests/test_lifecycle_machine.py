@@ -1,10 +1,11 @@
-"""A stateful model-based test of the run's life around humans and effects (DESIGN
-section 11): Hypothesis drives real runs (the Django store, the approvals services,
-the sweep; a simulated executor) through random interleavings of proposals
-(identical and different effects), grants, denials, expiries, workspace and policy
-changes, kills, the global stop, worker crashes with resumes, and the beat's sweep.
-After every step it checks the invariants of DESIGN section 6 and a gap-free event
-log. The figures are in docs/reliability.md."""
+"""A stateful model-based test of the run's life around humans and effects
+(docs/design.md, Lifecycle): Hypothesis drives real runs (the Django store, the
+approvals services, the sweep; a simulated executor) through random interleavings
+of proposals (identical and different effects), grants, denials, expiries,
+workspace and policy changes, kills, the global stop, worker crashes with resumes,
+and the beat's sweep. After every step it checks the invariants (docs/design.md,
+Lifecycle), a gap-free event log, and that the log explains the stored state
+(runs.core.fold). The figures are in docs/reliability.md."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from runs.core.scenarios import FIXED, call
 from runs.core.waits import approval_key
 from runs.models import Event, Run
 from runs.services import drive_run
+from runs.statecheck import state_problems
 from runs.store import DjangoStore
 from tests.helpers import CONTRACT, Crash, CrashingStore, KillFlag, World, new_policy_version
 
@@ -240,10 +242,14 @@ class Lifecycle(RuleBasedStateMachine):
             self.log_is_gap_free(run)
             self.a_waiting_run_has_exactly_one_pending_request_and_only_it(run)
             self.no_effect_twice_and_none_without_a_consumed_grant(run, world)
+            self.the_log_explains_the_state(run)
 
     def log_is_gap_free(self, run: Run) -> None:
         seqs = list(Event.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
         assert seqs == list(range(1, len(seqs) + 1)) and run.last_seq == len(seqs)
+
+    def the_log_explains_the_state(self, run: Run) -> None:
+        assert state_problems(run) == []
 
     def a_waiting_run_has_exactly_one_pending_request_and_only_it(self, run: Run) -> None:
         requests = list(ApprovalRequest.objects.filter(run=run))
@@ -288,7 +294,7 @@ def test_it_keeps_every_invariant_through_random_interleavings(operator, reviewe
     seconds = time.monotonic() - started
     exits = Counter(Event.objects.filter(type="wait_ended").values_list("payload__exit", flat=True))
     outcomes = Counter(Run.objects.exclude(status__in=["running", "waiting_approval"]).values_list("outcome", flat=True))
-    duplicates = Event.objects.filter(type="duplicate").count()
+    duplicates = Event.objects.filter(type="duplicate_effect").count()
     print(
         f"\nlifecycle machine: {dict(STATS)}, wait exits {dict(exits)}, outcomes {dict(outcomes)}, duplicates {duplicates}, {seconds:.1f}s"
     )

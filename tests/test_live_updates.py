@@ -7,7 +7,6 @@ actions that must not resubmit or mislead."""
 from __future__ import annotations
 
 import time
-from typing import get_args
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -180,9 +179,9 @@ def step(seq: int, type_: str, call_id: str | None, **payload) -> dict:
 def test_it_keeps_the_trace_in_seq_order_when_a_call_is_interrupted():
     events = [
         step(1, "proposed", "c1", number=1, proposal={"tool": "run_check", "args": {"check_id": "slow"}}),
-        step(2, "call_started", "c1", attempt=1, tool="run_check"),
+        step(2, "call_started", "c1", attempt=1, tool="run_check", idempotency_key=None),
         step(3, "kill_requested", None, by="otto", scope="run"),
-        step(4, "stop", "c1", status="killed", message="killed by otto"),
+        step(4, "stopped", "c1", status="killed", message="killed by otto"),
     ]
     items = group_cards(events)
     assert [[e["seq"] for e in item["events"]] for item in items] == [[1, 2], [3], [4]]
@@ -207,13 +206,8 @@ def test_it_words_statuses_for_people_and_keeps_unknown_ids_readable():
     assert human("some_new_reason") == "some new reason"
 
 
-def test_it_describes_every_event_type_in_words():
-    # The trace's fallback for a type it does not know is the raw type, muted, with no summary.
-    kinds = [cls.model_fields["type"].default for cls in get_args(get_args(ev.AnyEvent)[0])]
-    assert {"wait_ended", "duplicate", "policy_changed", "invariant_repaired", "sandbox_waiting", "sandbox_wait_over"} <= set(kinds)
-    for kind in kinds:
-        view = step(1, kind, None)["view"]
-        assert view["label"] != kind and view["summary"] is not None, kind
+def test_it_describes_waits_and_self_approval_in_words():
+    # Every event type has its words: tests/test_event_types.py.
     ended = step(
         2,
         "wait_ended",
@@ -223,6 +217,7 @@ def test_it_describes_every_event_type_in_words():
         run="running",
         reason="the workspace moved",
         waited_seconds=185.2,
+        total_waited_seconds=185.2,
     )
     assert ended["view"]["label"] == "Wait over: out of date"
     assert ended["view"]["summary"] == "after 3m 05s waiting; the run continues: the workspace moved"
@@ -354,8 +349,11 @@ def test_it_links_no_empty_output():
 
     view = step(
         5,
-        "receipt",
+        "receipt_recorded",
         "c2",
+        tool="run_check",
+        attempt=1,
+        harness_revision="r",
         valid=True,
         receipt={
             "status": "ok",
@@ -396,3 +394,91 @@ def test_it_keeps_an_optional_comment_on_a_grant_and_reason_on_a_kill(operator, 
     signed_in(operator).post(reverse("runs:kill", args=[killed.run.pk]), {"reason": "wrong repository"})
     event = present(Event.objects.get(run=killed.run, type="kill_requested").as_dict())
     assert event["view"]["summary"] == f"by {operator.username} for this run: wrong repository"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_rounds_the_working_clock_and_the_time_budget_alike(operator, reviewer):
+    from datetime import UTC, datetime
+
+    from approvals.services import DjangoApprovals, grant
+    from runs.services import drive_run
+    from runs.store import load_state
+    from runs.views.summary import run_summary
+
+    scene = waiting_scene(operator)
+    grant(scene.request, reviewer)
+    drive_run(scene.run, scene.world.environment(), DjangoApprovals(scene.run))
+    state = load_state(Run.objects.get(pk=scene.run.pk))
+    # 4.6 s of work: a clock that rounds down says 4s, a budget that rounds to nearest 5s.
+    finished = datetime.fromtimestamp(state.started_at + state.waited_seconds + 4.6, UTC)
+    Run.objects.filter(pk=scene.run.pk).update(updated_at=finished)
+    summary = run_summary(Run.objects.get(pk=scene.run.pk))
+    time_budget = next(b for b in summary["budgets"] if b["name"] == "time")
+    assert summary["working_seconds"] == 4.6 and time_budget["used"] == 4 and time_budget["clock"] == "working"
+    page = signed_in(operator).get(reverse("runs:detail", args=[scene.run.pk])).content.decode()
+    assert 'data-clock-seconds="4.6">4s</span>' in page and ">4s / 600s</span>" in page
+
+
+@pytest.mark.django_db
+def test_it_says_what_is_wrong_with_a_new_run_in_words_naming_each_field(admin_user):
+    form = {"template": "", "proposer_kind": "scripted", "proposer_options": ""}
+    contract = '{"task_id": "bad id!", "objective": "", "acceptance_criteria": "tests", "limits": {"max_proposals": 0, "max_attempts": "3"}}'
+    page = signed_in(admin_user).post(reverse("runs:new"), {**form, "contract": contract}).content.decode()
+    for said in (
+        "task_id: must be 1 to 100 letters, digits, &#x27;.&#x27;, &#x27;_&#x27; or &#x27;-&#x27;, starting with a letter or digit",
+        "objective: must not be empty",
+        "acceptance_criteria: must be a list (a JSON array)",
+        "workspace: required",
+        "limits.max_proposals: must be at least 1",
+        "limits.max_attempts: must be a whole number",
+        "script: required: the scripted proposer plays a JSON list of proposals",
+    ):
+        assert said in page
+    for raw in ("(root)", "Field required", "Input should", "String should", "contract.task_id", "char "):
+        assert raw not in page, raw
+    page = signed_in(admin_user).post(reverse("runs:new"), {**form, "contract": '{"task_id": '}).content.decode()
+    assert "not valid JSON: expecting value at line 1, column 12" in page and "(root)" not in page
+
+
+@pytest.mark.django_db
+def test_it_says_which_sign_in_box_is_empty(reviewer):
+    page = Client().post(reverse("login"), {"username": reviewer.username, "password": ""}).content.decode()
+    assert "Fill in your password." in page
+    page = Client().post(reverse("login"), {"username": "", "password": ""}).content.decode()
+    assert "Fill in your username and password." in page
+
+
+@pytest.mark.django_db
+def test_it_names_the_field_of_every_problem_in_the_policy_editor(admin_user):
+    from approvals.policies import current_policy_row
+    from approvals.policy_editor import initial_data
+
+    main, rules, checks = initial_data(current_policy_row().document)
+    data = {key: "" if value is None else value for key, value in main.items()}
+    data.update(approval_ttl_seconds=0, sandbox_memory="lots", note="bad")
+    data["allow_self_approval"] = ""
+    for prefix, rows in (("rules", rules), ("checks", checks)):
+        data.update({f"{prefix}-TOTAL_FORMS": len(rows), f"{prefix}-INITIAL_FORMS": 0, f"{prefix}-MIN_NUM_FORMS": 0, f"{prefix}-MAX_NUM_FORMS": 1000})
+        for index, row in enumerate(rows):
+            for name, value in row.items():
+                if value is not False:
+                    data[f"{prefix}-{index}-{name}"] = value
+            if prefix == "rules":
+                data[f"{prefix}-{index}-ORDER"] = index + 1
+    data["rules-0-name"] = ""
+    data["checks-0-check_id"] = "Bad ID!"
+    client = signed_in(admin_user)
+    response = client.post(reverse("admin:approvals_policyversion_add"), data)
+    page = response.content.decode()
+    assert response.status_code == 200 and 'id="policy-problems"' in page
+    for said in (
+        "Approval TTL (seconds): must be at least 1",
+        "Sandbox memory: must be a number followed by k, m or g (for example 512m or 2g)",
+        "Rule row 1, name: must not be empty",
+        "Check row 1, check id: must be 1 to 64 lowercase letters",
+    ):
+        assert said in page, said
+    for raw in ("String should", "Input should", "pattern &#x27;"):
+        assert raw not in page, raw
+    refused = client.post(f"{reverse('admin:approvals_policyversion_add')}?json=1", {"note": "", "document_text": '{"rules": ['}).content.decode()
+    assert "not valid JSON: expecting value at line 1, column 12" in refused

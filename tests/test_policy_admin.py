@@ -191,8 +191,14 @@ def test_it_refuses_an_invalid_inline_row_naming_the_field(client, admin_user):
     response = client.post(ADD, data)
     assert response.status_code == 200
     page = response.content.decode()
-    for field in ("checks[1].check_id", "checks[1].command", "rules[1].decision", "budget.max_attempts"):
-        assert field in page
+    # Each problem is on its field and, at the top, named as the page labels it.
+    for said in (
+        "Check row 2, check id: must be 1 to 64",
+        "Check row 2, command: must list at least one item",
+        "Rule row 2, decision: must be one of",
+        "Max attempts: must be at least 1",
+    ):
+        assert said in page, said
     assert response.context["checks"].forms[1].errors.keys() == {"check_id", "command"}
     assert "decision" in response.context["rules"].forms[1].errors
     assert "budget_max_attempts" in response.context["main_form"].errors

@@ -1,4 +1,4 @@
-"""Each receipt rejection rule of DESIGN section 5, and a receipt that passes."""
+"""Each receipt rejection rule (docs/design.md, Receipts), and a receipt that passes."""
 
 from __future__ import annotations
 

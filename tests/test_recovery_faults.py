@@ -119,3 +119,54 @@ def test_it_loses_nothing_when_the_worker_is_killed_at_random_points(celery_work
     print("\nfault suite:", json.dumps(summary))
     Path(settings.VAR_DIR, "fault_suite.json").write_text(json.dumps(summary, indent=2))
     assert duplicates == 0
+
+
+def test_it_pushes_at_most_once_when_the_worker_is_killed_mid_push(transactional_db, operator, reviewer, settings, tmp_path):
+    """SIGKILL of the worker (and its git) while the push is held at the proxy. The
+    held push then reaches the server (the server accepted what a dead client sent)
+    or never does; the new worker's ls-remote of the branch decides, and the run's
+    report says which. The branch moves at most once."""
+    from tests.remote_runs import parked, remote_rig
+
+    measured = []
+    with remote_rig(tmp_path / "remote", settings) as rig:
+        for lands in (True, False):
+            rig.proxy.push_arrived.clear()
+            rig.proxy.discard_push = not lands
+            run = create_run(rig.contract(), SCRIPTED_DEMO, operator)
+            run = parked(wait_for(run, ("waiting_approval",), timeout=120, log=rig.worker.log))
+            rig.proxy.hold_push.set()
+            grant(ApprovalRequest.objects.get(run=run, status="pending"), reviewer)
+            assert rig.proxy.push_arrived.wait(60), "the push never reached the proxy"
+            pushes_before = len(rig.server.pushes)
+            rig.worker.kill()
+            lookups_before = rig.lookups()
+            rig.proxy.hold_push.clear()
+            branch = rig.branch_of(run)
+            if lands:
+                deadline = time.monotonic() + 30
+                while rig.head(branch) is None:
+                    assert time.monotonic() < deadline, "the held push never landed"
+                    time.sleep(0.05)
+            rig.worker.start()
+            run = finish(run, reviewer, rig.worker)
+            types = assert_gap_free(run)
+            assert run.outcome == "complete", (run.outcome, run.stop_message, trace_of(run))
+            reconciled = Event.objects.get(run=run, type="effect_reconciled")
+            applied = run.report.data["effects_applied"]
+            assert rig.updates(branch) == (1 if lands else 0), "the branch moves at most once"
+            assert reconciled.payload["applied"] is lands and len(applied) == (1 if lands else 0), reconciled.payload
+            assert ("is at our commit" if lands else "is absent") in reconciled.payload["detail"]
+            assert "run_resumed" in types and len(rig.server.pushes) == pushes_before + (1 if lands else 0)
+            measured.append(
+                {
+                    "push_landed_after_kill": lands,
+                    "branch_updates": rig.updates(branch),
+                    "pushes_reaching_server": len(rig.server.pushes) - pushes_before,
+                    "ls_remote_after_restart": rig.lookups() - lookups_before,
+                    "reconciled_applied": reconciled.payload["applied"],
+                    "outcome": run.outcome,
+                }
+            )
+    print("\nkilled mid-push:", json.dumps(measured))
+    Path(settings.VAR_DIR, "fault_mid_push.json").write_text(json.dumps(measured, indent=2))

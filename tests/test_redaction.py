@@ -22,7 +22,7 @@ from runs.core.jsonutil import JSON
 from runs.core.scenarios import FIXED, call
 from runs.core.simulated import SimExecutor, SimWorkspace
 from runs.models import Artifact, Run
-from runs.redact import MASK, redact_text
+from runs.redact import MASK, masked, redact, redact_text
 from runs.services import check_new_run, do_create_run, drive_run
 from tests.helpers import CONTRACT
 
@@ -68,6 +68,18 @@ def test_it_masks_credential_shapes_and_configured_values():
     text = f"a {OPENAI_SHAPED} b {GITHUB_SHAPED} c {AWS_SHAPED} d {SLACK_SHAPED} e {PEM} f {ENV_SECRET}"
     assert redact_text(text, [ENV_SECRET]) == f"a {MASK} b {MASK} c {MASK} d {MASK} e {MASK} f {MASK}"
     assert redact_text("sha256:" + "ab" * 32, [ENV_SECRET]) == "sha256:" + "ab" * 32
+
+
+def test_it_masks_through_the_quick_look_at_json_text_exactly():
+    # The quick path reads a value's JSON text; a secret JSON escapes (a quote, a
+    # backslash) and one in a key must still be found, and a clean value is kept as is.
+    secret = 'pa"ss\\word-4f9c1e'
+    value = {"a": [f"x{secret}y"], f"k{secret}": 1, "n": {"m": OPENAI_SHAPED}}
+    assert redact(value, [secret]) == {"a": [f"x{MASK}y"], f"k{MASK}": 1, "n": {"m": MASK}}
+    clean = {"a": ["nothing to hide"], "b": 2}
+    assert redact(clean, [ENV_SECRET]) is clean
+    stored, text = masked(value, [ENV_SECRET])
+    assert stored["n"] == {"m": MASK} and OPENAI_SHAPED not in text.text and json.loads(text.text) == stored
 
 
 def test_it_never_stores_or_serves_a_secret_planted_in_every_field_a_run_reaches(settings, operator, reviewer, client):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from docker.errors import NotFound
 from runs.artifacts import artifact_path
 from runs.core.policy import CheckDef, SandboxLimits
 from sandbox.executor import SandboxExecutor
+from sandbox.hashing import TreeHasher
 from tests.fixtures_runtimes import RuntimeEngine
 from tests.fixtures_sandbox import (
     SURVIVE,
@@ -387,6 +389,17 @@ DISK_FILLER = check(
 SCRATCH_LEFT = check("scratch_left", "python3", "-B", "-c", "import os; print('scratch entries:', len(os.listdir(os.environ['TMPDIR'])))")
 
 
+def usage_bytes(root: Path) -> int:
+    """What the tree occupies, by a full walk (as du counts)."""
+    walker = TreeHasher()
+    walker.tree(root)
+    return walker.allocated
+
+
+def tree_files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
 def quota_executor(tmp_path: Path, run_id: str, quota, limits: SandboxLimits) -> SandboxExecutor:
     from runs.artifacts import FileArtifactStore
 
@@ -401,7 +414,7 @@ def test_it_bounds_what_a_check_writes_by_its_scratch_and_leaves_the_workspace_u
     """Stronger than the old quota on the workspace (measured every half second while
     the check wrote into it): the check cannot write the workspace at all, and the
     kernel stops it at the scratch tmpfs's size, which is emptied after the check."""
-    from sandbox.quota import MB, DiskQuota, usage_bytes
+    from sandbox.quota import MB, DiskQuota
 
     limits = runtime_engine.limits(TEST_LIMITS).model_copy(update={"scratch_mb": 20})
     executor = quota_executor(tmp_path, "disk-fill", DiskQuota(workspace_max_bytes=20 * MB), limits)
@@ -418,6 +431,139 @@ def test_it_bounds_what_a_check_writes_by_its_scratch_and_leaves_the_workspace_u
     assert 15 <= written <= 20, filled["output"]
     assert usage_bytes(executor.workspace.dir) == used_before and executor.revision() == revision_before
     assert "scratch entries: 0" in outcome.receipt("run_check", "scratch_left")["data"]["output"]
+    assert_survived(outcome)
+
+
+ON_COPY_FILLER = CheckDef(
+    check_id="build_big",
+    command=[
+        "python3",
+        "-c",
+        # In its throwaway copy of the tree, as a build writing its output in place would.
+        "import os\n"
+        "print('in', os.getcwd())\n"
+        "chunk = os.urandom(1 << 20)\n"
+        "written = 0\n"
+        "try:\n"
+        "    with open('orders/build.bin', 'wb') as out:\n"
+        "        for _ in range(400):\n"
+        "            out.write(chunk); out.flush(); written += 1\n"
+        "except OSError as exc:\n"
+        "    print('copy:', exc.strerror, 'after', written, 'MB')\n"
+        "    raise SystemExit(1)\n"
+        "print('built 400 MB')\n",
+    ],
+    timeout_seconds=120,
+    on_copy=True,
+)
+
+
+def test_it_bounds_an_on_copy_check_by_its_scratch(runtime_engine: RuntimeEngine, tmp_path: Path, db) -> None:
+    """A check that must write its tree writes a copy of it in scratch: the kernel
+    stops it at the scratch size as it stops any other check, with no watch of the
+    tree, and the workspace is as it was."""
+    from sandbox.quota import DiskQuota
+
+    limits = runtime_engine.limits(TEST_LIMITS).model_copy(update={"scratch_mb": 20})
+    executor = quota_executor(tmp_path, "copy-fill", DiskQuota(), limits)
+    used_before, revision_before = usage_bytes(executor.workspace.dir), executor.revision()
+    try:
+        script = [step("run_check", check_id="build_big"), step("run_check", check_id="scratch_left"), *SURVIVE]
+        outcome = drive(executor, sandbox_policy(ON_COPY_FILLER, SCRATCH_LEFT, limits=limits), script)
+    finally:
+        executor.close()
+    built = outcome.receipt("run_check", "build_big")["data"]
+    assert built["exit_code"] == 1 and "in /tmp/tree" in built["output"] and "built" not in built["output"], built
+    written = int(built["output"].split("copy: No space left on device after ")[1].split()[0])
+    assert written < 20, built["output"]
+    assert usage_bytes(executor.workspace.dir) == used_before and executor.revision() == executor.verify() == revision_before
+    assert not (executor.workspace.dir / "orders" / "build.bin").exists()
+    assert "scratch entries: 0" in outcome.receipt("run_check", "scratch_left")["data"]["output"]
+    assert_survived(outcome)
+
+
+OUTSIDE_SCRATCH = check(
+    "outside",
+    "python3",
+    "-c",
+    "import os\n"
+    "written = []\n"
+    "for path in ['/workspace/orders/planted.py', '/workspace/orders/total.py', '/workspace/conftest.py', '/planted',\n"
+    "             '/etc/planted', '/var/tmp/planted', '/run/planted', '/usr/lib/planted', '/dev/planted']:\n"
+    "    try:\n"
+    "        with open(path, 'a') as handle:\n"
+    "            handle.write('planted')\n"
+    "    except OSError as exc:\n"
+    "        print('refused', path, exc.strerror)\n"
+    "    else:\n"
+    "        written.append(path)\n"
+    "for place in [os.environ['TMPDIR'], '/dev/shm']:\n"
+    "    with open(place + '/left-behind', 'w') as handle:\n"
+    "        handle.write('for the next check')\n"
+    "    print('scratch written', place)\n"
+    "raise SystemExit('written: %s' % written if written else 0)\n",
+)
+LEFT_BEHIND = check(
+    "left_behind", "python3", "-c", "import os; print('left:', sorted(os.listdir(os.environ['TMPDIR']) + os.listdir('/dev/shm')))"
+)
+
+
+def test_it_refuses_every_write_outside_scratch_and_leaves_the_tree_unchanged(sandbox: SandboxExecutor) -> None:
+    before, files_before = sandbox.revision(), tree_files(sandbox.workspace.dir)
+    script = [step("run_check", check_id="outside"), step("run_check", check_id="left_behind"), *SURVIVE]
+    outcome = drive(sandbox, sandbox_policy(OUTSIDE_SCRATCH, LEFT_BEHIND), script)
+    outside = outcome.receipt("run_check", "outside")["data"]
+    assert outside["exit_code"] == 0, outside["output"]
+    assert outside["output"].count("refused ") == 9 and outside["output"].count("scratch written") == 2, outside["output"]
+    assert "left: []" in outcome.receipt("run_check", "left_behind")["data"]["output"]
+    assert sandbox.revision() == sandbox.verify() == before and tree_files(sandbox.workspace.dir) == files_before
+    assert_survived(outcome)
+
+
+def test_it_runs_a_check_in_a_workspace_of_300000_files(docker_engine, monkeypatch: pytest.MonkeyPatch, db) -> None:
+    """The old quota walked the tree during every check and refused one above 200,000
+    entries. Now nothing is walked per check: the whole run walks its tree twice (when
+    it is picked up and when it finishes), however many checks it runs.
+
+    The tree is made of empty files on a tmpfs (/dev/shm), so the test measures the
+    harness and not the shared disk (300,000 files took minutes to create on it), and
+    runs under runc (gVisor's ptrace platform takes minutes to list them)."""
+    import tempfile
+
+    from runs.artifacts import FileArtifactStore
+    from sandbox import hashing
+
+    base = Path(tempfile.mkdtemp(prefix="harness-huge-", dir="/dev/shm"))
+    try:
+        workspace = example_workspace(base / "huge")
+        vendor = workspace.dir / "vendor"
+        for d in range(300):
+            (vendor / f"d{d}").mkdir(parents=True)
+            for f in range(1000):
+                os.close(os.open(vendor / f"d{d}" / f"f{f}", os.O_CREAT | os.O_WRONLY, 0o644))
+        workspace.reread()  # the tree was grown around the harness's tools, on purpose
+        container = start_container("huge", workspace)
+        executor = SandboxExecutor("huge", workspace, container, FileArtifactStore(), base / "outbox", write_paths=WRITE_PATHS)
+        counted = check("count", "sh", "-c", "find . -type f | wc -l", timeout=120)
+        walks: list[str] = []
+        real = hashing.TreeHasher.tree
+        monkeypatch.setattr(hashing.TreeHasher, "tree", lambda self, root, sink=None: walks.append(str(root)) or real(self, root, sink))
+        try:
+            script = [step("run_check", check_id="count"), step("run_check", check_id="count"), *SURVIVE]
+            outcome = drive(executor, sandbox_policy(counted), script)
+        finally:
+            executor.close()
+    finally:
+        shutil.rmtree(base)
+    receipts = [r["data"] for r in outcome.receipts("run_check")]
+    assert [r["exit_code"] for r in receipts] == [0, 0, 0], receipts
+    assert int(receipts[0]["output"].strip()) > 300_000
+    assert [(e.check_id, e.passed, e.current) for e in outcome.of_type("evidence_recorded")] == [
+        ("count", True, True),
+        ("count", True, True),
+        ("smoke", True, True),
+    ]
+    assert len(walks) == 2, walks
     assert_survived(outcome)
 
 
@@ -534,17 +680,29 @@ def test_it_refuses_separator_and_control_characters_in_patch_headers(sandbox: S
     assert_survived(outcome)
 
 
-def test_it_does_not_count_a_check_whose_workspace_changed_under_it(sandbox: SandboxExecutor) -> None:
-    """The second lock: if the tree changes during a check (here the host writes while
-    it runs; checks themselves cannot), the full walk after the check finds it, and the
-    run stops rather than take that check, or anything after it, as evidence."""
+@pytest.mark.parametrize("caught_by", ["finish", "publish preview", "publish"])
+def test_it_stops_a_run_whose_workspace_changed_around_the_harness_during_a_check(sandbox: SandboxExecutor, caught_by: str) -> None:
+    """If the tree changes during a check (here the host writes while it runs; checks
+    themselves cannot), nothing it vouched for is relied on: no walk follows each
+    check, but the full walk before the run completes, before a reviewer is shown a
+    publish and before publish ships finds the change, and the run stops."""
     writer = threading.Timer(0.5, lambda: (sandbox.workspace.dir / "orders" / "late.py").write_text("x = 1\n"))
-    writer.start()
-    outcome = drive(sandbox, sandbox_policy(check("slow", "sleep", "2")), [step("run_check", check_id="slow"), *SURVIVE])
+    last = step("finish", summary="done") if caught_by == "finish" else step("publish", message="fix")
+    script = [step("write_file", path="orders/total.py", content="TOTAL = 1\n"), step("run_check", check_id="smoke")]
+    script += [step("run_check", check_id="slow"), last]
+
+    def proposals(feedback: object, position: int) -> object | None:
+        if position == 2:
+            writer.start()  # while the slow check runs
+        return script[position] if position < len(script) else None
+
+    outcome = drive(sandbox, sandbox_policy(check("slow", "sleep", "2"), allow_publish=caught_by == "publish"), proposals)
     writer.join()
-    assert outcome.state.stop_reason == "revision_mismatch"
+    assert outcome.receipt("run_check", "slow")["data"]["exit_code"] == 0
+    assert outcome.state.stop_reason == "revision_mismatch", outcome.summary()
     assert "differs from a full walk" in outcome.state.stop_message
-    assert not outcome.state.evidence
+    assert outcome.state.outcome != "complete" and not outcome.receipts("publish")
+    assert not list(sandbox.context.outbox.glob("*.patch"))
 
 
 def assert_git_applies(executor: SandboxExecutor, tmp_path: Path) -> None:

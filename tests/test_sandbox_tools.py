@@ -25,6 +25,7 @@ from sandbox import fileops, patches
 from sandbox.executor import SandboxExecutor
 from sandbox.hashing import TreeHasher
 from sandbox.preparation import prepare_workspace
+from sandbox.publishing import publication
 from sandbox.sources import WorkspaceSourceError
 from sandbox.workspace import RunWorkspace
 from tests.fixtures_sandbox import ROOT, make_call
@@ -327,9 +328,13 @@ def test_it_keeps_the_revision_equal_to_git_and_stable(host_executor: SandboxExe
 
 def test_it_never_vouches_for_a_tree_it_cannot_hash(host_executor: SandboxExecutor) -> None:
     deep = host_executor.workspace.dir / "orders" / "/".join(["d"] * (fileops.MAX_DEPTH + 2))
-    with host_executor.workspace.untrusted_code():  # as a check would
+    with host_executor.workspace.untrusted_code():  # during a check, behind the harness's tools
         deep.mkdir(parents=True)
         (deep / "x.py").write_text("hidden = True\n")
+    with pytest.raises(RevisionMismatch, match="cannot be walked"):
+        host_executor.verify()  # as a pickup, a publish or a finish does
+    # An index to be rebuilt from a tree it cannot walk gives no value that stands.
+    (host_executor.workspace.index.dir / "HEAD").unlink()
     first, second = host_executor.revision(), host_executor.revision()
     assert first.startswith("unhashable-") and second.startswith("unhashable-") and first != second
 
@@ -464,9 +469,10 @@ def test_it_never_diffs_against_a_pristine_file_changed_through_its_shared_inode
     old; checks see the workspace read-only): the walk after the code that did it
     stops the run, and no diff is made after that."""
     ws: RunWorkspace = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="path", path="examples/orders"), ROOT, (ROOT, tmp_path))
+    with ws.untrusted_code(), open(ws.dir / "orders" / "total.py", "r+") as handle:
+        handle.write("# in place\n")
     with pytest.raises(RevisionMismatch, match="differs from a full walk"):
-        with ws.untrusted_code(), open(ws.dir / "orders" / "total.py", "r+") as handle:
-            handle.write("# in place\n")
+        publication(ws, ("orders/*",))  # what a preview and publish both read
     with pytest.raises(RevisionMismatch):
         ws.diff()
 

@@ -30,6 +30,10 @@ def start(**env):
         ({"DEBUG": "1", "HARNESS_LEASE_SECONDS": "lots"}, "HARNESS_LEASE_SECONDS must be an integer"),
         ({"DEBUG": "1", "ALLOWED_HOSTS": "a,,b"}, "ALLOWED_HOSTS must be a comma-separated list"),
         ({"DEBUG": "1", "HARNESS_OPENAI_OUTPUT_LIMIT": "max"}, "HARNESS_OPENAI_OUTPUT_LIMIT must be one of auto, max_tokens"),
+        ({"DEBUG": "1", "HARNESS_FORGE": "bitbucket"}, "HARNESS_FORGE must be one of"),
+        ({"DEBUG": "1", "HARNESS_FORGE": "github"}, "HARNESS_FORGE_TOKEN or HARNESS_FORGE_TOKEN_FILE is required"),
+        ({"DEBUG": "1", "HARNESS_FORGE": "gitlab", "HARNESS_FORGE_TOKEN": "t", "HARNESS_FORGE_API_URL": "gitlab.com"}, "HARNESS_FORGE_API_URL must be a URL"),
+        ({"DEBUG": "1", "HARNESS_GIT_CLONE_ATTEMPTS": "0"}, "HARNESS_GIT_CLONE_ATTEMPTS"),
     ],
 )
 def test_it_fails_at_start_naming_the_bad_variable(env, named):

@@ -55,7 +55,7 @@ def test_it_stops_a_run_whose_workspace_the_worker_cannot_prepare(operator, dock
     assert advance(str(run.pk)) == "workspace_error"
     run.refresh_from_db()
     assert run.outcome == "workspace_error" and "not a local git repository" in run.stop_message
-    assert run.events.order_by("seq").last().type == "stop"
+    assert run.events.order_by("seq").last().type == "stopped"
 
 
 def compose_config() -> dict:

@@ -1,4 +1,4 @@
-"""Every way out of a wait for a human is defined (DESIGN sections 3, 6 and 11):
+"""Every way out of a wait for a human is defined (docs/design.md, Outcomes, Approvals, Lifecycle):
 grant continues, deny stops, expiry stops ``approval_expired``, staleness sends the
 call back through the gates, a stop cancels the run's requests; waiting time is not
 working time; the sweep repairs rows that break the invariants. Issue 11's cases 2 to
@@ -231,7 +231,7 @@ def test_it_cancels_the_requests_of_killed_and_globally_stopped_runs(celery_work
             run = wait_for(run, ("stopped",), timeout=60, log=celery_worker.log)
             assert run.outcome == "killed"
             request = ApprovalRequest.objects.get(run=run)
-            assert request.status == "cancelled" and "kill by" in request.reason
+            assert request.status == "cancelled" and "the run is being stopped" in request.reason
             assert exits(run) == ["cancelled"]
             assert_gap_free(run)
     finally:

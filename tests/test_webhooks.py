@@ -21,9 +21,11 @@ from approvals.models import ApprovalRequest
 from approvals.services import DjangoApprovals, expire_due
 from notifications import messages
 from notifications.models import Delivery, WebhookEndpoint
+from runs.core import events as ev
 from runs.core.scenarios import FIXED, call
 from runs.models import Event
 from runs.services import drive_run
+from tests.event_examples import EXAMPLES
 from tests.fixtures_services import Worker, purge_queue
 from tests.helpers import SCRIPT, World
 
@@ -270,11 +272,12 @@ def test_it_retries_only_what_asking_again_can_fix():
 
 
 def test_it_picks_the_events_that_notify():
-    assert messages.kind_of("approval_required", {}) == "approval_requested"
-    assert messages.kind_of("approval_lapsed", {"status": "expired"}) == "approval_expired"
-    assert messages.kind_of("approval_lapsed", {"status": "stale"}) is None
-    assert messages.kind_of("stop", {"status": "killed"}) == "run_stopped"
-    assert messages.kind_of("proposed", {}) is None
+    lapsed = EXAMPLES[ev.ApprovalLapsed]
+    assert messages.kind_of(EXAMPLES[ev.ApprovalRequired]) == "approval_requested"
+    assert messages.kind_of(lapsed) == "approval_expired"
+    assert messages.kind_of(lapsed.model_copy(update={"status": "stale"})) is None
+    assert messages.kind_of(EXAMPLES[ev.Stopped]) == "run_stopped"
+    assert messages.kind_of(EXAMPLES[ev.Proposed]) is None
 
 
 def test_it_escapes_slack_markup_in_messages():

@@ -5,7 +5,7 @@ from django.db import models
 class PolicyVersion(models.Model):
     """One immutable version of the server policy (runs.core.policy.Policy as JSON).
     Editing a policy creates a new row. A run records the version it started with;
-    its gates decide under the newest (DESIGN section 6)."""
+    its gates decide under the newest (docs/design.md, Approvals)."""
 
     version = models.PositiveIntegerField(unique=True)
     document = models.JSONField()

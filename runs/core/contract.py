@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from runs.core.errors import FieldProblem, InputError, problems_from
+from runs.core.errors import FieldProblem, InputError, described, json_message, problems_from
 from runs.core.paths import PathRefused, canonical_path
 
 LIMIT_NAMES = (
@@ -64,7 +64,11 @@ class WorkspaceSource(Strict):
 
 
 class Contract(Strict):
-    task_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+    task_id: str = Field(
+        pattern=described(
+            r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", "1 to 100 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    )
     objective: str = Field(min_length=1, max_length=20_000)
     acceptance_criteria: list[str] = Field(min_length=1)
     workspace: WorkspaceSource
@@ -125,5 +129,5 @@ def parse_contract_json(text: str, known_tools: set[str], known_checks: set[str]
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError("contract", [FieldProblem("(root)", f"not valid JSON: {exc}")]) from None
+        raise InputError("contract", [FieldProblem("(root)", json_message(exc))]) from None
     return check_contract(raw, known_tools, known_checks)

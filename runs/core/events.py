@@ -3,6 +3,8 @@ store writes them in ``seq`` order and they are the run's audit trail."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -86,7 +88,7 @@ class ApprovalConsumed(Event):
 
 
 class ApprovalRefused(Event):
-    type: Literal["approval_denied"] = "approval_denied"
+    type: Literal["approval_refused"] = "approval_refused"
     key: str
     request_id: str
     reason: str
@@ -129,7 +131,7 @@ class DuplicateEffect(Event):
     """An external effect identical to one already applied or still unresolved:
     nothing is performed and nobody is asked."""
 
-    type: Literal["duplicate"] = "duplicate"
+    type: Literal["duplicate_effect"] = "duplicate_effect"
     tool: str
     idempotency_key: str
     of_call: str
@@ -145,7 +147,7 @@ class PolicyChanged(Event):
 
 
 class InvariantRepaired(Event):
-    """The beat's sweep found a row breaking an invariant of DESIGN section 6 and
+    """The beat's sweep found a row breaking an invariant (docs/design.md, Lifecycle) and
     repaired it."""
 
     type: Literal["invariant_repaired"] = "invariant_repaired"
@@ -169,7 +171,7 @@ class CallStarted(Event):
 
 
 class ReceiptRecorded(Event):
-    type: Literal["receipt"] = "receipt"
+    type: Literal["receipt_recorded"] = "receipt_recorded"
     tool: str
     attempt: int
     valid: bool
@@ -226,7 +228,7 @@ class CheckRequired(Event):
 
 
 class PendingEffectRecorded(Event):
-    type: Literal["pending_effect"] = "pending_effect"
+    type: Literal["pending_effect_recorded"] = "pending_effect_recorded"
     tool: str
     kind: Literal["workspace", "external"]
     idempotency_key: str | None
@@ -246,18 +248,18 @@ class WriteBlocked(Event):
 
 
 class ModelNote(Event):
-    type: Literal["model"] = "model"
+    type: Literal["model_note"] = "model_note"
     kind: str
     detail: dict[str, JSON]
 
 
 class Stopped(Event):
-    type: Literal["stop"] = "stop"
+    type: Literal["stopped"] = "stopped"
     status: str
     message: str
 
 
-AnyEvent = Annotated[
+AnyEvent = (
     RunStarted
     | RunResumed
     | Proposed
@@ -286,16 +288,30 @@ AnyEvent = Annotated[
     | EffectReconciled
     | WriteBlocked
     | ModelNote
-    | Stopped,
-    Field(discriminator="type"),
-]
-_adapter: TypeAdapter[Any] = TypeAdapter(AnyEvent)
+    | Stopped
+)
+"""Every event type. Readers ``match`` on it and end with ``assert_never``, so a new
+type is a type error in every reader until each says what it does with it."""
+
+_adapter: TypeAdapter[AnyEvent] = TypeAdapter(Annotated[AnyEvent, Field(discriminator="type")])
 
 
-def event_from_record(run_id: str, seq: int, ts: float, type_: str, call_id: str | None, payload: dict[str, JSON]) -> Event:
-    """Rebuild a typed event from its stored columns (unknown types fail loudly)."""
-    event: Event = _adapter.validate_python({"run_id": run_id, "seq": seq, "ts": ts, "type": type_, "call_id": call_id, **payload})
-    return event
+def type_name(cls: type[Event]) -> str:
+    """The name an event class is stored and sent under (its ``type`` literal)."""
+    name: str = cls.model_fields["type"].default
+    return name
 
 
-EVENT_TYPES: frozenset[str] = frozenset(cls.model_fields["type"].default for cls in Event.__subclasses__())
+def parse_event(record: Mapping[str, Any]) -> AnyEvent:
+    """The typed event of a stored record (``runs.models.Event.as_dict()`` shape:
+    run_id, seq, type, call_id, ts as a timestamp, a datetime or ISO 8601, payload).
+
+    An unknown type or a payload that does not fit its class raises
+    ``pydantic.ValidationError`` naming the field: nothing is guessed."""
+    ts = record["ts"]
+    if isinstance(ts, str):
+        ts = datetime.fromisoformat(ts)
+    if isinstance(ts, datetime):
+        ts = ts.timestamp()
+    fields = {"run_id": str(record["run_id"]), "seq": record["seq"], "ts": ts, "type": record["type"], "call_id": record.get("call_id")}
+    return _adapter.validate_python({**record["payload"], **fields})

@@ -1,4 +1,4 @@
-"""The run's life around humans and effects (DESIGN section 11), as data.
+"""The run's life around humans and effects (docs/design.md, Lifecycle), as data.
 
 A run is ``running``, ``waiting_approval`` or stopped with an outcome. A wait ends
 in exactly one of the ways of ``WAIT_EXITS``; each says what becomes of the request,

@@ -219,6 +219,10 @@ class Harness(Waits, Execution):
         pending = self._blocking_effects()
         if pending:
             raise Stop("unresolved", f"finish with {len(pending)} pending effect(s) of unknown outcome")
+        # "Complete" vouches for the evidence on the current revision, so the tree is
+        # read in full once more: checks are not walked after (they see it read-only),
+        # and a change that came around the harness's tools must stop the run here.
+        self._set_revision(self.workspace.verify(), cleared_by_write=False)
         missing = self._missing_evidence()
         if missing:
             self._emit(ev.CheckRequired, call_id=call_id, revision=self.state.revision, missing=missing, for_tool=spec.name)

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from runs.core.contract import Limits
-from runs.core.errors import InputError, problems_from
+from runs.core.errors import InputError, described, problems_from
 from runs.core.jsonutil import JSON
 
 Decision = Literal["allow", "deny", "ask"]
@@ -53,7 +53,11 @@ class Rule(_Frozen):
 class CheckDef(_Frozen):
     """A verification command from trusted configuration; never from the model."""
 
-    check_id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+    check_id: str = Field(
+        pattern=described(
+            r"^[a-z0-9][a-z0-9_.-]{0,63}$", "1 to 64 lowercase letters, digits, '_', '.' or '-', starting with a letter or digit"
+        )
+    )
     command: list[str] = Field(min_length=1)
     version: str = "1"
     timeout_seconds: int = Field(default=120, ge=1, le=3600)
@@ -64,7 +68,7 @@ class CheckDef(_Frozen):
 
 
 class SandboxLimits(_Frozen):
-    memory: str = Field(default="512m", pattern=r"^[0-9]+[kmg]$")
+    memory: str = Field(default="512m", pattern=described(r"^[0-9]+[kmg]$", "a number followed by k, m or g (for example 512m or 2g)"))
     cpus: float = Field(default=1.0, gt=0, le=64)
     pids_limit: int = Field(default=128, ge=16, le=4096)
     network: Literal["none"] = "none"

@@ -1,4 +1,4 @@
-"""Executor receipts (DESIGN section 5). A receipt is the executor's attestation of
+"""Executor receipts (docs/design.md, Receipts). A receipt is the executor's attestation of
 one attempt; it is checked against the call and the harness's own revision."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The final report (DESIGN section 8): what happened, as data, never claiming
+"""The final report (docs/design.md, Events): what happened, as data, never claiming
 completion for a run that stopped."""
 
 from __future__ import annotations

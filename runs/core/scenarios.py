@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from runs.core import events as ev
 from runs.core.contract import Contract, Limits
 from runs.core.faults import Fault, FaultyExecutor
 from runs.core.feedback import Feedback, InvalidInput
@@ -66,7 +67,7 @@ class Rig:
         return sum(1 for c in self.executor.calls if c.tool == tool)
 
     def event_types(self) -> list[str]:
-        return [e.model_dump()["type"] for e in self.store.events]
+        return [ev.type_name(type(e)) for e in self.store.events]
 
 
 def build_rig(
@@ -152,7 +153,7 @@ def stale_check(harness_cls: HarnessFactory) -> tuple[bool, str]:
     ]
     rig = build_rig(script, harness_cls=harness_cls)
     rig.harness.run()
-    ok = rig.state.outcome != "complete" and "check_required" in rig.event_types()
+    ok = rig.state.outcome != "complete" and ev.type_name(ev.CheckRequired) in rig.event_types()
     return ok, f"outcome={rig.state.outcome}"
 
 
@@ -183,7 +184,7 @@ def unknown_write(harness_cls: HarnessFactory) -> tuple[bool, str]:
     rig = build_rig(script, harness_cls=harness_cls, faults=[Fault("publish", "timeout", 1)], lookup_authoritative=False)
     rig.harness.run()
     writes = rig.executed("write_file")
-    ok = rig.state.outcome == "unresolved" and writes == 1 and "write_blocked" in rig.event_types()
+    ok = rig.state.outcome == "unresolved" and writes == 1 and ev.type_name(ev.WriteBlocked) in rig.event_types()
     return ok, f"outcome={rig.state.outcome}, write executions={writes}"
 
 
@@ -234,7 +235,7 @@ def repeated_effect(harness_cls: HarnessFactory) -> tuple[bool, str]:
     rig = build_rig(script, harness_cls=harness_cls)
     rig.harness.run()
     publishes = rig.executed("publish")
-    ok = publishes == 1 and "duplicate" in rig.event_types()
+    ok = publishes == 1 and ev.type_name(ev.DuplicateEffect) in rig.event_types()
     return ok, f"publish executions={publishes}, effects applied={rig.state.effects_applied}"
 
 

@@ -1,9 +1,16 @@
 """Everything a run needs to continue after a crash, as one JSON-serialisable
-object. The store saves it with the step's events in one transaction."""
+object. The store saves it with the step's events in one transaction.
+
+The stored object carries ``schema_version``. A release that changes the shape
+raises ``SCHEMA_VERSION`` and adds the step from the previous version to
+``UPGRADES``; ``load_stored_state`` applies the steps in order on load, so runs in
+flight (a wait can last days) survive the release. A state written by a newer
+release is refused, never guessed at (docs/design.md, Recovery)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -91,7 +98,12 @@ class Waiting(_State):
     policy_version: int = 0
 
 
+SCHEMA_VERSION = 2
+"""1: the shape before versions (no ``schema_version`` key); 2: the same, versioned."""
+
+
 class RunState(_State):
+    schema_version: int = SCHEMA_VERSION
     run_id: str
     contract: Contract
     limits: Limits
@@ -162,3 +174,36 @@ class RunState(_State):
 
     def missing_checks(self) -> list[str]:
         return [c for c in self.contract.verification_targets if self.passing_current(c) is None]
+
+
+class StateVersionError(ValueError):
+    """A stored state this code cannot read: written by a newer release, or with a
+    version that never existed."""
+
+
+def _from_1(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "schema_version": 2}
+
+
+# version N -> the step that turns a version-N state into version N+1.
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_1}
+
+
+def load_stored_state(data: Mapping[str, Any]) -> RunState:
+    """The current ``RunState`` of a stored one, upgraded step by step from its
+    version; the stored object itself is not changed (the next checkpoint writes
+    the current shape)."""
+    version = data.get("schema_version", 1)
+    run = data.get("run_id", "?")
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version:
+        raise StateVersionError(f"run {run}: the stored state's schema_version {version!r} is not a version (1 to {SCHEMA_VERSION})")
+    if version > SCHEMA_VERSION:
+        raise StateVersionError(
+            f"run {run}: the stored state is schema version {version}, newer than this release reads ({SCHEMA_VERSION});"
+            " it was written by a newer release: run that one, nothing was changed"
+        )
+    upgraded = dict(data)
+    while version < SCHEMA_VERSION:
+        upgraded = UPGRADES[version](upgraded)
+        version += 1
+    return RunState.model_validate(upgraded)

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from runs.core.errors import FieldProblem, InputError, problems_from
+from runs.core.errors import FieldProblem, InputError, described, problems_from
 from runs.core.jsonutil import JSON
 from runs.core.patchtext import patch_targets
 from runs.core.paths import PathRefused, canonical_path, path_allowed
@@ -87,10 +87,15 @@ class PublishArgs(Args):
     message: str = Field(min_length=1, max_length=2000)
 
 
+class ChangeRequestArgs(Args):
+    title: str = Field(min_length=1, max_length=250, pattern=r"\S")
+    body: str = Field(default="", max_length=60_000)
+
+
 class LookupPublishArgs(Args):
     idempotency_key: str | None = Field(
         default=None,
-        pattern=r"^[0-9a-f]{32}$",
+        pattern=described(r"^[0-9a-f]{32}$", "32 lowercase hexadecimal digits"),
         description="the publish to look up; leave it out for this run's publish (the unresolved one, else the latest)",
     )
 
@@ -243,6 +248,18 @@ BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
         reviewer_summary=(
             "Ships the workspace's changes against the base revision, exactly the diff shown, as one patch with this"
             " message to the outbox, outside the sandbox; it happens once and cannot be taken back by the run."
+        ),
+    ),
+    ToolSpec(
+        "open_change_request",
+        "1",
+        "Open a pull request (GitHub) or merge request (GitLab) from the branch publish pushed into the base branch."
+        " Refused until the branch is on the remote.",
+        ChangeRequestArgs,
+        external_effect=True,
+        reviewer_summary=(
+            "Opens a change request on the forge from the run's pushed branch into the base branch, with this title and"
+            " body, under the server's forge account; others see it at once, and the run cannot take it back."
         ),
     ),
     ToolSpec(

@@ -1,5 +1,6 @@
 from django.db import models
 
+from runs.core.events import AnyEvent, parse_event
 from runs.redact import RedactedJSONField
 
 
@@ -30,3 +31,7 @@ class Event(models.Model):
             "ts": self.ts.isoformat(),
             "payload": self.payload,
         }
+
+    def typed(self) -> AnyEvent:
+        """This row as its typed event (runs.core.events.parse_event)."""
+        return parse_event({"run_id": self.run_id, "seq": self.seq, "type": self.type, "call_id": self.call_id, "ts": self.ts, "payload": self.payload})

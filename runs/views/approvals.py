@@ -21,7 +21,7 @@ from runs.permissions import DECIDE_APPROVALS, VIEW_APPROVALS
 from runs.redact import is_masked
 from runs.store import load_state
 from runs.views.access import require
-from runs.views.summary import run_clocks
+from runs.views.summary import shown_clocks
 from runs.views.trace import EMPTY_OUTPUT_REF, text_args, timeline
 
 Status = ApprovalRequest.Status
@@ -47,12 +47,12 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
     blocker = decision_blocker(request, user)
     run = request.run
     run.refresh_from_db()
-    working, waited = run_clocks(run, load_state(run))
+    working, waited = shown_clocks(run, load_state(run))
     return {
         "req": request,
         "run": run,
-        "working_seconds": round(working, 1),
-        "waited_seconds": round(waited, 1),
+        "working_seconds": working,
+        "waited_seconds": waited,
         "blocker": blocker,
         "stale": staleness(request) if request.status == Status.PENDING else None,
         "revision_current": run.revision == request.revision,
@@ -99,7 +99,13 @@ def detail(request: HttpRequest, request_id: str) -> HttpResponse:
 
 class DenyForm(forms.Form):
     reason = forms.CharField(
-        max_length=2000, strip=True, widget=forms.Textarea(attrs={"rows": 3, "placeholder": "Why is this denied? The run stops with it."})
+        max_length=2000,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "Why is this denied? The run stops with it."}),
+        error_messages={
+            "required": "Reason for denying: write why; the run stops with it and the trace keeps it.",
+            "max_length": "Reason for denying: at most %(limit_value)d characters (it has %(show_value)d).",
+        },
     )
 
 
@@ -112,7 +118,6 @@ def _refused(request: HttpRequest, approval: ApprovalRequest, error: str) -> Htt
 
 def _bad_denial(request: HttpRequest, approval: ApprovalRequest, form: DenyForm) -> HttpResponse:
     context = approval_context(approval, request.user)
-    context["error"] = "a denial needs a reason"
     context["deny_form"] = form
     return render(request, "approvals/detail.html", context, status=400)
 

@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from runs.core.errors import FieldProblem, InputError
+from runs.core.errors import FieldProblem, InputError, json_message
 from runs.permissions import ADD_RUNS
 from runs.proposers import PROPOSER_KINDS
 from runs.runtime import create_run
@@ -21,12 +21,15 @@ from runs.views.access import require
 
 # Which form field shows the problems of each kind of refused input.
 FIELD_FOR = {
+    "proposer.kind": "proposer_kind",
     "template": "template",
     "contract": "contract",
     "workspace": "contract",
     "proposer": "proposer_options",
     "script": "proposer_options",
 }
+# A repository named in the form replaces the contract's workspace.
+REPOSITORY_FIELDS = {"workspace.url": "repository_url", "workspace.ref": "repository_ref"}
 
 
 def contract_templates() -> dict[str, Path]:
@@ -51,13 +54,16 @@ def _parse_json(text: str, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(what, [FieldProblem("(root)", f"not valid JSON: {exc}")]) from None
+        raise InputError(what, [FieldProblem("(root)", json_message(exc))]) from None
 
 
-def run_inputs(template: str, contract_text: str, kind: str, options_text: str) -> tuple[Any, dict[str, Any]]:
+def run_inputs(
+    template: str, contract_text: str, kind: str, options_text: str, repository_url: str = "", repository_ref: str = ""
+) -> tuple[Any, dict[str, Any]]:
     """The contract and proposer configuration the form describes. The contract box
     wins over the template; a scripted proposer without options uses the
-    template's proposals.json."""
+    template's proposals.json; a repository URL (and ref) makes the workspace a
+    clone of that remote."""
     templates = contract_templates()
     if template and template not in templates:
         raise InputError("template", [FieldProblem("template", f"no template named {template!r}")])
@@ -67,6 +73,8 @@ def run_inputs(template: str, contract_text: str, kind: str, options_text: str) 
         contract = _parse_json((templates[template] / "contract.json").read_text(), "contract")
     else:
         raise InputError("contract", [FieldProblem("(root)", "pick a template or paste a contract")])
+    if repository_url.strip() and isinstance(contract, dict):
+        contract = {**contract, "workspace": {"kind": "git", "url": repository_url.strip(), "ref": repository_ref.strip() or None}}
     options: Any = {}
     if options_text.strip():
         options = _parse_json(options_text, "proposer")
@@ -85,6 +93,15 @@ class NewRunForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 18, "spellcheck": "false", "class": "code"}),
         help_text="Paste a contract, or leave empty to use the template as it is.",
     )
+    repository_url = forms.CharField(
+        required=False,
+        max_length=2000,
+        label="Repository URL",
+        help_text="Optional: clone the workspace from this git remote (one the server allows) instead of the contract's workspace.",
+    )
+    repository_ref = forms.CharField(
+        required=False, max_length=255, label="Branch, tag or commit", help_text="Empty: the repository's default branch."
+    )
     proposer_kind = forms.ChoiceField(label="Proposer")
     proposer_options = forms.CharField(
         required=False,
@@ -100,12 +117,20 @@ class NewRunForm(forms.Form):
 
     def add_problems(self, exc: InputError) -> None:
         for problem in exc.problems:
-            # A new run's problems are named "contract.…" or "proposer.…".
-            head = problem.field.split(".", 1)[0].split("[", 1)[0]
-            field = FIELD_FOR.get(exc.what) or FIELD_FOR.get(head)
-            # "(root)" and "(run)" name the whole input, not a field a person could find.
-            named = not problem.field.startswith("(")
-            self.add_error(field, f"{problem.field}: {problem.message}" if named else problem.message)
+            # A new run's problems are named "contract.…" or "proposer.…"; the box's
+            # label says which, so the message names the field inside its JSON.
+            head, _, inner = problem.field.partition(".")
+            head = head.split("[", 1)[0]
+            field = FIELD_FOR.get(problem.field) or FIELD_FOR.get(exc.what) or FIELD_FOR.get(head)
+            if self["repository_url"].value():
+                # The workspace came from the repository fields: its problems belong there.
+                field = REPOSITORY_FIELDS.get(problem.field.removeprefix("contract."), field)
+            if problem.field.startswith("(") or problem.field == head or field == "proposer_kind":
+                self.add_error(field, problem.message)
+            else:
+                # A workspace problem is named from the contract's top ("workspace.url").
+                shown = problem.field if exc.what == "workspace" else inner or problem.field
+                self.add_error(field, f"{shown}: {problem.message}")
 
 
 @require_http_methods(["GET", "POST"])
@@ -115,7 +140,14 @@ def new_run(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            contract, proposer = run_inputs(data["template"], data["contract"], data["proposer_kind"], data["proposer_options"])
+            contract, proposer = run_inputs(
+                data["template"],
+                data["contract"],
+                data["proposer_kind"],
+                data["proposer_options"],
+                data["repository_url"],
+                data["repository_ref"],
+            )
             run = create_run(contract, proposer, request.user)
         except InputError as exc:
             form.add_problems(exc)

@@ -3,6 +3,7 @@ approvals. The run page renders it and its script re-reads it as events arrive."
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -10,17 +11,28 @@ from django.urls import reverse
 
 from approvals.policies import current_policy_row, load_policy
 from runs.control import ACTIVE
+from runs.core import events as ev
 from runs.core.state import RunState
 from runs.models import Event, Run
 from runs.proposers import proposer_usage
+from runs.published import published
 from runs.store import load_state
 from runs.views.trace import EMPTY_OUTPUT_REF, TONES, short
 from runs.wording import human
 
 
-def _budget(name: str, used: float, limit: float, unit: str = "", digits: int = 0) -> dict[str, Any]:
-    shown = round(used, digits) if digits else round(used)
-    return {"name": name, "used": shown, "limit": limit, "unit": unit, "ratio": min(1.0, used / limit) if limit else 1.0}
+def _budget(name: str, used: float, limit: float, unit: str = "", digits: int = 0, clock: str = "") -> dict[str, Any]:
+    """``clock``: the run clock (working or waited) a time budget counts, and shows
+    rounded as the clock is (whole seconds, down), so the two always agree."""
+    shown = round(used, digits) if digits else math.floor(used)
+    return {
+        "name": name,
+        "used": shown,
+        "limit": limit,
+        "unit": unit,
+        "ratio": min(1.0, used / limit) if limit else 1.0,
+        **({"clock": clock} if clock else {}),
+    }
 
 
 def model_budgets(run: Run, snapshot: dict[str, Any]) -> list[dict[str, Any]]:
@@ -36,8 +48,10 @@ def model_budgets(run: Run, snapshot: dict[str, Any]) -> list[dict[str, Any]]:
 
 def sandbox_waiting(run: Run) -> str:
     """Why the run waits for the sandbox engine right now, or "" when it does not."""
-    last = Event.objects.filter(run=run, type__in=("sandbox_waiting", "sandbox_wait_over")).order_by("-seq").first()
-    return str(last.payload.get("reason", "")) if last is not None and last.type == "sandbox_waiting" else ""
+    kinds = (ev.type_name(ev.SandboxWaiting), ev.type_name(ev.SandboxWaitOver))
+    last = Event.objects.filter(run=run, type__in=kinds).order_by("-seq").first()
+    typed = last.typed() if last is not None else None
+    return typed.reason if isinstance(typed, ev.SandboxWaiting) else ""
 
 
 def run_clocks(run: Run, state: RunState) -> tuple[float, float]:
@@ -48,6 +62,13 @@ def run_clocks(run: Run, state: RunState) -> tuple[float, float]:
     until = run.updated_at.timestamp() if finished else time.time()
     waited = state.waited_seconds if finished else state.waited_at(until)
     return max(0.0, until - state.started_at - waited), waited
+
+
+def shown_clocks(run: Run, state: RunState) -> tuple[float, float]:
+    """The clocks as pages get them: to a tenth of a second, the one number the
+    clock and its budget are both shown from."""
+    working, waited = run_clocks(run, state)
+    return round(working, 1), round(waited, 1)
 
 
 def run_summary(run: Run) -> dict[str, Any]:
@@ -65,9 +86,9 @@ def run_summary(run: Run) -> dict[str, Any]:
             if record.output_ref and record.output_ref != EMPTY_OUTPUT_REF
             else "",
         }
-    working, waited = run_clocks(run, state)
+    working, waited = shown_clocks(run, state)
     max_wait = load_policy(current_policy_row()).max_wait_seconds
-    wait_budget = [_budget("waiting", waited, max_wait, "s")] if max_wait else []
+    wait_budget = [_budget("waiting", waited, max_wait, "s", clock="waited")] if max_wait else []
     approvals = [
         {
             "id": str(request.pk),
@@ -97,16 +118,17 @@ def run_summary(run: Run) -> dict[str, Any]:
         "budgets": [
             _budget("proposals", state.proposals, state.limits.max_proposals),
             _budget("calls", state.calls, state.limits.max_tool_calls),
-            _budget("time", working, state.limits.wall_time_seconds, "s"),
+            _budget("time", working, state.limits.wall_time_seconds, "s", clock="working"),
             *wait_budget,
             *model_budgets(run, state.proposer_state),
         ],
         "evidence": list(latest.values()),
-        "working_seconds": round(working, 1),
-        "waited_seconds": round(waited, 1),
+        "working_seconds": working,
+        "waited_seconds": waited,
         "waiting_since": state.waiting_since,
         "pending_effects": [{"call_id": p.call_id, "tool": p.tool, "kind": p.kind, "reason": p.reason} for p in state.unresolved_effects()],
         "approvals": approvals,
+        "published": published(run),
         "report_href": reverse("runs:report", args=[run.pk]) if finished else "",
         "last_seq": run.last_seq,
     }

@@ -89,14 +89,30 @@ window.Harness = (function () {
   }
 
   // A run's clocks (templates/runs/_clocks.html): the server's count when the element
-  // was first seen here, plus, for the clock that runs now, the time since.
+  // was first seen here, plus, for the clock that runs now, the time since. A time
+  // budget (data-budget-clock) shows its clock's whole seconds: one count, one
+  // rounding (down, as a stopwatch does), so the clock and the budget always agree.
+  function clockWholeSeconds(node, now) {
+    if (!node.dataset.clockAt) node.dataset.clockAt = String(now);
+    const since = node.dataset.clockTicks === "1" ? now - Number(node.dataset.clockAt) : 0;
+    return Math.max(0, Math.floor(Number(node.dataset.clockSeconds) + since / 1000));
+  }
+
   function tickClocks() {
     const now = Date.now();
     document.querySelectorAll("[data-clock-seconds]").forEach(function (node) {
-      if (!node.dataset.clockAt) node.dataset.clockAt = String(now);
-      const since = node.dataset.clockTicks === "1" ? now - Number(node.dataset.clockAt) : 0;
-      const text = duration(Number(node.dataset.clockSeconds) * 1000 + since);
+      const text = duration(clockWholeSeconds(node, now) * 1000);
       if (node.textContent !== text) node.textContent = text;
+    });
+    document.querySelectorAll("[data-budget-clock]").forEach(function (box) {
+      const clock = document.querySelector('[data-field="' + box.dataset.budgetClock + '"][data-clock-seconds]');
+      if (!clock) return;
+      const limit = Number(box.dataset.limit);
+      const used = Math.min(limit, clockWholeSeconds(clock, now));
+      const text = used + "s / " + limit + "s";
+      const shown = box.querySelector('[data-part="text"]');
+      if (shown.textContent !== text) shown.textContent = text;
+      box.querySelector('[data-part="meter"]').value = limit ? Math.min(1, used / limit) : 1;
     });
   }
 
@@ -108,17 +124,24 @@ window.Harness = (function () {
     tickClocks();
   }
 
+  // Side by side needs two readable columns: on a narrow screen a diff starts unified.
+  const SPLIT_MIN_WIDTH = 700;
+
   function bindDiffToggles() {
     document.querySelectorAll(".diff").forEach(function (diff) {
-      diff.querySelectorAll("[data-diff-view]").forEach(function (button) {
-        button.addEventListener("click", function () {
-          diff.dataset.view = button.dataset.diffView;
-          diff.querySelectorAll("[data-diff-view]").forEach(function (other) {
-            other.classList.toggle("active", other === button);
-            other.setAttribute("aria-pressed", other === button ? "true" : "false");
-          });
+      const buttons = diff.querySelectorAll("[data-diff-view]");
+      function show(view) {
+        diff.dataset.view = view;
+        buttons.forEach(function (other) {
+          const on = other.dataset.diffView === view;
+          other.classList.toggle("active", on);
+          other.setAttribute("aria-pressed", on ? "true" : "false");
         });
+      }
+      buttons.forEach(function (button) {
+        button.addEventListener("click", function () { show(button.dataset.diffView); });
       });
+      if (diff.dataset.view === "split" && diff.clientWidth < SPLIT_MIN_WIDTH) show("unified");
     });
   }
 
@@ -286,5 +309,5 @@ window.Harness = (function () {
     document.addEventListener("harness:regions", syncDecisionButtons);
   });
 
-  return { el: el, safeHref: safeHref, duration: duration, formatTimes: formatTimes, tickCountdowns: tickCountdowns, setClock: setClock, liveSocket: liveSocket };
+  return { el: el, safeHref: safeHref, duration: duration, formatTimes: formatTimes, tickCountdowns: tickCountdowns, setClock: setClock, tickClocks: tickClocks, liveSocket: liveSocket };
 })();

@@ -19,7 +19,6 @@
   let lastSeq = Number(timeline.dataset.lastSeq);
   let firstSeq = Number(timeline.dataset.firstSeq);
   let socket = null;
-  let budgetClock = null; // {box, used, limit, unit, at}: the time budget ticks while the run works
 
   timeline.querySelectorAll("li.card[data-call-id]").forEach(function (card) {
     cards.set(card.dataset.callId, card);
@@ -227,7 +226,6 @@
       const since = Date.parse(card.querySelector(".steps > li.step:last-child time").getAttribute("datetime"));
       clock.textContent = "running for " + H.duration(Date.now() - since);
     });
-    tickBudget();
   }
 
   // -- older events ---------------------------------------------------------------
@@ -285,14 +283,6 @@
     }, delay || 300);
   }
 
-  function tickBudget() {
-    if (!budgetClock) return;
-    const b = budgetClock;
-    const used = Math.min(b.limit, b.used + Math.floor((Date.now() - b.at) / 1000));
-    b.box.querySelector('[data-part="text"]').textContent = used + b.unit + " / " + b.limit + b.unit;
-    b.box.querySelector('[data-part="meter"]').value = b.limit ? Math.min(1, used / b.limit) : 1;
-  }
-
   function field(name) {
     return summary.querySelector('[data-field="' + name + '"]');
   }
@@ -317,6 +307,14 @@
     return a;
   }
 
+  // The server links only pages of the configured forge; here, only http(s) is taken.
+  function forgeLink(text, href) {
+    const a = el("a", "", text);
+    a.href = /^https?:\/\//.test(href) ? href : "#";
+    a.rel = "noreferrer";
+    return a;
+  }
+
   function applySummary(s) {
     const outcome = field("outcome");
     outcome.textContent = s.outcome_label;
@@ -338,16 +336,14 @@
     report.href = s.report_href ? H.safeHref(s.report_href) : "#";
     const kill = field("kill");
     if (kill) kill.hidden = !s.active;
-    budgetClock = null;
     s.budgets.forEach(function (budget) {
       const box = summary.querySelector('[data-budget="' + budget.name + '"]');
       if (!box) return;
-      if (budget.name === "time" && s.status === "running") {
-        budgetClock = { box: box, used: budget.used, limit: budget.limit, unit: budget.unit, at: Date.now() };
-      }
+      box.dataset.limit = String(budget.limit);
       box.querySelector('[data-part="text"]').textContent = budget.used + budget.unit + " / " + budget.limit + budget.unit;
       box.querySelector('[data-part="meter"]').value = budget.ratio;
     });
+    H.tickClocks(); // a time budget follows its clock (harness.js), in the same tick
     field("revision").textContent = s.revision;
     const current = field("evidence_current");
     current.textContent = s.evidence_current ? "evidence is current" : "no passing check on this revision: " + s.missing_checks.join(", ");
@@ -362,6 +358,18 @@
     fillList("pending_effects", s.pending_effects, function (effect) {
       const li = dotItem("bad");
       li.append(effect.tool + " (" + effect.call_id + ", " + effect.kind + "): " + effect.reason);
+      return li;
+    });
+    fillList("published", s.published || [], function (item) {
+      const li = dotItem("ok");
+      if (item.kind === "branch") {
+        li.append("branch ", item.href ? forgeLink(item.branch, item.href) : el("code", "", item.branch), " at ", el("code", "", item.commit), " on ", el("span", "mono", item.remote));
+      } else {
+        const text = (item.number ? "#" + item.number + " " : "") + item.title;
+        li.append("change request ", item.href ? forgeLink(text, item.href) : text);
+        if (!item.href && item.url) li.append(" ", el("span", "mono", item.url));
+        if (item.target) li.append(" into ", el("code", "", item.target));
+      }
       return li;
     });
     fillList("approvals", s.approvals, function (request) {

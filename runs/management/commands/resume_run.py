@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import sys
-import uuid
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from runs.cli import EXIT_BAD_INPUT, EXIT_ERROR, drive_and_report, one_line
+from runs.cli import EXIT_BAD_INPUT, EXIT_ERROR, drive_and_report, one_line, uuid_or_none
 from runs.models import Run
 
 
@@ -21,7 +20,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            run = Run.objects.filter(pk=_uuid_or_none(options["run_id"])).first()
+            run = Run.objects.filter(pk=uuid_or_none(options["run_id"])).first()
         except Exception as exc:  # noqa: BLE001 - one line and an exit code, never a traceback
             self.stderr.write(f"the run could not be looked up: {one_line(exc)}")
             sys.exit(EXIT_ERROR)
@@ -30,9 +29,3 @@ class Command(BaseCommand):
             sys.exit(EXIT_BAD_INPUT)
         sys.exit(drive_and_report(self.stdout, self.stderr, str(run.pk), options["json"]))
 
-
-def _uuid_or_none(value: str) -> str | None:
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        return None

@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from runs.cli import EXIT_BAD_INPUT, EXIT_ERROR, drive_and_report, one_line
-from runs.core.errors import FieldProblem, InputError
+from runs.core.errors import FieldProblem, InputError, json_message
 from runs.core.faults import parse_faults
 from runs.runtime import create_run
 from runs.services import registry
@@ -24,7 +24,7 @@ def read_json(path: str, what: str) -> Any:
     except OSError as exc:
         raise InputError(what, [FieldProblem(path, exc.strerror or str(exc))]) from None
     except json.JSONDecodeError as exc:
-        raise InputError(what, [FieldProblem(path, f"not valid JSON: {exc}")]) from None
+        raise InputError(what, [FieldProblem(path, json_message(exc))]) from None
 
 
 class Command(BaseCommand):

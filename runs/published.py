@@ -1,0 +1,68 @@
+"""What a run put out into the world, for its page and the API: the branch publish
+pushed and the change request open_change_request opened (or that a lookup found).
+
+Links go only to the configured forge's web pages (``HARNESS_FORGE_WEB_URL``): a URL
+a forge answered with, or a receipt's text, never becomes a link elsewhere."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+from runs.models import Event, Receipt, Run
+from sandbox.forges import ForgeAccess
+
+TOOLS = ("publish", "open_change_request")
+
+
+def _branch_href(forge: ForgeAccess | None, remote: str, branch: str) -> str:
+    """The branch's page, when the remote is the forge's (or the project is configured)."""
+    if forge is None or not (forge.project or urlsplit(remote).hostname == urlsplit(forge.web_url).hostname):
+        return ""
+    return forge.web_link(forge.branch_link(forge.project_of(remote), branch))
+
+
+def published(run: Run) -> list[dict[str, Any]]:
+    forge = ForgeAccess.from_settings(settings, with_token=False)
+    reconciled = {
+        e.call_id: str(e.payload.get("detail", ""))
+        for e in Event.objects.filter(run=run, type="effect_reconciled", payload__applied=True).only("call_id", "payload")
+    }
+    shown: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for body in Receipt.objects.filter(run=run, valid=True, body__tool__in=TOOLS).order_by("event_seq").values_list("body", flat=True):
+        data = body.get("data") or {}
+        done = body.get("status") == "ok" and not data.get("error")
+        call_id = str(body.get("call_id", ""))
+        if not (done or call_id in reconciled):
+            continue
+        if body.get("tool") == "publish" and isinstance(data.get("branch"), str):
+            item = {
+                "kind": "branch",
+                "branch": data["branch"],
+                "remote": str(data.get("remote", "")),
+                "commit": str(data.get("commit", ""))[:12],
+                "href": _branch_href(forge, str(data.get("remote", "")), data["branch"]),
+            }
+        elif body.get("tool") == "open_change_request":
+            request = data.get("change_request") if isinstance(data.get("change_request"), dict) else {}
+            # A request whose answer was lost is known from the lookup that found it.
+            url = str(request.get("url") or reconciled.get(call_id, "").rpartition(": ")[2])
+            item = {
+                "kind": "change_request",
+                "number": request.get("number"),
+                "title": str(request.get("title", "")),
+                "source": str(request.get("source", data.get("branch", ""))),
+                "target": str(request.get("target", "")),
+                "url": url,
+                "href": forge.web_link(url) if forge is not None else "",
+            }
+        else:
+            continue
+        key = (item["kind"], str(item.get("branch") or item.get("url")))
+        if key not in seen:
+            seen.add(key)
+            shown.append(item)
+    return shown

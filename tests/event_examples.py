@@ -1,0 +1,81 @@
+"""One example of every event type, for the tests that show each reader handles
+each type (tests/test_event_types.py checks that no type is missing here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runs.core import events as ev
+
+RUN = "00000000-0000-0000-0000-000000000001"
+REQUEST = "00000000-0000-0000-0000-00000000000a"
+TS = 1_796_000_000.0
+
+_FIELDS: dict[type[ev.Event], dict[str, Any]] = {
+    ev.RunStarted: {"task_id": "calc-fix", "policy_version": 1, "revision": "r0", "limits": {"max_proposals": 5}, "clipped": {}, "tools": ["read_file"]},
+    ev.RunResumed: {"reason": "recovered: write_file attempt 1 was in flight"},
+    ev.Proposed: {"number": 1, "proposal": {"tool": "read_file", "args": {"path": "src/calc.py"}}},
+    ev.InvalidInput: {"gate": "validate", "problems": [{"field": "args.path", "message": "required"}]},
+    ev.Denied: {"tool": "delete_repo", "rule": "contract", "reason": "tool not in the contract's allowed_tools"},
+    ev.CallAdmitted: {"tool": "read_file", "tool_version": "1", "args": {"path": "src/calc.py"}, "decision": "allow", "rule": "reads", "revision": "r0"},
+    ev.ApprovalRequired: {
+        "tool": "publish",
+        "args": {"message": "fix"},
+        "revision": "r1",
+        "policy_version": 1,
+        "key": "k1",
+        "rule": "publish asks",
+        "request_id": REQUEST,
+    },
+    ev.ApprovalConsumed: {"key": "k1", "request_id": REQUEST},
+    ev.ApprovalRefused: {"key": "k1", "request_id": REQUEST, "reason": "not this"},
+    ev.ApprovalDecided: {"request_id": REQUEST, "decision": "granted", "by": "ada", "reason": "ok"},
+    ev.ApprovalLapsed: {"request_id": REQUEST, "status": "expired", "reason": "no decision before the request expired"},
+    ev.WaitEnded: {
+        "request_id": REQUEST,
+        "exit": "granted",
+        "run": "running",
+        "reason": "",
+        "waited_seconds": 12.0,
+        "total_waited_seconds": 12.0,
+    },
+    ev.DuplicateEffect: {"tool": "publish", "idempotency_key": "op1", "of_call": "c3", "status": "applied"},
+    ev.PolicyChanged: {"old_version": 1, "new_version": 2},
+    ev.InvariantRepaired: {"invariant": "one pending request", "repair": "woken to end the wait", "request_id": REQUEST},
+    ev.KillRequested: {"by": "otto", "scope": "run"},
+    ev.CallStarted: {"tool": "run_check", "attempt": 1, "idempotency_key": None},
+    ev.ReceiptRecorded: {
+        "tool": "run_check",
+        "attempt": 1,
+        "valid": True,
+        "receipt": {"status": "ok", "effect": "none", "revision": "r1", "data": {}, "artifacts": []},
+        "harness_revision": "r1",
+    },
+    ev.Retry: {"attempt": 1, "backoff_seconds": 0.5, "reason": "transient failure, no effect"},
+    ev.SandboxWaiting: {"reason": "the engine does not answer", "until": TS + 60},
+    ev.SandboxWaitOver: {"engine_back": True, "waited_seconds": 3.0, "detail": ""},
+    ev.EvidenceRecorded: {"check_id": "tests", "check_version": "1", "passed": True, "exit_code": 0, "revision": "r1", "current": True},
+    ev.EvidenceCleared: {"old_revision": "r1", "revision": "r2", "checks": ["tests"]},
+    ev.CheckRequired: {"revision": "r1", "missing": ["tests"], "for_tool": "publish"},
+    ev.PendingEffectRecorded: {"tool": "write_file", "kind": "workspace", "idempotency_key": None, "reason": "the worker stopped during the call"},
+    ev.EffectReconciled: {"applied": False, "detail": "the write did not happen"},
+    ev.WriteBlocked: {"tool": "write_file", "pending": ["c2"]},
+    ev.ModelNote: {"kind": "usage", "detail": {"tokens": 120}},
+    ev.Stopped: {"status": "killed", "message": "killed by otto"},
+}
+
+EXAMPLES: dict[type[ev.Event], ev.Event] = {cls: cls(run_id=RUN, seq=n, ts=TS + n, call_id="c1", **fields) for n, (cls, fields) in enumerate(_FIELDS.items(), 1)}
+
+
+def record(event: ev.Event) -> dict[str, Any]:
+    """The event as it is stored and sent (``runs.models.Event.as_dict()``)."""
+    from datetime import UTC, datetime
+
+    return {
+        "run_id": event.run_id,
+        "seq": event.seq,
+        "type": ev.type_name(type(event)),
+        "call_id": event.call_id,
+        "ts": datetime.fromtimestamp(event.ts, tz=UTC).isoformat(),
+        "payload": event.payload(),
+    }
