@@ -48,7 +48,11 @@ def check_proposer_config(config: object) -> dict[str, Any]:
     if kind == "scripted":
         script = config.get("script")
         if not isinstance(script, list):
-            said = "must be a JSON list of proposals" if "script" in config else "required: the scripted proposer plays a JSON list of proposals"
+            said = (
+                "must be a JSON list of proposals"
+                if "script" in config
+                else "required: the scripted proposer plays a JSON list of proposals"
+            )
             raise InputError("proposer", [FieldProblem("proposer.script", said)])
         extra = set(config) - {"kind", "script"}
         if extra:

@@ -160,7 +160,9 @@ class GitHubClient:
         except GithubException as exc:
             data = exc.data if isinstance(exc.data, dict) else {}
             errors = data.get("errors")
-            detail = "; ".join(str(e.get("message", e)) if isinstance(e, dict) else str(e) for e in errors) if isinstance(errors, list) else ""
+            detail = (
+                "; ".join(str(e.get("message", e)) if isinstance(e, dict) else str(e) for e in errors) if isinstance(errors, list) else ""
+            )
             message = str(data.get("message") or "") + (f": {detail}" if detail else "")
             raise _refusal(exc.status, message or "no message", writing) from None
         except requests.RequestException as exc:

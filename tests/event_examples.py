@@ -12,12 +12,26 @@ REQUEST = "00000000-0000-0000-0000-00000000000a"
 TS = 1_796_000_000.0
 
 _FIELDS: dict[type[ev.Event], dict[str, Any]] = {
-    ev.RunStarted: {"task_id": "calc-fix", "policy_version": 1, "revision": "r0", "limits": {"max_proposals": 5}, "clipped": {}, "tools": ["read_file"]},
+    ev.RunStarted: {
+        "task_id": "calc-fix",
+        "policy_version": 1,
+        "revision": "r0",
+        "limits": {"max_proposals": 5},
+        "clipped": {},
+        "tools": ["read_file"],
+    },
     ev.RunResumed: {"reason": "recovered: write_file attempt 1 was in flight"},
     ev.Proposed: {"number": 1, "proposal": {"tool": "read_file", "args": {"path": "src/calc.py"}}},
     ev.InvalidInput: {"gate": "validate", "problems": [{"field": "args.path", "message": "required"}]},
     ev.Denied: {"tool": "delete_repo", "rule": "contract", "reason": "tool not in the contract's allowed_tools"},
-    ev.CallAdmitted: {"tool": "read_file", "tool_version": "1", "args": {"path": "src/calc.py"}, "decision": "allow", "rule": "reads", "revision": "r0"},
+    ev.CallAdmitted: {
+        "tool": "read_file",
+        "tool_version": "1",
+        "args": {"path": "src/calc.py"},
+        "decision": "allow",
+        "rule": "reads",
+        "revision": "r0",
+    },
     ev.ApprovalRequired: {
         "tool": "publish",
         "args": {"message": "fix"},
@@ -57,14 +71,21 @@ _FIELDS: dict[type[ev.Event], dict[str, Any]] = {
     ev.EvidenceRecorded: {"check_id": "tests", "check_version": "1", "passed": True, "exit_code": 0, "revision": "r1", "current": True},
     ev.EvidenceCleared: {"old_revision": "r1", "revision": "r2", "checks": ["tests"]},
     ev.CheckRequired: {"revision": "r1", "missing": ["tests"], "for_tool": "publish"},
-    ev.PendingEffectRecorded: {"tool": "write_file", "kind": "workspace", "idempotency_key": None, "reason": "the worker stopped during the call"},
+    ev.PendingEffectRecorded: {
+        "tool": "write_file",
+        "kind": "workspace",
+        "idempotency_key": None,
+        "reason": "the worker stopped during the call",
+    },
     ev.EffectReconciled: {"applied": False, "detail": "the write did not happen"},
     ev.WriteBlocked: {"tool": "write_file", "pending": ["c2"]},
     ev.ModelNote: {"kind": "usage", "detail": {"tokens": 120}},
     ev.Stopped: {"status": "killed", "message": "killed by otto"},
 }
 
-EXAMPLES: dict[type[ev.Event], ev.Event] = {cls: cls(run_id=RUN, seq=n, ts=TS + n, call_id="c1", **fields) for n, (cls, fields) in enumerate(_FIELDS.items(), 1)}
+EXAMPLES: dict[type[ev.Event], ev.Event] = {
+    cls: cls(run_id=RUN, seq=n, ts=TS + n, call_id="c1", **fields) for n, (cls, fields) in enumerate(_FIELDS.items(), 1)
+}
 
 
 def record(event: ev.Event) -> dict[str, Any]:

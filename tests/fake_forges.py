@@ -171,7 +171,12 @@ class FakeForge:
 
     # GitLab: https://docs.gitlab.com/api/merge_requests/
     def _gl_project(self, query: dict[str, str], body: Any) -> tuple[int, Any]:
-        return 200, {"id": 77, "path_with_namespace": self.project, "default_branch": self.default_branch, "web_url": f"{self.web_url}/{self.project}"}
+        return 200, {
+            "id": 77,
+            "path_with_namespace": self.project,
+            "default_branch": self.default_branch,
+            "web_url": f"{self.web_url}/{self.project}",
+        }
 
     def _gl_list(self, query: dict[str, str], body: Any) -> tuple[int, Any]:
         state = query.get("state", "all")

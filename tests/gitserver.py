@@ -68,7 +68,9 @@ def make_orders_remote(root: Path, name: str) -> Path:
     sh("config", "http.receivepack", "true", cwd=bare)
     sh("config", "core.logAllRefUpdates", "always", cwd=bare)
     work = root / f"{name}-work"
-    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "orders", work, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    shutil.copytree(
+        Path(__file__).resolve().parent.parent / "examples" / "orders", work, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache")
+    )
     sh("init", "--quiet", "--initial-branch=main", cwd=work)
     sh("add", "-A", cwd=work)
     sh("commit", "--quiet", "-m", "Orders: totals with discounts", cwd=work)

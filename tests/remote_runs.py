@@ -19,7 +19,10 @@ from tests.runs_waiting import DEMO_CONTRACT, DEMO_SCRIPT
 
 REPOSITORY = "acme/orders"
 ALLOWED = "http://127.0.0.1:*/acme/*"
-CHANGE_REQUEST = {"tool": "open_change_request", "args": {"title": "Reject negative quantities", "body": "Found by the tests.\n<b>bold?</b>"}}
+CHANGE_REQUEST = {
+    "tool": "open_change_request",
+    "args": {"title": "Reject negative quantities", "body": "Found by the tests.\n<b>bold?</b>"},
+}
 
 
 @dataclass

@@ -269,7 +269,9 @@ def admin_scene(admin_user) -> dict[str, str]:
     new_policy_version(approval_ttl_seconds=900)
     first, latest = PolicyVersion.objects.order_by("version")[:2]
     token, _ = ApiToken.issue(admin_user)
-    endpoint = WebhookEndpoint.objects.create(name="ops channel", url="https://hooks.example.com/harness", event_kinds=["approval_requested"])
+    endpoint = WebhookEndpoint.objects.create(
+        name="ops channel", url="https://hooks.example.com/harness", event_kinds=["approval_requested"]
+    )
     event = Event.objects.order_by("-seq").first()
     delivery = Delivery.objects.create(endpoint=endpoint, event=event, kind="approval_requested", payload={"text": "publish waits"})
     DeliveryAttempt.objects.create(delivery=delivery, number=1, at=timezone.now(), status_code=503, duration_ms=41)
@@ -291,7 +293,12 @@ def admin_scene(admin_user) -> dict[str, str]:
     }
 
 
-PHONE_PICTURES = {"output": "check_output_phone", "policies": "policies_phone", "policy version": "policy_version_phone", "api tokens": "api_tokens_phone"}
+PHONE_PICTURES = {
+    "output": "check_output_phone",
+    "policies": "policies_phone",
+    "policy version": "policy_version_phone",
+    "api tokens": "api_tokens_phone",
+}
 
 
 def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(web, context, size, operator, reviewer, admin_user):

@@ -26,7 +26,9 @@ from tests.gitserver import TOKEN, USER, GitHttpServer, make_bare_repository, se
 
 PROJECT = "acme/shop"
 BRANCH = "harness/fix-totals-1a2b3c4d"
-FIX = "def total(prices):\n    if any(p < 0 for p in prices):\n        raise ValueError('negative price')\n    return round(sum(prices), 2)\n"
+FIX = (
+    "def total(prices):\n    if any(p < 0 for p in prices):\n        raise ValueError('negative price')\n    return round(sum(prices), 2)\n"
+)
 TITLE = "Refuse negative prices"
 BODY = "They made refunds.\n\n<script>alert(1)</script> & more"
 
@@ -83,7 +85,9 @@ def open_request(executor: SandboxExecutor, key: str = "c" * 32) -> dict:
 
 
 def pending(key: str = "c" * 32) -> PendingEffect:
-    return PendingEffect(call_id="c1", tool="open_change_request", args={}, kind="external", idempotency_key=key, reason="lost", recorded_at=0)
+    return PendingEffect(
+        call_id="c1", tool="open_change_request", args={}, kind="external", idempotency_key=key, reason="lost", recorded_at=0
+    )
 
 
 def assert_no_token(*things: object) -> None:
@@ -249,7 +253,9 @@ def test_it_reports_gitlab_refusals_as_failed_effects(git_server: GitHttpServer,
         publish(executor)
         forge.refuse = (422, {"message": ["Target branch develop does not exist"]})
         refused = open_request(executor)
-        assert (refused["status"], refused["effect"]) == ("ok", "none") and "Target branch develop does not exist" in refused["data"]["error"]
+        assert (refused["status"], refused["effect"]) == ("ok", "none") and "Target branch develop does not exist" in refused["data"][
+            "error"
+        ]
         # The default branch came from the project: GET /api/v4/projects/acme%2Fshop.
         assert ("GET", "/api/v4/projects/acme%2Fshop") in [(r.method, r.path) for r in forge.requests]
         assert forge.posts()[0].body["target_branch"] == "develop"

@@ -30,5 +30,9 @@ def test_it_cites_only_sections_that_exist():
 
 def test_it_cites_no_design_file_outside_the_repository():
     outside = re.compile(r"DESIGN section|DESIGN\.md|\.\./shared/")
-    found = [str(p.relative_to(ROOT)) for p in tracked_text_files() if p.name != Path(__file__).name and outside.search(p.read_text(errors="replace"))]
+    found = [
+        str(p.relative_to(ROOT))
+        for p in tracked_text_files()
+        if p.name != Path(__file__).name and outside.search(p.read_text(errors="replace"))
+    ]
     assert found == []

@@ -159,7 +159,9 @@ def test_it_runs_a_write_again_when_the_workspace_shows_it_never_happened():
     state, rows = crash_then_finish(CrashBeforeWrite())
     assert state.outcome == "complete", state.stop_message
     write = [
-        (t, p.get("applied")) for t, c, p in rows if c == "c2" and t in ("run_resumed", "effect_reconciled", "retry", "pending_effect_recorded")
+        (t, p.get("applied"))
+        for t, c, p in rows
+        if c == "c2" and t in ("run_resumed", "effect_reconciled", "retry", "pending_effect_recorded")
     ]
     assert write == [("run_resumed", None), ("effect_reconciled", False), ("retry", None)]
     assert [p["attempt"] for t, c, p in rows if t == "call_started" and c == "c2"] == [1, 2]

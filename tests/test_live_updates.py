@@ -422,7 +422,9 @@ def test_it_rounds_the_working_clock_and_the_time_budget_alike(operator, reviewe
 @pytest.mark.django_db
 def test_it_says_what_is_wrong_with_a_new_run_in_words_naming_each_field(admin_user):
     form = {"template": "", "proposer_kind": "scripted", "proposer_options": ""}
-    contract = '{"task_id": "bad id!", "objective": "", "acceptance_criteria": "tests", "limits": {"max_proposals": 0, "max_attempts": "3"}}'
+    contract = (
+        '{"task_id": "bad id!", "objective": "", "acceptance_criteria": "tests", "limits": {"max_proposals": 0, "max_attempts": "3"}}'
+    )
     page = signed_in(admin_user).post(reverse("runs:new"), {**form, "contract": contract}).content.decode()
     for said in (
         "task_id: must be 1 to 100 letters, digits, &#x27;.&#x27;, &#x27;_&#x27; or &#x27;-&#x27;, starting with a letter or digit",
@@ -458,7 +460,14 @@ def test_it_names_the_field_of_every_problem_in_the_policy_editor(admin_user):
     data.update(approval_ttl_seconds=0, sandbox_memory="lots", note="bad")
     data["allow_self_approval"] = ""
     for prefix, rows in (("rules", rules), ("checks", checks)):
-        data.update({f"{prefix}-TOTAL_FORMS": len(rows), f"{prefix}-INITIAL_FORMS": 0, f"{prefix}-MIN_NUM_FORMS": 0, f"{prefix}-MAX_NUM_FORMS": 1000})
+        data.update(
+            {
+                f"{prefix}-TOTAL_FORMS": len(rows),
+                f"{prefix}-INITIAL_FORMS": 0,
+                f"{prefix}-MIN_NUM_FORMS": 0,
+                f"{prefix}-MAX_NUM_FORMS": 1000,
+            }
+        )
         for index, row in enumerate(rows):
             for name, value in row.items():
                 if value is not False:
@@ -480,5 +489,7 @@ def test_it_names_the_field_of_every_problem_in_the_policy_editor(admin_user):
         assert said in page, said
     for raw in ("String should", "Input should", "pattern &#x27;"):
         assert raw not in page, raw
-    refused = client.post(f"{reverse('admin:approvals_policyversion_add')}?json=1", {"note": "", "document_text": '{"rules": ['}).content.decode()
+    refused = client.post(
+        f"{reverse('admin:approvals_policyversion_add')}?json=1", {"note": "", "document_text": '{"rules": ['}
+    ).content.decode()
     assert "not valid JSON: expecting value at line 1, column 12" in refused

@@ -32,7 +32,10 @@ def start(**env):
         ({"DEBUG": "1", "HARNESS_OPENAI_OUTPUT_LIMIT": "max"}, "HARNESS_OPENAI_OUTPUT_LIMIT must be one of auto, max_tokens"),
         ({"DEBUG": "1", "HARNESS_FORGE": "bitbucket"}, "HARNESS_FORGE must be one of"),
         ({"DEBUG": "1", "HARNESS_FORGE": "github"}, "HARNESS_FORGE_TOKEN or HARNESS_FORGE_TOKEN_FILE is required"),
-        ({"DEBUG": "1", "HARNESS_FORGE": "gitlab", "HARNESS_FORGE_TOKEN": "t", "HARNESS_FORGE_API_URL": "gitlab.com"}, "HARNESS_FORGE_API_URL must be a URL"),
+        (
+            {"DEBUG": "1", "HARNESS_FORGE": "gitlab", "HARNESS_FORGE_TOKEN": "t", "HARNESS_FORGE_API_URL": "gitlab.com"},
+            "HARNESS_FORGE_API_URL must be a URL",
+        ),
         ({"DEBUG": "1", "HARNESS_GIT_CLONE_ATTEMPTS": "0"}, "HARNESS_GIT_CLONE_ATTEMPTS"),
     ],
 )

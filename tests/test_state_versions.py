@@ -39,7 +39,9 @@ def test_it_writes_new_states_at_the_current_version():
 
 def test_it_refuses_a_state_from_a_newer_release_saying_so():
     newer = {**V1, "schema_version": SCHEMA_VERSION + 1}
-    with pytest.raises(StateVersionError, match=rf"schema version {SCHEMA_VERSION + 1}, newer than this release reads \({SCHEMA_VERSION}\)"):
+    with pytest.raises(
+        StateVersionError, match=rf"schema version {SCHEMA_VERSION + 1}, newer than this release reads \({SCHEMA_VERSION}\)"
+    ):
         load_stored_state(newer)
     assert newer["schema_version"] == SCHEMA_VERSION + 1  # nothing was changed
 

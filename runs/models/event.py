@@ -34,4 +34,6 @@ class Event(models.Model):
 
     def typed(self) -> AnyEvent:
         """This row as its typed event (runs.core.events.parse_event)."""
-        return parse_event({"run_id": self.run_id, "seq": self.seq, "type": self.type, "call_id": self.call_id, "ts": self.ts, "payload": self.payload})
+        return parse_event(
+            {"run_id": self.run_id, "seq": self.seq, "type": self.type, "call_id": self.call_id, "ts": self.ts, "payload": self.payload}
+        )

@@ -156,7 +156,11 @@ def _describe(e: ev.AnyEvent) -> tuple[str, str, str]:
         case ev.EvidenceRecorded():
             verdict = "passed" if e.passed else "failed"
             current = "current" if e.current else "not current"
-            return f"Check {e.check_id} {verdict}", "ok" if e.passed else "bad", f"exit {e.exit_code} on revision {short(e.revision)} ({current})"
+            return (
+                f"Check {e.check_id} {verdict}",
+                "ok" if e.passed else "bad",
+                f"exit {e.exit_code} on revision {short(e.revision)} ({current})",
+            )
         case ev.EvidenceCleared():
             return "Evidence cleared", "warn", f"revision {short(e.old_revision)} → {short(e.revision)}; re-check needed"
         case ev.CheckRequired():

@@ -28,4 +28,3 @@ class Command(BaseCommand):
             self.stderr.write(f"no run with id {options['run_id']!r}")
             sys.exit(EXIT_BAD_INPUT)
         sys.exit(drive_and_report(self.stdout, self.stderr, str(run.pk), options["json"]))
-
