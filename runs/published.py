@@ -1,5 +1,7 @@
-"""What a run put out into the world, for its page and the API: the branch publish
-pushed and the change request open_change_request opened (or that a lookup found).
+"""What a run put out into the world, for its page and the API: the branch a publish
+pushed and the change request a call opened (or that a lookup found). Which tools
+reach outside comes from the registry; what each put out is read from the receipt's
+data (a change request's always names the forge's project, a push's only its branch).
 
 Links go only to the configured forge's web pages (``HARNESS_FORGE_WEB_URL``): a URL
 a forge answered with, or a receipt's text, never becomes a link elsewhere."""
@@ -11,10 +13,11 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from runs.core.tools import BUILTIN_TOOLS
 from runs.models import Event, Receipt, Run
 from sandbox.forges import ForgeAccess
 
-TOOLS = ("publish", "open_change_request")
+OUTSIDE_EFFECTS = tuple(spec.name for spec in BUILTIN_TOOLS if spec.external_effect)
 
 
 def _branch_href(forge: ForgeAccess | None, remote: str, branch: str) -> str:
@@ -32,21 +35,15 @@ def published(run: Run) -> list[dict[str, Any]]:
     }
     shown: list[dict[str, Any]] = []
     seen: set[tuple[str, str]] = set()
-    for body in Receipt.objects.filter(run=run, valid=True, body__tool__in=TOOLS).order_by("event_seq").values_list("body", flat=True):
+    for body in (
+        Receipt.objects.filter(run=run, valid=True, body__tool__in=OUTSIDE_EFFECTS).order_by("event_seq").values_list("body", flat=True)
+    ):
         data = body.get("data") or {}
         done = body.get("status") == "ok" and not data.get("error")
         call_id = str(body.get("call_id", ""))
         if not (done or call_id in reconciled):
             continue
-        if body.get("tool") == "publish" and isinstance(data.get("branch"), str):
-            item = {
-                "kind": "branch",
-                "branch": data["branch"],
-                "remote": str(data.get("remote", "")),
-                "commit": str(data.get("commit", ""))[:12],
-                "href": _branch_href(forge, str(data.get("remote", "")), data["branch"]),
-            }
-        elif body.get("tool") == "open_change_request":
+        if "project" in data or isinstance(data.get("change_request"), dict):
             request = data.get("change_request") if isinstance(data.get("change_request"), dict) else {}
             # A request whose answer was lost is known from the lookup that found it.
             url = str(request.get("url") or reconciled.get(call_id, "").rpartition(": ")[2])
@@ -58,6 +55,14 @@ def published(run: Run) -> list[dict[str, Any]]:
                 "target": str(request.get("target", "")),
                 "url": url,
                 "href": forge.web_link(url) if forge is not None else "",
+            }
+        elif isinstance(data.get("branch"), str):
+            item = {
+                "kind": "branch",
+                "branch": data["branch"],
+                "remote": str(data.get("remote", "")),
+                "commit": str(data.get("commit", ""))[:12],
+                "href": _branch_href(forge, str(data.get("remote", "")), data["branch"]),
             }
         else:
             continue
