@@ -21,7 +21,8 @@ pytestmark = [pytest.mark.celery, pytest.mark.docker]
 
 def containers_of(run) -> list:
     client = docker.from_env()
-    return client.containers.list(all=True, filters={"label": f"harness.run_id={run.pk}"})
+    # Sparse: one list call, no inspect per container, which raced the kill's removal (404).
+    return client.containers.list(all=True, sparse=True, filters={"label": f"harness.run_id={run.pk}"})
 
 
 def test_it_runs_the_demo_on_a_worker_waits_for_approval_and_completes_after_a_grant(celery_worker, operator, reviewer):
