@@ -97,10 +97,13 @@ class RuntimeMissing(SandboxUnavailable):
     """The policy asks for a container runtime the engine does not have."""
 
 
-# Measured with runsc's ptrace platform: about 40 host threads for the sandbox
-# itself, then up to 6 per sandboxed process.
+# Under gVisor the host cgroup counts the sandbox's own threads, and the sandbox's
+# kernel dies when it cannot make one. Measured with runsc's ptrace platform: about
+# 40 host threads for the sandbox itself, and a fork bomb held at 128 processes by
+# the sandbox's nproc limit peaked at 2,300-2,800 host threads (up to 22 each), so
+# the host budget leaves room for the sandbox's own limit to act first.
 RUNSC_BASE_PIDS = 64
-RUNSC_PIDS_PER_TASK = 8
+RUNSC_PIDS_PER_TASK = 32
 RUNSC_CONFIG = '{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=none"]}}}'
 
 
@@ -556,8 +559,9 @@ class SandboxContainer:
                 self.lost = reason
                 return reason
             # A command ended by a signal may have died with its container, and the
-            # engine may not have noticed yet.
-            if (exit_code is not None and exit_code <= 128) or time.monotonic() >= settle:
+            # engine may not have noticed yet; so may one whose runtime lost it (runsc
+            # answers 128 when the sandbox's kernel died under the execution).
+            if (exit_code is not None and exit_code < 128) or time.monotonic() >= settle:
                 return None
             time.sleep(0.05)
 
