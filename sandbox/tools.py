@@ -22,9 +22,11 @@ from runs.core.policy import CheckDef
 from runs.core.ports import ArtifactStore, Call, Reconciliation
 from runs.core.state import PendingEffect
 from sandbox import fileops, patches
-from sandbox.container import ExecResult, OutputCapture, OutputListener, SandboxContainer
+from sandbox.container import SandboxContainer
 from sandbox.engine import SandboxUnavailable
+from sandbox.execution import ExecResult
 from sandbox.forges import ChangeRequests, ForgeError
+from sandbox.output_capture import OutputCapture, OutputListener
 from sandbox.publishing import PublishRefused, publication
 from sandbox.quota import WATCH_SECONDS, DiskQuota
 from sandbox.remote import PushConflict, RemoteError, RemoteTarget
