@@ -1,6 +1,7 @@
 """Approval requests: filing them for the loop, and the grant / deny / expire /
 consume services, each with one audited event. ``check_*`` raise DecisionRefused
-with a message for the reviewer; ``do_*`` assume the checks passed."""
+with a message for the reviewer; ``do_*`` assume the checks passed. The run's side
+(its event log, where it stands) is reached through approvals.ports."""
 
 from __future__ import annotations
 
