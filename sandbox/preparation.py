@@ -17,6 +17,7 @@ from runs.core.contract import WorkspaceSource
 from runs.core.jsonutil import JSON
 from sandbox import checkout, remote
 from sandbox.archives import extract_archive
+from sandbox.copying import Copier
 from sandbox.remote import RemoteAccess
 from sandbox.sources import WorkspaceSourceError, check_name, git, resolve_source
 from sandbox.workspace import READY, REMOTE_GIT_DIR, RunWorkspace
@@ -61,22 +62,28 @@ def prepare_workspace(
             assert source.path is not None  # one of path and url, by WorkspaceSource
             location = resolve_source(source.path, base_dir, allowed_roots)
             meta["path"] = str(location)
-            if source.kind == "path":
+            if source.kind == "path" and os.geteuid() == 0:
+                prepared.dir.mkdir()
+                trusted = Copier(location, CACHE_DIRS, SANDBOX_UID, SANDBOX_GID).copy(prepared.dir, prepared.pristine)
+            elif source.kind == "path":  # a worker that cannot give files away copies and opens them
                 _copy_tree(location, prepared.dir, skip=CACHE_DIRS)
             elif source.kind == "git":
                 meta["commit"], trusted = _from_git(location, source.ref, prepared.dir, prepared.pristine_git)
             else:
                 extract_archive(location, prepared.dir)
         if trusted is not None:
-            # Born the sandbox's, and the commit's tree without a walk: the walk that
-            # verifies it is the one every pickup runs before the first step.
+            # Born the sandbox's, and its tree known without a walk (the commit's, or
+            # hashed as it was copied): the walk that verifies it is the one every
+            # pickup runs before the first step.
             base = prepared.index.adopt(*trusted)
         else:
             # Checks only read the tree (it is mounted read-only), but a source may hold
             # files only their owner can read: the sandbox's uid owns them.
             _give_to_sandbox(prepared.dir)
             base = prepared.index.start()
-        if "commit" in meta and base == git(["rev-parse", f"{meta['commit']}^{{tree}}"], cwd=prepared.pristine_git):
+        if prepared.pristine.is_dir():
+            pass  # linked as it was copied
+        elif "commit" in meta and base == git(["rev-parse", f"{meta['commit']}^{{tree}}"], cwd=prepared.pristine_git):
             pass  # the checkout is the commit's tree: the commit's objects are the pristine tree
         else:
             if source.url is not None:

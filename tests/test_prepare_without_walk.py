@@ -1,6 +1,8 @@
-"""A git source checked out as the sandbox's uid, its revision taken from the commit's
-tree objects without a walk (``sandbox/checkout.py``), and the cases where the
-checkout is walked instead because git may not have written the tree verbatim."""
+"""A workspace prepared without a full walk: a git source checked out as the sandbox's
+uid with the commit's tree objects as its revision (``sandbox/checkout.py``), the cases
+where the checkout is walked instead because git may not have written the tree
+verbatim, and a directory source copied, hashed and linked in one pass
+(``sandbox/copying.py``)."""
 
 from __future__ import annotations
 
@@ -107,3 +109,24 @@ def test_it_refuses_to_trust_a_tree_not_in_canonical_form(tmp_path: Path, shape:
     commit = git(repo, "commit-tree", "-m", shape, made.stdout.decode().strip())
     with pytest.raises(checkout.NotTrusted, match="canonical"):
         checkout.commit_trees(repo / ".git", commit)
+
+
+def test_it_copies_a_directory_source_once_hashing_and_linking_as_it_goes(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    make_repo(src)
+    (src / "pkg" / "__pycache__").mkdir()
+    (src / "pkg" / "__pycache__" / "a.pyc").write_bytes(b"\0")
+    (src / "empty").mkdir()
+    os.mkfifo(src / "pipe")
+    os.utime(src / "README.md", ns=(1, 1_000_000_000))
+    ws = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="path", path=str(src)), tmp_path, (tmp_path,))
+    assert not walked(ws)
+    assert not (ws.dir / ".git").exists() and not (ws.dir / "pipe").exists() and not (ws.dir / "pkg" / "__pycache__").exists()
+    assert (ws.dir / "empty").is_dir() and os.stat(ws.dir / "README.md").st_mtime_ns == 1_000_000_000
+    assert os.stat(ws.dir / "run.sh").st_mode & 0o777 == 0o755 and os.readlink(ws.dir / "link.py") == "pkg/deep/a.py"
+    owners = {os.lstat(os.path.join(d, n)).st_uid for d, dirs, files in os.walk(ws.dir) for n in dirs + files}
+    assert owners | {ws.dir.stat().st_uid} == {SANDBOX_UID}
+    assert os.stat(ws.pristine / "pkg" / "deep" / "a.py").st_ino == os.stat(ws.dir / "pkg" / "deep" / "a.py").st_ino
+    assert ws.revision() == ws.base_revision() == git(src, "rev-parse", "HEAD^{tree}") == ws.verify() and walked(ws)
+    ws.write_file("pkg/deep/a.py", "A = 2\n")
+    assert ws.diff().files == ["pkg/deep/a.py"]
