@@ -81,7 +81,22 @@ def commit_trees(git_dir: Path, commit: str) -> tuple[str, dict[bytes, bytes]]:
                 raise NotTrusted("a symlink's target cannot be written as git stores it")
         level = list(dict.fromkeys(below))
         depth += 1
+    # A tree met again deeper down was read at its shallowest place: the deepest
+    # path is measured over the trees, as the walk will descend it.
+    try:
+        deepest = _height(bytes.fromhex(root), trees, {}) - 1
+    except RecursionError:
+        deepest = MAX_DEPTH + 1
+    if deepest > MAX_DEPTH:
+        raise NotTrusted(f"directories nested deeper than {MAX_DEPTH} levels")
     return root, trees
+
+
+def _height(sha: bytes, trees: dict[bytes, bytes], known: dict[bytes, int]) -> int:
+    if sha not in known:
+        children = [child for mode, child in parse_tree(trees[sha]).values() if mode == TREE_MODE]
+        known[sha] = 1 + max((_height(child, trees, known) for child in children), default=0)
+    return known[sha]
 
 
 def _checked(sha: bytes, body: bytes) -> dict[bytes, tuple[bytes, bytes]]:

@@ -15,6 +15,7 @@ import pytest
 from runs.core.contract import WorkspaceSource
 from runs.core.ports import RevisionMismatch
 from sandbox import checkout
+from sandbox.fileops import MAX_DEPTH
 from sandbox.hashing import TreeHasher
 from sandbox.preparation import SANDBOX_UID, prepare_workspace
 from sandbox.workspace import RunWorkspace
@@ -130,3 +131,15 @@ def test_it_copies_a_directory_source_once_hashing_and_linking_as_it_goes(tmp_pa
     assert ws.revision() == ws.base_revision() == git(src, "rev-parse", "HEAD^{tree}") == ws.verify() and walked(ws)
     ws.write_file("pkg/deep/a.py", "A = 2\n")
     assert ws.diff().files == ["pkg/deep/a.py"]
+
+
+def test_it_refuses_to_trust_a_tree_nested_deeper_than_the_walk_descends(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    deep = repo.joinpath(*["d"] * (MAX_DEPTH + 1))
+    deep.mkdir(parents=True)
+    (deep / "f").write_text("deep\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "deep")
+    with pytest.raises(checkout.NotTrusted, match="nested deeper"):
+        checkout.commit_trees(repo / ".git", "HEAD")
