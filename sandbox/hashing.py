@@ -82,7 +82,7 @@ class TreeHasher:
                 sha = git_hash(b"blob", content(dir_fd, name, st))
             if st.st_ctime_ns < started - self.racy_ns and st.st_mtime_ns < started - self.racy_ns:
                 seen[key] = sha
-            entries.append((raw, _mode(st), sha))
+            entries.append((raw, entry_mode(st), sha))
         if not entries:
             return None
         entries.sort(key=lambda e: e[0])
@@ -95,10 +95,10 @@ class TreeHasher:
     @staticmethod
     def entry(dir_fd: int, name: str, st: os.stat_result) -> tuple[bytes, bytes]:
         """The (mode, sha) of one non-directory entry, read now (no cache)."""
-        return _mode(st), git_hash(b"blob", content(dir_fd, name, st))
+        return entry_mode(st), git_hash(b"blob", content(dir_fd, name, st))
 
 
-def _mode(st: os.stat_result) -> bytes:
+def entry_mode(st: os.stat_result) -> bytes:
     if stat.S_ISLNK(st.st_mode):
         return LINK_MODE
     if stat.S_ISREG(st.st_mode):

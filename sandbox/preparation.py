@@ -5,6 +5,7 @@ place; the layout is described in ``sandbox.workspace``."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import stat
@@ -14,14 +15,16 @@ from pathlib import Path
 
 from runs.core.contract import WorkspaceSource
 from runs.core.jsonutil import JSON
-from sandbox import remote
+from sandbox import checkout, remote
 from sandbox.archives import extract_archive
+from sandbox.copying import Copier
 from sandbox.remote import RemoteAccess
 from sandbox.sources import WorkspaceSourceError, check_name, git, resolve_source
 from sandbox.workspace import READY, REMOTE_GIT_DIR, RunWorkspace
 
 SANDBOX_UID = 65534
 SANDBOX_GID = 65534
+log = logging.getLogger(__name__)
 CACHE_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".benchmarks"}
 
 
@@ -51,6 +54,7 @@ def prepare_workspace(
     staging.mkdir()
     try:
         meta: dict[str, JSON] = {"kind": source.kind, "ref": source.ref}
+        trusted: tuple[str, dict[bytes, bytes]] | None = None
         prepared = RunWorkspace(staging)
         if source.url is not None:
             meta.update(url=source.url, commit=_from_remote(source.url, source.ref, prepared, remotes or RemoteAccess()))
@@ -58,18 +62,29 @@ def prepare_workspace(
             assert source.path is not None  # one of path and url, by WorkspaceSource
             location = resolve_source(source.path, base_dir, allowed_roots)
             meta["path"] = str(location)
-            if source.kind == "path":
+            if source.kind == "path" and os.geteuid() == 0:
+                prepared.dir.mkdir()
+                trusted = Copier(location, CACHE_DIRS, SANDBOX_UID, SANDBOX_GID).copy(prepared.dir, prepared.pristine)
+            elif source.kind == "path":  # a worker that cannot give files away copies and opens them
                 _copy_tree(location, prepared.dir, skip=CACHE_DIRS)
             elif source.kind == "git":
-                meta["commit"] = _from_git(location, source.ref, prepared.dir, prepared.pristine_git)
+                meta["commit"], trusted = _from_git(location, source.ref, prepared.dir, prepared.pristine_git)
             else:
                 extract_archive(location, prepared.dir)
-        # Checks only read the tree (it is mounted read-only), but a source may hold
-        # files only their owner can read: the sandbox's uid owns them.
-        _give_to_sandbox(prepared.dir)
-        base = prepared.index.start()
-        if "commit" in meta and base == git(["rev-parse", f"{meta['commit']}^{{tree}}"], cwd=prepared.pristine_git):
-            pass  # the full walk verified the checkout: the commit's objects are the pristine tree
+        if trusted is not None:
+            # Born the sandbox's, and its tree known without a walk (the commit's, or
+            # hashed as it was copied): the walk that verifies it is the one every
+            # pickup runs before the first step.
+            base = prepared.index.adopt(*trusted)
+        else:
+            # Checks only read the tree (it is mounted read-only), but a source may hold
+            # files only their owner can read: the sandbox's uid owns them.
+            _give_to_sandbox(prepared.dir)
+            base = prepared.index.start()
+        if prepared.pristine.is_dir():
+            pass  # linked as it was copied
+        elif "commit" in meta and base == git(["rev-parse", f"{meta['commit']}^{{tree}}"], cwd=prepared.pristine_git):
+            pass  # the checkout is the commit's tree: the commit's objects are the pristine tree
         else:
             if source.url is not None:
                 # Not the pristine side, but publishing makes its commit there.
@@ -142,7 +157,10 @@ def _give_to_sandbox(tree: Path) -> None:
                     os.chmod(full, os.stat(full).st_mode | 0o666)  # noqa: S103
 
 
-def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> str:
+def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> tuple[str, tuple[str, dict[bytes, bytes]] | None]:
+    """The commit checked out, and its root tree and tree objects when the checkout
+    is proven to be that tree without a walk (``sandbox/checkout.py``; None: it must
+    be walked, and handed to the sandbox's uid)."""
     if not (location / ".git").exists() and not (location / "HEAD").is_file():
         raise WorkspaceSourceError(f"{location} is not a local git repository")
     if ref is not None and (ref.startswith("-") or any(c.isspace() or ord(c) < 32 for c in ref)):
@@ -154,9 +172,17 @@ def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> str
         commit = git(["rev-parse", "--verify", "--quiet", f"{ref or 'HEAD'}^{{commit}}"], cwd=dest)
     except WorkspaceSourceError:
         raise WorkspaceSourceError(f"ref {ref or 'HEAD'!r} is not a commit in {location}", field="workspace.ref") from None
+    os.rename(dest / ".git", git_dir)
+    try:
+        trees = checkout.commit_trees(git_dir, commit)
+        checkout.checkout_as(SANDBOX_UID, SANDBOX_GID, git_dir, commit, dest)
+        return commit, trees
+    except checkout.NotTrusted as exc:
+        log.info("%s at %s is checked out and walked: %s", location, commit, exc)
+    os.rename(git_dir, dest / ".git")
     git(["checkout", "--quiet", "--detach", commit], cwd=dest)
     os.rename(dest / ".git", git_dir)
-    return commit
+    return commit, None
 
 
 def _from_remote(url: str, ref: str | None, prepared: RunWorkspace, access: RemoteAccess) -> str:

@@ -11,8 +11,9 @@ Nothing is held in memory, so a worker that restarts trusts nothing it did not p
 ``index/usage`` is kept the same way: the bytes the workspace holds (what the disk
 quota limits), set by every full walk and moved by what each write adds or frees.
 
-The full walk stays the judge. It builds the index at preparation, and ``verify``
-runs it wherever a value is about to be relied on after a time nobody watched the
+The full walk stays the judge. It builds the index at preparation (unless the
+preparation proved the tree otherwise: a git checkout adopts the commit's own tree
+objects, ``sandbox/checkout.py``), and ``verify`` runs it wherever a value is about to be relied on after a time nobody watched the
 tree: when a worker picks a run up, before publish is previewed or ships, and before
 a run completes. A check is not walked after: it sees the workspace through a mount
 the container proves read-only before every execution (``sandbox/container.py``), so
@@ -75,6 +76,17 @@ class RevisionIndex:
         head = self.rebuild()
         self._write("BASE", head)
         return head
+
+    def adopt(self, root: str, trees: dict[bytes, bytes]) -> str:
+        """At preparation, when the tree is a checkout proven to be ``root`` without a
+        walk (``sandbox/checkout.py``): its tree objects become the index, ``root``
+        the base and current revision. The walk that records ``usage`` is the next
+        ``verify``, which a worker runs when it picks the run up."""
+        for sha, body in trees.items():
+            self._store_body(sha, body)
+        self._write("HEAD", root)
+        self._write("BASE", root)
+        return root
 
     def base(self, pristine: Path) -> str:
         base = self._read("BASE")
@@ -287,18 +299,10 @@ class RevisionIndex:
             reason = f"the revision index lost or damaged its tree object {sha.hex()}"
             self._write("broken", reason)
             raise RevisionMismatch(reason)
-        entries: Entries = {}
-        at = 0
-        while at < len(body):
-            space = body.index(b" ", at)
-            nul = body.index(b"\0", space)
-            entries[body[space + 1 : nul]] = (body[at:space], body[nul + 1 : nul + 21])
-            at = nul + 21
-        return entries
+        return parse_tree(body)
 
     def _store(self, entries: Entries) -> bytes:
-        ordered = sorted(entries.items(), key=lambda item: item[0] + b"/" if item[1][0] == TREE_MODE else item[0])
-        body = b"".join(mode + b" " + name + b"\0" + sha for name, (mode, sha) in ordered)
+        body = tree_body(entries)
         sha = git_hash(b"tree", body)
         self._store_body(sha, body)
         return sha
@@ -324,6 +328,26 @@ class RevisionIndex:
 
     def _remove(self, name: str) -> None:
         (self.dir / name).unlink(missing_ok=True)
+
+
+def parse_tree(body: bytes) -> Entries:
+    """A tree object's entries (ValueError for a body that is not one)."""
+    entries: Entries = {}
+    at = 0
+    while at < len(body):
+        space = body.index(b" ", at)
+        nul = body.index(b"\0", space)
+        if nul + 21 > len(body):
+            raise ValueError("a tree entry is cut short")
+        entries[body[space + 1 : nul]] = (body[at:space], body[nul + 1 : nul + 21])
+        at = nul + 21
+    return entries
+
+
+def tree_body(entries: Entries) -> bytes:
+    """The tree object of ``entries``, in git's order (a tree sorts as its name and "/")."""
+    ordered = sorted(entries.items(), key=lambda item: item[0] + b"/" if item[1][0] == TREE_MODE else item[0])
+    return b"".join(mode + b" " + name + b"\0" + sha for name, (mode, sha) in ordered)
 
 
 def _sha(revision: str) -> bytes | None:

@@ -1,0 +1,145 @@
+"""A workspace prepared without a full walk: a git source checked out as the sandbox's
+uid with the commit's tree objects as its revision (``sandbox/checkout.py``), the cases
+where the checkout is walked instead because git may not have written the tree
+verbatim, and a directory source copied, hashed and linked in one pass
+(``sandbox/copying.py``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runs.core.contract import WorkspaceSource
+from runs.core.ports import RevisionMismatch
+from sandbox import checkout
+from sandbox.fileops import MAX_DEPTH
+from sandbox.hashing import TreeHasher
+from sandbox.preparation import SANDBOX_UID, prepare_workspace
+from sandbox.workspace import RunWorkspace
+
+ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, env=ENV, capture_output=True, text=True).stdout.strip()
+
+
+def make_repo(repo: Path) -> None:
+    (repo / "pkg" / "deep").mkdir(parents=True)
+    (repo / "pkg" / "deep" / "a.py").write_text("A = 1\n")
+    (repo / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (repo / "run.sh").chmod(0o755)
+    (repo / "README.md").write_text("# repo\n")
+    os.symlink("pkg/deep/a.py", repo / "link.py")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "first")
+
+
+def prepare(tmp_path: Path, name: str) -> RunWorkspace:
+    return prepare_workspace(tmp_path / name, WorkspaceSource(kind="git", path=str(tmp_path / "repo")), tmp_path, (tmp_path,))
+
+
+def walked(ws: RunWorkspace) -> bool:
+    # Only a walk records the workspace's size; the trusted checkout leaves it to the
+    # walk at pickup.
+    return (ws.index.dir / "usage").exists()
+
+
+def test_it_checks_a_git_source_out_as_the_sandbox_uid_with_the_commits_trees_as_its_revision(tmp_path: Path) -> None:
+    make_repo(tmp_path / "repo")
+    ws = prepare(tmp_path, "run")
+    assert not walked(ws)
+    assert ws.revision() == ws.base_revision() == git(tmp_path / "repo", "rev-parse", "HEAD^{tree}")
+    owners = {os.lstat(os.path.join(d, n)).st_uid for d, dirs, files in os.walk(ws.dir) for n in dirs + files} | {ws.dir.stat().st_uid}
+    assert owners == {SANDBOX_UID}
+    assert os.stat(ws.dir / "run.sh").st_mode & 0o777 == 0o755 and os.readlink(ws.dir / "link.py") == "pkg/deep/a.py"
+    # The pickup's walk agrees and records the size; the diff reads the commit's objects.
+    assert ws.verify() == ws.revision() == TreeHasher().tree(ws.dir) and walked(ws)
+    ws.write_file("pkg/deep/a.py", "A = 2\n")
+    assert ws.diff().files == ["pkg/deep/a.py"]
+
+
+def test_it_stops_at_the_pickup_walk_when_a_trusted_checkout_differs_after_all(tmp_path: Path) -> None:
+    make_repo(tmp_path / "repo")
+    ws = prepare(tmp_path, "run")
+    (ws.dir / "README.md").write_text("# not the commit's\n")
+    with pytest.raises(RevisionMismatch, match="differs from a full walk"):
+        ws.verify()
+
+
+@pytest.mark.parametrize("kind", ["attributes", "gitlink", "nested attributes"])
+def test_it_walks_a_checkout_git_may_not_have_written_verbatim(tmp_path: Path, kind: str) -> None:
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    if kind == "gitlink":
+        # A submodule checks out as an empty directory, which the walk leaves out.
+        git(repo, "update-index", "--add", "--cacheinfo", f"160000,{git(repo, 'rev-parse', 'HEAD')},sub")
+    else:
+        where = repo / ("pkg" if kind == "nested attributes" else "")
+        (where / ".gitattributes").write_text("*.py text eol=lf\n")
+        git(repo, "add", "-A")
+    git(repo, "commit", "-qm", kind)
+    with pytest.raises(checkout.NotTrusted):
+        checkout.commit_trees(repo / ".git", "HEAD")
+    ws = prepare(tmp_path, "run")
+    assert walked(ws) and ws.verify() == ws.revision()
+    assert {os.lstat(os.path.join(d, n)).st_uid for d, dirs, files in os.walk(ws.dir) for n in dirs + files} == {SANDBOX_UID}
+
+
+@pytest.mark.parametrize("shape", ["out of order", "a name twice", "an empty tree"])
+def test_it_refuses_to_trust_a_tree_not_in_canonical_form(tmp_path: Path, shape: str) -> None:
+    """git would check such a tree out as something else than its hash says (or not
+    at all): the walk decides instead."""
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    blob = bytes.fromhex(git(repo, "rev-parse", "HEAD:README.md"))
+    empty = bytes.fromhex(git(repo, "hash-object", "-t", "tree", "-w", "--stdin"))
+    entries = {
+        "out of order": [(b"100644", b"b", blob), (b"100644", b"a", blob)],
+        "a name twice": [(b"100644", b"a", blob), (b"100644", b"a", blob)],
+        "an empty tree": [(b"100644", b"a", blob), (b"40000", b"d", empty)],
+    }[shape]
+    body = b"".join(mode + b" " + name + b"\0" + sha for mode, name, sha in entries)
+    made = subprocess.run(
+        ["git", "hash-object", "-t", "tree", "-w", "--literally", "--stdin"], cwd=repo, input=body, check=True, capture_output=True
+    )
+    commit = git(repo, "commit-tree", "-m", shape, made.stdout.decode().strip())
+    with pytest.raises(checkout.NotTrusted, match="canonical"):
+        checkout.commit_trees(repo / ".git", commit)
+
+
+def test_it_copies_a_directory_source_once_hashing_and_linking_as_it_goes(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    make_repo(src)
+    (src / "pkg" / "__pycache__").mkdir()
+    (src / "pkg" / "__pycache__" / "a.pyc").write_bytes(b"\0")
+    (src / "empty").mkdir()
+    os.mkfifo(src / "pipe")
+    os.utime(src / "README.md", ns=(1, 1_000_000_000))
+    ws = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="path", path=str(src)), tmp_path, (tmp_path,))
+    assert not walked(ws)
+    assert not (ws.dir / ".git").exists() and not (ws.dir / "pipe").exists() and not (ws.dir / "pkg" / "__pycache__").exists()
+    assert (ws.dir / "empty").is_dir() and os.stat(ws.dir / "README.md").st_mtime_ns == 1_000_000_000
+    assert os.stat(ws.dir / "run.sh").st_mode & 0o777 == 0o755 and os.readlink(ws.dir / "link.py") == "pkg/deep/a.py"
+    owners = {os.lstat(os.path.join(d, n)).st_uid for d, dirs, files in os.walk(ws.dir) for n in dirs + files}
+    assert owners | {ws.dir.stat().st_uid} == {SANDBOX_UID}
+    assert os.stat(ws.pristine / "pkg" / "deep" / "a.py").st_ino == os.stat(ws.dir / "pkg" / "deep" / "a.py").st_ino
+    assert ws.revision() == ws.base_revision() == git(src, "rev-parse", "HEAD^{tree}") == ws.verify() and walked(ws)
+    ws.write_file("pkg/deep/a.py", "A = 2\n")
+    assert ws.diff().files == ["pkg/deep/a.py"]
+
+
+def test_it_refuses_to_trust_a_tree_nested_deeper_than_the_walk_descends(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    deep = repo.joinpath(*["d"] * (MAX_DEPTH + 1))
+    deep.mkdir(parents=True)
+    (deep / "f").write_text("deep\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "deep")
+    with pytest.raises(checkout.NotTrusted, match="nested deeper"):
+        checkout.commit_trees(repo / ".git", "HEAD")
