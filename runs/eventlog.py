@@ -13,10 +13,10 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
+from common.redact import masked, secret_values
 from runs.broadcast import broadcast_events
 from runs.core.events import Event as CoreEvent
 from runs.models import Event, Run
-from runs.redact import masked, secret_values
 from runs.rows import checkpoint_cursor, insert
 from runs.signals import events_stored
 
