@@ -24,9 +24,10 @@ typecheck:
 	$(PY) -m mypy common sandbox approvals notifications api runs harness_site
 
 # The edit-test loop: what needs no Docker, Celery worker or browser, and nothing
-# marked slow, on SQLite. `make test` still runs everything.
+# marked slow, on SQLite, on two workers (each its own session: test_settings.py).
+# `make test` still runs everything.
 test-fast:
-	$(PY) -m pytest -q -p no:cacheprovider -m "not docker and not browser and not celery and not deploy and not postgres_only and not slow"
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 -m "not docker and not browser and not celery and not deploy and not postgres_only and not slow"
 
 test-sqlite:
 	$(PY) -m pytest -q -p no:cacheprovider -m "not postgres_only and not deploy"

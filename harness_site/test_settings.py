@@ -6,6 +6,16 @@ and the outbox, shared with the worker and web processes the tests start."""
 import os
 import tempfile
 
+PER_SESSION = ("HARNESS_QUEUE", "HARNESS_SANDBOX_SCOPE", "HARNESS_CACHE_PREFIX", "HARNESS_CHANNEL_PREFIX", "HARNESS_VAR_DIR")
+# A pytest-xdist worker is a session of its own: what it inherited from the
+# controller (which loaded these settings too) would be shared by all workers.
+# The worker's own processes inherit the worker's.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if os.environ.get("HARNESS_TEST_WORKER", "") != WORKER:
+    for name in PER_SESSION:
+        os.environ.pop(name, None)
+    os.environ["HARNESS_TEST_WORKER"] = WORKER
+
 os.environ.setdefault("DEBUG", "1")
 os.environ.setdefault("HARNESS_QUEUE", f"harness-test-{os.getpid()}")
 os.environ.setdefault("HARNESS_SANDBOX_SCOPE", os.environ["HARNESS_QUEUE"])
@@ -15,8 +25,22 @@ os.environ.setdefault("HARNESS_CACHE_PREFIX", os.environ["HARNESS_QUEUE"])
 os.environ.setdefault("HARNESS_CHANNEL_PREFIX", os.environ["HARNESS_QUEUE"])
 os.environ.setdefault("HARNESS_VAR_DIR", tempfile.mkdtemp(prefix=f"{os.environ['HARNESS_QUEUE']}-"))
 
+from django.contrib.auth.hashers import PBKDF2PasswordHasher  # noqa: E402
+
 from harness_site.settings import *  # noqa: E402,F403
 from harness_site.settings import ALLOWED_HOSTS, DATABASES, VAR_DIR  # noqa: E402
+
+
+class OneRoundPBKDF2PasswordHasher(PBKDF2PasswordHasher):
+    """Django's PBKDF2 with one round: every persona a test creates cost a quarter
+    of a second of CPU at the default rounds. The hash keeps the production
+    hasher's name and states its rounds, so the web and worker processes the tests
+    start (on the production settings) verify these passwords as they are."""
+
+    iterations = 1
+
+
+PASSWORD_HASHERS = ["harness_site.test_settings.OneRoundPBKDF2PasswordHasher"]
 
 # Django's test client calls itself "testserver"; production settings do not allow it.
 ALLOWED_HOSTS = [*ALLOWED_HOSTS, "testserver"]

@@ -34,10 +34,10 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
 
 
 def ensure_roles(**_: Any) -> None:
-    # Permissions are created app by app after migrate; make sure both apps' exist
-    # whichever app's signal got here first.
-    for app_config in apps.get_app_configs():
-        create_permissions(app_config, verbosity=0)
+    # Permissions are created app by app after migrate; make sure the roles' apps'
+    # exist whichever app's signal got here first (the others' come with their own).
+    for label in sorted({name.split(".")[0] for names in ROLE_PERMISSIONS.values() for name in names}):
+        create_permissions(apps.get_app_config(label), verbosity=0)
     for role, names in ROLE_PERMISSIONS.items():
         group, _created = Group.objects.get_or_create(name=role)
         permissions = []

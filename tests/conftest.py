@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Group, User
 
-from runs.roles import ensure_roles
+from runs.roles import ROLE_PERMISSIONS, ensure_roles
 
 pytest_plugins = ["tests.fixtures_services", "tests.fixtures_runtimes", "tests.fixtures_sandbox", "tests.fixtures_web"]
 
 
 def _persona(username: str, *groups: str, staff: bool = False) -> User:
-    ensure_roles()
+    if Group.objects.filter(name__in=ROLE_PERMISSIONS).count() < len(ROLE_PERMISSIONS):
+        ensure_roles()  # migrate and every flush create them; this is for a test that removed one
     user = User.objects.create_user(username=username, password=f"{username}-pass-123", is_staff=staff)
     for name in groups:
         user.groups.add(Group.objects.get(name=name))

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from runs.core.state import SCHEMA_VERSION, UPGRADES, RunState, StateVersionError, load_stored_state
-from runs.models import Run
+from runs.models import Event, Run
+from runs.statecheck import state_problems
 from runs.store import load_state
 from tests.helpers import World
 from tests.test_durable_state import create, drive, finish
@@ -17,6 +18,10 @@ from tests.test_durable_state import create, drive, finish
 # A waiting run's state as version 1 stored it, frozen: it must keep loading, so a
 # change to RunState's shape comes with its upgrade step.
 V1 = json.loads((Path(__file__).parent / "data" / "run_state_v1.json").read_text())
+# Version 2 was version 1 with its number.
+V2 = {**V1, "schema_version": 2}
+# What version 3 changed: ``next_seq`` (the store numbers events) gave way to ``run_started``.
+CHANGED_IN_3 = {"schema_version", "next_seq", "run_started"}
 
 
 def test_it_upgrades_a_state_of_the_first_shape_to_the_current_one():
@@ -24,7 +29,18 @@ def test_it_upgrades_a_state_of_the_first_shape_to_the_current_one():
     state = load_stored_state(V1)
     assert state.schema_version == SCHEMA_VERSION
     assert state.status == "waiting_approval" and state.waiting is not None and state.waiting.call_id == "c4"
-    assert {k: v for k, v in state.model_dump(mode="json").items() if k != "schema_version"} == V1
+    assert state.run_started
+    unchanged = {k: v for k, v in V1.items() if k not in CHANGED_IN_3}
+    assert {k: v for k, v in state.model_dump(mode="json").items() if k not in CHANGED_IN_3} == unchanged
+
+
+def test_it_upgrades_a_version_2_state_dropping_next_seq_for_whether_the_run_started():
+    assert V2["next_seq"] == 17
+    state = load_stored_state(V2)
+    assert state.schema_version == SCHEMA_VERSION and state.run_started
+    assert "next_seq" not in state.model_dump() and V2["next_seq"] == 17  # the stored object is not changed
+    # A run created and never driven had written no event yet: it starts when driven.
+    assert not load_stored_state({**V2, "next_seq": 1}).run_started
 
 
 def test_it_has_one_upgrade_step_per_earlier_version_each_to_the_next():
@@ -52,16 +68,27 @@ def test_it_refuses_a_version_that_never_existed(version):
         load_stored_state({**V1, "schema_version": version})
 
 
+def stored_as(state: dict, version: int, next_seq: int) -> dict:
+    """A current stored state in the shape an earlier version wrote it."""
+    earlier = {k: v for k, v in state.items() if k not in ("schema_version", "run_started")} | {"next_seq": next_seq}
+    return earlier if version == 1 else {**earlier, "schema_version": version}
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.postgres
-def test_it_resumes_a_run_stored_in_the_first_shape_and_stores_the_current_one():
+@pytest.mark.parametrize("version", [1, 2])
+def test_it_resumes_a_run_stored_at_an_earlier_version_without_starting_it_again(version):
     world = World()
     run = create(world)
     waiting = drive(run, world)
     assert waiting.status == "waiting_approval"
     stored = Run.objects.get(pk=run.pk).state
     assert stored["schema_version"] == SCHEMA_VERSION
-    Run.objects.filter(pk=run.pk).update(state={k: v for k, v in stored.items() if k != "schema_version"})
+    earlier = stored_as(stored, version, next_seq=Event.objects.filter(run=run).count() + 1)
+    Run.objects.filter(pk=run.pk).update(state=earlier)
     assert load_state(Run.objects.get(pk=run.pk)) == waiting
     assert finish(run, world).outcome == "complete"
-    assert Run.objects.get(pk=run.pk).state["schema_version"] == SCHEMA_VERSION
+    assert Event.objects.filter(run=run, type="run_started").count() == 1
+    run.refresh_from_db()
+    assert run.state["schema_version"] == SCHEMA_VERSION and "next_seq" not in run.state
+    assert state_problems(run) == []

@@ -74,9 +74,8 @@ class Driver:
     # -- recording ---------------------------------------------------------------
 
     def _emit(self, cls: type[ev.Event], call_id: str | None = None, **fields: Any) -> None:
-        event = cls(run_id=self.state.run_id, seq=self.state.next_seq, ts=self.clock.now(), call_id=call_id, **fields)
-        self.state.next_seq += 1
-        self._events.append(event)
+        # seq 0: the store numbers events as it writes them, after any written outside the loop.
+        self._events.append(cls(run_id=self.state.run_id, seq=0, ts=self.clock.now(), call_id=call_id, **fields))
 
     def _checkpoint(self) -> None:
         self.state.proposer_state = self.proposer.snapshot()

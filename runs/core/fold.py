@@ -6,7 +6,8 @@ What the events determine, and so what is compared:
 - status, stop reason and stop message (``stopped``; ``approval_required`` and
   ``wait_ended`` for waits);
 - the counters: proposals (``proposed``) and tool-call attempts (``call_started``);
-- the policy version the gates decide under (``run_started``, ``policy_changed``);
+- whether the run started (``run_started``), and the policy version the gates
+  decide under (``run_started``, ``policy_changed``);
 - the wait: which call waits for which request, under which key, revision and
   policy version (``approval_required``, ``wait_ended``, ``stopped``);
 - evidence: every check recorded and which are current (``evidence_recorded``,
@@ -57,6 +58,7 @@ class Explained:
     """The parts of a ``RunState`` that events explain. ``policy_version`` is None
     when the log has no ``run_started`` (a run stopped before it started)."""
 
+    run_started: bool = False
     status: RunStatus = "running"
     stop_reason: str | None = None
     stop_message: str = ""
@@ -117,7 +119,7 @@ def _apply(out: Explained, event: ev.AnyEvent) -> None:
         return
     match event:
         case ev.RunStarted():
-            out.policy_version = event.policy_version
+            out.run_started, out.policy_version = True, event.policy_version
         case ev.PolicyChanged():
             out.policy_version = event.new_version
         case ev.Proposed():
@@ -196,6 +198,7 @@ def _apply_effect(out: Explained, event: ev.PendingEffectRecorded | ev.EffectRec
 def explained_by_state(state: RunState) -> Explained:
     """The same parts, as the stored state has them."""
     return Explained(
+        run_started=state.run_started,
         status=state.status,
         stop_reason=state.stop_reason,
         stop_message=state.stop_message,

@@ -104,7 +104,8 @@ class Harness(Waits, Execution):
         if self.state.finished:
             return self.state
         try:
-            if self.state.next_seq == 1:
+            if not self.state.run_started:
+                self.state.run_started = True
                 self._emit(
                     ev.RunStarted,
                     task_id=self.state.contract.task_id,

@@ -224,7 +224,9 @@ class MemoryStore:
     def checkpoint(self, state: RunState, events: Sequence[Event]) -> None:
         self.checkpoints += 1
         self.snapshot = state.model_dump_json()
-        self.events.extend(events)
+        # Numbered as the Django store numbers them: on from the last one stored.
+        last = len(self.events)
+        self.events.extend(e.model_copy(update={"seq": last + n}) for n, e in enumerate(events, 1))
         for event in events:
             record = state.ledger.get(event.call_id or "")
             if record is not None:

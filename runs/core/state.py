@@ -98,8 +98,9 @@ class Waiting(_State):
     policy_version: int = 0
 
 
-SCHEMA_VERSION = 2
-"""1: the shape before versions (no ``schema_version`` key); 2: the same, versioned."""
+SCHEMA_VERSION = 3
+"""1: the shape before versions (no ``schema_version`` key); 2: the same, versioned;
+3: ``run_started`` in place of ``next_seq`` (the store numbers the events)."""
 
 
 class RunState(_State):
@@ -136,7 +137,8 @@ class RunState(_State):
     waiting: Waiting | None = None
     feedback: dict[str, JSON] | None = None
     proposer_state: dict[str, JSON] = Field(default_factory=dict)
-    next_seq: int = 1
+    # The ``run_started`` event is on the record: a run resumed after it is not started again.
+    run_started: bool = False
     next_call: int = 1
     effects_applied: list[str] = Field(default_factory=list)
     # External effects by idempotency key (see Operation).
@@ -185,8 +187,15 @@ def _from_1(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "schema_version": 2}
 
 
+def _from_2(data: dict[str, Any]) -> dict[str, Any]:
+    """``next_seq`` counted the loop's events from 1, and the first was always
+    ``run_started``: past 1, the run had started."""
+    upgraded = {k: v for k, v in data.items() if k != "next_seq"}
+    return {**upgraded, "schema_version": 3, "run_started": data.get("next_seq", 1) > 1}
+
+
 # version N -> the step that turns a version-N state into version N+1.
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_1}
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_1, 2: _from_2}
 
 
 def load_stored_state(data: Mapping[str, Any]) -> RunState:
