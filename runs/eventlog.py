@@ -11,10 +11,11 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, models, transaction
 
 from runs.broadcast import broadcast_events
 from runs.core.events import Event as CoreEvent
+from runs.core.events import type_name
 from runs.models import Event, Run
 from runs.redact import masked, secret_values
 from runs.rows import checkpoint_cursor, insert
@@ -49,22 +50,24 @@ def append_events(
     secrets = secret_values()
     # Masked before the run row is locked: the lock is held for the statements only.
     payloads = [masked(event.payload(), secrets) for event in events]
-    values = [
-        {"run": run_id, "type": e.type, "call_id": e.call_id, "ts": datetime.fromtimestamp(e.ts, tz=UTC), "payload": text}
-        for e, (_, text) in zip(events, payloads, strict=True)
+    rows = [
+        Event(run_id=run_id, type=type_name(type(e)), call_id=e.call_id, ts=datetime.fromtimestamp(e.ts, tz=UTC), payload=payload)
+        for e, (payload, _) in zip(events, payloads, strict=True)
+    ]
+    values: list[dict[str, object]] = [
+        {"run": run_id, "type": r.type, "call_id": r.call_id, "ts": r.ts, "payload": text}
+        for r, (_, text) in zip(rows, payloads, strict=True)
     ]
     with transaction.atomic(savepoint=False):
         stored = _number_and_insert(run_id, values, run_columns or {}, lease_token)
-        rows = []
-        for (pk, seq), row, (payload, _) in zip(stored, values, payloads, strict=True):
-            event = Event(pk=pk, run_id=run_id, seq=seq, type=row["type"], call_id=row["call_id"], ts=row["ts"], payload=payload)
-            event._state.adding = False
-            rows.append(event)
+        for row, (pk, seq) in zip(rows, stored, strict=True):
+            row.pk, row.seq = pk, seq
+            row._state.adding = False
         if not rows:
             return rows
         # Listeners (webhook notifications) record what they need in this same
         # transaction, so it commits or rolls back with the events.
-        events_stored.send(sender=Event, rows=rows)
+        events_stored.send(sender=Event, rows=rows, events=events)
         broadcast = [row.as_dict() for row in rows]
         transaction.on_commit(lambda: broadcast_events(str(run_id), broadcast))
     return rows
@@ -122,14 +125,16 @@ def _insert_numbered_statement(connection: Any, names: tuple[str, ...]) -> tuple
     if found is None:
         quote = connection.ops.quote_name
         meta = Event._meta
-        fields = [meta.get_field(name) for name in names]
-        columns = [quote(field.column) for field in fields]  # type: ignore[union-attr]
+        fields = [_column(Event, name) for name in names]
+        columns = [quote(field.column) for field in fields]
         head = (
             f"INSERT INTO {quote(meta.db_table)} ({quote('seq')}, {', '.join(columns)}) "  # noqa: S608 - quoted identifiers; values are parameters
             f"SELECT reserved.{quote('last_seq')} - given.back, {', '.join(f'given.{column}' for column in columns)} "
             "FROM reserved, (VALUES "
         )
-        row = "(%s::integer, " + ", ".join(f"%s::{field.cast_db_type(connection)}" for field in fields) + ")"  # type: ignore[union-attr]
+        # cast_db_type is Django's, missing from django-stubs.
+        casts = [f"%s::{field.cast_db_type(connection)}" for field in fields]  # type: ignore[attr-defined]
+        row = "(%s::integer, " + ", ".join(casts) + ")"
         tail = f") AS given (back, {', '.join(columns)}) RETURNING {quote('id')}, {quote('seq')}"
         found = _inserts[key] = (head, row, tail, fields)
     return found
@@ -161,7 +166,7 @@ def _reserve_params(
 ) -> list[object]:
     params: list[object] = [count]
     params += [field.get_db_prep_save(columns[field.name], connection) for field in fields]
-    params.append(Run._meta.pk.get_db_prep_value(run_id, connection))  # type: ignore[union-attr]
+    params.append(Run._meta.pk.get_db_prep_value(run_id, connection))
     if lease_token is not None:
         params.append(lease_token)
     return params
@@ -185,9 +190,17 @@ def _reserve_statement(connection: Any, names: tuple[str, ...], fenced: bool) ->
     if found is None:
         meta = Run._meta
         quote = connection.ops.quote_name
-        fields = [meta.get_field(name) for name in names]
+        fields = [_column(Run, name) for name in names]
         assignments = [f"{quote('last_seq')} = {quote('last_seq')} + %s", *(f"{quote(field.column)} = %s" for field in fields)]
         where = f"{quote(meta.pk.column)} = %s" + (f" AND {quote('lease_token')} = %s" if fenced else "")
         sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {where} RETURNING {quote('last_seq')}"  # noqa: S608 - quoted identifiers; values are parameters
         found = _statements[key] = (sql, fields)
     return found
+
+
+def _column(model: type[models.Model], name: str) -> models.Field[Any, Any]:
+    """The model's field that is a column of its table."""
+    field = model._meta.get_field(name)
+    if not isinstance(field, models.Field):
+        raise TypeError(f"{model.__name__}.{name} is not a column")
+    return field
