@@ -21,7 +21,7 @@ lint:
 
 # Every package, strict (mypy.ini; Django and DRF through django-stubs' plugins).
 typecheck:
-	$(PY) -m mypy sandbox approvals notifications api runs harness_site
+	$(PY) -m mypy common sandbox approvals notifications api runs harness_site
 
 # The edit-test loop: what needs no Docker, Celery worker or browser, and nothing
 # marked slow, on SQLite. `make test` still runs everything.

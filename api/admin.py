@@ -9,7 +9,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from api.models import ApiToken
-from harness_site.admin_times import zoned_times
+from common.times import zoned_times
 
 
 @admin.register(ApiToken)

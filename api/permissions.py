@@ -1,5 +1,5 @@
 """The API asks for the same permissions as the pages: each view names the one a
-method needs (named in runs.permissions), so an operator's token can do what the operator's browser can."""
+method needs (named in common.permissions), so an operator's token can do what the operator's browser can."""
 
 from __future__ import annotations
 

@@ -41,8 +41,8 @@ from api.serializers import (
 )
 from approvals import services as approvals
 from approvals.models import ApprovalRequest
-from harness_site import signin
-from runs import control, permissions
+from common import permissions, signin
+from runs import control
 from runs.models import GlobalSwitch, Run
 from runs.runtime import create_run
 from runs.services import report_of

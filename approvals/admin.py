@@ -32,7 +32,7 @@ from approvals.policy_editor import (
     kept_forms,
     place_problems,
 )
-from harness_site.admin_times import zoned_times
+from common.times import zoned_times
 from runs.core.errors import InputError, json_message
 from runs.core.policy import check_policy
 

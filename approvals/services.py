@@ -1,6 +1,7 @@
 """Approval requests: filing them for the loop, and the grant / deny / expire /
 consume services, each with one audited event. ``check_*`` raise DecisionRefused
-with a message for the reviewer; ``do_*`` assume the checks passed."""
+with a message for the reviewer; ``do_*`` assume the checks passed. The run's side
+(its event log, where it stands) is reached through approvals.ports."""
 
 from __future__ import annotations
 
@@ -14,13 +15,12 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.policies import current_policy_row, load_policy
+from approvals.ports import OwnedRun, runs
 from approvals.signals import wait_may_end
-from runs import permissions
+from common import permissions
 from runs.core import events as ev
 from runs.core.lifecycle import OPEN_STATUSES, check_request_transition, sources_of
 from runs.core.ports import ApprovalAsk, Filed, RequestState
-from runs.eventlog import append_event
-from runs.models import Run
 
 Status = ApprovalRequest.Status
 
@@ -41,7 +41,7 @@ class DecisionForbidden(DecisionRefused):
 class DjangoApprovals:
     """The loop's approval gate backed by ApprovalRequest rows."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: OwnedRun) -> None:
         self.run = run
 
     def request(self, ask: ApprovalAsk) -> Filed:
@@ -101,21 +101,17 @@ def cancel_open_requests(run_id: str, reason: str) -> list[str]:
     return cancelled
 
 
-def current_revision_of(run: Run) -> str:
-    return str((run.state or {}).get("revision", ""))
-
-
 def staleness(request: ApprovalRequest) -> str | None:
     """Why a request no longer describes what would run, or None if it still does.
     Gates decide under the policy now in force, so a newer policy makes it stale."""
-    run = Run.objects.get(pk=request.run_id)
+    run = runs().standing(str(request.run_id))
     current = current_policy_row().version
     if current != request.policy_version:
         return f"the policy is now v{current}, the request was for v{request.policy_version}"
-    if current_revision_of(run) != request.revision:
-        return f"the workspace is at {current_revision_of(run)[:12]}, the request was for {request.revision[:12]}"
-    if run.status != Run.Status.WAITING or run.kill_requested:
-        state = "being stopped" if run.kill_requested else run.outcome
+    if run.revision != request.revision:
+        return f"the workspace is at {run.revision[:12]}, the request was for {request.revision[:12]}"
+    if not run.waiting or run.stopping:
+        state = "being stopped" if run.stopping else run.outcome
         return f"the run is {state}, no longer waiting for this approval"
     return None
 
@@ -159,7 +155,7 @@ def _decide(request: ApprovalRequest, user: User | AnonymousUser, status: str, r
         if updated != 1:
             raise DecisionRefused("this request was decided by someone else a moment ago")
         decision = "granted" if status == Status.GRANTED else "denied"
-        append_event(
+        runs().append_event(
             str(request.run_id),
             ev.ApprovalDecided,
             call_id=request.call_id,
@@ -199,7 +195,7 @@ def do_lapse(request: ApprovalRequest, status: str, reason: str) -> bool:
             status=status, reason=reason, decided_at=timezone.now()
         )
         if updated == 1:
-            append_event(
+            runs().append_event(
                 str(request.run_id),
                 ev.ApprovalLapsed,
                 call_id=request.call_id,
@@ -230,6 +226,6 @@ def wake_after_commit(run_id: str) -> None:
 def pending_requests() -> QuerySet[ApprovalRequest]:
     """What reviewers can still decide: pending, not expired, and its run waiting for
     it (a run being stopped cancels its requests; this keeps them out meanwhile)."""
-    return ApprovalRequest.objects.filter(
-        status=Status.PENDING, expires_at__gt=timezone.now(), run__status=Run.Status.WAITING, run__kill_requested=False
-    ).order_by("created_at")
+    return ApprovalRequest.objects.filter(runs().waiting_for_decision(), status=Status.PENDING, expires_at__gt=timezone.now()).order_by(
+        "created_at"
+    )

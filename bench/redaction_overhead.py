@@ -39,7 +39,7 @@ def main() -> None:
 
     from approvals.policies import current_policy_row
     from bench.loop_overhead import harness_loop
-    from runs import redact
+    from common import redact
     from runs.models import Run
     from runs.store import DjangoStore
 

@@ -5,7 +5,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from harness_site.signin import LimitedAdminAuthenticationForm, LimitedAuthenticationForm
+from common.signin import LimitedAdminAuthenticationForm, LimitedAuthenticationForm
 from runs.views import approvals as approval_views
 from runs.views import control, new_run, run_detail, runs_list
 

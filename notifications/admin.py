@@ -9,7 +9,7 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
-from harness_site.admin_times import zoned_times
+from common.times import zoned_times
 from notifications.destinations import DestinationRefused, DestinationUnresolved, check_destination
 from notifications.models import Delivery, DeliveryAttempt, WebhookEndpoint
 

@@ -4,8 +4,8 @@ import uuid
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from common.redact import RedactedJSONField, RedactedTextField
 from notifications import messages
-from runs.redact import RedactedJSONField, RedactedTextField
 
 
 def new_secret() -> str:

@@ -19,11 +19,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from common.redact import redact
 from notifications import messages
 from notifications.destinations import Destination, DestinationRefused, DestinationUnresolved, check_destination
 from notifications.models import Delivery, DeliveryAttempt, WebhookEndpoint
 from runs.models import Event
-from runs.redact import redact
 
 log = logging.getLogger(__name__)
 ERROR_CHARS = 2000

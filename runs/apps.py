@@ -8,16 +8,20 @@ class RunsConfig(AppConfig):
 
     def ready(self) -> None:
         # Wiring that must exist before any request or task: the sandbox's engine
-        # address and approvals' wake-ups come from here (the composition root's side).
+        # address, what approvals need of runs (their port) and approvals' wake-ups
+        # come from here (the composition root's side).
         from django.conf import settings
 
+        from approvals.ports import connect_runs
         from approvals.signals import wait_may_end
         from runs.queue import resume_on_signal
         from runs.roles import ensure_roles
+        from runs.runtime import RunsForApprovals
         from runs.session_sockets import connect_signals
         from sandbox.docker_client import use_engine_host
 
         post_migrate.connect(ensure_roles, sender=self)
         connect_signals()
+        connect_runs(RunsForApprovals())
         wait_may_end.connect(resume_on_signal, dispatch_uid="runs.queue.resume_on_signal")
         use_engine_host(lambda: str(settings.DOCKER_HOST))

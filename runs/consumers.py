@@ -23,10 +23,10 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from common.permissions import VIEW_RUNS
 from runs.broadcast import run_group
 from runs.live import HeartbeatMixin
 from runs.models import Run
-from runs.permissions import VIEW_RUNS
 from runs.session_sockets import current_user, user_group
 from runs.views.trace import present, stored_events_after
 

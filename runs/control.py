@@ -14,7 +14,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from approvals.services import cancel_open_requests
-from runs import permissions
+from common import permissions
 from runs.core import events as ev
 from runs.eventlog import append_event
 from runs.models import GlobalSwitch, Run

@@ -13,11 +13,11 @@ from typing import Any, NoReturn
 
 from django.db import DEFAULT_DB_ALIAS, connections, models, transaction
 
+from common.redact import masked, secret_values
 from runs.broadcast import broadcast_events
 from runs.core.events import Event as CoreEvent
 from runs.core.events import type_name
 from runs.models import Event, Run
-from runs.redact import masked, secret_values
 from runs.rows import checkpoint_cursor, insert
 from runs.signals import events_stored
 

@@ -24,8 +24,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
+from common.permissions import VIEW_APPROVALS, VIEW_RUNS
 from runs.broadcast import LISTS_GROUP
-from runs.permissions import VIEW_APPROVALS, VIEW_RUNS
 from runs.session_sockets import current_user, user_group
 
 NOT_SIGNED_IN, FORBIDDEN = 4401, 4403

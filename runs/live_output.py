@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from common.redact import redact_text, secret_values
 from runs.broadcast import broadcast_output
-from runs.redact import redact_text, secret_values
 
 INTERVAL_SECONDS = 0.5
 MAX_LINES = 20

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
+from common.redact import redact
 from runs.core.contract import Contract
 from runs.core.environment import RepositoryContext
 from runs.core.errors import FieldProblem, InputError
@@ -21,7 +22,6 @@ from runs.core.jsonutil import JSON
 from runs.core.ports import Clock, Proposer, ProposerStopped
 from runs.core.scripted import ScriptedProposer
 from runs.core.tools import ToolSpec
-from runs.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class RefusingProposer:
 
 
 class MaskingProposer:
-    """Masks secrets in every proposal before the gates see it (runs.redact explains
+    """Masks secrets in every proposal before the gates see it (common.redact explains
     why here): the run, its approval key and everything stored then agree on the
     masked arguments, and a resumed run computes the same key again."""
 

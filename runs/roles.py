@@ -9,7 +9,7 @@ from django.apps import apps
 from django.contrib.auth.management import create_permissions
 from django.contrib.auth.models import Group, Permission
 
-from runs import permissions as p
+from common import permissions as p
 
 ROLE_PERMISSIONS: dict[str, list[str]] = {
     "reviewer": [p.VIEW_RUNS, p.VIEW_APPROVALS, p.DECIDE_APPROVALS],

@@ -23,9 +23,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 
 from approvals.models import ApprovalRequest
 from approvals.policies import load_policy
+from approvals.ports import RunStanding
 from approvals.services import DjangoApprovals, cancel_open_requests
 from runs import leases
 from runs.artifacts import FileArtifactStore
@@ -37,7 +39,7 @@ from runs.core.errors import FieldProblem, InputError
 from runs.core.faults import Fault, FaultyExecutor
 from runs.core.policy import Policy
 from runs.core.ports import RevisionMismatch
-from runs.eventlog import append_events
+from runs.eventlog import append_event, append_events
 from runs.live_output import LiveOutput
 from runs.models import Run
 from runs.queue import enqueue_start
@@ -54,6 +56,25 @@ from sandbox.sources import WorkspaceSourceError, check_source
 from sandbox.workspace import RunWorkspace
 
 log = logging.getLogger(__name__)
+
+
+class RunsForApprovals:
+    """approvals.ports.Runs over the Run row and the event log (connected in runs.apps)."""
+
+    def append_event(self, run_id: str, cls: type[ev.Event], **fields: Any) -> None:
+        append_event(run_id, cls, **fields)
+
+    def standing(self, run_id: str) -> RunStanding:
+        run = Run.objects.get(pk=run_id)
+        return RunStanding(
+            revision=str((run.state or {}).get("revision", "")),
+            waiting=run.status == Run.Status.WAITING,
+            stopping=run.kill_requested,
+            outcome=run.outcome,
+        )
+
+    def waiting_for_decision(self) -> Q:
+        return Q(run__status=Run.Status.WAITING, run__kill_requested=False)
 
 
 def workspace_root(run: Run) -> Path:

@@ -17,13 +17,13 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic_core import PydanticSerializationError
 
+from common.redact import MaskedJSON, masked, masked_text, secret_values
 from runs.core.events import Event as CoreEvent
 from runs.core.events import EvidenceRecorded, ReceiptRecorded
 from runs.core.report import build_report
 from runs.core.state import RunState, load_stored_state
 from runs.eventlog import LeaseLost, append_events
 from runs.models import CallLedgerEntry, Evidence, PendingEffect, Receipt, Report, Run
-from runs.redact import MaskedJSON, masked, masked_text, secret_values
 from runs.rows import insert
 
 __all__ = ["DjangoStore", "LeaseLost", "load_state", "state_columns"]

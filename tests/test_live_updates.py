@@ -16,6 +16,7 @@ from django.test import Client
 from django.urls import reverse
 
 from approvals.services import deny
+from common.times import when
 from harness_site.asgi import application
 from runs.broadcast import LISTS_GROUP, broadcast_output, coalesce
 from runs.control import set_global
@@ -24,7 +25,6 @@ from runs.core.tools import BUILTIN_TOOLS
 from runs.eventlog import append_events
 from runs.live_output import LiveOutput
 from runs.models import Run
-from runs.templatetags.harness import when
 from runs.views.trace import group_cards, present
 from runs.wording import LABELS, duration, human
 from tests.fixtures_web import waiting_scene

@@ -16,13 +16,13 @@ from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
 from approvals.services import DjangoApprovals, grant
+from common.redact import MASK, masked, redact, redact_text
 from notifications.models import WebhookEndpoint
 from runs.core.environment import Environment
 from runs.core.jsonutil import JSON
 from runs.core.scenarios import FIXED, call
 from runs.core.simulated import SimExecutor, SimWorkspace
 from runs.models import Artifact, Run
-from runs.redact import MASK, masked, redact, redact_text
 from runs.services import check_new_run, do_create_run, drive_run
 from tests.helpers import CONTRACT
 

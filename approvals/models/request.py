@@ -3,7 +3,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
-from runs.redact import RedactedJSONField, RedactedTextField
+from common.redact import RedactedJSONField, RedactedTextField
 
 
 class ApprovalRequest(models.Model):

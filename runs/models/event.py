@@ -1,7 +1,7 @@
 from django.db import models
 
+from common.redact import RedactedJSONField
 from runs.core.events import AnyEvent, parse_event
-from runs.redact import RedactedJSONField
 
 
 class Event(models.Model):

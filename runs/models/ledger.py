@@ -1,6 +1,6 @@
 from django.db import models
 
-from runs.redact import RedactedJSONField, RedactedTextField
+from common.redact import RedactedJSONField, RedactedTextField
 
 
 class CallLedgerEntry(models.Model):

@@ -1,6 +1,6 @@
 from django.db import models
 
-from runs.redact import RedactedJSONField
+from common.redact import RedactedJSONField
 
 
 class Report(models.Model):

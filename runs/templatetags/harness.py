@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 from django import template
 from django.contrib.auth.models import AnonymousUser, User
-from django.utils import timezone
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
 
 from approvals.services import pending_requests
+from common.permissions import DECIDE_APPROVALS
+from common.times import when
 from runs.models import GlobalSwitch
-from runs.permissions import DECIDE_APPROVALS
 from runs.views.trace import TONES
 from runs.views.trace import short as short_revision
 from runs.wording import duration as duration_text
@@ -87,41 +84,8 @@ def user_roles(user: Any) -> str:
     return ", ".join(group.name for group in user.groups.all())
 
 
-def ago(moment: datetime, now: datetime | None = None) -> str:
-    """How long ago, for lists; the page's script keeps it current in the viewer's zone."""
-    seconds = ((now or timezone.now()) - moment).total_seconds()
-    if seconds < 60:
-        return "just now"
-    if seconds < 3600:
-        return f"{int(seconds // 60)} min ago"
-    if seconds < 86400:
-        return f"{int(seconds // 3600)} h ago"
-    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
-
-
-@register.simple_tag
-def when(moment: datetime | str | None, kind: str = "full", css: str = "") -> SafeString | str:
-    """A <time> element: UTC as written by the server, rewritten by the page into the
-    viewer's zone (static/js/harness.js). ``kind``: full, clock or ago."""
-    if moment is None:
-        return ""
-    if isinstance(moment, str):
-        moment = datetime.fromisoformat(moment)
-    utc = moment.astimezone(UTC)
-    if kind == "ago":
-        text = ago(utc)
-    elif kind == "clock":
-        text = f"{utc:%H:%M:%S} UTC"
-    else:
-        text = f"{utc:%Y-%m-%d %H:%M:%S} UTC"
-    return format_html(
-        '<time class="{}" datetime="{}" data-when="{}" title="{} UTC">{}</time>',
-        css,
-        utc.isoformat(),
-        kind,
-        f"{utc:%Y-%m-%d %H:%M:%S}",
-        text,
-    )
+# {% when %}: the one <time> element, kept in common.times for the apps' admin pages too.
+register.simple_tag(when)
 
 
 @register.filter

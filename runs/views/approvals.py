@@ -15,10 +15,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals.models import ApprovalRequest
 from approvals.services import DecisionRefused, check_decision, deny, grant, pending_requests, staleness
+from common.permissions import DECIDE_APPROVALS, VIEW_APPROVALS
+from common.redact import is_masked
 from runs.core.tools import builtin_registry
 from runs.models import Evidence
-from runs.permissions import DECIDE_APPROVALS, VIEW_APPROVALS
-from runs.redact import is_masked
 from runs.store import load_state
 from runs.views.access import require
 from runs.views.summary import shown_clocks
@@ -61,7 +61,7 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "deny_form": DenyForm(),
         "what_it_does": reviewer_summary(request.tool),
         "text_args": text_args(request.args),
-        # Masking happened before the request was filed (runs.redact): say so, so the
+        # Masking happened before the request was filed (common.redact): say so, so the
         # reviewer knows the [redacted] they read stands for a credential.
         "masked": is_masked(request.args) or is_masked(request.diff),
         **timeline(str(run.pk)),

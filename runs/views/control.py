@@ -9,10 +9,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
+from common.permissions import DECIDE_APPROVALS, OPERATE_RUNS
 from runs.broadcast import broadcast_lists_changed
 from runs.control import ACTIVE, ControlRefused, kill, set_global
 from runs.models import GlobalSwitch, Run
-from runs.permissions import DECIDE_APPROVALS, OPERATE_RUNS
 from runs.views.access import require
 
 # Each action turns one of the two switches and leaves the other as it is; the

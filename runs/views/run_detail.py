@@ -12,11 +12,11 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
+from common.permissions import VIEW_RUNS
+from common.redact import redact_bytes
 from runs.artifacts import FileArtifactStore, artifact_path
 from runs.cli import full_report
 from runs.models import Artifact, Event, Evidence, Receipt, Run
-from runs.permissions import VIEW_RUNS
-from runs.redact import redact_bytes
 from runs.views.access import require
 from runs.views.summary import run_summary
 from runs.views.trace import artifact_refs, events_before, timeline

@@ -12,8 +12,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from common.permissions import VIEW_RUNS
 from runs.models import Run
-from runs.permissions import VIEW_RUNS
 from runs.views.access import require
 
 PAGE_SIZE = 50
