@@ -99,17 +99,16 @@ def _number_and_insert_at_once(
     head, row_sql, tail, event_fields = _insert_numbered_statement(connection, tuple(values[0]))
     count = len(values)
     params = _reserve_params(connection, run_id, count, columns, fields, lease_token)
-    rows = []
     for offset, row in enumerate(values):
         # Each row's distance from the last seq reserved: the first of n is n - 1 back.
         params.append(count - 1 - offset)
         params += [field.get_db_prep_save(row[field.name], connection) for field in event_fields]
-        rows.append(row_sql)
     with checkpoint_cursor(connection) as cursor:
-        cursor.execute(f"WITH reserved AS ({update}) {head}{', '.join(rows)}{tail}", params)
+        cursor.execute(f"WITH reserved AS ({update}) {head}{', '.join([row_sql] * count)}{tail}", params)
         stored = cursor.fetchall()
     if not stored:
         _refused(run_id, lease_token)
+    # The seqs ascend in the order the events were given; RETURNING promises no order.
     seqs = sorted(seq for _, seq in stored)
     ids = {seq: pk for pk, seq in stored}
     return [(ids[seq], seq) for seq in seqs]
