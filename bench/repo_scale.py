@@ -41,7 +41,8 @@ from runs.core.contract import WorkspaceSource  # noqa: E402
 from runs.core.policy import CheckDef  # noqa: E402
 from runs.core.ports import Call  # noqa: E402
 from runs.core.simulated import MemoryArtifacts  # noqa: E402
-from sandbox.container import ContainerSpec, SandboxContainer  # noqa: E402
+from sandbox.container import SandboxContainer  # noqa: E402
+from sandbox.container_spec import ContainerSpec  # noqa: E402
 from sandbox.docker_client import shared_client  # noqa: E402
 from sandbox.executor import SandboxExecutor  # noqa: E402
 from sandbox.preparation import prepare_workspace  # noqa: E402

@@ -49,7 +49,8 @@ from runs.core.policy import CheckDef, Policy, SandboxLimits  # noqa: E402
 from runs.core.scripted import ScriptedProposer  # noqa: E402
 from runs.core.simulated import MemoryApprovals, MemoryArtifacts, MemoryStore  # noqa: E402
 from runs.core.tools import builtin_registry  # noqa: E402
-from sandbox.container import SANDBOX_USER, WORKDIR, ContainerSpec, SandboxContainer  # noqa: E402
+from sandbox.container import SandboxContainer  # noqa: E402
+from sandbox.container_spec import SANDBOX_USER, WORKDIR, ContainerSpec  # noqa: E402
 from sandbox.docker_client import docker_host, shared_client  # noqa: E402
 from sandbox.executor import SandboxExecutor  # noqa: E402
 from sandbox.preparation import prepare_workspace  # noqa: E402

@@ -348,7 +348,7 @@ def measure(rate: float, seconds: float, viewers: int, repeats: int, events: int
                 os.killpg(process.pid, signal.SIGTERM)
                 process.wait(30)
         if worker is not None:
-            from sandbox.container import sweep_orphans
+            from sandbox.orphans import sweep_orphans
 
             sweep_orphans([], scope=PREFIX)  # the container of a run the worker was still driving
     p99s = [stream["p99"] for stream in streams]

@@ -32,7 +32,7 @@ import math
 import unicodedata
 from collections.abc import Callable
 from functools import cache as memoize
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 from django import forms
@@ -120,7 +120,10 @@ def _reserve(keys: tuple[str, str, str]) -> None:
         settings.HARNESS_SIGNIN_MAX_FAILURES_PER_ADDRESS,
     )
     try:
-        wait = int(_redis().eval(_RESERVE, len(keys), *keys, settings.HARNESS_SIGNIN_WINDOW_SECONDS, *limits))
+        # Arguments go as text either way (redis-py writes an int as its digits).
+        reply = _redis().eval(_RESERVE, len(keys), *keys, *(str(n) for n in (settings.HARNESS_SIGNIN_WINDOW_SECONDS, *limits)))
+        # redis-py types every reply as Awaitable[str] | str, even a sync client's; the script returns an integer.
+        wait = int(reply)  # type: ignore[arg-type]
     except CACHE_ERRORS:
         log.error("sign-in refused: the attempt could not be counted (cache unreachable)", exc_info=True)
         raise SignInUnavailable() from None
@@ -159,11 +162,16 @@ def limited_sign_in(username: str, address: str, attempt: Callable[[], T], faile
     return result
 
 
-class LimitedSignInMixin:
-    """For Django's sign-in forms (the site's and the admin's)."""
+# The mixin's clean() extends the sign-in form's it is mixed into; the type checker
+# is told of that form (its cleaned_data, request and clean()), the runtime is not.
+if TYPE_CHECKING:
+    _SignInForm = AuthenticationForm
+else:
+    _SignInForm = object
 
-    cleaned_data: dict[str, Any]
-    request: HttpRequest | None
+
+class LimitedSignInMixin(_SignInForm):
+    """For Django's sign-in forms (the site's and the admin's)."""
 
     def clean(self) -> dict[str, Any]:
         if not self.cleaned_data.get("password"):

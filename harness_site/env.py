@@ -9,6 +9,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from typing import TypeVar
+
+Choice = TypeVar("Choice", bound=str)
 
 
 class SettingError(Exception):
@@ -32,11 +35,13 @@ def env_str(name: str, default: str | None = None, env: Mapping[str, str] | None
     return value
 
 
-def env_choice(name: str, default: str, choices: tuple[str, ...], env: Mapping[str, str] | None = None) -> str:
+def env_choice(name: str, default: Choice, choices: tuple[Choice, ...], env: Mapping[str, str] | None = None) -> Choice:
+    """One of ``choices``, typed as they are (a Literal for a setting declared as one)."""
     value = env_str(name, default, env)
-    if value not in choices:
-        raise SettingError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
-    return value
+    for choice in choices:
+        if value == choice:
+            return choice
+    raise SettingError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
 
 
 def env_bool(name: str, default: bool, env: Mapping[str, str] | None = None) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 import dj_database_url
 
@@ -228,7 +229,9 @@ OPENAI_ALLOWED_BASE_URLS = sorted({OPENAI_BASE_URL, *env_list("HARNESS_OPENAI_AL
 ANTHROPIC_ALLOWED_BASE_URLS = sorted({ANTHROPIC_BASE_URL, *env_list("HARNESS_ANTHROPIC_ALLOWED_BASE_URLS", [])})
 # The Chat Completions field that caps a reply: "auto" sends max_completion_tokens to
 # api.openai.com (its reasoning models refuse max_tokens) and max_tokens elsewhere.
-HARNESS_OPENAI_OUTPUT_LIMIT = env_choice("HARNESS_OPENAI_OUTPUT_LIMIT", "auto", ("auto", "max_tokens", "max_completion_tokens"))
+HARNESS_OPENAI_OUTPUT_LIMIT: Literal["auto", "max_tokens", "max_completion_tokens"] = env_choice(
+    "HARNESS_OPENAI_OUTPUT_LIMIT", "auto", ("auto", "max_tokens", "max_completion_tokens")
+)
 
 # Server-wide caps per run; a run's own max_tokens / max_cost_usd are intersected with them.
 HARNESS_MODEL_MAX_TOKENS = env_int("HARNESS_MODEL_MAX_TOKENS", 2_000_000, minimum=1)

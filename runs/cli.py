@@ -26,12 +26,13 @@ EXIT_ERROR = 3
 EXIT_WAITING = 10
 
 
-def uuid_or_none(value: str) -> str | None:
-    """A run id as the database compares it, or None for text that is not one."""
+def run_by_id(text: str) -> Run | None:
+    """The run with this id, or None (also for text that is not a run id)."""
     try:
-        return str(uuid.UUID(value))
+        run_id = uuid.UUID(text)
     except ValueError:
         return None
+    return Run.objects.filter(pk=run_id).first()
 
 
 def one_line(exc: BaseException) -> str:

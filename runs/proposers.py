@@ -132,7 +132,8 @@ class MaskingProposer:
         self.inner = inner
 
     def propose(self, feedback: Any) -> object | None:
-        return redact(self.inner.propose(feedback))
+        masked: object | None = redact(self.inner.propose(feedback))
+        return masked
 
     def snapshot(self) -> dict[str, JSON]:
         return self.inner.snapshot()

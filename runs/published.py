@@ -27,6 +27,11 @@ def _branch_href(forge: ForgeAccess | None, remote: str, branch: str) -> str:
     return forge.web_link(forge.branch_link(forge.project_of(remote), branch))
 
 
+def _object(value: object) -> dict[str, Any]:
+    """A JSON object of the receipt's, or an empty one for a value that is none."""
+    return value if isinstance(value, dict) else {}
+
+
 def published(run: Run) -> list[dict[str, Any]]:
     forge = ForgeAccess.from_settings(settings, with_token=False)
     reconciled = {
@@ -35,19 +40,20 @@ def published(run: Run) -> list[dict[str, Any]]:
     }
     shown: list[dict[str, Any]] = []
     seen: set[tuple[str, str]] = set()
-    for body in (
+    for stored in (
         Receipt.objects.filter(run=run, valid=True, body__tool__in=OUTSIDE_EFFECTS).order_by("event_seq").values_list("body", flat=True)
     ):
-        data = body.get("data") or {}
+        body = _object(stored)
+        data = _object(body.get("data"))
         done = body.get("status") == "ok" and not data.get("error")
         call_id = str(body.get("call_id", ""))
         if not (done or call_id in reconciled):
             continue
         if "project" in data or isinstance(data.get("change_request"), dict):
-            request = data.get("change_request") if isinstance(data.get("change_request"), dict) else {}
+            request = _object(data.get("change_request"))
             # A request whose answer was lost is known from the lookup that found it.
             url = str(request.get("url") or reconciled.get(call_id, "").rpartition(": ")[2])
-            item = {
+            item: dict[str, Any] = {
                 "kind": "change_request",
                 "number": request.get("number"),
                 "title": str(request.get("title", "")),

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, models
+from django.db.models.options import Options
 
 
 def insert(
@@ -51,7 +52,8 @@ def checkpoint_cursor(connection: Any) -> Any:
     treat its statements as they treat all others."""
     if connection.vendor != "postgresql":
         return connection.cursor()
-    from django.db.backends.postgresql.base import ServerBindingCursor
+    # django-stubs does not declare ServerBindingCursor (Django 5.1's server-side binding).
+    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
 
     connection.close_if_health_check_failed()
     connection.ensure_connection()
@@ -59,7 +61,7 @@ def checkpoint_cursor(connection: Any) -> Any:
         return connection._prepare_cursor(ServerBindingCursor(connection.connection))
 
 
-_Statement = tuple[str, str, str, list[Any]]
+_Statement = tuple[str, str, str, list[models.Field]]
 _statements: dict[tuple[Any, ...], _Statement] = {}
 
 
@@ -79,16 +81,24 @@ def _statement(
         return found
     quote = connection.ops.quote_name
     meta = model._meta
-    fields = [meta.get_field(name) for name in names]
+    fields = [_column(meta, name) for name in names]
     # Only the model's quoted identifiers are spliced in; every value is a parameter.
     head = f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(field.column) for field in fields)}) VALUES "  # noqa: S608
     tail = ""
     if unique:
-        targets = ", ".join(quote(meta.get_field(name).column) for name in unique)
-        changes = ", ".join(f"{column} = excluded.{column}" for column in (quote(meta.get_field(name).column) for name in update))
+        targets = ", ".join(quote(_column(meta, name).column) for name in unique)
+        changes = ", ".join(f"{column} = excluded.{column}" for column in (quote(_column(meta, name).column) for name in update))
         tail += f" ON CONFLICT ({targets}) DO UPDATE SET {changes}"
     if returning:
-        tail += " RETURNING " + ", ".join(quote(meta.get_field(name).column) for name in returning)
+        tail += " RETURNING " + ", ".join(quote(_column(meta, name).column) for name in returning)
     placeholders = "(" + ", ".join(["%s"] * len(fields)) + ")"
     found = _statements[key] = (head, tail, placeholders, fields)
     return found
+
+
+def _column(meta: Options[Any], name: str) -> models.Field[Any, Any]:
+    """The model's field stored in a column of its own (not a reverse relation)."""
+    field = meta.get_field(name)
+    if not isinstance(field, models.Field):
+        raise TypeError(f"{meta.label}.{name} is not a column")
+    return field

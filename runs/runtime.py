@@ -45,7 +45,8 @@ from runs.models import Run
 from runs.queue import enqueue_start
 from runs.services import check_new_run, do_create_run, drive_run, registry
 from runs.store import DjangoStore, LeaseLost, load_state
-from sandbox.container import ContainerSpec, SandboxContainer
+from sandbox.container import SandboxContainer
+from sandbox.container_spec import ContainerSpec
 from sandbox.engine import SandboxUnavailable
 from sandbox.executor import SandboxExecutor
 from sandbox.forges import ChangeRequests, ForgeAccess

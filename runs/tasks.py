@@ -9,7 +9,7 @@ from django.conf import settings
 from runs import invariants, leases
 from runs.models import Run
 from runs.runtime import advance
-from sandbox.container import sweep_orphans
+from sandbox.orphans import sweep_orphans
 
 
 @shared_task(name="runs.start_run", acks_late=True, reject_on_worker_lost=True)

@@ -15,9 +15,11 @@ from runs.core.jsonutil import JSON
 from runs.core.ports import ArtifactStore, Call, Reconciliation
 from runs.core.state import PendingEffect
 from sandbox import fileops
-from sandbox.container import DEFAULT_SCOPE, ContainerSpec, OutputListener, SandboxContainer
+from sandbox.container import SandboxContainer
+from sandbox.container_spec import DEFAULT_SCOPE, ContainerSpec
 from sandbox.engine import ENGINE_ERRORS, SandboxUnavailable, wait_for_engine
 from sandbox.forges import ChangeRequests
+from sandbox.output_capture import OutputListener
 from sandbox.quota import DiskQuota
 from sandbox.remote import RemoteTarget
 from sandbox.tools import TOOLS, ToolContext, ToolResult

@@ -18,12 +18,15 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from runs.core.jsonutil import JSON
+from runs.core.policy import CheckDef
 from runs.core.ports import ArtifactStore, Call, Reconciliation
 from runs.core.state import PendingEffect
 from sandbox import fileops, patches
-from sandbox.container import OutputCapture, OutputListener, SandboxContainer
+from sandbox.container import SandboxContainer
 from sandbox.engine import SandboxUnavailable
+from sandbox.execution import ExecResult
 from sandbox.forges import ChangeRequests, ForgeError
+from sandbox.output_capture import OutputCapture, OutputListener
 from sandbox.publishing import PublishRefused, publication
 from sandbox.quota import WATCH_SECONDS, DiskQuota
 from sandbox.remote import PushConflict, RemoteError, RemoteTarget
@@ -168,27 +171,8 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         return _infrastructure(exc.reason, **base)
     listener = ctx.live_output(call.call_id) if ctx.live_output is not None else None
     capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir, listener=listener)
-
-    def watch() -> str | None:
-        # The check cannot write the worker's disk, only its output does (spooled
-        # here): one statvfs, never a walk. Scratch is bounded by the kernel.
-        problem = ctx.quota.host_problem(capture.path.parent)
-        return None if problem is None else problem.reason
-
     try:
-        # The container proves its workspace mount read-only before the check runs
-        # (or refuses to run it), so the check observes and never changes the tree
-        # and nothing is walked after it; a crash inside leaves the marker that has
-        # the next worker walk it.
-        with ctx.workspace.untrusted_code():
-            result = container.exec(
-                list(check.command),
-                timeout_seconds=check.timeout_seconds,
-                capture=capture,
-                watch=watch,
-                watch_seconds=WATCH_SECONDS,
-                on_copy=check.on_copy,
-            )
+        result = _run_read_only(ctx, container, check, capture)
     except SandboxUnavailable as exc:
         capture.discard()
         return _infrastructure(exc.reason, **base)
@@ -199,6 +183,37 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
     if result.lost is not None:
         # What it printed before the container failed is kept for the record only.
         return _infrastructure(result.lost, [ref], **base, output_ref=ref, output=capture.excerpt(ref))
+    return _check_outcome(container, check, result, capture, ref, base)
+
+
+def _run_read_only(ctx: ToolContext, container: SandboxContainer, check: CheckDef, capture: OutputCapture) -> ExecResult:
+    """The check's command, its output spooled into ``capture``."""
+
+    def watch() -> str | None:
+        # The check cannot write the worker's disk, only its output does (spooled
+        # here): one statvfs, never a walk. Scratch is bounded by the kernel.
+        problem = ctx.quota.host_problem(capture.path.parent)
+        return None if problem is None else problem.reason
+
+    # The container proves its workspace mount read-only before the check runs
+    # (or refuses to run it), so the check observes and never changes the tree
+    # and nothing is walked after it; a crash inside leaves the marker that has
+    # the next worker walk it.
+    with ctx.workspace.untrusted_code():
+        return container.exec(
+            list(check.command),
+            timeout_seconds=check.timeout_seconds,
+            capture=capture,
+            watch=watch,
+            watch_seconds=WATCH_SECONDS,
+            on_copy=check.on_copy,
+        )
+
+
+def _check_outcome(
+    container: SandboxContainer, check: CheckDef, result: ExecResult, capture: OutputCapture, ref: str, base: dict[str, JSON]
+) -> ToolResult:
+    """The receipt of a check that ran in a container that stayed up."""
     data: dict[str, JSON] = {
         **base,
         "exit_code": result.exit_code,

@@ -28,8 +28,9 @@ from django.test import override_settings
 from docker.errors import DockerException, ImageNotFound
 
 from runs.core.policy import SandboxLimits
-from sandbox.container import RUNSC_CONFIG, sweep_orphans
+from sandbox.container_spec import RUNSC_CONFIG
 from sandbox.docker_client import docker_host, new_client
+from sandbox.orphans import sweep_orphans
 
 RUNTIMES = ("runc", "runsc")
 ENGINE_START_SECONDS = 60

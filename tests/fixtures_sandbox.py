@@ -32,9 +32,11 @@ from runs.core.scripted import ScriptedProposer, ScriptFn
 from runs.core.simulated import MemoryApprovals, MemoryStore
 from runs.core.state import RunState
 from runs.core.tools import builtin_registry
-from sandbox.container import ContainerSpec, SandboxContainer, sweep_orphans
+from sandbox.container import SandboxContainer
+from sandbox.container_spec import ContainerSpec
 from sandbox.docker_client import docker_host, new_client
 from sandbox.executor import SandboxExecutor
+from sandbox.orphans import sweep_orphans
 from sandbox.preparation import prepare_workspace
 from sandbox.workspace import RunWorkspace
 from tests.fixtures_runtimes import RuntimeEngine

@@ -35,7 +35,8 @@ from docker.errors import DockerException
 from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row
 from runs.models import Event, Run
-from sandbox.container import LABEL_RUN, sweep_orphans
+from sandbox.container_spec import LABEL_RUN
+from sandbox.orphans import sweep_orphans
 from tests.fixtures_services import service_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]

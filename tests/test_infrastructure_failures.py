@@ -22,7 +22,7 @@ from runs.core import feedback as fb
 from runs.core.faults import INJECTED_INFRASTRUCTURE, Fault
 from runs.core.receipts import Receipt
 from runs.core.scenarios import FIXED, build_rig, call
-from sandbox.container import remove_container
+from sandbox.container_spec import remove_container
 from sandbox.engine import unavailable
 
 ROOT = Path(__file__).resolve().parent.parent

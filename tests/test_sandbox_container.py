@@ -14,7 +14,10 @@ from docker.errors import NotFound
 
 from runs.core.policy import SandboxLimits
 from runs.core.simulated import MemoryApprovals
-from sandbox.container import LABEL_MANAGED, LABEL_RUN, LABEL_SCOPE, SANDBOX_ENV, OutputCapture, SandboxContainer, sweep_orphans
+from sandbox.container import SandboxContainer
+from sandbox.container_spec import LABEL_MANAGED, LABEL_RUN, LABEL_SCOPE, SANDBOX_ENV
+from sandbox.orphans import sweep_orphans
+from sandbox.output_capture import OutputCapture
 from tests.fixtures_sandbox import ROOT, SCOPE, example_workspace, start_container
 
 pytestmark = [pytest.mark.docker]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from runs.core.simulated import SIM_TOOLS
 from runs.core.tools import BUILTIN_TOOLS, builtin_registry
 from sandbox.tools import TOOLS
 
@@ -29,6 +30,13 @@ def test_it_shows_a_reviewer_every_effect_and_can_look_up_every_external_one():
         assert (entry.preview is not None) == spec.has_effect, spec.name
         assert (entry.reconcile is not None) == spec.external_effect, spec.name
         assert bool(spec.reviewer_summary) == spec.has_effect, spec.name
+
+
+def test_it_previews_in_the_simulation_what_the_registry_says_has_an_effect():
+    # The stand-in sandbox plays a subset of the tools, each from its own entry.
+    specs = {spec.name: spec for spec in BUILTIN_TOOLS}
+    for name, entry in SIM_TOOLS.items():
+        assert (entry.preview is not None) == specs[name].has_effect, name
 
 
 def test_it_has_one_tool_that_finishes_and_offers_it_whatever_the_contract_allows():

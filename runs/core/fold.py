@@ -87,7 +87,34 @@ def fold(events: Iterable[ev.AnyEvent]) -> Explained:
     return out
 
 
-def _apply(out: Explained, event: ev.AnyEvent) -> None:  # one case per event type, so a long function
+# The events that change nothing of what is compared: see the module docstring.
+_Silent = (
+    ev.RunResumed
+    | ev.InvalidInput
+    | ev.Denied
+    | ev.CallAdmitted
+    | ev.ApprovalConsumed
+    | ev.ApprovalRefused
+    | ev.ApprovalDecided
+    | ev.ApprovalLapsed
+    | ev.DuplicateEffect
+    | ev.InvariantRepaired
+    | ev.KillRequested
+    | ev.ReceiptRecorded
+    | ev.Retry
+    | ev.SandboxWaiting
+    | ev.SandboxWaitOver
+    | ev.CheckRequired
+    | ev.WriteBlocked
+    | ev.ModelNote
+)
+
+
+def _apply(out: Explained, event: ev.AnyEvent) -> None:
+    """One event's part, by its family; every match is exhaustive, so a new event type
+    fails type checking until it is placed."""
+    if isinstance(event, _Silent):
+        return
     match event:
         case ev.RunStarted():
             out.policy_version = event.policy_version
@@ -97,6 +124,19 @@ def _apply(out: Explained, event: ev.AnyEvent) -> None:  # one case per event ty
             out.proposals = event.number
         case ev.CallStarted():
             out.calls += 1
+        case ev.ApprovalRequired() | ev.WaitEnded() | ev.Stopped():
+            _apply_status(out, event)
+        case ev.EvidenceRecorded() | ev.EvidenceCleared():
+            _apply_evidence(out, event)
+        case ev.PendingEffectRecorded() | ev.EffectReconciled():
+            _apply_effect(out, event)
+        case _:
+            assert_never(event)
+
+
+def _apply_status(out: Explained, event: ev.ApprovalRequired | ev.WaitEnded | ev.Stopped) -> None:
+    """The status, the stop and the wait."""
+    match event:
         case ev.ApprovalRequired():
             assert event.call_id is not None
             out.status = "waiting_approval"
@@ -116,6 +156,12 @@ def _apply(out: Explained, event: ev.AnyEvent) -> None:  # one case per event ty
                 out.status = "complete"
             else:
                 out.status, out.stop_reason, out.stop_message = "stopped", event.status, event.message
+        case _:
+            assert_never(event)
+
+
+def _apply_evidence(out: Explained, event: ev.EvidenceRecorded | ev.EvidenceCleared) -> None:
+    match event:
         case ev.EvidenceRecorded():
             assert event.call_id is not None
             out.evidence.append(
@@ -125,6 +171,12 @@ def _apply(out: Explained, event: ev.AnyEvent) -> None:  # one case per event ty
                 out.current_evidence[event.check_id] = len(out.evidence) - 1
         case ev.EvidenceCleared():
             out.current_evidence = {}
+        case _:
+            assert_never(event)
+
+
+def _apply_effect(out: Explained, event: ev.PendingEffectRecorded | ev.EffectReconciled) -> None:
+    match event:
         case ev.PendingEffectRecorded():
             assert event.call_id is not None
             out.pending_effects.append(EffectFact(event.call_id, event.tool, event.kind, event.idempotency_key, event.reason))
@@ -137,27 +189,6 @@ def _apply(out: Explained, event: ev.AnyEvent) -> None:  # one case per event ty
                         effect.call_id, effect.tool, effect.kind, effect.idempotency_key, effect.reason, True, event.applied, event.detail
                     )
                     break
-        case (
-            ev.RunResumed()
-            | ev.InvalidInput()
-            | ev.Denied()
-            | ev.CallAdmitted()
-            | ev.ApprovalConsumed()
-            | ev.ApprovalRefused()
-            | ev.ApprovalDecided()
-            | ev.ApprovalLapsed()
-            | ev.DuplicateEffect()
-            | ev.InvariantRepaired()
-            | ev.KillRequested()
-            | ev.ReceiptRecorded()
-            | ev.Retry()
-            | ev.SandboxWaiting()
-            | ev.SandboxWaitOver()
-            | ev.CheckRequired()
-            | ev.WriteBlocked()
-            | ev.ModelNote()
-        ):
-            pass  # nothing of the state they explain: see the module docstring
         case _:
             assert_never(event)
 

@@ -40,14 +40,8 @@ class SimWorkspace:
         return self.revision()
 
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
-        if tool == "publish":
-            return f"# publish of {len(self.files)} file(s)\n"
-        if tool != "write_file":
-            return None
-        path = str(args["path"])
-        old = self.files.get(path, "").splitlines(keepends=True)
-        new = str(args["content"]).splitlines(keepends=True)
-        return "".join(difflib.unified_diff(old, new, f"a/{path}", f"b/{path}"))
+        entry = SIM_TOOLS.get(tool)
+        return entry.preview(self, args) if entry is not None and entry.preview is not None else None
 
 
 CheckFn = Callable[[Mapping[str, str], str], bool]
@@ -63,8 +57,7 @@ class SimExecutor:
 
     def execute(self, call: Call) -> object:
         self.calls.append(call)
-        handler = getattr(self, f"_{call.tool}")
-        effect, data = handler(call)
+        effect, data = SIM_TOOLS[call.tool].run(self, call)
         return {
             "call_id": call.call_id,
             "tool": call.tool,
@@ -75,46 +68,6 @@ class SimExecutor:
             "artifacts": [],
         }
 
-    def _list_files(self, call: Call) -> tuple[str, dict[str, JSON]]:
-        return "none", {"files": sorted(self.workspace.files)}
-
-    def _read_file(self, call: Call) -> tuple[str, dict[str, JSON]]:
-        path = str(call.args["path"])
-        if path not in self.workspace.files:
-            return "none", {"error": f"{path} does not exist"}
-        return "none", {"path": path, "content": self.workspace.files[path]}
-
-    def _search(self, call: Call) -> tuple[str, dict[str, JSON]]:
-        pattern = str(call.args["pattern"])
-        hits = [p for p, text in sorted(self.workspace.files.items()) if pattern in text]
-        return "none", {"matches": hits}
-
-    def _write_file(self, call: Call) -> tuple[str, dict[str, JSON]]:
-        self.workspace.files[str(call.args["path"])] = str(call.args["content"])
-        return "applied", {"path": call.args["path"]}
-
-    def _run_check(self, call: Call) -> tuple[str, dict[str, JSON]]:
-        assert call.check is not None
-        passed = self.check_passes(self.workspace.files, call.check.check_id)
-        return "none", {
-            "exit_code": 0 if passed else 1,
-            "duration_ms": 5,
-            "image_digest": "sha256:simulated",
-            "output_ref": None,
-            "output": "ok" if passed else "FAILED",
-        }
-
-    def _publish(self, call: Call) -> tuple[str, dict[str, JSON]]:
-        key = str(call.idempotency_key)
-        if key in self.outbox:
-            return "none", {"duplicate": True, "idempotency_key": key}
-        self.outbox[key] = str(call.args["message"])
-        return "applied", {"idempotency_key": key}
-
-    def _lookup_publish(self, call: Call) -> tuple[str, dict[str, JSON]]:
-        key = str(call.args.get("idempotency_key") or call.idempotency_key)
-        return "none", {"found": key in self.outbox, "authoritative": self.lookup_authoritative}
-
     def reconcile(self, effect: PendingEffect) -> Reconciliation:
         if effect.kind == "workspace":
             return Reconciliation(True, True, True, "workspace re-read")
@@ -124,6 +77,85 @@ class SimExecutor:
         if not self.lookup_authoritative:
             return Reconciliation(False, None, False, "lookup empty but not authoritative")
         return Reconciliation(True, False, True, "not in the outbox")
+
+
+def _list_files(sim: SimExecutor, call: Call) -> tuple[str, dict[str, JSON]]:
+    return "none", {"files": sorted(sim.workspace.files)}
+
+
+def _read_file(sim: SimExecutor, call: Call) -> tuple[str, dict[str, JSON]]:
+    path = str(call.args["path"])
+    if path not in sim.workspace.files:
+        return "none", {"error": f"{path} does not exist"}
+    return "none", {"path": path, "content": sim.workspace.files[path]}
+
+
+def _search(sim: SimExecutor, call: Call) -> tuple[str, dict[str, JSON]]:
+    pattern = str(call.args["pattern"])
+    hits = [p for p, text in sorted(sim.workspace.files.items()) if pattern in text]
+    return "none", {"matches": hits}
+
+
+def _write_file(sim: SimExecutor, call: Call) -> tuple[str, dict[str, JSON]]:
+    sim.workspace.files[str(call.args["path"])] = str(call.args["content"])
+    return "applied", {"path": call.args["path"]}
+
+
+def _run_check(sim: SimExecutor, call: Call) -> tuple[str, dict[str, JSON]]:
+    assert call.check is not None
+    passed = sim.check_passes(sim.workspace.files, call.check.check_id)
+    return "none", {
+        "exit_code": 0 if passed else 1,
+        "duration_ms": 5,
+        "image_digest": "sha256:simulated",
+        "output_ref": None,
+        "output": "ok" if passed else "FAILED",
+    }
+
+
+def _publish(sim: SimExecutor, call: Call) -> tuple[str, dict[str, JSON]]:
+    key = str(call.idempotency_key)
+    if key in sim.outbox:
+        return "none", {"duplicate": True, "idempotency_key": key}
+    sim.outbox[key] = str(call.args["message"])
+    return "applied", {"idempotency_key": key}
+
+
+def _lookup_publish(sim: SimExecutor, call: Call) -> tuple[str, dict[str, JSON]]:
+    key = str(call.args.get("idempotency_key") or call.idempotency_key)
+    return "none", {"found": key in sim.outbox, "authoritative": sim.lookup_authoritative}
+
+
+def _preview_write_file(workspace: SimWorkspace, args: Mapping[str, JSON]) -> str:
+    path = str(args["path"])
+    old = workspace.files.get(path, "").splitlines(keepends=True)
+    new = str(args["content"]).splitlines(keepends=True)
+    return "".join(difflib.unified_diff(old, new, f"a/{path}", f"b/{path}"))
+
+
+def _preview_publish(workspace: SimWorkspace, args: Mapping[str, JSON]) -> str:
+    return f"# publish of {len(workspace.files)} file(s)\n"
+
+
+@dataclass(frozen=True)
+class SimTool:
+    """What the simulation does for one tool of the registry, as sandbox.tools.SandboxTool
+    is for the sandbox: its handler (the effect and the receipt's data) and, for a tool
+    with an effect, what a reviewer is shown."""
+
+    run: Callable[[SimExecutor, Call], tuple[str, dict[str, JSON]]]
+    preview: Callable[[SimWorkspace, Mapping[str, JSON]], str] | None = None
+
+
+SIM_TOOLS: dict[str, SimTool] = {
+    "list_files": SimTool(_list_files),
+    "read_file": SimTool(_read_file),
+    "search": SimTool(_search),
+    "write_file": SimTool(_write_file, _preview_write_file),
+    "run_check": SimTool(_run_check),
+    "publish": SimTool(_publish, _preview_publish),
+    "lookup_publish": SimTool(_lookup_publish),
+}
 
 
 class MemoryApprovals:

@@ -99,9 +99,9 @@ def parse(diff: str) -> list[dict[str, Any]]:
     flush()
     for row in rows:
         for side in ("old", "new"):
-            line = row.get(side)
-            if line is not None and not line.segments:
-                line.segments = [(line.text, False)]
+            paired: Line | None = row.get(side)
+            if paired is not None and not paired.segments:
+                paired.segments = [(paired.text, False)]
     return rows
 
 

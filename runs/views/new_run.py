@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.conf import settings
@@ -112,8 +112,11 @@ class NewRunForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["template"].choices = [("", "(none: paste below)")] + [(name, name) for name in contract_templates()]
-        self.fields["proposer_kind"].choices = [(kind, kind) for kind in PROPOSER_KINDS]
+        # ``fields`` is typed as plain Fields; these two are declared as ChoiceFields above.
+        cast(forms.ChoiceField, self.fields["template"]).choices = [("", "(none: paste below)")] + [
+            (name, name) for name in contract_templates()
+        ]
+        cast(forms.ChoiceField, self.fields["proposer_kind"]).choices = [(kind, kind) for kind in PROPOSER_KINDS]
 
     def add_problems(self, exc: InputError) -> None:
         for problem in exc.problems:

@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 from django import forms
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -26,7 +27,7 @@ class RunFilter(forms.Form):
     mine = forms.BooleanField(required=False, label="started by me")
 
 
-def filter_runs(query: dict[str, Any], user: object) -> QuerySet[Run]:
+def filter_runs(query: dict[str, Any], user: User | AnonymousUser) -> QuerySet[Run]:
     runs = Run.objects.select_related("created_by").annotate(
         waiting_approvals=Count("approval_requests", filter=Q(approval_requests__status="pending"))
     )
@@ -41,12 +42,12 @@ def filter_runs(query: dict[str, Any], user: object) -> QuerySet[Run]:
         runs = runs.filter(status=query["status"])
     if query.get("outcome"):
         runs = runs.filter(outcome=query["outcome"])
-    if query.get("mine"):
+    if query.get("mine") and user.is_authenticated:  # the page admits only signed-in users
         runs = runs.filter(created_by=user)
     return runs.order_by("-created_at")
 
 
-def runs_page(query: dict[str, Any], user: object, number: str | None) -> Page:
+def runs_page(query: dict[str, Any], user: User | AnonymousUser, number: str | None) -> Page:
     return Paginator(filter_runs(query, user), PAGE_SIZE).get_page(number)
 
 

@@ -71,9 +71,8 @@ def shown_clocks(run: Run, state: RunState) -> tuple[float, float]:
     return round(working, 1), round(waited, 1)
 
 
-def run_summary(run: Run) -> dict[str, Any]:
-    state = load_state(run)
-    finished = run.status not in ACTIVE
+def _latest_evidence(run: Run, state: RunState) -> list[dict[str, Any]]:
+    """Each check's latest result, in the order the checks first ran."""
     latest: dict[str, Any] = {}
     for index, record in enumerate(state.evidence):
         latest[record.check_id] = {
@@ -86,10 +85,24 @@ def run_summary(run: Run) -> dict[str, Any]:
             if record.output_ref and record.output_ref != EMPTY_OUTPUT_REF
             else "",
         }
-    working, waited = shown_clocks(run, state)
+    return list(latest.values())
+
+
+def _budgets(run: Run, state: RunState, working: float, waited: float) -> list[dict[str, Any]]:
+    """What the run has used of each limit: the contract's, the policy's wait and the model's."""
     max_wait = load_policy(current_policy_row()).max_wait_seconds
     wait_budget = [_budget("waiting", waited, max_wait, "s", clock="waited")] if max_wait else []
-    approvals = [
+    return [
+        _budget("proposals", state.proposals, state.limits.max_proposals),
+        _budget("calls", state.calls, state.limits.max_tool_calls),
+        _budget("time", working, state.limits.wall_time_seconds, "s", clock="working"),
+        *wait_budget,
+        *model_budgets(run, state.proposer_state),
+    ]
+
+
+def _approvals(run: Run) -> list[dict[str, Any]]:
+    return [
         {
             "id": str(request.pk),
             "tool": request.tool,
@@ -101,6 +114,12 @@ def run_summary(run: Run) -> dict[str, Any]:
         }
         for request in run.approval_requests.order_by("created_at")
     ]
+
+
+def run_summary(run: Run) -> dict[str, Any]:
+    state = load_state(run)
+    finished = run.status not in ACTIVE
+    working, waited = shown_clocks(run, state)
     return {
         "id": str(run.pk),
         "status": run.status,
@@ -115,19 +134,13 @@ def run_summary(run: Run) -> dict[str, Any]:
         "base_revision": short(state.base_revision),
         "evidence_current": not state.missing_checks(),
         "missing_checks": state.missing_checks(),
-        "budgets": [
-            _budget("proposals", state.proposals, state.limits.max_proposals),
-            _budget("calls", state.calls, state.limits.max_tool_calls),
-            _budget("time", working, state.limits.wall_time_seconds, "s", clock="working"),
-            *wait_budget,
-            *model_budgets(run, state.proposer_state),
-        ],
-        "evidence": list(latest.values()),
+        "budgets": _budgets(run, state, working, waited),
+        "evidence": _latest_evidence(run, state),
         "working_seconds": working,
         "waited_seconds": waited,
         "waiting_since": state.waiting_since,
         "pending_effects": [{"call_id": p.call_id, "tool": p.tool, "kind": p.kind, "reason": p.reason} for p in state.unresolved_effects()],
-        "approvals": approvals,
+        "approvals": _approvals(run),
         "published": published(run),
         "report_href": reverse("runs:report", args=[run.pk]) if finished else "",
         "last_seq": run.last_seq,

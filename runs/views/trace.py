@@ -91,9 +91,11 @@ def _receipt_view(e: ev.ReceiptRecorded) -> tuple[str, str, str]:
     return f"Receipt {status}", tone, f"effect {effect}, revision {short(receipt.get('revision'))}"
 
 
-def _describe(e: ev.AnyEvent) -> tuple[str, str, str]:
-    """(label, tone, summary) for one event: one case per event type (a long function
-    on purpose), and a new event type fails type checking here."""
+_RunEvent = ev.RunStarted | ev.RunResumed | ev.PolicyChanged | ev.InvariantRepaired | ev.KillRequested | ev.ModelNote | ev.Stopped
+
+
+def _run_view(e: _RunEvent) -> tuple[str, str, str]:
+    """A run's start, resumption, policy, repairs, kill, model notes and stop."""
     match e:
         case ev.RunStarted():
             clipped = ", ".join(f"{k} {v['asked']}→{v['allowed']}" for k, v in e.clipped.items())
@@ -101,6 +103,30 @@ def _describe(e: ev.AnyEvent) -> tuple[str, str, str]:
             return "Run started", "info", f"task {e.task_id}, policy v{e.policy_version}, revision {short(e.revision)}{extra}"
         case ev.RunResumed():
             return "Resumed", "info", e.reason
+        case ev.PolicyChanged():
+            return "Policy changed", "info", f"the gates decide under policy v{e.new_version} now (was v{e.old_version})"
+        case ev.InvariantRepaired():
+            return "Repaired", "warn", f"{e.invariant}: {e.repair}"
+        case ev.KillRequested():
+            whom = "this run" if e.scope == "run" else "every active run (Stop all runs)"
+            why = f": {e.reason}" if e.reason else ""
+            return "Kill requested", "bad", f"by {e.by} for {whom}{why}"
+        case ev.ModelNote():
+            return f"Model {e.kind}", "muted", ", ".join(f"{k}={v}" for k, v in e.detail.items())[:300]
+        case ev.Stopped():
+            if e.status == "complete":
+                return "Complete", "ok", e.message
+            return f"Stopped: {human(e.status)}", "bad", e.message
+        case _:
+            assert_never(e)
+
+
+_GateEvent = ev.Proposed | ev.InvalidInput | ev.Denied | ev.CallAdmitted | ev.DuplicateEffect | ev.CheckRequired | ev.WriteBlocked
+
+
+def _gate_view(e: _GateEvent) -> tuple[str, str, str]:
+    """A proposal and what the gates made of it."""
+    match e:
         case ev.Proposed():
             tool, _ = _proposal_parts(e.proposal)
             return f"Proposal #{e.number}", "info", tool or "malformed proposal"
@@ -111,6 +137,22 @@ def _describe(e: ev.AnyEvent) -> tuple[str, str, str]:
             return "Denied", "bad", f"{e.tool} by rule '{e.rule}': {e.reason}"
         case ev.CallAdmitted():
             return "Admitted", "ok", f"{e.decision} by rule '{e.rule}' at revision {short(e.revision)}"
+        case ev.DuplicateEffect():
+            return "Already done", "warn", f"{e.tool} was already {e.status} by call {e.of_call}: nothing performed again"
+        case ev.CheckRequired():
+            return "Check required", "warn", f"{e.for_tool} needs a passing {', '.join(e.missing)} on revision {short(e.revision)}"
+        case ev.WriteBlocked():
+            return "Write blocked", "warn", f"{e.tool} waits for unresolved effects: {', '.join(e.pending)}"
+        case _:
+            assert_never(e)
+
+
+_ApprovalEvent = ev.ApprovalRequired | ev.ApprovalConsumed | ev.ApprovalRefused | ev.ApprovalDecided | ev.ApprovalLapsed | ev.WaitEnded
+
+
+def _approval_view(e: _ApprovalEvent) -> tuple[str, str, str]:
+    """A reviewer's part: asked, decided, lapsed, used, and the wait for it."""
+    match e:
         case ev.ApprovalRequired():
             return "Approval required", "warn", f"rule '{e.rule}' asks a reviewer, revision {short(e.revision)}"
         case ev.ApprovalConsumed():
@@ -131,16 +173,26 @@ def _describe(e: ev.AnyEvent) -> tuple[str, str, str]:
             goes_on = "the run continues" if e.run == "running" else "the run stops"
             reason = f": {e.reason}" if e.reason else ""
             return f"Wait over: {human(e.exit)}", "ok" if e.run == "running" else "bad", f"{after}{goes_on}{reason}"
-        case ev.DuplicateEffect():
-            return "Already done", "warn", f"{e.tool} was already {e.status} by call {e.of_call}: nothing performed again"
-        case ev.PolicyChanged():
-            return "Policy changed", "info", f"the gates decide under policy v{e.new_version} now (was v{e.old_version})"
-        case ev.InvariantRepaired():
-            return "Repaired", "warn", f"{e.invariant}: {e.repair}"
-        case ev.KillRequested():
-            whom = "this run" if e.scope == "run" else "every active run (Stop all runs)"
-            why = f": {e.reason}" if e.reason else ""
-            return "Kill requested", "bad", f"by {e.by} for {whom}{why}"
+        case _:
+            assert_never(e)
+
+
+_ExecutionEvent = (
+    ev.CallStarted
+    | ev.ReceiptRecorded
+    | ev.Retry
+    | ev.SandboxWaiting
+    | ev.SandboxWaitOver
+    | ev.PendingEffectRecorded
+    | ev.EffectReconciled
+    | ev.EvidenceRecorded
+    | ev.EvidenceCleared
+)
+
+
+def _execution_view(e: _ExecutionEvent) -> tuple[str, str, str]:
+    """A call being carried out: attempts, the sandbox, receipts, effects and evidence."""
+    match e:
         case ev.CallStarted():
             return f"Started, attempt {e.attempt}", "info", e.tool
         case ev.ReceiptRecorded():
@@ -153,6 +205,10 @@ def _describe(e: ev.AnyEvent) -> tuple[str, str, str]:
             if e.engine_back:
                 return "Sandbox engine back", "ok", f"after {e.waited_seconds}s"
             return "Gave up waiting for the sandbox engine", "bad", f"after {e.waited_seconds}s: {e.detail}"
+        case ev.PendingEffectRecorded():
+            return "Pending effect", "bad", f"{e.tool} ({e.kind}): {e.reason}"
+        case ev.EffectReconciled():
+            return "Effect reconciled", "ok", f"{'applied' if e.applied else 'not applied'}: {e.detail}"
         case ev.EvidenceRecorded():
             verdict = "passed" if e.passed else "failed"
             current = "current" if e.current else "not current"
@@ -163,22 +219,23 @@ def _describe(e: ev.AnyEvent) -> tuple[str, str, str]:
             )
         case ev.EvidenceCleared():
             return "Evidence cleared", "warn", f"revision {short(e.old_revision)} → {short(e.revision)}; re-check needed"
-        case ev.CheckRequired():
-            return "Check required", "warn", f"{e.for_tool} needs a passing {', '.join(e.missing)} on revision {short(e.revision)}"
-        case ev.PendingEffectRecorded():
-            return "Pending effect", "bad", f"{e.tool} ({e.kind}): {e.reason}"
-        case ev.EffectReconciled():
-            return "Effect reconciled", "ok", f"{'applied' if e.applied else 'not applied'}: {e.detail}"
-        case ev.WriteBlocked():
-            return "Write blocked", "warn", f"{e.tool} waits for unresolved effects: {', '.join(e.pending)}"
-        case ev.ModelNote():
-            return f"Model {e.kind}", "muted", ", ".join(f"{k}={v}" for k, v in e.detail.items())[:300]
-        case ev.Stopped():
-            if e.status == "complete":
-                return "Complete", "ok", e.message
-            return f"Stopped: {human(e.status)}", "bad", e.message
         case _:
             assert_never(e)
+
+
+def _describe(e: ev.AnyEvent) -> tuple[str, str, str]:
+    """(label, tone, summary) for one event, by its family. Each family's match is
+    exhaustive and so is this one, so a new event type fails type checking until it
+    is described."""
+    if isinstance(e, _RunEvent):
+        return _run_view(e)
+    if isinstance(e, _GateEvent):
+        return _gate_view(e)
+    if isinstance(e, _ApprovalEvent):
+        return _approval_view(e)
+    if isinstance(e, _ExecutionEvent):
+        return _execution_view(e)
+    assert_never(e)
 
 
 # The events whose tool and arguments head a call's card, and those that link to

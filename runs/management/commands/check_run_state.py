@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from runs.cli import EXIT_BAD_INPUT, EXIT_STOPPED, uuid_or_none
+from runs.cli import EXIT_BAD_INPUT, EXIT_STOPPED, run_by_id
 from runs.models import Run
 from runs.statecheck import state_problems
 
@@ -27,7 +27,7 @@ class Command(BaseCommand):
         if options["all"]:
             runs = Run.objects.order_by("created_at").iterator()
         else:
-            run = Run.objects.filter(pk=uuid_or_none(options["run_id"])).first()
+            run = run_by_id(options["run_id"])
             if run is None:
                 self.stderr.write(f"no run with id {options['run_id']!r}")
                 sys.exit(EXIT_BAD_INPUT)

@@ -7,8 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from runs.cli import EXIT_BAD_INPUT, EXIT_ERROR, drive_and_report, one_line, uuid_or_none
-from runs.models import Run
+from runs.cli import EXIT_BAD_INPUT, EXIT_ERROR, drive_and_report, one_line, run_by_id
 
 
 class Command(BaseCommand):
@@ -20,7 +19,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            run = Run.objects.filter(pk=uuid_or_none(options["run_id"])).first()
+            run = run_by_id(options["run_id"])
         except Exception as exc:  # noqa: BLE001 - one line and an exit code, never a traceback
             self.stderr.write(f"the run could not be looked up: {one_line(exc)}")
             sys.exit(EXIT_ERROR)
