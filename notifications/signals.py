@@ -13,6 +13,7 @@ from django.dispatch import receiver
 from notifications.messages import kind_of
 from notifications.services import record_deliveries
 from notifications.tasks import enqueue
+from runs.core import events as ev
 from runs.models import Event
 from runs.signals import events_stored
 
@@ -20,10 +21,11 @@ log = logging.getLogger(__name__)
 
 
 @receiver(events_stored, sender=Event, dispatch_uid="notifications.on_events")
-def on_events(sender: type[Event], rows: list[Event], **_: Any) -> None:
-    for event in rows:
-        # Most events call for no notification; they cost the step no savepoint.
-        if kind_of(event.typed()) is None:
+def on_events(sender: type[Event], rows: list[Event], events: list[ev.AnyEvent], **_: Any) -> None:
+    for event, typed in zip(rows, events, strict=True):
+        # Most events call for no notification; they cost the step no savepoint (and
+        # no parse of the stored row: the typed event it was written from is at hand).
+        if kind_of(typed) is None:
             continue
         try:
             # A savepoint: a failure here is rolled back alone and never costs the run

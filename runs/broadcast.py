@@ -72,32 +72,35 @@ class _Sender:
     async def _pump(self) -> None:
         # One long-lived loop: starting an event loop for every send cost about as
         # much CPU as the send itself, on the thread that shares the worker's GIL.
-        loop = asyncio.get_running_loop()
-        last_round = -ROUND_SECONDS
         while True:
             await self._wake.wait()
-            # Under a stream of commits one round per ROUND_SECONDS carries all that
-            # queued meanwhile: fewer, larger messages, for Redis, for this thread's
-            # share of the GIL and for every viewer's socket. The first commit after
-            # a quiet spell goes out at once.
-            pause = last_round + ROUND_SECONDS - loop.time()
-            if pause > 0:
-                await asyncio.sleep(pause)
             self._wake.clear()
-            with self._lock:
-                batches, self._waiting = self._waiting, []
-                self._signalled = False
-            for group, message in coalesce(batches):
-                try:
-                    layer = get_channel_layer()
-                    if layer is not None:
-                        await layer.group_send(group, message)
-                except Exception:  # noqa: BLE001 - the stream is best effort; replay fills gaps
-                    log.warning("broadcast of %s to %s failed", message.get("type"), group, exc_info=True)
-            last_round = loop.time()
-            with self._idle:
-                self._pending -= len(batches)
-                self._idle.notify_all()
+            # The first commit after a quiet spell goes out at once. Under a stream of
+            # commits one round per ROUND_SECONDS carries all that queued meanwhile:
+            # fewer, larger messages, for Redis, for this thread's share of the GIL and
+            # for every viewer's socket. While rounds go on this thread wakes on its own
+            # timer, and committers do not signal it: a signal is a system call on the
+            # committing thread and one more wake-up here, each a handover of the GIL.
+            while True:
+                with self._lock:
+                    batches, self._waiting = self._waiting, []
+                    if not batches:
+                        self._signalled = False
+                        break
+                await self._send(batches)
+                await asyncio.sleep(ROUND_SECONDS)
+
+    async def _send(self, batches: list[tuple[str, dict[str, Any]]]) -> None:
+        for group, message in coalesce(batches):
+            try:
+                layer = get_channel_layer()
+                if layer is not None:
+                    await layer.group_send(group, message)
+            except Exception:  # noqa: BLE001 - the stream is best effort; replay fills gaps
+                log.warning("broadcast of %s to %s failed", message.get("type"), group, exc_info=True)
+        with self._idle:
+            self._pending -= len(batches)
+            self._idle.notify_all()
 
 
 def coalesce(batches: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:

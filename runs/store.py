@@ -11,6 +11,7 @@ inside it needs to roll back alone."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
@@ -82,91 +83,106 @@ class DjangoStore:
 
 
 def _project(state: RunState, events: Sequence[CoreEvent], seqs: list[int]) -> None:
-    run_id = state.run_id
+    """The relational copies of what this step changed: one statement per table it
+    touched (an upsert where a row changes over the call's life)."""
     now = timezone.now()
-    touched = {e.call_id for e in events if e.call_id}
-    insert(
-        CallLedgerEntry,
-        [
-            {
-                "run": run_id,
-                "call_id": record.call_id,
-                "tool": record.tool,
-                "args": record.args,
-                "state": record.state,
-                "attempts": record.attempts,
-                "idempotency_key": record.idempotency_key,
-                "decision": record.decision or "",
-                "rule": record.rule or "",
-                "updated_at": now,
-            }
-            for call_id in sorted(touched)
-            if (record := state.ledger.get(call_id)) is not None
-        ],
-        unique=["run", "call_id"],
-        update=["state", "attempts", "idempotency_key", "decision", "rule", "updated_at"],
-    )
-    receipts = []
-    evidence = []
-    for event, seq in zip(events, seqs, strict=True):
-        if isinstance(event, ReceiptRecorded):
-            receipts.append(
-                {
-                    "run": run_id,
-                    "call_id": event.call_id,
-                    "attempt": event.attempt,
-                    "valid": event.valid,
-                    "problem": event.problem or "",
-                    "body": event.receipt,
-                    "harness_revision": event.harness_revision,
-                    "event_seq": seq,
-                }
-            )
-        elif isinstance(event, EvidenceRecorded):
-            record = next(e for e in reversed(state.evidence) if e.call_id == event.call_id)
-            evidence.append(
-                {
-                    "run": run_id,
-                    "call_id": record.call_id,
-                    "check_id": record.check_id,
-                    "check_version": record.check_version,
-                    "command": record.command,
-                    "exit_code": record.exit_code,
-                    "timed_out": record.timed_out,
-                    "duration_ms": record.duration_ms,
-                    "image_digest": record.image_digest,
-                    "revision": record.revision,
-                    "policy_version": record.policy_version,
-                    "output_ref": record.output_ref,
-                    "passed": record.passed,
-                    "recorded_at": now,
-                }
-            )
-    insert(Receipt, receipts)
-    insert(Evidence, evidence)
-    insert(
-        PendingEffect,
-        [
-            {
-                "run": run_id,
-                "call_id": effect.call_id,
-                "tool": effect.tool,
-                "args": effect.args,
-                "kind": effect.kind,
-                "idempotency_key": effect.idempotency_key,
-                "reason": effect.reason,
-                "resolved": effect.resolved,
-                "applied": effect.applied,
-                "resolution": effect.resolution or "",
-            }
-            for effect in state.pending_effects
-            if effect.call_id in touched
-        ],
-        unique=["run", "call_id"],
-        update=["tool", "args", "kind", "idempotency_key", "reason", "resolved", "applied", "resolution"],
-    )
+    touched = sorted({e.call_id for e in events if e.call_id})
+    insert(CallLedgerEntry, _ledger_rows(state, touched, now), unique=["run", "call_id"], update=LEDGER_UPDATES)
+    insert(Receipt, _receipt_rows(state.run_id, events, seqs))
+    insert(Evidence, _evidence_rows(state, events, now))
+    insert(PendingEffect, _pending_rows(state, touched), unique=["run", "call_id"], update=PENDING_UPDATES)
     if state.finished:
-        insert(Report, [{"run": run_id, "data": build_report(state), "created_at": now}], unique=["run"], update=["data"])
+        insert(Report, [{"run": state.run_id, "data": build_report(state), "created_at": now}], unique=["run"], update=["data"])
+
+
+LEDGER_UPDATES = ["state", "attempts", "idempotency_key", "decision", "rule", "updated_at"]
+PENDING_UPDATES = ["tool", "args", "kind", "idempotency_key", "reason", "resolved", "applied", "resolution"]
+
+
+def _ledger_rows(state: RunState, touched: list[str], now: datetime) -> list[dict[str, object]]:
+    """The touched calls still in the state's ledger (a settled call leaves it once
+    this checkpoint stores its final entry)."""
+    return [
+        {
+            "run": state.run_id,
+            "call_id": record.call_id,
+            "tool": record.tool,
+            "args": record.args,
+            "state": record.state,
+            "attempts": record.attempts,
+            "idempotency_key": record.idempotency_key,
+            "decision": record.decision or "",
+            "rule": record.rule or "",
+            "updated_at": now,
+        }
+        for call_id in touched
+        if (record := state.ledger.get(call_id)) is not None
+    ]
+
+
+def _receipt_rows(run_id: str, events: Sequence[CoreEvent], seqs: list[int]) -> list[dict[str, object]]:
+    return [
+        {
+            "run": run_id,
+            "call_id": event.call_id,
+            "attempt": event.attempt,
+            "valid": event.valid,
+            "problem": event.problem or "",
+            "body": event.receipt,
+            "harness_revision": event.harness_revision,
+            "event_seq": seq,
+        }
+        for event, seq in zip(events, seqs, strict=True)
+        if isinstance(event, ReceiptRecorded)
+    ]
+
+
+def _evidence_rows(state: RunState, events: Sequence[CoreEvent], now: datetime) -> list[dict[str, object]]:
+    """The evidence records this step's events announce, from the state (the latest
+    record of each call)."""
+    rows: list[dict[str, object]] = []
+    for event in events:
+        if not isinstance(event, EvidenceRecorded):
+            continue
+        record = next(e for e in reversed(state.evidence) if e.call_id == event.call_id)
+        rows.append(
+            {
+                "run": state.run_id,
+                "call_id": record.call_id,
+                "check_id": record.check_id,
+                "check_version": record.check_version,
+                "command": record.command,
+                "exit_code": record.exit_code,
+                "timed_out": record.timed_out,
+                "duration_ms": record.duration_ms,
+                "image_digest": record.image_digest,
+                "revision": record.revision,
+                "policy_version": record.policy_version,
+                "output_ref": record.output_ref,
+                "passed": record.passed,
+                "recorded_at": now,
+            }
+        )
+    return rows
+
+
+def _pending_rows(state: RunState, touched: list[str]) -> list[dict[str, object]]:
+    return [
+        {
+            "run": state.run_id,
+            "call_id": effect.call_id,
+            "tool": effect.tool,
+            "args": effect.args,
+            "kind": effect.kind,
+            "idempotency_key": effect.idempotency_key,
+            "reason": effect.reason,
+            "resolved": effect.resolved,
+            "applied": effect.applied,
+            "resolution": effect.resolution or "",
+        }
+        for effect in state.pending_effects
+        if effect.call_id in touched
+    ]
 
 
 def load_state(run: Run) -> RunState:

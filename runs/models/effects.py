@@ -7,7 +7,7 @@ class PendingEffect(models.Model):
     """A write whose outcome is unknown. While unresolved it blocks further writes
     and completion of its run."""
 
-    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="pending_effects")
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="pending_effects", db_index=False)
     call_id = models.CharField(max_length=40)
     tool = models.CharField(max_length=100)
     args = RedactedJSONField()

@@ -6,11 +6,16 @@ from runs.core.events import AnyEvent, parse_event
 
 class Event(models.Model):
     """The append-only event log. ``seq`` is per run, gap-free and assigned under the
-    run row's lock by ``runs.eventlog.append_events``, the only writer."""
+    run row's lock by ``runs.eventlog.append_events``, the only writer.
 
-    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="events")
+    Its one index besides the key is (run, seq): every read of the log names the run,
+    which that index's leading column serves, so ``run`` and ``type`` have no index of
+    their own (each cost every checkpoint another page written). The ledger, receipts,
+    evidence and pending effects likewise rely on unique constraints led by ``run``."""
+
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="events", db_index=False)
     seq = models.PositiveIntegerField()
-    type = models.CharField(max_length=40, db_index=True)
+    type = models.CharField(max_length=40)
     call_id = models.CharField(max_length=40, null=True, blank=True)
     ts = models.DateTimeField()
     payload = RedactedJSONField()

@@ -7,7 +7,7 @@ class Evidence(models.Model):
     """A check's result, bound to the revision it checked. Only executor receipts
     create these; nothing the model or tool output says does."""
 
-    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="evidence")
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="evidence", db_index=False)
     call_id = models.CharField(max_length=40)
     check_id = models.CharField(max_length=64)
     check_version = models.CharField(max_length=40)

@@ -16,7 +16,7 @@ class CallLedgerEntry(models.Model):
         FAILED = "failed"
         UNKNOWN = "unknown"
 
-    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="ledger")
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="ledger", db_index=False)
     call_id = models.CharField(max_length=40)
     tool = models.CharField(max_length=100)
     args = RedactedJSONField()
@@ -35,7 +35,7 @@ class CallLedgerEntry(models.Model):
 class Receipt(models.Model):
     """An executor's receipt for one attempt, stored as received (valid or not)."""
 
-    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="receipts")
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="receipts", db_index=False)
     call_id = models.CharField(max_length=40)
     attempt = models.PositiveIntegerField()
     valid = models.BooleanField()
