@@ -34,7 +34,15 @@ Cause = Literal["refused", "malformed", "unknown_ref", "auth", "unreachable", "f
 PushOutcome = Literal["applied", "rejected", "unknown", "not_applied"]
 
 # What git prints for each cause (git 2.x wording; the C locale is forced).
-_AUTH = ("authentication failed", "could not read username", "could not read password", "permission denied (publickey", "403")
+# The status is matched with git's words around it: a bare "403" also matches a port
+# or a path in the URL git quotes (a loopback server on port 40312 made a 503 "auth").
+_AUTH = (
+    "authentication failed",
+    "could not read username",
+    "could not read password",
+    "permission denied (publickey",
+    "returned error: 403",
+)
 _UNKNOWN_REF = ("remote branch", "couldn't find remote ref", "not our ref", "no such ref", "invalid refspec")
 _UNREACHABLE = ("could not resolve host", "failed to connect", "connection refused", "does not appear to be a git repository")
 # A passing network failure, worth another clone attempt: refused, reset or timed
@@ -436,7 +444,7 @@ def _push_outcome(done: GitRun) -> PushOutcome:
     said = (done.stdout + done.stderr).lower()
     if "[rejected]" in said or "[remote rejected]" in said or "! [" in said:
         return "rejected"
-    if any(s in said for s in _NOT_SENT) or "403" in said:
+    if any(s in said for s in _NOT_SENT) or "returned error: 403" in said:
         return "not_applied"
     # The connection ended after the pack may have reached the server.
     return "unknown"

@@ -18,7 +18,7 @@ from runs.core.errors import InputError
 from runs.core.state import PendingEffect
 from sandbox.executor import SandboxExecutor
 from sandbox.preparation import prepare_workspace
-from sandbox.remote import RemoteAccess, RemoteError, RemoteTarget, check_remote_url
+from sandbox.remote import GitRun, RemoteAccess, RemoteError, RemoteTarget, check_remote_url, passing_failure
 from sandbox.workspace import RunWorkspace
 from tests.fixtures_sandbox import ROOT, make_call
 from tests.gitserver import HOOK_MESSAGE, TOKEN, USER, FaultProxy, GitHttpServer, make_bare_repository, reject_pushes, serving, sh
@@ -456,6 +456,14 @@ def test_it_retries_a_clone_that_fails_for_a_passing_network_reason(remote: Remo
         clone_run(tmp_path, url, "main", retrying(remote, attempts=3))
     assert "after 3 attempts" in gave_up.value.message and "503" in gave_up.value.message
     assert remote.proxy.fail_requests == 7, "three attempts, no more"
+
+
+def test_it_reads_a_status_in_git_words_not_in_the_url_git_quotes() -> None:
+    # A loopback server's port may spell 403; the 503 it answered is still a 503.
+    unavailable = "fatal: unable to access 'http://127.0.0.1:40312/shop.git/': The requested URL returned error: 503"
+    forbidden = "fatal: unable to access 'http://127.0.0.1:5000/shop.git/': The requested URL returned error: 403"
+    assert passing_failure(GitRun(128, "", unavailable))
+    assert not passing_failure(GitRun(128, "", forbidden))
 
 
 def test_it_does_not_retry_a_refused_credential_or_an_unknown_ref(remote: Remote, tmp_path: Path) -> None:
