@@ -53,24 +53,8 @@ def prepare_workspace(
     staging = root.parent / f".{root.name}.staging-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     try:
-        meta: dict[str, JSON] = {"kind": source.kind, "ref": source.ref}
-        trusted: tuple[str, dict[bytes, bytes]] | None = None
         prepared = RunWorkspace(staging)
-        if source.url is not None:
-            meta.update(url=source.url, commit=_from_remote(source.url, source.ref, prepared, remotes or RemoteAccess()))
-        else:
-            assert source.path is not None  # one of path and url, by WorkspaceSource
-            location = resolve_source(source.path, base_dir, allowed_roots)
-            meta["path"] = str(location)
-            if source.kind == "path" and os.geteuid() == 0:
-                prepared.dir.mkdir()
-                trusted = Copier(location, CACHE_DIRS, SANDBOX_UID, SANDBOX_GID).copy(prepared.dir, prepared.pristine)
-            elif source.kind == "path":  # a worker that cannot give files away copies and opens them
-                _copy_tree(location, prepared.dir, skip=CACHE_DIRS)
-            elif source.kind == "git":
-                meta["commit"], trusted = _from_git(location, source.ref, prepared.dir, prepared.pristine_git)
-            else:
-                extract_archive(location, prepared.dir)
+        meta, trusted = _materialise(source, prepared, base_dir, allowed_roots, remotes)
         if trusted is not None:
             # Born the sandbox's, and its tree known without a walk (the commit's, or
             # hashed as it was copied): the walk that verifies it is the one every
@@ -81,17 +65,7 @@ def prepare_workspace(
             # files only their owner can read: the sandbox's uid owns them.
             _give_to_sandbox(prepared.dir)
             base = prepared.index.start()
-        if prepared.pristine.is_dir():
-            pass  # linked as it was copied
-        elif "commit" in meta and base == git(["rev-parse", f"{meta['commit']}^{{tree}}"], cwd=prepared.pristine_git):
-            pass  # the checkout is the commit's tree: the commit's objects are the pristine tree
-        else:
-            if source.url is not None:
-                # Not the pristine side, but publishing makes its commit there.
-                os.rename(prepared.pristine_git, staging / REMOTE_GIT_DIR)
-            else:
-                shutil.rmtree(prepared.pristine_git, ignore_errors=True)
-            _link_tree(prepared.dir, prepared.pristine)
+        _keep_pristine(prepared, meta, base, remote=source.url is not None)
         (staging / READY).write_text(json.dumps(meta, indent=2))
         try:
             os.rename(staging, root)
@@ -103,6 +77,50 @@ def prepare_workspace(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return RunWorkspace(root)
+
+
+def _materialise(
+    source: WorkspaceSource,
+    prepared: RunWorkspace,
+    base_dir: Path,
+    allowed_roots: Sequence[Path],
+    remotes: RemoteAccess | None,
+) -> tuple[dict[str, JSON], tuple[str, dict[bytes, bytes]] | None]:
+    """The source's files in the staging workspace: what the workspace records of
+    its source, and the tree when the preparation itself proved it (else None)."""
+    meta: dict[str, JSON] = {"kind": source.kind, "ref": source.ref}
+    trusted: tuple[str, dict[bytes, bytes]] | None = None
+    if source.url is not None:
+        meta.update(url=source.url, commit=_from_remote(source.url, source.ref, prepared, remotes or RemoteAccess()))
+        return meta, trusted
+    assert source.path is not None  # one of path and url, by WorkspaceSource
+    location = resolve_source(source.path, base_dir, allowed_roots)
+    meta["path"] = str(location)
+    if source.kind == "path" and os.geteuid() == 0:
+        prepared.dir.mkdir()
+        trusted = Copier(location, CACHE_DIRS, SANDBOX_UID, SANDBOX_GID).copy(prepared.dir, prepared.pristine)
+    elif source.kind == "path":  # a worker that cannot give files away copies and opens them
+        _copy_tree(location, prepared.dir, skip=CACHE_DIRS)
+    elif source.kind == "git":
+        meta["commit"], trusted = _from_git(location, source.ref, prepared.dir, prepared.pristine_git)
+    else:
+        extract_archive(location, prepared.dir)
+    return meta, trusted
+
+
+def _keep_pristine(prepared: RunWorkspace, meta: dict[str, JSON], base: str, *, remote: bool) -> None:
+    """The pristine tree that publishing diffs against: the commit's objects when the
+    checkout is the commit's tree, else hard links to the workspace's files."""
+    if prepared.pristine.is_dir():
+        return  # linked as it was copied
+    if "commit" in meta and base == git(["rev-parse", f"{meta['commit']}^{{tree}}"], cwd=prepared.pristine_git):
+        return  # the checkout is the commit's tree: the commit's objects are the pristine tree
+    if remote:
+        # Not the pristine side, but publishing makes its commit there.
+        os.rename(prepared.pristine_git, prepared.root / REMOTE_GIT_DIR)
+    else:
+        shutil.rmtree(prepared.pristine_git, ignore_errors=True)
+    _link_tree(prepared.dir, prepared.pristine)
 
 
 def _copy_tree(src: Path, dst: Path, skip: set[str]) -> None:
