@@ -230,7 +230,9 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
     try:
         try:
             result.up()
-            result.compose("exec", "-T", "web", "python", "manage.py", "create_demo_users", "--password", PASSWORD)
+            # In one argument: a random password may begin with "-", which argparse
+            # would otherwise take for an option.
+            result.compose("exec", "-T", "web", "python", "manage.py", "create_demo_users", f"--password={PASSWORD}")
         except BaseException:
             say("the stack did not come up; the services' logs:\n" + result.logs())
             raise
