@@ -22,7 +22,7 @@ import os
 import stat
 from pathlib import Path
 
-from sandbox.fileops import MAX_DEPTH
+from sandbox.fileops import MAX_DEPTH, read_to_end
 from sandbox.hashing import EMPTY_TREE, LINK_MODE, TREE_MODE, entry_mode, git_hash
 from sandbox.revision import Entries, tree_body
 from sandbox.sources import WorkspaceSourceError, check_name
@@ -79,8 +79,11 @@ class Copier:
                 os.symlink(link, linked)
                 entries[raw] = (LINK_MODE, git_hash(b"blob", os.fsencode(link)))
             elif stat.S_ISREG(st.st_mode):
-                with os.fdopen(os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as handle:
-                    data = handle.read()
+                read_fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
+                    data = read_to_end(read_fd, st.st_size)
+                finally:
+                    os.close(read_fd)
                 fd = os.open(target, CREATE, 0o600)
                 try:
                     os.fchown(fd, self.uid, self.gid)

@@ -116,13 +116,7 @@ def content(dir_fd: int, name: str, st: os.stat_result) -> bytes:
         return f"harness-special-file mode={st.st_mode:o}".encode()
     fd = os.open(name, fileops.FILE_FLAGS, dir_fd=dir_fd)
     try:
-        # Plain reads on the descriptor, not a file object: a walk reads every file,
-        # and the object's set-up and teardown were a third of its time. The size is
-        # a hint; reading on to the end keeps a file that grew whole.
-        chunks = [os.read(fd, st.st_size + 1)]
-        while chunks[-1]:
-            chunks.append(os.read(fd, 1 << 20))
-        return b"".join(chunks)
+        return fileops.read_to_end(fd, st.st_size)
     finally:
         os.close(fd)
 
