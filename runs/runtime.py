@@ -45,9 +45,7 @@ from runs.models import Run
 from runs.queue import enqueue_start
 from runs.services import check_new_run, do_create_run, drive_run, registry
 from runs.store import DjangoStore, LeaseLost, load_state
-from sandbox.container import SandboxContainer
 from sandbox.container_spec import ContainerSpec
-from sandbox.engine import SandboxUnavailable
 from sandbox.executor import SandboxExecutor
 from sandbox.forges import ChangeRequests, ForgeAccess
 from sandbox.preparation import prepare_workspace
@@ -161,18 +159,11 @@ def sandbox_environment(run: Run, policy: Policy) -> Environment:
     workspace = workspace_for(run)
     run_id = str(run.pk)
     spec = ContainerSpec.from_limits(policy.sandbox, str(settings.SANDBOX_IMAGE))
-    try:
-        container: SandboxContainer | None = SandboxContainer.start(run_id, workspace.dir, spec, scope=settings.SANDBOX_SCOPE)
-    except SandboxUnavailable as exc:
-        # The run goes on with what needs no sandbox; its first check starts the
-        # container, waiting for the engine if need be.
-        log.warning("run %s: no sandbox container yet (%s)", run_id, exc.reason)
-        container = None
     target = remote_target(run, workspace)
     executor = SandboxExecutor(
         run_id,
         workspace,
-        container,
+        None,
         FileArtifactStore(),
         Path(settings.OUTBOX_DIR),
         write_paths=run.contract["allowed_write_paths"],
@@ -186,6 +177,9 @@ def sandbox_environment(run: Run, policy: Policy) -> Environment:
         forge=change_requests(run, target),
         live_output=lambda call_id: LiveOutput(run_id, call_id),
     )
+    # While the run's pickup walks the workspace (Harness.run): if that fails, the
+    # run stops and closing its environment removes the container.
+    executor.start_container()
     return Environment(
         executor=executor,
         workspace=executor,
@@ -281,6 +275,7 @@ def advance(run_id: str, faults: Sequence[Fault] = ()) -> str:
         try:
             record_base_revision(run, environment.workspace.revision, token)
         except RevisionMismatch as exc:
+            environment.close()  # the container started for the run it will not drive
             return stop_undriven(run, "revision_mismatch", str(exc), token)
         with Watchdog(
             run_id,

@@ -66,6 +66,9 @@ class SandboxExecutor:
         self._lock = threading.Lock()
         self._extra: list[SandboxContainer] = []
         self._killed = False
+        self._starting: threading.Thread | None = None
+        self._started_early: SandboxContainer | None = None
+        self._start_lock = threading.Lock()
         # Set by a kill: ends a wait for the engine at once.
         self._wake = threading.Event()
         self.context = ToolContext(
@@ -125,15 +128,49 @@ class SandboxExecutor:
             return entry.reconcile(self.context, effect)
         # A workspace effect: stop anything still running so the revision the
         # harness re-reads next is final.
+        self.wait_for_start()
         if self.container is not None and self.container.lost is None and not self._killed:
             self.container.kill_processes()
         return Reconciliation(True, True, True, "workspace re-read after stopping leftover sandbox processes")
 
     # -- containers ----------------------------------------------------------------
 
+    def start_container(self) -> None:
+        """Start the run's container in the background, so that its start overlaps
+        what a worker does before the run's first step (the pickup's full walk of the
+        workspace). Nothing runs in it until a check; the workspace is mounted
+        read-only, so not even what a reused container had left running (killed by
+        the start) can change the tree being verified. A start that fails leaves the
+        first check to start one, waiting for the engine as it does."""
+        if self._spec is None or self.container is not None or self._starting is not None:
+            return
+        self._starting = threading.Thread(target=self._start_early, args=(self._spec,), name=f"sandbox-start-{self.run_id}", daemon=True)
+        self._starting.start()
+
+    def _start_early(self, spec: ContainerSpec) -> None:
+        try:
+            self._started_early = SandboxContainer.start(self.run_id, self.workspace.dir, spec, scope=self._scope)
+        except SandboxUnavailable as exc:
+            log.warning("run %s: no sandbox container yet (%s)", self.run_id, exc.reason)
+        except Exception:  # noqa: BLE001 - the first check starts one and meets the failure itself
+            log.exception("run %s: the sandbox container did not start", self.run_id)
+
+    def wait_for_start(self) -> None:
+        """Wait for a start in the background to end; its container becomes the run's."""
+        thread = self._starting
+        if thread is None:
+            return
+        thread.join()
+        with self._start_lock:
+            if self._starting is thread:
+                self._starting = None
+                if self.container is None:
+                    self.container = self._started_early
+
     def _container_for(self, call: Call) -> SandboxContainer:
         if self._spec is None:
             raise SandboxUnavailable("this run has no sandbox container")
+        self.wait_for_start()
         check = call.check
         with self._lock:
             if check is None or check.image is None or check.image == self._spec.image:
@@ -206,6 +243,7 @@ class SandboxExecutor:
         for the engine) and removes the run's containers."""
         self._killed = True
         self._wake.set()
+        self.wait_for_start()
         for container in [self.container, *self._extra]:
             if container is None:
                 continue
@@ -219,6 +257,7 @@ class SandboxExecutor:
     def close(self) -> None:
         """The run ended: remove its containers (the workspace stays for inspection).
         An engine that cannot do it now leaves them to the sweeper."""
+        self.wait_for_start()
         for container in [self.container, *self._extra]:
             if container is None:
                 continue

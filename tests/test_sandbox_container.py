@@ -118,3 +118,18 @@ def test_it_runs_the_demo_until_publish_waits_for_approval(docker_engine) -> Non
         environment.close()
     with pytest.raises(NotFound):
         docker_engine.containers.get(environment.executor.container.id)  # type: ignore[attr-defined]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_stops_a_run_whose_pickup_walk_fails_and_removes_the_container_started_meanwhile(docker_engine) -> None:
+    """The container starts while the pickup's full walk verifies the workspace; a
+    workspace changed around the harness stops the run, and its container goes."""
+    from runs.runtime import advance, prepare_workspace_for, workspace_root
+    from runs.services import check_new_run, do_create_run
+
+    contract = json.loads((ROOT / "examples" / "demo" / "contract.json").read_text())
+    script = json.loads((ROOT / "examples" / "demo" / "proposals.json").read_text())
+    run = do_create_run(check_new_run(contract, {"kind": "scripted", "script": script}), None, prepare_workspace_for)
+    (workspace_root(run) / "workspace" / "NOTES.md").write_text("written around the harness\n")
+    assert advance(str(run.pk)) == "revision_mismatch"
+    assert docker_engine.containers.list(all=True, filters={"label": [f"{LABEL_RUN}={run.pk}"]}) == []
