@@ -18,7 +18,7 @@ from runs.broadcast import broadcast_events
 from runs.core.events import Event as CoreEvent
 from runs.core.events import type_name
 from runs.models import Event, Run
-from runs.rows import checkpoint_cursor, insert
+from runs.rows import LAST_SEQ, RESERVED, Rows, SeqOf, checkpoint_cursor, insert, insert_rows, numbered_insert
 from runs.signals import events_stored
 
 
@@ -39,12 +39,14 @@ def append_events(
     *,
     run_columns: Mapping[str, object] | None = None,
     lease_token: int | None = None,
+    projections: Sequence[Rows] = (),
 ) -> list[Event]:
     """Store events for a run; returns the rows with their assigned ``seq``.
 
     ``run_columns`` are written to the run row in the statement that numbers the
     events, and ``lease_token`` fences that statement: a worker whose lease was
-    taken over gets ``LeaseLost`` and writes nothing."""
+    taken over gets ``LeaseLost`` and writes nothing. ``projections`` are written
+    with the events (a ``SeqOf`` in them is the seq its event was given)."""
     if not events and not run_columns:
         return []
     secrets = secret_values()
@@ -54,12 +56,16 @@ def append_events(
         Event(run_id=run_id, type=type_name(type(e)), call_id=e.call_id, ts=datetime.fromtimestamp(e.ts, tz=UTC), payload=payload)
         for e, (payload, _) in zip(events, payloads, strict=True)
     ]
-    values: list[dict[str, object]] = [
-        {"run": run_id, "type": r.type, "call_id": r.call_id, "ts": r.ts, "payload": text}
-        for r, (_, text) in zip(rows, payloads, strict=True)
-    ]
+    values = Rows(
+        Event,
+        [
+            {"run": run_id, "seq": SeqOf(index), "type": r.type, "call_id": r.call_id, "ts": r.ts, "payload": text}
+            for index, (r, (_, text)) in enumerate(zip(rows, payloads, strict=True))
+        ],
+    )
+    written = [p for p in projections if p.rows]
     with transaction.atomic(savepoint=False):
-        stored = _number_and_insert(run_id, values, run_columns or {}, lease_token)
+        stored = _number_and_insert(run_id, values, written, run_columns or {}, lease_token)
         for row, (pk, seq) in zip(rows, stored, strict=True):
             row.pk, row.seq = pk, seq
             row._state.adding = False
@@ -74,37 +80,43 @@ def append_events(
 
 
 def _number_and_insert(
-    run_id: str, values: list[dict[str, object]], columns: Mapping[str, object], lease_token: int | None
+    run_id: str, values: Rows, projections: Sequence[Rows], columns: Mapping[str, object], lease_token: int | None
 ) -> list[tuple[int, int]]:
-    """Number the events under the run row's lock and insert them: ``(id, seq)`` of
-    each, in the order given. On PostgreSQL that is one statement (the numbering
-    UPDATE as a common table expression feeding the INSERT), one round trip fewer
-    per checkpoint; elsewhere the UPDATE, then the INSERT."""
+    """Number the events under the run row's lock and insert them and the
+    projections: ``(id, seq)`` of each event, in the order given. On PostgreSQL that
+    is one statement (the numbering UPDATE a common table expression that every
+    INSERT selects from), one round trip per checkpoint; elsewhere the UPDATE, then
+    an INSERT per table."""
     connection = connections[DEFAULT_DB_ALIAS]  # resolved once (see runs.rows.insert)
-    if values and connection.vendor == "postgresql":
-        return _number_and_insert_at_once(connection, run_id, values, columns, lease_token)
-    last_seq = _reserve(run_id, len(values), columns, lease_token)
-    seqs = range(last_seq - len(values) + 1, last_seq + 1)
+    count = len(values.rows)
+    if count and connection.vendor == "postgresql":
+        return _number_and_insert_at_once(connection, run_id, values, projections, columns, lease_token)
+    last_seq = _reserve(run_id, count, columns, lease_token)
+    seqs = range(last_seq - count + 1, last_seq + 1)
     # The payloads go in as the JSON text masking already produced: each is
     # serialised once.
-    stored = insert(Event, [{**row, "seq": seq} for row, seq in zip(values, seqs, strict=True)], returning=["id", "seq"])
-    ids = {seq: pk for pk, seq in stored}
+    resolved = [{**row, "seq": seq} for row, seq in zip(values.rows, seqs, strict=True)]
+    ids = {seq: pk for pk, seq in insert(Event, resolved, returning=["id", "seq"])}
+    for projection in projections:
+        insert_rows(projection, seqs)
     return [(ids[seq], seq) for seq in seqs]
 
 
 def _number_and_insert_at_once(
-    connection: Any, run_id: str, values: list[dict[str, object]], columns: Mapping[str, object], lease_token: int | None
+    connection: Any, run_id: str, values: Rows, projections: Sequence[Rows], columns: Mapping[str, object], lease_token: int | None
 ) -> list[tuple[int, int]]:
+    count = len(values.rows)
     update, fields = _reserve_statement(connection, tuple(columns), lease_token is not None)
-    head, row_sql, tail, event_fields = _insert_numbered_statement(connection, tuple(values[0]))
-    count = len(values)
     params = _reserve_params(connection, run_id, count, columns, fields, lease_token)
-    for offset, row in enumerate(values):
-        # Each row's distance from the last seq reserved: the first of n is n - 1 back.
-        params.append(count - 1 - offset)
-        params += [field.get_db_prep_save(row[field.name], connection) for field in event_fields]
+    parts = [f"{RESERVED} AS ({update})"]
+    for n, projection in enumerate(projections):
+        sql, more = numbered_insert(connection, projection, count)
+        parts.append(f"projected_{n} AS ({sql})")
+        params += more
+    sql, more = numbered_insert(connection, values, count, returning=["id", "seq"])
+    params += more
     with checkpoint_cursor(connection) as cursor:
-        cursor.execute(f"WITH reserved AS ({update}) {head}{', '.join([row_sql] * count)}{tail}", params)
+        cursor.execute(f"WITH {', '.join(parts)} {sql}", params)
         stored = cursor.fetchall()
     if not stored:
         _refused(run_id, lease_token)
@@ -112,34 +124,6 @@ def _number_and_insert_at_once(
     seqs = sorted(seq for _, seq in stored)
     ids = {seq: pk for pk, seq in stored}
     return [(ids[seq], seq) for seq in seqs]
-
-
-def _insert_numbered_statement(connection: Any, names: tuple[str, ...]) -> tuple[str, str, str, list[Any]]:
-    """The INSERT that takes each event's seq from the ``reserved`` row: its head,
-    one row's VALUES, its tail and the fields the row's parameters are for. Each
-    value is cast to its column's type: in VALUES under a SELECT the server would
-    otherwise take a string for text, which no JSON or time column accepts."""
-    key = ("numbered", connection.vendor, names)
-    found = _inserts.get(key)
-    if found is None:
-        quote = connection.ops.quote_name
-        meta = Event._meta
-        fields = [_column(Event, name) for name in names]
-        columns = [quote(field.column) for field in fields]
-        head = (
-            f"INSERT INTO {quote(meta.db_table)} ({quote('seq')}, {', '.join(columns)}) "  # noqa: S608 - quoted identifiers; values are parameters
-            f"SELECT reserved.{quote('last_seq')} - given.back, {', '.join(f'given.{column}' for column in columns)} "
-            "FROM reserved, (VALUES "
-        )
-        # cast_db_type is Django's, missing from django-stubs.
-        casts = [f"%s::{field.cast_db_type(connection)}" for field in fields]  # type: ignore[attr-defined]
-        row = "(%s::integer, " + ", ".join(casts) + ")"
-        tail = f") AS given (back, {', '.join(columns)}) RETURNING {quote('id')}, {quote('seq')}"
-        found = _inserts[key] = (head, row, tail, fields)
-    return found
-
-
-_inserts: dict[tuple[str, str, tuple[str, ...]], tuple[str, str, str, list[Any]]] = {}
 
 
 def _reserve(run_id: str, count: int, columns: Mapping[str, object], lease_token: int | None) -> int:
@@ -192,7 +176,7 @@ def _reserve_statement(connection: Any, names: tuple[str, ...], fenced: bool) ->
         fields = [_column(Run, name) for name in names]
         assignments = [f"{quote('last_seq')} = {quote('last_seq')} + %s", *(f"{quote(field.column)} = %s" for field in fields)]
         where = f"{quote(meta.pk.column)} = %s" + (f" AND {quote('lease_token')} = %s" if fenced else "")
-        sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {where} RETURNING {quote('last_seq')}"  # noqa: S608 - quoted identifiers; values are parameters
+        sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {where} RETURNING {quote(LAST_SEQ)}"  # noqa: S608 - quoted identifiers; values are parameters
         found = _statements[key] = (sql, fields)
     return found
 

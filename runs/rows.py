@@ -3,15 +3,25 @@
 ``insert`` sends one multi-row INSERT (an upsert when given the unique fields and
 the fields to update) built straight from the model's fields. It is the statement
 ``bulk_create`` sends, with a fraction of the Python work per call, which matters
-when a durable step is a handful of such statements."""
+when a durable step is a handful of such statements.
+
+A checkpoint's rows are ``Rows``: on PostgreSQL ``numbered_insert`` writes them in
+the statement that numbers the checkpoint's events, taking each ``SeqOf`` from the
+row the numbering UPDATE returned; elsewhere ``insert_rows`` writes them once the
+seqs are known."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.models.options import Options
+
+if TYPE_CHECKING:
+    from psycopg._queries import PostgresQuery
 
 
 def insert(
@@ -44,21 +54,121 @@ def insert(
     return written
 
 
+@dataclass(frozen=True)
+class SeqOf:
+    """Stands for the seq of the checkpoint's event at ``index``: a row that names its
+    event (the event itself, a receipt) is written before the seqs are known."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class Rows:
+    """One table's rows for a checkpoint (the same fields in each); with ``unique``, a
+    row that collides on those fields updates ``update`` instead."""
+
+    model: type[models.Model]
+    rows: Sequence[Mapping[str, object]]
+    unique: tuple[str, ...] = ()
+    update: tuple[str, ...] = ()
+
+
+def insert_rows(rows: Rows, seqs: Sequence[int]) -> None:
+    """``rows`` written with each ``SeqOf`` replaced by its seq."""
+    resolved = [{name: seqs[value.index] if isinstance(value, SeqOf) else value for name, value in row.items()} for row in rows.rows]
+    insert(rows.model, resolved, unique=rows.unique, update=rows.update)
+
+
+# The numbering UPDATE's common table expression and the column it returns.
+RESERVED = "reserved"
+LAST_SEQ = "last_seq"
+
+
+def numbered_insert(connection: Any, rows: Rows, count: int, returning: Sequence[str] = ()) -> tuple[str, list[object]]:
+    """An INSERT of ``rows`` for a statement whose ``reserved`` CTE returned the
+    ``last_seq`` of ``count`` events just numbered: a ``SeqOf(i)`` becomes that seq less
+    ``count - 1 - i``. Selecting from ``reserved`` also means that when the numbering
+    UPDATE matched no row (a lease taken over) nothing is written. Every value is cast
+    to its column's type: in VALUES under a SELECT the server would otherwise take a
+    string for text, which no JSON, uuid or time column accepts."""
+    first = rows.rows[0]
+    numbered = tuple(name for name, value in first.items() if isinstance(value, SeqOf))
+    head, tail, row_sql, fields = _numbered_statement(
+        connection, rows.model, tuple(first), numbered, rows.unique, rows.update, tuple(returning)
+    )
+    params: list[object] = []
+    for row in rows.rows:
+        for field in fields:
+            value = row[field.name]
+            params.append(count - 1 - value.index if isinstance(value, SeqOf) else field.get_db_prep_save(value, connection))
+    return head + ", ".join([row_sql] * len(rows.rows)) + tail, params
+
+
+def _numbered_statement(
+    connection: Any,
+    model: type[models.Model],
+    names: tuple[str, ...],
+    numbered: tuple[str, ...],
+    unique: tuple[str, ...],
+    update: tuple[str, ...],
+    returning: tuple[str, ...],
+) -> _Statement:
+    key = ("numbered", connection.vendor, model, names, numbered, unique, update, returning)
+    found = _statements.get(key)
+    if found is not None:
+        return found
+    quote = connection.ops.quote_name
+    meta = model._meta
+    fields = [_column(meta, name) for name in names]
+    columns = [quote(field.column) for field in fields]
+    chosen = [
+        f"{RESERVED}.{quote(LAST_SEQ)} - given.{column}" if field.name in numbered else f"given.{column}"
+        for field, column in zip(fields, columns, strict=True)
+    ]
+    # Only the model's quoted identifiers are spliced in; every value is a parameter.
+    head = f"INSERT INTO {quote(meta.db_table)} ({', '.join(columns)}) SELECT {', '.join(chosen)} FROM {RESERVED}, (VALUES "  # noqa: S608
+    # cast_db_type is Django's, missing from django-stubs.
+    casts = ["%s::integer" if field.name in numbered else f"%s::{field.cast_db_type(connection)}" for field in fields]  # type: ignore[attr-defined]
+    row = "(" + ", ".join(casts) + ")"
+    tail = f") AS given ({', '.join(columns)})" + _conflict_and_returning(quote, meta, unique, update, returning)
+    found = _statements[key] = (head, tail, row, fields)
+    return found
+
+
+def _conflict_and_returning(
+    quote: Any, meta: Options[Any], unique: tuple[str, ...], update: tuple[str, ...], returning: tuple[str, ...]
+) -> str:
+    tail = ""
+    if unique:
+        targets = ", ".join(quote(_column(meta, name).column) for name in unique)
+        changes = ", ".join(f"{column} = excluded.{column}" for column in (quote(_column(meta, name).column) for name in update))
+        tail += f" ON CONFLICT ({targets}) DO UPDATE SET {changes}"
+    if returning:
+        tail += " RETURNING " + ", ".join(quote(_column(meta, name).column) for name in returning)
+    return tail
+
+
 def checkpoint_cursor(connection: Any) -> Any:
     """A cursor for the checkpoint's statements. On PostgreSQL it binds the values on
     the server (psycopg's own cursor) where Django's default cursor quotes every value
-    into the SQL text in Python, about 100 µs of CPU per statement here. It is wrapped
-    like any Django cursor, so database errors, execute wrappers and query capture
-    treat its statements as they treat all others."""
+    into the SQL text in Python, about 100 µs of CPU per statement here, and so lets
+    the server keep the statement prepared (the connection's ``prepare_threshold``).
+    It is wrapped like any Django cursor, so database errors, execute wrappers and
+    query capture treat its statements as they treat all others."""
     if connection.vendor != "postgresql":
         return connection.cursor()
-    # django-stubs does not declare ServerBindingCursor (Django 5.1's server-side binding).
-    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
-
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     with connection.wrap_database_errors:
-        return connection._prepare_cursor(ServerBindingCursor(connection.connection))
+        return connection._prepare_cursor(_ServerBindingCursor(connection.connection))
+
+
+class _ServerBindingCursor(psycopg.Cursor[Any]):
+    def _send_query_prepared(self, name: bytes, pgq: PostgresQuery, *, binary: bool | None = None) -> None:
+        # psycopg records the query it sent only when it is not prepared, and Django's
+        # query log (and the tests' statement counts) read that record back.
+        self._query = pgq
+        super()._send_query_prepared(name, pgq, binary=binary)
 
 
 _Statement = tuple[str, str, str, list[models.Field]]
@@ -84,13 +194,7 @@ def _statement(
     fields = [_column(meta, name) for name in names]
     # Only the model's quoted identifiers are spliced in; every value is a parameter.
     head = f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(field.column) for field in fields)}) VALUES "  # noqa: S608
-    tail = ""
-    if unique:
-        targets = ", ".join(quote(_column(meta, name).column) for name in unique)
-        changes = ", ".join(f"{column} = excluded.{column}" for column in (quote(_column(meta, name).column) for name in update))
-        tail += f" ON CONFLICT ({targets}) DO UPDATE SET {changes}"
-    if returning:
-        tail += " RETURNING " + ", ".join(quote(_column(meta, name).column) for name in returning)
+    tail = _conflict_and_returning(quote, meta, unique, update, returning)
     placeholders = "(" + ", ".join(["%s"] * len(fields)) + ")"
     found = _statements[key] = (head, tail, placeholders, fields)
     return found
