@@ -129,6 +129,8 @@ class _Walk:
         self.entries_seen = 0
         self.delegated = 0
         self.queue: deque[_Dir] = deque([_Dir((), depth, None, b"")])
+        # What a helper could not hash, for this process alone: its error, if any, is the walk's.
+        self.mine: list[_Dir] = []
         self.helpers: list[_Helper] = []
         self.spawned = False
         self.result: bytes | None = None
@@ -143,9 +145,9 @@ class _Walk:
                 while len(helper.tasks) < HELPER_BACKLOG and self.queue:
                     directory = self.queue.popleft()  # the shallowest: most likely the most below it
                     helper.send(directory, self._task(directory))
-            self._collect(block=not self.queue)
-            if self.queue:
-                directory = self.queue.pop()  # depth first: few directories wait at once
+            self._collect(block=not self.queue and not self.mine)
+            if self.mine or self.queue:
+                directory = self.mine.pop() if self.mine else self.queue.pop()  # depth first: few directories wait at once
                 self._hashed(directory, self._hash(directory))
         return self.result
 
@@ -157,9 +159,9 @@ class _Walk:
         return hash_directory(self.fd, *self._task(directory))
 
     def _collect(self, *, block: bool) -> None:
-        """Take what the helpers finished; a directory a helper could not hash goes
-        back to the queue, to be hashed here, so that what fails the walk fails it
-        exactly as it fails a walk without helpers."""
+        """Take what the helpers finished; a directory a helper could not hash is
+        hashed here, so that what fails the walk fails it exactly as it fails a walk
+        without helpers."""
         busy = [helper for helper in self.helpers if helper.tasks]
         if not busy:
             return
@@ -170,15 +172,15 @@ class _Walk:
         for helper in [h for h in busy if h.read_fd in readable]:
             for directory, hashed in helper.receive():
                 if hashed is None:
-                    self.queue.append(directory)
+                    self.mine.append(directory)
                 else:
                     self.delegated += 1
                     self._hashed(directory, hashed)
-            if helper.failed:
-                self.queue.extend(helper.tasks.values())
-                helper.tasks.clear()
-                self.helpers.remove(helper)
-                helper.close()
+        for helper in [h for h in busy if h.failed]:
+            self.mine.extend(helper.tasks.values())  # a helper that is gone leaves them here
+            helper.tasks.clear()
+            self.helpers.remove(helper)
+            helper.close()
 
     def _hashed(self, directory: _Dir, hashed: Hashed) -> None:
         entries, subdirectories, seen, walked = hashed

@@ -6,6 +6,7 @@ meets fails the walk exactly as it fails the walk alone."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -109,6 +110,23 @@ def test_it_raises_a_helpers_error_as_the_walk_alone_does(tmp_path: Path, where:
         with pytest.raises(fileops.FileRefused) as parallel:
             TreeHasher(parallel_after=parallel_after).tree(root)
         assert str(parallel.value) == str(alone.value) and "deeper than" in str(alone.value)
+
+
+def test_it_raises_the_error_of_a_directory_only_a_helper_was_free_for(tmp_path: Path) -> None:
+    """A chain of single directories too deep: each is the only one to hash, and the
+    helpers take it first; the one a helper cannot hash is the walk's to fail on."""
+    root = tmp_path / "tree"
+    (root / "/".join(["d"] * (fileops.MAX_DEPTH + 2))).mkdir(parents=True)
+    (root / "/".join(["d"] * (fileops.MAX_DEPTH + 2)) / "f").write_text("f")
+    signal.alarm(120)  # a walk handing the directory back and forth would never end
+    try:
+        with pytest.raises(fileops.FileRefused) as alone:
+            TreeHasher(parallel_after=ALONE).tree(root)
+        with pytest.raises(fileops.FileRefused) as parallel:
+            TreeHasher(parallel_after=0).tree(root)
+    finally:
+        signal.alarm(0)
+    assert str(parallel.value) == str(alone.value)
 
 
 def test_it_goes_on_alone_when_a_helper_dies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
