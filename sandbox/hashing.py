@@ -56,13 +56,14 @@ class TreeHasher:
 
     A walk hashes one directory at a time (its files; its subdirectories become
     directories to hash). Once it has seen ``parallel_after`` entries with
-    directories still to go, it starts helper processes (``sandbox/walker.py``, one
-    per further core, at most ``MAX_HELPERS``) that take directories from the same
-    queue, so a skewed tree still balances; a small tree never pays for them."""
+    directories still to go, it starts ``helpers`` helper processes
+    (``sandbox/walker.py``; by default ``spare_cores()``) that take directories from
+    the same queue, so a skewed tree still balances; a small tree never pays for them."""
 
-    def __init__(self, racy_ns: int = RACY_NS, parallel_after: int = PARALLEL_AFTER) -> None:
+    def __init__(self, racy_ns: int = RACY_NS, parallel_after: int = PARALLEL_AFTER, helpers: int | None = None) -> None:
         self.racy_ns = racy_ns
         self.parallel_after = parallel_after
+        self.helpers = helpers  # None: as many as the machine has cores to spare (spare_cores)
         # By directory (its prefix), as the walk hashes them: what one directory's
         # hashing needs is what goes to the process that hashes it.
         self._blobs: dict[str, Blobs] = {}
@@ -140,7 +141,8 @@ class _Walk:
         while not self.done:
             if not self.spawned and self.queue and self.entries_seen >= self.hasher.parallel_after:
                 self.spawned = True
-                self.helpers = _Helper.start_for(self.fd)
+                wanted = spare_cores() if self.hasher.helpers is None else self.hasher.helpers
+                self.helpers = _Helper.start_for(self.fd, wanted)
             for helper in self.helpers:
                 while len(helper.tasks) < HELPER_BACKLOG and self.queue:
                     directory = self.queue.popleft()  # the shallowest: most likely the most below it
@@ -277,10 +279,9 @@ class _Helper:
         self._next = 0
 
     @classmethod
-    def start_for(cls, root_fd: int) -> list[_Helper]:
-        cores = len(os.sched_getaffinity(0))
+    def start_for(cls, root_fd: int, count: int) -> list[_Helper]:
         try:
-            return [cls(root_fd) for _ in range(min(cores - 1, MAX_HELPERS))]
+            return [cls(root_fd) for _ in range(count)]
         except OSError:
             return []  # no helper can start: the walk goes on alone
 
@@ -325,6 +326,16 @@ class _Helper:
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
                 stream.close()
+
+
+def spare_cores() -> int:
+    """Helpers a walk starts: one per further core, at most MAX_HELPERS, and none on a
+    machine whose load (1-minute average) already fills its cores, where a helper
+    would only take turns with the walk and add its start and its messages."""
+    cores = len(os.sched_getaffinity(0))
+    if os.getloadavg()[0] >= cores:
+        return 0
+    return min(cores - 1, MAX_HELPERS)
 
 
 def frame(body: bytes) -> bytes:

@@ -17,10 +17,6 @@ from sandbox import fileops, hashing
 from sandbox.hashing import TreeHasher
 from tests.test_sandbox_tools import git_tree
 
-ALONE = 1 << 60  # a walk that never starts a helper
-
-pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a walk starts helpers only with a second core")
-
 
 def skewed_tree(root: Path) -> None:
     """More than PARALLEL_AFTER files, most of them under one subtree, with the
@@ -70,7 +66,7 @@ def git_objects(directory: Path, tmp_path: Path, shas: list[bytes]) -> dict[byte
 def test_it_walks_in_parallel_to_what_the_walk_alone_and_git_give(tmp_path: Path) -> None:
     root = tmp_path / "tree"
     skewed_tree(root)
-    alone, parallel = TreeHasher(racy_ns=0, parallel_after=ALONE), TreeHasher(racy_ns=0)
+    alone, parallel = TreeHasher(racy_ns=0, helpers=0), TreeHasher(racy_ns=0, helpers=1)
     revision, objects = walked(alone, root)
     assert alone.delegated == 0
     assert walked(parallel, root) == (revision, objects)
@@ -85,7 +81,7 @@ def test_it_walks_in_parallel_to_what_the_walk_alone_and_git_give(tmp_path: Path
     assert walked(parallel, root) == (revision, objects)
     target.write_text("N = -1\n")
     edited = parallel.tree(root)
-    assert edited != revision and edited == TreeHasher(parallel_after=ALONE).tree(root) == git_tree(root, tmp_path)
+    assert edited != revision and edited == TreeHasher(helpers=0).tree(root) == git_tree(root, tmp_path)
 
 
 def test_it_hashes_a_special_file_and_never_follows_a_symlink_with_helpers(tmp_path: Path) -> None:
@@ -94,8 +90,8 @@ def test_it_hashes_a_special_file_and_never_follows_a_symlink_with_helpers(tmp_p
     os.mkfifo(root / "small3" / "fifo")
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(root / "small4" / "sock"))
-        parallel = TreeHasher(parallel_after=0)  # helpers from the first directory on
-        assert parallel.tree(root) == TreeHasher(parallel_after=ALONE).tree(root) != git_tree(root, tmp_path)
+        parallel = TreeHasher(parallel_after=0, helpers=1)  # helpers from the first directory on
+        assert parallel.tree(root) == TreeHasher(helpers=0).tree(root) != git_tree(root, tmp_path)
     assert parallel.delegated > 0
 
 
@@ -105,10 +101,10 @@ def test_it_raises_a_helpers_error_as_the_walk_alone_does(tmp_path: Path, where:
     skewed_tree(root)
     (root / where / "/".join(["d"] * (fileops.MAX_DEPTH + 2)) / "f").mkdir(parents=True)
     with pytest.raises(fileops.FileRefused) as alone:
-        TreeHasher(parallel_after=ALONE).tree(root)
+        TreeHasher(helpers=0).tree(root)
     for parallel_after in (0, hashing.PARALLEL_AFTER):
         with pytest.raises(fileops.FileRefused) as parallel:
-            TreeHasher(parallel_after=parallel_after).tree(root)
+            TreeHasher(parallel_after=parallel_after, helpers=1).tree(root)
         assert str(parallel.value) == str(alone.value) and "deeper than" in str(alone.value)
 
 
@@ -121,9 +117,9 @@ def test_it_raises_the_error_of_a_directory_only_a_helper_was_free_for(tmp_path:
     signal.alarm(120)  # a walk handing the directory back and forth would never end
     try:
         with pytest.raises(fileops.FileRefused) as alone:
-            TreeHasher(parallel_after=ALONE).tree(root)
+            TreeHasher(helpers=0).tree(root)
         with pytest.raises(fileops.FileRefused) as parallel:
-            TreeHasher(parallel_after=0).tree(root)
+            TreeHasher(parallel_after=0, helpers=1).tree(root)
     finally:
         signal.alarm(0)
     assert str(parallel.value) == str(alone.value)
@@ -140,8 +136,8 @@ def test_it_goes_on_alone_when_a_helper_dies(tmp_path: Path, monkeypatch: pytest
             helper.process.kill()
 
     monkeypatch.setattr(hashing._Helper, "send", send_then_die)
-    parallel = TreeHasher(parallel_after=0)
-    assert parallel.tree(root) == TreeHasher(parallel_after=ALONE).tree(root)
+    parallel = TreeHasher(parallel_after=0, helpers=1)
+    assert parallel.tree(root) == TreeHasher(helpers=0).tree(root)
 
 
 def test_it_sends_and_receives_directories_larger_than_a_pipe_holds(tmp_path: Path) -> None:
@@ -152,7 +148,7 @@ def test_it_sends_and_receives_directories_larger_than_a_pipe_holds(tmp_path: Pa
         (root / f"wide{d}").mkdir(parents=True)
         for n in range(3000):
             (root / f"wide{d}" / f"a-rather-long-file-name-{n}.txt").write_text(str(n))
-    alone, parallel = TreeHasher(racy_ns=0, parallel_after=ALONE), TreeHasher(racy_ns=0, parallel_after=0)
+    alone, parallel = TreeHasher(racy_ns=0, helpers=0), TreeHasher(racy_ns=0, parallel_after=0, helpers=1)
     revision = alone.tree(root)
     assert parallel.tree(root) == revision and parallel.delegated > 0
     assert parallel.tree(root) == revision and parallel.delegated > 0  # now each task carries its cached blobs
