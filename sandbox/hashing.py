@@ -329,13 +329,10 @@ class _Helper:
 
 
 def spare_cores() -> int:
-    """Helpers a walk starts: one per further core, at most MAX_HELPERS, and none on a
-    machine whose load (1-minute average) already fills its cores, where a helper
-    would only take turns with the walk and add its start and its messages."""
-    cores = len(os.sched_getaffinity(0))
-    if os.getloadavg()[0] >= cores:
-        return 0
-    return min(cores - 1, MAX_HELPERS)
+    """Helpers a walk starts: one per further core, at most MAX_HELPERS, whatever the
+    load: at loads of 1.7 to 4 on 2 cores, interleaved runs found a walk with a helper
+    from 20% slower to 35% faster than one without, nothing a load rule could pick by."""
+    return min(len(os.sched_getaffinity(0)) - 1, MAX_HELPERS)
 
 
 def frame(body: bytes) -> bytes:
