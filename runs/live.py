@@ -25,6 +25,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from common.permissions import VIEW_APPROVALS, VIEW_RUNS
+from runs import fanout
 from runs.broadcast import LISTS_GROUP
 from runs.session_sockets import current_user, user_group
 
@@ -84,7 +85,6 @@ def lists_access_problem(user: Any) -> tuple[int, str] | None:
 
 
 class ListsConsumer(HeartbeatMixin):
-    joined = False
     user_group = ""
 
     async def connect(self) -> None:
@@ -95,8 +95,7 @@ class ListsConsumer(HeartbeatMixin):
             return
         self.user_group = user_group(self.scope["user"].pk)
         await self.channel_layer.group_add(self.user_group, self.channel_name)
-        await self.channel_layer.group_add(LISTS_GROUP, self.channel_name)
-        self.joined = True
+        await fanout.join(self.channel_layer, LISTS_GROUP, self)
         self.start_heartbeat()
         await self.send(text_data=json.dumps({"type": "live", "heartbeat_seconds": self.heartbeat_seconds()}))
 
@@ -107,8 +106,7 @@ class ListsConsumer(HeartbeatMixin):
 
     async def disconnect(self, code: int) -> None:
         self.stop_heartbeat()
-        if self.joined:
-            await self.channel_layer.group_discard(LISTS_GROUP, self.channel_name)
+        await fanout.leave(self.channel_layer, LISTS_GROUP, self)
         if self.user_group:
             await self.channel_layer.group_discard(self.user_group, self.channel_name)
 
@@ -124,5 +122,7 @@ class ListsConsumer(HeartbeatMixin):
         await self.refuse(problem)
         return False
 
-    async def lists_changed(self, message: dict[str, Any]) -> None:
-        await self.send(text_data=json.dumps({"type": "changed", "run_id": message.get("run_id", "")}))
+    async def hear(self, message: dict[str, Any]) -> None:
+        """A message to the lists group, from the process's hub (runs.fanout)."""
+        if message["type"] == "lists.changed":
+            await self.send(text_data=json.dumps({"type": "changed", "run_id": message.get("run_id", "")}))
