@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from typing import Any
 
 from channels.consumer import get_handler_name
@@ -59,10 +60,14 @@ class HeartbeatMixin(AsyncWebsocketConsumer):
 
     async def _beat(self) -> None:
         # Through the consumer's own channel, so a beat goes out between messages,
-        # never in the middle of a replay.
+        # never in the middle of a replay. The first beat comes after a random part of
+        # the period: sockets that opened together (every page reconnecting after a
+        # restart) would otherwise beat, and re-read their sessions through the one
+        # database thread, all at once for good: a stall of the live streams.
+        await asyncio.sleep(random.random() * self.heartbeat_seconds())
         while True:
-            await asyncio.sleep(self.heartbeat_seconds())
             await self.channel_layer.send(self.channel_name, {"type": "live.heartbeat"})
+            await asyncio.sleep(self.heartbeat_seconds())
 
     async def session_recheck(self, message: dict[str, Any] | None = None) -> bool:
         """Close the socket unless its session still allows what it shows; True if
