@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -46,11 +47,35 @@ def main() -> None:
     # A few configured secrets, as a server with provider keys and a database password has.
     settings.HARNESS_SECRET_VALUES = [f"secret-value-{n:02d}-{'x' * 24}" for n in range(6)]
     call_command("migrate", verbosity=0)
-    masking = (redact.RedactedJSONField.get_db_prep_value, redact.RedactedTextField.get_prep_value)
+    import runs.eventlog
+    import runs.store
+
+    # Masking happens where a checkpoint serialises its values (events and state, once
+    # each) and, for the other redacted columns, in the column. Off: the same
+    # serialisation with nothing looked for.
+    masking = (
+        runs.eventlog.masked,
+        runs.store.masked_text,
+        redact.RedactedJSONField.get_db_prep_value,
+        redact.RedactedTextField.get_prep_value,
+    )
+
+    def plain_json(self: Any, value: Any, connection: Any, prepared: bool = False) -> Any:
+        if isinstance(value, redact.MaskedJSON):
+            return connection.ops.adapt_json_value(value, redact._AsWritten)
+        return models.JSONField.get_db_prep_value(self, value, connection, prepared)
+
+    unmasked = (
+        lambda value, secrets: (value, redact.MaskedJSON(redact._dumps(value))),
+        lambda text, secrets: redact.MaskedJSON(text),
+        plain_json,
+        models.TextField.get_prep_value,
+    )
 
     def switch(on: bool) -> None:
-        redact.RedactedJSONField.get_db_prep_value = masking[0] if on else models.JSONField.get_db_prep_value  # type: ignore[method-assign]
-        redact.RedactedTextField.get_prep_value = masking[1] if on else models.TextField.get_prep_value  # type: ignore[method-assign]
+        chosen = masking if on else unmasked
+        runs.eventlog.masked, runs.store.masked_text = chosen[0], chosen[1]  # type: ignore[assignment]
+        redact.RedactedJSONField.get_db_prep_value, redact.RedactedTextField.get_prep_value = chosen[2], chosen[3]  # type: ignore[method-assign]
 
     per_step: dict[bool, list[float]] = {True: [], False: []}
     warmup = Run.objects.create(task_id="bench", objective="warm up", contract={}, policy=current_policy_row(), proposer={})

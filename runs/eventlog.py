@@ -18,7 +18,7 @@ from runs.broadcast import broadcast_events
 from runs.core.events import Event as CoreEvent
 from runs.core.events import type_name
 from runs.models import Event, Run
-from runs.rows import checkpoint_cursor, insert
+from runs.rows import LAST_SEQ, RESERVED, Rows, SeqOf, checkpoint_cursor, db_value, insert, insert_rows, numbered_insert
 from runs.signals import events_stored
 
 
@@ -39,30 +39,40 @@ def append_events(
     *,
     run_columns: Mapping[str, object] | None = None,
     lease_token: int | None = None,
+    projections: Sequence[Rows] = (),
 ) -> list[Event]:
     """Store events for a run; returns the rows with their assigned ``seq``.
 
     ``run_columns`` are written to the run row in the statement that numbers the
     events, and ``lease_token`` fences that statement: a worker whose lease was
-    taken over gets ``LeaseLost`` and writes nothing."""
+    taken over gets ``LeaseLost`` and writes nothing. ``projections`` are written
+    with the events (a ``SeqOf`` in them is the seq its event was given)."""
     if not events and not run_columns:
         return []
     secrets = secret_values()
     # Masked before the run row is locked: the lock is held for the statements only.
     payloads = [masked(event.payload(), secrets) for event in events]
-    rows = [
-        Event(run_id=run_id, type=type_name(type(e)), call_id=e.call_id, ts=datetime.fromtimestamp(e.ts, tz=UTC), payload=payload)
-        for e, (payload, _) in zip(events, payloads, strict=True)
-    ]
-    values: list[dict[str, object]] = [
-        {"run": run_id, "type": r.type, "call_id": r.call_id, "ts": r.ts, "payload": text}
-        for r, (_, text) in zip(rows, payloads, strict=True)
-    ]
+    values = Rows(
+        Event,
+        [
+            {
+                "run": run_id,
+                "seq": SeqOf(index),
+                "type": type_name(type(event)),
+                "call_id": event.call_id,
+                "ts": datetime.fromtimestamp(event.ts, tz=UTC),
+                "payload": text,
+            }
+            for index, (event, (_, text)) in enumerate(zip(events, payloads, strict=True))
+        ],
+    )
+    written = [p for p in projections if p.rows]
     with transaction.atomic(savepoint=False):
-        stored = _number_and_insert(run_id, values, run_columns or {}, lease_token)
-        for row, (pk, seq) in zip(rows, stored, strict=True):
-            row.pk, row.seq = pk, seq
-            row._state.adding = False
+        stored = _number_and_insert(run_id, values, written, run_columns or {}, lease_token)
+        rows = [
+            _stored_row({**value, "id": pk, "seq": seq, "run_id": run_id, "payload": payload})
+            for value, (payload, _), (pk, seq) in zip(values.rows, payloads, stored, strict=True)
+        ]
         if not rows:
             return rows
         # Listeners (webhook notifications) record what they need in this same
@@ -73,38 +83,57 @@ def append_events(
     return rows
 
 
+def _stored_row(columns: Mapping[str, object]) -> Event:
+    """The model instance of a row just written, built as Django builds one it has
+    read (positional values, no keyword handling): a step stores several."""
+    row = Event(*(columns[name] for name in _EVENT_COLUMNS))
+    row._state.adding = False
+    return row
+
+
+_EVENT_COLUMNS = [field.attname for field in Event._meta.concrete_fields]
+
+
 def _number_and_insert(
-    run_id: str, values: list[dict[str, object]], columns: Mapping[str, object], lease_token: int | None
+    run_id: str, values: Rows, projections: Sequence[Rows], columns: Mapping[str, object], lease_token: int | None
 ) -> list[tuple[int, int]]:
-    """Number the events under the run row's lock and insert them: ``(id, seq)`` of
-    each, in the order given. On PostgreSQL that is one statement (the numbering
-    UPDATE as a common table expression feeding the INSERT), one round trip fewer
-    per checkpoint; elsewhere the UPDATE, then the INSERT."""
-    connection = connections[DEFAULT_DB_ALIAS]  # resolved once (see runs.rows.insert)
-    if values and connection.vendor == "postgresql":
-        return _number_and_insert_at_once(connection, run_id, values, columns, lease_token)
-    last_seq = _reserve(run_id, len(values), columns, lease_token)
-    seqs = range(last_seq - len(values) + 1, last_seq + 1)
+    """Number the events under the run row's lock and insert them and the
+    projections: ``(id, seq)`` of each event, in the order given. On PostgreSQL that
+    is one statement (the numbering UPDATE a common table expression that every
+    INSERT selects from), one round trip per checkpoint; elsewhere the UPDATE, then
+    an INSERT per table."""
+    # The connection itself, resolved once: django.db.connection looks it up again (a
+    # context-local read) on every attribute, dozens of times per checkpoint.
+    connection = connections[DEFAULT_DB_ALIAS]
+    count = len(values.rows)
+    if count and connection.vendor == "postgresql":
+        return _number_and_insert_at_once(connection, run_id, values, projections, columns, lease_token)
+    last_seq = _reserve(connection, run_id, count, columns, lease_token)
+    seqs = range(last_seq - count + 1, last_seq + 1)
     # The payloads go in as the JSON text masking already produced: each is
     # serialised once.
-    stored = insert(Event, [{**row, "seq": seq} for row, seq in zip(values, seqs, strict=True)], returning=["id", "seq"])
-    ids = {seq: pk for pk, seq in stored}
+    resolved = [{**row, "seq": seq} for row, seq in zip(values.rows, seqs, strict=True)]
+    ids = {seq: pk for pk, seq in insert(connection, Event, resolved, returning=["id", "seq"])}
+    for projection in projections:
+        insert_rows(connection, projection, seqs)
     return [(ids[seq], seq) for seq in seqs]
 
 
 def _number_and_insert_at_once(
-    connection: Any, run_id: str, values: list[dict[str, object]], columns: Mapping[str, object], lease_token: int | None
+    connection: Any, run_id: str, values: Rows, projections: Sequence[Rows], columns: Mapping[str, object], lease_token: int | None
 ) -> list[tuple[int, int]]:
+    count = len(values.rows)
     update, fields = _reserve_statement(connection, tuple(columns), lease_token is not None)
-    head, row_sql, tail, event_fields = _insert_numbered_statement(connection, tuple(values[0]))
-    count = len(values)
     params = _reserve_params(connection, run_id, count, columns, fields, lease_token)
-    for offset, row in enumerate(values):
-        # Each row's distance from the last seq reserved: the first of n is n - 1 back.
-        params.append(count - 1 - offset)
-        params += [field.get_db_prep_save(row[field.name], connection) for field in event_fields]
+    parts = [f"{RESERVED} AS ({update})"]
+    for n, projection in enumerate(projections):
+        sql, more = numbered_insert(connection, projection, count)
+        parts.append(f"projected_{n} AS ({sql})")
+        params += more
+    sql, more = numbered_insert(connection, values, count, returning=["id", "seq"])
+    params += more
     with checkpoint_cursor(connection) as cursor:
-        cursor.execute(f"WITH reserved AS ({update}) {head}{', '.join([row_sql] * count)}{tail}", params)
+        cursor.execute(f"WITH {', '.join(parts)} {sql}", params)
         stored = cursor.fetchall()
     if not stored:
         _refused(run_id, lease_token)
@@ -114,42 +143,13 @@ def _number_and_insert_at_once(
     return [(ids[seq], seq) for seq in seqs]
 
 
-def _insert_numbered_statement(connection: Any, names: tuple[str, ...]) -> tuple[str, str, str, list[Any]]:
-    """The INSERT that takes each event's seq from the ``reserved`` row: its head,
-    one row's VALUES, its tail and the fields the row's parameters are for. Each
-    value is cast to its column's type: in VALUES under a SELECT the server would
-    otherwise take a string for text, which no JSON or time column accepts."""
-    key = ("numbered", connection.vendor, names)
-    found = _inserts.get(key)
-    if found is None:
-        quote = connection.ops.quote_name
-        meta = Event._meta
-        fields = [_column(Event, name) for name in names]
-        columns = [quote(field.column) for field in fields]
-        head = (
-            f"INSERT INTO {quote(meta.db_table)} ({quote('seq')}, {', '.join(columns)}) "  # noqa: S608 - quoted identifiers; values are parameters
-            f"SELECT reserved.{quote('last_seq')} - given.back, {', '.join(f'given.{column}' for column in columns)} "
-            "FROM reserved, (VALUES "
-        )
-        # cast_db_type is Django's, missing from django-stubs.
-        casts = [f"%s::{field.cast_db_type(connection)}" for field in fields]  # type: ignore[attr-defined]
-        row = "(%s::integer, " + ", ".join(casts) + ")"
-        tail = f") AS given (back, {', '.join(columns)}) RETURNING {quote('id')}, {quote('seq')}"
-        found = _inserts[key] = (head, row, tail, fields)
-    return found
-
-
-_inserts: dict[tuple[str, str, tuple[str, ...]], tuple[str, str, str, list[Any]]] = {}
-
-
-def _reserve(run_id: str, count: int, columns: Mapping[str, object], lease_token: int | None) -> int:
+def _reserve(connection: Any, run_id: str, count: int, columns: Mapping[str, object], lease_token: int | None) -> int:
     """Advance the run's ``last_seq`` by ``count`` and return it, in one statement.
 
     The UPDATE takes the run row's lock, which serialises every writer of this run's
     log (worker, reviewers, the beat) until the transaction ends, so seq stays
     gap-free and unique without retry loops; the same statement numbers the events,
     writes the caller's columns and checks the fencing token."""
-    connection = connections[DEFAULT_DB_ALIAS]
     sql, fields = _reserve_statement(connection, tuple(columns), lease_token is not None)
     params = _reserve_params(connection, run_id, count, columns, fields, lease_token)
     with checkpoint_cursor(connection) as cursor:
@@ -164,8 +164,8 @@ def _reserve_params(
     connection: Any, run_id: str, count: int, columns: Mapping[str, object], fields: list[Any], lease_token: int | None
 ) -> list[object]:
     params: list[object] = [count]
-    params += [field.get_db_prep_save(columns[field.name], connection) for field in fields]
-    params.append(Run._meta.pk.get_db_prep_value(run_id, connection))
+    params += [db_value(connection, field, columns[field.name]) for field in fields]
+    params.append(db_value(connection, Run._meta.pk, run_id))
     if lease_token is not None:
         params.append(lease_token)
     return params
@@ -192,7 +192,7 @@ def _reserve_statement(connection: Any, names: tuple[str, ...], fenced: bool) ->
         fields = [_column(Run, name) for name in names]
         assignments = [f"{quote('last_seq')} = {quote('last_seq')} + %s", *(f"{quote(field.column)} = %s" for field in fields)]
         where = f"{quote(meta.pk.column)} = %s" + (f" AND {quote('lease_token')} = %s" if fenced else "")
-        sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {where} RETURNING {quote('last_seq')}"  # noqa: S608 - quoted identifiers; values are parameters
+        sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {where} RETURNING {quote(LAST_SEQ)}"  # noqa: S608 - quoted identifiers; values are parameters
         found = _statements[key] = (sql, fields)
     return found
 

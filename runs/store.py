@@ -2,11 +2,12 @@
 step's events and the relational copies (ledger, receipts, evidence, pending
 effects, report) in one transaction.
 
-A checkpoint is a handful of statements, each a single round trip: one UPDATE of
-the run row that fences, locks, numbers the events and writes the state; one
-multi-row INSERT for the events; one INSERT or upsert per projection the step
-touched. No savepoints and no reads: the checkpoint is all or nothing, so nothing
-inside it needs to roll back alone."""
+On PostgreSQL a checkpoint is one statement: the UPDATE of the run row that fences,
+locks, numbers the events and writes the state, as a common table expression of the
+events' multi-row INSERT and of one INSERT or upsert per projection the step touched.
+Elsewhere those are a statement each (no round trips to save in SQLite). No
+savepoints and no reads: the checkpoint is all or nothing, so nothing inside it
+needs to roll back alone."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from runs.core.report import build_report
 from runs.core.state import RunState, load_stored_state
 from runs.eventlog import LeaseLost, append_events
 from runs.models import CallLedgerEntry, Evidence, PendingEffect, Receipt, Report, Run
-from runs.rows import insert
+from runs.rows import Rows, SeqOf
 
 __all__ = ["DjangoStore", "LeaseLost", "load_state", "state_columns"]
 
@@ -65,8 +66,7 @@ class DjangoStore:
         with transaction.atomic(savepoint=False):
             # Fencing rides on the numbering UPDATE: a worker whose lease was taken
             # over gets LeaseLost before it has written anything.
-            rows = append_events(state.run_id, events, run_columns=columns, lease_token=self.lease_token)
-            _project(state, events, [row.seq for row in rows])
+            append_events(state.run_id, events, run_columns=columns, lease_token=self.lease_token, projections=_project(state, events))
             if self.lease_token is not None:
                 transaction.on_commit(lambda: self._written.update(columns))
 
@@ -82,21 +82,24 @@ class DjangoStore:
         return {name: value for name, value in columns.items() if name not in self._written or self._written[name] != value}
 
 
-def _project(state: RunState, events: Sequence[CoreEvent], seqs: list[int]) -> None:
-    """The relational copies of what this step changed: one statement per table it
-    touched (an upsert where a row changes over the call's life)."""
+def _project(state: RunState, events: Sequence[CoreEvent]) -> list[Rows]:
+    """The relational copies of what this step changed: rows for each table it
+    touched (upserted where a row changes over the call's life)."""
     now = timezone.now()
     touched = sorted({e.call_id for e in events if e.call_id})
-    insert(CallLedgerEntry, _ledger_rows(state, touched, now), unique=["run", "call_id"], update=LEDGER_UPDATES)
-    insert(Receipt, _receipt_rows(state.run_id, events, seqs))
-    insert(Evidence, _evidence_rows(state, events, now))
-    insert(PendingEffect, _pending_rows(state, touched), unique=["run", "call_id"], update=PENDING_UPDATES)
+    projections = [
+        Rows(CallLedgerEntry, _ledger_rows(state, touched, now), ("run", "call_id"), LEDGER_UPDATES),
+        Rows(Receipt, _receipt_rows(state.run_id, events)),
+        Rows(Evidence, _evidence_rows(state, events, now)),
+        Rows(PendingEffect, _pending_rows(state, touched), ("run", "call_id"), PENDING_UPDATES),
+    ]
     if state.finished:
-        insert(Report, [{"run": state.run_id, "data": build_report(state), "created_at": now}], unique=["run"], update=["data"])
+        projections.append(Rows(Report, [{"run": state.run_id, "data": build_report(state), "created_at": now}], ("run",), ("data",)))
+    return projections
 
 
-LEDGER_UPDATES = ["state", "attempts", "idempotency_key", "decision", "rule", "updated_at"]
-PENDING_UPDATES = ["tool", "args", "kind", "idempotency_key", "reason", "resolved", "applied", "resolution"]
+LEDGER_UPDATES = ("state", "attempts", "idempotency_key", "decision", "rule", "updated_at")
+PENDING_UPDATES = ("tool", "args", "kind", "idempotency_key", "reason", "resolved", "applied", "resolution")
 
 
 def _ledger_rows(state: RunState, touched: list[str], now: datetime) -> list[dict[str, object]]:
@@ -120,7 +123,7 @@ def _ledger_rows(state: RunState, touched: list[str], now: datetime) -> list[dic
     ]
 
 
-def _receipt_rows(run_id: str, events: Sequence[CoreEvent], seqs: list[int]) -> list[dict[str, object]]:
+def _receipt_rows(run_id: str, events: Sequence[CoreEvent]) -> list[dict[str, object]]:
     return [
         {
             "run": run_id,
@@ -130,9 +133,9 @@ def _receipt_rows(run_id: str, events: Sequence[CoreEvent], seqs: list[int]) -> 
             "problem": event.problem or "",
             "body": event.receipt,
             "harness_revision": event.harness_revision,
-            "event_seq": seq,
+            "event_seq": SeqOf(index),
         }
-        for event, seq in zip(events, seqs, strict=True)
+        for index, event in enumerate(events)
         if isinstance(event, ReceiptRecorded)
     ]
 

@@ -37,6 +37,7 @@ def start(**env):
             "HARNESS_FORGE_API_URL must be a URL",
         ),
         ({"DEBUG": "1", "HARNESS_GIT_CLONE_ATTEMPTS": "0"}, "HARNESS_GIT_CLONE_ATTEMPTS"),
+        ({"DEBUG": "1", "HARNESS_DB_PREPARE": "sometimes"}, "HARNESS_DB_PREPARE must be a boolean"),
     ],
 )
 def test_it_fails_at_start_naming_the_bad_variable(env, named):
