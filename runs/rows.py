@@ -93,46 +93,13 @@ def numbered_insert(connection: Any, rows: Rows, count: int, returning: Sequence
     string for text, which no JSON, uuid or time column accepts."""
     first = rows.rows[0]
     numbered = tuple(name for name, value in first.items() if isinstance(value, SeqOf))
-    head, tail, row_sql, fields = _numbered_statement(
-        connection, rows.model, tuple(first), numbered, rows.unique, rows.update, tuple(returning)
-    )
+    head, tail, row_sql, fields = _statement(connection, rows.model, tuple(first), rows.unique, rows.update, tuple(returning), numbered)
     params: list[object] = []
     for row in rows.rows:
         for field in fields:
             value = row[field.name]
             params.append(count - 1 - value.index if isinstance(value, SeqOf) else db_value(connection, field, value))
     return head + ", ".join([row_sql] * len(rows.rows)) + tail, params
-
-
-def _numbered_statement(
-    connection: Any,
-    model: type[models.Model],
-    names: tuple[str, ...],
-    numbered: tuple[str, ...],
-    unique: tuple[str, ...],
-    update: tuple[str, ...],
-    returning: tuple[str, ...],
-) -> _Statement:
-    key = ("numbered", connection.vendor, model, names, numbered, unique, update, returning)
-    found = _statements.get(key)
-    if found is not None:
-        return found
-    quote = connection.ops.quote_name
-    meta = model._meta
-    fields = [_column(meta, name) for name in names]
-    columns = [quote(field.column) for field in fields]
-    chosen = [
-        f"{RESERVED}.{quote(LAST_SEQ)} - given.{column}" if field.name in numbered else f"given.{column}"
-        for field, column in zip(fields, columns, strict=True)
-    ]
-    # Only the model's quoted identifiers are spliced in; every value is a parameter.
-    head = f"INSERT INTO {quote(meta.db_table)} ({', '.join(columns)}) SELECT {', '.join(chosen)} FROM {RESERVED}, (VALUES "  # noqa: S608
-    # cast_db_type is Django's, missing from django-stubs.
-    casts = ["%s::integer" if field.name in numbered else f"%s::{field.cast_db_type(connection)}" for field in fields]  # type: ignore[attr-defined]
-    row = "(" + ", ".join(casts) + ")"
-    tail = f") AS given ({', '.join(columns)})" + _conflict_and_returning(quote, meta, unique, update, returning)
-    found = _statements[key] = (head, tail, row, fields)
-    return found
 
 
 def _conflict_and_returning(
@@ -256,21 +223,34 @@ def _statement(
     unique: tuple[str, ...],
     update: tuple[str, ...],
     returning: tuple[str, ...],
+    numbered: tuple[str, ...] | None = None,
 ) -> _Statement:
-    """The statement's parts and fields, built once per shape (a checkpoint sends the
-    same few shapes every step)."""
-    key = (connection.vendor, model, names, unique, update, returning)
+    """The statement's parts (head, tail, one row's VALUES) and fields, built once per
+    shape (a checkpoint sends the same few shapes every step). ``numbered``: the
+    INSERT selects from the ``reserved`` row, these fields taking their seq from it."""
+    key = (connection.vendor, model, names, unique, update, returning, numbered)
     found = _statements.get(key)
     if found is not None:
         return found
     quote = connection.ops.quote_name
     meta = model._meta
     fields = [_column(meta, name) for name in names]
+    columns = [quote(field.column) for field in fields]
+    conflict = _conflict_and_returning(quote, meta, unique, update, returning)
     # Only the model's quoted identifiers are spliced in; every value is a parameter.
-    head = f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(field.column) for field in fields)}) VALUES "  # noqa: S608
-    tail = _conflict_and_returning(quote, meta, unique, update, returning)
-    placeholders = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    found = _statements[key] = (head, tail, placeholders, fields)
+    insert = f"INSERT INTO {quote(meta.db_table)} ({', '.join(columns)}) "
+    if numbered is None:
+        found = (insert + "VALUES ", conflict, "(" + ", ".join(["%s"] * len(fields)) + ")", fields)
+    else:
+        chosen = [
+            f"{RESERVED}.{quote(LAST_SEQ)} - given.{column}" if field.name in numbered else f"given.{column}"
+            for field, column in zip(fields, columns, strict=True)
+        ]
+        # cast_db_type is Django's, missing from django-stubs.
+        casts = ["%s::integer" if field.name in numbered else f"%s::{field.cast_db_type(connection)}" for field in fields]  # type: ignore[attr-defined]
+        head = f"{insert}SELECT {', '.join(chosen)} FROM {RESERVED}, (VALUES "  # noqa: S608
+        found = (head, f") AS given ({', '.join(columns)}){conflict}", "(" + ", ".join(casts) + ")", fields)
+    _statements[key] = found
     return found
 
 
