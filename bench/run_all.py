@@ -47,11 +47,84 @@ def last_json(output: str) -> Any:
     return json.loads(text[start + 1 :] if start >= 0 else text)
 
 
+def side_by_side(results: dict[str, Any]) -> str:
+    """The headline figures in one table: the harness beside its peer or floor, each
+    pair measured in the same run."""
+    rows: list[tuple[str, str, str, str]] = []
+    loop = results.get("loop_overhead", {})
+    for where in ("in memory", "sqlite", "postgresql"):
+        found = loop.get(where)
+        if not found:
+            continue
+        harness = found["harness"]
+        [(peer_name, peer)] = [(k, v) for k, v in found.items() if k.startswith("langgraph")]
+        extra = ""
+        if where != "in memory":
+            extra = f"; CPU {found['harness / langgraph, CPU']}x; statements/step {harness['statements_per_step']} against {peer['statements_per_step']}"
+            if harness["wal_bytes_per_step"]:
+                extra += f"; WAL bytes/step {harness['wal_bytes_per_step']} against {peer['wal_bytes_per_step']}"
+        rows.append(
+            (
+                f"durable step, {where}",
+                f"{harness['us_per_step']} µs",
+                f"{peer_name} {peer['us_per_step']} µs",
+                f"{found['harness / langgraph']}x{extra}",
+            )
+        )
+    for engine, found in results.get("sandbox_overhead", {}).get("results", {}).items():
+        check, raw = found["run_check_through_harness"]["median_ms"], found["raw_docker_exec_sdk"]["median_ms"]
+        rows.append((f"run_check, {engine}", f"{check:.0f} ms", f"raw SDK exec {raw:.0f} ms", f"{check / raw:.2f}x"))
+    trace = results.get("trace_latency", {}).get("latency_ms")
+    if trace:
+        rows.append(
+            (
+                "live trace p99, 200 ev/s x 20 viewers",
+                f"worst {trace['worst_p99']} ms",
+                "target 100 ms",
+                f"{trace['repeats_with_p99_under_100ms']} under",
+            )
+        )
+    kill = results.get("kill_latency")
+    if kill:
+        rows.append(("kill switch to stopped", f"{kill['median_s'] * 1000:.0f} ms median", "", f"max {kill['max_s'] * 1000:.0f} ms"))
+    for files, found in results.get("repo_scale", {}).get("rows", {}).items():
+        p = found["preparation"]
+        start = found["run_start_ms"]
+        rows.append(
+            (
+                f"run start, {files} files",
+                f"{start:.0f} ms",
+                f"git clone --local {p['git_clone_local']:.0f} ms",
+                f"{start / p['git_clone_local']:.2f}x; read_file {found['read_file']['median_ms']:.2f} ms, write_file {found['write_file']['median_ms']:.2f} ms",
+            )
+        )
+    redaction = results.get("redaction_overhead")
+    if redaction:
+        rows.append(
+            (
+                "masking secrets, SQLite step",
+                f"{redaction['step_ms_masked']} ms",
+                f"unmasked {redaction['step_ms_unmasked']} ms",
+                f"{redaction['masked_over_unmasked']}x",
+            )
+        )
+    widths = [max(len(row[i]) for row in [("figure", "harness", "peer or floor", "ratio"), *rows]) for i in range(4)]
+    lines = [
+        "| "
+        + " | ".join(cell.ljust(width) for cell, width in zip(("figure", "harness", "peer or floor", "ratio"), widths, strict=True))
+        + " |"
+    ]
+    lines.append("| " + " | ".join("-" * width for width in widths) + " |")
+    lines += ["| " + " | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, for a smoke run")
     args = parser.parse_args()
     failed = []
+    results: dict[str, Any] = {}
     # The machine is often shared: its load is recorded beside the figures, here and
     # in each benchmark's own output, so a run can be judged and compared later.
     print(f"make bench, {now()}, {machine()}, load {load()} (1, 5, 15 min)")
@@ -64,11 +137,14 @@ def main() -> None:
             failed.append(name)
             print(f"{name:18} FAILED ({result.returncode}): {result.stderr.strip().splitlines()[-1:]}")
             continue
-        figures = flatten(last_json(result.stdout))
+        results[name] = last_json(result.stdout)
+        figures = flatten(results[name])
         for key, value in figures.items():
             print(f"{name:18} {key:58} {value}")
         print(f"{name:18} {'(seconds to run)':58} {time.monotonic() - started:.0f}")
         print(f"{name:18} {'(load when done)':58} {load()}")
+    print()
+    print(side_by_side(results))
     if failed:
         raise SystemExit(f"failed: {', '.join(failed)}")
 

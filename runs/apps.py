@@ -10,6 +10,7 @@ class RunsConfig(AppConfig):
         # Wiring that must exist before any request or task: the sandbox's engine
         # address, what approvals need of runs (their port) and approvals' wake-ups
         # come from here (the composition root's side).
+        from channels.layers import get_channel_layer
         from django.conf import settings
 
         from approvals.ports import connect_runs
@@ -25,3 +26,7 @@ class RunsConfig(AppConfig):
         connect_runs(RunsForApprovals())
         wait_may_end.connect(resume_on_signal, dispatch_uid="runs.queue.resume_on_signal")
         use_engine_host(lambda: str(settings.DOCKER_HOST))
+        # The channel layer's backend (redis.asyncio, msgpack: 40 ms of imports, more
+        # on a busy machine) loads with the process, not on its first broadcast, which
+        # held up the first round of a run's live trace.
+        get_channel_layer()

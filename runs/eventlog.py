@@ -18,7 +18,7 @@ from runs.broadcast import broadcast_events
 from runs.core.events import Event as CoreEvent
 from runs.core.events import type_name
 from runs.models import Event, Run
-from runs.rows import LAST_SEQ, RESERVED, Rows, SeqOf, checkpoint_cursor, insert, insert_rows, numbered_insert
+from runs.rows import LAST_SEQ, RESERVED, Rows, SeqOf, checkpoint_cursor, db_value, insert, insert_rows, numbered_insert
 from runs.signals import events_stored
 
 
@@ -52,23 +52,27 @@ def append_events(
     secrets = secret_values()
     # Masked before the run row is locked: the lock is held for the statements only.
     payloads = [masked(event.payload(), secrets) for event in events]
-    rows = [
-        Event(run_id=run_id, type=type_name(type(e)), call_id=e.call_id, ts=datetime.fromtimestamp(e.ts, tz=UTC), payload=payload)
-        for e, (payload, _) in zip(events, payloads, strict=True)
-    ]
     values = Rows(
         Event,
         [
-            {"run": run_id, "seq": SeqOf(index), "type": r.type, "call_id": r.call_id, "ts": r.ts, "payload": text}
-            for index, (r, (_, text)) in enumerate(zip(rows, payloads, strict=True))
+            {
+                "run": run_id,
+                "seq": SeqOf(index),
+                "type": type_name(type(event)),
+                "call_id": event.call_id,
+                "ts": datetime.fromtimestamp(event.ts, tz=UTC),
+                "payload": text,
+            }
+            for index, (event, (_, text)) in enumerate(zip(events, payloads, strict=True))
         ],
     )
     written = [p for p in projections if p.rows]
     with transaction.atomic(savepoint=False):
         stored = _number_and_insert(run_id, values, written, run_columns or {}, lease_token)
-        for row, (pk, seq) in zip(rows, stored, strict=True):
-            row.pk, row.seq = pk, seq
-            row._state.adding = False
+        rows = [
+            _stored_row({**value, "id": pk, "seq": seq, "run_id": run_id, "payload": payload})
+            for value, (payload, _), (pk, seq) in zip(values.rows, payloads, stored, strict=True)
+        ]
         if not rows:
             return rows
         # Listeners (webhook notifications) record what they need in this same
@@ -79,6 +83,17 @@ def append_events(
     return rows
 
 
+def _stored_row(columns: Mapping[str, object]) -> Event:
+    """The model instance of a row just written, built as Django builds one it has
+    read (positional values, no keyword handling): a step stores several."""
+    row = Event(*(columns[name] for name in _EVENT_COLUMNS))
+    row._state.adding = False
+    return row
+
+
+_EVENT_COLUMNS = [field.attname for field in Event._meta.concrete_fields]
+
+
 def _number_and_insert(
     run_id: str, values: Rows, projections: Sequence[Rows], columns: Mapping[str, object], lease_token: int | None
 ) -> list[tuple[int, int]]:
@@ -87,18 +102,20 @@ def _number_and_insert(
     is one statement (the numbering UPDATE a common table expression that every
     INSERT selects from), one round trip per checkpoint; elsewhere the UPDATE, then
     an INSERT per table."""
-    connection = connections[DEFAULT_DB_ALIAS]  # resolved once (see runs.rows.insert)
+    # The connection itself, resolved once: django.db.connection looks it up again (a
+    # context-local read) on every attribute, dozens of times per checkpoint.
+    connection = connections[DEFAULT_DB_ALIAS]
     count = len(values.rows)
     if count and connection.vendor == "postgresql":
         return _number_and_insert_at_once(connection, run_id, values, projections, columns, lease_token)
-    last_seq = _reserve(run_id, count, columns, lease_token)
+    last_seq = _reserve(connection, run_id, count, columns, lease_token)
     seqs = range(last_seq - count + 1, last_seq + 1)
     # The payloads go in as the JSON text masking already produced: each is
     # serialised once.
     resolved = [{**row, "seq": seq} for row, seq in zip(values.rows, seqs, strict=True)]
-    ids = {seq: pk for pk, seq in insert(Event, resolved, returning=["id", "seq"])}
+    ids = {seq: pk for pk, seq in insert(connection, Event, resolved, returning=["id", "seq"])}
     for projection in projections:
-        insert_rows(projection, seqs)
+        insert_rows(connection, projection, seqs)
     return [(ids[seq], seq) for seq in seqs]
 
 
@@ -126,14 +143,13 @@ def _number_and_insert_at_once(
     return [(ids[seq], seq) for seq in seqs]
 
 
-def _reserve(run_id: str, count: int, columns: Mapping[str, object], lease_token: int | None) -> int:
+def _reserve(connection: Any, run_id: str, count: int, columns: Mapping[str, object], lease_token: int | None) -> int:
     """Advance the run's ``last_seq`` by ``count`` and return it, in one statement.
 
     The UPDATE takes the run row's lock, which serialises every writer of this run's
     log (worker, reviewers, the beat) until the transaction ends, so seq stays
     gap-free and unique without retry loops; the same statement numbers the events,
     writes the caller's columns and checks the fencing token."""
-    connection = connections[DEFAULT_DB_ALIAS]
     sql, fields = _reserve_statement(connection, tuple(columns), lease_token is not None)
     params = _reserve_params(connection, run_id, count, columns, fields, lease_token)
     with checkpoint_cursor(connection) as cursor:
@@ -148,8 +164,8 @@ def _reserve_params(
     connection: Any, run_id: str, count: int, columns: Mapping[str, object], fields: list[Any], lease_token: int | None
 ) -> list[object]:
     params: list[object] = [count]
-    params += [field.get_db_prep_save(columns[field.name], connection) for field in fields]
-    params.append(Run._meta.pk.get_db_prep_value(run_id, connection))
+    params += [db_value(connection, field, columns[field.name]) for field in fields]
+    params.append(db_value(connection, Run._meta.pk, run_id))
     if lease_token is not None:
         params.append(lease_token)
     return params

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from typing import Any
 
 from channels.consumer import get_handler_name
@@ -25,6 +26,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from common.permissions import VIEW_APPROVALS, VIEW_RUNS
+from runs import fanout
 from runs.broadcast import LISTS_GROUP
 from runs.session_sockets import current_user, user_group
 
@@ -58,10 +60,14 @@ class HeartbeatMixin(AsyncWebsocketConsumer):
 
     async def _beat(self) -> None:
         # Through the consumer's own channel, so a beat goes out between messages,
-        # never in the middle of a replay.
+        # never in the middle of a replay. The first beat comes after a random part of
+        # the period: sockets that opened together (every page reconnecting after a
+        # restart) would otherwise beat, and re-read their sessions through the one
+        # database thread, all at once for good: a stall of the live streams.
+        await asyncio.sleep(random.random() * self.heartbeat_seconds())
         while True:
-            await asyncio.sleep(self.heartbeat_seconds())
             await self.channel_layer.send(self.channel_name, {"type": "live.heartbeat"})
+            await asyncio.sleep(self.heartbeat_seconds())
 
     async def session_recheck(self, message: dict[str, Any] | None = None) -> bool:
         """Close the socket unless its session still allows what it shows; True if
@@ -84,7 +90,6 @@ def lists_access_problem(user: Any) -> tuple[int, str] | None:
 
 
 class ListsConsumer(HeartbeatMixin):
-    joined = False
     user_group = ""
 
     async def connect(self) -> None:
@@ -95,8 +100,7 @@ class ListsConsumer(HeartbeatMixin):
             return
         self.user_group = user_group(self.scope["user"].pk)
         await self.channel_layer.group_add(self.user_group, self.channel_name)
-        await self.channel_layer.group_add(LISTS_GROUP, self.channel_name)
-        self.joined = True
+        await fanout.join(self.channel_layer, LISTS_GROUP, self)
         self.start_heartbeat()
         await self.send(text_data=json.dumps({"type": "live", "heartbeat_seconds": self.heartbeat_seconds()}))
 
@@ -107,8 +111,7 @@ class ListsConsumer(HeartbeatMixin):
 
     async def disconnect(self, code: int) -> None:
         self.stop_heartbeat()
-        if self.joined:
-            await self.channel_layer.group_discard(LISTS_GROUP, self.channel_name)
+        await fanout.leave(self.channel_layer, LISTS_GROUP, self)
         if self.user_group:
             await self.channel_layer.group_discard(self.user_group, self.channel_name)
 
@@ -124,5 +127,7 @@ class ListsConsumer(HeartbeatMixin):
         await self.refuse(problem)
         return False
 
-    async def lists_changed(self, message: dict[str, Any]) -> None:
-        await self.send(text_data=json.dumps({"type": "changed", "run_id": message.get("run_id", "")}))
+    async def hear(self, message: dict[str, Any]) -> None:
+        """A message to the lists group, from the process's hub (runs.fanout)."""
+        if message["type"] == "lists.changed":
+            await self.send(text_data=json.dumps({"type": "changed", "run_id": message.get("run_id", "")}))

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, connections, models
+from django.db import models
+from django.db.backends.base.operations import BaseDatabaseOperations
+from django.db.backends.sqlite3.base import SQLiteCursorWrapper
 from django.db.models.options import Options
 
 if TYPE_CHECKING:
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
 
 
 def insert(
+    connection: Any,
     model: type[models.Model],
     rows: Sequence[Mapping[str, object]],
     *,
@@ -38,16 +41,13 @@ def insert(
     written, in no particular order."""
     if not rows:
         return []
-    # The connection itself, not django.db.connection: that proxy looks it up again
-    # (a context-local read) on every attribute, dozens of times per row here.
-    connection = connections[DEFAULT_DB_ALIAS]
     head, tail, placeholders, fields = _statement(connection, model, tuple(rows[0]), tuple(unique), tuple(update), tuple(returning))
     batch = connection.ops.bulk_batch_size(fields, rows) or len(rows)
     written: list[tuple[Any, ...]] = []
     with checkpoint_cursor(connection) as cursor:
         for start in range(0, len(rows), batch):
             chunk = rows[start : start + batch]
-            params = [field.get_db_prep_save(row[field.name], connection) for row in chunk for field in fields]
+            params = [db_value(connection, field, row[field.name]) for row in chunk for field in fields]
             cursor.execute(head + ", ".join([placeholders] * len(chunk)) + tail, params)
             if returning:
                 written += cursor.fetchall()
@@ -73,10 +73,10 @@ class Rows:
     update: tuple[str, ...] = ()
 
 
-def insert_rows(rows: Rows, seqs: Sequence[int]) -> None:
+def insert_rows(connection: Any, rows: Rows, seqs: Sequence[int]) -> None:
     """``rows`` written with each ``SeqOf`` replaced by its seq."""
     resolved = [{name: seqs[value.index] if isinstance(value, SeqOf) else value for name, value in row.items()} for row in rows.rows]
-    insert(rows.model, resolved, unique=rows.unique, update=rows.update)
+    insert(connection, rows.model, resolved, unique=rows.unique, update=rows.update)
 
 
 # The numbering UPDATE's common table expression and the column it returns.
@@ -93,46 +93,13 @@ def numbered_insert(connection: Any, rows: Rows, count: int, returning: Sequence
     string for text, which no JSON, uuid or time column accepts."""
     first = rows.rows[0]
     numbered = tuple(name for name, value in first.items() if isinstance(value, SeqOf))
-    head, tail, row_sql, fields = _numbered_statement(
-        connection, rows.model, tuple(first), numbered, rows.unique, rows.update, tuple(returning)
-    )
+    head, tail, row_sql, fields = _statement(connection, rows.model, tuple(first), rows.unique, rows.update, tuple(returning), numbered)
     params: list[object] = []
     for row in rows.rows:
         for field in fields:
             value = row[field.name]
-            params.append(count - 1 - value.index if isinstance(value, SeqOf) else field.get_db_prep_save(value, connection))
+            params.append(count - 1 - value.index if isinstance(value, SeqOf) else db_value(connection, field, value))
     return head + ", ".join([row_sql] * len(rows.rows)) + tail, params
-
-
-def _numbered_statement(
-    connection: Any,
-    model: type[models.Model],
-    names: tuple[str, ...],
-    numbered: tuple[str, ...],
-    unique: tuple[str, ...],
-    update: tuple[str, ...],
-    returning: tuple[str, ...],
-) -> _Statement:
-    key = ("numbered", connection.vendor, model, names, numbered, unique, update, returning)
-    found = _statements.get(key)
-    if found is not None:
-        return found
-    quote = connection.ops.quote_name
-    meta = model._meta
-    fields = [_column(meta, name) for name in names]
-    columns = [quote(field.column) for field in fields]
-    chosen = [
-        f"{RESERVED}.{quote(LAST_SEQ)} - given.{column}" if field.name in numbered else f"given.{column}"
-        for field, column in zip(fields, columns, strict=True)
-    ]
-    # Only the model's quoted identifiers are spliced in; every value is a parameter.
-    head = f"INSERT INTO {quote(meta.db_table)} ({', '.join(columns)}) SELECT {', '.join(chosen)} FROM {RESERVED}, (VALUES "  # noqa: S608
-    # cast_db_type is Django's, missing from django-stubs.
-    casts = ["%s::integer" if field.name in numbered else f"%s::{field.cast_db_type(connection)}" for field in fields]  # type: ignore[attr-defined]
-    row = "(" + ", ".join(casts) + ")"
-    tail = f") AS given ({', '.join(columns)})" + _conflict_and_returning(quote, meta, unique, update, returning)
-    found = _statements[key] = (head, tail, row, fields)
-    return found
 
 
 def _conflict_and_returning(
@@ -155,6 +122,11 @@ def checkpoint_cursor(connection: Any) -> Any:
     the server keep the statement prepared (the connection's ``prepare_threshold``).
     It is wrapped like any Django cursor, so database errors, execute wrappers and
     query capture treat its statements as they treat all others."""
+    if connection.vendor == "sqlite":
+        connection.close_if_health_check_failed()
+        connection.ensure_connection()
+        with connection.wrap_database_errors:
+            return connection._prepare_cursor(connection.connection.cursor(factory=_SQLiteCursor))
     if connection.vendor != "postgresql":
         return connection.cursor()
     connection.close_if_health_check_failed()
@@ -163,12 +135,81 @@ def checkpoint_cursor(connection: Any) -> Any:
         return connection._prepare_cursor(_ServerBindingCursor(connection.connection))
 
 
+class _SQLiteCursor(SQLiteCursorWrapper):
+    """Django's SQLite cursor, turning the few statement shapes a checkpoint sends from
+    ``%s`` to ``?`` placeholders once each rather than by a regular expression over the
+    whole statement on every execution."""
+
+    def convert_query(self, query: str, *, param_names: Any = None) -> str:
+        # convert_query is Django's, missing from django-stubs.
+        if param_names is not None:
+            return str(super().convert_query(query, param_names=param_names))  # type: ignore[misc]
+        found = _converted.get(query)
+        if found is None:
+            if len(_converted) > 256:
+                _converted.clear()
+            found = _converted[query] = str(super().convert_query(query))  # type: ignore[misc]
+        return found
+
+
+_converted: dict[str, str] = {}
+
+
 class _ServerBindingCursor(psycopg.Cursor[Any]):
     def _send_query_prepared(self, name: bytes, pgq: PostgresQuery, *, binary: bool | None = None) -> None:
         # psycopg records the query it sent only when it is not prepared, and Django's
         # query log (and the tests' statement counts) read that record back.
         self._query = pgq
         super()._send_query_prepared(name, pgq, binary=binary)
+
+
+def db_value(connection: Any, field: models.Field[Any, Any], value: object) -> object:
+    """``field.get_db_prep_save(value, connection)``, without its dozen calls where
+    the answer is known to be the value itself (a string for a plain text column, a
+    flag for a boolean, an integer where the backend passes integers through): a
+    checkpoint converts some fifty values, and the conversions were an eighth of a
+    SQLite step's time. A uuid key's conversion is remembered (a checkpoint names
+    the same run in every row)."""
+    kind = _kinds.get((connection.vendor, field))
+    if kind is None:
+        kind = _kinds[(connection.vendor, field)] = _kind(connection, field)
+    if value is None or type(value) is kind:
+        return value
+    if kind is _Key:
+        key = (connection.vendor, field, value)
+        found = _keys.get(key)
+        if found is None:
+            if len(_keys) > 1024:
+                _keys.clear()
+            found = _keys[key] = field.get_db_prep_save(value, connection)
+        return found
+    return field.get_db_prep_save(value, connection)
+
+
+class _Key:
+    """Marks a uuid (or a key to one): its values' conversions are remembered."""
+
+
+class _Converted:
+    """Marks a field whose every value goes through Django's conversion."""
+
+
+def _kind(connection: Any, field: models.Field[Any, Any]) -> type:
+    """The one type of value ``field`` stores unchanged on ``connection``."""
+    if type(field) in (models.CharField, models.TextField):
+        return str
+    if type(field) is models.BooleanField:
+        return bool
+    integers_as_given = type(connection.ops).adapt_integerfield_value is BaseDatabaseOperations.adapt_integerfield_value
+    if type(field) in (models.IntegerField, models.PositiveIntegerField, models.BigIntegerField) and integers_as_given:
+        return int
+    if isinstance(field, models.UUIDField) or isinstance(field, models.ForeignKey) and isinstance(field.target_field, models.UUIDField):
+        return _Key
+    return _Converted
+
+
+_kinds: dict[tuple[str, models.Field[Any, Any]], type] = {}
+_keys: dict[tuple[str, models.Field[Any, Any], object], object] = {}
 
 
 _Statement = tuple[str, str, str, list[models.Field]]
@@ -182,21 +223,34 @@ def _statement(
     unique: tuple[str, ...],
     update: tuple[str, ...],
     returning: tuple[str, ...],
+    numbered: tuple[str, ...] | None = None,
 ) -> _Statement:
-    """The statement's parts and fields, built once per shape (a checkpoint sends the
-    same few shapes every step)."""
-    key = (connection.vendor, model, names, unique, update, returning)
+    """The statement's parts (head, tail, one row's VALUES) and fields, built once per
+    shape (a checkpoint sends the same few shapes every step). ``numbered``: the
+    INSERT selects from the ``reserved`` row, these fields taking their seq from it."""
+    key = (connection.vendor, model, names, unique, update, returning, numbered)
     found = _statements.get(key)
     if found is not None:
         return found
     quote = connection.ops.quote_name
     meta = model._meta
     fields = [_column(meta, name) for name in names]
+    columns = [quote(field.column) for field in fields]
+    conflict = _conflict_and_returning(quote, meta, unique, update, returning)
     # Only the model's quoted identifiers are spliced in; every value is a parameter.
-    head = f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(field.column) for field in fields)}) VALUES "  # noqa: S608
-    tail = _conflict_and_returning(quote, meta, unique, update, returning)
-    placeholders = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    found = _statements[key] = (head, tail, placeholders, fields)
+    insert = f"INSERT INTO {quote(meta.db_table)} ({', '.join(columns)}) "
+    if numbered is None:
+        found = (insert + "VALUES ", conflict, "(" + ", ".join(["%s"] * len(fields)) + ")", fields)
+    else:
+        chosen = [
+            f"{RESERVED}.{quote(LAST_SEQ)} - given.{column}" if field.name in numbered else f"given.{column}"
+            for field, column in zip(fields, columns, strict=True)
+        ]
+        # cast_db_type is Django's, missing from django-stubs.
+        casts = ["%s::integer" if field.name in numbered else f"%s::{field.cast_db_type(connection)}" for field in fields]  # type: ignore[attr-defined]
+        head = f"{insert}SELECT {', '.join(chosen)} FROM {RESERVED}, (VALUES "  # noqa: S608
+        found = (head, f") AS given ({', '.join(columns)}){conflict}", "(" + ", ".join(casts) + ")", fields)
+    _statements[key] = found
     return found
 
 

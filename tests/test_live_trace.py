@@ -10,12 +10,14 @@ import time
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.db import connection
 from django.test import Client
 
 from harness_site.asgi import application
-from runs import eventlog
+from runs import eventlog, fanout
+from runs.broadcast import run_group
 from runs.core import events as ev
 from runs.eventlog import append_events
 from runs.models import Run
@@ -181,6 +183,36 @@ def test_it_resumes_after_a_reconnect_from_the_seq_the_client_has(scene, reviewe
     notes(run_id, 25, batch=5)  # while the client is away
     last = Run.objects.get(pk=run_id).last_seq
     assert async_to_sync(second_visit)(seen[-1], last) == list(range(seen[-1] + 1, last + 3))
+
+
+def test_it_streams_to_many_viewers_of_a_run_through_one_subscription_each_event_once(scene, reviewer):
+    cookie = session_cookie(reviewer)
+    run_id = str(scene.run.pk)
+    start = scene.run.last_seq
+
+    async def watch() -> tuple[list[list[int]], list[int], int, bool]:
+        viewers = [socket(cookie, run_id) for _ in range(5)]
+        for viewer in viewers:
+            await viewer.connect()
+            await viewer.send_json_to({"type": "subscribe", "after_seq": start})
+            assert (await viewer.receive_json_from(timeout=5))["type"] == "live"
+        layer = get_channel_layer()
+        members = len(layer._get_layer().groups[f"{layer._get_layer().prefix}__group__{run_group(run_id)}"])
+        await database_sync_to_async(notes)(run_id, 6, batch=2)
+        first, _ = await receive_until(viewers[0], start + 6)
+        await viewers[0].disconnect()  # one leaves; the others' stream goes on
+        await database_sync_to_async(notes)(run_id, 6, batch=3)
+        rest = [await receive_until(viewer, start + 12) for viewer in viewers[1:]]
+        for viewer in viewers[1:]:
+            await viewer.disconnect()
+        left = not any(group == run_group(run_id) for _, _, group in fanout._hubs)
+        return [seqs for seqs, _ in rest], first, members, left
+
+    rest, first, members, left = async_to_sync(watch)()
+    assert first == list(range(start + 1, start + 7))
+    assert rest == [list(range(start + 1, start + 13))] * 4
+    assert members == 1, "the process joins the run's group once, not once per viewer"
+    assert left, "the subscription ends with the last viewer"
 
 
 @pytest.mark.parametrize(

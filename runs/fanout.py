@@ -1,0 +1,102 @@
+"""One subscription per process per live group, fanned out inside the process.
+
+Through the channel layer every socket in a group gets its own copy of each group
+message: a queue put, a task wake-up, a decode and a dispatch per viewer per
+message, which at 200 events/s to 20 viewers was most of the web process's CPU.
+For the live streams (a run's events to its viewers, "changed" to the list pages)
+the process instead joins the group once, on a channel of its own, and one task
+hands each message, decoded once, to every local listener in turn. Delivery is the
+layer's own: in order per group, at most once with pub/sub (the listeners detect and
+fill gaps, as before), and Redis reconnects are the layer's business.
+
+A listener's ``hear`` runs on the hub's task, between other listeners' turns: it
+must not wait on anything slow (a database read, a lock another handler holds), or
+every viewer of the group waits with it. It may ``send`` on its socket, which
+Daphne writes without waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+# After a failed receive (Redis gone), wait this long before trying again.
+RETRY_SECONDS = 1.0
+
+
+class Listener(Protocol):
+    async def hear(self, message: dict[str, Any]) -> None: ...
+
+
+class _Hub:
+    def __init__(self, layer: Any, group: str) -> None:
+        self.layer = layer
+        self.group = group
+        self.listeners: dict[Listener, None] = {}  # a set that keeps joining order
+        self.channel = ""
+        self.joined = asyncio.ensure_future(self._join())
+        self.pump: asyncio.Task[None] | None = None
+
+    async def _join(self) -> None:
+        self.channel = await self.layer.new_channel()
+        await self.layer.group_add(self.group, self.channel)
+        self.pump = asyncio.create_task(self._pump())
+
+    async def _pump(self) -> None:
+        while True:
+            try:
+                message = await self.layer.receive(self.channel)
+            except Exception:  # noqa: BLE001 - the listeners fill what is lost meanwhile
+                log.warning("receiving %s failed; retrying", self.group, exc_info=True)
+                await asyncio.sleep(RETRY_SECONDS)
+                continue
+            for listener in list(self.listeners):
+                if listener not in self.listeners:  # left during an earlier listener's turn
+                    continue
+                try:
+                    await listener.hear(message)
+                except Exception:  # noqa: BLE001 - one socket's failure must not stop the others' stream
+                    log.exception("a listener of %s failed on %s", self.group, message.get("type"))
+
+    async def close(self) -> None:
+        self.joined.cancel()
+        if self.pump is not None:
+            self.pump.cancel()  # cancelling the receive also drops the pub/sub subscription
+        if self.channel:
+            await self.layer.group_discard(self.group, self.channel)
+
+
+# (layer, loop, group) -> hub. Daphne runs one loop; tests start one per call.
+_hubs: dict[tuple[int, asyncio.AbstractEventLoop, str], _Hub] = {}
+
+
+async def join(layer: Any, group: str, listener: Listener) -> None:
+    """Have ``listener.hear`` called with the group's messages. Returns once the
+    process is in the group: whatever is sent to it from now on reaches the listener
+    (as far as the layer delivers)."""
+    key = (id(layer), asyncio.get_running_loop(), group)
+    hub = _hubs.get(key)
+    if hub is None:
+        hub = _hubs[key] = _Hub(layer, group)
+    hub.listeners[listener] = None
+    try:
+        # Shielded: one joiner cancelled (its socket closed) must not undo the others' join.
+        await asyncio.shield(hub.joined)
+    except BaseException:
+        # The join failed (Redis down) or this socket closed meanwhile: the last one
+        # out removes the hub, so the next joiner starts afresh.
+        await leave(layer, group, listener)
+        raise
+
+
+async def leave(layer: Any, group: str, listener: Listener) -> None:
+    key = (id(layer), asyncio.get_running_loop(), group)
+    hub = _hubs.get(key)
+    if hub is None or listener not in hub.listeners:
+        return
+    del hub.listeners[listener]
+    if not hub.listeners:
+        del _hubs[key]
+        await hub.close()
