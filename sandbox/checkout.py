@@ -174,15 +174,16 @@ def checkout_as(uid: int, gid: int, git_dir: Path, commit: str, dest: Path) -> N
             umask=0o022,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        _empty(dest)
+        empty(dest)
         raise NotTrusted(f"git could not run as uid {uid}: {exc}") from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if done.returncode != 0:
-        _empty(dest)
+        empty(dest)
         raise NotTrusted(f"git read-tree as uid {uid} failed: {done.stderr.decode(errors='replace').strip()[:300]}")
 
 
-def _empty(dest: Path) -> None:
+def empty(dest: Path) -> None:
+    """``dest`` emptied of a checkout, for the fallback to write it again."""
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir()
