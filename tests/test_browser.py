@@ -208,21 +208,28 @@ def test_it_stops_the_run_when_a_reviewer_denies(live_server_asgi, celery_worker
     expect(page).to_have_url(f"{live_server_asgi.url}/approvals/{request.pk}/")
     page.fill("#id_reason", "publishing is frozen until the release")
     # The run's last event (its stop) has no successor to refresh the summary, so
-    # the page must retry a summary request that fails.
-    failed = []
+    # the page must retry a summary request that fails. The stop may already be in
+    # the page as served (the worker is quick) or arrive live; either way the page
+    # asks for the summary when its stream goes live, and asks again until it gets one.
+    failed, answered = [], []
 
     def fail_twice(route):
         if len(failed) < 2:
             failed.append(route.request.url)
             route.fulfill(status=503, body="busy")
         else:
+            answered.append(route.request.url)
             route.continue_()
 
     page.route("**/summary/", fail_twice)
     page.click("#deny")
     page.wait_for_url(f"**/runs/{run.pk}/")
-    expect(outcome(page)).to_have_text("denied", timeout=LIVE)
+    deadline = time.monotonic() + LIVE / 1000
+    while not answered:
+        assert time.monotonic() < deadline, f"no summary answered after {len(failed)} failed requests"
+        page.wait_for_timeout(100)
     assert len(failed) == 2
+    expect(outcome(page)).to_have_text("denied", timeout=LIVE)
     expect(page.locator('[data-field="stop_message"]')).to_contain_text("publishing is frozen until the release")
     expect(page.locator("#timeline")).to_contain_text(f"Denied by {reviewer.username}")
     expect(page.locator("#timeline .step-label", has_text="Denied by")).to_have_count(1)
