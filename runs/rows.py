@@ -122,16 +122,14 @@ def checkpoint_cursor(connection: Any) -> Any:
     the server keep the statement prepared (the connection's ``prepare_threshold``).
     It is wrapped like any Django cursor, so database errors, execute wrappers and
     query capture treat its statements as they treat all others."""
-    if connection.vendor == "sqlite":
-        connection.close_if_health_check_failed()
-        connection.ensure_connection()
-        with connection.wrap_database_errors:
-            return connection._prepare_cursor(connection.connection.cursor(factory=_SQLiteCursor))
-    if connection.vendor != "postgresql":
+    if connection.vendor not in ("sqlite", "postgresql"):
         return connection.cursor()
+    # What Django's own cursor() does, with the database cursor made here.
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     with connection.wrap_database_errors:
+        if connection.vendor == "sqlite":
+            return connection._prepare_cursor(connection.connection.cursor(factory=_SQLiteCursor))
         return connection._prepare_cursor(_ServerBindingCursor(connection.connection))
 
 
