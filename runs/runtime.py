@@ -23,7 +23,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 
 from approvals.models import ApprovalRequest
 from approvals.policies import load_policy
@@ -73,7 +73,7 @@ class RunsForApprovals:
         )
 
     def waiting_for_decision(self) -> Q:
-        return Q(run__status=Run.Status.WAITING, run__kill_requested=False)
+        return Q(run__status=Run.Status.WAITING, run__kill_requested=False, run__revision=F("revision"))
 
 
 def workspace_root(run: Run) -> Path:
