@@ -82,6 +82,25 @@ def lapse_stale_requests() -> int:
     return repaired
 
 
+def waited_request(run: Run) -> ApprovalRequest | None:
+    request_id = waited_for(run)
+    return ApprovalRequest.objects.filter(pk=request_id).first() if request_id else None
+
+
+def keeps_waiting(request: ApprovalRequest | None) -> bool:
+    """The request a run waits for can still end its wait by a decision: pending and
+    not expired. Any other (decided, lapsed, missing) means the run must be woken."""
+    return request is not None and request.status == Status.PENDING and request.expires_at > timezone.now()
+
+
+def wake_was_missed(run_id: str) -> bool:
+    """For the worker that just released the run's lease: the run waits, but a kill or
+    the end of its request came while the lease was held, and its wake-up, finding the
+    lease taken, was dropped."""
+    run = Run.objects.filter(pk=run_id, status=Run.Status.WAITING).first()
+    return run is not None and (run.kill_requested or not keeps_waiting(waited_request(run)))
+
+
 def waits_to_end() -> list[str]:
     """Waiting runs (nobody driving) whose request is no longer pending: each is
     woken so its wait ends the way the lifecycle defines. A wake-up normally follows
@@ -92,8 +111,8 @@ def waits_to_end() -> list[str]:
     wake = []
     for run in Run.objects.filter(status=Run.Status.WAITING).filter(leases.lease_free()):
         request_id = waited_for(run)
-        request = ApprovalRequest.objects.filter(pk=request_id).first() if request_id else None
-        if request is not None and request.status == Status.PENDING and request.expires_at > now:
+        request = waited_request(run)
+        if keeps_waiting(request):
             continue
         wake.append(str(run.pk))
         if request is not None and request.status in OPEN_STATUSES:

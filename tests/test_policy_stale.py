@@ -17,7 +17,7 @@ from playwright.sync_api import expect
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
 from approvals.services import DjangoApprovals, do_lapse, grant
-from runs import invariants, tasks
+from runs import invariants, runtime, tasks
 from runs.cli import full_report
 from runs.core.lifecycle import IllegalTransition
 from runs.models import Event, Run
@@ -180,6 +180,28 @@ def test_it_lapses_in_the_sweep_what_a_save_around_the_service_left_pending(oper
     assert drive(world, run).outcome == "complete"  # allowed now: the call went on
     assert exits(run) == ["stale"]
     assert tasks.sweep_leases() == []
+
+
+@pytest.mark.postgres
+def test_it_sends_again_a_wake_up_that_found_the_lease_taken(client, admin_user, operator, resumes, monkeypatch):
+    _, run, request = waiting_run(operator)
+    run_id = str(run.pk)
+
+    def drive_and_save(run_id: str, token: int, faults) -> str:
+        # The run's last checkpoint is written and it waits; before its worker lets go
+        # of the lease, an admin saves a version and the save's wake-up arrives.
+        save_as_admin(client, admin_user, approval_ttl_seconds=600)
+        assert runtime.advance(run_id) == "leased_elsewhere"
+        return "waiting_approval"
+
+    monkeypatch.setattr(runtime, "drive_leased", lambda run_id, token, faults: "waiting_approval")
+    assert runtime.advance(run_id) == "waiting_approval"
+    assert resumes == []  # still pending: nothing to wake it for
+    monkeypatch.setattr(runtime, "drive_leased", drive_and_save)
+    assert runtime.advance(run_id) == "waiting_approval"
+    request.refresh_from_db()
+    assert request.status == "stale"
+    assert resumes == [run_id, run_id]  # the save's, dropped at the lease, and the one sent again
 
 
 # -- the lifecycle's table of request transitions ------------------------------------------
