@@ -14,7 +14,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from approvals.models import ApprovalRequest, PolicyVersion
+from approvals.models import ApprovalRequest
 from approvals.policies import current_policy_row
 from approvals.services import DjangoApprovals, do_lapse, grant
 from runs import invariants, runtime, tasks
@@ -25,7 +25,7 @@ from runs.runtime import create_run
 from runs.services import drive_run
 from tests.fixtures_services import Worker, purge_queue
 from tests.fixtures_web import screenshot, sign_in
-from tests.helpers import KillFlag, World, new_policy_version
+from tests.helpers import KillFlag, World, edited_policy, new_policy_version
 from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO, assert_gap_free, wait_for
 from tests.test_policy_admin import ADD, inline_form
 
@@ -69,21 +69,12 @@ def waiting_run(operator) -> tuple[World, Run, ApprovalRequest]:
     return world, run, ApprovalRequest.objects.get(run=run, status="pending")
 
 
-def policy_text(publish: str | None = None, **fields: object) -> str:
-    """The current policy as the admin's JSON editor shows it, edited."""
-    document = {key: value for key, value in current_policy_row().document.items() if key != "version"}
-    document.update(fields)
-    if publish is not None:
-        document["rules"] = [{**rule, "decision": publish} if rule["tool"] == "publish" else rule for rule in document["rules"]]
-    return json.dumps(document)
-
-
 def save_as_admin(client, admin_user, publish: str | None = None, editor: str = "json", **fields: object):
     """An admin saves a new version in the Django admin, with the raw JSON editor or
     the row editor (the two ways the admin saves one)."""
     client.force_login(admin_user)
     if editor == "json":
-        response = client.post(ADD, {"document_text": policy_text(publish, **fields), "note": "tightened"}, follow=True)
+        response = client.post(ADD, {"document_text": json.dumps(edited_policy(publish, **fields)), "note": "tightened"}, follow=True)
     else:
         data = inline_form(client)
         data.update({name: str(value) for name, value in fields.items()})
