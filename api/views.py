@@ -16,12 +16,13 @@ from rest_framework import status
 from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.generics import GenericAPIView
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import permissions as perms
 from api.models import ApiToken
+from api.parsers import BoundedJSONParser
 from api.pagination import BoundedPagination
 from api.serializers import (
     ApprovalFilterSerializer,
@@ -348,7 +349,7 @@ class Token(GenericAPIView):
     # Only the credentials in the body count here, not a header or a session.
     authentication_classes = ()
     permission_classes = ()
-    parser_classes = (FormParser, MultiPartParser, JSONParser)
+    parser_classes = (FormParser, MultiPartParser, BoundedJSONParser)
     serializer_class = AuthTokenSerializer
 
     @extend_schema(
