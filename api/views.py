@@ -22,8 +22,8 @@ from rest_framework.response import Response
 
 from api import permissions as perms
 from api.models import ApiToken
-from api.parsers import BoundedJSONParser
 from api.pagination import BoundedPagination
+from api.parsers import BoundedJSONParser
 from api.serializers import (
     ApprovalFilterSerializer,
     ApprovalSerializer,

@@ -41,7 +41,9 @@ def test_it_refuses_json_nested_100k_levels_with_a_400_naming_the_depth(api):
     for path in ("/api/runs/", "/api/switch/", "/api/auth/token/"):
         response = post_raw(api, path, nested(100_000))
         assert response.status_code == 400, (path, response.content[:200])
-        assert response.json() == {"body": [f"JSON parse error - arrays and objects nest 100000 levels deep; the limit is {MAX_JSON_DEPTH}"]}
+        assert response.json() == {
+            "body": [f"JSON parse error - arrays and objects nest 100000 levels deep; the limit is {MAX_JSON_DEPTH}"]
+        }
     assert not Run.objects.exists()
     # Deep inside an object that is otherwise a good request: still refused as a whole.
     body = json.dumps({"contract": SMALL_CONTRACT, "proposer": SCRIPT})[:-1] + ', "extra": ' + nested(MAX_JSON_DEPTH) + "}"
@@ -80,7 +82,9 @@ def test_it_answers_too_many_query_parameters_with_a_json_400(api):
     query = "&".join(f"p{i}=1" for i in range(settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + 1))
     response = api.get(f"/api/runs/?{query}")
     assert response.status_code == 400 and response["Content-Type"] == "application/json"
-    assert response.json() == {"request": [f"more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} parameters (DATA_UPLOAD_MAX_NUMBER_FIELDS)"]}
+    assert response.json() == {
+        "request": [f"more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} parameters (DATA_UPLOAD_MAX_NUMBER_FIELDS)"]
+    }
 
 
 def depth_of(value: object) -> int:
