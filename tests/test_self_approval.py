@@ -12,10 +12,9 @@ import json
 
 import pytest
 
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import SELF_APPROVAL_NOT_PERMITTED, current_policy_row
 from approvals.policy_diff import SELF_APPROVAL_ON, previous_of, version_diff
-from approvals.models import PolicyVersion
 from approvals.services import DecisionForbidden, DjangoApprovals, grant
 from runs.models import Event
 from runs.services import drive_run
