@@ -14,7 +14,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from approvals.policies import current_policy_row, load_policy
+from approvals.policies import current_policy_row, load_policy, self_approval_on
 from approvals.ports import OwnedRun, runs
 from approvals.signals import wait_may_end
 from common import permissions
@@ -121,7 +121,7 @@ def check_decision(request: ApprovalRequest, user: User | AnonymousUser) -> None
         raise DecisionForbidden("you do not have the reviewer permission")
     run = request.run
     policy = load_policy(current_policy_row())
-    if run.created_by_id == user.pk and not policy.allow_self_approval:
+    if run.created_by_id == user.pk and not self_approval_on(policy):
         raise DecisionForbidden("you started this run; another reviewer must decide (separation of duties)")
     if request.status != Status.PENDING:
         raise DecisionRefused(f"this request is already {request.status}")

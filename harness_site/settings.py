@@ -330,6 +330,10 @@ HARNESS_LIVE_HEARTBEAT_SECONDS = env_float("HARNESS_LIVE_HEARTBEAT_SECONDS", 5.0
 # ---------------------------------------------------------------------------------
 INSTALLED_APPS += ["rest_framework", "drf_spectacular", "api", "notifications"]
 # API tokens are kept hashed (api.models.ApiToken) and last this many days.
+# Whether a policy may let whoever starts a run approve its requests alone. The
+# deployment decides, not an admin (docs/design.md, Approvals): off, no policy
+# version can turn it on, and versions saved earlier with it on have no effect.
+HARNESS_ALLOW_SELF_APPROVAL = env_bool("HARNESS_ALLOW_SELF_APPROVAL", False)
 HARNESS_API_TOKEN_DAYS = env_int("HARNESS_API_TOKEN_DAYS", 30, minimum=1, maximum=3650)
 
 REST_FRAMEWORK = {
@@ -340,7 +344,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.BoundedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
     # No OPTIONS self-description and no ?format= switch: the OpenAPI schema
