@@ -20,6 +20,8 @@ from urllib.parse import quote, urlsplit
 
 import requests
 
+from sandbox.allowlist import UnsafeURL, check_project
+
 ForgeKind = Literal["github", "gitlab"]
 FORGE_KINDS: tuple[ForgeKind, ...] = ("github", "gitlab")
 # What a failed forge call means: ``not_sent`` nothing reached the forge (retry);
@@ -256,9 +258,17 @@ class ChangeRequests:
     target: str | None
     _client: ForgeClient | None = field(default=None, repr=False)
 
+    def checked_project(self) -> str:
+        """The project, refused (``ForgeError``) unless it is plain names
+        (``sandbox.allowlist.check_project``): it becomes a path of the forge's API."""
+        try:
+            return check_project(self.project, self.access.kind)
+        except UnsafeURL as exc:
+            raise ForgeError("refused", str(exc)) from None
+
     def client(self) -> ForgeClient:
         if self._client is None:
-            self._client = CLIENTS[self.access.kind](self.access, self.project)
+            self._client = CLIENTS[self.access.kind](self.access, self.checked_project())
         return self._client
 
     def target_branch(self) -> str:

@@ -12,7 +12,6 @@ branch is the authoritative lookup for a push whose answer was lost."""
 from __future__ import annotations
 
 import base64
-import fnmatch
 import os
 import re
 import shlex
@@ -27,8 +26,8 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from runs.core.errors import FieldProblem, InputError
+from sandbox.allowlist import UnsafeURL, allowlist, place_of
 
-SCHEMES = ("https", "ssh", "file", "http")
 HEX_REF = re.compile(r"^[0-9a-f]{7,40}$")
 Cause = Literal["refused", "malformed", "unknown_ref", "auth", "unreachable", "failed"]
 PushOutcome = Literal["applied", "rejected", "unknown", "not_applied"]
@@ -118,21 +117,18 @@ class RemoteAccess:
 
 
 def check_remote_url(url: str, allowed: Sequence[str]) -> str:
-    """The URL if it is well formed and one of the server's allowed remotes."""
-    if any(c.isspace() or ord(c) < 32 for c in url) or url.startswith("-"):
-        raise RemoteError("malformed", f"{url!r} is not a git URL (spaces, control characters or a leading '-')")
-    parts = urlsplit(url)
-    if parts.scheme not in SCHEMES:
-        hint = " (write scp-like addresses as ssh://user@host/path)" if "@" in url and ":" in url else ""
-        raise RemoteError("malformed", f"{url!r}: a remote URL must start with https://, ssh:// or file://{hint}")
-    if parts.password is not None or (parts.username is not None and parts.scheme != "ssh"):
-        raise RemoteError("malformed", f"{url!r}: credentials do not belong in the URL; the server supplies them")
-    if parts.scheme == "file":
-        if parts.netloc or not parts.path.startswith("/"):
-            raise RemoteError("malformed", f"{url!r}: a file URL must be file:///absolute/path")
-    elif not parts.hostname or not parts.path.strip("/"):
-        raise RemoteError("malformed", f"{url!r}: a remote URL needs a host and a repository path")
-    if not any(fnmatch.fnmatchcase(url, pattern) for pattern in allowed):
+    """The URL if it is plain (``sandbox.allowlist``) and under one of the server's
+    allowed remotes."""
+    try:
+        entries = allowlist(allowed)
+    except UnsafeURL as exc:
+        # The settings refuse a bad entry at start; one handed in any other way too.
+        raise RemoteError("refused", str(exc)) from None
+    try:
+        place = place_of(url)
+    except UnsafeURL as exc:
+        raise RemoteError("malformed", str(exc)) from None
+    if not any(entry.admits(place) for entry in entries):
         listed = ", ".join(allowed) if allowed else "none are configured"
         raise RemoteError("refused", f"{url} is not an allowed remote (HARNESS_GIT_ALLOWED_REMOTES: {listed})")
     return url

@@ -43,8 +43,8 @@ def git_server(tmp_path: Path) -> Iterator[GitHttpServer]:
         yield server
 
 
-def git_access() -> RemoteAccess:
-    return RemoteAccess(allowed=("http://127.0.0.1:*/acme/*",), token=TOKEN, token_user=USER, timeout_seconds=30)
+def git_access(server: GitHttpServer) -> RemoteAccess:
+    return RemoteAccess(allowed=(f"http://127.0.0.1:{server.port}/acme/",), token=TOKEN, token_user=USER, timeout_seconds=30)
 
 
 def forge_access(forge: FakeForge, token: str = FORGE_TOKEN, timeout: float = 10.0) -> ForgeAccess:
@@ -57,9 +57,9 @@ def run_for(tmp_path: Path, server: GitHttpServer, forge: FakeForge | None, targ
 
     url = server.url(f"{PROJECT}.git")
     source = WorkspaceSource(kind="git", url=url, ref="main")
-    workspace = prepare_workspace(tmp_path / f"run-{uuid.uuid4().hex[:6]}", source, ROOT, (ROOT,), git_access())
+    workspace = prepare_workspace(tmp_path / f"run-{uuid.uuid4().hex[:6]}", source, ROOT, (ROOT,), git_access(server))
     workspace.write_file("total.py", FIX)
-    remote = RemoteTarget(url=url, base=str(workspace.source["commit"]), branch=BRANCH, git_dir=workspace.remote_git, access=git_access())
+    remote = RemoteTarget(url=url, base=str(workspace.source["commit"]), branch=BRANCH, git_dir=workspace.remote_git, access=git_access(server))
     requests = None
     if forge is not None:
         access = forge_access(forge)

@@ -41,7 +41,7 @@ class Remote:
 
     def access(self, token: str = TOKEN) -> RemoteAccess:
         return RemoteAccess(
-            allowed=("http://127.0.0.1:*/shop.git", "file:///*"),
+            allowed=(self.server.url("shop.git"), self.proxy.url("shop.git"), "file:///"),
             token=token,
             token_user=USER,
             author_name="Harness Bot",
