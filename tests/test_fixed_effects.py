@@ -98,9 +98,14 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> RemoteTarget:
 
 def trailers_git_reads(target: RemoteTarget, commit: str) -> list[str]:
     """The trailers of the commit object, parsed by git's own trailer parser."""
-    message = sh("cat-file", "commit", commit, cwd=target.git_dir).split("\n\n", 1)[1]
+    message = commit_object(target.git_dir, commit).split("\n\n", 1)[1]
     parsed = subprocess.run(["git", "interpret-trailers", "--parse"], input=message, capture_output=True, text=True, check=True)
     return parsed.stdout.splitlines()
+
+
+def commit_object(git_dir: Path, commit: str) -> str:
+    """The commit object's exact text."""
+    return subprocess.run(["git", "--git-dir", str(git_dir), "cat-file", "commit", commit], capture_output=True, text=True, check=True).stdout
 
 
 LINES = st.sampled_from(
@@ -246,7 +251,7 @@ def test_it_pushes_byte_for_byte_the_commit_shown_when_another_worker_with_other
             other.stop()
         assert run.outcome == "complete", run.stop_message
         assert rig.head(branch) == fixed.commit, "the branch holds exactly the commit shown"
-        raw = sh("cat-file", "commit", fixed.commit, cwd=rig.bare)
+        raw = commit_object(rig.bare, fixed.commit)
         headers, message = raw.split("\n\n", 1)
         assert message == fixed.message
         assert f"author Filing Bot <filing@harness.example> {fixed.author.date} +0000" in headers.splitlines()
