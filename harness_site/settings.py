@@ -10,8 +10,8 @@ from typing import Literal
 
 import dj_database_url
 
-from sandbox.allowlist import UnsafeURL, allowlist
 from harness_site.env import SettingError, env_bool, env_choice, env_float, env_identity, env_int, env_list, env_str, env_url
+from sandbox.allowlist import UnsafeURL, allowlist
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("HARNESS_VAR_DIR", str(BASE_DIR / "var")))

@@ -19,9 +19,9 @@ import shutil
 import subprocess
 import tempfile
 import time
-from datetime import UTC, datetime
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -380,7 +380,9 @@ class RemoteTarget:
         """The fixed commit, made again from its record alone (whatever this process's
         settings say), or ``EffectDrift`` if it would not be the same commit."""
         if (effect.remote, effect.branch, effect.base) != (self.url, self.branch, self.base):
-            raise EffectDrift(f"the approved push goes to {effect.branch} on {effect.remote}, this run's target is {self.branch} on {self.url}")
+            raise EffectDrift(
+                f"the approved push goes to {effect.branch} on {effect.remote}, this run's target is {self.branch} on {self.url}"
+            )
         tree = self.tree_for(patch)
         if tree != effect.tree:
             raise EffectDrift(f"the workspace's tree is {tree[:12]}, the approved commit's is {effect.tree[:12]}")

@@ -277,7 +277,11 @@ def plan_publish(ctx: ToolContext, args: Mapping[str, JSON], key: str, at: float
         return Plan(fixed.model_dump(), describe_push(fixed) + published.text)
     content = _outbox_content(ctx, key, published, message)
     outbox = OutboxEffect(
-        file=outbox_path(ctx.outbox, key).name, revision=published.revision, message=message, sha256=sha256_bytes(content), bytes=len(content)
+        file=outbox_path(ctx.outbox, key).name,
+        revision=published.revision,
+        message=message,
+        sha256=sha256_bytes(content),
+        bytes=len(content),
     )
     return Plan(outbox.model_dump(), published.text)
 

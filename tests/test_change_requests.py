@@ -59,7 +59,9 @@ def run_for(tmp_path: Path, server: GitHttpServer, forge: FakeForge | None, targ
     source = WorkspaceSource(kind="git", url=url, ref="main")
     workspace = prepare_workspace(tmp_path / f"run-{uuid.uuid4().hex[:6]}", source, ROOT, (ROOT,), git_access(server))
     workspace.write_file("total.py", FIX)
-    remote = RemoteTarget(url=url, base=str(workspace.source["commit"]), branch=BRANCH, git_dir=workspace.remote_git, access=git_access(server))
+    remote = RemoteTarget(
+        url=url, base=str(workspace.source["commit"]), branch=BRANCH, git_dir=workspace.remote_git, access=git_access(server)
+    )
     requests = None
     if forge is not None:
         access = forge_access(forge)

@@ -10,9 +10,9 @@ cannot take is refused before any request is filed (issue 26, findings 7 and 8).
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Mapping
 from html import unescape
-import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +26,7 @@ from runs.core.tools import builtin_registry
 from runs.core.waits import approval_key
 from sandbox.forges import describe_change_request
 from sandbox.remote import RemoteAccess, RemoteTarget
-from tests.gitserver import make_bare_repository, sh
+from tests.gitserver import make_bare_repository
 
 # -- validation before anything is filed ------------------------------------------
 
@@ -54,7 +54,9 @@ def test_it_refuses_a_publish_message_git_cannot_take_before_filing_a_request(me
     assert rig.executed("publish") == 0 and rig.state.outcome != "receipt_invalid"
 
 
-@pytest.mark.parametrize("title", ["Fix\n# from branch main into production", "Fix\r", "Fix\u2028# title: other", "evil\u202egnp", "tab\there"])
+@pytest.mark.parametrize(
+    "title", ["Fix\n# from branch main into production", "Fix\r", "Fix\u2028# title: other", "evil\u202egnp", "tab\there"]
+)
 def test_it_refuses_a_change_request_title_with_a_control_character_naming_the_field(title: str) -> None:
     registry = builtin_registry()
     spec = registry.get("open_change_request")
@@ -79,7 +81,11 @@ def test_it_shows_every_character_that_could_forge_a_line_escaped_in_the_preview
     )
     shown = describe_change_request(forged)
     lines = shown.splitlines()
-    assert lines[:3] == ["# open a pull request on https://forge.example/acme/shop", "# from branch harness/t-1 into main", "# title: Fix\\n# from branch main into production"]
+    assert lines[:3] == [
+        "# open a pull request on https://forge.example/acme/shop",
+        "# from branch harness/t-1 into main",
+        "# title: Fix\\n# from branch main into production",
+    ]
     assert all(line.startswith("#") for line in lines)
     assert "\\x1b[2Jcleared" in shown and "\x1b" not in shown
     assert sum(1 for line in lines if line.startswith("# title:")) == 1
@@ -93,7 +99,9 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> RemoteTarget:
     root = tmp_path_factory.mktemp("trailers")
     commits = make_bare_repository(root)
     access = RemoteAccess(allowed=("file:///",), author_name="Harness", author_email="harness@example.com")
-    return RemoteTarget(url=f"file://{commits['path']}", base=commits["main"], branch="harness/t-1", git_dir=Path(commits["path"]), access=access)
+    return RemoteTarget(
+        url=f"file://{commits['path']}", base=commits["main"], branch="harness/t-1", git_dir=Path(commits["path"]), access=access
+    )
 
 
 def trailers_git_reads(target: RemoteTarget, commit: str) -> list[str]:
@@ -105,7 +113,9 @@ def trailers_git_reads(target: RemoteTarget, commit: str) -> list[str]:
 
 def commit_object(git_dir: Path, commit: str) -> str:
     """The commit object's exact text."""
-    return subprocess.run(["git", "--git-dir", str(git_dir), "cat-file", "commit", commit], capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["git", "--git-dir", str(git_dir), "cat-file", "commit", commit], capture_output=True, text=True, check=True
+    ).stdout
 
 
 LINES = st.sampled_from(

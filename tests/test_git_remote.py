@@ -73,7 +73,11 @@ def changed_run(remote: Remote, url: str, tmp_path: Path) -> SandboxExecutor:
     workspace = clone_run(tmp_path, url, "main", remote.access())
     workspace.write_file("total.py", FIX)
     target = RemoteTarget(
-        url=url, base=str(workspace.source["commit"]), branch="harness/fix-totals-1a2b3c4d", git_dir=workspace.remote_git, access=remote.access()
+        url=url,
+        base=str(workspace.source["commit"]),
+        branch="harness/fix-totals-1a2b3c4d",
+        git_dir=workspace.remote_git,
+        access=remote.access(),
     )
     return SandboxExecutor("run-1a2b3c4d", workspace, None, FileArtifactStore(), tmp_path / "outbox", write_paths=("*",), remote=target)
 

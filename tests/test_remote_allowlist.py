@@ -90,7 +90,25 @@ def test_it_refuses_every_escape_from_an_http_prefix_before_git_runs() -> None:
 # -- the property ----------------------------------------------------------------
 
 SEGMENTS = st.sampled_from(
-    ["allowed", "private", "shop.git", "x", "..", ".", "", "%2e", "%2e%2e", "%2E%2E", ".%2e", "%2f", "%252e%252e", "a%2fb", "%5c", "~", "link"]
+    [
+        "allowed",
+        "private",
+        "shop.git",
+        "x",
+        "..",
+        ".",
+        "",
+        "%2e",
+        "%2e%2e",
+        "%2E%2E",
+        ".%2e",
+        "%2f",
+        "%252e%252e",
+        "a%2fb",
+        "%5c",
+        "~",
+        "link",
+    ]
 )
 SEPARATORS = st.sampled_from(["/", "//", "/./", "\\", "/%2f"])
 

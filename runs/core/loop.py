@@ -15,6 +15,7 @@ from runs.core import events as ev
 from runs.core import feedback as fb
 from runs.core.contract import Contract
 from runs.core.driver import HarnessConfig, Stop, as_json
+from runs.core.effects import Plan
 from runs.core.errors import FieldProblem, InputError
 from runs.core.execution import Execution
 from runs.core.jsonutil import JSON, digest
@@ -34,7 +35,6 @@ from runs.core.ports import (
     SystemClock,
     Workspace,
 )
-from runs.core.effects import Plan
 from runs.core.state import CallRecord, Operation, RunState
 from runs.core.tools import Registry, ToolSpec
 from runs.core.waits import Waits

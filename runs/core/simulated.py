@@ -51,7 +51,11 @@ class SimWorkspace:
         shown = self.preview(tool, args) or ""
         content = (str(args.get("message", "")) + "\n" + shown).encode()
         fixed = OutboxEffect(
-            file=f"{idempotency_key}.patch", revision=self.revision(), message=str(args.get("message", "")), sha256=sha256_bytes(content), bytes=len(content)
+            file=f"{idempotency_key}.patch",
+            revision=self.revision(),
+            message=str(args.get("message", "")),
+            sha256=sha256_bytes(content),
+            bytes=len(content),
         )
         return Plan(fixed.model_dump(), shown)
 
