@@ -282,3 +282,23 @@ def test_it_tells_the_reviewer_a_publish_goes_to_the_outbox_when_it_does(operato
     words = unescape(html.split('id="what-it-does"', 1)[1].split("</p>", 1)[0])
     assert f"as one patch file ({request.effect['file']}," in words and "into the server's outbox" in words
     assert "Pushes" not in words and "branch" not in words
+
+
+def test_it_asks_again_with_the_effect_shown_for_a_wait_filed_before_effects_were_fixed() -> None:
+    from runs.core.jsonutil import digest
+
+    rig = asking_rig()
+    rig.harness.run()
+    (first_id, asked) = next(iter(rig.approvals.requests.items()))
+    # As the release before stored it: no effect on the record, a key without one.
+    old_key = digest({"tool": "publish", "args": asked.args, "revision": asked.revision, "policy_version": asked.policy_version})
+    assert rig.state.waiting is not None
+    rig.state.waiting.approval_key = old_key
+    rig.state.ledger[asked.call_id].effect = None
+    rig.approvals.status[first_id] = "granted"
+    rig.harness.run()
+    assert rig.approvals.status[first_id] == "stale", "a grant of a request that showed no effect is never used"
+    assert rig.executed("publish") == 0
+    assert rig.state.status == "waiting_approval" and rig.state.waiting.request_id != first_id
+    again = rig.approvals.requests[rig.state.waiting.request_id]
+    assert again.effect == asked.effect and again.key == asked.key
