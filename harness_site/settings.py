@@ -11,6 +11,7 @@ from typing import Literal
 import dj_database_url
 
 from harness_site.env import SettingError, env_bool, env_choice, env_float, env_identity, env_int, env_list, env_str, env_url
+from sandbox.allowlist import UnsafeURL, allowlist
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("HARNESS_VAR_DIR", str(BASE_DIR / "var")))
@@ -184,9 +185,14 @@ OUTBOX_DIR = Path(env_str("HARNESS_OUTBOX_DIR", str(VAR_DIR / "outbox")))
 # Where contracts may take their workspace from (local paths, git repositories and
 # archives); anything else is refused, so starting a run cannot read server files.
 WORKSPACE_SOURCES = [Path(p) for p in env_list("HARNESS_WORKSPACE_SOURCES", [str(BASE_DIR / "examples")])]
-# Git remotes a run may clone from and publish to (fnmatch patterns over the URL);
-# none by default. The token or SSH key is read by the worker's git process only.
+# Git remotes a run may clone from and publish to: URL prefixes ending in "/" or exact
+# repository URLs, compared part by part (sandbox/allowlist.py, docs/deploy.md); none
+# by default. The token or SSH key is read by the worker's git process only.
 GIT_ALLOWED_REMOTES = env_list("HARNESS_GIT_ALLOWED_REMOTES", [])
+try:
+    allowlist(GIT_ALLOWED_REMOTES)
+except UnsafeURL as exc:
+    raise SettingError(str(exc)) from None
 GIT_TOKEN = env_str("HARNESS_GIT_TOKEN", "")
 GIT_TOKEN_FILE = env_str("HARNESS_GIT_TOKEN_FILE", "") or None
 GIT_TOKEN_USER = env_str("HARNESS_GIT_TOKEN_USER", "x-access-token")

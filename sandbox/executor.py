@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from runs.core import events as ev
+from runs.core.effects import Plan
 from runs.core.jsonutil import JSON
 from runs.core.ports import ArtifactStore, Call, Reconciliation
 from runs.core.state import PendingEffect
@@ -96,6 +97,10 @@ class SandboxExecutor:
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
         entry = TOOLS.get(tool)
         return entry.preview(self.context, args) if entry is not None and entry.preview is not None else None
+
+    def plan(self, tool: str, args: Mapping[str, JSON], idempotency_key: str, at: float) -> Plan | None:
+        entry = TOOLS.get(tool)
+        return entry.plan(self.context, args, idempotency_key, at) if entry is not None and entry.plan is not None else None
 
     # -- Executor -----------------------------------------------------------------
 

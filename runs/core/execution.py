@@ -74,6 +74,7 @@ class Execution(Driver):
             max_output_bytes=state.limits.max_output_bytes_per_call,
             check=check,
             deadline=state.deadline,
+            effect=record.effect,
         )
         try:
             return self.executor.execute(call), ""

@@ -15,6 +15,7 @@ from runs.core import events as ev
 from runs.core import feedback as fb
 from runs.core.contract import Contract
 from runs.core.driver import HarnessConfig, Stop, as_json
+from runs.core.effects import Plan
 from runs.core.errors import FieldProblem, InputError
 from runs.core.execution import Execution
 from runs.core.jsonutil import JSON, digest
@@ -167,6 +168,7 @@ class Harness(Waits, Execution):
             state.current_call = f"c{state.next_call}"
             state.next_call += 1
             state.current_proposal = as_json(raw)
+            state.proposed_at = self.clock.now()
             self._emit(ev.Proposed, call_id=state.current_call, number=state.proposals, proposal=state.current_proposal)
             self._checkpoint()
         self._guard("after the proposal arrived")
@@ -288,8 +290,10 @@ class Harness(Waits, Execution):
             return self._end_step(fb.CheckRequired(call_id=call_id, revision=self.state.revision, missing=missing))
         if auth.decision == "ask" and record.granted_key != self._approval_key(record):
             # No effect without a consumed grant for exactly this tool, these arguments,
-            # this revision and this policy version.
-            return self._ask(record, spec, auth)
+            # this revision, this policy version and this fixed effect.
+            return self._ask(record, spec, auth, self._fix_effect(record, spec))
+        if spec.external_effect and record.effect is None:
+            self._fix_effect(record, spec)
         record.state = "allowed"
         self._emit(
             ev.CallAdmitted,
@@ -301,8 +305,21 @@ class Harness(Waits, Execution):
             rule=auth.rule,
             revision=self.state.revision,
             policy_version=self.policy.version,
+            effect=record.effect,
         )
         self._execute(record, spec)
+
+    def _fix_effect(self, record: CallRecord, spec: ToolSpec) -> Plan | None:
+        """Fix an external call's effect now, from the workspace and this process's
+        configuration, dated when its proposal arrived (the same effect again after a
+        crash); from here on it is what the request shows, what the key binds and what
+        the executor performs, whichever process does (runs.core.effects)."""
+        if not spec.external_effect or record.idempotency_key is None:
+            return None
+        at = self.state.proposed_at if self.state.proposed_at is not None else self.clock.now()
+        plan = self.workspace.plan(spec.name, record.args, record.idempotency_key, at)
+        record.effect = plan.effect if plan is not None else None
+        return plan
 
     def _duplicate(self, record: CallRecord, spec: ToolSpec, done: Operation) -> None:
         """The same effect again: nothing is performed, nobody is asked, and the

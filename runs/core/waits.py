@@ -9,6 +9,7 @@ from typing import Any
 
 from runs.core import events as ev
 from runs.core.driver import Driver, Stop
+from runs.core.effects import Plan
 from runs.core.jsonutil import JSON, digest
 from runs.core.lifecycle import CANCELLED_OUTCOME, WAIT_EXITS, WaitExit, exit_of
 from runs.core.policy import Authorization
@@ -17,8 +18,11 @@ from runs.core.state import CallRecord, Waiting
 from runs.core.tools import ToolSpec
 
 
-def approval_key(tool: str, args: Mapping[str, JSON], revision: str, policy_version: int) -> str:
-    return digest({"tool": tool, "args": dict(args), "revision": revision, "policy_version": policy_version})
+def approval_key(tool: str, args: Mapping[str, JSON], revision: str, policy_version: int, effect: Mapping[str, JSON] | None) -> str:
+    """What a grant is bound to; ``effect`` is an external call's fixed effect
+    (runs.core.effects), so a grant covers exactly the commit, branch or request shown."""
+    fixed = dict(effect) if effect is not None else None
+    return digest({"tool": tool, "args": dict(args), "revision": revision, "policy_version": policy_version, "effect": fixed})
 
 
 class Waits(Driver):
@@ -49,10 +53,11 @@ class Waits(Driver):
         return min(ttl, self.policy.max_wait_seconds - self.state.waited_seconds)
 
     def _approval_key(self, record: CallRecord) -> str:
-        return approval_key(record.tool, record.args, self.state.revision, self.policy.version)
+        return approval_key(record.tool, record.args, self.state.revision, self.policy.version, record.effect)
 
-    def _ask(self, record: CallRecord, spec: ToolSpec, auth: Authorization) -> None:
-        """File (or find) the request for exactly this call and wait for it."""
+    def _ask(self, record: CallRecord, spec: ToolSpec, auth: Authorization, plan: Plan | None) -> None:
+        """File (or find) the request for exactly this call (and ``plan``, its fixed
+        external effect) and wait for it."""
         state = self.state
         wait_left = self._wait_left()
         # A reviewer is never offered a grant the run could not use.
@@ -72,12 +77,17 @@ class Waits(Driver):
             "policy_version": self.policy.version,
             "key": key,
             "rule": auth.rule,
+            "effect": record.effect,
         }
+        if plan is not None:
+            shown: str | None = plan.shown
+        else:
+            shown = self.workspace.preview(spec.name, record.args) if spec.has_effect else None
         ask = ApprovalAsk(
             run_id=state.run_id,
             call_id=record.call_id,
             actor=state.actor,
-            diff=self.workspace.preview(spec.name, record.args) if spec.has_effect else None,
+            diff=shown,
             evidence=[state.evidence[i].model_dump() for i in state.current_evidence.values()],
             expires_in_seconds=wait_left,
             **asked,
@@ -154,6 +164,7 @@ class Waits(Driver):
                 raise Stop("denied", f"approval denied: {reason}")
             raise Stop(transition.outcome or CANCELLED_OUTCOME, f"approval {exit}: {reason}")
         # Stale: the call goes back through the gates at the current revision and
-        # under the current policy; the run goes on.
+        # under the current policy, its effect fixed anew; the run goes on.
         record.approval_key = None
+        record.effect = None
         self._admit(record, spec)
