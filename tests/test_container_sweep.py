@@ -8,20 +8,30 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
+from datetime import timedelta
 
 import pytest
 from django.conf import settings
+from django.utils import timezone
 
 from approvals.policies import current_policy_row
-from runs.models import Event
-from runs.runtime import create_run
+from runs.container_sweep import sweep
+from runs.models import Event, Run
+from runs.runtime import create_run, prepare_workspace_for
+from runs.services import check_new_run, do_create_run
+from sandbox.container_spec import ROLE_MAIN, ContainerSpec, create_container, pinned_role
+from sandbox.orphans import containers_by_run, sweep_orphans
+from tests.fixtures_sandbox import SCOPE
 from tests.fixtures_services import Worker
 from tests.helpers import new_policy_version
-from tests.runs_waiting import DEMO_CONTRACT, wait_for
+from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO, wait_for
 
 pytestmark = [pytest.mark.docker]
 
 PINNED_SECONDS = 8
+SPEC = ContainerSpec(image=settings.SANDBOX_IMAGE)
+PINNED = pinned_role("harness-sandbox:pinned")
 
 
 def sweeps_done(log: str) -> int:
@@ -70,3 +80,47 @@ def test_it_keeps_a_pinned_image_checks_container_through_sweeps_and_the_check_p
     assert {c["Labels"]["harness.run_id"] for c in containers} == {str(run.pk)}
     roles = sorted(c["Labels"].get("harness.role", "") for c in containers)
     assert len(roles) == 2 and roles[0] == "main" and roles[1].startswith("pinned-"), containers
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_it_removes_the_containers_of_ended_and_undriven_runs_and_keeps_every_role_of_driven_ones(docker_engine, tmp_path) -> None:
+    now = timezone.now()
+    lease = timedelta(seconds=settings.HARNESS_LEASE_SECONDS)
+    leased = {"lease_owner": "a live worker", "lease_token": 1}
+    # run: (status, lease fields, roles of its containers, kept?)
+    table = {
+        "complete": (Run.Status.COMPLETE, {}, [ROLE_MAIN, PINNED], False),
+        "stopped": (Run.Status.STOPPED, {}, [PINNED], False),
+        "driven": (Run.Status.RUNNING, {**leased, "lease_expires_at": now + lease}, [ROLE_MAIN, PINNED], True),
+        # A waiting run being resumed: its driver starts the container before the wait ends.
+        "resumed": (Run.Status.WAITING, {**leased, "lease_expires_at": now + lease}, [ROLE_MAIN], True),
+        # Late to renew: the lease sweep's takeover comes first, and reuses it.
+        "late": (Run.Status.RUNNING, {**leased, "lease_expires_at": now - lease / 2}, [PINNED], True),
+        "abandoned": (Run.Status.RUNNING, {**leased, "lease_expires_at": now - 3 * lease}, [ROLE_MAIN, PINNED], False),
+        "waiting": (Run.Status.WAITING, {"lease_token": 1}, [ROLE_MAIN], False),
+    }
+    runs = {}
+    for name, (status, fields, roles, _) in table.items():
+        run = do_create_run(check_new_run(DEMO_CONTRACT, SCRIPTED_DEMO), None, prepare_workspace_for)
+        Run.objects.filter(pk=run.pk).update(status=status, **fields)
+        runs[name] = str(run.pk)
+        for role in roles:
+            create_container(docker_engine, str(run.pk), role, str(tmp_path), SPEC, SCOPE)
+    nobodys = ["not-a-run", str(uuid.uuid4())]  # a label that is no run id, and a run that does not exist
+    for label in nobodys:
+        create_container(docker_engine, label, ROLE_MAIN, str(tmp_path), SPEC, SCOPE)
+    try:
+        removed = sweep(SCOPE)
+        left = containers_by_run(scope=SCOPE, client=docker_engine)
+    finally:
+        sweep_orphans([], scope=SCOPE, client=docker_engine)
+
+    kept = [name for name, row in table.items() if row[3]]
+    assert set(left) == {runs[name] for name in kept}
+    assert {name: len(left[runs[name]]) for name in kept} == {name: len(table[name][2]) for name in kept}  # every role
+    assert sorted(removed) == sorted([*(runs[name] for name in table if name not in kept), *nobodys])
+    for name in ("abandoned", "waiting"):  # claimed for the removal, and let go
+        row = Run.objects.get(pk=runs[name])
+        assert (row.lease_expires_at, row.lease_owner, row.lease_token) == (None, "", 2), name
+    assert Run.objects.get(pk=runs["driven"]).lease_token == 1
