@@ -36,9 +36,7 @@ def remove_containers(container_ids: Collection[str], *, client: docker.DockerCl
     return sum(remove_container(client, container_id) for container_id in container_ids)
 
 
-def sweep_orphans(
-    active_run_ids: Collection[str], *, scope: str = DEFAULT_SCOPE, client: docker.DockerClient | None = None
-) -> list[str]:
+def sweep_orphans(active_run_ids: Collection[str], *, scope: str = DEFAULT_SCOPE, client: docker.DockerClient | None = None) -> list[str]:
     """Remove every container of this scope whose run is not in ``active_run_ids``,
     whatever its role; return those runs (tests and benchmarks clean up with it)."""
     client = client or shared_client()
