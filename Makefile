@@ -23,13 +23,14 @@ lint:
 typecheck:
 	$(PY) -m mypy common sandbox approvals notifications api runs harness_site
 
-# The edit-test loop: what needs no Docker, Celery worker or browser, and nothing
-# marked slow, on SQLite, on two workers (each its own session: test_settings.py).
+# The edit-test loop: what needs no Docker, Celery worker, browser, sshd or
+# docker-compose, and nothing marked slow, on SQLite, on two workers (each its own
+# session: test_settings.py).
 # `make test` still runs everything. Bytecode is cached even where the environment
 # says not to (PYTHONDONTWRITEBYTECODE): compiling the project and rewriting the tests'
 # assertions again on every run is a quarter of this loop's time.
 test-fast:
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n 2 -m "not docker and not browser and not celery and not deploy and not postgres_only and not slow"
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n 2 -m "not docker and not browser and not celery and not sshd and not compose and not deploy and not postgres_only and not slow"
 
 test-sqlite:
 	$(PY) -m pytest -q -p no:cacheprovider -m "not postgres_only and not deploy"
