@@ -2,16 +2,18 @@
 PY ?= python3
 PG_URL ?= postgres://postgres@127.0.0.1:5432/harness
 
-.PHONY: up test test-fast deps lint typecheck test-sqlite test-postgres test-deploy bench selftest openapi
+.PHONY: up test test-fast setup lint typecheck test-sqlite test-postgres test-deploy bench selftest openapi
 
 up:
 	bash scripts/up.sh
 
-test: deps lint typecheck test-sqlite test-postgres
+test: setup lint typecheck test-sqlite test-postgres
 
-# The product's packages and the tools and test libraries (a no-op once installed).
-deps:
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+# What the tests need beyond this checkout: system packages (Docker, Chromium, runsc,
+# sshd, docker-compose...), the Python packages of requirements-dev.txt, the services
+# and the sandbox image; only what is missing, so it takes seconds once done.
+setup:
+	bash scripts/setup.sh
 
 # The layers (.importlinter): what each package may import.
 lint:
