@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from harness_site.test_settings import PER_SESSION
+from tests.hidden_tools import run_without
 
 ROOT = Path(__file__).resolve().parent.parent
 # What scripts/setup.sh installs or starts for the tests beyond Python, Redis and
@@ -31,7 +31,6 @@ HIDDEN = (
     "/var/run/docker.sock",
 )
 MENTIONS = re.compile(r"docker|sshd|ssh_server|compose|chromium|playwright|runsc", re.IGNORECASE)
-HIDE = 'for f in "$@"; do [ -e "$f" ] && mount --bind "$EMPTY" "$f"; done; exec env -u EMPTY {pytest}'
 
 
 def fast_markers() -> str:
@@ -48,20 +47,9 @@ def test_it_runs_the_fast_selection_with_docker_compose_sshd_chromium_and_runsc_
         if path.name != Path(__file__).name and MENTIONS.search(path.read_text())
     )
     assert "tests/test_git_ssh.py" in modules and "tests/test_unprivileged_web.py" in modules
-    empty = tmp_path / "empty"
-    empty.write_text("")
-    pytest_argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "-m", fast_markers(), *modules]
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "-m", fast_markers(), *modules]
     # A session of its own (queue, scope, directories): not this one's.
     env = {name: value for name, value in os.environ.items() if name not in (*PER_SESSION, "HARNESS_TEST_WORKER")}
-    script = HIDE.format(pytest=" ".join(f"'{arg}'" for arg in pytest_argv))
-    # A private mount namespace: the tools stay where they are for everyone else.
-    done = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "hide", *HIDDEN],
-        cwd=ROOT,
-        env={**env, "EMPTY": str(empty)},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    done = run_without(HIDDEN, argv, scratch=tmp_path, env=env, cwd=ROOT, timeout=900)
     assert done.returncode == 0, (done.stdout[-6000:], done.stderr[-2000:])
     assert re.search(r"\d+ passed", done.stdout), done.stdout[-2000:]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures_services import ROOT
+from tests.hidden_tools import run_without
 
 # Both start or hide the engine's and the system's own tools, as root does.
 pytestmark = [pytest.mark.docker]
@@ -32,18 +33,9 @@ def test_it_names_what_to_install_without_root(tmp_path: Path) -> None:
     bin_dir.mkdir()
     (bin_dir / "id").write_text("#!/bin/sh\necho 1000\n")
     (bin_dir / "id").chmod(0o755)
-    empty = tmp_path / "empty"
-    empty.write_text("")
     hidden = ["/usr/bin/chromium", "/usr/sbin/sshd", "/usr/bin/runsc", "/usr/bin/docker-compose"]
-    hide = 'for f in "$@"; do mount --bind "$EMPTY" "$f"; done; exec ' + " ".join(SETUP)
-    done = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c", hide, "hide", *hidden],
-        cwd=ROOT,
-        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "EMPTY": str(empty)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    done = run_without(hidden, SETUP, scratch=tmp_path, env=env, cwd=ROOT, timeout=120)
     assert done.returncode == 1, done.stderr
     assert "cannot continue: missing chromium docker-compose runsc openssh-server;" in done.stderr, done.stderr
     assert "apt-get install chromium docker-compose runsc openssh-server" in done.stderr
