@@ -18,6 +18,8 @@ from tests.fixtures_sandbox import FIXED_AT, ROOT
 from tests.gitserver import make_bare_repository, sh
 from tests.sshserver import SshServer, ssh_server
 
+pytestmark = [pytest.mark.sshd]
+
 
 @pytest.fixture
 def sshd(tmp_path: Path) -> Iterator[SshServer]:

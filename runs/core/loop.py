@@ -2,9 +2,9 @@
 outcome is an event, and the state is checkpointed after every step so a run
 loaded from the store continues exactly where it stopped.
 
-``Harness`` drives a run and holds gates 1-6 (parse, resolve, validate, authorize,
-evidence, approval); gates 7-9 (execute, receipt check, observe), evidence, pending
-effects and recovery are in ``runs.core.execution``; waiting for reviewers in
+``Harness`` drives a run and holds gates 1-7 (parse, resolve, validate, authorize,
+effects already known, evidence, approval); gates 8-10 (execute, receipt check,
+observe), evidence, pending effects and recovery are in ``runs.core.execution``; waiting for reviewers in
 ``runs.core.waits``; recording, stops and the controls in ``runs.core.driver``."""
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ class Harness(Waits, Execution):
             raise InputError("arguments", [FieldProblem("args.idempotency_key", f"this run has no {spec.looks_up} to look up; give a key")])
         return chosen[-1].key
 
-    # -- gates 4-6: authorize, evidence, approval --------------------------------
+    # -- gates 4-7: authorize, effects already known, evidence, approval ---------
 
     def _admit(self, record: CallRecord, spec: ToolSpec) -> None:
         call_id = record.call_id

@@ -1,4 +1,4 @@
-"""Waiting for reviewers (gate 6): the request filed for exactly one call, the wait's
+"""Waiting for reviewers (gate 7, approval): the request filed for exactly one call, the wait's
 clock (time waiting for a human is not working time), and how a wait ends
 (``runs.core.lifecycle.WAIT_EXITS``)."""
 
