@@ -2,16 +2,18 @@
 PY ?= python3
 PG_URL ?= postgres://postgres@127.0.0.1:5432/harness
 
-.PHONY: up test test-fast deps lint typecheck test-sqlite test-postgres test-deploy bench selftest openapi
+.PHONY: up test test-fast setup lint typecheck test-sqlite test-postgres test-deploy bench selftest openapi
 
 up:
 	bash scripts/up.sh
 
-test: deps lint typecheck test-sqlite test-postgres
+test: setup lint typecheck test-sqlite test-postgres
 
-# The product's packages and the tools and test libraries (a no-op once installed).
-deps:
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+# What the tests need beyond this checkout: system packages (Docker, Chromium, runsc,
+# sshd, docker-compose...), the Python packages of requirements-dev.txt, the services
+# and the sandbox image; only what is missing, so it takes seconds once done.
+setup:
+	bash scripts/setup.sh
 
 # The layers (.importlinter): what each package may import.
 lint:
@@ -23,13 +25,14 @@ lint:
 typecheck:
 	$(PY) -m mypy common sandbox approvals notifications api runs harness_site
 
-# The edit-test loop: what needs no Docker, Celery worker or browser, and nothing
-# marked slow, on SQLite, on two workers (each its own session: test_settings.py).
+# The edit-test loop: what needs no Docker, Celery worker, browser, sshd or
+# docker-compose, and nothing marked slow, on SQLite, on two workers (each its own
+# session: test_settings.py).
 # `make test` still runs everything. Bytecode is cached even where the environment
 # says not to (PYTHONDONTWRITEBYTECODE): compiling the project and rewriting the tests'
 # assertions again on every run is a quarter of this loop's time.
 test-fast:
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n 2 -m "not docker and not browser and not celery and not deploy and not postgres_only and not slow"
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n 2 -m "not docker and not browser and not celery and not sshd and not compose and not deploy and not postgres_only and not slow"
 
 test-sqlite:
 	$(PY) -m pytest -q -p no:cacheprovider -m "not postgres_only and not deploy"

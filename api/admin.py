@@ -17,15 +17,18 @@ from common.times import zoned_times
 class ApiTokenAdmin(admin.ModelAdmin):
     list_display = ["prefix", "user", "created_at", "expires_at", "last_used_at", "revoked_at", "state"]
     list_filter = ["revoked_at", "expires_at"]
+    list_select_related = ["user"]  # each row's state compares the user's password
     search_fields = ["user__username", "prefix"]
     readonly_fields = ["user", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
-    exclude = ["digest"]
+    exclude = ["digest", "password_mark"]
     actions = ["revoke"]
 
     @admin.display(description="state")
     def state(self, obj: ApiToken) -> str:
         if obj.revoked_at is not None:
             return "revoked"
+        if obj.password_changed:
+            return "void: the password changed"
         return "usable" if obj.usable else "expired"
 
     @admin.action(description="Revoke the selected tokens", permissions=["change"])

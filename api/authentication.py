@@ -20,6 +20,8 @@ class HashedTokenAuthentication(authentication.TokenAuthentication):
         row = ApiToken.find(key)
         if row is None:
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
+        if row.password_changed:
+            raise exceptions.AuthenticationFailed("The token was made before the user's password last changed; get a new one.")
         if not row.user.is_active:
             raise exceptions.AuthenticationFailed("User inactive or deleted.")
         now = timezone.now()

@@ -1,11 +1,15 @@
 """Refusals from the services as HTTP answers. Bad input is a 400 whose keys name
 the offending fields with the request body's own paths (``contract.limits.max_attempts``);
-a refused decision or a run that cannot take the action is a 409 with the reason."""
+a refused decision or a run that cannot take the action is a 409 with the reason.
+Django's own limits on a request are answered in the same JSON shapes, naming the
+limit, rather than as its HTML "Bad Request" page."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from rest_framework import status
 from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.response import Response
@@ -57,7 +61,27 @@ def flat_fields(detail: Any, path: str = "") -> dict[str, list[str]]:
     return {path or "non_field_errors": [str(message) for message in messages]}
 
 
+def too_big(context: dict[str, Any]) -> Response:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    size = context["request"].META.get("CONTENT_LENGTH")
+    told = f"is {size} bytes, more than" if size else "is larger than"
+    message = f"the request body {told} the limit of {limit} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE)"
+    return Response({"body": [message]}, status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+
+
+def too_many_parts(exc: TooManyFieldsSent | TooManyFilesSent) -> Response:
+    if isinstance(exc, TooManyFieldsSent):
+        message = f"more than {settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} parameters (DATA_UPLOAD_MAX_NUMBER_FIELDS)"
+    else:
+        message = f"more than {settings.DATA_UPLOAD_MAX_NUMBER_FILES} files (DATA_UPLOAD_MAX_NUMBER_FILES)"
+    return Response({"request": [message]}, status=status.HTTP_400_BAD_REQUEST)
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, RequestDataTooBig):
+        return too_big(context)
+    if isinstance(exc, TooManyFieldsSent | TooManyFilesSent):
+        return too_many_parts(exc)
     if isinstance(exc, ParseError):
         return Response({"body": [str(exc.detail)]}, status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, ValidationError):

@@ -4,7 +4,12 @@ token. A token is shown once, when it is made; it expires, and an admin can revo
 The tokens are 32 random bytes, so a single SHA-256 is as strong as a slow password
 hash would be (nothing to guess) and keeps each request's check cheap. The first
 characters (``prefix``) are stored as they are, to find the row and to let people tell
-their tokens apart in the admin."""
+their tokens apart in the admin.
+
+A token also keeps a mark of its user's password hash as it was when the token was
+made: a password change (the admin, ``changepassword``, a reset, anything that writes
+the hash) voids every token made before it, as it signs out the user's sessions. Like
+a session, a token does not survive Django upgrading the hash on the next sign-in."""
 
 from __future__ import annotations
 
@@ -24,6 +29,12 @@ def digest_of(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def password_mark(user: models.Model) -> str:
+    """A digest of the user's password hash. No key is needed: the hash it is made of
+    sits in the same database, and it carries its own salt."""
+    return hashlib.sha256(str(getattr(user, "password", "")).encode()).hexdigest()
+
+
 class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
     def usable(self) -> ApiTokenQuerySet:
         return self.filter(revoked_at__isnull=True, expires_at__gt=timezone.now())
@@ -37,6 +48,7 @@ class ApiToken(models.Model):
     expires_at = models.DateTimeField()
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    password_mark = models.CharField(max_length=64, help_text="a digest of the user's password hash when the token was made")
 
     objects = ApiTokenQuerySet.as_manager()
 
@@ -55,6 +67,7 @@ class ApiToken(models.Model):
             user=user,
             prefix=token[:PREFIX_CHARS],
             digest=digest_of(token),
+            password_mark=password_mark(user),
             expires_at=timezone.now() + timedelta(days=settings.HARNESS_API_TOKEN_DAYS),
         )
         return row, token
@@ -69,5 +82,10 @@ class ApiToken(models.Model):
         return None
 
     @property
+    def password_changed(self) -> bool:
+        """Whether the user's password changed since the token was made (it is void)."""
+        return not hmac.compare_digest(self.password_mark, password_mark(self.user))
+
+    @property
     def usable(self) -> bool:
-        return self.revoked_at is None and self.expires_at > timezone.now()
+        return self.revoked_at is None and self.expires_at > timezone.now() and not self.password_changed

@@ -148,6 +148,12 @@ class ApprovalSerializer(serializers.ModelSerializer):
     run = serializers.UUIDField(source="run_id", read_only=True)
     args = ObjectField(read_only=True)
     evidence = serializers.ListField(child=ObjectField(), read_only=True)
+    effect = ObjectField(
+        read_only=True,
+        allow_null=True,
+        help_text="An external call's effect, fixed when the request was filed and bound into its key: the commit and branch"
+        " of a push, the outbox file of a publish, or the project, branches and text of a change request; null for workspace writes.",
+    )
     requested_by = serializers.CharField(source="requested_by.username", read_only=True, allow_null=True)
     decided_by = serializers.CharField(source="decided_by.username", read_only=True, allow_null=True)
 
@@ -160,6 +166,7 @@ class ApprovalSerializer(serializers.ModelSerializer):
             "tool",
             "args",
             "diff",
+            "effect",
             "revision",
             "policy_version",
             "rule",

@@ -16,13 +16,14 @@ from rest_framework import status
 from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.generics import GenericAPIView
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import permissions as perms
 from api.models import ApiToken
 from api.pagination import BoundedPagination
+from api.parsers import MAX_JSON_DEPTH, BoundedJSONParser
 from api.serializers import (
     ApprovalFilterSerializer,
     ApprovalSerializer,
@@ -47,9 +48,16 @@ from runs.models import GlobalSwitch, Run
 from runs.runtime import create_run
 from runs.services import report_of
 
+FIELD_MESSAGES = {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}}
 FIELD_ERRORS = OpenApiResponse(
-    {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}},
-    description="Bad input: each key names a field (`contract.limits.max_attempts`, `body` for malformed JSON).",
+    FIELD_MESSAGES,
+    description="Bad input: each key names a field (`contract.limits.max_attempts`; `body` for malformed JSON "
+    f"or JSON nested deeper than {MAX_JSON_DEPTH} levels; `request` for more parameters than the server reads).",
+)
+TOO_LARGE = OpenApiResponse(
+    FIELD_MESSAGES,
+    description="The body is larger than the server takes (`DATA_UPLOAD_MAX_MEMORY_SIZE`, 2.5 MB unless configured); "
+    "`body` gives its size and the limit.",
 )
 UNAUTHENTICATED = OpenApiResponse(DetailSerializer, description="No valid token or session.")
 FORBIDDEN = OpenApiResponse(DetailSerializer, description="Logged in without the permission this action needs.")
@@ -136,6 +144,7 @@ class RunList(ApiView):
             201: RunSerializer,
             **COMMON,
             409: OpenApiResponse(DetailSerializer, description="The global switch admits no new runs."),
+            413: TOO_LARGE,
         },
     )
     def post(self, request: Request) -> Response:
@@ -216,6 +225,7 @@ class RunKill(ApiView):
             403: FORBIDDEN,
             404: NOT_FOUND,
             409: OpenApiResponse(DetailSerializer, description="The run has already finished."),
+            413: TOO_LARGE,
         },
     )
     def post(self, request: Request, run_id: str) -> Response:
@@ -285,7 +295,7 @@ class ApprovalGrant(ApiView):
         description="Grants exactly the call, arguments and revision shown in the request; the run uses it once.",
         parameters=[id_parameter("approval_id", "approval request")],
         request=None,
-        responses={200: ApprovalSerializer, 401: UNAUTHENTICATED, 403: FORBIDDEN, 404: NOT_FOUND, 409: REFUSED},
+        responses={200: ApprovalSerializer, 401: UNAUTHENTICATED, 403: FORBIDDEN, 404: NOT_FOUND, 409: REFUSED, 413: TOO_LARGE},
     )
     def post(self, request: Request, approval_id: str) -> Response:
         approval = by_id(ApprovalRequest.objects.select_related("run__policy"), approval_id)
@@ -302,7 +312,7 @@ class ApprovalDeny(ApiView):
         description="The run stops `denied` with the reason; the same request is not presented again.",
         parameters=[id_parameter("approval_id", "approval request")],
         request=DenySerializer,
-        responses={200: ApprovalSerializer, **COMMON, 404: NOT_FOUND, 409: REFUSED},
+        responses={200: ApprovalSerializer, **COMMON, 404: NOT_FOUND, 409: REFUSED, 413: TOO_LARGE},
     )
     def post(self, request: Request, approval_id: str) -> Response:
         approval = by_id(ApprovalRequest.objects.select_related("run__policy"), approval_id)
@@ -327,7 +337,7 @@ class Switch(ApiView):
         summary="Turn the global kill switch",
         description="A field left out keeps its current value. `stop_all: true` kills every active run now.",
         request=SwitchUpdateSerializer,
-        responses={200: SwitchChangeSerializer, **COMMON},
+        responses={200: SwitchChangeSerializer, **COMMON, 413: TOO_LARGE},
     )
     def post(self, request: Request) -> Response:
         change = body(SwitchUpdateSerializer, request)
@@ -342,13 +352,13 @@ class Switch(ApiView):
 
 class Token(GenericAPIView):
     """Trade a username and password for a new API token. The token is in this answer
-    only (the server keeps its hash); it expires after ``HARNESS_API_TOKEN_DAYS`` and an
-    admin can revoke it."""
+    only (the server keeps its hash); it expires after ``HARNESS_API_TOKEN_DAYS``, an
+    admin can revoke it, and a change of the user's password voids it."""
 
     # Only the credentials in the body count here, not a header or a session.
     authentication_classes = ()
     permission_classes = ()
-    parser_classes = (FormParser, MultiPartParser, JSONParser)
+    parser_classes = (FormParser, MultiPartParser, BoundedJSONParser)
     serializer_class = AuthTokenSerializer
 
     @extend_schema(
@@ -359,6 +369,7 @@ class Token(GenericAPIView):
         responses={
             200: TokenSerializer,
             400: FIELD_ERRORS,
+            413: TOO_LARGE,
             429: OpenApiResponse(
                 DetailSerializer, description="Too many failed attempts for this user from this address; see Retry-After."
             ),

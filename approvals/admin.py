@@ -9,6 +9,7 @@ import json
 from typing import Any, cast
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
@@ -18,7 +19,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from approvals.models import ApprovalRequest, PolicyVersion
-from approvals.policies import current_policy_row
+from approvals.policies import SELF_APPROVAL_NOT_PERMITTED, current_policy_row
 from approvals.policy_diff import SELF_APPROVAL_ON, pretty, previous_of, self_approval_change, version_diff
 from approvals.policy_editor import (
     CheckFormSet,
@@ -60,6 +61,8 @@ class PolicyVersionForm(forms.ModelForm):
             check_policy({**raw, "version": 1})
         except InputError as exc:
             raise forms.ValidationError([str(p) for p in exc.problems]) from None
+        if raw.get("allow_self_approval") and not settings.HARNESS_ALLOW_SELF_APPROVAL:
+            raise forms.ValidationError(f"allow_self_approval: {SELF_APPROVAL_NOT_PERMITTED}")
         return raw
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from approvals.models import PolicyVersion
@@ -22,6 +23,19 @@ def default_policy_document() -> dict[str, Any]:
 
 def load_policy(row: PolicyVersion) -> Policy:
     return check_policy({**row.document, "version": row.version})
+
+
+SELF_APPROVAL_NOT_PERMITTED = (
+    "self-approval is not permitted on this deployment: whoever runs it turns it on "
+    "with HARNESS_ALLOW_SELF_APPROVAL=1 in the server's environment (docs/deploy.md)"
+)
+
+
+def self_approval_on(policy: Policy) -> bool:
+    """Whether the run's starter may decide its requests: only where the deployment
+    permits it (HARNESS_ALLOW_SELF_APPROVAL) and the policy turns it on, so no one
+    admin alone can take the second person out."""
+    return policy.allow_self_approval and settings.HARNESS_ALLOW_SELF_APPROVAL
 
 
 def current_policy_row() -> PolicyVersion:

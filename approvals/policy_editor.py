@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.forms.utils import pretty_name
 
 from runs.core.errors import FieldProblem
@@ -44,6 +45,18 @@ class PolicyMainForm(forms.Form):
     sandbox_scratch_mb = forms.IntegerField(label="Scratch (MB)", help_text="the tmpfs checks write to; counts against memory")
     # Not a ChoiceField: check_policy judges the value and names the field.
     sandbox_runtime = forms.CharField(label="Sandbox runtime", initial="runc", widget=forms.Select(choices=RUNTIMES))
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not settings.HARNESS_ALLOW_SELF_APPROVAL:
+            # The deployment decides (approvals.policies.self_approval_on): the box is
+            # shown off and fixed, also for a version made from one saved with it on.
+            field = self.fields["allow_self_approval"]
+            field.disabled = True
+            field.help_text = (
+                "Not permitted on this deployment (HARNESS_ALLOW_SELF_APPROVAL is off): another reviewer decides every request."
+            )
+            self.initial["allow_self_approval"] = False
 
 
 class RuleForm(forms.Form):

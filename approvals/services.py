@@ -14,7 +14,7 @@ from django.db.models import Max, QuerySet, Subquery
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest, PolicyVersion
-from approvals.policies import current_policy_row, load_policy
+from approvals.policies import current_policy_row, load_policy, self_approval_on
 from approvals.ports import OwnedRun, runs
 from approvals.signals import wait_may_end
 from common import permissions
@@ -61,6 +61,7 @@ class DjangoApprovals:
             key=ask.key,
             rule=ask.rule,
             diff=ask.diff or "",
+            effect=dict(ask.effect) if ask.effect is not None else None,
             evidence=[dict(e) for e in ask.evidence],
             requested_by=self.run.created_by,
             expires_at=now + timedelta(seconds=ask.expires_in_seconds),
@@ -121,7 +122,7 @@ def check_decision(request: ApprovalRequest, user: User | AnonymousUser) -> None
         raise DecisionForbidden("you do not have the reviewer permission")
     run = request.run
     policy = load_policy(current_policy_row())
-    if run.created_by_id == user.pk and not policy.allow_self_approval:
+    if run.created_by_id == user.pk and not self_approval_on(policy):
         raise DecisionForbidden("you started this run; another reviewer must decide (separation of duties)")
     if request.status != Status.PENDING:
         raise DecisionRefused(f"this request is already {request.status}")

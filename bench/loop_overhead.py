@@ -81,6 +81,9 @@ def noop_parts(steps: int) -> tuple[Any, Any, Any, Any]:
         def preview(self, tool: str, args: Any) -> None:
             return None
 
+        def plan(self, tool: str, args: Any, idempotency_key: str, at: float) -> None:
+            return None
+
     limits = Limits(max_proposals=steps, max_tool_calls=steps, max_attempts=1, wall_time_seconds=3600, max_output_bytes_per_call=65536)
     policy = Policy(version=1, rules=[Rule(name="all", tool="*", decision="allow")], checks=[], budget=limits)
     contract = Contract(

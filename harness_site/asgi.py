@@ -1,7 +1,8 @@
 """ASGI entry point (Daphne): HTTP for the pages, WebSockets for the live trace.
 
-Sockets are origin-checked against ALLOWED_HOSTS (a page on another site cannot
-ride the reviewer's session) and carry the Django session for the user."""
+Sockets are accepted only from the site's own origin (harness_site.sockets: a page
+on another site, another port included, cannot ride the reviewer's session) and
+carry the Django session for the user; a path no consumer serves is closed 4404."""
 
 import gc
 import os
@@ -15,23 +16,24 @@ django_http = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
-from django.urls import get_resolver, path  # noqa: E402
+from django.urls import get_resolver, path, re_path  # noqa: E402
 
+from harness_site.sockets import NoSuchSocket, SameOriginSockets  # noqa: E402
 from runs.consumers import RunTraceConsumer  # noqa: E402
 from runs.live import ListsConsumer  # noqa: E402
 
 websocket_urls = [
     path("ws/runs/<uuid:run_id>/", RunTraceConsumer.as_asgi()),
     path("ws/lists/", ListsConsumer.as_asgi()),
+    re_path(r"", NoSuchSocket.as_asgi()),  # last: every other path
 ]
 
 application = ProtocolTypeRouter(
     {
         "http": ASGIStaticFilesHandler(django_http) if settings.HARNESS_SERVE_STATIC else django_http,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urls))),
+        "websocket": SameOriginSockets(AuthMiddlewareStack(URLRouter(websocket_urls))),
     }
 )
 

@@ -11,6 +11,7 @@ from typing import Literal
 import dj_database_url
 
 from harness_site.env import SettingError, env_bool, env_choice, env_float, env_identity, env_int, env_list, env_str, env_url
+from sandbox.allowlist import UnsafeURL, allowlist
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("HARNESS_VAR_DIR", str(BASE_DIR / "var")))
@@ -37,10 +38,15 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "runs",
     "approvals",
+    "rest_framework",
+    "drf_spectacular",
+    "api",
+    "notifications",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "harness_site.security.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -74,9 +80,9 @@ DATABASE_URL = env_url(
     f"sqlite:///{VAR_DIR / 'harness.sqlite3'}",
     ("sqlite", "postgres", "postgresql"),
 )
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 # Read whatever the database, so a bad value fails at start on every install.
 DB_PREPARE = env_bool("HARNESS_DB_PREPARE", True)
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Workers and the web process share one SQLite file in local mode; waiting for
     # the write lock beats failing with "database is locked".
@@ -99,9 +105,14 @@ else:
     DATABASES["default"]["OPTIONS"] = {"prepare_threshold": 2 if DB_PREPARE else None}
 
 REDIS_URL = env_url("REDIS_URL", "redis://127.0.0.1:6379/0", ("redis", "rediss"))
+# Live events go out by Redis pub/sub: one PUBLISH per broadcast, fanned out to the
+# viewers inside each ASGI process. The default list-based layer queues a copy per
+# viewer in Redis and pops them one by one, which cannot keep up with 20 viewers at
+# 200 events/s. Pub/sub delivers at most once; the trace consumer fills any gap from
+# the database (the record), so nothing is lost for good.
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
         "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("HARNESS_CHANNEL_PREFIX", "harness")},
     }
 }
@@ -134,7 +145,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("HARNESS_VISIBI
 CELERY_BEAT_SCHEDULE = {
     "expire-approvals": {"task": "approvals.expire", "schedule": env_float("HARNESS_BEAT_EXPIRE_SECONDS", 10.0, minimum=1)},
     "sweep-leases": {"task": "runs.sweep_leases", "schedule": env_float("HARNESS_BEAT_SWEEP_SECONDS", 5.0, minimum=1)},
-    "sweep-containers": {"task": "sandbox.sweep", "schedule": env_float("HARNESS_BEAT_CONTAINERS_SECONDS", 60.0, minimum=5)},
+    "sweep-containers": {"task": "sandbox.sweep", "schedule": env_float("HARNESS_BEAT_CONTAINERS_SECONDS", 60.0, minimum=1)},
+    "notifications-sweep": {"task": "notifications.sweep", "schedule": env_float("HARNESS_BEAT_NOTIFY_SECONDS", 30.0, minimum=1)},
 }
 # How long a worker's claim on a run lasts without renewal; the driving worker
 # renews it several times per period, so only a dead worker's lease runs out.
@@ -142,12 +154,6 @@ HARNESS_LEASE_SECONDS = env_int("HARNESS_LEASE_SECONDS", 30, minimum=2)
 # Free space a worker's disk keeps: checks are refused, or stopped, below it.
 HARNESS_DISK_RESERVE_MB = env_int("HARNESS_DISK_RESERVE_MB", 1024, minimum=0)
 HARNESS_KILL_POLL_SECONDS = env_float("HARNESS_KILL_POLL_SECONDS", 0.25, minimum=0.05)
-
-# Values that must never be stored in events or shown on pages (API keys and the
-# like); redaction also catches common credential shapes without being told.
-HARNESS_SECRET_VALUES = [
-    value for name, value in os.environ.items() if any(word in name for word in ("KEY", "TOKEN", "SECRET", "PASSWORD"))
-]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -184,9 +190,14 @@ OUTBOX_DIR = Path(env_str("HARNESS_OUTBOX_DIR", str(VAR_DIR / "outbox")))
 # Where contracts may take their workspace from (local paths, git repositories and
 # archives); anything else is refused, so starting a run cannot read server files.
 WORKSPACE_SOURCES = [Path(p) for p in env_list("HARNESS_WORKSPACE_SOURCES", [str(BASE_DIR / "examples")])]
-# Git remotes a run may clone from and publish to (fnmatch patterns over the URL);
-# none by default. The token or SSH key is read by the worker's git process only.
+# Git remotes a run may clone from and publish to: URL prefixes ending in "/" or exact
+# repository URLs, compared part by part (sandbox/allowlist.py, docs/deploy.md); none
+# by default. The token or SSH key is read by the worker's git process only.
 GIT_ALLOWED_REMOTES = env_list("HARNESS_GIT_ALLOWED_REMOTES", [])
+try:
+    allowlist(GIT_ALLOWED_REMOTES)
+except UnsafeURL as exc:
+    raise SettingError(str(exc)) from None
 GIT_TOKEN = env_str("HARNESS_GIT_TOKEN", "")
 GIT_TOKEN_FILE = env_str("HARNESS_GIT_TOKEN_FILE", "") or None
 GIT_TOKEN_USER = env_str("HARNESS_GIT_TOKEN_USER", "x-access-token")
@@ -278,7 +289,12 @@ try:
 except ValueError as exc:
     raise SettingError(f"HARNESS_MODEL_PRICES: {exc}") from None
 
-HARNESS_SECRET_VALUES += [key for key in (OPENAI_API_KEY, ANTHROPIC_API_KEY) if key and key not in HARNESS_SECRET_VALUES]
+# Values that must never be stored in events or shown on pages (API keys and the
+# like); redaction also catches common credential shapes without being told.
+HARNESS_SECRET_VALUES = sorted(
+    {value for name, value in os.environ.items() if any(word in name for word in ("KEY", "TOKEN", "SECRET", "PASSWORD"))}
+    | {key for key in (OPENAI_API_KEY, ANTHROPIC_API_KEY) if key}
+)
 
 # ---------------------------------------------------------------------------------
 # Web dashboard (issue 5): static files, sign-in, cookies, Content-Security-Policy.
@@ -289,7 +305,6 @@ HARNESS_SERVE_STATIC = env_bool("HARNESS_SERVE_STATIC", DEBUG)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "runs:list"
 LOGOUT_REDIRECT_URL = "login"
-MIDDLEWARE.insert(1, "harness_site.security.ContentSecurityPolicyMiddleware")
 # Scripts only from our own static files: injected markup in tool output cannot run
 # even if a template ever forgot to escape it.
 HARNESS_CSP = (
@@ -312,12 +327,6 @@ if env_bool("HARNESS_BEHIND_TLS_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 X_FRAME_OPTIONS = "DENY"
 SECURE_REFERRER_POLICY = "same-origin"
-# Live events go out by Redis pub/sub: one PUBLISH per broadcast, fanned out to the
-# viewers inside each ASGI process. The default list-based layer queues a copy per
-# viewer in Redis and pops them one by one, which cannot keep up with 20 viewers at
-# 200 events/s. Pub/sub delivers at most once; the trace consumer fills any gap from
-# the database (the record), so nothing is lost for good.
-CHANNEL_LAYERS["default"]["BACKEND"] = "channels_redis.pubsub.RedisPubSubChannelLayer"
 HARNESS_TRACE_WINDOW = env_int("HARNESS_TRACE_WINDOW", 200, minimum=20, maximum=2000)
 # How often a live viewer re-reads the log for a broadcast that never came.
 HARNESS_TRACE_RECHECK_SECONDS = env_float("HARNESS_TRACE_RECHECK_SECONDS", 5.0, minimum=0.1)
@@ -328,8 +337,11 @@ HARNESS_LIVE_HEARTBEAT_SECONDS = env_float("HARNESS_LIVE_HEARTBEAT_SECONDS", 5.0
 # ---------------------------------------------------------------------------------
 # REST API and webhook notifications (api/, notifications/; issue 7).
 # ---------------------------------------------------------------------------------
-INSTALLED_APPS += ["rest_framework", "drf_spectacular", "api", "notifications"]
 # API tokens are kept hashed (api.models.ApiToken) and last this many days.
+# Whether a policy may let whoever starts a run approve its requests alone. The
+# deployment decides, not an admin (docs/design.md, Approvals): off, no policy
+# version can turn it on, and versions saved earlier with it on have no effect.
+HARNESS_ALLOW_SELF_APPROVAL = env_bool("HARNESS_ALLOW_SELF_APPROVAL", False)
 HARNESS_API_TOKEN_DAYS = env_int("HARNESS_API_TOKEN_DAYS", 30, minimum=1, maximum=3650)
 
 REST_FRAMEWORK = {
@@ -340,7 +352,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.BoundedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
     # No OPTIONS self-description and no ?format= switch: the OpenAPI schema
@@ -375,7 +387,3 @@ HARNESS_WEBHOOK_RETRY_BASE_SECONDS = env_float("HARNESS_WEBHOOK_RETRY_BASE_SECON
 HARNESS_WEBHOOK_RETRY_MAX_SECONDS = env_float("HARNESS_WEBHOOK_RETRY_MAX_SECONDS", 3600.0, minimum=0.01)
 # Deliveries go to their own queue when set, so a slow receiver never delays runs.
 CELERY_TASK_ROUTES = {"notifications.*": {"queue": env_str("HARNESS_NOTIFY_QUEUE", CELERY_TASK_DEFAULT_QUEUE)}}
-CELERY_BEAT_SCHEDULE["notifications-sweep"] = {
-    "task": "notifications.sweep",
-    "schedule": env_float("HARNESS_BEAT_NOTIFY_SECONDS", 30.0, minimum=1),
-}

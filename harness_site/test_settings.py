@@ -28,7 +28,7 @@ os.environ.setdefault("HARNESS_VAR_DIR", tempfile.mkdtemp(prefix=f"{os.environ['
 from django.contrib.auth.hashers import PBKDF2PasswordHasher  # noqa: E402
 
 from harness_site.settings import *  # noqa: E402,F403
-from harness_site.settings import ALLOWED_HOSTS, DATABASES, VAR_DIR  # noqa: E402
+from harness_site.settings import ALLOWED_HOSTS, CSRF_TRUSTED_ORIGINS, DATABASES, VAR_DIR  # noqa: E402
 
 
 class OneRoundPBKDF2PasswordHasher(PBKDF2PasswordHasher):
@@ -44,6 +44,9 @@ PASSWORD_HASHERS = ["harness_site.test_settings.OneRoundPBKDF2PasswordHasher"]
 
 # Django's test client calls itself "testserver"; production settings do not allow it.
 ALLOWED_HOSTS = [*ALLOWED_HOSTS, "testserver"]
+# The in-process socket tests (channels' WebsocketCommunicator) send an Origin but no
+# Host header, so only a trusted origin admits them (harness_site.sockets).
+CSRF_TRUSTED_ORIGINS = [*CSRF_TRUSTED_ORIGINS, "http://testserver", "http://127.0.0.1"]
 
 # Worker processes started by the tests must open the same test database, so the
 # SQLite test database is a file, not memory.

@@ -2,7 +2,9 @@
 resolves to must be a public one: loopback, link-local (cloud metadata at
 169.254.169.254), private, shared, multicast, reserved and unspecified addresses are
 refused, unless ``HARNESS_WEBHOOK_ALLOWED_HOSTS`` names the host or a network holding
-the address. Otherwise whoever may edit endpoints could make the server POST to Redis,
+the address. An IPv6 address that carries an IPv4 address (6to4, Teredo, NAT64,
+IPv4-compatible) is refused when the IPv4 address would be, so ``[2002:7f00:1::]``
+does not reach 127.0.0.1 through a relay. Otherwise whoever may edit endpoints could make the server POST to Redis,
 the database or a metadata service on its own network.
 
 The check is done at the form and again at every delivery, and the connection goes to
@@ -42,8 +44,6 @@ class Destination:
 
 def _special(address: IPAddress) -> str | None:
     """Why an address is not a public one, or None."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return _special(address.ipv4_mapped)
     for reason, flag in (
         ("loopback", address.is_loopback),
         ("link-local", address.is_link_local),
@@ -54,7 +54,44 @@ def _special(address: IPAddress) -> str | None:
         ("not globally routable", not address.is_global),
     ):
         if flag:
-            return reason
+            return f"a {reason} address"
+    return None
+
+
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def _carried(address: ipaddress.IPv6Address) -> list[tuple[str, ipaddress.IPv4Address]]:
+    """The IPv4 addresses an IPv6 address carries, each with the form that carries it:
+    traffic to it reaches them (a relay, a translator, a tunnel's ends)."""
+    carried = []
+    if address.sixtofour is not None:
+        carried.append(("6to4", address.sixtofour))
+    if address.teredo is not None:
+        server, client = address.teredo
+        carried += [("Teredo", server), ("Teredo", client)]
+    last32 = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address in NAT64:
+        carried.append(("NAT64", last32))
+    if address in IPV4_COMPATIBLE and int(address) > 1:  # :: and ::1 are not compatible addresses
+        carried.append(("IPv4-compatible", last32))
+    return carried
+
+
+def _refusal(host: str, address: IPAddress, allowed: list[str]) -> str | None:
+    """Why ``address`` may not receive webhooks, or None. An IPv4-mapped address is the
+    IPv4 address itself; any other that carries one is refused if either is."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return _refusal(host, address.ipv4_mapped, allowed)
+    reason = _special(address)
+    if reason and not _allowed(host, address, allowed):
+        return reason
+    if isinstance(address, ipaddress.IPv6Address):
+        for form, inner in _carried(address):
+            reason = _special(inner)
+            if reason and not _allowed(host, inner, allowed):
+                return f"a {form} address carrying {inner}, {reason}"
     return None
 
 
@@ -91,10 +128,10 @@ def check_destination(url: str) -> Destination:
     addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
     allowed = settings.HARNESS_WEBHOOK_ALLOWED_HOSTS
     for address in addresses:
-        reason = _special(address)
-        if reason and not _allowed(host, address, allowed):
+        reason = _refusal(host, address, allowed)
+        if reason:
             raise DestinationRefused(
-                f"{host} resolves to {address}, a {reason} address; webhooks go only to public addresses "
+                f"{host} resolves to {address}, {reason}; webhooks go only to public addresses "
                 "unless HARNESS_WEBHOOK_ALLOWED_HOSTS allows it"
             )
     target = parts.path or "/"

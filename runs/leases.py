@@ -14,15 +14,16 @@ from django.utils import timezone
 from runs.models import Run
 
 
-def acquire(run_id: str, owner: str, seconds: int | None = None) -> int | None:
-    """Claim the run if nobody holds a live lease; return the new fencing token."""
+def acquire(run_id: str, owner: str, seconds: int | None = None, *, idle_seconds: float = 0) -> int | None:
+    """Claim the run if nobody holds a live lease (nor has, for ``idle_seconds``);
+    return the new fencing token."""
     now = timezone.now()
     ttl = timedelta(seconds=seconds or settings.HARNESS_LEASE_SECONDS)
     # The UPDATE and the read of the token it wrote must see the same row version.
     with transaction.atomic():
         claimed = (
             Run.objects.filter(pk=run_id)
-            .filter(lease_free())
+            .filter(lease_free(idle_seconds))
             .update(lease_owner=owner, lease_expires_at=now + ttl, lease_token=F("lease_token") + 1)
         )
         if claimed != 1:
@@ -39,9 +40,10 @@ def release(run_id: str, token: int) -> bool:
     return Run.objects.filter(pk=run_id, lease_token=token).update(lease_owner="", lease_expires_at=None) == 1
 
 
-def lease_free() -> Q:
-    """Nobody drives the run: never leased, released, or the holder's lease ran out."""
-    return Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=timezone.now())
+def lease_free(idle_seconds: float = 0) -> Q:
+    """Nobody drives the run: never leased, released, or the holder's lease ran out
+    (at least ``idle_seconds`` ago)."""
+    return Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lte=timezone.now() - timedelta(seconds=idle_seconds))
 
 
 def expired_active_runs() -> list[str]:

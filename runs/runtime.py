@@ -25,7 +25,6 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 
-from approvals.models import ApprovalRequest
 from approvals.policies import load_policy
 from approvals.ports import RunStanding
 from approvals.services import DjangoApprovals, cancel_open_requests
@@ -95,30 +94,12 @@ def remote_target(run: Run, workspace: RunWorkspace) -> RemoteTarget | None:
     if not isinstance(source.get("url"), str):
         return None
     run_id = str(run.pk)
-
-    def approval_trailers(call_id: str) -> list[tuple[str, str]]:
-        granted = (
-            ApprovalRequest.objects.filter(
-                run_id=run.pk, call_id=call_id, status__in=[ApprovalRequest.Status.GRANTED, ApprovalRequest.Status.CONSUMED]
-            )
-            .select_related("decided_by")
-            .order_by("-decided_at")
-            .first()
-        )
-        if granted is None:
-            return []
-        trailers = [("Harness-Approval", str(granted.pk))]
-        if granted.decided_by is not None:
-            trailers.append(("Harness-Reviewer", granted.decided_by.get_username()))
-        return trailers
-
     return RemoteTarget(
         url=str(source["url"]),
         base=str(source["commit"]),
         branch=f"harness/{run.contract['task_id']}-{run_id[:8]}",
         git_dir=workspace.remote_git,
         access=RemoteAccess.from_settings(settings),
-        approval_trailers=approval_trailers,
     )
 
 

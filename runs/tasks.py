@@ -6,10 +6,9 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
-from runs import invariants, leases
+from runs import container_sweep, invariants, leases
 from runs.models import Run
 from runs.runtime import advance
-from sandbox.orphans import sweep_orphans
 
 
 @shared_task(name="runs.start_run", acks_late=True, reject_on_worker_lost=True)
@@ -43,6 +42,5 @@ def sweep_leases() -> list[str]:
 
 @shared_task(name="sandbox.sweep")
 def sweep_containers() -> list[str]:
-    """Remove containers whose run is not being driven (its worker died, or it ended)."""
-    active = Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__isnull=False)
-    return sweep_orphans({str(pk) for pk in active.values_list("pk", flat=True)}, scope=settings.SANDBOX_SCOPE)
+    """Remove the containers of runs that ended or that nobody drives (runs.container_sweep)."""
+    return container_sweep.sweep(settings.SANDBOX_SCOPE)

@@ -40,9 +40,11 @@ from sandbox.cgroups import ContainerCgroup
 from sandbox.container_spec import (
     DEFAULT_SCOPE,
     LABEL_MANAGED,
+    LABEL_ROLE,
     LABEL_RUN,
     LABEL_SCOPE,
     LABEL_SPEC,
+    ROLE_MAIN,
     SANDBOX_USER,
     WORKDIR,
     ContainerSpec,
@@ -78,10 +80,12 @@ class SandboxContainer:
         spec: ContainerSpec,
         image_digest: str,
         scope: str = DEFAULT_SCOPE,
+        role: str = ROLE_MAIN,
     ) -> None:
         self._client = client
         self.id = container_id
         self.run_id = run_id
+        self.role = role
         self.spec = spec
         self.image_digest = image_digest
         self.scope = scope
@@ -103,47 +107,50 @@ class SandboxContainer:
         workspace_dir: Path,
         spec: ContainerSpec,
         *,
+        role: str = ROLE_MAIN,
         scope: str = DEFAULT_SCOPE,
         client: docker.DockerClient | None = None,
     ) -> SandboxContainer:
-        """The run's running container: reused when one with the same spec and
-        workspace exists (a resumed run), else created. A reused container is found
+        """The run's running container in ``role``: reused when one with the same
+        spec and workspace exists (a resumed run), else created. A reused container is found
         after its driver died or lost the run, so whatever that driver left running
         (a check it was waiting for) is killed first: nothing but this run's next
         execution may change the workspace. An engine that fails raises
         SandboxUnavailable."""
         try:
-            return cls._start(run_id, workspace_dir, spec, scope, client or shared_client())
+            return cls._start(run_id, role, workspace_dir, spec, scope, client or shared_client())
         except ENGINE_ERRORS as exc:
             raise unavailable(exc, "starting the sandbox container") from None
 
     @classmethod
-    def _start(cls, run_id: str, workspace_dir: Path, spec: ContainerSpec, scope: str, client: docker.DockerClient) -> SandboxContainer:
-        filters = {"label": [f"{LABEL_MANAGED}=1", f"{LABEL_RUN}={run_id}", f"{LABEL_SCOPE}={scope}"]}
+    def _start(
+        cls, run_id: str, role: str, workspace_dir: Path, spec: ContainerSpec, scope: str, client: docker.DockerClient
+    ) -> SandboxContainer:
+        labels = [f"{LABEL_MANAGED}=1", f"{LABEL_RUN}={run_id}", f"{LABEL_ROLE}={role}", f"{LABEL_SCOPE}={scope}"]
         source = str(workspace_dir.resolve())
-        for existing in client.containers.list(all=True, filters=filters):
+        for existing in client.containers.list(all=True, filters={"label": labels}):
             mounts = [(m.get("Source"), m.get("RW")) for m in existing.attrs.get("Mounts", [])]
             if existing.status == "running" and existing.labels.get(LABEL_SPEC) == spec.digest and mounts == [(source, False)]:
-                reused = cls(client, existing.id, run_id, spec, existing.attrs["Image"], scope)
+                reused = cls(client, existing.id, run_id, spec, existing.attrs["Image"], scope, role)
                 reused.kill_processes()
                 return reused
             remove_container(client, existing.id)
         check_runtime(client, spec.runtime)
         try:
-            container = create_container(client, run_id, source, spec, scope)
+            container = create_container(client, run_id, role, source, spec, scope)
         except ImageNotFound:
             raise SandboxUnavailable(f"sandbox image {spec.image} not found; build it with: bash sandbox/image/build.sh") from None
         except APIError as exc:
             if exc.status_code == 409:  # a stale container holds the name
-                remove_container(client, container_name(scope, run_id))
-                return cls._start(run_id, workspace_dir, spec, scope, client)
+                remove_container(client, container_name(scope, run_id, role))
+                return cls._start(run_id, role, workspace_dir, spec, scope, client)
             raise
         try:
             container.start()
         except ENGINE_ERRORS:
             remove_container(client, container.id)
             raise
-        return cls(client, container.id, run_id, spec, container.attrs["Image"], scope)
+        return cls(client, container.id, run_id, spec, container.attrs["Image"], scope, role)
 
     def remove(self) -> None:
         remove_container(self._client, self.id)

@@ -23,9 +23,14 @@ from sandbox.engine import SandboxUnavailable
 SANDBOX_USER = "65534:65534"
 WORKDIR = "/workspace"
 LABEL_MANAGED = "harness.managed"
+# Whose and what for: every container of a run carries the run's own id, and its role
+# within the run tells the run's containers apart (the sweep keeps or removes them
+# by run, never by role: runs.container_sweep).
 LABEL_RUN = "harness.run_id"
+LABEL_ROLE = "harness.role"
 LABEL_SCOPE = "harness.scope"
 LABEL_SPEC = "harness.spec"
+ROLE_MAIN = "main"
 DEFAULT_SCOPE = "default"
 SCRATCH = "/tmp"
 # Fixed by trusted code, never copied from the worker. The workspace is mounted
@@ -122,18 +127,24 @@ class ContainerSpec:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def container_name(scope: str, run_id: str) -> str:
-    return re.sub(r"[^a-zA-Z0-9_.-]", "-", f"harness-{scope}-{run_id}")[:200]
+def pinned_role(image: str) -> str:
+    """The role of the container of checks pinned to ``image``: one per image, so
+    checks pinned to two images each find their own again."""
+    return f"pinned-{hashlib.sha256(image.encode()).hexdigest()[:12]}"
 
 
-def create_container(client: docker.DockerClient, run_id: str, source: str, spec: ContainerSpec, scope: str) -> Container:
-    """A new container for the run (not started yet), the workspace at ``source``
-    mounted read-only."""
+def container_name(scope: str, run_id: str, role: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_.-]", "-", f"harness-{scope}-{run_id}-{role}")[:200]
+
+
+def create_container(client: docker.DockerClient, run_id: str, role: str, source: str, spec: ContainerSpec, scope: str) -> Container:
+    """A new container for the run in ``role`` (not started yet), the workspace at
+    ``source`` mounted read-only."""
     return client.containers.create(
         spec.image,
         command=["python3", "-c", REAPER],
-        name=container_name(scope, run_id),
-        labels={LABEL_MANAGED: "1", LABEL_RUN: run_id, LABEL_SCOPE: scope, LABEL_SPEC: spec.digest},
+        name=container_name(scope, run_id, role),
+        labels={LABEL_MANAGED: "1", LABEL_RUN: run_id, LABEL_ROLE: role, LABEL_SCOPE: scope, LABEL_SPEC: spec.digest},
         user=SANDBOX_USER,
         working_dir=WORKDIR,
         environment=dict(SANDBOX_ENV),

@@ -11,12 +11,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from runs.core import events as ev
+from runs.core.effects import Plan
 from runs.core.jsonutil import JSON
 from runs.core.ports import ArtifactStore, Call, Reconciliation
 from runs.core.state import PendingEffect
 from sandbox import fileops
 from sandbox.container import SandboxContainer
-from sandbox.container_spec import DEFAULT_SCOPE, ContainerSpec
+from sandbox.container_spec import DEFAULT_SCOPE, ROLE_MAIN, ContainerSpec, pinned_role
 from sandbox.engine import ENGINE_ERRORS, SandboxUnavailable, wait_for_engine
 from sandbox.forges import ChangeRequests
 from sandbox.output_capture import OutputListener
@@ -97,6 +98,10 @@ class SandboxExecutor:
         entry = TOOLS.get(tool)
         return entry.preview(self.context, args) if entry is not None and entry.preview is not None else None
 
+    def plan(self, tool: str, args: Mapping[str, JSON], idempotency_key: str, at: float) -> Plan | None:
+        entry = TOOLS.get(tool)
+        return entry.plan(self.context, args, idempotency_key, at) if entry is not None and entry.plan is not None else None
+
     # -- Executor -----------------------------------------------------------------
 
     def execute(self, call: Call) -> object:
@@ -175,21 +180,22 @@ class SandboxExecutor:
         with self._lock:
             if check is None or check.image is None or check.image == self._spec.image:
                 if self.container is None or self.container.lost is not None:
-                    self.container = self._fresh(self.run_id, self._spec, self.container, call)
+                    self.container = self._fresh(ROLE_MAIN, self._spec, self.container, call)
                 return self.container
             # A check pinned to another image gets its own container, with the same
-            # limits and the same workspace, for the rest of the run.
+            # limits and the same workspace, for the rest of the run: the run's all the
+            # same (its run label), in a role of its own.
             for index, extra in enumerate(self._extra):
                 if extra.spec.image == check.image:
                     if extra.lost is not None:
-                        self._extra[index] = extra = self._fresh(extra.run_id, extra.spec, extra, call)
+                        self._extra[index] = extra = self._fresh(extra.role, extra.spec, extra, call)
                     return extra
             spec = dataclasses.replace(self._spec, image=check.image)
-            extra = self._fresh(f"{self.run_id}.{len(self._extra) + 1}", spec, None, call)
+            extra = self._fresh(pinned_role(check.image), spec, None, call)
             self._extra.append(extra)
             return extra
 
-    def _fresh(self, name: str, spec: ContainerSpec, failed: SandboxContainer | None, call: Call) -> SandboxContainer:
+    def _fresh(self, role: str, spec: ContainerSpec, failed: SandboxContainer | None, call: Call) -> SandboxContainer:
         """A container for the attempt in place of one that failed (or none yet). An
         engine that does not answer is waited for, until the run's deadline or the
         wait limit, whichever comes first, or a kill."""
@@ -208,7 +214,7 @@ class SandboxExecutor:
                 if self._killed:
                     raise SandboxUnavailable("the sandbox was killed")
                 try:
-                    container = SandboxContainer.start(name, self.workspace.dir, spec, scope=self._scope)
+                    container = SandboxContainer.start(self.run_id, self.workspace.dir, spec, role=role, scope=self._scope)
                 except SandboxUnavailable as exc:
                     if not exc.engine_down or time.time() >= until:
                         raise

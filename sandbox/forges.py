@@ -20,6 +20,9 @@ from urllib.parse import quote, urlsplit
 
 import requests
 
+from runs.core.effects import ChangeRequestEffect, shown_line
+from sandbox.allowlist import UnsafeURL, check_project
+
 ForgeKind = Literal["github", "gitlab"]
 FORGE_KINDS: tuple[ForgeKind, ...] = ("github", "gitlab")
 # What a failed forge call means: ``not_sent`` nothing reached the forge (retry);
@@ -256,27 +259,21 @@ class ChangeRequests:
     target: str | None
     _client: ForgeClient | None = field(default=None, repr=False)
 
+    def checked_project(self) -> str:
+        """The project, refused (``ForgeError``) unless it is plain names
+        (``sandbox.allowlist.check_project``): it becomes a path of the forge's API."""
+        try:
+            return check_project(self.project, self.access.kind)
+        except UnsafeURL as exc:
+            raise ForgeError("refused", str(exc)) from None
+
     def client(self) -> ForgeClient:
         if self._client is None:
-            self._client = CLIENTS[self.access.kind](self.access, self.project)
+            self._client = CLIENTS[self.access.kind](self.access, self.checked_project())
         return self._client
 
     def target_branch(self) -> str:
         return self.target if self.target is not None else self.client().default_branch()
-
-    def describe(self, title: str, body: str) -> str:
-        """What a reviewer is shown: where it opens, from which branch into which, and the text."""
-        noun = "pull request" if self.access.kind == "github" else "merge request"
-        try:
-            target = self.target_branch()
-        except ForgeError as exc:
-            target = f"the project's default branch (not known now: {exc.message})"
-        quoted = "".join(f"#   {line}".rstrip() + "\n" for line in body.splitlines()) or "#   (empty)\n"
-        return (
-            f"# open a {noun} on {self.access.web_url}/{self.project}\n"
-            f"# from branch {self.source} into {target}\n"
-            f"# title: {title}\n# body:\n{quoted}"
-        )
 
     def find(self) -> ChangeRequest | None:
         """The open request from the run's branch, by asking the forge (authoritative)."""
@@ -288,3 +285,18 @@ class ChangeRequests:
         if existing is not None:
             return Opened(existing, duplicate=True)
         return Opened(self.client().create(self.source, self.target_branch(), title, body), duplicate=False)
+
+
+def describe_change_request(effect: ChangeRequestEffect) -> str:
+    """What a reviewer is shown of a fixed change request: where it opens, from which
+    branch into which, and the text, every line of it marked as quoted and any
+    character that could break a line or hide text escaped (a title cannot hold
+    one: runs.core.tools refuses it; the body is quoted line by line)."""
+    noun = "pull request" if effect.forge == "github" else "merge request"
+    target = effect.target or "the project's default branch (the forge could not be asked when this was filed)"
+    quoted = "".join(f"#   {shown_line(line)}".rstrip() + "\n" for line in effect.body.splitlines()) or "#   (empty)\n"
+    return (
+        f"# open a {noun} on {effect.web_url}/{effect.project}\n"
+        f"# from branch {effect.source} into {target}\n"
+        f"# title: {shown_line(effect.title)}\n# body:\n{quoted}"
+    )

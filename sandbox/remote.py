@@ -12,7 +12,6 @@ branch is the authoritative lookup for a push whose answer was lost."""
 from __future__ import annotations
 
 import base64
-import fnmatch
 import os
 import re
 import shlex
@@ -22,13 +21,15 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
+from runs.core.effects import Identity, PushEffect, shown_line
 from runs.core.errors import FieldProblem, InputError
+from sandbox.allowlist import UnsafeURL, allowlist, place_of
 
-SCHEMES = ("https", "ssh", "file", "http")
 HEX_REF = re.compile(r"^[0-9a-f]{7,40}$")
 Cause = Literal["refused", "malformed", "unknown_ref", "auth", "unreachable", "failed"]
 PushOutcome = Literal["applied", "rejected", "unknown", "not_applied"]
@@ -118,21 +119,18 @@ class RemoteAccess:
 
 
 def check_remote_url(url: str, allowed: Sequence[str]) -> str:
-    """The URL if it is well formed and one of the server's allowed remotes."""
-    if any(c.isspace() or ord(c) < 32 for c in url) or url.startswith("-"):
-        raise RemoteError("malformed", f"{url!r} is not a git URL (spaces, control characters or a leading '-')")
-    parts = urlsplit(url)
-    if parts.scheme not in SCHEMES:
-        hint = " (write scp-like addresses as ssh://user@host/path)" if "@" in url and ":" in url else ""
-        raise RemoteError("malformed", f"{url!r}: a remote URL must start with https://, ssh:// or file://{hint}")
-    if parts.password is not None or (parts.username is not None and parts.scheme != "ssh"):
-        raise RemoteError("malformed", f"{url!r}: credentials do not belong in the URL; the server supplies them")
-    if parts.scheme == "file":
-        if parts.netloc or not parts.path.startswith("/"):
-            raise RemoteError("malformed", f"{url!r}: a file URL must be file:///absolute/path")
-    elif not parts.hostname or not parts.path.strip("/"):
-        raise RemoteError("malformed", f"{url!r}: a remote URL needs a host and a repository path")
-    if not any(fnmatch.fnmatchcase(url, pattern) for pattern in allowed):
+    """The URL if it is plain (``sandbox.allowlist``) and under one of the server's
+    allowed remotes."""
+    try:
+        entries = allowlist(allowed)
+    except UnsafeURL as exc:
+        # The settings refuse a bad entry at start; one handed in any other way too.
+        raise RemoteError("refused", str(exc)) from None
+    try:
+        place = place_of(url)
+    except UnsafeURL as exc:
+        raise RemoteError("malformed", str(exc)) from None
+    if not any(entry.admits(place) for entry in entries):
         listed = ", ".join(allowed) if allowed else "none are configured"
         raise RemoteError("refused", f"{url} is not an allowed remote (HARNESS_GIT_ALLOWED_REMOTES: {listed})")
     return url
@@ -319,32 +317,32 @@ class PushResult:
     duplicate: bool = False
 
 
+class EffectDrift(Exception):
+    """What would be pushed now is not the commit that was fixed and approved."""
+
+
 @dataclass
 class RemoteTarget:
     """Where a run cloned from a remote publishes: its branch on that remote, built on
-    the run's base commit inside the worker's git directory (never in the sandbox)."""
+    the run's base commit inside the worker's git directory (never in the sandbox).
+
+    The commit is fixed when the publish is asked for (``plan``): tree, parent,
+    author, committer, their dates and the message, so its id is known before the
+    reviewer decides; pushing builds it again from that record alone (``build``) and
+    pushes only if it is the same commit (runs.core.effects)."""
 
     url: str
     base: str
     branch: str
     git_dir: Path
     access: RemoteAccess
-    # call id -> the approval's trailers (request id, reviewer), where known.
-    approval_trailers: Callable[[str], list[tuple[str, str]]] = lambda _call_id: []
 
     @property
     def scheme(self) -> str:
         return urlsplit(self.url).scheme
 
-    def describe(self) -> str:
-        """What a reviewer is shown above the diff of a push."""
-        return (
-            f"# push to {self.url}\n# branch {self.branch}, one commit on {self.base[:12]}\n"
-            f"# author and committer: {self.access.author_name} <{self.access.author_email}>\n"
-        )
-
-    def commit_for(self, patch: str, message: str, trailers: Sequence[tuple[str, str]]) -> str:
-        """One commit on the base with ``patch`` applied and the approved message."""
+    def tree_for(self, patch: str) -> str:
+        """The tree of the base with ``patch`` applied, in a throwaway index."""
         with tempfile.TemporaryDirectory(prefix="harness-publish-") as tmp:
             index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
             _local(["read-tree", self.base], self.git_dir, self.access, index)
@@ -352,17 +350,46 @@ class RemoteTarget:
                 patch_file = Path(tmp) / "change.patch"
                 patch_file.write_text(patch, encoding="utf-8", errors="surrogateescape")
                 _local(["apply", "--cached", "--whitespace=nowarn", str(patch_file)], self.git_dir, self.access, index)
-            tree = _local(["write-tree"], self.git_dir, self.access, index)
-        body = message.rstrip() + "\n"
-        if trailers:
-            body += "\n" + "".join(f"{k}: {v}\n" for k, v in trailers)
-        who = {
-            "GIT_AUTHOR_NAME": self.access.author_name,
-            "GIT_AUTHOR_EMAIL": self.access.author_email,
-            "GIT_COMMITTER_NAME": self.access.author_name,
-            "GIT_COMMITTER_EMAIL": self.access.author_email,
+            return _local(["write-tree"], self.git_dir, self.access, index)
+
+    def plan(self, patch: str, message: str, trailers: Sequence[tuple[str, str]], at: float) -> PushEffect:
+        """The one commit this publish would push, fixed: this server's identity,
+        dated ``at``, the model's message and then, as its own last paragraph,
+        Harness's trailers (the message was checked to hold no divider and no
+        ``Harness-`` line, so git's trailer parser sees Harness's alone)."""
+        tree = self.tree_for(patch)
+        who = Identity(name=self.access.author_name, email=self.access.author_email, date=int(at))
+        body = message.rstrip() + "\n\n" + "".join(f"{k}: {v}\n" for k, v in trailers)
+        fixed = PushEffect(
+            remote=self.url, branch=self.branch, base=self.base, tree=tree, author=who, committer=who, message=body, commit=""
+        )
+        return fixed.model_copy(update={"commit": self._commit_tree(fixed)})
+
+    def _commit_tree(self, effect: PushEffect) -> str:
+        env = {
+            "GIT_AUTHOR_NAME": effect.author.name,
+            "GIT_AUTHOR_EMAIL": effect.author.email,
+            "GIT_AUTHOR_DATE": f"{effect.author.date} +0000",
+            "GIT_COMMITTER_NAME": effect.committer.name,
+            "GIT_COMMITTER_EMAIL": effect.committer.email,
+            "GIT_COMMITTER_DATE": f"{effect.committer.date} +0000",
         }
-        return _local(["commit-tree", tree, "-p", self.base, "-F", "-"], self.git_dir, self.access, who, stdin=body)
+        return _local(["commit-tree", effect.tree, "-p", effect.base, "-F", "-"], self.git_dir, self.access, env, stdin=effect.message)
+
+    def build(self, effect: PushEffect, patch: str) -> str:
+        """The fixed commit, made again from its record alone (whatever this process's
+        settings say), or ``EffectDrift`` if it would not be the same commit."""
+        if (effect.remote, effect.branch, effect.base) != (self.url, self.branch, self.base):
+            raise EffectDrift(
+                f"the approved push goes to {effect.branch} on {effect.remote}, this run's target is {self.branch} on {self.url}"
+            )
+        tree = self.tree_for(patch)
+        if tree != effect.tree:
+            raise EffectDrift(f"the workspace's tree is {tree[:12]}, the approved commit's is {effect.tree[:12]}")
+        commit = self._commit_tree(effect)
+        if commit != effect.commit:
+            raise EffectDrift(f"the commit made now is {commit[:12]}, the approved one is {effect.commit[:12]}")
+        return commit
 
     def _pending_ref(self, key: str) -> str:
         return f"refs/harness/pending/{key}"
@@ -378,34 +405,12 @@ class RemoteTarget:
                 return sha
         return None
 
-    def same_change(self, ours: str, theirs: str) -> bool:
-        """Whether the remote's commit is this operation's: the same tree on the same
-        parent (a retried publish makes a new commit object with a new date)."""
-        if ours == theirs:
-            return True
-        have = git(["--git-dir", str(self.git_dir), "cat-file", "-e", f"{theirs}^{{commit}}"], self.access, "file")
-        if have.returncode != 0:
-            fetched = git(
-                ["--git-dir", str(self.git_dir), "fetch", "--quiet", "--depth", "1", "--no-tags", "--", self.url, theirs],
-                self.access,
-                self.scheme,
-            )
-            if fetched.returncode != 0:
-                raise RemoteError(_cause(fetched.stderr), f"could not read {theirs[:12]} from {self.url}: {_last_line(fetched.stderr)}")
-
-        def shape(commit: str) -> tuple[str, str]:
-            return (
-                _local(["rev-parse", f"{commit}^{{tree}}"], self.git_dir, self.access),
-                _local(["log", "-1", "--format=%P", commit], self.git_dir, self.access),
-            )
-
-        return shape(ours) == shape(theirs)
-
-    def publish(self, key: str, patch: str, message: str, trailers: Sequence[tuple[str, str]]) -> PushResult:
-        ours = self.commit_for(patch, message, trailers)
+    def publish(self, key: str, effect: PushEffect, patch: str) -> PushResult:
+        """Push the fixed commit; a branch already at it is this operation, done."""
+        ours = self.build(effect, patch)
         head = self.remote_head()
         if head is not None:
-            if self.same_change(ours, head):
+            if head == ours:
                 return PushResult("applied", head, self.branch, "the branch already holds this change", duplicate=True)
             return PushResult("rejected", head, self.branch, f"branch {self.branch} already holds another commit ({head[:12]})")
         # Recorded before the push, so a lookup after a lost answer knows what we sent.
@@ -419,17 +424,34 @@ class RemoteTarget:
 
     def lookup(self, key: str) -> tuple[bool, str]:
         """(applied, detail) for a push of unknown outcome; raises ``PushConflict``
-        when the branch holds a commit that is not this operation's."""
+        when the branch holds a commit that is not this operation's (the commit is
+        fixed, so "ours" is that exact commit)."""
         found = git(["--git-dir", str(self.git_dir), "rev-parse", "--verify", "--quiet", self._pending_ref(key)], self.access, "file")
         ours = found.stdout.strip() if found.returncode == 0 else None
         head = self.remote_head()
         if head is None:
             return False, f"branch {self.branch} is absent on {self.url}: the push did not happen"
-        if ours is not None and self.same_change(ours, head):
+        if ours is not None and head == ours:
             return True, f"branch {self.branch} on {self.url} is at our commit {head[:12]}"
         raise PushConflict(
             f"branch {self.branch} on {self.url} is at {head[:12]}, which is not this run's commit: someone else pushed to it"
         )
+
+
+def describe_push(effect: PushEffect) -> str:
+    """What a reviewer is shown above the diff of a push: every part of the commit."""
+
+    def when(who: Identity) -> str:
+        return datetime.fromtimestamp(who.date, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    message = "".join(f"#   {shown_line(line)}".rstrip() + "\n" for line in effect.message.splitlines())
+    return (
+        f"# push to {effect.remote}\n# branch {effect.branch}, one commit on {effect.base[:12]}\n"
+        f"# commit {effect.commit}, tree {effect.tree}\n"
+        f"# author: {shown_line(effect.author.line())}, {when(effect.author)}\n"
+        f"# committer: {shown_line(effect.committer.line())}, {when(effect.committer)}\n"
+        f"# message:\n{message}"
+    )
 
 
 class PushConflict(Exception):

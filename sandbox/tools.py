@@ -13,11 +13,12 @@ import os
 import re
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
-from runs.core.jsonutil import JSON
+from runs.core.effects import ChangeRequestEffect, OutboxEffect, Plan, PushEffect, RefusedEffect, parse_effect
+from runs.core.jsonutil import JSON, sha256_bytes
 from runs.core.policy import CheckDef
 from runs.core.ports import ArtifactStore, Call, Reconciliation
 from runs.core.state import PendingEffect
@@ -25,16 +26,17 @@ from sandbox import fileops, patches
 from sandbox.container import SandboxContainer
 from sandbox.engine import SandboxUnavailable
 from sandbox.execution import ExecResult
-from sandbox.forges import ChangeRequests, ForgeError
+from sandbox.forges import ChangeRequests, ForgeError, describe_change_request
 from sandbox.output_capture import OutputCapture, OutputListener
-from sandbox.publishing import PublishRefused, publication
+from sandbox.publishing import Publication, PublishRefused, publication
 from sandbox.quota import WATCH_SECONDS, DiskQuota
-from sandbox.remote import PushConflict, RemoteError, RemoteTarget
+from sandbox.remote import EffectDrift, PushConflict, RemoteError, RemoteTarget, describe_push
 from sandbox.workspace import RunWorkspace
 
 Status = Literal["ok", "transient", "unknown"]
 Effect = Literal["none", "applied", "unknown"]
 KEY_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+FixedEffect = TypeVar("FixedEffect", OutboxEffect, PushEffect, ChangeRequestEffect)
 
 
 @dataclass
@@ -107,7 +109,7 @@ def write_file(ctx: ToolContext, call: Call) -> ToolResult:
     return ToolResult("ok", "none" if data["unchanged"] else "applied", data)
 
 
-def _would_refuse(tool: str, exc: Exception) -> str:
+def _would_refuse(tool: str, exc: Exception | str) -> str:
     return f"# this {tool} would be refused: {exc}\n"
 
 
@@ -248,12 +250,70 @@ def outbox_path(outbox: Path, key: str) -> Path:
     return outbox / f"{key}.patch"
 
 
+def _outbox_content(ctx: ToolContext, key: str, published: Publication, message: str) -> bytes:
+    header = [f"# Harness publish {key}", f"# run: {ctx.run_id}", f"# revision: {published.revision}"]
+    header += [f"# {line}" for line in message.splitlines() or [""]]
+    return ("\n".join(header) + "\n\n" + published.text).encode("utf-8", errors="surrogateescape")
+
+
+def _publish_trailers(ctx: ToolContext, key: str) -> list[tuple[str, str]]:
+    """Harness's own trailers, known when the publish is asked for (who grants it is
+    in the run's audit trail, found by the run id: a commit fixed before the decision
+    cannot name its reviewer)."""
+    return [("Harness-Run", ctx.run_id), ("Harness-Operation", key)]
+
+
+def plan_publish(ctx: ToolContext, args: Mapping[str, JSON], key: str, at: float) -> Plan:
+    """The publish fixed: for a remote, the one commit and where it goes; for the
+    outbox, the patch file's name and digest. The reviewer is shown exactly the patch
+    (for a remote, every part of the commit above it)."""
+    message = str(args.get("message", ""))
+    try:
+        published = publication(ctx.workspace, ctx.write_paths)
+    except PublishRefused as exc:
+        return _refused_plan("publish", str(exc))
+    if ctx.remote is not None:
+        fixed = ctx.remote.plan(published.patch.text, message, _publish_trailers(ctx, key), at)
+        return Plan(fixed.model_dump(), describe_push(fixed) + published.text)
+    content = _outbox_content(ctx, key, published, message)
+    outbox = OutboxEffect(
+        file=outbox_path(ctx.outbox, key).name,
+        revision=published.revision,
+        message=message,
+        sha256=sha256_bytes(content),
+        bytes=len(content),
+    )
+    return Plan(outbox.model_dump(), published.text)
+
+
+def _refused_plan(tool: str, reason: str) -> Plan:
+    return Plan(RefusedEffect(reason=reason).model_dump(), _would_refuse(tool, reason))
+
+
+def _fixed(call: Call, kind: type[FixedEffect]) -> FixedEffect | str:
+    """The call's fixed effect if it is of ``kind``, else why the call is refused."""
+    if call.effect is None:
+        return f"{call.tool} reached the executor without the effect fixed when it was asked for"
+    effect = parse_effect(dict(call.effect))
+    if isinstance(effect, RefusedEffect):
+        return effect.reason
+    if not isinstance(effect, kind):
+        return f"the approved effect ({effect.kind}) is not what this run's workspace does ({kind.model_fields['kind'].default})"
+    return effect
+
+
 def publish(ctx: ToolContext, call: Call) -> ToolResult:
     key = call.idempotency_key
     if key is None or not KEY_PATTERN.match(key):
         return _error("publish reached the executor without a valid idempotency key")
     if ctx.remote is not None:
-        return push(ctx, ctx.remote, call, key)
+        pushed = _fixed(call, PushEffect)
+        if isinstance(pushed, str):
+            return _error(f"nothing was published: {pushed}", idempotency_key=key)
+        return push(ctx, ctx.remote, pushed, key)
+    fixed = _fixed(call, OutboxEffect)
+    if isinstance(fixed, str):
+        return _error(f"nothing was published: {fixed}", idempotency_key=key)
     target = outbox_path(ctx.outbox, key)
     if target.exists():
         return ToolResult("ok", "none", {"idempotency_key": key, "duplicate": True, "outbox_file": target.name})
@@ -262,9 +322,9 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
     except PublishRefused as exc:
         return _error(f"nothing was published: {exc}", idempotency_key=key)
     patch = published.patch
-    header = [f"# Harness publish {key}", f"# run: {ctx.run_id}", f"# revision: {published.revision}"]
-    header += [f"# {line}" for line in str(call.args["message"]).splitlines() or [""]]
-    content = ("\n".join(header) + "\n\n" + published.text).encode("utf-8", errors="surrogateescape")
+    content = _outbox_content(ctx, key, published, fixed.message)
+    if (target.name, sha256_bytes(content)) != (fixed.file, fixed.sha256):
+        return _error("nothing was published: the patch made now is not the one approved", idempotency_key=key)
     ctx.outbox.mkdir(parents=True, exist_ok=True)
     tmp = ctx.outbox / f".{key}.{secrets.token_hex(6)}.tmp"
     try:
@@ -297,18 +357,6 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
     return ToolResult("ok", "applied", data, [ref])
 
 
-def preview_publish(ctx: ToolContext, args: Mapping[str, JSON]) -> str:
-    """Exactly the patch publish would write (for a remote: where it goes, and its message)."""
-    try:
-        shown = publication(ctx.workspace, ctx.write_paths).text
-    except PublishRefused as exc:
-        return _would_refuse("publish", exc)
-    if ctx.remote is not None:
-        message = "".join(f"#   {line}".rstrip() + "\n" for line in str(args.get("message", "")).splitlines())
-        return ctx.remote.describe() + "# message:\n" + message + shown
-    return shown
-
-
 def find_publish(ctx: ToolContext, effect: PendingEffect) -> Reconciliation:
     """Whether a publish of unknown outcome happened: its branch on the remote, or its
     file in the outbox (local, so the answer is authoritative)."""
@@ -325,16 +373,17 @@ def find_publish(ctx: ToolContext, effect: PendingEffect) -> Reconciliation:
     return Reconciliation(True, found, True, detail)
 
 
-def push(ctx: ToolContext, target: RemoteTarget, call: Call, key: str) -> ToolResult:
-    """Publish to the run's remote: one commit on the base, pushed to the run's branch."""
+def push(ctx: ToolContext, target: RemoteTarget, fixed: PushEffect, key: str) -> ToolResult:
+    """Publish to the run's remote: exactly the fixed commit, pushed to the run's branch."""
     base: dict[str, JSON] = {"idempotency_key": key, "remote": target.url, "branch": target.branch}
     try:
         patch = publication(ctx.workspace, ctx.write_paths).patch
     except PublishRefused as exc:
         return _error(f"nothing was published: {exc}", **base)
-    trailers = [("Harness-Run", ctx.run_id), *target.approval_trailers(call.call_id)]
     try:
-        result = target.publish(key, patch.text, str(call.args["message"]), trailers)
+        result = target.publish(key, fixed, patch.text)
+    except EffectDrift as exc:
+        return _error(f"nothing was published: the commit is not the one approved ({exc})", **base)
     except RemoteError as exc:
         # The branch could not be looked up: nothing was pushed yet. Credentials the
         # remote refuses will not get better by retrying.
@@ -357,15 +406,47 @@ def push(ctx: ToolContext, target: RemoteTarget, call: Call, key: str) -> ToolRe
     return ToolResult("unknown", "unknown", {**data, "error": f"the push's outcome is unknown: {result.message}"})
 
 
-def open_change_request(ctx: ToolContext, call: Call) -> ToolResult:
-    """A pull or merge request from the run's pushed branch; one per branch (the
-    forge's open requests are looked up first)."""
-    key = call.idempotency_key
+def plan_change_request(ctx: ToolContext, args: Mapping[str, JSON], key: str, at: float) -> Plan:
+    """The change request fixed: forge, project, both branches, title and body."""
     if ctx.remote is None:
-        return _error("open_change_request needs a workspace cloned from a git remote; this run publishes to the outbox")
+        return _refused_plan("open_change_request", "it needs a workspace cloned from a git remote; this run publishes to the outbox")
     if ctx.forge is None:
-        return _error("no forge is configured on this server (HARNESS_FORGE): a change request cannot be opened")
-    forge, branch = ctx.forge, ctx.remote.branch
+        return _refused_plan("open_change_request", "no forge is configured on this server (HARNESS_FORGE)")
+    forge = ctx.forge
+    try:
+        project = forge.checked_project()
+    except ForgeError as exc:
+        return _refused_plan("open_change_request", exc.message)
+    try:
+        target: str | None = forge.target_branch()
+    except ForgeError:
+        target = None
+    fixed = ChangeRequestEffect(
+        forge=forge.access.kind,
+        web_url=forge.access.web_url,
+        project=project,
+        source=forge.source,
+        target=target,
+        title=str(args.get("title", "")),
+        body=str(args.get("body", "")),
+    )
+    return Plan(fixed.model_dump(), describe_change_request(fixed))
+
+
+def open_change_request(ctx: ToolContext, call: Call) -> ToolResult:
+    """The fixed pull or merge request from the run's pushed branch; one per branch
+    (the forge's open requests are looked up first)."""
+    key = call.idempotency_key
+    fixed = _fixed(call, ChangeRequestEffect)
+    if isinstance(fixed, str):
+        return _error(f"no change request was opened: {fixed}")
+    if ctx.remote is None or ctx.forge is None:
+        return _error("no change request was opened: this worker has no forge for the run's remote (HARNESS_FORGE)")
+    if (ctx.forge.access.kind, ctx.forge.access.web_url) != (fixed.forge, fixed.web_url):
+        return _error(f"no change request was opened: the approved forge is {fixed.web_url}, this worker's is {ctx.forge.access.web_url}")
+    # The approved project and branches, whatever this worker's settings would derive.
+    forge = replace(ctx.forge, project=fixed.project, source=fixed.source, target=fixed.target, _client=None)
+    branch = fixed.source
     base: dict[str, JSON] = {"idempotency_key": key, "remote": ctx.remote.url, "branch": branch, "project": forge.project}
     try:
         head = ctx.remote.remote_head()
@@ -376,7 +457,7 @@ def open_change_request(ctx: ToolContext, call: Call) -> ToolResult:
     if head is None:
         return _error(f"branch {branch} is not on {ctx.remote.url}: publish the change first, then open its change request", **base)
     try:
-        opened = forge.open(str(call.args["title"]), str(call.args["body"]))
+        opened = forge.open(fixed.title, fixed.body)
     except ForgeError as exc:
         if exc.failure == "refused":
             return _error(f"no change request was opened: {exc.message}", **base, refused=True)
@@ -385,12 +466,6 @@ def open_change_request(ctx: ToolContext, call: Call) -> ToolResult:
         return ToolResult("unknown", "unknown", {**base, "error": f"the change request's outcome is unknown: {exc.message}"})
     data: dict[str, JSON] = {**base, "commit": head, "duplicate": opened.duplicate, "change_request": opened.request.as_json()}
     return ToolResult("ok", "none" if opened.duplicate else "applied", data)
-
-
-def preview_open_change_request(ctx: ToolContext, args: Mapping[str, JSON]) -> str:
-    if ctx.forge is None:
-        return "# this change request would be refused: no forge is configured on this server\n"
-    return ctx.forge.describe(str(args.get("title", "")), str(args.get("body", "")))
 
 
 def find_change_request(ctx: ToolContext, effect: PendingEffect) -> Reconciliation:
@@ -434,13 +509,15 @@ def lookup_publish(ctx: ToolContext, call: Call) -> ToolResult:
 @dataclass(frozen=True)
 class SandboxTool:
     """What the sandbox does for one tool of the registry. ``preview`` shows a reviewer
-    what granting the call would do (for a tool with an effect; a call that would be
-    refused says so); ``reconcile`` finds whether an external effect of unknown
+    what granting a workspace write would do (a call that would be refused says so);
+    ``plan`` fixes an external call's effect and what a reviewer is shown of it
+    (runs.core.effects); ``reconcile`` finds whether an external effect of unknown
     outcome happened."""
 
     run: Callable[[ToolContext, Call], ToolResult]
     preview: Callable[[ToolContext, Mapping[str, JSON]], str] | None = None
     reconcile: Callable[[ToolContext, PendingEffect], Reconciliation] | None = None
+    plan: Callable[[ToolContext, Mapping[str, JSON], str, float], Plan] | None = None
 
 
 TOOLS: dict[str, SandboxTool] = {
@@ -450,7 +527,7 @@ TOOLS: dict[str, SandboxTool] = {
     "write_file": SandboxTool(write_file, preview_write_file),
     "apply_patch": SandboxTool(apply_patch, preview_apply_patch),
     "run_check": SandboxTool(run_check),
-    "publish": SandboxTool(publish, preview_publish, find_publish),
+    "publish": SandboxTool(publish, reconcile=find_publish, plan=plan_publish),
     "lookup_publish": SandboxTool(lookup_publish),
-    "open_change_request": SandboxTool(open_change_request, preview_open_change_request, find_change_request),
+    "open_change_request": SandboxTool(open_change_request, reconcile=find_change_request, plan=plan_change_request),
 }

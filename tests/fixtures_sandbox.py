@@ -8,6 +8,7 @@ can be loaded before Django is set up."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -151,6 +152,24 @@ def make_call(tool: str, args: dict[str, Any], *, check: CheckDef | None = None,
         max_output_bytes=cap,
         check=check,
     )
+
+
+# When a test's external calls are dated: a fixed time, so a commit's id is too.
+FIXED_AT = 1_767_225_600.0
+
+
+def fixed_call(executor: Any, tool: str, args: dict[str, Any], key: str, at: float = FIXED_AT) -> Call:
+    """A call to an external tool with its effect fixed by ``executor`` first, as the
+    loop fixes it before asking a reviewer (runs.core.effects)."""
+    plan = executor.plan(tool, args, key, at)
+    return dataclasses.replace(make_call(tool, args, key=key), effect=plan.effect if plan is not None else None)
+
+
+def shown(executor: Any, tool: str, args: dict[str, Any], key: str = "0" * 32, at: float = FIXED_AT) -> str:
+    """What a reviewer is shown of an external call (its fixed effect's text)."""
+    plan = executor.plan(tool, args, key, at)
+    assert plan is not None, tool
+    return str(plan.shown)
 
 
 def sandbox_policy(*checks: CheckDef, limits: SandboxLimits = TEST_LIMITS, allow_publish: bool = False) -> Policy:

@@ -18,7 +18,6 @@ from tests.gitserver import TOKEN, USER, FaultProxy, GitHttpServer, make_orders_
 from tests.runs_waiting import DEMO_CONTRACT, DEMO_SCRIPT
 
 REPOSITORY = "acme/orders"
-ALLOWED = "http://127.0.0.1:*/acme/*"
 CHANGE_REQUEST = {
     "tool": "open_change_request",
     "args": {"title": "Reject negative quantities", "body": "Found by the tests.\n<b>bold?</b>"},
@@ -88,9 +87,10 @@ def remote_rig(root: Path, settings: Any, **worker_env: str) -> Iterator[RemoteR
     bare = make_orders_remote(root, f"{REPOSITORY}.git")
     server = GitHttpServer(root)
     proxy = FaultProxy(server)
-    settings.GIT_ALLOWED_REMOTES = [ALLOWED]
+    allowed = f"http://127.0.0.1:{proxy.port}/acme/"
+    settings.GIT_ALLOWED_REMOTES = [allowed]
     env = {
-        "HARNESS_GIT_ALLOWED_REMOTES": ALLOWED,
+        "HARNESS_GIT_ALLOWED_REMOTES": allowed,
         "HARNESS_GIT_TOKEN": TOKEN,
         "HARNESS_GIT_TOKEN_USER": USER,
         "HARNESS_GIT_TIMEOUT_SECONDS": "30",

@@ -1,6 +1,7 @@
 """API tokens are kept hashed: shown once by POST /api/auth/token/, not recoverable
-from the database, refused after expiry or revocation (revoked in the admin), and a
-token made before the change (DRF's plaintext table) keeps working once hashed."""
+from the database, refused after expiry or revocation (revoked in the admin) and after
+their user's password changes, and a token made before the change (DRF's plaintext
+table) keeps working once hashed."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 from django.apps import apps
+from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -91,4 +93,47 @@ def test_it_hashes_the_old_plaintext_tokens_so_their_clients_keep_working(operat
     # The migration's step, on a database that still has DRF's plaintext table.
     migration.hash_plaintext_tokens(apps, SimpleNamespace(connection=connection))
     assert "authtoken_token" not in connection.introspection.table_names()
+    import_module("api.migrations.0002_token_password_mark").mark_current_passwords(apps, None)
     assert status_with("a" * 40) == 200 and "a" * 40 not in all_database_text()
+
+
+def refusal_with(token: str) -> tuple[int, str]:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    response = client.get("/api/runs/")
+    return response.status_code, response.json()["detail"]
+
+
+PASSWORD_CHANGED = (401, "The token was made before the user's password last changed; get a new one.")
+
+
+def test_it_voids_a_users_tokens_when_an_admin_changes_their_password(operator, reviewer, client):
+    tokens = [token_for(operator), token_for(operator)]
+    others = token_for(reviewer)
+    # Users and their passwords are the superuser's to manage, not the admin role's.
+    client.force_login(User.objects.create_superuser("sue-superuser", password="sue-superuser-pass-123"))
+    changed = client.post(
+        f"/admin/auth/user/{operator.pk}/password/",
+        {"password1": "a-new-pass-456", "password2": "a-new-pass-456", "usable_password": "true"},
+    )
+    assert changed.status_code == 302, changed.content.decode()[-2000:]
+    assert [refusal_with(token) for token in tokens] == [PASSWORD_CHANGED, PASSWORD_CHANGED]
+    assert status_with(others) == 200  # another user's token is untouched
+    listing = client.get("/admin/api/apitoken/").content.decode()
+    assert listing.count("void: the password changed") == 2 and listing.count("usable") == 1
+    # The new password makes a token that works.
+    fresh = APIClient().post("/api/auth/token/", {"username": operator.username, "password": "a-new-pass-456"}, format="json")
+    assert status_with(fresh.json()["token"]) == 200
+
+
+def test_it_voids_tokens_whatever_wrote_the_new_password(operator):
+    token = token_for(operator)
+    operator.set_password("changed-by-a-reset-789")
+    operator.save()
+    assert refusal_with(token) == PASSWORD_CHANGED
+    fresh = APIClient().post("/api/auth/token/", {"username": operator.username, "password": "changed-by-a-reset-789"}, format="json")
+    assert status_with(fresh.json()["token"]) == 200
+    # A bulk UPDATE sends no signal and calls no save(): the mark still tells.
+    operator.set_unusable_password()
+    User.objects.filter(pk=operator.pk).update(password=operator.password)
+    assert refusal_with(fresh.json()["token"]) == PASSWORD_CHANGED

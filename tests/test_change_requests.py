@@ -21,7 +21,7 @@ from sandbox.forges import ChangeRequests, ForgeAccess
 from sandbox.preparation import prepare_workspace
 from sandbox.remote import RemoteAccess, RemoteTarget
 from tests.fake_forges import FORGE_TOKEN, FakeForge
-from tests.fixtures_sandbox import ROOT, make_call
+from tests.fixtures_sandbox import ROOT, fixed_call, shown
 from tests.gitserver import TOKEN, USER, GitHttpServer, make_bare_repository, serving
 
 PROJECT = "acme/shop"
@@ -43,8 +43,8 @@ def git_server(tmp_path: Path) -> Iterator[GitHttpServer]:
         yield server
 
 
-def git_access() -> RemoteAccess:
-    return RemoteAccess(allowed=("http://127.0.0.1:*/acme/*",), token=TOKEN, token_user=USER, timeout_seconds=30)
+def git_access(server: GitHttpServer) -> RemoteAccess:
+    return RemoteAccess(allowed=(f"http://127.0.0.1:{server.port}/acme/",), token=TOKEN, token_user=USER, timeout_seconds=30)
 
 
 def forge_access(forge: FakeForge, token: str = FORGE_TOKEN, timeout: float = 10.0) -> ForgeAccess:
@@ -57,9 +57,11 @@ def run_for(tmp_path: Path, server: GitHttpServer, forge: FakeForge | None, targ
 
     url = server.url(f"{PROJECT}.git")
     source = WorkspaceSource(kind="git", url=url, ref="main")
-    workspace = prepare_workspace(tmp_path / f"run-{uuid.uuid4().hex[:6]}", source, ROOT, (ROOT,), git_access())
+    workspace = prepare_workspace(tmp_path / f"run-{uuid.uuid4().hex[:6]}", source, ROOT, (ROOT,), git_access(server))
     workspace.write_file("total.py", FIX)
-    remote = RemoteTarget(url=url, base=str(workspace.source["commit"]), branch=BRANCH, git_dir=workspace.remote_git, access=git_access())
+    remote = RemoteTarget(
+        url=url, base=str(workspace.source["commit"]), branch=BRANCH, git_dir=workspace.remote_git, access=git_access(server)
+    )
     requests = None
     if forge is not None:
         access = forge_access(forge)
@@ -70,7 +72,7 @@ def run_for(tmp_path: Path, server: GitHttpServer, forge: FakeForge | None, targ
 
 
 def execute(executor: SandboxExecutor, tool: str, args: dict, key: str) -> dict:
-    receipt = executor.execute(make_call(tool, args, key=key))
+    receipt = executor.execute(fixed_call(executor, tool, args, key))
     assert isinstance(receipt, dict)
     return receipt
 
@@ -210,10 +212,10 @@ def test_it_retries_a_forge_that_cannot_be_reached(git_server: GitHttpServer, tm
 def test_it_shows_the_reviewer_the_title_body_and_branches(git_server: GitHttpServer, tmp_path: Path, db: None) -> None:
     with FakeForge("github", PROJECT, default_branch="trunk") as forge:
         executor = run_for(tmp_path, git_server, forge, target=None)
-        shown = executor.preview("open_change_request", {"title": TITLE, "body": BODY}) or ""
-        assert shown.startswith(f"# open a pull request on {forge.web_url}/{PROJECT}\n# from branch {BRANCH} into trunk\n")
-        assert f"# title: {TITLE}\n# body:\n#   They made refunds.\n#\n#   <script>alert(1)</script> & more\n" in shown
-        assert_no_token(shown)
+        text = shown(executor, "open_change_request", {"title": TITLE, "body": BODY})
+        assert text.startswith(f"# open a pull request on {forge.web_url}/{PROJECT}\n# from branch {BRANCH} into trunk\n")
+        assert f"# title: {TITLE}\n# body:\n#   They made refunds.\n#\n#   <script>alert(1)</script> & more\n" in text
+        assert_no_token(text)
 
 
 # -- GitLab ------------------------------------------------------------------------
@@ -335,9 +337,9 @@ def test_it_opens_the_change_request_of_a_whole_run_after_two_approvals_and_link
             commit = rig.head(branch)
             assert commit is not None
         pull = f"{forge.web_url}/{REPOSITORY}/pull/1"
-        shown = Client()
-        shown.force_login(operator)
-        html = shown.get(f"/runs/{run.pk}/").content.decode()
+        viewer = Client()
+        viewer.force_login(operator)
+        html = viewer.get(f"/runs/{run.pk}/").content.decode()
         assert f'<a href="{pull}" rel="noreferrer">#1 Reject negative quantities</a>' in html
         assert f'<a href="{forge.web_url}/{REPOSITORY}/tree/{branch}" rel="noreferrer">{branch}</a> at <code>{commit[:12]}</code>' in html
         api = client_for(operator).get(f"/api/runs/{run.pk}/").json()
@@ -349,4 +351,4 @@ def test_it_opens_the_change_request_of_a_whole_run_after_two_approvals_and_link
         assert FORGE_TOKEN not in everything and TOKEN not in everything
         # Another forge's address in a receipt is shown as text, never linked.
         settings.FORGE_WEB_URL = "https://forge.example.com"
-        assert f'href="{pull}"' not in shown.get(f"/runs/{run.pk}/").content.decode()
+        assert f'href="{pull}"' not in viewer.get(f"/runs/{run.pk}/").content.decode()

@@ -36,3 +36,27 @@ def test_it_cites_no_design_file_outside_the_repository():
         if p.name != Path(__file__).name and outside.search(p.read_text(errors="replace"))
     ]
     assert found == []
+
+
+GATE = re.compile(r"^(\d+)\. \*\*([^*]+)\*\*", re.MULTILINE)
+GATE_CITATION = re.compile(r"\b[Gg]ates? (\d+)(?:-(\d+))?(?:: | \(|, )?([a-z ,]*)")
+
+
+def test_it_numbers_the_gates_in_code_as_the_design_does():
+    """A comment that cites gates by number names them too, as docs/design.md's list
+    (Gates) numbers them."""
+    design = (ROOT / "docs" / "design.md").read_text()
+    gates = {int(number): name.lower() for number, name in GATE.findall(design.split("## Gates", 1)[1].split("\n## ", 1)[0])}
+    assert sorted(gates) == list(range(1, len(gates) + 1)) and gates[1] == "parse"
+    wrong = []
+    for path in tracked_text_files():
+        if path.suffix != ".py":
+            continue
+        text = " ".join(path.read_text(errors="replace").split())
+        for match in GATE_CITATION.finditer(text):
+            first, last = int(match.group(1)), int(match.group(2) or match.group(1))
+            expected = [gates.get(n, "?") for n in range(first, last + 1)]
+            named = [name.strip() for name in match.group(3).split(",") if name.strip()][: len(expected)]
+            if named != expected:
+                wrong.append(f"{path.relative_to(ROOT)}: {match.group(0)!r} should name {', '.join(expected)}")
+    assert wrong == []

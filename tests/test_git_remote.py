@@ -20,7 +20,7 @@ from sandbox.executor import SandboxExecutor
 from sandbox.preparation import prepare_workspace
 from sandbox.remote import GitRun, RemoteAccess, RemoteError, RemoteTarget, check_remote_url, passing_failure
 from sandbox.workspace import RunWorkspace
-from tests.fixtures_sandbox import ROOT, make_call
+from tests.fixtures_sandbox import ROOT, fixed_call, make_call, shown
 from tests.gitserver import HOOK_MESSAGE, TOKEN, USER, FaultProxy, GitHttpServer, make_bare_repository, reject_pushes, serving, sh
 
 FIX = (
@@ -41,7 +41,7 @@ class Remote:
 
     def access(self, token: str = TOKEN) -> RemoteAccess:
         return RemoteAccess(
-            allowed=("http://127.0.0.1:*/shop.git", "file:///*"),
+            allowed=(self.server.url("shop.git"), self.proxy.url("shop.git"), "file:///"),
             token=token,
             token_user=USER,
             author_name="Harness Bot",
@@ -72,23 +72,18 @@ def changed_run(remote: Remote, url: str, tmp_path: Path) -> SandboxExecutor:
 
     workspace = clone_run(tmp_path, url, "main", remote.access())
     workspace.write_file("total.py", FIX)
-
-    def trailers(call_id: str) -> list[tuple[str, str]]:
-        return [("Harness-Approval", f"apr-{call_id}"), ("Harness-Reviewer", "reviewer")]
-
     target = RemoteTarget(
         url=url,
         base=str(workspace.source["commit"]),
         branch="harness/fix-totals-1a2b3c4d",
         git_dir=workspace.remote_git,
         access=remote.access(),
-        approval_trailers=trailers,
     )
     return SandboxExecutor("run-1a2b3c4d", workspace, None, FileArtifactStore(), tmp_path / "outbox", write_paths=("*",), remote=target)
 
 
 def publish(executor: SandboxExecutor, key: str, message: str = "Refuse negative prices\n\nThey made refunds.") -> dict:
-    receipt = executor.execute(make_call("publish", {"message": message}, key=key))
+    receipt = executor.execute(fixed_call(executor, "publish", {"message": message}, key))
     assert isinstance(receipt, dict)
     return receipt
 
@@ -196,10 +191,11 @@ def test_it_pushes_exactly_the_approved_commit_once(remote: Remote, tmp_path: Pa
     url = remote.server.url("shop.git")
     executor = changed_run(remote, url, tmp_path)
     key = "a" * 32
-    shown = executor.preview("publish", {"message": "Refuse negative prices\n\nThey made refunds."}) or ""
-    assert shown.startswith(f"# push to {url}\n# branch harness/fix-totals-1a2b3c4d, one commit on {remote.commits['main'][:12]}\n")
-    assert "# author and committer: Harness Bot <bot@harness.example>\n# message:\n#   Refuse negative prices\n" in shown
-    assert "+        raise ValueError('negative price')" in shown
+    text = shown(executor, "publish", {"message": "Refuse negative prices\n\nThey made refunds."}, key)
+    assert text.startswith(f"# push to {url}\n# branch harness/fix-totals-1a2b3c4d, one commit on {remote.commits['main'][:12]}\n")
+    assert "# author: Harness Bot <bot@harness.example>, 2026-01-01 00:00:00 UTC\n" in text
+    assert "# committer: Harness Bot <bot@harness.example>, 2026-01-01 00:00:00 UTC\n# message:\n#   Refuse negative prices\n" in text
+    assert "+        raise ValueError('negative price')" in text
     first = publish(executor, key)
     assert (first["status"], first["effect"]) == ("ok", "applied"), first
     commit = first["data"]["commit"]
@@ -214,8 +210,9 @@ def test_it_pushes_exactly_the_approved_commit_once(remote: Remote, tmp_path: Pa
     message = in_bare(remote, "log", "-1", "--format=%B", commit)
     assert message.startswith("Refuse negative prices\n\nThey made refunds.\n")
     trailers = [t for t in in_bare(remote, "log", "-1", "--format=%(trailers:only)", commit).splitlines() if t]
-    assert len(trailers) == 3 and trailers[0] == "Harness-Run: run-1a2b3c4d" and trailers[2] == "Harness-Reviewer: reviewer"
-    assert trailers[1].startswith("Harness-Approval: apr-d-")
+    assert trailers == ["Harness-Run: run-1a2b3c4d", f"Harness-Operation: {key}"]
+    # The commit shown to the reviewer is the one pushed, id and all.
+    assert f"# commit {commit}, tree {executor.revision()}\n" in text
     assert in_bare(remote, "diff", "--name-only", remote.commits["main"], commit) == "total.py"
     pushes = len(remote.server.pushes)
     again = publish(executor, key)
@@ -379,15 +376,11 @@ def test_it_stops_the_run_when_the_lookup_finds_another_commit_on_the_branch() -
     assert [(p.tool, p.resolved) for p in rig.state.pending_effects] == [("publish", False)]
 
 
-def test_it_names_the_runs_branch_and_the_granted_approval_in_the_trailers(
-    operator, reviewer, remote: Remote, tmp_path, monkeypatch
-) -> None:
-    from approvals.services import grant
+def test_it_names_the_runs_branch_on_the_commit_it_was_cloned_at(operator, remote: Remote, tmp_path) -> None:
     from runs.runtime import remote_target
     from tests.test_approvals import waiting_run
 
-    monkeypatch.setattr("runs.queue.enqueue_resume", lambda run_id: None)
-    _world, run, request = waiting_run(operator)
+    _world, run, _request = waiting_run(operator)
     workspace = clone_run(tmp_path, f"file://{remote.bare}", "main", remote.access())
     target = remote_target(run, workspace)
     assert target is not None
@@ -396,13 +389,6 @@ def test_it_names_the_runs_branch_and_the_granted_approval_in_the_trailers(
         remote.commits["main"],
         f"file://{remote.bare}",
     )
-    assert target.approval_trailers(request.call_id) == [], "no trailer before a reviewer decides"
-    grant(request, reviewer)
-    assert target.approval_trailers(request.call_id) == [
-        ("Harness-Approval", str(request.pk)),
-        ("Harness-Reviewer", reviewer.get_username()),
-    ]
-    assert target.approval_trailers("c999") == []
 
 
 def test_it_keeps_the_git_directory_for_pushing_when_the_checkout_differs_from_the_commit(remote: Remote, tmp_path: Path, db: None) -> None:

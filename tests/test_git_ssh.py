@@ -14,9 +14,11 @@ import pytest
 from runs.core.contract import WorkspaceSource
 from sandbox.preparation import prepare_workspace
 from sandbox.remote import RemoteAccess, RemoteError, RemoteTarget
-from tests.fixtures_sandbox import ROOT
+from tests.fixtures_sandbox import FIXED_AT, ROOT
 from tests.gitserver import make_bare_repository, sh
 from tests.sshserver import SshServer, ssh_server
+
+pytestmark = [pytest.mark.sshd]
 
 
 @pytest.fixture
@@ -43,8 +45,9 @@ def test_it_clones_and_pushes_over_ssh_with_the_servers_key(sshd: SshServer, set
     workspace.write_file("total.py", "def total(prices):\n    return 0\n")
     target = RemoteTarget(url=url, base=commits["main"], branch="harness/ssh-1", git_dir=workspace.remote_git, access=access)
     patch = workspace.diff().text
-    pushed = target.publish("a" * 32, patch, "Zero totals", [("Harness-Run", "run-ssh")])
-    assert (pushed.outcome, pushed.duplicate) == ("applied", False), pushed
+    fixed = target.plan(patch, "Zero totals", [("Harness-Run", "run-ssh")], FIXED_AT)
+    pushed = target.publish("a" * 32, fixed, patch)
+    assert (pushed.outcome, pushed.duplicate, pushed.commit) == ("applied", False, fixed.commit), pushed
     assert sh("rev-parse", "refs/heads/harness/ssh-1", cwd=Path(commits["path"])) == pushed.commit
     assert target.lookup("a" * 32)[0] is True
     # The key stays on the worker: neither its path's content nor the key is in the run.

@@ -293,7 +293,7 @@ class Lifecycle(RuleBasedStateMachine):
             admitted = admitted.order_by("-seq").first().payload
             if admitted["decision"] != "ask":
                 continue
-            key = approval_key("publish", admitted["args"], admitted["revision"], admitted["policy_version"])
+            key = approval_key("publish", admitted["args"], admitted["revision"], admitted["policy_version"], admitted.get("effect"))
             assert ApprovalRequest.objects.filter(run=run, key=key, status="consumed", consumed_by_call=started.call_id).exists(), (
                 "an effect without a consumed grant for its tool, arguments, revision and policy version"
             )

@@ -56,7 +56,8 @@ def test_it_refuses_an_invalid_policy_naming_the_field(client, admin_user):
     assert PolicyVersion.objects.count() == before
 
 
-def test_it_shows_a_version_with_its_difference_and_compares_two(client, admin_user):
+def test_it_shows_a_version_with_its_difference_and_compares_two(client, admin_user, settings):
+    settings.HARNESS_ALLOW_SELF_APPROVAL = True  # a deployment that permits the change this diff shows
     client.force_login(admin_user)
     base = current_policy_row()
     add(client, document_text(allow_self_approval=True), "self approval")

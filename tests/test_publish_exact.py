@@ -21,14 +21,14 @@ from sandbox.executor import SandboxExecutor
 from sandbox.preparation import prepare_workspace
 from sandbox.publishing import PublishRefused, publication
 from sandbox.sources import WorkspaceSourceError
-from tests.fixtures_sandbox import ROOT, make_call
+from tests.fixtures_sandbox import ROOT, fixed_call, make_call, shown
 from tests.git_apply import git_applies_to_source
 
 KEY = "0123456789abcdef0123456789abcdef"
 
 
 def call(executor: SandboxExecutor, tool: str, **args) -> dict:
-    receipt = executor.execute(make_call(tool, args, key=KEY if tool == "publish" else None))
+    receipt = executor.execute(fixed_call(executor, tool, args, KEY) if tool == "publish" else make_call(tool, args))
     assert isinstance(receipt, dict)
     return receipt
 
@@ -47,8 +47,8 @@ def test_it_publishes_exactly_the_preview_and_git_applies_it_to_the_source(host_
         "apply_patch",
         patch='--- a/orders/__init__.py\n+++ /dev/null\n@@ -1,5 +0,0 @@\n-"""A tiny order-pricing package: the example workspace for Harness runs."""\n-\n-from orders.total import order_total\n-\n-__all__ = ["order_total"]\n',
     )
-    preview = host_executor.preview("publish", {"message": "m"})
-    assert preview is not None and not preview.startswith("# this publish would be refused"), preview
+    preview = shown(host_executor, "publish", {"message": "m"}, KEY)
+    assert not preview.startswith("# this publish would be refused"), preview
     receipt = call(host_executor, "publish", message="Several changes")
     assert receipt["effect"] == "applied"
     assert receipt["data"]["files"] == ["orders/__init__.py", "orders/deep/new.py", "orders/naïve name.py", "orders/total.py"]
@@ -74,9 +74,9 @@ def test_it_stops_rather_than_publish_a_change_made_around_the_harness(host_exec
     (host_executor.workspace.dir / "tests" / "test_total.py").write_text("def test_it():\n    pass\n")
     os.symlink("/etc/passwd", host_executor.workspace.dir / "planted")
     with pytest.raises(RevisionMismatch):
-        host_executor.preview("publish", {"message": "m"})
+        shown(host_executor, "publish", {"message": "m"}, KEY)
     with pytest.raises(RevisionMismatch):
-        host_executor.execute(make_call("publish", {"message": "m"}, key=KEY))
+        host_executor.execute(fixed_call(host_executor, "publish", {"message": "m"}, KEY))
     assert not (host_executor.context.outbox / f"{KEY}.patch").exists()
 
 
@@ -87,9 +87,9 @@ def test_it_never_shows_or_publishes_a_file_name_that_could_forge_a_header(host_
     forged.mkdir(parents=True)
     (forged / "test_total.py").write_text("def test_it():\n    pass\n")
     with pytest.raises(RevisionMismatch):  # it came around the harness's tools
-        host_executor.preview("publish", {"message": "m"})
+        shown(host_executor, "publish", {"message": "m"}, KEY)
     with pytest.raises(RevisionMismatch):
-        host_executor.execute(make_call("publish", {"message": "m"}, key=KEY))
+        host_executor.execute(fixed_call(host_executor, "publish", {"message": "m"}, KEY))
     assert not (host_executor.context.outbox / f"{KEY}.patch").exists()
     # And whatever the tree holds, the diff writer never emits such a name as a header.
     with pytest.raises(patches.PatchRefused, match="U\\+000A"):

@@ -28,7 +28,7 @@ from sandbox.preparation import prepare_workspace
 from sandbox.publishing import publication
 from sandbox.sources import WorkspaceSourceError
 from sandbox.workspace import RunWorkspace
-from tests.fixtures_sandbox import ROOT, make_call
+from tests.fixtures_sandbox import ROOT, fixed_call, make_call
 
 CACHES = {"__pycache__", ".pytest_cache", ".benchmarks", ".hypothesis"}
 
@@ -51,7 +51,8 @@ def run(executor: SandboxExecutor, tool: str, **args) -> dict:
         "search": {"path": ".", "max_matches": 200},
     }
     key = args.pop("_key", None)
-    receipt = executor.execute(make_call(tool, {**defaults.get(tool, {}), **args}, key=key))
+    full = {**defaults.get(tool, {}), **args}
+    receipt = executor.execute(fixed_call(executor, tool, full, key) if key is not None else make_call(tool, full))
     assert isinstance(receipt, dict)
     assert receipt["revision"] == executor.revision()
     return receipt

@@ -1,15 +1,21 @@
-"""Self-approval removes the second person: turning it on is a policy change that
-warns the admin, heads the version diff, and every self-approved decision says so in
-the audit trail (the event and the trace)."""
+"""Self-approval removes the second person, so one admin alone cannot turn it on: the
+deployment decides (HARNESS_ALLOW_SELF_APPROVAL, off by default). Off, the admin's
+editors cannot save a version with it on and a version saved with it on earlier has
+no effect. On, turning it on is a policy change that warns the admin, heads the
+version diff, and every self-approved decision says so in the audit trail (the event
+and the trace)."""
 
 from __future__ import annotations
 
+import html
+import json
+
 import pytest
 
-from approvals.models import ApprovalRequest
-from approvals.policies import current_policy_row
+from approvals.models import ApprovalRequest, PolicyVersion
+from approvals.policies import SELF_APPROVAL_NOT_PERMITTED, current_policy_row
 from approvals.policy_diff import SELF_APPROVAL_ON, previous_of, version_diff
-from approvals.services import DjangoApprovals, grant
+from approvals.services import DecisionForbidden, DjangoApprovals, grant
 from runs.models import Event
 from runs.services import drive_run
 from runs.views.trace import present
@@ -19,13 +25,19 @@ from tests.test_policy_admin import ADD, inline_form
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture
+def permitted(settings) -> None:
+    """A deployment whose operator has permitted self-approval."""
+    settings.HARNESS_ALLOW_SELF_APPROVAL = True
+
+
 def turn_on_self_approval(client) -> object:
     data = inline_form(client)
     data.update({"allow_self_approval": "on", "note": "allow self approval"})
     return client.post(ADD, data, follow=True)
 
 
-def test_it_warns_when_self_approval_is_turned_on_and_marks_the_version_diff(client, admin_user):
+def test_it_warns_when_self_approval_is_turned_on_and_marks_the_version_diff(permitted, client, admin_user):
     client.force_login(admin_user)
     assert "no second person" in client.get(ADD).content.decode()
     page = turn_on_self_approval(client).content.decode()
@@ -43,7 +55,7 @@ def test_it_warns_when_self_approval_is_turned_on_and_marks_the_version_diff(cli
     assert not version_diff(previous_of(current_policy_row()), current_policy_row()).startswith("!!")
 
 
-def test_it_records_every_self_approved_decision_in_the_audit_trail(client, admin_user, reviewer):
+def test_it_records_every_self_approved_decision_in_the_audit_trail(permitted, client, admin_user, reviewer):
     client.force_login(admin_user)
     turn_on_self_approval(client)
     world = World()
@@ -59,3 +71,41 @@ def test_it_records_every_self_approved_decision_in_the_audit_trail(client, admi
     drive_run(other, other_world.environment(), DjangoApprovals(other))
     grant(ApprovalRequest.objects.get(run=other), reviewer)
     assert Event.objects.get(run=other, type="approval_decided").payload["self_approved"] is False
+
+
+def test_it_lets_no_admin_turn_self_approval_on_where_the_deployment_does_not_permit_it(client, admin_user):
+    client.force_login(admin_user)
+    editor = client.get(ADD).content.decode()  # (it seeds the first version)
+    assert "HARNESS_ALLOW_SELF_APPROVAL is off" in editor
+    before = PolicyVersion.objects.count()
+    # The row editor's box is fixed off: a posted "on" saves nothing of it.
+    turn_on_self_approval(client)
+    assert PolicyVersion.objects.count() == before + 1 and current_policy_row().document["allow_self_approval"] is False
+    # The raw JSON editor refuses it, naming the setting, and saves nothing.
+    document = dict(current_policy_row().document, allow_self_approval=True)
+    refused = client.post(f"{ADD}?json=1", {"document_text": json.dumps(document), "note": "self approval"})
+    assert refused.status_code == 200 and html.escape(SELF_APPROVAL_NOT_PERMITTED) in refused.content.decode()
+    assert PolicyVersion.objects.count() == before + 1
+
+
+def test_it_gives_a_version_saved_with_self_approval_no_effect_unless_permitted(client, admin_user, reviewer, settings):
+    settings.HARNESS_ALLOW_SELF_APPROVAL = True
+    client.force_login(admin_user)
+    turn_on_self_approval(client)
+    assert current_policy_row().document["allow_self_approval"] is True
+    # The deployment takes the permission back: the version stays, its switch is dead.
+    settings.HARNESS_ALLOW_SELF_APPROVAL = False
+    world = World()
+    own = world.create(actor=admin_user)
+    drive_run(own, world.environment(), DjangoApprovals(own))
+    request = ApprovalRequest.objects.get(run=own)
+    with pytest.raises(DecisionForbidden, match="separation of duties"):
+        grant(request, admin_user)
+    grant(request, reviewer)
+    request.refresh_from_db()
+    assert request.status == "granted" and request.decided_by == reviewer
+    # A version made from it in the editor is saved with the switch off, and says so.
+    client.post(ADD, inline_form(client) | {"note": "next"})
+    newest = current_policy_row()
+    assert newest.document["allow_self_approval"] is False
+    assert version_diff(previous_of(newest), newest).startswith("!! Self-approval turned off")

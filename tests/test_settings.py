@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+SETTINGS = Path(__file__).resolve().parent.parent / "harness_site" / "settings.py"
 
 
 def start(**env):
@@ -49,3 +53,35 @@ def test_it_fails_at_start_naming_the_bad_variable(env, named):
 def test_it_starts_with_production_settings_when_they_are_given():
     result = start(DEBUG="0", SECRET_KEY="x" * 40, ALLOWED_HOSTS="harness.example.com")
     assert result.returncode == 0, result.stderr
+
+
+def _settings_touched(statement: ast.stmt) -> set[str]:
+    """The settings (upper-case names) a top-level statement binds or changes: an
+    assignment to the name or into it, ``+=``, or a method called on it (``insert``)."""
+    touched = set()
+    for node in ast.walk(statement):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute):
+            targets = [node.value.func.value]
+        for target in targets:
+            while isinstance(target, ast.Subscript | ast.Attribute):
+                target = target.value
+            if isinstance(target, ast.Name) and target.id.isupper():
+                touched.add(target.id)
+    return touched
+
+
+def test_it_makes_each_setting_in_one_place():
+    """Whoever reads a setting's definition reads all of it: nothing further down
+    sets it again, extends it or changes an item of it (the statements that make it,
+    an ``if`` on the database's engine for one, follow each other)."""
+    places: dict[str, list[int]] = {}
+    for index, statement in enumerate(ast.parse(SETTINGS.read_text()).body):
+        for name in _settings_touched(statement):
+            places.setdefault(name, []).append(index)
+    scattered = {name: at for name, at in places.items() if at != list(range(at[0], at[0] + len(at)))}
+    assert scattered == {}

@@ -27,7 +27,10 @@ def test_it_shows_a_reviewer_every_effect_and_can_look_up_every_external_one():
         if spec.finishes:
             continue
         entry = TOOLS[spec.name]
-        assert (entry.preview is not None) == spec.has_effect, spec.name
+        # A workspace write is previewed; an external call's effect is fixed (and its
+        # text made from it) before a reviewer is asked.
+        assert (entry.preview is not None) == spec.writes_workspace, spec.name
+        assert (entry.plan is not None) == spec.external_effect, spec.name
         assert (entry.reconcile is not None) == spec.external_effect, spec.name
         assert bool(spec.reviewer_summary) == spec.has_effect, spec.name
 

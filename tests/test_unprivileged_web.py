@@ -64,6 +64,7 @@ def compose_config() -> dict:
     return yaml.safe_load(done.stdout)
 
 
+@pytest.mark.compose
 def test_it_runs_the_web_service_unprivileged_in_compose_and_in_the_image():
     web = compose_config()["services"]["web"]
     assert web["user"] not in ("root", "0", "0:0") and web["user"] == "harness"

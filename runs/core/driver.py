@@ -1,8 +1,8 @@
 """The harness's base: the run's state and its ports, how every outcome is recorded
 (events, checkpoints, the step's feedback, stops) and the controls, one method each so
 a test can show each is load-bearing. ``runs.core.loop.Harness`` drives a run on top
-of it, with ``runs.core.execution`` (gates 7-9, pending effects, recovery) and
-``runs.core.waits`` (waiting for reviewers)."""
+of it, with ``runs.core.execution`` (gates 8-10: execute, receipt check, observe;
+pending effects, recovery) and ``runs.core.waits`` (waiting for reviewers)."""
 
 from __future__ import annotations
 
@@ -158,8 +158,9 @@ class Driver:
         state.revision = revision
 
     def _admit(self, record: CallRecord, spec: ToolSpec) -> None:
-        """Gates 4-6 (``Harness._admit``), which a call goes through again when a wait
-        for it ends or it is retried after a crash."""
+        """Gates 4-7 (authorize, effects already known, evidence, approval:
+        ``Harness._admit``), which a call goes through again when a wait for it ends
+        or it is retried after a crash."""
         raise NotImplementedError
 
     # -- the controls, one method each so a test can show each is load-bearing --

@@ -68,6 +68,8 @@ class CallAdmitted(Event):
     rule: str
     revision: str
     policy_version: int | None = None
+    # An external call's fixed effect (runs.core.effects), what the executor performs.
+    effect: dict[str, JSON] | None = None
 
 
 class ApprovalRequired(Event):
@@ -79,6 +81,8 @@ class ApprovalRequired(Event):
     key: str
     rule: str
     request_id: str
+    # The external effect the reviewer is asked about, fixed when the request is filed.
+    effect: dict[str, JSON] | None = None
 
 
 class ApprovalConsumed(Event):

@@ -1,4 +1,4 @@
-"""Gates 7-9 (execute, receipt check, observe), the evidence a check leaves, and the
+"""Gates 8-10 (execute, receipt check, observe), the evidence a check leaves, and the
 effects of unknown outcome: recorded, reconciled, and recovered after a crash."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from runs.core.tools import ToolSpec
 
 
 class Execution(Driver):
-    # -- gates 7-9: execute, receipt check, observe -----------------------------
+    # -- gates 8-10: execute, receipt check, observe ----------------------------
 
     def _execute(self, record: CallRecord, spec: ToolSpec) -> None:
         check = self.policy.check(str(record.args[spec.runs_check])) if spec.runs_check is not None else None
@@ -74,6 +74,7 @@ class Execution(Driver):
             max_output_bytes=state.limits.max_output_bytes_per_call,
             check=check,
             deadline=state.deadline,
+            effect=record.effect,
         )
         try:
             return self.executor.execute(call), ""

@@ -2,9 +2,9 @@
 outcome is an event, and the state is checkpointed after every step so a run
 loaded from the store continues exactly where it stopped.
 
-``Harness`` drives a run and holds gates 1-6 (parse, resolve, validate, authorize,
-evidence, approval); gates 7-9 (execute, receipt check, observe), evidence, pending
-effects and recovery are in ``runs.core.execution``; waiting for reviewers in
+``Harness`` drives a run and holds gates 1-7 (parse, resolve, validate, authorize,
+effects already known, evidence, approval); gates 8-10 (execute, receipt check,
+observe), evidence, pending effects and recovery are in ``runs.core.execution``; waiting for reviewers in
 ``runs.core.waits``; recording, stops and the controls in ``runs.core.driver``."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from runs.core import events as ev
 from runs.core import feedback as fb
 from runs.core.contract import Contract
 from runs.core.driver import HarnessConfig, Stop, as_json
+from runs.core.effects import Plan
 from runs.core.errors import FieldProblem, InputError
 from runs.core.execution import Execution
 from runs.core.jsonutil import JSON, digest
@@ -167,6 +168,7 @@ class Harness(Waits, Execution):
             state.current_call = f"c{state.next_call}"
             state.next_call += 1
             state.current_proposal = as_json(raw)
+            state.proposed_at = self.clock.now()
             self._emit(ev.Proposed, call_id=state.current_call, number=state.proposals, proposal=state.current_proposal)
             self._checkpoint()
         self._guard("after the proposal arrived")
@@ -253,7 +255,7 @@ class Harness(Waits, Execution):
             raise InputError("arguments", [FieldProblem("args.idempotency_key", f"this run has no {spec.looks_up} to look up; give a key")])
         return chosen[-1].key
 
-    # -- gates 4-6: authorize, evidence, approval --------------------------------
+    # -- gates 4-7: authorize, effects already known, evidence, approval ---------
 
     def _admit(self, record: CallRecord, spec: ToolSpec) -> None:
         call_id = record.call_id
@@ -288,8 +290,10 @@ class Harness(Waits, Execution):
             return self._end_step(fb.CheckRequired(call_id=call_id, revision=self.state.revision, missing=missing))
         if auth.decision == "ask" and record.granted_key != self._approval_key(record):
             # No effect without a consumed grant for exactly this tool, these arguments,
-            # this revision and this policy version.
-            return self._ask(record, spec, auth)
+            # this revision, this policy version and this fixed effect.
+            return self._ask(record, spec, auth, self._fix_effect(record, spec))
+        if spec.external_effect and record.effect is None:
+            self._fix_effect(record, spec)
         record.state = "allowed"
         self._emit(
             ev.CallAdmitted,
@@ -301,8 +305,21 @@ class Harness(Waits, Execution):
             rule=auth.rule,
             revision=self.state.revision,
             policy_version=self.policy.version,
+            effect=record.effect,
         )
         self._execute(record, spec)
+
+    def _fix_effect(self, record: CallRecord, spec: ToolSpec) -> Plan | None:
+        """Fix an external call's effect now, from the workspace and this process's
+        configuration, dated when its proposal arrived (the same effect again after a
+        crash); from here on it is what the request shows, what the key binds and what
+        the executor performs, whichever process does (runs.core.effects)."""
+        if not spec.external_effect or record.idempotency_key is None:
+            return None
+        at = self.state.proposed_at if self.state.proposed_at is not None else self.clock.now()
+        plan = self.workspace.plan(spec.name, record.args, record.idempotency_key, at)
+        record.effect = plan.effect if plan is not None else None
+        return plan
 
     def _duplicate(self, record: CallRecord, spec: ToolSpec, done: Operation) -> None:
         """The same effect again: nothing is performed, nobody is asked, and the

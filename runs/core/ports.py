@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from runs.core.effects import Plan
 from runs.core.events import Event
 from runs.core.feedback import Feedback
 from runs.core.jsonutil import JSON
@@ -31,6 +32,9 @@ class Call:
     # The run's deadline (the clock's time): an executor that waits for its
     # infrastructure (a sandbox engine coming back) waits no longer than this.
     deadline: float | None = None
+    # An external call's effect as it was fixed and approved (runs.core.effects): the
+    # executor performs exactly this, never what its own settings would make.
+    effect: Mapping[str, JSON] | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,11 @@ class Workspace(Protocol):
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
         """A unified diff of what a write would change, for reviewers."""
 
+    def plan(self, tool: str, args: Mapping[str, JSON], idempotency_key: str, at: float) -> Plan | None:
+        """The effect an external call would have, fixed now and dated ``at`` (epoch
+        seconds; runs.core.effects), and what a reviewer is shown of it; None for a
+        tool that has no such effect here."""
+
 
 @dataclass(frozen=True)
 class ApprovalAsk:
@@ -85,6 +94,8 @@ class ApprovalAsk:
     actor: str
     diff: str | None
     evidence: Sequence[Mapping[str, JSON]] = field(default_factory=tuple)
+    # The external effect granting performs, fixed when the request is filed.
+    effect: Mapping[str, JSON] | None = None
     # The core bounds the request's life by the policy's TTL and what is left of the
     # policy's limit on waiting, so no reviewer is offered a grant the run cannot use.
     expires_in_seconds: float = 3600.0

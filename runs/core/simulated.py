@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from runs.core.effects import OutboxEffect, Plan
 from runs.core.events import Event
 from runs.core.jsonutil import JSON, digest, sha256_bytes
 from runs.core.lifecycle import OPEN_STATUSES, REQUEST_TRANSITIONS
@@ -42,6 +43,21 @@ class SimWorkspace:
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
         entry = SIM_TOOLS.get(tool)
         return entry.preview(self, args) if entry is not None and entry.preview is not None else None
+
+    def plan(self, tool: str, args: Mapping[str, JSON], idempotency_key: str, at: float) -> Plan | None:
+        """A publish into the simulated outbox, fixed as the sandbox fixes one."""
+        if tool != "publish":
+            return None
+        shown = self.preview(tool, args) or ""
+        content = (str(args.get("message", "")) + "\n" + shown).encode()
+        fixed = OutboxEffect(
+            file=f"{idempotency_key}.patch",
+            revision=self.revision(),
+            message=str(args.get("message", "")),
+            sha256=sha256_bytes(content),
+            bytes=len(content),
+        )
+        return Plan(fixed.model_dump(), shown)
 
 
 CheckFn = Callable[[Mapping[str, str], str], bool]

@@ -46,6 +46,9 @@ class CallRecord(_State):
     # The approval key of the grant this call consumed; an ``ask`` call executes only
     # with a consumed grant for exactly its tool, arguments, revision and policy version.
     granted_key: str | None = None
+    # An external call's effect, fixed when it was first admitted or asked for
+    # (runs.core.effects): the request shows it, its key binds it, the executor does it.
+    effect: dict[str, JSON] | None = None
 
 
 class EvidenceRecord(_State):
@@ -98,9 +101,10 @@ class Waiting(_State):
     policy_version: int = 0
 
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """1: the shape before versions (no ``schema_version`` key); 2: the same, versioned;
-3: ``run_started`` in place of ``next_seq`` (the store numbers the events)."""
+3: ``run_started`` in place of ``next_seq`` (the store numbers the events); 4: a call
+record's fixed ``effect`` and the state's ``proposed_at``."""
 
 
 class RunState(_State):
@@ -134,6 +138,10 @@ class RunState(_State):
     not_performed: list[dict[str, str]] = Field(default_factory=list)
     current_call: str | None = None
     current_proposal: JSON = None
+    # When the current proposal arrived (the clock's time), checkpointed with it: an
+    # effect fixed for it is dated so, and a crash before its request is checkpointed
+    # fixes the same effect again and finds the same request.
+    proposed_at: float | None = None
     waiting: Waiting | None = None
     feedback: dict[str, JSON] | None = None
     proposer_state: dict[str, JSON] = Field(default_factory=dict)
@@ -194,8 +202,14 @@ def _from_2(data: dict[str, Any]) -> dict[str, Any]:
     return {**upgraded, "schema_version": 3, "run_started": data.get("next_seq", 1) > 1}
 
 
+def _from_3(data: dict[str, Any]) -> dict[str, Any]:
+    """Calls recorded before effects were fixed have none: a wait for one goes stale
+    (its key no longer matches) and the call is asked for again, its effect shown."""
+    return {**data, "schema_version": 4}
+
+
 # version N -> the step that turns a version-N state into version N+1.
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_1, 2: _from_2}
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_1, 2: _from_2, 3: _from_3}
 
 
 def load_stored_state(data: Mapping[str, Any]) -> RunState:

@@ -7,6 +7,7 @@ entry. What runs it, and what a reviewer is shown of it, sits beside its handler
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -83,13 +84,55 @@ class RunCheckArgs(Args):
     check_id: str = Field(min_length=1, max_length=64)
 
 
+# Characters that would let one line of text pass for several, hide text, reorder
+# it on screen, or not be storable (NUL): C0/C1 controls, DEL, Unicode's line and
+# paragraph separators, the bidirectional controls, and lone surrogates.
+_HIDING = {chr(c) for c in (*range(0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029, 0x200E, 0x200F)}
+_HIDING |= {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+# Git's trailer parser stops at a line starting with "---" (a patch divider), so a
+# message holding one would end before Harness's own trailers; and the "Harness-"
+# trailer names are Harness's alone.
+_DIVIDER = re.compile(r"^---", re.MULTILINE)
+_OWN_TRAILER = re.compile(r"^[ \t]*harness-[A-Za-z0-9-]*[ \t]*:", re.MULTILINE | re.IGNORECASE)
+
+
+def refuse_hiding(value: str, allowed: str = "") -> str:
+    """``value`` unless it holds a character of ``_HIDING`` (other than ``allowed``),
+    named with its position so the model can correct it."""
+    for at, char in enumerate(value):
+        if (char in _HIDING and char not in allowed) or 0xD800 <= ord(char) <= 0xDFFF:
+            kept = " other than " + ", ".join(repr(c) for c in allowed) if allowed else ""
+            raise ValueError(f"holds the control character {char!r} at position {at}; no control characters{kept}")
+    return value
+
+
 class PublishArgs(Args):
     message: str = Field(min_length=1, max_length=2000)
+
+    @field_validator("message")
+    @classmethod
+    def _message(cls, value: str) -> str:
+        refuse_hiding(value, "\n\t")
+        if _DIVIDER.search(value):
+            raise ValueError("a line may not start with '---' (git reads it as the end of the commit message)")
+        if _OWN_TRAILER.search(value):
+            raise ValueError("a line may not start with a 'Harness-' trailer: Harness adds its own trailers to the commit")
+        return value
 
 
 class ChangeRequestArgs(Args):
     title: str = Field(min_length=1, max_length=250, pattern=r"\S")
     body: str = Field(default="", max_length=60_000)
+
+    @field_validator("title")
+    @classmethod
+    def _title(cls, value: str) -> str:
+        return refuse_hiding(value)
+
+    @field_validator("body")
+    @classmethod
+    def _body(cls, value: str) -> str:
+        return refuse_hiding(value, "\n\t\r")
 
 
 class LookupPublishArgs(Args):
@@ -246,8 +289,8 @@ BUILTIN_TOOLS: tuple[ToolSpec, ...] = (
         external_effect=True,
         needs_evidence=True,
         reviewer_summary=(
-            "Ships the workspace's changes against the base revision, exactly the diff shown, as one patch with this"
-            " message to the outbox, outside the sandbox; it happens once and cannot be taken back by the run."
+            "Ships the workspace's changes against the base revision, exactly the diff shown, with this message, outside"
+            " the sandbox; it happens once and cannot be taken back by the run."
         ),
     ),
     ToolSpec(

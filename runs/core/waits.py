@@ -1,4 +1,4 @@
-"""Waiting for reviewers (gate 6): the request filed for exactly one call, the wait's
+"""Waiting for reviewers (gate 7, approval): the request filed for exactly one call, the wait's
 clock (time waiting for a human is not working time), and how a wait ends
 (``runs.core.lifecycle.WAIT_EXITS``)."""
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from runs.core import events as ev
 from runs.core.driver import Driver, Stop
+from runs.core.effects import Plan
 from runs.core.jsonutil import JSON, digest
 from runs.core.lifecycle import CANCELLED_OUTCOME, WAIT_EXITS, WaitExit, exit_of
 from runs.core.policy import Authorization
@@ -17,8 +18,11 @@ from runs.core.state import CallRecord, Waiting
 from runs.core.tools import ToolSpec
 
 
-def approval_key(tool: str, args: Mapping[str, JSON], revision: str, policy_version: int) -> str:
-    return digest({"tool": tool, "args": dict(args), "revision": revision, "policy_version": policy_version})
+def approval_key(tool: str, args: Mapping[str, JSON], revision: str, policy_version: int, effect: Mapping[str, JSON] | None) -> str:
+    """What a grant is bound to; ``effect`` is an external call's fixed effect
+    (runs.core.effects), so a grant covers exactly the commit, branch or request shown."""
+    fixed = dict(effect) if effect is not None else None
+    return digest({"tool": tool, "args": dict(args), "revision": revision, "policy_version": policy_version, "effect": fixed})
 
 
 class Waits(Driver):
@@ -49,10 +53,11 @@ class Waits(Driver):
         return min(ttl, self.policy.max_wait_seconds - self.state.waited_seconds)
 
     def _approval_key(self, record: CallRecord) -> str:
-        return approval_key(record.tool, record.args, self.state.revision, self.policy.version)
+        return approval_key(record.tool, record.args, self.state.revision, self.policy.version, record.effect)
 
-    def _ask(self, record: CallRecord, spec: ToolSpec, auth: Authorization) -> None:
-        """File (or find) the request for exactly this call and wait for it."""
+    def _ask(self, record: CallRecord, spec: ToolSpec, auth: Authorization, plan: Plan | None) -> None:
+        """File (or find) the request for exactly this call (and ``plan``, its fixed
+        external effect) and wait for it."""
         state = self.state
         wait_left = self._wait_left()
         # A reviewer is never offered a grant the run could not use.
@@ -72,12 +77,17 @@ class Waits(Driver):
             "policy_version": self.policy.version,
             "key": key,
             "rule": auth.rule,
+            "effect": record.effect,
         }
+        if plan is not None:
+            shown: str | None = plan.shown
+        else:
+            shown = self.workspace.preview(spec.name, record.args) if spec.has_effect else None
         ask = ApprovalAsk(
             run_id=state.run_id,
             call_id=record.call_id,
             actor=state.actor,
-            diff=self.workspace.preview(spec.name, record.args) if spec.has_effect else None,
+            diff=shown,
             evidence=[state.evidence[i].model_dump() for i in state.current_evidence.values()],
             expires_in_seconds=wait_left,
             **asked,
@@ -155,6 +165,7 @@ class Waits(Driver):
             self._emit(ev.ApprovalConsumed, call_id=record.call_id, key=waiting.approval_key, request_id=waiting.request_id)
         else:
             record.approval_key = None
+            record.effect = None  # fixed anew, at the current revision, if it asks again
         # The run goes on: the call goes back through the gates at the current revision
         # and under the current policy, with the grant it consumed or without one.
         self._admit(record, spec)

@@ -17,6 +17,7 @@ from approvals.models import ApprovalRequest
 from approvals.services import DecisionRefused, check_decision, deny, grant, pending_requests, staleness
 from common.permissions import DECIDE_APPROVALS, VIEW_APPROVALS
 from common.redact import is_masked
+from runs.core.effects import parse_effect, summary
 from runs.core.tools import builtin_registry
 from runs.models import Evidence
 from runs.store import load_state
@@ -61,7 +62,7 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "evidence": Evidence.objects.filter(run=run, revision=request.revision).order_by("recorded_at"),
         "empty_output": EMPTY_OUTPUT_REF,
         "deny_form": DenyForm(),
-        "what_it_does": reviewer_summary(request.tool),
+        "what_it_does": reviewer_summary(request.tool, request.effect),
         "text_args": text_args(request.args),
         # Masking happened before the request was filed (common.redact): say so, so the
         # reviewer knows the [redacted] they read stands for a credential.
@@ -87,8 +88,12 @@ def asked_again(request: ApprovalRequest) -> ApprovalRequest | None:
     return later.order_by("created_at").first()
 
 
-def reviewer_summary(tool: str) -> str:
-    """What granting this tool does, from the tool's registry entry."""
+def reviewer_summary(tool: str, effect: object) -> str:
+    """What granting this call does: for an external effect, in the words of where its
+    fixed effect goes (the outbox, a branch of a remote, a forge); else the tool's
+    registry entry."""
+    if effect is not None:
+        return summary(parse_effect(effect))
     spec = builtin_registry().get(tool)
     return spec.reviewer_summary if spec is not None else ""
 

@@ -31,6 +31,7 @@ def describe(request: ApprovalRequest) -> dict[str, Any]:
         "expires_at": request.expires_at.isoformat(),
         "expires_in_seconds": max(0, int((request.expires_at - timezone.now()).total_seconds())),
         "diff": request.diff,
+        "effect": request.effect,
         "decided_by": request.decided_by.get_username() if request.decided_by else None,
         "reason": request.reason,
     }

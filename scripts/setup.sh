@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Everything the test suite needs on a Debian machine, set up only where it is missing,
+# so a second run takes seconds. `make test` runs it first (and .ci/run before that):
+#
+# - the system packages the tests use beyond Python: the Docker engine, debootstrap
+#   (the sandbox image's root filesystem), Chromium (the browser tests), docker-compose
+#   (the deployment tests), gVisor's runsc (the sandbox under both runtimes), OpenSSH's
+#   server (the ssh:// remote tests), and Redis;
+# - the Python packages of requirements-dev.txt (which includes requirements.txt),
+#   installed only when one of the pinned versions is not;
+# - the services: Redis, PostgreSQL and the Docker engine (scripts/services.sh);
+# - the sandbox image (sandbox/image/build.sh, cached by content).
+#
+# Installing needs root and apt-get; without them, it names what to install and stops.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { echo "[setup] $*" >&2; }
+# A command that runs (bash's `command -v` also names a file it could not run).
+have() { local path; path=$(command -v "$1") && [ -x "$path" ]; }
+
+missing=()
+have dockerd || missing+=(docker.io iptables ca-certificates)
+have debootstrap || missing+=(debootstrap)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+have docker-compose || missing+=(docker-compose)
+[ -x /usr/bin/runsc ] || missing+=(runsc)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+have ssh-keygen || missing+=(openssh-client)
+have redis-server || missing+=(redis-server)
+have redis-cli || missing+=(redis-tools)
+if [ "${#missing[@]}" -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        log "cannot continue: missing ${missing[*]}; install them as root (apt-get install ${missing[*]}) and run this again"
+        exit 1
+    fi
+    log "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# pip takes many seconds even when there is nothing to do; reading the installed
+# versions takes a fraction of one.
+if ! python3 - requirements-dev.txt <<'PY'
+import re, sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+def pins(path: Path):
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line.startswith("-r "):
+            yield from pins(path.parent / line[3:].strip())
+        elif (pin := re.fullmatch(r"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==(\S+)", line)) is not None:
+            yield pin.group(1), pin.group(2)
+
+def installed(name: str) -> str | None:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+wrong = [f"{name}=={wanted}" for name, wanted in pins(Path(sys.argv[1])) if installed(name) != wanted]
+if wrong:
+    print(f"[setup] not installed as pinned: {' '.join(wrong)}", file=sys.stderr)
+sys.exit(1 if wrong else 0)
+PY
+then
+    log "installing requirements-dev.txt"
+    python3 -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+fi
+
+bash scripts/services.sh
+log "sandbox image: $(bash sandbox/image/build.sh)"
