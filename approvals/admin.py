@@ -13,8 +13,6 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.db import IntegrityError, transaction
-from django.db.models import Max
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -33,6 +31,7 @@ from approvals.policy_editor import (
     kept_forms,
     place_problems,
 )
+from approvals.services import save_policy_version
 from common.times import zoned_times
 from runs.core.errors import InputError, json_message
 from runs.core.policy import check_policy
@@ -170,23 +169,20 @@ class PolicyVersionAdmin(admin.ModelAdmin):
         self.save_version(request, obj, form.cleaned_data["document_text"])
 
     def save_version(self, request: HttpRequest, obj: PolicyVersion, document: dict[str, Any]) -> None:
-        for _ in range(3):
-            try:
-                # Two admins saving at once both compute max+1; the unique version
-                # lets one win and the other retry with the next number.
-                with transaction.atomic():
-                    latest = PolicyVersion.objects.aggregate(v=Max("version"))["v"] or 0
-                    obj.version = latest + 1
-                    obj.document = {**document, "version": obj.version}
-                    obj.created_by = cast(User, request.user)  # the admin site admits only signed-in staff
-                    obj.save()
-                previous = previous_of(obj)
-                if self_approval_change(previous.document if previous else None, obj.document) == SELF_APPROVAL_ON:
-                    self.message_user(request, SELF_APPROVAL_ON.removeprefix("!! ").strip(), messages.WARNING)
-                return
-            except IntegrityError:
-                obj.pk = None
-        raise IntegrityError("could not allocate a policy version number")
+        """Every way the admin saves a version goes through the service, which makes
+        the requests it turns stale end their waits (approvals.services)."""
+        obj.created_by = cast(User, request.user)  # the admin site admits only signed-in staff
+        stale = save_policy_version(obj, document)
+        if stale:
+            self.message_user(
+                request,
+                f"{len(stale)} pending request(s) were asked under an older version: they are out of date now, "
+                "and their runs go back through the gates under this one.",
+                messages.INFO,
+            )
+        previous = previous_of(obj)
+        if self_approval_change(previous.document if previous else None, obj.document) == SELF_APPROVAL_ON:
+            self.message_user(request, SELF_APPROVAL_ON.removeprefix("!! ").strip(), messages.WARNING)
 
     @admin.action(description="Compare two selected versions")
     def compare_versions(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:

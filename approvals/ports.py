@@ -39,7 +39,8 @@ class Runs(Protocol):
         """The run as the database has it now (not a row loaded earlier)."""
 
     def waiting_for_decision(self) -> Q:
-        """On ApprovalRequest: its run waits for a decision and is not being stopped."""
+        """On ApprovalRequest: its run waits for a decision, is not being stopped, and is
+        at the revision the request was asked for."""
 
 
 class OwnedRun(Protocol):

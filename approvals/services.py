@@ -9,17 +9,17 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.db import transaction
-from django.db.models import QuerySet
+from django.db import IntegrityError, transaction
+from django.db.models import Max, QuerySet, Subquery
 from django.utils import timezone
 
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row, load_policy, self_approval_on
 from approvals.ports import OwnedRun, runs
 from approvals.signals import wait_may_end
 from common import permissions
 from runs.core import events as ev
-from runs.core.lifecycle import OPEN_STATUSES, check_request_transition, sources_of
+from runs.core.lifecycle import OPEN_STATUSES, check_lapse, check_request_transition, sources_of
 from runs.core.ports import ApprovalAsk, Filed, RequestState
 
 Status = ApprovalRequest.Status
@@ -188,8 +188,11 @@ def deny(request: ApprovalRequest, user: User | AnonymousUser, reason: str) -> N
 
 
 def do_lapse(request: ApprovalRequest, status: str, reason: str) -> bool:
-    """End an open request (expired, stale, cancelled) with its event, together."""
-    check_request_transition(Status.PENDING, status)
+    """End an open request (expired, stale, cancelled) with its event, together.
+    The request may be pending or granted (and not yet used) by now, whatever the
+    row in hand says: the UPDATE moves it only from a status the lifecycle lets
+    reach ``status``."""
+    check_lapse(status)
     with transaction.atomic():
         # decided_at also says when a request lapsed: the system decided it.
         updated = ApprovalRequest.objects.filter(pk=request.pk, status__in=sources_of(status)).update(
@@ -225,8 +228,50 @@ def wake_after_commit(run_id: str) -> None:
 
 
 def pending_requests() -> QuerySet[ApprovalRequest]:
-    """What reviewers can still decide: pending, not expired, and its run waiting for
-    it (a run being stopped cancels its requests; this keeps them out meanwhile)."""
-    return ApprovalRequest.objects.filter(runs().waiting_for_decision(), status=Status.PENDING, expires_at__gt=timezone.now()).order_by(
-        "created_at"
-    )
+    """What reviewers can still decide: pending, not expired, asked under the policy
+    in force, and its run waiting for it at the revision it was asked for (a run being
+    stopped cancels its requests; this keeps them out meanwhile). A stale request never
+    counts as waiting, not even before its lapse is recorded."""
+    newest = PolicyVersion.objects.order_by("-version").values("version")[:1]
+    return ApprovalRequest.objects.filter(
+        runs().waiting_for_decision(), status=Status.PENDING, expires_at__gt=timezone.now(), policy_version=Subquery(newest)
+    ).order_by("created_at")
+
+
+# -- policy versions ---------------------------------------------------------------------
+
+
+def lapse_stale(request: ApprovalRequest, current: int) -> bool:
+    """A pending request asked under a policy older than v``current`` can no longer be
+    granted (gates decide under the policy in force): it lapses ``stale``."""
+    return do_lapse(request, Status.STALE, f"policy v{current} replaced v{request.policy_version} while the request waited")
+
+
+def save_policy_version(row: PolicyVersion, document: dict[str, Any]) -> list[str]:
+    """Save ``row`` (note and author set, ``document`` checked) as the newest version.
+    Every run decides under it from now on, so each pending request asked under an
+    older version lapses stale in the same transaction (no page or count read after
+    the save shows it waiting) and its run is woken once that commits: the waiting
+    call goes back through the gates at once (docs/design.md, Approvals). A wake-up
+    lost on the way, or a request filed under the old version by a worker that read
+    it just before, is the beat's sweep's (runs.invariants.lapse_stale_requests).
+    Returns the ids of the requests it made stale."""
+    for _ in range(3):
+        try:
+            # Two admins saving at once both compute max+1; the unique version lets
+            # one win and the other retry with the next number. The lapses are in
+            # the same transaction, so a lost race undoes them too.
+            with transaction.atomic():
+                latest = PolicyVersion.objects.aggregate(v=Max("version"))["v"] or 0
+                row.version = latest + 1
+                row.document = {**document, "version": row.version}
+                row.save()
+                stale = []
+                for request in ApprovalRequest.objects.filter(status=Status.PENDING, policy_version__lt=row.version):
+                    if lapse_stale(request, row.version):
+                        stale.append(str(request.pk))
+                        wake_after_commit(str(request.run_id))
+            return stale
+        except IntegrityError:
+            row.pk = None
+    raise IntegrityError("could not allocate a policy version number")

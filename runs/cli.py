@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core.management.base import OutputWrapper
 
+from approvals.services import pending_requests
 from runs.core.faults import Fault
 from runs.models import Event, Run
 from runs.runtime import advance
@@ -73,7 +74,7 @@ def exit_code(run: Run) -> int:
 def full_report(run: Run) -> dict[str, Any]:
     report = report_of(run)
     report["events"] = [event.as_dict() for event in Event.objects.filter(run=run).order_by("seq")]
-    waiting = run.approval_requests.filter(status="pending").order_by("created_at")
+    waiting = pending_requests().filter(run=run)
     report["approvals_pending"] = [
         {"id": str(r.pk), "tool": r.tool, "args": r.args, "revision": r.revision, "expires_at": r.expires_at.isoformat()} for r in waiting
     ]

@@ -1,7 +1,9 @@
 """The beat's repair of the wait invariants (docs/design.md, Lifecycle): a run in
-``waiting_approval`` has exactly one pending request (the one its state waits
-for), and an open request belongs to a run waiting for it. Only runs nobody drives
-(lease free) are touched; every repair is recorded as an event on the run."""
+``waiting_approval`` has exactly one pending, decidable request (the one its state
+waits for), and an open request belongs to a run waiting for it. Only runs nobody
+drives (lease free) are touched, except a request asked under a replaced policy,
+which no run can use whoever drives it; every repair is recorded as an event on
+the run."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from approvals.services import do_lapse
+from approvals.policies import current_policy_row
+from approvals.services import do_lapse, lapse_stale
 from runs import leases
 from runs.core import events as ev
 from runs.core.lifecycle import OPEN_STATUSES
@@ -22,6 +25,7 @@ from runs.models import Event, Run
 Status = ApprovalRequest.Status
 BELONGS = "an open request belongs to a run waiting for it"
 ONE_PENDING = "a run in waiting_approval has exactly one pending request"
+DECIDABLE = "a pending request was asked under the policy in force"
 
 
 def waited_for(run: Run) -> str | None:
@@ -54,6 +58,49 @@ def cancel_orphaned_requests() -> int:
     return repaired
 
 
+def lapse_stale_requests() -> int:
+    """Lapse the pending requests asked under a policy older than the current one.
+    Saving a version lapses them at once (approvals.services.save_policy_version);
+    these are the ones that missed it: a version saved some other way, or a request
+    filed by a worker that read the policy just before the save. ``waits_to_end``
+    then wakes their runs, so each call goes back through the gates."""
+    current = current_policy_row().version
+    repaired = 0
+    for request in ApprovalRequest.objects.filter(status=Status.PENDING, policy_version__lt=current):
+        # The lapse and the record of the repair land together.
+        with transaction.atomic():
+            if lapse_stale(request, current):
+                append_event(
+                    str(request.run_id),
+                    ev.InvariantRepaired,
+                    call_id=request.call_id,
+                    invariant=DECIDABLE,
+                    repair=f"stale: asked under policy v{request.policy_version}, v{current} is in force",
+                    request_id=str(request.pk),
+                )
+                repaired += 1
+    return repaired
+
+
+def waited_request(run: Run) -> ApprovalRequest | None:
+    request_id = waited_for(run)
+    return ApprovalRequest.objects.filter(pk=request_id).first() if request_id else None
+
+
+def keeps_waiting(request: ApprovalRequest | None) -> bool:
+    """The request a run waits for can still end its wait by a decision: pending and
+    not expired. Any other (decided, lapsed, missing) means the run must be woken."""
+    return request is not None and request.status == Status.PENDING and request.expires_at > timezone.now()
+
+
+def wake_was_missed(run_id: str) -> bool:
+    """For the worker that just released the run's lease: the run waits, but a kill or
+    the end of its request came while the lease was held, and its wake-up, finding the
+    lease taken, was dropped."""
+    run = Run.objects.filter(pk=run_id, status=Run.Status.WAITING).first()
+    return run is not None and (run.kill_requested or not keeps_waiting(waited_request(run)))
+
+
 def waits_to_end() -> list[str]:
     """Waiting runs (nobody driving) whose request is no longer pending: each is
     woken so its wait ends the way the lifecycle defines. A wake-up normally follows
@@ -64,8 +111,8 @@ def waits_to_end() -> list[str]:
     wake = []
     for run in Run.objects.filter(status=Run.Status.WAITING).filter(leases.lease_free()):
         request_id = waited_for(run)
-        request = ApprovalRequest.objects.filter(pk=request_id).first() if request_id else None
-        if request is not None and request.status == Status.PENDING and request.expires_at > now:
+        request = waited_request(run)
+        if keeps_waiting(request):
             continue
         wake.append(str(run.pk))
         if request is not None and request.status in OPEN_STATUSES:

@@ -23,12 +23,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 
 from approvals.policies import load_policy
 from approvals.ports import RunStanding
 from approvals.services import DjangoApprovals, cancel_open_requests
-from runs import leases
+from runs import invariants, leases, queue
 from runs.artifacts import FileArtifactStore
 from runs.control import Watchdog, admitting_new_runs, stopping_all_runs
 from runs.core import events as ev
@@ -72,7 +72,7 @@ class RunsForApprovals:
         )
 
     def waiting_for_decision(self) -> Q:
-        return Q(run__status=Run.Status.WAITING, run__kill_requested=False)
+        return Q(run__status=Run.Status.WAITING, run__kill_requested=False, run__revision=F("revision"))
 
 
 def workspace_root(run: Run) -> Path:
@@ -246,6 +246,20 @@ def advance(run_id: str, faults: Sequence[Fault] = ()) -> str:
     if token is None:
         return "leased_elsewhere"
     try:
+        outcome = drive_leased(run_id, token, faults)
+    finally:
+        leases.release(run_id, token)
+    # A decision, a lapse (a policy save) or a kill between the run's last checkpoint
+    # and the release sent a wake-up that found the lease taken and was dropped: send
+    # it again now rather than leave it to the sweep.
+    if outcome == "waiting_approval" and invariants.wake_was_missed(run_id):
+        queue.enqueue_resume(run_id)
+    return outcome
+
+
+def drive_leased(run_id: str, token: int, faults: Sequence[Fault]) -> str:
+    """``advance``'s drive, under the lease ``token``."""
+    try:
         run = Run.objects.select_related("policy").get(pk=run_id)
         if run.status in (Run.Status.COMPLETE, Run.Status.STOPPED):
             return run.outcome
@@ -274,5 +288,3 @@ def advance(run_id: str, faults: Sequence[Fault] = ()) -> str:
     except LeaseLost:
         log.warning("run %s: lease taken over; this worker stopped driving it", run_id)
         return "lease_lost"
-    finally:
-        leases.release(run_id, token)

@@ -24,14 +24,16 @@ def resume_run(run_id: str) -> str:
 @shared_task(name="runs.sweep_leases")
 def sweep_leases() -> list[str]:
     """Resume runs whose driver died (lease expired while running), and waiting runs
-    that a decision, a lapse or a kill should have woken but whose wake-up was lost;
-    cancel open requests no waiting run waits for (runs.invariants)."""
+    that a decision, a lapse, a policy save or a kill should have woken but whose
+    wake-up was lost; cancel open requests no waiting run waits for, and lapse those
+    asked under a replaced policy (runs.invariants)."""
     orphans = leases.expired_active_runs()
     # A wake-up is lost when it reaches a worker while a dead worker's lease still
     # holds the run: so look for waiting runs with something to act on, free or not.
     undriven = Run.objects.filter(status=Run.Status.WAITING).filter(leases.lease_free())
     killed = [str(pk) for pk in undriven.filter(kill_requested=True).values_list("pk", flat=True)]
     invariants.cancel_orphaned_requests()
+    invariants.lapse_stale_requests()  # before waits_to_end, which then wakes their runs
     targets = sorted(set(orphans) | set(killed) | set(invariants.waits_to_end()))
     for run_id in targets:
         resume_run.delay(run_id)

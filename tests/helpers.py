@@ -62,14 +62,23 @@ def run_command(*args: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def new_policy_version(publish: str | None = None, **fields: object) -> PolicyVersion:
-    """An admin's edit: the current policy with ``fields`` replaced and, if given,
-    the publish rule's decision changed; it becomes the newest version."""
-    row = current_policy_row()
-    document = {**row.document, **fields, "version": row.version + 1}
+def edited_policy(publish: str | None = None, **fields: object) -> dict[str, object]:
+    """The current policy's document (without its version) with ``fields`` replaced
+    and, if given, the publish rule's decision changed."""
+    document = {key: value for key, value in current_policy_row().document.items() if key != "version"}
+    document.update(fields)
     if publish is not None:
         document["rules"] = [{**rule, "decision": publish} if rule["tool"] == "publish" else rule for rule in document["rules"]]
-    return PolicyVersion.objects.create(version=row.version + 1, document=document, note="edited by a test")
+    return document
+
+
+def new_policy_version(publish: str | None = None, **fields: object) -> PolicyVersion:
+    """An admin's edit, written straight to the table (around approvals.services, so
+    nothing it makes stale is lapsed until the sweep): the current policy edited as
+    ``edited_policy`` says becomes the newest version."""
+    version = current_policy_row().version + 1
+    document = {**edited_policy(publish, **fields), "version": version}
+    return PolicyVersion.objects.create(version=version, document=document, note="edited by a test")
 
 
 class Crash(Exception):

@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from approvals.models import ApprovalRequest
-from approvals.services import DecisionRefused, DjangoApprovals, deny, expire_due, grant
+from approvals.models import ApprovalRequest, PolicyVersion
+from approvals.services import DecisionRefused, DjangoApprovals, deny, expire_due, grant, save_policy_version
+from approvals.signals import wait_may_end
 from runs import invariants
 from runs.control import do_kill, set_global
 from runs.core.lifecycle import OPEN_STATUSES, REQUEST_TRANSITIONS
@@ -31,7 +32,7 @@ from runs.models import Event, Run
 from runs.services import drive_run
 from runs.statecheck import state_problems
 from runs.store import DjangoStore
-from tests.helpers import CONTRACT, Crash, CrashingStore, KillFlag, World, new_policy_version
+from tests.helpers import CONTRACT, Crash, CrashingStore, KillFlag, World, edited_policy, new_policy_version
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres, pytest.mark.slow]
 
@@ -174,17 +175,38 @@ class Lifecycle(RuleBasedStateMachine):
             STATS[f"{how} refused"] += 1
         self.drive(run_id)
 
-    @rule(pick=RUNS, what=st.sampled_from(["workspace a", "workspace b", "policy ask", "policy allow", "new run"]))
+    @rule(
+        pick=RUNS, what=st.sampled_from(["workspace a", "workspace b", "policy ask", "policy allow", "save ask", "save allow", "new run"])
+    )
     def disturb(self, pick: int, what: str) -> None:
         """The world moves under the runs: someone edits a workspace behind a run's
-        back, an admin edits the policy, or another run starts."""
+        back, an admin saves a policy version (through the service, which lapses the
+        requests it makes stale and wakes their runs, or around it, leaving that to
+        the sweep), or another run starts."""
         self.step(what.split()[0] if what != "new run" else "start")
         if what.startswith("workspace"):
             self.worlds[self.active(pick)].workspace.files["src/notes.txt"] = what
         elif what.startswith("policy"):
             new_policy_version(publish=what.split()[1])
+        elif what.startswith("save"):
+            self.save_policy(what.split()[1])
         else:
             self.new_run()
+
+    def save_policy(self, publish: str) -> None:
+        woken: list[str] = []
+
+        def wake(sender: object, run_id: str, **kwargs: object) -> None:
+            woken.append(run_id)
+
+        wait_may_end.connect(wake)
+        try:
+            save_policy_version(PolicyVersion(note="saved by the machine"), edited_policy(publish=publish))
+        finally:
+            wait_may_end.disconnect(wake)
+        for run_id in woken:  # what the workers do with the wake-ups (earlier examples' runs are left)
+            if run_id in self.worlds:
+                self.drive(run_id)
 
     @rule(pick=RUNS, how=st.sampled_from(["kill", "kill", "kill", "global"]))
     def stop(self, pick: int, how: str) -> None:
@@ -217,6 +239,7 @@ class Lifecycle(RuleBasedStateMachine):
     def sweep(self) -> None:
         self.step("sweep")
         invariants.cancel_orphaned_requests()
+        invariants.lapse_stale_requests()
         for run_id in invariants.waits_to_end():
             if run_id in self.worlds:
                 self.drive(run_id)

@@ -34,27 +34,31 @@ REQUEST_TRANSITIONS: dict[str, frozenset[str]] = {
 
 @dataclass(frozen=True)
 class Exit:
-    """One way out of ``waiting_approval``."""
+    """One way out of ``waiting_approval``, as ``runs.core.waits`` follows it. A run
+    that goes on takes the waiting call back through the gates (authorize, evidence,
+    approval) under the policy now in force: with the grant it consumed when the
+    request ends ``consumed``, else without one (so it is asked again, runs, or is
+    refused). A run that stops fails the call."""
 
     request: RequestStatus  # what the request is once the wait has ended this way
     run: RunAfter
     outcome: str | None  # the stop outcome when the run stops (None: the stop's own reason)
-    regate: bool  # the waiting call goes back through the gates
-    meaning: str
 
 
 WAIT_EXITS: dict[WaitExit, Exit] = {
-    "granted": Exit("consumed", "running", None, False, "the grant is consumed by the call, which executes"),
-    "denied": Exit("denied", "stopped", "denied", False, "the run stops with the reviewer's reason"),
-    # The lead chose stopping over an operator's "ask again": a request nobody decided
-    # in time is an answer too, and a stopped run is a state nobody has to guess about.
-    "expired": Exit("expired", "stopped", "approval_expired", False, "nobody decided in time: the run stops"),
-    "stale": Exit(
-        "stale", "running", None, True, "revision or policy changed: the call goes back through the gates (check_required or a new request)"
-    ),
-    "cancelled": Exit(
-        "cancelled", "stopped", None, False, "the run was stopped (kill, deadline, global stop): the request leaves the queue"
-    ),
+    # The grant is consumed by the call, which runs unless the gates now refuse it.
+    "granted": Exit("consumed", "running", None),
+    # The run stops with the reviewer's reason.
+    "denied": Exit("denied", "stopped", "denied"),
+    # Nobody decided in time. The lead chose stopping over an operator's "ask again":
+    # a request nobody decided in time is an answer too, and a stopped run is a state
+    # nobody has to guess about.
+    "expired": Exit("expired", "stopped", "approval_expired"),
+    # The revision or the policy changed: the call goes back through the gates
+    # without a grant (check_required, a new request, the call itself, or a denial).
+    "stale": Exit("stale", "running", None),
+    # The run was stopped (kill, deadline, global stop): the request leaves the queue.
+    "cancelled": Exit("cancelled", "stopped", None),
 }
 
 # How a request found in each status ends the wait of the call that filed it.
@@ -78,6 +82,15 @@ def check_request_transition(old: str, new: str) -> None:
     allowed = REQUEST_TRANSITIONS.get(old)
     if allowed is None or new not in allowed:
         raise IllegalTransition(f"an approval request cannot go from {old} to {new}")
+
+
+def check_lapse(new: str) -> None:
+    """A lapse ends an open request, pending or granted and not yet used, without a
+    decision: ``new`` must be one of ``LAPSES`` and reachable from either."""
+    if new not in LAPSES:
+        raise IllegalTransition(f"{new} is not a way for an approval request to lapse (one of {', '.join(LAPSES)})")
+    for old in OPEN_STATUSES:
+        check_request_transition(old, new)
 
 
 def sources_of(new: str) -> list[str]:

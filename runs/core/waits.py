@@ -144,6 +144,7 @@ class Waits(Driver):
         return "the call no longer matches the request"
 
     def _leave_wait(self, exit: WaitExit, reason: str, record: CallRecord, spec: ToolSpec) -> None:
+        """End the wait the way ``WAIT_EXITS[exit]`` says."""
         state = self.state
         waiting = state.waiting
         assert waiting is not None
@@ -151,20 +152,20 @@ class Waits(Driver):
         self._emit_wait_ended(exit, reason)
         state.waiting = None
         state.status = "running"
-        if exit == "granted":
-            record.granted_key = waiting.approval_key
-            self._emit(ev.ApprovalConsumed, call_id=record.call_id, key=waiting.approval_key, request_id=waiting.request_id)
-            return self._admit(record, spec)
         if transition.run == "stopped":
             record.state = "failed"
-            if exit == "denied":
+            if transition.request == "denied":
+                # The reviewer's refusal of exactly this call is on the call's record too.
                 self._emit(
                     ev.ApprovalRefused, call_id=record.call_id, key=waiting.approval_key, request_id=waiting.request_id, reason=reason
                 )
-                raise Stop("denied", f"approval denied: {reason}")
             raise Stop(transition.outcome or CANCELLED_OUTCOME, f"approval {exit}: {reason}")
-        # Stale: the call goes back through the gates at the current revision and
-        # under the current policy, its effect fixed anew; the run goes on.
-        record.approval_key = None
-        record.effect = None
+        if transition.request == "consumed":
+            record.granted_key = waiting.approval_key
+            self._emit(ev.ApprovalConsumed, call_id=record.call_id, key=waiting.approval_key, request_id=waiting.request_id)
+        else:
+            record.approval_key = None
+            record.effect = None  # fixed anew, at the current revision, if it asks again
+        # The run goes on: the call goes back through the gates at the current revision
+        # and under the current policy, with the grant it consumed or without one.
         self._admit(record, spec)

@@ -29,8 +29,9 @@ Status = ApprovalRequest.Status
 RECENT_DECISIONS = 30
 
 
-def inbox_rows() -> list[dict[str, Any]]:
-    return [{"request": r, "stale": staleness(r)} for r in pending_requests().select_related("run", "requested_by")]
+def inbox_rows() -> list[ApprovalRequest]:
+    """What reviewers can decide; a stale request is not among them (pending_requests)."""
+    return list(pending_requests().select_related("run", "requested_by"))
 
 
 def decision_blocker(request: ApprovalRequest, user: User | AnonymousUser) -> str | None:
@@ -55,7 +56,8 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "working_seconds": working,
         "waited_seconds": waited,
         "blocker": blocker,
-        "stale": staleness(request) if request.status == Status.PENDING else None,
+        "stale": out_of_date(request),
+        "asked_again": asked_again(request),
         "revision_current": run.revision == request.revision,
         "evidence": Evidence.objects.filter(run=run, revision=request.revision).order_by("recorded_at"),
         "empty_output": EMPTY_OUTPUT_REF,
@@ -67,6 +69,23 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "masked": is_masked(request.args) or is_masked(request.diff),
         **timeline(str(run.pk)),
     }
+
+
+def out_of_date(request: ApprovalRequest) -> str | None:
+    """Why the request no longer describes what would run: found now for a pending
+    one, as recorded for one that lapsed stale; None while it is current."""
+    if request.status == Status.PENDING:
+        return staleness(request)
+    return request.reason if request.status == Status.STALE else None
+
+
+def asked_again(request: ApprovalRequest) -> ApprovalRequest | None:
+    """The request the same call filed after this one went stale (its call went back
+    through the gates and still asks), for the page to point the reviewer to."""
+    if request.status != Status.STALE:
+        return None
+    later = ApprovalRequest.objects.filter(run_id=request.run_id, call_id=request.call_id, created_at__gt=request.created_at)
+    return later.order_by("created_at").first()
 
 
 def reviewer_summary(tool: str, effect: object) -> str:

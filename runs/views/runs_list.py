@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from approvals.services import pending_requests
 from common.permissions import VIEW_RUNS
 from runs.models import Run
 from runs.views.access import require
@@ -29,7 +30,8 @@ class RunFilter(forms.Form):
 
 def filter_runs(query: dict[str, Any], user: User | AnonymousUser) -> QuerySet[Run]:
     runs = Run.objects.select_related("created_by").annotate(
-        waiting_approvals=Count("approval_requests", filter=Q(approval_requests__status="pending"))
+        # What the inbox lists: a stale request does not wait for anyone.
+        waiting_approvals=Count("approval_requests", filter=Q(approval_requests__in=pending_requests()))
     )
     if text := query.get("q", "").strip():
         match = Q(task_id__icontains=text) | Q(objective__icontains=text) | Q(outcome__icontains=text)
