@@ -15,6 +15,7 @@ from approvals.models import ApprovalRequest
 from approvals.services import do_lapse
 from runs import leases
 from runs.core import events as ev
+from runs.core.fences import RowLock
 from runs.core.lifecycle import OPEN_STATUSES
 from runs.eventlog import append_event
 from runs.models import Event, Run
@@ -22,6 +23,9 @@ from runs.models import Event, Run
 Status = ApprovalRequest.Status
 BELONGS = "an open request belongs to a run waiting for it"
 ONE_PENDING = "a run in waiting_approval has exactly one pending request"
+# The beat repairs only runs nobody drives (lease free); a worker that claims one
+# meanwhile is ordered with the repair by the run row's lock.
+REPAIRING = RowLock("the beat's repair of the wait invariants")
 
 
 def waited_for(run: Run) -> str | None:
@@ -41,10 +45,11 @@ def cancel_orphaned_requests() -> int:
         why = f"the run is {run.outcome}" if run.status != Run.Status.WAITING else "the run waits for another request"
         # The cancellation and the record of the repair land together.
         with transaction.atomic():
-            if do_lapse(request, Status.CANCELLED, f"cancelled by the sweep: {why}"):
+            if do_lapse(request, Status.CANCELLED, f"cancelled by the sweep: {why}", fence=REPAIRING):
                 append_event(
                     str(run.pk),
                     ev.InvariantRepaired,
+                    fence=REPAIRING,
                     call_id=request.call_id,
                     invariant=BELONGS,
                     repair=f"cancelled: {why}",
@@ -77,6 +82,7 @@ def waits_to_end() -> list[str]:
             append_event(
                 str(run.pk),
                 ev.InvariantRepaired,
+                fence=REPAIRING,
                 invariant=ONE_PENDING,
                 repair=f"its request is {status}: woken to end the wait",
                 request_id=request_id,

@@ -37,6 +37,7 @@ from runs.core.contract import WorkspaceSource
 from runs.core.environment import Environment
 from runs.core.errors import FieldProblem, InputError
 from runs.core.faults import Fault, FaultyExecutor
+from runs.core.fences import Fence, Lease
 from runs.core.policy import Policy
 from runs.core.ports import RevisionMismatch
 from runs.eventlog import append_event, append_events
@@ -60,8 +61,8 @@ log = logging.getLogger(__name__)
 class RunsForApprovals:
     """approvals.ports.Runs over the Run row and the event log (connected in runs.apps)."""
 
-    def append_event(self, run_id: str, cls: type[ev.Event], **fields: Any) -> None:
-        append_event(run_id, cls, **fields)
+    def append_event(self, run_id: str, cls: type[ev.Event], *, fence: Fence, **fields: Any) -> None:
+        append_event(run_id, cls, fence=fence, **fields)
 
     def standing(self, run_id: str) -> RunStanding:
         run = Run.objects.get(pk=run_id)
@@ -149,13 +150,14 @@ def check_workspace_for(run: Run) -> str:
     return ""
 
 
-def notify(run_id: str, event: ev.Event) -> None:
+def notify(run_id: str, event: ev.Event, lease: Lease) -> None:
     """The events of a wait for the sandbox's engine, written to the run's log as the
-    wait goes on (the executor's ``notify``)."""
-    append_events(run_id, [event])
+    wait goes on (the executor's ``notify``). The executor works for the worker driving
+    the run, so its lease fences them: once taken over, it writes nothing more."""
+    append_events(run_id, [event], fence=lease)
 
 
-def sandbox_environment(run: Run, policy: Policy) -> Environment:
+def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
     workspace = workspace_for(run)
     run_id = str(run.pk)
     spec = ContainerSpec.from_limits(policy.sandbox, str(settings.SANDBOX_IMAGE))
@@ -172,7 +174,7 @@ def sandbox_environment(run: Run, policy: Policy) -> Environment:
         spec=spec,
         scope=settings.SANDBOX_SCOPE,
         engine_wait_seconds=settings.SANDBOX_ENGINE_WAIT_SECONDS,
-        notify=lambda event: notify(run_id, event),
+        notify=lambda event: notify(run_id, event, lease),
         remote=target,
         forge=change_requests(run, target),
         live_output=lambda call_id: LiveOutput(run_id, call_id),
@@ -189,8 +191,8 @@ def sandbox_environment(run: Run, policy: Policy) -> Environment:
     )
 
 
-def environment_for(run: Run, faults: Sequence[Fault] = ()) -> Environment:
-    environment = sandbox_environment(run, load_policy(run.policy))
+def environment_for(run: Run, lease: Lease, faults: Sequence[Fault] = ()) -> Environment:
+    environment = sandbox_environment(run, load_policy(run.policy), lease)
     if faults:
         tools = registry()
         environment.executor = FaultyExecutor(
@@ -236,7 +238,7 @@ def record_base_revision(run: Run, revision: Callable[[], str], lease_token: int
     if state.base_revision:
         return
     state.base_revision = state.revision = revision()
-    DjangoStore(lease_token).checkpoint(state, [])
+    DjangoStore(Lease(lease_token)).checkpoint(state, [])
     run.refresh_from_db()
 
 
@@ -248,9 +250,9 @@ def stop_undriven(run: Run, reason: str, message: str, lease_token: int) -> str:
     state.status, state.stop_reason, state.stop_message = "stopped", reason, message
     state.waiting = state.waiting_since = None  # a stopped run waits for nothing
     stop = ev.Stopped(run_id=str(run.pk), seq=0, ts=time.time(), status=reason, message=message)
-    DjangoStore(lease_token).checkpoint(state, [stop])
+    DjangoStore(Lease(lease_token)).checkpoint(state, [stop])
     # Its requests leave the reviewers' queue, as with any stop.
-    cancel_open_requests(str(run.pk), f"the run stopped: {reason}")
+    cancel_open_requests(str(run.pk), f"the run stopped: {reason}", fence=Lease(lease_token))
     return reason
 
 
@@ -269,7 +271,7 @@ def advance(run_id: str, faults: Sequence[Fault] = ()) -> str:
         if run.status in (Run.Status.COMPLETE, Run.Status.STOPPED):
             return run.outcome
         try:
-            environment = environment_for(run, faults)  # prepares the workspace on first use
+            environment = environment_for(run, Lease(token), faults)  # prepares the workspace on first use
         except (WorkspaceSourceError, RemoteError) as exc:
             return stop_undriven(run, "workspace_error", f"the workspace could not be prepared: {exc}", token)
         try:
@@ -284,7 +286,7 @@ def advance(run_id: str, faults: Sequence[Fault] = ()) -> str:
             poll=settings.HARNESS_KILL_POLL_SECONDS,
             renew_every=settings.HARNESS_LEASE_SECONDS / 3,
         ) as watchdog:
-            state = drive_run(run, environment, DjangoApprovals(run), lease_token=token, controls=watchdog)
+            state = drive_run(run, environment, DjangoApprovals(run, token), lease_token=token, controls=watchdog)
         if state.finished or state.status == "waiting_approval":
             # An approval can take hours: no container idles meanwhile; resuming
             # starts a fresh one on the same workspace.

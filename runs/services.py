@@ -21,6 +21,7 @@ from runs.artifacts import FileArtifactStore
 from runs.core.contract import Contract, check_contract
 from runs.core.environment import Environment
 from runs.core.errors import FieldProblem, InputError
+from runs.core.fences import RowLock, driver_fence
 from runs.core.loop import Harness, HarnessConfig, new_state
 from runs.core.policy import Policy
 from runs.core.ports import ApprovalGate, Clock, Controls, Proposer, Store, SystemClock
@@ -90,7 +91,8 @@ def _create(new: NewRun, actor: Any, revision_of: Callable[[Run], str], now: flo
         revision=revision,
         now=now,
     )
-    DjangoStore().checkpoint(state, [])
+    # The row was inserted by this transaction: nobody else can see it, let alone drive it.
+    DjangoStore(RowLock("the run's creation")).checkpoint(state, [])
     run.refresh_from_db()
     return run
 
@@ -131,7 +133,7 @@ def drive_run(
         executor=environment.executor,
         workspace=environment.workspace,
         approvals=approvals,
-        store=store or DjangoStore(lease_token),
+        store=store or DjangoStore(driver_fence(lease_token)),
         artifacts=FileArtifactStore(),
         clock=clock,
         controls=controls,

@@ -21,6 +21,7 @@ from pydantic_core import PydanticSerializationError
 from common.redact import MaskedJSON, masked, masked_text, secret_values
 from runs.core.events import Event as CoreEvent
 from runs.core.events import EvidenceRecorded, ReceiptRecorded
+from runs.core.fences import Fence, Lease
 from runs.core.report import build_report
 from runs.core.state import RunState, load_stored_state
 from runs.eventlog import LeaseLost, append_events
@@ -55,8 +56,8 @@ def state_json(state: RunState) -> MaskedJSON:
 
 
 class DjangoStore:
-    def __init__(self, lease_token: int | None = None) -> None:
-        self.lease_token = lease_token
+    def __init__(self, fence: Fence) -> None:
+        self.fence = fence
         self._written: dict[str, object] = {}  # the run row's columns as this store last committed them
 
     def checkpoint(self, state: RunState, events: Sequence[CoreEvent]) -> None:
@@ -66,8 +67,8 @@ class DjangoStore:
         with transaction.atomic(savepoint=False):
             # Fencing rides on the numbering UPDATE: a worker whose lease was taken
             # over gets LeaseLost before it has written anything.
-            append_events(state.run_id, events, run_columns=columns, lease_token=self.lease_token, projections=_project(state, events))
-            if self.lease_token is not None:
+            append_events(state.run_id, events, run_columns=columns, fence=self.fence, projections=_project(state, events))
+            if isinstance(self.fence, Lease):
                 transaction.on_commit(lambda: self._written.update(columns))
 
     def _changed(self, columns: dict[str, object]) -> dict[str, object]:
@@ -77,7 +78,7 @@ class DjangoStore:
         still holding what this store last committed is left out: assigning an
         indexed column (status, outcome) rewrites its index entries even when the
         value is the same, three pages more in every SQLite commit."""
-        if self.lease_token is None:
+        if not isinstance(self.fence, Lease):
             return columns
         return {name: value for name, value in columns.items() if name not in self._written or self._written[name] != value}
 
