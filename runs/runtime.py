@@ -40,12 +40,13 @@ from runs.core.faults import Fault, FaultyExecutor
 from runs.core.fences import Fence, Lease
 from runs.core.policy import Policy
 from runs.core.ports import RevisionMismatch
+from runs.core.storable import escaped_text
 from runs.eventlog import append_event, append_events
 from runs.live_output import LiveOutput
 from runs.models import Run
 from runs.queue import enqueue_start
 from runs.services import check_new_run, do_create_run, drive_run, registry
-from runs.store import DjangoStore, LeaseLost, load_state
+from runs.store import DjangoStore, LeaseLost, Unstorable, load_state
 from sandbox.container_spec import ContainerSpec
 from sandbox.executor import SandboxExecutor
 from sandbox.forges import ChangeRequests, ForgeAccess
@@ -279,14 +280,24 @@ def advance(run_id: str, faults: Sequence[Fault] = ()) -> str:
         except RevisionMismatch as exc:
             environment.close()  # the container started for the run it will not drive
             return stop_undriven(run, "revision_mismatch", str(exc), token)
-        with Watchdog(
-            run_id,
-            renew=lambda: leases.renew(run_id, token),
-            on_kill=environment.kill,
-            poll=settings.HARNESS_KILL_POLL_SECONDS,
-            renew_every=settings.HARNESS_LEASE_SECONDS / 3,
-        ) as watchdog:
-            state = drive_run(run, environment, DjangoApprovals(run, token), lease_token=token, controls=watchdog)
+        try:
+            with Watchdog(
+                run_id,
+                renew=lambda: leases.renew(run_id, token),
+                on_kill=environment.kill,
+                poll=settings.HARNESS_KILL_POLL_SECONDS,
+                renew_every=settings.HARNESS_LEASE_SECONDS / 3,
+            ) as watchdog:
+                state = drive_run(run, environment, DjangoApprovals(run, token), lease_token=token, controls=watchdog)
+        except Unstorable as exc:
+            # A value no database takes reached a checkpoint: driving the run again
+            # would fail at the same step (and ask the model again, each time), so it
+            # stops now, from its last stored state, saying what could not be stored.
+            environment.close()
+            run.refresh_from_db()
+            return stop_undriven(
+                run, "unstorable", f"a value could not be stored, so the run cannot go on: {escaped_text(str(exc))}", token
+            )
         if state.finished or state.status == "waiting_approval":
             # An approval can take hours: no container idles meanwhile; resuming
             # starts a fresh one on the same workspace.

@@ -18,6 +18,7 @@ from django.db import transaction
 from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row, load_policy
 from runs.artifacts import FileArtifactStore
+from runs.core import storable
 from runs.core.contract import Contract, check_contract
 from runs.core.environment import Environment
 from runs.core.errors import FieldProblem, InputError
@@ -41,11 +42,23 @@ class NewRun:
     policy: Policy
 
 
+# A run's configuration (its contract and proposer, a script of proposals too) as
+# UTF-8 JSON; the web's request bodies are smaller still.
+MAX_CONFIG_BYTES = 32 * 2**20
+
+
 def registry() -> Registry:
     return builtin_registry()
 
 
 def check_new_run(contract_raw: object, proposer_config: object) -> NewRun:
+    # A value no database takes would make a run that cannot be listed or driven
+    # (runs.core.storable): refused first, naming where it is, before any other check
+    # reads it (a value nested thousands deep breaks those too).
+    unfit = storable.problems(contract_raw, "contract", max_bytes=MAX_CONFIG_BYTES)
+    unfit += storable.problems(proposer_config, "proposer", max_bytes=MAX_CONFIG_BYTES)
+    if unfit:
+        raise InputError("new run", unfit)
     row = current_policy_row()
     policy = load_policy(row)
     problems = []

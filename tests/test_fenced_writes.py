@@ -100,7 +100,9 @@ def test_it_writes_nothing_from_a_worker_whose_lease_was_taken_over(monkeypatch)
     run.refresh_from_db()
     assert (run.lease_token, run.lease_owner) == (token_b, "worker-b")  # its release did not free the new holder's lease
     # The new holder writes where the old one could not.
-    runtime.notify(run_id, ev.SandboxWaitOver(run_id=run_id, seq=0, ts=time.time(), engine_back=True, waited_seconds=0.0, detail=""), Lease(token_b))
+    runtime.notify(
+        run_id, ev.SandboxWaitOver(run_id=run_id, seq=0, ts=time.time(), engine_back=True, waited_seconds=0.0, detail=""), Lease(token_b)
+    )
     assert Event.objects.filter(run_id=run_id, type="sandbox_wait_over").count() == 1
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from runs.core import events as ev
 from runs.core import feedback as fb
-from runs.core.driver import Driver, Stop, as_json, no_retry
+from runs.core import storable
+from runs.core.driver import Driver, Stop, no_retry
 from runs.core.jsonutil import JSON, canonical_json
 from runs.core.policy import CheckDef
 from runs.core.ports import Call, RevisionMismatch
@@ -86,10 +87,19 @@ class Execution(Driver):
         """The receipt checked against the revision the harness reads itself, on the
         record either way; an invalid one stops the run."""
         harness_revision = self.workspace.revision() if spec.may_change_workspace else self.state.revision
+        kept: JSON = None
         try:
-            receipt = self._check_receipt(raw, record, spec, harness_revision)
-        except ReceiptInvalid as exc:
+            # Tool output is data: a NUL or a name that is not UTF-8 in it is shown
+            # escaped, so the receipt can be stored (runs.core.storable). What escaping
+            # cannot mend (nested too deep, not JSON) makes the receipt invalid, and
+            # only its summary is kept.
+            kept = storable.escaped(raw, "receipt")
+            receipt = self._check_receipt(kept, record, spec, harness_revision)
+        except (ReceiptInvalid, storable.Unstorable) as exc:
             problem = f"{exc} ({problem_detail})" if problem_detail else str(exc)
+            if isinstance(exc, storable.Unstorable):
+                problem = f"the receipt cannot be stored: {exc}"
+                kept = {"summary": storable.summary(raw).model_dump()}
             self._emit(
                 ev.ReceiptRecorded,
                 call_id=record.call_id,
@@ -97,7 +107,7 @@ class Execution(Driver):
                 attempt=record.attempts,
                 valid=False,
                 problem=problem,
-                receipt=as_json(raw),
+                receipt=kept,
                 harness_revision=harness_revision,
             )
             if spec.has_effect:
