@@ -229,7 +229,8 @@ def test_it_stops_a_run_whose_checkpoint_cannot_be_stored_instead_of_driving_it_
     ids=["surrogate", "nul", "deep"],
 )
 def test_it_refuses_an_unstorable_script_with_a_400_naming_the_field_and_creates_nothing(script, field, operator, reviewer):
-    body = '{"contract": %s, "proposer": {"kind": "scripted", "script": %s}}' % (json.dumps(SMALL_CONTRACT), script)
+    # Written as text: the JSON escapes are what a client sends.
+    body = '{"contract": ' + json.dumps(SMALL_CONTRACT) + ', "proposer": {"kind": "scripted", "script": ' + script + "}}"
     response = client_for(operator).post("/api/runs/", body, content_type="application/json")
     assert response.status_code == 400, response.content[:300]
     errors = response.json()
