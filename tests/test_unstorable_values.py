@@ -19,6 +19,7 @@ from approvals.models import ApprovalRequest
 from approvals.services import DjangoApprovals
 from runs import runtime
 from runs import services as run_services
+from runs.artifacts import FileArtifactStore
 from runs.core.environment import Environment
 from runs.core.jsonutil import digest
 from runs.core.scenarios import call
@@ -154,6 +155,20 @@ def test_it_stores_tool_output_with_a_nul_or_a_surrogate_escaped(operator):
     assert state.outcome == "proposals_exhausted"
     (receipt,) = Receipt.objects.filter(run=run)
     assert receipt.valid and receipt.body["data"]["text"] == "caf\\xe9 \\x00 \\ud800"
+    api_reads_back(run, operator)
+
+
+def test_it_stores_large_tool_output_once_in_an_artifact_and_the_receipt_bounded(operator):
+    world = World()
+    run = world.create(script=[])
+    empty = stored_bytes(run)
+    state = drive_with(run, world, [READ], Hostile(world, "E" * 3_000_000))
+    assert state.outcome == "proposals_exhausted"
+    assert stored_bytes(run) - empty < 40_000
+    (receipt,) = Receipt.objects.filter(run=run)
+    data = receipt.body["data"]
+    assert data["truncated"] is True and data["size"] > 3_000_000
+    assert FileArtifactStore().get(data["artifact"]) == json.dumps({"text": "E" * 3_000_000}, separators=(",", ":")).encode()
     api_reads_back(run, operator)
 
 

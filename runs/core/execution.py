@@ -91,15 +91,17 @@ class Execution(Driver):
         try:
             # Tool output is data: a NUL or a name that is not UTF-8 in it is shown
             # escaped, so the receipt can be stored (runs.core.storable). What escaping
-            # cannot mend (nested too deep, not JSON) makes the receipt invalid, and
-            # only its summary is kept.
+            # cannot mend (nested too deep, not JSON) makes the receipt invalid; of an
+            # invalid receipt above the output cap, only its summary is kept.
             kept = storable.escaped(raw, "receipt")
             receipt = self._check_receipt(kept, record, spec, harness_revision)
         except (ReceiptInvalid, storable.Unstorable) as exc:
             problem = f"{exc} ({problem_detail})" if problem_detail else str(exc)
             if isinstance(exc, storable.Unstorable):
                 problem = f"the receipt cannot be stored: {exc}"
-                kept = {"summary": storable.summary(raw).model_dump()}
+            found = storable.summary(raw)
+            if isinstance(exc, storable.Unstorable) or found.bytes > self.state.limits.max_output_bytes_per_call:
+                kept = {"summary": found.model_dump()}
             self._emit(
                 ev.ReceiptRecorded,
                 call_id=record.call_id,
@@ -116,13 +118,16 @@ class Execution(Driver):
                 record.state = "failed"
             self._set_revision(harness_revision, cleared_by_write=spec.writes_workspace)
             raise Stop("receipt_invalid", problem) from None
+        # Stored as the proposer sees it: data above the run's output cap is kept as
+        # its head and the artifact holding the whole (_observe), not twice in full
+        # (event and receipt row).
         self._emit(
             ev.ReceiptRecorded,
             call_id=record.call_id,
             tool=spec.name,
             attempt=record.attempts,
             valid=True,
-            receipt=receipt.model_dump(),
+            receipt={**receipt.model_dump(), "data": self._observe(receipt.data)},
             harness_revision=harness_revision,
         )
         return receipt
