@@ -296,3 +296,30 @@ def test_it_never_wedges_a_run_and_the_api_reads_back_every_value_stored(operato
     run.refresh_from_db()
     assert run.status == "stopped" and load_state(run).proposals == state.proposals
     api_reads_back(run, operator)
+
+
+NAMES = st.binary(min_size=1, max_size=12).filter(lambda name: b"/" not in name and b"\x00" not in name and name not in (b".", b".."))
+
+
+@pytest.mark.slow  # property-based: 20 runs over a real workspace
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(NAMES, min_size=1, max_size=4, unique=True))
+def test_it_never_wedges_on_file_names_that_are_not_utf8_in_a_real_workspace(host_executor, operator, names):
+    folder = host_executor.workspace.dir / "orders" / f"n{time.monotonic_ns()}"
+    folder.mkdir()
+    for name in names:
+        (folder / os.fsdecode(name)).write_bytes(name)
+    host_executor.workspace.reread()
+    contract = {**CONTRACT, "allowed_tools": ALL_TOOLS, "allowed_write_paths": list(WRITE_PATHS)}
+    run = do_create_run(check_new_run(contract, {"kind": "scripted", "script": []}), None, lambda run: host_executor.revision())
+    listing = f"orders/{folder.name}"
+    proposals = [
+        call("list_files", path=listing),
+        call("search", pattern="a", path=listing),
+        *(call("read_file", path=f"{listing}/{os.fsdecode(name)}") for name in names),
+    ]
+    state = drive_run(run, Environment(host_executor, host_executor), DjangoApprovals(run), proposer=ScriptedProposer(proposals))
+    assert state.status == "stopped" and state.outcome == "proposals_exhausted", (state.outcome, state.stop_message)
+    run.refresh_from_db()
+    assert run.status == "stopped"
+    api_reads_back(run, operator)

@@ -211,23 +211,20 @@ class Harness(Waits, Execution):
             # holding the proposal is stored: only a proposal they let through is kept
             # whole (the state holds it until its step ends, for a resumed run);
             # anything else is kept bounded (Proposed.summary), whatever its size.
-            gated = self._gate(call_id, raw)
-            kept = self._kept(raw, gated)
-            self._emit(ev.Proposed, call_id=call_id, number=state.proposals, **kept)
-            if isinstance(gated, Refused):
-                self._guard("after the proposal arrived")
-                return self._invalid(call_id, gated.gate, gated.problems)
-            state.current_proposal = raw
-            self._checkpoint()
-            self._guard("after the proposal arrived")
-            return self._process(call_id, gated)
+            gated = self._gate(raw)
+            self._emit(ev.Proposed, call_id=call_id, number=state.proposals, **self._kept(raw, gated))
+            if isinstance(gated, Gated):
+                state.current_proposal = raw
+                self._checkpoint()
+        else:
+            # A resumed run: its proposal passed these gates before; they decide
+            # again, under the policy now in force.
+            call_id = state.current_call
+            gated = self._gate(state.current_proposal)
         self._guard("after the proposal arrived")
-        # A resumed run: its proposal passed these gates before; they decide again,
-        # under the policy now in force.
-        gated = self._gate(state.current_call, state.current_proposal)
         if isinstance(gated, Refused):
-            return self._invalid(state.current_call, gated.gate, gated.problems)
-        self._process(state.current_call, gated)
+            return self._invalid(call_id, gated.gate, gated.problems)
+        self._process(call_id, gated)
 
     # -- gates 1-3: parse, resolve, validate -----------------------------------
 
@@ -248,7 +245,7 @@ class Harness(Waits, Execution):
         self._emit(ev.InvalidInput, call_id=call_id, gate=gate, problems=listed)
         self._end_step(fb.InvalidInput(call_id=call_id, problems=[fb.Problem(field=p.field, message=p.message) for p in problems]))
 
-    def _gate(self, call_id: str, raw: object) -> Refused | Gated:
+    def _gate(self, raw: object) -> Refused | Gated:
         """Gates 1-3 (and the contract's list of tools), deciding without acting."""
         unfit = storable.problems(raw, max_bytes=MAX_PROPOSAL_BYTES)
         if unfit:
