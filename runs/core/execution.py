@@ -25,10 +25,10 @@ class Execution(Driver):
         while True:
             self._start_attempt(record, spec)
             raw, problem_detail = self._attempt(record, spec, check)
-            receipt = self._checked_receipt(raw, problem_detail, record, spec)
+            receipt, observed = self._checked_receipt(raw, problem_detail, record, spec)
             record.last_status = receipt.status
             if receipt.status != "transient":
-                feedback = self._settle(record, spec, receipt, check)
+                feedback = self._settle(record, spec, receipt, observed, check)
                 self._settle_operation(record, receipt, feedback)
                 self._guard("after the receipt")
                 return self._end_step(feedback)
@@ -83,9 +83,10 @@ class Execution(Driver):
         except Exception as exc:  # noqa: BLE001 - an executor crash is a missing receipt, not a worker crash
             return None, f"executor raised {type(exc).__name__}: {exc}"
 
-    def _checked_receipt(self, raw: object, problem_detail: str, record: CallRecord, spec: ToolSpec) -> Receipt:
+    def _checked_receipt(self, raw: object, problem_detail: str, record: CallRecord, spec: ToolSpec) -> tuple[Receipt, dict[str, JSON]]:
         """The receipt checked against the revision the harness reads itself, on the
-        record either way; an invalid one stops the run."""
+        record either way, and its data as the proposer sees it; an invalid one stops
+        the run."""
         harness_revision = self.workspace.revision() if spec.may_change_workspace else self.state.revision
         kept: JSON = None
         try:
@@ -121,16 +122,17 @@ class Execution(Driver):
         # Stored as the proposer sees it: data above the run's output cap is kept as
         # its head and the artifact holding the whole (_observe), not twice in full
         # (event and receipt row).
+        observed = self._observe(receipt.data)
         self._emit(
             ev.ReceiptRecorded,
             call_id=record.call_id,
             tool=spec.name,
             attempt=record.attempts,
             valid=True,
-            receipt={**receipt.model_dump(), "data": self._observe(receipt.data)},
+            receipt={**receipt.model_dump(), "data": observed},
             harness_revision=harness_revision,
         )
-        return receipt
+        return receipt, observed
 
     def _before_retry(self, record: CallRecord, receipt: Receipt) -> None:
         """After a transient failure: stop if no retry is possible, else wait the backoff."""
@@ -150,7 +152,9 @@ class Execution(Driver):
         self._checkpoint()
         self.clock.sleep(backoff)
 
-    def _settle(self, record: CallRecord, spec: ToolSpec, receipt: Receipt, check: CheckDef | None) -> fb.Result | fb.OutcomeUnknown:
+    def _settle(
+        self, record: CallRecord, spec: ToolSpec, receipt: Receipt, observed: dict[str, JSON], check: CheckDef | None
+    ) -> fb.Result | fb.OutcomeUnknown:
         state = self.state
         if receipt.status == "unknown":
             if spec.has_effect:
@@ -158,9 +162,7 @@ class Execution(Driver):
             else:
                 record.state = "unknown"
             self._set_revision(receipt.revision, cleared_by_write=spec.writes_workspace)
-            return fb.OutcomeUnknown(
-                call_id=record.call_id, tool=spec.name, idempotency_key=record.idempotency_key, data=self._observe(receipt.data)
-            )
+            return fb.OutcomeUnknown(call_id=record.call_id, tool=spec.name, idempotency_key=record.idempotency_key, data=observed)
         record.state = "completed"
         wrote = spec.writes_workspace and receipt.effect != "none"
         if wrote:
@@ -174,7 +176,7 @@ class Execution(Driver):
             call_id=record.call_id,
             tool=spec.name,
             revision=state.revision,
-            data=self._observe(receipt.data),
+            data=observed,
             artifacts=list(receipt.artifacts),
             earlier_attempts=list(record.transient_reasons) if record.transient_reasons else None,
         )

@@ -61,43 +61,83 @@ class Summary(BaseModel):
 def problems(value: object, where: str = "(root)", *, max_bytes: int | None = None) -> list[FieldProblem]:
     """What keeps ``value`` from being stored, each naming its field (at most
     ``MAX_PROBLEMS``); empty when it is storable."""
+    size = _measured(value, 0)
+    found = [] if size >= 0 else _found(value, where)
+    # Counted in characters on the way; measured exactly only when near the limit.
+    if not found and max_bytes is not None and (size < 0 or size > max_bytes // 6) and (exact := _utf8_size(value)) > max_bytes:
+        found.append(FieldProblem(where, f"{exact} bytes as JSON; at most {max_bytes}"))
+    return found
+
+
+def _measured(value: object, depth: int) -> int:
+    """About how many characters ``value`` takes as JSON, or -1 if it is not storable.
+    The quick pass every value takes (a step checks several): recursive, because a
+    call is cheaper than a stack entry, and safe, because it goes no deeper than
+    ``MAX_DEPTH``. Exact types only: anything else (a tuple, a subclass) is left to
+    the slow pass."""
+    if type(value) is str:
+        return len(value) + 2 if _fits(value) else -1
+    if type(value) is dict:
+        if depth >= MAX_DEPTH:
+            return -1
+        size = 2
+        for key, child in value.items():
+            measured = _measured(child, depth + 1) if type(key) is str and _fits(key) else -1
+            if measured < 0:
+                return -1
+            size += len(key) + measured + 4
+        return size
+    if type(value) is list:
+        if depth >= MAX_DEPTH:
+            return -1
+        size = 2
+        for child in value:
+            measured = _measured(child, depth + 1)
+            if measured < 0:
+                return -1
+            size += measured + 1
+        return size
+    if value is None or type(value) is bool:
+        return 5
+    if type(value) is int:
+        return 20 if value.bit_length() <= _MAX_INT_BITS else -1
+    if type(value) is float:
+        return 25 if math.isfinite(value) else -1
+    return -1
+
+
+def _fits(text: str) -> bool:
+    return "\x00" not in text and (text.isascii() or _BAD_TEXT.search(text) is None)
+
+
+def _found(value: object, where: str) -> list[FieldProblem]:
+    """The slow pass, for a value the quick one refused: iterative, whatever the
+    depth, and naming each problem."""
     found: list[FieldProblem] = []
     stack: list[tuple[object, str, int]] = [(value, where, 0)]
-    size = 0
     while stack and len(found) < MAX_PROBLEMS:
         item, path, depth = stack.pop()
         if isinstance(item, str):
-            size += len(item) + 2
             _text(item, path, found)
-        elif item is None or isinstance(item, bool):
-            size += 5
-        elif isinstance(item, int):
-            size += 20
+        elif isinstance(item, int) and not isinstance(item, bool):
             if item.bit_length() > _MAX_INT_BITS:
                 found.append(FieldProblem(path, f"a number of {item.bit_length()} bits is too large to store"))
         elif isinstance(item, float):
-            size += 25
             if not math.isfinite(item):
                 found.append(FieldProblem(path, f"{item} is not a number JSON can hold"))
         elif isinstance(item, dict | list | tuple):
             if depth >= MAX_DEPTH:
                 found.append(FieldProblem(path, f"nested more than {MAX_DEPTH} levels deep"))
                 continue
-            size += 2
             for key, child in reversed(list(_children(item))):
                 if isinstance(key, str):
-                    size += len(key) + 3
                     _text(key, _child_path(path, key), found, "its name ")
                 elif not isinstance(item, list | tuple):
                     found.append(FieldProblem(path, f"an object's keys must be text, not {type(key).__name__}"))
                     continue
                 stack.append((child, _child_path(path, key), depth + 1))
-        else:
+        elif item is not None and not isinstance(item, bool):
             found.append(FieldProblem(path, f"not a JSON value ({type(item).__name__})"))
-    if not found and max_bytes is not None:
-        # Counted in characters on the way; measured exactly only when near the limit.
-        if size > max_bytes // 6 and (exact := _utf8_size(value)) > max_bytes:
-            found.append(FieldProblem(where, f"{exact} bytes as JSON; at most {max_bytes}"))
     return found
 
 
