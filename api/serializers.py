@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from approvals.models import ApprovalRequest
+from runs.core import storable
 from runs.models import Event, GlobalSwitch, Run
 from runs.published import published
 
@@ -18,21 +19,6 @@ from runs.published import published
 MAX_SEQ = 2**31 - 1
 EVENT_PAGE_DEFAULT = 100
 EVENT_PAGE_MAX = 500
-
-
-def nul_free(value: Any, path: str) -> None:
-    """PostgreSQL cannot store NUL characters in text or JSON; refuse them here,
-    naming where they are, rather than fail while saving."""
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise serializers.ValidationError({path: ["Null characters are not allowed."]})
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            nul_free(key, path)
-            nul_free(item, f"{path}.{key}")
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            nul_free(item, f"{path}[{index}]")
 
 
 class StrictBooleanField(serializers.BooleanField):
@@ -56,7 +42,14 @@ class StrictCharField(serializers.CharField):
 
 @extend_schema_field(OpenApiTypes.OBJECT)
 class ObjectField(serializers.JSONField):
-    pass
+    def to_representation(self, value: Any) -> Any:
+        # Every value stored is checked on the way in (runs.core.storable); one from
+        # before that (or a path that missed it) is shown escaped rather than make the
+        # whole page it is on an error for everyone.
+        try:
+            return super().to_representation(storable.escaped(value))
+        except storable.Unstorable:
+            return {"summary": storable.summary(value).model_dump()}
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -105,8 +98,11 @@ class RunCreateSerializer(serializers.Serializer):
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        for name in ("contract", "proposer"):
-            nul_free(attrs[name], name)
+        # What no database takes (NUL, lone surrogates, nesting past its limit) is
+        # refused here, naming the field, before a run holding it is created.
+        problems = [p for name in ("contract", "proposer") for p in storable.problems(attrs[name], name)]
+        if problems:
+            raise serializers.ValidationError({p.field: [p.message] for p in problems})
         return attrs
 
 

@@ -18,6 +18,7 @@ from django.contrib.auth.models import User
 from django.db.models import Q
 
 from runs.core import events as ev
+from runs.core.fences import Fence
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,9 @@ class RunStanding:
 
 
 class Runs(Protocol):
-    def append_event(self, run_id: str, cls: type[ev.Event], **fields: Any) -> None:
+    def append_event(self, run_id: str, cls: type[ev.Event], *, fence: Fence, **fields: Any) -> None:
         """Write one event (a decision, a lapse) into the run's log, in the caller's
-        transaction; viewers are told after it commits."""
+        transaction, behind ``fence``; viewers are told after it commits."""
 
     def standing(self, run_id: str) -> RunStanding:
         """The run as the database has it now (not a row loaded earlier)."""

@@ -19,10 +19,18 @@ from approvals.ports import OwnedRun, runs
 from approvals.signals import wait_may_end
 from common import permissions
 from runs.core import events as ev
+from runs.core.fences import Fence, RowLock, driver_fence
 from runs.core.lifecycle import OPEN_STATUSES, check_lapse, check_request_transition, sources_of
 from runs.core.ports import ApprovalAsk, Filed, RequestState
 
 Status = ApprovalRequest.Status
+
+
+# A reviewer's decision and the beat's expiry do not drive the run: the conditional
+# UPDATE of the request decides whether they write, the run row's lock orders the event.
+DECIDING = RowLock("a reviewer's decision")
+EXPIRING = RowLock("the beat's expiry of requests")
+SAVING = RowLock("an admin's policy save")
 
 
 class DecisionRefused(Exception):
@@ -39,10 +47,12 @@ class DecisionForbidden(DecisionRefused):
 
 
 class DjangoApprovals:
-    """The loop's approval gate backed by ApprovalRequest rows."""
+    """The loop's approval gate backed by ApprovalRequest rows. What it writes into
+    the run's log (a lapse, a cancellation) is the driver's, fenced by its lease."""
 
-    def __init__(self, run: OwnedRun) -> None:
+    def __init__(self, run: OwnedRun, lease_token: int | None = None) -> None:
         self.run = run
+        self.fence = driver_fence(lease_token)
 
     def request(self, ask: ApprovalAsk) -> Filed:
         now = timezone.now()
@@ -77,10 +87,10 @@ class DjangoApprovals:
         return do_consume(request_id, call_id)
 
     def lapse(self, request_id: str, status: Literal["expired", "stale"], reason: str) -> bool:
-        return do_lapse(ApprovalRequest.objects.get(pk=request_id), status, reason)
+        return do_lapse(ApprovalRequest.objects.get(pk=request_id), status, reason, fence=self.fence)
 
     def cancel_open(self, run_id: str, reason: str) -> list[str]:
-        return cancel_open_requests(run_id, reason)
+        return cancel_open_requests(run_id, reason, fence=self.fence)
 
 
 def do_consume(request_id: Any, call_id: str) -> bool:
@@ -93,11 +103,11 @@ def do_consume(request_id: Any, call_id: str) -> bool:
     return updated == 1
 
 
-def cancel_open_requests(run_id: str, reason: str) -> list[str]:
+def cancel_open_requests(run_id: str, reason: str, *, fence: Fence) -> list[str]:
     """Every open request of a stopped run leaves the queue, each with an event."""
     cancelled = []
     for request in ApprovalRequest.objects.filter(run_id=run_id, status__in=OPEN_STATUSES):
-        if do_lapse(request, Status.CANCELLED, reason):
+        if do_lapse(request, Status.CANCELLED, reason, fence=fence):
             cancelled.append(str(request.pk))
     return cancelled
 
@@ -140,7 +150,7 @@ def check_decision_recording_lapse(request: ApprovalRequest, user: User | Anonym
         check_decision(request, user)
     except DecisionRefused as exc:
         # The run's wait has ended with the lapse: wake it, so it leaves the wait now.
-        if exc.lapse is not None and do_lapse(request, *exc.lapse):
+        if exc.lapse is not None and do_lapse(request, *exc.lapse, fence=DECIDING):
             wake_after_commit(str(request.run_id))
         raise
 
@@ -159,6 +169,7 @@ def _decide(request: ApprovalRequest, user: User | AnonymousUser, status: str, r
         runs().append_event(
             str(request.run_id),
             ev.ApprovalDecided,
+            fence=DECIDING,
             call_id=request.call_id,
             request_id=str(request.pk),
             decision=decision,
@@ -187,8 +198,9 @@ def deny(request: ApprovalRequest, user: User | AnonymousUser, reason: str) -> N
     _decide(request, user, Status.DENIED, reason)
 
 
-def do_lapse(request: ApprovalRequest, status: str, reason: str) -> bool:
-    """End an open request (expired, stale, cancelled) with its event, together.
+def do_lapse(request: ApprovalRequest, status: str, reason: str, *, fence: Fence) -> bool:
+    """End an open request (expired, stale, cancelled) with its event, together: a
+    fence that refuses the event (a lease taken over) rolls the lapse back too.
     The request may be pending or granted (and not yet used) by now, whatever the
     row in hand says: the UPDATE moves it only from a status the lifecycle lets
     reach ``status``."""
@@ -202,6 +214,7 @@ def do_lapse(request: ApprovalRequest, status: str, reason: str) -> bool:
             runs().append_event(
                 str(request.run_id),
                 ev.ApprovalLapsed,
+                fence=fence,
                 call_id=request.call_id,
                 request_id=str(request.pk),
                 status=status,
@@ -215,7 +228,7 @@ def expire_due() -> int:
     due = ApprovalRequest.objects.filter(status__in=[Status.PENDING, Status.GRANTED], expires_at__lte=timezone.now())
     count = 0
     for request in due:
-        if do_lapse(request, Status.EXPIRED, "no decision before the deadline"):
+        if do_lapse(request, Status.EXPIRED, "no decision before the deadline", fence=EXPIRING):
             count += 1
             wake_after_commit(str(request.run_id))
     return count
@@ -241,10 +254,10 @@ def pending_requests() -> QuerySet[ApprovalRequest]:
 # -- policy versions ---------------------------------------------------------------------
 
 
-def lapse_stale(request: ApprovalRequest, current: int) -> bool:
+def lapse_stale(request: ApprovalRequest, current: int, *, fence: Fence) -> bool:
     """A pending request asked under a policy older than v``current`` can no longer be
     granted (gates decide under the policy in force): it lapses ``stale``."""
-    return do_lapse(request, Status.STALE, f"policy v{current} replaced v{request.policy_version} while the request waited")
+    return do_lapse(request, Status.STALE, f"policy v{current} replaced v{request.policy_version} while the request waited", fence=fence)
 
 
 def save_policy_version(row: PolicyVersion, document: dict[str, Any]) -> list[str]:
@@ -268,7 +281,7 @@ def save_policy_version(row: PolicyVersion, document: dict[str, Any]) -> list[st
                 row.save()
                 stale = []
                 for request in ApprovalRequest.objects.filter(status=Status.PENDING, policy_version__lt=row.version):
-                    if lapse_stale(request, row.version):
+                    if lapse_stale(request, row.version, fence=SAVING):
                         stale.append(str(request.pk))
                         wake_after_commit(str(request.run_id))
             return stale

@@ -254,6 +254,7 @@ def database_trials(kind: str, steps: int, trials: int, peer_url: str) -> dict[s
     from django.core.management import call_command
 
     from approvals.policies import current_policy_row
+    from runs.core.fences import Lease
     from runs.models import Run
     from runs.store import DjangoStore
 
@@ -264,7 +265,7 @@ def database_trials(kind: str, steps: int, trials: int, peer_url: str) -> dict[s
         # Driven as a worker drives it: under a lease, every checkpoint fenced by its token.
         run = Run.objects.create(task_id="bench", objective="measure", contract={}, policy=policy, proposer={}, lease_token=1)
         with counting_django(counter) if counter else nullcontext():
-            return harness_loop(n, DjangoStore(lease_token=1), str(run.pk))
+            return harness_loop(n, DjangoStore(Lease(1)), str(run.pk))
 
     with peer_saver(kind, peer_url) as (saver, count_peer):
         # Statements are counted in a pass of their own, outside the timed trials: a

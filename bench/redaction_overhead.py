@@ -41,6 +41,7 @@ def main() -> None:
     from approvals.policies import current_policy_row
     from bench.loop_overhead import harness_loop
     from common import redact
+    from runs.core.fences import RowLock
     from runs.models import Run
     from runs.store import DjangoStore
 
@@ -79,12 +80,12 @@ def main() -> None:
 
     per_step: dict[bool, list[float]] = {True: [], False: []}
     warmup = Run.objects.create(task_id="bench", objective="warm up", contract={}, policy=current_policy_row(), proposer={})
-    harness_loop(args.steps, DjangoStore(), str(warmup.pk))
+    harness_loop(args.steps, DjangoStore(RowLock("the bench's driver")), str(warmup.pk))
     for _ in range(args.rounds):
         for on in (False, True):
             switch(on)
             run = Run.objects.create(task_id="bench", objective="measure", contract={}, policy=current_policy_row(), proposer={})
-            per_step[on].append(harness_loop(args.steps, DjangoStore(), str(run.pk)))
+            per_step[on].append(harness_loop(args.steps, DjangoStore(RowLock("the bench's driver")), str(run.pk)))
     switch(True)
     # A model run's state is mostly its conversation: 200 messages of 5 kB of code.
     line = "    total = sum(item.price * item.quantity for item in order.items)  # cents\n"

@@ -110,6 +110,7 @@ def write_events(run_id: str, rate: float, seconds: float, out: Path) -> None:
     from django.db import transaction
 
     from runs.broadcast import flush_broadcasts
+    from runs.core.fences import RowLock
     from runs.eventlog import append_events
 
     committed: dict[int, float] = {}
@@ -121,7 +122,7 @@ def write_events(run_id: str, rate: float, seconds: float, out: Path) -> None:
         stamp: dict[str, float] = {}
         with transaction.atomic():
             transaction.on_commit(lambda stamp=stamp: stamp.setdefault("t", time.time()))
-            rows = append_events(run_id, [note(run_id, n)])
+            rows = append_events(run_id, [note(run_id, n)], fence=RowLock("the bench's writer"))
         committed[rows[0].seq] = stamp["t"]
     flush_broadcasts()  # they are sent from a background thread that dies with this process
     out.write_text(json.dumps(committed))
@@ -166,10 +167,11 @@ def session_cookie(user: Any) -> str:
 
 
 def fill(run_id: str, count: int) -> None:
+    from runs.core.fences import RowLock
     from runs.eventlog import append_events
 
     for start in range(0, count, 500):
-        append_events(run_id, [note(run_id, n) for n in range(start, min(count, start + 500))])
+        append_events(run_id, [note(run_id, n) for n in range(start, min(count, start + 500))], fence=RowLock("the bench's writer"))
 
 
 def open_page(base: str, run_id: str, cookie: str) -> tuple[float, float, int]:

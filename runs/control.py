@@ -16,6 +16,7 @@ from django.utils import timezone
 from approvals.services import cancel_open_requests
 from common import permissions
 from runs.core import events as ev
+from runs.core.fences import RowLock
 from runs.eventlog import append_event
 from runs.models import GlobalSwitch, Run
 from runs.queue import enqueue_resume
@@ -52,8 +53,11 @@ def do_kill(run: Run, by: str, scope: str = "run", reason: str = "") -> bool:
     with transaction.atomic():
         flagged = Run.objects.filter(pk=run.pk, status__in=ACTIVE, kill_requested=False).update(kill_requested=True)
         if flagged:
-            append_event(str(run.pk), ev.KillRequested, by=by, scope=scope, reason=reason)
-            cancel_open_requests(str(run.pk), stopping_reason(by, scope, reason))
+            # An operator does not drive the run: the conditional UPDATE above (it
+            # holds the run row's lock to the end of this transaction) decides, once.
+            killing = RowLock("an operator's kill")
+            append_event(str(run.pk), ev.KillRequested, fence=killing, by=by, scope=scope, reason=reason)
+            cancel_open_requests(str(run.pk), stopping_reason(by, scope, reason), fence=killing)
             transaction.on_commit(lambda: enqueue_resume(str(run.pk)))
     return flagged == 1
 

@@ -2,7 +2,9 @@
 
 ``append_events`` numbers events under the run row's lock, redacts them, stores
 them and broadcasts them only after the surrounding transaction commits, so a
-viewer never sees an event the database does not have."""
+viewer never sees an event the database does not have. Every write is fenced
+(``runs.core.fences``): by the lease of the worker driving the run, or by the run
+row's lock for anyone else."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from common.redact import masked, secret_values
 from runs.broadcast import broadcast_events
 from runs.core.events import Event as CoreEvent
 from runs.core.events import type_name
+from runs.core.fences import Fence, Lease
 from runs.models import Event, Run
 from runs.rows import LAST_SEQ, RESERVED, Rows, SeqOf, checkpoint_cursor, db_value, insert, insert_rows, numbered_insert
 from runs.signals import events_stored
@@ -26,10 +29,10 @@ class LeaseLost(Exception):
     """Another worker holds the run now; this one must stop writing."""
 
 
-def append_event(run_id: str, cls: type[CoreEvent], **fields: Any) -> Event:
+def append_event(run_id: str, cls: type[CoreEvent], *, fence: Fence, **fields: Any) -> Event:
     """Store one event written outside the loop (a decision, a kill); its seq is
     assigned here like any other."""
-    [row] = append_events(run_id, [cls(run_id=str(run_id), seq=0, ts=time.time(), **fields)])
+    [row] = append_events(run_id, [cls(run_id=str(run_id), seq=0, ts=time.time(), **fields)], fence=fence)
     return row
 
 
@@ -37,18 +40,30 @@ def append_events(
     run_id: str,
     events: Sequence[CoreEvent],
     *,
+    fence: Fence,
     run_columns: Mapping[str, object] | None = None,
-    lease_token: int | None = None,
     projections: Sequence[Rows] = (),
 ) -> list[Event]:
     """Store events for a run; returns the rows with their assigned ``seq``.
 
     ``run_columns`` are written to the run row in the statement that numbers the
-    events, and ``lease_token`` fences that statement: a worker whose lease was
-    taken over gets ``LeaseLost`` and writes nothing. ``projections`` are written
-    with the events (a ``SeqOf`` in them is the seq its event was given)."""
+    events, and ``fence`` decides whether that statement may write at all.
+    ``projections`` are written with the events (a ``SeqOf`` in them is the seq
+    its event was given)."""
     if not events and not run_columns:
         return []
+    # The fence, for every writer of the log, here and nowhere else. The numbering
+    # UPDATE takes the run row's lock, so every write of this run's log, whoever
+    # makes it, is ordered with every other until its transaction ends. A Lease adds
+    # "AND lease_token = <token>" to that UPDATE: the worker driving the run writes
+    # only while the lease it claimed is still the run's, so one whose lease was taken
+    # over (it stalled past the expiry, lost the database for a while) gets LeaseLost
+    # and writes nothing: no checkpoint, no executor notification, no approval lapse.
+    # A RowLock writer does not drive the run (a reviewer's decision, an operator's
+    # kill, the beat's expiry or repair, the run's creation): what it records holds
+    # whoever drives, its own conditional UPDATE (of the request, of the kill flag)
+    # decides whether it writes at all, and the row lock orders it with the driver.
+    lease_token = fence.token if isinstance(fence, Lease) else None
     secrets = secret_values()
     # Masked before the run row is locked: the lock is held for the statements only.
     payloads = [masked(event.payload(), secrets) for event in events]

@@ -18,6 +18,7 @@ from approvals.policies import current_policy_row
 from approvals.services import do_lapse, lapse_stale
 from runs import leases
 from runs.core import events as ev
+from runs.core.fences import RowLock
 from runs.core.lifecycle import OPEN_STATUSES
 from runs.eventlog import append_event
 from runs.models import Event, Run
@@ -26,6 +27,9 @@ Status = ApprovalRequest.Status
 BELONGS = "an open request belongs to a run waiting for it"
 ONE_PENDING = "a run in waiting_approval has exactly one pending request"
 DECIDABLE = "a pending request was asked under the policy in force"
+# The beat repairs only runs nobody drives (lease free); a worker that claims one
+# meanwhile is ordered with the repair by the run row's lock.
+REPAIRING = RowLock("the beat's repair of the wait invariants")
 
 
 def waited_for(run: Run) -> str | None:
@@ -45,10 +49,11 @@ def cancel_orphaned_requests() -> int:
         why = f"the run is {run.outcome}" if run.status != Run.Status.WAITING else "the run waits for another request"
         # The cancellation and the record of the repair land together.
         with transaction.atomic():
-            if do_lapse(request, Status.CANCELLED, f"cancelled by the sweep: {why}"):
+            if do_lapse(request, Status.CANCELLED, f"cancelled by the sweep: {why}", fence=REPAIRING):
                 append_event(
                     str(run.pk),
                     ev.InvariantRepaired,
+                    fence=REPAIRING,
                     call_id=request.call_id,
                     invariant=BELONGS,
                     repair=f"cancelled: {why}",
@@ -69,10 +74,11 @@ def lapse_stale_requests() -> int:
     for request in ApprovalRequest.objects.filter(status=Status.PENDING, policy_version__lt=current):
         # The lapse and the record of the repair land together.
         with transaction.atomic():
-            if lapse_stale(request, current):
+            if lapse_stale(request, current, fence=REPAIRING):
                 append_event(
                     str(request.run_id),
                     ev.InvariantRepaired,
+                    fence=REPAIRING,
                     call_id=request.call_id,
                     invariant=DECIDABLE,
                     repair=f"stale: asked under policy v{request.policy_version}, v{current} is in force",
@@ -124,6 +130,7 @@ def waits_to_end() -> list[str]:
             append_event(
                 str(run.pk),
                 ev.InvariantRepaired,
+                fence=REPAIRING,
                 invariant=ONE_PENDING,
                 repair=f"its request is {status}: woken to end the wait",
                 request_id=request_id,

@@ -36,14 +36,16 @@ from runs.core.contract import WorkspaceSource
 from runs.core.environment import Environment
 from runs.core.errors import FieldProblem, InputError
 from runs.core.faults import Fault, FaultyExecutor
+from runs.core.fences import Fence, Lease
 from runs.core.policy import Policy
 from runs.core.ports import RevisionMismatch
+from runs.core.storable import escaped_text
 from runs.eventlog import append_event, append_events
 from runs.live_output import LiveOutput
 from runs.models import Run
 from runs.queue import enqueue_start
 from runs.services import check_new_run, do_create_run, drive_run, registry
-from runs.store import DjangoStore, LeaseLost, load_state
+from runs.store import DjangoStore, LeaseLost, Unstorable, load_state
 from sandbox.container_spec import ContainerSpec
 from sandbox.executor import SandboxExecutor
 from sandbox.forges import ChangeRequests, ForgeAccess
@@ -59,8 +61,8 @@ log = logging.getLogger(__name__)
 class RunsForApprovals:
     """approvals.ports.Runs over the Run row and the event log (connected in runs.apps)."""
 
-    def append_event(self, run_id: str, cls: type[ev.Event], **fields: Any) -> None:
-        append_event(run_id, cls, **fields)
+    def append_event(self, run_id: str, cls: type[ev.Event], *, fence: Fence, **fields: Any) -> None:
+        append_event(run_id, cls, fence=fence, **fields)
 
     def standing(self, run_id: str) -> RunStanding:
         run = Run.objects.get(pk=run_id)
@@ -130,13 +132,14 @@ def check_workspace_for(run: Run) -> str:
     return ""
 
 
-def notify(run_id: str, event: ev.Event) -> None:
+def notify(run_id: str, event: ev.Event, lease: Lease) -> None:
     """The events of a wait for the sandbox's engine, written to the run's log as the
-    wait goes on (the executor's ``notify``)."""
-    append_events(run_id, [event])
+    wait goes on (the executor's ``notify``). The executor works for the worker driving
+    the run, so its lease fences them: once taken over, it writes nothing more."""
+    append_events(run_id, [event], fence=lease)
 
 
-def sandbox_environment(run: Run, policy: Policy) -> Environment:
+def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
     workspace = workspace_for(run)
     run_id = str(run.pk)
     spec = ContainerSpec.from_limits(policy.sandbox, str(settings.SANDBOX_IMAGE))
@@ -153,7 +156,7 @@ def sandbox_environment(run: Run, policy: Policy) -> Environment:
         spec=spec,
         scope=settings.SANDBOX_SCOPE,
         engine_wait_seconds=settings.SANDBOX_ENGINE_WAIT_SECONDS,
-        notify=lambda event: notify(run_id, event),
+        notify=lambda event: notify(run_id, event, lease),
         remote=target,
         forge=change_requests(run, target),
         live_output=lambda call_id: LiveOutput(run_id, call_id),
@@ -170,8 +173,8 @@ def sandbox_environment(run: Run, policy: Policy) -> Environment:
     )
 
 
-def environment_for(run: Run, faults: Sequence[Fault] = ()) -> Environment:
-    environment = sandbox_environment(run, load_policy(run.policy))
+def environment_for(run: Run, lease: Lease, faults: Sequence[Fault] = ()) -> Environment:
+    environment = sandbox_environment(run, load_policy(run.policy), lease)
     if faults:
         tools = registry()
         environment.executor = FaultyExecutor(
@@ -217,7 +220,7 @@ def record_base_revision(run: Run, revision: Callable[[], str], lease_token: int
     if state.base_revision:
         return
     state.base_revision = state.revision = revision()
-    DjangoStore(lease_token).checkpoint(state, [])
+    DjangoStore(Lease(lease_token)).checkpoint(state, [])
     run.refresh_from_db()
 
 
@@ -229,9 +232,9 @@ def stop_undriven(run: Run, reason: str, message: str, lease_token: int) -> str:
     state.status, state.stop_reason, state.stop_message = "stopped", reason, message
     state.waiting = state.waiting_since = None  # a stopped run waits for nothing
     stop = ev.Stopped(run_id=str(run.pk), seq=0, ts=time.time(), status=reason, message=message)
-    DjangoStore(lease_token).checkpoint(state, [stop])
+    DjangoStore(Lease(lease_token)).checkpoint(state, [stop])
     # Its requests leave the reviewers' queue, as with any stop.
-    cancel_open_requests(str(run.pk), f"the run stopped: {reason}")
+    cancel_open_requests(str(run.pk), f"the run stopped: {reason}", fence=Lease(lease_token))
     return reason
 
 
@@ -264,7 +267,7 @@ def drive_leased(run_id: str, token: int, faults: Sequence[Fault]) -> str:
         if run.status in (Run.Status.COMPLETE, Run.Status.STOPPED):
             return run.outcome
         try:
-            environment = environment_for(run, faults)  # prepares the workspace on first use
+            environment = environment_for(run, Lease(token), faults)  # prepares the workspace on first use
         except (WorkspaceSourceError, RemoteError) as exc:
             return stop_undriven(run, "workspace_error", f"the workspace could not be prepared: {exc}", token)
         try:
@@ -272,14 +275,24 @@ def drive_leased(run_id: str, token: int, faults: Sequence[Fault]) -> str:
         except RevisionMismatch as exc:
             environment.close()  # the container started for the run it will not drive
             return stop_undriven(run, "revision_mismatch", str(exc), token)
-        with Watchdog(
-            run_id,
-            renew=lambda: leases.renew(run_id, token),
-            on_kill=environment.kill,
-            poll=settings.HARNESS_KILL_POLL_SECONDS,
-            renew_every=settings.HARNESS_LEASE_SECONDS / 3,
-        ) as watchdog:
-            state = drive_run(run, environment, DjangoApprovals(run), lease_token=token, controls=watchdog)
+        try:
+            with Watchdog(
+                run_id,
+                renew=lambda: leases.renew(run_id, token),
+                on_kill=environment.kill,
+                poll=settings.HARNESS_KILL_POLL_SECONDS,
+                renew_every=settings.HARNESS_LEASE_SECONDS / 3,
+            ) as watchdog:
+                state = drive_run(run, environment, DjangoApprovals(run, token), lease_token=token, controls=watchdog)
+        except Unstorable as exc:
+            # A value no database takes reached a checkpoint: driving the run again
+            # would fail at the same step (and ask the model again, each time), so it
+            # stops now, from its last stored state, saying what could not be stored.
+            environment.close()
+            run.refresh_from_db()
+            return stop_undriven(
+                run, "unstorable", f"a value could not be stored, so the run cannot go on: {escaped_text(str(exc))}", token
+            )
         if state.finished or state.status == "waiting_approval":
             # An approval can take hours: no container idles meanwhile; resuming
             # starts a fresh one on the same workspace.

@@ -18,9 +18,11 @@ from django.db import transaction
 from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row, load_policy
 from runs.artifacts import FileArtifactStore
+from runs.core import storable
 from runs.core.contract import Contract, check_contract
 from runs.core.environment import Environment
 from runs.core.errors import FieldProblem, InputError
+from runs.core.fences import RowLock, driver_fence
 from runs.core.loop import Harness, HarnessConfig, new_state
 from runs.core.policy import Policy
 from runs.core.ports import ApprovalGate, Clock, Controls, Proposer, Store, SystemClock
@@ -40,11 +42,23 @@ class NewRun:
     policy: Policy
 
 
+# A run's configuration (its contract and proposer, a script of proposals too) as
+# UTF-8 JSON; the web's request bodies are smaller still.
+MAX_CONFIG_BYTES = 32 * 2**20
+
+
 def registry() -> Registry:
     return builtin_registry()
 
 
 def check_new_run(contract_raw: object, proposer_config: object) -> NewRun:
+    # A value no database takes would make a run that cannot be listed or driven
+    # (runs.core.storable): refused first, naming where it is, before any other check
+    # reads it (a value nested thousands deep breaks those too).
+    unfit = storable.problems(contract_raw, "contract", max_bytes=MAX_CONFIG_BYTES)
+    unfit += storable.problems(proposer_config, "proposer", max_bytes=MAX_CONFIG_BYTES)
+    if unfit:
+        raise InputError("new run", unfit)
     row = current_policy_row()
     policy = load_policy(row)
     problems = []
@@ -90,7 +104,8 @@ def _create(new: NewRun, actor: Any, revision_of: Callable[[Run], str], now: flo
         revision=revision,
         now=now,
     )
-    DjangoStore().checkpoint(state, [])
+    # The row was inserted by this transaction: nobody else can see it, let alone drive it.
+    DjangoStore(RowLock("the run's creation")).checkpoint(state, [])
     run.refresh_from_db()
     return run
 
@@ -131,7 +146,7 @@ def drive_run(
         executor=environment.executor,
         workspace=environment.workspace,
         approvals=approvals,
-        store=store or DjangoStore(lease_token),
+        store=store or DjangoStore(driver_fence(lease_token)),
         artifacts=FileArtifactStore(),
         clock=clock,
         controls=controls,

@@ -14,20 +14,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from django.db import transaction
+from django.db import DataError, transaction
 from django.utils import timezone
-from pydantic_core import PydanticSerializationError
 
-from common.redact import MaskedJSON, masked, masked_text, secret_values
+from common.redact import MaskedJSON, masked_text, secret_values
+from runs.core.errors import FieldProblem
 from runs.core.events import Event as CoreEvent
 from runs.core.events import EvidenceRecorded, ReceiptRecorded
+from runs.core.fences import Fence, Lease
 from runs.core.report import build_report
 from runs.core.state import RunState, load_stored_state
+from runs.core.storable import Unstorable
 from runs.eventlog import LeaseLost, append_events
 from runs.models import CallLedgerEntry, Evidence, PendingEffect, Receipt, Report, Run
 from runs.rows import Rows, SeqOf
 
-__all__ = ["DjangoStore", "LeaseLost", "load_state", "state_columns"]
+__all__ = ["DjangoStore", "LeaseLost", "Unstorable", "load_state", "state_columns"]
+
+# What a value the databases or the encoders cannot take raises while a checkpoint
+# is written: the same value fails every time, so none of these is worth a retry.
+UNSTORABLE_ERRORS = (ValueError, TypeError, UnicodeError, RecursionError, DataError)
 
 
 def state_columns(state: RunState) -> dict[str, object]:
@@ -45,30 +51,33 @@ def state_columns(state: RunState) -> dict[str, object]:
 
 def state_json(state: RunState) -> MaskedJSON:
     """The state as the masked JSON text the run row stores, serialised once by
-    pydantic's own encoder (a string it cannot encode, a lone surrogate from a
-    tool's output, takes the slower road through Python's)."""
-    secrets = secret_values()
-    try:
-        return masked_text(state.model_dump_json(), secrets)
-    except PydanticSerializationError:
-        return masked(state.model_dump(mode="json"), secrets)[1]
+    pydantic's own encoder. What the state holds from outside was made storable
+    before it got there (runs.core.storable); anything else fails the checkpoint."""
+    return masked_text(state.model_dump_json(), secret_values())
 
 
 class DjangoStore:
-    def __init__(self, lease_token: int | None = None) -> None:
-        self.lease_token = lease_token
+    def __init__(self, fence: Fence) -> None:
+        self.fence = fence
         self._written: dict[str, object] = {}  # the run row's columns as this store last committed them
 
     def checkpoint(self, state: RunState, events: Sequence[CoreEvent]) -> None:
-        columns = self._changed(state_columns(state))
-        # State, events and their projections land together or not at all: a crash
-        # between them would otherwise resume from a state the log does not explain.
-        with transaction.atomic(savepoint=False):
-            # Fencing rides on the numbering UPDATE: a worker whose lease was taken
-            # over gets LeaseLost before it has written anything.
-            append_events(state.run_id, events, run_columns=columns, lease_token=self.lease_token, projections=_project(state, events))
-            if self.lease_token is not None:
-                transaction.on_commit(lambda: self._written.update(columns))
+        """Write the step, or raise ``LeaseLost`` (fenced out: nothing written) or
+        ``Unstorable`` (a value no database takes: nothing written, and writing it
+        again would fail the same way; the driver stops the run instead)."""
+        try:
+            columns = self._changed(state_columns(state))
+            # State, events and their projections land together or not at all: a crash
+            # between them would otherwise resume from a state the log does not explain.
+            with transaction.atomic(savepoint=False):
+                # Fencing rides on the numbering UPDATE: a worker whose lease was taken
+                # over gets LeaseLost before it has written anything.
+                append_events(state.run_id, events, run_columns=columns, fence=self.fence, projections=_project(state, events))
+                if isinstance(self.fence, Lease):
+                    transaction.on_commit(lambda: self._written.update(columns))
+        except UNSTORABLE_ERRORS as exc:
+            said = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            raise Unstorable([FieldProblem("(checkpoint)", said)]) from exc
 
     def _changed(self, columns: dict[str, object]) -> dict[str, object]:
         """The columns to assign. While its lease token holds, this store is the only
@@ -77,7 +86,7 @@ class DjangoStore:
         still holding what this store last committed is left out: assigning an
         indexed column (status, outcome) rewrites its index entries even when the
         value is the same, three pages more in every SQLite commit."""
-        if self.lease_token is None:
+        if not isinstance(self.fence, Lease):
             return columns
         return {name: value for name, value in columns.items() if name not in self._written or self._written[name] != value}
 

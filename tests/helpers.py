@@ -11,6 +11,7 @@ from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row
 from runs.control import kill_requested
 from runs.core.environment import Environment
+from runs.core.fences import RowLock
 from runs.core.scenarios import FIXED, call
 from runs.core.simulated import SimExecutor, SimWorkspace
 from runs.models import Run
@@ -89,7 +90,7 @@ class CrashingStore(DjangoStore):
     """The real store, dying at its ``crash_at``-th checkpoint (before writing it)."""
 
     def __init__(self, crash_at: int) -> None:
-        super().__init__()
+        super().__init__(RowLock("a test's crashing driver"))
         self.crash_at = crash_at
         self.count = 0
 

@@ -16,6 +16,7 @@ from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
 from harness_site.celery import app as celery_app
 from runs.core import events as ev
+from runs.core.fences import RowLock
 from runs.eventlog import append_events
 from runs.models import Event, Run
 from runs.runtime import create_run
@@ -269,7 +270,7 @@ def test_it_resumes_the_trace_without_gaps_after_the_socket_drops(live_server_as
 
     def note(n: int) -> None:
         event = ev.ModelNote(run_id=run_id, seq=0, ts=timezone.now().timestamp(), kind="note", detail={"n": n})
-        append_events(run_id, [event])
+        append_events(run_id, [event], fence=RowLock("a test's writer"))
 
     sign_in(page, live_server_asgi, operator.username)
     page.goto(f"{live_server_asgi.url}/runs/{run_id}/")

@@ -13,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 import runs.services as services
 from runs.core import events as ev
+from runs.core.fences import Lease, RowLock
 from runs.core.scenarios import call
 from runs.core.simulated import MemoryApprovals
 from runs.eventlog import append_event
@@ -35,7 +36,7 @@ class CountingStore(DjangoStore):
     """Records the statements each checkpoint sent."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(RowLock("a test's counting driver"))
         self.checkpoints: list[list[str]] = []
 
     def checkpoint(self, state, events):
@@ -55,7 +56,7 @@ def drive_reads(monkeypatch) -> tuple[Run, CountingStore]:
     world = World()
     run = world.create(script=[call("read_file", path="src/calc.py")] * READS)
     store = CountingStore()
-    monkeypatch.setattr(services, "DjangoStore", lambda lease_token=None: store)
+    monkeypatch.setattr(services, "DjangoStore", lambda fence: store)
     drive_run(run, world.environment(), MemoryApprovals())
     return run, store
 
@@ -91,7 +92,7 @@ def test_it_numbers_an_event_in_the_statement_that_locks_the_run():
     world = World()
     run = world.create()
     with CaptureQueriesContext(connection) as captured:
-        row = append_event(str(run.pk), ev.KillRequested, by="operator", scope="run")
+        row = append_event(str(run.pk), ev.KillRequested, fence=RowLock("a test's kill"), by="operator", scope="run")
     assert statements(captured) == numbered(), statements(captured)
     [numbering] = [q["sql"].upper() for q in captured.captured_queries if q["sql"].upper().startswith(("UPDATE", "WITH"))]
     assert "RETURNING" in numbering.split(" INSERT ")[0], numbering
@@ -108,7 +109,7 @@ def test_it_refuses_a_stale_lease_token_in_that_same_statement():
     before = Run.objects.get(pk=run.pk)
     with CaptureQueriesContext(connection) as captured, pytest.raises(LeaseLost):
         state.proposals = 99
-        DjangoStore(lease_token=4).checkpoint(state, [event])
+        DjangoStore(Lease(4)).checkpoint(state, [event])
     assert statements(captured) == numbered()[:1], statements(captured)
     after = Run.objects.get(pk=run.pk)
     assert (after.last_seq, after.proposals, after.state) == (before.last_seq, before.proposals, before.state)
@@ -123,7 +124,7 @@ def test_it_writes_no_projection_when_the_lease_token_is_stale(monkeypatch):
         run_id=str(run.pk), seq=0, ts=0.0, call_id="late", tool="read_file", attempt=1, valid=True, receipt={}, harness_revision="r"
     )
     with pytest.raises(LeaseLost):
-        DjangoStore(lease_token=4).checkpoint(load_state(run), [receipt])
+        DjangoStore(Lease(4)).checkpoint(load_state(run), [receipt])
     assert Receipt.objects.filter(run=run).count() == receipts
     assert not Receipt.objects.filter(run=run, call_id="late").exists()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from runs.core.fences import RowLock
 from runs.core.simulated import MemoryApprovals
 from runs.models import CallLedgerEntry, Event, Evidence, Receipt, Report, Run
 from runs.services import drive_run
@@ -113,6 +114,9 @@ def test_it_continues_after_a_crash_at_any_checkpoint(crash_at):
         assert CallLedgerEntry.objects.get(run=run, call_id=resumed).state != "started"
 
 
+UNLEASED = RowLock("a test's driver without a lease")
+
+
 class CrashAfterCheck(DjangoStore):
     """Dies as the check's receipt is about to be stored: the check was running."""
 
@@ -134,7 +138,7 @@ def crash_then_finish(store: DjangoStore):
 
 
 def test_it_runs_an_interrupted_check_again_under_the_same_call_and_completes():
-    state, rows = crash_then_finish(CrashAfterCheck())
+    state, rows = crash_then_finish(CrashAfterCheck(UNLEASED))
     assert state.outcome == "complete", state.stop_message
     resumed = [(t, c) for t, c, _ in rows if t in ("run_resumed", "retry")]
     assert resumed == [("run_resumed", "c3"), ("retry", "c3")]
@@ -156,7 +160,7 @@ class CrashBeforeWrite(DjangoStore):
 
 
 def test_it_runs_a_write_again_when_the_workspace_shows_it_never_happened():
-    state, rows = crash_then_finish(CrashBeforeWrite())
+    state, rows = crash_then_finish(CrashBeforeWrite(UNLEASED))
     assert state.outcome == "complete", state.stop_message
     write = [
         (t, p.get("applied"))

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from runs.artifacts import FileArtifactStore
 from runs.core import events as ev
+from runs.core.fences import RowLock
 from runs.core.scenarios import call
 from runs.eventlog import append_events
 from runs.models import Evidence
@@ -65,6 +66,7 @@ def hostile_run(starter):
                 harness_revision=run.revision,
             )
         ],
+        fence=RowLock("a test's writer"),
     )
     return scene, ref
 
@@ -145,7 +147,7 @@ def test_it_shows_streamed_markup_as_text_in_the_browser(live_server_asgi, brows
     page.goto(f"{live_server_asgi.url}/runs/{run_id}/")
     page.wait_for_selector('#conn[data-state="live"]')
     note = ev.ModelNote(run_id=run_id, seq=0, ts=timezone.now().timestamp(), call_id="c9", kind=HOSTILE, detail={"text": HOSTILE})
-    append_events(run_id, [note])
+    append_events(run_id, [note], fence=RowLock("a test's writer"))
     card = page.locator('li.card[data-call-id="c9"]')
     card.wait_for()
     card.locator(".step-line").click()  # open the payload too

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from notifications import messages
 from runs.core import events as ev
+from runs.core.fences import RowLock
 from runs.eventlog import append_events
 from runs.views.trace import present
 from tests.event_examples import EXAMPLES, record
@@ -77,7 +78,7 @@ def test_it_decides_for_every_event_type_whether_it_notifies():
 def test_it_reads_stored_rows_as_their_typed_events():
     run = World().create()
     written = [event.model_copy(update={"run_id": str(run.pk)}) for event in EXAMPLES.values()]
-    rows = append_events(str(run.pk), written)
+    rows = append_events(str(run.pk), written, fence=RowLock("a test's writer"))
     stored = list(run.events.order_by("seq"))
     assert [row.type for row in stored] == [ev.type_name(type(e)) for e in written]
     for row, event in zip(stored, written, strict=True):

@@ -12,6 +12,7 @@ from django.db import connection
 from approvals.services import DjangoApprovals
 from runs import leases, runtime
 from runs.control import Watchdog, do_kill
+from runs.core.fences import Lease
 from runs.core.scenarios import call
 from runs.models import Event, Run
 from runs.services import drive_run
@@ -32,8 +33,8 @@ def test_it_gives_the_lease_to_one_claimant_and_fences_the_old_holder():
     assert second == first + 1
     state = load_state(Run.objects.get(pk=run_id))
     with pytest.raises(LeaseLost):
-        DjangoStore(first).checkpoint(state, [])
-    DjangoStore(second).checkpoint(state, [])
+        DjangoStore(Lease(first)).checkpoint(state, [])
+    DjangoStore(Lease(second)).checkpoint(state, [])
     assert not leases.renew(run_id, first)
     assert leases.renew(run_id, second)
 
@@ -61,7 +62,7 @@ def test_it_lets_exactly_one_of_many_concurrent_claimants_win():
 def test_it_does_nothing_when_a_second_worker_gets_the_same_run(monkeypatch):
     world = World()
     run = world.create()
-    monkeypatch.setattr(runtime, "environment_for", lambda run, faults=(): world.environment())
+    monkeypatch.setattr(runtime, "environment_for", lambda run, lease, faults=(): world.environment())
     leases.acquire(str(run.pk), "someone-else", seconds=60)
     assert runtime.advance(str(run.pk)) == "leased_elsewhere"
     assert Event.objects.filter(run=run).count() == 0
@@ -71,7 +72,7 @@ def test_it_does_nothing_when_a_second_worker_gets_the_same_run(monkeypatch):
 def test_it_drives_the_run_under_a_lease_and_releases_it(monkeypatch):
     world = World()
     run = world.create()
-    monkeypatch.setattr(runtime, "environment_for", lambda run, faults=(): world.environment())
+    monkeypatch.setattr(runtime, "environment_for", lambda run, lease, faults=(): world.environment())
     assert runtime.advance(str(run.pk)) == "waiting_approval"
     run.refresh_from_db()
     assert run.lease_owner == "" and run.lease_expires_at is None and run.lease_token == 1

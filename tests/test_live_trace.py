@@ -19,6 +19,7 @@ from harness_site.asgi import application
 from runs import eventlog, fanout
 from runs.broadcast import run_group
 from runs.core import events as ev
+from runs.core.fences import RowLock
 from runs.eventlog import append_events
 from runs.models import Run
 from tests.fixtures_web import waiting_scene
@@ -30,7 +31,9 @@ def notes(run_id: str, count: int, batch: int = 1) -> None:
     for start in range(0, count, batch):
         size = min(batch, count - start)
         append_events(
-            run_id, [ev.ModelNote(run_id=run_id, seq=0, ts=time.time(), kind="note", detail={"n": start + i}) for i in range(size)]
+            run_id,
+            [ev.ModelNote(run_id=run_id, seq=0, ts=time.time(), kind="note", detail={"n": start + i}) for i in range(size)],
+            fence=RowLock("a test's writer"),
         )
 
 

@@ -21,6 +21,7 @@ from harness_site.asgi import application
 from runs.broadcast import LISTS_GROUP, broadcast_output, coalesce
 from runs.control import set_global
 from runs.core import events as ev
+from runs.core.fences import RowLock
 from runs.core.tools import BUILTIN_TOOLS
 from runs.eventlog import append_events
 from runs.live_output import LiveOutput
@@ -130,7 +131,9 @@ def test_it_tells_the_list_pages_when_a_run_changes(operator, reviewer, quick_be
 
     @database_sync_to_async
     def note() -> None:
-        append_events(run_id, [ev.ModelNote(run_id=run_id, seq=0, ts=time.time(), kind="note", detail={})])
+        append_events(
+            run_id, [ev.ModelNote(run_id=run_id, seq=0, ts=time.time(), kind="note", detail={})], fence=RowLock("a test's writer")
+        )
 
     async def watch() -> tuple[dict, dict, dict]:
         live, beat = await opened(communicator)

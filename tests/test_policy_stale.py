@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 
 from approvals.models import ApprovalRequest
 from approvals.policies import current_policy_row
-from approvals.services import DjangoApprovals, do_lapse, grant
+from approvals.services import EXPIRING, DjangoApprovals, do_lapse, grant
 from runs import invariants, runtime, tasks
 from runs.cli import full_report
 from runs.core.lifecycle import IllegalTransition
@@ -203,18 +203,18 @@ def test_it_lapses_a_request_only_to_a_lapse_from_pending_or_granted(operator, r
     _, run, request = waiting_run(operator)
     for not_a_lapse in ("granted", "denied", "consumed"):
         with pytest.raises(IllegalTransition, match=f"{not_a_lapse} is not a way for an approval request to lapse"):
-            do_lapse(request, not_a_lapse, "no")
+            do_lapse(request, not_a_lapse, "no", fence=EXPIRING)
     request.refresh_from_db()
     assert request.status == "pending" and lapses(run) == []
     grant(request, reviewer)
     request.refresh_from_db()
     with pytest.raises(IllegalTransition):
-        do_lapse(request, "denied", "a denial after the grant is no lapse")
+        do_lapse(request, "denied", "a denial after the grant is no lapse", fence=EXPIRING)
     # From granted, a lapse is the one the table allows from granted.
-    assert do_lapse(request, "stale", "the policy moved before the grant was used")
+    assert do_lapse(request, "stale", "the policy moved before the grant was used", fence=EXPIRING)
     request.refresh_from_db()
     assert request.status == "stale" and [e["status"] for e in lapses(run)] == ["stale"]
-    assert not do_lapse(request, "cancelled", "already ended")
+    assert not do_lapse(request, "cancelled", "already ended", fence=EXPIRING)
 
 
 # -- with a real worker: within seconds, each way ------------------------------------------

@@ -88,6 +88,7 @@ def test_it_restarts_a_stopped_container_for_the_next_check(docker_engine, tmp_p
 @pytest.mark.django_db(transaction=True)
 def test_it_runs_the_demo_until_publish_waits_for_approval(docker_engine) -> None:
     from approvals.policies import load_policy
+    from runs.core.fences import Lease
     from runs.runtime import prepare_workspace_for, sandbox_environment, workspace_root
     from runs.services import check_new_run, do_create_run, drive_run
 
@@ -95,7 +96,7 @@ def test_it_runs_the_demo_until_publish_waits_for_approval(docker_engine) -> Non
     script = json.loads((ROOT / "examples" / "demo" / "proposals.json").read_text())
     run = do_create_run(check_new_run(contract, {"kind": "scripted", "script": script}), None, prepare_workspace_for)
     assert (workspace_root(run) / "workspace" / "orders" / "total.py").exists()
-    environment = sandbox_environment(run, load_policy(run.policy))
+    environment = sandbox_environment(run, load_policy(run.policy), Lease(run.lease_token))
     approvals = MemoryApprovals()
     try:
         state = drive_run(run, environment, approvals)
@@ -107,7 +108,7 @@ def test_it_runs_the_demo_until_publish_waits_for_approval(docker_engine) -> Non
         assert evidence["image_digest"] == docker_engine.images.get(settings.SANDBOX_IMAGE).id
         approvals.grant(ask.key)
         run.refresh_from_db()
-        resumed = sandbox_environment(run, load_policy(run.policy))  # the same container, reused
+        resumed = sandbox_environment(run, load_policy(run.policy), Lease(run.lease_token))  # the same container, reused
         state = drive_run(run, resumed, approvals)
         assert state.status == "complete", (state.stop_reason, state.stop_message)
         assert state.effects_applied == ["c4"]

@@ -9,6 +9,7 @@ import pytest
 from runs.core import events as ev
 from runs.core.environment import Environment
 from runs.core.faults import Fault, FaultyExecutor
+from runs.core.fences import RowLock
 from runs.core.fold import fold
 from runs.core.simulated import MemoryApprovals
 from runs.eventlog import append_event
@@ -66,7 +67,7 @@ def test_it_explains_a_run_killed_while_it_waited():
     run = create(world)
     drive(run, world)
     Run.objects.filter(pk=run.pk).update(kill_requested=True)
-    append_event(str(run.pk), ev.KillRequested, by="otto", scope="run")
+    append_event(str(run.pk), ev.KillRequested, fence=RowLock("a test's kill"), by="otto", scope="run")
     assert_explained(run)  # flagged, not yet stopped: still waiting
     run.refresh_from_db()
     state = drive_run(run, world.environment(), world.approvals, controls=KillFlag(str(run.pk)))

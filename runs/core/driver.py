@@ -12,7 +12,8 @@ from typing import Any
 
 from runs.core import events as ev
 from runs.core import feedback as fb
-from runs.core.jsonutil import JSON, canonical_json
+from runs.core import storable
+from runs.core.jsonutil import JSON
 from runs.core.lifecycle import WAIT_EXITS, WaitExit
 from runs.core.policy import Authorization, Policy, authorize
 from runs.core.ports import ApprovalGate, ArtifactStore, Clock, Controls, Executor, PolicySource, Proposer, Store, Workspace
@@ -32,15 +33,6 @@ class Stop(Exception):
         super().__init__(message)
         self.reason = reason
         self.message = message
-
-
-def as_json(value: object) -> JSON:
-    """Untrusted values are recorded as they came, or as their repr if not JSON."""
-    try:
-        canonical_json(value)
-    except (TypeError, ValueError):
-        return {"unserialisable": repr(value)[:2000]}
-    return value
 
 
 def no_retry(reason: str, message: str, infrastructure: str | None) -> Stop:
@@ -78,7 +70,10 @@ class Driver:
         self._events.append(cls(run_id=self.state.run_id, seq=0, ts=self.clock.now(), call_id=call_id, **fields))
 
     def _checkpoint(self) -> None:
-        self.state.proposer_state = self.proposer.snapshot()
+        # The proposer's snapshot holds the model's own words (the conversation): text
+        # it cannot store is kept escaped; a snapshot escaping cannot mend raises
+        # Unstorable, and the run is stopped from its last stored state (runs.runtime).
+        self.state.proposer_state = storable.escaped(self.proposer.snapshot(), "the proposer's state")
         events, self._events = self._events, []
         self.store.checkpoint(self.state, events)
         self._prune_ledger()
@@ -96,8 +91,9 @@ class Driver:
 
     def _emit_model_notes(self) -> None:
         for note in self.proposer.notes():
-            kind = str(note.get("kind", "note"))
-            self._emit(ev.ModelNote, call_id=self.state.current_call, kind=kind, detail={k: v for k, v in note.items() if k != "kind"})
+            kind = storable.escaped_text(str(note.get("kind", "note")))
+            detail = storable.escaped({k: v for k, v in note.items() if k != "kind"}, "the model's note")
+            self._emit(ev.ModelNote, call_id=self.state.current_call, kind=kind, detail=detail)
 
     def _end_step(self, feedback: fb.Feedback) -> None:
         self.state.feedback = feedback.to_json()

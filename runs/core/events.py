@@ -40,9 +40,13 @@ class RunResumed(Event):
 
 
 class Proposed(Event):
+    """``proposal`` is the proposal as it came; one refused that is large or cannot be
+    stored is kept as its ``summary`` instead (size, digest, head) and ``proposal`` is null."""
+
     type: Literal["proposed"] = "proposed"
     number: int
     proposal: JSON
+    summary: dict[str, JSON] | None = None
 
 
 class InvalidInput(Event):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from runs.core import events as ev
 from runs.core import feedback as fb
-from runs.core.driver import Driver, Stop, as_json, no_retry
+from runs.core import storable
+from runs.core.driver import Driver, Stop, no_retry
 from runs.core.jsonutil import JSON, canonical_json
 from runs.core.policy import CheckDef
 from runs.core.ports import Call, RevisionMismatch
@@ -24,10 +25,10 @@ class Execution(Driver):
         while True:
             self._start_attempt(record, spec)
             raw, problem_detail = self._attempt(record, spec, check)
-            receipt = self._checked_receipt(raw, problem_detail, record, spec)
+            receipt, observed = self._checked_receipt(raw, problem_detail, record, spec)
             record.last_status = receipt.status
             if receipt.status != "transient":
-                feedback = self._settle(record, spec, receipt, check)
+                feedback = self._settle(record, spec, receipt, observed, check)
                 self._settle_operation(record, receipt, feedback)
                 self._guard("after the receipt")
                 return self._end_step(feedback)
@@ -83,14 +84,26 @@ class Execution(Driver):
         except Exception as exc:  # noqa: BLE001 - an executor crash is a missing receipt, not a worker crash
             return None, f"executor raised {type(exc).__name__}: {exc}"
 
-    def _checked_receipt(self, raw: object, problem_detail: str, record: CallRecord, spec: ToolSpec) -> Receipt:
+    def _checked_receipt(self, raw: object, problem_detail: str, record: CallRecord, spec: ToolSpec) -> tuple[Receipt, dict[str, JSON]]:
         """The receipt checked against the revision the harness reads itself, on the
-        record either way; an invalid one stops the run."""
+        record either way, and its data as the proposer sees it; an invalid one stops
+        the run."""
         harness_revision = self.workspace.revision() if spec.may_change_workspace else self.state.revision
+        kept: JSON = None
         try:
-            receipt = self._check_receipt(raw, record, spec, harness_revision)
-        except ReceiptInvalid as exc:
+            # Tool output is data: a NUL or a name that is not UTF-8 in it is shown
+            # escaped, so the receipt can be stored (runs.core.storable). What escaping
+            # cannot mend (nested too deep, not JSON) makes the receipt invalid; of an
+            # invalid receipt above the output cap, only its summary is kept.
+            kept = storable.escaped(raw, "receipt")
+            receipt = self._check_receipt(kept, record, spec, harness_revision)
+        except (ReceiptInvalid, storable.Unstorable) as exc:
             problem = f"{exc} ({problem_detail})" if problem_detail else str(exc)
+            if isinstance(exc, storable.Unstorable):
+                problem = f"the receipt cannot be stored: {exc}"
+            found = storable.summary(raw)
+            if isinstance(exc, storable.Unstorable) or found.bytes > self.state.limits.max_output_bytes_per_call:
+                kept = {"summary": found.model_dump()}
             self._emit(
                 ev.ReceiptRecorded,
                 call_id=record.call_id,
@@ -98,7 +111,7 @@ class Execution(Driver):
                 attempt=record.attempts,
                 valid=False,
                 problem=problem,
-                receipt=as_json(raw),
+                receipt=kept,
                 harness_revision=harness_revision,
             )
             if spec.has_effect:
@@ -107,16 +120,20 @@ class Execution(Driver):
                 record.state = "failed"
             self._set_revision(harness_revision, cleared_by_write=spec.writes_workspace)
             raise Stop("receipt_invalid", problem) from None
+        # Stored as the proposer sees it: data above the run's output cap is kept as
+        # its head and the artifact holding the whole (_observe), not twice in full
+        # (event and receipt row).
+        observed = self._observe(receipt.data)
         self._emit(
             ev.ReceiptRecorded,
             call_id=record.call_id,
             tool=spec.name,
             attempt=record.attempts,
             valid=True,
-            receipt=receipt.model_dump(),
+            receipt={**receipt.model_dump(), "data": observed},
             harness_revision=harness_revision,
         )
-        return receipt
+        return receipt, observed
 
     def _before_retry(self, record: CallRecord, receipt: Receipt) -> None:
         """After a transient failure: stop if no retry is possible, else wait the backoff."""
@@ -136,7 +153,9 @@ class Execution(Driver):
         self._checkpoint()
         self.clock.sleep(backoff)
 
-    def _settle(self, record: CallRecord, spec: ToolSpec, receipt: Receipt, check: CheckDef | None) -> fb.Result | fb.OutcomeUnknown:
+    def _settle(
+        self, record: CallRecord, spec: ToolSpec, receipt: Receipt, observed: dict[str, JSON], check: CheckDef | None
+    ) -> fb.Result | fb.OutcomeUnknown:
         state = self.state
         if receipt.status == "unknown":
             if spec.has_effect:
@@ -144,9 +163,7 @@ class Execution(Driver):
             else:
                 record.state = "unknown"
             self._set_revision(receipt.revision, cleared_by_write=spec.writes_workspace)
-            return fb.OutcomeUnknown(
-                call_id=record.call_id, tool=spec.name, idempotency_key=record.idempotency_key, data=self._observe(receipt.data)
-            )
+            return fb.OutcomeUnknown(call_id=record.call_id, tool=spec.name, idempotency_key=record.idempotency_key, data=observed)
         record.state = "completed"
         wrote = spec.writes_workspace and receipt.effect != "none"
         if wrote:
@@ -160,7 +177,7 @@ class Execution(Driver):
             call_id=record.call_id,
             tool=spec.name,
             revision=state.revision,
-            data=self._observe(receipt.data),
+            data=observed,
             artifacts=list(receipt.artifacts),
             earlier_attempts=list(record.transient_reasons) if record.transient_reasons else None,
         )

@@ -10,11 +10,13 @@ observe), evidence, pending effects and recovery are in ``runs.core.execution``;
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from runs.core import events as ev
 from runs.core import feedback as fb
+from runs.core import storable
 from runs.core.contract import Contract
-from runs.core.driver import HarnessConfig, Stop, as_json
+from runs.core.driver import HarnessConfig, Stop
 from runs.core.effects import Plan
 from runs.core.errors import FieldProblem, InputError
 from runs.core.execution import Execution
@@ -41,6 +43,13 @@ from runs.core.waits import Waits
 
 __all__ = ["Harness", "HarnessConfig", "new_state", "operation_key"]
 
+# The largest proposal taken, as UTF-8 JSON: room for the largest file a write may
+# carry (5,000,000 characters), not for anything without bound.
+MAX_PROPOSAL_BYTES = 24 * 2**20
+# What a refusal keeps of each problem, and how many problems it lists: the field
+# names and messages of a refused proposal can quote the proposal itself.
+PROBLEM_CHARS = 300
+
 
 def operation_key(run_id: str, tool: str, args: Mapping[str, JSON], revision: str) -> str:
     """The idempotency key of an external effect: what the effect is, never which call
@@ -61,6 +70,38 @@ def new_state(*, run_id: str, contract: Contract, policy: Policy, actor: str, re
         base_revision=revision,
         revision=revision,
     )
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A proposal gates 1-3 refuse: ``invalid_input`` at ``gate``."""
+
+    gate: str
+    problems: list[FieldProblem]
+
+
+@dataclass(frozen=True)
+class Gated:
+    """A proposal through gates 1-3: the tool, and its arguments as validated (as
+    given, for a tool the contract does not allow: it stops the run unread)."""
+
+    spec: ToolSpec
+    args: dict[str, JSON]
+    in_contract: bool = True
+    looked_up: str | None = None
+
+
+def _bounded(problems: list[FieldProblem]) -> list[FieldProblem]:
+    """At most ``storable.MAX_PROBLEMS`` problems, each clipped: what a refusal stores
+    and feeds back stays small whatever the proposal held."""
+
+    def clip(text: str) -> str:
+        return text if len(text) <= PROBLEM_CHARS else text[:PROBLEM_CHARS] + "..."
+
+    kept = [FieldProblem(clip(p.field), clip(p.message)) for p in problems[: storable.MAX_PROBLEMS]]
+    if len(problems) > len(kept):
+        kept.append(FieldProblem("(root)", f"and {len(problems) - len(kept)} more problems"))
+    return kept
 
 
 class Harness(Waits, Execution):
@@ -165,25 +206,54 @@ class Harness(Waits, Execution):
             if raw is None:
                 raise Stop("proposals_exhausted", "the proposer has no further proposals")
             state.proposals += 1
-            state.current_call = f"c{state.next_call}"
+            state.current_call = call_id = f"c{state.next_call}"
             state.next_call += 1
-            state.current_proposal = as_json(raw)
             state.proposed_at = self.clock.now()
-            self._emit(ev.Proposed, call_id=state.current_call, number=state.proposals, proposal=state.current_proposal)
-            self._checkpoint()
+            # Gates 1-3 read nothing outside the run, so they decide before anything
+            # holding the proposal is stored: only a proposal they let through is kept
+            # whole (the state holds it until its step ends, for a resumed run);
+            # anything else is kept bounded (Proposed.summary), whatever its size.
+            gated = self._gate(raw)
+            self._emit(ev.Proposed, call_id=call_id, number=state.proposals, **self._kept(raw, gated))
+            if isinstance(gated, Gated):
+                state.current_proposal = raw
+                self._checkpoint()
+        else:
+            # A resumed run: its proposal passed these gates before; they decide
+            # again, under the policy now in force.
+            call_id = state.current_call
+            gated = self._gate(state.current_proposal)
         self._guard("after the proposal arrived")
-        self._process(state.current_call, state.current_proposal)
+        if isinstance(gated, Refused):
+            return self._invalid(call_id, gated.gate, gated.problems)
+        self._process(call_id, gated)
 
     # -- gates 1-3: parse, resolve, validate -----------------------------------
 
+    def _kept(self, raw: object, gated: Refused | Gated) -> dict[str, JSON]:
+        """The Proposed event's fields for what is kept of a proposal: the proposal
+        itself, or, for one refused (by gates 1-3 or the contract) that is large or
+        not storable, its size, digest and head."""
+        if isinstance(gated, Gated) and gated.in_contract:
+            return {"proposal": raw}
+        found = storable.summary(raw)
+        if found.bytes <= storable.HEAD_CHARS and not storable.problems(raw):
+            return {"proposal": raw}
+        return {"proposal": None, "summary": found.model_dump()}
+
     def _invalid(self, call_id: str, gate: str, problems: list[FieldProblem]) -> None:
+        problems = _bounded(problems)
         listed = [{"field": p.field, "message": p.message} for p in problems]
         self._emit(ev.InvalidInput, call_id=call_id, gate=gate, problems=listed)
         self._end_step(fb.InvalidInput(call_id=call_id, problems=[fb.Problem(field=p.field, message=p.message) for p in problems]))
 
-    def _process(self, call_id: str, raw: JSON) -> None:
+    def _gate(self, raw: object) -> Refused | Gated:
+        """Gates 1-3 (and the contract's list of tools), deciding without acting."""
+        unfit = storable.problems(raw, max_bytes=MAX_PROPOSAL_BYTES)
+        if unfit:
+            return Refused("parse", unfit)
         if not isinstance(raw, dict):
-            return self._invalid(call_id, "parse", [FieldProblem("(root)", "a proposal must be an object {tool, args}")])
+            return Refused("parse", [FieldProblem("(root)", "a proposal must be an object {tool, args}")])
         parse_problems = [
             FieldProblem(name, "unexpected field (a proposal is exactly {tool, args})") for name in raw if name not in ("tool", "args")
         ]
@@ -192,33 +262,41 @@ class Harness(Waits, Execution):
         if not isinstance(raw.get("args"), dict):
             parse_problems.append(FieldProblem("args", "required, must be an object"))
         if parse_problems:
-            return self._invalid(call_id, "parse", parse_problems)
+            return Refused("parse", parse_problems)
         tool: str = raw["tool"]
         args: dict[str, JSON] = raw["args"]
         spec = self.registry.get(tool)
-        if spec is not None and spec.finishes:
-            return self._finish(call_id, spec, args)
         if spec is None:
-            return self._invalid(call_id, "resolve", [FieldProblem("tool", f"unknown tool {tool!r}")])
+            return Refused("resolve", [FieldProblem("tool", f"unknown tool {tool!r}")])
+        if spec.finishes:
+            try:
+                self.registry.validate(spec, args, ())
+            except InputError as exc:
+                return Refused("validate", exc.problems)
+            return Gated(spec, args)
         if tool not in self.state.contract.allowed_tools:
-            self._emit(ev.Denied, call_id=call_id, tool=tool, rule="contract", reason="tool not in the contract's allowed_tools")
-            raise Stop("tool_denied", f"{tool} is not allowed for this run")
+            return Gated(spec, args, in_contract=False)
         try:
             clean = self._validate(spec, args)
             if spec.runs_check is not None and self.policy.check(clean[spec.runs_check]) is None:
                 raise InputError("arguments", [FieldProblem(f"args.{spec.runs_check}", f"unknown check {clean[spec.runs_check]!r}")])
             looked_up = self._key_to_look_up(spec, clean)
         except InputError as exc:
-            return self._invalid(call_id, "validate", exc.problems)
-        record = CallRecord(call_id=call_id, tool=tool, args=clean, state="validated", idempotency_key=looked_up)
+            return Refused("validate", exc.problems)
+        return Gated(spec, clean, looked_up=looked_up)
+
+    def _process(self, call_id: str, gated: Gated) -> None:
+        spec = gated.spec
+        if spec.finishes:
+            return self._finish(call_id, spec, gated.args)
+        if not gated.in_contract:
+            self._emit(ev.Denied, call_id=call_id, tool=spec.name, rule="contract", reason="tool not in the contract's allowed_tools")
+            raise Stop("tool_denied", f"{spec.name} is not allowed for this run")
+        record = CallRecord(call_id=call_id, tool=spec.name, args=gated.args, state="validated", idempotency_key=gated.looked_up)
         self.state.ledger[call_id] = record
         self._admit(record, spec)
 
     def _finish(self, call_id: str, spec: ToolSpec, args: dict[str, JSON]) -> None:
-        try:
-            self.registry.validate(spec, args, ())
-        except InputError as exc:
-            return self._invalid(call_id, "validate", exc.problems)
         pending = self._blocking_effects()
         if pending:
             raise Stop("unresolved", f"finish with {len(pending)} pending effect(s) of unknown outcome")
