@@ -23,6 +23,7 @@ from runs.core.jsonutil import JSON
 from runs.core.scenarios import FIXED, call
 from runs.core.simulated import SimExecutor, SimWorkspace
 from runs.models import Artifact, Run
+from sandbox.patches import unified_diff
 from runs.services import check_new_run, do_create_run, drive_run
 from tests.helpers import CONTRACT
 
@@ -47,7 +48,7 @@ class DiffingWorkspace(SimWorkspace):
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
         if tool != "publish":
             return super().preview(tool, args)
-        return "".join(f"--- a/{p}\n+++ b/{p}\n-{self.original.get(p, '')}\n+{c}\n" for p, c in self.files.items())
+        return "".join(unified_diff(p, self.original.get(p), c) for p, c in self.files.items())
 
 
 def leaks(text: str) -> list[str]:
@@ -66,7 +67,8 @@ def scan_database() -> list[str]:
 
 def test_it_masks_credential_shapes_and_configured_values():
     text = f"a {OPENAI_SHAPED} b {GITHUB_SHAPED} c {AWS_SHAPED} d {SLACK_SHAPED} e {PEM} f {ENV_SECRET}"
-    assert redact_text(text, [ENV_SECRET]) == f"a {MASK} b {MASK} c {MASK} d {MASK} e {MASK} f {MASK}"
+    key = PEM.replace("MIIEowIBAAKCAQEA7pemBodyLine", MASK)  # masked within its lines, the markers kept
+    assert redact_text(text, [ENV_SECRET]) == f"a {MASK} b {MASK} c {MASK} d {MASK} e {key} f {MASK}"
     assert redact_text("sha256:" + "ab" * 32, [ENV_SECRET]) == "sha256:" + "ab" * 32
 
 

@@ -67,8 +67,8 @@ def test_it_shows_the_reviewer_every_line_after_a_key_in_the_diff_on_the_page_an
         assert "orders/total.py" in diff and BACKDOOR.replace("'", "&#x27;" if diff is page else "'") in diff
         assert not any(line in diff for line in KEY_BODY)  # the key itself stays masked
     # Masked line by line: the key file's hunk keeps its lines, each body line masked.
-    assert "+# rotated\n -----BEGIN RSA PRIVATE KEY-----\n " + MASK + "\n " + MASK + "\n " + MASK + "\n" in shown
-    assert "the published patch ships the original" in page
+    assert f"+# rotated\n -----BEGIN RSA PRIVATE KEY-----\n {MASK}\n {MASK}\ndiff --git a/orders/total.py" in shown
+    assert "orders/keys/deploy.pem (2 lines)" in page and "The published patch ships the original" in page
 
     assert api.post(f"/api/approvals/{request.pk}/grant/").status_code == 200
     assert advance(str(run.pk)) == "complete"

@@ -183,3 +183,57 @@ def _mark_no_newline(hunk: Hunk, path: str) -> None:
         raise PatchRefused(f"{path}: hunk {hunk.number} starts with a 'No newline' marker")
     op, text, _ = hunk.lines[-1]
     hunk.lines[-1] = (op, text, False)
+
+
+# A preview that leaves out a file's changes says so on a line of its own (outside
+# any hunk); such a preview is not the whole patch, so it cannot be granted as it is.
+TOO_LARGE = "# too large to show: "
+_PREVIEW_META = ("diff --git ", "new file mode ", "deleted file mode ", "index ", "#")
+
+
+def preview_problem(text: str, mask: str) -> str | None:
+    """Why a diff as a reviewer is shown it (after masking: ``mask`` stands for what
+    was masked) is not exactly the patch it describes, or None. The writer of these
+    diffs emits nothing but file headers, hunks whose lines match their counts, git's
+    extended headers and ``#`` comments, so anything else means a line was lost or
+    merged (masking across lines), and ``mask`` in a header means a file name is hidden."""
+    raw = text.split("\n")
+    if raw and raw[-1] == "":
+        raw.pop()
+    path = "(before the first file)"
+    old_left = new_left = 0
+    hunk = ""
+    for number, line in enumerate(raw, start=1):
+        if old_left > 0 or new_left > 0:
+            op = line[:1]
+            if op not in (" ", "-", "+", "\\"):
+                return f"{path}: {hunk} shows fewer lines than it counts (line {number} of the diff is not one of them)"
+            if op == "\\":
+                continue
+            old_left -= op in " -"
+            new_left -= op in " +"
+            if old_left < 0 or new_left < 0:
+                return f"{path}: {hunk} shows more lines than it counts"
+            continue
+        if line.startswith(TOO_LARGE):
+            return f"the diff leaves out changes: {line[2:]}"
+        if line.startswith(("--- ", "+++ ", "diff --git ")) and mask in line:
+            return f"a file name is masked (line {number} of the diff: {line!r})"
+        if line.startswith("--- "):
+            path = line[4:].split("\t", 1)[0]
+            continue
+        if line.startswith("+++ "):
+            path = line[4:].split("\t", 1)[0] if line[4:].split("\t", 1)[0] != DEV_NULL else path
+            continue
+        match = _HUNK_HEADER.match(line)
+        if match is not None:
+            hunk = match.group(0)
+            old_left = 1 if match.group(2) is None else int(match.group(2))
+            new_left = 1 if match.group(4) is None else int(match.group(4))
+            continue
+        if line.startswith("\\") or line.startswith(_PREVIEW_META):
+            continue
+        return f"line {number} of the diff is neither a header, a hunk's line nor a comment: {line[:80]!r}"
+    if old_left > 0 or new_left > 0:
+        return f"{path}: {hunk} ends before all the lines it counts"
+    return None

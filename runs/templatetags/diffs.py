@@ -11,6 +11,8 @@ from typing import Any
 
 from django import template
 
+from common.redact import MASK
+
 register = template.Library()
 
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
@@ -66,7 +68,12 @@ def parse(diff: str) -> list[dict[str, Any]]:
         removed.clear()
         added.clear()
 
-    for raw in diff.splitlines():
+    # A diff's lines end at "\n" only (runs.core.patchtext): splitlines() would also
+    # split at "\r", U+2028 and the like inside a line, and misnumber the rest.
+    lines = diff.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    for raw in lines:
         # Inside a hunk the counts say which lines belong to it, so a removed line
         # that starts with "--" is not mistaken for a file header.
         if old_left > 0 or new_left > 0:
@@ -130,6 +137,22 @@ def _unified(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             added.append(new)
     flush()
     return out
+
+
+def masked_lines(diff: str) -> list[tuple[str, int]]:
+    """(file, number of its diff lines showing MASK), for each file that has any."""
+    counts: dict[str, int] = {}
+    path = ""
+    for row in parse(diff or ""):
+        if row["type"] == "file" and row["text"].startswith(("--- ", "+++ ")):
+            name = row["text"][4:].split("\t", 1)[0]
+            path = path if name == "/dev/null" else name.removeprefix("a/").removeprefix("b/")
+        elif row["type"] == "pair":
+            sides = [row["old"]] if row["old"] is row["new"] else [row["old"], row["new"]]
+            masked = sum(1 for line in sides if line is not None and MASK in line.text)
+            if masked:
+                counts[path] = counts.get(path, 0) + masked
+    return list(counts.items())
 
 
 @register.filter

@@ -18,6 +18,7 @@ from approvals.services import DecisionRefused, check_decision, deny, grant, pen
 from common.permissions import DECIDE_APPROVALS, VIEW_APPROVALS
 from common.redact import is_masked
 from runs.core.tools import builtin_registry
+from runs.templatetags.diffs import masked_lines
 from runs.models import Evidence
 from runs.store import load_state
 from runs.views.access import require
@@ -32,12 +33,12 @@ def inbox_rows() -> list[dict[str, Any]]:
     return [{"request": r, "stale": staleness(r)} for r in pending_requests().select_related("run", "requested_by")]
 
 
-def decision_blocker(request: ApprovalRequest, user: User | AnonymousUser) -> str | None:
-    """Why this user cannot decide this request now, or None. Reading a page records
-    nothing: an expired or stale request is recorded when someone tries to decide it
-    (or by the beat, at expiry)."""
+def decision_blocker(request: ApprovalRequest, user: User | AnonymousUser, *, granting: bool = False) -> str | None:
+    """Why this user cannot decide (``granting``: grant) this request now, or None.
+    Reading a page records nothing: an expired or stale request is recorded when
+    someone tries to decide it (or by the beat, at expiry)."""
     try:
-        check_decision(request, user)
+        check_decision(request, user, granting=granting)
     except DecisionRefused as exc:
         return str(exc)
     return None
@@ -54,6 +55,7 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "working_seconds": working,
         "waited_seconds": waited,
         "blocker": blocker,
+        "grant_blocker": blocker or decision_blocker(request, user, granting=True),
         "stale": staleness(request) if request.status == Status.PENDING else None,
         "revision_current": run.revision == request.revision,
         "evidence": Evidence.objects.filter(run=run, revision=request.revision).order_by("recorded_at"),
@@ -62,8 +64,10 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "what_it_does": reviewer_summary(request.tool),
         "text_args": text_args(request.args),
         # Masking happened before the request was filed (common.redact): say so, so the
-        # reviewer knows the [redacted] they read stands for a credential.
-        "masked": is_masked(request.args) or is_masked(request.diff),
+        # reviewer knows the [redacted] they read stands for a credential, and whether
+        # the run works with the masked value (arguments) or ships the original (a diff).
+        "masked_args": is_masked(request.args),
+        "masked_lines": masked_lines(request.diff),
         **timeline(str(run.pk)),
     }
 
