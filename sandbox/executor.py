@@ -83,6 +83,7 @@ class SandboxExecutor:
             remote=remote,
             forge=forge,
             live_output=live_output,
+            cancelled=lambda: self._killed,
         )
 
     # -- Workspace ----------------------------------------------------------------

@@ -10,12 +10,18 @@ so no file name can be read as a diff header."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from runs.core.patchtext import TOO_LARGE
 from runs.core.paths import path_allowed, shown_path
 from sandbox.patches import PatchRefused
 from sandbox.workspace import PatchSet, RunWorkspace
+
+
+# The most of a publish's diff a reviewer's page shows (the page renders each line
+# twice, unified and side by side; docs/performance.md has what this costs).
+REVIEW_DIFF_MAX_BYTES = 2_000_000
 
 
 class PublishRefused(Exception):
@@ -30,11 +36,36 @@ class Publication:
     @property
     def text(self) -> str:
         """The patch as the reviewer sees it and as the outbox file ends."""
-        skipped = "".join(f"# not published: {s['path']} ({s['reason']})\n" for s in self.patch.skipped)
-        return skipped + self.patch.text
+        return self._skipped() + self.patch.text
+
+    def shown(self, limit: int = REVIEW_DIFF_MAX_BYTES) -> str:
+        """``text`` for a reviewer: whole when it is at most ``limit`` bytes; else each
+        file's diff while they fit, and for the rest a line saying it is too large to
+        show (such a preview cannot be granted: runs.core.patchtext.preview_problem)."""
+        text = self.text
+        if len(text.encode("utf-8", "surrogateescape")) <= limit:
+            return text
+        out, left = [self._skipped()], limit
+        for path, diff in zip(self.patch.files, self.patch.diffs):
+            size = len(diff.encode("utf-8", "surrogateescape"))
+            if size <= left:
+                out.append(diff)
+                left -= size
+                continue
+            lines = diff.split("\n")
+            added = sum(1 for line in lines if line.startswith("+")) - 1
+            removed = sum(1 for line in lines if line.startswith("-")) - 1
+            out.append(
+                f"{TOO_LARGE}{shown_path(path)}: {size} bytes of diff (+{added} -{removed} lines); "
+                f"a reviewer is shown at most {limit} bytes of a publish\n"
+            )
+        return "".join(out)
+
+    def _skipped(self) -> str:
+        return "".join(f"# not published: {s['path']} ({s['reason']})\n" for s in self.patch.skipped)
 
 
-def publication(workspace: RunWorkspace, write_paths: Sequence[str]) -> Publication:
+def publication(workspace: RunWorkspace, write_paths: Sequence[str], cancelled: Callable[[], bool] | None = None) -> Publication:
     """The workspace's changes at its current revision, or PublishRefused.
 
     The revision is verified by a full walk first (RevisionMismatch otherwise): what
@@ -42,7 +73,7 @@ def publication(workspace: RunWorkspace, write_paths: Sequence[str]) -> Publicat
     says, and a change that came around the harness's tools stops the run instead."""
     revision = workspace.verify()
     try:
-        patch = workspace.diff()
+        patch = workspace.diff(cancelled)
     except PatchRefused as exc:
         raise PublishRefused(f"the workspace's changes cannot be published: {exc}") from None
     changed = patch.files + [s["path"] for s in patch.skipped]

@@ -67,6 +67,8 @@ class ToolContext:
     forge: ChangeRequests | None = None
     # Given a call id, who watches that call's output while it runs (the live page).
     live_output: Callable[[str], OutputListener] | None = None
+    # True once the run is killed: a long diff stops, and nothing is published after it.
+    cancelled: Callable[[], bool] | None = None
 
 
 def _error(message: str, **data: JSON) -> ToolResult:
@@ -107,6 +109,15 @@ def write_file(ctx: ToolContext, call: Call) -> ToolResult:
     return ToolResult("ok", "none" if data["unchanged"] else "applied", data)
 
 
+def _killed(**data: JSON) -> ToolResult:
+    # Before the effect: nothing was published, so the attempt had no effect.
+    return ToolResult("transient", "none", {**data, "error": "the run was killed while its changes were read: nothing was published"})
+
+
+# A preview cut short by a kill; the run stops before anyone is asked (runs.core.waits).
+KILLED_PREVIEW = "# the run was killed while this diff was made\n"
+
+
 def _would_refuse(tool: str, exc: Exception) -> str:
     return f"# this {tool} would be refused: {exc}\n"
 
@@ -120,9 +131,11 @@ def preview_write_file(ctx: ToolContext, args: Mapping[str, JSON]) -> str:
         if current is not None and fileops.is_binary(current):
             return f"# {path} is a binary file; write_file replaces it with {len(new.encode())} bytes of text\n"
         old = None if current is None else fileops.decode(current)
-        return patches.unified_diff(path, old, new)
+        return patches.unified_diff(path, old, new, cancelled=ctx.cancelled)
     except (fileops.FileRefused, patches.PatchRefused) as exc:
         return _would_refuse("write_file", exc)
+    except patches.DiffCancelled:
+        return KILLED_PREVIEW
 
 
 def apply_patch(ctx: ToolContext, call: Call) -> ToolResult:
@@ -137,9 +150,11 @@ def preview_apply_patch(ctx: ToolContext, args: Mapping[str, JSON]) -> str:
     """What the patch would change, as the applier plans it, against the current content."""
     try:
         planned = fileops.plan_patch(ctx.workspace.dir, str(args["patch"]))
-        return "".join(patches.unified_diff(c.path, c.old, c.new) for c in planned)
+        return "".join(patches.unified_diff(c.path, c.old, c.new, cancelled=ctx.cancelled) for c in planned)
     except (fileops.FileRefused, patches.PatchRefused) as exc:
         return _would_refuse("apply_patch", exc)
+    except patches.DiffCancelled:
+        return KILLED_PREVIEW
 
 
 def store_output(artifacts: ArtifactStore, capture: OutputCapture) -> str:
@@ -258,9 +273,13 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
     if target.exists():
         return ToolResult("ok", "none", {"idempotency_key": key, "duplicate": True, "outbox_file": target.name})
     try:
-        published = publication(ctx.workspace, ctx.write_paths)
+        published = publication(ctx.workspace, ctx.write_paths, ctx.cancelled)
     except PublishRefused as exc:
         return _error(f"nothing was published: {exc}", idempotency_key=key)
+    except patches.DiffCancelled:
+        return _killed(idempotency_key=key)
+    if ctx.cancelled is not None and ctx.cancelled():
+        return _killed(idempotency_key=key)
     patch = published.patch
     header = [f"# Harness publish {key}", f"# run: {ctx.run_id}", f"# revision: {published.revision}"]
     header += [f"# {line}" for line in str(call.args["message"]).splitlines() or [""]]
@@ -300,9 +319,11 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
 def preview_publish(ctx: ToolContext, args: Mapping[str, JSON]) -> str:
     """Exactly the patch publish would write (for a remote: where it goes, and its message)."""
     try:
-        shown = publication(ctx.workspace, ctx.write_paths).text
+        shown = publication(ctx.workspace, ctx.write_paths, ctx.cancelled).shown()
     except PublishRefused as exc:
         return _would_refuse("publish", exc)
+    except patches.DiffCancelled:
+        return KILLED_PREVIEW
     if ctx.remote is not None:
         message = "".join(f"#   {line}".rstrip() + "\n" for line in str(args.get("message", "")).splitlines())
         return ctx.remote.describe() + "# message:\n" + message + shown
@@ -329,9 +350,13 @@ def push(ctx: ToolContext, target: RemoteTarget, call: Call, key: str) -> ToolRe
     """Publish to the run's remote: one commit on the base, pushed to the run's branch."""
     base: dict[str, JSON] = {"idempotency_key": key, "remote": target.url, "branch": target.branch}
     try:
-        patch = publication(ctx.workspace, ctx.write_paths).patch
+        patch = publication(ctx.workspace, ctx.write_paths, ctx.cancelled).patch
     except PublishRefused as exc:
         return _error(f"nothing was published: {exc}", **base)
+    except patches.DiffCancelled:
+        return _killed(**base)
+    if ctx.cancelled is not None and ctx.cancelled():
+        return _killed(**base)
     trailers = [("Harness-Run", ctx.run_id), *target.approval_trailers(call.call_id)]
     try:
         result = target.publish(key, patch.text, str(call.args["message"]), trailers)

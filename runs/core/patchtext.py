@@ -85,8 +85,69 @@ def join_lines(lines: Sequence[Line]) -> str:
     return "".join(text + ("\n" if nl else "") for text, nl in lines)
 
 
+# C-style quoting of a name in a header, as git writes it: a name holding a quote, a
+# backslash, a control character or a byte outside ASCII is written in double quotes
+# with escapes, and one holding a space is followed by a tab, so that `git apply`
+# and GNU `patch` both read the whole name (without the tab, `patch` stops at the space).
+_ESCAPE_OF = {7: "a", 8: "b", 9: "t", 10: "n", 11: "v", 12: "f", 13: "r", 34: '"', 92: "\\"}
+_BYTE_OF = {letter: byte for byte, letter in _ESCAPE_OF.items()}
+
+
+def quoted_name(name: str) -> str:
+    """``name`` (with its ``a/`` or ``b/``) as a header holds it."""
+    data = name.encode("utf-8", "surrogateescape")
+    if all(0x20 <= byte < 0x7F and byte not in (34, 92) for byte in data):
+        return name
+    out = []
+    for byte in data:
+        if byte in _ESCAPE_OF:
+            out.append("\\" + _ESCAPE_OF[byte])
+        elif 0x20 <= byte < 0x7F:
+            out.append(chr(byte))
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def header_line(marker: str, name: str | None) -> str:
+    """A ``---``/``+++`` line for ``name`` (with its prefix; None: /dev/null)."""
+    if name is None:
+        return f"{marker} {DEV_NULL}\n"
+    return f"{marker} {quoted_name(name)}{chr(9) if ' ' in name else ''}\n"
+
+
+def header_name(text: str) -> str:
+    """The name a header line's text (after ``--- ``/``+++ ``) names, unquoted, with
+    its prefix; PatchRefused for a quoted name that does not end or decode."""
+    if not text.startswith('"'):
+        return text.split("\t", 1)[0].strip(" ")
+    data = bytearray()
+    i = 1
+    while i < len(text):
+        char = text[i]
+        if char == '"':
+            return data.decode("utf-8", "surrogateescape")
+        if char != "\\":
+            data += char.encode("utf-8", "surrogateescape")
+            i += 1
+            continue
+        escape = text[i + 1 : i + 2]
+        if escape in _BYTE_OF:
+            data.append(_BYTE_OF[escape])
+            i += 2
+        elif len(text) >= i + 4 and all(c in "01234567" for c in text[i + 1 : i + 4]) and int(text[i + 1 : i + 4], 8) < 256:
+            data.append(int(text[i + 1 : i + 4], 8))
+            i += 4
+        else:
+            raise PatchRefused(f"the quoted name {text[:80]!r} has an unknown escape {text[i : i + 2]!r}")
+    raise PatchRefused(f"the quoted name {text[:80]!r} has no closing quote")
+
+
 def _header_path(line: str, number: int) -> str | None:
-    name = line[4:].split("\t", 1)[0].strip(" ")
+    try:
+        name = header_name(line[4:])
+    except PatchRefused as exc:
+        raise PatchRefused(f"line {number}: {exc}") from None
     if name == DEV_NULL:
         return None
     if name.startswith(("a/", "b/")):
@@ -219,11 +280,12 @@ def preview_problem(text: str, mask: str) -> str | None:
             return f"the diff leaves out changes: {line[2:]}"
         if line.startswith(("--- ", "+++ ", "diff --git ")) and mask in line:
             return f"a file name is masked (line {number} of the diff: {line!r})"
-        if line.startswith("--- "):
-            path = line[4:].split("\t", 1)[0]
-            continue
-        if line.startswith("+++ "):
-            path = line[4:].split("\t", 1)[0] if line[4:].split("\t", 1)[0] != DEV_NULL else path
+        if line.startswith(("--- ", "+++ ")):
+            try:
+                name = header_name(line[4:])
+            except PatchRefused as exc:
+                return f"line {number} of the diff: {exc}"
+            path = path if name == DEV_NULL else name[2:]
             continue
         match = _HUNK_HEADER.match(line)
         if match is not None:

@@ -73,11 +73,13 @@ class Waits(Driver):
             "key": key,
             "rule": auth.rule,
         }
+        diff = self.workspace.preview(spec.name, record.args) if spec.has_effect else None
+        self._guard("after the preview")  # a preview can take long; a kill meanwhile asks nobody
         ask = ApprovalAsk(
             run_id=state.run_id,
             call_id=record.call_id,
             actor=state.actor,
-            diff=self.workspace.preview(spec.name, record.args) if spec.has_effect else None,
+            diff=diff,
             evidence=[state.evidence[i].model_dump() for i in state.current_evidence.values()],
             expires_in_seconds=wait_left,
             **asked,

@@ -12,6 +12,7 @@ from typing import Any
 from django import template
 
 from common.redact import MASK
+from runs.core.patchtext import DEV_NULL, PatchRefused, header_name
 
 register = template.Library()
 
@@ -145,8 +146,11 @@ def masked_lines(diff: str) -> list[tuple[str, int]]:
     path = ""
     for row in parse(diff or ""):
         if row["type"] == "file" and row["text"].startswith(("--- ", "+++ ")):
-            name = row["text"][4:].split("\t", 1)[0]
-            path = path if name == "/dev/null" else name.removeprefix("a/").removeprefix("b/")
+            try:
+                name = header_name(row["text"][4:])
+            except PatchRefused:
+                name = row["text"][4:]
+            path = path if name == DEV_NULL else name.removeprefix("a/").removeprefix("b/")
         elif row["type"] == "pair":
             sides = [row["old"]] if row["old"] is row["new"] else [row["old"], row["new"]]
             masked = sum(1 for line in sides if line is not None and MASK in line.text)
