@@ -20,6 +20,7 @@ from sandbox.container_spec import DEFAULT_SCOPE, ContainerSpec
 from sandbox.engine import ENGINE_ERRORS, SandboxUnavailable, wait_for_engine
 from sandbox.forges import ChangeRequests
 from sandbox.output_capture import OutputListener
+from sandbox.publishing import ReviewLimits
 from sandbox.quota import DiskQuota
 from sandbox.remote import RemoteTarget
 from sandbox.tools import TOOLS, ToolContext, ToolResult
@@ -55,6 +56,7 @@ class SandboxExecutor:
         remote: RemoteTarget | None = None,
         forge: ChangeRequests | None = None,
         live_output: Callable[[str], OutputListener] | None = None,
+        review_limits: ReviewLimits = ReviewLimits(),
     ) -> None:
         self.run_id = run_id
         self.workspace = workspace
@@ -84,6 +86,7 @@ class SandboxExecutor:
             forge=forge,
             live_output=live_output,
             cancelled=lambda: self._killed,
+            review_limits=review_limits,
         )
 
     # -- Workspace ----------------------------------------------------------------

@@ -70,7 +70,7 @@ def matching_blocks(a: Sequence[Hashable], b: Sequence[Hashable], cancelled: Cal
         if anchors:
             pairs.extend(anchors)
             bounds = [(alo - 1, blo - 1), *anchors, (ahi, bhi)]
-            stack.extend((i + 1, i2, j + 1, j2) for (i, j), (i2, j2) in zip(bounds, bounds[1:]) if i + 1 < i2 and j + 1 < j2)
+            stack.extend((i + 1, i2, j + 1, j2) for (i, j), (i2, j2) in zip(bounds, bounds[1:], strict=False) if i + 1 < i2 and j + 1 < j2)
         else:
             pairs.extend(_myers(ia, ib, alo, ahi, blo, bhi, work))
     pairs.sort()

@@ -19,9 +19,14 @@ from sandbox.patches import PatchRefused
 from sandbox.workspace import PatchSet, RunWorkspace
 
 
-# The most of a publish's diff a reviewer's page shows (the page renders each line
-# twice, unified and side by side; docs/performance.md has what this costs).
-REVIEW_DIFF_MAX_BYTES = 2_000_000
+@dataclass(frozen=True)
+class ReviewLimits:
+    """The most of a publish's diff a reviewer is shown (the server's
+    HARNESS_REVIEW_DIFF_MAX_BYTES and _LINES): the page renders each line twice,
+    unified and side by side (docs/performance.md has what that costs)."""
+
+    max_bytes: int = 2_000_000
+    max_lines: int = 100_000
 
 
 class PublishRefused(Exception):
@@ -38,26 +43,24 @@ class Publication:
         """The patch as the reviewer sees it and as the outbox file ends."""
         return self._skipped() + self.patch.text
 
-    def shown(self, limit: int = REVIEW_DIFF_MAX_BYTES) -> str:
-        """``text`` for a reviewer: whole when it is at most ``limit`` bytes; else each
-        file's diff while they fit, and for the rest a line saying it is too large to
-        show (such a preview cannot be granted: runs.core.patchtext.preview_problem)."""
-        text = self.text
-        if len(text.encode("utf-8", "surrogateescape")) <= limit:
-            return text
-        out, left = [self._skipped()], limit
-        for path, diff in zip(self.patch.files, self.patch.diffs):
-            size = len(diff.encode("utf-8", "surrogateescape"))
-            if size <= left:
+    def shown(self, limits: ReviewLimits) -> str:
+        """``text`` for a reviewer: each file's diff while the limits hold, and for
+        the rest a line saying it is too large to show (such a preview cannot be
+        granted: runs.core.patchtext.preview_problem)."""
+        out = [self._skipped()]
+        bytes_left, lines_left = limits.max_bytes, limits.max_lines
+        for path, diff in zip(self.patch.files, self.patch.diffs, strict=True):
+            size, lines = len(diff.encode("utf-8", "surrogateescape")), diff.count("\n")
+            if size <= bytes_left and lines <= lines_left:
                 out.append(diff)
-                left -= size
+                bytes_left, lines_left = bytes_left - size, lines_left - lines
                 continue
-            lines = diff.split("\n")
-            added = sum(1 for line in lines if line.startswith("+")) - 1
-            removed = sum(1 for line in lines if line.startswith("-")) - 1
+            rows = diff.split("\n")
+            added = sum(1 for row in rows if row.startswith("+")) - 1  # less the "+++" header
+            removed = sum(1 for row in rows if row.startswith("-")) - 1
             out.append(
-                f"{TOO_LARGE}{shown_path(path)}: {size} bytes of diff (+{added} -{removed} lines); "
-                f"a reviewer is shown at most {limit} bytes of a publish\n"
+                f"{TOO_LARGE}{shown_path(path)}: {lines} lines, {size} bytes of diff (+{added} -{removed}); "
+                f"a reviewer is shown at most {limits.max_lines} lines and {limits.max_bytes} bytes of a publish\n"
             )
         return "".join(out)
 

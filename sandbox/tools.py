@@ -27,7 +27,7 @@ from sandbox.engine import SandboxUnavailable
 from sandbox.execution import ExecResult
 from sandbox.forges import ChangeRequests, ForgeError
 from sandbox.output_capture import OutputCapture, OutputListener
-from sandbox.publishing import PublishRefused, publication
+from sandbox.publishing import PublishRefused, ReviewLimits, publication
 from sandbox.quota import WATCH_SECONDS, DiskQuota
 from sandbox.remote import PushConflict, RemoteError, RemoteTarget
 from sandbox.workspace import RunWorkspace
@@ -69,6 +69,8 @@ class ToolContext:
     live_output: Callable[[str], OutputListener] | None = None
     # True once the run is killed: a long diff stops, and nothing is published after it.
     cancelled: Callable[[], bool] | None = None
+    # The most of a publish's diff a reviewer is shown.
+    review_limits: ReviewLimits = ReviewLimits()
 
 
 def _error(message: str, **data: JSON) -> ToolResult:
@@ -319,7 +321,7 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
 def preview_publish(ctx: ToolContext, args: Mapping[str, JSON]) -> str:
     """Exactly the patch publish would write (for a remote: where it goes, and its message)."""
     try:
-        shown = publication(ctx.workspace, ctx.write_paths, ctx.cancelled).shown()
+        shown = publication(ctx.workspace, ctx.write_paths, ctx.cancelled).shown(ctx.review_limits)
     except PublishRefused as exc:
         return _would_refuse("publish", exc)
     except patches.DiffCancelled:

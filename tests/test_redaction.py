@@ -23,8 +23,8 @@ from runs.core.jsonutil import JSON
 from runs.core.scenarios import FIXED, call
 from runs.core.simulated import SimExecutor, SimWorkspace
 from runs.models import Artifact, Run
-from sandbox.patches import unified_diff
 from runs.services import check_new_run, do_create_run, drive_run
+from sandbox.patches import unified_diff
 from tests.helpers import CONTRACT
 
 ENV_SECRET = "server-env-secret-4f9c1e7a55"

@@ -18,9 +18,9 @@ from approvals.services import DecisionRefused, check_decision, deny, grant, pen
 from common.permissions import DECIDE_APPROVALS, VIEW_APPROVALS
 from common.redact import is_masked
 from runs.core.tools import builtin_registry
-from runs.templatetags.diffs import masked_lines
 from runs.models import Evidence
 from runs.store import load_state
+from runs.templatetags.diffs import masked_lines
 from runs.views.access import require
 from runs.views.summary import shown_clocks
 from runs.views.trace import EMPTY_OUTPUT_REF, text_args, timeline
