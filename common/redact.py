@@ -54,6 +54,7 @@ KEY_BEGIN = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
 KEY_END = re.compile(r"-----END [A-Z ]*PRIVATE KEY-----")
 _KEY_INLINE = re.compile(r"(?:\\[nr]|[A-Za-z0-9+/=]|Proc-Type: ?[0-9A-Z,]+|DEK-Info: ?[A-Z0-9,-]+)+")
 # The lead is possessive: a diff's "+" or "-" is never read as key material.
+_LEAD = re.compile(r"[ +-]?+[ \t]*[\"']?")
 _KEY_LINE = re.compile(r"(?P<lead>[ +-]?+[ \t]*[\"']?)(?P<body>(?:[A-Za-z0-9+/=]|\\[nr])+)(?P<trail>[\"']?[ \t]*[+,\\]?[ \t]*)")
 _KEY_TAIL = re.compile(r"(?:[A-Za-z0-9+/=]|\\[nr])+")
 _ESCAPES = re.compile(r"\\[nr]")
@@ -137,7 +138,8 @@ def _inside_key(line: str) -> tuple[str, bool]:
     line that is not key material is handed back as it is, outside."""
     end = KEY_END.search(line)
     if end is not None:
-        head = _KEY_TAIL.sub(MASK, line[: end.start()])
+        lead = _LEAD.match(line).end()  # type: ignore[union-attr]  # it matches the empty string
+        head = line[:lead] + _KEY_TAIL.sub(MASK, line[lead : end.start()])
         rest, inside = _key_starts(line[end.start() :])
         return head + rest, inside
     body = _KEY_LINE.fullmatch(line)
