@@ -138,7 +138,7 @@ def _inside_key(line: str) -> tuple[str, bool]:
     line that is not key material is handed back as it is, outside."""
     end = KEY_END.search(line)
     if end is not None:
-        lead = _LEAD.match(line).end()  # type: ignore[union-attr]  # it matches the empty string
+        lead = min(_LEAD.match(line).end(), end.start())  # type: ignore[union-attr]  # it matches the empty string
         head = line[:lead] + _KEY_TAIL.sub(MASK, line[lead : end.start()])
         rest, inside = _key_starts(line[end.start() :])
         return head + rest, inside

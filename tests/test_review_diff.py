@@ -94,6 +94,26 @@ def test_it_shows_the_reviewer_every_line_after_a_key_in_the_diff_on_the_page_an
     assert BACKDOOR in patch and KEY_BODY[0] in patch  # what ships is the original, as the page said
 
 
+def test_it_finds_a_diff_whose_structure_masking_changed() -> None:
+    diff = patches.unified_diff("orders/a.py", "a\nb\nc\n", "a\nB\nc\n") + patches.unified_diff("orders/b.py", None, "x\n")
+    assert preview_problem(diff, MASK) is None
+    lost_line = diff.replace("-b\n", "")  # a line masked away with its neighbour, as the key pattern did
+    assert "shows fewer lines than it counts" in str(preview_problem(lost_line, MASK))
+    lost_marker = diff.replace("+B\n", f"{MASK}\n")
+    assert "orders/a.py: @@ -1,3 +1,3 @@" in str(preview_problem(lost_marker, MASK))
+    hidden_name = diff.replace("b/orders/b.py", f"b/orders/{MASK}.py")
+    assert "a file name is masked" in str(preview_problem(hidden_name, MASK))
+    assert "neither a header" in str(preview_problem(diff + f"{MASK}\n", MASK))
+    assert "leaves out changes" in str(preview_problem(diff + '# too large to show: "orders/c.py": 9 lines\n', MASK))
+
+
+def test_it_shows_a_line_holding_a_unicode_separator_as_one_line() -> None:
+    diff = patches.unified_diff("orders/a.py", "a\n", "a\u2028+forged\rline\n")
+    shown = diff_rows(diff)
+    assert (shown["added"], shown["removed"]) == (1, 1)
+    assert "\u2028+forged\rline</span></td></tr>" in str(shown["unified"])
+
+
 # Hostile changes: names with spaces, quotes, backslashes (refused by the path
 # grammar) and non-ASCII; contents with key blocks, token shapes, a configured
 # multi-line secret, diff-looking lines, backslashes, CRs and Unicode separators.
@@ -119,7 +139,7 @@ content_lines = st.sampled_from(
         "token sk-" + "a1B2" * 6,
         "first-line-of-a-secret",
         "second-line-of-a-secret",
-        "back\\slash \"quoted\"",
+        'back\\slash "quoted"',
         "+plus",
         "-minus",
         "line\rwith a CR",
@@ -176,7 +196,10 @@ def test_it_shows_the_reviewer_every_changed_file_and_line_of_what_ships(tmp_pat
     assert published.endswith("\n\n" + preview)  # what ships is what was previewed, byte for byte
     assert shape(stored) == shape(preview)  # and masking kept every file, hunk and line of it
     shown = diff_rows(stored)
-    assert (shown["added"], shown["removed"]) == (published.count("\n+") - published.count("\n+++ "), published.count("\n-") - published.count("\n--- "))
+    assert (shown["added"], shown["removed"]) == (
+        published.count("\n+") - published.count("\n+++ "),
+        published.count("\n-") - published.count("\n--- "),
+    )
     assert "first-line-of-a-secret" not in stored and "MIIEabc" not in stored and "a1B2a1B2" not in stored
     patch = published.encode("utf-8", errors="surrogateescape")
     git_applies_to_source(workspace, patch, tmp / "git")
