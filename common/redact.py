@@ -21,7 +21,9 @@ Where it happens, and why there:
 - **When served**: artifacts (files on disk) are masked when shown or downloaded.
 
 A masked value shows ``[redacted]`` wherever it appears, and the reviewer's page says
-that something was masked."""
+that something was masked. Masking never crosses a line break: a diff keeps every
+file, hunk and line (a request whose diff it changed anyway cannot be granted:
+``runs.core.patchtext.preview_problem``)."""
 
 from __future__ import annotations
 
