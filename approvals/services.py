@@ -18,9 +18,11 @@ from approvals.policies import current_policy_row, load_policy, self_approval_on
 from approvals.ports import OwnedRun, runs
 from approvals.signals import wait_may_end
 from common import permissions
+from common.redact import MASK
 from runs.core import events as ev
 from runs.core.fences import Fence, RowLock, driver_fence
 from runs.core.lifecycle import OPEN_STATUSES, check_lapse, check_request_transition, sources_of
+from runs.core.patchtext import preview_problem
 from runs.core.ports import ApprovalAsk, Filed, RequestState
 
 Status = ApprovalRequest.Status
@@ -127,7 +129,7 @@ def staleness(request: ApprovalRequest) -> str | None:
     return None
 
 
-def check_decision(request: ApprovalRequest, user: User | AnonymousUser) -> None:
+def check_decision(request: ApprovalRequest, user: User | AnonymousUser, *, granting: bool = False) -> None:
     if not user.is_authenticated or not user.has_perm(permissions.DECIDE_APPROVALS):
         raise DecisionForbidden("you do not have the reviewer permission")
     run = request.run
@@ -141,13 +143,19 @@ def check_decision(request: ApprovalRequest, user: User | AnonymousUser) -> None
     stale = staleness(request)
     if stale is not None:
         raise DecisionRefused(f"this request is stale: {stale}", lapse=(Status.STALE, stale))
+    # A grant approves what the reviewer saw; a diff that is not the whole, exact
+    # patch (masking changed its lines, or it leaves changes out) cannot be granted.
+    # It can still be denied, so the run hears why.
+    problem = preview_problem(request.diff, MASK) if granting else None
+    if problem is not None:
+        raise DecisionRefused(f"this request cannot be granted as it is: {problem}, so the diff shown is not exactly what would ship")
 
 
-def check_decision_recording_lapse(request: ApprovalRequest, user: User | AnonymousUser) -> None:
+def check_decision_recording_lapse(request: ApprovalRequest, user: User | AnonymousUser, *, granting: bool = False) -> None:
     """``check_decision`` for a decision being made: a refusal because the request
     expired or went stale is recorded (and audited) before it is raised."""
     try:
-        check_decision(request, user)
+        check_decision(request, user, granting=granting)
     except DecisionRefused as exc:
         # The run's wait has ended with the lapse: wake it, so it leaves the wait now.
         if exc.lapse is not None and do_lapse(request, *exc.lapse, fence=DECIDING):
@@ -181,7 +189,7 @@ def _decide(request: ApprovalRequest, user: User | AnonymousUser, status: str, r
 
 
 def grant(request: ApprovalRequest, user: User | AnonymousUser, comment: str = "") -> None:
-    check_decision_recording_lapse(request, user)
+    check_decision_recording_lapse(request, user, granting=True)
     _decide(request, user, Status.GRANTED, comment.strip())
 
 

@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "trace_latency": ([], ["--seconds", "4", "--repeats", "2", "--events", "2000"]),
     "redaction_overhead": ([], ["--steps", "100", "--rounds", "3"]),
     "repo_scale": ([], ["--sizes", "10,5000", "--rounds", "1", "--calls", "50,50,2"]),
+    "diff_cost": ([], ["--difflib-cuts", "250,500"]),
 }
 
 

@@ -21,30 +21,55 @@ Where it happens, and why there:
 - **When served**: artifacts (files on disk) are masked when shown or downloaded.
 
 A masked value shows ``[redacted]`` wherever it appears, and the reviewer's page says
-that something was masked."""
+that something was masked. Masking never crosses a line break: a diff keeps every
+file, hunk and line (a request whose diff it changed anyway cannot be granted:
+``runs.core.patchtext.preview_problem``)."""
 
 from __future__ import annotations
 
 import functools
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django.conf import settings
 from django.db import models
 
 MASK = "[redacted]"
+# Every pattern stays inside one line (no pattern can match a line break), so masking
+# changes what a line says, never how many lines there are: a diff stays a diff with
+# the same files, hunks and line counts, and nothing after a credential disappears.
+# A shape must not follow a letter or digit, so "task-..." or "disk-..." is a word,
+# not a key.
 CREDENTIAL_PATTERNS = re.compile(
-    r"(sk-ant-[A-Za-z0-9_-]{16,}|sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
-    r"|xox[abposr]-[A-Za-z0-9-]{10,}|glpat-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{35}"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$))"
+    r"(?<![A-Za-z0-9])(?:sk-ant-[A-Za-z0-9_-]{16,}|sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}"
+    r"|github_pat_[A-Za-z0-9_]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|glpat-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{35})"
 )
+# A private key is masked line by line: its BEGIN and END markers stay (they say what
+# was there), the key material between them becomes MASK on each of its lines. Key
+# material is base64 (with "\n" escapes when the key sits on one line of a JSON or
+# env file, and the headers of an encrypted key); whatever else a line holds (a diff's
+# "+", indentation, quotes, code) stays visible, so a marker can hide nothing but the
+# key: a line that is not key material ends the key.
+KEY_BEGIN = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
+KEY_END = re.compile(r"-----END [A-Z ]*PRIVATE KEY-----")
+_KEY_INLINE = re.compile(r"(?:\\[nr]|[A-Za-z0-9+/=]|Proc-Type: ?[0-9A-Z,]+|DEK-Info: ?[A-Z0-9,-]+)+")
+# The lead is possessive: a diff's "+" or "-" is never read as key material.
+_LEAD = re.compile(r"[ +-]?+[ \t]*[\"']?")
+_KEY_LINE = re.compile(r"(?P<lead>[ +-]?+[ \t]*[\"']?)(?P<body>(?:[A-Za-z0-9+/=]|\\[nr])+)(?P<trail>[\"']?[ \t]*[+,\\]?[ \t]*)")
+_KEY_TAIL = re.compile(r"(?:[A-Za-z0-9+/=]|\\[nr])+")
+_ESCAPES = re.compile(r"\\[nr]")
+_CONTINUES = re.compile(r"[ \t\"'+,\\]*")  # what may follow a marker whose key goes on below it
+_KEY_KEEP = re.compile(r"[ +-]?[ \t]*(?:(?:Proc-Type|DEK-Info):.*)?")  # inside a key, kept as it is
 
 
 def secret_values() -> list[str]:
+    """The configured secret values, each line of a multi-line value on its own (so
+    masking stays within lines, like every pattern), longest first."""
     values: Iterable[str] = getattr(settings, "HARNESS_SECRET_VALUES", [])
-    return sorted((v for v in values if len(v) >= 8), key=len, reverse=True)
+    lines = {line.rstrip("\r") for value in values for line in value.split("\n")}
+    return sorted((v for v in lines if len(v) >= 8), key=len, reverse=True)
 
 
 # Every credential shape starts with one of these: a string holding none of them (most
@@ -58,7 +83,73 @@ def redact_text(text: str, secrets: list[str]) -> str:
             text = text.replace(secret, MASK)
     if any(prefix in text for prefix in _SHAPE_PREFIXES):
         text = CREDENTIAL_PATTERNS.sub(MASK, text)
+        if "-----BEGIN" in text:
+            text = "\n".join(_mask_keys(text.split("\n")))
     return text
+
+
+def redact_lines(lines: Iterable[str], secrets: list[str]) -> Iterator[str]:
+    """``redact_text`` over a text given line by line (without the line breaks), for a
+    reader that streams: a key that spans lines is followed from one to the next."""
+    return _mask_keys(_mask_shapes(line, secrets) for line in lines)
+
+
+def _mask_shapes(line: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        if secret in line:
+            line = line.replace(secret, MASK)
+    if any(prefix in line for prefix in _SHAPE_PREFIXES):
+        line = CREDENTIAL_PATTERNS.sub(MASK, line)
+    return line
+
+
+def _mask_keys(lines: Iterable[str]) -> Iterator[str]:
+    inside = False
+    for line in lines:
+        if inside:
+            line, inside = _inside_key(line)
+            if inside:
+                yield line
+                continue
+        line, inside = _key_starts(line)
+        yield line
+
+
+def _key_starts(line: str) -> tuple[str, bool]:
+    """The line with key material after each BEGIN marker masked, and whether the
+    last key on it goes on past the line's end."""
+    out, pos, inside = [], 0, False
+    while (begin := KEY_BEGIN.search(line, pos)) is not None:
+        out.append(line[pos : begin.end()])
+        pos = begin.end()
+        body = _KEY_INLINE.match(line, pos)
+        if body is not None:
+            out.append(MASK if _ESCAPES.sub("", body.group()) else body.group())
+            pos = body.end()
+        end = KEY_END.match(line, pos)
+        inside = end is None and _CONTINUES.fullmatch(line, pos) is not None
+        if end is not None:
+            out.append(end.group())
+            pos = end.end()
+    out.append(line[pos:])
+    return "".join(out), inside
+
+
+def _inside_key(line: str) -> tuple[str, bool]:
+    """A line after a BEGIN marker without its END: (masked line, still inside). A
+    line that is not key material is handed back as it is, outside."""
+    end = KEY_END.search(line)
+    if end is not None:
+        lead = min(_LEAD.match(line).end(), end.start())  # type: ignore[union-attr]  # it matches the empty string
+        head = line[:lead] + _KEY_TAIL.sub(MASK, line[lead : end.start()])
+        rest, inside = _key_starts(line[end.start() :])
+        return head + rest, inside
+    body = _KEY_LINE.fullmatch(line)
+    if body is not None:
+        return body["lead"] + MASK + body["trail"], True
+    if _KEY_KEEP.fullmatch(line):
+        return line, True
+    return line, False
 
 
 def redact(value: Any, secrets: list[str] | None = None) -> Any:
@@ -135,8 +226,10 @@ def _walk(value: Any, secrets: list[str]) -> Any:
 
 
 def redact_bytes(content: bytes) -> bytes:
-    """Mask text in bytes of any encoding (undecodable bytes pass through unchanged)."""
-    return redact_text(content.decode("utf-8", "surrogateescape"), secret_values()).encode("utf-8", "surrogateescape")
+    """Mask text in bytes of any encoding (undecodable bytes pass through unchanged),
+    line by line as a reader that streams would (``redact_lines``)."""
+    lines = content.decode("utf-8", "surrogateescape").split("\n")
+    return "\n".join(redact_lines(lines, secret_values())).encode("utf-8", "surrogateescape")
 
 
 def is_masked(value: Any) -> bool:

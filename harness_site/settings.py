@@ -154,6 +154,10 @@ HARNESS_LEASE_SECONDS = env_int("HARNESS_LEASE_SECONDS", 30, minimum=2)
 # Free space a worker's disk keeps: checks are refused, or stopped, below it.
 HARNESS_DISK_RESERVE_MB = env_int("HARNESS_DISK_RESERVE_MB", 1024, minimum=0)
 HARNESS_KILL_POLL_SECONDS = env_float("HARNESS_KILL_POLL_SECONDS", 0.25, minimum=0.05)
+# The most of a publish's diff a reviewer is shown; a larger one lists what is too
+# large to show and cannot be granted as it is (docs/performance.md: what a page costs).
+HARNESS_REVIEW_DIFF_MAX_BYTES = env_int("HARNESS_REVIEW_DIFF_MAX_BYTES", 2_000_000, minimum=1000)
+HARNESS_REVIEW_DIFF_MAX_LINES = env_int("HARNESS_REVIEW_DIFF_MAX_LINES", 100_000, minimum=100)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

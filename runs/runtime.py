@@ -50,6 +50,7 @@ from sandbox.container_spec import ContainerSpec
 from sandbox.executor import SandboxExecutor
 from sandbox.forges import ChangeRequests, ForgeAccess
 from sandbox.preparation import prepare_workspace
+from sandbox.publishing import ReviewLimits
 from sandbox.quota import MB, DiskQuota
 from sandbox.remote import HEX_REF, RemoteAccess, RemoteError, RemoteTarget
 from sandbox.sources import WorkspaceSourceError, check_source
@@ -160,6 +161,7 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
         remote=target,
         forge=change_requests(run, target),
         live_output=lambda call_id: LiveOutput(run_id, call_id),
+        review_limits=ReviewLimits(settings.HARNESS_REVIEW_DIFF_MAX_BYTES, settings.HARNESS_REVIEW_DIFF_MAX_LINES),
     )
     # While the run's pickup walks the workspace (Harness.run): if that fails, the
     # run stops and closing its environment removes the container.

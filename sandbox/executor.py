@@ -21,6 +21,7 @@ from sandbox.container_spec import DEFAULT_SCOPE, ROLE_MAIN, ContainerSpec, pinn
 from sandbox.engine import ENGINE_ERRORS, SandboxUnavailable, wait_for_engine
 from sandbox.forges import ChangeRequests
 from sandbox.output_capture import OutputListener
+from sandbox.publishing import ReviewLimits
 from sandbox.quota import DiskQuota
 from sandbox.remote import RemoteTarget
 from sandbox.tools import TOOLS, ToolContext, ToolResult
@@ -56,6 +57,7 @@ class SandboxExecutor:
         remote: RemoteTarget | None = None,
         forge: ChangeRequests | None = None,
         live_output: Callable[[str], OutputListener] | None = None,
+        review_limits: ReviewLimits = ReviewLimits(),
     ) -> None:
         self.run_id = run_id
         self.workspace = workspace
@@ -84,6 +86,8 @@ class SandboxExecutor:
             remote=remote,
             forge=forge,
             live_output=live_output,
+            cancelled=lambda: self._killed,
+            review_limits=review_limits,
         )
 
     # -- Workspace ----------------------------------------------------------------

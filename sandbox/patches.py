@@ -7,13 +7,13 @@ UTF-8 survive a round trip unchanged; such lines simply never match a patch."""
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from runs.core.patchtext import DEV_NULL, FilePatch, Line, PatchRefused, join_lines, parse_patch, split_lines
+from runs.core.patchtext import FilePatch, Line, PatchRefused, header_line, join_lines, parse_patch, quoted_name, split_lines
 from runs.core.paths import PathRefused, canonical_path
+from sandbox.linediff import Block, DiffCancelled, matching_blocks
 
-__all__ = ["FilePatch", "PatchRefused", "apply_hunks", "parse_patch", "unified_diff"]
+__all__ = ["DiffCancelled", "FilePatch", "PatchRefused", "apply_hunks", "parse_patch", "unified_diff"]
 
 NO_NEWLINE = "\\ No newline at end of file"
 
@@ -81,9 +81,11 @@ def _range(start: int, stop: int) -> str:
     return f"{first},{length}"
 
 
-def unified_diff(path: str, old: str | None, new: str | None, context: int = 3) -> str:
+def unified_diff(path: str, old: str | None, new: str | None, context: int = 3, cancelled: Callable[[], bool] | None = None) -> str:
     """A git-style diff of one file (None: absent), with exact 'No newline' markers
-    so that ``apply_hunks`` reproduces ``new`` from ``old``."""
+    so that ``apply_hunks`` reproduces ``new`` from ``old``, and names quoted as git
+    quotes them. ``cancelled`` is asked now and then while lines are matched: True
+    ends the diff with DiffCancelled."""
     if old == new:
         return ""
     try:
@@ -93,26 +95,45 @@ def unified_diff(path: str, old: str | None, new: str | None, context: int = 3) 
     except PathRefused as exc:
         raise PatchRefused(str(exc)) from None
     a, b = split_lines(old or ""), split_lines(new or "")
-    out = [f"diff --git a/{path} b/{path}\n"]
+    out = [f"diff --git {quoted_name('a/' + path)} {quoted_name('b/' + path)}\n"]
     if old is None:
         out.append("new file mode 100644\n")
     if new is None:
         out.append("deleted file mode 100644\n")
-    out.append(f"--- {'a/' + path if old is not None else DEV_NULL}\n")
-    out.append(f"+++ {'b/' + path if new is not None else DEV_NULL}\n")
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for group in matcher.get_grouped_opcodes(context):
-        first, last = group[0], group[-1]
-        out.append(f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n")
-        for tag, i1, i2, j1, j2 in group:
-            if tag == "equal":
-                out.extend(_emit(" ", a[i1:i2]))
-                continue
-            if tag in ("replace", "delete"):
-                out.extend(_emit("-", a[i1:i2]))
-            if tag in ("replace", "insert"):
-                out.extend(_emit("+", b[j1:j2]))
+    out.append(header_line("---", None if old is None else "a/" + path))
+    out.append(header_line("+++", None if new is None else "b/" + path))
+    for changes in _hunks(matching_blocks(a, b, cancelled), context):
+        first, last = changes[0], changes[-1]
+        a_from = max(0, first[0] - context)
+        a_to = min(len(a), last[1] + context)
+        b_from, b_to = first[2] - (first[0] - a_from), last[3] + (a_to - last[1])
+        out.append(f"@@ -{_range(a_from, a_to)} +{_range(b_from, b_to)} @@\n")
+        at = a_from
+        for i1, i2, j1, j2 in changes:
+            out.extend(_emit(" ", a[at:i1]))
+            out.extend(_emit("-", a[i1:i2]))
+            out.extend(_emit("+", b[j1:j2]))
+            at = i2
+        out.extend(_emit(" ", a[at:a_to]))
     return "".join(out)
+
+
+Change = tuple[int, int, int, int]  # a[i1:i2] becomes b[j1:j2]
+
+
+def _hunks(blocks: list[Block], context: int) -> list[list[Change]]:
+    """The changes between the matching blocks, grouped into hunks: changes with at
+    most twice ``context`` equal lines between them share one (as git and difflib group)."""
+    hunks: list[list[Change]] = []
+    i = j = 0
+    for ai, bj, size in blocks:
+        if i < ai or j < bj:
+            if hunks and i - hunks[-1][-1][1] <= 2 * context:
+                hunks[-1].append((i, ai, j, bj))
+            else:
+                hunks.append([(i, ai, j, bj)])
+        i, j = ai + size, bj + size
+    return hunks
 
 
 def _emit(op: str, lines: Sequence[Line]) -> list[str]:

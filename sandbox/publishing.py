@@ -10,12 +10,23 @@ so no file name can be read as a diff header."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from runs.core.patchtext import TOO_LARGE
 from runs.core.paths import path_allowed, shown_path
 from sandbox.patches import PatchRefused
 from sandbox.workspace import PatchSet, RunWorkspace
+
+
+@dataclass(frozen=True)
+class ReviewLimits:
+    """The most of a publish's diff a reviewer is shown (the server's
+    HARNESS_REVIEW_DIFF_MAX_BYTES and _LINES): the page renders each line twice,
+    unified and side by side (docs/performance.md has what that costs)."""
+
+    max_bytes: int = 2_000_000
+    max_lines: int = 100_000
 
 
 class PublishRefused(Exception):
@@ -30,11 +41,34 @@ class Publication:
     @property
     def text(self) -> str:
         """The patch as the reviewer sees it and as the outbox file ends."""
-        skipped = "".join(f"# not published: {s['path']} ({s['reason']})\n" for s in self.patch.skipped)
-        return skipped + self.patch.text
+        return self._skipped() + self.patch.text
+
+    def shown(self, limits: ReviewLimits) -> str:
+        """``text`` for a reviewer: each file's diff while the limits hold, and for
+        the rest a line saying it is too large to show (such a preview cannot be
+        granted: runs.core.patchtext.preview_problem)."""
+        out = [self._skipped()]
+        bytes_left, lines_left = limits.max_bytes, limits.max_lines
+        for path, diff in zip(self.patch.files, self.patch.diffs, strict=True):
+            size, lines = len(diff.encode("utf-8", "surrogateescape")), diff.count("\n")
+            if size <= bytes_left and lines <= lines_left:
+                out.append(diff)
+                bytes_left, lines_left = bytes_left - size, lines_left - lines
+                continue
+            rows = diff.split("\n")
+            added = sum(1 for row in rows if row.startswith("+")) - 1  # less the "+++" header
+            removed = sum(1 for row in rows if row.startswith("-")) - 1
+            out.append(
+                f"{TOO_LARGE}{shown_path(path)}: {lines} lines, {size} bytes of diff (+{added} -{removed}); "
+                f"a reviewer is shown at most {limits.max_lines} lines and {limits.max_bytes} bytes of a publish\n"
+            )
+        return "".join(out)
+
+    def _skipped(self) -> str:
+        return "".join(f"# not published: {s['path']} ({s['reason']})\n" for s in self.patch.skipped)
 
 
-def publication(workspace: RunWorkspace, write_paths: Sequence[str]) -> Publication:
+def publication(workspace: RunWorkspace, write_paths: Sequence[str], cancelled: Callable[[], bool] | None = None) -> Publication:
     """The workspace's changes at its current revision, or PublishRefused.
 
     The revision is verified by a full walk first (RevisionMismatch otherwise): what
@@ -42,7 +76,7 @@ def publication(workspace: RunWorkspace, write_paths: Sequence[str]) -> Publicat
     says, and a change that came around the harness's tools stops the run instead."""
     revision = workspace.verify()
     try:
-        patch = workspace.diff()
+        patch = workspace.diff(cancelled)
     except PatchRefused as exc:
         raise PublishRefused(f"the workspace's changes cannot be published: {exc}") from None
     changed = patch.files + [s["path"] for s in patch.skipped]

@@ -28,7 +28,7 @@ from sandbox.engine import SandboxUnavailable
 from sandbox.execution import ExecResult
 from sandbox.forges import ChangeRequests, ForgeError, describe_change_request
 from sandbox.output_capture import OutputCapture, OutputListener
-from sandbox.publishing import Publication, PublishRefused, publication
+from sandbox.publishing import Publication, PublishRefused, ReviewLimits, publication
 from sandbox.quota import WATCH_SECONDS, DiskQuota
 from sandbox.remote import EffectDrift, PushConflict, RemoteError, RemoteTarget, describe_push
 from sandbox.workspace import RunWorkspace
@@ -69,6 +69,10 @@ class ToolContext:
     forge: ChangeRequests | None = None
     # Given a call id, who watches that call's output while it runs (the live page).
     live_output: Callable[[str], OutputListener] | None = None
+    # True once the run is killed: a long diff stops, and nothing is published after it.
+    cancelled: Callable[[], bool] | None = None
+    # The most of a publish's diff a reviewer is shown.
+    review_limits: ReviewLimits = ReviewLimits()
 
 
 def _error(message: str, **data: JSON) -> ToolResult:
@@ -109,6 +113,15 @@ def write_file(ctx: ToolContext, call: Call) -> ToolResult:
     return ToolResult("ok", "none" if data["unchanged"] else "applied", data)
 
 
+def _killed(**data: JSON) -> ToolResult:
+    # Before the effect: nothing was published, so the attempt had no effect.
+    return ToolResult("transient", "none", {**data, "error": "the run was killed while its changes were read: nothing was published"})
+
+
+# A preview cut short by a kill; the run stops before anyone is asked (runs.core.waits).
+KILLED_PREVIEW = "# the run was killed while this diff was made\n"
+
+
 def _would_refuse(tool: str, exc: Exception | str) -> str:
     return f"# this {tool} would be refused: {exc}\n"
 
@@ -122,9 +135,11 @@ def preview_write_file(ctx: ToolContext, args: Mapping[str, JSON]) -> str:
         if current is not None and fileops.is_binary(current):
             return f"# {path} is a binary file; write_file replaces it with {len(new.encode())} bytes of text\n"
         old = None if current is None else fileops.decode(current)
-        return patches.unified_diff(path, old, new)
+        return patches.unified_diff(path, old, new, cancelled=ctx.cancelled)
     except (fileops.FileRefused, patches.PatchRefused) as exc:
         return _would_refuse("write_file", exc)
+    except patches.DiffCancelled:
+        return KILLED_PREVIEW
 
 
 def apply_patch(ctx: ToolContext, call: Call) -> ToolResult:
@@ -139,9 +154,11 @@ def preview_apply_patch(ctx: ToolContext, args: Mapping[str, JSON]) -> str:
     """What the patch would change, as the applier plans it, against the current content."""
     try:
         planned = fileops.plan_patch(ctx.workspace.dir, str(args["patch"]))
-        return "".join(patches.unified_diff(c.path, c.old, c.new) for c in planned)
+        return "".join(patches.unified_diff(c.path, c.old, c.new, cancelled=ctx.cancelled) for c in planned)
     except (fileops.FileRefused, patches.PatchRefused) as exc:
         return _would_refuse("apply_patch", exc)
+    except patches.DiffCancelled:
+        return KILLED_PREVIEW
 
 
 def store_output(artifacts: ArtifactStore, capture: OutputCapture) -> str:
@@ -269,12 +286,15 @@ def plan_publish(ctx: ToolContext, args: Mapping[str, JSON], key: str, at: float
     (for a remote, every part of the commit above it)."""
     message = str(args.get("message", ""))
     try:
-        published = publication(ctx.workspace, ctx.write_paths)
+        published = publication(ctx.workspace, ctx.write_paths, ctx.cancelled)
     except PublishRefused as exc:
         return _refused_plan("publish", str(exc))
+    except patches.DiffCancelled:
+        return _refused_plan("publish", "the run was killed while its changes were read", KILLED_PREVIEW)
+    shown = published.shown(ctx.review_limits)
     if ctx.remote is not None:
         fixed = ctx.remote.plan(published.patch.text, message, _publish_trailers(ctx, key), at)
-        return Plan(fixed.model_dump(), describe_push(fixed) + published.text)
+        return Plan(fixed.model_dump(), describe_push(fixed) + shown)
     content = _outbox_content(ctx, key, published, message)
     outbox = OutboxEffect(
         file=outbox_path(ctx.outbox, key).name,
@@ -283,11 +303,11 @@ def plan_publish(ctx: ToolContext, args: Mapping[str, JSON], key: str, at: float
         sha256=sha256_bytes(content),
         bytes=len(content),
     )
-    return Plan(outbox.model_dump(), published.text)
+    return Plan(outbox.model_dump(), shown)
 
 
-def _refused_plan(tool: str, reason: str) -> Plan:
-    return Plan(RefusedEffect(reason=reason).model_dump(), _would_refuse(tool, reason))
+def _refused_plan(tool: str, reason: str, shown: str | None = None) -> Plan:
+    return Plan(RefusedEffect(reason=reason).model_dump(), _would_refuse(tool, reason) if shown is None else shown)
 
 
 def _fixed(call: Call, kind: type[FixedEffect]) -> FixedEffect | str:
@@ -318,9 +338,13 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
     if target.exists():
         return ToolResult("ok", "none", {"idempotency_key": key, "duplicate": True, "outbox_file": target.name})
     try:
-        published = publication(ctx.workspace, ctx.write_paths)
+        published = publication(ctx.workspace, ctx.write_paths, ctx.cancelled)
     except PublishRefused as exc:
         return _error(f"nothing was published: {exc}", idempotency_key=key)
+    except patches.DiffCancelled:
+        return _killed(idempotency_key=key)
+    if ctx.cancelled is not None and ctx.cancelled():
+        return _killed(idempotency_key=key)
     patch = published.patch
     content = _outbox_content(ctx, key, published, fixed.message)
     if (target.name, sha256_bytes(content)) != (fixed.file, fixed.sha256):
@@ -377,9 +401,13 @@ def push(ctx: ToolContext, target: RemoteTarget, fixed: PushEffect, key: str) ->
     """Publish to the run's remote: exactly the fixed commit, pushed to the run's branch."""
     base: dict[str, JSON] = {"idempotency_key": key, "remote": target.url, "branch": target.branch}
     try:
-        patch = publication(ctx.workspace, ctx.write_paths).patch
+        patch = publication(ctx.workspace, ctx.write_paths, ctx.cancelled).patch
     except PublishRefused as exc:
         return _error(f"nothing was published: {exc}", **base)
+    except patches.DiffCancelled:
+        return _killed(**base)
+    if ctx.cancelled is not None and ctx.cancelled():
+        return _killed(**base)
     try:
         result = target.publish(key, fixed, patch.text)
     except EffectDrift as exc:

@@ -29,7 +29,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,9 +66,13 @@ class Change:
 
 @dataclass(frozen=True)
 class PatchSet:
-    text: str
+    diffs: list[str]  # one per file of ``files``, in order
     files: list[str]
     skipped: list[dict[str, str]]
+
+    @property
+    def text(self) -> str:
+        return "".join(self.diffs)
 
 
 class RunWorkspace:
@@ -187,10 +191,11 @@ class RunWorkspace:
             raise RevisionMismatch(f"the source's {path} is not what the base revision records")
         return ("other", b"") if entry[0] == LINK_MODE else ("file", data)
 
-    def diff(self) -> PatchSet:
+    def diff(self, cancelled: Callable[[], bool] | None = None) -> PatchSet:
         """The workspace's changes as a patch ``git apply``/``patch -p1`` accept.
         Binary files and symlinks cannot be expressed and are listed as skipped; a
-        path outside the path grammar refuses the whole diff (PatchRefused)."""
+        path outside the path grammar refuses the whole diff (PatchRefused); a kill
+        (``cancelled``) ends it with DiffCancelled."""
         text: list[str] = []
         files: list[str] = []
         skipped: list[dict[str, str]] = []
@@ -208,9 +213,9 @@ class RunWorkspace:
                 continue
             old = None if change.old is None else fileops.decode(change.old)
             new = None if change.new is None else fileops.decode(change.new)
-            text.append(patches.unified_diff(change.path, old, new))
+            text.append(patches.unified_diff(change.path, old, new, cancelled=cancelled))
             files.append(change.path)
-        return PatchSet("".join(text), files, skipped)
+        return PatchSet(text, files, skipped)
 
 
 def _side(root: Path, path: str, sha: bytes | None) -> tuple[str | None, bytes | None]:

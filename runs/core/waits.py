@@ -83,6 +83,8 @@ class Waits(Driver):
             shown: str | None = plan.shown
         else:
             shown = self.workspace.preview(spec.name, record.args) if spec.has_effect else None
+        # Fixing an effect or making a preview can take long; a kill meanwhile asks nobody.
+        self._guard("after the preview")
         ask = ApprovalAsk(
             run_id=state.run_id,
             call_id=record.call_id,

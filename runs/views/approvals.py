@@ -21,6 +21,7 @@ from runs.core.effects import parse_effect, summary
 from runs.core.tools import builtin_registry
 from runs.models import Evidence
 from runs.store import load_state
+from runs.templatetags.diffs import masked_lines
 from runs.views.access import require
 from runs.views.summary import shown_clocks
 from runs.views.trace import EMPTY_OUTPUT_REF, text_args, timeline
@@ -34,12 +35,12 @@ def inbox_rows() -> list[ApprovalRequest]:
     return list(pending_requests().select_related("run", "requested_by"))
 
 
-def decision_blocker(request: ApprovalRequest, user: User | AnonymousUser) -> str | None:
-    """Why this user cannot decide this request now, or None. Reading a page records
-    nothing: an expired or stale request is recorded when someone tries to decide it
-    (or by the beat, at expiry)."""
+def decision_blocker(request: ApprovalRequest, user: User | AnonymousUser, *, granting: bool = False) -> str | None:
+    """Why this user cannot decide (``granting``: grant) this request now, or None.
+    Reading a page records nothing: an expired or stale request is recorded when
+    someone tries to decide it (or by the beat, at expiry)."""
     try:
-        check_decision(request, user)
+        check_decision(request, user, granting=granting)
     except DecisionRefused as exc:
         return str(exc)
     return None
@@ -56,6 +57,7 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "working_seconds": working,
         "waited_seconds": waited,
         "blocker": blocker,
+        "grant_blocker": blocker or decision_blocker(request, user, granting=True),
         "stale": out_of_date(request),
         "asked_again": asked_again(request),
         "revision_current": run.revision == request.revision,
@@ -65,8 +67,10 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "what_it_does": reviewer_summary(request.tool, request.effect),
         "text_args": text_args(request.args),
         # Masking happened before the request was filed (common.redact): say so, so the
-        # reviewer knows the [redacted] they read stands for a credential.
-        "masked": is_masked(request.args) or is_masked(request.diff),
+        # reviewer knows the [redacted] they read stands for a credential, and whether
+        # the run works with the masked value (arguments) or ships the original (a diff).
+        "masked_args": is_masked(request.args),
+        "masked_lines": masked_lines(request.diff),
         **timeline(str(run.pk)),
     }
 
