@@ -192,9 +192,9 @@ def test_it_streams_to_many_viewers_of_a_run_through_one_subscription_and_one_re
     reads: list[int] = []
     real_read = feeds.read_page
 
-    def counted(run: str, after: int, limit: int = feeds.REPLAY_PAGE) -> feeds.Page | None:
+    def counted(run: str, after: int) -> feeds.Page | None:
         reads.append(after)
-        return real_read(run, after, limit)
+        return real_read(run, after)
 
     monkeypatch.setattr(feeds, "read_page", counted)
 
