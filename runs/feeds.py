@@ -24,11 +24,12 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
-from channels.db import database_sync_to_async
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Count, Sum
@@ -145,6 +146,36 @@ def lists_version() -> tuple[int, int, str]:
     return int(runs["count"]), int(runs["seqs"] or 0), str(switched)
 
 
+# The feeds' reads run on a thread of their own that keeps its database connection
+# while any feed exists: channels' database_sync_to_async closes the connection after
+# each call where connections are not kept (SQLite's CONN_MAX_AGE of 0), and opening
+# one cost ten times the read, at a read per doorbell; nor do the reads queue behind
+# page views on Django's one thread for sync code.
+_feed_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="feed-reads")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+async def on_feed_thread(read: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    return await sync_to_async(_dropping_a_broken_connection(read), thread_sensitive=False, executor=_feed_thread)(*args, **kwargs)
+
+
+def _dropping_a_broken_connection(read: Callable[P, R]) -> Callable[P, R]:
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return read(*args, **kwargs)
+        except Exception:
+            # The database restarted, say: the next read opens a connection afresh.
+            connections[DEFAULT_DB_ALIAS].close()
+            raise
+
+    return call
+
+
+def close_connection() -> None:
+    connections[DEFAULT_DB_ALIAS].close()
+
+
 class RunViewer(Protocol):
     async def offer(self, page: Page) -> None: ...
 
@@ -251,7 +282,7 @@ class RunFeed(Feed[RunViewer]):
         super().__init__(layer, key)
 
     async def start(self) -> None:
-        self.mark = await database_sync_to_async(stored_last_seq)(self.key)
+        self.mark = await on_feed_thread(stored_last_seq, self.key)
 
     async def hear(self, message: dict[str, Any]) -> None:
         """A message to the run's group, from the hub's task: never waits for the database."""
@@ -266,7 +297,7 @@ class RunFeed(Feed[RunViewer]):
             await self.each_viewer(lambda viewer: viewer.show_output(output))
 
     async def read(self) -> None:
-        page = await database_sync_to_async(read_page)(self.key, self.mark)
+        page = await on_feed_thread(read_page, self.key, self.mark)
         if page is not None:
             self.window = page if self.window is None else self.window.then(page, WINDOW_EVENTS)
             self.mark = page.last
@@ -287,14 +318,14 @@ class ListsFeed(Feed[ListsViewer]):
         super().__init__(layer, key)
 
     async def start(self) -> None:
-        self.version = await database_sync_to_async(lists_version)()
+        self.version = await on_feed_thread(lists_version)
 
     async def hear(self, message: dict[str, Any]) -> None:
         if message["type"] == "lists.changed":
             self.rang()
 
     async def read(self) -> None:
-        version = await database_sync_to_async(lists_version)()
+        version = await on_feed_thread(lists_version)
         if version != self.version:
             self.version = version
             await self.each_viewer(lambda viewer: viewer.changed(version))
@@ -336,3 +367,5 @@ async def leave(kind: type[Feed[Any]], layer: Any, key: str, viewer: Any) -> Non
     if not feed.viewers:
         del _feeds[at]
         await feed.close()
+        if not _feeds:
+            await on_feed_thread(close_connection)
