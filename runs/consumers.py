@@ -27,7 +27,7 @@ from channels.db import database_sync_to_async
 
 from common.permissions import VIEW_RUNS
 from runs import feeds
-from runs.feeds import Page, RunFeed, read_page
+from runs.feeds import Page, RunFeed, replay_page
 from runs.live import HeartbeatMixin
 from runs.models import Run
 from runs.session_sockets import current_user, user_group
@@ -164,7 +164,7 @@ class RunTraceConsumer(HeartbeatMixin):
             if window is not None and window.covers(self.cursor):
                 await self.send_page(window)
                 continue
-            page = await database_sync_to_async(read_page)(self.run_id, self.cursor)
+            page = await replay_page(self.run_id, self.cursor)
             if page is None:
                 return  # not stored after all (the run's log was deleted): nothing to send
             await self.send_page(page)

@@ -24,12 +24,14 @@ import asyncio
 import json
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Count, Sum
@@ -46,6 +48,9 @@ log = logging.getLogger(__name__)
 LISTS_ROUND_SECONDS = 0.25
 # The events a run feed keeps, presented and encoded, for viewers a little behind.
 WINDOW_EVENTS = 2000
+# Full replay pages kept for viewers replaying the same stretch of a log (pages
+# opening together, clients resubscribing from the start).
+REPLAY_PAGES = 16
 
 
 @dataclass
@@ -132,6 +137,28 @@ def _page_statement(connection: Any) -> tuple[str, Any, Any]:
         converters = compiler.get_converters([column for column, _, _ in compiler.select])
         found = _page_statements[connection.vendor] = (sql, converters, compiler)
     return found
+
+
+# (run, after) -> the full page of events after it. Only a page of exactly
+# REPLAY_PAGE events is kept: seqs after+1 .. after+REPLAY_PAGE, read without a gap,
+# so what a key names cannot be short or holed, and stored events never change.
+_replays: OrderedDict[tuple[str, int], Page] = OrderedDict()
+
+
+async def replay_page(run_id: str, after: int) -> Page | None:
+    """``read_page`` for a viewer catching up, sharing full pages between viewers.
+    On the event loop (the cache is the loop's), reading on Django's sync thread."""
+    key = (run_id, after)
+    kept = _replays.get(key)
+    if kept is not None:
+        _replays.move_to_end(key)
+        return kept
+    page: Page | None = await database_sync_to_async(read_page)(run_id, after)
+    if page is not None and page.full:
+        _replays[key] = page
+        if len(_replays) > REPLAY_PAGES:
+            _replays.popitem(last=False)
+    return page
 
 
 def stored_last_seq(run_id: str) -> int:
