@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Count, Sum
@@ -147,13 +146,13 @@ _replays: OrderedDict[tuple[str, int], Page] = OrderedDict()
 
 async def replay_page(run_id: str, after: int) -> Page | None:
     """``read_page`` for a viewer catching up, sharing full pages between viewers.
-    On the event loop (the cache is the loop's), reading on Django's sync thread."""
+    On the event loop (the cache is the loop's)."""
     key = (run_id, after)
     kept = _replays.get(key)
     if kept is not None:
         _replays.move_to_end(key)
         return kept
-    page: Page | None = await database_sync_to_async(read_page)(run_id, after)
+    page = await on_replay_thread(read_page, run_id, after)
     if page is not None and page.full:
         _replays[key] = page
         if len(_replays) > REPLAY_PAGES:
@@ -173,18 +172,25 @@ def lists_version() -> tuple[int, int, str]:
     return int(runs["count"]), int(runs["seqs"] or 0), str(switched)
 
 
-# The feeds' reads run on a thread of their own that keeps its database connection
-# while any feed exists: channels' database_sync_to_async closes the connection after
-# each call where connections are not kept (SQLite's CONN_MAX_AGE of 0), and opening
-# one cost ten times the read, at a read per doorbell; nor do the reads queue behind
-# page views on Django's one thread for sync code.
+# The feeds' reads, and the viewers' replays, run on a thread each of their own that
+# keeps its database connection while any feed exists: channels'
+# database_sync_to_async closes the connection after each call where connections are
+# not kept (SQLite's CONN_MAX_AGE of 0), and opening one cost ten times the read, at
+# a read per doorbell. Nor do they queue on Django's one thread for sync code, behind
+# (or in front of) page views and every socket's sign-in: a feed's read is not held
+# up by a replay, nor a page's reconnect by a replay of someone else's.
 _feed_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="feed-reads")
+_replay_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replays")
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
 async def on_feed_thread(read: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     return await sync_to_async(_dropping_a_broken_connection(read), thread_sensitive=False, executor=_feed_thread)(*args, **kwargs)
+
+
+async def on_replay_thread(read: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    return await sync_to_async(_dropping_a_broken_connection(read), thread_sensitive=False, executor=_replay_thread)(*args, **kwargs)
 
 
 def _dropping_a_broken_connection(read: Callable[P, R]) -> Callable[P, R]:
@@ -396,3 +402,4 @@ async def leave(kind: type[Feed[Any]], layer: Any, key: str, viewer: Any) -> Non
         await feed.close()
         if not _feeds:
             await on_feed_thread(close_connection)
+            await on_replay_thread(close_connection)

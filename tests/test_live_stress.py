@@ -64,7 +64,7 @@ class Viewer:
                 await asyncio.sleep(self.rng.random() * 0.3)
 
     async def connection(self, chaos: asyncio.Event, total: asyncio.Future[int]) -> None:
-        async with connect(self.url, additional_headers=self.headers, open_timeout=20, max_size=None) as ws:
+        async with connect(self.url, additional_headers=self.headers, open_timeout=20, close_timeout=0.5, max_size=None) as ws:
             self.connections += 1
             after = self.last
             await ws.send(json.dumps({"type": "subscribe", "after_seq": after}))
