@@ -24,7 +24,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "loop_overhead": ([], ["--steps", "500", "--trials", "3"]),
     "sandbox_overhead": ([], ["--reads", "200", "--checks", "6", "--starts", "3"]),
     "kill_latency": ([], ["--trials", "3"]),
-    "trace_latency": ([], ["--seconds", "4", "--repeats", "2", "--events", "2000"]),
+    "trace_latency": ([], ["--seconds", "4", "--repeats", "2", "--pair-events", "1000", "--pair-repeats", "1", "--events", "2000"]),
     "redaction_overhead": ([], ["--steps", "100", "--rounds", "3"]),
     "repo_scale": ([], ["--sizes", "10,5000", "--rounds", "1", "--calls", "50,50,2"]),
     "diff_cost": ([], ["--difflib-cuts", "250,500"]),

@@ -332,7 +332,8 @@ if env_bool("HARNESS_BEHIND_TLS_PROXY", False):
 X_FRAME_OPTIONS = "DENY"
 SECURE_REFERRER_POLICY = "same-origin"
 HARNESS_TRACE_WINDOW = env_int("HARNESS_TRACE_WINDOW", 200, minimum=20, maximum=2000)
-# How often a live viewer re-reads the log for a broadcast that never came.
+# How long a web process's live feed (runs.feeds) waits without a doorbell before it
+# reads the database anyway, for a doorbell that never came.
 HARNESS_TRACE_RECHECK_SECONDS = env_float("HARNESS_TRACE_RECHECK_SECONDS", 5.0, minimum=0.1)
 # Every live socket speaks at least this often, so a page can tell a quiet run from
 # a dead connection (runs.live).

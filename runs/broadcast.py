@@ -1,10 +1,12 @@
-"""Live fan-out of committed events to WebSocket viewers. The database is the
-record: a broadcast that fails is logged and the viewers catch up by replay.
+"""Doorbells for live viewers: "run R has events up to seq N", rung after the
+commit. A doorbell carries nothing a viewer is sent: each web process's feed
+(runs.feeds) reads the events from the database, so a doorbell that is lost,
+late or out of order delays what a viewer sees and never changes it.
 
-Three kinds of message go out: a run's events to the run's group; a one-line
-"this run changed" to the lists group (the runs list, the inbox and the control page
-refetch what they show); and a running check's latest output lines to the run's
-group, which is ephemeral: never stored, the final output is the artifact.
+Three kinds of message go out: a run's doorbell to the run's group; "the lists
+changed" to the lists group (the runs list, the inbox and the control page refetch
+what they show); and a running check's latest output lines to the run's group,
+which is ephemeral: never stored, the final output is the artifact.
 
 Sending happens on one background thread with its own long-lived event loop, in
 commit order, so a slow or restarting Redis never slows a run down, and callers may
@@ -105,44 +107,32 @@ class _Sender:
 
 def coalesce(batches: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
     """Whatever queued up while the last send was under way, as few messages as
-    possible: when the sender falls behind, each viewer gets fewer, larger messages
-    instead of a growing backlog. Only a group's consecutive messages merge, so each
-    group still gets everything in commit order."""
+    possible: one per group and kind (and per call for output), in the place of its
+    first. Nothing is lost by it: a run's doorbell with the highest seq says all
+    the earlier ones did (a seq is committed only after every seq before it), a
+    call's output is its latest tail, and "the lists changed" carries no data."""
     out: list[tuple[str, dict[str, Any]]] = []
-    last: dict[str, int] = {}  # group -> index in out of its latest message
+    at: dict[tuple[str, str, str], int] = {}  # (group, type, call) -> index in out
     for group, message in batches:
-        at = last.get(group)
-        merged = _merged(out[at][1], message) if at is not None else None
-        if at is not None and merged is not None:
-            out[at] = (group, merged)
+        key = (group, message["type"], message["output"]["call_id"] if message["type"] == "run.output" else "")
+        if key not in at:
+            at[key] = len(out)
+            out.append((group, message))
             continue
-        last[group] = len(out)
-        out.append((group, message))
+        earlier = out[at[key]][1]
+        if message["type"] == "run.doorbell":
+            message = {**message, "last_seq": max(earlier["last_seq"], message["last_seq"])}
+        out[at[key]] = (group, message)
     return out
-
-
-def _merged(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any] | None:
-    """One message standing for two consecutive ones to the same group, or None."""
-    if earlier["type"] != later["type"]:
-        return None
-    if later["type"] == "run.events":
-        return {**earlier, "events": earlier["events"] + later["events"]}
-    # A running call's output is its latest tail, and "changed" carries no data to
-    # lose: the later message says all the earlier one did.
-    if later["type"] == "run.output" and earlier["output"]["call_id"] == later["output"]["call_id"]:
-        return later
-    if later["type"] == "lists.changed":
-        return later
-    return None
 
 
 _sender = _Sender()
 
 
-def broadcast_events(run_id: str, events: list[dict[str, Any]]) -> None:
-    if events:
-        _sender.submit(run_group(run_id), {"type": "run.events", "events": events})
-        _sender.submit(LISTS_GROUP, {"type": "lists.changed", "run_id": run_id})
+def ring_doorbell(run_id: str, last_seq: int) -> None:
+    """Events of the run up to ``last_seq`` are committed (call it after the commit)."""
+    _sender.submit(run_group(run_id), {"type": "run.doorbell", "last_seq": last_seq})
+    _sender.submit(LISTS_GROUP, {"type": "lists.changed"})
 
 
 def broadcast_output(run_id: str, output: dict[str, Any]) -> None:
@@ -152,7 +142,7 @@ def broadcast_output(run_id: str, output: dict[str, Any]) -> None:
 
 def broadcast_lists_changed(reason: str) -> None:
     """Something the lists show changed without a run event (the global switch)."""
-    _sender.submit(LISTS_GROUP, {"type": "lists.changed", "run_id": "", "reason": reason})
+    _sender.submit(LISTS_GROUP, {"type": "lists.changed", "reason": reason})
 
 
 def flush_broadcasts(timeout: float = 5.0) -> bool:

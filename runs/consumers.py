@@ -1,12 +1,14 @@
 """The live trace of one run over a WebSocket.
 
 The client sends ``{"type": "subscribe", "after_seq": N}``. The consumer joins the
-run's group first (through the process's hub, runs.fanout, which hands each
-broadcast to all of the process's viewers of the run), then replays events after N
-from the database in pages, then streams what the group delivers. Whatever arrives twice (committed before the
-replay's query, broadcast after the join) is dropped by seq; a gap in the stream
-(a lost broadcast) is filled from the database, and so is a lost last broadcast,
-by a recheck after an interval without broadcasts. So a viewer gets every event exactly once, in order.
+process's feed of the run first (runs.feeds: it hears the run's doorbells and reads
+what is new from the database once for all the process's viewers), then replays
+the events after N from the database in pages, then sends what the feed hands it.
+Whatever it sends follows its cursor (the last seq sent) without a gap: a page
+that overlaps the cursor is sent from just after it, and when the feed is ahead
+of the cursor (its pages came while this socket was replaying) the socket catches
+up from the database itself. So a viewer gets every event exactly once, in order,
+and only ever from the database.
 
 Server messages: ``events`` (a list of presented events), ``live`` (the replay is
 done; with the heartbeat period), ``heartbeat`` (runs.live), ``output`` (the latest
@@ -19,38 +21,19 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections import OrderedDict
 from typing import Any
 
 from channels.db import database_sync_to_async
-from django.conf import settings
 
 from common.permissions import VIEW_RUNS
-from runs import fanout
-from runs.broadcast import run_group
+from runs import feeds
+from runs.feeds import Page, RunFeed, replay_page
 from runs.live import HeartbeatMixin
 from runs.models import Run
 from runs.session_sockets import current_user, user_group
-from runs.views.trace import present, stored_events_after
 
 log = logging.getLogger(__name__)
 NOT_SIGNED_IN, FORBIDDEN, NO_SUCH_RUN = 4401, 4403, 4404
-ENCODED_CACHE = 512
-
-# Every viewer of a run gets the same events: they are presented and encoded once per
-# process, not once per viewer. A run's events are immutable and seq is unique per
-# run, so (run, first seq, last seq) names the content. Consumers share one loop.
-_encoded: OrderedDict[tuple[str, int, int], str] = OrderedDict()
-
-
-def encode_events(run_id: str, events: list[dict[str, Any]]) -> str:
-    key = (run_id, events[0]["seq"], events[-1]["seq"])
-    text = _encoded.get(key)
-    if text is None:
-        text = _encoded[key] = json.dumps({"type": "events", "events": [present(event) for event in events]})
-        if len(_encoded) > ENCODED_CACHE:
-            _encoded.popitem(last=False)
-    return text
 
 
 def access_problem(user: Any, run_id: str) -> tuple[int, str] | None:
@@ -108,17 +91,12 @@ class Turn:
 class RunTraceConsumer(HeartbeatMixin):
     async def connect(self) -> None:
         self.run_id = str(self.scope["url_route"]["kwargs"]["run_id"])
-        self.group = run_group(self.run_id)
+        self.feed: RunFeed | None = None  # joined on the first subscribe
         self.cursor: int | None = None  # seq of the last event sent; None until subscribed
-        self.rechecks: asyncio.Task[None] | None = None
-        self.heard = False  # a broadcast arrived since the last recheck
         # Events are sent by one holder of the turn at a time, in seq order: the
-        # subscribe, a recheck, or the process's hub (runs.fanout) with a broadcast.
-        # The hub never waits for the turn: what it brings meanwhile is held, and the
-        # holder sends that too before it lets go.
+        # subscribe, a catch-up, or the feed with its page. The feed never waits for
+        # the turn: the holder catches up with it before it lets go.
         self.turn = Turn()
-        self.held: list[dict[str, Any]] = []
-        self.held_output: dict[str, Any] | None = None
         self.filling: asyncio.Task[None] | None = None
         await self.accept()
         # Accepted first so the client learns why it is refused and stops retrying.
@@ -137,10 +115,9 @@ class RunTraceConsumer(HeartbeatMixin):
 
     async def disconnect(self, code: int) -> None:
         self.stop_heartbeat()
-        for task in (self.rechecks, self.filling):
-            if task is not None:
-                task.cancel()
-        await fanout.leave(self.channel_layer, self.group, self)
+        if self.filling is not None:
+            self.filling.cancel()
+        await feeds.leave(RunFeed, self.channel_layer, self.run_id, self)
         if getattr(self, "user_group", None):
             await self.channel_layer.group_discard(self.user_group, self.channel_name)
 
@@ -165,105 +142,71 @@ class RunTraceConsumer(HeartbeatMixin):
             return
         await self.turn.take()
         try:
-            if self.cursor is None:
-                # Join before reading the database: anything committed after the read is
-                # then certain to arrive through the group.
-                await fanout.join(self.channel_layer, self.group, self)
-                self.rechecks = asyncio.create_task(self.recheck_periodically())
+            if self.feed is None:
+                # Join before reading the database: anything committed after the read
+                # is then certain to reach the feed.
+                self.feed = await feeds.join(RunFeed, self.channel_layer, self.run_id, self)
                 self.start_heartbeat()
             self.cursor = after
             await self.catch_up()
             await self.send_message({"type": "live", "last_seq": self.cursor, "heartbeat_seconds": self.heartbeat_seconds()})
         finally:
-            await self.send_held()
+            await self.let_go()
 
     async def catch_up(self) -> None:
-        """Send every stored event after the cursor, page by page."""
-        while True:
-            page = await database_sync_to_async(stored_events_after)(self.run_id, self.cursor)
-            if not page:
-                return
-            await self.send_events(page)
-
-    async def recheck_periodically(self) -> None:
-        # A gap shows when the next broadcast arrives; a lost *last* broadcast (the
-        # run's stop, say) has no next one. The check goes through this consumer's own
-        # channel, after its other messages, and sends only with the turn.
-        # While broadcasts keep arriving a lost one shows as a gap anyway, so the
-        # database is read only after an interval with none: with many viewers,
-        # reads every interval were a periodic stall of the live stream.
-        while True:
-            await asyncio.sleep(settings.HARNESS_TRACE_RECHECK_SECONDS)
-            if self.heard:
-                self.heard = False
+        """With the turn: send what follows the cursor up to the feed's mark, from
+        the feed's window where it reaches back that far, else from the database,
+        page by page. What commits after the mark reaches the feed (its doorbell,
+        or its recheck if that is lost) and then this socket."""
+        assert self.feed is not None and self.cursor is not None
+        while self.cursor < self.feed.mark:
+            window = self.feed.window
+            if window is not None and window.covers(self.cursor):
+                await self.send_page(window)
                 continue
-            await self.channel_layer.send(self.channel_name, {"type": "trace.recheck"})
+            page = await replay_page(self.run_id, self.cursor)
+            if page is None:
+                return  # not stored after all (the run's log was deleted): nothing to send
+            await self.send_page(page)
 
-    async def trace_recheck(self, message: dict[str, Any]) -> None:
-        if await self.session_recheck():
-            await self.turn.take()
-            try:
+    async def let_go(self) -> None:
+        """Give the turn back. The feed's pages that came while this socket held it
+        were not sent: catch up with the feed first."""
+        try:
+            if self.feed is not None and self.cursor is not None:
                 await self.catch_up()
-            finally:
-                await self.send_held()
-
-    async def hear(self, message: dict[str, Any]) -> None:
-        """A message to the run's group, from the hub (runs.fanout): on the hub's task,
-        so it never waits for the turn or the database."""
-        if message["type"] == "run.output":
-            if self.cursor is None:
-                return
-            # Only the latest output matters; while the turn is taken it waits, so it
-            # does not overtake the events held before it.
-            self.held_output = message["output"]
-            if self.turn.try_take():
-                await self.send_held()
-            return
-        if message["type"] != "run.events" or self.cursor is None:
-            return
-        self.heard = True
-        self.held += message["events"]
-        if not self.turn.try_take():
-            return  # the holder sends these before it lets go
-        first = min((event["seq"] for event in self.held if event["seq"] > self.cursor), default=None)
-        if first is None or first == self.cursor + 1:
-            await self.send_held()
-        else:
-            # A gap (a lost broadcast): filled from the database on a task of this
-            # socket's own, while the hub goes on to the other viewers.
-            self.filling = asyncio.create_task(self.fill_gap())
-
-    async def fill_gap(self) -> None:
-        try:
-            await self.send_held()
-        except Exception:  # noqa: BLE001 - the next broadcast or recheck tries again
-            log.warning("filling a gap in the trace of run %s failed", self.run_id, exc_info=True)
-
-    async def send_held(self) -> None:
-        """With the turn: send the held events in seq order, each once, filling any
-        gap before them from the database, and the latest held output; then give the
-        turn back."""
-        try:
-            while self.held or self.held_output is not None:
-                assert self.cursor is not None
-                if not self.held and self.held_output is not None:
-                    output, self.held_output = self.held_output, None
-                    await self.send_message({"type": "output", **output})
-                    continue
-                cursor = self.cursor
-                fresh = sorted({event["seq"]: event for event in self.held if event["seq"] > cursor}.values(), key=lambda e: e["seq"])
-                self.held = []
-                if fresh and fresh[0]["seq"] != cursor + 1:
-                    await self.catch_up()
-                    fresh = [event for event in fresh if event["seq"] > self.cursor]
-                if fresh:
-                    await self.send_events(fresh)
         finally:
             self.turn.give_back()
 
-    async def send_events(self, events: list[dict[str, Any]]) -> None:
-        self.cursor = events[-1]["seq"]
-        await self.send(text_data=encode_events(self.run_id, events))
+    async def offer(self, page: Page) -> None:
+        """The feed's page, on the feed's task: sent at once from after the cursor,
+        or, if the cursor is behind the page, the gap is read from the database on
+        a task of this socket's own while the feed goes on to the other viewers."""
+        if self.cursor is None or self.cursor >= page.last or not self.turn.try_take():
+            return  # nothing new, or the holder of the turn catches up before it lets go
+        if page.first <= self.cursor + 1:
+            try:
+                await self.send_page(page)
+            finally:
+                self.turn.give_back()
+        else:
+            self.filling = asyncio.create_task(self.fill())
+
+    async def fill(self) -> None:
+        try:
+            await self.let_go()
+        except Exception:  # noqa: BLE001 - the feed's next page or recheck tries again
+            log.warning("catching up the trace of run %s failed", self.run_id, exc_info=True)
+
+    async def show_output(self, output: dict[str, Any]) -> None:
+        if self.cursor is not None:
+            await self.send_message({"type": "output", **output})
+
+    async def send_page(self, page: Page) -> None:
+        assert self.cursor is not None
+        text = page.text_after(self.cursor)
+        self.cursor = page.last
+        await self.send(text_data=text)
 
     async def send_message(self, message: dict[str, Any]) -> None:
         await self.send(text_data=json.dumps(message))

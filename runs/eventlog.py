@@ -1,8 +1,9 @@
 """The one function that writes run events.
 
 ``append_events`` numbers events under the run row's lock, redacts them, stores
-them and broadcasts them only after the surrounding transaction commits, so a
-viewer never sees an event the database does not have. Every write is fenced
+them and rings the run's doorbell only after the surrounding transaction commits:
+live viewers read the events from the database (runs.feeds), so a viewer never
+sees an event the database does not have. Every write is fenced
 (``runs.core.fences``): by the lease of the worker driving the run, or by the run
 row's lock for anyone else."""
 
@@ -16,7 +17,7 @@ from typing import Any, NoReturn
 from django.db import DEFAULT_DB_ALIAS, connections, models, transaction
 
 from common.redact import masked, secret_values
-from runs.broadcast import broadcast_events
+from runs.broadcast import ring_doorbell
 from runs.core.events import Event as CoreEvent
 from runs.core.events import type_name
 from runs.core.fences import Fence, Lease
@@ -93,8 +94,8 @@ def append_events(
         # Listeners (webhook notifications) record what they need in this same
         # transaction, so it commits or rolls back with the events.
         events_stored.send(sender=Event, rows=rows, events=events)
-        broadcast = [row.as_dict() for row in rows]
-        transaction.on_commit(lambda: broadcast_events(str(run_id), broadcast))
+        last_seq = rows[-1].seq
+        transaction.on_commit(lambda: ring_doorbell(str(run_id), last_seq))
     return rows
 
 

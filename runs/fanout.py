@@ -3,11 +3,13 @@
 Through the channel layer every socket in a group gets its own copy of each group
 message: a queue put, a task wake-up, a decode and a dispatch per viewer per
 message, which at 200 events/s to 20 viewers was most of the web process's CPU.
-For the live streams (a run's events to its viewers, "changed" to the list pages)
-the process instead joins the group once, on a channel of its own, and one task
-hands each message, decoded once, to every local listener in turn. Delivery is the
-layer's own: in order per group, at most once with pub/sub (the listeners detect and
-fill gaps, as before), and Redis reconnects are the layer's business.
+For the live groups (a run's doorbells and output, the lists' doorbells) the
+process instead joins the group once, on a channel of its own, and one task hands
+each message, decoded once, to every local listener in turn: the group's feed
+(runs.feeds), which reads from the database what its viewers are sent. Delivery is
+the layer's own: in order per group, at most once with pub/sub (a lost doorbell
+only delays: the feed's next read or recheck finds what it announced), and Redis
+reconnects are the layer's business.
 
 A listener's ``hear`` runs on the hub's task, between other listeners' turns: it
 must not wait on anything slow (a database read, a lock another handler holds), or

@@ -9,6 +9,10 @@ The lists socket (``/ws/lists/``) tells the runs list, the approvals inbox and t
 control page that something they show changed (``{"type": "changed"}``). It carries
 no data: the page refetches itself with the viewer's own permissions, and it also
 refetches on every (re)connect, so a change made while it was away is never missed.
+What it is told comes from the database too: the process's lists feed (runs.feeds)
+reads the lists' version on a doorbell and after an interval without one, and each
+socket says "changed" when the version moved past what its page was last told, so
+a lost doorbell delays a refetch, never skips it.
 Like the trace socket, it follows its session (runs.session_sockets): told that its
 user changed, it re-reads the session and closes when the user may no longer see the
 lists."""
@@ -18,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from collections.abc import Hashable
 from typing import Any
 
 from channels.consumer import get_handler_name
@@ -26,8 +31,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from common.permissions import VIEW_APPROVALS, VIEW_RUNS
-from runs import fanout
-from runs.broadcast import LISTS_GROUP
+from runs import feeds
 from runs.session_sockets import current_user, user_group
 
 NOT_SIGNED_IN, FORBIDDEN = 4401, 4403
@@ -91,6 +95,7 @@ def lists_access_problem(user: Any) -> tuple[int, str] | None:
 
 class ListsConsumer(HeartbeatMixin):
     user_group = ""
+    seen: Hashable = None  # the lists' version this socket's page was last told of
 
     async def connect(self) -> None:
         await self.accept()
@@ -100,7 +105,8 @@ class ListsConsumer(HeartbeatMixin):
             return
         self.user_group = user_group(self.scope["user"].pk)
         await self.channel_layer.group_add(self.user_group, self.channel_name)
-        await fanout.join(self.channel_layer, LISTS_GROUP, self)
+        # The page was rendered before this: it refetches on a reconnect, not on this first "live".
+        self.seen = (await feeds.join(feeds.ListsFeed, self.channel_layer, "", self)).version
         self.start_heartbeat()
         await self.send(text_data=json.dumps({"type": "live", "heartbeat_seconds": self.heartbeat_seconds()}))
 
@@ -111,7 +117,7 @@ class ListsConsumer(HeartbeatMixin):
 
     async def disconnect(self, code: int) -> None:
         self.stop_heartbeat()
-        await fanout.leave(self.channel_layer, LISTS_GROUP, self)
+        await feeds.leave(feeds.ListsFeed, self.channel_layer, "", self)
         if self.user_group:
             await self.channel_layer.group_discard(self.user_group, self.channel_name)
 
@@ -127,7 +133,8 @@ class ListsConsumer(HeartbeatMixin):
         await self.refuse(problem)
         return False
 
-    async def hear(self, message: dict[str, Any]) -> None:
-        """A message to the lists group, from the process's hub (runs.fanout)."""
-        if message["type"] == "lists.changed":
-            await self.send(text_data=json.dumps({"type": "changed", "run_id": message.get("run_id", "")}))
+    async def changed(self, version: Hashable) -> None:
+        """The lists' version the feed read, on the feed's task."""
+        if version != self.seen:
+            self.seen = version
+            await self.send(text_data=json.dumps({"type": "changed"}))

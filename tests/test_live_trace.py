@@ -16,7 +16,7 @@ from django.db import connection
 from django.test import Client
 
 from harness_site.asgi import application
-from runs import eventlog, fanout
+from runs import eventlog, fanout, feeds
 from runs.broadcast import run_group
 from runs.core import events as ev
 from runs.core.fences import RowLock
@@ -126,7 +126,7 @@ def test_it_fills_a_lost_broadcast_from_the_database(scene, reviewer, monkeypatc
         # A broadcast lost on the way (a Redis hiccup, a full channel): only the
         # next event's broadcast arrives, and the viewer still gets both.
         with monkeypatch.context() as lost:
-            lost.setattr(eventlog, "broadcast_events", lambda run_id, events: None)
+            lost.setattr(eventlog, "ring_doorbell", lambda run_id, last_seq: None)
             await database_sync_to_async(notes)(run_id, 1)
         await database_sync_to_async(notes)(run_id, 1)
         seqs, _ = await receive_until(communicator, start + 2)
@@ -149,7 +149,7 @@ def test_it_delivers_a_lost_last_broadcast_by_rechecking(scene, reviewer, monkey
         await communicator.receive_json_from(timeout=5)  # live
         # The run's last event, and its broadcast is lost: no later one will show the gap.
         with monkeypatch.context() as lost:
-            lost.setattr(eventlog, "broadcast_events", lambda run_id, events: None)
+            lost.setattr(eventlog, "ring_doorbell", lambda run_id, last_seq: None)
             await database_sync_to_async(notes)(run_id, 1)
         seqs, _ = await receive_until(communicator, start + 1, timeout=5)
         await communicator.disconnect()
@@ -188,10 +188,18 @@ def test_it_resumes_after_a_reconnect_from_the_seq_the_client_has(scene, reviewe
     assert async_to_sync(second_visit)(seen[-1], last) == list(range(seen[-1] + 1, last + 3))
 
 
-def test_it_streams_to_many_viewers_of_a_run_through_one_subscription_each_event_once(scene, reviewer):
+def test_it_streams_to_many_viewers_of_a_run_through_one_subscription_and_one_read_each_event_once(scene, reviewer, monkeypatch):
     cookie = session_cookie(reviewer)
     run_id = str(scene.run.pk)
     start = scene.run.last_seq
+    reads: list[int] = []
+    real_read = feeds.read_page
+
+    def counted(run: str, after: int) -> feeds.Page | None:
+        reads.append(after)
+        return real_read(run, after)
+
+    monkeypatch.setattr(feeds, "read_page", counted)
 
     async def watch() -> tuple[list[list[int]], list[int], int, bool]:
         viewers = [socket(cookie, run_id) for _ in range(5)]
@@ -201,6 +209,7 @@ def test_it_streams_to_many_viewers_of_a_run_through_one_subscription_each_event
             assert (await viewer.receive_json_from(timeout=5))["type"] == "live"
         layer = get_channel_layer()
         members = len(layer._get_layer().groups[f"{layer._get_layer().prefix}__group__{run_group(run_id)}"])
+        reads.clear()
         await database_sync_to_async(notes)(run_id, 6, batch=2)
         first, _ = await receive_until(viewers[0], start + 6)
         await viewers[0].disconnect()  # one leaves; the others' stream goes on
@@ -208,10 +217,15 @@ def test_it_streams_to_many_viewers_of_a_run_through_one_subscription_each_event
         rest = [await receive_until(viewer, start + 12) for viewer in viewers[1:]]
         for viewer in viewers[1:]:
             await viewer.disconnect()
-        left = not any(group == run_group(run_id) for _, _, group in fanout._hubs)
+        left = not any(group == run_group(run_id) for _, _, group in fanout._hubs) and not any(
+            key == run_id for _, _, _, key in feeds._feeds
+        )
         return [seqs for seqs, _ in rest], first, members, left
 
     rest, first, members, left = async_to_sync(watch)()
+    # Five doorbells: the process's feed reads for each once at most (and once more
+    # when one rang during a read), however many viewers there are.
+    assert 0 < len(reads) <= 10, reads
     assert first == list(range(start + 1, start + 7))
     assert rest == [list(range(start + 1, start + 13))] * 4
     assert members == 1, "the process joins the run's group once, not once per viewer"

@@ -18,12 +18,14 @@ from django.urls import reverse
 from approvals.services import deny
 from common.times import when
 from harness_site.asgi import application
+from runs import eventlog
 from runs.broadcast import LISTS_GROUP, broadcast_output, coalesce
 from runs.control import set_global
 from runs.core import events as ev
 from runs.core.fences import RowLock
 from runs.core.tools import BUILTIN_TOOLS
 from runs.eventlog import append_events
+from runs.feeds import Page, contiguous_after
 from runs.live_output import LiveOutput
 from runs.models import Run
 from runs.views.trace import group_cards, present
@@ -144,7 +146,32 @@ def test_it_tells_the_list_pages_when_a_run_changes(operator, reviewer, quick_be
 
     live, beat, changed = async_to_sync(watch)()
     assert live["heartbeat_seconds"] == quick_beats and beat["type"] == "heartbeat"
-    assert changed == {"type": "changed", "run_id": run_id}
+    assert changed == {"type": "changed"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_tells_the_list_pages_of_a_change_whose_doorbell_was_lost(operator, reviewer, settings, monkeypatch, quick_beats):
+    settings.HARNESS_TRACE_RECHECK_SECONDS = 0.3
+    scene = waiting_scene(operator)
+    run_id = str(scene.run.pk)
+    communicator = lists_socket(session_cookie(reviewer))
+
+    @database_sync_to_async
+    def note() -> None:
+        with monkeypatch.context() as lost:
+            lost.setattr(eventlog, "ring_doorbell", lambda run_id, last_seq: None)
+            append_events(
+                run_id, [ev.ModelNote(run_id=run_id, seq=0, ts=time.time(), kind="note", detail={})], fence=RowLock("a test's writer")
+            )
+
+    async def watch() -> dict:
+        await opened(communicator)
+        await note()
+        changed = await next_of(communicator, "changed", timeout=5)
+        await communicator.disconnect()
+        return changed
+
+    assert async_to_sync(watch)() == {"type": "changed"}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -243,28 +270,41 @@ def test_it_words_the_stop_reasons_and_request_statuses_of_issues_11_and_20():
     assert duration(42.7) == "42s" and duration(185) == "3m 05s" and duration(7440) == "2h 04m"
 
 
-def test_it_merges_what_queued_up_per_group_keeping_each_groups_order():
-    def events(*seqs: int) -> dict:
-        return {"type": "run.events", "events": [{"seq": n} for n in seqs]}
+def test_it_hands_on_only_events_that_follow_the_mark_without_a_gap():
+    assert contiguous_after(4, [5, 6, 7, 9, 10]) == 3
+    assert contiguous_after(4, [6, 7]) == 0
+    assert contiguous_after(0, []) == 0
+    page = Page(5, ['{"seq": 5}', '{"seq": 6}', '{"seq": 7}'], full=False)
+    assert page.last == 7
+    assert page.text_after(4) == '{"type": "events", "events": [{"seq": 5},{"seq": 6},{"seq": 7}]}'
+    assert page.text_after(6) == '{"type": "events", "events": [{"seq": 7}]}'
+
+
+def test_it_joins_what_queued_up_per_group_into_the_latest_doorbell_and_output():
+    def doorbell(seq: int) -> dict:
+        return {"type": "run.doorbell", "last_seq": seq}
 
     def output(call: str, line: str) -> dict:
         return {"type": "run.output", "output": {"call_id": call, "lines": [line]}}
 
-    changed = {"type": "lists.changed", "run_id": "a"}
+    changed = {"type": "lists.changed"}
     queued = [
-        ("run.a", events(1)),
+        ("run.a", doorbell(3)),
         (LISTS_GROUP, changed),
-        ("run.a", events(2, 3)),
+        ("run.b", doorbell(7)),
         ("run.a", output("c1", "x")),
+        ("run.a", doorbell(9)),  # another process rang for 4 to 8 meanwhile: 9 says they are committed too
+        ("run.a", output("c2", "z")),
         ("run.a", output("c1", "y")),
         (LISTS_GROUP, changed),
-        ("run.a", events(4)),
+        ("run.a", doorbell(5)),  # a late one changes nothing
     ]
     assert coalesce(queued) == [
-        ("run.a", events(1, 2, 3)),
+        ("run.a", doorbell(9)),
         (LISTS_GROUP, changed),
+        ("run.b", doorbell(7)),
         ("run.a", output("c1", "y")),
-        ("run.a", events(4)),
+        ("run.a", output("c2", "z")),
     ]
 
 

@@ -320,12 +320,6 @@ def group_cards(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return items
 
 
-def stored_events_after(run_id: str, after_seq: int, limit: int = REPLAY_PAGE) -> list[dict[str, Any]]:
-    """Stored events after ``after_seq`` as the broadcast carries them (not presented)."""
-    rows = Event.objects.filter(run_id=run_id, seq__gt=after_seq).order_by("seq")[:limit]
-    return [row.as_dict() for row in rows]
-
-
 def events_before(run_id: str, before_seq: int | None, limit: int) -> list[dict[str, Any]]:
     """The ``limit`` newest events before ``before_seq`` (or the newest overall), oldest first."""
     query = Event.objects.filter(run_id=run_id)

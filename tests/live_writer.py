@@ -1,0 +1,69 @@
+"""A writer OS process for the live-trace stress test: appends notes to one run,
+singles and batches of up to eight, as fast as it can for a number of seconds,
+while a share of its broadcasts is thrown away on the way to Redis.
+
+    python -m tests.live_writer <run-id> <seconds> <seed> <share lost>
+
+Run with the test's service environment (tests.fixtures_services.service_env):
+it prints "ready" once Django is set up, starts writing on a line from stdin, and
+ends with a line of how many events it wrote and broadcasts it dropped."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from typing import Any
+
+
+def lossy(layer: Any, rng: random.Random, share: float, dropped: list[int]) -> Any:
+    """The channel layer, with ``share`` of the messages to a run's group lost."""
+
+    class Lossy:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(layer, name)
+
+        async def group_send(self, group: str, message: dict[str, Any]) -> None:
+            if group.startswith("run.") and rng.random() < share:
+                dropped.append(1)
+                return
+            await layer.group_send(group, message)
+
+    return Lossy()
+
+
+def main() -> None:
+    run_id, seconds, seed, share = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    import django
+
+    django.setup()
+    from channels.layers import get_channel_layer
+
+    from runs import broadcast
+    from runs.core import events as ev
+    from runs.core.fences import RowLock
+    from runs.eventlog import append_events
+
+    rng = random.Random(seed)
+    dropped: list[int] = []
+    real = get_channel_layer()
+    broadcast.get_channel_layer = lambda: lossy(real, rng, share, dropped)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    written = 0
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        size = 1 if rng.random() < 0.5 else rng.randint(2, 8)
+        notes = [
+            ev.ModelNote(run_id=run_id, seq=0, ts=time.time(), kind="stress", detail={"writer": seed, "n": written + i})
+            for i in range(size)
+        ]
+        append_events(run_id, notes, fence=RowLock("a stress writer"))
+        written += size
+    broadcast.flush_broadcasts()  # sent from a thread that dies with this process
+    print(json.dumps({"written": written, "dropped": len(dropped)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
