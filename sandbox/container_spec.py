@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import docker
@@ -19,6 +19,7 @@ from docker.types import Mount, Ulimit
 
 from runs.core.policy import SandboxLimits
 from sandbox.engine import SandboxUnavailable
+from sandbox.seccomp import profile_digest, security_option
 
 SANDBOX_USER = "65534:65534"
 WORKDIR = "/workspace"
@@ -57,17 +58,32 @@ class RuntimeMissing(SandboxUnavailable):
 # the host budget leaves room for the sandbox's own limit to act first.
 RUNSC_BASE_PIDS = 64
 RUNSC_PIDS_PER_TASK = 32
-RUNSC_CONFIG = '{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=none"]}}}'
+# --oci-seccomp: without it gVisor ignores the container's seccomp profile, and its
+# own system call table (io_uring and user namespaces included, in Debian 12's
+# release) is all that stands between a check and the sandbox kernel.
+RUNSC_ARGS = ["--platform=ptrace", "--network=none", "--oci-seccomp"]
+RUNSC_CONFIG = json.dumps({"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": RUNSC_ARGS}}})
+
+
+def runtime_problem(registered: dict[str, Any], runtime: str) -> str | None:
+    """Why the engine's registered runtimes (``docker info``'s ``Runtimes``) cannot
+    run a sandbox under ``runtime``, or None."""
+    if runtime not in registered:
+        return f"the Docker engine has no runtime {runtime!r} (it has {', '.join(sorted(registered)) or 'none'})"
+    args = (registered[runtime] or {}).get("runtimeArgs") or []
+    if runtime == "runsc" and "--oci-seccomp" not in args:
+        return "the Docker engine's runsc runtime is registered without --oci-seccomp, so the sandbox's seccomp profile would not apply"
+    return None
 
 
 def check_runtime(client: docker.DockerClient, runtime: str) -> None:
-    """Refuse, naming it, a runtime the engine has not registered (the engine's own
-    error would come only at create time, and less clearly)."""
-    registered = client.info().get("Runtimes") or {}
-    if runtime not in registered:
+    """Refuse, naming it, a runtime the engine has not registered, or has registered
+    so that the sandbox defaults would not hold (the engine's own error would come
+    only at create time, and less clearly; a missing flag, never)."""
+    problem = runtime_problem(client.info().get("Runtimes") or {}, runtime)
+    if problem is not None:
         raise RuntimeMissing(
-            f"the Docker engine has no runtime {runtime!r} (policy sandbox.runtime = {runtime}; "
-            f"it has {', '.join(sorted(registered)) or 'none'}). Register it in /etc/docker/daemon.json"
+            f"{problem} (policy sandbox.runtime = {runtime}). Register it in /etc/docker/daemon.json"
             + (f" as {RUNSC_CONFIG}" if runtime == "runsc" else "")
             + " and restart the engine (scripts/start_docker.sh does this), or choose another runtime in the policy"
         )
@@ -82,6 +98,9 @@ class ContainerSpec:
     network: str = "none"
     scratch_mb: int = 256
     runtime: str = "runc"
+    # Not a policy limit: the sandbox's seccomp profile, so that a container made
+    # under an older profile is not reused (its digest is in the spec's).
+    seccomp: str = field(default_factory=profile_digest)
 
     @classmethod
     def from_limits(cls, limits: SandboxLimits, image: str) -> ContainerSpec:
@@ -140,7 +159,8 @@ def create_container(client: docker.DockerClient, run_id: str, source: str, spec
         network_mode=spec.network,
         read_only=True,
         cap_drop=["ALL"],
-        security_opt=["no-new-privileges"],
+        # The project's own profile, not the engine's default (sandbox/seccomp.py).
+        security_opt=["no-new-privileges", security_option()],
         mem_limit=spec.memory,
         memswap_limit=spec.memory,
         nano_cpus=int(spec.cpus * 1_000_000_000),
