@@ -134,7 +134,20 @@ def line_secrets() -> list[str]:
 
 
 def _mask(content: bytes, secrets: list[str]) -> bytes:
-    return redact_text(content.decode("utf-8", "surrogateescape"), secrets).encode("utf-8", "surrogateescape")
+    """``content`` (whole lines) masked line by line. Most pieces hold nothing to mask,
+    and masking them whole tells so at once; a piece that does is masked again a line
+    at a time, so no pattern ever reaches from one line into the next."""
+    text = content.decode("utf-8", "surrogateescape")
+    masked = redact_text(text, secrets)
+    if masked != text and "\n" in text.rstrip("\n"):
+        masked = "".join(redact_text(line, secrets) for line in text_lines(text))
+    return masked.encode("utf-8", "surrogateescape")
+
+
+def text_lines(text: str) -> list[str]:
+    """``text`` cut after each newline (only "\\n": that is what ends a line in output)."""
+    parts = text.split("\n")
+    return [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
 def _seam(line: bytes, at: int, secrets: list[str]) -> int:

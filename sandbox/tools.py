@@ -183,9 +183,7 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
     except SandboxUnavailable as exc:
         return _infrastructure(exc.reason, **base)
     listener = ctx.live_output(call.call_id) if ctx.live_output is not None else None
-    capture = OutputCapture(
-        inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir, listener=listener, store_limit=store_limit
-    )
+    capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir, listener=listener, store_limit=store_limit)
     try:
         result = _run_read_only(ctx, container, check, capture)
     except SandboxUnavailable as exc:
