@@ -40,8 +40,7 @@ fi
 # gVisor (policy sandbox.runtime = runsc): register Debian's runsc with the engine
 # before it starts, keeping whatever else daemon.json says. The ptrace platform works
 # on these machines; --network=none is required (sandboxes have no network anyway),
-# or runsc refuses to start in the root network namespace; --oci-seccomp makes gVisor
-# apply the sandbox's seccomp profile (sandbox/container_spec.py, RUNSC_ARGS).
+# or runsc refuses to start in the root network namespace.
 register_runsc() {
     local config=${HARNESS_DOCKERD_CONFIG:-/etc/docker/daemon.json}
     if [ ! -x /usr/bin/runsc ]; then
@@ -53,7 +52,7 @@ register_runsc() {
 import json, os, sys
 path = sys.argv[1]
 config = json.load(open(path)) if os.path.exists(path) and os.path.getsize(path) else {}
-config.setdefault("runtimes", {})["runsc"] = {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=none", "--oci-seccomp"]}
+config.setdefault("runtimes", {})["runsc"] = {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=none"]}
 with open(path + ".tmp", "w") as handle:
     json.dump(config, handle, indent=2)
 os.replace(path + ".tmp", path)

@@ -152,8 +152,8 @@ def test_it_stores_a_bounded_artifact_of_a_check_that_prints_a_gigabyte(runc_san
         assert handle.read(17) == b"0123456789abcdef\n"
         handle.seek(-2000, os.SEEK_END)
         end = handle.read()
-    assert b"[harness: output cut: the first" in stored.read_bytes()[-30_000:] and end.endswith(b"\nlast-line\n")
-    assert "stored output (cut)" in data["output"] and data["output"].endswith("last-line\n")
+    assert b"[harness: output cut: the first" in stored.read_bytes()[-30_000:] and end.endswith(b"0123456789abclast-line\n")
+    assert "stored output (cut)" in data["output"] and data["output"].endswith("0123456789abclast-line\n")
     # A loud check still passes: its output is capped, not its verdict.
     assert outcome.of_type("evidence_recorded")[0].passed is True
 
@@ -324,3 +324,20 @@ def rss(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise AssertionError(f"no VmRSS for {pid}")
+
+
+def test_it_ships_a_seccomp_profile_that_denies_io_uring_and_allows_clone_only_without_namespaces() -> None:
+    import json
+
+    from sandbox.seccomp import DENIED, NOT_IMPLEMENTED, PROFILE_PATH, build_profile
+
+    profile = json.loads(PROFILE_PATH.read_text())
+    assert profile["defaultAction"] == "SCMP_ACT_ERRNO"
+    allowed = {name for rule in profile["syscalls"] if rule["action"] == "SCMP_ACT_ALLOW" and "args" not in rule for name in rule["names"]}
+    assert not allowed & set(DENIED) and {"read", "execve", "wait4", "futex", "openat"} <= allowed
+    (clone,) = [rule for rule in profile["syscalls"] if rule["names"] == ["clone"]]
+    assert clone["args"] == [{"index": 0, "value": 0x7E020000, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}]
+    (enosys,) = [rule for rule in profile["syscalls"] if rule.get("errnoRet") == 38]
+    assert set(enosys["names"]) == set(NOT_IMPLEMENTED) and "io_uring_setup" in enosys["names"]
+    # What the module builds from the same table of calls is what is shipped.
+    assert build_profile(allowed | {"clone", "personality"}) == profile
