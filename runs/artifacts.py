@@ -11,7 +11,7 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 
 from django.conf import settings
@@ -107,7 +107,7 @@ class FileArtifactStore:
         return artifact_path(ref).read_bytes()
 
 
-def masked_chunks(ref: str) -> Iterator[bytes]:
+def masked_chunks(ref: str) -> Generator[bytes, None, None]:
     """The artifact's bytes with secrets masked, in pieces of about ``READ_BYTES``
     (whole lines), holding at most ``MASK_LINE_BYTES`` and a read in memory."""
     secrets = line_secrets()

@@ -13,7 +13,7 @@ from django import forms
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.core.handlers.asgi import ASGIRequest
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
@@ -99,9 +99,13 @@ def stream_masked(request: HttpRequest, ref: str) -> StreamingHttpResponse:
 async def _each_in_a_thread(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
     # Reading and masking block: each piece is made in a worker thread, and the next
     # is asked for only once this one is sent.
-    step = sync_to_async(next, thread_sensitive=False)
-    while (chunk := await step(chunks, None)) is not None:
+    step = sync_to_async(_next_or_none, thread_sensitive=False)
+    while (chunk := await step(chunks)) is not None:
         yield chunk
+
+
+def _next_or_none(chunks: Iterator[bytes]) -> bytes | None:
+    return next(chunks, None)
 
 
 def shown_lines(ref: str) -> tuple[list[str], bool]:
@@ -132,7 +136,7 @@ def output_cut(run: Run, ref: str) -> dict[str, Any] | None:
 
 @require_GET
 @require(VIEW_RUNS)
-def run_artifact(request: HttpRequest, run_id: str, ref: str) -> HttpResponse | StreamingHttpResponse:
+def run_artifact(request: HttpRequest, run_id: str, ref: str) -> HttpResponseBase:
     run = get_object_or_404(Run, pk=run_id)
     try:
         artifact_path(ref)
