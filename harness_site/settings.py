@@ -153,6 +153,10 @@ CELERY_BEAT_SCHEDULE = {
 HARNESS_LEASE_SECONDS = env_int("HARNESS_LEASE_SECONDS", 30, minimum=2)
 # Free space a worker's disk keeps: checks are refused, or stopped, below it.
 HARNESS_DISK_RESERVE_MB = env_int("HARNESS_DISK_RESERVE_MB", 1024, minimum=0)
+# What one check may store of its output (the rest is counted, not kept), and what one
+# run's artifacts may hold together: past it the run runs no more checks.
+HARNESS_CHECK_OUTPUT_MAX_MB = env_int("HARNESS_CHECK_OUTPUT_MAX_MB", 8, minimum=1, maximum=4096)
+HARNESS_RUN_ARTIFACTS_MAX_MB = env_int("HARNESS_RUN_ARTIFACTS_MAX_MB", 512, minimum=1)
 HARNESS_KILL_POLL_SECONDS = env_float("HARNESS_KILL_POLL_SECONDS", 0.25, minimum=0.05)
 # The most of a publish's diff a reviewer is shown; a larger one lists what is too
 # large to show and cannot be granted as it is (docs/performance.md: what a page costs).

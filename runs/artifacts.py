@@ -1,5 +1,9 @@
 """Content-addressed artifact storage: bytes on disk under ARTIFACT_ROOT, a row per
-distinct content. Writing the same output twice stores it once."""
+distinct content. Writing the same output twice stores it once. A store given a run
+also records what that run stored (``RunArtifact``), which its quota counts.
+
+Artifacts are read back in bounded pieces, never whole: ``masked_chunks`` masks them
+a line at a time for the pages and downloads (docs/design.md, Trust boundaries)."""
 
 from __future__ import annotations
 
@@ -7,16 +11,30 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections import deque
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 from django.conf import settings
+from django.db.models import Sum
 
+from common.redact import redact_lines, redact_text, secret_values
 from runs.core.jsonutil import sha256_bytes
-from runs.models import Artifact
+from runs.models import Artifact, RunArtifact
 
 # Readable by the (unprivileged) web server, which shows the artifacts a (root) worker
 # stored: mkstemp's 0600, or a spool file's mode, would hide them from it.
 ARTIFACT_MODE = 0o644
+READ_BYTES = 1 << 16
+# Masking holds one line at a time. Every credential pattern and configured secret is
+# matched within a line, so masking whole lines masks exactly what masking the whole
+# file would; a line longer than this is cut where no secret crosses (``_seam``).
+MASK_LINE_BYTES = 1 << 20
+# Around a cut in an overlong line, masking the two sides apart must give what masking
+# them together does over this many bytes each side: a secret up to this long that
+# crosses the cut is seen. Cuts are tried this many bytes apart, going back.
+SEAM_BYTES = 8192
+SEAM_STEP = 512
 
 
 def artifact_path(ref: str) -> Path:
@@ -27,6 +45,12 @@ def artifact_path(ref: str) -> Path:
 
 
 class FileArtifactStore:
+    """``run_id`` names the run whose artifacts these are (the executor's and the
+    loop's store); without one (the pages, which only read) nothing is counted."""
+
+    def __init__(self, run_id: str | None = None) -> None:
+        self.run_id = run_id
+
     def put(self, content: bytes, media_type: str) -> str:
         ref = "sha256:" + sha256_bytes(content)
         path = artifact_path(ref)
@@ -38,12 +62,12 @@ class FileArtifactStore:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(content)
             os.replace(tmp, path)
-        Artifact.objects.get_or_create(ref=ref, defaults={"size": len(content), "media_type": media_type})
+        self._record(ref, len(content), media_type)
         return ref
 
     def put_file(self, source: Path, media_type: str) -> str:
-        """Store a file's content without reading it into memory (a check's 100 MB
-        of output); ``source`` is consumed."""
+        """Store a file's content without reading it into memory (a check's output);
+        ``source`` is consumed."""
         digest = hashlib.sha256()
         size = 0
         with open(source, "rb") as handle:
@@ -64,8 +88,96 @@ class FileArtifactStore:
             os.replace(tmp, path)
             source.unlink()
         os.chmod(path, ARTIFACT_MODE)
-        Artifact.objects.get_or_create(ref=ref, defaults={"size": size, "media_type": media_type})
+        self._record(ref, size, media_type)
         return ref
+
+    def _record(self, ref: str, size: int, media_type: str) -> None:
+        Artifact.objects.get_or_create(ref=ref, defaults={"size": size, "media_type": media_type})
+        if self.run_id is not None:
+            # Once per run and content: the disk holds it once however often it is stored.
+            RunArtifact.objects.get_or_create(run_id=self.run_id, ref=ref, defaults={"size": size})
+
+    def stored_bytes(self) -> int:
+        """What this run's artifacts hold (0 for a store given no run)."""
+        if self.run_id is None:
+            return 0
+        total = RunArtifact.objects.filter(run_id=self.run_id).aggregate(total=Sum("size"))["total"]
+        return int(total or 0)
 
     def get(self, ref: str) -> bytes:
         return artifact_path(ref).read_bytes()
+
+
+def masked_chunks(ref: str) -> Generator[bytes, None, None]:
+    """The artifact's bytes with secrets masked, in pieces of about ``READ_BYTES``
+    (whole lines), holding at most ``MASK_LINE_BYTES`` and a read in memory. Lines go
+    through one ``redact_lines``, so a private key is followed from line to line
+    across reads, as masking the whole file would."""
+    secrets = line_secrets()
+    ends: deque[str] = deque()
+
+    def texts() -> Iterator[str]:
+        for text, end in _pieces(ref, secrets):
+            ends.append(end)
+            yield text
+
+    out: list[str] = []
+    size = 0
+    for masked in redact_lines(texts(), secrets):
+        out.append(masked + ends.popleft())
+        size += len(out[-1])
+        if size >= READ_BYTES:
+            yield "".join(out).encode("utf-8", "surrogateescape")
+            out, size = [], 0
+    if out:
+        yield "".join(out).encode("utf-8", "surrogateescape")
+
+
+def _pieces(ref: str, secrets: list[str]) -> Iterator[tuple[str, str]]:
+    """The artifact's lines (text, "\\n"), and an overlong line in pieces (text, "")
+    cut where no secret crosses (``_seam``)."""
+    pending = b""
+    with open(artifact_path(ref), "rb") as handle:
+        while block := handle.read(READ_BYTES):
+            pending += block
+            while (cut := pending.find(b"\n")) >= 0:
+                yield pending[:cut].decode("utf-8", "surrogateescape"), "\n"
+                pending = pending[cut + 1 :]
+            while len(pending) >= MASK_LINE_BYTES + SEAM_BYTES:
+                cut = _seam(pending, MASK_LINE_BYTES, secrets)
+                yield pending[:cut].decode("utf-8", "surrogateescape"), ""
+                pending = pending[cut:]
+    if pending:
+        yield pending.decode("utf-8", "surrogateescape"), ""
+
+
+def line_secrets() -> list[str]:
+    """The configured secret values as masking within a line sees them: a value of
+    several lines (a key in an environment variable) is masked line by line, so each
+    of its lines long enough to be masked at all is looked for on its own."""
+    lines = {line for value in secret_values() for line in value.splitlines()}
+    return sorted((line for line in lines if len(line) >= 8), key=len, reverse=True)
+
+
+def _mask(piece: bytes, secrets: list[str]) -> bytes:
+    """A piece of one line masked (the shapes and configured values, which never
+    reach past a line)."""
+    return redact_text(piece.decode("utf-8", "surrogateescape"), secrets).encode("utf-8", "surrogateescape")
+
+
+def _seam(line: bytes, at: int, secrets: list[str]) -> int:
+    """Where to cut an overlong line near ``at``: the first point going back where
+    masking each side apart equals masking the two together around the point, so no
+    secret shorter than ``SEAM_BYTES`` crosses it. Bytes of a multi-byte character
+    are never separated (a cut at a continuation byte moves back)."""
+    for cut in range(at, max(0, at - SEAM_BYTES), -SEAM_STEP):
+        while cut > 0 and line[cut] & 0xC0 == 0x80:
+            cut -= 1
+        if cut == 0:
+            break
+        left, right = line[max(0, cut - SEAM_BYTES) : cut], line[cut : cut + SEAM_BYTES]
+        if _mask(left, secrets) + _mask(right, secrets) == _mask(left + right, secrets):
+            return cut
+    # A credential-shaped run of token characters longer than the seam: cut where
+    # asked; its first part is masked, as every shorter secret is.
+    return at

@@ -147,7 +147,7 @@ def drive_run(
         workspace=environment.workspace,
         approvals=approvals,
         store=store or DjangoStore(driver_fence(lease_token)),
-        artifacts=FileArtifactStore(),
+        artifacts=FileArtifactStore(str(run.pk)),
         clock=clock,
         controls=controls,
         config=HarnessConfig(retry_base_seconds=settings.HARNESS_RETRY_BASE_SECONDS),

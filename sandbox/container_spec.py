@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import docker
@@ -19,6 +19,7 @@ from docker.types import Mount, Ulimit
 
 from runs.core.policy import SandboxLimits
 from sandbox.engine import SandboxUnavailable
+from sandbox.seccomp import profile_digest, security_option
 
 SANDBOX_USER = "65534:65534"
 WORKDIR = "/workspace"
@@ -62,6 +63,12 @@ class RuntimeMissing(SandboxUnavailable):
 # the host budget leaves room for the sandbox's own limit to act first.
 RUNSC_BASE_PIDS = 64
 RUNSC_PIDS_PER_TASK = 32
+# gVisor is given the sandbox's seccomp profile like runc, but (Debian 12's release)
+# ignores it: with --oci-seccomp it would filter only the container's first process,
+# never the `docker exec` processes every check is, and it answers EPERM where the
+# profile says ENOSYS, which breaks the C library's clone3 fallback. A check's system
+# calls reach gVisor's own kernel, io_uring included, which runs on the host under
+# gVisor's own filter (docs/design.md, Trust boundaries).
 RUNSC_CONFIG = '{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--network=none"]}}}'
 
 
@@ -87,6 +94,9 @@ class ContainerSpec:
     network: str = "none"
     scratch_mb: int = 256
     runtime: str = "runc"
+    # Not a policy limit: the sandbox's seccomp profile, so that a container made
+    # under an older profile is not reused (its digest is in the spec's).
+    seccomp: str = field(default_factory=profile_digest)
 
     @classmethod
     def from_limits(cls, limits: SandboxLimits, image: str) -> ContainerSpec:
@@ -151,7 +161,8 @@ def create_container(client: docker.DockerClient, run_id: str, role: str, source
         network_mode=spec.network,
         read_only=True,
         cap_drop=["ALL"],
-        security_opt=["no-new-privileges"],
+        # The project's own profile, not the engine's default (sandbox/seccomp.py).
+        security_opt=["no-new-privileges", security_option()],
         mem_limit=spec.memory,
         memswap_limit=spec.memory,
         nano_cpus=int(spec.cpus * 1_000_000_000),

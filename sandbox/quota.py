@@ -15,7 +15,10 @@ it starts when the workspace holds more than the policy's ``workspace_max_mb``, 
 when the worker's disk has less free space than ``HARNESS_DISK_RESERVE_MB``. What
 does land on the worker's disk during a check is its output, spooled for the
 artifact store; the free space there is read (one ``statvfs``) every
-``WATCH_SECONDS`` and the check stopped when it falls below the reserve."""
+``WATCH_SECONDS`` and the check stopped when it falls below the reserve. That output
+is bounded too: one check stores at most ``output_max_bytes`` of it
+(``sandbox.output_capture`` says where it was cut), and a run's artifacts together
+at most ``run_artifacts_max_bytes``; a run that has used them up runs no more checks."""
 
 from __future__ import annotations
 
@@ -39,6 +42,8 @@ class QuotaProblem:
 class DiskQuota:
     workspace_max_bytes: int = 1024 * MB
     reserve_bytes: int = 1024 * MB
+    output_max_bytes: int = 8 * MB
+    run_artifacts_max_bytes: int = 512 * MB
 
     def problem(self, used_bytes: int, disk: Path) -> QuotaProblem | None:
         """Why no check may start in a workspace holding ``used_bytes`` on ``disk``."""
@@ -59,3 +64,15 @@ class DiskQuota:
                 f"the worker's disk has {free // MB} MB free, less than the {self.reserve_bytes // MB} MB it must keep", host=True
             )
         return None
+
+    def output_limit(self, run_stored_bytes: int) -> int | QuotaProblem:
+        """How much of a check's output may be stored, for a run whose artifacts
+        hold ``run_stored_bytes``; the problem when that is nothing."""
+        room = self.run_artifacts_max_bytes - run_stored_bytes
+        if room <= 0:
+            return QuotaProblem(
+                f"this run's artifacts hold {run_stored_bytes // MB} MB, its quota is {self.run_artifacts_max_bytes // MB} MB"
+                " (HARNESS_RUN_ARTIFACTS_MAX_MB): it can store no more check output",
+                host=False,
+            )
+        return min(self.output_max_bytes, room)

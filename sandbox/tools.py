@@ -29,7 +29,7 @@ from sandbox.execution import ExecResult
 from sandbox.forges import ChangeRequests, ForgeError, describe_change_request
 from sandbox.output_capture import OutputCapture, OutputListener
 from sandbox.publishing import Publication, PublishRefused, ReviewLimits, publication
-from sandbox.quota import WATCH_SECONDS, DiskQuota
+from sandbox.quota import WATCH_SECONDS, DiskQuota, QuotaProblem
 from sandbox.remote import EffectDrift, PushConflict, RemoteError, RemoteTarget, describe_push
 from sandbox.workspace import RunWorkspace
 
@@ -50,6 +50,13 @@ class ToolResult:
 class FileArtifactSink(Protocol):
     def put_file(self, path: Path, media_type: str) -> str:
         """Store a file's content without reading it into memory; consumes the file."""
+
+
+def run_stored_bytes(artifacts: ArtifactStore) -> int:
+    """What the run's artifacts hold so far, from a store that counts them per run
+    (``runs.artifacts.FileArtifactStore`` given a run); 0 from one that does not."""
+    counted = getattr(artifacts, "stored_bytes", None)
+    return int(counted()) if callable(counted) else 0
 
 
 @dataclass
@@ -184,12 +191,18 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         # An over-full workspace is: the check fails without running.
         message = f"the check was not run: {over.reason}"
         return ToolResult("transient", "none", {**base, "error": message}) if over.host else _error(message, **base)
+    # What this check may store of its output: the per-check cap, within what is left
+    # of the run's quota. A run that has used the quota up gets no more checks, and
+    # says why, rather than a record with the outputs silently missing.
+    store_limit = ctx.quota.output_limit(run_stored_bytes(ctx.artifacts))
+    if isinstance(store_limit, QuotaProblem):
+        return _error(f"the check was not run: {store_limit.reason}", **base, artifact_quota=True)
     try:
         container = ctx.container_for(call)
     except SandboxUnavailable as exc:
         return _infrastructure(exc.reason, **base)
     listener = ctx.live_output(call.call_id) if ctx.live_output is not None else None
-    capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir, listener=listener)
+    capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir, listener=listener, store_limit=store_limit)
     try:
         result = _run_read_only(ctx, container, check, capture)
     except SandboxUnavailable as exc:
@@ -246,6 +259,10 @@ def _check_outcome(
         "output": capture.excerpt(ref),
         "truncated": capture.truncated,
         "output_bytes": capture.total,
+        # The artifact holds all of the output, or (cut) its first and last bytes
+        # around a notice: never a silently partial record.
+        "output_cut": capture.cut,
+        "output_stored_bytes": capture.spooled,
     }
     if result.stopped_for is not None:
         # Cut off for want of host disk (the only reason the watch gives): it proves

@@ -18,6 +18,7 @@ from sandbox.container import SandboxContainer
 from sandbox.container_spec import LABEL_MANAGED, LABEL_RUN, LABEL_SCOPE, SANDBOX_ENV
 from sandbox.orphans import sweep_orphans
 from sandbox.output_capture import OutputCapture
+from sandbox.seccomp import security_option
 from tests.fixtures_sandbox import ROOT, SCOPE, example_workspace, start_container
 
 pytestmark = [pytest.mark.docker]
@@ -34,7 +35,7 @@ def test_it_creates_the_container_with_the_sandbox_defaults(docker_engine, tmp_p
         container.remove()
     host, config = attrs["HostConfig"], attrs["Config"]
     assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
-    assert host["CapDrop"] == ["ALL"] and host["SecurityOpt"] == ["no-new-privileges"] and host["Privileged"] is False
+    assert host["CapDrop"] == ["ALL"] and host["SecurityOpt"] == ["no-new-privileges", security_option()] and host["Privileged"] is False
     assert (host["Memory"], host["MemorySwap"], host["NanoCpus"], host["PidsLimit"]) == (300 * 2**20, 300 * 2**20, 500_000_000, 50)
     assert host["Tmpfs"] == {"/tmp": "rw,noexec,nosuid,nodev,size=256m"}  # scratch, bounded by the kernel
     assert host["Runtime"] == "runc"

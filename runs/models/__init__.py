@@ -1,4 +1,4 @@
-from runs.models.artifact import Artifact
+from runs.models.artifact import Artifact, RunArtifact
 from runs.models.effects import PendingEffect
 from runs.models.event import Event
 from runs.models.evidence import Evidence
@@ -7,4 +7,4 @@ from runs.models.report import Report
 from runs.models.run import Run
 from runs.models.switch import GlobalSwitch
 
-__all__ = ["Artifact", "CallLedgerEntry", "Event", "Evidence", "GlobalSwitch", "PendingEffect", "Receipt", "Report", "Run"]
+__all__ = ["Artifact", "CallLedgerEntry", "Event", "Evidence", "GlobalSwitch", "PendingEffect", "Receipt", "Report", "Run", "RunArtifact"]

@@ -3,18 +3,22 @@ the live summary, the report download and full tool output."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
+from asgiref.sync import sync_to_async
 from django import forms
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.core.handlers.asgi import ASGIRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from common.permissions import VIEW_RUNS
-from common.redact import redact_bytes
-from runs.artifacts import FileArtifactStore, artifact_path
+from runs.artifacts import artifact_path, masked_chunks
 from runs.cli import full_report
 from runs.models import Artifact, Event, Evidence, Receipt, Run
 from runs.views.access import require
@@ -79,9 +83,60 @@ def run_has_artifact(run: Run, ref: str) -> bool:
     return any(ref in artifact_refs(body) for body in Receipt.objects.filter(run=run).values_list("body", flat=True))
 
 
+def stream_masked(request: HttpRequest, ref: str) -> StreamingHttpResponse:
+    """The artifact masked, as a download streamed a piece at a time. Under ASGI (the
+    server's Daphne) the pieces must come from an asynchronous iterator: Django reads a
+    synchronous one whole into a list before it sends a byte."""
+    chunks = masked_chunks(ref)
+    content: Iterator[bytes] | AsyncIterator[bytes] = chunks
+    if isinstance(request, ASGIRequest):
+        content = _each_in_a_thread(chunks)
+    response = StreamingHttpResponse(content, content_type="application/octet-stream")
+    response["Content-Disposition"] = f'attachment; filename="{ref[7:]}"'
+    return response
+
+
+async def _each_in_a_thread(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    # Reading and masking block: each piece is made in a worker thread, and the next
+    # is asked for only once this one is sent.
+    step = sync_to_async(_next_or_none, thread_sensitive=False)
+    while (chunk := await step(chunks)) is not None:
+        yield chunk
+
+
+def _next_or_none(chunks: Iterator[bytes]) -> bytes | None:
+    return next(chunks, None)
+
+
+def shown_lines(ref: str) -> tuple[list[str], bool]:
+    """The artifact's first ``SHOWN_OUTPUT_BYTES`` (whole lines, masked) as lines, and
+    whether there is more: the page never reads the rest."""
+    shown: list[bytes] = []
+    size = 0
+    with contextlib.closing(masked_chunks(ref)) as chunks:
+        for chunk in chunks:
+            shown.append(chunk)
+            size += len(chunk)
+            if size >= SHOWN_OUTPUT_BYTES:
+                break
+        more = size > SHOWN_OUTPUT_BYTES or next(chunks, None) is not None
+    text = b"".join(shown)[:SHOWN_OUTPUT_BYTES].decode("utf-8", errors="replace")
+    return text.splitlines(), more
+
+
+def output_cut(run: Run, ref: str) -> dict[str, Any] | None:
+    """What the receipt that stored ``ref`` says of a cut: the receipt, not the
+    artifact's own text (which the check wrote), is the record."""
+    for body in Receipt.objects.filter(run=run, body__data__output_ref=ref).values_list("body", flat=True):
+        data = body.get("data") if isinstance(body, dict) else None
+        if isinstance(data, dict) and data.get("output_cut") is True:
+            return {"stored": data.get("output_stored_bytes"), "total": data.get("output_bytes")}
+    return None
+
+
 @require_GET
 @require(VIEW_RUNS)
-def run_artifact(request: HttpRequest, run_id: str, ref: str) -> HttpResponse:
+def run_artifact(request: HttpRequest, run_id: str, ref: str) -> HttpResponseBase:
     run = get_object_or_404(Run, pk=run_id)
     try:
         artifact_path(ref)
@@ -91,18 +146,16 @@ def run_artifact(request: HttpRequest, run_id: str, ref: str) -> HttpResponse:
         raise PermissionDenied("this run did not produce that artifact")
     artifact = get_object_or_404(Artifact, ref=ref)
     # Tool output is stored as it came (on disk, not in the database); credentials in it
-    # are masked whenever it is shown or downloaded.
-    content = redact_bytes(FileArtifactStore().get(ref))
+    # are masked whenever it is shown or downloaded, a line at a time, never read whole.
     if request.GET.get("download"):
-        response = HttpResponse(content, content_type="application/octet-stream")
-        response["Content-Disposition"] = f'attachment; filename="{ref[7:]}"'
-        return response
-    shown = content[:SHOWN_OUTPUT_BYTES].decode("utf-8", errors="replace")
+        return stream_masked(request, ref)
+    lines, more = shown_lines(ref)
     context = {
         "run": run,
         "artifact": artifact,
-        "lines": shown.splitlines(),
-        "cut": len(content) > SHOWN_OUTPUT_BYTES,
+        "lines": lines,
+        "cut": more,
+        "output_cut": output_cut(run, ref),
         # Which check produced it, with what exit code, on which revision.
         "evidence": Evidence.objects.filter(run=run, output_ref=ref).order_by("-recorded_at").first(),
     }
