@@ -25,6 +25,7 @@ from common.redact import MASK, redact_lines
 from runs import artifacts
 from runs.artifacts import FileArtifactStore, artifact_path, line_secrets, masked_chunks
 from runs.core import events as ev
+from runs.core.fences import RowLock
 from runs.core.policy import CheckDef
 from runs.eventlog import append_events
 from runs.models import Receipt
@@ -56,7 +57,7 @@ def output_run(starter, ref: str, **data: object):
         receipt=receipt,
         harness_revision=run.revision,
     )
-    append_events(str(run.pk), [event])
+    append_events(str(run.pk), [event], fence=RowLock("a test's writer"))
     run.refresh_from_db()
     Receipt.objects.create(
         run=run, call_id="c9", attempt=1, valid=True, body=receipt, harness_revision=run.revision, event_seq=run.last_seq

@@ -149,7 +149,7 @@ def test_it_never_counts_a_stale_request_as_waiting(client, operator, reviewer):
     assert full_report(run)["approvals_pending"] == []
     page = client.get(f"/approvals/{request.pk}/").content.decode()
     assert "out of date: the policy is now" in page
-    assert 'id="grant" data-enabled-by="decision-state" disabled' in page
+    assert 'id="grant" data-enabled-by="grant-state" disabled' in page
 
 
 # -- the sweep repairs what was lost -------------------------------------------------------

@@ -74,7 +74,7 @@ def new_state(*, run_id: str, contract: Contract, policy: Policy, actor: str, re
 
 @dataclass(frozen=True)
 class Refused:
-    """A proposal gates 1-3 refuse: ``invalid_input`` at ``gate``."""
+    """A proposal gates 1-3 (parse, resolve, validate) refuse: ``invalid_input`` at ``gate``."""
 
     gate: str
     problems: list[FieldProblem]
@@ -82,7 +82,7 @@ class Refused:
 
 @dataclass(frozen=True)
 class Gated:
-    """A proposal through gates 1-3: the tool, and its arguments as validated (as
+    """A proposal through gates 1-3 (parse, resolve, validate): the tool, and its arguments as validated (as
     given, for a tool the contract does not allow: it stops the run unread)."""
 
     spec: ToolSpec
@@ -209,7 +209,7 @@ class Harness(Waits, Execution):
             state.current_call = call_id = f"c{state.next_call}"
             state.next_call += 1
             state.proposed_at = self.clock.now()
-            # Gates 1-3 read nothing outside the run, so they decide before anything
+            # Gates 1-3 (parse, resolve, validate) read nothing outside the run, so they decide before anything
             # holding the proposal is stored: only a proposal they let through is kept
             # whole (the state holds it until its step ends, for a resumed run);
             # anything else is kept bounded (Proposed.summary), whatever its size.
@@ -232,7 +232,7 @@ class Harness(Waits, Execution):
 
     def _kept(self, raw: object, gated: Refused | Gated) -> dict[str, JSON]:
         """The Proposed event's fields for what is kept of a proposal: the proposal
-        itself, or, for one refused (by gates 1-3 or the contract) that is large or
+        itself, or, for one refused (by gates 1-3, parse, resolve, validate, or the contract) that is large or
         not storable, its size, digest and head."""
         if isinstance(gated, Gated) and gated.in_contract:
             return {"proposal": raw}
@@ -248,7 +248,7 @@ class Harness(Waits, Execution):
         self._end_step(fb.InvalidInput(call_id=call_id, problems=[fb.Problem(field=p.field, message=p.message) for p in problems]))
 
     def _gate(self, raw: object) -> Refused | Gated:
-        """Gates 1-3 (and the contract's list of tools), deciding without acting."""
+        """Gates 1-3 (parse, resolve, validate; and the contract's list of tools), deciding without acting."""
         unfit = storable.problems(raw, max_bytes=MAX_PROPOSAL_BYTES)
         if unfit:
             return Refused("parse", unfit)
