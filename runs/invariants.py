@@ -50,17 +50,21 @@ def cancel_orphaned_requests() -> int:
         # The cancellation and the record of the repair land together.
         with transaction.atomic():
             if do_lapse(request, Status.CANCELLED, f"cancelled by the sweep: {why}", fence=REPAIRING):
-                append_event(
-                    str(run.pk),
-                    ev.InvariantRepaired,
-                    fence=REPAIRING,
-                    call_id=request.call_id,
-                    invariant=BELONGS,
-                    repair=f"cancelled: {why}",
-                    request_id=str(request.pk),
-                )
+                _record_repair(request, BELONGS, f"cancelled: {why}")
                 repaired += 1
     return repaired
+
+
+def _record_repair(request: ApprovalRequest, invariant: str, repair: str) -> None:
+    append_event(
+        str(request.run_id),
+        ev.InvariantRepaired,
+        fence=REPAIRING,
+        call_id=request.call_id,
+        invariant=invariant,
+        repair=repair,
+        request_id=str(request.pk),
+    )
 
 
 def lapse_stale_requests() -> int:
@@ -75,15 +79,7 @@ def lapse_stale_requests() -> int:
         # The lapse and the record of the repair land together.
         with transaction.atomic():
             if lapse_stale(request, current, fence=REPAIRING):
-                append_event(
-                    str(request.run_id),
-                    ev.InvariantRepaired,
-                    fence=REPAIRING,
-                    call_id=request.call_id,
-                    invariant=DECIDABLE,
-                    repair=f"stale: asked under policy v{request.policy_version}, v{current} is in force",
-                    request_id=str(request.pk),
-                )
+                _record_repair(request, DECIDABLE, f"stale: asked under policy v{request.policy_version}, v{current} is in force")
                 repaired += 1
     return repaired
 
