@@ -74,7 +74,9 @@ def _carried(address: ipaddress.IPv6Address) -> list[tuple[str, ipaddress.IPv4Ad
     last32 = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     if address in NAT64:
         carried.append(("NAT64", last32))
-    if address in IPV4_COMPATIBLE and int(address) > 1:  # :: and ::1 are not compatible addresses
+    # ::1 is the loopback address, not a compatible one; :: is kept, since a connection
+    # to it reaches this host exactly as one to 0.0.0.0 does.
+    if address in IPV4_COMPATIBLE and int(address) != 1:
         carried.append(("IPv4-compatible", last32))
     return carried
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db.models import Sum
 
-from common.redact import redact_lines, redact_text, secret_values
+from common.redact import CREDENTIAL_PATTERNS, redact_lines, redact_text, secret_values
 from runs.core.jsonutil import sha256_bytes
 from runs.models import Artifact, RunArtifact
 
@@ -170,14 +170,34 @@ def _seam(line: bytes, at: int, secrets: list[str]) -> int:
     masking each side apart equals masking the two together around the point, so no
     secret shorter than ``SEAM_BYTES`` crosses it. Bytes of a multi-byte character
     are never separated (a cut at a continuation byte moves back)."""
-    for cut in range(at, max(0, at - SEAM_BYTES), -SEAM_STEP):
+    for cut in _cuts(line, at, secrets):
         while cut > 0 and line[cut] & 0xC0 == 0x80:
             cut -= 1
         if cut == 0:
-            break
+            continue
         left, right = line[max(0, cut - SEAM_BYTES) : cut], line[cut : cut + SEAM_BYTES]
         if _mask(left, secrets) + _mask(right, secrets) == _mask(left + right, secrets):
             return cut
     # A credential-shaped run of token characters longer than the seam: cut where
     # asked; its first part is masked, as every shorter secret is.
     return at
+
+
+def _cuts(line: bytes, at: int, secrets: list[str]) -> Iterator[int]:
+    """The points a cut near ``at`` may try, going back: every ``SEAM_STEP`` bytes,
+    then the edges of every secret and credential shape around ``at`` (in a line of
+    secrets back to back, no other point will do, and a step may miss them all)."""
+    low = max(0, at - SEAM_BYTES)
+    yield from range(at, low, -SEAM_STEP)
+    window = line[low : at + SEAM_BYTES].decode("utf-8", "surrogateescape")
+    edges: set[int] = set()
+    for secret in secrets:
+        start = window.find(secret)
+        while start >= 0:
+            edges.update((start, start + len(secret)))
+            start = window.find(secret, start + 1)
+    edges.update(edge for match in CREDENTIAL_PATTERNS.finditer(window) for edge in match.span())
+    for edge in sorted(edges, reverse=True):
+        cut = low + len(window[:edge].encode("utf-8", "surrogateescape"))
+        if low < cut <= at:
+            yield cut

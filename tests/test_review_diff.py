@@ -24,7 +24,7 @@ from runs.runtime import advance, create_run
 from runs.templatetags.diffs import diff_rows
 from sandbox import patches
 from sandbox.executor import SandboxExecutor
-from tests.fixtures_sandbox import example_workspace, make_call
+from tests.fixtures_sandbox import example_workspace, fixed_call, make_call, shown
 from tests.git_apply import git_applies_to_source, patch_applies_to_source
 from tests.runs_waiting import DEMO_CONTRACT
 
@@ -183,20 +183,20 @@ def test_it_shows_the_reviewer_every_changed_file_and_line_of_what_ships(tmp_pat
     writes += [(f"{'orders' if final else 'docs'}/{name}", "\n".join(lines) + ("\n" if final else "")) for name, lines, final in planned]
     for path, content in writes:
         executor.execute(make_call("write_file", {"path": path, "content": content}))  # a name the grammar refuses is refused
-    preview = executor.preview("publish", {"message": "m"})
-    assert preview is not None
+    call = fixed_call(executor, "publish", {"message": "m"}, KEY)
+    preview = shown(executor, "publish", {"message": "m"}, KEY)
     if preview.startswith("# this publish would be refused"):
         return  # nothing changed (every write refused or a no-op)
     stored = redact_text(preview, secret_values())  # what the request's diff column keeps
-    receipt = executor.execute(make_call("publish", {"message": "m"}, key=KEY))
+    receipt = executor.execute(call)
     assert receipt["effect"] == "applied", receipt
     published = (tmp / "outbox" / f"{KEY}.patch").read_bytes().decode("utf-8", "surrogateescape")
 
     assert preview_problem(stored, MASK) is None
     assert published.endswith("\n\n" + preview)  # what ships is what was previewed, byte for byte
     assert shape(stored) == shape(preview)  # and masking kept every file, hunk and line of it
-    shown = diff_rows(stored)
-    assert (shown["added"], shown["removed"]) == (
+    rows = diff_rows(stored)
+    assert (rows["added"], rows["removed"]) == (
         published.count("\n+") - published.count("\n+++ "),
         published.count("\n-") - published.count("\n--- "),
     )
