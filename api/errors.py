@@ -16,8 +16,8 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from approvals.services import DecisionForbidden, DecisionRefused
+from core.errors import InputError
 from runs.control import ControlRefused
-from runs.core.errors import InputError
 
 # Which request body field each kind of InputError is about; the services name
 # fields relative to the object they checked.

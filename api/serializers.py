@@ -11,7 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from approvals.models import ApprovalRequest
-from runs.core import storable
+from core import storable
 from runs.models import Event, GlobalSwitch, Run
 from runs.published import published
 
@@ -43,7 +43,7 @@ class StrictCharField(serializers.CharField):
 @extend_schema_field(OpenApiTypes.OBJECT)
 class ObjectField(serializers.JSONField):
     def to_representation(self, value: Any) -> Any:
-        # Every value stored is checked on the way in (runs.core.storable); one from
+        # Every value stored is checked on the way in (core.storable); one from
         # before that (or a path that missed it) is shown escaped rather than make the
         # whole page it is on an error for everyone.
         try:

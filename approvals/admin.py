@@ -33,8 +33,8 @@ from approvals.policy_editor import (
 )
 from approvals.services import save_policy_version
 from common.times import zoned_times
-from runs.core.errors import InputError, json_message
-from runs.core.policy import check_policy
+from core.errors import InputError, json_message
+from core.policy import check_policy
 
 
 class PolicyVersionForm(forms.ModelForm):

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from approvals.models import PolicyVersion
-from runs.core.policy import Policy, check_policy
+from core.policy import Policy, check_policy
 
 DEFAULT_POLICY_FILE = Path(__file__).with_name("default_policy.json")
 

@@ -1,6 +1,6 @@
 """The admin's row editor for a policy: a main form (approval TTL, self-approval,
 budget, sandbox) and formsets for rules and checks. The forms only convert text to
-values; what a valid policy is stays with ``runs.core.policy.check_policy``, whose
+values; what a valid policy is stays with ``core.policy.check_policy``, whose
 problems are put back on the field or row they name."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from django import forms
 from django.conf import settings
 from django.forms.utils import pretty_name
 
-from runs.core.errors import FieldProblem
+from core.errors import FieldProblem
 
 DECISIONS = [("allow", "allow"), ("deny", "deny"), ("ask", "ask")]
 RUNTIMES = [("runc", "runc (the engine's default)"), ("runsc", "runsc (gVisor: a user-space kernel)")]

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 from django.contrib.auth.models import User
 from django.db.models import Q
 
-from runs.core import events as ev
-from runs.core.fences import Fence
+from core import events as ev
+from core.fences import Fence
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ from approvals.ports import OwnedRun, runs
 from approvals.signals import wait_may_end
 from common import permissions
 from common.redact import MASK
-from runs.core import events as ev
-from runs.core.fences import Fence, RowLock, driver_fence
-from runs.core.lifecycle import OPEN_STATUSES, check_lapse, check_request_transition, sources_of
-from runs.core.patchtext import preview_problem
-from runs.core.ports import ApprovalAsk, Filed, RequestState
+from core import events as ev
+from core.fences import Fence, RowLock, driver_fence
+from core.lifecycle import OPEN_STATUSES, check_lapse, check_request_transition, sources_of
+from core.patchtext import preview_problem
+from core.ports import ApprovalAsk, Filed, RequestState
 
 Status = ApprovalRequest.Status
 

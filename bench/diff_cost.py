@@ -43,7 +43,7 @@ def measured(work: Callable[[], Any]) -> dict[str, float]:
 def one_case(case: str, cut: int) -> dict[str, Any]:
     from django.template.loader import render_to_string
 
-    from runs.core.patchtext import split_lines
+    from core.patchtext import split_lines
     from sandbox.patches import unified_diff
 
     if case == "difflib":

@@ -50,9 +50,9 @@ COUNTED_STEPS = 50  # the untimed pass that counts statements
 
 
 def noop_parts(steps: int) -> tuple[Any, Any, Any, Any]:
-    from runs.core.contract import Contract, Limits
-    from runs.core.policy import Policy, Rule
-    from runs.core.scripted import ScriptedProposer
+    from core.contract import Contract, Limits
+    from core.policy import Policy, Rule
+    from core.scripted import ScriptedProposer
 
     proposal = {"tool": "read_file", "args": {"path": "src/calc.py"}}
 
@@ -102,7 +102,7 @@ def noop_parts(steps: int) -> tuple[Any, Any, Any, Any]:
 
 def empty_loop(steps: int) -> float:
     """Baseline: the same proposer and executor, with nothing in between."""
-    from runs.core.ports import Call
+    from core.ports import Call
 
     _, _, proposer, (executor, _) = noop_parts(steps)
     start = time.perf_counter()
@@ -115,9 +115,9 @@ def empty_loop(steps: int) -> float:
 
 
 def harness_loop(steps: int, store: Any, run_id: str) -> float:
-    from runs.core.loop import Harness, new_state
-    from runs.core.simulated import MemoryApprovals, MemoryArtifacts
-    from runs.core.tools import builtin_registry
+    from core.loop import Harness, new_state
+    from core.simulated import MemoryApprovals, MemoryArtifacts
+    from core.tools import builtin_registry
 
     contract, policy, proposer, (executor, workspace) = noop_parts(steps)
     state = new_state(run_id=run_id, contract=contract, policy=policy, actor="bench", revision="r0", now=time.time())
@@ -149,7 +149,7 @@ def langgraph_loop(steps: int, checkpointer: Any) -> float:
     """LangGraph doing what the harness does per step: ask the proposer, execute."""
     from langgraph.graph import END, START, StateGraph
 
-    from runs.core.ports import Call
+    from core.ports import Call
 
     _, _, proposer, (executor, _) = noop_parts(steps)
 
@@ -254,7 +254,7 @@ def database_trials(kind: str, steps: int, trials: int, peer_url: str) -> dict[s
     from django.core.management import call_command
 
     from approvals.policies import current_policy_row
-    from runs.core.fences import Lease
+    from core.fences import Lease
     from runs.models import Run
     from runs.store import DjangoStore
 
@@ -449,7 +449,7 @@ def summary(trials: dict[str, list[float]]) -> dict[str, Any]:
 def in_memory_trials(steps: int, trials: int) -> dict[str, Any]:
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from runs.core.simulated import MemoryStore
+    from core.simulated import MemoryStore
 
     variants: dict[str, Callable[[Counter], float]] = {
         "empty": lambda _: empty_loop(steps),

@@ -41,7 +41,7 @@ def main() -> None:
     from approvals.policies import current_policy_row
     from bench.loop_overhead import harness_loop
     from common import redact
-    from runs.core.fences import RowLock
+    from core.fences import RowLock
     from runs.models import Run
     from runs.store import DjangoStore
 

@@ -41,10 +41,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.sandbox_overhead import LIMITS, machine, raw_cli, step_times, summary  # noqa: E402
-from runs.core.contract import WorkspaceSource  # noqa: E402
-from runs.core.policy import CheckDef  # noqa: E402
-from runs.core.ports import Call  # noqa: E402
-from runs.core.simulated import MemoryArtifacts  # noqa: E402
+from core.contract import WorkspaceSource  # noqa: E402
+from core.policy import CheckDef  # noqa: E402
+from core.ports import Call  # noqa: E402
+from core.simulated import MemoryArtifacts  # noqa: E402
 from sandbox.container import SandboxContainer  # noqa: E402
 from sandbox.container_spec import ContainerSpec  # noqa: E402
 from sandbox.docker_client import shared_client  # noqa: E402

@@ -42,13 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import load  # noqa: E402
 from machine import machine as describe_machine  # noqa: E402
 
-from runs.core.contract import Contract, WorkspaceSource  # noqa: E402
-from runs.core.feedback import Result  # noqa: E402
-from runs.core.loop import Harness, new_state  # noqa: E402
-from runs.core.policy import CheckDef, Policy, SandboxLimits  # noqa: E402
-from runs.core.scripted import ScriptedProposer  # noqa: E402
-from runs.core.simulated import MemoryApprovals, MemoryArtifacts, MemoryStore  # noqa: E402
-from runs.core.tools import builtin_registry  # noqa: E402
+from core.contract import Contract, WorkspaceSource  # noqa: E402
+from core.feedback import Result  # noqa: E402
+from core.loop import Harness, new_state  # noqa: E402
+from core.policy import CheckDef, Policy, SandboxLimits  # noqa: E402
+from core.scripted import ScriptedProposer  # noqa: E402
+from core.simulated import MemoryApprovals, MemoryArtifacts, MemoryStore  # noqa: E402
+from core.tools import builtin_registry  # noqa: E402
 from sandbox.container import SandboxContainer  # noqa: E402
 from sandbox.container_spec import SANDBOX_USER, WORKDIR, ContainerSpec  # noqa: E402
 from sandbox.docker_client import docker_host, shared_client  # noqa: E402

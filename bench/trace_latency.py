@@ -105,7 +105,7 @@ def new_run(user: Any) -> str:
 
 
 def note(run_id: str, n: int) -> Any:
-    from runs.core import events as ev
+    from core import events as ev
 
     return ev.ModelNote(run_id=run_id, seq=0, ts=time.time(), kind="bench", detail={"n": n, "text": "x" * 200})
 
@@ -120,8 +120,8 @@ def write_events(run_id: str, rate: float, count: int, batch: int, out: Path) ->
     django.setup()
     from django.db import transaction
 
+    from core.fences import RowLock
     from runs.broadcast import flush_broadcasts
-    from runs.core.fences import RowLock
     from runs.eventlog import append_events
 
     committed: dict[int, float] = {}
@@ -202,7 +202,7 @@ def session_cookie(user: Any) -> str:
 
 
 def fill(run_id: str, count: int) -> None:
-    from runs.core.fences import RowLock
+    from core.fences import RowLock
     from runs.eventlog import append_events
 
     for start in range(0, count, 500):

@@ -23,7 +23,7 @@ Where it happens, and why there:
 A masked value shows ``[redacted]`` wherever it appears, and the reviewer's page says
 that something was masked. Masking never crosses a line break: a diff keeps every
 file, hunk and line (a request whose diff it changed anyway cannot be granted:
-``runs.core.patchtext.preview_problem``)."""
+``core.patchtext.preview_problem``)."""
 
 from __future__ import annotations
 

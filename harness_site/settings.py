@@ -179,7 +179,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Large tool outputs live outside the database, addressed by their SHA-256.
 ARTIFACT_ROOT = Path(env_str("HARNESS_ARTIFACT_ROOT", str(VAR_DIR / "artifacts")))
 
-# The first retry's backoff (runs.core.loop.HarnessConfig); the budget's upper bounds
+# The first retry's backoff (core.loop.HarnessConfig); the budget's upper bounds
 # are the policy's (approvals/default_policy.json until an admin edits one).
 HARNESS_RETRY_BASE_SECONDS = env_float("HARNESS_RETRY_BASE_SECONDS", 0.5)
 
@@ -243,10 +243,10 @@ LOGGING = {
 }
 
 # ---------------------------------------------------------------------------------
-# Model adapters (runs/adapters; issue 6). API keys come from here only: never from a
+# Model adapters (adapters; issue 6). API keys come from here only: never from a
 # run's configuration, and never stored in run state, events or proposer snapshots.
 # ---------------------------------------------------------------------------------
-from runs.adapters.pricing import parse_price_table  # noqa: E402 - plain Python, no Django
+from adapters.pricing import parse_price_table  # noqa: E402 - plain Python, no Django
 
 OPENAI_API_KEY = env_str("OPENAI_API_KEY", "")
 OPENAI_BASE_URL = env_url("OPENAI_BASE_URL", "https://api.openai.com/v1", ("http", "https"))

@@ -1,6 +1,6 @@
 """What a notification says, as plain data: which events notify, the JSON
 payload, the Slack-compatible rendering, and the signature. No Django here
-(events come typed from runs.core.events)."""
+(events come typed from core.events)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import hmac
 import json
 from typing import Any, assert_never
 
-from runs.core import events as ev
+from core import events as ev
 
 APPROVAL_REQUESTED = "approval_requested"
 APPROVAL_EXPIRED = "approval_expired"

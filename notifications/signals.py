@@ -10,10 +10,10 @@ from typing import Any
 from django.db import transaction
 from django.dispatch import receiver
 
+from core import events as ev
 from notifications.messages import kind_of
 from notifications.services import record_deliveries
 from notifications.tasks import enqueue
-from runs.core import events as ev
 from runs.models import Event
 from runs.signals import events_stored
 

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db.models import Sum
 
 from common.redact import CREDENTIAL_PATTERNS, redact_lines, redact_text, secret_values
-from runs.core.jsonutil import sha256_bytes
+from core.jsonutil import sha256_bytes
 from runs.models import Artifact, RunArtifact
 
 # Readable by the (unprivileged) web server, which shows the artifacts a (root) worker

@@ -11,7 +11,7 @@ from typing import Any
 from django.core.management.base import OutputWrapper
 
 from approvals.services import pending_requests
-from runs.core.faults import Fault
+from core.faults import Fault
 from runs.models import Event, Run
 from runs.runtime import advance
 from runs.services import report_of

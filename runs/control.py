@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from approvals.services import cancel_open_requests
 from common import permissions
-from runs.core import events as ev
-from runs.core.fences import RowLock
+from core import events as ev
+from core.fences import RowLock
 from runs.eventlog import append_event
 from runs.models import GlobalSwitch, Run
 from runs.queue import enqueue_resume

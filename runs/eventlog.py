@@ -4,7 +4,7 @@
 them and rings the run's doorbell only after the surrounding transaction commits:
 live viewers read the events from the database (runs.feeds), so a viewer never
 sees an event the database does not have. Every write is fenced
-(``runs.core.fences``): by the lease of the worker driving the run, or by the run
+(``core.fences``): by the lease of the worker driving the run, or by the run
 row's lock for anyone else."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any, NoReturn
 from django.db import DEFAULT_DB_ALIAS, connections, models, transaction
 
 from common.redact import masked, secret_values
+from core.events import Event as CoreEvent
+from core.events import type_name
+from core.fences import Fence, Lease
 from runs.broadcast import ring_doorbell
-from runs.core.events import Event as CoreEvent
-from runs.core.events import type_name
-from runs.core.fences import Fence, Lease
 from runs.models import Event, Run
 from runs.rows import LAST_SEQ, RESERVED, Rows, SeqOf, checkpoint_cursor, db_value, insert, insert_rows, numbered_insert
 from runs.signals import events_stored

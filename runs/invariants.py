@@ -16,10 +16,10 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest
 from approvals.policies import current_policy_row
 from approvals.services import do_lapse, lapse_stale
+from core import events as ev
+from core.fences import RowLock
+from core.lifecycle import OPEN_STATUSES
 from runs import leases
-from runs.core import events as ev
-from runs.core.fences import RowLock
-from runs.core.lifecycle import OPEN_STATUSES
 from runs.eventlog import append_event
 from runs.models import Event, Run
 

@@ -15,13 +15,13 @@ from typing import Any
 from django.conf import settings
 
 from common.redact import redact
-from runs.core.contract import Contract
-from runs.core.environment import RepositoryContext
-from runs.core.errors import FieldProblem, InputError
-from runs.core.jsonutil import JSON
-from runs.core.ports import Clock, Proposer, ProposerStopped
-from runs.core.scripted import ScriptedProposer
-from runs.core.tools import ToolSpec
+from core.contract import Contract
+from core.environment import RepositoryContext
+from core.errors import FieldProblem, InputError
+from core.jsonutil import JSON
+from core.ports import Clock, Proposer, ProposerStopped
+from core.scripted import ScriptedProposer
+from core.tools import ToolSpec
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def check_proposer_config(config: object) -> dict[str, Any]:
 
 
 def _model_config_problems(kind: str, config: dict[str, Any]) -> list[FieldProblem]:
-    from runs.adapters.pricing import parse_price_table, price_for
+    from adapters.pricing import parse_price_table, price_for
 
     problems: list[FieldProblem] = []
     for name in sorted(set(config) - set(MODEL_FIELDS)):
@@ -208,10 +208,10 @@ def _model_proposer(
     revision: str | None,
     repository: RepositoryContext,
 ) -> Proposer:
-    from runs.adapters.context import TaskContext, ToolDef
-    from runs.adapters.conversation import AdapterSettings
-    from runs.adapters.pricing import Budget, parse_price_table, price_for
-    from runs.adapters.retries import RetryPolicy
+    from adapters.context import TaskContext, ToolDef
+    from adapters.conversation import AdapterSettings
+    from adapters.pricing import Budget, parse_price_table, price_for
+    from adapters.retries import RetryPolicy
 
     kind = config["kind"]
     api_key, default_url, _, _ = _provider_settings(kind)
@@ -248,10 +248,10 @@ def _model_proposer(
     if "tool_choice" in config:
         common["tool_choice"] = config["tool_choice"]
     if kind == "openai":
-        from runs.adapters.openai_adapter import OpenAIProposer
+        from adapters.openai_adapter import OpenAIProposer
 
         return OpenAIProposer(**common, output_limit=settings.HARNESS_OPENAI_OUTPUT_LIMIT)
-    from runs.adapters.anthropic_adapter import AnthropicProposer
+    from adapters.anthropic_adapter import AnthropicProposer
 
     return AnthropicProposer(**common)
 

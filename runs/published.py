@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from runs.core.tools import BUILTIN_TOOLS
+from core.tools import BUILTIN_TOOLS
 from runs.models import Event, Receipt, Run
 from sandbox.forges import ForgeAccess
 

@@ -1,4 +1,4 @@
-"""The composition root: the one module that wires the core (runs.core) to Django,
+"""The composition root: the one module that wires the core (core) to Django,
 the Docker sandbox, approvals and Celery. Runs execute in the sandbox under a lease,
 with a watchdog for the kill switch; each run's workspace lives under
 ``WORKSPACE_ROOT/<run_id>/`` and its container takes its limits from the run's policy,
@@ -28,18 +28,18 @@ from django.db.models import F, Q
 from approvals.policies import load_policy
 from approvals.ports import RunStanding
 from approvals.services import DjangoApprovals, cancel_open_requests
+from core import events as ev
+from core.contract import WorkspaceSource
+from core.environment import Environment
+from core.errors import FieldProblem, InputError
+from core.faults import Fault, FaultyExecutor
+from core.fences import Fence, Lease
+from core.policy import Policy
+from core.ports import RevisionMismatch
+from core.storable import escaped_text
 from runs import invariants, leases, queue
 from runs.artifacts import FileArtifactStore
 from runs.control import Watchdog, admitting_new_runs, stopping_all_runs
-from runs.core import events as ev
-from runs.core.contract import WorkspaceSource
-from runs.core.environment import Environment
-from runs.core.errors import FieldProblem, InputError
-from runs.core.faults import Fault, FaultyExecutor
-from runs.core.fences import Fence, Lease
-from runs.core.policy import Policy
-from runs.core.ports import RevisionMismatch
-from runs.core.storable import escaped_text
 from runs.eventlog import append_event, append_events
 from runs.live_output import LiveOutput
 from runs.models import Run

@@ -17,18 +17,18 @@ from django.db import transaction
 
 from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row, load_policy
+from core import storable
+from core.contract import Contract, check_contract
+from core.environment import Environment
+from core.errors import FieldProblem, InputError
+from core.fences import RowLock, driver_fence
+from core.loop import Harness, HarnessConfig, new_state
+from core.policy import Policy
+from core.ports import ApprovalGate, Clock, Controls, Proposer, Store, SystemClock
+from core.report import build_report
+from core.state import RunState
+from core.tools import Registry, builtin_registry
 from runs.artifacts import FileArtifactStore
-from runs.core import storable
-from runs.core.contract import Contract, check_contract
-from runs.core.environment import Environment
-from runs.core.errors import FieldProblem, InputError
-from runs.core.fences import RowLock, driver_fence
-from runs.core.loop import Harness, HarnessConfig, new_state
-from runs.core.policy import Policy
-from runs.core.ports import ApprovalGate, Clock, Controls, Proposer, Store, SystemClock
-from runs.core.report import build_report
-from runs.core.state import RunState
-from runs.core.tools import Registry, builtin_registry
 from runs.models import Run
 from runs.proposers import build_proposer, check_proposer_config
 from runs.store import DjangoStore, load_state
@@ -53,7 +53,7 @@ def registry() -> Registry:
 
 def check_new_run(contract_raw: object, proposer_config: object) -> NewRun:
     # A value no database takes would make a run that cannot be listed or driven
-    # (runs.core.storable): refused first, naming where it is, before any other check
+    # (core.storable): refused first, naming where it is, before any other check
     # reads it (a value nested thousands deep breaks those too).
     unfit = storable.problems(contract_raw, "contract", max_bytes=MAX_CONFIG_BYTES)
     unfit += storable.problems(proposer_config, "proposer", max_bytes=MAX_CONFIG_BYTES)

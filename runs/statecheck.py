@@ -1,13 +1,13 @@
 """Whether a stored run state is the one its event log explains
-(runs.core.fold): ``manage.py check_run_state`` and the tests use it."""
+(core.fold): ``manage.py check_run_state`` and the tests use it."""
 
 from __future__ import annotations
 
 from pydantic import ValidationError
 
-from runs.core.events import AnyEvent
-from runs.core.fold import differences
-from runs.core.state import StateVersionError
+from core.events import AnyEvent
+from core.fold import differences
+from core.state import StateVersionError
 from runs.models import Event, Run
 from runs.store import load_state
 

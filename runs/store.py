@@ -18,13 +18,13 @@ from django.db import DataError, transaction
 from django.utils import timezone
 
 from common.redact import MaskedJSON, masked_text, secret_values
-from runs.core.errors import FieldProblem
-from runs.core.events import Event as CoreEvent
-from runs.core.events import EvidenceRecorded, ReceiptRecorded
-from runs.core.fences import Fence, Lease
-from runs.core.report import build_report
-from runs.core.state import RunState, load_stored_state
-from runs.core.storable import Unstorable
+from core.errors import FieldProblem
+from core.events import Event as CoreEvent
+from core.events import EvidenceRecorded, ReceiptRecorded
+from core.fences import Fence, Lease
+from core.report import build_report
+from core.state import RunState, load_stored_state
+from core.storable import Unstorable
 from runs.eventlog import LeaseLost, append_events
 from runs.models import CallLedgerEntry, Evidence, PendingEffect, Receipt, Report, Run
 from runs.rows import Rows, SeqOf
@@ -52,7 +52,7 @@ def state_columns(state: RunState) -> dict[str, object]:
 def state_json(state: RunState) -> MaskedJSON:
     """The state as the masked JSON text the run row stores, serialised once by
     pydantic's own encoder. What the state holds from outside was made storable
-    before it got there (runs.core.storable); anything else fails the checkpoint."""
+    before it got there (core.storable); anything else fails the checkpoint."""
     return masked_text(state.model_dump_json(), secret_values())
 
 

@@ -17,7 +17,7 @@ from docker.errors import APIError, NotFound
 from docker.models.containers import Container
 from docker.types import Mount, Ulimit
 
-from runs.core.policy import SandboxLimits
+from core.policy import SandboxLimits
 from sandbox.engine import SandboxUnavailable
 from sandbox.seccomp import profile_digest, security_option
 

@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from runs.core import events as ev
-from runs.core.effects import Plan
-from runs.core.jsonutil import JSON
-from runs.core.ports import ArtifactStore, Call, Reconciliation
-from runs.core.state import PendingEffect
+from core import events as ev
+from core.effects import Plan
+from core.jsonutil import JSON
+from core.ports import ArtifactStore, Call, Reconciliation
+from core.state import PendingEffect
 from sandbox import fileops
 from sandbox.container import SandboxContainer
 from sandbox.container_spec import DEFAULT_SCOPE, ROLE_MAIN, ContainerSpec, pinned_role

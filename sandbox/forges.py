@@ -20,7 +20,7 @@ from urllib.parse import quote, urlsplit
 
 import requests
 
-from runs.core.effects import ChangeRequestEffect, shown_line
+from core.effects import ChangeRequestEffect, shown_line
 from sandbox.allowlist import UnsafeURL, check_project
 
 ForgeKind = Literal["github", "gitlab"]
@@ -291,7 +291,7 @@ def describe_change_request(effect: ChangeRequestEffect) -> str:
     """What a reviewer is shown of a fixed change request: where it opens, from which
     branch into which, and the text, every line of it marked as quoted and any
     character that could break a line or hide text escaped (a title cannot hold
-    one: runs.core.tools refuses it; the body is quoted line by line)."""
+    one: core.tools refuses it; the body is quoted line by line)."""
     noun = "pull request" if effect.forge == "github" else "merge request"
     target = effect.target or "the project's default branch (the forge could not be asked when this was filed)"
     quoted = "".join(f"#   {shown_line(line)}".rstrip() + "\n" for line in effect.body.splitlines()) or "#   (empty)\n"

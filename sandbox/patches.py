@@ -1,6 +1,6 @@
 """Unified diffs, pure Python: applying a parsed patch with exact context (all or
 nothing), and producing diffs for reviewers and for publishing. Parsing is
-``runs.core.patchtext``'s, the same reader the validator uses.
+``core.patchtext``'s, the same reader the validator uses.
 
 Text is handled as ``str`` decoded with ``surrogateescape`` so bytes that are not
 UTF-8 survive a round trip unchanged; such lines simply never match a patch."""
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from runs.core.patchtext import FilePatch, Line, PatchRefused, header_line, join_lines, parse_patch, quoted_name, split_lines
-from runs.core.paths import PathRefused, canonical_path
+from core.patchtext import FilePatch, Line, PatchRefused, header_line, join_lines, parse_patch, quoted_name, split_lines
+from core.paths import PathRefused, canonical_path
 from sandbox.linediff import Block, DiffCancelled, matching_blocks
 
 __all__ = ["DiffCancelled", "FilePatch", "PatchRefused", "apply_hunks", "parse_patch", "unified_diff"]

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from runs.core.contract import WorkspaceSource
-from runs.core.jsonutil import JSON
+from core.contract import WorkspaceSource
+from core.jsonutil import JSON
 from sandbox import checkout, remote
 from sandbox.archives import extract_archive
 from sandbox.copying import Copier

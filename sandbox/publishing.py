@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from runs.core.patchtext import TOO_LARGE
-from runs.core.paths import path_allowed, shown_path
+from core.patchtext import TOO_LARGE
+from core.paths import path_allowed, shown_path
 from sandbox.patches import PatchRefused
 from sandbox.workspace import PatchSet, RunWorkspace
 
@@ -46,7 +46,7 @@ class Publication:
     def shown(self, limits: ReviewLimits) -> str:
         """``text`` for a reviewer: each file's diff while the limits hold, and for
         the rest a line saying it is too large to show (such a preview cannot be
-        granted: runs.core.patchtext.preview_problem)."""
+        granted: core.patchtext.preview_problem)."""
         out = [self._skipped()]
         bytes_left, lines_left = limits.max_bytes, limits.max_lines
         for path, diff in zip(self.patch.files, self.patch.diffs, strict=True):

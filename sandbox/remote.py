@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from runs.core.effects import Identity, PushEffect, shown_line
-from runs.core.errors import FieldProblem, InputError
+from core.effects import Identity, PushEffect, shown_line
+from core.errors import FieldProblem, InputError
 from sandbox.allowlist import UnsafeURL, allowlist, place_of
 
 HEX_REF = re.compile(r"^[0-9a-f]{7,40}$")
@@ -329,7 +329,7 @@ class RemoteTarget:
     The commit is fixed when the publish is asked for (``plan``): tree, parent,
     author, committer, their dates and the message, so its id is known before the
     reviewer decides; pushing builds it again from that record alone (``build``) and
-    pushes only if it is the same commit (runs.core.effects)."""
+    pushes only if it is the same commit (core.effects)."""
 
     url: str
     base: str

@@ -38,7 +38,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from runs.core.ports import RevisionMismatch
+from core.ports import RevisionMismatch
 from sandbox import fileops
 from sandbox.hashing import EMPTY_TREE, LINK_MODE, TREE_MODE, TreeHasher, git_hash
 

@@ -9,9 +9,9 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from runs.core.contract import WorkspaceSource
-from runs.core.errors import FieldProblem, InputError
-from runs.core.paths import refused_character, shown_path
+from core.contract import WorkspaceSource
+from core.errors import FieldProblem, InputError
+from core.paths import refused_character, shown_path
 from sandbox import remote
 from sandbox.remote import RemoteAccess
 

@@ -3,7 +3,7 @@
 
 Each returns a ``ToolResult``; a problem the model caused (missing file, patch that
 does not apply, symlink) is a result with ``data.error`` and no effect, never an
-exception. ``TOOLS`` holds, for each tool of the registry (``runs.core.tools``), its
+exception. ``TOOLS`` holds, for each tool of the registry (``core.tools``), its
 handler and, beside it, what a reviewer is shown before granting it and how an
 external effect of unknown outcome is found again."""
 
@@ -17,11 +17,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar
 
-from runs.core.effects import ChangeRequestEffect, OutboxEffect, Plan, PushEffect, RefusedEffect, parse_effect
-from runs.core.jsonutil import JSON, sha256_bytes
-from runs.core.policy import CheckDef
-from runs.core.ports import ArtifactStore, Call, Reconciliation
-from runs.core.state import PendingEffect
+from core.effects import ChangeRequestEffect, OutboxEffect, Plan, PushEffect, RefusedEffect, parse_effect
+from core.jsonutil import JSON, sha256_bytes
+from core.policy import CheckDef
+from core.ports import ArtifactStore, Call, Reconciliation
+from core.state import PendingEffect
 from sandbox import fileops, patches
 from sandbox.container import SandboxContainer
 from sandbox.engine import SandboxUnavailable
@@ -125,7 +125,7 @@ def _killed(**data: JSON) -> ToolResult:
     return ToolResult("transient", "none", {**data, "error": "the run was killed while its changes were read: nothing was published"})
 
 
-# A preview cut short by a kill; the run stops before anyone is asked (runs.core.waits).
+# A preview cut short by a kill; the run stops before anyone is asked (core.waits).
 KILLED_PREVIEW = "# the run was killed while this diff was made\n"
 
 
@@ -556,7 +556,7 @@ class SandboxTool:
     """What the sandbox does for one tool of the registry. ``preview`` shows a reviewer
     what granting a workspace write would do (a call that would be refused says so);
     ``plan`` fixes an external call's effect and what a reviewer is shown of it
-    (runs.core.effects); ``reconcile`` finds whether an external effect of unknown
+    (core.effects); ``reconcile`` finds whether an external effect of unknown
     outcome happened."""
 
     run: Callable[[ToolContext, Call], ToolResult]

@@ -34,11 +34,11 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from runs.core.environment import RepositoryContext
-from runs.core.jsonutil import JSON
-from runs.core.paths import PathRefused, canonical_path, path_allowed
-from runs.core.ports import RevisionMismatch
-from runs.core.tools import builtin_registry
+from core.environment import RepositoryContext
+from core.jsonutil import JSON
+from core.paths import PathRefused, canonical_path, path_allowed
+from core.ports import RevisionMismatch
+from core.tools import builtin_registry
 from sandbox import fileops, patches
 from sandbox.hashing import LINK_MODE, TreeHasher, content, git_hash
 from sandbox.revision import WHOLE_TREE, RevisionIndex

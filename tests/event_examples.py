@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runs.core import events as ev
+from core import events as ev
 
 RUN = "00000000-0000-0000-0000-000000000001"
 REQUEST = "00000000-0000-0000-0000-00000000000a"

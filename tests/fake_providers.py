@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from runs.core.events import ModelNote
+from core.events import ModelNote
 
 
 @dataclass(frozen=True)
@@ -210,13 +210,13 @@ API_KEY = "sk-test-0123456789abcdefSECRET"
 def adapter(kind: str, base_url: str, rig: Any, **overrides: Any) -> Any:
     """An adapter for ``rig``'s run, talking to a fake provider, sleeping on the rig's
     fake clock and bounded by the run's deadline; it replaces the rig's proposer."""
-    from runs.adapters.anthropic_adapter import AnthropicProposer
-    from runs.adapters.context import TaskContext, ToolDef
-    from runs.adapters.conversation import AdapterSettings
-    from runs.adapters.openai_adapter import OpenAIProposer
-    from runs.adapters.pricing import Budget
-    from runs.adapters.retries import RetryPolicy
-    from runs.core.tools import builtin_registry
+    from adapters.anthropic_adapter import AnthropicProposer
+    from adapters.context import TaskContext, ToolDef
+    from adapters.conversation import AdapterSettings
+    from adapters.openai_adapter import OpenAIProposer
+    from adapters.pricing import Budget
+    from adapters.retries import RetryPolicy
+    from core.tools import builtin_registry
 
     state = rig.state
     args: dict[str, Any] = {
@@ -241,7 +241,7 @@ def adapter(kind: str, base_url: str, rig: Any, **overrides: Any) -> Any:
 def reload(rig: Any) -> Any:
     """What a new worker does: load the stored state and build a new Harness around it
     (same simulated world); the caller attaches a proposer rebuilt from the snapshot."""
-    from runs.core.loop import Harness
+    from core.loop import Harness
 
     old = rig.harness
     state = rig.store.load()

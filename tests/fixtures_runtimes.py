@@ -27,7 +27,7 @@ from django.conf import settings
 from django.test import override_settings
 from docker.errors import DockerException, ImageNotFound
 
-from runs.core.policy import SandboxLimits
+from core.policy import SandboxLimits
 from sandbox.container_spec import RUNSC_CONFIG
 from sandbox.docker_client import docker_host, new_client
 from sandbox.orphans import sweep_orphans

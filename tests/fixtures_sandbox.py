@@ -24,15 +24,15 @@ import pytest
 from django.conf import settings
 from docker.errors import DockerException, ImageNotFound
 
-from runs.core.contract import Contract, WorkspaceSource
-from runs.core.events import Event
-from runs.core.loop import Harness, new_state
-from runs.core.policy import CheckDef, Policy, SandboxLimits
-from runs.core.ports import Call
-from runs.core.scripted import ScriptedProposer, ScriptFn
-from runs.core.simulated import MemoryApprovals, MemoryStore
-from runs.core.state import RunState
-from runs.core.tools import builtin_registry
+from core.contract import Contract, WorkspaceSource
+from core.events import Event
+from core.loop import Harness, new_state
+from core.policy import CheckDef, Policy, SandboxLimits
+from core.ports import Call
+from core.scripted import ScriptedProposer, ScriptFn
+from core.simulated import MemoryApprovals, MemoryStore
+from core.state import RunState
+from core.tools import builtin_registry
 from sandbox.container import SandboxContainer
 from sandbox.container_spec import ContainerSpec
 from sandbox.docker_client import docker_host, new_client
@@ -160,7 +160,7 @@ FIXED_AT = 1_767_225_600.0
 
 def fixed_call(executor: Any, tool: str, args: dict[str, Any], key: str, at: float = FIXED_AT) -> Call:
     """A call to an external tool with its effect fixed by ``executor`` first, as the
-    loop fixes it before asking a reviewer (runs.core.effects)."""
+    loop fixes it before asking a reviewer (core.effects)."""
     plan = executor.plan(tool, args, key, at)
     return dataclasses.replace(make_call(tool, args, key=key), effect=plan.effect if plan is not None else None)
 

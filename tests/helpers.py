@@ -9,11 +9,11 @@ from django.core.management import call_command
 
 from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row
+from core.environment import Environment
+from core.fences import RowLock
+from core.scenarios import FIXED, call
+from core.simulated import SimExecutor, SimWorkspace
 from runs.control import kill_requested
-from runs.core.environment import Environment
-from runs.core.fences import RowLock
-from runs.core.scenarios import FIXED, call
-from runs.core.simulated import SimExecutor, SimWorkspace
 from runs.models import Run
 from runs.services import check_new_run, do_create_run
 from runs.store import DjangoStore

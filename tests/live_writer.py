@@ -40,9 +40,9 @@ def main() -> None:
     django.setup()
     from channels.layers import get_channel_layer
 
+    from core import events as ev
+    from core.fences import RowLock
     from runs import broadcast
-    from runs.core import events as ev
-    from runs.core.fences import RowLock
     from runs.eventlog import append_events
 
     rng = random.Random(seed)

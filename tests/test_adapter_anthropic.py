@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from runs.adapters.pricing import Budget, Price
-from runs.core.policy import Rule
-from runs.core.scenarios import FIXED, build_rig, demo_contract, demo_policy
-from runs.core.tools import builtin_registry
+from adapters.pricing import Budget, Price
+from core.policy import Rule
+from core.scenarios import FIXED, build_rig, demo_contract, demo_policy
+from core.tools import builtin_registry
 from tests.fake_providers import (
     API_KEY,
     FakeAnthropic,

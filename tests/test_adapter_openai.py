@@ -13,11 +13,11 @@ import sys
 
 import pytest
 
-from runs.adapters.pricing import Budget, Price
-from runs.core import feedback as fb
-from runs.core.policy import Rule
-from runs.core.scenarios import FIXED, build_rig, demo_contract, demo_policy
-from runs.core.tools import builtin_registry
+from adapters.pricing import Budget, Price
+from core import feedback as fb
+from core.policy import Rule
+from core.scenarios import FIXED, build_rig, demo_contract, demo_policy
+from core.tools import builtin_registry
 from tests.fake_providers import (
     API_KEY,
     FakeOpenAI,
@@ -70,7 +70,7 @@ def test_it_sends_the_task_the_tools_and_the_limits_field_by_field():
 
 
 def test_it_caps_replies_with_max_completion_tokens_where_the_server_wants_it():
-    from runs.adapters.openai_adapter import output_limit_field
+    from adapters.openai_adapter import output_limit_field
 
     assert output_limit_field("https://api.openai.com/v1", "auto") == "max_completion_tokens"  # reasoning models refuse max_tokens
     assert output_limit_field(None, "auto") == "max_completion_tokens"
@@ -297,7 +297,7 @@ def test_it_estimates_usage_when_the_server_reports_none():
 
 
 def test_it_continues_a_queue_after_a_crash_without_asking_the_model_again():
-    from runs.adapters.openai_adapter import OpenAIProposer
+    from adapters.openai_adapter import OpenAIProposer
 
     script = [openai_tools(("call_1", "list_files", {}), ("call_2", "read_file", {"path": "src/calc.py"}))]
     rig = build_rig([])
@@ -326,7 +326,7 @@ def model_settings(settings):
 
 
 def test_it_checks_a_model_configuration_naming_each_bad_field(model_settings):
-    from runs.core.errors import InputError
+    from core.errors import InputError
     from runs.proposers import check_proposer_config
 
     ok = check_proposer_config({"kind": "openai", "model": "gpt-4o-mini", "base_url": "http://127.0.0.1:8001/v1", "max_tokens": 500})
@@ -354,7 +354,7 @@ def test_it_checks_a_model_configuration_naming_each_bad_field(model_settings):
 
 
 def test_it_builds_the_adapter_with_the_budget_clipped_by_the_server(model_settings):
-    from runs.adapters.openai_adapter import OpenAIProposer
+    from adapters.openai_adapter import OpenAIProposer
     from runs.proposers import build_proposer, proposer_usage
 
     contract = demo_contract()
@@ -375,7 +375,7 @@ def test_it_builds_the_adapter_with_the_budget_clipped_by_the_server(model_setti
 
 
 def test_it_reads_the_repository_only_for_a_conversation_not_yet_begun(model_settings):
-    from runs.core.environment import RepositoryContext
+    from core.environment import RepositoryContext
     from runs.proposers import build_proposer
 
     contract = demo_contract()

@@ -14,9 +14,9 @@ from playwright.sync_api import expect
 
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
+from core import events as ev
+from core.fences import RowLock
 from harness_site.celery import app as celery_app
-from runs.core import events as ev
-from runs.core.fences import RowLock
 from runs.eventlog import append_events
 from runs.models import Event, Run
 from runs.runtime import create_run

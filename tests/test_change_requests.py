@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from runs.core.contract import WorkspaceSource
-from runs.core.policy import authorize, check_policy
-from runs.core.state import PendingEffect
+from core.contract import WorkspaceSource
+from core.policy import authorize, check_policy
+from core.state import PendingEffect
 from sandbox.executor import SandboxExecutor
 from sandbox.forges import ChangeRequests, ForgeAccess
 from sandbox.preparation import prepare_workspace

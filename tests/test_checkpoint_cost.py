@@ -12,10 +12,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 import runs.services as services
-from runs.core import events as ev
-from runs.core.fences import Lease, RowLock
-from runs.core.scenarios import call
-from runs.core.simulated import MemoryApprovals
+from core import events as ev
+from core.fences import Lease, RowLock
+from core.scenarios import call
+from core.simulated import MemoryApprovals
 from runs.eventlog import append_event
 from runs.models import Event, Receipt, Run
 from runs.services import drive_run

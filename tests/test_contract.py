@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from runs.core.contract import Limits, check_contract, parse_contract_json
-from runs.core.errors import InputError
+from core.contract import Limits, check_contract, parse_contract_json
+from core.errors import InputError
 
 TOOLS = {"read_file", "write_file", "run_check", "publish"}
 CHECKS = {"tests"}

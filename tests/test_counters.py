@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from runs.core.faults import Fault
-from runs.core.scenarios import FIXED, build_rig, call, demo_contract
+from core.faults import Fault
+from core.scenarios import FIXED, build_rig, call, demo_contract
 
 
 def test_it_counts_invalid_proposals_and_finish_as_proposals():
@@ -30,7 +30,7 @@ def test_it_stops_when_the_call_budget_is_used_even_mid_retry():
 
 
 def test_it_never_grants_more_than_policy_allows():
-    from runs.core.scenarios import demo_policy
+    from core.scenarios import demo_policy
 
     contract = demo_contract(max_proposals=10_000, wall_time_seconds=99_999)
     rig = build_rig([], contract=contract)
@@ -60,7 +60,7 @@ def test_it_checks_the_deadline_after_a_proposal_arrives():
         _past_deadline(rig)
         return call("read_file", path="src/calc.py")
 
-    from runs.core.scripted import ScriptedProposer
+    from core.scripted import ScriptedProposer
 
     rig.harness.proposer = ScriptedProposer(slow_model)
     rig.harness.run()

@@ -3,10 +3,10 @@ pure loop with the scripted proposer and the simulated executor."""
 
 from __future__ import annotations
 
-from runs.core import feedback as fb
-from runs.core.faults import Fault
-from runs.core.policy import Rule
-from runs.core.scenarios import FIXED, build_rig, call, demo_policy
+from core import feedback as fb
+from core.faults import Fault
+from core.policy import Rule
+from core.scenarios import FIXED, build_rig, call, demo_policy
 
 ASK_PUBLISH = [
     Rule(name="publishing needs a reviewer", tool="publish", decision="ask", requires_evidence=True),
@@ -62,7 +62,7 @@ def test_it_stops_tool_denied_and_nothing_reaches_the_executor():
 
 
 def test_it_denies_a_tool_the_contract_does_not_allow_even_if_policy_would():
-    from runs.core.scenarios import demo_contract
+    from core.scenarios import demo_contract
 
     contract = demo_contract().model_copy(update={"allowed_tools": ["read_file"]})
     rig = build_rig([call("write_file", path="src/calc.py", content="x")], contract=contract)
@@ -199,7 +199,7 @@ def test_it_stops_killed_by_the_kill_switch_before_the_next_call():
 
 
 def test_it_never_reports_a_stopped_run_as_completed():
-    from runs.core.report import build_report
+    from core.report import build_report
 
     rig = build_rig([call("read_file", path="src/calc.py")], faults=[Fault("read_file", "invalid_receipt", 1)])
     rig.harness.run()

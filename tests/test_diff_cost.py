@@ -16,8 +16,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
+from core.patchtext import TOO_LARGE, preview_problem
 from runs.artifacts import FileArtifactStore
-from runs.core.patchtext import TOO_LARGE, preview_problem
 from runs.models import Run
 from runs.runtime import advance, create_run, workspace_for
 from sandbox import linediff, patches

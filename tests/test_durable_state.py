@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from runs.core.fences import RowLock
-from runs.core.simulated import MemoryApprovals
+from core.fences import RowLock
+from core.simulated import MemoryApprovals
 from runs.models import CallLedgerEntry, Event, Evidence, Receipt, Report, Run
 from runs.services import drive_run
 from runs.store import DjangoStore

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from runs.core import feedback as fb
-from runs.core.faults import Fault
-from runs.core.policy import Rule
-from runs.core.scenarios import FIXED, build_rig, call, demo_policy
+from core import feedback as fb
+from core.faults import Fault
+from core.policy import Rule
+from core.scenarios import FIXED, build_rig, call, demo_policy
 from tests.helpers import new_policy_version, run_command
 from tests.runs_waiting import DEMO_CONTRACT, DEMO_SCRIPT
 

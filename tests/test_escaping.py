@@ -11,10 +11,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from core import events as ev
+from core.fences import RowLock
+from core.scenarios import call
 from runs.artifacts import FileArtifactStore
-from runs.core import events as ev
-from runs.core.fences import RowLock
-from runs.core.scenarios import call
 from runs.eventlog import append_events
 from runs.models import Evidence
 from tests.fixtures_services import ROOT

@@ -15,9 +15,9 @@ from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 from pydantic import ValidationError
 
+from core import events as ev
+from core.fences import RowLock
 from notifications import messages
-from runs.core import events as ev
-from runs.core.fences import RowLock
 from runs.eventlog import append_events
 from runs.views.trace import present
 from tests.event_examples import EXAMPLES, record

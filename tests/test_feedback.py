@@ -1,4 +1,4 @@
-"""The loop's feedback to the proposer is one class per kind (runs.core.feedback),
+"""The loop's feedback to the proposer is one class per kind (core.feedback),
 stored as the same plain objects runs in flight already hold, and rendered for the
 model by matching every kind."""
 
@@ -9,10 +9,10 @@ import typing
 import pytest
 from pydantic import ValidationError
 
-from runs.adapters.calls import ToolCall
-from runs.adapters.feedback import render_feedback
-from runs.core import feedback as fb
-from runs.core.state import PendingEffect
+from adapters.calls import ToolCall
+from adapters.feedback import render_feedback
+from core import feedback as fb
+from core.state import PendingEffect
 
 PENDING = PendingEffect(
     call_id="c3", tool="publish", args={"message": "m"}, kind="external", idempotency_key="k" * 32, reason="timeout", recorded_at=1.0

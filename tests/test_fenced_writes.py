@@ -13,11 +13,11 @@ from django.db import connection
 
 from approvals.models import ApprovalRequest
 from approvals.services import DjangoApprovals, cancel_open_requests, do_lapse
+from core import events as ev
+from core.environment import Environment
+from core.fences import Lease, RowLock
+from core.scenarios import call
 from runs import leases, runtime
-from runs.core import events as ev
-from runs.core.environment import Environment
-from runs.core.fences import Lease, RowLock
-from runs.core.scenarios import call
 from runs.eventlog import LeaseLost, append_event
 from runs.models import Event, Run
 from runs.services import drive_run

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runs.core.effects import ChangeRequestEffect, Plan, PushEffect, parse_effect
-from runs.core.policy import Rule
-from runs.core.scenarios import FIXED, Rig, build_rig, call, demo_policy
-from runs.core.tools import builtin_registry
-from runs.core.waits import approval_key
+from core.effects import ChangeRequestEffect, Plan, PushEffect, parse_effect
+from core.policy import Rule
+from core.scenarios import FIXED, Rig, build_rig, call, demo_policy
+from core.tools import builtin_registry
+from core.waits import approval_key
 from sandbox.forges import describe_change_request
 from sandbox.remote import RemoteAccess, RemoteTarget
 from tests.gitserver import make_bare_repository
@@ -286,7 +286,7 @@ def test_it_tells_the_reviewer_a_publish_goes_to_the_outbox_when_it_does(operato
 
 
 def test_it_asks_again_with_the_effect_shown_for_a_wait_filed_before_effects_were_fixed() -> None:
-    from runs.core.jsonutil import digest
+    from core.jsonutil import digest
 
     rig = asking_rig()
     rig.harness.run()

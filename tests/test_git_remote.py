@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from runs.core.contract import WorkspaceSource
-from runs.core.errors import InputError
-from runs.core.state import PendingEffect
+from core.contract import WorkspaceSource
+from core.errors import InputError
+from core.state import PendingEffect
 from sandbox.executor import SandboxExecutor
 from sandbox.preparation import prepare_workspace
 from sandbox.remote import GitRun, RemoteAccess, RemoteError, RemoteTarget, check_remote_url, passing_failure
@@ -357,9 +357,9 @@ def test_it_shows_a_refused_remote_on_the_new_run_form(operator, settings) -> No
 
 
 def test_it_stops_the_run_when_the_lookup_finds_another_commit_on_the_branch() -> None:
-    from runs.core.faults import Fault
-    from runs.core.ports import Reconciliation
-    from runs.core.scenarios import FIXED, build_rig, call
+    from core.faults import Fault
+    from core.ports import Reconciliation
+    from core.scenarios import FIXED, build_rig, call
 
     script = [
         call("write_file", path="src/calc.py", content=FIXED),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.core.contract import WorkspaceSource
+from core.contract import WorkspaceSource
 from sandbox.preparation import prepare_workspace
 from sandbox.remote import RemoteAccess, RemoteError, RemoteTarget
 from tests.fixtures_sandbox import FIXED_AT, ROOT

@@ -16,12 +16,12 @@ import pytest
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
-from runs.adapters.feedback import render_feedback
+from adapters.feedback import render_feedback
+from core import feedback as fb
+from core.faults import INJECTED_INFRASTRUCTURE, Fault
+from core.receipts import Receipt
+from core.scenarios import FIXED, build_rig, call
 from runs.cli import EXIT_ERROR
-from runs.core import feedback as fb
-from runs.core.faults import INJECTED_INFRASTRUCTURE, Fault
-from runs.core.receipts import Receipt
-from runs.core.scenarios import FIXED, build_rig, call
 from sandbox.container_spec import remove_container
 from sandbox.engine import unavailable
 

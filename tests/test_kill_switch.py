@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from approvals.services import DjangoApprovals
+from core.errors import InputError
 from runs.control import ControlRefused, Watchdog, kill, set_global
-from runs.core.errors import InputError
 from runs.models import Event, GlobalSwitch
 from runs.runtime import create_run
 from runs.services import drive_run

@@ -10,10 +10,10 @@ import pytest
 from django.db import connection
 
 from approvals.services import DjangoApprovals
+from core.fences import Lease
+from core.scenarios import call
 from runs import leases, runtime
 from runs.control import Watchdog, do_kill
-from runs.core.fences import Lease
-from runs.core.scenarios import call
 from runs.models import Event, Run
 from runs.services import drive_run
 from runs.store import DjangoStore, LeaseLost, load_state
@@ -107,7 +107,7 @@ class BlockingExecutor:
         self.killed.set()
 
     def reconcile(self, effect):
-        from runs.core.ports import Reconciliation
+        from core.ports import Reconciliation
 
         return Reconciliation(False, None, False, "sandbox gone")
 

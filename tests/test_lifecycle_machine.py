@@ -5,7 +5,7 @@ of proposals (identical and different effects), grants, denials, expiries,
 workspace and policy changes, kills, the global stop, worker crashes with resumes,
 and the beat's sweep. After every step it checks the invariants (docs/design.md,
 Lifecycle), a gap-free event log, and that the log explains the stored state
-(runs.core.fold). The figures are in docs/reliability.md."""
+(core.fold). The figures are in docs/reliability.md."""
 
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.services import DecisionRefused, DjangoApprovals, deny, expire_due, grant, save_policy_version
 from approvals.signals import wait_may_end
+from core.lifecycle import OPEN_STATUSES, REQUEST_TRANSITIONS
+from core.scenarios import FIXED, call
+from core.waits import approval_key
 from runs import invariants
 from runs.control import do_kill, set_global
-from runs.core.lifecycle import OPEN_STATUSES, REQUEST_TRANSITIONS
-from runs.core.scenarios import FIXED, call
-from runs.core.waits import approval_key
 from runs.models import Event, Run
 from runs.services import drive_run
 from runs.statecheck import state_problems

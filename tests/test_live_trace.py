@@ -15,11 +15,11 @@ from channels.testing import WebsocketCommunicator
 from django.db import connection
 from django.test import Client
 
+from core import events as ev
+from core.fences import RowLock
 from harness_site.asgi import application
 from runs import eventlog, fanout, feeds
 from runs.broadcast import run_group
-from runs.core import events as ev
-from runs.core.fences import RowLock
 from runs.eventlog import append_events
 from runs.models import Run
 from tests.fixtures_web import waiting_scene

@@ -17,13 +17,13 @@ from django.urls import reverse
 
 from approvals.services import deny
 from common.times import when
+from core import events as ev
+from core.fences import RowLock
+from core.tools import BUILTIN_TOOLS
 from harness_site.asgi import application
 from runs import eventlog
 from runs.broadcast import LISTS_GROUP, broadcast_output, coalesce
 from runs.control import set_global
-from runs.core import events as ev
-from runs.core.fences import RowLock
-from runs.core.tools import BUILTIN_TOOLS
 from runs.eventlog import append_events
 from runs.feeds import Page, contiguous_after
 from runs.live_output import LiveOutput

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from runs.core.policy import Rule
-from runs.core.scenarios import FIXED, build_rig, demo_contract, demo_policy
+from core.policy import Rule
+from core.scenarios import FIXED, build_rig, demo_contract, demo_policy
 from tests.fake_providers import (
     API_KEY,
     FakeAnthropic,

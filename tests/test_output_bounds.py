@@ -22,11 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common.redact import MASK, redact_lines
+from core import events as ev
+from core.fences import RowLock
+from core.policy import CheckDef
 from runs import artifacts
 from runs.artifacts import FileArtifactStore, artifact_path, line_secrets, masked_chunks
-from runs.core import events as ev
-from runs.core.fences import RowLock
-from runs.core.policy import CheckDef
 from runs.eventlog import append_events
 from runs.models import Receipt
 from sandbox.executor import SandboxExecutor

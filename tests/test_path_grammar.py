@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from runs.core.errors import InputError
-from runs.core.patchtext import PatchRefused, parse_patch, patch_targets
-from runs.core.paths import REFUSED_CATEGORIES, PathRefused, canonical_path, path_allowed
-from runs.core.tools import builtin_registry
+from core.errors import InputError
+from core.patchtext import PatchRefused, parse_patch, patch_targets
+from core.paths import REFUSED_CATEGORIES, PathRefused, canonical_path, path_allowed
+from core.tools import builtin_registry
 from sandbox import fileops
 
 WRITE_PATHS = ["orders/*"]

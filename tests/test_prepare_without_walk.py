@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from runs.core.contract import WorkspaceSource
-from runs.core.ports import RevisionMismatch
+from core.contract import WorkspaceSource
+from core.ports import RevisionMismatch
 from sandbox import checkout
 from sandbox.fileops import MAX_DEPTH
 from sandbox.hashing import TreeHasher

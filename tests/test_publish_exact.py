@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from runs.core.contract import WorkspaceSource
-from runs.core.ports import RevisionMismatch
+from core.contract import WorkspaceSource
+from core.ports import RevisionMismatch
 from sandbox import patches
 from sandbox.executor import SandboxExecutor
 from sandbox.preparation import prepare_workspace

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runs.core.receipts import ReceiptInvalid, check_receipt
+from core.receipts import ReceiptInvalid, check_receipt
 
 GOOD = {"call_id": "c1", "tool": "read_file", "status": "ok", "effect": "none", "revision": "r1", "data": {}, "artifacts": []}
 
@@ -37,7 +37,7 @@ def test_it_rejects_an_inconsistent_receipt(raw, problem):
 
 
 def test_it_stops_the_run_on_a_missing_receipt_from_a_crashing_executor():
-    from runs.core.scenarios import build_rig, call
+    from core.scenarios import build_rig, call
 
     rig = build_rig([call("read_file", path="src/calc.py")])
 

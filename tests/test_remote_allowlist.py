@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runs.core.contract import WorkspaceSource
+from core.contract import WorkspaceSource
 from sandbox.allowlist import UnsafeURL, allowed_entry, check_project, place_of
 from sandbox.forges import ChangeRequests, ForgeAccess, ForgeError
 from sandbox.preparation import prepare_workspace

@@ -17,8 +17,8 @@ from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
 from common.redact import MASK, redact_text, secret_values
+from core.patchtext import preview_problem
 from runs.artifacts import FileArtifactStore
-from runs.core.patchtext import preview_problem
 from runs.models import Run
 from runs.runtime import advance, create_run
 from runs.templatetags.diffs import diff_rows

@@ -12,8 +12,8 @@ import pytest
 from django.conf import settings
 from docker.errors import NotFound
 
-from runs.core.policy import SandboxLimits
-from runs.core.simulated import MemoryApprovals
+from core.policy import SandboxLimits
+from core.simulated import MemoryApprovals
 from sandbox.container import SandboxContainer
 from sandbox.container_spec import LABEL_MANAGED, LABEL_RUN, LABEL_SCOPE, SANDBOX_ENV
 from sandbox.orphans import sweep_orphans
@@ -89,7 +89,7 @@ def test_it_restarts_a_stopped_container_for_the_next_check(docker_engine, tmp_p
 @pytest.mark.django_db(transaction=True)
 def test_it_runs_the_demo_until_publish_waits_for_approval(docker_engine) -> None:
     from approvals.policies import load_policy
-    from runs.core.fences import Lease
+    from core.fences import Lease
     from runs.runtime import prepare_workspace_for, sandbox_environment, workspace_root
     from runs.services import check_new_run, do_create_run, drive_run
 

@@ -12,7 +12,7 @@ from django.conf import settings
 
 from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row
-from runs.core.policy import SandboxLimits
+from core.policy import SandboxLimits
 from sandbox.container import SandboxContainer
 from sandbox.container_spec import ContainerSpec, RuntimeMissing
 from tests.fixtures_runtimes import RuntimeEngine

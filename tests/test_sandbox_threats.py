@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from docker.errors import NotFound
 
+from core.policy import CheckDef, SandboxLimits
 from runs.artifacts import artifact_path
-from runs.core.policy import CheckDef, SandboxLimits
 from sandbox.executor import SandboxExecutor
 from sandbox.hashing import TreeHasher
 from sandbox.quota import MB

@@ -18,9 +18,9 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from runs.core.contract import WorkspaceSource
-from runs.core.ports import RevisionMismatch
-from runs.core.state import PendingEffect
+from core.contract import WorkspaceSource
+from core.ports import RevisionMismatch
+from core.state import PendingEffect
 from sandbox import fileops, patches
 from sandbox.executor import SandboxExecutor
 from sandbox.hashing import TreeHasher

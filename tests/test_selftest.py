@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from runs.core import scenarios
-from runs.core.loop import Harness
-from runs.core.policy import Authorization
-from runs.core.receipts import Receipt
+from core import scenarios
+from core.loop import Harness
+from core.policy import Authorization
+from core.receipts import Receipt
 
 
 class NoAuthorize(Harness):

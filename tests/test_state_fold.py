@@ -1,17 +1,17 @@
 """The event log explains the stored state: folding a run's events gives the parts
-of its state they determine (runs.core.fold), for real runs through the real
+of its state they determine (core.fold), for real runs through the real
 store, and ``manage.py check_run_state`` reports any difference."""
 
 from __future__ import annotations
 
 import pytest
 
-from runs.core import events as ev
-from runs.core.environment import Environment
-from runs.core.faults import Fault, FaultyExecutor
-from runs.core.fences import RowLock
-from runs.core.fold import fold
-from runs.core.simulated import MemoryApprovals
+from core import events as ev
+from core.environment import Environment
+from core.faults import Fault, FaultyExecutor
+from core.fences import RowLock
+from core.fold import fold
+from core.simulated import MemoryApprovals
 from runs.eventlog import append_event
 from runs.models import Event, Run
 from runs.services import drive_run

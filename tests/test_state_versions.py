@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.core.state import SCHEMA_VERSION, UPGRADES, RunState, StateVersionError, load_stored_state
+from core.state import SCHEMA_VERSION, UPGRADES, RunState, StateVersionError, load_stored_state
 from runs.models import Event, Run
 from runs.statecheck import state_problems
 from runs.store import load_state

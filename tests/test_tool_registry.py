@@ -1,4 +1,4 @@
-"""Each tool's knowledge is in its registry entry (runs.core.tools) and, for what
+"""Each tool's knowledge is in its registry entry (core.tools) and, for what
 runs it, in its sandbox entry beside its handler (sandbox.tools): the loop, the
 adapters and the executor ask the entries, never a tool's name."""
 
@@ -7,14 +7,14 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from runs.core.simulated import SIM_TOOLS
-from runs.core.tools import BUILTIN_TOOLS, builtin_registry
+from core.simulated import SIM_TOOLS
+from core.tools import BUILTIN_TOOLS, builtin_registry
 from sandbox.tools import TOOLS
 
 ROOT = Path(__file__).resolve().parent.parent
 # Where tool names may be spelled: the two registries, and the demo scripts and the
 # in-memory stand-ins that play a model and a sandbox.
-REGISTRIES = {"runs/core/tools.py", "sandbox/tools.py", "runs/core/scenarios.py", "runs/core/simulated.py"}
+REGISTRIES = {"core/tools.py", "sandbox/tools.py", "core/scenarios.py", "core/simulated.py"}
 
 
 def test_it_gives_every_registered_tool_exactly_one_sandbox_entry():

@@ -11,8 +11,8 @@ import subprocess
 import pytest
 import yaml
 
+from core.errors import InputError
 from runs.artifacts import artifact_path
-from runs.core.errors import InputError
 from runs.models import Artifact, Run
 from runs.runtime import advance, create_run, workspace_root
 from tests.fixtures_services import ROOT

@@ -17,14 +17,14 @@ from hypothesis import strategies as st
 
 from approvals.models import ApprovalRequest
 from approvals.services import DjangoApprovals
+from core.environment import Environment
+from core.jsonutil import digest
+from core.scenarios import call
+from core.scripted import ScriptedProposer
+from core.storable import HEAD_CHARS, MAX_DEPTH
 from runs import runtime
 from runs import services as run_services
 from runs.artifacts import FileArtifactStore
-from runs.core.environment import Environment
-from runs.core.jsonutil import digest
-from runs.core.scenarios import call
-from runs.core.scripted import ScriptedProposer
-from runs.core.storable import HEAD_CHARS, MAX_DEPTH
 from runs.models import CallLedgerEntry, Event, PendingEffect, Receipt, Report, Run
 from runs.services import check_new_run, do_create_run, drive_run
 from runs.store import load_state

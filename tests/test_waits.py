@@ -16,11 +16,11 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.services import DecisionRefused, DjangoApprovals, deny, grant, pending_requests
+from core.lifecycle import WAIT_EXITS, IllegalTransition, check_request_transition
+from core.scenarios import call
+from core.simulated import FakeClock
 from runs import invariants
 from runs.control import do_kill, kill, set_global
-from runs.core.lifecycle import WAIT_EXITS, IllegalTransition, check_request_transition
-from runs.core.scenarios import call
-from runs.core.simulated import FakeClock
 from runs.models import Event, Run
 from runs.runtime import create_run, workspace_for
 from runs.services import drive_run

@@ -19,10 +19,10 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.services import DjangoApprovals, expire_due
+from core import events as ev
+from core.scenarios import FIXED, call
 from notifications import messages
 from notifications.models import Delivery, WebhookEndpoint
-from runs.core import events as ev
-from runs.core.scenarios import FIXED, call
 from runs.models import Event
 from runs.services import drive_run
 from tests.event_examples import EXAMPLES

@@ -3,7 +3,7 @@ from django.db import models
 
 
 class PolicyVersion(models.Model):
-    """One immutable version of the server policy (runs.core.policy.Policy as JSON).
+    """One immutable version of the server policy (core.policy.Policy as JSON).
     Editing a policy creates a new row. A run records the version it started with;
     its gates decide under the newest (docs/design.md, Approvals)."""
 

@@ -10,7 +10,7 @@ class ApprovalRequest(models.Model):
     """A reviewer's decision about exactly one call: the key is a digest of the tool,
     the canonical arguments, the revision, the policy version and the fixed effect. A grant is used
     once; a changed revision or policy makes it stale; a run that stops cancels its
-    open requests. The allowed status changes are runs.core.lifecycle.REQUEST_TRANSITIONS."""
+    open requests. The allowed status changes are core.lifecycle.REQUEST_TRANSITIONS."""
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -31,7 +31,7 @@ class ApprovalRequest(models.Model):
     key = models.CharField(max_length=64, db_index=True)
     rule = models.CharField(max_length=200)
     diff = RedactedTextField(blank=True, default="")
-    # An external call's effect, fixed when the request was filed (runs.core.effects):
+    # An external call's effect, fixed when the request was filed (core.effects):
     # what granting performs, bound into the key; null for workspace writes.
     effect = RedactedJSONField(null=True, blank=True, default=None)
     evidence = RedactedJSONField(default=list)

@@ -1,8 +1,8 @@
 """One name per event type: the stored name is the class's ``type`` literal, the
-snake_case of its class name (runs.core.events; docs/live_trace.md lists them).
+snake_case of its class name (core.events; docs/live_trace.md lists them).
 Six types were stored under another name; their rows are renamed here.
 
-The old and new names are spelled out rather than read from runs.core.events: a
+The old and new names are spelled out rather than read from core.events: a
 migration keeps meaning what it meant when it was written."""
 
 from django.db import migrations

@@ -1,7 +1,7 @@
 from django.db import models
 
 from common.redact import RedactedJSONField
-from runs.core.events import AnyEvent, parse_event
+from core.events import AnyEvent, parse_event
 
 
 class Event(models.Model):
@@ -38,7 +38,7 @@ class Event(models.Model):
         }
 
     def typed(self) -> AnyEvent:
-        """This row as its typed event (runs.core.events.parse_event)."""
+        """This row as its typed event (core.events.parse_event)."""
         return parse_event(
             {"run_id": self.run_id, "seq": self.seq, "type": self.type, "call_id": self.call_id, "ts": self.ts, "payload": self.payload}
         )

@@ -15,7 +15,7 @@ from django import template
 from django.utils.safestring import mark_safe
 
 from common.redact import MASK
-from runs.core.patchtext import DEV_NULL, PatchRefused, header_name
+from core.patchtext import DEV_NULL, PatchRefused, header_name
 
 register = template.Library()
 
@@ -72,7 +72,7 @@ def parse(diff: str) -> list[dict[str, Any]]:
         removed.clear()
         added.clear()
 
-    # A diff's lines end at "\n" only (runs.core.patchtext): splitlines() would also
+    # A diff's lines end at "\n" only (core.patchtext): splitlines() would also
     # split at "\r", U+2028 and the like inside a line, and misnumber the rest.
     lines = diff.split("\n")
     if lines[-1] == "":

@@ -17,8 +17,8 @@ from approvals.models import ApprovalRequest
 from approvals.services import DecisionRefused, check_decision, deny, grant, pending_requests, staleness
 from common.permissions import DECIDE_APPROVALS, VIEW_APPROVALS
 from common.redact import is_masked
-from runs.core.effects import parse_effect, summary
-from runs.core.tools import builtin_registry
+from core.effects import parse_effect, summary
+from core.tools import builtin_registry
 from runs.models import Evidence
 from runs.store import load_state
 from runs.templatetags.diffs import masked_lines

@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from common.permissions import ADD_RUNS
-from runs.core.errors import FieldProblem, InputError, json_message
+from core.errors import FieldProblem, InputError, json_message
 from runs.proposers import PROPOSER_KINDS
 from runs.runtime import create_run
 from runs.views.access import require

@@ -10,9 +10,9 @@ from typing import Any
 from django.urls import reverse
 
 from approvals.policies import current_policy_row, load_policy
+from core import events as ev
+from core.state import RunState
 from runs.control import ACTIVE
-from runs.core import events as ev
-from runs.core.state import RunState
 from runs.models import Event, Run
 from runs.proposers import proposer_usage
 from runs.published import published

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.urls import reverse
 from pydantic import ValidationError
 
-from runs.core import events as ev
+from core import events as ev
 from runs.models import Event
 from runs.wording import duration, human
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from runs.core.scenarios import run_scenarios
+from core.scenarios import run_scenarios
 
 
 class Command(BaseCommand):

@@ -11,9 +11,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from core.errors import FieldProblem, InputError, json_message
+from core.faults import parse_faults
 from runs.cli import EXIT_BAD_INPUT, EXIT_ERROR, drive_and_report, one_line
-from runs.core.errors import FieldProblem, InputError, json_message
-from runs.core.faults import parse_faults
 from runs.runtime import create_run
 from runs.services import registry
 

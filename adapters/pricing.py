@@ -1,0 +1,130 @@
+"""Model budgets: the per-model price table, a run's token and cost budget, and the
+usage totals counted from the provider's numbers (estimated when a response has none)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from core.jsonutil import JSON
+
+_N = TypeVar("_N", int, float)
+
+
+@dataclass(frozen=True)
+class Price:
+    """US dollars per million tokens."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1_000_000
+
+
+def parse_price_table(raw: object) -> dict[str, Price]:
+    """``{"model": {"input": usd_per_mtok, "output": usd_per_mtok}}`` (JSON text or
+    an already parsed object). ``"*"`` may price every model not listed. Raises
+    ValueError saying what is wrong."""
+    if isinstance(raw, str | bytes):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not valid JSON: {exc}") from None
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError('must be a non-empty JSON object {"model": {"input": usd_per_mtok, "output": usd_per_mtok}}')
+    table: dict[str, Price] = {}
+    for model, entry in raw.items():
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError("model names must be non-empty strings")
+        if not isinstance(entry, dict) or set(entry) != {"input", "output"}:
+            raise ValueError(f"{model!r} must be an object with exactly 'input' and 'output' (USD per million tokens)")
+        numbers: list[float] = []
+        for side in ("input", "output"):
+            value = entry[side]
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{model!r}.{side} must be a non-negative number, got {value!r}")
+            numbers.append(float(value))
+        table[model] = Price(numbers[0], numbers[1])
+    return table
+
+
+def price_for(model: str, table: Mapping[str, Price]) -> Price | None:
+    """The exact entry, else the longest entry that is a dated/suffixed variant's
+    prefix (``gpt-4o-mini`` prices ``gpt-4o-mini-2024-07-18``), else ``*``."""
+    if model in table:
+        return table[model]
+    prefixes = [name for name in table if name != "*" and model.startswith(name + "-")]
+    if prefixes:
+        return table[max(prefixes, key=len)]
+    return table.get("*")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A run's model budget; None means no limit on that side."""
+
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+
+    def intersect(self, bound: Budget) -> Budget:
+        """Never more than ``bound`` allows, whatever the run asked for."""
+        return Budget(_min_or_none(self.max_tokens, bound.max_tokens), _min_or_none(self.max_cost_usd, bound.max_cost_usd))
+
+
+def _min_or_none(a: _N | None, b: _N | None) -> _N | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
+@dataclass
+class UsageTotals:
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    estimated: bool = False  # some response had no usage numbers; counts were estimated
+    last_input_tokens: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "requests": self.requests,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost_usd": round(self.cost_usd, 8),
+            "estimated": self.estimated,
+            "last_input_tokens": self.last_input_tokens,
+        }
+
+    @classmethod
+    def from_json(cls, raw: object) -> UsageTotals:
+        if not isinstance(raw, dict):
+            return cls()
+        return cls(
+            requests=_nonneg_int(raw.get("requests")),
+            input_tokens=_nonneg_int(raw.get("input_tokens")),
+            output_tokens=_nonneg_int(raw.get("output_tokens")),
+            cost_usd=float(raw.get("cost_usd") or 0.0),
+            estimated=bool(raw.get("estimated", False)),
+            last_input_tokens=_nonneg_int(raw.get("last_input_tokens")),
+        )
+
+
+def _nonneg_int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def estimate_tokens(value: object) -> int:
+    """A rough count (4 characters a token) for responses without usage numbers."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return len(text) // 4 + 1

@@ -1,0 +1,325 @@
+"""Typed run events. Each class is one event type with a ``type`` literal; the
+store writes them in ``seq`` order and they are the run's audit trail."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from core.jsonutil import JSON
+
+
+class Event(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str
+    seq: int
+    ts: float
+    call_id: str | None = None
+
+    def payload(self) -> dict[str, JSON]:
+        return self.model_dump(exclude={"run_id", "seq", "ts", "call_id", "type"})
+
+
+class RunStarted(Event):
+    type: Literal["run_started"] = "run_started"
+    task_id: str
+    policy_version: int
+    revision: str
+    limits: dict[str, int]
+    clipped: dict[str, dict[str, int]]
+    tools: list[str]
+
+
+class RunResumed(Event):
+    type: Literal["run_resumed"] = "run_resumed"
+    reason: str
+
+
+class Proposed(Event):
+    """``proposal`` is the proposal as it came; one refused that is large or cannot be
+    stored is kept as its ``summary`` instead (size, digest, head) and ``proposal`` is null."""
+
+    type: Literal["proposed"] = "proposed"
+    number: int
+    proposal: JSON
+    summary: dict[str, JSON] | None = None
+
+
+class InvalidInput(Event):
+    type: Literal["invalid_input"] = "invalid_input"
+    gate: Literal["parse", "resolve", "validate"]
+    problems: list[dict[str, str]]
+
+
+class Denied(Event):
+    type: Literal["denied"] = "denied"
+    tool: str
+    rule: str
+    reason: str
+    policy_version: int | None = None
+
+
+class CallAdmitted(Event):
+    type: Literal["call_admitted"] = "call_admitted"
+    tool: str
+    tool_version: str
+    args: dict[str, JSON]
+    decision: str
+    rule: str
+    revision: str
+    policy_version: int | None = None
+    # An external call's fixed effect (core.effects), what the executor performs.
+    effect: dict[str, JSON] | None = None
+
+
+class ApprovalRequired(Event):
+    type: Literal["approval_required"] = "approval_required"
+    tool: str
+    args: dict[str, JSON]
+    revision: str
+    policy_version: int
+    key: str
+    rule: str
+    request_id: str
+    # The external effect the reviewer is asked about, fixed when the request is filed.
+    effect: dict[str, JSON] | None = None
+
+
+class ApprovalConsumed(Event):
+    type: Literal["approval_consumed"] = "approval_consumed"
+    key: str
+    request_id: str
+
+
+class ApprovalRefused(Event):
+    type: Literal["approval_refused"] = "approval_refused"
+    key: str
+    request_id: str
+    reason: str
+
+
+class ApprovalDecided(Event):
+    type: Literal["approval_decided"] = "approval_decided"
+    request_id: str
+    decision: Literal["granted", "denied"]
+    by: str
+    reason: str
+    # The decider started the run (only possible when the policy allows self-approval):
+    # no second person was involved, and the audit trail says so.
+    self_approved: bool = False
+
+
+class ApprovalLapsed(Event):
+    """A request that can no longer be decided or used: expired, stale, or
+    cancelled because its run stopped."""
+
+    type: Literal["approval_lapsed"] = "approval_lapsed"
+    request_id: str
+    status: Literal["expired", "stale", "cancelled"]
+    reason: str
+
+
+class WaitEnded(Event):
+    """The run left ``waiting_approval`` (core.lifecycle.WAIT_EXITS)."""
+
+    type: Literal["wait_ended"] = "wait_ended"
+    request_id: str
+    exit: Literal["granted", "denied", "expired", "stale", "cancelled"]
+    run: Literal["running", "stopped"]
+    reason: str
+    waited_seconds: float
+    total_waited_seconds: float
+
+
+class DuplicateEffect(Event):
+    """An external effect identical to one already applied or still unresolved:
+    nothing is performed and nobody is asked."""
+
+    type: Literal["duplicate_effect"] = "duplicate_effect"
+    tool: str
+    idempotency_key: str
+    of_call: str
+    status: str
+
+
+class PolicyChanged(Event):
+    """The run's gates decide under a newer policy version from now on."""
+
+    type: Literal["policy_changed"] = "policy_changed"
+    old_version: int
+    new_version: int
+
+
+class InvariantRepaired(Event):
+    """The beat's sweep found a row breaking an invariant (docs/design.md, Lifecycle) and
+    repaired it."""
+
+    type: Literal["invariant_repaired"] = "invariant_repaired"
+    invariant: str
+    repair: str
+    request_id: str | None = None
+
+
+class KillRequested(Event):
+    type: Literal["kill_requested"] = "kill_requested"
+    by: str
+    scope: Literal["run", "global"]
+    reason: str = ""  # the operator's words, optional
+
+
+class CallStarted(Event):
+    type: Literal["call_started"] = "call_started"
+    tool: str
+    attempt: int
+    idempotency_key: str | None
+
+
+class ReceiptRecorded(Event):
+    type: Literal["receipt_recorded"] = "receipt_recorded"
+    tool: str
+    attempt: int
+    valid: bool
+    problem: str | None = None
+    receipt: JSON
+    harness_revision: str
+
+
+class Retry(Event):
+    type: Literal["retry"] = "retry"
+    attempt: int
+    backoff_seconds: float
+    reason: str
+
+
+class SandboxWaiting(Event):
+    """The sandbox engine does not answer: the attempt in progress waits for it, until
+    ``until`` at most (the run's deadline or the wait limit); the kill switch still works."""
+
+    type: Literal["sandbox_waiting"] = "sandbox_waiting"
+    reason: str
+    until: float
+
+
+class SandboxWaitOver(Event):
+    type: Literal["sandbox_wait_over"] = "sandbox_wait_over"
+    engine_back: bool
+    waited_seconds: float
+    detail: str
+
+
+class EvidenceRecorded(Event):
+    type: Literal["evidence_recorded"] = "evidence_recorded"
+    check_id: str
+    check_version: str
+    passed: bool
+    exit_code: int | None
+    revision: str
+    current: bool
+
+
+class EvidenceCleared(Event):
+    type: Literal["evidence_cleared"] = "evidence_cleared"
+    old_revision: str
+    revision: str
+    checks: list[str]
+
+
+class CheckRequired(Event):
+    type: Literal["check_required"] = "check_required"
+    revision: str
+    missing: list[str]
+    for_tool: str
+
+
+class PendingEffectRecorded(Event):
+    type: Literal["pending_effect_recorded"] = "pending_effect_recorded"
+    tool: str
+    kind: Literal["workspace", "external"]
+    idempotency_key: str | None
+    reason: str
+
+
+class EffectReconciled(Event):
+    type: Literal["effect_reconciled"] = "effect_reconciled"
+    applied: bool
+    detail: str
+
+
+class WriteBlocked(Event):
+    type: Literal["write_blocked"] = "write_blocked"
+    tool: str
+    pending: list[str]
+
+
+class ModelNote(Event):
+    type: Literal["model_note"] = "model_note"
+    kind: str
+    detail: dict[str, JSON]
+
+
+class Stopped(Event):
+    type: Literal["stopped"] = "stopped"
+    status: str
+    message: str
+
+
+AnyEvent = (
+    RunStarted
+    | RunResumed
+    | Proposed
+    | InvalidInput
+    | Denied
+    | CallAdmitted
+    | ApprovalRequired
+    | ApprovalConsumed
+    | ApprovalRefused
+    | ApprovalDecided
+    | ApprovalLapsed
+    | WaitEnded
+    | DuplicateEffect
+    | PolicyChanged
+    | InvariantRepaired
+    | KillRequested
+    | CallStarted
+    | ReceiptRecorded
+    | Retry
+    | SandboxWaiting
+    | SandboxWaitOver
+    | EvidenceRecorded
+    | EvidenceCleared
+    | CheckRequired
+    | PendingEffectRecorded
+    | EffectReconciled
+    | WriteBlocked
+    | ModelNote
+    | Stopped
+)
+"""Every event type. Readers ``match`` on it and end with ``assert_never``, so a new
+type is a type error in every reader until each says what it does with it."""
+
+_adapter: TypeAdapter[AnyEvent] = TypeAdapter(Annotated[AnyEvent, Field(discriminator="type")])
+
+
+def type_name(cls: type[Event]) -> str:
+    """The name an event class is stored and sent under (its ``type`` literal)."""
+    name: str = cls.model_fields["type"].default
+    return name
+
+
+def parse_event(record: Mapping[str, Any]) -> AnyEvent:
+    """The typed event of a stored record (``runs.models.Event.as_dict()`` shape:
+    run_id, seq, type, call_id, ts as a timestamp, a datetime or ISO 8601, payload).
+
+    An unknown type or a payload that does not fit its class raises
+    ``pydantic.ValidationError`` naming the field: nothing is guessed."""
+    ts = record["ts"]
+    if isinstance(ts, str):
+        ts = datetime.fromisoformat(ts)
+    if isinstance(ts, datetime):
+        ts = ts.timestamp()
+    fields = {"run_id": str(record["run_id"]), "seq": record["seq"], "ts": ts, "type": record["type"], "call_id": record.get("call_id")}
+    return _adapter.validate_python({**record["payload"], **fields})

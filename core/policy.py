@@ -1,0 +1,136 @@
+"""Server policy and its evaluation: which tools a run may call, which need a human,
+what the checks run, and the upper bounds on every contract."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from core.contract import Limits
+from core.errors import InputError, described, problems_from
+from core.jsonutil import JSON
+
+Decision = Literal["allow", "deny", "ask"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Rule(_Frozen):
+    name: str = Field(min_length=1, max_length=200)
+    tool: str = Field(min_length=1, description="tool name or glob")
+    decision: Decision
+    # Argument constraints: the rule matches only when each named argument's string
+    # value matches one of the globs (e.g. {"path": ["docs/*"]}).
+    when: dict[str, list[str]] = Field(default_factory=dict)
+    requires_evidence: bool = False
+
+    @field_validator("when")
+    @classmethod
+    def _globs_present(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for arg, globs in value.items():
+            if not globs:
+                raise ValueError(f"argument constraint {arg!r} needs at least one glob")
+        return value
+
+    def matches(self, tool: str, args: Mapping[str, JSON]) -> bool:
+        if not fnmatch.fnmatchcase(tool, self.tool):
+            return False
+        for arg, globs in self.when.items():
+            value = args.get(arg)
+            if not isinstance(value, str):
+                return False
+            if not any(fnmatch.fnmatchcase(value, g) for g in globs):
+                return False
+        return True
+
+
+class CheckDef(_Frozen):
+    """A verification command from trusted configuration; never from the model."""
+
+    check_id: str = Field(
+        pattern=described(
+            r"^[a-z0-9][a-z0-9_.-]{0,63}$", "1 to 64 lowercase letters, digits, '_', '.' or '-', starting with a letter or digit"
+        )
+    )
+    command: list[str] = Field(min_length=1)
+    version: str = "1"
+    timeout_seconds: int = Field(default=120, ge=1, le=3600)
+    image: str | None = None
+    # The workspace is read-only to checks; one that must write into its tree runs
+    # in a throwaway copy of it in scratch instead.
+    on_copy: bool = False
+
+
+class SandboxLimits(_Frozen):
+    memory: str = Field(default="512m", pattern=described(r"^[0-9]+[kmg]$", "a number followed by k, m or g (for example 512m or 2g)"))
+    cpus: float = Field(default=1.0, gt=0, le=64)
+    pids_limit: int = Field(default=128, ge=16, le=4096)
+    network: Literal["none"] = "none"
+    # How large the workspace may grow before no check runs in it (a directory on
+    # the worker's disk; checks see it read-only, the file tools write it).
+    workspace_max_mb: int = Field(default=1024, ge=1, le=1_048_576)
+    # The tmpfs checks write to (caches, bytecode, build output), emptied before and
+    # after every check; the kernel bounds it, and it counts against ``memory``.
+    scratch_mb: int = Field(default=256, ge=1, le=65_536)
+    # The container runtime: runc (the engine's default) or gVisor's runsc, which
+    # puts a user-space kernel between checks and the host's.
+    runtime: Literal["runc", "runsc"] = "runc"
+
+
+class Policy(_Frozen):
+    version: int = Field(ge=1)
+    rules: list[Rule]
+    checks: list[CheckDef]
+    budget: Limits
+    approval_ttl_seconds: int = Field(default=3600, ge=1)
+    # An optional bound on the total time one run may wait for reviewers; each request
+    # expires no later than what is left of it.
+    max_wait_seconds: int | None = Field(default=None, ge=1, le=30 * 24 * 3600)
+    allow_self_approval: bool = False
+    sandbox: SandboxLimits = SandboxLimits()
+
+    @field_validator("checks")
+    @classmethod
+    def _unique_checks(cls, value: list[CheckDef]) -> list[CheckDef]:
+        ids = [c.check_id for c in value]
+        if len(ids) != len(set(ids)):
+            raise ValueError("check ids must be unique")
+        return value
+
+    def check(self, check_id: str) -> CheckDef | None:
+        return next((c for c in self.checks if c.check_id == check_id), None)
+
+    @property
+    def check_ids(self) -> set[str]:
+        return {c.check_id for c in self.checks}
+
+
+def check_policy(raw: object) -> Policy:
+    try:
+        return Policy.model_validate(raw)
+    except ValidationError as exc:
+        raise InputError("policy", problems_from(exc)) from None
+
+
+@dataclass(frozen=True)
+class Authorization:
+    decision: Decision
+    rule: str
+    requires_evidence: bool
+
+
+DEFAULT_DENY = "default: no rule matched"
+
+
+def authorize(policy: Policy, tool: str, args: Mapping[str, JSON]) -> Authorization:
+    """First matching rule wins; a tool no rule mentions is denied."""
+    for rule in policy.rules:
+        if rule.matches(tool, args):
+            return Authorization(rule.decision, rule.name, rule.requires_evidence)
+    return Authorization("deny", DEFAULT_DENY, False)

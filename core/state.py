@@ -1,0 +1,232 @@
+"""Everything a run needs to continue after a crash, as one JSON-serialisable
+object. The store saves it with the step's events in one transaction.
+
+The stored object carries ``schema_version``. A release that changes the shape
+raises ``SCHEMA_VERSION`` and adds the step from the previous version to
+``UPGRADES``; ``load_stored_state`` applies the steps in order on load, so runs in
+flight (a wait can last days) survive the release. A state written by a newer
+release is refused, never guessed at (docs/design.md, Recovery)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.contract import Contract, Limits
+from core.jsonutil import JSON
+
+TERMINAL_STATES = ("completed", "failed")
+LedgerState = Literal["proposed", "validated", "allowed", "started", "completed", "failed", "unknown"]
+RunStatus = Literal["running", "waiting_approval", "complete", "stopped"]
+
+
+class _State(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+class CallRecord(_State):
+    call_id: str
+    tool: str
+    args: dict[str, JSON] = Field(default_factory=dict)
+    state: LedgerState = "proposed"
+    attempts: int = 0
+    idempotency_key: str | None = None
+    decision: str | None = None
+    rule: str | None = None
+    approval_key: str | None = None
+    last_status: str | None = None
+    revision_before: str | None = None
+    # Why each transient attempt failed, so the result that follows can tell the
+    # model what happened before it.
+    transient_reasons: list[str] = Field(default_factory=list)
+    # The policy version whose gates decided this call (policy changes reach runs in flight).
+    policy_version: int | None = None
+    # The approval key of the grant this call consumed; an ``ask`` call executes only
+    # with a consumed grant for exactly its tool, arguments, revision and policy version.
+    granted_key: str | None = None
+    # An external call's effect, fixed when it was first admitted or asked for
+    # (core.effects): the request shows it, its key binds it, the executor does it.
+    effect: dict[str, JSON] | None = None
+
+
+class EvidenceRecord(_State):
+    call_id: str
+    check_id: str
+    check_version: str
+    command: list[str]
+    exit_code: int | None
+    timed_out: bool
+    duration_ms: int
+    image_digest: str
+    revision: str
+    policy_version: int
+    output_ref: str | None
+    passed: bool
+    ts: float
+
+
+class PendingEffect(_State):
+    call_id: str
+    tool: str
+    args: dict[str, JSON]
+    kind: Literal["workspace", "external"]
+    idempotency_key: str | None
+    reason: str
+    recorded_at: float
+    resolved: bool = False
+    applied: bool | None = None
+    resolution: str | None = None
+
+
+class Operation(_State):
+    """One external effect, by what it is (run, tool, canonical args, revision): the
+    same operation proposed again is a duplicate, never performed twice."""
+
+    key: str
+    tool: str
+    args: dict[str, JSON]
+    revision: str
+    call_id: str  # the call that performed it (or is performing it)
+    status: Literal["started", "applied", "not_applied", "unknown"] = "started"
+    outcome: dict[str, JSON] = Field(default_factory=dict)
+
+
+class Waiting(_State):
+    call_id: str
+    request_id: str
+    approval_key: str
+    revision: str = ""
+    policy_version: int = 0
+
+
+SCHEMA_VERSION = 4
+"""1: the shape before versions (no ``schema_version`` key); 2: the same, versioned;
+3: ``run_started`` in place of ``next_seq`` (the store numbers the events); 4: a call
+record's fixed ``effect`` and the state's ``proposed_at``."""
+
+
+class RunState(_State):
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    contract: Contract
+    limits: Limits
+    policy_version: int
+    actor: str
+    status: RunStatus = "running"
+    stop_reason: str | None = None
+    stop_message: str = ""
+    proposals: int = 0
+    calls: int = 0
+    started_at: float
+    # The end of the run's working time: moved on by every wait for a human, which is
+    # counted apart in ``waited_seconds`` (and ``waiting_since`` while a wait lasts).
+    deadline: float
+    waited_seconds: float = 0.0
+    waiting_since: float | None = None
+    base_revision: str
+    revision: str
+    evidence: list[EvidenceRecord] = Field(default_factory=list)
+    # check_id -> index into ``evidence`` for the current revision; a write empties it.
+    current_evidence: dict[str, int] = Field(default_factory=dict)
+    pending_effects: list[PendingEffect] = Field(default_factory=list)
+    # Calls not yet settled. A call leaves the state once its final ledger entry
+    # is checkpointed, so a long run's checkpoints stay small.
+    ledger: dict[str, CallRecord] = Field(default_factory=dict)
+    changed_paths: list[str] = Field(default_factory=list)
+    not_performed: list[dict[str, str]] = Field(default_factory=list)
+    current_call: str | None = None
+    current_proposal: JSON = None
+    # When the current proposal arrived (the clock's time), checkpointed with it: an
+    # effect fixed for it is dated so, and a crash before its request is checkpointed
+    # fixes the same effect again and finds the same request.
+    proposed_at: float | None = None
+    waiting: Waiting | None = None
+    feedback: dict[str, JSON] | None = None
+    proposer_state: dict[str, JSON] = Field(default_factory=dict)
+    # The ``run_started`` event is on the record: a run resumed after it is not started again.
+    run_started: bool = False
+    next_call: int = 1
+    effects_applied: list[str] = Field(default_factory=list)
+    # External effects by idempotency key (see Operation).
+    operations: dict[str, Operation] = Field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("complete", "stopped")
+
+    @property
+    def outcome(self) -> str:
+        """``complete``, ``waiting_approval``, ``running`` or the stop reason."""
+        if self.status == "stopped":
+            return self.stop_reason or "stopped"
+        return self.status
+
+    def deadline_at(self, now: float) -> float:
+        """The working-time deadline as it will stand if a wait in progress ends now."""
+        return self.deadline + (now - self.waiting_since if self.waiting_since is not None else 0.0)
+
+    def waited_at(self, now: float) -> float:
+        return self.waited_seconds + (now - self.waiting_since if self.waiting_since is not None else 0.0)
+
+    def unresolved_effects(self) -> list[PendingEffect]:
+        return [p for p in self.pending_effects if not p.resolved]
+
+    def passing_current(self, check_id: str) -> EvidenceRecord | None:
+        index = self.current_evidence.get(check_id)
+        if index is None:
+            return None
+        record = self.evidence[index]
+        if record.passed and record.revision == self.revision:
+            return record
+        return None
+
+    def missing_checks(self) -> list[str]:
+        return [c for c in self.contract.verification_targets if self.passing_current(c) is None]
+
+
+class StateVersionError(ValueError):
+    """A stored state this code cannot read: written by a newer release, or with a
+    version that never existed."""
+
+
+def _from_1(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "schema_version": 2}
+
+
+def _from_2(data: dict[str, Any]) -> dict[str, Any]:
+    """``next_seq`` counted the loop's events from 1, and the first was always
+    ``run_started``: past 1, the run had started."""
+    upgraded = {k: v for k, v in data.items() if k != "next_seq"}
+    return {**upgraded, "schema_version": 3, "run_started": data.get("next_seq", 1) > 1}
+
+
+def _from_3(data: dict[str, Any]) -> dict[str, Any]:
+    """Calls recorded before effects were fixed have none: a wait for one goes stale
+    (its key no longer matches) and the call is asked for again, its effect shown."""
+    return {**data, "schema_version": 4}
+
+
+# version N -> the step that turns a version-N state into version N+1.
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_1, 2: _from_2, 3: _from_3}
+
+
+def load_stored_state(data: Mapping[str, Any]) -> RunState:
+    """The current ``RunState`` of a stored one, upgraded step by step from its
+    version; the stored object itself is not changed (the next checkpoint writes
+    the current shape)."""
+    version = data.get("schema_version", 1)
+    run = data.get("run_id", "?")
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version:
+        raise StateVersionError(f"run {run}: the stored state's schema_version {version!r} is not a version (1 to {SCHEMA_VERSION})")
+    if version > SCHEMA_VERSION:
+        raise StateVersionError(
+            f"run {run}: the stored state is schema version {version}, newer than this release reads ({SCHEMA_VERSION});"
+            " it was written by a newer release: run that one, nothing was changed"
+        )
+    upgraded = dict(data)
+    while version < SCHEMA_VERSION:
+        upgraded = UPGRADES[version](upgraded)
+        version += 1
+    return RunState.model_validate(upgraded)
