@@ -24,7 +24,8 @@ from sandbox.output_capture import OutputListener
 from sandbox.publishing import ReviewLimits
 from sandbox.quota import DiskQuota
 from sandbox.remote import RemoteTarget
-from sandbox.tools import TOOLS, ToolContext, ToolResult
+from sandbox.tool_context import ToolContext, ToolResult
+from sandbox.tools import TOOLS
 from sandbox.workspace import RunWorkspace
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,72 @@
+"""The file tools, on the host through ``fileops`` (never in the container, which
+mounts the workspace read-only), and what a reviewer is shown of a write."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from core.jsonutil import JSON
+from core.ports import Call
+from sandbox import fileops, patches
+from sandbox.tool_context import KILLED_PREVIEW, ToolContext, ToolResult, error_result, would_refuse
+
+
+def list_files(ctx: ToolContext, call: Call) -> ToolResult:
+    data = fileops.list_files(ctx.workspace.dir, str(call.args["path"]), int(call.args["max_entries"]))
+    return ToolResult("ok", "none", dict(data))
+
+
+def read_file(ctx: ToolContext, call: Call) -> ToolResult:
+    data = fileops.read_file(
+        ctx.workspace.dir,
+        str(call.args["path"]),
+        int(call.args["offset"]),
+        int(call.args["limit"]),
+        max_bytes=max(256, call.max_output_bytes // 2),
+    )
+    return ToolResult("ok", "none", data)
+
+
+def search(ctx: ToolContext, call: Call) -> ToolResult:
+    data = fileops.search(ctx.workspace.dir, str(call.args["pattern"]), str(call.args["path"]), int(call.args["max_matches"]))
+    return ToolResult("ok", "none", data)
+
+
+def write_file(ctx: ToolContext, call: Call) -> ToolResult:
+    data = ctx.workspace.write_file(str(call.args["path"]), str(call.args["content"]))
+    return ToolResult("ok", "none" if data["unchanged"] else "applied", data)
+
+
+def preview_write_file(ctx: ToolContext, args: Mapping[str, JSON]) -> str:
+    """The file's change as a unified diff against its current content."""
+    path = str(args["path"])
+    try:
+        current = fileops.read_bytes(ctx.workspace.dir, path)
+        new = str(args["content"])
+        if current is not None and fileops.is_binary(current):
+            return f"# {path} is a binary file; write_file replaces it with {len(new.encode())} bytes of text\n"
+        old = None if current is None else fileops.decode(current)
+        return patches.unified_diff(path, old, new, cancelled=ctx.cancelled)
+    except (fileops.FileRefused, patches.PatchRefused) as exc:
+        return would_refuse("write_file", exc)
+    except patches.DiffCancelled:
+        return KILLED_PREVIEW
+
+
+def apply_patch(ctx: ToolContext, call: Call) -> ToolResult:
+    try:
+        data = ctx.workspace.apply_patch(str(call.args["patch"]))
+    except patches.PatchRefused as exc:
+        return error_result(f"the patch was not applied (nothing was written): {exc}")
+    return ToolResult("ok", "applied", data)
+
+
+def preview_apply_patch(ctx: ToolContext, args: Mapping[str, JSON]) -> str:
+    """What the patch would change, as the applier plans it, against the current content."""
+    try:
+        planned = fileops.plan_patch(ctx.workspace.dir, str(args["patch"]))
+        return "".join(patches.unified_diff(c.path, c.old, c.new, cancelled=ctx.cancelled) for c in planned)
+    except (fileops.FileRefused, patches.PatchRefused) as exc:
+        return would_refuse("apply_patch", exc)
+    except patches.DiffCancelled:
+        return KILLED_PREVIEW

@@ -1,0 +1,93 @@
+"""What every sandbox tool shares: the context a call runs in and the result it
+returns. A problem the model caused (missing file, patch that does not apply,
+symlink) is a result with ``data.error`` and no effect, never an exception."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+from core.jsonutil import JSON
+from core.ports import ArtifactStore, Call
+from sandbox.container import SandboxContainer
+from sandbox.forges import ChangeRequests
+from sandbox.output_capture import OutputListener
+from sandbox.publishing import ReviewLimits
+from sandbox.quota import DiskQuota
+from sandbox.remote import RemoteTarget
+from sandbox.workspace import RunWorkspace
+
+Status = Literal["ok", "transient", "unknown"]
+Effect = Literal["none", "applied", "unknown"]
+KEY_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+
+
+@dataclass
+class ToolResult:
+    status: Status
+    effect: Effect
+    data: dict[str, JSON]
+    artifacts: list[str] = field(default_factory=list)
+
+
+class FileArtifactSink(Protocol):
+    def put_file(self, path: Path, media_type: str) -> str:
+        """Store a file's content without reading it into memory; consumes the file."""
+
+
+def run_stored_bytes(artifacts: ArtifactStore) -> int:
+    """What the run's artifacts hold so far, from a store that counts them per run
+    (``runs.artifacts.FileArtifactStore`` given a run); 0 from one that does not."""
+    counted = getattr(artifacts, "stored_bytes", None)
+    return int(counted()) if callable(counted) else 0
+
+
+@dataclass
+class ToolContext:
+    run_id: str
+    workspace: RunWorkspace
+    artifacts: ArtifactStore
+    outbox: Path
+    # The container a call's check runs in (started, waiting for the engine, when needed).
+    container_for: Callable[[Call], SandboxContainer]
+    write_paths: tuple[str, ...]
+    spool_dir: Path | None = None
+    quota: DiskQuota = DiskQuota()
+    # Set for a workspace cloned from a git remote: publish pushes a branch there.
+    remote: RemoteTarget | None = None
+    # Set when the server has a forge for that remote: open_change_request opens there.
+    forge: ChangeRequests | None = None
+    # Given a call id, who watches that call's output while it runs (the live page).
+    live_output: Callable[[str], OutputListener] | None = None
+    # True once the run is killed: a long diff stops, and nothing is published after it.
+    cancelled: Callable[[], bool] | None = None
+    # The most of a publish's diff a reviewer is shown.
+    review_limits: ReviewLimits = ReviewLimits()
+
+
+def error_result(message: str, **data: JSON) -> ToolResult:
+    return ToolResult("ok", "none", {**data, "error": message})
+
+
+def infrastructure_result(reason: str, artifacts: list[str] | None = None, **data: JSON) -> ToolResult:
+    """The sandbox failed, not the call: a transient attempt with no effect, which
+    the harness retries and never takes as evidence."""
+    return ToolResult(
+        "transient", "none", {**data, "error": f"the check did not run to its end: {reason}", "infrastructure": reason}, artifacts or []
+    )
+
+
+def killed_result(**data: JSON) -> ToolResult:
+    # Before the effect: nothing was published, so the attempt had no effect.
+    return ToolResult("transient", "none", {**data, "error": "the run was killed while its changes were read: nothing was published"})
+
+
+# A preview cut short by a kill; the run stops before anyone is asked (core.waits).
+KILLED_PREVIEW = "# the run was killed while this diff was made\n"
+
+
+def would_refuse(tool: str, exc: Exception | str) -> str:
+    return f"# this {tool} would be refused: {exc}\n"
