@@ -15,7 +15,7 @@ from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from approvals.services import DecisionForbidden, DecisionRefused
+from approvals.checks import DecisionForbidden, DecisionRefused
 from core.errors import InputError
 from runs.control import ControlRefused
 

@@ -40,10 +40,10 @@ from api.serializers import (
     SwitchUpdateSerializer,
     TokenSerializer,
 )
-from approvals import services as approvals
 from approvals.models import ApprovalRequest
 from common import permissions, signin
 from runs import control
+from runs.approval_flow import deny, grant
 from runs.models import GlobalSwitch, Run
 from runs.runtime import create_run
 from runs.services import report_of
@@ -299,7 +299,7 @@ class ApprovalGrant(ApiView):
     )
     def post(self, request: Request, approval_id: str) -> Response:
         approval = by_id(ApprovalRequest.objects.select_related("run__policy"), approval_id)
-        approvals.grant(approval, request.user)
+        grant(approval, request.user)
         return decided(approval)
 
 
@@ -317,7 +317,7 @@ class ApprovalDeny(ApiView):
     def post(self, request: Request, approval_id: str) -> Response:
         approval = by_id(ApprovalRequest.objects.select_related("run__policy"), approval_id)
         data = body(DenySerializer, request)
-        approvals.deny(approval, request.user, data["reason"])
+        deny(approval, request.user, data["reason"])
         return decided(approval)
 
 

@@ -1,7 +1,14 @@
-"""Policies in the Django admin. Versions are immutable: "add" starts from the
-newest document (or from any version: "new version from this one") and saves a new
-version; a version's page shows its difference from the one before; any two
-versions are compared side by side, in colour, at a GET URL that can be shared."""
+"""Policies and approval requests in the Django admin. Policy versions are immutable:
+"add" starts from the newest document (or from any version: "new version from this
+one") and saves a new version; a version's page shows its difference from the one
+before; any two versions are compared side by side, in colour, at a GET URL that can
+be shared.
+
+Saving a version also ends the waits it makes stale (docs/design.md, Approvals), which
+is runs' orchestration (runs.approval_flow.save_policy_version) and out of reach from
+here: approvals sit below runs. So ``PolicyVersionAdmin`` is the pages without the
+save, and runs, the layer that owns that flow, register the admin for policy versions
+(runs.admin), a subclass that saves through it. Nothing here looks the save up."""
 
 from __future__ import annotations
 
@@ -31,7 +38,6 @@ from approvals.policy_editor import (
     kept_forms,
     place_problems,
 )
-from approvals.services import save_policy_version
 from common.times import zoned_times
 from core.errors import InputError, json_message
 from core.policy import check_policy
@@ -66,16 +72,19 @@ class PolicyVersionForm(forms.ModelForm):
         return raw
 
 
-@admin.register(PolicyVersion)
 @zoned_times(PolicyVersion)
 class PolicyVersionAdmin(admin.ModelAdmin):
+    """The policy versions' pages; registered by runs.admin with ``store_version``."""
+
     form = PolicyVersionForm
-    list_display = ("version", "new_from_this", "note", "created_by", "created_at", "run_count")
+    list_display: tuple[str, ...] = ("version", "new_from_this", "note", "created_by", "created_at")
     actions = ["compare_versions"]
     readonly_fields = ("version", "note", "created_by", "created_at", "document_pretty", "difference")
 
-    def run_count(self, obj: PolicyVersion) -> int:
-        return obj.runs.count()
+    def store_version(self, row: PolicyVersion, document: dict[str, Any]) -> list[str]:
+        """Save ``row`` with ``document`` as the newest version; the ids of the pending
+        requests it made stale."""
+        raise NotImplementedError("the admin for policy versions is registered by runs.admin, which saves through runs")
 
     @admin.display(description="edit")
     def new_from_this(self, obj: PolicyVersion) -> str:
@@ -169,10 +178,10 @@ class PolicyVersionAdmin(admin.ModelAdmin):
         self.save_version(request, obj, form.cleaned_data["document_text"])
 
     def save_version(self, request: HttpRequest, obj: PolicyVersion, document: dict[str, Any]) -> None:
-        """Every way the admin saves a version goes through the service, which makes
-        the requests it turns stale end their waits (approvals.services)."""
+        """Every way the admin saves a version goes through ``store_version``, which
+        makes the requests it turns stale end their waits."""
         obj.created_by = cast(User, request.user)  # the admin site admits only signed-in staff
-        stale = save_policy_version(obj, document)
+        stale = self.store_version(obj, document)
         if stale:
             self.message_user(
                 request,

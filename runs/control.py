@@ -13,10 +13,10 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from approvals.services import cancel_open_requests
 from common import permissions
 from core import events as ev
 from core.fences import RowLock
+from runs.approval_flow import cancel_open_requests
 from runs.eventlog import append_event
 from runs.models import GlobalSwitch, Run
 from runs.queue import enqueue_resume

@@ -15,11 +15,11 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.policies import current_policy_row
-from approvals.services import do_lapse, lapse_stale
 from core import events as ev
 from core.fences import RowLock
 from core.lifecycle import OPEN_STATUSES
 from runs import leases
+from runs.approval_flow import do_lapse, lapse_stale
 from runs.eventlog import append_event
 from runs.models import Event, Run
 
@@ -69,7 +69,7 @@ def _record_repair(request: ApprovalRequest, invariant: str, repair: str) -> Non
 
 def lapse_stale_requests() -> int:
     """Lapse the pending requests asked under a policy older than the current one.
-    Saving a version lapses them at once (approvals.services.save_policy_version);
+    Saving a version lapses them at once (runs.approval_flow.save_policy_version);
     these are the ones that missed it: a version saved some other way, or a request
     filed by a worker that read the policy just before the save. ``waits_to_end``
     then wakes their runs, so each call goes back through the gates."""

@@ -1,12 +1,11 @@
 """Handing a run to a Celery worker: the only module that names the run tasks on the
 broker. Publishing by name keeps the callers (the composition root, the kill switch,
-approvals' decisions through ``approvals.signals.wait_may_end``) free of the task
-module, which imports the composition root."""
+the approval flow's wake-ups) free of the task module, which imports the composition
+root."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from celery import current_app
 
@@ -24,8 +23,3 @@ def enqueue_resume(run_id: str) -> None:
         current_app.send_task("runs.resume_run", args=[run_id])
     except Exception:  # noqa: BLE001 - the database holds the decision; the sweep retries
         log.warning("could not enqueue resume of run %s", run_id, exc_info=True)
-
-
-def resume_on_signal(sender: Any, run_id: str, **kwargs: Any) -> None:
-    """The receiver of ``approvals.signals.wait_may_end`` (connected in runs.apps)."""
-    enqueue_resume(run_id)

@@ -23,24 +23,23 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
 
 from approvals.policies import load_policy
-from approvals.ports import RunStanding
-from approvals.services import DjangoApprovals, cancel_open_requests
 from core import events as ev
 from core.contract import WorkspaceSource
 from core.environment import Environment
 from core.errors import FieldProblem, InputError
 from core.faults import Fault, FaultyExecutor
-from core.fences import Fence, Lease
+from core.fences import Lease
 from core.policy import Policy
 from core.ports import RevisionMismatch
 from core.storable import escaped_text
 from runs import invariants, leases, queue
+from runs.approval_flow import cancel_open_requests
+from runs.approval_gate import DjangoApprovals
 from runs.artifacts import FileArtifactStore
 from runs.control import Watchdog, admitting_new_runs, stopping_all_runs
-from runs.eventlog import append_event, append_events
+from runs.eventlog import append_events
 from runs.live_output import LiveOutput
 from runs.models import Run
 from runs.queue import enqueue_start
@@ -57,25 +56,6 @@ from sandbox.sources import WorkspaceSourceError, check_source
 from sandbox.workspace import RunWorkspace
 
 log = logging.getLogger(__name__)
-
-
-class RunsForApprovals:
-    """approvals.ports.Runs over the Run row and the event log (connected in runs.apps)."""
-
-    def append_event(self, run_id: str, cls: type[ev.Event], *, fence: Fence, **fields: Any) -> None:
-        append_event(run_id, cls, fence=fence, **fields)
-
-    def standing(self, run_id: str) -> RunStanding:
-        run = Run.objects.get(pk=run_id)
-        return RunStanding(
-            revision=str((run.state or {}).get("revision", "")),
-            waiting=run.status == Run.Status.WAITING,
-            stopping=run.kill_requested,
-            outcome=run.outcome,
-        )
-
-    def waiting_for_decision(self) -> Q:
-        return Q(run__status=Run.Status.WAITING, run__kill_requested=False, run__revision=F("revision"))
 
 
 def workspace_root(run: Run) -> Path:

@@ -1,5 +1,5 @@
 """Celery tasks: thin wrappers around ``runs.runtime.advance`` and the sweeps of the
-beat (leases, the sandbox's orphaned containers)."""
+beat (leases, approvals past their deadline, the sandbox's orphaned containers)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from celery import shared_task
 from django.conf import settings
 
 from runs import container_sweep, invariants, leases
+from runs.approval_flow import expire_due
 from runs.models import Run
 from runs.runtime import advance
 
@@ -38,6 +39,12 @@ def sweep_leases() -> list[str]:
     for run_id in targets:
         resume_run.delay(run_id)
     return targets
+
+
+@shared_task(name="approvals.expire")
+def expire_approvals() -> int:
+    """Lapse the requests past their deadline and wake their runs (runs.approval_flow)."""
+    return expire_due()
 
 
 @shared_task(name="sandbox.sweep")

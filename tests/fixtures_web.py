@@ -173,7 +173,7 @@ class Scene:
 
 def waiting_scene(starter: Any, script: list[Any] | None = None) -> Scene:
     from approvals.models import ApprovalRequest
-    from approvals.services import DjangoApprovals
+    from runs.approval_gate import DjangoApprovals
     from runs.services import drive_run
     from tests.helpers import SCRIPT, World
 

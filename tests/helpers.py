@@ -74,7 +74,7 @@ def edited_policy(publish: str | None = None, **fields: object) -> dict[str, obj
 
 
 def new_policy_version(publish: str | None = None, **fields: object) -> PolicyVersion:
-    """An admin's edit, written straight to the table (around approvals.services, so
+    """An admin's edit, written straight to the table (around runs.approval_flow, so
     nothing it makes stale is lapsed until the sweep): the current policy edited as
     ``edited_policy`` says becomes the newest version."""
     version = current_policy_row().version + 1

@@ -17,8 +17,8 @@ from schemathesis import checks
 
 from api.models import ApiToken
 from approvals.models import ApprovalRequest
-from approvals.services import DjangoApprovals
 from harness_site.wsgi import application
+from runs.approval_gate import DjangoApprovals
 from runs.services import drive_run
 from tests.helpers import World
 

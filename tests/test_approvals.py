@@ -10,8 +10,10 @@ import pytest
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
+from approvals.checks import DecisionRefused
 from approvals.models import ApprovalRequest
-from approvals.services import DecisionRefused, DjangoApprovals, deny, do_consume, expire_due, grant
+from runs.approval_flow import deny, do_consume, expire_due, grant
+from runs.approval_gate import DjangoApprovals
 from runs.models import Event, Run
 from runs.services import drive_run
 from tests.helpers import World

@@ -17,7 +17,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
 
 from approvals.models import ApprovalRequest
-from approvals.services import expire_due
+from runs.approval_flow import expire_due
 from runs.control import kill, set_global
 from tests.fixtures_web import AsgiServer, screenshot, sign_in, waiting_scene
 

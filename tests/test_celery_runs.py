@@ -10,7 +10,7 @@ import pytest
 
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
-from approvals.services import grant
+from runs.approval_flow import grant
 from runs.control import kill
 from runs.models import Event
 from runs.runtime import create_run

@@ -297,7 +297,7 @@ def test_it_opens_the_change_request_of_a_whole_run_after_two_approvals_and_link
     from django.test import Client
 
     from approvals.models import ApprovalRequest
-    from approvals.services import grant
+    from runs.approval_flow import grant
     from runs.models import Event
     from runs.runtime import create_run
     from tests.remote_runs import CHANGE_REQUEST, REPOSITORY, demo_script, parked, remote_rig

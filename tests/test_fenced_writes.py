@@ -12,12 +12,13 @@ import pytest
 from django.db import connection
 
 from approvals.models import ApprovalRequest
-from approvals.services import DjangoApprovals, cancel_open_requests, do_lapse
 from core import events as ev
 from core.environment import Environment
 from core.fences import Lease, RowLock
 from core.scenarios import call
 from runs import leases, runtime
+from runs.approval_flow import cancel_open_requests, do_lapse
+from runs.approval_gate import DjangoApprovals
 from runs.eventlog import LeaseLost, append_event
 from runs.models import Event, Run
 from runs.services import drive_run

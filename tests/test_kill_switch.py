@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from approvals.services import DjangoApprovals
 from core.errors import InputError
+from runs.approval_gate import DjangoApprovals
 from runs.control import ControlRefused, Watchdog, kill, set_global
 from runs.models import Event, GlobalSwitch
 from runs.runtime import create_run

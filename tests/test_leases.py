@@ -9,10 +9,10 @@ import time
 import pytest
 from django.db import connection
 
-from approvals.services import DjangoApprovals
 from core.fences import Lease
 from core.scenarios import call
 from runs import leases, runtime
+from runs.approval_gate import DjangoApprovals
 from runs.control import Watchdog, do_kill
 from runs.models import Event, Run
 from runs.services import drive_run

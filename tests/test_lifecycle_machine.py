@@ -1,6 +1,6 @@
 """A stateful model-based test of the run's life around humans and effects
 (docs/design.md, Lifecycle): Hypothesis drives real runs (the Django store, the
-approvals services, the sweep; a simulated executor) through random interleavings
+approval flow, the sweep; a simulated executor) through random interleavings
 of proposals (identical and different effects), grants, denials, expiries,
 workspace and policy changes, kills, the global stop, worker crashes with resumes,
 and the beat's sweep. After every step it checks the invariants (docs/design.md,
@@ -13,6 +13,7 @@ import os
 import time
 from collections import Counter
 from datetime import timedelta
+from unittest import mock
 
 import pytest
 from django.utils import timezone
@@ -20,13 +21,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
+from approvals.checks import DecisionRefused
 from approvals.models import ApprovalRequest, PolicyVersion
-from approvals.services import DecisionRefused, DjangoApprovals, deny, expire_due, grant, save_policy_version
-from approvals.signals import wait_may_end
 from core.lifecycle import OPEN_STATUSES, REQUEST_TRANSITIONS
 from core.scenarios import FIXED, call
 from core.waits import approval_key
 from runs import invariants
+from runs.approval_flow import deny, expire_due, grant, save_policy_version
+from runs.approval_gate import DjangoApprovals
 from runs.control import do_kill, set_global
 from runs.models import Event, Run
 from runs.services import drive_run
@@ -195,15 +197,8 @@ class Lifecycle(RuleBasedStateMachine):
 
     def save_policy(self, publish: str) -> None:
         woken: list[str] = []
-
-        def wake(sender: object, run_id: str, **kwargs: object) -> None:
-            woken.append(run_id)
-
-        wait_may_end.connect(wake)
-        try:
+        with mock.patch("runs.queue.enqueue_resume", woken.append):
             save_policy_version(PolicyVersion(note="saved by the machine"), edited_policy(publish=publish))
-        finally:
-            wait_may_end.disconnect(wake)
         for run_id in woken:  # what the workers do with the wake-ups (earlier examples' runs are left)
             if run_id in self.worlds:
                 self.drive(run_id)

@@ -15,13 +15,13 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.urls import reverse
 
-from approvals.services import deny
 from common.times import when
 from core import events as ev
 from core.fences import RowLock
 from core.tools import BUILTIN_TOOLS
 from harness_site.asgi import application
 from runs import eventlog
+from runs.approval_flow import deny
 from runs.broadcast import LISTS_GROUP, broadcast_output, coalesce
 from runs.control import set_global
 from runs.eventlog import append_events
@@ -443,7 +443,8 @@ def test_it_keeps_an_optional_comment_on_a_grant_and_reason_on_a_kill(operator, 
 def test_it_rounds_the_working_clock_and_the_time_budget_alike(operator, reviewer):
     from datetime import UTC, datetime
 
-    from approvals.services import DjangoApprovals, grant
+    from runs.approval_flow import grant
+    from runs.approval_gate import DjangoApprovals
     from runs.services import drive_run
     from runs.store import load_state
     from runs.views.summary import run_summary

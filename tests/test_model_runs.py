@@ -10,7 +10,7 @@ import re
 import pytest
 
 from approvals.models import ApprovalRequest
-from approvals.services import grant
+from runs.approval_flow import grant
 from runs.models import Run
 from runs.runtime import advance, create_run, workspace_for
 from tests.fake_providers import API_KEY, FakeOpenAI, openai_tools

@@ -16,9 +16,10 @@ from playwright.sync_api import expect
 
 from approvals.models import ApprovalRequest
 from approvals.policies import current_policy_row
-from approvals.services import EXPIRING, DjangoApprovals, do_lapse, grant
 from core.lifecycle import IllegalTransition
 from runs import invariants, runtime, tasks
+from runs.approval_flow import EXPIRING, do_lapse, grant
+from runs.approval_gate import DjangoApprovals
 from runs.cli import full_report
 from runs.models import Event, Run
 from runs.runtime import create_run

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from approvals.models import ApprovalRequest
-from approvals.services import grant
+from runs.approval_flow import grant
 from runs.models import Event
 from runs.runtime import create_run
 from tests.fixtures_services import database_url

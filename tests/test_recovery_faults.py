@@ -16,7 +16,7 @@ import pytest
 from django.conf import settings
 
 from approvals.models import ApprovalRequest
-from approvals.services import grant
+from runs.approval_flow import grant
 from runs.models import Event, Receipt
 from runs.runtime import create_run
 from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO, assert_gap_free, wait_for

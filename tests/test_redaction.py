@@ -17,13 +17,14 @@ from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
-from approvals.services import DjangoApprovals, grant
 from common.redact import MASK, masked, redact, redact_lines, redact_text
 from core.environment import Environment
 from core.jsonutil import JSON
 from core.scenarios import FIXED, call
 from core.simulated import SimExecutor, SimWorkspace
 from notifications.models import WebhookEndpoint
+from runs.approval_flow import grant
+from runs.approval_gate import DjangoApprovals
 from runs.models import Artifact, Run
 from runs.services import check_new_run, do_create_run, drive_run
 from sandbox.patches import unified_diff

@@ -12,7 +12,7 @@ import redis
 from django.conf import settings
 
 from approvals.models import ApprovalRequest
-from approvals.services import grant
+from runs.approval_flow import grant
 from runs.models import Event
 from runs.runtime import create_run
 from tests.fixtures_services import ROOT

@@ -12,10 +12,12 @@ import json
 
 import pytest
 
+from approvals.checks import DecisionForbidden
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import SELF_APPROVAL_NOT_PERMITTED, current_policy_row
 from approvals.policy_diff import SELF_APPROVAL_ON, previous_of, version_diff
-from approvals.services import DecisionForbidden, DjangoApprovals, grant
+from runs.approval_flow import grant
+from runs.approval_gate import DjangoApprovals
 from runs.models import Event
 from runs.services import drive_run
 from runs.views.trace import present

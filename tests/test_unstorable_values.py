@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from approvals.models import ApprovalRequest
-from approvals.services import DjangoApprovals
 from core.environment import Environment
 from core.jsonutil import digest
 from core.scenarios import call
@@ -24,6 +23,7 @@ from core.scripted import ScriptedProposer
 from core.storable import HEAD_CHARS, MAX_DEPTH
 from runs import runtime
 from runs import services as run_services
+from runs.approval_gate import DjangoApprovals
 from runs.artifacts import FileArtifactStore
 from runs.models import CallLedgerEntry, Event, PendingEffect, Receipt, Report, Run
 from runs.services import check_new_run, do_create_run, drive_run

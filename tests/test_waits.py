@@ -14,12 +14,14 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from approvals.checks import DecisionRefused
 from approvals.models import ApprovalRequest
-from approvals.services import DecisionRefused, DjangoApprovals, deny, grant, pending_requests
 from core.lifecycle import WAIT_EXITS, IllegalTransition, check_request_transition
 from core.scenarios import call
 from core.simulated import FakeClock
 from runs import invariants
+from runs.approval_flow import deny, grant, pending_requests
+from runs.approval_gate import DjangoApprovals
 from runs.control import do_kill, kill, set_global
 from runs.models import Event, Run
 from runs.runtime import create_run, workspace_for

@@ -18,11 +18,12 @@ import pytest
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from approvals.services import DjangoApprovals, expire_due
 from core import events as ev
 from core.scenarios import FIXED, call
 from notifications import messages
 from notifications.models import Delivery, WebhookEndpoint
+from runs.approval_flow import expire_due
+from runs.approval_gate import DjangoApprovals
 from runs.models import Event
 from runs.services import drive_run
 from tests.event_examples import EXAMPLES

@@ -8,9 +8,9 @@ from typing import Any
 from django import template
 from django.contrib.auth.models import AnonymousUser, User
 
-from approvals.services import pending_requests
 from common.permissions import DECIDE_APPROVALS
 from common.times import when
+from runs.approval_flow import pending_requests
 from runs.models import GlobalSwitch
 from runs.views.trace import TONES
 from runs.views.trace import short as short_revision

@@ -13,12 +13,13 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from approvals.checks import DecisionRefused
 from approvals.models import ApprovalRequest
-from approvals.services import DecisionRefused, check_decision, deny, grant, pending_requests, staleness
 from common.permissions import DECIDE_APPROVALS, VIEW_APPROVALS
 from common.redact import is_masked
 from core.effects import parse_effect, summary
 from core.tools import builtin_registry
+from runs.approval_flow import check_decision_now, deny, grant, pending_requests, staleness_now
 from runs.models import Evidence
 from runs.store import load_state
 from runs.templatetags.diffs import masked_lines
@@ -40,7 +41,7 @@ def decision_blocker(request: ApprovalRequest, user: User | AnonymousUser, *, gr
     Reading a page records nothing: an expired or stale request is recorded when
     someone tries to decide it (or by the beat, at expiry)."""
     try:
-        check_decision(request, user, granting=granting)
+        check_decision_now(request, user, granting=granting)
     except DecisionRefused as exc:
         return str(exc)
     return None
@@ -79,7 +80,7 @@ def out_of_date(request: ApprovalRequest) -> str | None:
     """Why the request no longer describes what would run: found now for a pending
     one, as recorded for one that lapsed stale; None while it is current."""
     if request.status == Status.PENDING:
-        return staleness(request)
+        return staleness_now(request)
     return request.reason if request.status == Status.STALE else None
 
 

@@ -13,8 +13,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from approvals.services import pending_requests
 from common.permissions import VIEW_RUNS
+from runs.approval_flow import pending_requests
 from runs.models import Run
 from runs.views.access import require
 

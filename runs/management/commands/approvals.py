@@ -11,12 +11,13 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
+from approvals.checks import DecisionRefused
 from approvals.models import ApprovalRequest
-from approvals.services import DecisionRefused, deny, grant, staleness
+from runs.approval_flow import deny, grant, staleness_now
 
 
 def describe(request: ApprovalRequest) -> dict[str, Any]:
-    stale = staleness(request) if request.status == ApprovalRequest.Status.PENDING else None
+    stale = staleness_now(request) if request.status == ApprovalRequest.Status.PENDING else None
     return {
         "id": str(request.pk),
         "run_id": str(request.run_id),

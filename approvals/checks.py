@@ -1,0 +1,97 @@
+"""The checks of an approval request: who may decide it, whether it can be decided now,
+and whether it still describes what would run. They read the request row and what the
+caller hands them (where its run stands, as plain values; the policy in force) and write
+nothing: recording a lapse, deciding and waking the run are the orchestration's
+(runs.approval_flow), above. A request's status changes are the core's table
+(core.lifecycle: check_request_transition, check_lapse)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AnonymousUser, User
+from django.utils import timezone
+
+from approvals.models import ApprovalRequest, PolicyVersion
+from approvals.policies import load_policy, self_approval_on
+from common import permissions
+from common.redact import MASK
+from core.patchtext import preview_problem
+
+Status = ApprovalRequest.Status
+
+
+@dataclass(frozen=True)
+class RunStanding:
+    """Where a request's run is now, as the checks read it."""
+
+    started_by_id: int | None  # who started the run: they may not decide its requests
+    revision: str  # the workspace revision of the run's state
+    waiting: bool  # waiting for an approval
+    stopping: bool  # a kill was requested
+    outcome: str
+
+
+class DecisionRefused(Exception):
+    """The request cannot be decided now (already decided, expired, stale). ``lapse``
+    is the (status, reason) a decision attempt records for an expired or stale one."""
+
+    def __init__(self, message: str, lapse: tuple[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.lapse = lapse
+
+
+class DecisionForbidden(DecisionRefused):
+    """This user may not decide this request (no reviewer permission, or it is their own run)."""
+
+
+def staleness(request: ApprovalRequest, run: RunStanding, policy_version: int) -> str | None:
+    """Why a request no longer describes what would run, or None if it still does.
+    Gates decide under the policy now in force (v``policy_version``), so a newer policy
+    makes it stale."""
+    if policy_version != request.policy_version:
+        return f"the policy is now v{policy_version}, the request was for v{request.policy_version}"
+    if run.revision != request.revision:
+        return f"the workspace is at {run.revision[:12]}, the request was for {request.revision[:12]}"
+    if not run.waiting or run.stopping:
+        state = "being stopped" if run.stopping else run.outcome
+        return f"the run is {state}, no longer waiting for this approval"
+    return None
+
+
+def check_decider(user: User | AnonymousUser, run: RunStanding, policy: PolicyVersion) -> None:
+    """Who may decide: a reviewer, and not the one who started the run unless
+    self-approval is on (separation of duties)."""
+    if not user.is_authenticated or not user.has_perm(permissions.DECIDE_APPROVALS):
+        raise DecisionForbidden("you do not have the reviewer permission")
+    if run.started_by_id == user.pk and not self_approval_on(load_policy(policy)):
+        raise DecisionForbidden("you started this run; another reviewer must decide (separation of duties)")
+
+
+def check_decision(
+    request: ApprovalRequest, user: User | AnonymousUser, run: RunStanding, policy: PolicyVersion, *, granting: bool = False
+) -> None:
+    """Whether ``user`` may decide (``granting``: grant) ``request`` now, ``policy``
+    being the version in force; DecisionRefused says why not."""
+    check_decider(user, run, policy)
+    if request.status != Status.PENDING:
+        raise DecisionRefused(f"this request is already {request.status}")
+    if request.expires_at <= timezone.now():
+        raise DecisionRefused("this request has expired", lapse=(Status.EXPIRED, "expired before a decision"))
+    stale = staleness(request, run, policy.version)
+    if stale is not None:
+        raise DecisionRefused(f"this request is stale: {stale}", lapse=(Status.STALE, stale))
+    # A grant approves what the reviewer saw; a diff that is not the whole, exact
+    # patch (masking changed its lines, or it leaves changes out) cannot be granted.
+    # It can still be denied, so the run hears why.
+    problem = preview_problem(request.diff, MASK) if granting else None
+    if problem is not None:
+        raise DecisionRefused(f"this request cannot be granted as it is: {problem}, so the diff shown is not exactly what would ship")
+
+
+def check_reason(reason: str) -> str:
+    """A denial's reason, stripped; a denial needs one."""
+    reason = reason.strip()
+    if not reason:
+        raise DecisionRefused("a denial needs a reason")
+    return reason

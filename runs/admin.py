@@ -1,0 +1,30 @@
+"""The admin for policy versions, registered here rather than in approvals: its pages
+are approvals' (approvals.admin.PolicyVersionAdmin), but saving a version must end the
+waits it makes stale at once (docs/design.md, Approvals), and that is runs'
+orchestration (runs.approval_flow). Runs sit above approvals, so the layer that owns
+the flow registers the admin and hands it the save by subclassing: an import pointing
+down, with nothing for approvals to look up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+
+from approvals.admin import PolicyVersionAdmin
+from approvals.models import PolicyVersion
+from runs.approval_flow import save_policy_version
+
+
+@admin.register(PolicyVersion)
+class PolicyVersionWithRunsAdmin(PolicyVersionAdmin):
+    """approvals' policy pages, with what a version means for runs: how many started
+    under it, and a save that ends the waits it makes stale."""
+
+    list_display = (*PolicyVersionAdmin.list_display, "run_count")
+
+    def run_count(self, obj: PolicyVersion) -> int:
+        return obj.runs.count()
+
+    def store_version(self, row: PolicyVersion, document: dict[str, Any]) -> list[str]:
+        return save_policy_version(row, document)
