@@ -18,11 +18,9 @@ class RunsConfig(AppConfig):
         from runs.queue import resume_on_signal
         from runs.roles import ensure_roles
         from runs.runtime import RunsForApprovals
-        from runs.session_sockets import connect_signals
         from sandbox.docker_client import use_engine_host
 
         post_migrate.connect(ensure_roles, sender=self)
-        connect_signals()
         connect_runs(RunsForApprovals())
         wait_may_end.connect(resume_on_signal, dispatch_uid="runs.queue.resume_on_signal")
         use_engine_host(lambda: str(settings.DOCKER_HOST))

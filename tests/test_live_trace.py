@@ -281,7 +281,7 @@ def test_it_refuses_a_socket_for_a_run_that_does_not_exist(reviewer):
 
 
 def test_it_shows_tokens_and_cost_against_the_budget_for_a_model_run(db):
-    from runs.views.summary import model_budgets
+    from pages.summary import model_budgets
     from tests.helpers import World
 
     run = World().create()

@@ -16,9 +16,9 @@ from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import SELF_APPROVAL_NOT_PERMITTED, current_policy_row
 from approvals.policy_diff import SELF_APPROVAL_ON, previous_of, version_diff
 from approvals.services import DecisionForbidden, DjangoApprovals, grant
+from live.trace import present
 from runs.models import Event
 from runs.services import drive_run
-from runs.views.trace import present
 from tests.helpers import World
 from tests.test_policy_admin import ADD, inline_form
 
