@@ -18,7 +18,8 @@ from django.test import Client
 from core import events as ev
 from core.fences import RowLock
 from harness_site.asgi import application
-from runs import eventlog, fanout, feeds
+from live import fanout, feeds
+from runs import eventlog
 from runs.broadcast import run_group
 from runs.eventlog import append_events
 from runs.models import Run
