@@ -1,5 +1,5 @@
 """The permissions the server checks, by Django's name (``app_label.codename``), in
-one place: the pages (runs.views.access), the WebSocket consumers, the API
+one place: the pages (pages.access), the WebSocket consumers, the API
 (api.permissions), the services' own checks (runs.control, approvals.checks), the
 roles (runs.roles) and the tests use these constants. Templates spell a permission
 ``perms.<app_label>.<codename>``; tests/test_permission_names.py holds every such

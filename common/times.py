@@ -1,6 +1,6 @@
 """How the site shows a moment: a <time> element the page rewrites into the viewer's
 zone, with the zone, UTC on hover (static/js/harness.js). The pages use ``when`` as a
-template tag (runs.templatetags.harness); the apps' admin pages use ``zoned_times``,
+template tag (pages.templatetags.harness); the apps' admin pages use ``zoned_times``,
 instead of the admin's own server-zone text without one."""
 
 from __future__ import annotations

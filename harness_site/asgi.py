@@ -21,8 +21,8 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from django.urls import get_resolver, path, re_path  # noqa: E402
 
 from harness_site.sockets import NoSuchSocket, SameOriginSockets  # noqa: E402
-from runs.consumers import RunTraceConsumer  # noqa: E402
-from runs.live import ListsConsumer  # noqa: E402
+from live.consumers import RunTraceConsumer  # noqa: E402
+from live.lists import ListsConsumer  # noqa: E402
 
 websocket_urls = [
     path("ws/runs/<uuid:run_id>/", RunTraceConsumer.as_asgi()),

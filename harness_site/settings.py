@@ -38,6 +38,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "runs",
     "approvals",
+    "live",
+    "pages",  # an app for its template tags (harness, diffs)
     "rest_framework",
     "drf_spectacular",
     "api",
@@ -336,11 +338,11 @@ if env_bool("HARNESS_BEHIND_TLS_PROXY", False):
 X_FRAME_OPTIONS = "DENY"
 SECURE_REFERRER_POLICY = "same-origin"
 HARNESS_TRACE_WINDOW = env_int("HARNESS_TRACE_WINDOW", 200, minimum=20, maximum=2000)
-# How long a web process's live feed (runs.feeds) waits without a doorbell before it
+# How long a web process's live feed (live.feeds) waits without a doorbell before it
 # reads the database anyway, for a doorbell that never came.
 HARNESS_TRACE_RECHECK_SECONDS = env_float("HARNESS_TRACE_RECHECK_SECONDS", 5.0, minimum=0.1)
 # Every live socket speaks at least this often, so a page can tell a quiet run from
-# a dead connection (runs.live).
+# a dead connection (live.lists).
 HARNESS_LIVE_HEARTBEAT_SECONDS = env_float("HARNESS_LIVE_HEARTBEAT_SECONDS", 5.0, minimum=0.1)
 
 # ---------------------------------------------------------------------------------

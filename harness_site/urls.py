@@ -1,4 +1,4 @@
-"""Pages and actions. Every view checks its permission itself (runs.views.access);
+"""Pages and actions. Every view checks its permission itself (pages.access);
 the live trace's WebSocket route is in harness_site.asgi."""
 
 from django.contrib import admin
@@ -6,8 +6,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from common.signin import LimitedAdminAuthenticationForm, LimitedAuthenticationForm
-from runs.views import approvals as approval_views
-from runs.views import control, new_run, run_detail, runs_list
+from pages import approvals as approval_views
+from pages import control, new_run, run_detail, runs_list
 
 run_patterns = (
     [

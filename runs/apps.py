@@ -13,11 +13,9 @@ class RunsConfig(AppConfig):
         from django.conf import settings
 
         from runs.roles import ensure_roles
-        from runs.session_sockets import connect_signals
         from sandbox.docker_client import use_engine_host
 
         post_migrate.connect(ensure_roles, sender=self)
-        connect_signals()
         use_engine_host(lambda: str(settings.DOCKER_HOST))
         # The channel layer's backend (redis.asyncio, msgpack: 40 ms of imports, more
         # on a busy machine) loads with the process, not on its first broadcast, which

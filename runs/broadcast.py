@@ -1,6 +1,6 @@
 """Doorbells for live viewers: "run R has events up to seq N", rung after the
 commit. A doorbell carries nothing a viewer is sent: each web process's feed
-(runs.feeds) reads the events from the database, so a doorbell that is lost,
+(live.feeds) reads the events from the database, so a doorbell that is lost,
 late or out of order delays what a viewer sees and never changes it.
 
 Three kinds of message go out: a run's doorbell to the run's group; "the lists

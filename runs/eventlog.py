@@ -2,7 +2,7 @@
 
 ``append_events`` numbers events under the run row's lock, redacts them, stores
 them and rings the run's doorbell only after the surrounding transaction commits:
-live viewers read the events from the database (runs.feeds), so a viewer never
+live viewers read the events from the database (live.feeds), so a viewer never
 sees an event the database does not have. Every write is fenced
 (``core.fences``): by the lease of the worker driving the run, or by the run
 row's lock for anyone else."""

@@ -13,7 +13,7 @@ import argparse
 import ast
 from pathlib import Path
 
-PACKAGES = ("api", "approvals", "common", "harness_site", "notifications", "runs", "sandbox")
+PACKAGES = ("api", "approvals", "common", "harness_site", "live", "notifications", "pages", "runs", "sandbox")
 
 
 def long_functions(paths: list[Path], limit: int) -> list[tuple[int, str, str]]:

@@ -17,9 +17,9 @@ from pydantic import ValidationError
 
 from core import events as ev
 from core.fences import RowLock
+from live.trace import present
 from notifications import messages
 from runs.eventlog import append_events
-from runs.views.trace import present
 from tests.event_examples import EXAMPLES, record
 from tests.helpers import World
 

@@ -18,7 +18,8 @@ from django.test import Client
 from core import events as ev
 from core.fences import RowLock
 from harness_site.asgi import application
-from runs import eventlog, fanout, feeds
+from live import fanout, feeds
+from runs import eventlog
 from runs.broadcast import run_group
 from runs.eventlog import append_events
 from runs.models import Run
@@ -281,7 +282,7 @@ def test_it_refuses_a_socket_for_a_run_that_does_not_exist(reviewer):
 
 
 def test_it_shows_tokens_and_cost_against_the_budget_for_a_model_run(db):
-    from runs.views.summary import model_budgets
+    from pages.summary import model_budgets
     from tests.helpers import World
 
     run = World().create()

@@ -20,16 +20,16 @@ from core import events as ev
 from core.fences import RowLock
 from core.tools import BUILTIN_TOOLS
 from harness_site.asgi import application
+from live.feeds import Page, contiguous_after
+from live.trace import group_cards, present
+from live.wording import LABELS, duration, human
 from runs import eventlog
 from runs.approval_flow import deny
 from runs.broadcast import LISTS_GROUP, broadcast_output, coalesce
 from runs.control import set_global
 from runs.eventlog import append_events
-from runs.feeds import Page, contiguous_after
 from runs.live_output import LiveOutput
 from runs.models import Run
-from runs.views.trace import group_cards, present
-from runs.wording import LABELS, duration, human
 from tests.fixtures_web import waiting_scene
 from tests.test_live_trace import session_cookie
 
@@ -388,7 +388,7 @@ def test_it_lands_each_role_on_its_own_page(reviewer, operator):
 
 
 def test_it_links_no_empty_output():
-    from runs.views.trace import EMPTY_OUTPUT_REF
+    from live.trace import EMPTY_OUTPUT_REF
 
     view = step(
         5,
@@ -445,9 +445,9 @@ def test_it_rounds_the_working_clock_and_the_time_budget_alike(operator, reviewe
 
     from runs.approval_flow import grant
     from runs.approval_gate import DjangoApprovals
+    from pages.summary import run_summary
     from runs.services import drive_run
     from runs.store import load_state
-    from runs.views.summary import run_summary
 
     scene = waiting_scene(operator)
     grant(scene.request, reviewer)

@@ -299,7 +299,7 @@ def test_it_shows_the_start_of_a_large_output_and_that_a_check_was_cut(
             read.append(len(chunk))
             yield chunk
 
-    monkeypatch.setattr("runs.views.run_detail.masked_chunks", counted)
+    monkeypatch.setattr("pages.run_detail.masked_chunks", counted)
     client = Client()
     client.force_login(reviewer)
     page = client.get(reverse("runs:artifact", args=[run.pk, ref])).content.decode()

@@ -18,10 +18,10 @@ from rest_framework.test import APIClient
 from approvals.models import ApprovalRequest
 from common.redact import MASK, redact_text, secret_values
 from core.patchtext import preview_problem
+from pages.templatetags.diffs import diff_rows
 from runs.artifacts import FileArtifactStore
 from runs.models import Run
 from runs.runtime import advance, create_run
-from runs.templatetags.diffs import diff_rows
 from sandbox import patches
 from sandbox.executor import SandboxExecutor
 from tests.fixtures_sandbox import example_workspace, fixed_call, make_call, shown

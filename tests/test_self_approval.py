@@ -18,9 +18,9 @@ from approvals.policies import SELF_APPROVAL_NOT_PERMITTED, current_policy_row
 from approvals.policy_diff import SELF_APPROVAL_ON, previous_of, version_diff
 from runs.approval_flow import grant
 from runs.approval_gate import DjangoApprovals
+from live.trace import present
 from runs.models import Event
 from runs.services import drive_run
-from runs.views.trace import present
 from tests.helpers import World
 from tests.test_policy_admin import ADD, inline_form
 

@@ -19,6 +19,7 @@ from approvals.models import ApprovalRequest
 from core.lifecycle import WAIT_EXITS, IllegalTransition, check_request_transition
 from core.scenarios import call
 from core.simulated import FakeClock
+from pages.summary import run_summary
 from runs import invariants
 from runs.approval_flow import deny, grant, pending_requests
 from runs.approval_gate import DjangoApprovals
@@ -26,7 +27,6 @@ from runs.control import do_kill, kill, set_global
 from runs.models import Event, Run
 from runs.runtime import create_run, workspace_for
 from runs.services import drive_run
-from runs.views.summary import run_summary
 from tests.helpers import SCRIPT, KillFlag, World, new_policy_version
 from tests.runs_waiting import DEMO_CONTRACT, DEMO_SCRIPT, assert_gap_free, wait_for
 

@@ -16,8 +16,8 @@ from django.urls import reverse
 from pydantic import ValidationError
 
 from core import events as ev
+from live.wording import duration, human
 from runs.models import Event
-from runs.wording import duration, human
 
 log = logging.getLogger(__name__)
 

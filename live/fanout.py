@@ -6,7 +6,7 @@ message, which at 200 events/s to 20 viewers was most of the web process's CPU.
 For the live groups (a run's doorbells and output, the lists' doorbells) the
 process instead joins the group once, on a channel of its own, and one task hands
 each message, decoded once, to every local listener in turn: the group's feed
-(runs.feeds), which reads from the database what its viewers are sent. Delivery is
+(live.feeds), which reads from the database what its viewers are sent. Delivery is
 the layer's own: in order per group, at most once with pub/sub (a lost doorbell
 only delays: the feed's next read or recheck finds what it announced), and Redis
 reconnects are the layer's business.

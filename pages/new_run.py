@@ -15,9 +15,9 @@ from django.views.decorators.http import require_http_methods
 
 from common.permissions import ADD_RUNS
 from core.errors import FieldProblem, InputError, json_message
+from pages.access import require
 from runs.proposers import PROPOSER_KINDS
 from runs.runtime import create_run
-from runs.views.access import require
 
 # Which form field shows the problems of each kind of refused input.
 FIELD_FOR = {

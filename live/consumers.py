@@ -1,7 +1,7 @@
 """The live trace of one run over a WebSocket.
 
 The client sends ``{"type": "subscribe", "after_seq": N}``. The consumer joins the
-process's feed of the run first (runs.feeds: it hears the run's doorbells and reads
+process's feed of the run first (live.feeds: it hears the run's doorbells and reads
 what is new from the database once for all the process's viewers), then replays
 the events after N from the database in pages, then sends what the feed hands it.
 Whatever it sends follows its cursor (the last seq sent) without a gap: a page
@@ -11,7 +11,7 @@ up from the database itself. So a viewer gets every event exactly once, in order
 and only ever from the database.
 
 Server messages: ``events`` (a list of presented events), ``live`` (the replay is
-done; with the heartbeat period), ``heartbeat`` (runs.live), ``output`` (the latest
+done; with the heartbeat period), ``heartbeat`` (live.lists), ``output`` (the latest
 lines of a running call's output: ephemeral, never in the log), ``error`` (names
 the problem). Close codes 4401/4403/4404 mean not signed
 in, no permission, no such run: the client should not retry those."""
@@ -26,11 +26,11 @@ from typing import Any
 from channels.db import database_sync_to_async
 
 from common.permissions import VIEW_RUNS
-from runs import feeds
-from runs.feeds import Page, RunFeed, replay_page
-from runs.live import HeartbeatMixin
+from live import feeds
+from live.feeds import Page, RunFeed, replay_page
+from live.lists import HeartbeatMixin
+from live.session_sockets import current_user, user_group
 from runs.models import Run
-from runs.session_sockets import current_user, user_group
 
 log = logging.getLogger(__name__)
 NOT_SIGNED_IN, FORBIDDEN, NO_SUCH_RUN = 4401, 4403, 4404

@@ -15,8 +15,8 @@ from django.views.decorators.http import require_GET
 
 from common.permissions import VIEW_RUNS
 from runs.approval_flow import pending_requests
+from pages.access import require
 from runs.models import Run
-from runs.views.access import require
 
 PAGE_SIZE = 50
 

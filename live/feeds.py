@@ -3,7 +3,7 @@
 A broadcast is a doorbell (runs.broadcast): "run R has events up to seq N", or "the
 lists changed". It carries nothing a viewer is sent. Each web process keeps one
 feed per run that has viewers here, and one for the list pages; a feed hears its
-group's doorbells through the process's hub (runs.fanout), reads what is new
+group's doorbells through the process's hub (live.fanout), reads what is new
 after its own high-water mark from the database, once, and hands the same page
 to every viewer, who sends only what follows its own cursor. So a lost, late or
 reordered doorbell can delay what a viewer sees, never change it: the next
@@ -35,11 +35,11 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Count, Sum
 
-from runs import fanout
+from live import fanout
+from live.trace import REPLAY_PAGE, present
 from runs.broadcast import LISTS_GROUP, run_group
 from runs.models import Event, GlobalSwitch, Run
 from runs.rows import checkpoint_cursor, db_value
-from runs.views.trace import REPLAY_PAGE, present
 
 log = logging.getLogger(__name__)
 # The lists' version is an aggregate over every run: read at most this often, the
@@ -257,7 +257,7 @@ class Feed(Generic[V]):
         raise NotImplementedError
 
     async def hear(self, message: dict[str, Any]) -> None:
-        """A message to the group, from the hub's task (runs.fanout): must not wait
+        """A message to the group, from the hub's task (live.fanout): must not wait
         for the database (it calls ``rang``)."""
         raise NotImplementedError
 

@@ -9,11 +9,11 @@ The lists socket (``/ws/lists/``) tells the runs list, the approvals inbox and t
 control page that something they show changed (``{"type": "changed"}``). It carries
 no data: the page refetches itself with the viewer's own permissions, and it also
 refetches on every (re)connect, so a change made while it was away is never missed.
-What it is told comes from the database too: the process's lists feed (runs.feeds)
+What it is told comes from the database too: the process's lists feed (live.feeds)
 reads the lists' version on a doorbell and after an interval without one, and each
 socket says "changed" when the version moved past what its page was last told, so
 a lost doorbell delays a refetch, never skips it.
-Like the trace socket, it follows its session (runs.session_sockets): told that its
+Like the trace socket, it follows its session (live.session_sockets): told that its
 user changed, it re-reads the session and closes when the user may no longer see the
 lists."""
 
@@ -31,8 +31,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from common.permissions import VIEW_APPROVALS, VIEW_RUNS
-from runs import feeds
-from runs.session_sockets import current_user, user_group
+from live import feeds
+from live.session_sockets import current_user, user_group
 
 NOT_SIGNED_IN, FORBIDDEN = 4401, 4403
 

@@ -12,13 +12,13 @@ from django.urls import reverse
 from approvals.policies import current_policy_row, load_policy
 from core import events as ev
 from core.state import RunState
+from live.trace import EMPTY_OUTPUT_REF, TONES, short
+from live.wording import human
 from runs.control import ACTIVE
 from runs.models import Event, Run
 from runs.proposers import proposer_usage
 from runs.published import published
 from runs.store import load_state
-from runs.views.trace import EMPTY_OUTPUT_REF, TONES, short
-from runs.wording import human
 
 
 def _budget(name: str, used: float, limit: float, unit: str = "", digits: int = 0, clock: str = "") -> dict[str, Any]:

@@ -18,12 +18,12 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from common.permissions import VIEW_RUNS
+from live.trace import artifact_refs, events_before, timeline
+from pages.access import require
+from pages.summary import run_summary
 from runs.artifacts import artifact_path, masked_chunks
 from runs.cli import full_report
 from runs.models import Artifact, Event, Evidence, Receipt, Run
-from runs.views.access import require
-from runs.views.summary import run_summary
-from runs.views.trace import artifact_refs, events_before, timeline
 
 # Past this the output page shows the start and offers the whole file as a download.
 SHOWN_OUTPUT_BYTES = 2_000_000

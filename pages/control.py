@@ -10,10 +10,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
 from common.permissions import DECIDE_APPROVALS, OPERATE_RUNS
+from pages.access import require
 from runs.broadcast import broadcast_lists_changed
 from runs.control import ACTIVE, ControlRefused, kill, set_global
 from runs.models import GlobalSwitch, Run
-from runs.views.access import require
 
 # Each action turns one of the two switches and leaves the other as it is; the
 # message says which switch and what it does now.
