@@ -19,11 +19,11 @@ from common.permissions import DECIDE_APPROVALS, VIEW_APPROVALS
 from common.redact import is_masked
 from core.effects import parse_effect, summary
 from core.tools import builtin_registry
-from runs.approval_flow import check_decision_now, deny, grant, pending_requests, staleness_now
 from live.trace import EMPTY_OUTPUT_REF, text_args, timeline
 from pages.access import require
 from pages.summary import shown_clocks
 from pages.templatetags.diffs import masked_lines
+from runs.approval_flow import check_decision_now, deny, grant, pending_requests, staleness_now
 from runs.models import Evidence
 from runs.store import load_state
 

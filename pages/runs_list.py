@@ -14,8 +14,8 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from common.permissions import VIEW_RUNS
-from runs.approval_flow import pending_requests
 from pages.access import require
+from runs.approval_flow import pending_requests
 from runs.models import Run
 
 PAGE_SIZE = 50

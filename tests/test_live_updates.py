@@ -443,9 +443,9 @@ def test_it_keeps_an_optional_comment_on_a_grant_and_reason_on_a_kill(operator, 
 def test_it_rounds_the_working_clock_and_the_time_budget_alike(operator, reviewer):
     from datetime import UTC, datetime
 
+    from pages.summary import run_summary
     from runs.approval_flow import grant
     from runs.approval_gate import DjangoApprovals
-    from pages.summary import run_summary
     from runs.services import drive_run
     from runs.store import load_state
 

@@ -10,11 +10,11 @@ from django.contrib.auth.models import AnonymousUser, User
 
 from common.permissions import DECIDE_APPROVALS
 from common.times import when
-from runs.approval_flow import pending_requests
 from live.trace import TONES
 from live.trace import short as short_revision
 from live.wording import duration as duration_text
 from live.wording import human as human_word
+from runs.approval_flow import pending_requests
 from runs.models import GlobalSwitch
 
 register = template.Library()
