@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core import events as ev
+from core.decisions import Stop
 from core.policy import Policy
 from core.ports import (
     ApprovalGate,
@@ -53,28 +54,27 @@ class RunContext:
 
 
 class StopRun(Exception):
-    """The run stops: raised by a guard, a limit or a stop decision, and recorded by
-    the loop (``core.recording.stop``)."""
+    """The run stops, from wherever it was: raised by a guard, and by the loop acting on a
+    ``Stop``; the loop records it (``core.recording.stop``)."""
 
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
+    def __init__(self, stop: Stop) -> None:
+        super().__init__(stop.message)
+        self.stop = stop
 
 
-def no_retry(reason: str, message: str, infrastructure: str | None) -> StopRun:
+def no_retry(reason: str, message: str, infrastructure: str | None) -> Stop:
     """The stop when a transient failure cannot be retried: when the sandbox's own
     infrastructure kept failing, the outcome names it rather than the limit that
     ended the retries (the call itself never failed)."""
     if infrastructure is None:
-        return StopRun(reason, message)
-    return StopRun("sandbox_unavailable", f"the sandbox kept failing ({infrastructure}); {message}")
+        return Stop(reason, message)
+    return Stop("sandbox_unavailable", f"the sandbox kept failing ({infrastructure}); {message}")
 
 
 def guard(run: RunContext, where: str, infrastructure: str | None = None) -> None:
     """The kill switch and the deadline, checked wherever the run could go on."""
     if run.controls.kill_requested():
-        raise StopRun("killed", f"kill switch ({where})")
+        raise StopRun(Stop("killed", f"kill switch ({where})"))
     if run.clock.now() >= run.state.deadline:
         message = f"wall-time limit of {run.state.limits.wall_time_seconds}s reached ({where})"
-        raise no_retry("deadline", message, infrastructure)
+        raise StopRun(no_retry("deadline", message, infrastructure))

@@ -1,14 +1,15 @@
 """Gates 8-10 (execute, receipt check, observe) for a call the loop admitted: its
 attempts, each receipt checked and recorded, the evidence a check leaves, and what
-the proposer is shown. ``execute`` returns what the step feeds back; a limit or an
-invalid receipt stops the run (``StopRun``)."""
+the proposer is shown. ``execute`` returns what the step feeds back, or the stop a
+limit or an invalid receipt decides."""
 
 from __future__ import annotations
 
 from core import events as ev
 from core import feedback as fb
 from core import storable
-from core.context import RunContext, StopRun, guard, no_retry
+from core.context import RunContext, guard, no_retry
+from core.decisions import Stop
 from core.gates import Gates
 from core.jsonutil import JSON, canonical_json
 from core.pending import record_pending
@@ -28,22 +29,29 @@ def infrastructure_failure(receipt: Receipt) -> str | None:
     return receipt.infrastructure
 
 
-def execute(run: RunContext, gates: Gates, record: CallRecord, spec: ToolSpec) -> fb.Result | fb.OutcomeUnknown:
+def execute(run: RunContext, gates: Gates, record: CallRecord, spec: ToolSpec) -> fb.Result | fb.OutcomeUnknown | Stop:
     """Attempt the call until a receipt that is not transient; what it feeds back."""
     check = run.policy.check(str(record.args[spec.runs_check])) if spec.runs_check is not None else None
     if spec.external_effect:
         _record_operation(run, record, spec)
     while True:
-        _start_attempt(run, gates, record, spec)
+        refused = _start_attempt(run, gates, record, spec)
+        if refused is not None:
+            return refused
         raw, problem_detail = _attempt(run, record, spec, check)
-        receipt, observed = _checked_receipt(run, gates, raw, problem_detail, record, spec)
+        checked = _checked_receipt(run, gates, raw, problem_detail, record, spec)
+        if isinstance(checked, Stop):
+            return checked
+        receipt, observed = checked
         record.last_status = receipt.status
         if receipt.status != "transient":
             feedback = _settle(run, record, spec, receipt, observed, check)
             _settle_operation(run, record, receipt, feedback)
             guard(run, "after the receipt")
             return feedback
-        _before_retry(run, gates, record, receipt)
+        no_retry_left = _before_retry(run, gates, record, receipt)
+        if no_retry_left is not None:
+            return no_retry_left
 
 
 def _record_operation(run: RunContext, record: CallRecord, spec: ToolSpec) -> None:
@@ -56,13 +64,13 @@ def _record_operation(run: RunContext, record: CallRecord, spec: ToolSpec) -> No
     )
 
 
-def _start_attempt(run: RunContext, gates: Gates, record: CallRecord, spec: ToolSpec) -> None:
+def _start_attempt(run: RunContext, gates: Gates, record: CallRecord, spec: ToolSpec) -> Stop | None:
     state = run.state
     guard(run, "before an attempt")
     if not gates.attempts_left(state, record):
-        raise StopRun("attempt_limit", f"{record.call_id} used its {state.limits.max_attempts} attempts")
+        return Stop("attempt_limit", f"{record.call_id} used its {state.limits.max_attempts} attempts")
     if state.calls >= state.limits.max_tool_calls:
-        raise StopRun("budget_exhausted", f"call budget of {state.limits.max_tool_calls} used")
+        return Stop("budget_exhausted", f"call budget of {state.limits.max_tool_calls} used")
     record.attempts += 1
     state.calls += 1
     record.state = "started"
@@ -73,6 +81,7 @@ def _start_attempt(run: RunContext, gates: Gates, record: CallRecord, spec: Tool
     # read needs no such record: after a crash it is simply done again.
     if spec.has_effect or spec.runs_untrusted_code:
         checkpoint(run)
+    return None
 
 
 def _attempt(run: RunContext, record: CallRecord, spec: ToolSpec, check: CheckDef | None) -> tuple[object, str]:
@@ -101,7 +110,7 @@ def _attempt(run: RunContext, record: CallRecord, spec: ToolSpec, check: CheckDe
 
 def _checked_receipt(
     run: RunContext, gates: Gates, raw: object, problem_detail: str, record: CallRecord, spec: ToolSpec
-) -> tuple[Receipt, dict[str, JSON]]:
+) -> tuple[Receipt, dict[str, JSON]] | Stop:
     """Gate 9, receipt check: the receipt checked against the revision the harness reads
     itself, on the record either way, and its data as the proposer sees it; an invalid
     one stops the run."""
@@ -137,7 +146,7 @@ def _checked_receipt(
         else:
             record.state = "failed"
         set_revision(run, harness_revision, cleared_by_write=spec.writes_workspace)
-        raise StopRun("receipt_invalid", problem) from None
+        return Stop("receipt_invalid", problem)
     # Stored as the proposer sees it: data above the run's output cap is kept as
     # its head and the artifact holding the whole (observe), not twice in full
     # (event and receipt row).
@@ -155,8 +164,8 @@ def _checked_receipt(
     return receipt, observed
 
 
-def _before_retry(run: RunContext, gates: Gates, record: CallRecord, receipt: Receipt) -> None:
-    """After a transient failure: stop if no retry is possible, else wait the backoff."""
+def _before_retry(run: RunContext, gates: Gates, record: CallRecord, receipt: Receipt) -> Stop | None:
+    """After a transient failure: the stop if no retry is possible, else wait the backoff."""
     state = run.state
     infrastructure = gates.infrastructure_failure(receipt)
     error = receipt.data.get("error")
@@ -164,14 +173,15 @@ def _before_retry(run: RunContext, gates: Gates, record: CallRecord, receipt: Re
     guard(run, "after the receipt", infrastructure)
     backoff = min(run.config.retry_base_seconds * 2 ** (record.attempts - 1), run.config.retry_max_seconds)
     if not gates.attempts_left(state, record):
-        raise no_retry("attempt_limit", f"{record.call_id} failed transiently {record.attempts} times", infrastructure)
+        return no_retry("attempt_limit", f"{record.call_id} failed transiently {record.attempts} times", infrastructure)
     if run.clock.now() + backoff >= state.deadline:
-        raise no_retry("deadline", f"a retry after {backoff:.2f}s backoff would cross the deadline", infrastructure)
+        return no_retry("deadline", f"a retry after {backoff:.2f}s backoff would cross the deadline", infrastructure)
     record.state = "allowed"
     reason = f"the sandbox failed, not the call (no effect): {infrastructure}" if infrastructure else "transient failure, no effect"
     emit(run, ev.Retry, call_id=record.call_id, attempt=record.attempts, backoff_seconds=backoff, reason=reason)
     checkpoint(run)
     run.clock.sleep(backoff)
+    return None
 
 
 def _settle(

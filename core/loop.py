@@ -60,7 +60,7 @@ from core.recording import checkpoint, close_requests, emit, emit_model_notes, e
 from core.state import CallRecord, RunState
 from core.tools import Registry, ToolSpec
 
-__all__ = ["GATES", "Harness", "HarnessConfig", "drive", "new_state", "operation_key"]
+__all__ = ["GATES", "Harness", "HarnessConfig", "drive", "new_state"]
 
 
 def proposals_left(state: RunState) -> bool:
@@ -175,7 +175,7 @@ def drive(run: RunContext, gates: Gates) -> RunState:
         while state.status == "running":
             _step(run, gates)
     except StopRun as stopped:
-        stop(run, stopped.reason, stopped.message)
+        stop(run, stopped.stop.reason, stopped.stop.message)
     except RevisionMismatch as exc:
         stop(run, "revision_mismatch", str(exc))
     return state
@@ -206,16 +206,18 @@ def _step(run: RunContext, gates: Gates) -> None:
         _refresh_policy(run)
         guard(run, "before asking the model")
         if not gates.proposals_left(state):
-            raise StopRun("budget_exhausted", f"proposal budget of {state.limits.max_proposals} used")
-        reconcile_pending(run)
+            return act(run, gates, Stop("budget_exhausted", f"proposal budget of {state.limits.max_proposals} used"))
+        conflict = reconcile_pending(run)
+        if conflict is not None:
+            return act(run, gates, conflict)
         try:
             raw = run.proposer.propose(None if state.feedback is None else fb.feedback_from_json(state.feedback))
         except ProposerStopped as exc:
             emit_model_notes(run)
-            raise StopRun(exc.reason, exc.message) from None
+            return act(run, gates, Stop(exc.reason, exc.message))
         emit_model_notes(run)
         if raw is None:
-            raise StopRun("proposals_exhausted", "the proposer has no further proposals")
+            return act(run, gates, Stop("proposals_exhausted", "the proposer has no further proposals"))
         state.proposals += 1
         state.current_call = call_id = f"c{state.next_call}"
         state.next_call += 1
@@ -316,7 +318,7 @@ def act(run: RunContext, gates: Gates, decision: Decision) -> None:
                 reason=decision.reason,
                 policy_version=decision.policy_version,
             )
-            raise StopRun("tool_denied", decision.message)
+            raise StopRun(Stop("tool_denied", decision.message))
         case Duplicate():
             record, done = decision.record, decision.done
             record.state = "completed"
@@ -367,7 +369,7 @@ def act(run: RunContext, gates: Gates, decision: Decision) -> None:
         case Stop():
             if decision.fails is not None:
                 decision.fails.state = "failed"
-            raise StopRun(decision.reason, decision.message)
+            raise StopRun(decision)
         case Regate():
             act(run, gates, _admit(run, gates, decision.record, decision.spec))
         case KeepWaiting():
@@ -395,4 +397,7 @@ def _execute(run: RunContext, gates: Gates, admitted: Execute) -> None:
         policy_version=run.policy.version,
         effect=record.effect,
     )
-    end_step(run, execute(run, gates, record, spec))
+    outcome = execute(run, gates, record, spec)
+    if isinstance(outcome, Stop):
+        return act(run, gates, outcome)
+    end_step(run, outcome)

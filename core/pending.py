@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from core import events as ev
 from core import feedback as fb
-from core.context import RunContext, StopRun, guard
-from core.decisions import Regate
+from core.context import RunContext, guard
+from core.decisions import Regate, Stop
 from core.recording import checkpoint, emit, note_written, set_revision
 from core.state import CallRecord, PendingEffect
 from core.tools import ToolSpec
@@ -42,7 +42,9 @@ def record_pending(run: RunContext, record: CallRecord, spec: ToolSpec, reason: 
     )
 
 
-def reconcile_pending(run: RunContext) -> None:
+def reconcile_pending(run: RunContext) -> Stop | None:
+    """Look up each effect of unknown outcome; the stop when one conflicts with
+    what somebody else did."""
     state = run.state
     changed = False
     for effect in state.unresolved_effects():
@@ -51,7 +53,7 @@ def reconcile_pending(run: RunContext) -> None:
         except Exception:  # noqa: BLE001, S112 - a failed lookup leaves the outcome unknown, never "failed"
             continue
         if result.conflict:
-            raise StopRun("effect_conflict", f"{effect.call_id}: {result.detail}")
+            return Stop("effect_conflict", f"{effect.call_id}: {result.detail}")
         if not result.resolved:
             continue
         changed = True
@@ -72,9 +74,10 @@ def reconcile_pending(run: RunContext) -> None:
         emit(run, ev.EffectReconciled, call_id=effect.call_id, applied=bool(result.applied), detail=result.detail)
     if changed:
         checkpoint(run)
+    return None
 
 
-def recover_in_flight(run: RunContext) -> Regate | None:
+def recover_in_flight(run: RunContext) -> Regate | Stop | None:
     """A call still marked 'started' means the previous driver died during it: its
     outcome is unknown until reconciled, whatever the chat history says.
 
@@ -111,7 +114,9 @@ def recover_in_flight(run: RunContext) -> Regate | None:
         state.current_proposal = None
     set_revision(run, revision, cleared_by_write=False)
     checkpoint(run)
-    reconcile_pending(run)
+    conflict = reconcile_pending(run)
+    if conflict is not None:
+        return conflict
     if again is not None:
         reason = "interrupted: the worker stopped during the attempt"
         emit(run, ev.Retry, call_id=again.record.call_id, attempt=again.record.attempts, backoff_seconds=0.0, reason=reason)
