@@ -29,6 +29,10 @@ def infrastructure_failure(receipt: Receipt) -> str | None:
     return receipt.infrastructure
 
 
+def receipt_check(raw: object, record: CallRecord, spec: ToolSpec, harness_revision: str) -> Receipt:
+    return check_receipt(raw, record.call_id, spec.name, harness_revision)
+
+
 def execute(run: RunContext, gates: Gates, record: CallRecord, spec: ToolSpec) -> fb.Result | fb.OutcomeUnknown | Stop:
     """Attempt the call until a receipt that is not transient; what it feeds back."""
     check = run.policy.check(str(record.args[spec.runs_check])) if spec.runs_check is not None else None
@@ -283,7 +287,3 @@ def _int(value: object) -> int:
 
 def _str_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def receipt_check(raw: object, record: CallRecord, spec: ToolSpec, harness_revision: str) -> Receipt:
-    return check_receipt(raw, record.call_id, spec.name, harness_revision)

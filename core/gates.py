@@ -1,5 +1,7 @@
-"""The gate set a run is driven through (docs/design.md, Gates): one function per gate,
-and the limits the loop keeps between them. ``core.loop.GATES`` is the real set; a test
+"""The gate set a run is driven through (docs/design.md, Gates): the function that
+decides each of gates 1-7 (parse, resolve, validate, authorize, effects already known,
+evidence, approval) and gate 9 (receipt check), and the limits the loop keeps between
+them. ``core.loop.GATES`` is the real set; a test
 switches a control off by handing the loop a set with that one function replaced
 (``tests/test_selftest.py``), which shows each control is load-bearing."""
 
