@@ -1,6 +1,7 @@
 """The runtime's contract scenarios: one per control, each with the outcome the
-control guarantees. ``harness_selftest`` runs them against the configured core; the
-tests run them too, and again with the control removed (ablation)."""
+control guarantees. ``harness_selftest`` runs them against the real gate set; the
+tests run them too, and again with a gate set that has the control switched off
+(ablation)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,13 @@ from core import events as ev
 from core.contract import Contract, Limits
 from core.faults import Fault, FaultyExecutor
 from core.feedback import Feedback, InvalidInput
-from core.loop import Harness, HarnessConfig, new_state
+from core.gates import Gates
+from core.loop import GATES, Harness, HarnessConfig, new_state
 from core.policy import CheckDef, Policy, Rule
 from core.scripted import ScriptedProposer
 from core.simulated import FakeClock, MemoryApprovals, MemoryArtifacts, MemoryStore, SimExecutor, SimWorkspace
 from core.state import RunState
 from core.tools import builtin_registry
-
-HarnessFactory = type[Harness]
 
 
 def demo_policy(version: int = 1, rules: Sequence[Rule] | None = None) -> Policy:
@@ -73,7 +73,7 @@ class Rig:
 def build_rig(
     script: Sequence[object],
     *,
-    harness_cls: HarnessFactory = Harness,
+    gates: Gates = GATES,
     policy: Policy | None = None,
     contract: Contract | None = None,
     faults: Sequence[Fault] = (),
@@ -107,7 +107,7 @@ def build_rig(
     state = new_state(
         run_id="run-selftest", contract=contract, policy=policy, actor="tester", revision=workspace.revision(), now=clock.now()
     )
-    harness = harness_cls(
+    harness = Harness(
         state,
         registry=registry,
         policy=policy,
@@ -119,6 +119,7 @@ def build_rig(
         artifacts=MemoryArtifacts(),
         clock=clock,
         config=HarnessConfig(retry_base_seconds=0.5),
+        gates=gates,
     )
     return Rig(state, harness, executor, store, approvals, clock, feedbacks)
 
@@ -133,47 +134,47 @@ FIXED = "def total(q):\n    if q < 0:\n        raise ValueError(q)\n    return q
 @dataclass(frozen=True)
 class Scenario:
     control: str
-    run: Callable[[HarnessFactory], tuple[bool, str]]
+    run: Callable[[Gates], tuple[bool, str]]
 
 
-def denied_tool(harness_cls: HarnessFactory) -> tuple[bool, str]:
+def denied_tool(gates: Gates) -> tuple[bool, str]:
     policy = demo_policy(rules=[Rule(name="no publishing", tool="publish", decision="deny"), Rule(name="rest", tool="*", decision="allow")])
-    rig = build_rig([call("publish", message="ship it")], harness_cls=harness_cls, policy=policy)
+    rig = build_rig([call("publish", message="ship it")], gates=gates, policy=policy)
     rig.harness.run()
     ok = rig.state.outcome == "tool_denied" and rig.executed("publish") == 0
     return ok, f"outcome={rig.state.outcome}, publish executions={rig.executed('publish')}"
 
 
-def stale_check(harness_cls: HarnessFactory) -> tuple[bool, str]:
+def stale_check(gates: Gates) -> tuple[bool, str]:
     script = [
         call("write_file", path="src/calc.py", content=FIXED),
         call("run_check", check_id="tests"),
         call("write_file", path="src/calc.py", content=FIXED + "# later edit\n"),
         call("finish", summary="done"),
     ]
-    rig = build_rig(script, harness_cls=harness_cls)
+    rig = build_rig(script, gates=gates)
     rig.harness.run()
     ok = rig.state.outcome != "complete" and ev.type_name(ev.CheckRequired) in rig.event_types()
     return ok, f"outcome={rig.state.outcome}"
 
 
-def exhausted_budget(harness_cls: HarnessFactory) -> tuple[bool, str]:
+def exhausted_budget(gates: Gates) -> tuple[bool, str]:
     script = [call("read_file", path="src/calc.py")] * 6
-    rig = build_rig(script, harness_cls=harness_cls, contract=demo_contract(max_proposals=3))
+    rig = build_rig(script, gates=gates, contract=demo_contract(max_proposals=3))
     rig.harness.run()
     ok = rig.state.outcome == "budget_exhausted" and rig.state.proposals == 3
     return ok, f"outcome={rig.state.outcome}, proposals={rig.state.proposals}"
 
 
-def inconsistent_receipt(harness_cls: HarnessFactory) -> tuple[bool, str]:
+def inconsistent_receipt(gates: Gates) -> tuple[bool, str]:
     script = [call("read_file", path="src/calc.py"), call("read_file", path="src/calc.py")]
-    rig = build_rig(script, harness_cls=harness_cls, faults=[Fault("read_file", "invalid_receipt", 1)])
+    rig = build_rig(script, gates=gates, faults=[Fault("read_file", "invalid_receipt", 1)])
     rig.harness.run()
     ok = rig.state.outcome == "receipt_invalid" and rig.executed("read_file") == 1
     return ok, f"outcome={rig.state.outcome}, read executions={rig.executed('read_file')}"
 
 
-def unknown_write(harness_cls: HarnessFactory) -> tuple[bool, str]:
+def unknown_write(gates: Gates) -> tuple[bool, str]:
     script = [
         call("write_file", path="src/calc.py", content=FIXED),
         call("run_check", check_id="tests"),
@@ -181,17 +182,17 @@ def unknown_write(harness_cls: HarnessFactory) -> tuple[bool, str]:
         call("write_file", path="src/calc.py", content=FIXED + "# more\n"),
         call("finish", summary="done"),
     ]
-    rig = build_rig(script, harness_cls=harness_cls, faults=[Fault("publish", "timeout", 1)], lookup_authoritative=False)
+    rig = build_rig(script, gates=gates, faults=[Fault("publish", "timeout", 1)], lookup_authoritative=False)
     rig.harness.run()
     writes = rig.executed("write_file")
     ok = rig.state.outcome == "unresolved" and writes == 1 and ev.type_name(ev.WriteBlocked) in rig.event_types()
     return ok, f"outcome={rig.state.outcome}, write executions={writes}"
 
 
-def transient_retry(harness_cls: HarnessFactory) -> tuple[bool, str]:
-    retried = build_rig([call("read_file", path="src/calc.py")], harness_cls=harness_cls, faults=[Fault("read_file", "transient", 2)])
+def transient_retry(gates: Gates) -> tuple[bool, str]:
+    retried = build_rig([call("read_file", path="src/calc.py")], gates=gates, faults=[Fault("read_file", "transient", 2)])
     retried.harness.run()
-    exhausted = build_rig([call("read_file", path="src/calc.py")], harness_cls=harness_cls, faults=[Fault("read_file", "transient", 10)])
+    exhausted = build_rig([call("read_file", path="src/calc.py")], gates=gates, faults=[Fault("read_file", "transient", 10)])
     exhausted.harness.run()
     first = retried.store.ledger["c1"]
     ok = (
@@ -206,18 +207,18 @@ def transient_retry(harness_cls: HarnessFactory) -> tuple[bool, str]:
     )
 
 
-def failing_sandbox(harness_cls: HarnessFactory) -> tuple[bool, str]:
+def failing_sandbox(gates: Gates) -> tuple[bool, str]:
     script = [call("write_file", path="src/calc.py", content=FIXED), call("run_check", check_id="tests"), call("finish", summary="done")]
-    recovered = build_rig(script, harness_cls=harness_cls, faults=[Fault("run_check", "infrastructure", 1)])
+    recovered = build_rig(script, gates=gates, faults=[Fault("run_check", "infrastructure", 1)])
     recovered.harness.run()
-    down = build_rig(script, harness_cls=harness_cls, faults=[Fault("run_check", "infrastructure", 10)])
+    down = build_rig(script, gates=gates, faults=[Fault("run_check", "infrastructure", 10)])
     down.harness.run()
     ok = recovered.state.outcome == "complete" and down.state.outcome == "sandbox_unavailable" and down.state.evidence == []
     return ok, f"sandbox back: {recovered.state.outcome}; sandbox down: {down.state.outcome}, evidence {len(down.state.evidence)}"
 
 
-def invalid_argument(harness_cls: HarnessFactory) -> tuple[bool, str]:
-    rig = build_rig([call("read_file", path="../../etc/passwd"), call("read_file", path="src/calc.py")], harness_cls=harness_cls)
+def invalid_argument(gates: Gates) -> tuple[bool, str]:
+    rig = build_rig([call("read_file", path="../../etc/passwd"), call("read_file", path="src/calc.py")], gates=gates)
     rig.harness.run()
     paths = [c.args.get("path") for c in rig.executor.calls]
     fed_back = any(isinstance(f, InvalidInput) for f in rig.feedbacks)
@@ -225,14 +226,14 @@ def invalid_argument(harness_cls: HarnessFactory) -> tuple[bool, str]:
     return ok, f"feedback invalid_input={fed_back}, executed paths={paths}"
 
 
-def repeated_effect(harness_cls: HarnessFactory) -> tuple[bool, str]:
+def repeated_effect(gates: Gates) -> tuple[bool, str]:
     script = [
         call("write_file", path="src/calc.py", content=FIXED),
         call("run_check", check_id="tests"),
         call("publish", message="fix negative quantities"),
         call("publish", message="fix negative quantities"),
     ]
-    rig = build_rig(script, harness_cls=harness_cls)
+    rig = build_rig(script, gates=gates)
     rig.harness.run()
     publishes = rig.executed("publish")
     ok = publishes == 1 and ev.type_name(ev.DuplicateEffect) in rig.event_types()
@@ -252,11 +253,11 @@ SCENARIOS: tuple[Scenario, ...] = (
 )
 
 
-def run_scenarios(harness_cls: HarnessFactory = Harness) -> list[tuple[str, bool, str]]:
+def run_scenarios(gates: Gates = GATES) -> list[tuple[str, bool, str]]:
     results = []
     for scenario in SCENARIOS:
         try:
-            ok, detail = scenario.run(harness_cls)
+            ok, detail = scenario.run(gates)
         except Exception as exc:  # noqa: BLE001 - a crashing control is a failing control, reported as such
             ok, detail = False, f"crashed: {type(exc).__name__}: {exc}"
         results.append((scenario.control, ok, detail))

@@ -181,7 +181,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Large tool outputs live outside the database, addressed by their SHA-256.
 ARTIFACT_ROOT = Path(env_str("HARNESS_ARTIFACT_ROOT", str(VAR_DIR / "artifacts")))
 
-# The first retry's backoff (core.loop.HarnessConfig); the budget's upper bounds
+# The first retry's backoff (core.context.HarnessConfig); the budget's upper bounds
 # are the policy's (approvals/default_policy.json until an admin edits one).
 HARNESS_RETRY_BASE_SECONDS = env_float("HARNESS_RETRY_BASE_SECONDS", 0.5)
 

@@ -234,7 +234,7 @@ def adapter(kind: str, base_url: str, rig: Any, **overrides: Any) -> Any:
     }
     args.update(overrides)
     proposer = OpenAIProposer(**args) if kind == "openai" else AnthropicProposer(**args)
-    rig.harness.proposer = proposer
+    rig.harness.context.proposer = proposer
     return proposer
 
 
@@ -243,7 +243,7 @@ def reload(rig: Any) -> Any:
     (same simulated world); the caller attaches a proposer rebuilt from the snapshot."""
     from core.loop import Harness
 
-    old = rig.harness
+    old = rig.harness.context
     state = rig.store.load()
     rig.state = state
     rig.harness = Harness(

@@ -437,5 +437,5 @@ def test_it_summarises_large_outputs_keeping_errors_commands_and_locations_and_t
     assert 'L752: File "src/calc.py", line 3, in total' in summary
     assert "collected item 1499 ok" in summary and "collected item 0 ok" in summary  # first and last lines
     stored = fake.bodies[2]["messages"][-1]["content"]
-    ref = next(iter(rig.harness.artifacts.blobs))  # above max_output_bytes_per_call: stored by the harness
+    ref = next(iter(rig.harness.context.artifacts.blobs))  # above max_output_bytes_per_call: stored by the harness
     assert f"Full output stored as artifact(s): {ref}" in stored and "size: " in stored

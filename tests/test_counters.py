@@ -62,7 +62,7 @@ def test_it_checks_the_deadline_after_a_proposal_arrives():
 
     from core.scripted import ScriptedProposer
 
-    rig.harness.proposer = ScriptedProposer(slow_model)
+    rig.harness.context.proposer = ScriptedProposer(slow_model)
     rig.harness.run()
     assert rig.state.outcome == "deadline" and rig.state.proposals == 1 and rig.state.calls == 0
     assert "after the proposal arrived" in rig.state.stop_message
@@ -70,14 +70,14 @@ def test_it_checks_the_deadline_after_a_proposal_arrives():
 
 def test_it_checks_the_deadline_after_each_receipt():
     rig = build_rig([call("write_file", path="src/calc.py", content=FIXED), call("finish")])
-    inner = rig.harness.executor.execute
+    inner = rig.harness.context.executor.execute
 
     def slow_execute(c):
         receipt = inner(c)
         _past_deadline(rig)
         return receipt
 
-    rig.harness.executor.execute = slow_execute
+    rig.harness.context.executor.execute = slow_execute
     rig.harness.run()
     assert rig.state.outcome == "deadline" and "after the receipt" in rig.state.stop_message
     # The write's receipt was still recorded before stopping.
@@ -86,7 +86,7 @@ def test_it_checks_the_deadline_after_each_receipt():
 
 def test_it_checks_the_deadline_before_each_attempt():
     rig = build_rig([call("read_file", path="src/calc.py")], faults=[Fault("read_file", "transient", 1)])
-    rig.harness.config = type(rig.harness.config)(retry_base_seconds=0.0)
+    rig.harness.context.config = type(rig.harness.context.config)(retry_base_seconds=0.0)
     original_sleep = rig.clock.sleep
 
     def sleep_past(seconds):

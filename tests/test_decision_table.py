@@ -192,7 +192,7 @@ def test_it_stops_killed_by_the_kill_switch_before_the_next_call():
             return len(self.rig.executor.calls) >= 1
 
     rig = build_rig([call("read_file", path="src/calc.py"), call("read_file", path="src/calc.py")])
-    rig.harness.controls = KillAfterFirst(rig)
+    rig.harness.context.controls = KillAfterFirst(rig)
     rig.harness.run()
     assert rig.state.outcome == "killed"
     assert len(rig.executor.calls) == 1

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.admission import fix_effect
 from core.effects import ChangeRequestEffect, Plan, PushEffect, parse_effect
 from core.policy import Rule
 from core.scenarios import FIXED, Rig, build_rig, call, demo_policy
@@ -193,19 +194,19 @@ def test_it_dates_the_effect_by_the_proposals_arrival_so_a_crash_fixes_it_again_
     the same key, and it finds the request it filed instead of filing a second."""
     rig = asking_rig()
     dated: list[float] = []
-    plan = rig.harness.workspace.plan
+    plan = rig.harness.context.workspace.plan
 
     def recording(tool: str, args: Mapping[str, object], key: str, at: float) -> Plan | None:
         dated.append(at)
         return plan(tool, args, key, at)
 
-    rig.harness.workspace.plan = recording  # type: ignore[method-assign]
+    rig.harness.context.workspace.plan = recording  # type: ignore[method-assign]
     rig.harness.run()
     (asked,) = rig.approvals.requests.values()
     rig.clock.t += 3600
     spec = builtin_registry().get("publish")
     assert spec is not None
-    again = rig.harness._fix_effect(rig.state.ledger[asked.call_id], spec)
+    again = fix_effect(rig.harness.context, rig.state.ledger[asked.call_id], spec)
     assert again is not None and again.effect == asked.effect
     assert dated == [rig.state.proposed_at, rig.state.proposed_at] and rig.state.proposed_at is not None
 

@@ -75,14 +75,14 @@ def test_it_stops_sandbox_unavailable_when_the_attempts_run_out_on_infrastructur
 def test_it_stops_sandbox_unavailable_when_the_deadline_ends_the_retries():
     rig = build_rig(FIX_AND_CHECK, faults=[Fault("run_check", "infrastructure", 9)])
 
-    original = rig.harness.executor.execute
+    original = rig.harness.context.executor.execute
 
     def slow(call_):  # each check attempt waits for the engine for 40% of the run's time
         if call_.tool == "run_check":
             rig.clock.t += rig.state.limits.wall_time_seconds * 0.4
         return original(call_)
 
-    rig.harness.executor.execute = slow  # type: ignore[method-assign]
+    rig.harness.context.executor.execute = slow  # type: ignore[method-assign]
     rig.harness.run()
     assert rig.state.outcome == "sandbox_unavailable" and "wall-time limit" in rig.state.stop_message
     assert rig.state.evidence == [] and rig.state.calls == 1 + 3  # the third attempt ends past the deadline
@@ -104,7 +104,7 @@ def test_it_still_stops_killed_when_the_kill_switch_meets_a_failing_sandbox():
         def kill_requested(self) -> bool:
             return rig.state.calls >= 2
 
-    rig.harness.controls = Killed()
+    rig.harness.context.controls = Killed()
     rig.harness.run()
     assert rig.state.outcome == "killed"
 

@@ -85,7 +85,7 @@ def test_it_changes_nothing_in_policy_approvals_or_evidence_when_a_file_says_pub
     proposed = [e.proposal["tool"] for e in rig.store.events if e.model_dump()["type"] == "proposed"]
     assert proposed[:2] == ["read_file", "publish"]
     assert rig.executed("publish") == 0 and rig.executor.outbox == {}
-    assert rig.harness.policy.model_dump() == before
+    assert rig.harness.context.policy.model_dump() == before
     assert rig.approvals.requests == {} and rig.approvals.status == {}
     assert rig.state.evidence == [] and rig.state.current_evidence == {}
     assert rig.state.outcome != "complete"

@@ -44,7 +44,7 @@ def test_it_stops_the_run_on_a_missing_receipt_from_a_crashing_executor():
     def explode(call):
         raise RuntimeError("socket closed")
 
-    rig.harness.executor = type("Broken", (), {"execute": staticmethod(explode), "reconcile": None})()
+    rig.harness.context.executor = type("Broken", (), {"execute": staticmethod(explode), "reconcile": None})()
     rig.harness.run()
     assert rig.state.outcome == "receipt_invalid"
     assert "socket closed" in rig.state.stop_message

@@ -1,102 +1,99 @@
-"""The controls self-test, and one ablation per control: with that control removed,
-the failure it prevents gets through (so each control is load-bearing)."""
+"""The controls self-test, and one ablation per control: with that control switched off (the
+gate set handed to the loop has its function replaced), the failure it prevents gets
+through (so each control is load-bearing)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
 from core import scenarios
-from core.loop import Harness
+from core.context import RunContext
+from core.decisions import Accepted, Authorized, Proceed
+from core.gates import Gates
+from core.loop import GATES
 from core.policy import Authorization
 from core.receipts import Receipt
+from core.state import CallRecord, RunState
+from core.tools import ToolSpec
 
 
-class NoAuthorize(Harness):
-    def _authorize(self, spec, args):
-        return Authorization("allow", "ablated", False)
+def allow_everything(run: RunContext, record: CallRecord, spec: ToolSpec) -> Authorized:
+    return Authorized(Authorization("allow", "ablated", False))
 
 
-class NoEvidenceBinding(Harness):
-    def _missing_evidence(self):
-        passed = {e.check_id for e in self.state.evidence if e.passed}
-        return [c for c in self.state.contract.verification_targets if c not in passed]
+def arguments_as_given(run: RunContext, accepted: Accepted) -> Accepted:
+    return accepted
 
 
-class NoProposalBudget(Harness):
-    def _proposal_budget_left(self):
-        return True
+def no_effects_known(run: RunContext, record: CallRecord, spec: ToolSpec) -> Proceed:
+    return Proceed()
 
 
-class NoReceiptCheck(Harness):
-    def _check_receipt(self, raw, record, spec, harness_revision):
-        return Receipt.model_validate({**raw, "call_id": record.call_id})
+def no_evidence_needed(run: RunContext, record: CallRecord, spec: ToolSpec, authorization: Authorization | None) -> Proceed:
+    return Proceed()
 
 
-class NoPendingBlock(Harness):
-    def _blocking_effects(self):
-        return []
+def receipt_as_given(raw: object, record: CallRecord, spec: ToolSpec, harness_revision: str) -> Receipt:
+    assert isinstance(raw, dict)
+    return Receipt.model_validate({**raw, "call_id": record.call_id})
 
 
-class NoAttemptLimit(Harness):
-    def _attempts_left(self, record):
-        return record.attempts < 50
+def any_number_of_proposals(state: RunState) -> bool:
+    return True
 
 
-class NoValidation(Harness):
-    def _validate(self, spec, args):
-        return dict(args)
+def fifty_attempts(state: RunState, record: CallRecord) -> bool:
+    return record.attempts < 50
 
 
-class NoInfrastructureOutcome(Harness):
-    def _infrastructure_failure(self, receipt):
-        return None
+def no_infrastructure_failure(receipt: Receipt) -> str | None:
+    return None
 
 
-class NoOperationKeys(Harness):
-    def _already_done(self, record):
-        return None
-
-
-ABLATIONS = [
-    (scenarios.denied_tool, NoAuthorize),
-    (scenarios.stale_check, NoEvidenceBinding),
-    (scenarios.exhausted_budget, NoProposalBudget),
-    (scenarios.inconsistent_receipt, NoReceiptCheck),
-    (scenarios.unknown_write, NoPendingBlock),
-    (scenarios.transient_retry, NoAttemptLimit),
-    (scenarios.invalid_argument, NoValidation),
-    (scenarios.failing_sandbox, NoInfrastructureOutcome),
-    (scenarios.repeated_effect, NoOperationKeys),
+# Each scenario, and the gate set with the control it shows switched off.
+ABLATIONS: list[tuple[Callable[[Gates], tuple[bool, str]], Gates]] = [
+    (scenarios.denied_tool, replace(GATES, authorize=allow_everything)),
+    (scenarios.stale_check, replace(GATES, evidence=no_evidence_needed)),
+    (scenarios.exhausted_budget, replace(GATES, proposals_left=any_number_of_proposals)),
+    (scenarios.inconsistent_receipt, replace(GATES, receipt=receipt_as_given)),
+    (scenarios.unknown_write, replace(GATES, known_effects=no_effects_known)),
+    (scenarios.transient_retry, replace(GATES, attempts_left=fifty_attempts)),
+    (scenarios.invalid_argument, replace(GATES, validate=arguments_as_given)),
+    (scenarios.failing_sandbox, replace(GATES, infrastructure_failure=no_infrastructure_failure)),
+    (scenarios.repeated_effect, replace(GATES, known_effects=no_effects_known)),
 ]
 
 
-def test_it_holds_every_control_with_the_real_core():
+def switched_off(gates: Gates) -> str:
+    """The gate ``gates`` replaces in the real set, by the name of its field."""
+    return next(name for name in vars(GATES) if getattr(gates, name) is not getattr(GATES, name))
+
+
+def test_it_holds_every_control_with_the_real_core() -> None:
     results = scenarios.run_scenarios()
     assert [ok for _, ok, _ in results] == [True] * len(scenarios.SCENARIOS), results
 
 
-def test_it_covers_each_scenario_with_an_ablation():
+def test_it_covers_each_scenario_with_an_ablation() -> None:
     assert {s.run for s in scenarios.SCENARIOS} == {scenario for scenario, _ in ABLATIONS}
 
 
-@pytest.mark.parametrize(("scenario", "ablated"), ABLATIONS, ids=[a.__name__ for _, a in ABLATIONS])
-def test_it_lets_the_failure_through_when_the_control_is_removed(scenario, ablated):
+@pytest.mark.parametrize(("scenario", "ablated"), ABLATIONS, ids=[f"{s.__name__}-without-{switched_off(g)}" for s, g in ABLATIONS])
+def test_it_lets_the_failure_through_when_the_control_is_removed(scenario: Callable[[Gates], tuple[bool, str]], ablated: Gates) -> None:
     ok, detail = scenario(ablated)
-    assert not ok, f"{ablated.__name__} did not break {scenario.__name__}: {detail}"
+    assert not ok, f"without {switched_off(ablated)}, {scenario.__name__} still holds: {detail}"
 
 
-def test_it_exits_zero_from_the_selftest_command_and_prints_a_row_per_control():
-    result = subprocess.run([sys.executable, "manage.py", "harness_selftest"], capture_output=True, text=True, env=_env())
+def test_it_exits_zero_from_the_selftest_command_and_prints_a_row_per_control() -> None:
+    env = {**os.environ, "DEBUG": "1"}
+    result = subprocess.run([sys.executable, "manage.py", "harness_selftest"], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     for scenario in scenarios.SCENARIOS:
         assert scenario.control in result.stdout
     assert result.stdout.count("PASS") == len(scenarios.SCENARIOS)
-
-
-def _env():
-    import os
-
-    return {**os.environ, "DEBUG": "1"}

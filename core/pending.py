@@ -1,0 +1,124 @@
+"""Effects of unknown outcome: recorded, reconciled by looking them up, and recovered
+after a crash (docs/design.md, Recovery)."""
+
+from __future__ import annotations
+
+from core import events as ev
+from core import feedback as fb
+from core.context import RunContext, guard
+from core.decisions import Regate, Stop
+from core.recording import checkpoint, emit, note_written, set_revision
+from core.state import CallRecord, PendingEffect
+from core.tools import ToolSpec
+
+
+def record_pending(run: RunContext, record: CallRecord, spec: ToolSpec, reason: str) -> None:
+    record.state = "unknown"
+    kind = "external" if spec.external_effect else "workspace"
+    operation = run.state.operations.get(record.idempotency_key or "")
+    if operation is not None and operation.call_id == record.call_id:
+        operation.status = "unknown"
+    if spec.writes_workspace:
+        note_written(run, record, spec)
+    run.state.pending_effects.append(
+        PendingEffect(
+            call_id=record.call_id,
+            tool=spec.name,
+            args=record.args,
+            kind=kind,
+            idempotency_key=record.idempotency_key,
+            reason=reason,
+            recorded_at=run.clock.now(),
+        )
+    )
+    emit(
+        run,
+        ev.PendingEffectRecorded,
+        call_id=record.call_id,
+        tool=spec.name,
+        kind=kind,
+        idempotency_key=record.idempotency_key,
+        reason=reason,
+    )
+
+
+def reconcile_pending(run: RunContext) -> Stop | None:
+    """Look up each effect of unknown outcome; the stop when one conflicts with
+    what somebody else did."""
+    state = run.state
+    changed = False
+    for effect in state.unresolved_effects():
+        try:
+            result = run.executor.reconcile(effect)
+        except Exception:  # noqa: BLE001, S112 - a failed lookup leaves the outcome unknown, never "failed"
+            continue
+        if result.conflict:
+            return Stop("effect_conflict", f"{effect.call_id}: {result.detail}")
+        if not result.resolved:
+            continue
+        changed = True
+        effect.resolved = True
+        effect.applied = result.applied
+        effect.resolution = result.detail
+        record = state.ledger.get(effect.call_id)
+        if record is not None:
+            record.state = "completed" if result.applied else "failed"
+        if effect.kind == "workspace":
+            set_revision(run, run.workspace.revision(), cleared_by_write=bool(result.applied))
+        elif result.applied:
+            state.effects_applied.append(effect.call_id)
+        operation = state.operations.get(effect.idempotency_key or "")
+        if operation is not None and operation.call_id == effect.call_id:
+            operation.status = "applied" if result.applied else "not_applied"
+            operation.outcome = {"reconciled": result.detail}
+        emit(run, ev.EffectReconciled, call_id=effect.call_id, applied=bool(result.applied), detail=result.detail)
+    if changed:
+        checkpoint(run)
+    return None
+
+
+def recover_in_flight(run: RunContext) -> Regate | Stop | None:
+    """A call still marked 'started' means the previous driver died during it: its
+    outcome is unknown until reconciled, whatever the chat history says.
+
+    The call in progress runs again (admitted anew through the gates, against the
+    re-read revision, as its next attempt within the attempts, the call budget
+    and the deadline) when it cannot have had an effect: a check, or a workspace
+    write that provably did not happen because the workspace is still at the
+    revision it had before the call. Anything else becomes a pending effect."""
+    state = run.state
+    interrupted = [r for r in state.ledger.values() if r.state == "started"]
+    if not interrupted:
+        return None
+    revision = run.workspace.revision()
+    again: Regate | None = None
+    for record in interrupted:
+        spec = run.registry.get(record.tool)
+        emit(run, ev.RunResumed, call_id=record.call_id, reason=f"recovered: {record.tool} attempt {record.attempts} was in flight")
+        current = record.call_id == state.current_call
+        unwritten = spec is not None and spec.writes_workspace and not spec.external_effect and revision == record.revision_before
+        if spec is not None and current and (not spec.has_effect or unwritten):
+            if unwritten:
+                detail = "the workspace is at the revision it had before the call: the write did not happen"
+                emit(run, ev.EffectReconciled, call_id=record.call_id, applied=False, detail=detail)
+            record.state = "validated"
+            again = Regate(record, spec)
+            continue
+        if spec is not None and spec.has_effect:
+            record_pending(run, record, spec, "the worker stopped during the call")
+        else:
+            record.state = "failed"
+        state.feedback = fb.Interrupted(call_id=record.call_id, tool=record.tool).to_json()
+    if again is None:
+        state.current_call = None
+        state.current_proposal = None
+    set_revision(run, revision, cleared_by_write=False)
+    checkpoint(run)
+    conflict = reconcile_pending(run)
+    if conflict is not None:
+        return conflict
+    if again is not None:
+        reason = "interrupted: the worker stopped during the attempt"
+        emit(run, ev.Retry, call_id=again.record.call_id, attempt=again.record.attempts, backoff_seconds=0.0, reason=reason)
+        guard(run, "before retrying an interrupted call")
+    return again

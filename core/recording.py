@@ -1,0 +1,111 @@
+"""The recorder: how every outcome is put on the record. Events wait in the run
+context until the next checkpoint stores them with the state; a step's end, a stop,
+the end of a wait and a new revision each have one function here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core import events as ev
+from core import feedback as fb
+from core import storable
+from core.context import RunContext
+from core.lifecycle import WAIT_EXITS, WaitExit
+from core.state import TERMINAL_STATES, CallRecord
+from core.tools import ToolSpec
+
+
+def emit(run: RunContext, cls: type[ev.Event], /, call_id: str | None = None, **fields: Any) -> None:
+    # seq 0: the store numbers events as it writes them, after any written outside the loop.
+    run.unsaved.append(cls(run_id=run.state.run_id, seq=0, ts=run.clock.now(), call_id=call_id, **fields))
+
+
+def checkpoint(run: RunContext) -> None:
+    # The proposer's snapshot holds the model's own words (the conversation): text
+    # it cannot store is kept escaped; a snapshot escaping cannot mend raises
+    # Unstorable, and the run is stopped from its last stored state (runs.runtime).
+    run.state.proposer_state = storable.escaped(run.proposer.snapshot(), "the proposer's state")
+    events, run.unsaved = run.unsaved, []
+    run.store.checkpoint(run.state, events)
+    _prune_ledger(run)
+
+
+def _prune_ledger(run: RunContext) -> None:
+    """Settled calls were just checkpointed with their final state; keep only the
+    report's summary of them."""
+    state = run.state
+    for call_id, record in list(state.ledger.items()):
+        if record.state not in TERMINAL_STATES or call_id == state.current_call:
+            continue
+        if record.state == "failed":
+            state.not_performed.append({"call_id": call_id, "tool": record.tool, "state": record.state})
+        del state.ledger[call_id]
+
+
+def emit_model_notes(run: RunContext) -> None:
+    for note in run.proposer.notes():
+        kind = storable.escaped_text(str(note.get("kind", "note")))
+        detail = storable.escaped({k: v for k, v in note.items() if k != "kind"}, "the model's note")
+        emit(run, ev.ModelNote, call_id=run.state.current_call, kind=kind, detail=detail)
+
+
+def end_step(run: RunContext, feedback: fb.Feedback) -> None:
+    run.state.feedback = feedback.to_json()
+    run.state.current_call = None
+    run.state.current_proposal = None
+    checkpoint(run)
+
+
+def stop(run: RunContext, reason: str, message: str) -> None:
+    state = run.state
+    if state.waiting is not None:
+        emit_wait_ended(run, "cancelled", message)
+    state.status = "stopped"
+    state.stop_reason = reason
+    state.stop_message = message
+    state.waiting = None
+    state.waiting_since = None
+    emit(run, ev.Stopped, call_id=state.current_call, status=reason, message=message)
+    state.current_call = None
+    state.current_proposal = None
+    checkpoint(run)
+    close_requests(run, f"the run stopped: {reason}")
+
+
+def close_requests(run: RunContext, reason: str) -> None:
+    """A run that ended leaves nothing in the reviewers' queue (a pending request
+    belongs to a waiting run: docs/design.md, Lifecycle). The gate records each
+    cancellation; this runs after the final checkpoint, so a crash in between
+    leaves it to the sweep."""
+    run.approvals.cancel_open(run.state.run_id, reason)
+
+
+def emit_wait_ended(run: RunContext, exit: WaitExit, reason: str) -> None:
+    state = run.state
+    assert state.waiting is not None
+    emit(
+        run,
+        ev.WaitEnded,
+        call_id=state.waiting.call_id,
+        request_id=state.waiting.request_id,
+        exit=exit,
+        run=WAIT_EXITS[exit].run,
+        reason=reason,
+        waited_seconds=round(run.wait_just_ended, 3),
+        total_waited_seconds=round(state.waited_seconds, 3),
+    )
+
+
+def set_revision(run: RunContext, revision: str, *, cleared_by_write: bool) -> None:
+    state = run.state
+    if revision == state.revision and not cleared_by_write:
+        return
+    if state.current_evidence:
+        emit(run, ev.EvidenceCleared, old_revision=state.revision, revision=revision, checks=sorted(state.current_evidence))
+    state.current_evidence = {}
+    state.revision = revision
+
+
+def note_written(run: RunContext, record: CallRecord, spec: ToolSpec) -> None:
+    paths = spec.written_paths(record.args)
+    run.state.changed_paths = sorted(set(run.state.changed_paths) | set(paths))
