@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from playwright.sync_api import Browser
 
 from tests.fixtures_services import ROOT, service_env
 
@@ -108,7 +109,7 @@ class AsgiServer:
 
 
 @pytest.fixture
-def live_server_asgi(transactional_db, tmp_path_factory) -> Iterator[AsgiServer]:
+def live_server_asgi(transactional_db: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AsgiServer]:
     """Daphne serving the app for one test; the test's data is committed (transactional)."""
     server = AsgiServer(tmp_path_factory.mktemp("daphne"))
     server.start()
@@ -139,7 +140,7 @@ def chromium() -> Iterator[object]:
 
 
 @pytest.fixture
-def browser_page(chromium) -> Iterator[object]:
+def browser_page(chromium: Browser) -> Iterator[object]:
     context = chromium.new_context(viewport={"width": 1280, "height": 860})
     page = context.new_page()
     try:

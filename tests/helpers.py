@@ -94,7 +94,7 @@ class CrashingStore(DjangoStore):
         self.crash_at = crash_at
         self.count = 0
 
-    def checkpoint(self, state, events):
+    def checkpoint(self, state, events) -> None:
         self.count += 1
         if self.count == self.crash_at:
             raise Crash(f"crash at checkpoint {self.count}")

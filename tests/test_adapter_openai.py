@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from pytest_django import Settings
 
 from adapters.pricing import Budget, Price
 from core import feedback as fb
@@ -41,7 +42,7 @@ DEMO = [
 ]
 
 
-def test_it_sends_the_task_the_tools_and_the_limits_field_by_field():
+def test_it_sends_the_task_the_tools_and_the_limits_field_by_field() -> None:
     rig = build_rig([], contract=demo_contract(max_proposals=1))
     with FakeOpenAI(DEMO[:1]) as fake:
         adapter("openai", fake.base_url, rig, budget=Budget(max_tokens=5000))
@@ -69,7 +70,7 @@ def test_it_sends_the_task_the_tools_and_the_limits_field_by_field():
     assert "apply_patch" not in [t["function"]["name"] for t in body["tools"]]  # not allowed for this run
 
 
-def test_it_caps_replies_with_max_completion_tokens_where_the_server_wants_it():
+def test_it_caps_replies_with_max_completion_tokens_where_the_server_wants_it() -> None:
     from adapters.openai_adapter import output_limit_field
 
     assert output_limit_field("https://api.openai.com/v1", "auto") == "max_completion_tokens"  # reasoning models refuse max_tokens
@@ -84,7 +85,7 @@ def test_it_caps_replies_with_max_completion_tokens_where_the_server_wants_it():
     assert body["max_completion_tokens"] == 1024 and "max_tokens" not in body
 
 
-def test_it_drives_the_demo_task_to_completion_with_tool_results_under_matching_ids():
+def test_it_drives_the_demo_task_to_completion_with_tool_results_under_matching_ids() -> None:
     rig = build_rig([])
     with FakeOpenAI(DEMO) as fake:
         adapter("openai", fake.base_url, rig, price=Price(0.15, 0.6))
@@ -108,7 +109,7 @@ def test_it_drives_the_demo_task_to_completion_with_tool_results_under_matching_
     assert rig.state.proposer_state["usage"]["input_tokens"] == 400
 
 
-def test_it_waits_for_approval_and_continues_the_same_conversation_after_a_reload():
+def test_it_waits_for_approval_and_continues_the_same_conversation_after_a_reload() -> None:
     script = [
         openai_tools(("call_1", "read_file", {"path": "src/calc.py"})),
         # Several calls in one response: proposed one at a time, answered together.
@@ -145,7 +146,7 @@ def test_it_waits_for_approval_and_continues_the_same_conversation_after_a_reloa
     assert "publish ran" in tools[-1]["content"]
 
 
-def test_it_skips_the_rest_of_a_response_after_a_refused_call():
+def test_it_skips_the_rest_of_a_response_after_a_refused_call() -> None:
     script = [
         openai_tools(
             ("call_1", "finish", {"summary": "done already"}),
@@ -164,7 +165,7 @@ def test_it_skips_the_rest_of_a_response_after_a_refused_call():
     assert "skipped" in results[1]["content"]
 
 
-def test_it_turns_a_text_reply_into_a_refused_proposal_and_tells_the_model_to_call_a_tool():
+def test_it_turns_a_text_reply_into_a_refused_proposal_and_tells_the_model_to_call_a_tool() -> None:
     script = [openai_text("I believe the task is complete."), openai_tools(("call_1", "read_file", {"path": "src/calc.py"}))]
     rig = build_rig([], contract=demo_contract(max_proposals=2))
     with FakeOpenAI(script) as fake:
@@ -179,7 +180,7 @@ def test_it_turns_a_text_reply_into_a_refused_proposal_and_tells_the_model_to_ca
     assert "no tool call" in second[3]["content"] and "finish" in second[3]["content"]
 
 
-def test_it_passes_bad_json_arguments_and_unknown_tools_to_the_gates():
+def test_it_passes_bad_json_arguments_and_unknown_tools_to_the_gates() -> None:
     script = [
         openai_tools(("call_1", "read_file", '{"path": "src/calc.py"')),
         openai_tools(("call_2", "rm_rf", {"path": "."})),
@@ -203,7 +204,7 @@ def test_it_passes_bad_json_arguments_and_unknown_tools_to_the_gates():
     assert rig.executed("read_file") == 1
 
 
-def test_it_retries_rate_limits_and_server_errors_with_backoff_as_model_events():
+def test_it_retries_rate_limits_and_server_errors_with_backoff_as_model_events() -> None:
     script = [openai_error(429, "Rate limit reached", retry_after="2"), openai_error(500, "upstream hiccup"), DEMO[0]]
     rig = build_rig([], contract=demo_contract(max_proposals=1))
     with FakeOpenAI(script) as fake:
@@ -219,7 +220,7 @@ def test_it_retries_rate_limits_and_server_errors_with_backoff_as_model_events()
     assert all(r.headers["x-stainless-retry-count"] == "0" for r in fake.requests)  # the client's own retries are off
 
 
-def test_it_stops_model_error_on_401_with_the_providers_message_and_without_retrying():
+def test_it_stops_model_error_on_401_with_the_providers_message_and_without_retrying() -> None:
     rig = build_rig([])
     with FakeOpenAI([openai_error(401, f"Incorrect API key provided: {API_KEY}.")]) as fake:
         adapter("openai", fake.base_url, rig)
@@ -233,7 +234,7 @@ def test_it_stops_model_error_on_401_with_the_providers_message_and_without_retr
     assert rig.executor.calls == []
 
 
-def test_it_stops_model_error_when_retries_run_out_or_would_cross_the_deadline():
+def test_it_stops_model_error_when_retries_run_out_or_would_cross_the_deadline() -> None:
     rig = build_rig([])
     with FakeOpenAI([openai_error(500, "down")] * 4) as fake:
         adapter("openai", fake.base_url, rig)
@@ -249,7 +250,7 @@ def test_it_stops_model_error_when_retries_run_out_or_would_cross_the_deadline()
     assert late.clock.slept == []
 
 
-def test_it_retries_connection_errors():
+def test_it_retries_connection_errors() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -260,7 +261,7 @@ def test_it_retries_connection_errors():
     assert [n["kind"] for n in model_notes(rig)] == ["retry", "retry", "retry", "error"]
 
 
-def test_it_stops_budget_exhausted_when_the_token_budget_would_be_crossed():
+def test_it_stops_budget_exhausted_when_the_token_budget_would_be_crossed() -> None:
     script = [openai_tools((f"call_{i}", "read_file", {"path": "src/calc.py"})) for i in range(5)]
     rig = build_rig([])
     with FakeOpenAI(script) as fake:
@@ -274,7 +275,7 @@ def test_it_stops_budget_exhausted_when_the_token_budget_would_be_crossed():
     assert model_notes(rig)[-1]["kind"] == "budget_exhausted"
 
 
-def test_it_stops_budget_exhausted_when_the_cost_budget_would_be_crossed():
+def test_it_stops_budget_exhausted_when_the_cost_budget_would_be_crossed() -> None:
     script = [openai_tools((f"call_{i}", "read_file", {"path": "src/calc.py"})) for i in range(5)]
     rig = build_rig([])
     with FakeOpenAI(script) as fake:
@@ -286,7 +287,7 @@ def test_it_stops_budget_exhausted_when_the_cost_budget_would_be_crossed():
     assert rig.state.outcome == "budget_exhausted" and "cost budget exhausted: $0.2800 of $0.2500" in rig.state.stop_message
 
 
-def test_it_estimates_usage_when_the_server_reports_none():
+def test_it_estimates_usage_when_the_server_reports_none() -> None:
     rig = build_rig([], contract=demo_contract(max_proposals=1))
     with FakeOpenAI([openai_tools(("call_1", "read_file", {"path": "src/calc.py"}), usage=None)]) as fake:
         adapter("openai", fake.base_url, rig)
@@ -296,7 +297,7 @@ def test_it_estimates_usage_when_the_server_reports_none():
     assert rig.state.proposer_state["usage"]["estimated"] is True
 
 
-def test_it_continues_a_queue_after_a_crash_without_asking_the_model_again():
+def test_it_continues_a_queue_after_a_crash_without_asking_the_model_again() -> None:
     from adapters.openai_adapter import OpenAIProposer
 
     script = [openai_tools(("call_1", "list_files", {}), ("call_2", "read_file", {"path": "src/calc.py"}))]
@@ -317,7 +318,7 @@ def test_it_continues_a_queue_after_a_crash_without_asking_the_model_again():
 
 
 @pytest.fixture
-def model_settings(settings):
+def model_settings(settings: Settings):
     settings.OPENAI_API_KEY = API_KEY
     settings.OPENAI_ALLOWED_BASE_URLS = ["https://api.openai.com/v1", "http://127.0.0.1:8001/v1"]
     settings.HARNESS_MODEL_MAX_TOKENS = 10_000
@@ -325,7 +326,7 @@ def model_settings(settings):
     return settings
 
 
-def test_it_checks_a_model_configuration_naming_each_bad_field(model_settings):
+def test_it_checks_a_model_configuration_naming_each_bad_field(model_settings) -> None:
     from core.errors import InputError
     from runs.proposers import check_proposer_config
 
@@ -353,7 +354,7 @@ def test_it_checks_a_model_configuration_naming_each_bad_field(model_settings):
         check_proposer_config({"kind": "openai", "model": "gpt-4o-mini"})
 
 
-def test_it_builds_the_adapter_with_the_budget_clipped_by_the_server(model_settings):
+def test_it_builds_the_adapter_with_the_budget_clipped_by_the_server(model_settings) -> None:
     from adapters.openai_adapter import OpenAIProposer
     from runs.proposers import build_proposer, proposer_usage
 
@@ -374,7 +375,7 @@ def test_it_builds_the_adapter_with_the_budget_clipped_by_the_server(model_setti
         refused.propose(None)
 
 
-def test_it_reads_the_repository_only_for_a_conversation_not_yet_begun(model_settings):
+def test_it_reads_the_repository_only_for_a_conversation_not_yet_begun(model_settings) -> None:
     from core.environment import RepositoryContext
     from runs.proposers import build_proposer
 
@@ -396,7 +397,7 @@ def test_it_reads_the_repository_only_for_a_conversation_not_yet_begun(model_set
     assert resumed.messages == begun["messages"]
 
 
-def test_it_fails_at_start_naming_a_bad_price_table():
+def test_it_fails_at_start_naming_a_bad_price_table() -> None:
     base = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE",)}
     for value, named in (("{not json", "not valid JSON"), ('{"m": {"input": -1, "output": 1}}', "non-negative")):
         result = subprocess.run(
@@ -409,7 +410,7 @@ def test_it_fails_at_start_naming_a_bad_price_table():
         assert "HARNESS_MODEL_PRICES" in result.stderr and named in result.stderr
 
 
-def test_it_summarises_large_outputs_keeping_errors_commands_and_locations_and_the_artifact():
+def test_it_summarises_large_outputs_keeping_errors_commands_and_locations_and_the_artifact() -> None:
     noise = [f"collected item {i} ok" for i in range(1500)]
     noise[750:750] = [
         "$ python3 -m pytest -q",

@@ -10,7 +10,9 @@ import hypothesis
 import pytest
 import schemathesis
 import yaml
+from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.test import Client
 from hypothesis import HealthCheck
 from hypothesis import strategies as st
 from schemathesis import checks
@@ -29,13 +31,13 @@ REGENERATE = "python manage.py spectacular --validate --fail-on-warn --file docs
 KNOWN_IDS: dict[str, list[str]] = {}
 
 
-def test_it_keeps_the_checked_in_schema_equal_to_the_generated_one(tmp_path):
+def test_it_keeps_the_checked_in_schema_equal_to_the_generated_one(tmp_path: Path) -> None:
     generated = tmp_path / "openapi.yaml"
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(generated))
     assert generated.read_text() == CHECKED_IN.read_text(), f"docs/openapi.yaml is out of date; run: {REGENERATE}"
 
 
-def test_it_serves_the_schema_only_after_sign_in(client, outsider):
+def test_it_serves_the_schema_only_after_sign_in(client: Client, outsider: User) -> None:
     assert client.get("/api/schema/").status_code == 401
     client.force_login(outsider)
     response = client.get("/api/schema/")
@@ -51,7 +53,7 @@ def flatmap_path_parameters(context, parameters):
 
 
 @pytest.fixture
-def api_schema(transactional_db, operator):
+def api_schema(transactional_db: None, operator: User):
     world = World()
     run = world.create(actor=operator)
     drive_run(run, world.environment(), DjangoApprovals(run))
@@ -70,7 +72,7 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 @pytest.mark.slow  # property-based: every operation, 60 generated requests each
 @schema.parametrize()
 @hypothesis.settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
-def test_it_answers_generated_requests_within_its_schema(case, admin_user):
+def test_it_answers_generated_requests_within_its_schema(case, admin_user: User) -> None:
     token = ApiToken.issue(admin_user)[1]
     case.call_and_validate(
         headers={"Authorization": f"Token {token}"},

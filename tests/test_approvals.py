@@ -7,7 +7,9 @@ import threading
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import close_old_connections, connection
+from django.test import Client
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
@@ -20,7 +22,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
 
 @pytest.fixture
-def resumes(monkeypatch):
+def resumes(monkeypatch: pytest.MonkeyPatch):
     woken: list[str] = []
     monkeypatch.setattr("runs.queue.enqueue_resume", woken.append)
     return woken
@@ -39,7 +41,7 @@ def waiting_run(operator):
     return world, run, ApprovalRequest.objects.get(run=run)
 
 
-def test_it_files_a_request_with_the_exact_call_revision_policy_and_evidence(operator):
+def test_it_files_a_request_with_the_exact_call_revision_policy_and_evidence(operator: User) -> None:
     world, run, request = waiting_run(operator)
     run.refresh_from_db()
     assert request.tool == "publish" and request.args == {"message": "reject negative quantities"}
@@ -50,7 +52,7 @@ def test_it_files_a_request_with_the_exact_call_revision_policy_and_evidence(ope
     assert request.expires_at > timezone.now() + timedelta(minutes=59)
 
 
-def test_it_lets_a_reviewer_grant_and_the_run_uses_the_approval_once(operator, reviewer, resumes):
+def test_it_lets_a_reviewer_grant_and_the_run_uses_the_approval_once(operator: User, reviewer: User, resumes) -> None:
     world, run, request = waiting_run(operator)
     grant(request, reviewer)
     assert resumes == [str(run.pk)]
@@ -63,7 +65,7 @@ def test_it_lets_a_reviewer_grant_and_the_run_uses_the_approval_once(operator, r
     assert types.count("approval_decided") == 1 and types.count("approval_consumed") == 1
 
 
-def test_it_stops_the_run_denied_with_the_reason(operator, reviewer, resumes):
+def test_it_stops_the_run_denied_with_the_reason(operator: User, reviewer: User, resumes) -> None:
     world, run, request = waiting_run(operator)
     with pytest.raises(DecisionRefused, match="needs a reason"):
         deny(request, reviewer, "   ")
@@ -74,7 +76,7 @@ def test_it_stops_the_run_denied_with_the_reason(operator, reviewer, resumes):
     assert ApprovalRequest.objects.filter(run=run).count() == 1  # not presented again
 
 
-def test_it_refuses_decisions_from_non_reviewers_and_from_the_run_starter(operator, outsider, reviewer):
+def test_it_refuses_decisions_from_non_reviewers_and_from_the_run_starter(operator: User, outsider: User, reviewer: User) -> None:
     _, run, request = waiting_run(reviewer)
     with pytest.raises(DecisionRefused, match="reviewer permission"):
         grant(request, operator)
@@ -86,7 +88,7 @@ def test_it_refuses_decisions_from_non_reviewers_and_from_the_run_starter(operat
     assert request.status == "pending"
 
 
-def test_it_refuses_to_grant_an_expired_request_and_audits_the_expiry(operator, reviewer, resumes, client):
+def test_it_refuses_to_grant_an_expired_request_and_audits_the_expiry(operator: User, reviewer: User, resumes, client: Client) -> None:
     _, run, request = waiting_run(operator)
     ApprovalRequest.objects.filter(pk=request.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     request.refresh_from_db()
@@ -103,7 +105,7 @@ def test_it_refuses_to_grant_an_expired_request_and_audits_the_expiry(operator, 
     assert Event.objects.filter(run=run, type="approval_lapsed", payload__status="expired").count() == 1
 
 
-def test_it_expires_due_requests_and_the_run_stops_approval_expired(operator, resumes):
+def test_it_expires_due_requests_and_the_run_stops_approval_expired(operator: User, resumes) -> None:
     world, run, request = waiting_run(operator)
     ApprovalRequest.objects.filter(pk=request.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert expire_due() == 1
@@ -115,7 +117,7 @@ def test_it_expires_due_requests_and_the_run_stops_approval_expired(operator, re
     assert ended.payload["exit"] == "expired" and ended.payload["run"] == "stopped"
 
 
-def test_it_refuses_a_stale_request_whose_revision_changed(operator, reviewer):
+def test_it_refuses_a_stale_request_whose_revision_changed(operator: User, reviewer: User) -> None:
     _, run, request = waiting_run(operator)
     state = dict(run.state)
     state["revision"] = "0" * 40
@@ -127,7 +129,7 @@ def test_it_refuses_a_stale_request_whose_revision_changed(operator, reviewer):
     assert Event.objects.filter(run=run, type="approval_lapsed", payload__status="stale").exists()
 
 
-def test_it_never_consumes_a_grant_for_another_revision(operator, reviewer, resumes):
+def test_it_never_consumes_a_grant_for_another_revision(operator: User, reviewer: User, resumes) -> None:
     world, run, request = waiting_run(operator)
     grant(request, reviewer)
     # The workspace changes before the run resumes: the key no longer matches.
@@ -142,7 +144,7 @@ def test_it_never_consumes_a_grant_for_another_revision(operator, reviewer, resu
     assert Event.objects.filter(run=run, type="check_required", payload__for_tool="publish").exists()
 
 
-def test_it_gives_exactly_one_success_to_fifty_concurrent_consumers(operator, reviewer, resumes):
+def test_it_gives_exactly_one_success_to_fifty_concurrent_consumers(operator: User, reviewer: User, resumes) -> None:
     _, run, request = waiting_run(operator)
     grant(request, reviewer)
     barrier = threading.Barrier(50)
@@ -170,7 +172,7 @@ def test_it_gives_exactly_one_success_to_fifty_concurrent_consumers(operator, re
     assert request.status == "consumed"
 
 
-def test_it_refuses_a_second_decision_on_the_same_request(operator, reviewer, admin_user, resumes):
+def test_it_refuses_a_second_decision_on_the_same_request(operator: User, reviewer: User, admin_user: User, resumes) -> None:
     _, _, request = waiting_run(operator)
     grant(request, reviewer)
     request.refresh_from_db()

@@ -9,8 +9,9 @@ import re
 import time
 
 import pytest
+from django.contrib.auth.models import User
 from django.utils import timezone
-from playwright.sync_api import expect
+from playwright.sync_api import Page, expect
 
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
@@ -20,8 +21,8 @@ from harness_site.celery import app as celery_app
 from runs.eventlog import append_events
 from runs.models import Event, Run
 from runs.runtime import create_run
-from tests.fixtures_services import ROOT
-from tests.fixtures_web import screenshot, sign_in, waiting_scene
+from tests.fixtures_services import ROOT, Worker
+from tests.fixtures_web import AsgiServer, screenshot, sign_in, waiting_scene
 from tests.helpers import new_policy_version
 
 pytestmark = [pytest.mark.browser, pytest.mark.celery, pytest.mark.docker, pytest.mark.django_db(transaction=True)]
@@ -71,8 +72,8 @@ def assert_not_reloaded(page) -> None:
 
 
 def test_it_lets_a_reviewer_read_the_diff_approve_and_watch_the_run_complete(
-    live_server_asgi, celery_worker, browser_page, operator, reviewer
-):
+    live_server_asgi: AsgiServer, celery_worker: Worker, browser_page: Page, operator: User, reviewer: User
+) -> None:
     page = browser_page
     run, request = demo_waiting_for_approval(operator)
     page.goto(f"{live_server_asgi.url}/accounts/login/")
@@ -146,7 +147,9 @@ def slow_check_policy() -> None:
     PolicyVersion.objects.create(version=current_policy_row().version + 1, document=document, note="slow check for the kill test")
 
 
-def test_it_lets_an_operator_watch_events_live_and_kill_a_running_check(live_server_asgi, celery_worker, browser_page, operator):
+def test_it_lets_an_operator_watch_events_live_and_kill_a_running_check(
+    live_server_asgi: AsgiServer, celery_worker: Worker, browser_page: Page, operator: User
+) -> None:
     page = browser_page
     slow_check_policy()
     contract, _ = demo_inputs()
@@ -200,7 +203,9 @@ def test_it_lets_an_operator_watch_events_live_and_kill_a_running_check(live_ser
     assert run.status == "stopped" and run.outcome == "killed"
 
 
-def test_it_stops_the_run_when_a_reviewer_denies(live_server_asgi, celery_worker, browser_page, operator, reviewer):
+def test_it_stops_the_run_when_a_reviewer_denies(
+    live_server_asgi: AsgiServer, celery_worker: Worker, browser_page: Page, operator: User, reviewer: User
+) -> None:
     page = browser_page
     run, request = demo_waiting_for_approval(operator)
     sign_in(page, live_server_asgi, reviewer.username)
@@ -214,7 +219,7 @@ def test_it_stops_the_run_when_a_reviewer_denies(live_server_asgi, celery_worker
     # asks for the summary when its stream goes live, and asks again until it gets one.
     failed, answered = [], []
 
-    def fail_twice(route):
+    def fail_twice(route) -> None:
         if len(failed) < 2:
             failed.append(route.request.url)
             route.fulfill(status=503, body="busy")
@@ -240,7 +245,9 @@ def test_it_stops_the_run_when_a_reviewer_denies(live_server_asgi, celery_worker
     assert not Event.objects.filter(run=run, type="call_started", payload__tool="publish").exists()
 
 
-def test_it_refuses_to_grant_a_stale_request(live_server_asgi, celery_worker, browser_page, operator, reviewer):
+def test_it_refuses_to_grant_a_stale_request(
+    live_server_asgi: AsgiServer, celery_worker: Worker, browser_page: Page, operator: User, reviewer: User
+) -> None:
     page = browser_page
     run, request = demo_waiting_for_approval(operator)
     sign_in(page, live_server_asgi, reviewer.username)
@@ -263,7 +270,9 @@ def test_it_refuses_to_grant_a_stale_request(live_server_asgi, celery_worker, br
     assert request.status == "stale" and request.decided_by is None
 
 
-def test_it_resumes_the_trace_without_gaps_after_the_socket_drops(live_server_asgi, browser_page, operator, reviewer):
+def test_it_resumes_the_trace_without_gaps_after_the_socket_drops(
+    live_server_asgi: AsgiServer, browser_page: Page, operator: User, reviewer: User
+) -> None:
     page = browser_page
     scene = waiting_scene(reviewer)
     run_id = str(scene.run.pk)
@@ -296,7 +305,7 @@ def test_it_resumes_the_trace_without_gaps_after_the_socket_drops(live_server_as
     assert_not_reloaded(page)
 
 
-def test_it_shows_the_other_pages(live_server_asgi, browser_page, operator, admin_user):
+def test_it_shows_the_other_pages(live_server_asgi: AsgiServer, browser_page: Page, operator: User, admin_user: User) -> None:
     page = browser_page
     waiting_scene(operator)
     sign_in(page, live_server_asgi, admin_user.username)

@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import User
 from django.utils import timezone
+from playwright.sync_api import Browser, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
-from playwright.sync_api import expect
 
 from approvals.models import ApprovalRequest
 from approvals.services import expire_due
@@ -29,7 +30,7 @@ SIZES = {"laptop": {"width": 1366, "height": 768}, "phone": {"width": 390, "heig
 
 
 @pytest.fixture
-def web(transactional_db, tmp_path_factory) -> Iterator[AsgiServer]:
+def web(transactional_db: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AsgiServer]:
     server = AsgiServer(tmp_path_factory.mktemp("daphne"), HARNESS_LIVE_HEARTBEAT_SECONDS=str(HEARTBEAT))
     server.start()
     try:
@@ -41,12 +42,12 @@ def web(transactional_db, tmp_path_factory) -> Iterator[AsgiServer]:
 
 
 @pytest.fixture(params=list(SIZES))
-def size(request) -> str:
+def size(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
 @pytest.fixture
-def context(chromium, size):
+def context(chromium: Browser, size):
     context = chromium.new_context(viewport=SIZES[size], timezone_id="America/New_York")
     try:
         yield context
@@ -68,7 +69,7 @@ def not_reloaded(page) -> bool:
     return page.evaluate("window.__noReload === true")
 
 
-def test_it_says_offline_and_when_the_server_stops_talking(web, context, size, operator):
+def test_it_says_offline_and_when_the_server_stops_talking(web, context, size, operator: User) -> None:
     scene = waiting_scene(operator)
     page = signed_in(context, web, operator, f"/runs/{scene.run.pk}/")
     conn = page.locator("#conn")
@@ -111,7 +112,7 @@ def test_it_says_offline_and_when_the_server_stops_talking(web, context, size, o
     assert not_reloaded(page)
 
 
-def test_it_updates_the_lists_live(web, context, size, operator, admin_user):
+def test_it_updates_the_lists_live(web, context, size, operator: User, admin_user: User) -> None:
     first = waiting_scene(operator)
     runs = signed_in(context, web, admin_user, "/runs/")
     inbox = signed_in(context, web, admin_user, "/approvals/")
@@ -142,7 +143,7 @@ def test_it_updates_the_lists_live(web, context, size, operator, admin_user):
         assert not_reloaded(page)
 
 
-def test_it_follows_the_request_on_the_approval_page(web, context, size, operator, reviewer):
+def test_it_follows_the_request_on_the_approval_page(web, context, size, operator: User, reviewer: User) -> None:
     scene = waiting_scene(operator)
     url = f"/approvals/{scene.request.pk}/"
     watching = signed_in(context, web, reviewer, url)
@@ -175,7 +176,7 @@ def test_it_follows_the_request_on_the_approval_page(web, context, size, operato
     screenshot(page, f"approval_expired_{size}")
 
 
-def test_it_fits_a_phone_and_reaches_grant_by_keyboard(web, context, size, operator, reviewer):
+def test_it_fits_a_phone_and_reaches_grant_by_keyboard(web, context, size, operator: User, reviewer: User) -> None:
     scene = waiting_scene(operator)
     page = signed_in(context, web, reviewer, f"/approvals/{scene.request.pk}/")
     width = SIZES[size]["width"]
@@ -230,7 +231,7 @@ def test_it_fits_a_phone_and_reaches_grant_by_keyboard(web, context, size, opera
     screenshot(run, f"run_{size}")
 
 
-def test_it_shows_the_switches_on_every_page_and_refuses_new_runs(web, context, size, operator, admin_user):
+def test_it_shows_the_switches_on_every_page_and_refuses_new_runs(web, context, size, operator: User, admin_user: User) -> None:
     page = signed_in(context, web, admin_user, "/control/")
     expect(page.locator("#switch-banner")).to_have_count(0)
     expect(page.locator("#switch-changed")).to_contain_text("Never changed")
@@ -301,7 +302,9 @@ PHONE_PICTURES = {
 }
 
 
-def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(web, context, size, operator, reviewer, admin_user):
+def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(
+    web, context, size, operator: User, reviewer: User, admin_user: User
+) -> None:
     from axe_playwright_python.sync_playwright import Axe
 
     from runs.artifacts import FileArtifactStore
@@ -353,7 +356,7 @@ def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(web, conte
     assert not problems, "\n".join(problems)
 
 
-def test_it_takes_an_admin_from_a_version_to_a_new_one_and_compares_them(web, context, size, admin_user):
+def test_it_takes_an_admin_from_a_version_to_a_new_one_and_compares_them(web, context, size, admin_user: User) -> None:
     from approvals.policies import current_policy_row
 
     first = current_policy_row()
@@ -389,7 +392,7 @@ def test_it_takes_an_admin_from_a_version_to_a_new_one_and_compares_them(web, co
         screenshot(page, "policy_compare_laptop")
 
 
-def test_it_shows_the_working_clock_and_the_time_budget_alike_while_they_tick(web, context, size, operator):
+def test_it_shows_the_working_clock_and_the_time_budget_alike_while_they_tick(web, context, size, operator: User) -> None:
     from tests.helpers import World
 
     run = World().create(actor=operator)  # running, and no worker: its clocks only tick
@@ -413,7 +416,7 @@ def test_it_shows_the_working_clock_and_the_time_budget_alike_while_they_tick(we
     expect(budget).to_have_text(re.compile(r"^\d+s / 600s$"))
 
 
-def test_it_lands_a_reviewer_on_the_inbox_and_never_resends_a_refused_grant(web, context, size, operator, reviewer):
+def test_it_lands_a_reviewer_on_the_inbox_and_never_resends_a_refused_grant(web, context, size, operator: User, reviewer: User) -> None:
     from tests.helpers import new_policy_version
 
     scene = waiting_scene(operator)
@@ -443,7 +446,7 @@ def test_it_lands_a_reviewer_on_the_inbox_and_never_resends_a_refused_grant(web,
     assert len(posts) == 1, posts
 
 
-def test_it_keeps_the_reason_of_a_kill_and_the_comment_of_a_grant_in_the_trace(web, context, size, operator, reviewer):
+def test_it_keeps_the_reason_of_a_kill_and_the_comment_of_a_grant_in_the_trace(web, context, size, operator: User, reviewer: User) -> None:
     killed, granted = waiting_scene(operator), waiting_scene(operator)
     page = signed_in(context, web, operator, f"/runs/{killed.run.pk}/")
     page.click('[data-field="kill"]')

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import User
+from pytest_django import Settings
 
 from core.contract import WorkspaceSource
 from core.policy import authorize, check_policy
@@ -292,7 +294,7 @@ def test_it_links_only_to_the_configured_forge(git_server: GitHttpServer) -> Non
 @pytest.mark.celery
 @pytest.mark.docker
 def test_it_opens_the_change_request_of_a_whole_run_after_two_approvals_and_links_it(
-    transactional_db, operator, reviewer, settings, tmp_path: Path
+    transactional_db: None, operator: User, reviewer: User, settings: Settings, tmp_path: Path
 ) -> None:
     from django.test import Client
 

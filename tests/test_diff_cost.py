@@ -12,7 +12,11 @@ import threading
 import time
 from pathlib import Path
 
+import docker
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from pytest_django import Settings
 from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
@@ -52,7 +56,7 @@ def test_it_stops_a_diff_when_asked_to(tmp_path: Path) -> None:
 
 
 @pytest.mark.django_db
-def test_it_publishes_nothing_when_the_run_is_killed_during_the_publish_diff(tmp_path: Path, monkeypatch) -> None:
+def test_it_publishes_nothing_when_the_run_is_killed_during_the_publish_diff(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     workspace = example_workspace(tmp_path / "run")
     for n in range(60):  # many files, each a long diff: the kill comes in the middle
         workspace.write_file(f"orders/data{n:02d}.txt", NEW.replace("x", f"x{n}"))
@@ -102,8 +106,8 @@ def probe_run(tmp_path: Path, settings, operator) -> Run:
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_it_files_shows_and_publishes_the_probe_diff_that_git_and_patch_apply(
-    tmp_path, settings, operator, reviewer, client, docker_engine
-):
+    tmp_path: Path, settings: Settings, operator: User, reviewer: User, client: Client, docker_engine: docker.DockerClient
+) -> None:
     run = probe_run(tmp_path, settings, operator)
     assert advance(str(run.pk)) == "waiting_approval"
     request = ApprovalRequest.objects.get(run=run, status="pending")
@@ -123,7 +127,9 @@ def test_it_files_shows_and_publishes_the_probe_diff_that_git_and_patch_apply(
 
 @pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
-def test_it_says_a_diff_is_too_large_to_show_and_refuses_to_grant_it(tmp_path, settings, operator, reviewer, client, docker_engine):
+def test_it_says_a_diff_is_too_large_to_show_and_refuses_to_grant_it(
+    tmp_path: Path, settings: Settings, operator: User, reviewer: User, client: Client, docker_engine: docker.DockerClient
+) -> None:
     settings.HARNESS_REVIEW_DIFF_MAX_BYTES = 100_000
     run = probe_run(tmp_path, settings, operator)
     assert advance(str(run.pk)) == "waiting_approval"

@@ -41,7 +41,7 @@ def assert_log_is_whole(run: Run) -> None:
     assert run.last_seq == len(seqs)
 
 
-def test_it_stores_the_run_its_log_ledger_receipts_evidence_and_report():
+def test_it_stores_the_run_its_log_ledger_receipts_evidence_and_report() -> None:
     world = World()
     run = create(world)
     state = finish(run, world)
@@ -64,7 +64,7 @@ def test_it_stores_the_run_its_log_ledger_receipts_evidence_and_report():
     assert report["effects_applied"] == ["c4"]
 
 
-def test_it_refuses_a_second_event_with_the_same_seq():
+def test_it_refuses_a_second_event_with_the_same_seq() -> None:
     from django.db import IntegrityError, transaction
     from django.utils import timezone
 
@@ -89,7 +89,7 @@ CHECKPOINTS = 15  # in the uninterrupted run of SCRIPT, pinned by the test at th
 
 
 @pytest.mark.parametrize("crash_at", range(1, CHECKPOINTS + 1))
-def test_it_continues_after_a_crash_at_any_checkpoint(crash_at):
+def test_it_continues_after_a_crash_at_any_checkpoint(crash_at) -> None:
     world = World()
     run = create(world)
     store = CrashingStore(crash_at)
@@ -120,7 +120,7 @@ UNLEASED = RowLock("a test's driver without a lease")
 class CrashAfterCheck(DjangoStore):
     """Dies as the check's receipt is about to be stored: the check was running."""
 
-    def checkpoint(self, state, events):
+    def checkpoint(self, state, events) -> None:
         if any(e.type == "receipt_recorded" and e.tool == "run_check" for e in events):
             raise Crash("crash with the check in flight")
         super().checkpoint(state, events)
@@ -137,7 +137,7 @@ def crash_then_finish(store: DjangoStore):
     return state, list(Event.objects.filter(run=run).order_by("seq").values_list("type", "call_id", "payload"))
 
 
-def test_it_runs_an_interrupted_check_again_under_the_same_call_and_completes():
+def test_it_runs_an_interrupted_check_again_under_the_same_call_and_completes() -> None:
     state, rows = crash_then_finish(CrashAfterCheck(UNLEASED))
     assert state.outcome == "complete", state.stop_message
     resumed = [(t, c) for t, c, _ in rows if t in ("run_resumed", "retry")]
@@ -153,13 +153,13 @@ def test_it_runs_an_interrupted_check_again_under_the_same_call_and_completes():
 class CrashBeforeWrite(DjangoStore):
     """Stores the write's intent ("started"), then dies before the write happens."""
 
-    def checkpoint(self, state, events):
+    def checkpoint(self, state, events) -> None:
         super().checkpoint(state, events)
         if any(e.type == "call_started" and e.tool == "write_file" for e in events):
             raise Crash("crash between the write's intent and the write")
 
 
-def test_it_runs_a_write_again_when_the_workspace_shows_it_never_happened():
+def test_it_runs_a_write_again_when_the_workspace_shows_it_never_happened() -> None:
     state, rows = crash_then_finish(CrashBeforeWrite(UNLEASED))
     assert state.outcome == "complete", state.stop_message
     write = [
@@ -172,7 +172,7 @@ def test_it_runs_a_write_again_when_the_workspace_shows_it_never_happened():
     assert state.pending_effects == [] and Evidence.objects.get(run_id=state.run_id).passed
 
 
-def test_it_continues_exactly_where_it_stopped_when_loaded_by_another_process():
+def test_it_continues_exactly_where_it_stopped_when_loaded_by_another_process() -> None:
     world = World()
     run = create(world)
     state = drive(run, world)
@@ -185,5 +185,5 @@ def test_it_continues_exactly_where_it_stopped_when_loaded_by_another_process():
     assert before["proposer_state"] == {"kind": "scripted", "position": 4}
 
 
-def test_it_crashes_the_parametrised_runs_at_every_checkpoint_there_is():
+def test_it_crashes_the_parametrised_runs_at_every_checkpoint_there_is() -> None:
     assert uninterrupted_checkpoints() == CHECKPOINTS

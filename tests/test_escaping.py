@@ -7,9 +7,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
+from playwright.sync_api import Page
 
 from core import events as ev
 from core.fences import RowLock
@@ -18,7 +20,7 @@ from runs.artifacts import FileArtifactStore
 from runs.eventlog import append_events
 from runs.models import Evidence
 from tests.fixtures_services import ROOT
-from tests.fixtures_web import sign_in, waiting_scene
+from tests.fixtures_web import AsgiServer, sign_in, waiting_scene
 
 SCRIPT_TAG = "<script>window.__xss = 1</script>"
 IMG_TAG = '<img src=x onerror="window.__xss = 2">'
@@ -82,7 +84,7 @@ def assert_escaped_html(response) -> None:
 
 
 @pytest.mark.django_db
-def test_it_escapes_injected_markup_on_every_page(operator, reviewer):
+def test_it_escapes_injected_markup_on_every_page(operator: User, reviewer: User) -> None:
     scene, ref = hostile_run(operator)
     client = Client()
     client.force_login(reviewer)
@@ -100,7 +102,7 @@ def test_it_escapes_injected_markup_on_every_page(operator, reviewer):
 
 
 @pytest.mark.django_db
-def test_it_serves_output_as_json_or_downloads_never_as_html(operator, reviewer):
+def test_it_serves_output_as_json_or_downloads_never_as_html(operator: User, reviewer: User) -> None:
     scene, ref = hostile_run(operator)
     client = Client()
     client.force_login(reviewer)
@@ -118,7 +120,7 @@ def test_it_serves_output_as_json_or_downloads_never_as_html(operator, reviewer)
         assert not response["Content-Type"].startswith("text/html")
 
 
-def test_it_builds_the_live_trace_from_text_never_from_markup():
+def test_it_builds_the_live_trace_from_text_never_from_markup() -> None:
     """The scripts that render streamed events never parse data as HTML."""
     sources = {path.name: path.read_text() for path in (ROOT / "static" / "js").glob("*.js")}
     assert {"run_live.js", "harness.js", "new_run.js"} <= set(sources)
@@ -139,7 +141,9 @@ def test_it_builds_the_live_trace_from_text_never_from_markup():
 
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
-def test_it_shows_streamed_markup_as_text_in_the_browser(live_server_asgi, browser_page, operator, reviewer):
+def test_it_shows_streamed_markup_as_text_in_the_browser(
+    live_server_asgi: AsgiServer, browser_page: Page, operator: User, reviewer: User
+) -> None:
     page = browser_page
     scene = waiting_scene(operator)
     run_id = str(scene.run.pk)

@@ -59,7 +59,7 @@ def taken_over(run_id: str) -> int:
     return token
 
 
-def test_it_writes_nothing_from_a_worker_whose_lease_was_taken_over(monkeypatch):
+def test_it_writes_nothing_from_a_worker_whose_lease_was_taken_over(monkeypatch: pytest.MonkeyPatch) -> None:
     world = World()
     run = world.create(script=[call("run_check", check_id="tests"), call("read_file", path="src/calc.py")])
     run_id = str(run.pk)
@@ -114,7 +114,7 @@ def waiting_run() -> tuple[Run, ApprovalRequest]:
     return run, ApprovalRequest.objects.get(run=run, status="pending")
 
 
-def test_it_refuses_the_old_workers_lapses_and_cancellations_and_keeps_the_request():
+def test_it_refuses_the_old_workers_lapses_and_cancellations_and_keeps_the_request() -> None:
     run, request = waiting_run()
     run_id = str(run.pk)
     token_a = leases.acquire(run_id, "worker-a", seconds=60)
@@ -135,7 +135,7 @@ def test_it_refuses_the_old_workers_lapses_and_cancellations_and_keeps_the_reque
     assert Event.objects.filter(run=run, type="approval_lapsed").count() == 1
 
 
-def test_it_orders_a_row_lock_writer_with_the_driver_whoever_drives():
+def test_it_orders_a_row_lock_writer_with_the_driver_whoever_drives() -> None:
     """A reviewer, an operator or the beat does not drive the run: its write does not
     depend on the lease (taken or not) and gets the next seq under the row lock."""
     run, request = waiting_run()

@@ -16,8 +16,10 @@ from html import unescape
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import User
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pytest_django import Settings
 
 from core.effects import ChangeRequestEffect, Plan, PushEffect, parse_effect
 from core.policy import Rule
@@ -216,7 +218,7 @@ def test_it_dates_the_effect_by_the_proposals_arrival_so_a_crash_fixes_it_again_
 @pytest.mark.celery
 @pytest.mark.docker
 def test_it_pushes_byte_for_byte_the_commit_shown_when_another_worker_with_other_settings_pushes(
-    transactional_db, operator, reviewer, settings, tmp_path: Path
+    transactional_db: None, operator: User, reviewer: User, settings: Settings, tmp_path: Path
 ) -> None:
     from django.test import Client
 
@@ -270,7 +272,7 @@ def test_it_pushes_byte_for_byte_the_commit_shown_when_another_worker_with_other
         assert f"tree {fixed.tree}" in headers and f"parent {fixed.base}" in headers and "Other Worker" not in raw
 
 
-def test_it_tells_the_reviewer_a_publish_goes_to_the_outbox_when_it_does(operator, reviewer) -> None:
+def test_it_tells_the_reviewer_a_publish_goes_to_the_outbox_when_it_does(operator: User, reviewer: User) -> None:
     from django.test import Client
 
     from tests.test_approvals import waiting_run

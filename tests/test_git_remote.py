@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import User
+from pytest_django import Settings
 
 from core.contract import WorkspaceSource
 from core.errors import InputError
@@ -307,7 +309,7 @@ def test_it_accepts_a_remote_source_only_as_git_with_exactly_one_location() -> N
 
 
 def test_it_creates_no_run_for_a_refused_or_malformed_remote_and_records_the_base_of_an_allowed_one(
-    operator, remote: Remote, settings, tmp_path: Path
+    operator: User, remote: Remote, settings: Settings, tmp_path: Path
 ) -> None:
     from runs.models import Run
     from runs.runtime import advance, workspace_for
@@ -339,7 +341,7 @@ def test_it_creates_no_run_for_a_refused_or_malformed_remote_and_records_the_bas
     assert workspace_for(run).source["commit"] == remote.commits["first"]
 
 
-def test_it_shows_a_refused_remote_on_the_new_run_form(operator, settings) -> None:
+def test_it_shows_a_refused_remote_on_the_new_run_form(operator: User, settings: Settings) -> None:
     from django.test import Client
 
     from tests.test_api import SMALL_CONTRACT
@@ -376,7 +378,7 @@ def test_it_stops_the_run_when_the_lookup_finds_another_commit_on_the_branch() -
     assert [(p.tool, p.resolved) for p in rig.state.pending_effects] == [("publish", False)]
 
 
-def test_it_names_the_runs_branch_on_the_commit_it_was_cloned_at(operator, remote: Remote, tmp_path) -> None:
+def test_it_names_the_runs_branch_on_the_commit_it_was_cloned_at(operator: User, remote: Remote, tmp_path: Path) -> None:
     from runs.runtime import remote_target
     from tests.test_approvals import waiting_run
 
@@ -467,7 +469,7 @@ def test_it_does_not_retry_a_refused_credential_or_an_unknown_ref(remote: Remote
         assert "attempts" not in retried.value.message
 
 
-def test_it_starts_a_run_from_a_repository_url_and_ref_on_the_new_run_form(operator, remote: Remote, settings) -> None:
+def test_it_starts_a_run_from_a_repository_url_and_ref_on_the_new_run_form(operator: User, remote: Remote, settings: Settings) -> None:
     from django.test import Client
 
     from runs.models import Run

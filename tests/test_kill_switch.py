@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import User
 
 from approvals.services import DjangoApprovals
 from core.errors import InputError
@@ -23,7 +24,7 @@ def waiting(world: World):
     return run
 
 
-def test_it_stops_every_active_run_and_records_who(operator, monkeypatch):
+def test_it_stops_every_active_run_and_records_who(operator: User, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("runs.control.enqueue_resume", lambda run_id: None)
     worlds = [World(), World()]
     runs = [waiting(w) for w in worlds]
@@ -37,7 +38,7 @@ def test_it_stops_every_active_run_and_records_who(operator, monkeypatch):
         assert event.payload == {"by": operator.username, "scope": "global", "reason": ""}
 
 
-def test_it_admits_no_new_runs_when_told(operator):
+def test_it_admits_no_new_runs_when_told(operator: User) -> None:
     set_global(operator, stop_all=False, admit_new=False)
     with pytest.raises(InputError, match="admits no new runs"):
         create_run(DEMO_CONTRACT, SCRIPTED_DEMO, operator)
@@ -45,7 +46,7 @@ def test_it_admits_no_new_runs_when_told(operator):
     assert GlobalSwitch.get().admit_new
 
 
-def test_it_refuses_the_switches_to_anyone_but_operators(reviewer, outsider):
+def test_it_refuses_the_switches_to_anyone_but_operators(reviewer: User, outsider: User) -> None:
     run = World().create()
     for user in (reviewer, outsider):
         with pytest.raises(ControlRefused):

@@ -15,6 +15,7 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import User
 from django.utils import timezone
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -299,7 +300,7 @@ class Lifecycle(RuleBasedStateMachine):
             )
 
 
-def test_it_keeps_every_invariant_through_random_interleavings(operator, reviewer):
+def test_it_keeps_every_invariant_through_random_interleavings(operator: User, reviewer: User) -> None:
     Lifecycle.operator, Lifecycle.reviewer = operator, reviewer
     STATS.clear()
     started = time.monotonic()

@@ -12,8 +12,10 @@ from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
+from pytest_django import Settings
 
 from core import events as ev
 from core.fences import RowLock
@@ -64,11 +66,11 @@ async def receive_until(communicator: WebsocketCommunicator, last_seq: int, time
 
 
 @pytest.fixture
-def scene(operator):
+def scene(operator: User):
     return waiting_scene(operator)
 
 
-def test_it_replays_then_streams_with_no_gap_or_duplicate_while_events_are_written(scene, reviewer):
+def test_it_replays_then_streams_with_no_gap_or_duplicate_while_events_are_written(scene, reviewer: User) -> None:
     cookie = session_cookie(reviewer)
     run_id = str(scene.run.pk)
     notes(run_id, 1200, batch=100)  # more than two replay pages
@@ -113,7 +115,7 @@ def test_it_replays_then_streams_with_no_gap_or_duplicate_while_events_are_writt
     assert live and final > 1800
 
 
-def test_it_fills_a_lost_broadcast_from_the_database(scene, reviewer, monkeypatch):
+def test_it_fills_a_lost_broadcast_from_the_database(scene, reviewer: User, monkeypatch: pytest.MonkeyPatch) -> None:
     cookie = session_cookie(reviewer)
     run_id = str(scene.run.pk)
     start = scene.run.last_seq
@@ -136,7 +138,9 @@ def test_it_fills_a_lost_broadcast_from_the_database(scene, reviewer, monkeypatc
     assert async_to_sync(watch)() == [start + 1, start + 2]
 
 
-def test_it_delivers_a_lost_last_broadcast_by_rechecking(scene, reviewer, monkeypatch, settings):
+def test_it_delivers_a_lost_last_broadcast_by_rechecking(
+    scene, reviewer: User, monkeypatch: pytest.MonkeyPatch, settings: Settings
+) -> None:
     settings.HARNESS_TRACE_RECHECK_SECONDS = 0.3
     cookie = session_cookie(reviewer)
     run_id = str(scene.run.pk)
@@ -158,7 +162,7 @@ def test_it_delivers_a_lost_last_broadcast_by_rechecking(scene, reviewer, monkey
     assert async_to_sync(watch)() == [start + 1]
 
 
-def test_it_resumes_after_a_reconnect_from_the_seq_the_client_has(scene, reviewer):
+def test_it_resumes_after_a_reconnect_from_the_seq_the_client_has(scene, reviewer: User) -> None:
     cookie = session_cookie(reviewer)
     run_id = str(scene.run.pk)
 
@@ -188,7 +192,9 @@ def test_it_resumes_after_a_reconnect_from_the_seq_the_client_has(scene, reviewe
     assert async_to_sync(second_visit)(seen[-1], last) == list(range(seen[-1] + 1, last + 3))
 
 
-def test_it_streams_to_many_viewers_of_a_run_through_one_subscription_and_one_read_each_event_once(scene, reviewer, monkeypatch):
+def test_it_streams_to_many_viewers_of_a_run_through_one_subscription_and_one_read_each_event_once(
+    scene, reviewer: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cookie = session_cookie(reviewer)
     run_id = str(scene.run.pk)
     start = scene.run.last_seq
@@ -244,7 +250,7 @@ def test_it_streams_to_many_viewers_of_a_run_through_one_subscription_and_one_re
         (b"\x00binary", "send JSON text frames, not binary"),
     ],
 )
-def test_it_answers_a_malformed_message_with_the_problem_and_stays_open(frame, problem, scene, reviewer):
+def test_it_answers_a_malformed_message_with_the_problem_and_stays_open(frame, problem, scene, reviewer: User) -> None:
     cookie = session_cookie(reviewer)
     run_id = str(scene.run.pk)
 
@@ -266,7 +272,7 @@ def test_it_answers_a_malformed_message_with_the_problem_and_stays_open(frame, p
     assert seqs == list(range(1, scene.run.last_seq + 1))
 
 
-def test_it_refuses_a_socket_for_a_run_that_does_not_exist(reviewer):
+def test_it_refuses_a_socket_for_a_run_that_does_not_exist(reviewer: User) -> None:
     cookie = session_cookie(reviewer)
 
     async def talk() -> tuple[dict, int]:
@@ -280,7 +286,7 @@ def test_it_refuses_a_socket_for_a_run_that_does_not_exist(reviewer):
     assert error == {"type": "error", "error": "no such run"} and code == 4404
 
 
-def test_it_shows_tokens_and_cost_against_the_budget_for_a_model_run(db):
+def test_it_shows_tokens_and_cost_against_the_budget_for_a_model_run(db: None) -> None:
     from runs.views.summary import model_budgets
     from tests.helpers import World
 

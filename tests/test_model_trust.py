@@ -74,7 +74,7 @@ def _untrusted_blocks(text: str) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
-def test_it_changes_nothing_in_policy_approvals_or_evidence_when_a_file_says_publish_now(kind):
+def test_it_changes_nothing_in_policy_approvals_or_evidence_when_a_file_says_publish_now(kind) -> None:
     policy = demo_policy(rules=ASK_PUBLISH)
     before = policy.model_dump()
     rig = build_rig([], policy=policy, files=dict(FILES), contract=demo_contract(max_proposals=4))
@@ -105,7 +105,7 @@ def test_it_changes_nothing_in_policy_approvals_or_evidence_when_a_file_says_pub
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
-def test_it_still_asks_a_reviewer_when_checks_pass_and_the_file_says_publish_now(kind):
+def test_it_still_asks_a_reviewer_when_checks_pass_and_the_file_says_publish_now(kind) -> None:
     plan = [
         ("write_file", {"path": "src/calc.py", "content": FIXED}),
         ("run_check", {"check_id": "tests"}),
@@ -125,7 +125,7 @@ def test_it_still_asks_a_reviewer_when_checks_pass_and_the_file_says_publish_now
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
-def test_it_keeps_api_keys_out_of_events_snapshots_request_bodies_and_the_sandbox(kind):
+def test_it_keeps_api_keys_out_of_events_snapshots_request_bodies_and_the_sandbox(kind) -> None:
     plan = [
         ("read_file", {"path": "src/calc.py"}),
         ("write_file", {"path": "src/calc.py", "content": FIXED}),

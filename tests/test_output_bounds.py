@@ -12,9 +12,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import docker
 import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings as django_settings
+from django.contrib.auth.models import User
 from django.test import AsyncClient, Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
@@ -114,7 +116,7 @@ GIGABYTE = CheckDef(
 
 
 @pytest.fixture
-def runc_sandbox(docker_engine, tmp_path: Path, db) -> Iterator[Callable[[DiskQuota], SandboxExecutor]]:
+def runc_sandbox(docker_engine: docker.DockerClient, tmp_path: Path, db: None) -> Iterator[Callable[[DiskQuota], SandboxExecutor]]:
     """Executors on one runc container, each counting its own run's artifacts under
     the quota given. (The cap is the executor's code, the same under both runtimes;
     a gigabyte through gVisor's ptrace platform would take minutes.)"""
@@ -239,7 +241,7 @@ def test_it_masks_a_secret_of_several_lines_line_by_line(tmp_path: Path, monkeyp
 
 @override_settings(HARNESS_SECRET_VALUES=[SECRET])
 @pytest.mark.django_db
-def test_it_streams_a_download_and_never_holds_it_in_memory(operator, reviewer, tmp_path: Path) -> None:
+def test_it_streams_a_download_and_never_holds_it_in_memory(operator: User, reviewer: User, tmp_path: Path) -> None:
     ref = big_artifact(tmp_path, 64 * MB)
     run = output_run(operator, ref)
     client = Client()
@@ -265,7 +267,7 @@ def test_it_streams_a_download_and_never_holds_it_in_memory(operator, reviewer, 
 
 @override_settings(HARNESS_SECRET_VALUES=[SECRET])
 @pytest.mark.django_db(transaction=True)
-def test_it_streams_a_download_asynchronously_under_asgi(operator, reviewer, tmp_path: Path) -> None:
+def test_it_streams_a_download_asynchronously_under_asgi(operator: User, reviewer: User, tmp_path: Path) -> None:
     ref = big_artifact(tmp_path, 4 * MB)
     run = output_run(operator, ref)
     client = AsyncClient()
@@ -287,7 +289,7 @@ def test_it_streams_a_download_asynchronously_under_asgi(operator, reviewer, tmp
 @override_settings(HARNESS_SECRET_VALUES=[SECRET])
 @pytest.mark.django_db
 def test_it_shows_the_start_of_a_large_output_and_that_a_check_was_cut(
-    operator, reviewer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    operator: User, reviewer: User, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ref = big_artifact(tmp_path, 32 * MB)
     run = output_run(operator, ref, output_cut=True, output_stored_bytes=32 * MB - 100, output_bytes=GIB)
@@ -313,7 +315,9 @@ def test_it_shows_the_start_of_a_large_output_and_that_a_check_was_cut(
 
 
 @pytest.mark.slow
-def test_it_serves_a_300mb_artifact_from_daphne_in_bounded_memory(operator, reviewer, live_server_asgi: AsgiServer, tmp_path: Path) -> None:
+def test_it_serves_a_300mb_artifact_from_daphne_in_bounded_memory(
+    operator: User, reviewer: User, live_server_asgi: AsgiServer, tmp_path: Path
+) -> None:
     """The probe: opening a 300 MB artifact took the web process from 143 MB to 1 GB."""
     ref = big_artifact(tmp_path, 300 * MB)
     run = output_run(operator, ref)

@@ -7,6 +7,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
@@ -30,7 +31,7 @@ CONTRACT = """{"task_id": "orders-fix", "objective": "fix the order total", "acc
 
 
 @pytest.fixture
-def scene(operator):
+def scene(operator: User):
     """The operator started a run that waits for approval and has produced an artifact."""
     scene = waiting_scene(operator)
     ref = FileArtifactStore().put(b"check output\n", "text/plain")
@@ -86,14 +87,14 @@ def pages(scene) -> list[tuple[str, set[str]]]:
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_it_lets_each_role_open_exactly_its_pages(role, scene, request):
+def test_it_lets_each_role_open_exactly_its_pages(role, scene, request: pytest.FixtureRequest) -> None:
     client = client_for(role, request)
     for url, allowed in pages(scene):
         assert_refused_or_allowed(client.get(url), role, allowed)
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_it_lets_only_reviewers_grant(role, scene, request):
+def test_it_lets_only_reviewers_grant(role, scene, request: pytest.FixtureRequest) -> None:
     client = client_for(role, request)
     response = client.post(reverse("approvals:grant", args=[scene.request.pk]), {"csrfmiddlewaretoken": csrf(client)})
     assert_refused_or_allowed(response, role, DECIDERS, ok_status=302)
@@ -102,7 +103,7 @@ def test_it_lets_only_reviewers_grant(role, scene, request):
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_it_lets_only_reviewers_deny(role, scene, request):
+def test_it_lets_only_reviewers_deny(role, scene, request: pytest.FixtureRequest) -> None:
     client = client_for(role, request)
     response = client.post(reverse("approvals:deny", args=[scene.request.pk]), {"csrfmiddlewaretoken": csrf(client), "reason": "not today"})
     assert_refused_or_allowed(response, role, DECIDERS, ok_status=302)
@@ -111,7 +112,7 @@ def test_it_lets_only_reviewers_deny(role, scene, request):
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_it_lets_only_operators_kill_a_run(role, scene, request):
+def test_it_lets_only_operators_kill_a_run(role, scene, request: pytest.FixtureRequest) -> None:
     client = client_for(role, request)
     response = client.post(reverse("runs:kill", args=[scene.run.pk]), {"csrfmiddlewaretoken": csrf(client)})
     assert_refused_or_allowed(response, role, OPERATORS, ok_status=302)
@@ -119,7 +120,7 @@ def test_it_lets_only_operators_kill_a_run(role, scene, request):
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_it_lets_only_operators_turn_the_global_switch(role, scene, request):
+def test_it_lets_only_operators_turn_the_global_switch(role, scene, request: pytest.FixtureRequest) -> None:
     client = client_for(role, request)
     response = client.post(reverse("control"), {"csrfmiddlewaretoken": csrf(client), "action": "pause_admission"})
     assert_refused_or_allowed(response, role, OPERATORS, ok_status=302)
@@ -127,7 +128,7 @@ def test_it_lets_only_operators_turn_the_global_switch(role, scene, request):
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_it_lets_only_operators_and_admins_start_runs(role, scene, request):
+def test_it_lets_only_operators_and_admins_start_runs(role, scene, request: pytest.FixtureRequest) -> None:
     client = client_for(role, request)
     before = Run.objects.count()
     response = client.post(
@@ -149,7 +150,7 @@ def test_it_lets_only_operators_and_admins_start_runs(role, scene, request):
         ("logout", {}),
     ],
 )
-def test_it_refuses_every_form_without_its_csrf_token(name, data, scene, admin_user):
+def test_it_refuses_every_form_without_its_csrf_token(name, data, scene, admin_user: User) -> None:
     urls = {
         "grant": reverse("approvals:grant", args=[scene.request.pk]),
         "deny": reverse("approvals:deny", args=[scene.request.pk]),
@@ -170,7 +171,7 @@ def test_it_refuses_every_form_without_its_csrf_token(name, data, scene, admin_u
     assert "_auth_user_id" in client.session
 
 
-def test_it_refuses_the_sign_in_form_without_its_csrf_token(reviewer):
+def test_it_refuses_the_sign_in_form_without_its_csrf_token(reviewer: User) -> None:
     response = Client(enforce_csrf_checks=True).post(
         reverse("login"), {"username": reviewer.username, "password": "rita-reviewer-pass-123"}
     )
@@ -196,7 +197,7 @@ async def _socket_outcome(cookies: str, run_id: str) -> tuple[str, object]:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("role", ROLES)
-def test_it_opens_the_live_trace_socket_only_for_viewers(role, scene, request):
+def test_it_opens_the_live_trace_socket_only_for_viewers(role, scene, request: pytest.FixtureRequest) -> None:
     client = client_for(role, request)
     cookies = "; ".join(f"{name}={morsel.value}" for name, morsel in client.cookies.items())
     kind, detail = async_to_sync(_socket_outcome)(cookies, str(scene.run.pk))
@@ -207,7 +208,7 @@ def test_it_opens_the_live_trace_socket_only_for_viewers(role, scene, request):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_rejects_a_socket_from_another_site(scene, reviewer):
+def test_it_rejects_a_socket_from_another_site(scene, reviewer: User) -> None:
     client = Client()
     client.force_login(reviewer)
     cookies = "; ".join(f"{name}={morsel.value}" for name, morsel in client.cookies.items())

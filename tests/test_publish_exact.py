@@ -144,7 +144,7 @@ contents = st.lists(st.sampled_from(["x", "", "  y", "é", "\\ No newline", "---
 @hypothesis_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=names, lines=contents, final_newline=st.booleans())
 def test_it_publishes_patches_git_accepts_for_any_name_and_content(
-    tmp_path_factory, name: str, lines: list[str], final_newline: bool
+    tmp_path_factory: pytest.TempPathFactory, name: str, lines: list[str], final_newline: bool
 ) -> None:
     from runs.artifacts import FileArtifactStore
     from tests.fixtures_sandbox import example_workspace

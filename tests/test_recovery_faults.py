@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import User
+from pytest_django import Settings
 
 from approvals.models import ApprovalRequest
 from approvals.services import grant
 from runs.models import Event, Receipt
 from runs.runtime import create_run
+from tests.fixtures_services import Worker
 from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO, assert_gap_free, wait_for
 
 pytestmark = [pytest.mark.celery, pytest.mark.docker]
@@ -59,7 +62,7 @@ def trace_of(run) -> list[str]:
     return [f"{e.seq} {e.type} {e.call_id or ''} {json.dumps(e.payload)[:160]}" for e in Event.objects.filter(run=run).order_by("seq")]
 
 
-def test_it_loses_nothing_when_the_worker_is_killed_at_random_points(celery_worker, operator, reviewer):
+def test_it_loses_nothing_when_the_worker_is_killed_at_random_points(celery_worker: Worker, operator: User, reviewer: User) -> None:
     rng = random.Random(int(os.environ.get("HARNESS_FAULT_SEED", "7")))
     # One clean run first: how long the demo takes before and after its approval.
     started = time.monotonic()
@@ -121,7 +124,9 @@ def test_it_loses_nothing_when_the_worker_is_killed_at_random_points(celery_work
     assert duplicates == 0
 
 
-def test_it_pushes_at_most_once_when_the_worker_is_killed_mid_push(transactional_db, operator, reviewer, settings, tmp_path):
+def test_it_pushes_at_most_once_when_the_worker_is_killed_mid_push(
+    transactional_db: None, operator: User, reviewer: User, settings: Settings, tmp_path: Path
+) -> None:
     """SIGKILL of the worker (and its git) while the push is held at the proxy. The
     held push then reaches the server (the server accepted what a dead client sent)
     or never does; the new worker's ls-remote of the branch decides, and the run's

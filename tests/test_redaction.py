@@ -11,9 +11,12 @@ import json
 from collections.abc import Mapping
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
+from django.test import Client
 from hypothesis import given
 from hypothesis import strategies as st
+from pytest_django import Settings
 from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
@@ -67,14 +70,14 @@ def scan_database() -> list[str]:
     return found
 
 
-def test_it_masks_credential_shapes_and_configured_values():
+def test_it_masks_credential_shapes_and_configured_values() -> None:
     text = f"a {OPENAI_SHAPED} b {GITHUB_SHAPED} c {AWS_SHAPED} d {SLACK_SHAPED} e {PEM} f {ENV_SECRET}"
     key = PEM.replace("MIIEowIBAAKCAQEA7pemBodyLine", MASK)  # masked within its lines, the markers kept
     assert redact_text(text, [ENV_SECRET]) == f"a {MASK} b {MASK} c {MASK} d {MASK} e {key} f {MASK}"
     assert redact_text("sha256:" + "ab" * 32, [ENV_SECRET]) == "sha256:" + "ab" * 32
 
 
-def test_it_masks_through_the_quick_look_at_json_text_exactly():
+def test_it_masks_through_the_quick_look_at_json_text_exactly() -> None:
     # The quick path reads a value's JSON text; a secret JSON escapes (a quote, a
     # backslash) and one in a key must still be found, and a clean value is kept as is.
     secret = 'pa"ss\\word-4f9c1e'
@@ -86,7 +89,9 @@ def test_it_masks_through_the_quick_look_at_json_text_exactly():
     assert stored["n"] == {"m": MASK} and OPENAI_SHAPED not in text.text and json.loads(text.text) == stored
 
 
-def test_it_never_stores_or_serves_a_secret_planted_in_every_field_a_run_reaches(settings, operator, reviewer, client):
+def test_it_never_stores_or_serves_a_secret_planted_in_every_field_a_run_reaches(
+    settings: Settings, operator: User, reviewer: User, client: Client
+) -> None:
     settings.HARNESS_SECRET_VALUES = [ENV_SECRET]
     WebhookEndpoint.objects.create(name="hook", url="https://93.184.215.14/hook", event_kinds=["approval_requested", "run_stopped"])
     workspace = DiffingWorkspace({"src/calc.py": f"# {AWS_SHAPED}\ndef total(q):\n    return q\n", "deploy.pem": PEM})
@@ -135,7 +140,7 @@ def test_it_never_stores_or_serves_a_secret_planted_in_every_field_a_run_reaches
     assert MASK in json.dumps(Run.objects.get(pk=run.pk).state)
 
 
-def test_it_masks_within_lines_and_keeps_the_key_markers_and_words_that_look_like_shapes():
+def test_it_masks_within_lines_and_keeps_the_key_markers_and_words_that_look_like_shapes() -> None:
     body = "MIIEowIBAAKCAQEA7pemBodyLine"
     diff = f"+# rotated\n -----BEGIN RSA PRIVATE KEY-----\n {body}\n-{body}\n+{body}\ndiff --git a/orders/total.py b/orders/total.py\n+os.system('x')\n"
     assert redact_text(diff, []) == diff.replace(body, MASK)  # the next file's lines stay visible
@@ -192,7 +197,7 @@ hostile_lines = st.lists(
 
 
 @given(lines=hostile_lines)
-def test_it_never_changes_a_line_count_or_a_diff_marker_and_streams_the_same(lines):
+def test_it_never_changes_a_line_count_or_a_diff_marker_and_streams_the_same(lines) -> None:
     text = "\n".join(lines)
     masked_text = redact_text(text, [ENV_SECRET])
     out = masked_text.split("\n")

@@ -9,10 +9,14 @@ import re
 import shutil
 from pathlib import Path
 
+import docker
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from pytest_django import Settings
 from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
@@ -67,8 +71,8 @@ def probe_script() -> list[dict]:
 @pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
 def test_it_shows_the_reviewer_every_line_after_a_key_in_the_diff_on_the_page_and_in_the_api(
-    tmp_path, settings, operator, reviewer, client, docker_engine
-):
+    tmp_path: Path, settings: Settings, operator: User, reviewer: User, client: Client, docker_engine: docker.DockerClient
+) -> None:
     contract = {**DEMO_CONTRACT, "workspace": {"kind": "path", "path": source_with_a_key(tmp_path, settings)}}
     run = create_run(contract, {"kind": "scripted", "script": probe_script()}, operator, enqueue=False)
     assert advance(str(run.pk)) == "waiting_approval"
@@ -173,7 +177,9 @@ def shape(text: str) -> list[str]:
 @pytest.mark.django_db
 @hypothesis_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(planned=changes, total_lines=st.lists(content_lines, max_size=8))
-def test_it_shows_the_reviewer_every_changed_file_and_line_of_what_ships(tmp_path_factory, settings, planned, total_lines) -> None:
+def test_it_shows_the_reviewer_every_changed_file_and_line_of_what_ships(
+    tmp_path_factory: pytest.TempPathFactory, settings: Settings, planned, total_lines
+) -> None:
     settings.HARNESS_SECRET_VALUES = [MULTILINE_SECRET]
     tmp = tmp_path_factory.mktemp("review")
     workspace = example_workspace(tmp / "run")

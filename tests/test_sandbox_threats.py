@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import docker
 import pytest
 from docker.errors import NotFound
 
@@ -275,7 +276,9 @@ ENV = check("env", "env")
 ALLOWED_ENV = {"PATH", "HOSTNAME", "HOME", "PWD", "TMPDIR", "XDG_CACHE_HOME"}
 
 
-def test_it_gives_checks_none_of_the_workers_environment(runtime_engine: RuntimeEngine, tmp_path: Path, monkeypatch, db) -> None:
+def test_it_gives_checks_none_of_the_workers_environment(
+    runtime_engine: RuntimeEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db: None
+) -> None:
     canary = "canary-" + hashlib.sha256(str(time.time()).encode()).hexdigest()[:16]
     monkeypatch.setenv("HARNESS_CANARY_SECRET", canary)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", canary)
@@ -328,7 +331,7 @@ def kill_during_long_check(executor: SandboxExecutor) -> tuple[Outcome, float]:
     return outcome, returned_at - killed_at[0]
 
 
-def test_it_kills_an_execution_in_flight_and_removes_the_container(runtime_engine: RuntimeEngine, tmp_path: Path, db) -> None:
+def test_it_kills_an_execution_in_flight_and_removes_the_container(runtime_engine: RuntimeEngine, tmp_path: Path, db: None) -> None:
     from runs.artifacts import FileArtifactStore
 
     workspace = example_workspace(tmp_path / "kill-run")
@@ -341,7 +344,7 @@ def test_it_kills_an_execution_in_flight_and_removes_the_container(runtime_engin
 
 
 def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_container(
-    runtime_engine: RuntimeEngine, tmp_path: Path, db, monkeypatch
+    runtime_engine: RuntimeEngine, tmp_path: Path, db: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The kill switch must not wait on the engine: here removal stalls for 5 s
     (as a busy engine's can), and the loop still stops within two seconds."""
@@ -416,7 +419,7 @@ def quota_executor(tmp_path: Path, run_id: str, quota, limits: SandboxLimits) ->
 
 
 def test_it_bounds_what_a_check_writes_by_its_scratch_and_leaves_the_workspace_unchanged(
-    runtime_engine: RuntimeEngine, tmp_path: Path, db
+    runtime_engine: RuntimeEngine, tmp_path: Path, db: None
 ) -> None:
     """Stronger than the old quota on the workspace (measured every half second while
     the check wrote into it): the check cannot write the workspace at all, and the
@@ -465,7 +468,7 @@ ON_COPY_FILLER = CheckDef(
 )
 
 
-def test_it_bounds_an_on_copy_check_by_its_scratch(runtime_engine: RuntimeEngine, tmp_path: Path, db) -> None:
+def test_it_bounds_an_on_copy_check_by_its_scratch(runtime_engine: RuntimeEngine, tmp_path: Path, db: None) -> None:
     """A check that must write its tree writes a copy of it in scratch: the kernel
     stops it at the scratch size as it stops any other check, with no watch of the
     tree, and the workspace is as it was."""
@@ -527,7 +530,9 @@ def test_it_refuses_every_write_outside_scratch_and_leaves_the_tree_unchanged(sa
     assert_survived(outcome)
 
 
-def test_it_runs_a_check_in_a_workspace_of_300000_files(docker_engine, monkeypatch: pytest.MonkeyPatch, db) -> None:
+def test_it_runs_a_check_in_a_workspace_of_300000_files(
+    docker_engine: docker.DockerClient, monkeypatch: pytest.MonkeyPatch, db: None
+) -> None:
     """The old quota walked the tree during every check and refused one above 200,000
     entries. Now nothing is walked per check: the whole run walks its tree twice (when
     it is picked up and when it finishes), however many checks it runs.
@@ -574,7 +579,7 @@ def test_it_runs_a_check_in_a_workspace_of_300000_files(docker_engine, monkeypat
     assert_survived(outcome)
 
 
-def test_it_runs_no_check_in_a_workspace_over_its_quota(runtime_engine: RuntimeEngine, tmp_path: Path, db) -> None:
+def test_it_runs_no_check_in_a_workspace_over_its_quota(runtime_engine: RuntimeEngine, tmp_path: Path, db: None) -> None:
     from sandbox.quota import MB, DiskQuota
 
     executor = quota_executor(tmp_path, "disk-quota", DiskQuota(workspace_max_bytes=1 * MB), runtime_engine.limits(TEST_LIMITS))
@@ -588,7 +593,7 @@ def test_it_runs_no_check_in_a_workspace_over_its_quota(runtime_engine: RuntimeE
     assert all(not e.passed for e in outcome.state.evidence) and outcome.state.outcome != "complete"
 
 
-def test_it_runs_no_check_when_the_workers_disk_is_short_of_its_reserve(runtime_engine: RuntimeEngine, tmp_path: Path, db) -> None:
+def test_it_runs_no_check_when_the_workers_disk_is_short_of_its_reserve(runtime_engine: RuntimeEngine, tmp_path: Path, db: None) -> None:
     import shutil
 
     from sandbox.quota import MB, DiskQuota

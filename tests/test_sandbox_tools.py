@@ -478,7 +478,7 @@ def test_it_never_diffs_against_a_pristine_file_changed_through_its_shared_inode
         ws.diff()
 
 
-def test_it_refuses_a_workspace_source_outside_the_allowed_roots(tmp_path):
+def test_it_refuses_a_workspace_source_outside_the_allowed_roots(tmp_path: Path) -> None:
     for outside in ("/etc", "../../etc", str(tmp_path / ".." / "elsewhere")):
         with pytest.raises(WorkspaceSourceError, match="outside the allowed workspace sources"):
             prepare_workspace(tmp_path / "ws", WorkspaceSource(kind="path", path=outside), ROOT, (ROOT / "examples",))

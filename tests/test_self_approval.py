@@ -11,6 +11,9 @@ import html
 import json
 
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from pytest_django import Settings
 
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import SELF_APPROVAL_NOT_PERMITTED, current_policy_row
@@ -26,7 +29,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def permitted(settings) -> None:
+def permitted(settings: Settings) -> None:
     """A deployment whose operator has permitted self-approval."""
     settings.HARNESS_ALLOW_SELF_APPROVAL = True
 
@@ -37,7 +40,7 @@ def turn_on_self_approval(client) -> object:
     return client.post(ADD, data, follow=True)
 
 
-def test_it_warns_when_self_approval_is_turned_on_and_marks_the_version_diff(permitted, client, admin_user):
+def test_it_warns_when_self_approval_is_turned_on_and_marks_the_version_diff(permitted, client: Client, admin_user: User) -> None:
     client.force_login(admin_user)
     assert "no second person" in client.get(ADD).content.decode()
     page = turn_on_self_approval(client).content.decode()
@@ -55,7 +58,7 @@ def test_it_warns_when_self_approval_is_turned_on_and_marks_the_version_diff(per
     assert not version_diff(previous_of(current_policy_row()), current_policy_row()).startswith("!!")
 
 
-def test_it_records_every_self_approved_decision_in_the_audit_trail(permitted, client, admin_user, reviewer):
+def test_it_records_every_self_approved_decision_in_the_audit_trail(permitted, client: Client, admin_user: User, reviewer: User) -> None:
     client.force_login(admin_user)
     turn_on_self_approval(client)
     world = World()
@@ -73,7 +76,7 @@ def test_it_records_every_self_approved_decision_in_the_audit_trail(permitted, c
     assert Event.objects.get(run=other, type="approval_decided").payload["self_approved"] is False
 
 
-def test_it_lets_no_admin_turn_self_approval_on_where_the_deployment_does_not_permit_it(client, admin_user):
+def test_it_lets_no_admin_turn_self_approval_on_where_the_deployment_does_not_permit_it(client: Client, admin_user: User) -> None:
     client.force_login(admin_user)
     editor = client.get(ADD).content.decode()  # (it seeds the first version)
     assert "HARNESS_ALLOW_SELF_APPROVAL is off" in editor
@@ -88,7 +91,9 @@ def test_it_lets_no_admin_turn_self_approval_on_where_the_deployment_does_not_pe
     assert PolicyVersion.objects.count() == before + 1
 
 
-def test_it_gives_a_version_saved_with_self_approval_no_effect_unless_permitted(client, admin_user, reviewer, settings):
+def test_it_gives_a_version_saved_with_self_approval_no_effect_unless_permitted(
+    client: Client, admin_user: User, reviewer: User, settings: Settings
+) -> None:
     settings.HARNESS_ALLOW_SELF_APPROVAL = True
     client.force_login(admin_user)
     turn_on_self_approval(client)

@@ -73,22 +73,22 @@ ABLATIONS = [
 ]
 
 
-def test_it_holds_every_control_with_the_real_core():
+def test_it_holds_every_control_with_the_real_core() -> None:
     results = scenarios.run_scenarios()
     assert [ok for _, ok, _ in results] == [True] * len(scenarios.SCENARIOS), results
 
 
-def test_it_covers_each_scenario_with_an_ablation():
+def test_it_covers_each_scenario_with_an_ablation() -> None:
     assert {s.run for s in scenarios.SCENARIOS} == {scenario for scenario, _ in ABLATIONS}
 
 
 @pytest.mark.parametrize(("scenario", "ablated"), ABLATIONS, ids=[a.__name__ for _, a in ABLATIONS])
-def test_it_lets_the_failure_through_when_the_control_is_removed(scenario, ablated):
+def test_it_lets_the_failure_through_when_the_control_is_removed(scenario, ablated) -> None:
     ok, detail = scenario(ablated)
     assert not ok, f"{ablated.__name__} did not break {scenario.__name__}: {detail}"
 
 
-def test_it_exits_zero_from_the_selftest_command_and_prints_a_row_per_control():
+def test_it_exits_zero_from_the_selftest_command_and_prints_a_row_per_control() -> None:
     result = subprocess.run([sys.executable, "manage.py", "harness_selftest"], capture_output=True, text=True, env=_env())
     assert result.returncode == 0, result.stderr
     for scenario in scenarios.SCENARIOS:

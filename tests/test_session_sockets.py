@@ -12,7 +12,7 @@ import time
 
 import pytest
 import requests
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
@@ -24,7 +24,7 @@ CLOSE_WITHIN_SECONDS = 5
 
 
 @pytest.fixture
-def slow_recheck(monkeypatch) -> None:
+def slow_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
     """Requested before live_server_asgi, so the server starts with it."""
     monkeypatch.setenv("HARNESS_TRACE_RECHECK_SECONDS", "60")
     monkeypatch.setenv("HARNESS_LIVE_HEARTBEAT_SECONDS", "1")
@@ -82,7 +82,9 @@ def still_open(socket: ClientConnection) -> bool:
     return True
 
 
-def test_it_closes_the_trace_socket_when_its_user_signs_out(slow_recheck, live_server_asgi, operator, reviewer):
+def test_it_closes_the_trace_socket_when_its_user_signs_out(
+    slow_recheck, live_server_asgi: AsgiServer, operator: User, reviewer: User
+) -> None:
     server = live_server_asgi
     run = World().create(actor=operator)
     http = signed_in(server, operator)
@@ -97,7 +99,7 @@ def test_it_closes_the_trace_socket_when_its_user_signs_out(slow_recheck, live_s
     other.close()
 
 
-def test_it_closes_the_trace_socket_when_its_user_loses_the_role(slow_recheck, live_server_asgi, operator):
+def test_it_closes_the_trace_socket_when_its_user_loses_the_role(slow_recheck, live_server_asgi: AsgiServer, operator: User) -> None:
     server = live_server_asgi
     run = World().create(actor=operator)
     socket = watch(server, signed_in(server, operator), str(run.pk))
@@ -106,7 +108,7 @@ def test_it_closes_the_trace_socket_when_its_user_loses_the_role(slow_recheck, l
     assert code == 4403 and "permission" in error
 
 
-def test_it_closes_the_trace_socket_when_its_user_is_deactivated(slow_recheck, live_server_asgi, operator):
+def test_it_closes_the_trace_socket_when_its_user_is_deactivated(slow_recheck, live_server_asgi: AsgiServer, operator: User) -> None:
     server = live_server_asgi
     run = World().create(actor=operator)
     socket = watch(server, signed_in(server, operator), str(run.pk))
@@ -116,7 +118,7 @@ def test_it_closes_the_trace_socket_when_its_user_is_deactivated(slow_recheck, l
     assert code == 4401
 
 
-def test_it_closes_the_lists_socket_when_its_user_signs_out(slow_recheck, live_server_asgi, operator):
+def test_it_closes_the_lists_socket_when_its_user_signs_out(slow_recheck, live_server_asgi: AsgiServer, operator: User) -> None:
     server = live_server_asgi
     http = signed_in(server, operator)
     cookie = "; ".join(f"{name}={value}" for name, value in http.cookies.items())

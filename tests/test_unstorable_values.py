@@ -12,6 +12,7 @@ import os
 import time
 
 import pytest
+from django.contrib.auth.models import User
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +29,7 @@ from runs.artifacts import FileArtifactStore
 from runs.models import CallLedgerEntry, Event, PendingEffect, Receipt, Report, Run
 from runs.services import check_new_run, do_create_run, drive_run
 from runs.store import load_state
+from sandbox.executor import SandboxExecutor
 from tests.fixtures_sandbox import ALL_TOOLS, WRITE_PATHS
 from tests.helpers import CONTRACT, World
 from tests.test_api import SMALL_CONTRACT, client_for
@@ -70,7 +72,7 @@ def api_reads_back(run: Run, user) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_it_feeds_an_unstorable_proposal_back_naming_it_and_goes_on(name, operator):
+def test_it_feeds_an_unstorable_proposal_back_naming_it_and_goes_on(name, operator: User) -> None:
     world = World()
     run = world.create(script=[])
     state = drive_with(run, world, [HOSTILE[name], READ])
@@ -108,7 +110,7 @@ def stored_bytes(run: Run) -> int:
     ],
     ids=["validate", "resolve", "parse", "too-long-field"],
 )
-def test_it_stores_a_refused_multi_megabyte_proposal_bounded(proposal, operator):
+def test_it_stores_a_refused_multi_megabyte_proposal_bounded(proposal, operator: User) -> None:
     world = World()
     run = world.create(script=[])
     empty = stored_bytes(run)
@@ -123,7 +125,7 @@ def test_it_stores_a_refused_multi_megabyte_proposal_bounded(proposal, operator)
     api_reads_back(run, operator)
 
 
-def test_it_keeps_a_small_refused_proposal_whole():
+def test_it_keeps_a_small_refused_proposal_whole() -> None:
     world = World()
     run = world.create(script=[])
     drive_with(run, world, [call("read_file", path="/etc/passwd"), READ])
@@ -148,7 +150,7 @@ class Hostile:
         return self.world.executor.reconcile(effect)
 
 
-def test_it_stores_tool_output_with_a_nul_or_a_surrogate_escaped(operator):
+def test_it_stores_tool_output_with_a_nul_or_a_surrogate_escaped(operator: User) -> None:
     world = World()
     run = world.create(script=[])
     state = drive_with(run, world, [READ], Hostile(world, "caf\udce9 \x00 \ud800"))
@@ -158,7 +160,7 @@ def test_it_stores_tool_output_with_a_nul_or_a_surrogate_escaped(operator):
     api_reads_back(run, operator)
 
 
-def test_it_stores_large_tool_output_once_in_an_artifact_and_the_receipt_bounded(operator):
+def test_it_stores_large_tool_output_once_in_an_artifact_and_the_receipt_bounded(operator: User) -> None:
     world = World()
     run = world.create(script=[])
     empty = stored_bytes(run)
@@ -172,7 +174,7 @@ def test_it_stores_large_tool_output_once_in_an_artifact_and_the_receipt_bounded
     api_reads_back(run, operator)
 
 
-def test_it_stops_a_run_whose_tool_output_is_nested_too_deep(operator):
+def test_it_stops_a_run_whose_tool_output_is_nested_too_deep(operator: User) -> None:
     world = World()
     run = world.create(script=[])
     state = drive_with(run, world, [READ, READ], Hostile(world, nested(3 * MAX_DEPTH)))
@@ -183,7 +185,7 @@ def test_it_stops_a_run_whose_tool_output_is_nested_too_deep(operator):
     api_reads_back(run, operator)
 
 
-def test_it_lists_a_workspace_file_whose_name_is_not_utf8(host_executor, operator):
+def test_it_lists_a_workspace_file_whose_name_is_not_utf8(host_executor: SandboxExecutor, operator: User) -> None:
     """A cloned file name that is not UTF-8, hit by list_files alone, in a real workspace."""
     (host_executor.workspace.dir / os.fsdecode(b"orders/caf\xe9.txt")).write_bytes(b"data\n")
     host_executor.workspace.reread()
@@ -217,7 +219,7 @@ class DeepSnapshot(ScriptedProposer):
         return {"kind": "scripted", "messages": nested(5000)}
 
 
-def test_it_stops_a_run_whose_checkpoint_cannot_be_stored_instead_of_driving_it_again(monkeypatch):
+def test_it_stops_a_run_whose_checkpoint_cannot_be_stored_instead_of_driving_it_again(monkeypatch: pytest.MonkeyPatch) -> None:
     world = World()
     run = world.create(script=[READ, READ, READ])
     monkeypatch.setattr(runtime, "environment_for", lambda run, lease, faults=(): world.environment())
@@ -245,7 +247,9 @@ def test_it_stops_a_run_whose_checkpoint_cannot_be_stored_instead_of_driving_it_
     ],
     ids=["surrogate", "nul", "deep"],
 )
-def test_it_refuses_an_unstorable_script_with_a_400_naming_the_field_and_creates_nothing(script, field, operator, reviewer):
+def test_it_refuses_an_unstorable_script_with_a_400_naming_the_field_and_creates_nothing(
+    script, field, operator: User, reviewer: User
+) -> None:
     # Written as text: the JSON escapes are what a client sends.
     body = '{"contract": ' + json.dumps(SMALL_CONTRACT) + ', "proposer": {"kind": "scripted", "script": ' + script + "}}"
     response = client_for(operator).post("/api/runs/", body, content_type="application/json")
@@ -286,7 +290,7 @@ def hostile_runs(draw):
 @pytest.mark.slow  # property-based: 40 runs through the real store and the API
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(hostile_runs())
-def test_it_never_wedges_a_run_and_the_api_reads_back_every_value_stored(operator, example):
+def test_it_never_wedges_a_run_and_the_api_reads_back_every_value_stored(operator: User, example) -> None:
     proposal, output = example
     world = World()
     run = world.create(script=[])
@@ -306,7 +310,7 @@ NAMES = st.binary(min_size=1, max_size=12).filter(lambda name: b"/" not in name 
 @pytest.mark.slow  # property-based: 20 runs over a real workspace
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(NAMES, min_size=1, max_size=4, unique=True))
-def test_it_never_wedges_on_file_names_that_are_not_utf8_in_a_real_workspace(host_executor, operator, names):
+def test_it_never_wedges_on_file_names_that_are_not_utf8_in_a_real_workspace(host_executor: SandboxExecutor, operator: User, names) -> None:
     folder = host_executor.workspace.dir / "orders" / f"n{time.monotonic_ns()}"
     folder.mkdir()
     for name in names:

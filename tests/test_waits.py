@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import User
+from django.test import Client
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
@@ -25,6 +27,7 @@ from runs.models import Event, Run
 from runs.runtime import create_run, workspace_for
 from runs.services import drive_run
 from runs.views.summary import run_summary
+from tests.fixtures_services import Worker
 from tests.helpers import SCRIPT, KillFlag, World, new_policy_version
 from tests.runs_waiting import DEMO_CONTRACT, DEMO_SCRIPT, assert_gap_free, wait_for
 
@@ -40,7 +43,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def resumes(monkeypatch):
+def resumes(monkeypatch: pytest.MonkeyPatch):
     woken: list[str] = []
     monkeypatch.setattr("runs.queue.enqueue_resume", woken.append)
     monkeypatch.setattr("runs.control.enqueue_resume", woken.append)
@@ -85,7 +88,9 @@ def next_pending(run: Run, after: ApprovalRequest, worker, timeout: float = 90) 
 
 @pytest.mark.celery
 @pytest.mark.docker
-def test_it_stops_a_run_whose_workspace_changed_around_the_harness_under_a_grant(celery_worker, operator, reviewer):
+def test_it_stops_a_run_whose_workspace_changed_around_the_harness_under_a_grant(
+    celery_worker: Worker, operator: User, reviewer: User
+) -> None:
     """Only the harness's tools write a workspace, so a revision cannot move under a
     waiting request by any legitimate path (staleness by revision is the core's rule,
     exercised by the state machine; here by policy, below). A change that came around
@@ -107,7 +112,7 @@ def test_it_stops_a_run_whose_workspace_changed_around_the_harness_under_a_grant
 
 
 @pytest.mark.postgres
-def test_it_leaves_the_wait_as_stale_and_runs_on_when_the_workspace_moved(operator, reviewer, resumes):
+def test_it_leaves_the_wait_as_stale_and_runs_on_when_the_workspace_moved(operator: User, reviewer: User, resumes) -> None:
     world, run, request = waiting_run(operator)
     grant(request, reviewer)
     world.workspace.files["src/notes.txt"] = "moved on\n"
@@ -131,7 +136,7 @@ def test_it_leaves_the_wait_as_stale_and_runs_on_when_the_workspace_moved(operat
 
 @pytest.mark.celery
 @pytest.mark.docker
-def test_it_stops_approval_expired_when_nobody_decides_in_time(celery_worker, operator):
+def test_it_stops_approval_expired_when_nobody_decides_in_time(celery_worker: Worker, operator: User) -> None:
     new_policy_version(approval_ttl_seconds=4)
     run = wait_for(create_run(DEMO_CONTRACT, RECHECKING, operator), ("waiting_approval",), timeout=120, log=celery_worker.log)
     request = ApprovalRequest.objects.get(run=run)
@@ -146,7 +151,7 @@ def test_it_stops_approval_expired_when_nobody_decides_in_time(celery_worker, op
     assert not pending_requests().filter(run=run).exists()
 
 
-def test_it_refuses_a_grant_after_expiry_and_the_run_stops(operator, reviewer, resumes):
+def test_it_refuses_a_grant_after_expiry_and_the_run_stops(operator: User, reviewer: User, resumes) -> None:
     world, run, request = waiting_run(operator)
     ApprovalRequest.objects.filter(pk=request.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     with pytest.raises(DecisionRefused, match="expired"):
@@ -157,7 +162,7 @@ def test_it_refuses_a_grant_after_expiry_and_the_run_stops(operator, reviewer, r
 # -- case 4: waiting is not working time ------------------------------------------------
 
 
-def test_it_does_not_spend_the_wall_time_on_waiting_for_a_reviewer(operator, reviewer, resumes):
+def test_it_does_not_spend_the_wall_time_on_waiting_for_a_reviewer(operator: User, reviewer: User, resumes) -> None:
     """The demo's 600 s wall time and the policy's 3600 s TTL: a grant at 640 s."""
     clock = FakeClock(time.time())
     world, run, request = waiting_run(operator, clock)
@@ -174,7 +179,7 @@ def test_it_does_not_spend_the_wall_time_on_waiting_for_a_reviewer(operator, rev
     assert run.report.data["waited_seconds"] == pytest.approx(640)
 
 
-def test_it_shows_working_time_and_waiting_time_apart(operator, resumes):
+def test_it_shows_working_time_and_waiting_time_apart(operator: User, resumes) -> None:
     clock = FakeClock(time.time())
     _, run, _ = waiting_run(operator, clock)
     state = dict(run.state)
@@ -189,7 +194,7 @@ def test_it_shows_working_time_and_waiting_time_apart(operator, resumes):
     assert summary["working_seconds"] == pytest.approx(300, abs=2) and time_budget["used"] == pytest.approx(300, abs=2)
 
 
-def test_it_bounds_a_request_by_what_is_left_of_the_policy_limit_on_waiting(operator, reviewer, resumes):
+def test_it_bounds_a_request_by_what_is_left_of_the_policy_limit_on_waiting(operator: User, reviewer: User, resumes) -> None:
     new_policy_version(max_wait_seconds=100)
     clock = FakeClock(time.time())
     world = World()
@@ -217,7 +222,9 @@ def test_it_bounds_a_request_by_what_is_left_of_the_policy_limit_on_waiting(oper
 
 @pytest.mark.celery
 @pytest.mark.docker
-def test_it_cancels_the_requests_of_killed_and_globally_stopped_runs(celery_worker, operator, client, reviewer):
+def test_it_cancels_the_requests_of_killed_and_globally_stopped_runs(
+    celery_worker: Worker, operator: User, client: Client, reviewer: User
+) -> None:
     runs = [create_run(DEMO_CONTRACT, RECHECKING, operator) for _ in range(2)]
     runs = [wait_for(run, ("waiting_approval",), timeout=120, log=celery_worker.log) for run in runs]
     client.force_login(reviewer)
@@ -239,7 +246,7 @@ def test_it_cancels_the_requests_of_killed_and_globally_stopped_runs(celery_work
 
 
 @pytest.mark.postgres
-def test_it_refuses_to_decide_a_request_of_a_run_being_stopped(operator, reviewer, resumes):
+def test_it_refuses_to_decide_a_request_of_a_run_being_stopped(operator: User, reviewer: User, resumes) -> None:
     world, run, request = waiting_run(operator)
     do_kill(run, "otto")
     with pytest.raises(DecisionRefused, match="already cancelled"):
@@ -248,7 +255,7 @@ def test_it_refuses_to_decide_a_request_of_a_run_being_stopped(operator, reviewe
     assert list(Event.objects.filter(run=run, type="approval_lapsed").values_list("payload__status", flat=True)) == ["cancelled"]
 
 
-def test_it_cancels_open_requests_when_the_run_stops_for_its_deadline(operator, resumes):
+def test_it_cancels_open_requests_when_the_run_stops_for_its_deadline(operator: User, resumes) -> None:
     clock = FakeClock(time.time())
     world, run, request = waiting_run(operator, clock)
     state = dict(run.state)
@@ -264,7 +271,7 @@ def test_it_cancels_open_requests_when_the_run_stops_for_its_deadline(operator, 
 
 
 @pytest.mark.postgres
-def test_it_makes_a_request_stale_when_the_policy_changes_and_decides_under_the_new_one(operator, reviewer, resumes):
+def test_it_makes_a_request_stale_when_the_policy_changes_and_decides_under_the_new_one(operator: User, reviewer: User, resumes) -> None:
     world, run, request = waiting_run(operator)
     new_policy_version(publish="allow")
     with pytest.raises(DecisionRefused, match="stale"):
@@ -279,7 +286,7 @@ def test_it_makes_a_request_stale_when_the_policy_changes_and_decides_under_the_
 
 
 @pytest.mark.postgres
-def test_it_stops_tool_denied_when_the_new_policy_denies_the_waiting_call(operator, resumes):
+def test_it_stops_tool_denied_when_the_new_policy_denies_the_waiting_call(operator: User, resumes) -> None:
     world, run, _ = waiting_run(operator)
     new_policy_version(publish="deny")
     assert drive(world, run).outcome == "tool_denied"
@@ -290,7 +297,7 @@ def test_it_stops_tool_denied_when_the_new_policy_denies_the_waiting_call(operat
 
 
 @pytest.mark.postgres
-def test_it_cancels_a_pending_request_whose_run_is_not_waiting_and_records_it(operator, resumes):
+def test_it_cancels_a_pending_request_whose_run_is_not_waiting_and_records_it(operator: User, resumes) -> None:
     _, run, request = waiting_run(operator)
     # As if the worker died between the run's last checkpoint and cancelling.
     Run.objects.filter(pk=run.pk).update(status=Run.Status.STOPPED, outcome="killed")
@@ -304,7 +311,7 @@ def test_it_cancels_a_pending_request_whose_run_is_not_waiting_and_records_it(op
 
 
 @pytest.mark.postgres
-def test_it_wakes_a_run_waiting_on_nothing_and_records_it_once(operator, resumes):
+def test_it_wakes_a_run_waiting_on_nothing_and_records_it_once(operator: User, resumes) -> None:
     world, run, request = waiting_run(operator)
     # A run stranded the old way: its request went stale and nobody woke it.
     long_ago = timezone.now() - timedelta(seconds=settings.HARNESS_LEASE_SECONDS + 5)
@@ -320,7 +327,7 @@ def test_it_wakes_a_run_waiting_on_nothing_and_records_it_once(operator, resumes
 
 
 @pytest.mark.postgres
-def test_it_leaves_a_run_with_a_fresh_decision_to_its_wake_up(operator, reviewer, resumes):
+def test_it_leaves_a_run_with_a_fresh_decision_to_its_wake_up(operator: User, reviewer: User, resumes) -> None:
     _, run, request = waiting_run(operator)
     grant(request, reviewer)
     assert invariants.waits_to_end() == [str(run.pk)]
@@ -330,7 +337,7 @@ def test_it_leaves_a_run_with_a_fresh_decision_to_its_wake_up(operator, reviewer
 # -- the lifecycle as data -------------------------------------------------------------
 
 
-def test_it_allows_only_the_request_transitions_of_the_table():
+def test_it_allows_only_the_request_transitions_of_the_table() -> None:
     check_request_transition("pending", "cancelled")
     check_request_transition("granted", "stale")
     for old, new in [("consumed", "granted"), ("denied", "granted"), ("cancelled", "pending"), ("pending", "consumed")]:
@@ -338,7 +345,7 @@ def test_it_allows_only_the_request_transitions_of_the_table():
             check_request_transition(old, new)
 
 
-def test_it_documents_every_way_out_of_a_wait():
+def test_it_documents_every_way_out_of_a_wait() -> None:
     table = (Path(__file__).resolve().parent.parent / "docs" / "reliability.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("| ") and "`wait_ended`" in line]
     assert len(rows) == len(WAIT_EXITS)

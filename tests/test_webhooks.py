@@ -15,6 +15,8 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
@@ -88,7 +90,7 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture
-def worker(transactional_db, tmp_path_factory, monkeypatch) -> Iterator[Worker]:
+def worker(transactional_db: None, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Worker]:
     """A real worker (beat embedded) with quick retries and a quick sweep."""
     monkeypatch.setenv("HARNESS_WEBHOOK_RETRY_BASE_SECONDS", "0.5")
     monkeypatch.setenv("HARNESS_BEAT_NOTIFY_SECONDS", "1")
@@ -131,7 +133,7 @@ def expected_signature(secret: str, request: Received) -> str:
 
 
 @pytest.mark.celery
-def test_it_posts_a_signed_notice_when_an_approval_is_requested(worker, receiver, operator):
+def test_it_posts_a_signed_notice_when_an_approval_is_requested(worker, receiver, operator: User) -> None:
     hook = endpoint(receiver.url, "approval_requested")
     _, run = waiting_run(operator)
     (request,) = receiver.wait_for(1)
@@ -154,7 +156,7 @@ def test_it_posts_a_signed_notice_when_an_approval_is_requested(worker, receiver
 
 @pytest.mark.celery
 @pytest.mark.postgres
-def test_it_retries_after_a_500_with_backoff_and_records_every_attempt(worker, receiver, operator):
+def test_it_retries_after_a_500_with_backoff_and_records_every_attempt(worker, receiver, operator: User) -> None:
     receiver.statuses = [500, 503]
     hook = endpoint(receiver.url, "approval_requested")
     waiting_run(operator)
@@ -171,7 +173,7 @@ def test_it_retries_after_a_500_with_backoff_and_records_every_attempt(worker, r
 
 
 @pytest.mark.celery
-def test_it_gives_up_at_once_on_a_refusal_that_asking_again_will_not_change(worker, receiver, operator):
+def test_it_gives_up_at_once_on_a_refusal_that_asking_again_will_not_change(worker, receiver, operator: User) -> None:
     receiver.statuses = [410]
     hook = endpoint(receiver.url, "approval_requested")
     waiting_run(operator)
@@ -182,7 +184,7 @@ def test_it_gives_up_at_once_on_a_refusal_that_asking_again_will_not_change(work
 
 
 @pytest.mark.celery
-def test_it_sends_a_slack_message_when_a_run_stops(worker, receiver, operator):
+def test_it_sends_a_slack_message_when_a_run_stops(worker, receiver, operator: User) -> None:
     hook = endpoint(receiver.url, "run_stopped", fmt="slack")
     world = World()
     run = world.create(actor=operator, script=NO_PUBLISH)
@@ -200,7 +202,7 @@ def test_it_sends_a_slack_message_when_a_run_stops(worker, receiver, operator):
 
 
 @pytest.mark.celery
-def test_it_notifies_an_expiry_only_to_endpoints_that_want_it(worker, receiver, operator):
+def test_it_notifies_an_expiry_only_to_endpoints_that_want_it(worker, receiver, operator: User) -> None:
     expiries = endpoint(receiver.url, "approval_expired")
     endpoint(receiver.url, "approval_expired", active=False)
     _, run = waiting_run(operator)
@@ -215,7 +217,7 @@ def test_it_notifies_an_expiry_only_to_endpoints_that_want_it(worker, receiver, 
 
 
 @pytest.mark.celery
-def test_it_sends_a_delivery_whose_task_message_was_lost(worker, receiver, operator):
+def test_it_sends_a_delivery_whose_task_message_was_lost(worker, receiver, operator: User) -> None:
     hook = endpoint(receiver.url, "run_stopped")
     _, run = waiting_run(operator)
     event = Event.objects.filter(run=run).first()
@@ -231,7 +233,7 @@ def test_it_sends_a_delivery_whose_task_message_was_lost(worker, receiver, opera
     assert wait_for_delivery({"pk": lost.pk}, "delivered", worker).attempts == 1
 
 
-def test_it_records_nothing_for_events_nobody_subscribed_to(db, operator):
+def test_it_records_nothing_for_events_nobody_subscribed_to(db: None, operator: User) -> None:
     endpoint("http://127.0.0.1:9/hook", "run_stopped")
     endpoint("http://127.0.0.1:9/hook", "approval_requested", active=False)
     world = World()
@@ -240,7 +242,7 @@ def test_it_records_nothing_for_events_nobody_subscribed_to(db, operator):
     assert Delivery.objects.count() == 0
 
 
-def test_it_shows_deliveries_and_their_attempts_in_the_admin(db, admin_user, client):
+def test_it_shows_deliveries_and_their_attempts_in_the_admin(db: None, admin_user: User, client: Client) -> None:
     hook = endpoint("http://127.0.0.1:9/hook", "approval_requested")
     _, run = waiting_run(admin_user)
     delivery = Delivery.objects.get(endpoint=hook)
@@ -255,23 +257,23 @@ def test_it_shows_deliveries_and_their_attempts_in_the_admin(db, admin_user, cli
 # Pure rules -----------------------------------------------------------------------
 
 
-def test_it_signs_the_timestamp_and_the_raw_body():
+def test_it_signs_the_timestamp_and_the_raw_body() -> None:
     body = b'{"kind":"run_stopped"}'
     mac = hmac.new(b"s3cret", b"1700000000." + body, hashlib.sha256).hexdigest()
     assert messages.signature("s3cret", "1700000000", body) == f"sha256={mac}"
     assert messages.signature("s3cret", "1700000001", body) != messages.signature("s3cret", "1700000000", body)
 
 
-def test_it_doubles_the_wait_between_attempts_up_to_a_cap():
+def test_it_doubles_the_wait_between_attempts_up_to_a_cap() -> None:
     assert [messages.backoff_seconds(n, 10, 60) for n in range(1, 6)] == [10, 20, 40, 60, 60]
 
 
-def test_it_retries_only_what_asking_again_can_fix():
+def test_it_retries_only_what_asking_again_can_fix() -> None:
     assert [messages.retryable(code) for code in (None, 500, 503, 429, 408)] == [True] * 5
     assert [messages.retryable(code) for code in (400, 401, 404, 410, 301)] == [False] * 5
 
 
-def test_it_picks_the_events_that_notify():
+def test_it_picks_the_events_that_notify() -> None:
     lapsed = EXAMPLES[ev.ApprovalLapsed]
     assert messages.kind_of(EXAMPLES[ev.ApprovalRequired]) == "approval_requested"
     assert messages.kind_of(lapsed) == "approval_expired"
@@ -280,7 +282,7 @@ def test_it_picks_the_events_that_notify():
     assert messages.kind_of(EXAMPLES[ev.Proposed]) is None
 
 
-def test_it_escapes_slack_markup_in_messages():
+def test_it_escapes_slack_markup_in_messages() -> None:
     body = {
         "id": "d1",
         "kind": "run_stopped",
