@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.pricing import Budget, Price
+from core import events as ev
 from core.policy import Rule
 from core.scenarios import FIXED, build_rig, demo_contract, demo_policy
 from core.tools import builtin_registry
@@ -90,6 +91,7 @@ def test_it_waits_for_approval_and_continues_the_same_conversation_after_a_reloa
         adapter("anthropic", fake.base_url, rig)
         rig.harness.run()
         assert rig.state.status == "waiting_approval" and len(fake.requests) == 1
+        assert rig.state.waiting is not None
         rig.approvals.grant(rig.state.waiting.approval_key)
         reload(rig)
         adapter("anthropic", fake.base_url, rig)
@@ -141,7 +143,7 @@ def test_it_passes_non_object_input_and_unknown_tools_to_the_gates() -> None:
     with FakeAnthropic(script) as fake:
         adapter("anthropic", fake.base_url, rig)
         rig.harness.run()
-    gates = [e.gate for e in rig.store.events if e.model_dump()["type"] == "invalid_input"]
+    gates = [e.gate for e in rig.store.events if isinstance(e, ev.InvalidInput)]
     assert gates == ["parse", "resolve"]
     assert "args: required, must be an object" in fake.bodies[1]["messages"][-1]["content"][0]["content"]
     assert "unknown tool 'delete_everything'" in fake.bodies[2]["messages"][-1]["content"][0]["content"]

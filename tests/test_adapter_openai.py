@@ -14,10 +14,14 @@ import sys
 import pytest
 from pytest_django import Settings
 
+from adapters.openai_adapter import OpenAIProposer
 from adapters.pricing import Budget, Price
+from core import events as ev
 from core import feedback as fb
 from core.policy import Rule
+from core.ports import Proposer
 from core.scenarios import FIXED, build_rig, demo_contract, demo_policy
+from core.simulated import MemoryArtifacts
 from core.tools import builtin_registry
 from tests.fake_providers import (
     API_KEY,
@@ -132,6 +136,7 @@ def test_it_waits_for_approval_and_continues_the_same_conversation_after_a_reloa
         adapter("openai", fake.base_url, rig)
         rig.harness.run()
         assert rig.state.status == "waiting_approval" and len(fake.requests) == 2  # no model call while waiting
+        assert rig.state.waiting is not None
         rig.approvals.grant(rig.state.waiting.approval_key)
         reload(rig)
         adapter("openai", fake.base_url, rig)
@@ -172,7 +177,7 @@ def test_it_turns_a_text_reply_into_a_refused_proposal_and_tells_the_model_to_ca
         adapter("openai", fake.base_url, rig)
         rig.harness.run()
     assert rig.feedbacks == []  # the scripted proposer was replaced
-    invalid = [e for e in rig.store.events if e.model_dump()["type"] == "invalid_input"]
+    invalid = [e for e in rig.store.events if isinstance(e, ev.InvalidInput)]
     assert invalid[0].gate == "parse" and rig.state.proposals == 2
     second = fake.bodies[1]["messages"]
     assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
@@ -190,10 +195,10 @@ def test_it_passes_bad_json_arguments_and_unknown_tools_to_the_gates() -> None:
     with FakeOpenAI(script) as fake:
         adapter("openai", fake.base_url, rig)
         rig.harness.run()
-    proposed = [e.proposal for e in rig.store.events if e.model_dump()["type"] == "proposed"]
+    proposed = [e.proposal for e in rig.store.events if isinstance(e, ev.Proposed)]
     assert proposed[0] == {"tool": "read_file", "args": '{"path": "src/calc.py"'}
     assert proposed[1] == {"tool": "rm_rf", "args": {"path": "."}}
-    gates = [e.gate for e in rig.store.events if e.model_dump()["type"] == "invalid_input"]
+    gates = [e.gate for e in rig.store.events if isinstance(e, ev.InvalidInput)]
     assert gates == ["parse", "resolve"]
     first_result = fake.bodies[1]["messages"][-1]
     assert first_result["tool_call_id"] == "call_1"
@@ -298,7 +303,6 @@ def test_it_estimates_usage_when_the_server_reports_none() -> None:
 
 
 def test_it_continues_a_queue_after_a_crash_without_asking_the_model_again() -> None:
-    from adapters.openai_adapter import OpenAIProposer
 
     script = [openai_tools(("call_1", "list_files", {}), ("call_2", "read_file", {"path": "src/calc.py"}))]
     rig = build_rig([])
@@ -318,7 +322,7 @@ def test_it_continues_a_queue_after_a_crash_without_asking_the_model_again() -> 
 
 
 @pytest.fixture
-def model_settings(settings: Settings):
+def model_settings(settings: Settings) -> Settings:
     settings.OPENAI_API_KEY = API_KEY
     settings.OPENAI_ALLOWED_BASE_URLS = ["https://api.openai.com/v1", "http://127.0.0.1:8001/v1"]
     settings.HARNESS_MODEL_MAX_TOKENS = 10_000
@@ -326,7 +330,15 @@ def model_settings(settings: Settings):
     return settings
 
 
-def test_it_checks_a_model_configuration_naming_each_bad_field(model_settings) -> None:
+def model_proposer(proposer: Proposer) -> OpenAIProposer:
+    """The model's proposer inside the wrapper that masks what it proposes."""
+    from runs.proposers import MaskingProposer
+
+    assert isinstance(proposer, MaskingProposer) and isinstance(proposer.inner, OpenAIProposer)
+    return proposer.inner
+
+
+def test_it_checks_a_model_configuration_naming_each_bad_field(model_settings: Settings) -> None:
     from core.errors import InputError
     from runs.proposers import check_proposer_config
 
@@ -354,45 +366,45 @@ def test_it_checks_a_model_configuration_naming_each_bad_field(model_settings) -
         check_proposer_config({"kind": "openai", "model": "gpt-4o-mini"})
 
 
-def test_it_builds_the_adapter_with_the_budget_clipped_by_the_server(model_settings) -> None:
-    from adapters.openai_adapter import OpenAIProposer
+def test_it_builds_the_adapter_with_the_budget_clipped_by_the_server(model_settings: Settings) -> None:
     from runs.proposers import build_proposer, proposer_usage
 
     contract = demo_contract()
     tools = builtin_registry().visible(contract.allowed_tools)
     config = {"kind": "openai", "model": "gpt-4o-mini-2024-07-18", "max_tokens": 10**9}
-    built = build_proposer(config, {}, contract, tools, deadline=123.0).inner
+    built = model_proposer(build_proposer(config, {}, contract, tools, deadline=123.0))
     assert isinstance(built, OpenAIProposer)
     assert built.budget == Budget(max_tokens=10_000, max_cost_usd=1.0)  # never more than the server allows
     assert built.price == Price(0.15, 0.6)  # the dated model uses its base model's price
     assert built.deadline == 123.0 and built.base_url == "https://api.openai.com/v1"
-    smaller = build_proposer({**config, "max_tokens": 50, "max_cost_usd": 0.5}, {}, contract, tools).inner
+    smaller = model_proposer(build_proposer({**config, "max_tokens": 50, "max_cost_usd": 0.5}, {}, contract, tools))
     assert smaller.budget == Budget(max_tokens=50, max_cost_usd=0.5)
-    assert proposer_usage(config, smaller.snapshot())["max_tokens"] == 50
+    usage = proposer_usage(config, smaller.snapshot())
+    assert usage is not None and usage["max_tokens"] == 50
     model_settings.OPENAI_API_KEY = ""  # removed after the run was created: it stops cleanly
     refused = build_proposer(config, {}, contract, tools)
     with pytest.raises(Exception, match="OPENAI_API_KEY"):
         refused.propose(None)
 
 
-def test_it_reads_the_repository_only_for_a_conversation_not_yet_begun(model_settings) -> None:
+def test_it_reads_the_repository_only_for_a_conversation_not_yet_begun(model_settings: Settings) -> None:
     from core.environment import RepositoryContext
     from runs.proposers import build_proposer
 
     contract = demo_contract()
     tools = builtin_registry().visible(contract.allowed_tools)
     config = {"kind": "openai", "model": "gpt-4o-mini"}
-    reads = []
+    reads: list[int] = []
 
-    def repository():
+    def repository() -> RepositoryContext:
         reads.append(1)
         return RepositoryContext(instructions="use cents", state="src/calc.py", sources=[("src/calc.py", "def total(q): ...")])
 
-    fresh = build_proposer(config, {}, contract, tools, repository=repository).inner
+    fresh = model_proposer(build_proposer(config, {}, contract, tools, repository=repository))
     assert reads == [1]
     assert fresh.context.instructions == "use cents" and list(fresh.context.sources) == [("src/calc.py", "def total(q): ...")]
     begun = {**fresh.snapshot(), "messages": [{"role": "user", "content": "the task as first sent"}]}
-    resumed = build_proposer(config, begun, contract, tools, repository=repository).inner
+    resumed = model_proposer(build_proposer(config, begun, contract, tools, repository=repository))
     assert reads == [1]  # the stored messages are the conversation; the workspace is not read again
     assert resumed.messages == begun["messages"]
 
@@ -438,5 +450,6 @@ def test_it_summarises_large_outputs_keeping_errors_commands_and_locations_and_t
     assert 'L752: File "src/calc.py", line 3, in total' in summary
     assert "collected item 1499 ok" in summary and "collected item 0 ok" in summary  # first and last lines
     stored = fake.bodies[2]["messages"][-1]["content"]
+    assert isinstance(rig.harness.artifacts, MemoryArtifacts)
     ref = next(iter(rig.harness.artifacts.blobs))  # above max_output_bytes_per_call: stored by the harness
     assert f"Full output stored as artifact(s): {ref}" in stored and "size: " in stored

@@ -6,7 +6,7 @@ from __future__ import annotations
 from core import feedback as fb
 from core.faults import Fault
 from core.policy import Rule
-from core.scenarios import FIXED, build_rig, call, demo_policy
+from core.scenarios import FIXED, Rig, build_rig, call, demo_policy
 
 ASK_PUBLISH = [
     Rule(name="publishing needs a reviewer", tool="publish", decision="ask", requires_evidence=True),
@@ -40,6 +40,7 @@ def test_it_returns_an_invalid_argument_naming_the_field_and_lets_the_model_corr
 def test_it_rejects_extra_argument_fields_and_unknown_tools() -> None:
     rig = build_rig([call("read_file", path="a.py", follow=True), call("rm_rf", path=".")])
     rig.harness.run()
+    assert isinstance(rig.feedbacks[1], fb.InvalidInput) and isinstance(rig.feedbacks[2], fb.InvalidInput)
     assert rig.feedbacks[1].problems[0] == fb.Problem(field="args.follow", message="unexpected field (extra fields are rejected)")
     assert rig.feedbacks[2].problems[0] == fb.Problem(field="tool", message="unknown tool 'rm_rf'")
 
@@ -47,6 +48,7 @@ def test_it_rejects_extra_argument_fields_and_unknown_tools() -> None:
 def test_it_refuses_writes_outside_the_allowed_write_paths() -> None:
     rig = build_rig([call("write_file", path="setup.py", content="evil")])
     rig.harness.run()
+    assert isinstance(rig.feedbacks[1], fb.InvalidInput)
     assert rig.feedbacks[1].problems[0].field == "args.path"
     assert "outside allowed_write_paths" in rig.feedbacks[1].problems[0].message
     assert rig.executed("write_file") == 0
@@ -101,6 +103,7 @@ def test_it_executes_after_a_grant_and_the_approval_is_used_once() -> None:
     script = CHECKED + [call("publish", message="fix"), call("publish", message="fix"), call("publish", message="other")]
     rig = build_rig(script, policy=demo_policy(rules=ASK_PUBLISH))
     rig.harness.run()
+    assert rig.state.waiting is not None
     key = rig.state.waiting.approval_key
     rig.approvals.grant(key)
     rig.harness.run()
@@ -115,6 +118,7 @@ def test_it_executes_after_a_grant_and_the_approval_is_used_once() -> None:
 def test_it_stops_denied_when_the_reviewer_denies() -> None:
     rig = build_rig(CHECKED + [call("publish", message="fix")], policy=demo_policy(rules=ASK_PUBLISH))
     rig.harness.run()
+    assert rig.state.waiting is not None
     rig.approvals.deny(rig.state.waiting.approval_key, "not during the freeze")
     rig.harness.run()
     assert rig.state.outcome == "denied"
@@ -185,10 +189,10 @@ def test_it_stops_receipt_invalid_and_a_write_with_a_bad_receipt_becomes_pending
 
 def test_it_stops_killed_by_the_kill_switch_before_the_next_call() -> None:
     class KillAfterFirst:
-        def __init__(self, rig) -> None:
+        def __init__(self, rig: Rig) -> None:
             self.rig = rig
 
-        def kill_requested(self):
+        def kill_requested(self) -> bool:
             return len(self.rig.executor.calls) >= 1
 
     rig = build_rig([call("read_file", path="src/calc.py"), call("read_file", path="src/calc.py")])
