@@ -7,6 +7,7 @@ actions that must not resubmit or mislead."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -46,10 +47,10 @@ def trace_socket(cookie: bytes, run_id: str) -> WebsocketCommunicator:
     return WebsocketCommunicator(application, f"/ws/runs/{run_id}/", headers=[ORIGIN, (b"cookie", cookie)])
 
 
-async def next_of(communicator: WebsocketCommunicator, kind: str, timeout: float = 10) -> dict:
+async def next_of(communicator: WebsocketCommunicator, kind: str, timeout: float = 10) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
-        message = await communicator.receive_json_from(timeout=max(0.1, deadline - time.monotonic()))
+        message: dict[str, Any] = await communicator.receive_json_from(timeout=max(0.1, deadline - time.monotonic()))
         if message["type"] == kind:
             return message
 
@@ -59,7 +60,7 @@ async def next_of(communicator: WebsocketCommunicator, kind: str, timeout: float
 
 def test_it_publishes_a_running_calls_last_lines_throttled_capped_and_redacted(settings: Settings) -> None:
     settings.HARNESS_SECRET_VALUES = ["hunter2-very-secret"]
-    sent: list[dict] = []
+    sent: list[dict[str, Any]] = []
     now = [100.0]
     live = LiveOutput("run-1", "c2", publish=lambda run_id, output: sent.append(output), interval=0.3, max_lines=3, clock=lambda: now[0])
     live.write(b"one\n")
@@ -84,7 +85,7 @@ def test_it_publishes_a_running_calls_last_lines_throttled_capped_and_redacted(s
 
 
 def test_it_caps_a_single_huge_line() -> None:
-    sent: list[dict] = []
+    sent: list[dict[str, Any]] = []
     live = LiveOutput("run-1", "c1", publish=lambda run_id, output: sent.append(output), max_chars=100)
     live.write(b"x" * 10_000)
     assert len("".join(sent[0]["lines"])) == 100
@@ -93,7 +94,7 @@ def test_it_caps_a_single_huge_line() -> None:
 # -- sockets --------------------------------------------------------------------------------
 
 
-async def opened(communicator: WebsocketCommunicator, subscribe_after: int | None = None) -> tuple[dict, dict]:
+async def opened(communicator: WebsocketCommunicator, subscribe_after: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Connect (and subscribe to a run's trace); the ``live`` message and the first heartbeat."""
     connected, _ = await communicator.connect()
     assert connected
@@ -110,12 +111,12 @@ def quick_beats(settings: Settings) -> float:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_sends_heartbeats_and_running_output_on_the_trace_socket(operator: User, reviewer: User, quick_beats) -> None:
+def test_it_sends_heartbeats_and_running_output_on_the_trace_socket(operator: User, reviewer: User, quick_beats: float) -> None:
     scene = waiting_scene(operator)
     run_id = str(scene.run.pk)
     communicator = trace_socket(session_cookie(reviewer), run_id)
 
-    async def watch() -> tuple[dict, dict, dict]:
+    async def watch() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         live, beat = await opened(communicator, scene.run.last_seq)
         broadcast_output(run_id, {"call_id": "c9", "lines": ["<b>tick</b>"], "total_bytes": 12})
         output = await next_of(communicator, "output")
@@ -128,18 +129,18 @@ def test_it_sends_heartbeats_and_running_output_on_the_trace_socket(operator: Us
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_tells_the_list_pages_when_a_run_changes(operator: User, reviewer: User, quick_beats) -> None:
+def test_it_tells_the_list_pages_when_a_run_changes(operator: User, reviewer: User, quick_beats: float) -> None:
     scene = waiting_scene(operator)
     run_id = str(scene.run.pk)
     communicator = lists_socket(session_cookie(reviewer))
 
-    @database_sync_to_async
+    @database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no types
     def note() -> None:
         append_events(
             run_id, [ev.ModelNote(run_id=run_id, seq=0, ts=time.time(), kind="note", detail={})], fence=RowLock("a test's writer")
         )
 
-    async def watch() -> tuple[dict, dict, dict]:
+    async def watch() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         live, beat = await opened(communicator)
         await note()
         changed = await next_of(communicator, "changed")
@@ -153,14 +154,14 @@ def test_it_tells_the_list_pages_when_a_run_changes(operator: User, reviewer: Us
 
 @pytest.mark.django_db(transaction=True)
 def test_it_tells_the_list_pages_of_a_change_whose_doorbell_was_lost(
-    operator: User, reviewer: User, settings: Settings, monkeypatch: pytest.MonkeyPatch, quick_beats
+    operator: User, reviewer: User, settings: Settings, monkeypatch: pytest.MonkeyPatch, quick_beats: float
 ) -> None:
     settings.HARNESS_TRACE_RECHECK_SECONDS = 0.3
     scene = waiting_scene(operator)
     run_id = str(scene.run.pk)
     communicator = lists_socket(session_cookie(reviewer))
 
-    @database_sync_to_async
+    @database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no types
     def note() -> None:
         with monkeypatch.context() as lost:
             lost.setattr(eventlog, "ring_doorbell", lambda run_id, last_seq: None)
@@ -168,7 +169,7 @@ def test_it_tells_the_list_pages_of_a_change_whose_doorbell_was_lost(
                 run_id, [ev.ModelNote(run_id=run_id, seq=0, ts=time.time(), kind="note", detail={})], fence=RowLock("a test's writer")
             )
 
-    async def watch() -> dict:
+    async def watch() -> dict[str, Any]:
         await opened(communicator)
         await note()
         changed = await next_of(communicator, "changed", timeout=5)
@@ -182,7 +183,7 @@ def test_it_tells_the_list_pages_of_a_change_whose_doorbell_was_lost(
 def test_it_refuses_the_lists_socket_to_visitors_without_a_role(outsider: User) -> None:
     cookie = session_cookie(outsider)
 
-    async def watch() -> tuple[dict, dict]:
+    async def watch() -> tuple[dict[str, Any], dict[str, Any]]:
         communicator = lists_socket(cookie)
         await communicator.connect()
         error = await communicator.receive_json_from(timeout=5)
@@ -197,7 +198,7 @@ def test_it_refuses_the_lists_socket_to_visitors_without_a_role(outsider: User) 
 # -- what the pages say ------------------------------------------------------------------
 
 
-def step(seq: int, type_: str, call_id: str | None, **payload) -> dict:
+def step(seq: int, type_: str, call_id: str | None, **payload: Any) -> dict[str, Any]:
     return present(
         {
             "run_id": "00000000-0000-0000-0000-000000000001",
@@ -285,10 +286,10 @@ def test_it_hands_on_only_events_that_follow_the_mark_without_a_gap() -> None:
 
 
 def test_it_joins_what_queued_up_per_group_into_the_latest_doorbell_and_output() -> None:
-    def doorbell(seq: int) -> dict:
+    def doorbell(seq: int) -> dict[str, Any]:
         return {"type": "run.doorbell", "last_seq": seq}
 
-    def output(call: str, line: str) -> dict:
+    def output(call: str, line: str) -> dict[str, Any]:
         return {"type": "run.output", "output": {"call_id": call, "lines": [line]}}
 
     changed = {"type": "lists.changed"}
@@ -347,7 +348,7 @@ def test_it_writes_times_for_the_viewers_zone_and_never_zero_minutes_ago() -> No
 # -- actions --------------------------------------------------------------------------------
 
 
-def signed_in(user) -> Client:
+def signed_in(user: User) -> Client:
     client = Client()
     client.force_login(user)
     return client
@@ -420,6 +421,7 @@ def test_it_shows_a_checks_output_with_line_numbers_and_what_produced_it(operato
 
     scene = waiting_scene(operator)
     evidence = Evidence.objects.filter(run=scene.run).first()
+    assert evidence is not None
     evidence.output_ref = FileArtifactStore().put(b"collected 3 items\n3 passed\n", "text/plain")
     evidence.save()
     page = signed_in(operator).get(reverse("runs:artifact", args=[scene.run.pk, evidence.output_ref])).content.decode()

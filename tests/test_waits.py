@@ -19,8 +19,10 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest
 from approvals.services import DecisionRefused, DjangoApprovals, deny, grant, pending_requests
 from core.lifecycle import WAIT_EXITS, IllegalTransition, check_request_transition
+from core.ports import Clock
 from core.scenarios import call
 from core.simulated import FakeClock
+from core.state import RunState
 from runs import invariants
 from runs.control import do_kill, kill, set_global
 from runs.models import Event, Run
@@ -43,19 +45,19 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def resumes(monkeypatch: pytest.MonkeyPatch):
+def resumes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     woken: list[str] = []
     monkeypatch.setattr("runs.queue.enqueue_resume", woken.append)
     monkeypatch.setattr("runs.control.enqueue_resume", woken.append)
     return woken
 
 
-def drive(world: World, run: Run, clock=None):
+def drive(world: World, run: Run, clock: Clock | None = None) -> RunState:
     run.refresh_from_db()
     return drive_run(run, world.environment(), DjangoApprovals(run), clock=clock, controls=KillFlag(str(run.pk)))
 
 
-def waiting_run(operator, clock=None):
+def waiting_run(operator: User, clock: Clock | None = None) -> tuple[World, Run, ApprovalRequest]:
     world = World()
     run = world.create(actor=operator)
     state = drive(world, run, clock)
@@ -71,7 +73,7 @@ def exits(run: Run) -> list[str]:
     return [e.payload["exit"] for e in Event.objects.filter(run=run, type="wait_ended").order_by("seq")]
 
 
-def next_pending(run: Run, after: ApprovalRequest, worker, timeout: float = 90) -> ApprovalRequest:
+def next_pending(run: Run, after: ApprovalRequest, worker: Worker, timeout: float = 90) -> ApprovalRequest:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = ApprovalRequest.objects.filter(run=run, status="pending").exclude(pk=after.pk).first()
@@ -112,7 +114,7 @@ def test_it_stops_a_run_whose_workspace_changed_around_the_harness_under_a_grant
 
 
 @pytest.mark.postgres
-def test_it_leaves_the_wait_as_stale_and_runs_on_when_the_workspace_moved(operator: User, reviewer: User, resumes) -> None:
+def test_it_leaves_the_wait_as_stale_and_runs_on_when_the_workspace_moved(operator: User, reviewer: User, resumes: list[str]) -> None:
     world, run, request = waiting_run(operator)
     grant(request, reviewer)
     world.workspace.files["src/notes.txt"] = "moved on\n"
@@ -151,7 +153,7 @@ def test_it_stops_approval_expired_when_nobody_decides_in_time(celery_worker: Wo
     assert not pending_requests().filter(run=run).exists()
 
 
-def test_it_refuses_a_grant_after_expiry_and_the_run_stops(operator: User, reviewer: User, resumes) -> None:
+def test_it_refuses_a_grant_after_expiry_and_the_run_stops(operator: User, reviewer: User, resumes: list[str]) -> None:
     world, run, request = waiting_run(operator)
     ApprovalRequest.objects.filter(pk=request.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     with pytest.raises(DecisionRefused, match="expired"):
@@ -162,7 +164,7 @@ def test_it_refuses_a_grant_after_expiry_and_the_run_stops(operator: User, revie
 # -- case 4: waiting is not working time ------------------------------------------------
 
 
-def test_it_does_not_spend_the_wall_time_on_waiting_for_a_reviewer(operator: User, reviewer: User, resumes) -> None:
+def test_it_does_not_spend_the_wall_time_on_waiting_for_a_reviewer(operator: User, reviewer: User, resumes: list[str]) -> None:
     """The demo's 600 s wall time and the policy's 3600 s TTL: a grant at 640 s."""
     clock = FakeClock(time.time())
     world, run, request = waiting_run(operator, clock)
@@ -179,7 +181,7 @@ def test_it_does_not_spend_the_wall_time_on_waiting_for_a_reviewer(operator: Use
     assert run.report.data["waited_seconds"] == pytest.approx(640)
 
 
-def test_it_shows_working_time_and_waiting_time_apart(operator: User, resumes) -> None:
+def test_it_shows_working_time_and_waiting_time_apart(operator: User, resumes: list[str]) -> None:
     clock = FakeClock(time.time())
     _, run, _ = waiting_run(operator, clock)
     state = dict(run.state)
@@ -194,7 +196,7 @@ def test_it_shows_working_time_and_waiting_time_apart(operator: User, resumes) -
     assert summary["working_seconds"] == pytest.approx(300, abs=2) and time_budget["used"] == pytest.approx(300, abs=2)
 
 
-def test_it_bounds_a_request_by_what_is_left_of_the_policy_limit_on_waiting(operator: User, reviewer: User, resumes) -> None:
+def test_it_bounds_a_request_by_what_is_left_of_the_policy_limit_on_waiting(operator: User, reviewer: User, resumes: list[str]) -> None:
     new_policy_version(max_wait_seconds=100)
     clock = FakeClock(time.time())
     world = World()
@@ -246,7 +248,7 @@ def test_it_cancels_the_requests_of_killed_and_globally_stopped_runs(
 
 
 @pytest.mark.postgres
-def test_it_refuses_to_decide_a_request_of_a_run_being_stopped(operator: User, reviewer: User, resumes) -> None:
+def test_it_refuses_to_decide_a_request_of_a_run_being_stopped(operator: User, reviewer: User, resumes: list[str]) -> None:
     world, run, request = waiting_run(operator)
     do_kill(run, "otto")
     with pytest.raises(DecisionRefused, match="already cancelled"):
@@ -255,7 +257,7 @@ def test_it_refuses_to_decide_a_request_of_a_run_being_stopped(operator: User, r
     assert list(Event.objects.filter(run=run, type="approval_lapsed").values_list("payload__status", flat=True)) == ["cancelled"]
 
 
-def test_it_cancels_open_requests_when_the_run_stops_for_its_deadline(operator: User, resumes) -> None:
+def test_it_cancels_open_requests_when_the_run_stops_for_its_deadline(operator: User, resumes: list[str]) -> None:
     clock = FakeClock(time.time())
     world, run, request = waiting_run(operator, clock)
     state = dict(run.state)
@@ -271,7 +273,9 @@ def test_it_cancels_open_requests_when_the_run_stops_for_its_deadline(operator: 
 
 
 @pytest.mark.postgres
-def test_it_makes_a_request_stale_when_the_policy_changes_and_decides_under_the_new_one(operator: User, reviewer: User, resumes) -> None:
+def test_it_makes_a_request_stale_when_the_policy_changes_and_decides_under_the_new_one(
+    operator: User, reviewer: User, resumes: list[str]
+) -> None:
     world, run, request = waiting_run(operator)
     new_policy_version(publish="allow")
     with pytest.raises(DecisionRefused, match="stale"):
@@ -286,7 +290,7 @@ def test_it_makes_a_request_stale_when_the_policy_changes_and_decides_under_the_
 
 
 @pytest.mark.postgres
-def test_it_stops_tool_denied_when_the_new_policy_denies_the_waiting_call(operator: User, resumes) -> None:
+def test_it_stops_tool_denied_when_the_new_policy_denies_the_waiting_call(operator: User, resumes: list[str]) -> None:
     world, run, _ = waiting_run(operator)
     new_policy_version(publish="deny")
     assert drive(world, run).outcome == "tool_denied"
@@ -297,7 +301,7 @@ def test_it_stops_tool_denied_when_the_new_policy_denies_the_waiting_call(operat
 
 
 @pytest.mark.postgres
-def test_it_cancels_a_pending_request_whose_run_is_not_waiting_and_records_it(operator: User, resumes) -> None:
+def test_it_cancels_a_pending_request_whose_run_is_not_waiting_and_records_it(operator: User, resumes: list[str]) -> None:
     _, run, request = waiting_run(operator)
     # As if the worker died between the run's last checkpoint and cancelling.
     Run.objects.filter(pk=run.pk).update(status=Run.Status.STOPPED, outcome="killed")
@@ -311,7 +315,7 @@ def test_it_cancels_a_pending_request_whose_run_is_not_waiting_and_records_it(op
 
 
 @pytest.mark.postgres
-def test_it_wakes_a_run_waiting_on_nothing_and_records_it_once(operator: User, resumes) -> None:
+def test_it_wakes_a_run_waiting_on_nothing_and_records_it_once(operator: User, resumes: list[str]) -> None:
     world, run, request = waiting_run(operator)
     # A run stranded the old way: its request went stale and nobody woke it.
     long_ago = timezone.now() - timedelta(seconds=settings.HARNESS_LEASE_SECONDS + 5)
@@ -327,7 +331,7 @@ def test_it_wakes_a_run_waiting_on_nothing_and_records_it_once(operator: User, r
 
 
 @pytest.mark.postgres
-def test_it_leaves_a_run_with_a_fresh_decision_to_its_wake_up(operator: User, reviewer: User, resumes) -> None:
+def test_it_leaves_a_run_with_a_fresh_decision_to_its_wake_up(operator: User, reviewer: User, resumes: list[str]) -> None:
     _, run, request = waiting_run(operator)
     grant(request, reviewer)
     assert invariants.waits_to_end() == [str(run.pk)]
