@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, Route, expect
 
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
@@ -27,16 +29,18 @@ from tests.helpers import new_policy_version
 
 pytestmark = [pytest.mark.browser, pytest.mark.celery, pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
+T = TypeVar("T")
+
 DEMO = ROOT / "examples" / "demo"
 LIVE = 30_000  # ms a live update may take to show up
 
 
-def demo_inputs() -> tuple[dict, dict]:
+def demo_inputs() -> tuple[dict[str, Any], dict[str, Any]]:
     contract = json.loads((DEMO / "contract.json").read_text())
     return contract, {"kind": "scripted", "script": json.loads((DEMO / "proposals.json").read_text())}
 
 
-def wait_for(condition, timeout: float = 60.0, what: str = "condition"):
+def wait_for(condition: Callable[[], T], timeout: float = 60.0, what: str = "condition") -> T:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
@@ -46,7 +50,7 @@ def wait_for(condition, timeout: float = 60.0, what: str = "condition"):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def demo_waiting_for_approval(operator) -> tuple[Run, ApprovalRequest]:
+def demo_waiting_for_approval(operator: User) -> tuple[Run, ApprovalRequest]:
     """The example task run by the worker up to its publish, which needs a reviewer."""
     contract, proposer = demo_inputs()
     run = create_run(contract, proposer, operator)
@@ -54,20 +58,20 @@ def demo_waiting_for_approval(operator) -> tuple[Run, ApprovalRequest]:
     return run, ApprovalRequest.objects.get(run=run, status="pending")
 
 
-def outcome(page):
+def outcome(page: Page) -> Locator:
     return page.locator('[data-field="outcome"]')
 
 
-def steps(page) -> list[int]:
+def steps(page: Page) -> list[int]:
     return [int(seq) for seq in page.locator("#timeline li.step").evaluate_all("nodes => nodes.map(n => n.dataset.seq)")]
 
 
-def mark_page(page) -> None:
+def mark_page(page: Page) -> None:
     """A flag that only survives while the page is not reloaded."""
     page.evaluate("window.__noReload = true")
 
 
-def assert_not_reloaded(page) -> None:
+def assert_not_reloaded(page: Page) -> None:
     assert page.evaluate("window.__noReload === true")
 
 
@@ -173,11 +177,14 @@ def test_it_lets_an_operator_watch_events_live_and_kill_a_running_check(
     output = check.locator(".live-output pre")
     expect(output).to_contain_text("working on step", timeout=LIVE)
     first = output.text_content()
+    assert first is not None
     expect(output).not_to_have_text(first, timeout=LIVE)
-    assert len(output.text_content().splitlines()) <= 20
+    shown = output.text_content()
+    assert shown is not None and len(shown.splitlines()) <= 20
     expect(check.locator(".card-elapsed")).to_contain_text(re.compile(r"running for \d+s"))
     budget = page.locator('[data-budget="time"] [data-part="text"]')
     used = budget.text_content()
+    assert used is not None
     expect(budget).not_to_have_text(used, timeout=5000)
     stored = [json.dumps(event.payload) for event in Event.objects.filter(run=run)]
     assert not any("working on step" in text for text in stored), "live output is never stored"
@@ -217,9 +224,10 @@ def test_it_stops_the_run_when_a_reviewer_denies(
     # the page must retry a summary request that fails. The stop may already be in
     # the page as served (the worker is quick) or arrive live; either way the page
     # asks for the summary when its stream goes live, and asks again until it gets one.
-    failed, answered = [], []
+    failed: list[str] = []
+    answered: list[str] = []
 
-    def fail_twice(route) -> None:
+    def fail_twice(route: Route) -> None:
         if len(failed) < 2:
             failed.append(route.request.url)
             route.fulfill(status=503, body="busy")
