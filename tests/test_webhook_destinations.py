@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -21,6 +23,11 @@ from notifications import destinations, services
 from notifications.admin import EndpointForm
 from notifications.models import Delivery, DeliveryAttempt, WebhookEndpoint
 from tests.test_webhooks import Receiver, receiver, waiting_run  # noqa: F401 - receiver: the loopback HTTP receiver fixture
+
+# What socket.getaddrinfo answers.
+Answers = Sequence[
+    tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[str, int] | tuple[str, int, int, int] | tuple[int, bytes]]
+]
 
 REFUSED = [
     "http://127.0.0.1:6379/",
@@ -53,7 +60,7 @@ def form(url: str) -> EndpointForm:
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("url", REFUSED)
-def test_it_refuses_each_non_public_address_class_in_the_form(url, settings: Settings) -> None:
+def test_it_refuses_each_non_public_address_class_in_the_form(url: str, settings: Settings) -> None:
     settings.HARNESS_WEBHOOK_ALLOWED_HOSTS = []
     endpoint_form = form(url)
     assert not endpoint_form.is_valid()
@@ -108,14 +115,14 @@ def test_it_connects_to_the_address_it_checked_not_a_second_lookup(
     answers = iter(["127.0.0.1", "192.0.2.1", "192.0.2.1"])  # a rebinding name: checked, then elsewhere
     lookups: list[str] = []
 
-    def rebinding(host, *args, **kwargs):
+    def rebinding(host: str, *args: Any, **kwargs: Any) -> Answers:
         if host != "hooks.example.com":
             return real(host, *args, **kwargs)
         lookups.append(host)
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers), port))]
 
     real = socket.getaddrinfo
-    monkeypatch.setattr(destinations.socket, "getaddrinfo", rebinding)
+    monkeypatch.setattr("notifications.destinations.socket.getaddrinfo", rebinding)
     hook = WebhookEndpoint.objects.create(name="h", url=f"http://hooks.example.com:{port}/hook", event_kinds=["approval_requested"])
     waiting_run(operator)
     delivery = Delivery.objects.get(endpoint=hook)
@@ -172,7 +179,7 @@ def carriers(v4: ipaddress.IPv4Address, bits: int) -> dict[str, ipaddress.IPv6Ad
 @pytest.mark.django_db
 @given(IPV4, BITS, st.sampled_from([[], ["10.0.0.0/8"], ["2002::/16", "64:ff9b::/96", "2001::/32", "::/96"], ["127.0.0.1/32"]]))
 @example(ipaddress.IPv4Address("0.0.0.0"), 0, ["::/96"])  # [::] reaches this host as 0.0.0.0 does
-def test_it_refuses_every_ipv6_form_carrying_an_address_it_refuses(v4, bits, allowed) -> None:
+def test_it_refuses_every_ipv6_form_carrying_an_address_it_refuses(v4: ipaddress.IPv4Address, bits: int, allowed: list[str]) -> None:
     with override_settings(HARNESS_WEBHOOK_ALLOWED_HOSTS=allowed):
         if not refused(f"http://{v4}/hook"):
             return
@@ -202,12 +209,12 @@ def test_it_refuses_at_delivery_a_name_that_resolves_to_a_6to4_loopback(
     settings.HARNESS_WEBHOOK_ALLOWED_HOSTS = []
     real = socket.getaddrinfo
 
-    def six_to_four(host, *args, **kwargs):
+    def six_to_four(host: str, *args: Any, **kwargs: Any) -> Answers:
         if host != "hooks.example.com":
             return real(host, *args, **kwargs)
         return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("2002:7f00:1::", 80, 0, 0))]
 
-    monkeypatch.setattr(destinations.socket, "getaddrinfo", six_to_four)
+    monkeypatch.setattr("notifications.destinations.socket.getaddrinfo", six_to_four)
     hook = WebhookEndpoint.objects.create(name="h", url="http://hooks.example.com/hook", event_kinds=["approval_requested"])
     waiting_run(operator)
     delivery = Delivery.objects.get(endpoint=hook)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -25,9 +26,9 @@ from core import events as ev
 from core.scenarios import FIXED, call
 from notifications import messages
 from notifications.models import Delivery, WebhookEndpoint
-from runs.models import Event
+from runs.models import Event, Run
 from runs.services import drive_run
-from tests.event_examples import EXAMPLES
+from tests.event_examples import example
 from tests.fixtures_services import Worker, purge_queue
 from tests.helpers import SCRIPT, World
 
@@ -110,14 +111,14 @@ def endpoint(url: str, *kinds: str, fmt: str = "json", active: bool = True) -> W
     return WebhookEndpoint.objects.create(name=f"{fmt} {kinds}", url=url, event_kinds=list(kinds), format=fmt, active=active)
 
 
-def waiting_run(operator):
+def waiting_run(operator: User) -> tuple[World, Run]:
     world = World()
     run = world.create(actor=operator)
     drive_run(run, world.environment(), DjangoApprovals(run))
     return world, run
 
 
-def wait_for_delivery(delivery_filter: dict, status: str, worker: Worker, timeout: float = 30) -> Delivery:
+def wait_for_delivery(delivery_filter: dict[str, Any], status: str, worker: Worker, timeout: float = 30) -> Delivery:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         delivery = Delivery.objects.filter(**delivery_filter).first()
@@ -133,7 +134,7 @@ def expected_signature(secret: str, request: Received) -> str:
 
 
 @pytest.mark.celery
-def test_it_posts_a_signed_notice_when_an_approval_is_requested(worker, receiver, operator: User) -> None:
+def test_it_posts_a_signed_notice_when_an_approval_is_requested(worker: Worker, receiver: Receiver, operator: User) -> None:
     hook = endpoint(receiver.url, "approval_requested")
     _, run = waiting_run(operator)
     (request,) = receiver.wait_for(1)
@@ -156,7 +157,7 @@ def test_it_posts_a_signed_notice_when_an_approval_is_requested(worker, receiver
 
 @pytest.mark.celery
 @pytest.mark.postgres
-def test_it_retries_after_a_500_with_backoff_and_records_every_attempt(worker, receiver, operator: User) -> None:
+def test_it_retries_after_a_500_with_backoff_and_records_every_attempt(worker: Worker, receiver: Receiver, operator: User) -> None:
     receiver.statuses = [500, 503]
     hook = endpoint(receiver.url, "approval_requested")
     waiting_run(operator)
@@ -173,7 +174,7 @@ def test_it_retries_after_a_500_with_backoff_and_records_every_attempt(worker, r
 
 
 @pytest.mark.celery
-def test_it_gives_up_at_once_on_a_refusal_that_asking_again_will_not_change(worker, receiver, operator: User) -> None:
+def test_it_gives_up_at_once_on_a_refusal_that_asking_again_will_not_change(worker: Worker, receiver: Receiver, operator: User) -> None:
     receiver.statuses = [410]
     hook = endpoint(receiver.url, "approval_requested")
     waiting_run(operator)
@@ -184,7 +185,7 @@ def test_it_gives_up_at_once_on_a_refusal_that_asking_again_will_not_change(work
 
 
 @pytest.mark.celery
-def test_it_sends_a_slack_message_when_a_run_stops(worker, receiver, operator: User) -> None:
+def test_it_sends_a_slack_message_when_a_run_stops(worker: Worker, receiver: Receiver, operator: User) -> None:
     hook = endpoint(receiver.url, "run_stopped", fmt="slack")
     world = World()
     run = world.create(actor=operator, script=NO_PUBLISH)
@@ -202,7 +203,7 @@ def test_it_sends_a_slack_message_when_a_run_stops(worker, receiver, operator: U
 
 
 @pytest.mark.celery
-def test_it_notifies_an_expiry_only_to_endpoints_that_want_it(worker, receiver, operator: User) -> None:
+def test_it_notifies_an_expiry_only_to_endpoints_that_want_it(worker: Worker, receiver: Receiver, operator: User) -> None:
     expiries = endpoint(receiver.url, "approval_expired")
     endpoint(receiver.url, "approval_expired", active=False)
     _, run = waiting_run(operator)
@@ -217,10 +218,11 @@ def test_it_notifies_an_expiry_only_to_endpoints_that_want_it(worker, receiver, 
 
 
 @pytest.mark.celery
-def test_it_sends_a_delivery_whose_task_message_was_lost(worker, receiver, operator: User) -> None:
+def test_it_sends_a_delivery_whose_task_message_was_lost(worker: Worker, receiver: Receiver, operator: User) -> None:
     hook = endpoint(receiver.url, "run_stopped")
     _, run = waiting_run(operator)
     event = Event.objects.filter(run=run).first()
+    assert event is not None
     lost = Delivery.objects.create(
         endpoint=hook,
         event=event,
@@ -274,12 +276,12 @@ def test_it_retries_only_what_asking_again_can_fix() -> None:
 
 
 def test_it_picks_the_events_that_notify() -> None:
-    lapsed = EXAMPLES[ev.ApprovalLapsed]
-    assert messages.kind_of(EXAMPLES[ev.ApprovalRequired]) == "approval_requested"
+    lapsed = example(ev.ApprovalLapsed)
+    assert messages.kind_of(example(ev.ApprovalRequired)) == "approval_requested"
     assert messages.kind_of(lapsed) == "approval_expired"
     assert messages.kind_of(lapsed.model_copy(update={"status": "stale"})) is None
-    assert messages.kind_of(EXAMPLES[ev.Stopped]) == "run_stopped"
-    assert messages.kind_of(EXAMPLES[ev.Proposed]) is None
+    assert messages.kind_of(example(ev.Stopped)) == "run_stopped"
+    assert messages.kind_of(example(ev.Proposed)) is None
 
 
 def test_it_escapes_slack_markup_in_messages() -> None:
