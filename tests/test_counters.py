@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from core.faults import Fault
-from core.scenarios import FIXED, build_rig, call, demo_contract
+from core.feedback import Feedback
+from core.ports import Call
+from core.scenarios import FIXED, Rig, build_rig, call, demo_contract
 
 
 def test_it_counts_invalid_proposals_and_finish_as_proposals() -> None:
@@ -41,7 +43,7 @@ def test_it_never_grants_more_than_policy_allows() -> None:
     assert started["clipped"]["max_proposals"] == {"asked": 10_000, "allowed": 50}
 
 
-def _past_deadline(rig) -> None:
+def _past_deadline(rig: Rig) -> None:
     rig.clock.t = rig.state.deadline + 1
 
 
@@ -56,7 +58,7 @@ def test_it_checks_the_deadline_before_asking_the_model() -> None:
 def test_it_checks_the_deadline_after_a_proposal_arrives() -> None:
     rig = build_rig([])
 
-    def slow_model(feedback, position):
+    def slow_model(feedback: Feedback | None, position: int) -> object | None:
         _past_deadline(rig)
         return call("read_file", path="src/calc.py")
 
@@ -72,12 +74,12 @@ def test_it_checks_the_deadline_after_each_receipt() -> None:
     rig = build_rig([call("write_file", path="src/calc.py", content=FIXED), call("finish")])
     inner = rig.harness.executor.execute
 
-    def slow_execute(c):
+    def slow_execute(c: Call) -> object:
         receipt = inner(c)
         _past_deadline(rig)
         return receipt
 
-    rig.harness.executor.execute = slow_execute
+    rig.harness.executor.execute = slow_execute  # type: ignore[method-assign, assignment]  # this instance's only; mypy keeps a protocol method's self
     rig.harness.run()
     assert rig.state.outcome == "deadline" and "after the receipt" in rig.state.stop_message
     # The write's receipt was still recorded before stopping.
@@ -89,11 +91,11 @@ def test_it_checks_the_deadline_before_each_attempt() -> None:
     rig.harness.config = type(rig.harness.config)(retry_base_seconds=0.0)
     original_sleep = rig.clock.sleep
 
-    def sleep_past(seconds) -> None:
+    def sleep_past(seconds: float) -> None:
         original_sleep(seconds)
         _past_deadline(rig)
 
-    rig.clock.sleep = sleep_past
+    rig.clock.sleep = sleep_past  # type: ignore[method-assign]  # this instance's only
     rig.harness.run()
     assert rig.state.outcome == "deadline" and "before an attempt" in rig.state.stop_message
     assert rig.state.calls == 1

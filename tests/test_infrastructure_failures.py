@@ -17,9 +17,12 @@ import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from adapters.feedback import render_feedback
+from core import events as ev
 from core import feedback as fb
 from core.faults import INJECTED_INFRASTRUCTURE, Fault
-from core.receipts import Receipt
+from core.jsonutil import JSON
+from core.ports import Call
+from core.receipts import Receipt, Status
 from core.scenarios import FIXED, build_rig, call
 from runs.cli import EXIT_ERROR
 from sandbox.container_spec import remove_container
@@ -33,8 +36,8 @@ FIX_AND_CHECK = [
 ]
 
 
-def _receipt(status: str, data: dict) -> Receipt:
-    return Receipt(call_id="c1", tool="run_check", status=status, effect="none", revision="r", data=data)  # type: ignore[arg-type]
+def _receipt(status: Status, data: dict[str, JSON]) -> Receipt:
+    return Receipt(call_id="c1", tool="run_check", status=status, effect="none", revision="r", data=data)
 
 
 def test_it_reads_the_infrastructure_reason_only_from_a_transient_receipt() -> None:
@@ -49,7 +52,7 @@ def test_it_retries_an_infrastructure_failure_and_tells_the_model_what_happened(
     rig = build_rig(FIX_AND_CHECK, faults=[Fault("run_check", "infrastructure", 2)])
     rig.harness.run()
     assert rig.state.outcome == "complete"
-    retries = [e for e in rig.store.events if e.model_dump()["type"] == "retry"]
+    retries = [e for e in rig.store.events if isinstance(e, ev.Retry)]
     assert [r.attempt for r in retries] == [1, 2]
     assert all(INJECTED_INFRASTRUCTURE in r.reason and "the sandbox failed, not the call" in r.reason for r in retries)
     assert rig.clock.slept == [0.5, 1.0]
@@ -77,12 +80,12 @@ def test_it_stops_sandbox_unavailable_when_the_deadline_ends_the_retries() -> No
 
     original = rig.harness.executor.execute
 
-    def slow(call_):  # each check attempt waits for the engine for 40% of the run's time
+    def slow(call_: Call) -> object:  # each check attempt waits for the engine for 40% of the run's time
         if call_.tool == "run_check":
             rig.clock.t += rig.state.limits.wall_time_seconds * 0.4
         return original(call_)
 
-    rig.harness.executor.execute = slow  # type: ignore[method-assign]
+    rig.harness.executor.execute = slow  # type: ignore[method-assign, assignment]  # this instance's only; mypy keeps a protocol method's self
     rig.harness.run()
     assert rig.state.outcome == "sandbox_unavailable" and "wall-time limit" in rig.state.stop_message
     assert rig.state.evidence == [] and rig.state.calls == 1 + 3  # the third attempt ends past the deadline
@@ -94,6 +97,7 @@ def test_it_keeps_the_ordinary_outcomes_for_transient_failures_of_the_call_itsel
     assert rig.state.outcome == "attempt_limit"
     rig = build_rig(FIX_AND_CHECK, faults=[Fault("run_check", "transient", 1)])
     rig.harness.run()
+    assert isinstance(rig.feedbacks[2], fb.Result)
     assert rig.state.outcome == "complete" and rig.feedbacks[2].earlier_attempts == ["transient failure"]
 
 
@@ -173,8 +177,8 @@ class _Engine:
 
 
 def test_it_tolerates_a_removal_in_progress_or_a_container_already_gone() -> None:
-    assert remove_container(_Engine(None), "c") is True  # type: ignore[arg-type]
-    assert remove_container(_Engine(_api_error(APIError, 409, "removal of container c is already in progress")), "c") is True  # type: ignore[arg-type]
-    assert remove_container(_Engine(_api_error(NotFound, 404, "No such container: c")), "c") is False  # type: ignore[arg-type]
+    assert remove_container(_Engine(None), "c") is True
+    assert remove_container(_Engine(_api_error(APIError, 409, "removal of container c is already in progress")), "c") is True
+    assert remove_container(_Engine(_api_error(NotFound, 404, "No such container: c")), "c") is False
     with pytest.raises(APIError):
-        remove_container(_Engine(_api_error(APIError, 500, "boom")), "c")  # type: ignore[arg-type]
+        remove_container(_Engine(_api_error(APIError, 500, "boom")), "c")
