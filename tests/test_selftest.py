@@ -5,58 +5,64 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
+from typing import cast
 
 import pytest
 
 from core import scenarios
+from core.jsonutil import JSON
 from core.loop import Harness
 from core.policy import Authorization
 from core.receipts import Receipt
+from core.scenarios import HarnessFactory
+from core.state import CallRecord, Operation, PendingEffect
+from core.tools import ToolSpec
 
 
 class NoAuthorize(Harness):
-    def _authorize(self, spec, args):
+    def _authorize(self, spec: ToolSpec, args: Mapping[str, JSON]) -> Authorization:
         return Authorization("allow", "ablated", False)
 
 
 class NoEvidenceBinding(Harness):
-    def _missing_evidence(self):
+    def _missing_evidence(self) -> list[str]:
         passed = {e.check_id for e in self.state.evidence if e.passed}
         return [c for c in self.state.contract.verification_targets if c not in passed]
 
 
 class NoProposalBudget(Harness):
-    def _proposal_budget_left(self):
+    def _proposal_budget_left(self) -> bool:
         return True
 
 
 class NoReceiptCheck(Harness):
-    def _check_receipt(self, raw, record, spec, harness_revision):
-        return Receipt.model_validate({**raw, "call_id": record.call_id})
+    def _check_receipt(self, raw: object, record: CallRecord, spec: ToolSpec, harness_revision: str) -> Receipt:
+        return Receipt.model_validate({**cast(dict[str, JSON], raw), "call_id": record.call_id})  # the simulated receipt is an object
 
 
 class NoPendingBlock(Harness):
-    def _blocking_effects(self):
+    def _blocking_effects(self) -> list[PendingEffect]:
         return []
 
 
 class NoAttemptLimit(Harness):
-    def _attempts_left(self, record):
+    def _attempts_left(self, record: CallRecord) -> bool:
         return record.attempts < 50
 
 
 class NoValidation(Harness):
-    def _validate(self, spec, args):
+    def _validate(self, spec: ToolSpec, args: dict[str, JSON]) -> dict[str, JSON]:
         return dict(args)
 
 
 class NoInfrastructureOutcome(Harness):
-    def _infrastructure_failure(self, receipt):
+    def _infrastructure_failure(self, receipt: Receipt) -> str | None:
         return None
 
 
 class NoOperationKeys(Harness):
-    def _already_done(self, record):
+    def _already_done(self, record: CallRecord) -> Operation | None:
         return None
 
 
@@ -83,7 +89,9 @@ def test_it_covers_each_scenario_with_an_ablation() -> None:
 
 
 @pytest.mark.parametrize(("scenario", "ablated"), ABLATIONS, ids=[a.__name__ for _, a in ABLATIONS])
-def test_it_lets_the_failure_through_when_the_control_is_removed(scenario, ablated) -> None:
+def test_it_lets_the_failure_through_when_the_control_is_removed(
+    scenario: Callable[[HarnessFactory], tuple[bool, str]], ablated: HarnessFactory
+) -> None:
     ok, detail = scenario(ablated)
     assert not ok, f"{ablated.__name__} did not break {scenario.__name__}: {detail}"
 
@@ -96,7 +104,7 @@ def test_it_exits_zero_from_the_selftest_command_and_prints_a_row_per_control() 
     assert result.stdout.count("PASS") == len(scenarios.SCENARIOS)
 
 
-def _env():
+def _env() -> dict[str, str]:
     import os
 
     return {**os.environ, "DEBUG": "1"}
