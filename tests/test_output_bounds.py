@@ -9,14 +9,16 @@ import re
 import tracemalloc
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 import docker
 import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings as django_settings
 from django.contrib.auth.models import User
+from django.http import StreamingHttpResponse
 from django.test import AsyncClient, Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
@@ -30,7 +32,7 @@ from core.policy import CheckDef
 from runs import artifacts
 from runs.artifacts import FileArtifactStore, artifact_path, line_secrets, masked_chunks
 from runs.eventlog import append_events
-from runs.models import Receipt
+from runs.models import Receipt, Run
 from sandbox.executor import SandboxExecutor
 from sandbox.output_capture import OutputCapture
 from sandbox.quota import MB, DiskQuota
@@ -42,11 +44,11 @@ SECRET = "hunter2-very-secret-value"
 KEY = "sk-ant-" + "A1b2C3d4E5f6G7h8I9j0" * 2
 
 
-def output_run(starter, ref: str, **data: object):
+def output_run(starter: User, ref: str, **data: object) -> Run:
     """A waiting run with a check's receipt (event and row) naming ``ref`` as its output."""
     scene = waiting_scene(starter)
     run = scene.run
-    receipt = {"call_id": "c9", "tool": "run_check", "status": "ok", "effect": "none", "revision": run.revision}
+    receipt: dict[str, object] = {"call_id": "c9", "tool": "run_check", "status": "ok", "effect": "none", "revision": run.revision}
     receipt |= {"data": {"output_ref": ref, **data}, "artifacts": [ref]}
     event = ev.ReceiptRecorded(
         run_id=str(run.pk),
@@ -142,7 +144,7 @@ def runc_sandbox(docker_engine: docker.DockerClient, tmp_path: Path, db: None) -
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_it_stores_a_bounded_artifact_of_a_check_that_prints_a_gigabyte(runc_sandbox) -> None:
+def test_it_stores_a_bounded_artifact_of_a_check_that_prints_a_gigabyte(runc_sandbox: Callable[[DiskQuota], SandboxExecutor]) -> None:
     outcome = drive(
         runc_sandbox(DiskQuota()), sandbox_policy(GIGABYTE), [step("run_check", check_id="gigabyte"), step("finish", summary="done")]
     )
@@ -169,7 +171,7 @@ LOUD = CheckDef(
 
 
 @pytest.mark.docker
-def test_it_runs_no_more_checks_once_the_runs_artifacts_reach_their_quota(runc_sandbox) -> None:
+def test_it_runs_no_more_checks_once_the_runs_artifacts_reach_their_quota(runc_sandbox: Callable[[DiskQuota], SandboxExecutor]) -> None:
     executor = runc_sandbox(DiskQuota(output_max_bytes=1 * MB, run_artifacts_max_bytes=5 * MB // 2))
     outcome = drive(executor, sandbox_policy(LOUD), [step("run_check", check_id="loud")] * 4 + [step("finish", summary="done")])
     first, second, third, fourth = (r["data"] for r in outcome.receipts("run_check"))
@@ -250,9 +252,10 @@ def test_it_streams_a_download_and_never_holds_it_in_memory(operator: User, revi
     try:
         response = client.get(reverse("runs:artifact", args=[run.pk, ref]) + "?download=1")
         assert response.streaming and response["Content-Disposition"].startswith("attachment")
+        assert isinstance(response, StreamingHttpResponse)  # what ``streaming`` says, for the type checker
         size = largest = 0
         masked = leaked = False
-        for chunk in response.streaming_content:
+        for chunk in cast(Iterator[bytes], response.streaming_content):  # under WSGI: a synchronous iterator
             size += len(chunk)
             largest = max(largest, len(chunk))
             masked |= MASK.encode() in chunk
@@ -277,7 +280,8 @@ def test_it_streams_a_download_asynchronously_under_asgi(operator: User, reviewe
         response = await client.get(reverse("runs:artifact", args=[run.pk, ref]) + "?download=1")
         # Django reads a synchronous iterator whole before an ASGI server sends a byte.
         assert response.streaming
-        return response.is_async, [chunk async for chunk in response.streaming_content]
+        assert isinstance(response, StreamingHttpResponse)  # what ``streaming`` says, for the type checker
+        return response.is_async, [chunk async for chunk in cast(AsyncIterator[bytes], response.streaming_content)]
 
     is_async, chunks = async_to_sync(download)()
     assert is_async
@@ -296,7 +300,7 @@ def test_it_shows_the_start_of_a_large_output_and_that_a_check_was_cut(
     read = []
     original = artifacts.masked_chunks
 
-    def counted(ref: str):
+    def counted(ref: str) -> Iterator[bytes]:
         for chunk in original(ref):
             read.append(len(chunk))
             yield chunk
