@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from core.errors import InputError
 
 TOOLS = {"read_file", "write_file", "run_check", "publish"}
 CHECKS = {"tests"}
-GOOD = {
+GOOD: dict[str, Any] = {
     "task_id": "fix-orders",
     "objective": "Reject negative quantities",
     "acceptance_criteria": ["tests pass"],
@@ -24,7 +25,7 @@ GOOD = {
 }
 
 
-def fields(raw):
+def fields(raw: object) -> set[str]:
     with pytest.raises(InputError) as caught:
         check_contract(raw, TOOLS, CHECKS)
     return {p.field for p in caught.value.problems}

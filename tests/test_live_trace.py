@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -24,7 +25,7 @@ from runs import eventlog, fanout, feeds
 from runs.broadcast import run_group
 from runs.eventlog import append_events
 from runs.models import Run
-from tests.fixtures_web import waiting_scene
+from tests.fixtures_web import Scene, waiting_scene
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,7 +40,7 @@ def notes(run_id: str, count: int, batch: int = 1) -> None:
         )
 
 
-def session_cookie(user) -> bytes:
+def session_cookie(user: User) -> bytes:
     client = Client()
     client.force_login(user)
     return "; ".join(f"{name}={morsel.value}" for name, morsel in client.cookies.items()).encode()
@@ -66,11 +67,11 @@ async def receive_until(communicator: WebsocketCommunicator, last_seq: int, time
 
 
 @pytest.fixture
-def scene(operator: User):
+def scene(operator: User) -> Scene:
     return waiting_scene(operator)
 
 
-def test_it_replays_then_streams_with_no_gap_or_duplicate_while_events_are_written(scene, reviewer: User) -> None:
+def test_it_replays_then_streams_with_no_gap_or_duplicate_while_events_are_written(scene: Scene, reviewer: User) -> None:
     cookie = session_cookie(reviewer)
     run_id = str(scene.run.pk)
     notes(run_id, 1200, batch=100)  # more than two replay pages
@@ -115,7 +116,7 @@ def test_it_replays_then_streams_with_no_gap_or_duplicate_while_events_are_writt
     assert live and final > 1800
 
 
-def test_it_fills_a_lost_broadcast_from_the_database(scene, reviewer: User, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_it_fills_a_lost_broadcast_from_the_database(scene: Scene, reviewer: User, monkeypatch: pytest.MonkeyPatch) -> None:
     cookie = session_cookie(reviewer)
     run_id = str(scene.run.pk)
     start = scene.run.last_seq
@@ -139,7 +140,7 @@ def test_it_fills_a_lost_broadcast_from_the_database(scene, reviewer: User, monk
 
 
 def test_it_delivers_a_lost_last_broadcast_by_rechecking(
-    scene, reviewer: User, monkeypatch: pytest.MonkeyPatch, settings: Settings
+    scene: Scene, reviewer: User, monkeypatch: pytest.MonkeyPatch, settings: Settings
 ) -> None:
     settings.HARNESS_TRACE_RECHECK_SECONDS = 0.3
     cookie = session_cookie(reviewer)
@@ -162,7 +163,7 @@ def test_it_delivers_a_lost_last_broadcast_by_rechecking(
     assert async_to_sync(watch)() == [start + 1]
 
 
-def test_it_resumes_after_a_reconnect_from_the_seq_the_client_has(scene, reviewer: User) -> None:
+def test_it_resumes_after_a_reconnect_from_the_seq_the_client_has(scene: Scene, reviewer: User) -> None:
     cookie = session_cookie(reviewer)
     run_id = str(scene.run.pk)
 
@@ -193,7 +194,7 @@ def test_it_resumes_after_a_reconnect_from_the_seq_the_client_has(scene, reviewe
 
 
 def test_it_streams_to_many_viewers_of_a_run_through_one_subscription_and_one_read_each_event_once(
-    scene, reviewer: User, monkeypatch: pytest.MonkeyPatch
+    scene: Scene, reviewer: User, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cookie = session_cookie(reviewer)
     run_id = str(scene.run.pk)
@@ -250,11 +251,13 @@ def test_it_streams_to_many_viewers_of_a_run_through_one_subscription_and_one_re
         (b"\x00binary", "send JSON text frames, not binary"),
     ],
 )
-def test_it_answers_a_malformed_message_with_the_problem_and_stays_open(frame, problem, scene, reviewer: User) -> None:
+def test_it_answers_a_malformed_message_with_the_problem_and_stays_open(
+    frame: str | bytes, problem: str, scene: Scene, reviewer: User
+) -> None:
     cookie = session_cookie(reviewer)
     run_id = str(scene.run.pk)
 
-    async def talk() -> tuple[dict, list[int]]:
+    async def talk() -> tuple[dict[str, Any], list[int]]:
         communicator = socket(cookie, run_id)
         await communicator.connect()
         if isinstance(frame, bytes):
@@ -275,7 +278,7 @@ def test_it_answers_a_malformed_message_with_the_problem_and_stays_open(frame, p
 def test_it_refuses_a_socket_for_a_run_that_does_not_exist(reviewer: User) -> None:
     cookie = session_cookie(reviewer)
 
-    async def talk() -> tuple[dict, int]:
+    async def talk() -> tuple[dict[str, Any], int]:
         communicator = socket(cookie, "00000000-0000-0000-0000-000000000000")
         await communicator.connect()
         error = await communicator.receive_json_from(timeout=5)
