@@ -15,7 +15,7 @@ from core.environment import Environment
 from core.events import Event
 from core.fences import RowLock
 from core.scenarios import FIXED, call
-from core.simulated import SimExecutor, SimWorkspace
+from core.simulated import MemoryApprovals, SimExecutor, SimWorkspace
 from core.state import RunState
 from runs.control import kill_requested
 from runs.models import Run
@@ -43,6 +43,9 @@ SCRIPT = [
 
 class World:
     """The simulated outside world of one run; it outlives any one driver."""
+
+    # Set by the tests that decide approvals in memory (test_durable_state's create).
+    approvals: MemoryApprovals
 
     def __init__(self) -> None:
         self.workspace = SimWorkspace({"src/calc.py": "def total(q):\n    return q\n"})

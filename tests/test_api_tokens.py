@@ -24,10 +24,10 @@ from api.models import ApiToken
 pytestmark = pytest.mark.django_db
 
 
-def token_for(user) -> str:
+def token_for(user: User) -> str:
     response = APIClient().post("/api/auth/token/", {"username": user.username, "password": f"{user.username}-pass-123"}, format="json")
     assert response.status_code == 200, response.content
-    body = response.json()
+    body: dict[str, str] = response.json()
     assert set(body) == {"token", "expires_at"}
     return body["token"]
 
@@ -64,12 +64,14 @@ def test_it_refuses_an_expired_token(operator: User, settings: Settings) -> None
     settings.HARNESS_API_TOKEN_DAYS = 7
     fresh = token_for(operator)
     row = ApiToken.find(fresh)
+    assert row is not None
     assert timedelta(days=6, hours=23) < row.expires_at - timezone.now() <= timedelta(days=7)
 
 
 def test_it_refuses_a_token_revoked_in_the_admin_and_lists_tokens_there(operator: User, admin_user: User, client: Client) -> None:
     token = token_for(operator)
     row = ApiToken.find(token)
+    assert row is not None
     client.force_login(admin_user)
     listing = client.get("/admin/api/apitoken/")
     assert listing.status_code == 200 and row.prefix in listing.content.decode() and token not in listing.content.decode()

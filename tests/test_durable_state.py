@@ -16,16 +16,9 @@ from core.state import RunState
 from runs.models import CallLedgerEntry, Event, Evidence, Receipt, Report, Run
 from runs.services import drive_run
 from runs.store import DjangoStore
-from tests.helpers import SCRIPT, Crash, CrashingStore
-from tests.helpers import World as SimulatedWorld
+from tests.helpers import SCRIPT, Crash, CrashingStore, World
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
-
-
-class World(SimulatedWorld):
-    """The simulated world, with the approvals ``create`` gives it."""
-
-    approvals: MemoryApprovals
 
 
 def create(world: World) -> Run:

@@ -10,7 +10,7 @@ from core import events as ev
 from core.environment import Environment
 from core.faults import Fault, FaultyExecutor
 from core.fences import RowLock
-from core.fold import fold
+from core.fold import Explained, fold
 from core.simulated import MemoryApprovals
 from runs.eventlog import append_event
 from runs.models import Event, Run
@@ -23,7 +23,7 @@ from tests.test_durable_state import create, drive, finish
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
 
-def folded(run: Run):
+def folded(run: Run) -> Explained:
     return fold(row.typed() for row in Event.objects.filter(run=run).order_by("seq"))
 
 
@@ -55,6 +55,7 @@ def test_it_explains_a_run_denied_by_its_reviewer() -> None:
     world = World()
     run = create(world)
     state = drive(run, world)
+    assert state.waiting is not None
     world.approvals.deny(state.waiting.approval_key, "not this change")
     assert drive(run, world).outcome == "denied"
     assert_explained(run)

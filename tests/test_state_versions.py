@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ V2 = {**V1, "schema_version": 2}
 CHANGED_IN_3 = {"schema_version", "next_seq", "run_started"}
 
 
-def without_4(dumped: dict) -> dict:
+def without_4(dumped: dict[str, Any]) -> dict[str, Any]:
     """A current state without what version 4 added: ``proposed_at`` and each call
     record's fixed ``effect`` (none before it)."""
     assert dumped["proposed_at"] is None and all(r["effect"] is None for r in dumped["ledger"].values())
@@ -71,12 +72,12 @@ def test_it_refuses_a_state_from_a_newer_release_saying_so() -> None:
 
 
 @pytest.mark.parametrize("version", [0, -1, "2", True, None])
-def test_it_refuses_a_version_that_never_existed(version) -> None:
+def test_it_refuses_a_version_that_never_existed(version: object) -> None:
     with pytest.raises(StateVersionError, match="is not a version"):
         load_stored_state({**V1, "schema_version": version})
 
 
-def stored_as(state: dict, version: int, next_seq: int) -> dict:
+def stored_as(state: dict[str, Any], version: int, next_seq: int) -> dict[str, Any]:
     """A current stored state in the shape an earlier version wrote it."""
     earlier = {k: v for k, v in state.items() if k not in ("schema_version", "run_started")} | {"next_seq": next_seq}
     return earlier if version == 1 else {**earlier, "schema_version": version}
@@ -85,7 +86,7 @@ def stored_as(state: dict, version: int, next_seq: int) -> dict:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.postgres
 @pytest.mark.parametrize("version", [1, 2])
-def test_it_resumes_a_run_stored_at_an_earlier_version_without_starting_it_again(version) -> None:
+def test_it_resumes_a_run_stored_at_an_earlier_version_without_starting_it_again(version: int) -> None:
     world = World()
     run = create(world)
     waiting = drive(run, world)
