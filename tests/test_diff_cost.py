@@ -11,6 +11,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -37,8 +38,13 @@ KEY = "0123456789abcdef0123456789abcdef"
 
 
 def test_it_diffs_the_probe_exactly_within_a_work_budget() -> None:
-    asked = []
-    diff = patches.unified_diff("orders/data.txt", OLD, NEW, cancelled=lambda: asked.append(1) is not None)
+    asked: list[int] = []
+
+    def cancelled() -> bool:
+        asked.append(1)
+        return False
+
+    diff = patches.unified_diff("orders/data.txt", OLD, NEW, cancelled=cancelled)
     [patch] = patches.parse_patch(diff)
     assert patches.apply_hunks(patch, OLD) == NEW
     # The work is counted and asked about every CHECK_EVERY units: bounded by the budget
@@ -64,15 +70,15 @@ def test_it_publishes_nothing_when_the_run_is_killed_during_the_publish_diff(tmp
     # Fixed when asked for, as the loop does before a reviewer sees it; the publish
     # makes the patch again from the workspace, and that is where the kill comes.
     call = fixed_call(executor, "publish", {"message": "m"}, KEY)
-    diffed = []
+    diffed: list[str] = []
     real = patches.unified_diff
 
-    def counting(*args, **kwargs):
+    def counting(*args: Any, **kwargs: Any) -> str:
         diffed.append(args[0])
         return real(*args, **kwargs)
 
     monkeypatch.setattr(patches, "unified_diff", counting)  # counts the files diffed, nothing else changes
-    receipts = []
+    receipts: list[Any] = []  # the executor's receipts, JSON
     worker = threading.Thread(target=lambda: receipts.append(executor.execute(call)))
     worker.start()
     started = time.monotonic()
@@ -88,7 +94,7 @@ def test_it_publishes_nothing_when_the_run_is_killed_during_the_publish_diff(tmp
     assert not (tmp_path / "outbox").exists() or not list((tmp_path / "outbox").iterdir())
 
 
-def probe_run(tmp_path: Path, settings, operator) -> Run:
+def probe_run(tmp_path: Path, settings: Settings, operator: User) -> Run:
     source = tmp_path / "source"
     shutil.copytree(ROOT / "examples" / "orders", source)
     (source / "orders" / "data.txt").write_text(OLD)

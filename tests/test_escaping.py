@@ -5,6 +5,7 @@ and in the live stream the browser renders; no script from it ever runs."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import pytest
 from django.contrib.auth.models import User
@@ -20,7 +21,10 @@ from runs.artifacts import FileArtifactStore
 from runs.eventlog import append_events
 from runs.models import Evidence
 from tests.fixtures_services import ROOT
-from tests.fixtures_web import AsgiServer, sign_in, waiting_scene
+from tests.fixtures_web import AsgiServer, Scene, sign_in, waiting_scene
+
+if TYPE_CHECKING:
+    from django.test.client import _MonkeyPatchedWSGIResponse  # the test client's response: only django-stubs names it
 
 SCRIPT_TAG = "<script>window.__xss = 1</script>"
 IMG_TAG = '<img src=x onerror="window.__xss = 2">'
@@ -29,7 +33,7 @@ RAW_MARKERS = ("<script>window.__xss", "<img src=x")
 ESCAPED = "&lt;script&gt;window.__xss = 1&lt;/script&gt;"
 
 
-def hostile_run(starter):
+def hostile_run(starter: User) -> tuple[Scene, str]:
     """A run whose proposals, file contents, diff and check output all carry markup."""
     script = [
         call("read_file", path="src/calc.py"),
@@ -50,7 +54,7 @@ def hostile_run(starter):
     ref = FileArtifactStore().put(output, "text/plain")
     Evidence.objects.filter(run=run).update(output_ref=ref)
     # The check's own receipt, as a sandbox returns it: its output is tool output.
-    receipt = {"call_id": "c3", "tool": "run_check", "status": "ok", "effect": "none", "revision": run.revision}
+    receipt: dict[str, object] = {"call_id": "c3", "tool": "run_check", "status": "ok", "effect": "none", "revision": run.revision}
     receipt |= {"data": {"output": output.decode(), "output_ref": ref}, "artifacts": [ref]}
     append_events(
         str(run.pk),
@@ -73,7 +77,7 @@ def hostile_run(starter):
     return scene, ref
 
 
-def assert_escaped_html(response) -> None:
+def assert_escaped_html(response: _MonkeyPatchedWSGIResponse) -> None:
     assert response.status_code == 200, response.status_code
     assert response["Content-Type"].startswith("text/html")
     body = response.content.decode()

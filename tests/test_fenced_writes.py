@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Sequence
 
 import pytest
 from django.db import connection
@@ -15,8 +16,11 @@ from approvals.models import ApprovalRequest
 from approvals.services import DjangoApprovals, cancel_open_requests, do_lapse
 from core import events as ev
 from core.environment import Environment
+from core.faults import Fault
 from core.fences import Lease, RowLock
+from core.ports import Call, Reconciliation
 from core.scenarios import call
+from core.state import PendingEffect
 from runs import leases, runtime
 from runs.eventlog import LeaseLost, append_event
 from runs.models import Event, Run
@@ -32,14 +36,15 @@ class HeldCheck:
 
     def __init__(self, world: World) -> None:
         self.world = world
-        self.notify = None
+        self.notify: Callable[[ev.Event], None] | None = None
         self.started, self.go = threading.Event(), threading.Event()
         self.notified: list[BaseException | None] = []
 
-    def execute(self, c):
+    def execute(self, c: Call) -> object:
         if c.tool == "run_check":
             self.started.set()
             assert self.go.wait(30)
+            assert self.notify is not None
             try:
                 self.notify(ev.SandboxWaiting(run_id=c.run_id, seq=0, ts=time.time(), call_id=c.call_id, reason="engine gone", until=0.0))
                 self.notified.append(None)
@@ -47,7 +52,7 @@ class HeldCheck:
                 self.notified.append(exc)
         return self.world.executor.execute(c)
 
-    def reconcile(self, effect):
+    def reconcile(self, effect: PendingEffect) -> Reconciliation:
         return self.world.executor.reconcile(effect)
 
 
@@ -66,7 +71,7 @@ def test_it_writes_nothing_from_a_worker_whose_lease_was_taken_over(monkeypatch:
     held = HeldCheck(world)
     leased: list[Lease] = []
 
-    def environment(run, lease, faults=()):
+    def environment(run: Run, lease: Lease, faults: Sequence[Fault] = ()) -> Environment:
         # As runtime.sandbox_environment wires it: the executor's notify is the
         # runtime's, fenced by the lease of the worker that drives the run.
         leased.append(lease)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import TYPE_CHECKING
 
 import pytest
 from django.contrib.auth.models import User
@@ -16,17 +17,20 @@ from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row, default_policy_document
 from tests.helpers import World
 
+if TYPE_CHECKING:
+    from django.test.client import _MonkeyPatchedWSGIResponse  # the test client's response: only django-stubs names it
+
 pytestmark = pytest.mark.django_db
 
 
-def document_text(**changes) -> str:
+def document_text(**changes: object) -> str:
     document = default_policy_document()
     document.pop("version")
     document.update(changes)
     return json.dumps(document)
 
 
-def add(client, text: str, note: str = "edit"):
+def add(client: Client, text: str, note: str = "edit") -> _MonkeyPatchedWSGIResponse:
     return client.post("/admin/approvals/policyversion/add/", {"document_text": text, "note": note})
 
 
@@ -99,7 +103,9 @@ def test_it_sizes_a_checks_command_box_to_its_argv(client: Client, admin_user: U
     checks = [{"check_id": "long", "command": ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"], "timeout_seconds": 60}]
     add(client, document_text(checks=checks), "six argv items")
     page = client.get(ADD).content.decode()
-    box = re.search(r'<textarea name="checks-0-command"[^>]*>', page).group(0)
+    found = re.search(r'<textarea name="checks-0-command"[^>]*>', page)
+    assert found is not None
+    box = found.group(0)
     assert 'rows="7"' in box
 
 
@@ -120,7 +126,7 @@ def test_it_refuses_the_policy_admin_to_reviewers(client: Client, reviewer: User
 ADD = "/admin/approvals/policyversion/add/"
 
 
-def inline_form(client) -> dict[str, str]:
+def inline_form(client: Client) -> dict[str, str]:
     """What a browser would post back from the row editor, untouched."""
     response = client.get(ADD)
     assert response.status_code == 200
