@@ -11,7 +11,9 @@ from django.db import connection
 
 from approvals.services import DjangoApprovals
 from core.fences import Lease
+from core.ports import Call, Reconciliation
 from core.scenarios import call
+from core.state import PendingEffect
 from runs import leases, runtime
 from runs.control import Watchdog, do_kill
 from runs.models import Event, Run
@@ -87,7 +89,7 @@ class BlockingExecutor:
         self.killed = threading.Event()
         self.killed_at = 0.0
 
-    def execute(self, c):
+    def execute(self, c: Call) -> object:
         if c.tool != "write_file":
             return self.world.executor.execute(c)
         self.started.set()
@@ -106,9 +108,7 @@ class BlockingExecutor:
         self.killed_at = time.monotonic()
         self.killed.set()
 
-    def reconcile(self, effect):
-        from core.ports import Reconciliation
-
+    def reconcile(self, effect: PendingEffect) -> Reconciliation:
         return Reconciliation(False, None, False, "sandbox gone")
 
 
@@ -150,9 +150,11 @@ def test_it_keeps_renewing_the_lease_when_killing_the_execution_fails() -> None:
     def failing_kill() -> None:
         raise ConnectionError("the engine did not answer")
 
-    with Watchdog(
-        str(run.pk), renew=lambda: renewals.append(time.monotonic()) or True, on_kill=failing_kill, poll=0.05, renew_every=0.1
-    ) as dog:
+    def renew() -> bool:
+        renewals.append(time.monotonic())
+        return True
+
+    with Watchdog(str(run.pk), renew=renew, on_kill=failing_kill, poll=0.05, renew_every=0.1) as dog:
         do_kill(run, "otto")
         deadline = time.monotonic() + 10
         while not dog.kill_requested() and time.monotonic() < deadline:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import pytest
 from django.contrib.auth.models import User
@@ -39,6 +40,11 @@ AWS_SHAPED = "AKIA" + "ABCDEFGHIJKLMNOP"
 SLACK_SHAPED = "xoxb-" + "123456789012-abcdefABCDEF"
 PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7pemBodyLine\n-----END RSA PRIVATE KEY-----"
 SECRETS = [ENV_SECRET, OPENAI_SHAPED, GITHUB_SHAPED, AWS_SHAPED, SLACK_SHAPED, "MIIEowIBAAKCAQEA7pemBodyLine"]
+
+if TYPE_CHECKING:
+    # The test clients' responses: only the stubs name them.
+    from django.test.client import _MonkeyPatchedWSGIResponse
+    from rest_framework.response import _MonkeyPatchedResponse
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
@@ -113,7 +119,10 @@ def test_it_never_stores_or_serves_a_secret_planted_in_every_field_a_run_reaches
     assert request.args == {"message": f"ship it with {MASK} and {MASK}"} and MASK in request.diff
     api = APIClient()
     api.force_authenticate(reviewer)
-    served = [api.get(f"/api/approvals/{request.pk}/"), api.get("/api/approvals/")]
+    served: list[_MonkeyPatchedResponse | _MonkeyPatchedWSGIResponse] = [
+        api.get(f"/api/approvals/{request.pk}/"),
+        api.get("/api/approvals/"),
+    ]
     client.force_login(reviewer)
     page = client.get(f"/approvals/{request.pk}/")
     assert b'id="masked-notice"' in page.content
@@ -197,7 +206,7 @@ hostile_lines = st.lists(
 
 
 @given(lines=hostile_lines)
-def test_it_never_changes_a_line_count_or_a_diff_marker_and_streams_the_same(lines) -> None:
+def test_it_never_changes_a_line_count_or_a_diff_marker_and_streams_the_same(lines: list[str]) -> None:
     text = "\n".join(lines)
     masked_text = redact_text(text, [ENV_SECRET])
     out = masked_text.split("\n")

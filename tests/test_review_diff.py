@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -39,7 +40,7 @@ KEY = "0123456789abcdef0123456789abcdef"
 PEM = "-----BEGIN RSA PRIVATE KEY-----\n" + "\n".join(KEY_BODY) + "\n-----END RSA PRIVATE KEY-----\n"
 
 
-def source_with_a_key(tmp_path: Path, settings) -> str:
+def source_with_a_key(tmp_path: Path, settings: Settings) -> str:
     source = tmp_path / "source"
     shutil.copytree(ROOT / "examples" / "orders", source)
     (source / "orders" / "keys").mkdir()
@@ -49,7 +50,7 @@ def source_with_a_key(tmp_path: Path, settings) -> str:
     return str(source)
 
 
-def probe_script() -> list[dict]:
+def probe_script() -> list[dict[str, Any]]:
     total = (ROOT / "examples" / "orders" / "orders" / "total.py").read_text()
     fixed = total.replace(
         "    for line in lines:\n",
@@ -178,7 +179,7 @@ def shape(text: str) -> list[str]:
 @hypothesis_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(planned=changes, total_lines=st.lists(content_lines, max_size=8))
 def test_it_shows_the_reviewer_every_changed_file_and_line_of_what_ships(
-    tmp_path_factory: pytest.TempPathFactory, settings: Settings, planned, total_lines
+    tmp_path_factory: pytest.TempPathFactory, settings: Settings, planned: list[tuple[str, list[str], bool]], total_lines: list[str]
 ) -> None:
     settings.HARNESS_SECRET_VALUES = [MULTILINE_SECRET]
     tmp = tmp_path_factory.mktemp("review")
@@ -195,6 +196,7 @@ def test_it_shows_the_reviewer_every_changed_file_and_line_of_what_ships(
         return  # nothing changed (every write refused or a no-op)
     stored = redact_text(preview, secret_values())  # what the request's diff column keeps
     receipt = executor.execute(call)
+    assert isinstance(receipt, dict)
     assert receipt["effect"] == "applied", receipt
     published = (tmp / "outbox" / f"{KEY}.patch").read_bytes().decode("utf-8", "surrogateescape")
 

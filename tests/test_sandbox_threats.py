@@ -19,8 +19,8 @@ from docker.errors import NotFound
 from core.policy import CheckDef, SandboxLimits
 from runs.artifacts import artifact_path
 from sandbox.executor import SandboxExecutor
-from sandbox.hashing import TreeHasher
-from sandbox.quota import MB
+from sandbox.hashing import TreeHasher, TreeSink
+from sandbox.quota import MB, DiskQuota
 from tests.fixtures_runtimes import RuntimeEngine
 from tests.fixtures_sandbox import (
     SURVIVE,
@@ -48,7 +48,8 @@ def assert_survived(outcome: Outcome) -> None:
 
 
 def leftover_processes(module_sandbox: ModuleSandbox) -> list[list[str]]:
-    return module_sandbox.engine.client.containers.get(module_sandbox.container.id).top()["Processes"]
+    processes: list[list[str]] = module_sandbox.engine.client.containers.get(module_sandbox.container.id).top()["Processes"]
+    return processes
 
 
 NETWORK = check(
@@ -410,7 +411,7 @@ def tree_files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
 
 
-def quota_executor(tmp_path: Path, run_id: str, quota, limits: SandboxLimits) -> SandboxExecutor:
+def quota_executor(tmp_path: Path, run_id: str, quota: DiskQuota, limits: SandboxLimits) -> SandboxExecutor:
     from runs.artifacts import FileArtifactStore
 
     workspace = example_workspace(tmp_path / run_id)
@@ -424,7 +425,7 @@ def test_it_bounds_what_a_check_writes_by_its_scratch_and_leaves_the_workspace_u
     """Stronger than the old quota on the workspace (measured every half second while
     the check wrote into it): the check cannot write the workspace at all, and the
     kernel stops it at the scratch tmpfs's size, which is emptied after the check."""
-    from sandbox.quota import MB, DiskQuota
+    from sandbox.quota import MB
 
     limits = runtime_engine.limits(TEST_LIMITS).model_copy(update={"scratch_mb": 20})
     executor = quota_executor(tmp_path, "disk-fill", DiskQuota(workspace_max_bytes=20 * MB), limits)
@@ -472,7 +473,6 @@ def test_it_bounds_an_on_copy_check_by_its_scratch(runtime_engine: RuntimeEngine
     """A check that must write its tree writes a copy of it in scratch: the kernel
     stops it at the scratch size as it stops any other check, with no watch of the
     tree, and the workspace is as it was."""
-    from sandbox.quota import DiskQuota
 
     limits = runtime_engine.limits(TEST_LIMITS).model_copy(update={"scratch_mb": 20})
     executor = quota_executor(tmp_path, "copy-fill", DiskQuota(), limits)
@@ -559,7 +559,12 @@ def test_it_runs_a_check_in_a_workspace_of_300000_files(
         counted = check("count", "sh", "-c", "find . -type f | wc -l", timeout=120)
         walks: list[str] = []
         real = hashing.TreeHasher.tree
-        monkeypatch.setattr(hashing.TreeHasher, "tree", lambda self, root, sink=None: walks.append(str(root)) or real(self, root, sink))
+
+        def walking(self: TreeHasher, root: Path, sink: TreeSink | None = None) -> str:
+            walks.append(str(root))
+            return real(self, root, sink)
+
+        monkeypatch.setattr(hashing.TreeHasher, "tree", walking)
         try:
             script = [step("run_check", check_id="count"), step("run_check", check_id="count"), *SURVIVE]
             outcome = drive(executor, sandbox_policy(counted), script)
@@ -580,7 +585,7 @@ def test_it_runs_a_check_in_a_workspace_of_300000_files(
 
 
 def test_it_runs_no_check_in_a_workspace_over_its_quota(runtime_engine: RuntimeEngine, tmp_path: Path, db: None) -> None:
-    from sandbox.quota import MB, DiskQuota
+    from sandbox.quota import MB
 
     executor = quota_executor(tmp_path, "disk-quota", DiskQuota(workspace_max_bytes=1 * MB), runtime_engine.limits(TEST_LIMITS))
     try:
@@ -596,7 +601,7 @@ def test_it_runs_no_check_in_a_workspace_over_its_quota(runtime_engine: RuntimeE
 def test_it_runs_no_check_when_the_workers_disk_is_short_of_its_reserve(runtime_engine: RuntimeEngine, tmp_path: Path, db: None) -> None:
     import shutil
 
-    from sandbox.quota import MB, DiskQuota
+    from sandbox.quota import MB
 
     free = shutil.disk_usage(tmp_path).free
     executor = quota_executor(tmp_path, "disk-reserve", DiskQuota(reserve_bytes=free + 1024 * MB), runtime_engine.limits(TEST_LIMITS))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+from typing import TYPE_CHECKING
 
 import pytest
 from django.contrib.auth.models import User
@@ -25,6 +26,9 @@ from runs.views.trace import present
 from tests.helpers import World
 from tests.test_policy_admin import ADD, inline_form
 
+if TYPE_CHECKING:
+    from django.test.client import _MonkeyPatchedWSGIResponse  # the test client's response: only django-stubs names it
+
 pytestmark = pytest.mark.django_db
 
 
@@ -34,13 +38,13 @@ def permitted(settings: Settings) -> None:
     settings.HARNESS_ALLOW_SELF_APPROVAL = True
 
 
-def turn_on_self_approval(client) -> object:
+def turn_on_self_approval(client: Client) -> _MonkeyPatchedWSGIResponse:
     data = inline_form(client)
     data.update({"allow_self_approval": "on", "note": "allow self approval"})
     return client.post(ADD, data, follow=True)
 
 
-def test_it_warns_when_self_approval_is_turned_on_and_marks_the_version_diff(permitted, client: Client, admin_user: User) -> None:
+def test_it_warns_when_self_approval_is_turned_on_and_marks_the_version_diff(permitted: None, client: Client, admin_user: User) -> None:
     client.force_login(admin_user)
     assert "no second person" in client.get(ADD).content.decode()
     page = turn_on_self_approval(client).content.decode()
@@ -58,7 +62,9 @@ def test_it_warns_when_self_approval_is_turned_on_and_marks_the_version_diff(per
     assert not version_diff(previous_of(current_policy_row()), current_policy_row()).startswith("!!")
 
 
-def test_it_records_every_self_approved_decision_in_the_audit_trail(permitted, client: Client, admin_user: User, reviewer: User) -> None:
+def test_it_records_every_self_approved_decision_in_the_audit_trail(
+    permitted: None, client: Client, admin_user: User, reviewer: User
+) -> None:
     client.force_login(admin_user)
     turn_on_self_approval(client)
     world = World()

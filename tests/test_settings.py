@@ -13,7 +13,7 @@ import pytest
 SETTINGS = Path(__file__).resolve().parent.parent / "harness_site" / "settings.py"
 
 
-def start(**env):
+def start(**env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY", "DATABASE_URL")}
     return subprocess.run(
         [sys.executable, "-c", "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='harness_site.settings'; django.setup()"],
@@ -44,7 +44,7 @@ def start(**env):
         ({"DEBUG": "1", "HARNESS_DB_PREPARE": "sometimes"}, "HARNESS_DB_PREPARE must be a boolean"),
     ],
 )
-def test_it_fails_at_start_naming_the_bad_variable(env, named) -> None:
+def test_it_fails_at_start_naming_the_bad_variable(env: dict[str, str], named: str) -> None:
     result = start(**env)
     assert result.returncode != 0
     assert named in result.stderr

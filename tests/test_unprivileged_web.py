@@ -8,6 +8,7 @@ from __future__ import annotations
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -61,13 +62,15 @@ def test_it_stops_a_run_whose_workspace_the_worker_cannot_prepare(
     assert advance(str(run.pk)) == "workspace_error"
     run.refresh_from_db()
     assert run.outcome == "workspace_error" and "not a local git repository" in run.stop_message
-    assert run.events.order_by("seq").last().type == "stopped"
+    last = run.events.order_by("seq").last()
+    assert last is not None and last.type == "stopped"
 
 
-def compose_config() -> dict:
+def compose_config() -> dict[str, Any]:
     done = subprocess.run(["docker-compose", "--env-file", ".env.example", "config"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    return yaml.safe_load(done.stdout)
+    config: dict[str, Any] = yaml.safe_load(done.stdout)
+    return config
 
 
 @pytest.mark.compose
