@@ -83,8 +83,9 @@ _FIELDS: dict[type[ev.Event], dict[str, Any]] = {
     ev.Stopped: {"status": "killed", "message": "killed by otto"},
 }
 
-EXAMPLES: dict[type[ev.Event], ev.Event] = {
-    cls: cls(run_id=RUN, seq=n, ts=TS + n, call_id="c1", **fields) for n, (cls, fields) in enumerate(_FIELDS.items(), 1)
+# Every class in _FIELDS is one of the event types (ev.AnyEvent).
+EXAMPLES: dict[type[ev.Event], ev.AnyEvent] = {
+    cls: cast(ev.AnyEvent, cls(run_id=RUN, seq=n, ts=TS + n, call_id="c1", **fields)) for n, (cls, fields) in enumerate(_FIELDS.items(), 1)
 }
 
 E = TypeVar("E", bound=ev.Event)

@@ -8,12 +8,13 @@ import time
 import docker
 import pytest
 from django.contrib.auth.models import User
+from docker.models.containers import Container
 
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
 from approvals.services import grant
 from runs.control import kill
-from runs.models import Event
+from runs.models import Event, Run
 from runs.runtime import create_run
 from tests.fixtures_services import Worker
 from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO, assert_gap_free, wait_for
@@ -21,10 +22,11 @@ from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO, assert_gap_free, wa
 pytestmark = [pytest.mark.celery, pytest.mark.docker]
 
 
-def containers_of(run) -> list:
+def containers_of(run: Run) -> list[Container]:
     client = docker.from_env()
     # Sparse: one list call, no inspect per container, which raced the kill's removal (404).
-    return client.containers.list(all=True, sparse=True, filters={"label": f"harness.run_id={run.pk}"})
+    containers: list[Container] = client.containers.list(all=True, sparse=True, filters={"label": f"harness.run_id={run.pk}"})
+    return containers
 
 
 def test_it_runs_the_demo_on_a_worker_waits_for_approval_and_completes_after_a_grant(

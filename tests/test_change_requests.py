@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -73,7 +74,7 @@ def run_for(tmp_path: Path, server: GitHttpServer, forge: FakeForge | None, targ
     )
 
 
-def execute(executor: SandboxExecutor, tool: str, args: dict, key: str) -> dict:
+def execute(executor: SandboxExecutor, tool: str, args: dict[str, Any], key: str) -> dict[str, Any]:
     receipt = executor.execute(fixed_call(executor, tool, args, key))
     assert isinstance(receipt, dict)
     return receipt
@@ -84,7 +85,7 @@ def publish(executor: SandboxExecutor) -> None:
     assert (pushed["status"], pushed["effect"]) == ("ok", "applied"), pushed
 
 
-def open_request(executor: SandboxExecutor, key: str = "c" * 32) -> dict:
+def open_request(executor: SandboxExecutor, key: str = "c" * 32) -> dict[str, Any]:
     return execute(executor, "open_change_request", {"title": TITLE, "body": BODY}, key)
 
 

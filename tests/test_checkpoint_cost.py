@@ -7,6 +7,8 @@ bench/loop_overhead.py."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -16,6 +18,7 @@ from core import events as ev
 from core.fences import Lease, RowLock
 from core.scenarios import call
 from core.simulated import MemoryApprovals
+from core.state import RunState
 from runs.eventlog import append_event
 from runs.models import Event, Receipt, Run
 from runs.services import drive_run
@@ -39,7 +42,7 @@ class CountingStore(DjangoStore):
         super().__init__(RowLock("a test's counting driver"))
         self.checkpoints: list[list[str]] = []
 
-    def checkpoint(self, state, events) -> None:
+    def checkpoint(self, state: RunState, events: Sequence[ev.Event]) -> None:
         with CaptureQueriesContext(connection) as captured:
             super().checkpoint(state, events)
         self.checkpoints.append(statements(captured))
@@ -52,7 +55,7 @@ def statements(captured: CaptureQueriesContext) -> list[str]:
     return [kind for kind in kinds if kind not in ("BEGIN", "COMMIT", "ROLLBACK")]
 
 
-def drive_reads(monkeypatch) -> tuple[Run, CountingStore]:
+def drive_reads(monkeypatch: pytest.MonkeyPatch) -> tuple[Run, CountingStore]:
     world = World()
     run = world.create(script=[call("read_file", path="src/calc.py")] * READS)
     store = CountingStore()

@@ -11,6 +11,7 @@ import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -41,7 +42,7 @@ def sweeps_done(log: str) -> int:
     return len(re.findall(r"Task sandbox\.sweep\[[^\]]+\] succeeded", log))
 
 
-def containers_of(client, run_id: str) -> list[dict]:
+def containers_of(client: docker.DockerClient, run_id: str) -> list[dict[str, Any]]:
     # Sparse: one list call, no inspect per container (which races a removal).
     return [c.attrs for c in client.containers.list(all=True, sparse=True, filters={"label": f"harness.run_id={run_id}"})]
 
@@ -92,9 +93,9 @@ def test_it_removes_the_containers_of_ended_and_undriven_runs_and_keeps_every_ro
 ) -> None:
     now = timezone.now()
     lease = timedelta(seconds=settings.HARNESS_LEASE_SECONDS)
-    leased = {"lease_owner": "a live worker", "lease_token": 1}
+    leased: dict[str, object] = {"lease_owner": "a live worker", "lease_token": 1}
     # run: (status, lease fields, roles of its containers, kept?)
-    table = {
+    table: dict[str, tuple[str, dict[str, object], list[str], bool]] = {
         "complete": (Run.Status.COMPLETE, {}, [ROLE_MAIN, PINNED], False),
         "stopped": (Run.Status.STOPPED, {}, [PINNED], False),
         "driven": (Run.Status.RUNNING, {**leased, "lease_expires_at": now + lease}, [ROLE_MAIN, PINNED], True),

@@ -66,6 +66,7 @@ ASK_PUBLISH = [
 def test_it_asks_no_reviewer_again_for_an_effect_that_already_happened() -> None:
     rig = build_rig(CHECKED + [call("publish", message="fix"), call("publish", message="fix")], policy=demo_policy(rules=ASK_PUBLISH))
     rig.harness.run()
+    assert rig.state.waiting is not None
     rig.approvals.grant(rig.state.waiting.approval_key)
     rig.harness.run()
     assert rig.executed("publish") == 1

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 import pytest
@@ -42,6 +42,8 @@ from sandbox.orphans import sweep_orphans
 from tests.fixtures_services import service_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 SCOPE = f"chaos-{os.getpid()}"
@@ -210,7 +212,7 @@ class RunTask:
             stderr=self.err,
         )
 
-    def until(self, what: str, found: Callable[[], Any], seconds: float = 60) -> Any:
+    def until(self, what: str, found: Callable[[], T | None], seconds: float = 60) -> T:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             value = found()

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -84,7 +85,7 @@ def changed_run(remote: Remote, url: str, tmp_path: Path) -> SandboxExecutor:
     return SandboxExecutor("run-1a2b3c4d", workspace, None, FileArtifactStore(), tmp_path / "outbox", write_paths=("*",), remote=target)
 
 
-def publish(executor: SandboxExecutor, key: str, message: str = "Refuse negative prices\n\nThey made refunds.") -> dict:
+def publish(executor: SandboxExecutor, key: str, message: str = "Refuse negative prices\n\nThey made refunds.") -> dict[str, Any]:
     receipt = executor.execute(fixed_call(executor, "publish", {"message": message}, key))
     assert isinstance(receipt, dict)
     return receipt

@@ -28,7 +28,7 @@ def sshd(tmp_path: Path) -> Iterator[SshServer]:
         yield server
 
 
-def access_for(server: SshServer, settings, key: Path) -> RemoteAccess:
+def access_for(server: SshServer, settings: Settings, key: Path) -> RemoteAccess:
     # Through the settings, as HARNESS_GIT_SSH_KEY_FILE and HARNESS_GIT_SSH_KNOWN_HOSTS set them.
     settings.GIT_ALLOWED_REMOTES = [f"ssh://{server.user}@127.0.0.1:{server.port}/*"]
     settings.GIT_SSH_KEY_FILE = str(key)

@@ -8,7 +8,7 @@ from django.contrib.auth.models import User
 from approvals.services import DjangoApprovals
 from core.errors import InputError
 from runs.control import ControlRefused, Watchdog, kill, set_global
-from runs.models import Event, GlobalSwitch
+from runs.models import Event, GlobalSwitch, Run
 from runs.runtime import create_run
 from runs.services import drive_run
 from tests.helpers import World
@@ -17,7 +17,7 @@ from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
 
-def waiting(world: World):
+def waiting(world: World) -> Run:
     run = world.create()
     state = drive_run(run, world.environment(), DjangoApprovals(run))
     assert state.status == "waiting_approval"

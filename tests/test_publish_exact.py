@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given
@@ -27,7 +28,7 @@ from tests.git_apply import git_applies_to_source, patch_applies_to_source
 KEY = "0123456789abcdef0123456789abcdef"
 
 
-def call(executor: SandboxExecutor, tool: str, **args) -> dict:
+def call(executor: SandboxExecutor, tool: str, **args: Any) -> dict[str, Any]:
     receipt = executor.execute(fixed_call(executor, tool, args, KEY) if tool == "publish" else make_call(tool, args))
     assert isinstance(receipt, dict)
     return receipt

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.ports import Call
 from core.receipts import ReceiptInvalid, check_receipt
 
 GOOD = {"call_id": "c1", "tool": "read_file", "status": "ok", "effect": "none", "revision": "r1", "data": {}, "artifacts": []}
@@ -30,7 +31,7 @@ def test_it_accepts_a_consistent_receipt() -> None:
         ({**GOOD, "passed": True}, "extra"),
     ],
 )
-def test_it_rejects_an_inconsistent_receipt(raw, problem) -> None:
+def test_it_rejects_an_inconsistent_receipt(raw: object, problem: str) -> None:
     with pytest.raises(ReceiptInvalid) as caught:
         check_receipt(raw, "c1", "read_file", "r1")
     assert problem.lower() in str(caught.value).lower()
@@ -41,7 +42,7 @@ def test_it_stops_the_run_on_a_missing_receipt_from_a_crashing_executor() -> Non
 
     rig = build_rig([call("read_file", path="src/calc.py")])
 
-    def explode(call) -> None:
+    def explode(call: Call) -> None:
         raise RuntimeError("socket closed")
 
     rig.harness.executor = type("Broken", (), {"execute": staticmethod(explode), "reconcile": None})()

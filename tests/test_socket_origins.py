@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -19,7 +20,7 @@ from tests.fixtures_web import AsgiServer, free_port
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def opened(server: AsgiServer, path: str, headers: dict[str, str]) -> tuple[int, list[dict]]:
+def opened(server: AsgiServer, path: str, headers: dict[str, str]) -> tuple[int, list[dict[str, Any]]]:
     """(the close code, the messages before it) of a socket the server accepted;
     (the handshake's HTTP status, []) of one it refused."""
     try:
