@@ -229,7 +229,7 @@ def counting_psycopg(conn: Any, counter: Counter) -> None:
     """Statements LangGraph's PostgresSaver sends (autocommit: no BEGIN or COMMIT)."""
     import psycopg
 
-    class CountingCursor(psycopg.Cursor):  # type: ignore[type-arg]
+    class CountingCursor(psycopg.Cursor):
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             counter._add(1)
             return super().execute(query, params, **kwargs)
@@ -352,18 +352,18 @@ def peer_saver(kind: str, url: str) -> Iterator[tuple[Any, Callable[[Counter], A
     from langgraph.checkpoint.postgres import PostgresSaver
     from psycopg.rows import dict_row
 
-    with psycopg.connect(url, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
-        saver = PostgresSaver(conn)
+    with psycopg.connect(url, autocommit=True, prepare_threshold=0, row_factory=dict_row) as pg_conn:
+        saver = PostgresSaver(pg_conn)
         saver.setup()
 
         @contextmanager
         def counting_pg(counter: Counter) -> Iterator[None]:
-            plain = conn.cursor_factory
-            counting_psycopg(conn, counter)
+            plain = pg_conn.cursor_factory
+            counting_psycopg(pg_conn, counter)
             try:
                 yield
             finally:
-                conn.cursor_factory = plain
+                pg_conn.cursor_factory = plain
 
         yield saver, counting_pg
 
@@ -396,7 +396,8 @@ def child(kind: str, url: str, peer_url: str, steps: int, trials: int) -> dict[s
         out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
     finally:
         shutil.rmtree(var, ignore_errors=True)
-    return json.loads(out.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
 
 
 @contextmanager
@@ -489,7 +490,8 @@ def measure(steps: int, db_steps: int, trials: int) -> dict[str, Any]:
 def ratio(trials: dict[str, Any]) -> float:
     """Median of the per-trial ratios: each pair ran back to back."""
     pairs = zip(trials["harness"]["seconds"], trials["langgraph"]["seconds"], strict=True)
-    return round(statistics.median(h / p for h, p in pairs), 2)
+    median: float = statistics.median(h / p for h, p in pairs)
+    return round(median, 2)
 
 
 def database_row(trials: dict[str, Any], saver: str) -> dict[str, Any]:
