@@ -76,7 +76,7 @@ def main() -> None:
     def switch(on: bool) -> None:
         chosen = masking if on else unmasked
         runs.eventlog.masked, runs.store.masked_text = chosen[0], chosen[1]  # type: ignore[attr-defined]  # the names they imported
-        redact.RedactedJSONField.get_db_prep_value, redact.RedactedTextField.get_prep_value = chosen[2], chosen[3]  # type: ignore[method-assign]
+        redact.RedactedJSONField.get_db_prep_value, redact.RedactedTextField.get_prep_value = chosen[2], chosen[3]  # type: ignore[method-assign]  # swapped for the measurement, put back after
 
     per_step: dict[bool, list[float]] = {True: [], False: []}
     warmup = Run.objects.create(task_id="bench", objective="warm up", contract={}, policy=current_policy_row(), proposer={})

@@ -372,7 +372,7 @@ def test_it_stops_the_run_when_the_lookup_finds_another_commit_on_the_branch() -
     ]
     rig = build_rig(script, faults=[Fault("publish", "timeout", 1)])
     detail = "branch harness/t-1 on https://git.example.com/a.git is at 0123abcd, which is not this run's commit"
-    rig.executor.reconcile = lambda effect: Reconciliation(True, False, True, detail, conflict=True)  # type: ignore[method-assign]
+    rig.executor.reconcile = lambda effect: Reconciliation(True, False, True, detail, conflict=True)  # type: ignore[method-assign]  # this instance's only
     rig.harness.run()
     assert rig.state.outcome == "effect_conflict"
     assert "not this run's commit" in (rig.state.stop_message or "")

@@ -122,7 +122,7 @@ def test_it_runs_the_demo_until_publish_waits_for_approval(docker_engine: docker
     finally:
         environment.close()
     with pytest.raises(NotFound):
-        docker_engine.containers.get(environment.executor.container.id)  # type: ignore[attr-defined]
+        docker_engine.containers.get(environment.executor.container.id)  # type: ignore[attr-defined]  # the sandbox's executor, typed as the port
 
 
 @pytest.mark.django_db(transaction=True)
