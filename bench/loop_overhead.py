@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -90,7 +90,7 @@ def noop_parts(steps: int) -> tuple[Any, Any, Any, Any]:
         task_id="bench",
         objective="measure",
         acceptance_criteria=["numbers"],
-        workspace={"kind": "path", "path": "."},  # type: ignore[arg-type]
+        workspace={"kind": "path", "path": "."},  # type: ignore[arg-type]  # pydantic validates it into a WorkspaceSource
         allowed_write_paths=[],
         allowed_tools=["read_file"],
         verification_targets=["tests"],
@@ -139,6 +139,10 @@ def harness_loop(steps: int, store: Any, run_id: str) -> float:
     return elapsed / steps
 
 
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
+
+
 class GraphState(TypedDict):
     proposal: dict[str, Any] | None
     feedback: dict[str, Any] | None
@@ -168,7 +172,7 @@ def langgraph_loop(steps: int, checkpointer: Any) -> float:
     graph.add_edge("propose", "execute")
     graph.add_conditional_edges("execute", lambda state: "propose" if state["steps"] < steps else END)
     app = graph.compile(checkpointer=checkpointer)
-    config = {"configurable": {"thread_id": uuid.uuid4().hex}, "recursion_limit": 2 * steps + 10}
+    config: RunnableConfig = {"configurable": {"thread_id": uuid.uuid4().hex}, "recursion_limit": 2 * steps + 10}
     start = time.perf_counter()
     final = app.invoke({"proposal": None, "feedback": None, "steps": 0}, config, durability="sync")
     elapsed = time.perf_counter() - start
@@ -217,7 +221,7 @@ def counting_django(counter: Counter) -> Iterator[None]:
         counter._add(2)
         commit()
 
-    connection.commit = counted_commit  # type: ignore[method-assign]
+    connection.commit = counted_commit  # type: ignore[method-assign]  # this connection's only, put back below
     try:
         with connection.execute_wrapper(wrapper):
             yield
@@ -229,7 +233,7 @@ def counting_psycopg(conn: Any, counter: Counter) -> None:
     """Statements LangGraph's PostgresSaver sends (autocommit: no BEGIN or COMMIT)."""
     import psycopg
 
-    class CountingCursor(psycopg.Cursor):  # type: ignore[type-arg]
+    class CountingCursor(psycopg.Cursor):
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
             counter._add(1)
             return super().execute(query, params, **kwargs)
@@ -352,20 +356,20 @@ def peer_saver(kind: str, url: str) -> Iterator[tuple[Any, Callable[[Counter], A
     from langgraph.checkpoint.postgres import PostgresSaver
     from psycopg.rows import dict_row
 
-    with psycopg.connect(url, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
-        saver = PostgresSaver(conn)
-        saver.setup()
+    with psycopg.connect(url, autocommit=True, prepare_threshold=0, row_factory=dict_row) as pg_conn:
+        pg_saver = PostgresSaver(pg_conn)
+        pg_saver.setup()
 
         @contextmanager
         def counting_pg(counter: Counter) -> Iterator[None]:
-            plain = conn.cursor_factory
-            counting_psycopg(conn, counter)
+            plain = pg_conn.cursor_factory
+            counting_psycopg(pg_conn, counter)
             try:
                 yield
             finally:
-                conn.cursor_factory = plain
+                pg_conn.cursor_factory = plain
 
-        yield saver, counting_pg
+        yield pg_saver, counting_pg
 
 
 def interleaved(variants: dict[str, Callable[[Counter], float]], trials: int, steps: int) -> dict[str, Any]:
@@ -396,7 +400,8 @@ def child(kind: str, url: str, peer_url: str, steps: int, trials: int) -> dict[s
         out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
     finally:
         shutil.rmtree(var, ignore_errors=True)
-    return json.loads(out.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
 
 
 @contextmanager
@@ -489,7 +494,8 @@ def measure(steps: int, db_steps: int, trials: int) -> dict[str, Any]:
 def ratio(trials: dict[str, Any]) -> float:
     """Median of the per-trial ratios: each pair ran back to back."""
     pairs = zip(trials["harness"]["seconds"], trials["langgraph"]["seconds"], strict=True)
-    return round(statistics.median(h / p for h, p in pairs), 2)
+    median: float = statistics.median(h / p for h, p in pairs)
+    return round(median, 2)
 
 
 def database_row(trials: dict[str, Any], saver: str) -> dict[str, Any]:

@@ -112,7 +112,7 @@ def preparation(src: Path, tmp: Path, rounds: int, image: str) -> dict[str, Any]
         drop(target)
         for kind in ("path", "git"):
             run_root = tmp / f"ws-{kind}-{r}"
-            source = WorkspaceSource(kind=kind, path=str(src))  # type: ignore[arg-type]
+            source = WorkspaceSource(kind=kind, path=str(src))
             started = time.perf_counter()
             workspace = prepare_workspace(run_root, source, tmp, (tmp,))
             out[f"prepare_{kind}"].append(time.perf_counter() - started)
@@ -223,7 +223,7 @@ def measure(sizes: list[int], image: str, rounds: dict[int, int], counts: tuple[
             began = time.perf_counter()
             generate(tree, size)
             generated = time.perf_counter() - began
-            row = {"files": size, "generate_s": generated, "load_before": uptime()}
+            row: dict[str, Any] = {"files": size, "generate_s": generated, "load_before": uptime()}
             row["preparation"] = preparation(tree, tmp, rounds[size], image)
             row.update(calls(tree, tmp, image, *counts))
             # Run start: preparation from git, then the pickup (its verifying walk, the container starting meanwhile).

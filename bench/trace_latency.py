@@ -43,7 +43,7 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -137,8 +137,12 @@ def write_events(run_id: str, rate: float, count: int, batch: int, out: Path) ->
                 time.sleep(delay)
         size = min(count - n, random.randint(2, batch) if batch > 1 and len(committed) % 2 else 1)
         stamp: dict[str, float] = {}
+
+        def committed_at(stamp: dict[str, float] = stamp) -> None:
+            stamp.setdefault("t", time.time())
+
         with transaction.atomic():
-            transaction.on_commit(lambda stamp=stamp: stamp.setdefault("t", time.time()))
+            transaction.on_commit(committed_at)
             rows = append_events(run_id, [note(run_id, n + i) for i in range(size)], fence=RowLock("the bench's writer"))
         for row in rows:
             committed[row.seq] = stamp["t"]
@@ -164,11 +168,16 @@ async def watch(
 
     done = asyncio.get_running_loop().create_future()
     if stop is not None:
-        stop.add_done_callback(lambda _: done.done() or done.set_result(None))
+
+        def stopped(_: asyncio.Future[None]) -> None:
+            if not done.done():
+                done.set_result(None)
+
+        stop.add_done_callback(stopped)
 
     class Viewer(WebSocketClientProtocol):
         def onOpen(self) -> None:  # noqa: N802 - autobahn's name
-            self.sendMessage(json.dumps({"type": "subscribe", "after_seq": after}).encode())
+            self.sendMessage(json.dumps({"type": "subscribe", "after_seq": after}).encode())  # type: ignore[no-untyped-call]  # autobahn is unannotated
 
         def onMessage(self, payload: bytes, is_binary: bool) -> None:  # noqa: N802
             now = time.time()
@@ -183,7 +192,7 @@ async def watch(
                 if len(arrivals) >= expected and not done.done():
                     done.set_result(None)
 
-    factory = WebSocketClientFactory(url, origin=origin, headers={"Cookie": cookie})
+    factory = WebSocketClientFactory(url, origin=origin, headers={"Cookie": cookie})  # type: ignore[no-untyped-call]  # autobahn is unannotated
     factory.protocol = Viewer
     host, port = url.split("//", 1)[1].split("/", 1)[0].split(":")
     transport, _ = await asyncio.get_running_loop().create_connection(factory, host, int(port))
@@ -244,7 +253,8 @@ def viewers_process(url: str, cookie: str, origin: str, count: int, expected: in
         readies = [asyncio.Event() for _ in range(count)]
         tasks = [asyncio.create_task(watch(url, cookie, origin, 0, expected, arrivals[i], readies[i], stop, repeats)) for i in range(count)]
         all_ready = asyncio.ensure_future(asyncio.gather(*(ready.wait() for ready in readies)))
-        await asyncio.wait([all_ready, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        waited: list[asyncio.Future[Any]] = [all_ready, *tasks]
+        await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
         for task in tasks:
             if task.done():
                 task.result()  # a viewer that failed to connect fails the bench
@@ -294,6 +304,15 @@ def scheduler_ns(pid: int) -> tuple[int, int]:
             continue
         on_cpu, waiting = on_cpu + int(fields[0]), waiting + int(fields[1])
     return on_cpu, waiting
+
+
+class Load(TypedDict):
+    """What ``stream_once`` writes: how many writers, at what rate, how many events, in batches of up to how many."""
+
+    writers: int
+    rate: float
+    count: int
+    batch: int
 
 
 def stream_once(
@@ -407,7 +426,8 @@ def measure(
         start_new_session=True,
     )
     worker = start_worker(PREFIX, 1, ENV, VAR / "worker.log") if with_worker else None
-    stop, checks = threading.Event(), []
+    stop = threading.Event()
+    checks: list[int] = []
     feeder = threading.Thread(target=busy_worker, args=(user, stop, checks), daemon=True) if worker else None
     try:
         wait_ready(base, VAR / "daphne.log")
@@ -419,9 +439,9 @@ def measure(
                     raise RuntimeError(f"the worker ran no check in 120 s: {(VAR / 'worker.log').read_text()[-2000:]}")
                 time.sleep(0.2)
         checks_before = Evidence.objects.count()
-        single = {"writers": 1, "rate": rate, "count": int(rate * seconds), "batch": 1}
+        single: Load = {"writers": 1, "rate": rate, "count": int(rate * seconds), "batch": 1}
         streams = [stream_once(port, server.pid, user, cookie, viewers, **single) for _ in range(repeats)]
-        pair = {"writers": 2, "rate": 0, "count": pair_events, "batch": 5}
+        pair: Load = {"writers": 2, "rate": 0, "count": pair_events, "batch": 5}
         pairs = [stream_once(port, server.pid, user, cookie, viewers, **pair) for _ in range(pair_repeats)]
         if feeder:
             stop.set()

@@ -20,20 +20,20 @@ def _persona(username: str, *groups: str, staff: bool = False) -> User:
 
 
 @pytest.fixture
-def reviewer(db) -> User:
+def reviewer(db: None) -> User:
     return _persona("rita-reviewer", "reviewer")
 
 
 @pytest.fixture
-def operator(db) -> User:
+def operator(db: None) -> User:
     return _persona("otto-operator", "operator")
 
 
 @pytest.fixture
-def admin_user(db) -> User:
+def admin_user(db: None) -> User:
     return _persona("ada-admin", "admin", staff=True)
 
 
 @pytest.fixture
-def outsider(db) -> User:
+def outsider(db: None) -> User:
     return _persona("oscar-outsider")

@@ -3,7 +3,7 @@ each type (tests/test_event_types.py checks that no type is missing here)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from core import events as ev
 
@@ -83,9 +83,17 @@ _FIELDS: dict[type[ev.Event], dict[str, Any]] = {
     ev.Stopped: {"status": "killed", "message": "killed by otto"},
 }
 
-EXAMPLES: dict[type[ev.Event], ev.Event] = {
-    cls: cls(run_id=RUN, seq=n, ts=TS + n, call_id="c1", **fields) for n, (cls, fields) in enumerate(_FIELDS.items(), 1)
+# Every class in _FIELDS is one of the event types (ev.AnyEvent).
+EXAMPLES: dict[type[ev.Event], ev.AnyEvent] = {
+    cls: cast(ev.AnyEvent, cls(run_id=RUN, seq=n, ts=TS + n, call_id="c1", **fields)) for n, (cls, fields) in enumerate(_FIELDS.items(), 1)
 }
+
+E = TypeVar("E", bound=ev.Event)
+
+
+def example(kind: type[E]) -> E:
+    """The example of one event type, as that type (EXAMPLES holds each under its class)."""
+    return cast(E, EXAMPLES[kind])
 
 
 def record(event: ev.Event) -> dict[str, Any]:

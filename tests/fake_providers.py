@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 from core.events import ModelNote
 
@@ -88,7 +88,7 @@ class FakeProvider:
     def bodies(self) -> list[dict[str, Any]]:
         return [r.body for r in self.requests]
 
-    def __enter__(self) -> FakeProvider:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

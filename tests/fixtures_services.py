@@ -158,7 +158,7 @@ def purge_queue() -> None:
 
 
 @pytest.fixture
-def celery_worker(transactional_db, tmp_path_factory) -> Iterator[Worker]:
+def celery_worker(transactional_db: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
     """A running worker for one test; the test's data is committed (transactional)."""
     purge_queue()
     worker = Worker(tmp_path_factory.mktemp("worker"))

@@ -22,6 +22,8 @@ import pytest
 from tests.fixtures_services import ROOT, service_env
 
 if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
+
     from approvals.models import ApprovalRequest
     from runs.models import Run
     from tests.helpers import World
@@ -108,7 +110,7 @@ class AsgiServer:
 
 
 @pytest.fixture
-def live_server_asgi(transactional_db, tmp_path_factory) -> Iterator[AsgiServer]:
+def live_server_asgi(transactional_db: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AsgiServer]:
     """Daphne serving the app for one test; the test's data is committed (transactional)."""
     server = AsgiServer(tmp_path_factory.mktemp("daphne"))
     server.start()
@@ -119,7 +121,7 @@ def live_server_asgi(transactional_db, tmp_path_factory) -> Iterator[AsgiServer]
 
 
 @pytest.fixture(scope="module")
-def chromium() -> Iterator[object]:
+def chromium() -> Iterator[Browser]:
     """One browser per test module: Playwright's loop must not outlive the module,
     or other modules' async_to_sync calls on this thread would find it running."""
     from playwright.sync_api import sync_playwright
@@ -139,7 +141,7 @@ def chromium() -> Iterator[object]:
 
 
 @pytest.fixture
-def browser_page(chromium) -> Iterator[object]:
+def browser_page(chromium: Browser) -> Iterator[Page]:
     context = chromium.new_context(viewport={"width": 1280, "height": 860})
     page = context.new_page()
     try:
@@ -148,7 +150,7 @@ def browser_page(chromium) -> Iterator[object]:
         context.close()
 
 
-def sign_in(page, server: AsgiServer, username: str) -> None:
+def sign_in(page: Page, server: AsgiServer, username: str) -> None:
     page.goto(f"{server.url}/accounts/login/")
     page.fill("#id_username", username)
     page.fill("#id_password", f"{username}-pass-123")
@@ -156,7 +158,7 @@ def sign_in(page, server: AsgiServer, username: str) -> None:
     page.wait_for_url(lambda url: "/accounts/login/" not in url)
 
 
-def screenshot(page, name: str) -> None:
+def screenshot(page: Page, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=False)
 

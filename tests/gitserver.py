@@ -154,7 +154,7 @@ class GitHttpServer:
 
 def read_body(req: BaseHTTPRequestHandler) -> bytes:
     if req.headers.get("Transfer-Encoding", "").lower() == "chunked":
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             size = int(req.rfile.readline().strip().split(b";")[0], 16)
             if size == 0:

@@ -4,15 +4,19 @@ through the real Django store."""
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping, Sequence
 
+from django.contrib.auth.models import User
 from django.core.management import call_command
 
 from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row
 from core.environment import Environment
+from core.events import Event
 from core.fences import RowLock
 from core.scenarios import FIXED, call
-from core.simulated import SimExecutor, SimWorkspace
+from core.simulated import MemoryApprovals, SimExecutor, SimWorkspace
+from core.state import RunState
 from runs.control import kill_requested
 from runs.models import Run
 from runs.services import check_new_run, do_create_run
@@ -40,6 +44,9 @@ SCRIPT = [
 class World:
     """The simulated outside world of one run; it outlives any one driver."""
 
+    # Set by the tests that decide approvals in memory (test_durable_state's create).
+    approvals: MemoryApprovals
+
     def __init__(self) -> None:
         self.workspace = SimWorkspace({"src/calc.py": "def total(q):\n    return q\n"})
         self.executor = SimExecutor(self.workspace, check_passes=lambda files, _: "ValueError" in files["src/calc.py"])
@@ -47,7 +54,7 @@ class World:
     def environment(self) -> Environment:
         return Environment(self.executor, self.workspace)
 
-    def create(self, actor=None, script=SCRIPT, contract=CONTRACT) -> Run:
+    def create(self, actor: User | None = None, script: Sequence[object] = SCRIPT, contract: Mapping[str, object] = CONTRACT) -> Run:
         new = check_new_run(contract, {"kind": "scripted", "script": script})
         return do_create_run(new, actor, lambda run: self.workspace.revision())
 
@@ -94,7 +101,7 @@ class CrashingStore(DjangoStore):
         self.crash_at = crash_at
         self.count = 0
 
-    def checkpoint(self, state, events):
+    def checkpoint(self, state: RunState, events: Sequence[Event]) -> None:
         self.count += 1
         if self.count == self.crash_at:
             raise Crash(f"crash at checkpoint {self.count}")

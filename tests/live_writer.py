@@ -48,7 +48,7 @@ def main() -> None:
     rng = random.Random(seed)
     dropped: list[int] = []
     real = get_channel_layer()
-    broadcast.get_channel_layer = lambda: lossy(real, rng, share, dropped)
+    broadcast.get_channel_layer = lambda: lossy(real, rng, share, dropped)  # type: ignore[attr-defined]  # the name runs.broadcast imported
     print("ready", flush=True)
     sys.stdin.readline()
     written = 0

@@ -38,7 +38,7 @@ class RemoteRig:
         return self.proxy.url(f"{REPOSITORY}.git")
 
     def contract(self, *extra_tools: str) -> dict[str, Any]:
-        contract = copy.deepcopy(DEMO_CONTRACT)
+        contract: dict[str, Any] = copy.deepcopy(DEMO_CONTRACT)
         contract["workspace"] = {"kind": "git", "url": self.url, "ref": "main"}
         contract["allowed_tools"] += list(extra_tools)
         return contract

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from runs.models import Event, Run
@@ -14,7 +15,7 @@ DEMO_SCRIPT = json.loads((ROOT / "examples/demo/proposals.json").read_text())
 SCRIPTED_DEMO = {"kind": "scripted", "script": DEMO_SCRIPT}
 
 
-def wait_for(run: Run, statuses: tuple[str, ...], timeout: float = 60, log=lambda: "") -> Run:
+def wait_for(run: Run, statuses: tuple[str, ...], timeout: float = 60, log: Callable[[], str] = lambda: "") -> Run:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         run.refresh_from_db()

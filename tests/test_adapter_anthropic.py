@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.pricing import Budget, Price
+from core import events as ev
 from core.policy import Rule
 from core.scenarios import FIXED, build_rig, demo_contract, demo_policy
 from core.tools import builtin_registry
@@ -34,7 +35,7 @@ DEMO = [
 ]
 
 
-def test_it_sends_the_task_the_tools_and_the_limits_field_by_field():
+def test_it_sends_the_task_the_tools_and_the_limits_field_by_field() -> None:
     rig = build_rig([], contract=demo_contract(max_proposals=1))
     with FakeAnthropic(DEMO[:1]) as fake:
         adapter("anthropic", fake.base_url, rig)
@@ -56,7 +57,7 @@ def test_it_sends_the_task_the_tools_and_the_limits_field_by_field():
     assert body["tools"] == [{"name": s.name, "description": s.description, "input_schema": s.json_schema()} for s in visible]
 
 
-def test_it_drives_the_demo_task_to_completion_with_tool_results_under_matching_ids():
+def test_it_drives_the_demo_task_to_completion_with_tool_results_under_matching_ids() -> None:
     rig = build_rig([])
     with FakeAnthropic(DEMO) as fake:
         adapter("anthropic", fake.base_url, rig, price=Price(3.0, 15.0))
@@ -76,7 +77,7 @@ def test_it_drives_the_demo_task_to_completion_with_tool_results_under_matching_
     assert usage[-1]["total_tokens"] == 480 and usage[-1]["total_cost_usd"] == pytest.approx(4 * (100 * 3 + 20 * 15) / 1e6)
 
 
-def test_it_waits_for_approval_and_continues_the_same_conversation_after_a_reload():
+def test_it_waits_for_approval_and_continues_the_same_conversation_after_a_reload() -> None:
     script = [
         anthropic_tools(
             ("toolu_1", "write_file", {"path": "src/calc.py", "content": FIXED}),
@@ -90,6 +91,7 @@ def test_it_waits_for_approval_and_continues_the_same_conversation_after_a_reloa
         adapter("anthropic", fake.base_url, rig)
         rig.harness.run()
         assert rig.state.status == "waiting_approval" and len(fake.requests) == 1
+        assert rig.state.waiting is not None
         rig.approvals.grant(rig.state.waiting.approval_key)
         reload(rig)
         adapter("anthropic", fake.base_url, rig)
@@ -103,7 +105,7 @@ def test_it_waits_for_approval_and_continues_the_same_conversation_after_a_reloa
     assert all(r["type"] == "tool_result" and r["is_error"] is False for r in results)
 
 
-def test_it_marks_refusals_as_errors_and_skips_the_rest_of_the_response():
+def test_it_marks_refusals_as_errors_and_skips_the_rest_of_the_response() -> None:
     script = [
         anthropic_tools(("toolu_1", "publish", {"message": "ship"}), ("toolu_2", "read_file", {"path": "src/calc.py"})),
         anthropic_tools(("toolu_3", "read_file", {"path": "src/calc.py"})),
@@ -118,7 +120,7 @@ def test_it_marks_refusals_as_errors_and_skips_the_rest_of_the_response():
     assert rig.executed("publish") == 0 and rig.executed("read_file") == 1
 
 
-def test_it_turns_a_text_reply_into_a_refused_proposal_and_tells_the_model_to_call_a_tool():
+def test_it_turns_a_text_reply_into_a_refused_proposal_and_tells_the_model_to_call_a_tool() -> None:
     script = [anthropic_text("All done, I think."), anthropic_tools(("toolu_1", "read_file", {"path": "src/calc.py"}))]
     rig = build_rig([], contract=demo_contract(max_proposals=2))
     with FakeAnthropic(script) as fake:
@@ -131,7 +133,7 @@ def test_it_turns_a_text_reply_into_a_refused_proposal_and_tells_the_model_to_ca
     assert rig.state.proposals == 2 and rig.executed("read_file") == 1
 
 
-def test_it_passes_non_object_input_and_unknown_tools_to_the_gates():
+def test_it_passes_non_object_input_and_unknown_tools_to_the_gates() -> None:
     script = [
         anthropic_tools(("toolu_1", "read_file", "src/calc.py")),
         anthropic_tools(("toolu_2", "delete_everything", {})),
@@ -141,13 +143,13 @@ def test_it_passes_non_object_input_and_unknown_tools_to_the_gates():
     with FakeAnthropic(script) as fake:
         adapter("anthropic", fake.base_url, rig)
         rig.harness.run()
-    gates = [e.gate for e in rig.store.events if e.model_dump()["type"] == "invalid_input"]
+    gates = [e.gate for e in rig.store.events if isinstance(e, ev.InvalidInput)]
     assert gates == ["parse", "resolve"]
     assert "args: required, must be an object" in fake.bodies[1]["messages"][-1]["content"][0]["content"]
     assert "unknown tool 'delete_everything'" in fake.bodies[2]["messages"][-1]["content"][0]["content"]
 
 
-def test_it_retries_overload_rate_limit_and_server_errors_with_backoff():
+def test_it_retries_overload_rate_limit_and_server_errors_with_backoff() -> None:
     script = [anthropic_error(529, "Overloaded"), anthropic_error(429, "slow down", retry_after="3"), anthropic_error(500, "oops"), DEMO[0]]
     rig = build_rig([], contract=demo_contract(max_proposals=1))
     with FakeAnthropic(script) as fake:
@@ -160,7 +162,7 @@ def test_it_retries_overload_rate_limit_and_server_errors_with_backoff():
     assert rig.executed("read_file") == 1
 
 
-def test_it_stops_model_error_on_401_and_400_with_the_providers_message():
+def test_it_stops_model_error_on_401_and_400_with_the_providers_message() -> None:
     for status, message in ((401, "invalid x-api-key"), (400, "tools.0.input_schema: JSON schema is invalid")):
         rig = build_rig([])
         with FakeAnthropic([anthropic_error(status, message)]) as fake:
@@ -172,7 +174,7 @@ def test_it_stops_model_error_on_401_and_400_with_the_providers_message():
         assert model_notes(rig)[-1]["kind"] == "error"
 
 
-def test_it_stops_budget_exhausted_with_a_clear_report():
+def test_it_stops_budget_exhausted_with_a_clear_report() -> None:
     script = [anthropic_tools((f"toolu_{i}", "read_file", {"path": "src/calc.py"})) for i in range(5)]
     rig = build_rig([])
     with FakeAnthropic(script) as fake:

@@ -12,11 +12,16 @@ import subprocess
 import sys
 
 import pytest
+from pytest_django import Settings
 
+from adapters.openai_adapter import OpenAIProposer
 from adapters.pricing import Budget, Price
+from core import events as ev
 from core import feedback as fb
 from core.policy import Rule
+from core.ports import Proposer
 from core.scenarios import FIXED, build_rig, demo_contract, demo_policy
+from core.simulated import MemoryArtifacts
 from core.tools import builtin_registry
 from tests.fake_providers import (
     API_KEY,
@@ -41,7 +46,7 @@ DEMO = [
 ]
 
 
-def test_it_sends_the_task_the_tools_and_the_limits_field_by_field():
+def test_it_sends_the_task_the_tools_and_the_limits_field_by_field() -> None:
     rig = build_rig([], contract=demo_contract(max_proposals=1))
     with FakeOpenAI(DEMO[:1]) as fake:
         adapter("openai", fake.base_url, rig, budget=Budget(max_tokens=5000))
@@ -69,7 +74,7 @@ def test_it_sends_the_task_the_tools_and_the_limits_field_by_field():
     assert "apply_patch" not in [t["function"]["name"] for t in body["tools"]]  # not allowed for this run
 
 
-def test_it_caps_replies_with_max_completion_tokens_where_the_server_wants_it():
+def test_it_caps_replies_with_max_completion_tokens_where_the_server_wants_it() -> None:
     from adapters.openai_adapter import output_limit_field
 
     assert output_limit_field("https://api.openai.com/v1", "auto") == "max_completion_tokens"  # reasoning models refuse max_tokens
@@ -84,7 +89,7 @@ def test_it_caps_replies_with_max_completion_tokens_where_the_server_wants_it():
     assert body["max_completion_tokens"] == 1024 and "max_tokens" not in body
 
 
-def test_it_drives_the_demo_task_to_completion_with_tool_results_under_matching_ids():
+def test_it_drives_the_demo_task_to_completion_with_tool_results_under_matching_ids() -> None:
     rig = build_rig([])
     with FakeOpenAI(DEMO) as fake:
         adapter("openai", fake.base_url, rig, price=Price(0.15, 0.6))
@@ -108,7 +113,7 @@ def test_it_drives_the_demo_task_to_completion_with_tool_results_under_matching_
     assert rig.state.proposer_state["usage"]["input_tokens"] == 400
 
 
-def test_it_waits_for_approval_and_continues_the_same_conversation_after_a_reload():
+def test_it_waits_for_approval_and_continues_the_same_conversation_after_a_reload() -> None:
     script = [
         openai_tools(("call_1", "read_file", {"path": "src/calc.py"})),
         # Several calls in one response: proposed one at a time, answered together.
@@ -131,6 +136,7 @@ def test_it_waits_for_approval_and_continues_the_same_conversation_after_a_reloa
         adapter("openai", fake.base_url, rig)
         rig.harness.run()
         assert rig.state.status == "waiting_approval" and len(fake.requests) == 2  # no model call while waiting
+        assert rig.state.waiting is not None
         rig.approvals.grant(rig.state.waiting.approval_key)
         reload(rig)
         adapter("openai", fake.base_url, rig)
@@ -145,7 +151,7 @@ def test_it_waits_for_approval_and_continues_the_same_conversation_after_a_reloa
     assert "publish ran" in tools[-1]["content"]
 
 
-def test_it_skips_the_rest_of_a_response_after_a_refused_call():
+def test_it_skips_the_rest_of_a_response_after_a_refused_call() -> None:
     script = [
         openai_tools(
             ("call_1", "finish", {"summary": "done already"}),
@@ -164,14 +170,14 @@ def test_it_skips_the_rest_of_a_response_after_a_refused_call():
     assert "skipped" in results[1]["content"]
 
 
-def test_it_turns_a_text_reply_into_a_refused_proposal_and_tells_the_model_to_call_a_tool():
+def test_it_turns_a_text_reply_into_a_refused_proposal_and_tells_the_model_to_call_a_tool() -> None:
     script = [openai_text("I believe the task is complete."), openai_tools(("call_1", "read_file", {"path": "src/calc.py"}))]
     rig = build_rig([], contract=demo_contract(max_proposals=2))
     with FakeOpenAI(script) as fake:
         adapter("openai", fake.base_url, rig)
         rig.harness.run()
     assert rig.feedbacks == []  # the scripted proposer was replaced
-    invalid = [e for e in rig.store.events if e.model_dump()["type"] == "invalid_input"]
+    invalid = [e for e in rig.store.events if isinstance(e, ev.InvalidInput)]
     assert invalid[0].gate == "parse" and rig.state.proposals == 2
     second = fake.bodies[1]["messages"]
     assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
@@ -179,7 +185,7 @@ def test_it_turns_a_text_reply_into_a_refused_proposal_and_tells_the_model_to_ca
     assert "no tool call" in second[3]["content"] and "finish" in second[3]["content"]
 
 
-def test_it_passes_bad_json_arguments_and_unknown_tools_to_the_gates():
+def test_it_passes_bad_json_arguments_and_unknown_tools_to_the_gates() -> None:
     script = [
         openai_tools(("call_1", "read_file", '{"path": "src/calc.py"')),
         openai_tools(("call_2", "rm_rf", {"path": "."})),
@@ -189,10 +195,10 @@ def test_it_passes_bad_json_arguments_and_unknown_tools_to_the_gates():
     with FakeOpenAI(script) as fake:
         adapter("openai", fake.base_url, rig)
         rig.harness.run()
-    proposed = [e.proposal for e in rig.store.events if e.model_dump()["type"] == "proposed"]
+    proposed = [e.proposal for e in rig.store.events if isinstance(e, ev.Proposed)]
     assert proposed[0] == {"tool": "read_file", "args": '{"path": "src/calc.py"'}
     assert proposed[1] == {"tool": "rm_rf", "args": {"path": "."}}
-    gates = [e.gate for e in rig.store.events if e.model_dump()["type"] == "invalid_input"]
+    gates = [e.gate for e in rig.store.events if isinstance(e, ev.InvalidInput)]
     assert gates == ["parse", "resolve"]
     first_result = fake.bodies[1]["messages"][-1]
     assert first_result["tool_call_id"] == "call_1"
@@ -203,7 +209,7 @@ def test_it_passes_bad_json_arguments_and_unknown_tools_to_the_gates():
     assert rig.executed("read_file") == 1
 
 
-def test_it_retries_rate_limits_and_server_errors_with_backoff_as_model_events():
+def test_it_retries_rate_limits_and_server_errors_with_backoff_as_model_events() -> None:
     script = [openai_error(429, "Rate limit reached", retry_after="2"), openai_error(500, "upstream hiccup"), DEMO[0]]
     rig = build_rig([], contract=demo_contract(max_proposals=1))
     with FakeOpenAI(script) as fake:
@@ -219,7 +225,7 @@ def test_it_retries_rate_limits_and_server_errors_with_backoff_as_model_events()
     assert all(r.headers["x-stainless-retry-count"] == "0" for r in fake.requests)  # the client's own retries are off
 
 
-def test_it_stops_model_error_on_401_with_the_providers_message_and_without_retrying():
+def test_it_stops_model_error_on_401_with_the_providers_message_and_without_retrying() -> None:
     rig = build_rig([])
     with FakeOpenAI([openai_error(401, f"Incorrect API key provided: {API_KEY}.")]) as fake:
         adapter("openai", fake.base_url, rig)
@@ -233,7 +239,7 @@ def test_it_stops_model_error_on_401_with_the_providers_message_and_without_retr
     assert rig.executor.calls == []
 
 
-def test_it_stops_model_error_when_retries_run_out_or_would_cross_the_deadline():
+def test_it_stops_model_error_when_retries_run_out_or_would_cross_the_deadline() -> None:
     rig = build_rig([])
     with FakeOpenAI([openai_error(500, "down")] * 4) as fake:
         adapter("openai", fake.base_url, rig)
@@ -249,7 +255,7 @@ def test_it_stops_model_error_when_retries_run_out_or_would_cross_the_deadline()
     assert late.clock.slept == []
 
 
-def test_it_retries_connection_errors():
+def test_it_retries_connection_errors() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -260,7 +266,7 @@ def test_it_retries_connection_errors():
     assert [n["kind"] for n in model_notes(rig)] == ["retry", "retry", "retry", "error"]
 
 
-def test_it_stops_budget_exhausted_when_the_token_budget_would_be_crossed():
+def test_it_stops_budget_exhausted_when_the_token_budget_would_be_crossed() -> None:
     script = [openai_tools((f"call_{i}", "read_file", {"path": "src/calc.py"})) for i in range(5)]
     rig = build_rig([])
     with FakeOpenAI(script) as fake:
@@ -274,7 +280,7 @@ def test_it_stops_budget_exhausted_when_the_token_budget_would_be_crossed():
     assert model_notes(rig)[-1]["kind"] == "budget_exhausted"
 
 
-def test_it_stops_budget_exhausted_when_the_cost_budget_would_be_crossed():
+def test_it_stops_budget_exhausted_when_the_cost_budget_would_be_crossed() -> None:
     script = [openai_tools((f"call_{i}", "read_file", {"path": "src/calc.py"})) for i in range(5)]
     rig = build_rig([])
     with FakeOpenAI(script) as fake:
@@ -286,7 +292,7 @@ def test_it_stops_budget_exhausted_when_the_cost_budget_would_be_crossed():
     assert rig.state.outcome == "budget_exhausted" and "cost budget exhausted: $0.2800 of $0.2500" in rig.state.stop_message
 
 
-def test_it_estimates_usage_when_the_server_reports_none():
+def test_it_estimates_usage_when_the_server_reports_none() -> None:
     rig = build_rig([], contract=demo_contract(max_proposals=1))
     with FakeOpenAI([openai_tools(("call_1", "read_file", {"path": "src/calc.py"}), usage=None)]) as fake:
         adapter("openai", fake.base_url, rig)
@@ -296,8 +302,7 @@ def test_it_estimates_usage_when_the_server_reports_none():
     assert rig.state.proposer_state["usage"]["estimated"] is True
 
 
-def test_it_continues_a_queue_after_a_crash_without_asking_the_model_again():
-    from adapters.openai_adapter import OpenAIProposer
+def test_it_continues_a_queue_after_a_crash_without_asking_the_model_again() -> None:
 
     script = [openai_tools(("call_1", "list_files", {}), ("call_2", "read_file", {"path": "src/calc.py"}))]
     rig = build_rig([])
@@ -317,7 +322,7 @@ def test_it_continues_a_queue_after_a_crash_without_asking_the_model_again():
 
 
 @pytest.fixture
-def model_settings(settings):
+def model_settings(settings: Settings) -> Settings:
     settings.OPENAI_API_KEY = API_KEY
     settings.OPENAI_ALLOWED_BASE_URLS = ["https://api.openai.com/v1", "http://127.0.0.1:8001/v1"]
     settings.HARNESS_MODEL_MAX_TOKENS = 10_000
@@ -325,7 +330,15 @@ def model_settings(settings):
     return settings
 
 
-def test_it_checks_a_model_configuration_naming_each_bad_field(model_settings):
+def model_proposer(proposer: Proposer) -> OpenAIProposer:
+    """The model's proposer inside the wrapper that masks what it proposes."""
+    from runs.proposers import MaskingProposer
+
+    assert isinstance(proposer, MaskingProposer) and isinstance(proposer.inner, OpenAIProposer)
+    return proposer.inner
+
+
+def test_it_checks_a_model_configuration_naming_each_bad_field(model_settings: Settings) -> None:
     from core.errors import InputError
     from runs.proposers import check_proposer_config
 
@@ -353,50 +366,50 @@ def test_it_checks_a_model_configuration_naming_each_bad_field(model_settings):
         check_proposer_config({"kind": "openai", "model": "gpt-4o-mini"})
 
 
-def test_it_builds_the_adapter_with_the_budget_clipped_by_the_server(model_settings):
-    from adapters.openai_adapter import OpenAIProposer
+def test_it_builds_the_adapter_with_the_budget_clipped_by_the_server(model_settings: Settings) -> None:
     from runs.proposers import build_proposer, proposer_usage
 
     contract = demo_contract()
     tools = builtin_registry().visible(contract.allowed_tools)
     config = {"kind": "openai", "model": "gpt-4o-mini-2024-07-18", "max_tokens": 10**9}
-    built = build_proposer(config, {}, contract, tools, deadline=123.0).inner
+    built = model_proposer(build_proposer(config, {}, contract, tools, deadline=123.0))
     assert isinstance(built, OpenAIProposer)
     assert built.budget == Budget(max_tokens=10_000, max_cost_usd=1.0)  # never more than the server allows
     assert built.price == Price(0.15, 0.6)  # the dated model uses its base model's price
     assert built.deadline == 123.0 and built.base_url == "https://api.openai.com/v1"
-    smaller = build_proposer({**config, "max_tokens": 50, "max_cost_usd": 0.5}, {}, contract, tools).inner
+    smaller = model_proposer(build_proposer({**config, "max_tokens": 50, "max_cost_usd": 0.5}, {}, contract, tools))
     assert smaller.budget == Budget(max_tokens=50, max_cost_usd=0.5)
-    assert proposer_usage(config, smaller.snapshot())["max_tokens"] == 50
+    usage = proposer_usage(config, smaller.snapshot())
+    assert usage is not None and usage["max_tokens"] == 50
     model_settings.OPENAI_API_KEY = ""  # removed after the run was created: it stops cleanly
     refused = build_proposer(config, {}, contract, tools)
     with pytest.raises(Exception, match="OPENAI_API_KEY"):
         refused.propose(None)
 
 
-def test_it_reads_the_repository_only_for_a_conversation_not_yet_begun(model_settings):
+def test_it_reads_the_repository_only_for_a_conversation_not_yet_begun(model_settings: Settings) -> None:
     from core.environment import RepositoryContext
     from runs.proposers import build_proposer
 
     contract = demo_contract()
     tools = builtin_registry().visible(contract.allowed_tools)
     config = {"kind": "openai", "model": "gpt-4o-mini"}
-    reads = []
+    reads: list[int] = []
 
-    def repository():
+    def repository() -> RepositoryContext:
         reads.append(1)
         return RepositoryContext(instructions="use cents", state="src/calc.py", sources=[("src/calc.py", "def total(q): ...")])
 
-    fresh = build_proposer(config, {}, contract, tools, repository=repository).inner
+    fresh = model_proposer(build_proposer(config, {}, contract, tools, repository=repository))
     assert reads == [1]
     assert fresh.context.instructions == "use cents" and list(fresh.context.sources) == [("src/calc.py", "def total(q): ...")]
     begun = {**fresh.snapshot(), "messages": [{"role": "user", "content": "the task as first sent"}]}
-    resumed = build_proposer(config, begun, contract, tools, repository=repository).inner
+    resumed = model_proposer(build_proposer(config, begun, contract, tools, repository=repository))
     assert reads == [1]  # the stored messages are the conversation; the workspace is not read again
     assert resumed.messages == begun["messages"]
 
 
-def test_it_fails_at_start_naming_a_bad_price_table():
+def test_it_fails_at_start_naming_a_bad_price_table() -> None:
     base = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE",)}
     for value, named in (("{not json", "not valid JSON"), ('{"m": {"input": -1, "output": 1}}', "non-negative")):
         result = subprocess.run(
@@ -409,7 +422,7 @@ def test_it_fails_at_start_naming_a_bad_price_table():
         assert "HARNESS_MODEL_PRICES" in result.stderr and named in result.stderr
 
 
-def test_it_summarises_large_outputs_keeping_errors_commands_and_locations_and_the_artifact():
+def test_it_summarises_large_outputs_keeping_errors_commands_and_locations_and_the_artifact() -> None:
     noise = [f"collected item {i} ok" for i in range(1500)]
     noise[750:750] = [
         "$ python3 -m pytest -q",
@@ -437,5 +450,6 @@ def test_it_summarises_large_outputs_keeping_errors_commands_and_locations_and_t
     assert 'L752: File "src/calc.py", line 3, in total' in summary
     assert "collected item 1499 ok" in summary and "collected item 0 ok" in summary  # first and last lines
     stored = fake.bodies[2]["messages"][-1]["content"]
+    assert isinstance(rig.harness.context.artifacts, MemoryArtifacts)
     ref = next(iter(rig.harness.context.artifacts.blobs))  # above max_output_bytes_per_call: stored by the harness
     assert f"Full output stored as artifact(s): {ref}" in stored and "size: " in stored

@@ -8,7 +8,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -19,10 +19,14 @@ from approvals.models import ApprovalRequest
 from runs.approval_gate import DjangoApprovals
 from runs.models import Event, GlobalSwitch, Run
 from runs.services import drive_run
+from tests.fixtures_services import Worker
 from tests.helpers import World
 
+if TYPE_CHECKING:
+    from rest_framework.response import _MonkeyPatchedResponse  # the test client's response: only the stubs name it
+
 PERSONAS = ("reviewer", "operator", "admin_user", "outsider")
-SMALL_CONTRACT = {
+SMALL_CONTRACT: dict[str, Any] = {
     "task_id": "api-orders",
     "objective": "fix the negative quantity bug",
     "acceptance_criteria": ["tests pass"],
@@ -70,7 +74,7 @@ def client_for(user: User | None) -> APIClient:
 
 
 @pytest.fixture
-def as_user(request) -> Callable[[str], APIClient]:
+def as_user(request: pytest.FixtureRequest) -> Callable[[str], APIClient]:
     return lambda persona: client_for(request.getfixturevalue(persona))
 
 
@@ -83,7 +87,7 @@ class Waiting:
 
 
 @pytest.fixture
-def waiting(operator) -> Waiting:
+def waiting(operator: User) -> Waiting:
     world = World()
     run = world.create(actor=operator)
     drive_run(run, world.environment(), DjangoApprovals(run))
@@ -114,8 +118,9 @@ CASES = [
 ]
 
 
-def call(client: APIClient, method: str, path: str, body: Any = None):
-    return getattr(client, method)(path, body, format="json") if body is not None else getattr(client, method)(path)
+def call(client: APIClient, method: str, path: str, body: Any = None) -> _MonkeyPatchedResponse:
+    send: Callable[..., _MonkeyPatchedResponse] = getattr(client, method)
+    return send(path, body, format="json") if body is not None else send(path)
 
 
 def url(path: str, waiting: Waiting) -> str:
@@ -123,14 +128,16 @@ def url(path: str, waiting: Waiting) -> str:
 
 
 @pytest.mark.parametrize(("method", "path", "body", "persona", "expected"), CASES)
-def test_it_gives_each_persona_what_the_pages_give_them(method, path, body, persona, expected, waiting, as_user):
+def test_it_gives_each_persona_what_the_pages_give_them(
+    method: str, path: str, body: Any, persona: str, expected: int, waiting: Waiting, as_user: Callable[[str], APIClient]
+) -> None:
     response = call(as_user(persona), method, url(path, waiting), body)
     assert response.status_code == expected, response.content
     assert response["Content-Type"] == "application/json"
 
 
 @pytest.mark.parametrize(("method", "path", "body"), [e[:3] for e in ENDPOINTS])
-def test_it_answers_401_without_credentials_and_changes_nothing(method, path, body, waiting):
+def test_it_answers_401_without_credentials_and_changes_nothing(method: str, path: str, body: Any, waiting: Waiting) -> None:
     response = call(client_for(None), method, url(path, waiting), body)
     assert response.status_code == 401
     assert response["WWW-Authenticate"] == "Token"
@@ -138,13 +145,13 @@ def test_it_answers_401_without_credentials_and_changes_nothing(method, path, bo
     assert ApprovalRequest.objects.get().status == "pending"
 
 
-def test_it_refuses_a_wrong_token(waiting):
+def test_it_refuses_a_wrong_token(waiting: Waiting) -> None:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION="Token not-a-token")
     assert client.get("/api/runs/").status_code == 401
 
 
-def test_it_names_every_bad_contract_field_and_creates_nothing(operator):
+def test_it_names_every_bad_contract_field_and_creates_nothing(operator: User) -> None:
     contract = {
         **SMALL_CONTRACT,
         "allowed_tools": ["read_file", "teleport"],
@@ -158,7 +165,7 @@ def test_it_names_every_bad_contract_field_and_creates_nothing(operator):
     assert Run.objects.count() == 0
 
 
-def test_it_names_semantic_problems_after_the_shape_is_right(operator):
+def test_it_names_semantic_problems_after_the_shape_is_right(operator: User) -> None:
     contract = {**SMALL_CONTRACT, "allowed_tools": ["read_file", "teleport"], "verification_targets": ["nope"]}
     response = client_for(operator).post("/api/runs/", {"contract": contract, "proposer": SCRIPT}, format="json")
     assert response.status_code == 400
@@ -169,7 +176,7 @@ def test_it_names_semantic_problems_after_the_shape_is_right(operator):
     assert Run.objects.count() == 0
 
 
-def test_it_creates_no_run_when_the_workspace_cannot_be_prepared(operator):
+def test_it_creates_no_run_when_the_workspace_cannot_be_prepared(operator: User) -> None:
     contract = {**SMALL_CONTRACT, "workspace": {"kind": "path", "path": "examples/no-such-dir"}}
     response = client_for(operator).post("/api/runs/", {"contract": contract, "proposer": SCRIPT}, format="json")
     assert response.status_code == 400
@@ -189,14 +196,14 @@ def test_it_creates_no_run_when_the_workspace_cannot_be_prepared(operator):
         ('{"contract": {"objective": "a\\u0000b"}, "proposer": {}}', "contract.objective"),
     ],
 )
-def test_it_answers_400_naming_the_field_for_malformed_bodies(raw, field, operator):
+def test_it_answers_400_naming_the_field_for_malformed_bodies(raw: str, field: str, operator: User) -> None:
     response = client_for(operator).post("/api/runs/", raw, content_type="application/json")
     assert response.status_code == 400
     assert field in response.json(), response.json()
     assert Run.objects.count() == 0
 
 
-def test_it_answers_415_for_a_body_that_is_not_json(operator):
+def test_it_answers_415_for_a_body_that_is_not_json(operator: User) -> None:
     response = client_for(operator).post("/api/runs/", "contract=x", content_type="application/x-www-form-urlencoded")
     assert response.status_code == 415
 
@@ -211,20 +218,20 @@ def test_it_answers_415_for_a_body_that_is_not_json(operator):
         "/api/approvals/0/",
     ],
 )
-def test_it_answers_404_for_unknown_and_malformed_ids(path, admin_user):
+def test_it_answers_404_for_unknown_and_malformed_ids(path: str, admin_user: User) -> None:
     response = client_for(admin_user).get(path)
     assert response.status_code == 404
     assert "detail" in response.json()
 
 
-def test_it_answers_404_when_deciding_or_killing_an_unknown_id(admin_user):
+def test_it_answers_404_when_deciding_or_killing_an_unknown_id(admin_user: User) -> None:
     client = client_for(admin_user)
     assert client.post("/api/approvals/00000000-0000-0000-0000-000000000000/grant/").status_code == 404
     assert client.post("/api/approvals/x/deny/", {"reason": "r"}, format="json").status_code == 404
     assert client.post("/api/runs/x/kill/").status_code == 404
 
 
-def test_it_reads_events_after_a_seq_in_bounded_pages(waiting, reviewer):
+def test_it_reads_events_after_a_seq_in_bounded_pages(waiting: Waiting, reviewer: User) -> None:
     client = client_for(reviewer)
     run = waiting.run
     seen: list[int] = []
@@ -248,26 +255,26 @@ def test_it_reads_events_after_a_seq_in_bounded_pages(waiting, reviewer):
     ("params", "field"),
     [({"limit": 501}, "limit"), ({"limit": 0}, "limit"), ({"after": -1}, "after"), ({"after": "x"}, "after")],
 )
-def test_it_refuses_bad_event_paging_by_name(params, field, waiting, reviewer):
+def test_it_refuses_bad_event_paging_by_name(params: dict[str, Any], field: str, waiting: Waiting, reviewer: User) -> None:
     response = client_for(reviewer).get(f"/api/runs/{waiting.run.pk}/events/", params)
     assert response.status_code == 400
     assert list(response.json()) == [field]
 
 
-def test_it_answers_head_like_get(waiting, operator):
+def test_it_answers_head_like_get(waiting: Waiting, operator: User) -> None:
     client = client_for(operator)
     assert client.head("/api/runs/", {"status": "waiting_approval"}).status_code == 200
     assert client.head("/api/runs/", {"status": "sleeping"}).status_code == 400
     assert client.head(f"/api/runs/{waiting.run.pk}/events/", {"after": 1}).status_code == 200
 
 
-def test_it_refuses_unknown_query_parameters_by_name(waiting, operator):
+def test_it_refuses_unknown_query_parameters_by_name(waiting: Waiting, operator: User) -> None:
     response = client_for(operator).get("/api/runs/", {"stauts": "waiting_approval"})
     assert response.status_code == 400 and response.json() == {"stauts": ["Unknown query parameter."]}
     assert client_for(operator).get(f"/api/runs/{waiting.run.pk}/", {"x": 1}).status_code == 400
 
 
-def test_it_filters_runs_by_status_and_task_id(waiting, operator):
+def test_it_filters_runs_by_status_and_task_id(waiting: Waiting, operator: User) -> None:
     client = client_for(operator)
     other = World().create(actor=operator)
     Run.objects.filter(pk=other.pk).update(task_id="other-task")
@@ -294,13 +301,13 @@ def test_it_filters_runs_by_status_and_task_id(waiting, operator):
         ("/api/approvals/", {"limit": "many"}, "limit"),
     ],
 )
-def test_it_refuses_bad_list_filters_by_name(path, params, field, admin_user):
+def test_it_refuses_bad_list_filters_by_name(path: str, params: dict[str, Any], field: str, admin_user: User) -> None:
     response = client_for(admin_user).get(path, params)
     assert response.status_code == 400
     assert list(response.json()) == [field]
 
 
-def test_it_lists_approvals_by_run_and_status(waiting, reviewer, operator):
+def test_it_lists_approvals_by_run_and_status(waiting: Waiting, reviewer: User, operator: User) -> None:
     client = client_for(reviewer)
     World().create(actor=operator)
     listed = client.get("/api/approvals/", {"run": str(waiting.run.pk), "status": "pending"}).json()
@@ -312,7 +319,7 @@ def test_it_lists_approvals_by_run_and_status(waiting, reviewer, operator):
     assert client.get("/api/approvals/", {"status": "granted"}).json()["count"] == 0
 
 
-def test_it_grants_and_the_run_can_use_the_approval_once(waiting, reviewer):
+def test_it_grants_and_the_run_can_use_the_approval_once(waiting: Waiting, reviewer: User) -> None:
     response = client_for(reviewer).post(f"/api/approvals/{waiting.approval.pk}/grant/")
     assert response.status_code == 200
     assert response.json()["status"] == "granted" and response.json()["decided_by"] == "rita-reviewer"
@@ -320,7 +327,7 @@ def test_it_grants_and_the_run_can_use_the_approval_once(waiting, reviewer):
     assert again.status_code == 409 and "already granted" in again.json()["detail"]
 
 
-def test_it_requires_a_reason_to_deny_and_keeps_the_request_pending(waiting, reviewer):
+def test_it_requires_a_reason_to_deny_and_keeps_the_request_pending(waiting: Waiting, reviewer: User) -> None:
     client = client_for(reviewer)
     for body in ({}, {"reason": "   "}, {"reason": 5}, {"reason": "x" * 2001}):
         response = client.post(f"/api/approvals/{waiting.approval.pk}/deny/", body, format="json")
@@ -332,7 +339,7 @@ def test_it_requires_a_reason_to_deny_and_keeps_the_request_pending(waiting, rev
     assert response.json()["status"] == "denied" and response.json()["reason"] == "release freeze"
 
 
-def test_it_refuses_a_decision_by_the_user_who_started_the_run(admin_user):
+def test_it_refuses_a_decision_by_the_user_who_started_the_run(admin_user: User) -> None:
     world = World()
     run = world.create(actor=admin_user)
     drive_run(run, world.environment(), DjangoApprovals(run))
@@ -343,7 +350,7 @@ def test_it_refuses_a_decision_by_the_user_who_started_the_run(admin_user):
     assert approval.status == "pending"
 
 
-def test_it_kills_an_active_run_and_answers_409_for_a_finished_one(waiting, operator):
+def test_it_kills_an_active_run_and_answers_409_for_a_finished_one(waiting: Waiting, operator: User) -> None:
     client = client_for(operator)
     response = client.post(f"/api/runs/{waiting.run.pk}/kill/")
     assert response.status_code == 202 and response.json()["kill_requested"] is True
@@ -353,7 +360,7 @@ def test_it_kills_an_active_run_and_answers_409_for_a_finished_one(waiting, oper
     assert finished.status_code == 409 and "already finished (killed)" in finished.json()["detail"]
 
 
-def test_it_turns_the_global_switch_and_refuses_new_runs_while_closed(waiting, operator):
+def test_it_turns_the_global_switch_and_refuses_new_runs_while_closed(waiting: Waiting, operator: User) -> None:
     client = client_for(operator)
     closed = client.post("/api/switch/", {"admit_new": False}, format="json")
     assert closed.status_code == 200
@@ -375,14 +382,14 @@ def test_it_turns_the_global_switch_and_refuses_new_runs_while_closed(waiting, o
 
 
 @pytest.mark.parametrize(("body", "field"), [({}, "non_field_errors"), ({"stop_all": "yes"}, "stop_all"), ({"admit_new": 0}, "admit_new")])
-def test_it_refuses_switch_changes_that_are_not_booleans(body, field, operator):
+def test_it_refuses_switch_changes_that_are_not_booleans(body: dict[str, Any], field: str, operator: User) -> None:
     response = client_for(operator).post("/api/switch/", body, format="json")
     assert response.status_code == 400 and list(response.json()) == [field]
     switch = GlobalSwitch.get()
     assert (switch.stop_all, switch.admit_new) == (False, True)
 
 
-def test_it_creates_a_run_with_the_caller_as_its_starter(operator):
+def test_it_creates_a_run_with_the_caller_as_its_starter(operator: User) -> None:
     response = client_for(operator).post("/api/runs/", {"contract": SMALL_CONTRACT, "proposer": SCRIPT}, format="json")
     assert response.status_code == 201, response.json()
     created = response.json()
@@ -393,19 +400,20 @@ def test_it_creates_a_run_with_the_caller_as_its_starter(operator):
     assert created["revision"] == run.revision == ""
 
 
-def test_it_trades_a_password_for_a_token(reviewer):
+def test_it_trades_a_password_for_a_token(reviewer: User) -> None:
     client = APIClient()
     response = client.post("/api/auth/token/", {"username": "rita-reviewer", "password": "rita-reviewer-pass-123"}, format="json")
     assert response.status_code == 200
     token = response.json()["token"]
-    assert ApiToken.find(token).user == reviewer
+    found = ApiToken.find(token)
+    assert found is not None and found.user == reviewer
     wrong = client.post("/api/auth/token/", {"username": "rita-reviewer", "password": "guess"}, format="json")
     assert wrong.status_code == 400 and "non_field_errors" in wrong.json()
     missing = client.post("/api/auth/token/", {"username": "rita-reviewer"}, format="json")
     assert missing.status_code == 400 and list(missing.json()) == ["password"]
 
 
-def test_it_accepts_a_browser_session_and_requires_csrf_for_changes(waiting, operator):
+def test_it_accepts_a_browser_session_and_requires_csrf_for_changes(waiting: Waiting, operator: User) -> None:
     client = APIClient(enforce_csrf_checks=True)
     client.force_login(operator)
     assert client.get("/api/runs/").status_code == 200
@@ -415,7 +423,9 @@ def test_it_accepts_a_browser_session_and_requires_csrf_for_changes(waiting, ope
     assert not waiting.run.kill_requested
 
 
-def wait_until(fetch: Callable[[], dict], done: Callable[[dict], bool], timeout: float = 90, log=lambda: "") -> dict:
+def wait_until(
+    fetch: Callable[[], dict[str, Any]], done: Callable[[dict[str, Any]], bool], timeout: float = 90, log: Callable[[], str] = lambda: ""
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = fetch()
@@ -427,7 +437,9 @@ def wait_until(fetch: Callable[[], dict], done: Callable[[dict], bool], timeout:
 
 @pytest.mark.celery
 @pytest.mark.docker
-def test_it_creates_a_run_that_waits_for_a_grant_and_completes_all_through_the_api(celery_worker, operator, reviewer):
+def test_it_creates_a_run_that_waits_for_a_grant_and_completes_all_through_the_api(
+    celery_worker: Worker, operator: User, reviewer: User
+) -> None:
     ops, rev = client_for(operator), client_for(reviewer)
     created = ops.post("/api/runs/", {"contract": SMALL_CONTRACT, "proposer": FIX_AND_PUBLISH}, format="json")
     assert created.status_code == 201, created.json()

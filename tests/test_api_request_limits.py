@@ -7,9 +7,11 @@ The depth is measured without recursion, brackets inside strings not counted."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import User
 from hypothesis import given
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
@@ -19,25 +21,29 @@ from api.parsers import MAX_JSON_DEPTH, json_depth
 from runs.models import GlobalSwitch, Run
 from tests.test_api import SCRIPT, SMALL_CONTRACT
 
+if TYPE_CHECKING:
+    from rest_framework.response import _MonkeyPatchedResponse  # the test client's response: only the stubs name it
+
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def api(operator) -> APIClient:
+def api(operator: User) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {ApiToken.issue(operator)[1]}")
     return client
 
 
-def post_raw(client: APIClient, path: str, text: str):
-    return client.generic("POST", path, text.encode(), content_type="application/json")
+def post_raw(client: APIClient, path: str, text: str) -> _MonkeyPatchedResponse:
+    # Django's generic takes bytes as they are (force_bytes); the stubs say str.
+    return client.generic("POST", path, text.encode(), content_type="application/json")  # type: ignore[arg-type]
 
 
 def nested(levels: int, inner: str = "0") -> str:
     return "[" * levels + inner + "]" * levels
 
 
-def test_it_refuses_json_nested_100k_levels_with_a_400_naming_the_depth(api):
+def test_it_refuses_json_nested_100k_levels_with_a_400_naming_the_depth(api: APIClient) -> None:
     for path in ("/api/runs/", "/api/switch/", "/api/auth/token/"):
         response = post_raw(api, path, nested(100_000))
         assert response.status_code == 400, (path, response.content[:200])
@@ -52,7 +58,7 @@ def test_it_refuses_json_nested_100k_levels_with_a_400_naming_the_depth(api):
     assert not Run.objects.exists()
 
 
-def test_it_decodes_json_at_the_depth_limit_and_brackets_inside_strings(api):
+def test_it_decodes_json_at_the_depth_limit_and_brackets_inside_strings(api: APIClient) -> None:
     # At the limit the body is decoded, and what is wrong with it is a field's problem.
     at_limit = post_raw(api, "/api/switch/", json.dumps({"admit_new": json.loads(nested(MAX_JSON_DEPTH - 1))}))
     assert at_limit.status_code == 400 and set(at_limit.json()) == {"admit_new"}
@@ -62,7 +68,7 @@ def test_it_decodes_json_at_the_depth_limit_and_brackets_inside_strings(api):
     assert Run.objects.get().contract["objective"] == "[{" * 5_000
 
 
-def test_it_answers_a_body_over_the_upload_limit_with_a_json_413_naming_it(api, operator):
+def test_it_answers_a_body_over_the_upload_limit_with_a_json_413_naming_it(api: APIClient, operator: User) -> None:
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     contract = {**SMALL_CONTRACT, "objective": "x" * (limit + 10)}
     text = json.dumps({"contract": contract, "proposer": SCRIPT})
@@ -78,7 +84,7 @@ def test_it_answers_a_body_over_the_upload_limit_with_a_json_413_naming_it(api, 
     assert token.status_code == 413 and token.json()["body"][0].endswith(f"the limit of {limit} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE)")
 
 
-def test_it_answers_too_many_query_parameters_with_a_json_400(api):
+def test_it_answers_too_many_query_parameters_with_a_json_400(api: APIClient) -> None:
     query = "&".join(f"p{i}=1" for i in range(settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + 1))
     response = api.get(f"/api/runs/?{query}")
     assert response.status_code == 400 and response["Content-Type"] == "application/json"
@@ -104,6 +110,6 @@ JSON_VALUES = st.recursive(
 
 
 @given(JSON_VALUES, st.booleans())
-def test_it_measures_the_depth_of_any_json_text_as_decoded(value, ascii_only):
+def test_it_measures_the_depth_of_any_json_text_as_decoded(value: object, ascii_only: bool) -> None:
     text = json.dumps(value, ensure_ascii=ascii_only)
     assert json_depth(text) == depth_of(value)

@@ -4,16 +4,21 @@ response that breaks it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hypothesis
 import pytest
 import schemathesis
 import yaml
+from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.test import Client
 from hypothesis import HealthCheck
 from hypothesis import strategies as st
 from schemathesis import checks
+from schemathesis.specs.openapi.schemas import OpenApiSchema
 
 from api.models import ApiToken
 from approvals.models import ApprovalRequest
@@ -22,6 +27,9 @@ from runs.approval_gate import DjangoApprovals
 from runs.services import drive_run
 from tests.helpers import World
 
+if TYPE_CHECKING:
+    from schemathesis.specs.openapi.schemas import OpenApiCase  # the case schemathesis passes: a name for type checkers only
+
 CHECKED_IN = Path(__file__).resolve().parent.parent / "docs" / "openapi.yaml"
 REGENERATE = "python manage.py spectacular --validate --fail-on-warn --file docs/openapi.yaml"
 # Existing objects the generated requests also aim at, so grant, deny, kill and the
@@ -29,13 +37,13 @@ REGENERATE = "python manage.py spectacular --validate --fail-on-warn --file docs
 KNOWN_IDS: dict[str, list[str]] = {}
 
 
-def test_it_keeps_the_checked_in_schema_equal_to_the_generated_one(tmp_path):
+def test_it_keeps_the_checked_in_schema_equal_to_the_generated_one(tmp_path: Path) -> None:
     generated = tmp_path / "openapi.yaml"
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(generated))
     assert generated.read_text() == CHECKED_IN.read_text(), f"docs/openapi.yaml is out of date; run: {REGENERATE}"
 
 
-def test_it_serves_the_schema_only_after_sign_in(client, outsider):
+def test_it_serves_the_schema_only_after_sign_in(client: Client, outsider: User) -> None:
     assert client.get("/api/schema/").status_code == 401
     client.force_login(outsider)
     response = client.get("/api/schema/")
@@ -44,14 +52,14 @@ def test_it_serves_the_schema_only_after_sign_in(client, outsider):
 
 
 @schemathesis.hook
-def flatmap_path_parameters(context, parameters):
+def flatmap_path_parameters(context: schemathesis.HookContext, parameters: object) -> st.SearchStrategy[object]:
     if not isinstance(parameters, dict):
         return st.just(parameters)
     return st.fixed_dictionaries({name: st.sampled_from([value, *KNOWN_IDS.get(name, [])]) for name, value in parameters.items()})
 
 
 @pytest.fixture
-def api_schema(transactional_db, operator):
+def api_schema(transactional_db: None, operator: User) -> Iterator[OpenApiSchema]:
     world = World()
     run = world.create(actor=operator)
     drive_run(run, world.environment(), DjangoApprovals(run))
@@ -70,7 +78,7 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 @pytest.mark.slow  # property-based: every operation, 60 generated requests each
 @schema.parametrize()
 @hypothesis.settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
-def test_it_answers_generated_requests_within_its_schema(case, admin_user):
+def test_it_answers_generated_requests_within_its_schema(case: OpenApiCase, admin_user: User) -> None:
     token = ApiToken.issue(admin_user)[1]
     case.call_and_validate(
         headers={"Authorization": f"Token {token}"},

@@ -14,7 +14,9 @@ import pytest
 from django.apps import apps
 from django.contrib.auth.models import User
 from django.db import connection
+from django.test import Client
 from django.utils import timezone
+from pytest_django import Settings
 from rest_framework.test import APIClient
 
 from api.models import ApiToken
@@ -22,10 +24,10 @@ from api.models import ApiToken
 pytestmark = pytest.mark.django_db
 
 
-def token_for(user) -> str:
+def token_for(user: User) -> str:
     response = APIClient().post("/api/auth/token/", {"username": user.username, "password": f"{user.username}-pass-123"}, format="json")
     assert response.status_code == 200, response.content
-    body = response.json()
+    body: dict[str, str] = response.json()
     assert set(body) == {"token", "expires_at"}
     return body["token"]
 
@@ -45,7 +47,7 @@ def all_database_text() -> str:
     return "\n".join(chunks)
 
 
-def test_it_keeps_only_a_hash_and_shows_the_token_once(operator):
+def test_it_keeps_only_a_hash_and_shows_the_token_once(operator: User) -> None:
     token = token_for(operator)
     assert status_with(token) == 200
     assert token not in all_database_text()
@@ -55,19 +57,21 @@ def test_it_keeps_only_a_hash_and_shows_the_token_once(operator):
     assert token_for(operator) != token and ApiToken.objects.filter(user=operator).count() == 2
 
 
-def test_it_refuses_an_expired_token(operator, settings):
+def test_it_refuses_an_expired_token(operator: User, settings: Settings) -> None:
     token = token_for(operator)
     ApiToken.objects.filter(user=operator).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert status_with(token) == 401
     settings.HARNESS_API_TOKEN_DAYS = 7
     fresh = token_for(operator)
     row = ApiToken.find(fresh)
+    assert row is not None
     assert timedelta(days=6, hours=23) < row.expires_at - timezone.now() <= timedelta(days=7)
 
 
-def test_it_refuses_a_token_revoked_in_the_admin_and_lists_tokens_there(operator, admin_user, client):
+def test_it_refuses_a_token_revoked_in_the_admin_and_lists_tokens_there(operator: User, admin_user: User, client: Client) -> None:
     token = token_for(operator)
     row = ApiToken.find(token)
+    assert row is not None
     client.force_login(admin_user)
     listing = client.get("/admin/api/apitoken/")
     assert listing.status_code == 200 and row.prefix in listing.content.decode() and token not in listing.content.decode()
@@ -78,14 +82,14 @@ def test_it_refuses_a_token_revoked_in_the_admin_and_lists_tokens_there(operator
     assert row.revoked_at is not None
 
 
-def test_it_refuses_a_deactivated_users_token(operator):
+def test_it_refuses_a_deactivated_users_token(operator: User) -> None:
     token = token_for(operator)
     operator.is_active = False
     operator.save()
     assert status_with(token) == 401
 
 
-def test_it_hashes_the_old_plaintext_tokens_so_their_clients_keep_working(operator):
+def test_it_hashes_the_old_plaintext_tokens_so_their_clients_keep_working(operator: User) -> None:
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE authtoken_token (key varchar(40) PRIMARY KEY, user_id integer NOT NULL, created timestamp NOT NULL)")
         cursor.execute("INSERT INTO authtoken_token VALUES (%s, %s, %s)", ["a" * 40, operator.pk, timezone.now()])
@@ -107,7 +111,7 @@ def refusal_with(token: str) -> tuple[int, str]:
 PASSWORD_CHANGED = (401, "The token was made before the user's password last changed; get a new one.")
 
 
-def test_it_voids_a_users_tokens_when_an_admin_changes_their_password(operator, reviewer, client):
+def test_it_voids_a_users_tokens_when_an_admin_changes_their_password(operator: User, reviewer: User, client: Client) -> None:
     tokens = [token_for(operator), token_for(operator)]
     others = token_for(reviewer)
     # Users and their passwords are the superuser's to manage, not the admin role's.
@@ -126,7 +130,7 @@ def test_it_voids_a_users_tokens_when_an_admin_changes_their_password(operator, 
     assert status_with(fresh.json()["token"]) == 200
 
 
-def test_it_voids_tokens_whatever_wrote_the_new_password(operator):
+def test_it_voids_tokens_whatever_wrote_the_new_password(operator: User) -> None:
     token = token_for(operator)
     operator.set_password("changed-by-a-reset-789")
     operator.save()

@@ -7,11 +7,14 @@ import threading
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import close_old_connections, connection
+from django.test import Client
 from django.utils import timezone
 
 from approvals.checks import DecisionRefused
 from approvals.models import ApprovalRequest
+from core.state import RunState
 from runs.approval_flow import deny, do_consume, expire_due, grant
 from runs.approval_gate import DjangoApprovals
 from runs.models import Event, Run
@@ -22,18 +25,18 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
 
 @pytest.fixture
-def resumes(monkeypatch):
+def resumes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     woken: list[str] = []
     monkeypatch.setattr("runs.queue.enqueue_resume", woken.append)
     return woken
 
 
-def drive(world: World, run: Run):
+def drive(world: World, run: Run) -> RunState:
     run.refresh_from_db()
     return drive_run(run, world.environment(), DjangoApprovals(run))
 
 
-def waiting_run(operator):
+def waiting_run(operator: User) -> tuple[World, Run, ApprovalRequest]:
     world = World()
     run = world.create(actor=operator)
     state = drive(world, run)
@@ -41,7 +44,7 @@ def waiting_run(operator):
     return world, run, ApprovalRequest.objects.get(run=run)
 
 
-def test_it_files_a_request_with_the_exact_call_revision_policy_and_evidence(operator):
+def test_it_files_a_request_with_the_exact_call_revision_policy_and_evidence(operator: User) -> None:
     world, run, request = waiting_run(operator)
     run.refresh_from_db()
     assert request.tool == "publish" and request.args == {"message": "reject negative quantities"}
@@ -52,7 +55,7 @@ def test_it_files_a_request_with_the_exact_call_revision_policy_and_evidence(ope
     assert request.expires_at > timezone.now() + timedelta(minutes=59)
 
 
-def test_it_lets_a_reviewer_grant_and_the_run_uses_the_approval_once(operator, reviewer, resumes):
+def test_it_lets_a_reviewer_grant_and_the_run_uses_the_approval_once(operator: User, reviewer: User, resumes: list[str]) -> None:
     world, run, request = waiting_run(operator)
     grant(request, reviewer)
     assert resumes == [str(run.pk)]
@@ -65,7 +68,7 @@ def test_it_lets_a_reviewer_grant_and_the_run_uses_the_approval_once(operator, r
     assert types.count("approval_decided") == 1 and types.count("approval_consumed") == 1
 
 
-def test_it_stops_the_run_denied_with_the_reason(operator, reviewer, resumes):
+def test_it_stops_the_run_denied_with_the_reason(operator: User, reviewer: User, resumes: list[str]) -> None:
     world, run, request = waiting_run(operator)
     with pytest.raises(DecisionRefused, match="needs a reason"):
         deny(request, reviewer, "   ")
@@ -76,7 +79,7 @@ def test_it_stops_the_run_denied_with_the_reason(operator, reviewer, resumes):
     assert ApprovalRequest.objects.filter(run=run).count() == 1  # not presented again
 
 
-def test_it_refuses_decisions_from_non_reviewers_and_from_the_run_starter(operator, outsider, reviewer):
+def test_it_refuses_decisions_from_non_reviewers_and_from_the_run_starter(operator: User, outsider: User, reviewer: User) -> None:
     _, run, request = waiting_run(reviewer)
     with pytest.raises(DecisionRefused, match="reviewer permission"):
         grant(request, operator)
@@ -88,7 +91,9 @@ def test_it_refuses_decisions_from_non_reviewers_and_from_the_run_starter(operat
     assert request.status == "pending"
 
 
-def test_it_refuses_to_grant_an_expired_request_and_audits_the_expiry(operator, reviewer, resumes, client):
+def test_it_refuses_to_grant_an_expired_request_and_audits_the_expiry(
+    operator: User, reviewer: User, resumes: list[str], client: Client
+) -> None:
     _, run, request = waiting_run(operator)
     ApprovalRequest.objects.filter(pk=request.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     request.refresh_from_db()
@@ -105,7 +110,7 @@ def test_it_refuses_to_grant_an_expired_request_and_audits_the_expiry(operator, 
     assert Event.objects.filter(run=run, type="approval_lapsed", payload__status="expired").count() == 1
 
 
-def test_it_expires_due_requests_and_the_run_stops_approval_expired(operator, resumes):
+def test_it_expires_due_requests_and_the_run_stops_approval_expired(operator: User, resumes: list[str]) -> None:
     world, run, request = waiting_run(operator)
     ApprovalRequest.objects.filter(pk=request.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert expire_due() == 1
@@ -117,7 +122,7 @@ def test_it_expires_due_requests_and_the_run_stops_approval_expired(operator, re
     assert ended.payload["exit"] == "expired" and ended.payload["run"] == "stopped"
 
 
-def test_it_refuses_a_stale_request_whose_revision_changed(operator, reviewer):
+def test_it_refuses_a_stale_request_whose_revision_changed(operator: User, reviewer: User) -> None:
     _, run, request = waiting_run(operator)
     state = dict(run.state)
     state["revision"] = "0" * 40
@@ -129,7 +134,7 @@ def test_it_refuses_a_stale_request_whose_revision_changed(operator, reviewer):
     assert Event.objects.filter(run=run, type="approval_lapsed", payload__status="stale").exists()
 
 
-def test_it_never_consumes_a_grant_for_another_revision(operator, reviewer, resumes):
+def test_it_never_consumes_a_grant_for_another_revision(operator: User, reviewer: User, resumes: list[str]) -> None:
     world, run, request = waiting_run(operator)
     grant(request, reviewer)
     # The workspace changes before the run resumes: the key no longer matches.
@@ -144,7 +149,7 @@ def test_it_never_consumes_a_grant_for_another_revision(operator, reviewer, resu
     assert Event.objects.filter(run=run, type="check_required", payload__for_tool="publish").exists()
 
 
-def test_it_gives_exactly_one_success_to_fifty_concurrent_consumers(operator, reviewer, resumes):
+def test_it_gives_exactly_one_success_to_fifty_concurrent_consumers(operator: User, reviewer: User, resumes: list[str]) -> None:
     _, run, request = waiting_run(operator)
     grant(request, reviewer)
     barrier = threading.Barrier(50)
@@ -172,7 +177,7 @@ def test_it_gives_exactly_one_success_to_fifty_concurrent_consumers(operator, re
     assert request.status == "consumed"
 
 
-def test_it_refuses_a_second_decision_on_the_same_request(operator, reviewer, admin_user, resumes):
+def test_it_refuses_a_second_decision_on_the_same_request(operator: User, reviewer: User, admin_user: User, resumes: list[str]) -> None:
     _, _, request = waiting_run(operator)
     grant(request, reviewer)
     request.refresh_from_db()

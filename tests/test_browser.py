@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
+from django.contrib.auth.models import User
 from django.utils import timezone
-from playwright.sync_api import expect
+from playwright.sync_api import Locator, Page, Route, expect
 
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
@@ -20,22 +23,24 @@ from harness_site.celery import app as celery_app
 from runs.eventlog import append_events
 from runs.models import Event, Run
 from runs.runtime import create_run
-from tests.fixtures_services import ROOT
-from tests.fixtures_web import screenshot, sign_in, waiting_scene
+from tests.fixtures_services import ROOT, Worker
+from tests.fixtures_web import AsgiServer, screenshot, sign_in, waiting_scene
 from tests.helpers import new_policy_version
 
 pytestmark = [pytest.mark.browser, pytest.mark.celery, pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+
+T = TypeVar("T")
 
 DEMO = ROOT / "examples" / "demo"
 LIVE = 30_000  # ms a live update may take to show up
 
 
-def demo_inputs() -> tuple[dict, dict]:
+def demo_inputs() -> tuple[dict[str, Any], dict[str, Any]]:
     contract = json.loads((DEMO / "contract.json").read_text())
     return contract, {"kind": "scripted", "script": json.loads((DEMO / "proposals.json").read_text())}
 
 
-def wait_for(condition, timeout: float = 60.0, what: str = "condition"):
+def wait_for(condition: Callable[[], T], timeout: float = 60.0, what: str = "condition") -> T:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
@@ -45,7 +50,7 @@ def wait_for(condition, timeout: float = 60.0, what: str = "condition"):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def demo_waiting_for_approval(operator) -> tuple[Run, ApprovalRequest]:
+def demo_waiting_for_approval(operator: User) -> tuple[Run, ApprovalRequest]:
     """The example task run by the worker up to its publish, which needs a reviewer."""
     contract, proposer = demo_inputs()
     run = create_run(contract, proposer, operator)
@@ -53,26 +58,26 @@ def demo_waiting_for_approval(operator) -> tuple[Run, ApprovalRequest]:
     return run, ApprovalRequest.objects.get(run=run, status="pending")
 
 
-def outcome(page):
+def outcome(page: Page) -> Locator:
     return page.locator('[data-field="outcome"]')
 
 
-def steps(page) -> list[int]:
+def steps(page: Page) -> list[int]:
     return [int(seq) for seq in page.locator("#timeline li.step").evaluate_all("nodes => nodes.map(n => n.dataset.seq)")]
 
 
-def mark_page(page) -> None:
+def mark_page(page: Page) -> None:
     """A flag that only survives while the page is not reloaded."""
     page.evaluate("window.__noReload = true")
 
 
-def assert_not_reloaded(page) -> None:
+def assert_not_reloaded(page: Page) -> None:
     assert page.evaluate("window.__noReload === true")
 
 
 def test_it_lets_a_reviewer_read_the_diff_approve_and_watch_the_run_complete(
-    live_server_asgi, celery_worker, browser_page, operator, reviewer
-):
+    live_server_asgi: AsgiServer, celery_worker: Worker, browser_page: Page, operator: User, reviewer: User
+) -> None:
     page = browser_page
     run, request = demo_waiting_for_approval(operator)
     page.goto(f"{live_server_asgi.url}/accounts/login/")
@@ -146,7 +151,9 @@ def slow_check_policy() -> None:
     PolicyVersion.objects.create(version=current_policy_row().version + 1, document=document, note="slow check for the kill test")
 
 
-def test_it_lets_an_operator_watch_events_live_and_kill_a_running_check(live_server_asgi, celery_worker, browser_page, operator):
+def test_it_lets_an_operator_watch_events_live_and_kill_a_running_check(
+    live_server_asgi: AsgiServer, celery_worker: Worker, browser_page: Page, operator: User
+) -> None:
     page = browser_page
     slow_check_policy()
     contract, _ = demo_inputs()
@@ -170,11 +177,14 @@ def test_it_lets_an_operator_watch_events_live_and_kill_a_running_check(live_ser
     output = check.locator(".live-output pre")
     expect(output).to_contain_text("working on step", timeout=LIVE)
     first = output.text_content()
+    assert first is not None
     expect(output).not_to_have_text(first, timeout=LIVE)
-    assert len(output.text_content().splitlines()) <= 20
+    shown = output.text_content()
+    assert shown is not None and len(shown.splitlines()) <= 20
     expect(check.locator(".card-elapsed")).to_contain_text(re.compile(r"running for \d+s"))
     budget = page.locator('[data-budget="time"] [data-part="text"]')
     used = budget.text_content()
+    assert used is not None
     expect(budget).not_to_have_text(used, timeout=5000)
     stored = [json.dumps(event.payload) for event in Event.objects.filter(run=run)]
     assert not any("working on step" in text for text in stored), "live output is never stored"
@@ -200,7 +210,9 @@ def test_it_lets_an_operator_watch_events_live_and_kill_a_running_check(live_ser
     assert run.status == "stopped" and run.outcome == "killed"
 
 
-def test_it_stops_the_run_when_a_reviewer_denies(live_server_asgi, celery_worker, browser_page, operator, reviewer):
+def test_it_stops_the_run_when_a_reviewer_denies(
+    live_server_asgi: AsgiServer, celery_worker: Worker, browser_page: Page, operator: User, reviewer: User
+) -> None:
     page = browser_page
     run, request = demo_waiting_for_approval(operator)
     sign_in(page, live_server_asgi, reviewer.username)
@@ -212,9 +224,10 @@ def test_it_stops_the_run_when_a_reviewer_denies(live_server_asgi, celery_worker
     # the page must retry a summary request that fails. The stop may already be in
     # the page as served (the worker is quick) or arrive live; either way the page
     # asks for the summary when its stream goes live, and asks again until it gets one.
-    failed, answered = [], []
+    failed: list[str] = []
+    answered: list[str] = []
 
-    def fail_twice(route):
+    def fail_twice(route: Route) -> None:
         if len(failed) < 2:
             failed.append(route.request.url)
             route.fulfill(status=503, body="busy")
@@ -240,7 +253,9 @@ def test_it_stops_the_run_when_a_reviewer_denies(live_server_asgi, celery_worker
     assert not Event.objects.filter(run=run, type="call_started", payload__tool="publish").exists()
 
 
-def test_it_refuses_to_grant_a_stale_request(live_server_asgi, celery_worker, browser_page, operator, reviewer):
+def test_it_refuses_to_grant_a_stale_request(
+    live_server_asgi: AsgiServer, celery_worker: Worker, browser_page: Page, operator: User, reviewer: User
+) -> None:
     page = browser_page
     run, request = demo_waiting_for_approval(operator)
     sign_in(page, live_server_asgi, reviewer.username)
@@ -263,7 +278,9 @@ def test_it_refuses_to_grant_a_stale_request(live_server_asgi, celery_worker, br
     assert request.status == "stale" and request.decided_by is None
 
 
-def test_it_resumes_the_trace_without_gaps_after_the_socket_drops(live_server_asgi, browser_page, operator, reviewer):
+def test_it_resumes_the_trace_without_gaps_after_the_socket_drops(
+    live_server_asgi: AsgiServer, browser_page: Page, operator: User, reviewer: User
+) -> None:
     page = browser_page
     scene = waiting_scene(reviewer)
     run_id = str(scene.run.pk)
@@ -296,7 +313,7 @@ def test_it_resumes_the_trace_without_gaps_after_the_socket_drops(live_server_as
     assert_not_reloaded(page)
 
 
-def test_it_shows_the_other_pages(live_server_asgi, browser_page, operator, admin_user):
+def test_it_shows_the_other_pages(live_server_asgi: AsgiServer, browser_page: Page, operator: User, admin_user: User) -> None:
     page = browser_page
     waiting_scene(operator)
     sign_in(page, live_server_asgi, admin_user.username)

@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import User
 from django.utils import timezone
+from playwright.sync_api import Browser, BrowserContext, FloatRect, Locator, Page, ViewportSize, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
-from playwright.sync_api import expect
 
 from approvals.models import ApprovalRequest
 from runs.approval_flow import expire_due
@@ -25,11 +26,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 LIVE = 20_000  # ms a live update may take to show up on a loaded machine
 HEARTBEAT = 1.0  # s between the server's heartbeats in these tests
-SIZES = {"laptop": {"width": 1366, "height": 768}, "phone": {"width": 390, "height": 844}}
+SIZES: dict[str, ViewportSize] = {"laptop": {"width": 1366, "height": 768}, "phone": {"width": 390, "height": 844}}
 
 
 @pytest.fixture
-def web(transactional_db, tmp_path_factory) -> Iterator[AsgiServer]:
+def web(transactional_db: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AsgiServer]:
     server = AsgiServer(tmp_path_factory.mktemp("daphne"), HARNESS_LIVE_HEARTBEAT_SECONDS=str(HEARTBEAT))
     server.start()
     try:
@@ -41,12 +42,13 @@ def web(transactional_db, tmp_path_factory) -> Iterator[AsgiServer]:
 
 
 @pytest.fixture(params=list(SIZES))
-def size(request) -> str:
-    return request.param
+def size(request: pytest.FixtureRequest) -> str:
+    size: str = request.param
+    return size
 
 
 @pytest.fixture
-def context(chromium, size):
+def context(chromium: Browser, size: str) -> Iterator[BrowserContext]:
     context = chromium.new_context(viewport=SIZES[size], timezone_id="America/New_York")
     try:
         yield context
@@ -54,7 +56,7 @@ def context(chromium, size):
         context.close()
 
 
-def signed_in(context, web: AsgiServer, user, path: str):
+def signed_in(context: BrowserContext, web: AsgiServer, user: User, path: str) -> Page:
     """A new tab at ``path``; the first tab of a context signs in (the others share it)."""
     page = context.new_page()
     if not context.cookies():
@@ -64,11 +66,18 @@ def signed_in(context, web: AsgiServer, user, path: str):
     return page
 
 
-def not_reloaded(page) -> bool:
-    return page.evaluate("window.__noReload === true")
+def box_of(element: Locator) -> FloatRect:
+    """Where a visible element is on the page (only a hidden one has no box)."""
+    box = element.bounding_box()
+    assert box is not None
+    return box
 
 
-def test_it_says_offline_and_when_the_server_stops_talking(web, context, size, operator):
+def not_reloaded(page: Page) -> bool:
+    return bool(page.evaluate("window.__noReload === true"))
+
+
+def test_it_says_offline_and_when_the_server_stops_talking(web: AsgiServer, context: BrowserContext, size: str, operator: User) -> None:
     scene = waiting_scene(operator)
     page = signed_in(context, web, operator, f"/runs/{scene.run.pk}/")
     conn = page.locator("#conn")
@@ -111,7 +120,7 @@ def test_it_says_offline_and_when_the_server_stops_talking(web, context, size, o
     assert not_reloaded(page)
 
 
-def test_it_updates_the_lists_live(web, context, size, operator, admin_user):
+def test_it_updates_the_lists_live(web: AsgiServer, context: BrowserContext, size: str, operator: User, admin_user: User) -> None:
     first = waiting_scene(operator)
     runs = signed_in(context, web, admin_user, "/runs/")
     inbox = signed_in(context, web, admin_user, "/approvals/")
@@ -134,7 +143,7 @@ def test_it_updates_the_lists_live(web, context, size, operator, admin_user):
     expect(row.get_by_role("link", name=re.compile("Kill"))).to_have_count(0)
     expect(runs.locator("#runs-rows")).to_contain_text("kill requested", timeout=LIVE)
     expect(runs.locator("#runs-rows time").first).to_have_text("just now")
-    review = inbox.get_by_role("link", name=re.compile("^Review")).first.bounding_box()
+    review = box_of(inbox.get_by_role("link", name=re.compile("^Review")).first)
     assert review["x"] + review["width"] <= SIZES[size]["width"], "the Review button is on the screen"
     if size == "phone":
         screenshot(inbox, "approvals_inbox_phone")
@@ -142,7 +151,9 @@ def test_it_updates_the_lists_live(web, context, size, operator, admin_user):
         assert not_reloaded(page)
 
 
-def test_it_follows_the_request_on_the_approval_page(web, context, size, operator, reviewer):
+def test_it_follows_the_request_on_the_approval_page(
+    web: AsgiServer, context: BrowserContext, size: str, operator: User, reviewer: User
+) -> None:
     scene = waiting_scene(operator)
     url = f"/approvals/{scene.request.pk}/"
     watching = signed_in(context, web, reviewer, url)
@@ -175,19 +186,21 @@ def test_it_follows_the_request_on_the_approval_page(web, context, size, operato
     screenshot(page, f"approval_expired_{size}")
 
 
-def test_it_fits_a_phone_and_reaches_grant_by_keyboard(web, context, size, operator, reviewer):
+def test_it_fits_a_phone_and_reaches_grant_by_keyboard(
+    web: AsgiServer, context: BrowserContext, size: str, operator: User, reviewer: User
+) -> None:
     scene = waiting_scene(operator)
     page = signed_in(context, web, reviewer, f"/approvals/{scene.request.pk}/")
     width = SIZES[size]["width"]
     assert page.evaluate("document.documentElement.scrollWidth") <= width
-    diff = page.locator(".diff").bounding_box()
-    decision = page.locator("#decision").bounding_box()
+    diff = box_of(page.locator(".diff"))
+    decision = box_of(page.locator("#decision"))
     assert diff["width"] >= 300
     if size == "phone":
         assert decision["y"] > diff["y"], "one column: the diff comes before the decision"
-        assert page.locator("#decision").bounding_box()["y"] < page.locator("#timeline").bounding_box()["y"]
+        assert box_of(page.locator("#decision"))["y"] < box_of(page.locator("#timeline"))["y"]
     for name in ("Sign out", "Approvals"):
-        box = page.get_by_role("button" if name == "Sign out" else "link", name=name, exact=False).first.bounding_box()
+        box = box_of(page.get_by_role("button" if name == "Sign out" else "link", name=name, exact=False).first)
         assert box["x"] >= 0 and box["x"] + box["width"] <= width, name
     expect(page.locator("#what-it-does")).to_contain_text("outbox")
     screenshot(page, f"approval_{size}")
@@ -215,22 +228,25 @@ def test_it_fits_a_phone_and_reaches_grant_by_keyboard(web, context, size, opera
     expect(when).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (EST|EDT|GMT-[45])$"))
     expect(when).to_have_attribute("title", re.compile(r" UTC$"))
     utc = scene.request.created_at
-    assert when.get_attribute("title").startswith(f"{utc:%Y-%m-%d %H:%M}")
+    title = when.get_attribute("title")
+    assert title is not None and title.startswith(f"{utc:%Y-%m-%d %H:%M}")
 
     run = context.new_page()
     run.goto(f"{web.url}/runs/{scene.run.pk}/")
     assert run.evaluate("document.documentElement.scrollWidth") <= width
     expect(run.locator("#timeline li.step").first).to_be_visible()
-    assert run.locator("#timeline").bounding_box()["width"] >= min(300, width - 40)
+    assert box_of(run.locator("#timeline"))["width"] >= min(300, width - 40)
     if size == "laptop":  # the sticky sidebar fits the screen: its end can be scrolled to
-        assert run.locator("#summary").bounding_box()["height"] <= SIZES[size]["height"]
+        assert box_of(run.locator("#summary"))["height"] <= SIZES[size]["height"]
         last = run.locator("#summary [data-list=approvals]")
         last.scroll_into_view_if_needed()
         expect(last).to_be_in_viewport()
     screenshot(run, f"run_{size}")
 
 
-def test_it_shows_the_switches_on_every_page_and_refuses_new_runs(web, context, size, operator, admin_user):
+def test_it_shows_the_switches_on_every_page_and_refuses_new_runs(
+    web: AsgiServer, context: BrowserContext, size: str, operator: User, admin_user: User
+) -> None:
     page = signed_in(context, web, admin_user, "/control/")
     expect(page.locator("#switch-banner")).to_have_count(0)
     expect(page.locator("#switch-changed")).to_contain_text("Never changed")
@@ -257,7 +273,7 @@ def test_it_shows_the_switches_on_every_page_and_refuses_new_runs(web, context, 
     expect(page.locator("#switch-changed")).to_contain_text(f"Last changed by {admin_user.username}")
 
 
-def admin_scene(admin_user) -> dict[str, str]:
+def admin_scene(admin_user: User) -> dict[str, str]:
     """A second policy version, an API token and a webhook endpoint with a delivery:
     something on every admin page."""
     from api.models import ApiToken
@@ -273,6 +289,7 @@ def admin_scene(admin_user) -> dict[str, str]:
         name="ops channel", url="https://hooks.example.com/harness", event_kinds=["approval_requested"]
     )
     event = Event.objects.order_by("-seq").first()
+    assert event is not None
     delivery = Delivery.objects.create(endpoint=endpoint, event=event, kind="approval_requested", payload={"text": "publish waits"})
     DeliveryAttempt.objects.create(delivery=delivery, number=1, at=timezone.now(), status_code=503, duration_ms=41)
     return {
@@ -301,7 +318,9 @@ PHONE_PICTURES = {
 }
 
 
-def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(web, context, size, operator, reviewer, admin_user):
+def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(
+    web: AsgiServer, context: BrowserContext, size: str, operator: User, reviewer: User, admin_user: User
+) -> None:
     from axe_playwright_python.sync_playwright import Axe
 
     from runs.artifacts import FileArtifactStore
@@ -309,6 +328,7 @@ def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(web, conte
 
     scene = waiting_scene(operator)
     evidence = Evidence.objects.filter(run=scene.run).first()
+    assert evidence is not None
     evidence.output_ref = FileArtifactStore().put(b"collected 3 items\n3 passed in 0.02s\n", "text/plain")
     evidence.save()
     admin_pages = admin_scene(admin_user)
@@ -330,7 +350,7 @@ def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(web, conte
         for link in page.locator("nav.nav a").all():
             box = link.bounding_box()
             if box is None or box["x"] < 0 or box["x"] + box["width"] > width:
-                problems.append(f"{name}: the top bar's {link.text_content().strip()!r} is off the screen")
+                problems.append(f"{name}: the top bar's {(link.text_content() or '').strip()!r} is off the screen")
 
     page.goto(f"{web.url}/accounts/login/")
     check("sign in")
@@ -353,7 +373,9 @@ def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(web, conte
     assert not problems, "\n".join(problems)
 
 
-def test_it_takes_an_admin_from_a_version_to_a_new_one_and_compares_them(web, context, size, admin_user):
+def test_it_takes_an_admin_from_a_version_to_a_new_one_and_compares_them(
+    web: AsgiServer, context: BrowserContext, size: str, admin_user: User
+) -> None:
     from approvals.policies import current_policy_row
 
     first = current_policy_row()
@@ -389,7 +411,9 @@ def test_it_takes_an_admin_from_a_version_to_a_new_one_and_compares_them(web, co
         screenshot(page, "policy_compare_laptop")
 
 
-def test_it_shows_the_working_clock_and_the_time_budget_alike_while_they_tick(web, context, size, operator):
+def test_it_shows_the_working_clock_and_the_time_budget_alike_while_they_tick(
+    web: AsgiServer, context: BrowserContext, size: str, operator: User
+) -> None:
     from tests.helpers import World
 
     run = World().create(actor=operator)  # running, and no worker: its clocks only tick
@@ -413,7 +437,9 @@ def test_it_shows_the_working_clock_and_the_time_budget_alike_while_they_tick(we
     expect(budget).to_have_text(re.compile(r"^\d+s / 600s$"))
 
 
-def test_it_lands_a_reviewer_on_the_inbox_and_never_resends_a_refused_grant(web, context, size, operator, reviewer):
+def test_it_lands_a_reviewer_on_the_inbox_and_never_resends_a_refused_grant(
+    web: AsgiServer, context: BrowserContext, size: str, operator: User, reviewer: User
+) -> None:
     from tests.helpers import new_policy_version
 
     scene = waiting_scene(operator)
@@ -443,7 +469,9 @@ def test_it_lands_a_reviewer_on_the_inbox_and_never_resends_a_refused_grant(web,
     assert len(posts) == 1, posts
 
 
-def test_it_keeps_the_reason_of_a_kill_and_the_comment_of_a_grant_in_the_trace(web, context, size, operator, reviewer):
+def test_it_keeps_the_reason_of_a_kill_and_the_comment_of_a_grant_in_the_trace(
+    web: AsgiServer, context: BrowserContext, size: str, operator: User, reviewer: User
+) -> None:
     killed, granted = waiting_scene(operator), waiting_scene(operator)
     page = signed_in(context, web, operator, f"/runs/{killed.run.pk}/")
     page.click('[data-field="kill"]')
@@ -453,6 +481,7 @@ def test_it_keeps_the_reason_of_a_kill_and_the_comment_of_a_grant_in_the_trace(w
     page.goto(f"{web.url}/approvals/")
     expect(page.locator("table.table").last).to_contain_text(f"killed by {operator.username}: wrong repository")
 
+    assert context.browser is not None
     decider = context.browser.new_context(viewport=SIZES[size], timezone_id="America/New_York")
     try:
         review = decider.new_page()

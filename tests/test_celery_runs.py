@@ -7,25 +7,31 @@ import time
 
 import docker
 import pytest
+from django.contrib.auth.models import User
+from docker.models.containers import Container
 
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
 from runs.approval_flow import grant
 from runs.control import kill
-from runs.models import Event
+from runs.models import Event, Run
 from runs.runtime import create_run
+from tests.fixtures_services import Worker
 from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO, assert_gap_free, wait_for
 
 pytestmark = [pytest.mark.celery, pytest.mark.docker]
 
 
-def containers_of(run) -> list:
+def containers_of(run: Run) -> list[Container]:
     client = docker.from_env()
     # Sparse: one list call, no inspect per container, which raced the kill's removal (404).
-    return client.containers.list(all=True, sparse=True, filters={"label": f"harness.run_id={run.pk}"})
+    containers: list[Container] = client.containers.list(all=True, sparse=True, filters={"label": f"harness.run_id={run.pk}"})
+    return containers
 
 
-def test_it_runs_the_demo_on_a_worker_waits_for_approval_and_completes_after_a_grant(celery_worker, operator, reviewer):
+def test_it_runs_the_demo_on_a_worker_waits_for_approval_and_completes_after_a_grant(
+    celery_worker: Worker, operator: User, reviewer: User
+) -> None:
     run = create_run(DEMO_CONTRACT, SCRIPTED_DEMO, operator)
     run = wait_for(run, ("waiting_approval", "complete", "stopped"), log=celery_worker.log)
     assert run.status == "waiting_approval", run.outcome
@@ -52,7 +58,7 @@ def slow_check_policy() -> None:
     PolicyVersion.objects.create(version=row.version + 1, document=document, note="a slow check")
 
 
-def test_it_kills_a_running_check_within_two_seconds_and_removes_the_container(celery_worker, operator):
+def test_it_kills_a_running_check_within_two_seconds_and_removes_the_container(celery_worker: Worker, operator: User) -> None:
     slow_check_policy()
     contract = {**DEMO_CONTRACT, "verification_targets": ["slow"]}
     script = {"kind": "scripted", "script": [{"tool": "run_check", "args": {"check_id": "slow"}}]}

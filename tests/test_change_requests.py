@@ -10,8 +10,11 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
+from pytest_django import Settings
 
 from core.contract import WorkspaceSource
 from core.policy import authorize, check_policy
@@ -71,7 +74,7 @@ def run_for(tmp_path: Path, server: GitHttpServer, forge: FakeForge | None, targ
     )
 
 
-def execute(executor: SandboxExecutor, tool: str, args: dict, key: str) -> dict:
+def execute(executor: SandboxExecutor, tool: str, args: dict[str, Any], key: str) -> dict[str, Any]:
     receipt = executor.execute(fixed_call(executor, tool, args, key))
     assert isinstance(receipt, dict)
     return receipt
@@ -82,7 +85,7 @@ def publish(executor: SandboxExecutor) -> None:
     assert (pushed["status"], pushed["effect"]) == ("ok", "applied"), pushed
 
 
-def open_request(executor: SandboxExecutor, key: str = "c" * 32) -> dict:
+def open_request(executor: SandboxExecutor, key: str = "c" * 32) -> dict[str, Any]:
     return execute(executor, "open_change_request", {"title": TITLE, "body": BODY}, key)
 
 
@@ -292,7 +295,7 @@ def test_it_links_only_to_the_configured_forge(git_server: GitHttpServer) -> Non
 @pytest.mark.celery
 @pytest.mark.docker
 def test_it_opens_the_change_request_of_a_whole_run_after_two_approvals_and_links_it(
-    transactional_db, operator, reviewer, settings, tmp_path: Path
+    transactional_db: None, operator: User, reviewer: User, settings: Settings, tmp_path: Path
 ) -> None:
     from django.test import Client
 

@@ -7,6 +7,8 @@ bench/loop_overhead.py."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -16,6 +18,7 @@ from core import events as ev
 from core.fences import Lease, RowLock
 from core.scenarios import call
 from core.simulated import MemoryApprovals
+from core.state import RunState
 from runs.eventlog import append_event
 from runs.models import Event, Receipt, Run
 from runs.services import drive_run
@@ -39,7 +42,7 @@ class CountingStore(DjangoStore):
         super().__init__(RowLock("a test's counting driver"))
         self.checkpoints: list[list[str]] = []
 
-    def checkpoint(self, state, events):
+    def checkpoint(self, state: RunState, events: Sequence[ev.Event]) -> None:
         with CaptureQueriesContext(connection) as captured:
             super().checkpoint(state, events)
         self.checkpoints.append(statements(captured))
@@ -52,7 +55,7 @@ def statements(captured: CaptureQueriesContext) -> list[str]:
     return [kind for kind in kinds if kind not in ("BEGIN", "COMMIT", "ROLLBACK")]
 
 
-def drive_reads(monkeypatch) -> tuple[Run, CountingStore]:
+def drive_reads(monkeypatch: pytest.MonkeyPatch) -> tuple[Run, CountingStore]:
     world = World()
     run = world.create(script=[call("read_file", path="src/calc.py")] * READS)
     store = CountingStore()
@@ -61,7 +64,7 @@ def drive_reads(monkeypatch) -> tuple[Run, CountingStore]:
     return run, store
 
 
-def test_it_takes_no_savepoint_and_no_extra_read_in_a_checkpoint(monkeypatch):
+def test_it_takes_no_savepoint_and_no_extra_read_in_a_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     _, store = drive_reads(monkeypatch)
     # All but the last: the run's stop calls for a webhook notice, which has its own
     # savepoint so that a failing notice never costs the run its stop event.
@@ -74,7 +77,7 @@ def projected(*tables: str) -> list[str]:
     return ["WITH"] if connection.vendor == "postgresql" else ["UPDATE", "INSERT", *("INSERT" for _ in tables)]
 
 
-def test_it_stores_a_read_step_in_at_most_six_statements_and_two_on_postgresql(monkeypatch):
+def test_it_stores_a_read_step_in_at_most_six_statements_and_two_on_postgresql(monkeypatch: pytest.MonkeyPatch) -> None:
     run, store = drive_reads(monkeypatch)
     # The first checkpoint records the run's start, the last its stop; in between,
     # two per read: the proposal, then its admission, start and receipt.
@@ -88,7 +91,7 @@ def test_it_stores_a_read_step_in_at_most_six_statements_and_two_on_postgresql(m
     assert seqs == list(range(1, len(seqs) + 1))
 
 
-def test_it_numbers_an_event_in_the_statement_that_locks_the_run():
+def test_it_numbers_an_event_in_the_statement_that_locks_the_run() -> None:
     world = World()
     run = world.create()
     with CaptureQueriesContext(connection) as captured:
@@ -100,7 +103,7 @@ def test_it_numbers_an_event_in_the_statement_that_locks_the_run():
     assert row.seq == run.last_seq
 
 
-def test_it_refuses_a_stale_lease_token_in_that_same_statement():
+def test_it_refuses_a_stale_lease_token_in_that_same_statement() -> None:
     world = World()
     run = world.create()
     Run.objects.filter(pk=run.pk).update(lease_token=5)
@@ -116,7 +119,7 @@ def test_it_refuses_a_stale_lease_token_in_that_same_statement():
     assert not Event.objects.filter(run=run, type="run_resumed").exists()
 
 
-def test_it_writes_no_projection_when_the_lease_token_is_stale(monkeypatch):
+def test_it_writes_no_projection_when_the_lease_token_is_stale(monkeypatch: pytest.MonkeyPatch) -> None:
     run, _ = drive_reads(monkeypatch)
     receipts = Receipt.objects.filter(run=run).count()
     Run.objects.filter(pk=run.pk).update(lease_token=5)
@@ -130,7 +133,7 @@ def test_it_writes_no_projection_when_the_lease_token_is_stale(monkeypatch):
 
 
 @pytest.mark.postgres_only
-def test_it_has_the_server_keep_the_checkpoint_statement_prepared(monkeypatch):
+def test_it_has_the_server_keep_the_checkpoint_statement_prepared(monkeypatch: pytest.MonkeyPatch) -> None:
     drive_reads(monkeypatch)
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements WHERE statement LIKE 'WITH reserved AS (UPDATE%%'")

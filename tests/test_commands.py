@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import User
 
 from tests.helpers import run_command
 
@@ -19,7 +20,7 @@ CONTRACT, SCRIPT = str(DEMO / "contract.json"), str(DEMO / "proposals.json")
 run = run_command
 
 
-def test_it_runs_the_demo_to_the_approval_wait_and_on_to_completion(reviewer):
+def test_it_runs_the_demo_to_the_approval_wait_and_on_to_completion(reviewer: User) -> None:
     code, out, _ = run("run_task", CONTRACT, "--script", SCRIPT, "--json")
     assert code == 10
     report = json.loads(out)
@@ -37,7 +38,7 @@ def test_it_runs_the_demo_to_the_approval_wait_and_on_to_completion(reviewer):
     assert final["status"] == "complete" and final["changed_files"] == ["orders/total.py"]
 
 
-def test_it_stops_denied_after_a_denial_from_the_shell(reviewer):
+def test_it_stops_denied_after_a_denial_from_the_shell(reviewer: User) -> None:
     _, out, _ = run("run_task", CONTRACT, "--script", SCRIPT, "--json")
     run_id = json.loads(out)["run_id"]
     [request] = json.loads(run("approvals", "list", "--run", run_id, "--json")[1])
@@ -48,7 +49,7 @@ def test_it_stops_denied_after_a_denial_from_the_shell(reviewer):
     assert code == 1 and json.loads(out)["status"] == "denied"
 
 
-def test_it_exits_two_with_the_reason_for_bad_input(tmp_path):
+def test_it_exits_two_with_the_reason_for_bad_input(tmp_path: Path) -> None:
     bad = tmp_path / "contract.json"
     bad.write_text(json.dumps({"task_id": "x y"}))
     code, _, err = run("run_task", str(bad), "--script", SCRIPT)
@@ -61,7 +62,7 @@ def test_it_exits_two_with_the_reason_for_bad_input(tmp_path):
     assert run("approvals", "grant", "nope", "--user", "x")[0] == 2
 
 
-def test_it_injects_faults_and_exits_one_on_a_stop():
+def test_it_injects_faults_and_exits_one_on_a_stop() -> None:
     code, out, _ = run("run_task", CONTRACT, "--script", SCRIPT, "--fault", "read_file:invalid_receipt", "--json")
     assert code == 1 and json.loads(out)["status"] == "receipt_invalid"
     code, out, _ = run("run_task", CONTRACT, "--script", SCRIPT, "--fault", "run_check:transient:2", "--json")

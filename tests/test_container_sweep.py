@@ -10,9 +10,13 @@ import re
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
+import docker
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from approvals.policies import current_policy_row
@@ -38,7 +42,7 @@ def sweeps_done(log: str) -> int:
     return len(re.findall(r"Task sandbox\.sweep\[[^\]]+\] succeeded", log))
 
 
-def containers_of(client, run_id: str) -> list[dict]:
+def containers_of(client: docker.DockerClient, run_id: str) -> list[dict[str, Any]]:
     # Sparse: one list call, no inspect per container (which races a removal).
     return [c.attrs for c in client.containers.list(all=True, sparse=True, filters={"label": f"harness.run_id={run_id}"})]
 
@@ -53,7 +57,7 @@ def sweeping_worker(transactional_db: None, monkeypatch: pytest.MonkeyPatch, req
 
 @pytest.mark.celery
 def test_it_keeps_a_pinned_image_checks_container_through_sweeps_and_the_check_passes_at_its_first_attempt(
-    sweeping_worker: Worker, operator, docker_engine
+    sweeping_worker: Worker, operator: User, docker_engine: docker.DockerClient
 ) -> None:
     # The sandbox image under another name: a check pinned to it gets a container of its own.
     image = docker_engine.images.get(settings.SANDBOX_IMAGE).id
@@ -84,12 +88,14 @@ def test_it_keeps_a_pinned_image_checks_container_through_sweeps_and_the_check_p
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_it_removes_the_containers_of_ended_and_undriven_runs_and_keeps_every_role_of_driven_ones(docker_engine, tmp_path) -> None:
+def test_it_removes_the_containers_of_ended_and_undriven_runs_and_keeps_every_role_of_driven_ones(
+    docker_engine: docker.DockerClient, tmp_path: Path
+) -> None:
     now = timezone.now()
     lease = timedelta(seconds=settings.HARNESS_LEASE_SECONDS)
-    leased = {"lease_owner": "a live worker", "lease_token": 1}
+    leased: dict[str, object] = {"lease_owner": "a live worker", "lease_token": 1}
     # run: (status, lease fields, roles of its containers, kept?)
-    table = {
+    table: dict[str, tuple[str, dict[str, object], list[str], bool]] = {
         "complete": (Run.Status.COMPLETE, {}, [ROLE_MAIN, PINNED], False),
         "stopped": (Run.Status.STOPPED, {}, [PINNED], False),
         "driven": (Run.Status.RUNNING, {**leased, "lease_expires_at": now + lease}, [ROLE_MAIN, PINNED], True),

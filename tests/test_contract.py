@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from core.errors import InputError
 
 TOOLS = {"read_file", "write_file", "run_check", "publish"}
 CHECKS = {"tests"}
-GOOD = {
+GOOD: dict[str, Any] = {
     "task_id": "fix-orders",
     "objective": "Reject negative quantities",
     "acceptance_criteria": ["tests pass"],
@@ -24,17 +25,17 @@ GOOD = {
 }
 
 
-def fields(raw):
+def fields(raw: object) -> set[str]:
     with pytest.raises(InputError) as caught:
         check_contract(raw, TOOLS, CHECKS)
     return {p.field for p in caught.value.problems}
 
 
-def test_it_accepts_a_good_contract():
+def test_it_accepts_a_good_contract() -> None:
     assert check_contract(copy.deepcopy(GOOD), TOOLS, CHECKS).task_id == "fix-orders"
 
 
-def test_it_names_every_offending_field_at_once():
+def test_it_names_every_offending_field_at_once() -> None:
     bad = copy.deepcopy(GOOD)
     bad["task_id"] = "has spaces"
     bad["acceptance_criteria"] = []
@@ -56,21 +57,21 @@ def test_it_names_every_offending_field_at_once():
     }
 
 
-def test_it_names_unknown_tools_and_checks():
+def test_it_names_unknown_tools_and_checks() -> None:
     bad = copy.deepcopy(GOOD)
     bad["allowed_tools"] = ["read_file", "shell"]
     bad["verification_targets"] = ["lint"]
     assert fields(bad) == {"allowed_tools[1]", "verification_targets[0]"}
 
 
-def test_it_refuses_non_objects_and_bad_json_with_a_message():
+def test_it_refuses_non_objects_and_bad_json_with_a_message() -> None:
     assert fields([1, 2]) == {"(root)"}
     with pytest.raises(InputError, match="not valid JSON"):
         parse_contract_json("{nope", TOOLS, CHECKS)
     assert parse_contract_json(json.dumps(GOOD), TOOLS, CHECKS).limits.max_attempts == 3
 
 
-def test_it_intersects_limits_with_policy_so_a_contract_cannot_grant_itself_more():
+def test_it_intersects_limits_with_policy_so_a_contract_cannot_grant_itself_more() -> None:
     asked = Limits(max_proposals=500, max_tool_calls=10, max_attempts=9, wall_time_seconds=60, max_output_bytes_per_call=2048)
     bound = Limits(max_proposals=100, max_tool_calls=100, max_attempts=3, wall_time_seconds=3600, max_output_bytes_per_call=4096)
     effective = asked.intersect(bound)

@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 from core.faults import Fault
-from core.scenarios import FIXED, build_rig, call, demo_contract
+from core.feedback import Feedback
+from core.ports import Call
+from core.scenarios import FIXED, Rig, build_rig, call, demo_contract
 
 
-def test_it_counts_invalid_proposals_and_finish_as_proposals():
+def test_it_counts_invalid_proposals_and_finish_as_proposals() -> None:
     rig = build_rig([call("read_file"), call("finish", summary="x"), call("read_file", path="src/calc.py")])
     rig.harness.run()
     assert rig.state.proposals == 3
     assert rig.state.calls == 1
 
 
-def test_it_counts_every_retry_as_a_call_but_one_proposal():
+def test_it_counts_every_retry_as_a_call_but_one_proposal() -> None:
     rig = build_rig([call("read_file", path="src/calc.py")], faults=[Fault("read_file", "transient", 2)])
     rig.harness.run()
     assert rig.state.proposals == 1 and rig.state.calls == 3
 
 
-def test_it_stops_when_the_call_budget_is_used_even_mid_retry():
+def test_it_stops_when_the_call_budget_is_used_even_mid_retry() -> None:
     rig = build_rig(
         [call("read_file", path="src/calc.py")],
         faults=[Fault("read_file", "transient", 5)],
@@ -29,7 +31,7 @@ def test_it_stops_when_the_call_budget_is_used_even_mid_retry():
     assert rig.state.outcome == "budget_exhausted" and rig.state.calls == 2
 
 
-def test_it_never_grants_more_than_policy_allows():
+def test_it_never_grants_more_than_policy_allows() -> None:
     from core.scenarios import demo_policy
 
     contract = demo_contract(max_proposals=10_000, wall_time_seconds=99_999)
@@ -41,11 +43,11 @@ def test_it_never_grants_more_than_policy_allows():
     assert started["clipped"]["max_proposals"] == {"asked": 10_000, "allowed": 50}
 
 
-def _past_deadline(rig):
+def _past_deadline(rig: Rig) -> None:
     rig.clock.t = rig.state.deadline + 1
 
 
-def test_it_checks_the_deadline_before_asking_the_model():
+def test_it_checks_the_deadline_before_asking_the_model() -> None:
     rig = build_rig([call("read_file", path="src/calc.py")])
     _past_deadline(rig)
     rig.harness.run()
@@ -53,10 +55,10 @@ def test_it_checks_the_deadline_before_asking_the_model():
     assert "before asking the model" in rig.state.stop_message
 
 
-def test_it_checks_the_deadline_after_a_proposal_arrives():
+def test_it_checks_the_deadline_after_a_proposal_arrives() -> None:
     rig = build_rig([])
 
-    def slow_model(feedback, position):
+    def slow_model(feedback: Feedback | None, position: int) -> object | None:
         _past_deadline(rig)
         return call("read_file", path="src/calc.py")
 
@@ -68,38 +70,38 @@ def test_it_checks_the_deadline_after_a_proposal_arrives():
     assert "after the proposal arrived" in rig.state.stop_message
 
 
-def test_it_checks_the_deadline_after_each_receipt():
+def test_it_checks_the_deadline_after_each_receipt() -> None:
     rig = build_rig([call("write_file", path="src/calc.py", content=FIXED), call("finish")])
     inner = rig.harness.context.executor.execute
 
-    def slow_execute(c):
+    def slow_execute(c: Call) -> object:
         receipt = inner(c)
         _past_deadline(rig)
         return receipt
 
-    rig.harness.context.executor.execute = slow_execute
+    rig.harness.context.executor.execute = slow_execute  # type: ignore[method-assign, assignment]  # this instance's only; mypy keeps a protocol method's self
     rig.harness.run()
     assert rig.state.outcome == "deadline" and "after the receipt" in rig.state.stop_message
     # The write's receipt was still recorded before stopping.
     assert rig.store.ledger["c1"].state == "completed"
 
 
-def test_it_checks_the_deadline_before_each_attempt():
+def test_it_checks_the_deadline_before_each_attempt() -> None:
     rig = build_rig([call("read_file", path="src/calc.py")], faults=[Fault("read_file", "transient", 1)])
     rig.harness.context.config = type(rig.harness.context.config)(retry_base_seconds=0.0)
     original_sleep = rig.clock.sleep
 
-    def sleep_past(seconds):
+    def sleep_past(seconds: float) -> None:
         original_sleep(seconds)
         _past_deadline(rig)
 
-    rig.clock.sleep = sleep_past
+    rig.clock.sleep = sleep_past  # type: ignore[method-assign]  # this instance's only
     rig.harness.run()
     assert rig.state.outcome == "deadline" and "before an attempt" in rig.state.stop_message
     assert rig.state.calls == 1
 
 
-def test_it_stops_instead_of_sleeping_when_a_retry_backoff_would_cross_the_deadline():
+def test_it_stops_instead_of_sleeping_when_a_retry_backoff_would_cross_the_deadline() -> None:
     rig = build_rig([call("read_file", path="src/calc.py")], faults=[Fault("read_file", "transient", 1)])
     rig.clock.t = rig.state.deadline - 0.25  # less than the 0.5 s first backoff
     rig.harness.run()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from core import feedback as fb
 from core.faults import Fault
 from core.policy import Rule
-from core.scenarios import FIXED, build_rig, call, demo_policy
+from core.scenarios import FIXED, Rig, build_rig, call, demo_policy
 
 ASK_PUBLISH = [
     Rule(name="publishing needs a reviewer", tool="publish", decision="ask", requires_evidence=True),
@@ -18,7 +18,7 @@ CHECKED = [
 ]
 
 
-def test_it_returns_a_malformed_proposal_as_invalid_input_naming_the_field():
+def test_it_returns_a_malformed_proposal_as_invalid_input_naming_the_field() -> None:
     rig = build_rig([{"tool": "read_file"}, {"tool": "read_file", "args": {}, "extra": 1}, "not an object"])
     rig.harness.run()
     problems = [[p.model_dump() for p in f.problems] for f in rig.feedbacks[1:] if isinstance(f, fb.InvalidInput)]
@@ -28,7 +28,7 @@ def test_it_returns_a_malformed_proposal_as_invalid_input_naming_the_field():
     assert rig.state.proposals == 3 and rig.state.calls == 0
 
 
-def test_it_returns_an_invalid_argument_naming_the_field_and_lets_the_model_correct_it():
+def test_it_returns_an_invalid_argument_naming_the_field_and_lets_the_model_correct_it() -> None:
     rig = build_rig([call("read_file", path="src/calc.py", limit=0), call("read_file", path="src/calc.py")])
     rig.harness.run()
     assert isinstance(rig.feedbacks[1], fb.InvalidInput)
@@ -37,22 +37,24 @@ def test_it_returns_an_invalid_argument_naming_the_field_and_lets_the_model_corr
     assert rig.state.proposals == 2 and rig.state.calls == 1
 
 
-def test_it_rejects_extra_argument_fields_and_unknown_tools():
+def test_it_rejects_extra_argument_fields_and_unknown_tools() -> None:
     rig = build_rig([call("read_file", path="a.py", follow=True), call("rm_rf", path=".")])
     rig.harness.run()
+    assert isinstance(rig.feedbacks[1], fb.InvalidInput) and isinstance(rig.feedbacks[2], fb.InvalidInput)
     assert rig.feedbacks[1].problems[0] == fb.Problem(field="args.follow", message="unexpected field (extra fields are rejected)")
     assert rig.feedbacks[2].problems[0] == fb.Problem(field="tool", message="unknown tool 'rm_rf'")
 
 
-def test_it_refuses_writes_outside_the_allowed_write_paths():
+def test_it_refuses_writes_outside_the_allowed_write_paths() -> None:
     rig = build_rig([call("write_file", path="setup.py", content="evil")])
     rig.harness.run()
+    assert isinstance(rig.feedbacks[1], fb.InvalidInput)
     assert rig.feedbacks[1].problems[0].field == "args.path"
     assert "outside allowed_write_paths" in rig.feedbacks[1].problems[0].message
     assert rig.executed("write_file") == 0
 
 
-def test_it_stops_tool_denied_and_nothing_reaches_the_executor():
+def test_it_stops_tool_denied_and_nothing_reaches_the_executor() -> None:
     policy = demo_policy(rules=[Rule(name="no writes", tool="write_file", decision="deny"), Rule(name="rest", tool="*", decision="allow")])
     rig = build_rig([call("write_file", path="src/calc.py", content="x")], policy=policy)
     rig.harness.run()
@@ -61,7 +63,7 @@ def test_it_stops_tool_denied_and_nothing_reaches_the_executor():
     assert "denied" in rig.event_types()
 
 
-def test_it_denies_a_tool_the_contract_does_not_allow_even_if_policy_would():
+def test_it_denies_a_tool_the_contract_does_not_allow_even_if_policy_would() -> None:
     from core.scenarios import demo_contract
 
     contract = demo_contract().model_copy(update={"allowed_tools": ["read_file"]})
@@ -70,7 +72,7 @@ def test_it_denies_a_tool_the_contract_does_not_allow_even_if_policy_would():
     assert rig.state.outcome == "tool_denied" and rig.executor.calls == []
 
 
-def test_it_retries_a_transient_failure_with_the_same_call_id_and_exponential_backoff():
+def test_it_retries_a_transient_failure_with_the_same_call_id_and_exponential_backoff() -> None:
     rig = build_rig([call("read_file", path="src/calc.py")], faults=[Fault("read_file", "transient", 2)])
     rig.harness.run()
     assert [c.call_id for c in rig.executor.calls] == ["c1"]  # the two faults never reached it
@@ -79,14 +81,14 @@ def test_it_retries_a_transient_failure_with_the_same_call_id_and_exponential_ba
     assert rig.event_types().count("retry") == 2
 
 
-def test_it_stops_attempt_limit_when_attempts_run_out():
+def test_it_stops_attempt_limit_when_attempts_run_out() -> None:
     rig = build_rig([call("read_file", path="src/calc.py")], faults=[Fault("read_file", "transient", 9)])
     rig.harness.run()
     assert rig.state.outcome == "attempt_limit"
     assert rig.store.ledger["c1"].attempts == 3
 
 
-def test_it_waits_for_approval_and_sends_the_request_with_its_arguments():
+def test_it_waits_for_approval_and_sends_the_request_with_its_arguments() -> None:
     rig = build_rig(CHECKED + [call("publish", message="fix")], policy=demo_policy(rules=ASK_PUBLISH))
     rig.harness.run()
     assert rig.state.status == "waiting_approval"
@@ -97,10 +99,11 @@ def test_it_waits_for_approval_and_sends_the_request_with_its_arguments():
     assert rig.executed("publish") == 0
 
 
-def test_it_executes_after_a_grant_and_the_approval_is_used_once():
+def test_it_executes_after_a_grant_and_the_approval_is_used_once() -> None:
     script = CHECKED + [call("publish", message="fix"), call("publish", message="fix"), call("publish", message="other")]
     rig = build_rig(script, policy=demo_policy(rules=ASK_PUBLISH))
     rig.harness.run()
+    assert rig.state.waiting is not None
     key = rig.state.waiting.approval_key
     rig.approvals.grant(key)
     rig.harness.run()
@@ -112,9 +115,10 @@ def test_it_executes_after_a_grant_and_the_approval_is_used_once():
     assert rig.event_types().count("approval_required") == 2
 
 
-def test_it_stops_denied_when_the_reviewer_denies():
+def test_it_stops_denied_when_the_reviewer_denies() -> None:
     rig = build_rig(CHECKED + [call("publish", message="fix")], policy=demo_policy(rules=ASK_PUBLISH))
     rig.harness.run()
+    assert rig.state.waiting is not None
     rig.approvals.deny(rig.state.waiting.approval_key, "not during the freeze")
     rig.harness.run()
     assert rig.state.outcome == "denied"
@@ -122,7 +126,7 @@ def test_it_stops_denied_when_the_reviewer_denies():
     assert rig.executed("publish") == 0
 
 
-def test_it_records_a_pending_effect_for_an_unknown_write_and_blocks_writes_and_completion():
+def test_it_records_a_pending_effect_for_an_unknown_write_and_blocks_writes_and_completion() -> None:
     script = CHECKED + [
         call("publish", message="fix"),
         call("write_file", path="src/calc.py", content="x"),
@@ -136,7 +140,7 @@ def test_it_records_a_pending_effect_for_an_unknown_write_and_blocks_writes_and_
     assert rig.state.outcome == "unresolved"
 
 
-def test_it_keeps_the_outcome_unknown_when_the_lookup_is_empty_but_not_authoritative():
+def test_it_keeps_the_outcome_unknown_when_the_lookup_is_empty_but_not_authoritative() -> None:
     script = CHECKED + [call("publish", message="fix")]
     rig = build_rig(script + [call("read_file", path="src/calc.py")], faults=[Fault("publish", "timeout", 1)], lookup_authoritative=False)
     rig.harness.run()
@@ -144,7 +148,7 @@ def test_it_keeps_the_outcome_unknown_when_the_lookup_is_empty_but_not_authorita
     assert "effect_reconciled" not in rig.event_types()
 
 
-def test_it_reconciles_an_unknown_write_by_an_authoritative_lookup():
+def test_it_reconciles_an_unknown_write_by_an_authoritative_lookup() -> None:
     script = CHECKED + [call("publish", message="fix"), call("finish", summary="done")]
     rig = build_rig(script, faults=[Fault("publish", "unknown", 1)], lookup_authoritative=True)
     rig.harness.run()
@@ -154,28 +158,28 @@ def test_it_reconciles_an_unknown_write_by_an_authoritative_lookup():
     assert rig.state.effects_applied == ["c3"]
 
 
-def test_it_answers_finish_without_a_passing_check_with_check_required_and_the_revision():
+def test_it_answers_finish_without_a_passing_check_with_check_required_and_the_revision() -> None:
     rig = build_rig([call("write_file", path="src/calc.py", content=FIXED), call("finish", summary="done")])
     rig.harness.run()
     assert rig.feedbacks[2] == fb.CheckRequired(call_id="c2", revision=rig.state.revision, missing=["tests"])
     assert rig.state.outcome == "proposals_exhausted"
 
 
-def test_it_does_not_count_a_failing_check_as_evidence():
+def test_it_does_not_count_a_failing_check_as_evidence() -> None:
     rig = build_rig(CHECKED + [call("finish", summary="done")], check_passes=lambda files, check_id: False)
     rig.harness.run()
     assert rig.state.evidence[0].passed is False
     assert isinstance(rig.feedbacks[3], fb.CheckRequired)
 
 
-def test_it_completes_on_a_passing_check_of_the_current_revision_with_nothing_pending():
+def test_it_completes_on_a_passing_check_of_the_current_revision_with_nothing_pending() -> None:
     rig = build_rig(CHECKED + [call("finish", summary="done")])
     rig.harness.run()
     assert rig.state.outcome == "complete"
     assert rig.state.evidence[0].revision == rig.state.revision
 
 
-def test_it_stops_receipt_invalid_and_a_write_with_a_bad_receipt_becomes_pending():
+def test_it_stops_receipt_invalid_and_a_write_with_a_bad_receipt_becomes_pending() -> None:
     rig = build_rig([call("write_file", path="src/calc.py", content=FIXED)], faults=[Fault("write_file", "invalid_receipt", 1)])
     rig.harness.run()
     assert rig.state.outcome == "receipt_invalid"
@@ -183,12 +187,12 @@ def test_it_stops_receipt_invalid_and_a_write_with_a_bad_receipt_becomes_pending
     assert rig.store.ledger["c1"].state == "unknown"
 
 
-def test_it_stops_killed_by_the_kill_switch_before_the_next_call():
+def test_it_stops_killed_by_the_kill_switch_before_the_next_call() -> None:
     class KillAfterFirst:
-        def __init__(self, rig):
+        def __init__(self, rig: Rig) -> None:
             self.rig = rig
 
-        def kill_requested(self):
+        def kill_requested(self) -> bool:
             return len(self.rig.executor.calls) >= 1
 
     rig = build_rig([call("read_file", path="src/calc.py"), call("read_file", path="src/calc.py")])
@@ -198,7 +202,7 @@ def test_it_stops_killed_by_the_kill_switch_before_the_next_call():
     assert len(rig.executor.calls) == 1
 
 
-def test_it_never_reports_a_stopped_run_as_completed():
+def test_it_never_reports_a_stopped_run_as_completed() -> None:
     from core.report import build_report
 
     rig = build_rig([call("read_file", path="src/calc.py")], faults=[Fault("read_file", "invalid_receipt", 1)])

@@ -97,7 +97,8 @@ class Stack:
     def container(self, service: str) -> dict[str, Any]:
         ids = self.compose("ps", "-a", "-q", service).split()
         assert len(ids) == 1, f"{service}: expected one container, got {ids}"
-        return docker.from_env().api.inspect_container(ids[0])
+        inspected: dict[str, Any] = docker.from_env().api.inspect_container(ids[0])
+        return inspected
 
     def up(self) -> None:
         started = time.monotonic()

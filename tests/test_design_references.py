@@ -16,7 +16,7 @@ def tracked_text_files() -> list[Path]:
     return [ROOT / n for n in names if n.endswith((".py", ".md", ".html", ".js", ".yaml")) and (ROOT / n).is_file()]
 
 
-def test_it_cites_only_sections_that_exist():
+def test_it_cites_only_sections_that_exist() -> None:
     sections = set(re.findall(r"^## (.+)$", (ROOT / "docs" / "design.md").read_text(), re.MULTILINE))
     cited: dict[str, set[str]] = {}
     for path in tracked_text_files():
@@ -28,7 +28,7 @@ def test_it_cites_only_sections_that_exist():
     assert {name: files for name, files in cited.items() if name not in sections} == {}
 
 
-def test_it_cites_no_design_file_outside_the_repository():
+def test_it_cites_no_design_file_outside_the_repository() -> None:
     outside = re.compile(r"DESIGN section|DESIGN\.md|\.\./shared/")
     found = [
         str(p.relative_to(ROOT))
@@ -42,7 +42,7 @@ GATE = re.compile(r"^(\d+)\. \*\*([^*]+)\*\*", re.MULTILINE)
 GATE_CITATION = re.compile(r"\b[Gg]ates? (\d+)(?:-(\d+))?(?:: | \(|, )?([a-z ,]*)")
 
 
-def test_it_numbers_the_gates_in_code_as_the_design_does():
+def test_it_numbers_the_gates_in_code_as_the_design_does() -> None:
     """A comment that cites gates by number names them too, as docs/design.md's list
     (Gates) numbers them."""
     design = (ROOT / "docs" / "design.md").read_text()

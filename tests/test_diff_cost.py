@@ -11,8 +11,13 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
+import docker
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from pytest_django import Settings
 from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
@@ -33,8 +38,13 @@ KEY = "0123456789abcdef0123456789abcdef"
 
 
 def test_it_diffs_the_probe_exactly_within_a_work_budget() -> None:
-    asked = []
-    diff = patches.unified_diff("orders/data.txt", OLD, NEW, cancelled=lambda: asked.append(1) is not None)
+    asked: list[int] = []
+
+    def cancelled() -> bool:
+        asked.append(1)
+        return False
+
+    diff = patches.unified_diff("orders/data.txt", OLD, NEW, cancelled=cancelled)
     [patch] = patches.parse_patch(diff)
     assert patches.apply_hunks(patch, OLD) == NEW
     # The work is counted and asked about every CHECK_EVERY units: bounded by the budget
@@ -52,7 +62,7 @@ def test_it_stops_a_diff_when_asked_to(tmp_path: Path) -> None:
 
 
 @pytest.mark.django_db
-def test_it_publishes_nothing_when_the_run_is_killed_during_the_publish_diff(tmp_path: Path, monkeypatch) -> None:
+def test_it_publishes_nothing_when_the_run_is_killed_during_the_publish_diff(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     workspace = example_workspace(tmp_path / "run")
     for n in range(60):  # many files, each a long diff: the kill comes in the middle
         workspace.write_file(f"orders/data{n:02d}.txt", NEW.replace("x", f"x{n}"))
@@ -60,15 +70,15 @@ def test_it_publishes_nothing_when_the_run_is_killed_during_the_publish_diff(tmp
     # Fixed when asked for, as the loop does before a reviewer sees it; the publish
     # makes the patch again from the workspace, and that is where the kill comes.
     call = fixed_call(executor, "publish", {"message": "m"}, KEY)
-    diffed = []
+    diffed: list[str] = []
     real = patches.unified_diff
 
-    def counting(*args, **kwargs):
+    def counting(*args: Any, **kwargs: Any) -> str:
         diffed.append(args[0])
         return real(*args, **kwargs)
 
     monkeypatch.setattr(patches, "unified_diff", counting)  # counts the files diffed, nothing else changes
-    receipts = []
+    receipts: list[Any] = []  # the executor's receipts, JSON
     worker = threading.Thread(target=lambda: receipts.append(executor.execute(call)))
     worker.start()
     started = time.monotonic()
@@ -84,7 +94,7 @@ def test_it_publishes_nothing_when_the_run_is_killed_during_the_publish_diff(tmp
     assert not (tmp_path / "outbox").exists() or not list((tmp_path / "outbox").iterdir())
 
 
-def probe_run(tmp_path: Path, settings, operator) -> Run:
+def probe_run(tmp_path: Path, settings: Settings, operator: User) -> Run:
     source = tmp_path / "source"
     shutil.copytree(ROOT / "examples" / "orders", source)
     (source / "orders" / "data.txt").write_text(OLD)
@@ -102,8 +112,8 @@ def probe_run(tmp_path: Path, settings, operator) -> Run:
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_it_files_shows_and_publishes_the_probe_diff_that_git_and_patch_apply(
-    tmp_path, settings, operator, reviewer, client, docker_engine
-):
+    tmp_path: Path, settings: Settings, operator: User, reviewer: User, client: Client, docker_engine: docker.DockerClient
+) -> None:
     run = probe_run(tmp_path, settings, operator)
     assert advance(str(run.pk)) == "waiting_approval"
     request = ApprovalRequest.objects.get(run=run, status="pending")
@@ -123,7 +133,9 @@ def test_it_files_shows_and_publishes_the_probe_diff_that_git_and_patch_apply(
 
 @pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
-def test_it_says_a_diff_is_too_large_to_show_and_refuses_to_grant_it(tmp_path, settings, operator, reviewer, client, docker_engine):
+def test_it_says_a_diff_is_too_large_to_show_and_refuses_to_grant_it(
+    tmp_path: Path, settings: Settings, operator: User, reviewer: User, client: Client, docker_engine: docker.DockerClient
+) -> None:
     settings.HARNESS_REVIEW_DIFF_MAX_BYTES = 100_000
     run = probe_run(tmp_path, settings, operator)
     assert advance(str(run.pk)) == "waiting_approval"

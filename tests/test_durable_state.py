@@ -3,10 +3,16 @@ the database; a run reloaded after a crash at any checkpoint continues correctly
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 
+from core import events as ev
 from core.fences import RowLock
+from core.ports import Store
 from core.simulated import MemoryApprovals
+from core.state import RunState
 from runs.models import CallLedgerEntry, Event, Evidence, Receipt, Report, Run
 from runs.services import drive_run
 from runs.store import DjangoStore
@@ -20,15 +26,16 @@ def create(world: World) -> Run:
     return world.create()
 
 
-def drive(run: Run, world: World, store=None):
+def drive(run: Run, world: World, store: Store | None = None) -> RunState:
     run.refresh_from_db()
     return drive_run(run, world.environment(), world.approvals, store=store)
 
 
-def finish(run: Run, world: World):
+def finish(run: Run, world: World) -> RunState:
     """Drive to the end, granting the publish approval when asked."""
     state = drive(run, world)
     while state.status == "waiting_approval":
+        assert state.waiting is not None
         world.approvals.grant(state.waiting.approval_key)
         state = drive(run, world)
     return state
@@ -41,7 +48,7 @@ def assert_log_is_whole(run: Run) -> None:
     assert run.last_seq == len(seqs)
 
 
-def test_it_stores_the_run_its_log_ledger_receipts_evidence_and_report():
+def test_it_stores_the_run_its_log_ledger_receipts_evidence_and_report() -> None:
     world = World()
     run = create(world)
     state = finish(run, world)
@@ -64,7 +71,7 @@ def test_it_stores_the_run_its_log_ledger_receipts_evidence_and_report():
     assert report["effects_applied"] == ["c4"]
 
 
-def test_it_refuses_a_second_event_with_the_same_seq():
+def test_it_refuses_a_second_event_with_the_same_seq() -> None:
     from django.db import IntegrityError, transaction
     from django.utils import timezone
 
@@ -80,6 +87,7 @@ def uninterrupted_checkpoints() -> int:
     run = create(world)
     counting = CrashingStore(crash_at=-1)
     state = drive(run, world, counting)
+    assert state.waiting is not None
     world.approvals.grant(state.waiting.approval_key)
     drive(run, world, counting)
     return counting.count
@@ -89,12 +97,13 @@ CHECKPOINTS = 15  # in the uninterrupted run of SCRIPT, pinned by the test at th
 
 
 @pytest.mark.parametrize("crash_at", range(1, CHECKPOINTS + 1))
-def test_it_continues_after_a_crash_at_any_checkpoint(crash_at):
+def test_it_continues_after_a_crash_at_any_checkpoint(crash_at: int) -> None:
     world = World()
     run = create(world)
     store = CrashingStore(crash_at)
     with pytest.raises(Crash):
         state = drive(run, world, store)
+        assert state.waiting is not None
         world.approvals.grant(state.waiting.approval_key)
         drive(run, world, store)
     state = finish(run, world)
@@ -110,7 +119,9 @@ def test_it_continues_after_a_crash_at_any_checkpoint(crash_at):
     assert state.passing_current("tests") is not None
     assert len(world.executor.outbox) == 1
     if "run_resumed" in types:
-        resumed = Event.objects.filter(run=run, type="run_resumed").first().call_id
+        first_resumed = Event.objects.filter(run=run, type="run_resumed").first()
+        assert first_resumed is not None
+        resumed = first_resumed.call_id
         assert CallLedgerEntry.objects.get(run=run, call_id=resumed).state != "started"
 
 
@@ -120,13 +131,13 @@ UNLEASED = RowLock("a test's driver without a lease")
 class CrashAfterCheck(DjangoStore):
     """Dies as the check's receipt is about to be stored: the check was running."""
 
-    def checkpoint(self, state, events):
-        if any(e.type == "receipt_recorded" and e.tool == "run_check" for e in events):
+    def checkpoint(self, state: RunState, events: Sequence[ev.Event]) -> None:
+        if any(isinstance(e, ev.ReceiptRecorded) and e.tool == "run_check" for e in events):
             raise Crash("crash with the check in flight")
         super().checkpoint(state, events)
 
 
-def crash_then_finish(store: DjangoStore):
+def crash_then_finish(store: DjangoStore) -> tuple[RunState, list[tuple[str, str | None, Any]]]:
     """Drive a new run until ``store`` crashes it, then to the end; the final state
     and the run's events as (type, call id, payload)."""
     world = World()
@@ -137,7 +148,7 @@ def crash_then_finish(store: DjangoStore):
     return state, list(Event.objects.filter(run=run).order_by("seq").values_list("type", "call_id", "payload"))
 
 
-def test_it_runs_an_interrupted_check_again_under_the_same_call_and_completes():
+def test_it_runs_an_interrupted_check_again_under_the_same_call_and_completes() -> None:
     state, rows = crash_then_finish(CrashAfterCheck(UNLEASED))
     assert state.outcome == "complete", state.stop_message
     resumed = [(t, c) for t, c, _ in rows if t in ("run_resumed", "retry")]
@@ -153,13 +164,13 @@ def test_it_runs_an_interrupted_check_again_under_the_same_call_and_completes():
 class CrashBeforeWrite(DjangoStore):
     """Stores the write's intent ("started"), then dies before the write happens."""
 
-    def checkpoint(self, state, events):
+    def checkpoint(self, state: RunState, events: Sequence[ev.Event]) -> None:
         super().checkpoint(state, events)
-        if any(e.type == "call_started" and e.tool == "write_file" for e in events):
+        if any(isinstance(e, ev.CallStarted) and e.tool == "write_file" for e in events):
             raise Crash("crash between the write's intent and the write")
 
 
-def test_it_runs_a_write_again_when_the_workspace_shows_it_never_happened():
+def test_it_runs_a_write_again_when_the_workspace_shows_it_never_happened() -> None:
     state, rows = crash_then_finish(CrashBeforeWrite(UNLEASED))
     assert state.outcome == "complete", state.stop_message
     write = [
@@ -172,11 +183,12 @@ def test_it_runs_a_write_again_when_the_workspace_shows_it_never_happened():
     assert state.pending_effects == [] and Evidence.objects.get(run_id=state.run_id).passed
 
 
-def test_it_continues_exactly_where_it_stopped_when_loaded_by_another_process():
+def test_it_continues_exactly_where_it_stopped_when_loaded_by_another_process() -> None:
     world = World()
     run = create(world)
     state = drive(run, world)
     assert state.status == "waiting_approval"
+    assert state.waiting is not None
     before = Run.objects.get(pk=run.pk).state
     world.approvals.grant(state.waiting.approval_key)
     resumed = drive(Run.objects.get(pk=run.pk), world)
@@ -185,5 +197,5 @@ def test_it_continues_exactly_where_it_stopped_when_loaded_by_another_process():
     assert before["proposer_state"] == {"kind": "scripted", "position": 4}
 
 
-def test_it_crashes_the_parametrised_runs_at_every_checkpoint_there_is():
+def test_it_crashes_the_parametrised_runs_at_every_checkpoint_there_is() -> None:
     assert uninterrupted_checkpoints() == CHECKPOINTS

@@ -23,7 +23,7 @@ CHECKED = [call("write_file", path="src/calc.py", content=FIXED), call("run_chec
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.docker
-def test_it_publishes_once_when_the_model_repeats_a_publish_after_a_reconciliation(tmp_path):
+def test_it_publishes_once_when_the_model_repeats_a_publish_after_a_reconciliation(tmp_path: Path) -> None:
     """Issue 11, case 1, exactly: ``--fault publish:unknown:1`` and the proposals
     run_check, publish M, lookup_publish, publish M, finish."""
     new_policy_version(publish="allow")
@@ -63,9 +63,10 @@ ASK_PUBLISH = [
 ]
 
 
-def test_it_asks_no_reviewer_again_for_an_effect_that_already_happened():
+def test_it_asks_no_reviewer_again_for_an_effect_that_already_happened() -> None:
     rig = build_rig(CHECKED + [call("publish", message="fix"), call("publish", message="fix")], policy=demo_policy(rules=ASK_PUBLISH))
     rig.harness.run()
+    assert rig.state.waiting is not None
     rig.approvals.grant(rig.state.waiting.approval_key)
     rig.harness.run()
     assert rig.executed("publish") == 1
@@ -73,7 +74,7 @@ def test_it_asks_no_reviewer_again_for_an_effect_that_already_happened():
     assert isinstance(rig.feedbacks[4], fb.Duplicate) and rig.feedbacks[4].first_outcome["kind"] == "result"
 
 
-def test_it_does_not_perform_an_effect_again_while_its_first_outcome_is_unknown():
+def test_it_does_not_perform_an_effect_again_while_its_first_outcome_is_unknown() -> None:
     script = CHECKED + [call("publish", message="fix"), call("publish", message="fix")]
     rig = build_rig(script, faults=[Fault("publish", "timeout", 1)], lookup_authoritative=False)
     rig.harness.run()
@@ -82,7 +83,7 @@ def test_it_does_not_perform_an_effect_again_while_its_first_outcome_is_unknown(
     assert rig.state.unresolved_effects()
 
 
-def test_it_performs_the_same_effect_again_once_the_first_is_known_not_to_have_happened():
+def test_it_performs_the_same_effect_again_once_the_first_is_known_not_to_have_happened() -> None:
     script = CHECKED + [call("publish", message="fix"), call("read_file", path="src/calc.py"), call("publish", message="fix")]
     rig = build_rig(script, faults=[Fault("publish", "timeout", 1)], lookup_authoritative=True)
     rig.harness.run()
@@ -92,7 +93,7 @@ def test_it_performs_the_same_effect_again_once_the_first_is_known_not_to_have_h
     assert rig.state.effects_applied == ["c5"]
 
 
-def test_it_keys_an_effect_by_what_it_is_not_by_the_call():
+def test_it_keys_an_effect_by_what_it_is_not_by_the_call() -> None:
     script = CHECKED + [call("publish", message="fix"), call("publish", message="other words")]
     rig = build_rig(script)
     rig.harness.run()
@@ -101,7 +102,7 @@ def test_it_keys_an_effect_by_what_it_is_not_by_the_call():
     assert rig.state.effects_applied == ["c3", "c4"]
 
 
-def test_it_refuses_a_lookup_without_a_key_when_there_is_nothing_to_look_up():
+def test_it_refuses_a_lookup_without_a_key_when_there_is_nothing_to_look_up() -> None:
     rig = build_rig([call("lookup_publish")])
     rig.harness.run()
     assert isinstance(rig.feedbacks[1], fb.InvalidInput)

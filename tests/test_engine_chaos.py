@@ -24,11 +24,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import User
+from django.test import Client
 from django.urls import reverse
 from docker.errors import DockerException
 
@@ -40,6 +42,8 @@ from sandbox.orphans import sweep_orphans
 from tests.fixtures_services import service_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 SCOPE = f"chaos-{os.getpid()}"
@@ -208,7 +212,7 @@ class RunTask:
             stderr=self.err,
         )
 
-    def until(self, what: str, found: Callable[[], Any], seconds: float = 60) -> Any:
+    def until(self, what: str, found: Callable[[], T | None], seconds: float = 60) -> T:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             value = found()
@@ -309,7 +313,7 @@ def _ts(event: dict[str, Any]) -> float:
 # -- the container fails under a running check ---------------------------------
 
 
-def test_it_retries_in_a_fresh_container_when_the_engine_restarts_mid_check(engine: ChaosEngine, tmp_path: Path):
+def test_it_retries_in_a_fresh_container_when_the_engine_restarts_mid_check(engine: ChaosEngine, tmp_path: Path) -> None:
     task = RunTask(engine, tmp_path, "chaos-restart", "slow")
     first = task.check_running()
     disrupted_at = time.time()
@@ -327,7 +331,7 @@ def test_it_retries_in_a_fresh_container_when_the_engine_restarts_mid_check(engi
 
 
 @pytest.mark.parametrize("how", ["rm -f", "kill -9"])
-def test_it_retries_when_the_container_is_removed_or_killed_from_outside(engine: ChaosEngine, tmp_path: Path, how: str):
+def test_it_retries_when_the_container_is_removed_or_killed_from_outside(engine: ChaosEngine, tmp_path: Path, how: str) -> None:
     task = RunTask(engine, tmp_path, f"chaos-{how.replace(' ', '')}", "slow")
     container = task.check_running()
     disrupted_at = time.time()
@@ -344,7 +348,7 @@ def test_it_retries_when_the_container_is_removed_or_killed_from_outside(engine:
     record(f"container {how} mid-check", done, disrupted_at)
 
 
-def test_it_keeps_a_check_that_hits_its_own_memory_limit_as_a_failed_check(engine: ChaosEngine, tmp_path: Path):
+def test_it_keeps_a_check_that_hits_its_own_memory_limit_as_a_failed_check(engine: ChaosEngine, tmp_path: Path) -> None:
     task = RunTask(engine, tmp_path, "chaos-hog", "hog", max_proposals=1)
     done = task.finish()
     assert done.report["status"] == "budget_exhausted"  # the model has no proposal left to react
@@ -359,7 +363,7 @@ def test_it_keeps_a_check_that_hits_its_own_memory_limit_as_a_failed_check(engin
 # -- the image is missing ---------------------------------------------------------
 
 
-def test_it_retries_a_check_whose_image_is_missing_until_it_is_back(engine: ChaosEngine, tmp_path: Path):
+def test_it_retries_a_check_whose_image_is_missing_until_it_is_back(engine: ChaosEngine, tmp_path: Path) -> None:
     engine.client().images.remove(settings.SANDBOX_IMAGE)  # untags: the content stays under KEEP_TAG
     task = RunTask(engine, tmp_path, "chaos-image", "slow")
     task.event("retry")
@@ -371,7 +375,7 @@ def test_it_retries_a_check_whose_image_is_missing_until_it_is_back(engine: Chao
     record("image removed before the check, back after the first retry", done, disrupted_at)
 
 
-def test_it_stops_sandbox_unavailable_when_the_image_stays_missing(engine: ChaosEngine, tmp_path: Path):
+def test_it_stops_sandbox_unavailable_when_the_image_stays_missing(engine: ChaosEngine, tmp_path: Path) -> None:
     engine.client().images.remove(settings.SANDBOX_IMAGE)
     done = RunTask(engine, tmp_path, "chaos-no-image", "slow", max_attempts=3).finish()
     assert_sound(done, "sandbox_unavailable")
@@ -383,7 +387,9 @@ def test_it_stops_sandbox_unavailable_when_the_image_stays_missing(engine: Chaos
 # -- the engine is down -----------------------------------------------------------
 
 
-def test_it_waits_for_an_engine_that_is_down_when_the_run_starts(engine: ChaosEngine, tmp_path: Path, client, operator):
+def test_it_waits_for_an_engine_that_is_down_when_the_run_starts(
+    engine: ChaosEngine, tmp_path: Path, client: Client, operator: User
+) -> None:
     engine.stop()
     task = RunTask(engine, tmp_path, "chaos-down-at-start", "slow")
     waiting = task.event("sandbox_waiting")
@@ -403,7 +409,7 @@ def test_it_waits_for_an_engine_that_is_down_when_the_run_starts(engine: ChaosEn
     record("engine down at run start, back 10 s later", done, back_at)
 
 
-def test_it_stops_a_run_waiting_for_the_engine_on_the_kill_switch(engine: ChaosEngine, tmp_path: Path, operator):
+def test_it_stops_a_run_waiting_for_the_engine_on_the_kill_switch(engine: ChaosEngine, tmp_path: Path, operator: User) -> None:
     from runs.control import kill
 
     engine.stop()
@@ -419,7 +425,7 @@ def test_it_stops_a_run_waiting_for_the_engine_on_the_kill_switch(engine: ChaosE
     )
 
 
-def test_it_stops_sandbox_unavailable_when_the_engine_stays_down_past_the_deadline(engine: ChaosEngine, tmp_path: Path):
+def test_it_stops_sandbox_unavailable_when_the_engine_stays_down_past_the_deadline(engine: ChaosEngine, tmp_path: Path) -> None:
     engine.stop()
     task = RunTask(engine, tmp_path, "chaos-down-for-good", "slow", wall_time_seconds=12)
     done = task.finish(60)

@@ -5,11 +5,14 @@ and in the live stream the browser renders; no script from it ever runs."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import pytest
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
+from playwright.sync_api import Page
 
 from core import events as ev
 from core.fences import RowLock
@@ -18,7 +21,10 @@ from runs.artifacts import FileArtifactStore
 from runs.eventlog import append_events
 from runs.models import Evidence
 from tests.fixtures_services import ROOT
-from tests.fixtures_web import sign_in, waiting_scene
+from tests.fixtures_web import AsgiServer, Scene, sign_in, waiting_scene
+
+if TYPE_CHECKING:
+    from django.test.client import _MonkeyPatchedWSGIResponse  # the test client's response: only django-stubs names it
 
 SCRIPT_TAG = "<script>window.__xss = 1</script>"
 IMG_TAG = '<img src=x onerror="window.__xss = 2">'
@@ -27,7 +33,7 @@ RAW_MARKERS = ("<script>window.__xss", "<img src=x")
 ESCAPED = "&lt;script&gt;window.__xss = 1&lt;/script&gt;"
 
 
-def hostile_run(starter):
+def hostile_run(starter: User) -> tuple[Scene, str]:
     """A run whose proposals, file contents, diff and check output all carry markup."""
     script = [
         call("read_file", path="src/calc.py"),
@@ -48,7 +54,7 @@ def hostile_run(starter):
     ref = FileArtifactStore().put(output, "text/plain")
     Evidence.objects.filter(run=run).update(output_ref=ref)
     # The check's own receipt, as a sandbox returns it: its output is tool output.
-    receipt = {"call_id": "c3", "tool": "run_check", "status": "ok", "effect": "none", "revision": run.revision}
+    receipt: dict[str, object] = {"call_id": "c3", "tool": "run_check", "status": "ok", "effect": "none", "revision": run.revision}
     receipt |= {"data": {"output": output.decode(), "output_ref": ref}, "artifacts": [ref]}
     append_events(
         str(run.pk),
@@ -71,7 +77,7 @@ def hostile_run(starter):
     return scene, ref
 
 
-def assert_escaped_html(response) -> None:
+def assert_escaped_html(response: _MonkeyPatchedWSGIResponse) -> None:
     assert response.status_code == 200, response.status_code
     assert response["Content-Type"].startswith("text/html")
     body = response.content.decode()
@@ -82,7 +88,7 @@ def assert_escaped_html(response) -> None:
 
 
 @pytest.mark.django_db
-def test_it_escapes_injected_markup_on_every_page(operator, reviewer):
+def test_it_escapes_injected_markup_on_every_page(operator: User, reviewer: User) -> None:
     scene, ref = hostile_run(operator)
     client = Client()
     client.force_login(reviewer)
@@ -100,7 +106,7 @@ def test_it_escapes_injected_markup_on_every_page(operator, reviewer):
 
 
 @pytest.mark.django_db
-def test_it_serves_output_as_json_or_downloads_never_as_html(operator, reviewer):
+def test_it_serves_output_as_json_or_downloads_never_as_html(operator: User, reviewer: User) -> None:
     scene, ref = hostile_run(operator)
     client = Client()
     client.force_login(reviewer)
@@ -118,7 +124,7 @@ def test_it_serves_output_as_json_or_downloads_never_as_html(operator, reviewer)
         assert not response["Content-Type"].startswith("text/html")
 
 
-def test_it_builds_the_live_trace_from_text_never_from_markup():
+def test_it_builds_the_live_trace_from_text_never_from_markup() -> None:
     """The scripts that render streamed events never parse data as HTML."""
     sources = {path.name: path.read_text() for path in (ROOT / "static" / "js").glob("*.js")}
     assert {"run_live.js", "harness.js", "new_run.js"} <= set(sources)
@@ -139,7 +145,9 @@ def test_it_builds_the_live_trace_from_text_never_from_markup():
 
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
-def test_it_shows_streamed_markup_as_text_in_the_browser(live_server_asgi, browser_page, operator, reviewer):
+def test_it_shows_streamed_markup_as_text_in_the_browser(
+    live_server_asgi: AsgiServer, browser_page: Page, operator: User, reviewer: User
+) -> None:
     page = browser_page
     scene = waiting_scene(operator)
     run_id = str(scene.run.pk)

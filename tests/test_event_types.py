@@ -30,24 +30,24 @@ def snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
-def test_it_names_every_event_type_once_after_its_class():
+def test_it_names_every_event_type_once_after_its_class() -> None:
     assert set(CLASSES) == set(ev.Event.__subclasses__())
     names = [ev.type_name(cls) for cls in CLASSES]
     assert names == [snake(cls.__name__) for cls in CLASSES]
     assert len(set(names)) == len(names)
 
 
-def test_it_has_an_example_of_every_event_type():
+def test_it_has_an_example_of_every_event_type() -> None:
     assert set(EXAMPLES) == set(CLASSES)
 
 
-def test_it_reads_a_stored_record_back_as_the_event_written():
+def test_it_reads_a_stored_record_back_as_the_event_written() -> None:
     for cls, event in EXAMPLES.items():
         typed = ev.parse_event(record(event))
         assert type(typed) is cls and typed == event, cls
 
 
-def test_it_refuses_a_record_of_an_unknown_type_or_missing_a_field():
+def test_it_refuses_a_record_of_an_unknown_type_or_missing_a_field() -> None:
     stopped = record(EXAMPLES[ev.Stopped])
     with pytest.raises(ValidationError, match="approval_denied"):
         ev.parse_event({**stopped, "type": "approval_denied"})
@@ -55,7 +55,7 @@ def test_it_refuses_a_record_of_an_unknown_type_or_missing_a_field():
         ev.parse_event({**stopped, "payload": {"status": "killed"}})
 
 
-def test_it_describes_every_event_type_in_the_trace():
+def test_it_describes_every_event_type_in_the_trace() -> None:
     # The fallback for a record no class reads is its raw type, muted.
     for cls, event in EXAMPLES.items():
         view = present(record(event))["view"]
@@ -64,7 +64,7 @@ def test_it_describes_every_event_type_in_the_trace():
     assert (broken["label"], broken["tone"]) == ("stopped", "muted")
 
 
-def test_it_decides_for_every_event_type_whether_it_notifies():
+def test_it_decides_for_every_event_type_whether_it_notifies() -> None:
     kinds = {cls: messages.kind_of(event) for cls, event in EXAMPLES.items()}
     assert {cls: kind for cls, kind in kinds.items() if kind is not None} == {
         ev.ApprovalRequired: messages.APPROVAL_REQUESTED,
@@ -75,7 +75,7 @@ def test_it_decides_for_every_event_type_whether_it_notifies():
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.postgres
-def test_it_reads_stored_rows_as_their_typed_events():
+def test_it_reads_stored_rows_as_their_typed_events() -> None:
     run = World().create()
     written = [event.model_copy(update={"run_id": str(run.pk)}) for event in EXAMPLES.values()]
     rows = append_events(str(run.pk), written, fence=RowLock("a test's writer"))
@@ -92,14 +92,14 @@ def test_it_reads_stored_rows_as_their_typed_events():
 OLD_NAMES: dict[str, str] = import_module("runs.migrations.0003_event_type_names").RENAMED
 
 
-def test_it_renames_the_old_names_to_class_names():
+def test_it_renames_the_old_names_to_class_names() -> None:
     assert set(OLD_NAMES.values()) <= {ev.type_name(cls) for cls in CLASSES}
     assert not set(OLD_NAMES) & {ev.type_name(cls) for cls in CLASSES}
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.postgres
-def test_it_renames_the_rows_stored_under_the_old_names_and_back():
+def test_it_renames_the_rows_stored_under_the_old_names_and_back() -> None:
     run_id = World().create().pk
     before, after = [("runs", "0002_approvals_and_switch")], [("runs", "0003_event_type_names")]
     executor = MigrationExecutor(connection)
@@ -120,7 +120,7 @@ def test_it_renames_the_rows_stored_under_the_old_names_and_back():
     executor.migrate(executor.loader.graph.leaf_nodes())
 
 
-def test_it_documents_every_event_type_and_its_fields():
+def test_it_documents_every_event_type_and_its_fields() -> None:
     text = (Path(__file__).parent.parent / "docs" / "live_trace.md").read_text()
     for cls in CLASSES:
         row = next((line for line in text.splitlines() if line.startswith(f"| `{ev.type_name(cls)}` | `{cls.__name__}` |")), None)

@@ -35,6 +35,7 @@ MENTIONS = re.compile(r"docker|sshd|ssh_server|compose|chromium|playwright|runsc
 
 def fast_markers() -> str:
     makefile = (ROOT / "Makefile").read_text()
+    expression: str
     (expression,) = re.findall(r"^test-fast:\n(?:\t.*\n)*?\t.* -m \"([^\"]+)\"", makefile, re.MULTILINE)
     return expression
 

@@ -68,25 +68,25 @@ STORED: list[tuple[fb.Feedback, dict[str, object]]] = [
 ]
 
 
-def test_it_stores_each_kind_as_runs_in_flight_hold_it():
+def test_it_stores_each_kind_as_runs_in_flight_hold_it() -> None:
     for feedback, stored in STORED:
         assert feedback.to_json() == stored
         assert list(feedback.to_json()) == list(stored)  # the order the model is shown
         assert fb.feedback_from_json(stored) == feedback
 
 
-def test_it_has_a_stored_example_of_every_kind():
+def test_it_has_a_stored_example_of_every_kind() -> None:
     (union,) = typing.get_args(fb.Feedback)[:1]
     kinds = set(typing.get_args(union))
     assert {type(feedback) for feedback, _ in STORED} == kinds
 
 
-def test_it_refuses_a_stored_feedback_of_a_kind_it_does_not_know():
+def test_it_refuses_a_stored_feedback_of_a_kind_it_does_not_know() -> None:
     with pytest.raises(ValidationError):
         fb.feedback_from_json({"kind": "shrug", "call_id": "c1"})
 
 
-def test_it_renders_every_kind_and_says_which_are_refusals():
+def test_it_renders_every_kind_and_says_which_are_refusals() -> None:
     call = ToolCall("t1", "read_file", {})
     refused = {type(feedback): render_feedback(feedback, call, 10_000)[1] for feedback, _ in STORED}
     assert refused == {
@@ -101,7 +101,7 @@ def test_it_renders_every_kind_and_says_which_are_refusals():
     }
 
 
-def test_it_says_a_check_result_is_not_evidence_only_for_a_tool_whose_receipts_are():
+def test_it_says_a_check_result_is_not_evidence_only_for_a_tool_whose_receipts_are() -> None:
     result = STORED[1][0]
     as_evidence, _ = render_feedback(result, None, 10_000, evidence_tools=["run_check"])
     plain, _ = render_feedback(result, None, 10_000)

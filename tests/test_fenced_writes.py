@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Sequence
 
 import pytest
 from django.db import connection
@@ -14,8 +15,11 @@ from django.db import connection
 from approvals.models import ApprovalRequest
 from core import events as ev
 from core.environment import Environment
+from core.faults import Fault
 from core.fences import Lease, RowLock
+from core.ports import Call, Reconciliation
 from core.scenarios import call
+from core.state import PendingEffect
 from runs import leases, runtime
 from runs.approval_flow import cancel_open_requests, do_lapse
 from runs.approval_gate import DjangoApprovals
@@ -33,14 +37,15 @@ class HeldCheck:
 
     def __init__(self, world: World) -> None:
         self.world = world
-        self.notify = None
+        self.notify: Callable[[ev.Event], None] | None = None
         self.started, self.go = threading.Event(), threading.Event()
         self.notified: list[BaseException | None] = []
 
-    def execute(self, c):
+    def execute(self, c: Call) -> object:
         if c.tool == "run_check":
             self.started.set()
             assert self.go.wait(30)
+            assert self.notify is not None
             try:
                 self.notify(ev.SandboxWaiting(run_id=c.run_id, seq=0, ts=time.time(), call_id=c.call_id, reason="engine gone", until=0.0))
                 self.notified.append(None)
@@ -48,7 +53,7 @@ class HeldCheck:
                 self.notified.append(exc)
         return self.world.executor.execute(c)
 
-    def reconcile(self, effect):
+    def reconcile(self, effect: PendingEffect) -> Reconciliation:
         return self.world.executor.reconcile(effect)
 
 
@@ -60,14 +65,14 @@ def taken_over(run_id: str) -> int:
     return token
 
 
-def test_it_writes_nothing_from_a_worker_whose_lease_was_taken_over(monkeypatch):
+def test_it_writes_nothing_from_a_worker_whose_lease_was_taken_over(monkeypatch: pytest.MonkeyPatch) -> None:
     world = World()
     run = world.create(script=[call("run_check", check_id="tests"), call("read_file", path="src/calc.py")])
     run_id = str(run.pk)
     held = HeldCheck(world)
     leased: list[Lease] = []
 
-    def environment(run, lease, faults=()):
+    def environment(run: Run, lease: Lease, faults: Sequence[Fault] = ()) -> Environment:
         # As runtime.sandbox_environment wires it: the executor's notify is the
         # runtime's, fenced by the lease of the worker that drives the run.
         leased.append(lease)
@@ -115,7 +120,7 @@ def waiting_run() -> tuple[Run, ApprovalRequest]:
     return run, ApprovalRequest.objects.get(run=run, status="pending")
 
 
-def test_it_refuses_the_old_workers_lapses_and_cancellations_and_keeps_the_request():
+def test_it_refuses_the_old_workers_lapses_and_cancellations_and_keeps_the_request() -> None:
     run, request = waiting_run()
     run_id = str(run.pk)
     token_a = leases.acquire(run_id, "worker-a", seconds=60)
@@ -136,7 +141,7 @@ def test_it_refuses_the_old_workers_lapses_and_cancellations_and_keeps_the_reque
     assert Event.objects.filter(run=run, type="approval_lapsed").count() == 1
 
 
-def test_it_orders_a_row_lock_writer_with_the_driver_whoever_drives():
+def test_it_orders_a_row_lock_writer_with_the_driver_whoever_drives() -> None:
     """A reviewer, an operator or the beat does not drive the run: its write does not
     depend on the lease (taken or not) and gets the next seq under the row lock."""
     run, request = waiting_run()

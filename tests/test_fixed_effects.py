@@ -16,11 +16,16 @@ from html import unescape
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import User
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pytest_django import Settings
 
+from core import events as ev
+from core import feedback as fb
 from core.admission import fix_effect
 from core.effects import ChangeRequestEffect, Plan, PushEffect, parse_effect
+from core.jsonutil import JSON
 from core.policy import Rule
 from core.scenarios import FIXED, Rig, build_rig, call, demo_policy
 from core.tools import builtin_registry
@@ -51,7 +56,7 @@ def test_it_refuses_a_publish_message_git_cannot_take_before_filing_a_request(me
     rig = asking_rig(message)
     rig.harness.run()
     assert rig.approvals.requests == {}, "no request is filed for a message that would be refused"
-    refused = [f for f in rig.feedbacks if f is not None and type(f).__name__ == "InvalidInput"]
+    refused = [f for f in rig.feedbacks if isinstance(f, fb.InvalidInput)]
     assert refused and refused[0].problems[0].field == "args.message" and said in refused[0].problems[0].message
     assert rig.executed("publish") == 0 and rig.state.outcome != "receipt_invalid"
 
@@ -184,8 +189,8 @@ def test_it_binds_the_fixed_effect_into_the_approval_key() -> None:
     assert asked.key == approval_key("publish", asked.args, asked.revision, asked.policy_version, asked.effect)
     other = {**asked.effect, "file": "0" * 32 + ".patch"}
     assert approval_key("publish", asked.args, asked.revision, asked.policy_version, other) != asked.key
-    required = next(e for e in rig.store.events if type(e).__name__ == "ApprovalRequired")
-    assert required.effect == asked.effect  # type: ignore[attr-defined]
+    required = next(e for e in rig.store.events if isinstance(e, ev.ApprovalRequired))
+    assert required.effect == asked.effect
 
 
 def test_it_dates_the_effect_by_the_proposals_arrival_so_a_crash_fixes_it_again_the_same() -> None:
@@ -196,11 +201,11 @@ def test_it_dates_the_effect_by_the_proposals_arrival_so_a_crash_fixes_it_again_
     dated: list[float] = []
     plan = rig.harness.context.workspace.plan
 
-    def recording(tool: str, args: Mapping[str, object], key: str, at: float) -> Plan | None:
+    def recording(tool: str, args: Mapping[str, JSON], key: str, at: float) -> Plan | None:
         dated.append(at)
         return plan(tool, args, key, at)
 
-    rig.harness.context.workspace.plan = recording  # type: ignore[method-assign]
+    rig.harness.context.workspace.plan = recording  # type: ignore[method-assign, assignment]  # this instance's only; mypy keeps a protocol method's self
     rig.harness.run()
     (asked,) = rig.approvals.requests.values()
     rig.clock.t += 3600
@@ -217,7 +222,7 @@ def test_it_dates_the_effect_by_the_proposals_arrival_so_a_crash_fixes_it_again_
 @pytest.mark.celery
 @pytest.mark.docker
 def test_it_pushes_byte_for_byte_the_commit_shown_when_another_worker_with_other_settings_pushes(
-    transactional_db, operator, reviewer, settings, tmp_path: Path
+    transactional_db: None, operator: User, reviewer: User, settings: Settings, tmp_path: Path
 ) -> None:
     from django.test import Client
 
@@ -271,7 +276,7 @@ def test_it_pushes_byte_for_byte_the_commit_shown_when_another_worker_with_other
         assert f"tree {fixed.tree}" in headers and f"parent {fixed.base}" in headers and "Other Worker" not in raw
 
 
-def test_it_tells_the_reviewer_a_publish_goes_to_the_outbox_when_it_does(operator, reviewer) -> None:
+def test_it_tells_the_reviewer_a_publish_goes_to_the_outbox_when_it_does(operator: User, reviewer: User) -> None:
     from django.test import Client
 
     from tests.test_approvals import waiting_run

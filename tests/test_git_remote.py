@@ -10,8 +10,11 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
+from pytest_django import Settings
 
 from core.contract import WorkspaceSource
 from core.errors import InputError
@@ -82,7 +85,7 @@ def changed_run(remote: Remote, url: str, tmp_path: Path) -> SandboxExecutor:
     return SandboxExecutor("run-1a2b3c4d", workspace, None, FileArtifactStore(), tmp_path / "outbox", write_paths=("*",), remote=target)
 
 
-def publish(executor: SandboxExecutor, key: str, message: str = "Refuse negative prices\n\nThey made refunds.") -> dict:
+def publish(executor: SandboxExecutor, key: str, message: str = "Refuse negative prices\n\nThey made refunds.") -> dict[str, Any]:
     receipt = executor.execute(fixed_call(executor, "publish", {"message": message}, key))
     assert isinstance(receipt, dict)
     return receipt
@@ -307,7 +310,7 @@ def test_it_accepts_a_remote_source_only_as_git_with_exactly_one_location() -> N
 
 
 def test_it_creates_no_run_for_a_refused_or_malformed_remote_and_records_the_base_of_an_allowed_one(
-    operator, remote: Remote, settings, tmp_path: Path
+    operator: User, remote: Remote, settings: Settings, tmp_path: Path
 ) -> None:
     from runs.models import Run
     from runs.runtime import advance, workspace_for
@@ -339,7 +342,7 @@ def test_it_creates_no_run_for_a_refused_or_malformed_remote_and_records_the_bas
     assert workspace_for(run).source["commit"] == remote.commits["first"]
 
 
-def test_it_shows_a_refused_remote_on_the_new_run_form(operator, settings) -> None:
+def test_it_shows_a_refused_remote_on_the_new_run_form(operator: User, settings: Settings) -> None:
     from django.test import Client
 
     from tests.test_api import SMALL_CONTRACT
@@ -369,14 +372,14 @@ def test_it_stops_the_run_when_the_lookup_finds_another_commit_on_the_branch() -
     ]
     rig = build_rig(script, faults=[Fault("publish", "timeout", 1)])
     detail = "branch harness/t-1 on https://git.example.com/a.git is at 0123abcd, which is not this run's commit"
-    rig.executor.reconcile = lambda effect: Reconciliation(True, False, True, detail, conflict=True)  # type: ignore[method-assign]
+    rig.executor.reconcile = lambda effect: Reconciliation(True, False, True, detail, conflict=True)  # type: ignore[method-assign]  # this instance's only
     rig.harness.run()
     assert rig.state.outcome == "effect_conflict"
     assert "not this run's commit" in (rig.state.stop_message or "")
     assert [(p.tool, p.resolved) for p in rig.state.pending_effects] == [("publish", False)]
 
 
-def test_it_names_the_runs_branch_on_the_commit_it_was_cloned_at(operator, remote: Remote, tmp_path) -> None:
+def test_it_names_the_runs_branch_on_the_commit_it_was_cloned_at(operator: User, remote: Remote, tmp_path: Path) -> None:
     from runs.runtime import remote_target
     from tests.test_approvals import waiting_run
 
@@ -467,7 +470,7 @@ def test_it_does_not_retry_a_refused_credential_or_an_unknown_ref(remote: Remote
         assert "attempts" not in retried.value.message
 
 
-def test_it_starts_a_run_from_a_repository_url_and_ref_on_the_new_run_form(operator, remote: Remote, settings) -> None:
+def test_it_starts_a_run_from_a_repository_url_and_ref_on_the_new_run_form(operator: User, remote: Remote, settings: Settings) -> None:
     from django.test import Client
 
     from runs.models import Run

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pytest_django import Settings
 
 from core.contract import WorkspaceSource
 from sandbox.preparation import prepare_workspace
@@ -27,7 +28,7 @@ def sshd(tmp_path: Path) -> Iterator[SshServer]:
         yield server
 
 
-def access_for(server: SshServer, settings, key: Path) -> RemoteAccess:
+def access_for(server: SshServer, settings: Settings, key: Path) -> RemoteAccess:
     # Through the settings, as HARNESS_GIT_SSH_KEY_FILE and HARNESS_GIT_SSH_KNOWN_HOSTS set them.
     settings.GIT_ALLOWED_REMOTES = [f"ssh://{server.user}@127.0.0.1:{server.port}/*"]
     settings.GIT_SSH_KEY_FILE = str(key)
@@ -36,7 +37,7 @@ def access_for(server: SshServer, settings, key: Path) -> RemoteAccess:
     return RemoteAccess.from_settings(settings)
 
 
-def test_it_clones_and_pushes_over_ssh_with_the_servers_key(sshd: SshServer, settings, tmp_path: Path) -> None:
+def test_it_clones_and_pushes_over_ssh_with_the_servers_key(sshd: SshServer, settings: Settings, tmp_path: Path) -> None:
     commits = make_bare_repository(tmp_path / "repos")
     url = sshd.url(Path(commits["path"]))
     access = access_for(sshd, settings, sshd.key)
@@ -58,7 +59,7 @@ def test_it_clones_and_pushes_over_ssh_with_the_servers_key(sshd: SshServer, set
     assert str(sshd.key) not in json.dumps(workspace.source)
 
 
-def test_it_refuses_a_key_the_server_does_not_know_and_an_unknown_host(sshd: SshServer, settings, tmp_path: Path) -> None:
+def test_it_refuses_a_key_the_server_does_not_know_and_an_unknown_host(sshd: SshServer, settings: Settings, tmp_path: Path) -> None:
     commits = make_bare_repository(tmp_path / "repos")
     url = sshd.url(Path(commits["path"]))
     wrong = access_for(sshd, settings, sshd.other_key)

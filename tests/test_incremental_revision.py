@@ -18,7 +18,7 @@ from core.contract import WorkspaceSource
 from core.ports import RevisionMismatch
 from sandbox import fileops, hashing, patches
 from sandbox.executor import SandboxExecutor
-from sandbox.hashing import TreeHasher
+from sandbox.hashing import TreeHasher, TreeSink
 from sandbox.preparation import prepare_workspace
 from sandbox.workspace import RunWorkspace
 from tests.fixtures_sandbox import ROOT, drive, make_call, sandbox_policy, step
@@ -88,9 +88,9 @@ def count_walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     walks: list[str] = []
     real = hashing.TreeHasher.tree
 
-    def counted(self: TreeHasher, root: Path, sink: object = None) -> str:
+    def counted(self: TreeHasher, root: Path, sink: TreeSink | None = None) -> str:
         walks.append(str(root))
-        return real(self, root, sink)  # type: ignore[arg-type]
+        return real(self, root, sink)
 
     monkeypatch.setattr(hashing.TreeHasher, "tree", counted)
     return walks
@@ -105,8 +105,9 @@ def test_it_reads_and_writes_without_walking_the_tree(host_executor: SandboxExec
     patch = patches.unified_diff("orders/deep/er/new.py", "N = 1\n", None)
     deleted = host_executor.execute(make_call("apply_patch", {"patch": patch}))
     assert walks == []
-    assert read["revision"] == before != wrote["revision"]  # type: ignore[index]
-    assert deleted["revision"] == before  # type: ignore[index]
+    assert isinstance(read, dict) and isinstance(wrote, dict) and isinstance(deleted, dict)
+    assert read["revision"] == before != wrote["revision"]
+    assert deleted["revision"] == before
     assert host_executor.workspace.verify() == before
 
 
@@ -125,7 +126,7 @@ def test_it_recovers_a_worker_killed_mid_write_and_verifies_the_tree(tmp_path: P
         verified.append("walk")
         return monkey_verify()
 
-    real.index.verify = spy  # type: ignore[method-assign]
+    real.index.verify = spy  # type: ignore[method-assign]  # this instance's only
     after = real.revision()
     assert verified == ["walk"] and not (ws.index.dir / "pending").exists()
     assert after == TreeHasher().tree(ws.dir)

@@ -17,9 +17,12 @@ import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from adapters.feedback import render_feedback
+from core import events as ev
 from core import feedback as fb
 from core.faults import INJECTED_INFRASTRUCTURE, Fault
-from core.receipts import Receipt
+from core.jsonutil import JSON
+from core.ports import Call
+from core.receipts import Receipt, Status
 from core.scenarios import FIXED, build_rig, call
 from runs.cli import EXIT_ERROR
 from sandbox.container_spec import remove_container
@@ -33,11 +36,11 @@ FIX_AND_CHECK = [
 ]
 
 
-def _receipt(status: str, data: dict) -> Receipt:
-    return Receipt(call_id="c1", tool="run_check", status=status, effect="none", revision="r", data=data)  # type: ignore[arg-type]
+def _receipt(status: Status, data: dict[str, JSON]) -> Receipt:
+    return Receipt(call_id="c1", tool="run_check", status=status, effect="none", revision="r", data=data)
 
 
-def test_it_reads_the_infrastructure_reason_only_from_a_transient_receipt():
+def test_it_reads_the_infrastructure_reason_only_from_a_transient_receipt() -> None:
     assert _receipt("transient", {"infrastructure": "engine gone"}).infrastructure == "engine gone"
     assert _receipt("ok", {"infrastructure": "engine gone"}).infrastructure is None
     assert _receipt("transient", {"error": "disk full"}).infrastructure is None
@@ -45,11 +48,11 @@ def test_it_reads_the_infrastructure_reason_only_from_a_transient_receipt():
     assert _receipt("transient", {"infrastructure": 7}).infrastructure is None
 
 
-def test_it_retries_an_infrastructure_failure_and_tells_the_model_what_happened():
+def test_it_retries_an_infrastructure_failure_and_tells_the_model_what_happened() -> None:
     rig = build_rig(FIX_AND_CHECK, faults=[Fault("run_check", "infrastructure", 2)])
     rig.harness.run()
     assert rig.state.outcome == "complete"
-    retries = [e for e in rig.store.events if e.model_dump()["type"] == "retry"]
+    retries = [e for e in rig.store.events if isinstance(e, ev.Retry)]
     assert [r.attempt for r in retries] == [1, 2]
     assert all(INJECTED_INFRASTRUCTURE in r.reason and "the sandbox failed, not the call" in r.reason for r in retries)
     assert rig.clock.slept == [0.5, 1.0]
@@ -61,7 +64,7 @@ def test_it_retries_an_infrastructure_failure_and_tells_the_model_what_happened(
     assert not failed and "2 failed attempt(s) that proved nothing" in text and INJECTED_INFRASTRUCTURE in text
 
 
-def test_it_stops_sandbox_unavailable_when_the_attempts_run_out_on_infrastructure():
+def test_it_stops_sandbox_unavailable_when_the_attempts_run_out_on_infrastructure() -> None:
     rig = build_rig(FIX_AND_CHECK, faults=[Fault("run_check", "infrastructure", 9)])
     rig.harness.run()
     assert rig.state.outcome == "sandbox_unavailable"
@@ -72,32 +75,33 @@ def test_it_stops_sandbox_unavailable_when_the_attempts_run_out_on_infrastructur
     assert types[-1] == "stopped"
 
 
-def test_it_stops_sandbox_unavailable_when_the_deadline_ends_the_retries():
+def test_it_stops_sandbox_unavailable_when_the_deadline_ends_the_retries() -> None:
     rig = build_rig(FIX_AND_CHECK, faults=[Fault("run_check", "infrastructure", 9)])
 
     original = rig.harness.context.executor.execute
 
-    def slow(call_):  # each check attempt waits for the engine for 40% of the run's time
+    def slow(call_: Call) -> object:  # each check attempt waits for the engine for 40% of the run's time
         if call_.tool == "run_check":
             rig.clock.t += rig.state.limits.wall_time_seconds * 0.4
         return original(call_)
 
-    rig.harness.context.executor.execute = slow  # type: ignore[method-assign]
+    rig.harness.context.executor.execute = slow  # type: ignore[method-assign, assignment]  # this instance's only; mypy keeps a protocol method's self
     rig.harness.run()
     assert rig.state.outcome == "sandbox_unavailable" and "wall-time limit" in rig.state.stop_message
     assert rig.state.evidence == [] and rig.state.calls == 1 + 3  # the third attempt ends past the deadline
 
 
-def test_it_keeps_the_ordinary_outcomes_for_transient_failures_of_the_call_itself():
+def test_it_keeps_the_ordinary_outcomes_for_transient_failures_of_the_call_itself() -> None:
     rig = build_rig(FIX_AND_CHECK, faults=[Fault("run_check", "transient", 9)])
     rig.harness.run()
     assert rig.state.outcome == "attempt_limit"
     rig = build_rig(FIX_AND_CHECK, faults=[Fault("run_check", "transient", 1)])
     rig.harness.run()
+    assert isinstance(rig.feedbacks[2], fb.Result)
     assert rig.state.outcome == "complete" and rig.feedbacks[2].earlier_attempts == ["transient failure"]
 
 
-def test_it_still_stops_killed_when_the_kill_switch_meets_a_failing_sandbox():
+def test_it_still_stops_killed_when_the_kill_switch_meets_a_failing_sandbox() -> None:
     rig = build_rig(FIX_AND_CHECK, faults=[Fault("run_check", "infrastructure", 9)])
 
     class Killed:
@@ -124,7 +128,7 @@ def _command(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow  # waits out a connection timeout in a subprocess
-def test_it_names_an_unreachable_database_in_one_line_with_exit_code_three(tmp_path):
+def test_it_names_an_unreachable_database_in_one_line_with_exit_code_three(tmp_path: Path) -> None:
     # Nothing listens on port 1: every query fails as a real outage would.
     down = {"DATABASE_URL": "postgres://postgres@127.0.0.1:1/harness", "HARNESS_VAR_DIR": str(tmp_path)}
     demo = ROOT / "examples" / "demo"
@@ -146,7 +150,7 @@ def _api_error(cls: type[APIError], status: int, explanation: str) -> APIError:
     return cls(f"{status} error", response=response, explanation=explanation)
 
 
-def test_it_names_each_engine_failure_and_waits_only_for_an_engine_that_does_not_answer():
+def test_it_names_each_engine_failure_and_waits_only_for_an_engine_that_does_not_answer() -> None:
     cases = [
         (requests.ConnectionError("refused"), True, "did not answer (ConnectionError)"),
         (DockerException("Error while fetching server API version"), True, "did not answer (DockerException)"),
@@ -172,9 +176,9 @@ class _Engine:
             raise self.answer
 
 
-def test_it_tolerates_a_removal_in_progress_or_a_container_already_gone():
-    assert remove_container(_Engine(None), "c") is True  # type: ignore[arg-type]
-    assert remove_container(_Engine(_api_error(APIError, 409, "removal of container c is already in progress")), "c") is True  # type: ignore[arg-type]
-    assert remove_container(_Engine(_api_error(NotFound, 404, "No such container: c")), "c") is False  # type: ignore[arg-type]
+def test_it_tolerates_a_removal_in_progress_or_a_container_already_gone() -> None:
+    assert remove_container(_Engine(None), "c") is True
+    assert remove_container(_Engine(_api_error(APIError, 409, "removal of container c is already in progress")), "c") is True
+    assert remove_container(_Engine(_api_error(NotFound, 404, "No such container: c")), "c") is False
     with pytest.raises(APIError):
-        remove_container(_Engine(_api_error(APIError, 500, "boom")), "c")  # type: ignore[arg-type]
+        remove_container(_Engine(_api_error(APIError, 500, "boom")), "c")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import User
 
 from core.errors import InputError
 from runs.approval_gate import DjangoApprovals
 from runs.control import ControlRefused, Watchdog, kill, set_global
-from runs.models import Event, GlobalSwitch
+from runs.models import Event, GlobalSwitch, Run
 from runs.runtime import create_run
 from runs.services import drive_run
 from tests.helpers import World
@@ -16,14 +17,14 @@ from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
 
-def waiting(world: World):
+def waiting(world: World) -> Run:
     run = world.create()
     state = drive_run(run, world.environment(), DjangoApprovals(run))
     assert state.status == "waiting_approval"
     return run
 
 
-def test_it_stops_every_active_run_and_records_who(operator, monkeypatch):
+def test_it_stops_every_active_run_and_records_who(operator: User, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("runs.control.enqueue_resume", lambda run_id: None)
     worlds = [World(), World()]
     runs = [waiting(w) for w in worlds]
@@ -37,7 +38,7 @@ def test_it_stops_every_active_run_and_records_who(operator, monkeypatch):
         assert event.payload == {"by": operator.username, "scope": "global", "reason": ""}
 
 
-def test_it_admits_no_new_runs_when_told(operator):
+def test_it_admits_no_new_runs_when_told(operator: User) -> None:
     set_global(operator, stop_all=False, admit_new=False)
     with pytest.raises(InputError, match="admits no new runs"):
         create_run(DEMO_CONTRACT, SCRIPTED_DEMO, operator)
@@ -45,7 +46,7 @@ def test_it_admits_no_new_runs_when_told(operator):
     assert GlobalSwitch.get().admit_new
 
 
-def test_it_refuses_the_switches_to_anyone_but_operators(reviewer, outsider):
+def test_it_refuses_the_switches_to_anyone_but_operators(reviewer: User, outsider: User) -> None:
     run = World().create()
     for user in (reviewer, outsider):
         with pytest.raises(ControlRefused):

@@ -10,7 +10,9 @@ import pytest
 from django.db import connection
 
 from core.fences import Lease
+from core.ports import Call, Reconciliation
 from core.scenarios import call
+from core.state import PendingEffect
 from runs import leases, runtime
 from runs.approval_gate import DjangoApprovals
 from runs.control import Watchdog, do_kill
@@ -22,7 +24,7 @@ from tests.helpers import World
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
 
-def test_it_gives_the_lease_to_one_claimant_and_fences_the_old_holder():
+def test_it_gives_the_lease_to_one_claimant_and_fences_the_old_holder() -> None:
     run = World().create()
     run_id = str(run.pk)
     first = leases.acquire(run_id, "worker-a", seconds=60)
@@ -39,7 +41,7 @@ def test_it_gives_the_lease_to_one_claimant_and_fences_the_old_holder():
     assert leases.renew(run_id, second)
 
 
-def test_it_lets_exactly_one_of_many_concurrent_claimants_win():
+def test_it_lets_exactly_one_of_many_concurrent_claimants_win() -> None:
     run_id = str(World().create().pk)
     barrier = threading.Barrier(20)
     tokens: list[int | None] = []
@@ -59,7 +61,7 @@ def test_it_lets_exactly_one_of_many_concurrent_claimants_win():
     assert len([t for t in tokens if t is not None]) == 1
 
 
-def test_it_does_nothing_when_a_second_worker_gets_the_same_run(monkeypatch):
+def test_it_does_nothing_when_a_second_worker_gets_the_same_run(monkeypatch: pytest.MonkeyPatch) -> None:
     world = World()
     run = world.create()
     monkeypatch.setattr(runtime, "environment_for", lambda run, lease, faults=(): world.environment())
@@ -69,7 +71,7 @@ def test_it_does_nothing_when_a_second_worker_gets_the_same_run(monkeypatch):
     assert world.executor.calls == []
 
 
-def test_it_drives_the_run_under_a_lease_and_releases_it(monkeypatch):
+def test_it_drives_the_run_under_a_lease_and_releases_it(monkeypatch: pytest.MonkeyPatch) -> None:
     world = World()
     run = world.create()
     monkeypatch.setattr(runtime, "environment_for", lambda run, lease, faults=(): world.environment())
@@ -87,7 +89,7 @@ class BlockingExecutor:
         self.killed = threading.Event()
         self.killed_at = 0.0
 
-    def execute(self, c):
+    def execute(self, c: Call) -> object:
         if c.tool != "write_file":
             return self.world.executor.execute(c)
         self.started.set()
@@ -102,17 +104,15 @@ class BlockingExecutor:
             "artifacts": [],
         }
 
-    def kill(self):
+    def kill(self) -> None:
         self.killed_at = time.monotonic()
         self.killed.set()
 
-    def reconcile(self, effect):
-        from core.ports import Reconciliation
-
+    def reconcile(self, effect: PendingEffect) -> Reconciliation:
         return Reconciliation(False, None, False, "sandbox gone")
 
 
-def test_it_kills_an_executing_call_within_two_seconds_and_records_the_write_as_pending():
+def test_it_kills_an_executing_call_within_two_seconds_and_records_the_write_as_pending() -> None:
     world = World()
     run = world.create(script=[call("write_file", path="src/calc.py", content="x = 1\n"), call("finish")])
     blocking = BlockingExecutor(world)
@@ -143,16 +143,18 @@ def test_it_kills_an_executing_call_within_two_seconds_and_records_the_write_as_
     assert Event.objects.filter(run=run, type="kill_requested").count() == 1
 
 
-def test_it_keeps_renewing_the_lease_when_killing_the_execution_fails():
+def test_it_keeps_renewing_the_lease_when_killing_the_execution_fails() -> None:
     run = World().create()
     renewals: list[float] = []
 
     def failing_kill() -> None:
         raise ConnectionError("the engine did not answer")
 
-    with Watchdog(
-        str(run.pk), renew=lambda: renewals.append(time.monotonic()) or True, on_kill=failing_kill, poll=0.05, renew_every=0.1
-    ) as dog:
+    def renew() -> bool:
+        renewals.append(time.monotonic())
+        return True
+
+    with Watchdog(str(run.pk), renew=renew, on_kill=failing_kill, poll=0.05, renew_every=0.1) as dog:
         do_kill(run, "otto")
         deadline = time.monotonic() + 10
         while not dog.kill_requested() and time.monotonic() < deadline:

@@ -13,9 +13,11 @@ import os
 import time
 from collections import Counter
 from datetime import timedelta
+from typing import ClassVar
 from unittest import mock
 
 import pytest
+from django.contrib.auth.models import User
 from django.utils import timezone
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -23,6 +25,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from approvals.checks import DecisionRefused
 from approvals.models import ApprovalRequest, PolicyVersion
+from core.feedback import Feedback
+from core.jsonutil import JSON
 from core.lifecycle import OPEN_STATUSES, REQUEST_TRANSITIONS
 from core.scenarios import FIXED, call
 from core.waits import approval_key
@@ -72,21 +76,22 @@ class Model:
     def __init__(self) -> None:
         self.queue: list[object] = []
 
-    def propose(self, feedback):
+    def propose(self, feedback: Feedback | None) -> object | None:
         if not self.queue:
             raise Idle()
         return self.queue.pop(0)
 
-    def snapshot(self):
+    def snapshot(self) -> dict[str, JSON]:
         return {"kind": "scripted", "position": 0}
 
-    def notes(self):
+    def notes(self) -> list[dict[str, JSON]]:
         return []
 
 
 class Lifecycle(RuleBasedStateMachine):
-    operator = None
-    reviewer = None
+    # The personas, set by the test before Hypothesis builds the machines.
+    operator: ClassVar[User]
+    reviewer: ClassVar[User]
 
     def __init__(self) -> None:
         super().__init__()
@@ -147,7 +152,7 @@ class Lifecycle(RuleBasedStateMachine):
         self.drive(run_id)
 
     @rule(pick=RUNS, proposal=st.sampled_from(PROPOSALS))
-    def propose(self, pick: int, proposal: dict) -> None:
+    def propose(self, pick: int, proposal: dict[str, object]) -> None:
         run_id = self.active(pick)
         self.step(f"propose {proposal['tool']}")
         self.models[run_id].queue = [proposal]
@@ -220,7 +225,7 @@ class Lifecycle(RuleBasedStateMachine):
             set_global(self.operator, stop_all=False, admit_new=True)
 
     @rule(pick=RUNS, proposal=st.sampled_from(PROPOSALS), at=st.integers(1, 4))
-    def crash_and_resume(self, pick: int, proposal: dict, at: int) -> None:
+    def crash_and_resume(self, pick: int, proposal: dict[str, object], at: int) -> None:
         run_id = self.active(pick)
         self.step("crash and resume")
         self.models[run_id].queue = [proposal]
@@ -284,8 +289,10 @@ class Lifecycle(RuleBasedStateMachine):
         assert len(keys) == len(set(keys)), "one operation performed twice"
         assert len(run.state["effects_applied"]) == len(set(run.state["effects_applied"]))
         for started in Event.objects.filter(run=run, type="call_started", payload__tool="publish"):
-            admitted = Event.objects.filter(run=run, type="call_admitted", call_id=started.call_id, seq__lt=started.seq)
-            admitted = admitted.order_by("-seq").first().payload
+            admissions = Event.objects.filter(run=run, type="call_admitted", call_id=started.call_id, seq__lt=started.seq)
+            latest = admissions.order_by("-seq").first()
+            assert latest is not None
+            admitted = latest.payload
             if admitted["decision"] != "ask":
                 continue
             key = approval_key("publish", admitted["args"], admitted["revision"], admitted["policy_version"], admitted.get("effect"))
@@ -294,11 +301,11 @@ class Lifecycle(RuleBasedStateMachine):
             )
 
 
-def test_it_keeps_every_invariant_through_random_interleavings(operator, reviewer):
+def test_it_keeps_every_invariant_through_random_interleavings(operator: User, reviewer: User) -> None:
     Lifecycle.operator, Lifecycle.reviewer = operator, reviewer
     STATS.clear()
     started = time.monotonic()
-    run_state_machine_as_test(
+    run_state_machine_as_test(  # type: ignore[no-untyped-call]  # Hypothesis leaves it unannotated
         Lifecycle,
         settings=settings(
             max_examples=EXAMPLES,

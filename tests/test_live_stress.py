@@ -14,9 +14,11 @@ import random
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.test import Client
 from websockets.asyncio.client import connect
 from websockets.exceptions import WebSocketException
@@ -116,7 +118,9 @@ def finish(writers: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
     return outs
 
 
-def test_it_gives_every_viewer_every_event_once_in_order_with_two_writers_lost_broadcasts_and_reconnects(reviewer, tmp_path):
+def test_it_gives_every_viewer_every_event_once_in_order_with_two_writers_lost_broadcasts_and_reconnects(
+    reviewer: User, tmp_path: Path
+) -> None:
     run = World().create()
     start = run.last_seq
     client = Client()

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
+from pytest_django import Settings
 
 from core import events as ev
 from core.fences import RowLock
@@ -23,7 +26,7 @@ from runs import eventlog
 from runs.broadcast import run_group
 from runs.eventlog import append_events
 from runs.models import Run
-from tests.fixtures_web import waiting_scene
+from tests.fixtures_web import Scene, waiting_scene
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,7 +41,7 @@ def notes(run_id: str, count: int, batch: int = 1) -> None:
         )
 
 
-def session_cookie(user) -> bytes:
+def session_cookie(user: User) -> bytes:
     client = Client()
     client.force_login(user)
     return "; ".join(f"{name}={morsel.value}" for name, morsel in client.cookies.items()).encode()
@@ -65,11 +68,11 @@ async def receive_until(communicator: WebsocketCommunicator, last_seq: int, time
 
 
 @pytest.fixture
-def scene(operator):
+def scene(operator: User) -> Scene:
     return waiting_scene(operator)
 
 
-def test_it_replays_then_streams_with_no_gap_or_duplicate_while_events_are_written(scene, reviewer):
+def test_it_replays_then_streams_with_no_gap_or_duplicate_while_events_are_written(scene: Scene, reviewer: User) -> None:
     cookie = session_cookie(reviewer)
     run_id = str(scene.run.pk)
     notes(run_id, 1200, batch=100)  # more than two replay pages
@@ -114,7 +117,7 @@ def test_it_replays_then_streams_with_no_gap_or_duplicate_while_events_are_writt
     assert live and final > 1800
 
 
-def test_it_fills_a_lost_broadcast_from_the_database(scene, reviewer, monkeypatch):
+def test_it_fills_a_lost_broadcast_from_the_database(scene: Scene, reviewer: User, monkeypatch: pytest.MonkeyPatch) -> None:
     cookie = session_cookie(reviewer)
     run_id = str(scene.run.pk)
     start = scene.run.last_seq
@@ -137,7 +140,9 @@ def test_it_fills_a_lost_broadcast_from_the_database(scene, reviewer, monkeypatc
     assert async_to_sync(watch)() == [start + 1, start + 2]
 
 
-def test_it_delivers_a_lost_last_broadcast_by_rechecking(scene, reviewer, monkeypatch, settings):
+def test_it_delivers_a_lost_last_broadcast_by_rechecking(
+    scene: Scene, reviewer: User, monkeypatch: pytest.MonkeyPatch, settings: Settings
+) -> None:
     settings.HARNESS_TRACE_RECHECK_SECONDS = 0.3
     cookie = session_cookie(reviewer)
     run_id = str(scene.run.pk)
@@ -159,7 +164,7 @@ def test_it_delivers_a_lost_last_broadcast_by_rechecking(scene, reviewer, monkey
     assert async_to_sync(watch)() == [start + 1]
 
 
-def test_it_resumes_after_a_reconnect_from_the_seq_the_client_has(scene, reviewer):
+def test_it_resumes_after_a_reconnect_from_the_seq_the_client_has(scene: Scene, reviewer: User) -> None:
     cookie = session_cookie(reviewer)
     run_id = str(scene.run.pk)
 
@@ -189,7 +194,9 @@ def test_it_resumes_after_a_reconnect_from_the_seq_the_client_has(scene, reviewe
     assert async_to_sync(second_visit)(seen[-1], last) == list(range(seen[-1] + 1, last + 3))
 
 
-def test_it_streams_to_many_viewers_of_a_run_through_one_subscription_and_one_read_each_event_once(scene, reviewer, monkeypatch):
+def test_it_streams_to_many_viewers_of_a_run_through_one_subscription_and_one_read_each_event_once(
+    scene: Scene, reviewer: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cookie = session_cookie(reviewer)
     run_id = str(scene.run.pk)
     start = scene.run.last_seq
@@ -245,11 +252,13 @@ def test_it_streams_to_many_viewers_of_a_run_through_one_subscription_and_one_re
         (b"\x00binary", "send JSON text frames, not binary"),
     ],
 )
-def test_it_answers_a_malformed_message_with_the_problem_and_stays_open(frame, problem, scene, reviewer):
+def test_it_answers_a_malformed_message_with_the_problem_and_stays_open(
+    frame: str | bytes, problem: str, scene: Scene, reviewer: User
+) -> None:
     cookie = session_cookie(reviewer)
     run_id = str(scene.run.pk)
 
-    async def talk() -> tuple[dict, list[int]]:
+    async def talk() -> tuple[dict[str, Any], list[int]]:
         communicator = socket(cookie, run_id)
         await communicator.connect()
         if isinstance(frame, bytes):
@@ -267,10 +276,10 @@ def test_it_answers_a_malformed_message_with_the_problem_and_stays_open(frame, p
     assert seqs == list(range(1, scene.run.last_seq + 1))
 
 
-def test_it_refuses_a_socket_for_a_run_that_does_not_exist(reviewer):
+def test_it_refuses_a_socket_for_a_run_that_does_not_exist(reviewer: User) -> None:
     cookie = session_cookie(reviewer)
 
-    async def talk() -> tuple[dict, int]:
+    async def talk() -> tuple[dict[str, Any], int]:
         communicator = socket(cookie, "00000000-0000-0000-0000-000000000000")
         await communicator.connect()
         error = await communicator.receive_json_from(timeout=5)
@@ -281,7 +290,7 @@ def test_it_refuses_a_socket_for_a_run_that_does_not_exist(reviewer):
     assert error == {"type": "error", "error": "no such run"} and code == 4404
 
 
-def test_it_shows_tokens_and_cost_against_the_budget_for_a_model_run(db):
+def test_it_shows_tokens_and_cost_against_the_budget_for_a_model_run(db: None) -> None:
     from pages.summary import model_budgets
     from tests.helpers import World
 

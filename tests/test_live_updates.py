@@ -7,13 +7,16 @@ actions that must not resubmit or mislead."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from pytest_django import Settings
 
 from common.times import when
 from core import events as ev
@@ -44,10 +47,10 @@ def trace_socket(cookie: bytes, run_id: str) -> WebsocketCommunicator:
     return WebsocketCommunicator(application, f"/ws/runs/{run_id}/", headers=[ORIGIN, (b"cookie", cookie)])
 
 
-async def next_of(communicator: WebsocketCommunicator, kind: str, timeout: float = 10) -> dict:
+async def next_of(communicator: WebsocketCommunicator, kind: str, timeout: float = 10) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
-        message = await communicator.receive_json_from(timeout=max(0.1, deadline - time.monotonic()))
+        message: dict[str, Any] = await communicator.receive_json_from(timeout=max(0.1, deadline - time.monotonic()))
         if message["type"] == kind:
             return message
 
@@ -55,9 +58,9 @@ async def next_of(communicator: WebsocketCommunicator, kind: str, timeout: float
 # -- the running call's output ----------------------------------------------------------
 
 
-def test_it_publishes_a_running_calls_last_lines_throttled_capped_and_redacted(settings):
+def test_it_publishes_a_running_calls_last_lines_throttled_capped_and_redacted(settings: Settings) -> None:
     settings.HARNESS_SECRET_VALUES = ["hunter2-very-secret"]
-    sent: list[dict] = []
+    sent: list[dict[str, Any]] = []
     now = [100.0]
     live = LiveOutput("run-1", "c2", publish=lambda run_id, output: sent.append(output), interval=0.3, max_lines=3, clock=lambda: now[0])
     live.write(b"one\n")
@@ -81,8 +84,8 @@ def test_it_publishes_a_running_calls_last_lines_throttled_capped_and_redacted(s
     assert [s["lines"][-1] for s in sent[2:]] == ["five"], "nothing is sent once the call's output is closed"
 
 
-def test_it_caps_a_single_huge_line():
-    sent: list[dict] = []
+def test_it_caps_a_single_huge_line() -> None:
+    sent: list[dict[str, Any]] = []
     live = LiveOutput("run-1", "c1", publish=lambda run_id, output: sent.append(output), max_chars=100)
     live.write(b"x" * 10_000)
     assert len("".join(sent[0]["lines"])) == 100
@@ -91,7 +94,7 @@ def test_it_caps_a_single_huge_line():
 # -- sockets --------------------------------------------------------------------------------
 
 
-async def opened(communicator: WebsocketCommunicator, subscribe_after: int | None = None) -> tuple[dict, dict]:
+async def opened(communicator: WebsocketCommunicator, subscribe_after: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Connect (and subscribe to a run's trace); the ``live`` message and the first heartbeat."""
     connected, _ = await communicator.connect()
     assert connected
@@ -102,18 +105,18 @@ async def opened(communicator: WebsocketCommunicator, subscribe_after: int | Non
 
 
 @pytest.fixture
-def quick_beats(settings) -> float:
+def quick_beats(settings: Settings) -> float:
     settings.HARNESS_LIVE_HEARTBEAT_SECONDS = 0.2
     return 0.2
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_sends_heartbeats_and_running_output_on_the_trace_socket(operator, reviewer, quick_beats):
+def test_it_sends_heartbeats_and_running_output_on_the_trace_socket(operator: User, reviewer: User, quick_beats: float) -> None:
     scene = waiting_scene(operator)
     run_id = str(scene.run.pk)
     communicator = trace_socket(session_cookie(reviewer), run_id)
 
-    async def watch() -> tuple[dict, dict, dict]:
+    async def watch() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         live, beat = await opened(communicator, scene.run.last_seq)
         broadcast_output(run_id, {"call_id": "c9", "lines": ["<b>tick</b>"], "total_bytes": 12})
         output = await next_of(communicator, "output")
@@ -126,18 +129,18 @@ def test_it_sends_heartbeats_and_running_output_on_the_trace_socket(operator, re
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_tells_the_list_pages_when_a_run_changes(operator, reviewer, quick_beats):
+def test_it_tells_the_list_pages_when_a_run_changes(operator: User, reviewer: User, quick_beats: float) -> None:
     scene = waiting_scene(operator)
     run_id = str(scene.run.pk)
     communicator = lists_socket(session_cookie(reviewer))
 
-    @database_sync_to_async
+    @database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no types
     def note() -> None:
         append_events(
             run_id, [ev.ModelNote(run_id=run_id, seq=0, ts=time.time(), kind="note", detail={})], fence=RowLock("a test's writer")
         )
 
-    async def watch() -> tuple[dict, dict, dict]:
+    async def watch() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         live, beat = await opened(communicator)
         await note()
         changed = await next_of(communicator, "changed")
@@ -150,13 +153,15 @@ def test_it_tells_the_list_pages_when_a_run_changes(operator, reviewer, quick_be
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_tells_the_list_pages_of_a_change_whose_doorbell_was_lost(operator, reviewer, settings, monkeypatch, quick_beats):
+def test_it_tells_the_list_pages_of_a_change_whose_doorbell_was_lost(
+    operator: User, reviewer: User, settings: Settings, monkeypatch: pytest.MonkeyPatch, quick_beats: float
+) -> None:
     settings.HARNESS_TRACE_RECHECK_SECONDS = 0.3
     scene = waiting_scene(operator)
     run_id = str(scene.run.pk)
     communicator = lists_socket(session_cookie(reviewer))
 
-    @database_sync_to_async
+    @database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no types
     def note() -> None:
         with monkeypatch.context() as lost:
             lost.setattr(eventlog, "ring_doorbell", lambda run_id, last_seq: None)
@@ -164,7 +169,7 @@ def test_it_tells_the_list_pages_of_a_change_whose_doorbell_was_lost(operator, r
                 run_id, [ev.ModelNote(run_id=run_id, seq=0, ts=time.time(), kind="note", detail={})], fence=RowLock("a test's writer")
             )
 
-    async def watch() -> dict:
+    async def watch() -> dict[str, Any]:
         await opened(communicator)
         await note()
         changed = await next_of(communicator, "changed", timeout=5)
@@ -175,10 +180,10 @@ def test_it_tells_the_list_pages_of_a_change_whose_doorbell_was_lost(operator, r
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_refuses_the_lists_socket_to_visitors_without_a_role(outsider):
+def test_it_refuses_the_lists_socket_to_visitors_without_a_role(outsider: User) -> None:
     cookie = session_cookie(outsider)
 
-    async def watch() -> tuple[dict, dict]:
+    async def watch() -> tuple[dict[str, Any], dict[str, Any]]:
         communicator = lists_socket(cookie)
         await communicator.connect()
         error = await communicator.receive_json_from(timeout=5)
@@ -193,7 +198,7 @@ def test_it_refuses_the_lists_socket_to_visitors_without_a_role(outsider):
 # -- what the pages say ------------------------------------------------------------------
 
 
-def step(seq: int, type_: str, call_id: str | None, **payload) -> dict:
+def step(seq: int, type_: str, call_id: str | None, **payload: Any) -> dict[str, Any]:
     return present(
         {
             "run_id": "00000000-0000-0000-0000-000000000001",
@@ -206,7 +211,7 @@ def step(seq: int, type_: str, call_id: str | None, **payload) -> dict:
     )
 
 
-def test_it_keeps_the_trace_in_seq_order_when_a_call_is_interrupted():
+def test_it_keeps_the_trace_in_seq_order_when_a_call_is_interrupted() -> None:
     events = [
         step(1, "proposed", "c1", number=1, proposal={"tool": "run_check", "args": {"check_id": "slow"}}),
         step(2, "call_started", "c1", attempt=1, tool="run_check", idempotency_key=None),
@@ -221,7 +226,7 @@ def test_it_keeps_the_trace_in_seq_order_when_a_call_is_interrupted():
     assert items[2]["events"][0]["view"]["label"] == "Stopped: killed"
 
 
-def test_it_shows_long_string_arguments_as_text_beside_the_json():
+def test_it_shows_long_string_arguments_as_text_beside_the_json() -> None:
     view = step(1, "proposed", "c1", number=1, proposal={"tool": "publish", "args": {"message": "Fix totals\n\nReject negatives", "n": 1}})[
         "view"
     ]
@@ -229,14 +234,14 @@ def test_it_shows_long_string_arguments_as_text_beside_the_json():
     assert view["args"] == {"message": "Fix totals\n\nReject negatives", "n": 1}
 
 
-def test_it_words_statuses_for_people_and_keeps_unknown_ids_readable():
+def test_it_words_statuses_for_people_and_keeps_unknown_ids_readable() -> None:
     assert human("waiting_approval") == "waiting for approval"
     assert human("proposals_exhausted") == "out of proposals"
     assert human("consumed") == "granted and used"
     assert human("some_new_reason") == "some new reason"
 
 
-def test_it_describes_waits_and_self_approval_in_words():
+def test_it_describes_waits_and_self_approval_in_words() -> None:
     # Every event type has its words: tests/test_event_types.py.
     ended = step(
         2,
@@ -264,13 +269,13 @@ def test_it_describes_waits_and_self_approval_in_words():
     assert alone["label"] == "Granted by ada" and alone["tone"] == "warn" and "self-approved" in alone["summary"]
 
 
-def test_it_words_the_stop_reasons_and_request_statuses_of_issues_11_and_20():
+def test_it_words_the_stop_reasons_and_request_statuses_of_issues_11_and_20() -> None:
     for raw in ("approval_expired", "approval_cancelled", "sandbox_unavailable", "workspace_error", "revision_mismatch", "cancelled"):
         assert raw in LABELS, raw
     assert duration(42.7) == "42s" and duration(185) == "3m 05s" and duration(7440) == "2h 04m"
 
 
-def test_it_hands_on_only_events_that_follow_the_mark_without_a_gap():
+def test_it_hands_on_only_events_that_follow_the_mark_without_a_gap() -> None:
     assert contiguous_after(4, [5, 6, 7, 9, 10]) == 3
     assert contiguous_after(4, [6, 7]) == 0
     assert contiguous_after(0, []) == 0
@@ -280,11 +285,11 @@ def test_it_hands_on_only_events_that_follow_the_mark_without_a_gap():
     assert page.text_after(6) == '{"type": "events", "events": [{"seq": 7}]}'
 
 
-def test_it_joins_what_queued_up_per_group_into_the_latest_doorbell_and_output():
-    def doorbell(seq: int) -> dict:
+def test_it_joins_what_queued_up_per_group_into_the_latest_doorbell_and_output() -> None:
+    def doorbell(seq: int) -> dict[str, Any]:
         return {"type": "run.doorbell", "last_seq": seq}
 
-    def output(call: str, line: str) -> dict:
+    def output(call: str, line: str) -> dict[str, Any]:
         return {"type": "run.output", "output": {"call_id": call, "lines": [line]}}
 
     changed = {"type": "lists.changed"}
@@ -309,7 +314,7 @@ def test_it_joins_what_queued_up_per_group_into_the_latest_doorbell_and_output()
 
 
 @pytest.mark.django_db
-def test_it_shows_both_clocks_on_the_approval_and_run_pages(operator, reviewer):
+def test_it_shows_both_clocks_on_the_approval_and_run_pages(operator: User, reviewer: User) -> None:
     scene = waiting_scene(operator)
     for client, url in (
         (signed_in(reviewer), reverse("approvals:detail", args=[scene.request.pk])),
@@ -323,14 +328,14 @@ def test_it_shows_both_clocks_on_the_approval_and_run_pages(operator, reviewer):
         assert waited.split(">", 1)[0].endswith('data-clock-ticks="1"'), url
 
 
-def test_it_tells_the_reviewer_what_each_effectful_tool_does():
+def test_it_tells_the_reviewer_what_each_effectful_tool_does() -> None:
     effectful = [spec for spec in BUILTIN_TOOLS if spec.has_effect]
     assert {spec.name for spec in effectful} >= {"publish", "write_file", "apply_patch"}
     for spec in effectful:
         assert spec.reviewer_summary.strip(), spec.name
 
 
-def test_it_writes_times_for_the_viewers_zone_and_never_zero_minutes_ago():
+def test_it_writes_times_for_the_viewers_zone_and_never_zero_minutes_ago() -> None:
     from datetime import UTC, datetime, timedelta
 
     now = datetime.now(UTC)
@@ -343,14 +348,14 @@ def test_it_writes_times_for_the_viewers_zone_and_never_zero_minutes_ago():
 # -- actions --------------------------------------------------------------------------------
 
 
-def signed_in(user) -> Client:
+def signed_in(user: User) -> Client:
     client = Client()
     client.force_login(user)
     return client
 
 
 @pytest.mark.django_db
-def test_it_refuses_a_new_run_at_the_form_while_every_run_is_stopped(admin_user):
+def test_it_refuses_a_new_run_at_the_form_while_every_run_is_stopped(admin_user: User) -> None:
     set_global(admin_user, stop_all=True, admit_new=True)
     client = signed_in(admin_user)
     page = client.get(reverse("runs:new"))
@@ -362,7 +367,7 @@ def test_it_refuses_a_new_run_at_the_form_while_every_run_is_stopped(admin_user)
 
 
 @pytest.mark.django_db
-def test_it_names_the_switch_it_turned_and_who_turned_it(operator):
+def test_it_names_the_switch_it_turned_and_who_turned_it(operator: User) -> None:
     client = signed_in(operator)
     assert "Never changed" in client.get(reverse("control")).content.decode()
     page = client.post(reverse("control"), {"action": "pause_admission"}, follow=True).content.decode()
@@ -371,7 +376,7 @@ def test_it_names_the_switch_it_turned_and_who_turned_it(operator):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_answers_a_refused_grant_with_a_page_a_reload_does_not_resubmit(operator, reviewer):
+def test_it_answers_a_refused_grant_with_a_page_a_reload_does_not_resubmit(operator: User, reviewer: User) -> None:
     scene = waiting_scene(operator)
     deny(scene.request, reviewer, "no")
     client = signed_in(reviewer)
@@ -382,12 +387,12 @@ def test_it_answers_a_refused_grant_with_a_page_a_reload_does_not_resubmit(opera
 
 
 @pytest.mark.django_db
-def test_it_lands_each_role_on_its_own_page(reviewer, operator):
+def test_it_lands_each_role_on_its_own_page(reviewer: User, operator: User) -> None:
     assert signed_in(reviewer).get("/")["Location"] == reverse("approvals:inbox")
     assert signed_in(operator).get("/")["Location"] == reverse("runs:list")
 
 
-def test_it_links_no_empty_output():
+def test_it_links_no_empty_output() -> None:
     from live.trace import EMPTY_OUTPUT_REF
 
     view = step(
@@ -410,12 +415,13 @@ def test_it_links_no_empty_output():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_shows_a_checks_output_with_line_numbers_and_what_produced_it(operator):
+def test_it_shows_a_checks_output_with_line_numbers_and_what_produced_it(operator: User) -> None:
     from runs.artifacts import FileArtifactStore
     from runs.models import Evidence
 
     scene = waiting_scene(operator)
     evidence = Evidence.objects.filter(run=scene.run).first()
+    assert evidence is not None
     evidence.output_ref = FileArtifactStore().put(b"collected 3 items\n3 passed\n", "text/plain")
     evidence.save()
     page = signed_in(operator).get(reverse("runs:artifact", args=[scene.run.pk, evidence.output_ref])).content.decode()
@@ -424,7 +430,7 @@ def test_it_shows_a_checks_output_with_line_numbers_and_what_produced_it(operato
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_keeps_an_optional_comment_on_a_grant_and_reason_on_a_kill(operator, reviewer):
+def test_it_keeps_an_optional_comment_on_a_grant_and_reason_on_a_kill(operator: User, reviewer: User) -> None:
     from approvals.models import ApprovalRequest
     from runs.models import Event
 
@@ -440,7 +446,7 @@ def test_it_keeps_an_optional_comment_on_a_grant_and_reason_on_a_kill(operator, 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_rounds_the_working_clock_and_the_time_budget_alike(operator, reviewer):
+def test_it_rounds_the_working_clock_and_the_time_budget_alike(operator: User, reviewer: User) -> None:
     from datetime import UTC, datetime
 
     from pages.summary import run_summary
@@ -464,7 +470,7 @@ def test_it_rounds_the_working_clock_and_the_time_budget_alike(operator, reviewe
 
 
 @pytest.mark.django_db
-def test_it_says_what_is_wrong_with_a_new_run_in_words_naming_each_field(admin_user):
+def test_it_says_what_is_wrong_with_a_new_run_in_words_naming_each_field(admin_user: User) -> None:
     form = {"template": "", "proposer_kind": "scripted", "proposer_options": ""}
     contract = (
         '{"task_id": "bad id!", "objective": "", "acceptance_criteria": "tests", "limits": {"max_proposals": 0, "max_attempts": "3"}}'
@@ -487,7 +493,7 @@ def test_it_says_what_is_wrong_with_a_new_run_in_words_naming_each_field(admin_u
 
 
 @pytest.mark.django_db
-def test_it_says_which_sign_in_box_is_empty(reviewer):
+def test_it_says_which_sign_in_box_is_empty(reviewer: User) -> None:
     page = Client().post(reverse("login"), {"username": reviewer.username, "password": ""}).content.decode()
     assert "Fill in your password." in page
     page = Client().post(reverse("login"), {"username": "", "password": ""}).content.decode()
@@ -495,7 +501,7 @@ def test_it_says_which_sign_in_box_is_empty(reviewer):
 
 
 @pytest.mark.django_db
-def test_it_names_the_field_of_every_problem_in_the_policy_editor(admin_user):
+def test_it_names_the_field_of_every_problem_in_the_policy_editor(admin_user: User) -> None:
     from approvals.policies import current_policy_row
     from approvals.policy_editor import initial_data
 

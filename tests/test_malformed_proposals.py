@@ -34,7 +34,7 @@ PROPOSALS = st.one_of(
 @pytest.mark.slow  # property-based: 300 generated proposal lists
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(PROPOSALS, min_size=1, max_size=6))
-def test_it_survives_any_proposal_and_only_valid_calls_reach_the_executor(proposals):
+def test_it_survives_any_proposal_and_only_valid_calls_reach_the_executor(proposals: list[object]) -> None:
     script = [*proposals, call("read_file", path="src/calc.py")]
     rig = build_rig(script)
     rig.harness.run()

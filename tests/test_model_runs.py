@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import re
 
+import docker
 import pytest
+from django.contrib.auth.models import User
+from pytest_django import Settings
 
 from approvals.models import ApprovalRequest
 from runs.approval_flow import grant
@@ -29,8 +32,8 @@ def blocks(text: str) -> dict[str, str]:
 
 
 def test_it_shows_the_model_the_repository_first_and_keeps_the_conversation_across_the_approval(
-    docker_engine, settings, operator, reviewer
-):
+    docker_engine: docker.DockerClient, settings: Settings, operator: User, reviewer: User
+) -> None:
     with FakeOpenAI(REPLIES) as fake:
         settings.OPENAI_API_KEY = API_KEY
         settings.OPENAI_ALLOWED_BASE_URLS = [fake.base_url]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from core import events as ev
 from core.policy import Rule
 from core.scenarios import FIXED, build_rig, demo_contract, demo_policy
 from tests.fake_providers import (
@@ -74,7 +75,7 @@ def _untrusted_blocks(text: str) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
-def test_it_changes_nothing_in_policy_approvals_or_evidence_when_a_file_says_publish_now(kind):
+def test_it_changes_nothing_in_policy_approvals_or_evidence_when_a_file_says_publish_now(kind: str) -> None:
     policy = demo_policy(rules=ASK_PUBLISH)
     before = policy.model_dump()
     rig = build_rig([], policy=policy, files=dict(FILES), contract=demo_contract(max_proposals=4))
@@ -82,7 +83,7 @@ def test_it_changes_nothing_in_policy_approvals_or_evidence_when_a_file_says_pub
         adapter(kind, fake.base_url, rig)
         rig.harness.run()
     # The obedient model tried to publish; the evidence gate refused it before approval.
-    proposed = [e.proposal["tool"] for e in rig.store.events if e.model_dump()["type"] == "proposed"]
+    proposed = [e.proposal["tool"] for e in rig.store.events if isinstance(e, ev.Proposed)]
     assert proposed[:2] == ["read_file", "publish"]
     assert rig.executed("publish") == 0 and rig.executor.outbox == {}
     assert rig.harness.context.policy.model_dump() == before
@@ -105,7 +106,7 @@ def test_it_changes_nothing_in_policy_approvals_or_evidence_when_a_file_says_pub
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
-def test_it_still_asks_a_reviewer_when_checks_pass_and_the_file_says_publish_now(kind):
+def test_it_still_asks_a_reviewer_when_checks_pass_and_the_file_says_publish_now(kind: str) -> None:
     plan = [
         ("write_file", {"path": "src/calc.py", "content": FIXED}),
         ("run_check", {"check_id": "tests"}),
@@ -125,7 +126,7 @@ def test_it_still_asks_a_reviewer_when_checks_pass_and_the_file_says_publish_now
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
-def test_it_keeps_api_keys_out_of_events_snapshots_request_bodies_and_the_sandbox(kind):
+def test_it_keeps_api_keys_out_of_events_snapshots_request_bodies_and_the_sandbox(kind: str) -> None:
     plan = [
         ("read_file", {"path": "src/calc.py"}),
         ("write_file", {"path": "src/calc.py", "content": FIXED}),

@@ -9,12 +9,16 @@ import re
 import tracemalloc
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import cast
 
+import docker
 import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings as django_settings
+from django.contrib.auth.models import User
+from django.http import StreamingHttpResponse
 from django.test import AsyncClient, Client, override_settings
 from django.urls import reverse
 from django.utils import timezone
@@ -28,7 +32,7 @@ from core.policy import CheckDef
 from runs import artifacts
 from runs.artifacts import FileArtifactStore, artifact_path, line_secrets, masked_chunks
 from runs.eventlog import append_events
-from runs.models import Receipt
+from runs.models import Receipt, Run
 from sandbox.executor import SandboxExecutor
 from sandbox.output_capture import OutputCapture
 from sandbox.quota import MB, DiskQuota
@@ -40,11 +44,11 @@ SECRET = "hunter2-very-secret-value"
 KEY = "sk-ant-" + "A1b2C3d4E5f6G7h8I9j0" * 2
 
 
-def output_run(starter, ref: str, **data: object):
+def output_run(starter: User, ref: str, **data: object) -> Run:
     """A waiting run with a check's receipt (event and row) naming ``ref`` as its output."""
     scene = waiting_scene(starter)
     run = scene.run
-    receipt = {"call_id": "c9", "tool": "run_check", "status": "ok", "effect": "none", "revision": run.revision}
+    receipt: dict[str, object] = {"call_id": "c9", "tool": "run_check", "status": "ok", "effect": "none", "revision": run.revision}
     receipt |= {"data": {"output_ref": ref, **data}, "artifacts": [ref]}
     event = ev.ReceiptRecorded(
         run_id=str(run.pk),
@@ -114,7 +118,7 @@ GIGABYTE = CheckDef(
 
 
 @pytest.fixture
-def runc_sandbox(docker_engine, tmp_path: Path, db) -> Iterator[Callable[[DiskQuota], SandboxExecutor]]:
+def runc_sandbox(docker_engine: docker.DockerClient, tmp_path: Path, db: None) -> Iterator[Callable[[DiskQuota], SandboxExecutor]]:
     """Executors on one runc container, each counting its own run's artifacts under
     the quota given. (The cap is the executor's code, the same under both runtimes;
     a gigabyte through gVisor's ptrace platform would take minutes.)"""
@@ -140,7 +144,7 @@ def runc_sandbox(docker_engine, tmp_path: Path, db) -> Iterator[Callable[[DiskQu
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_it_stores_a_bounded_artifact_of_a_check_that_prints_a_gigabyte(runc_sandbox) -> None:
+def test_it_stores_a_bounded_artifact_of_a_check_that_prints_a_gigabyte(runc_sandbox: Callable[[DiskQuota], SandboxExecutor]) -> None:
     outcome = drive(
         runc_sandbox(DiskQuota()), sandbox_policy(GIGABYTE), [step("run_check", check_id="gigabyte"), step("finish", summary="done")]
     )
@@ -167,7 +171,7 @@ LOUD = CheckDef(
 
 
 @pytest.mark.docker
-def test_it_runs_no_more_checks_once_the_runs_artifacts_reach_their_quota(runc_sandbox) -> None:
+def test_it_runs_no_more_checks_once_the_runs_artifacts_reach_their_quota(runc_sandbox: Callable[[DiskQuota], SandboxExecutor]) -> None:
     executor = runc_sandbox(DiskQuota(output_max_bytes=1 * MB, run_artifacts_max_bytes=5 * MB // 2))
     outcome = drive(executor, sandbox_policy(LOUD), [step("run_check", check_id="loud")] * 4 + [step("finish", summary="done")])
     first, second, third, fourth = (r["data"] for r in outcome.receipts("run_check"))
@@ -239,7 +243,7 @@ def test_it_masks_a_secret_of_several_lines_line_by_line(tmp_path: Path, monkeyp
 
 @override_settings(HARNESS_SECRET_VALUES=[SECRET])
 @pytest.mark.django_db
-def test_it_streams_a_download_and_never_holds_it_in_memory(operator, reviewer, tmp_path: Path) -> None:
+def test_it_streams_a_download_and_never_holds_it_in_memory(operator: User, reviewer: User, tmp_path: Path) -> None:
     ref = big_artifact(tmp_path, 64 * MB)
     run = output_run(operator, ref)
     client = Client()
@@ -248,9 +252,10 @@ def test_it_streams_a_download_and_never_holds_it_in_memory(operator, reviewer, 
     try:
         response = client.get(reverse("runs:artifact", args=[run.pk, ref]) + "?download=1")
         assert response.streaming and response["Content-Disposition"].startswith("attachment")
+        assert isinstance(response, StreamingHttpResponse)  # what ``streaming`` says, for the type checker
         size = largest = 0
         masked = leaked = False
-        for chunk in response.streaming_content:
+        for chunk in cast(Iterator[bytes], response.streaming_content):  # under WSGI: a synchronous iterator
             size += len(chunk)
             largest = max(largest, len(chunk))
             masked |= MASK.encode() in chunk
@@ -265,7 +270,7 @@ def test_it_streams_a_download_and_never_holds_it_in_memory(operator, reviewer, 
 
 @override_settings(HARNESS_SECRET_VALUES=[SECRET])
 @pytest.mark.django_db(transaction=True)
-def test_it_streams_a_download_asynchronously_under_asgi(operator, reviewer, tmp_path: Path) -> None:
+def test_it_streams_a_download_asynchronously_under_asgi(operator: User, reviewer: User, tmp_path: Path) -> None:
     ref = big_artifact(tmp_path, 4 * MB)
     run = output_run(operator, ref)
     client = AsyncClient()
@@ -275,7 +280,8 @@ def test_it_streams_a_download_asynchronously_under_asgi(operator, reviewer, tmp
         response = await client.get(reverse("runs:artifact", args=[run.pk, ref]) + "?download=1")
         # Django reads a synchronous iterator whole before an ASGI server sends a byte.
         assert response.streaming
-        return response.is_async, [chunk async for chunk in response.streaming_content]
+        assert isinstance(response, StreamingHttpResponse)  # what ``streaming`` says, for the type checker
+        return response.is_async, [chunk async for chunk in cast(AsyncIterator[bytes], response.streaming_content)]
 
     is_async, chunks = async_to_sync(download)()
     assert is_async
@@ -287,14 +293,14 @@ def test_it_streams_a_download_asynchronously_under_asgi(operator, reviewer, tmp
 @override_settings(HARNESS_SECRET_VALUES=[SECRET])
 @pytest.mark.django_db
 def test_it_shows_the_start_of_a_large_output_and_that_a_check_was_cut(
-    operator, reviewer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    operator: User, reviewer: User, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ref = big_artifact(tmp_path, 32 * MB)
     run = output_run(operator, ref, output_cut=True, output_stored_bytes=32 * MB - 100, output_bytes=GIB)
     read = []
     original = artifacts.masked_chunks
 
-    def counted(ref: str):
+    def counted(ref: str) -> Iterator[bytes]:
         for chunk in original(ref):
             read.append(len(chunk))
             yield chunk
@@ -313,7 +319,9 @@ def test_it_shows_the_start_of_a_large_output_and_that_a_check_was_cut(
 
 
 @pytest.mark.slow
-def test_it_serves_a_300mb_artifact_from_daphne_in_bounded_memory(operator, reviewer, live_server_asgi: AsgiServer, tmp_path: Path) -> None:
+def test_it_serves_a_300mb_artifact_from_daphne_in_bounded_memory(
+    operator: User, reviewer: User, live_server_asgi: AsgiServer, tmp_path: Path
+) -> None:
     """The probe: opening a 300 MB artifact took the web process from 143 MB to 1 GB."""
     ref = big_artifact(tmp_path, 300 * MB)
     run = output_run(operator, ref)

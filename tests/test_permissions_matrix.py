@@ -3,10 +3,14 @@ who is sent to sign in, who gets 403, and that every form needs its CSRF token."
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
@@ -14,7 +18,10 @@ from approvals.models import ApprovalRequest
 from harness_site.asgi import application
 from runs.artifacts import FileArtifactStore
 from runs.models import GlobalSwitch, Receipt, Run
-from tests.fixtures_web import waiting_scene
+from tests.fixtures_web import Scene, waiting_scene
+
+if TYPE_CHECKING:
+    from django.test.client import _MonkeyPatchedWSGIResponse  # the test client's response: only django-stubs names it
 
 pytestmark = pytest.mark.django_db
 
@@ -29,19 +36,25 @@ CONTRACT = """{"task_id": "orders-fix", "objective": "fix the order total", "acc
  "limits": {"max_proposals": 5, "max_tool_calls": 5, "max_attempts": 2, "wall_time_seconds": 60, "max_output_bytes_per_call": 65536}}"""
 
 
+@dataclass
+class ArtifactScene(Scene):
+    """The waiting run's scene with one of its artifacts."""
+
+    ref: str
+
+
 @pytest.fixture
-def scene(operator):
+def scene(operator: User) -> ArtifactScene:
     """The operator started a run that waits for approval and has produced an artifact."""
     scene = waiting_scene(operator)
     ref = FileArtifactStore().put(b"check output\n", "text/plain")
     Receipt.objects.create(
         run=scene.run, call_id="c3", attempt=9, valid=True, body={"artifacts": [ref]}, harness_revision=scene.run.revision, event_seq=1
     )
-    scene.ref = ref
-    return scene
+    return ArtifactScene(scene.world, scene.run, scene.request, ref)
 
 
-def client_for(role: str, request) -> Client:
+def client_for(role: str, request: pytest.FixtureRequest) -> Client:
     client = Client(enforce_csrf_checks=True)
     if role != "anonymous":
         user = request.getfixturevalue(role)
@@ -56,7 +69,7 @@ def csrf(client: Client) -> str:
     return client.cookies[settings.CSRF_COOKIE_NAME].value
 
 
-def assert_refused_or_allowed(response, role: str, allowed: set[str], ok_status: int = 200) -> None:
+def assert_refused_or_allowed(response: _MonkeyPatchedWSGIResponse, role: str, allowed: set[str], ok_status: int = 200) -> None:
     if role == "anonymous":
         assert response.status_code == 302 and response["Location"].startswith(reverse("login")), response.status_code
     elif role in allowed:
@@ -65,7 +78,7 @@ def assert_refused_or_allowed(response, role: str, allowed: set[str], ok_status:
         assert response.status_code == 403, (role, response.status_code)
 
 
-def pages(scene) -> list[tuple[str, set[str]]]:
+def pages(scene: ArtifactScene) -> list[tuple[str, set[str]]]:
     run, approval = scene.run.pk, scene.request.pk
     return [
         (reverse("runs:list"), VIEWERS),
@@ -86,14 +99,14 @@ def pages(scene) -> list[tuple[str, set[str]]]:
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_it_lets_each_role_open_exactly_its_pages(role, scene, request):
+def test_it_lets_each_role_open_exactly_its_pages(role: str, scene: ArtifactScene, request: pytest.FixtureRequest) -> None:
     client = client_for(role, request)
     for url, allowed in pages(scene):
         assert_refused_or_allowed(client.get(url), role, allowed)
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_it_lets_only_reviewers_grant(role, scene, request):
+def test_it_lets_only_reviewers_grant(role: str, scene: ArtifactScene, request: pytest.FixtureRequest) -> None:
     client = client_for(role, request)
     response = client.post(reverse("approvals:grant", args=[scene.request.pk]), {"csrfmiddlewaretoken": csrf(client)})
     assert_refused_or_allowed(response, role, DECIDERS, ok_status=302)
@@ -102,7 +115,7 @@ def test_it_lets_only_reviewers_grant(role, scene, request):
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_it_lets_only_reviewers_deny(role, scene, request):
+def test_it_lets_only_reviewers_deny(role: str, scene: ArtifactScene, request: pytest.FixtureRequest) -> None:
     client = client_for(role, request)
     response = client.post(reverse("approvals:deny", args=[scene.request.pk]), {"csrfmiddlewaretoken": csrf(client), "reason": "not today"})
     assert_refused_or_allowed(response, role, DECIDERS, ok_status=302)
@@ -111,7 +124,7 @@ def test_it_lets_only_reviewers_deny(role, scene, request):
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_it_lets_only_operators_kill_a_run(role, scene, request):
+def test_it_lets_only_operators_kill_a_run(role: str, scene: ArtifactScene, request: pytest.FixtureRequest) -> None:
     client = client_for(role, request)
     response = client.post(reverse("runs:kill", args=[scene.run.pk]), {"csrfmiddlewaretoken": csrf(client)})
     assert_refused_or_allowed(response, role, OPERATORS, ok_status=302)
@@ -119,7 +132,7 @@ def test_it_lets_only_operators_kill_a_run(role, scene, request):
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_it_lets_only_operators_turn_the_global_switch(role, scene, request):
+def test_it_lets_only_operators_turn_the_global_switch(role: str, scene: ArtifactScene, request: pytest.FixtureRequest) -> None:
     client = client_for(role, request)
     response = client.post(reverse("control"), {"csrfmiddlewaretoken": csrf(client), "action": "pause_admission"})
     assert_refused_or_allowed(response, role, OPERATORS, ok_status=302)
@@ -127,7 +140,7 @@ def test_it_lets_only_operators_turn_the_global_switch(role, scene, request):
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_it_lets_only_operators_and_admins_start_runs(role, scene, request):
+def test_it_lets_only_operators_and_admins_start_runs(role: str, scene: ArtifactScene, request: pytest.FixtureRequest) -> None:
     client = client_for(role, request)
     before = Run.objects.count()
     response = client.post(
@@ -149,7 +162,7 @@ def test_it_lets_only_operators_and_admins_start_runs(role, scene, request):
         ("logout", {}),
     ],
 )
-def test_it_refuses_every_form_without_its_csrf_token(name, data, scene, admin_user):
+def test_it_refuses_every_form_without_its_csrf_token(name: str, data: dict[str, str], scene: ArtifactScene, admin_user: User) -> None:
     urls = {
         "grant": reverse("approvals:grant", args=[scene.request.pk]),
         "deny": reverse("approvals:deny", args=[scene.request.pk]),
@@ -170,7 +183,7 @@ def test_it_refuses_every_form_without_its_csrf_token(name, data, scene, admin_u
     assert "_auth_user_id" in client.session
 
 
-def test_it_refuses_the_sign_in_form_without_its_csrf_token(reviewer):
+def test_it_refuses_the_sign_in_form_without_its_csrf_token(reviewer: User) -> None:
     response = Client(enforce_csrf_checks=True).post(
         reverse("login"), {"username": reviewer.username, "password": "rita-reviewer-pass-123"}
     )
@@ -196,7 +209,7 @@ async def _socket_outcome(cookies: str, run_id: str) -> tuple[str, object]:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("role", ROLES)
-def test_it_opens_the_live_trace_socket_only_for_viewers(role, scene, request):
+def test_it_opens_the_live_trace_socket_only_for_viewers(role: str, scene: ArtifactScene, request: pytest.FixtureRequest) -> None:
     client = client_for(role, request)
     cookies = "; ".join(f"{name}={morsel.value}" for name, morsel in client.cookies.items())
     kind, detail = async_to_sync(_socket_outcome)(cookies, str(scene.run.pk))
@@ -207,7 +220,7 @@ def test_it_opens_the_live_trace_socket_only_for_viewers(role, scene, request):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_rejects_a_socket_from_another_site(scene, reviewer):
+def test_it_rejects_a_socket_from_another_site(scene: ArtifactScene, reviewer: User) -> None:
     client = Client()
     client.force_login(reviewer)
     cookies = "; ".join(f"{name}={morsel.value}" for name, morsel in client.cookies.items())
@@ -216,6 +229,7 @@ def test_it_rejects_a_socket_from_another_site(scene, reviewer):
         communicator = WebsocketCommunicator(
             application, f"/ws/runs/{scene.run.pk}/", headers=[(b"origin", b"http://evil.example"), (b"cookie", cookies.encode())]
         )
+        connected: bool
         connected, _ = await communicator.connect()
         return connected
 

@@ -6,28 +6,35 @@ from __future__ import annotations
 
 import json
 import re
+from typing import TYPE_CHECKING
 
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from pytest_django import Settings
 
 from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row, default_policy_document
 from tests.helpers import World
 
+if TYPE_CHECKING:
+    from django.test.client import _MonkeyPatchedWSGIResponse  # the test client's response: only django-stubs names it
+
 pytestmark = pytest.mark.django_db
 
 
-def document_text(**changes) -> str:
+def document_text(**changes: object) -> str:
     document = default_policy_document()
     document.pop("version")
     document.update(changes)
     return json.dumps(document)
 
 
-def add(client, text: str, note: str = "edit"):
+def add(client: Client, text: str, note: str = "edit") -> _MonkeyPatchedWSGIResponse:
     return client.post("/admin/approvals/policyversion/add/", {"document_text": text, "note": note})
 
 
-def test_it_saves_every_edit_as_a_new_version_and_runs_keep_theirs(client, admin_user):
+def test_it_saves_every_edit_as_a_new_version_and_runs_keep_theirs(client: Client, admin_user: User) -> None:
     run = World().create()
     first = run.policy
     client.force_login(admin_user)
@@ -41,7 +48,7 @@ def test_it_saves_every_edit_as_a_new_version_and_runs_keep_theirs(client, admin
     assert first.document["approval_ttl_seconds"] == 3600
 
 
-def test_it_refuses_an_invalid_policy_naming_the_field(client, admin_user):
+def test_it_refuses_an_invalid_policy_naming_the_field(client: Client, admin_user: User) -> None:
     client.force_login(admin_user)
     before = PolicyVersion.objects.count()
     bad = document_text(
@@ -56,7 +63,7 @@ def test_it_refuses_an_invalid_policy_naming_the_field(client, admin_user):
     assert PolicyVersion.objects.count() == before
 
 
-def test_it_shows_a_version_with_its_difference_and_compares_two(client, admin_user, settings):
+def test_it_shows_a_version_with_its_difference_and_compares_two(client: Client, admin_user: User, settings: Settings) -> None:
     settings.HARNESS_ALLOW_SELF_APPROVAL = True  # a deployment that permits the change this diff shows
     client.force_login(admin_user)
     base = current_policy_row()
@@ -78,7 +85,7 @@ def test_it_shows_a_version_with_its_difference_and_compares_two(client, admin_u
     assert client.get(url.replace(f"new={newest.version}", "new=999")).status_code == 404
 
 
-def test_it_starts_a_new_version_from_any_version(client, admin_user):
+def test_it_starts_a_new_version_from_any_version(client: Client, admin_user: User) -> None:
     client.force_login(admin_user)
     first = current_policy_row()
     add(client, document_text(approval_ttl_seconds=60), "short ttl")
@@ -91,16 +98,18 @@ def test_it_starts_a_new_version_from_any_version(client, admin_user):
     assert client.get(f"{ADD}?from=999").status_code == 404
 
 
-def test_it_sizes_a_checks_command_box_to_its_argv(client, admin_user):
+def test_it_sizes_a_checks_command_box_to_its_argv(client: Client, admin_user: User) -> None:
     client.force_login(admin_user)
     checks = [{"check_id": "long", "command": ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"], "timeout_seconds": 60}]
     add(client, document_text(checks=checks), "six argv items")
     page = client.get(ADD).content.decode()
-    box = re.search(r'<textarea name="checks-0-command"[^>]*>', page).group(0)
+    found = re.search(r'<textarea name="checks-0-command"[^>]*>', page)
+    assert found is not None
+    box = found.group(0)
     assert 'rows="7"' in box
 
 
-def test_it_keeps_versions_immutable(client, admin_user):
+def test_it_keeps_versions_immutable(client: Client, admin_user: User) -> None:
     client.force_login(admin_user)
     row = current_policy_row()
     response = client.post(f"/admin/approvals/policyversion/{row.pk}/change/", {"note": "rewritten"})
@@ -109,7 +118,7 @@ def test_it_keeps_versions_immutable(client, admin_user):
     assert PolicyVersion.objects.filter(pk=row.pk).exists()
 
 
-def test_it_refuses_the_policy_admin_to_reviewers(client, reviewer):
+def test_it_refuses_the_policy_admin_to_reviewers(client: Client, reviewer: User) -> None:
     client.force_login(reviewer)
     assert client.get("/admin/approvals/policyversion/add/").status_code in (302, 403)
 
@@ -117,7 +126,7 @@ def test_it_refuses_the_policy_admin_to_reviewers(client, reviewer):
 ADD = "/admin/approvals/policyversion/add/"
 
 
-def inline_form(client) -> dict[str, str]:
+def inline_form(client: Client) -> dict[str, str]:
     """What a browser would post back from the row editor, untouched."""
     response = client.get(ADD)
     assert response.status_code == 200
@@ -135,7 +144,7 @@ def inline_form(client) -> dict[str, str]:
     return data
 
 
-def test_it_shows_the_row_editor_without_inline_scripts_or_styles(client, admin_user):
+def test_it_shows_the_row_editor_without_inline_scripts_or_styles(client: Client, admin_user: User) -> None:
     client.force_login(admin_user)
     page = client.get(ADD).content.decode()
     assert 'name="rules-0-decision"' in page and 'name="checks-0-command"' in page and 'name="budget_max_proposals"' in page
@@ -144,7 +153,7 @@ def test_it_shows_the_row_editor_without_inline_scripts_or_styles(client, admin_
     assert 'name="document_text"' in client.get(ADD + "?json=1").content.decode()
 
 
-def test_it_changes_a_rule_decision_inline_as_a_new_version(client, admin_user):
+def test_it_changes_a_rule_decision_inline_as_a_new_version(client: Client, admin_user: User) -> None:
     client.force_login(admin_user)
     before = current_policy_row()
     data = inline_form(client)
@@ -159,7 +168,7 @@ def test_it_changes_a_rule_decision_inline_as_a_new_version(client, admin_user):
     assert newest.document["rules"][1:] == before.document["rules"][1:]
 
 
-def test_it_adds_a_check_and_a_constrained_rule_inline(client, admin_user):
+def test_it_adds_a_check_and_a_constrained_rule_inline(client: Client, admin_user: User) -> None:
     client.force_login(admin_user)
     before = current_policy_row()
     data = inline_form(client)
@@ -184,7 +193,7 @@ def test_it_adds_a_check_and_a_constrained_rule_inline(client, admin_user):
     assert newest.document["rules"][n] == docs
 
 
-def test_it_refuses_an_invalid_inline_row_naming_the_field(client, admin_user):
+def test_it_refuses_an_invalid_inline_row_naming_the_field(client: Client, admin_user: User) -> None:
     client.force_login(admin_user)
     data = inline_form(client)
     before = PolicyVersion.objects.count()
@@ -210,7 +219,7 @@ def test_it_refuses_an_invalid_inline_row_naming_the_field(client, admin_user):
     assert PolicyVersion.objects.count() == before
 
 
-def test_it_deletes_a_rule_row(client, admin_user):
+def test_it_deletes_a_rule_row(client: Client, admin_user: User) -> None:
     client.force_login(admin_user)
     before = current_policy_row()
     data = inline_form(client)
@@ -220,7 +229,7 @@ def test_it_deletes_a_rule_row(client, admin_user):
     assert current_policy_row().document["rules"] == rules[:2] + rules[3:]
 
 
-def test_it_reorders_rules_inline(client, admin_user):
+def test_it_reorders_rules_inline(client: Client, admin_user: User) -> None:
     client.force_login(admin_user)
     rules = current_policy_row().document["rules"]
     data = inline_form(client)
@@ -229,7 +238,7 @@ def test_it_reorders_rules_inline(client, admin_user):
     assert current_policy_row().document["rules"] == rules[-1:] + rules[:-1]
 
 
-def test_it_sets_and_validates_the_limit_on_waiting_inline(client, admin_user):
+def test_it_sets_and_validates_the_limit_on_waiting_inline(client: Client, admin_user: User) -> None:
     client.force_login(admin_user)
     data = inline_form(client)
     data["max_wait_seconds"] = "0"

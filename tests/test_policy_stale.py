@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from playwright.sync_api import expect
+from django.contrib.auth.models import User
+from django.test import Client
+from playwright.sync_api import Browser, Page, expect
 
 from approvals.models import ApprovalRequest
 from approvals.policies import current_policy_row
+from core.faults import Fault
 from core.lifecycle import IllegalTransition
+from core.state import RunState
 from runs import invariants, runtime, tasks
 from runs.approval_flow import EXPIRING, do_lapse, grant
 from runs.approval_gate import DjangoApprovals
@@ -25,18 +31,21 @@ from runs.models import Event, Run
 from runs.runtime import create_run
 from runs.services import drive_run
 from tests.fixtures_services import Worker, purge_queue
-from tests.fixtures_web import screenshot, sign_in
+from tests.fixtures_web import AsgiServer, screenshot, sign_in
 from tests.helpers import KillFlag, World, edited_policy, new_policy_version
 from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO, assert_gap_free, wait_for
 from tests.test_policy_admin import ADD, inline_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+if TYPE_CHECKING:
+    from django.test.client import _MonkeyPatchedWSGIResponse  # the test client's response: only django-stubs names it
+
 LIVE = 20_000  # ms a live update may take to show up on a loaded machine
 
 
 @pytest.fixture
-def resumes(monkeypatch):
+def resumes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The wake-ups sent, instead of to a broker nobody reads in these tests."""
     woken: list[str] = []
     monkeypatch.setattr("runs.queue.enqueue_resume", woken.append)
@@ -45,7 +54,7 @@ def resumes(monkeypatch):
 
 
 @pytest.fixture
-def worker_without_sweep(transactional_db, tmp_path_factory):
+def worker_without_sweep(transactional_db: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
     """A real worker whose beat sweeps once an hour: whatever happens within the test
     happens because the save woke the run, not because a sweep found it."""
     purge_queue()
@@ -58,19 +67,21 @@ def worker_without_sweep(transactional_db, tmp_path_factory):
         purge_queue()
 
 
-def drive(world: World, run: Run):
+def drive(world: World, run: Run) -> RunState:
     run.refresh_from_db()
     return drive_run(run, world.environment(), DjangoApprovals(run), controls=KillFlag(str(run.pk)))
 
 
-def waiting_run(operator) -> tuple[World, Run, ApprovalRequest]:
+def waiting_run(operator: User) -> tuple[World, Run, ApprovalRequest]:
     world = World()
     run = world.create(actor=operator)
     assert drive(world, run).status == "waiting_approval"
     return world, run, ApprovalRequest.objects.get(run=run, status="pending")
 
 
-def save_as_admin(client, admin_user, publish: str | None = None, editor: str = "json", **fields: object):
+def save_as_admin(
+    client: Client, admin_user: User, publish: str | None = None, editor: str = "json", **fields: object
+) -> _MonkeyPatchedWSGIResponse:
     """An admin saves a new version in the Django admin, with the raw JSON editor or
     the row editor (the two ways the admin saves one)."""
     client.force_login(admin_user)
@@ -87,7 +98,7 @@ def save_as_admin(client, admin_user, publish: str | None = None, editor: str = 
     return response
 
 
-def lapses(run: Run) -> list[dict]:
+def lapses(run: Run) -> list[dict[str, Any]]:
     return [e.payload for e in Event.objects.filter(run=run, type="approval_lapsed").order_by("seq")]
 
 
@@ -100,7 +111,9 @@ def exits(run: Run) -> list[str]:
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("editor", ["json", "rows"])
-def test_it_lapses_what_a_save_makes_stale_in_the_save_and_wakes_the_run(client, admin_user, operator, resumes, editor):
+def test_it_lapses_what_a_save_makes_stale_in_the_save_and_wakes_the_run(
+    client: Client, admin_user: User, operator: User, resumes: list[str], editor: str
+) -> None:
     world, run, request = waiting_run(operator)
     before = current_policy_row().version
     response = save_as_admin(client, admin_user, editor=editor, approval_ttl_seconds=600)
@@ -120,7 +133,9 @@ def test_it_lapses_what_a_save_makes_stale_in_the_save_and_wakes_the_run(client,
 
 
 @pytest.mark.postgres
-def test_it_leaves_a_grant_not_yet_used_to_its_run(client, admin_user, operator, reviewer, resumes):
+def test_it_leaves_a_grant_not_yet_used_to_its_run(
+    client: Client, admin_user: User, operator: User, reviewer: User, resumes: list[str]
+) -> None:
     world, run, request = waiting_run(operator)
     grant(request, reviewer)
     resumes.clear()
@@ -137,7 +152,7 @@ def test_it_leaves_a_grant_not_yet_used_to_its_run(client, admin_user, operator,
 
 
 @pytest.mark.postgres
-def test_it_never_counts_a_stale_request_as_waiting(client, operator, reviewer):
+def test_it_never_counts_a_stale_request_as_waiting(client: Client, operator: User, reviewer: User) -> None:
     _, run, request = waiting_run(operator)
     # A version saved around the service (a shell, a script): the request is still
     # pending in its row until the sweep comes, but stale for everyone who reads it.
@@ -157,7 +172,7 @@ def test_it_never_counts_a_stale_request_as_waiting(client, operator, reviewer):
 
 
 @pytest.mark.postgres
-def test_it_lapses_in_the_sweep_what_a_save_around_the_service_left_pending(operator, resumes):
+def test_it_lapses_in_the_sweep_what_a_save_around_the_service_left_pending(operator: User, resumes: list[str]) -> None:
     world, run, request = waiting_run(operator)
     old = request.policy_version
     new_policy_version(publish="allow")
@@ -175,11 +190,13 @@ def test_it_lapses_in_the_sweep_what_a_save_around_the_service_left_pending(oper
 
 
 @pytest.mark.postgres
-def test_it_sends_again_a_wake_up_that_found_the_lease_taken(client, admin_user, operator, resumes, monkeypatch):
+def test_it_sends_again_a_wake_up_that_found_the_lease_taken(
+    client: Client, admin_user: User, operator: User, resumes: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     _, run, request = waiting_run(operator)
     run_id = str(run.pk)
 
-    def drive_and_save(run_id: str, token: int, faults) -> str:
+    def drive_and_save(run_id: str, token: int, faults: Sequence[Fault]) -> str:
         # The run's last checkpoint is written and it waits; before its worker lets go
         # of the lease, an admin saves a version and the save's wake-up arrives.
         save_as_admin(client, admin_user, approval_ttl_seconds=600)
@@ -200,7 +217,7 @@ def test_it_sends_again_a_wake_up_that_found_the_lease_taken(client, admin_user,
 
 
 @pytest.mark.postgres
-def test_it_lapses_a_request_only_to_a_lapse_from_pending_or_granted(operator, reviewer, resumes):
+def test_it_lapses_a_request_only_to_a_lapse_from_pending_or_granted(operator: User, reviewer: User, resumes: list[str]) -> None:
     _, run, request = waiting_run(operator)
     for not_a_lapse in ("granted", "denied", "consumed"):
         with pytest.raises(IllegalTransition, match=f"{not_a_lapse} is not a way for an approval request to lapse"):
@@ -228,7 +245,9 @@ def test_it_lapses_a_request_only_to_a_lapse_from_pending_or_granted(operator, r
     [("ask", "asks again"), ("allow", "goes on"), ("deny", "stops denied")],
     ids=["asks-again", "goes-on", "stops-denied"],
 )
-def test_it_regates_a_waiting_run_within_seconds_of_a_policy_save(worker_without_sweep, client, admin_user, operator, publish, then):
+def test_it_regates_a_waiting_run_within_seconds_of_a_policy_save(
+    worker_without_sweep: Worker, client: Client, admin_user: User, operator: User, publish: str, then: str
+) -> None:
     worker = worker_without_sweep
     run = wait_for(create_run(DEMO_CONTRACT, SCRIPTED_DEMO, operator), ("waiting_approval",), timeout=120, log=worker.log)
     first = ApprovalRequest.objects.get(run=run, status="pending")
@@ -262,7 +281,9 @@ def test_it_regates_a_waiting_run_within_seconds_of_a_policy_save(worker_without
 @pytest.mark.celery
 @pytest.mark.docker
 @pytest.mark.parametrize("lost", ["the wake-up", "the lapse"])
-def test_it_repairs_a_lost_wake_up_in_the_sweep(celery_worker, client, admin_user, operator, monkeypatch, lost):
+def test_it_repairs_a_lost_wake_up_in_the_sweep(
+    celery_worker: Worker, client: Client, admin_user: User, operator: User, monkeypatch: pytest.MonkeyPatch, lost: str
+) -> None:
     run = wait_for(create_run(DEMO_CONTRACT, SCRIPTED_DEMO, operator), ("waiting_approval",), timeout=120, log=celery_worker.log)
     first = ApprovalRequest.objects.get(run=run, status="pending")
     if lost == "the wake-up":
@@ -292,8 +313,14 @@ def test_it_repairs_a_lost_wake_up_in_the_sweep(celery_worker, client, admin_use
 @pytest.mark.celery
 @pytest.mark.docker
 def test_it_shows_a_policy_save_on_the_open_approval_page_and_the_inbox_at_once(
-    live_server_asgi, worker_without_sweep, chromium, browser_page, operator, reviewer, admin_user
-):
+    live_server_asgi: AsgiServer,
+    worker_without_sweep: Worker,
+    chromium: Browser,
+    browser_page: Page,
+    operator: User,
+    reviewer: User,
+    admin_user: User,
+) -> None:
     worker = worker_without_sweep
     run = wait_for(create_run(DEMO_CONTRACT, SCRIPTED_DEMO, operator), ("waiting_approval",), timeout=120, log=worker.log)
     first = ApprovalRequest.objects.get(run=run, status="pending")

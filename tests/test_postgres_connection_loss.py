@@ -8,13 +8,14 @@ import time
 
 import psycopg
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
 
 from approvals.models import ApprovalRequest
 from runs.approval_flow import grant
 from runs.models import Event
 from runs.runtime import create_run
-from tests.fixtures_services import database_url
+from tests.fixtures_services import Worker, database_url
 from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO, assert_gap_free, wait_for
 
 pytestmark = [pytest.mark.celery, pytest.mark.docker, pytest.mark.postgres_only]
@@ -28,7 +29,7 @@ def terminate_other_connections() -> int:
     return len(rows)
 
 
-def test_it_finishes_the_run_after_the_database_drops_every_connection(celery_worker, operator, reviewer):
+def test_it_finishes_the_run_after_the_database_drops_every_connection(celery_worker: Worker, operator: User, reviewer: User) -> None:
     assert connection.vendor == "postgresql"
     run = create_run(DEMO_CONTRACT, SCRIPTED_DEMO, operator)
     deadline = time.monotonic() + 60

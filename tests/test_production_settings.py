@@ -35,7 +35,7 @@ print(json.dumps({
 """
 
 
-def test_it_sends_hsts_and_secure_httponly_cookies_and_refuses_testserver_in_production():
+def test_it_sends_hsts_and_secure_httponly_cookies_and_refuses_testserver_in_production() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "DJANGO_SETTINGS_MODULE")}
     result = subprocess.run(
         [sys.executable, "-c", PROBE], capture_output=True, text=True, cwd=ROOT, env={**env, "DEBUG": "0", "SECRET_KEY": "p" * 40}
@@ -49,7 +49,7 @@ def test_it_sends_hsts_and_secure_httponly_cookies_and_refuses_testserver_in_pro
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_shows_the_projects_own_404_when_started_like_make_up(tmp_path_factory):
+def test_it_shows_the_projects_own_404_when_started_like_make_up(tmp_path_factory: pytest.TempPathFactory) -> None:
     up_sh = (ROOT / "scripts" / "up.sh").read_text()
     assert 'export DEBUG="${DEBUG:-0}"' in up_sh and "secret_key" in up_sh
     # The settings scripts/up.sh exports, with a generated secret.

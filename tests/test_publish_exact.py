@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given
@@ -27,7 +28,7 @@ from tests.git_apply import git_applies_to_source, patch_applies_to_source
 KEY = "0123456789abcdef0123456789abcdef"
 
 
-def call(executor: SandboxExecutor, tool: str, **args) -> dict:
+def call(executor: SandboxExecutor, tool: str, **args: Any) -> dict[str, Any]:
     receipt = executor.execute(fixed_call(executor, tool, args, KEY) if tool == "publish" else make_call(tool, args))
     assert isinstance(receipt, dict)
     return receipt
@@ -144,7 +145,7 @@ contents = st.lists(st.sampled_from(["x", "", "  y", "é", "\\ No newline", "---
 @hypothesis_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=names, lines=contents, final_newline=st.booleans())
 def test_it_publishes_patches_git_accepts_for_any_name_and_content(
-    tmp_path_factory, name: str, lines: list[str], final_newline: bool
+    tmp_path_factory: pytest.TempPathFactory, name: str, lines: list[str], final_newline: bool
 ) -> None:
     from runs.artifacts import FileArtifactStore
     from tests.fixtures_sandbox import example_workspace

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from core.ports import Call
 from core.receipts import ReceiptInvalid, check_receipt
 
 GOOD = {"call_id": "c1", "tool": "read_file", "status": "ok", "effect": "none", "revision": "r1", "data": {}, "artifacts": []}
 
 
-def test_it_accepts_a_consistent_receipt():
+def test_it_accepts_a_consistent_receipt() -> None:
     assert check_receipt(dict(GOOD), "c1", "read_file", "r1").status == "ok"
 
 
@@ -30,18 +31,18 @@ def test_it_accepts_a_consistent_receipt():
         ({**GOOD, "passed": True}, "extra"),
     ],
 )
-def test_it_rejects_an_inconsistent_receipt(raw, problem):
+def test_it_rejects_an_inconsistent_receipt(raw: object, problem: str) -> None:
     with pytest.raises(ReceiptInvalid) as caught:
         check_receipt(raw, "c1", "read_file", "r1")
     assert problem.lower() in str(caught.value).lower()
 
 
-def test_it_stops_the_run_on_a_missing_receipt_from_a_crashing_executor():
+def test_it_stops_the_run_on_a_missing_receipt_from_a_crashing_executor() -> None:
     from core.scenarios import build_rig, call
 
     rig = build_rig([call("read_file", path="src/calc.py")])
 
-    def explode(call):
+    def explode(call: Call) -> None:
         raise RuntimeError("socket closed")
 
     rig.harness.context.executor = type("Broken", (), {"execute": staticmethod(explode), "reconcile": None})()

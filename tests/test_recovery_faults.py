@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import User
+from pytest_django import Settings
 
 from approvals.models import ApprovalRequest
 from runs.approval_flow import grant
-from runs.models import Event, Receipt
+from runs.models import Event, Receipt, Run
 from runs.runtime import create_run
+from tests.fixtures_services import Worker
 from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO, assert_gap_free, wait_for
 
 pytestmark = [pytest.mark.celery, pytest.mark.docker]
@@ -26,21 +29,21 @@ pytestmark = [pytest.mark.celery, pytest.mark.docker]
 TRIALS = int(os.environ.get("HARNESS_FAULT_TRIALS", "20"))
 
 
-def outbox_files(run) -> list[Path]:
+def outbox_files(run: Run) -> list[Path]:
     keys = set(
         Event.objects.filter(run=run, type="call_started", payload__tool="publish").values_list("payload__idempotency_key", flat=True)
     )
     return [p for p in Path(settings.OUTBOX_DIR).glob("*.patch") if p.stem in keys]
 
 
-def publish_started(run, timeout: float = 60) -> None:
+def publish_started(run: Run, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not Event.objects.filter(run=run, type="call_started", payload__tool="publish").exists():
         assert time.monotonic() < deadline, "publish never started"
         time.sleep(0.005)
 
 
-def finish(run, reviewer, worker, timeout: float = 120):
+def finish(run: Run, reviewer: User, worker: Worker, timeout: float = 120) -> Run:
     """Drive the run to its end, granting approvals as a reviewer would."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -54,12 +57,12 @@ def finish(run, reviewer, worker, timeout: float = 120):
     return wait_for(run, ("complete", "stopped"), timeout=1, log=worker.log)
 
 
-def trace_of(run) -> list[str]:
+def trace_of(run: Run) -> list[str]:
     """The run's events in brief, for the message of a failed trial."""
     return [f"{e.seq} {e.type} {e.call_id or ''} {json.dumps(e.payload)[:160]}" for e in Event.objects.filter(run=run).order_by("seq")]
 
 
-def test_it_loses_nothing_when_the_worker_is_killed_at_random_points(celery_worker, operator, reviewer):
+def test_it_loses_nothing_when_the_worker_is_killed_at_random_points(celery_worker: Worker, operator: User, reviewer: User) -> None:
     rng = random.Random(int(os.environ.get("HARNESS_FAULT_SEED", "7")))
     # One clean run first: how long the demo takes before and after its approval.
     started = time.monotonic()
@@ -121,7 +124,9 @@ def test_it_loses_nothing_when_the_worker_is_killed_at_random_points(celery_work
     assert duplicates == 0
 
 
-def test_it_pushes_at_most_once_when_the_worker_is_killed_mid_push(transactional_db, operator, reviewer, settings, tmp_path):
+def test_it_pushes_at_most_once_when_the_worker_is_killed_mid_push(
+    transactional_db: None, operator: User, reviewer: User, settings: Settings, tmp_path: Path
+) -> None:
     """SIGKILL of the worker (and its git) while the push is held at the proxy. The
     held push then reaches the server (the server accepted what a dead client sent)
     or never does; the new worker's ls-remote of the branch decides, and the run's

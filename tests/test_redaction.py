@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
+from django.test import Client
 from hypothesis import given
 from hypothesis import strategies as st
+from pytest_django import Settings
 from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
@@ -37,6 +41,11 @@ AWS_SHAPED = "AKIA" + "ABCDEFGHIJKLMNOP"
 SLACK_SHAPED = "xoxb-" + "123456789012-abcdefABCDEF"
 PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7pemBodyLine\n-----END RSA PRIVATE KEY-----"
 SECRETS = [ENV_SECRET, OPENAI_SHAPED, GITHUB_SHAPED, AWS_SHAPED, SLACK_SHAPED, "MIIEowIBAAKCAQEA7pemBodyLine"]
+
+if TYPE_CHECKING:
+    # The test clients' responses: only the stubs name them.
+    from django.test.client import _MonkeyPatchedWSGIResponse
+    from rest_framework.response import _MonkeyPatchedResponse
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
@@ -68,14 +77,14 @@ def scan_database() -> list[str]:
     return found
 
 
-def test_it_masks_credential_shapes_and_configured_values():
+def test_it_masks_credential_shapes_and_configured_values() -> None:
     text = f"a {OPENAI_SHAPED} b {GITHUB_SHAPED} c {AWS_SHAPED} d {SLACK_SHAPED} e {PEM} f {ENV_SECRET}"
     key = PEM.replace("MIIEowIBAAKCAQEA7pemBodyLine", MASK)  # masked within its lines, the markers kept
     assert redact_text(text, [ENV_SECRET]) == f"a {MASK} b {MASK} c {MASK} d {MASK} e {key} f {MASK}"
     assert redact_text("sha256:" + "ab" * 32, [ENV_SECRET]) == "sha256:" + "ab" * 32
 
 
-def test_it_masks_through_the_quick_look_at_json_text_exactly():
+def test_it_masks_through_the_quick_look_at_json_text_exactly() -> None:
     # The quick path reads a value's JSON text; a secret JSON escapes (a quote, a
     # backslash) and one in a key must still be found, and a clean value is kept as is.
     secret = 'pa"ss\\word-4f9c1e'
@@ -87,7 +96,9 @@ def test_it_masks_through_the_quick_look_at_json_text_exactly():
     assert stored["n"] == {"m": MASK} and OPENAI_SHAPED not in text.text and json.loads(text.text) == stored
 
 
-def test_it_never_stores_or_serves_a_secret_planted_in_every_field_a_run_reaches(settings, operator, reviewer, client):
+def test_it_never_stores_or_serves_a_secret_planted_in_every_field_a_run_reaches(
+    settings: Settings, operator: User, reviewer: User, client: Client
+) -> None:
     settings.HARNESS_SECRET_VALUES = [ENV_SECRET]
     WebhookEndpoint.objects.create(name="hook", url="https://93.184.215.14/hook", event_kinds=["approval_requested", "run_stopped"])
     workspace = DiffingWorkspace({"src/calc.py": f"# {AWS_SHAPED}\ndef total(q):\n    return q\n", "deploy.pem": PEM})
@@ -109,7 +120,10 @@ def test_it_never_stores_or_serves_a_secret_planted_in_every_field_a_run_reaches
     assert request.args == {"message": f"ship it with {MASK} and {MASK}"} and MASK in request.diff
     api = APIClient()
     api.force_authenticate(reviewer)
-    served = [api.get(f"/api/approvals/{request.pk}/"), api.get("/api/approvals/")]
+    served: list[_MonkeyPatchedResponse | _MonkeyPatchedWSGIResponse] = [
+        api.get(f"/api/approvals/{request.pk}/"),
+        api.get("/api/approvals/"),
+    ]
     client.force_login(reviewer)
     page = client.get(f"/approvals/{request.pk}/")
     assert b'id="masked-notice"' in page.content
@@ -136,7 +150,7 @@ def test_it_never_stores_or_serves_a_secret_planted_in_every_field_a_run_reaches
     assert MASK in json.dumps(Run.objects.get(pk=run.pk).state)
 
 
-def test_it_masks_within_lines_and_keeps_the_key_markers_and_words_that_look_like_shapes():
+def test_it_masks_within_lines_and_keeps_the_key_markers_and_words_that_look_like_shapes() -> None:
     body = "MIIEowIBAAKCAQEA7pemBodyLine"
     diff = f"+# rotated\n -----BEGIN RSA PRIVATE KEY-----\n {body}\n-{body}\n+{body}\ndiff --git a/orders/total.py b/orders/total.py\n+os.system('x')\n"
     assert redact_text(diff, []) == diff.replace(body, MASK)  # the next file's lines stay visible
@@ -193,7 +207,7 @@ hostile_lines = st.lists(
 
 
 @given(lines=hostile_lines)
-def test_it_never_changes_a_line_count_or_a_diff_marker_and_streams_the_same(lines):
+def test_it_never_changes_a_line_count_or_a_diff_marker_and_streams_the_same(lines: list[str]) -> None:
     text = "\n".join(lines)
     masked_text = redact_text(text, [ENV_SECRET])
     out = masked_text.split("\n")

@@ -10,12 +10,13 @@ import time
 import pytest
 import redis
 from django.conf import settings
+from django.contrib.auth.models import User
 
 from approvals.models import ApprovalRequest
 from runs.approval_flow import grant
 from runs.models import Event
 from runs.runtime import create_run
-from tests.fixtures_services import ROOT
+from tests.fixtures_services import ROOT, Worker
 from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO, assert_gap_free, wait_for
 
 pytestmark = [pytest.mark.celery, pytest.mark.docker]
@@ -40,7 +41,9 @@ def restart_redis() -> None:
     redis.Redis.from_url(settings.REDIS_URL).ping()
 
 
-def test_it_finishes_the_run_across_redis_restarts_without_losing_events_or_approvals(celery_worker, operator, reviewer):
+def test_it_finishes_the_run_across_redis_restarts_without_losing_events_or_approvals(
+    celery_worker: Worker, operator: User, reviewer: User
+) -> None:
     run = create_run(DEMO_CONTRACT, SCRIPTED_DEMO, operator)
     deadline = time.monotonic() + 60
     while not Event.objects.filter(run=run, type="call_started").exists():

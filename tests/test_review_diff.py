@@ -8,11 +8,16 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
+import docker
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from pytest_django import Settings
 from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
@@ -35,7 +40,7 @@ KEY = "0123456789abcdef0123456789abcdef"
 PEM = "-----BEGIN RSA PRIVATE KEY-----\n" + "\n".join(KEY_BODY) + "\n-----END RSA PRIVATE KEY-----\n"
 
 
-def source_with_a_key(tmp_path: Path, settings) -> str:
+def source_with_a_key(tmp_path: Path, settings: Settings) -> str:
     source = tmp_path / "source"
     shutil.copytree(ROOT / "examples" / "orders", source)
     (source / "orders" / "keys").mkdir()
@@ -45,7 +50,7 @@ def source_with_a_key(tmp_path: Path, settings) -> str:
     return str(source)
 
 
-def probe_script() -> list[dict]:
+def probe_script() -> list[dict[str, Any]]:
     total = (ROOT / "examples" / "orders" / "orders" / "total.py").read_text()
     fixed = total.replace(
         "    for line in lines:\n",
@@ -67,8 +72,8 @@ def probe_script() -> list[dict]:
 @pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
 def test_it_shows_the_reviewer_every_line_after_a_key_in_the_diff_on_the_page_and_in_the_api(
-    tmp_path, settings, operator, reviewer, client, docker_engine
-):
+    tmp_path: Path, settings: Settings, operator: User, reviewer: User, client: Client, docker_engine: docker.DockerClient
+) -> None:
     contract = {**DEMO_CONTRACT, "workspace": {"kind": "path", "path": source_with_a_key(tmp_path, settings)}}
     run = create_run(contract, {"kind": "scripted", "script": probe_script()}, operator, enqueue=False)
     assert advance(str(run.pk)) == "waiting_approval"
@@ -173,7 +178,9 @@ def shape(text: str) -> list[str]:
 @pytest.mark.django_db
 @hypothesis_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(planned=changes, total_lines=st.lists(content_lines, max_size=8))
-def test_it_shows_the_reviewer_every_changed_file_and_line_of_what_ships(tmp_path_factory, settings, planned, total_lines) -> None:
+def test_it_shows_the_reviewer_every_changed_file_and_line_of_what_ships(
+    tmp_path_factory: pytest.TempPathFactory, settings: Settings, planned: list[tuple[str, list[str], bool]], total_lines: list[str]
+) -> None:
     settings.HARNESS_SECRET_VALUES = [MULTILINE_SECRET]
     tmp = tmp_path_factory.mktemp("review")
     workspace = example_workspace(tmp / "run")
@@ -189,6 +196,7 @@ def test_it_shows_the_reviewer_every_changed_file_and_line_of_what_ships(tmp_pat
         return  # nothing changed (every write refused or a no-op)
     stored = redact_text(preview, secret_values())  # what the request's diff column keeps
     receipt = executor.execute(call)
+    assert isinstance(receipt, dict)
     assert receipt["effect"] == "applied", receipt
     published = (tmp / "outbox" / f"{KEY}.patch").read_bytes().decode("utf-8", "surrogateescape")
 

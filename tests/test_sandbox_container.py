@@ -8,6 +8,7 @@ import json
 import uuid
 from pathlib import Path
 
+import docker
 import pytest
 from django.conf import settings
 from docker.errors import NotFound
@@ -24,7 +25,9 @@ from tests.fixtures_sandbox import ROOT, SCOPE, example_workspace, start_contain
 pytestmark = [pytest.mark.docker]
 
 
-def test_it_creates_the_container_with_the_sandbox_defaults(docker_engine, tmp_path: Path, monkeypatch) -> None:
+def test_it_creates_the_container_with_the_sandbox_defaults(
+    docker_engine: docker.DockerClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("WORKER_ONLY_SECRET", "do-not-leak")
     workspace = example_workspace(tmp_path / "defaults")
     limits = SandboxLimits(memory="300m", cpus=0.5, pids_limit=50)
@@ -49,7 +52,7 @@ def test_it_creates_the_container_with_the_sandbox_defaults(docker_engine, tmp_p
     assert container.image_digest == docker_engine.images.get(settings.SANDBOX_IMAGE).id
 
 
-def test_it_reuses_a_runs_container_and_sweeps_orphans(docker_engine, tmp_path: Path) -> None:
+def test_it_reuses_a_runs_container_and_sweeps_orphans(docker_engine: docker.DockerClient, tmp_path: Path) -> None:
     active, orphan = f"active-{uuid.uuid4().hex[:6]}", f"orphan-{uuid.uuid4().hex[:6]}"
     first = start_container(active, example_workspace(tmp_path / active))
     # A dead driver's check, still running in the container, writing to the workspace.
@@ -74,7 +77,7 @@ def test_it_reuses_a_runs_container_and_sweeps_orphans(docker_engine, tmp_path: 
     assert sweep_orphans(set(), scope=f"{SCOPE}-nobody") == []
 
 
-def test_it_restarts_a_stopped_container_for_the_next_check(docker_engine, tmp_path: Path) -> None:
+def test_it_restarts_a_stopped_container_for_the_next_check(docker_engine: docker.DockerClient, tmp_path: Path) -> None:
     container: SandboxContainer = start_container("revive", example_workspace(tmp_path / "revive"))
     try:
         docker_engine.api.kill(container.id)
@@ -87,7 +90,7 @@ def test_it_restarts_a_stopped_container_for_the_next_check(docker_engine, tmp_p
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_runs_the_demo_until_publish_waits_for_approval(docker_engine) -> None:
+def test_it_runs_the_demo_until_publish_waits_for_approval(docker_engine: docker.DockerClient) -> None:
     from approvals.policies import load_policy
     from core.fences import Lease
     from runs.runtime import prepare_workspace_for, sandbox_environment, workspace_root
@@ -119,11 +122,11 @@ def test_it_runs_the_demo_until_publish_waits_for_approval(docker_engine) -> Non
     finally:
         environment.close()
     with pytest.raises(NotFound):
-        docker_engine.containers.get(environment.executor.container.id)  # type: ignore[attr-defined]
+        docker_engine.containers.get(environment.executor.container.id)  # type: ignore[attr-defined]  # the sandbox's executor, typed as the port
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_stops_a_run_whose_pickup_walk_fails_and_removes_the_container_started_meanwhile(docker_engine) -> None:
+def test_it_stops_a_run_whose_pickup_walk_fails_and_removes_the_container_started_meanwhile(docker_engine: docker.DockerClient) -> None:
     """The container starts while the pickup's full walk verifies the workspace; a
     workspace changed around the harness stops the run, and its container goes."""
     from runs.runtime import advance, prepare_workspace_for, workspace_root

@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import docker
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import User
+from django.test import Client
 
 from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row
@@ -22,7 +25,7 @@ from tests.test_policy_admin import ADD, inline_form
 
 
 @pytest.mark.django_db
-def test_it_lets_the_admin_choose_the_runtime_per_policy_and_validates_it(client, admin_user) -> None:
+def test_it_lets_the_admin_choose_the_runtime_per_policy_and_validates_it(client: Client, admin_user: User) -> None:
     client.force_login(admin_user)
     before = current_policy_row()
     data = inline_form(client)
@@ -41,7 +44,7 @@ def test_it_lets_the_admin_choose_the_runtime_per_policy_and_validates_it(client
 
 
 @pytest.mark.django_db
-def test_it_shows_on_the_run_page_which_runtime_the_run_used(client, reviewer) -> None:
+def test_it_shows_on_the_run_page_which_runtime_the_run_used(client: Client, reviewer: User) -> None:
     run = World().create()
     client.force_login(reviewer)
     assert "sandbox runtime runc" in client.get(f"/runs/{run.pk}/").content.decode()
@@ -54,7 +57,7 @@ def test_it_shows_on_the_run_page_which_runtime_the_run_used(client, reviewer) -
 
 
 @pytest.mark.docker
-def test_it_refuses_a_runtime_the_engine_has_not_registered_naming_it(docker_engine, tmp_path: Path) -> None:
+def test_it_refuses_a_runtime_the_engine_has_not_registered_naming_it(docker_engine: docker.DockerClient, tmp_path: Path) -> None:
     spec = ContainerSpec(image=settings.SANDBOX_IMAGE, runtime="harness-absent")
     with pytest.raises(RuntimeMissing) as refused:
         SandboxContainer.start("no-runtime", example_workspace(tmp_path / "ws").dir, spec, scope=SCOPE)
@@ -64,7 +67,7 @@ def test_it_refuses_a_runtime_the_engine_has_not_registered_naming_it(docker_eng
 
 
 @pytest.mark.docker
-def test_it_runs_checks_under_each_runtime_and_reports_it(runtime_engine: RuntimeEngine, tmp_path: Path, db) -> None:
+def test_it_runs_checks_under_each_runtime_and_reports_it(runtime_engine: RuntimeEngine, tmp_path: Path, db: None) -> None:
     from runs.artifacts import FileArtifactStore
     from sandbox.executor import SandboxExecutor
 

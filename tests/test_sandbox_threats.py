@@ -12,14 +12,15 @@ import threading
 import time
 from pathlib import Path
 
+import docker
 import pytest
 from docker.errors import NotFound
 
 from core.policy import CheckDef, SandboxLimits
 from runs.artifacts import artifact_path
 from sandbox.executor import SandboxExecutor
-from sandbox.hashing import TreeHasher
-from sandbox.quota import MB
+from sandbox.hashing import TreeHasher, TreeSink
+from sandbox.quota import MB, DiskQuota
 from tests.fixtures_runtimes import RuntimeEngine
 from tests.fixtures_sandbox import (
     SURVIVE,
@@ -47,7 +48,8 @@ def assert_survived(outcome: Outcome) -> None:
 
 
 def leftover_processes(module_sandbox: ModuleSandbox) -> list[list[str]]:
-    return module_sandbox.engine.client.containers.get(module_sandbox.container.id).top()["Processes"]
+    processes: list[list[str]] = module_sandbox.engine.client.containers.get(module_sandbox.container.id).top()["Processes"]
+    return processes
 
 
 NETWORK = check(
@@ -275,7 +277,9 @@ ENV = check("env", "env")
 ALLOWED_ENV = {"PATH", "HOSTNAME", "HOME", "PWD", "TMPDIR", "XDG_CACHE_HOME"}
 
 
-def test_it_gives_checks_none_of_the_workers_environment(runtime_engine: RuntimeEngine, tmp_path: Path, monkeypatch, db) -> None:
+def test_it_gives_checks_none_of_the_workers_environment(
+    runtime_engine: RuntimeEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db: None
+) -> None:
     canary = "canary-" + hashlib.sha256(str(time.time()).encode()).hexdigest()[:16]
     monkeypatch.setenv("HARNESS_CANARY_SECRET", canary)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", canary)
@@ -328,7 +332,7 @@ def kill_during_long_check(executor: SandboxExecutor) -> tuple[Outcome, float]:
     return outcome, returned_at - killed_at[0]
 
 
-def test_it_kills_an_execution_in_flight_and_removes_the_container(runtime_engine: RuntimeEngine, tmp_path: Path, db) -> None:
+def test_it_kills_an_execution_in_flight_and_removes_the_container(runtime_engine: RuntimeEngine, tmp_path: Path, db: None) -> None:
     from runs.artifacts import FileArtifactStore
 
     workspace = example_workspace(tmp_path / "kill-run")
@@ -341,7 +345,7 @@ def test_it_kills_an_execution_in_flight_and_removes_the_container(runtime_engin
 
 
 def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_container(
-    runtime_engine: RuntimeEngine, tmp_path: Path, db, monkeypatch
+    runtime_engine: RuntimeEngine, tmp_path: Path, db: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The kill switch must not wait on the engine: here removal stalls for 5 s
     (as a busy engine's can), and the loop still stops within two seconds."""
@@ -407,7 +411,7 @@ def tree_files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
 
 
-def quota_executor(tmp_path: Path, run_id: str, quota, limits: SandboxLimits) -> SandboxExecutor:
+def quota_executor(tmp_path: Path, run_id: str, quota: DiskQuota, limits: SandboxLimits) -> SandboxExecutor:
     from runs.artifacts import FileArtifactStore
 
     workspace = example_workspace(tmp_path / run_id)
@@ -416,12 +420,12 @@ def quota_executor(tmp_path: Path, run_id: str, quota, limits: SandboxLimits) ->
 
 
 def test_it_bounds_what_a_check_writes_by_its_scratch_and_leaves_the_workspace_unchanged(
-    runtime_engine: RuntimeEngine, tmp_path: Path, db
+    runtime_engine: RuntimeEngine, tmp_path: Path, db: None
 ) -> None:
     """Stronger than the old quota on the workspace (measured every half second while
     the check wrote into it): the check cannot write the workspace at all, and the
     kernel stops it at the scratch tmpfs's size, which is emptied after the check."""
-    from sandbox.quota import MB, DiskQuota
+    from sandbox.quota import MB
 
     limits = runtime_engine.limits(TEST_LIMITS).model_copy(update={"scratch_mb": 20})
     executor = quota_executor(tmp_path, "disk-fill", DiskQuota(workspace_max_bytes=20 * MB), limits)
@@ -465,11 +469,10 @@ ON_COPY_FILLER = CheckDef(
 )
 
 
-def test_it_bounds_an_on_copy_check_by_its_scratch(runtime_engine: RuntimeEngine, tmp_path: Path, db) -> None:
+def test_it_bounds_an_on_copy_check_by_its_scratch(runtime_engine: RuntimeEngine, tmp_path: Path, db: None) -> None:
     """A check that must write its tree writes a copy of it in scratch: the kernel
     stops it at the scratch size as it stops any other check, with no watch of the
     tree, and the workspace is as it was."""
-    from sandbox.quota import DiskQuota
 
     limits = runtime_engine.limits(TEST_LIMITS).model_copy(update={"scratch_mb": 20})
     executor = quota_executor(tmp_path, "copy-fill", DiskQuota(), limits)
@@ -527,7 +530,9 @@ def test_it_refuses_every_write_outside_scratch_and_leaves_the_tree_unchanged(sa
     assert_survived(outcome)
 
 
-def test_it_runs_a_check_in_a_workspace_of_300000_files(docker_engine, monkeypatch: pytest.MonkeyPatch, db) -> None:
+def test_it_runs_a_check_in_a_workspace_of_300000_files(
+    docker_engine: docker.DockerClient, monkeypatch: pytest.MonkeyPatch, db: None
+) -> None:
     """The old quota walked the tree during every check and refused one above 200,000
     entries. Now nothing is walked per check: the whole run walks its tree twice (when
     it is picked up and when it finishes), however many checks it runs.
@@ -554,7 +559,12 @@ def test_it_runs_a_check_in_a_workspace_of_300000_files(docker_engine, monkeypat
         counted = check("count", "sh", "-c", "find . -type f | wc -l", timeout=120)
         walks: list[str] = []
         real = hashing.TreeHasher.tree
-        monkeypatch.setattr(hashing.TreeHasher, "tree", lambda self, root, sink=None: walks.append(str(root)) or real(self, root, sink))
+
+        def walking(self: TreeHasher, root: Path, sink: TreeSink | None = None) -> str:
+            walks.append(str(root))
+            return real(self, root, sink)
+
+        monkeypatch.setattr(hashing.TreeHasher, "tree", walking)
         try:
             script = [step("run_check", check_id="count"), step("run_check", check_id="count"), *SURVIVE]
             outcome = drive(executor, sandbox_policy(counted), script)
@@ -574,8 +584,8 @@ def test_it_runs_a_check_in_a_workspace_of_300000_files(docker_engine, monkeypat
     assert_survived(outcome)
 
 
-def test_it_runs_no_check_in_a_workspace_over_its_quota(runtime_engine: RuntimeEngine, tmp_path: Path, db) -> None:
-    from sandbox.quota import MB, DiskQuota
+def test_it_runs_no_check_in_a_workspace_over_its_quota(runtime_engine: RuntimeEngine, tmp_path: Path, db: None) -> None:
+    from sandbox.quota import MB
 
     executor = quota_executor(tmp_path, "disk-quota", DiskQuota(workspace_max_bytes=1 * MB), runtime_engine.limits(TEST_LIMITS))
     try:
@@ -588,10 +598,10 @@ def test_it_runs_no_check_in_a_workspace_over_its_quota(runtime_engine: RuntimeE
     assert all(not e.passed for e in outcome.state.evidence) and outcome.state.outcome != "complete"
 
 
-def test_it_runs_no_check_when_the_workers_disk_is_short_of_its_reserve(runtime_engine: RuntimeEngine, tmp_path: Path, db) -> None:
+def test_it_runs_no_check_when_the_workers_disk_is_short_of_its_reserve(runtime_engine: RuntimeEngine, tmp_path: Path, db: None) -> None:
     import shutil
 
-    from sandbox.quota import MB, DiskQuota
+    from sandbox.quota import MB
 
     free = shutil.disk_usage(tmp_path).free
     executor = quota_executor(tmp_path, "disk-reserve", DiskQuota(reserve_bytes=free + 1024 * MB), runtime_engine.limits(TEST_LIMITS))

@@ -12,6 +12,7 @@ import tarfile
 import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -44,8 +45,8 @@ FIX = """--- a/orders/total.py
 """
 
 
-def run(executor: SandboxExecutor, tool: str, **args) -> dict:
-    defaults = {
+def run(executor: SandboxExecutor, tool: str, **args: Any) -> dict[str, Any]:
+    defaults: dict[str, dict[str, object]] = {
         "list_files": {"path": ".", "max_entries": 500},
         "read_file": {"offset": 0, "limit": 400},
         "search": {"path": ".", "max_matches": 200},
@@ -98,6 +99,7 @@ def test_it_shows_a_model_the_repository_instructions_files_and_writable_sources
     tools = ["list_files", "read_file"]
     context = workspace.repository_context(["orders/*"], tools)
     assert context.instructions == (workspace.dir / "AGENTS.md").read_text()
+    assert context.state is not None
     assert context.state.splitlines()[1:] == ["AGENTS.md", "orders/__init__.py", "orders/total.py", "pytest.ini", "tests/test_total.py"]
     assert [path for path, _ in context.sources] == ["orders/__init__.py", "orders/total.py"]  # not the tests: not writable
     assert dict(context.sources)["orders/total.py"] == (workspace.dir / "orders" / "total.py").read_text()
@@ -112,6 +114,7 @@ def test_it_shows_a_model_the_repository_instructions_files_and_writable_sources
     (workspace.dir / "orders" / "huge.py").write_text("x = 1\n" * 100_000)
     context = workspace.repository_context(["orders/*"], tools)
     assert context.instructions == "# orders\n"
+    assert context.state is not None
     assert "Symlinks (the file tools do not follow them):\nAGENTS.md" in context.state
     assert [path for path, _ in context.sources] == ["orders/__init__.py", "orders/total.py"]
     assert "root:" not in repr(context)
@@ -119,6 +122,7 @@ def test_it_shows_a_model_the_repository_instructions_files_and_writable_sources
     # Only what the run's tools could show it.
     assert workspace.repository_context(["orders/*"], ["read_file"]).state is None
     unread = workspace.repository_context(["orders/*"], ["list_files"])
+    assert unread.state is not None
     assert unread.instructions is None and unread.sources == () and "orders/total.py" in unread.state
 
 
@@ -135,6 +139,7 @@ def test_it_reports_tool_problems_as_receipts_not_exceptions(host_executor: Sand
 def test_it_cuts_overlong_lines_and_pages_by_bytes(host_executor: SandboxExecutor) -> None:
     (host_executor.workspace.dir / "orders" / "big.txt").write_text("a" * 100_000 + "\nshort\n" + "b\n" * 5000)
     first = host_executor.execute(make_call("read_file", {"path": "orders/big.txt", "offset": 0, "limit": 10_000}, cap=40_000))
+    assert isinstance(first, dict)
     data = first["data"]
     assert data["lines"] >= 2 and data["lines_cut"] == 1 and data["content"].startswith("a" * 16_000 + " [line cut]\nshort\n")
     assert data["next_offset"] == data["lines"] and len(data["content"]) <= 20_000 + 100
@@ -257,7 +262,7 @@ def test_it_previews_writes_for_reviewers(host_executor: SandboxExecutor) -> Non
         write
         == "diff --git a/orders/new.py b/orders/new.py\nnew file mode 100644\n--- /dev/null\n+++ b/orders/new.py\n@@ -0,0 +1,1 @@\n+A = 1\n"
     )
-    assert host_executor.preview("apply_patch", {"patch": "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"}).startswith(
+    assert (host_executor.preview("apply_patch", {"patch": "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"}) or "").startswith(
         "# this apply_patch would be refused: x: the file does not exist"
     )
     assert host_executor.preview("read_file", {"path": "x"}) is None
@@ -411,8 +416,8 @@ def test_it_refuses_unsafe_archives_and_bad_sources(tmp_path: Path) -> None:
         with pytest.raises(WorkspaceSourceError, match=message):
             prepare_workspace(tmp_path / f"ws-{name}", WorkspaceSource(kind="archive", path=str(archive)), ROOT, (ROOT, tmp_path))
         assert not (tmp_path / f"ws-{name}").exists()
-    with zipfile.ZipFile(tmp_path / "evil.zip", "w") as archive:
-        archive.writestr("../evil.py", "x")
+    with zipfile.ZipFile(tmp_path / "evil.zip", "w") as zipped:
+        zipped.writestr("../evil.py", "x")
     with pytest.raises(WorkspaceSourceError, match="'..'"):
         prepare_workspace(tmp_path / "ws-zip", WorkspaceSource(kind="archive", path=str(tmp_path / "evil.zip")), ROOT, (ROOT, tmp_path))
     with pytest.raises(WorkspaceSourceError, match="not a local git repository"):
@@ -478,7 +483,7 @@ def test_it_never_diffs_against_a_pristine_file_changed_through_its_shared_inode
         ws.diff()
 
 
-def test_it_refuses_a_workspace_source_outside_the_allowed_roots(tmp_path):
+def test_it_refuses_a_workspace_source_outside_the_allowed_roots(tmp_path: Path) -> None:
     for outside in ("/etc", "../../etc", str(tmp_path / ".." / "elsewhere")):
         with pytest.raises(WorkspaceSourceError, match="outside the allowed workspace sources"):
             prepare_workspace(tmp_path / "ws", WorkspaceSource(kind="path", path=outside), ROOT, (ROOT / "examples",))

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import html
 import json
+from typing import TYPE_CHECKING
 
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from pytest_django import Settings
 
 from approvals.checks import DecisionForbidden
 from approvals.models import ApprovalRequest, PolicyVersion
@@ -24,22 +28,25 @@ from runs.services import drive_run
 from tests.helpers import World
 from tests.test_policy_admin import ADD, inline_form
 
+if TYPE_CHECKING:
+    from django.test.client import _MonkeyPatchedWSGIResponse  # the test client's response: only django-stubs names it
+
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def permitted(settings) -> None:
+def permitted(settings: Settings) -> None:
     """A deployment whose operator has permitted self-approval."""
     settings.HARNESS_ALLOW_SELF_APPROVAL = True
 
 
-def turn_on_self_approval(client) -> object:
+def turn_on_self_approval(client: Client) -> _MonkeyPatchedWSGIResponse:
     data = inline_form(client)
     data.update({"allow_self_approval": "on", "note": "allow self approval"})
     return client.post(ADD, data, follow=True)
 
 
-def test_it_warns_when_self_approval_is_turned_on_and_marks_the_version_diff(permitted, client, admin_user):
+def test_it_warns_when_self_approval_is_turned_on_and_marks_the_version_diff(permitted: None, client: Client, admin_user: User) -> None:
     client.force_login(admin_user)
     assert "no second person" in client.get(ADD).content.decode()
     page = turn_on_self_approval(client).content.decode()
@@ -57,7 +64,9 @@ def test_it_warns_when_self_approval_is_turned_on_and_marks_the_version_diff(per
     assert not version_diff(previous_of(current_policy_row()), current_policy_row()).startswith("!!")
 
 
-def test_it_records_every_self_approved_decision_in_the_audit_trail(permitted, client, admin_user, reviewer):
+def test_it_records_every_self_approved_decision_in_the_audit_trail(
+    permitted: None, client: Client, admin_user: User, reviewer: User
+) -> None:
     client.force_login(admin_user)
     turn_on_self_approval(client)
     world = World()
@@ -75,7 +84,7 @@ def test_it_records_every_self_approved_decision_in_the_audit_trail(permitted, c
     assert Event.objects.get(run=other, type="approval_decided").payload["self_approved"] is False
 
 
-def test_it_lets_no_admin_turn_self_approval_on_where_the_deployment_does_not_permit_it(client, admin_user):
+def test_it_lets_no_admin_turn_self_approval_on_where_the_deployment_does_not_permit_it(client: Client, admin_user: User) -> None:
     client.force_login(admin_user)
     editor = client.get(ADD).content.decode()  # (it seeds the first version)
     assert "HARNESS_ALLOW_SELF_APPROVAL is off" in editor
@@ -90,7 +99,9 @@ def test_it_lets_no_admin_turn_self_approval_on_where_the_deployment_does_not_pe
     assert PolicyVersion.objects.count() == before + 1
 
 
-def test_it_gives_a_version_saved_with_self_approval_no_effect_unless_permitted(client, admin_user, reviewer, settings):
+def test_it_gives_a_version_saved_with_self_approval_no_effect_unless_permitted(
+    client: Client, admin_user: User, reviewer: User, settings: Settings
+) -> None:
     settings.HARNESS_ALLOW_SELF_APPROVAL = True
     client.force_login(admin_user)
     turn_on_self_approval(client)

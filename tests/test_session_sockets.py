@@ -12,7 +12,7 @@ import time
 
 import pytest
 import requests
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
@@ -24,17 +24,24 @@ CLOSE_WITHIN_SECONDS = 5
 
 
 @pytest.fixture
-def slow_recheck(monkeypatch) -> None:
+def slow_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
     """Requested before live_server_asgi, so the server starts with it."""
     monkeypatch.setenv("HARNESS_TRACE_RECHECK_SECONDS", "60")
     monkeypatch.setenv("HARNESS_LIVE_HEARTBEAT_SECONDS", "1")
 
 
-def signed_in(server: AsgiServer, user) -> requests.Session:
+def csrf_token(page: requests.Response) -> str:
+    """The CSRF token in a page's forms."""
+    found = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    assert found is not None
+    return found.group(1)
+
+
+def signed_in(server: AsgiServer, user: User) -> requests.Session:
     """A browser-like session signed in through the real sign-in form."""
     http = requests.Session()
     page = http.get(f"{server.url}/accounts/login/")
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+    token = csrf_token(page)
     done = http.post(
         f"{server.url}/accounts/login/",
         data={"username": user.username, "password": f"{user.username}-pass-123", "csrfmiddlewaretoken": token},
@@ -82,14 +89,16 @@ def still_open(socket: ClientConnection) -> bool:
     return True
 
 
-def test_it_closes_the_trace_socket_when_its_user_signs_out(slow_recheck, live_server_asgi, operator, reviewer):
+def test_it_closes_the_trace_socket_when_its_user_signs_out(
+    slow_recheck: None, live_server_asgi: AsgiServer, operator: User, reviewer: User
+) -> None:
     server = live_server_asgi
     run = World().create(actor=operator)
     http = signed_in(server, operator)
     socket = watch(server, http, str(run.pk))
     other = watch(server, signed_in(server, reviewer), str(run.pk))
     page = http.get(f"{server.url}/runs/")
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+    token = csrf_token(page)
     http.post(f"{server.url}/accounts/logout/", data={"csrfmiddlewaretoken": token}, headers={"Referer": f"{server.url}/runs/"})
     code, error, _ = closed_within(socket, CLOSE_WITHIN_SECONDS)
     assert code == 4401 and "signed out" in error
@@ -97,7 +106,7 @@ def test_it_closes_the_trace_socket_when_its_user_signs_out(slow_recheck, live_s
     other.close()
 
 
-def test_it_closes_the_trace_socket_when_its_user_loses_the_role(slow_recheck, live_server_asgi, operator):
+def test_it_closes_the_trace_socket_when_its_user_loses_the_role(slow_recheck: None, live_server_asgi: AsgiServer, operator: User) -> None:
     server = live_server_asgi
     run = World().create(actor=operator)
     socket = watch(server, signed_in(server, operator), str(run.pk))
@@ -106,7 +115,7 @@ def test_it_closes_the_trace_socket_when_its_user_loses_the_role(slow_recheck, l
     assert code == 4403 and "permission" in error
 
 
-def test_it_closes_the_trace_socket_when_its_user_is_deactivated(slow_recheck, live_server_asgi, operator):
+def test_it_closes_the_trace_socket_when_its_user_is_deactivated(slow_recheck: None, live_server_asgi: AsgiServer, operator: User) -> None:
     server = live_server_asgi
     run = World().create(actor=operator)
     socket = watch(server, signed_in(server, operator), str(run.pk))
@@ -116,7 +125,7 @@ def test_it_closes_the_trace_socket_when_its_user_is_deactivated(slow_recheck, l
     assert code == 4401
 
 
-def test_it_closes_the_lists_socket_when_its_user_signs_out(slow_recheck, live_server_asgi, operator):
+def test_it_closes_the_lists_socket_when_its_user_signs_out(slow_recheck: None, live_server_asgi: AsgiServer, operator: User) -> None:
     server = live_server_asgi
     http = signed_in(server, operator)
     cookie = "; ".join(f"{name}={value}" for name, value in http.cookies.items())
@@ -129,7 +138,7 @@ def test_it_closes_the_lists_socket_when_its_user_signs_out(slow_recheck, live_s
     while json.loads(socket.recv(timeout=20))["type"] != "live":
         pass
     page = http.get(f"{server.url}/runs/")
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+    token = csrf_token(page)
     http.post(f"{server.url}/accounts/logout/", data={"csrfmiddlewaretoken": token}, headers={"Referer": f"{server.url}/runs/"})
     code, error, _ = closed_within(socket, CLOSE_WITHIN_SECONDS)
     assert code == 4401 and "signed out" in error

@@ -13,7 +13,7 @@ import pytest
 SETTINGS = Path(__file__).resolve().parent.parent / "harness_site" / "settings.py"
 
 
-def start(**env):
+def start(**env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY", "DATABASE_URL")}
     return subprocess.run(
         [sys.executable, "-c", "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='harness_site.settings'; django.setup()"],
@@ -44,13 +44,13 @@ def start(**env):
         ({"DEBUG": "1", "HARNESS_DB_PREPARE": "sometimes"}, "HARNESS_DB_PREPARE must be a boolean"),
     ],
 )
-def test_it_fails_at_start_naming_the_bad_variable(env, named):
+def test_it_fails_at_start_naming_the_bad_variable(env: dict[str, str], named: str) -> None:
     result = start(**env)
     assert result.returncode != 0
     assert named in result.stderr
 
 
-def test_it_starts_with_production_settings_when_they_are_given():
+def test_it_starts_with_production_settings_when_they_are_given() -> None:
     result = start(DEBUG="0", SECRET_KEY="x" * 40, ALLOWED_HOSTS="harness.example.com")
     assert result.returncode == 0, result.stderr
 
@@ -75,7 +75,7 @@ def _settings_touched(statement: ast.stmt) -> set[str]:
     return touched
 
 
-def test_it_makes_each_setting_in_one_place():
+def test_it_makes_each_setting_in_one_place() -> None:
     """Whoever reads a setting's definition reads all of it: nothing further down
     sets it again, extends it or changes an item of it (the statements that make it,
     an ``if`` on the database's engine for one, follow each other)."""

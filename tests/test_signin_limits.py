@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from pytest_django import Settings
 from rest_framework.test import APIClient
+
+from tests.fixtures_web import AsgiServer
+
+if TYPE_CHECKING:
+    from rest_framework.response import _MonkeyPatchedResponse  # the test client's response: only the stubs name it
 
 # slow: each attempt is a PBKDF2 check, and the windows are waited out in real time.
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
@@ -19,23 +26,23 @@ PASSWORD = "a-long-enough-pass-123"
 
 
 @pytest.fixture
-def limits(settings):
+def limits(settings: Settings) -> Settings:
     settings.HARNESS_SIGNIN_MAX_FAILURES = 3
     settings.HARNESS_SIGNIN_WINDOW_SECONDS = 600
     return settings
 
 
 @pytest.fixture
-def person(db) -> User:
+def person(db: None) -> User:
     # A fresh name per test: the counts live in Redis for the whole test session.
     return User.objects.create_user(username=f"guessed-{uuid.uuid4().hex[:8]}", password=PASSWORD)
 
 
-def token_attempt(username: str, password: str, address: str = "10.0.0.1"):
+def token_attempt(username: str, password: str, address: str = "10.0.0.1") -> _MonkeyPatchedResponse:
     return APIClient(REMOTE_ADDR=address).post("/api/auth/token/", {"username": username, "password": password}, format="json")
 
 
-def test_it_refuses_the_token_endpoint_after_too_many_failures_even_with_the_right_password(limits, person):
+def test_it_refuses_the_token_endpoint_after_too_many_failures_even_with_the_right_password(limits: Settings, person: User) -> None:
     # Spellings that authenticate as the same user share one count.
     for spelling in (person.username, f" {person.username}", person.username.upper()):
         assert token_attempt(spelling, "guess").status_code == 400
@@ -49,7 +56,7 @@ def test_it_refuses_the_token_endpoint_after_too_many_failures_even_with_the_rig
     assert token_attempt(other.username, PASSWORD).status_code == 200
 
 
-def test_it_lets_the_user_in_again_after_the_window_and_a_success_clears_the_count(limits, person):
+def test_it_lets_the_user_in_again_after_the_window_and_a_success_clears_the_count(limits: Settings, person: User) -> None:
     # The window must outlast four password checks on a loaded machine (PBKDF2 each).
     limits.HARNESS_SIGNIN_WINDOW_SECONDS = 6
     started = time.monotonic()
@@ -67,7 +74,7 @@ def test_it_lets_the_user_in_again_after_the_window_and_a_success_clears_the_cou
     assert token_attempt(person.username, PASSWORD).status_code == 200
 
 
-def test_it_refuses_the_sign_in_page_after_too_many_failures(limits, person):
+def test_it_refuses_the_sign_in_page_after_too_many_failures(limits: Settings, person: User) -> None:
     client = Client(REMOTE_ADDR="10.0.0.3")
     for _ in range(3):
         page = client.post(reverse("login"), {"username": person.username, "password": "guess"})
@@ -78,7 +85,7 @@ def test_it_refuses_the_sign_in_page_after_too_many_failures(limits, person):
     assert "_auth_user_id" not in client.session
 
 
-def test_it_limits_one_address_trying_many_accounts_and_one_account_from_many_addresses(limits, person):
+def test_it_limits_one_address_trying_many_accounts_and_one_account_from_many_addresses(limits: Settings, person: User) -> None:
     limits.HARNESS_SIGNIN_MAX_FAILURES_PER_ADDRESS = 4
     limits.HARNESS_SIGNIN_MAX_FAILURES_PER_USER = 5
     address = f"10.9.{uuid.uuid4().int % 250}.{uuid.uuid4().int % 250}"
@@ -90,7 +97,7 @@ def test_it_limits_one_address_trying_many_accounts_and_one_account_from_many_ad
     assert token_attempt(person.username, PASSWORD, address="10.8.1.1").status_code == 429
 
 
-def test_it_does_not_clear_the_count_when_the_page_is_posted_without_a_password(limits, person):
+def test_it_does_not_clear_the_count_when_the_page_is_posted_without_a_password(limits: Settings, person: User) -> None:
     client = Client(REMOTE_ADDR="10.0.0.6")
     for _ in range(2):
         client.post(reverse("login"), {"username": person.username, "password": "guess"})
@@ -100,7 +107,7 @@ def test_it_does_not_clear_the_count_when_the_page_is_posted_without_a_password(
     assert b"Too many failed sign-ins" in page.content
 
 
-def test_it_refuses_the_admin_sign_in_page_after_too_many_failures(limits, person):
+def test_it_refuses_the_admin_sign_in_page_after_too_many_failures(limits: Settings, person: User) -> None:
     person.is_staff = True
     person.save()
     client = Client(REMOTE_ADDR="10.0.0.4")
@@ -114,7 +121,7 @@ def test_it_refuses_the_admin_sign_in_page_after_too_many_failures(limits, perso
     assert "_auth_user_id" not in client.session
 
 
-def test_it_refuses_sign_in_when_attempts_cannot_be_counted(limits, person):
+def test_it_refuses_sign_in_when_attempts_cannot_be_counted(limits: Settings, person: User) -> None:
     # Fail-closed: without the shared counter no password is checked at all.
     limits.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}}
     refused = token_attempt(person.username, PASSWORD)
@@ -124,7 +131,7 @@ def test_it_refuses_sign_in_when_attempts_cannot_be_counted(limits, person):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_admits_at_most_the_limit_of_concurrent_wrong_passwords(live_server_asgi):
+def test_it_admits_at_most_the_limit_of_concurrent_wrong_passwords(live_server_asgi: AsgiServer) -> None:
     # The web server reads its limit from the environment it started with (5 by default).
     import json
     import threading
@@ -141,7 +148,8 @@ def test_it_admits_at_most_the_limit_of_concurrent_wrong_passwords(live_server_a
         start.wait()
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
-                return response.status
+                status: int = response.status
+                return status
         except urllib.error.HTTPError as exc:
             return exc.code
 

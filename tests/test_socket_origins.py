@@ -7,6 +7,8 @@ with a message, not a 500."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -18,7 +20,7 @@ from tests.fixtures_web import AsgiServer, free_port
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def opened(server: AsgiServer, path: str, headers: dict[str, str]) -> tuple[int, list[dict]]:
+def opened(server: AsgiServer, path: str, headers: dict[str, str]) -> tuple[int, list[dict[str, Any]]]:
     """(the close code, the messages before it) of a socket the server accepted;
     (the handshake's HTTP status, []) of one it refused."""
     try:
@@ -33,7 +35,7 @@ def opened(server: AsgiServer, path: str, headers: dict[str, str]) -> tuple[int,
         return (closed.rcvd.code if closed.rcvd else 1006), messages
 
 
-def test_it_accepts_a_socket_only_from_the_sites_own_origin(live_server_asgi):
+def test_it_accepts_a_socket_only_from_the_sites_own_origin(live_server_asgi: AsgiServer) -> None:
     server = live_server_asgi
     own = server.url  # http://127.0.0.1:<port>
     # Accepted: the lists socket then closes 4401 for want of a session.
@@ -53,7 +55,7 @@ def test_it_accepts_a_socket_only_from_the_sites_own_origin(live_server_asgi):
     assert opened(server, "/ws/lists/", {"Origin": "http://localhost:8000"})[0] == 4401
 
 
-def test_it_takes_the_origin_behind_a_tls_proxy_as_https(transactional_db, tmp_path):
+def test_it_takes_the_origin_behind_a_tls_proxy_as_https(transactional_db: None, tmp_path: Path) -> None:
     server = AsgiServer(tmp_path, HARNESS_BEHIND_TLS_PROXY="1")
     server.start()
     try:
@@ -65,7 +67,7 @@ def test_it_takes_the_origin_behind_a_tls_proxy_as_https(transactional_db, tmp_p
         server.stop()
 
 
-def test_it_closes_a_socket_to_an_unknown_path_with_4404(live_server_asgi):
+def test_it_closes_a_socket_to_an_unknown_path_with_4404(live_server_asgi: AsgiServer) -> None:
     server = live_server_asgi
     for path in ("/ws/nothing/", "/ws/runs/not-a-run-id/", "/"):
         code, messages = opened(server, path, {"Origin": server.url})
@@ -75,7 +77,7 @@ def test_it_closes_a_socket_to_an_unknown_path_with_4404(live_server_asgi):
     assert "Traceback" not in server.log() and "No route found" not in server.log()
 
 
-def test_it_compares_origins_by_scheme_host_and_port():
+def test_it_compares_origins_by_scheme_host_and_port() -> None:
     assert parse_origin("http://Example.COM") == ("http", "example.com", 80)
     assert parse_origin("https://[::1]:8443") == ("https", "::1", 8443)
     assert parse_origin("http://h:99999") is None and parse_origin("ftp://h") is None and parse_origin("http://u@h") is None

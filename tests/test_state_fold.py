@@ -10,7 +10,7 @@ from core import events as ev
 from core.environment import Environment
 from core.faults import Fault, FaultyExecutor
 from core.fences import RowLock
-from core.fold import fold
+from core.fold import Explained, fold
 from core.simulated import MemoryApprovals
 from runs.eventlog import append_event
 from runs.models import Event, Run
@@ -23,7 +23,7 @@ from tests.test_durable_state import create, drive, finish
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
 
-def folded(run: Run):
+def folded(run: Run) -> Explained:
     return fold(row.typed() for row in Event.objects.filter(run=run).order_by("seq"))
 
 
@@ -32,7 +32,7 @@ def assert_explained(run: Run) -> None:
     assert state_problems(run) == []
 
 
-def test_it_explains_a_complete_run():
+def test_it_explains_a_complete_run() -> None:
     world = World()
     run = create(world)
     assert finish(run, world).outcome == "complete"
@@ -42,7 +42,7 @@ def test_it_explains_a_complete_run():
     assert [(e.check_id, e.passed) for e in facts.evidence] == [("tests", True)] and facts.current_evidence == {"tests": 0}
 
 
-def test_it_explains_a_waiting_run_and_its_wait():
+def test_it_explains_a_waiting_run_and_its_wait() -> None:
     world = World()
     run = create(world)
     state = drive(run, world)
@@ -51,10 +51,11 @@ def test_it_explains_a_waiting_run_and_its_wait():
     assert folded(run).waiting == state.waiting
 
 
-def test_it_explains_a_run_denied_by_its_reviewer():
+def test_it_explains_a_run_denied_by_its_reviewer() -> None:
     world = World()
     run = create(world)
     state = drive(run, world)
+    assert state.waiting is not None
     world.approvals.deny(state.waiting.approval_key, "not this change")
     assert drive(run, world).outcome == "denied"
     assert_explained(run)
@@ -62,7 +63,7 @@ def test_it_explains_a_run_denied_by_its_reviewer():
     assert (facts.status, facts.stop_reason, facts.waiting) == ("stopped", "denied", None)
 
 
-def test_it_explains_a_run_killed_while_it_waited():
+def test_it_explains_a_run_killed_while_it_waited() -> None:
     world = World()
     run = create(world)
     drive(run, world)
@@ -75,7 +76,7 @@ def test_it_explains_a_run_killed_while_it_waited():
     assert_explained(run)
 
 
-def test_it_explains_a_run_with_a_pending_effect():
+def test_it_explains_a_run_with_a_pending_effect() -> None:
     world = World()
     world.approvals = MemoryApprovals()
     run = world.create()
@@ -86,7 +87,7 @@ def test_it_explains_a_run_with_a_pending_effect():
     assert [(p.call_id, p.tool, p.kind) for p in folded(run).pending_effects] == [("c2", "write_file", "workspace")]
 
 
-def test_it_reports_each_difference_and_exits_non_zero():
+def test_it_reports_each_difference_and_exits_non_zero() -> None:
     world = World()
     run = create(world)
     finish(run, world)
@@ -104,7 +105,7 @@ def test_it_reports_each_difference_and_exits_non_zero():
     assert run_command("check_run_state", str(other.pk))[0] == 0
 
 
-def test_it_reports_an_event_or_a_state_that_does_not_read():
+def test_it_reports_an_event_or_a_state_that_does_not_read() -> None:
     world = World()
     run = create(world)
     drive(run, world)
@@ -116,7 +117,7 @@ def test_it_reports_an_event_or_a_state_that_does_not_read():
     assert code == 1 and "the stored state does not load" in out and "schema version 99" in out
 
 
-def test_it_refuses_a_run_it_cannot_find_or_no_run_named():
+def test_it_refuses_a_run_it_cannot_find_or_no_run_named() -> None:
     assert run_command("check_run_state", "not-a-run")[0] == 2
     assert run_command("check_run_state", "00000000-0000-0000-0000-000000000009")[0] == 2
     code, _, err = run_command("check_run_state")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ V2 = {**V1, "schema_version": 2}
 CHANGED_IN_3 = {"schema_version", "next_seq", "run_started"}
 
 
-def without_4(dumped: dict) -> dict:
+def without_4(dumped: dict[str, Any]) -> dict[str, Any]:
     """A current state without what version 4 added: ``proposed_at`` and each call
     record's fixed ``effect`` (none before it)."""
     assert dumped["proposed_at"] is None and all(r["effect"] is None for r in dumped["ledger"].values())
@@ -32,7 +33,7 @@ def without_4(dumped: dict) -> dict:
     return {**{k: v for k, v in dumped.items() if k != "proposed_at"}, "ledger": ledger}
 
 
-def test_it_upgrades_a_state_of_the_first_shape_to_the_current_one():
+def test_it_upgrades_a_state_of_the_first_shape_to_the_current_one() -> None:
     assert "schema_version" not in V1
     state = load_stored_state(V1)
     assert state.schema_version == SCHEMA_VERSION
@@ -42,7 +43,7 @@ def test_it_upgrades_a_state_of_the_first_shape_to_the_current_one():
     assert {k: v for k, v in without_4(state.model_dump(mode="json")).items() if k not in CHANGED_IN_3} == unchanged
 
 
-def test_it_upgrades_a_version_2_state_dropping_next_seq_for_whether_the_run_started():
+def test_it_upgrades_a_version_2_state_dropping_next_seq_for_whether_the_run_started() -> None:
     assert V2["next_seq"] == 17
     state = load_stored_state(V2)
     assert state.schema_version == SCHEMA_VERSION and state.run_started
@@ -51,17 +52,17 @@ def test_it_upgrades_a_version_2_state_dropping_next_seq_for_whether_the_run_sta
     assert not load_stored_state({**V2, "next_seq": 1}).run_started
 
 
-def test_it_has_one_upgrade_step_per_earlier_version_each_to_the_next():
+def test_it_has_one_upgrade_step_per_earlier_version_each_to_the_next() -> None:
     assert sorted(UPGRADES) == list(range(1, SCHEMA_VERSION))
     for version, step in UPGRADES.items():
         assert step({"schema_version": version})["schema_version"] == version + 1
 
 
-def test_it_writes_new_states_at_the_current_version():
+def test_it_writes_new_states_at_the_current_version() -> None:
     assert RunState.model_fields["schema_version"].default == SCHEMA_VERSION
 
 
-def test_it_refuses_a_state_from_a_newer_release_saying_so():
+def test_it_refuses_a_state_from_a_newer_release_saying_so() -> None:
     newer = {**V1, "schema_version": SCHEMA_VERSION + 1}
     with pytest.raises(
         StateVersionError, match=rf"schema version {SCHEMA_VERSION + 1}, newer than this release reads \({SCHEMA_VERSION}\)"
@@ -71,12 +72,12 @@ def test_it_refuses_a_state_from_a_newer_release_saying_so():
 
 
 @pytest.mark.parametrize("version", [0, -1, "2", True, None])
-def test_it_refuses_a_version_that_never_existed(version):
+def test_it_refuses_a_version_that_never_existed(version: object) -> None:
     with pytest.raises(StateVersionError, match="is not a version"):
         load_stored_state({**V1, "schema_version": version})
 
 
-def stored_as(state: dict, version: int, next_seq: int) -> dict:
+def stored_as(state: dict[str, Any], version: int, next_seq: int) -> dict[str, Any]:
     """A current stored state in the shape an earlier version wrote it."""
     earlier = {k: v for k, v in state.items() if k not in ("schema_version", "run_started")} | {"next_seq": next_seq}
     return earlier if version == 1 else {**earlier, "schema_version": version}
@@ -85,7 +86,7 @@ def stored_as(state: dict, version: int, next_seq: int) -> dict:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.postgres
 @pytest.mark.parametrize("version", [1, 2])
-def test_it_resumes_a_run_stored_at_an_earlier_version_without_starting_it_again(version):
+def test_it_resumes_a_run_stored_at_an_earlier_version_without_starting_it_again(version: int) -> None:
     world = World()
     run = create(world)
     waiting = drive(run, world)

@@ -27,12 +27,12 @@ REGISTRIES = {
 }
 
 
-def test_it_gives_every_registered_tool_exactly_one_sandbox_entry():
+def test_it_gives_every_registered_tool_exactly_one_sandbox_entry() -> None:
     registered = {spec.name for spec in BUILTIN_TOOLS if not spec.finishes}
     assert set(TOOLS) == registered
 
 
-def test_it_shows_a_reviewer_every_effect_and_can_look_up_every_external_one():
+def test_it_shows_a_reviewer_every_effect_and_can_look_up_every_external_one() -> None:
     for spec in BUILTIN_TOOLS:
         if spec.finishes:
             continue
@@ -45,14 +45,14 @@ def test_it_shows_a_reviewer_every_effect_and_can_look_up_every_external_one():
         assert bool(spec.reviewer_summary) == spec.has_effect, spec.name
 
 
-def test_it_previews_in_the_simulation_what_the_registry_says_has_an_effect():
+def test_it_previews_in_the_simulation_what_the_registry_says_has_an_effect() -> None:
     # The stand-in sandbox plays a subset of the tools, each from its own entry.
     specs = {spec.name: spec for spec in BUILTIN_TOOLS}
     for name, entry in SIM_TOOLS.items():
         assert (entry.preview is not None) == specs[name].has_effect, name
 
 
-def test_it_has_one_tool_that_finishes_and_offers_it_whatever_the_contract_allows():
+def test_it_has_one_tool_that_finishes_and_offers_it_whatever_the_contract_allows() -> None:
     registry = builtin_registry()
     finish = registry.finish()
     assert [spec.name for spec in registry.visible([])] == [finish.name]
@@ -66,7 +66,7 @@ def product_packages() -> list[str]:
     return config["importlinter"]["root_packages"].split()
 
 
-def test_it_spells_no_tool_name_outside_the_registries():
+def test_it_spells_no_tool_name_outside_the_registries() -> None:
     names = {spec.name for spec in BUILTIN_TOOLS}
     found = []
     for package in product_packages():

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import stat
 import subprocess
+from pathlib import Path
+from typing import Any
 
+import docker
 import pytest
 import yaml
+from django.contrib.auth.models import User
+from pytest_django import Settings
 
 from core.errors import InputError
 from runs.artifacts import artifact_path
@@ -20,7 +25,7 @@ from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO
 
 
 @pytest.mark.django_db
-def test_it_creates_a_run_without_touching_the_workspace_and_refuses_a_bad_source(operator):
+def test_it_creates_a_run_without_touching_the_workspace_and_refuses_a_bad_source(operator: User) -> None:
     run = create_run(DEMO_CONTRACT, SCRIPTED_DEMO, operator, enqueue=False)
     assert not workspace_root(run).exists() and run.revision == ""
     outside = {**DEMO_CONTRACT, "workspace": {"kind": "path", "path": "/etc"}}
@@ -34,7 +39,7 @@ def test_it_creates_a_run_without_touching_the_workspace_and_refuses_a_bad_sourc
 
 @pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
-def test_it_prepares_the_workspace_in_the_worker_that_drives_the_run(operator, docker_engine):
+def test_it_prepares_the_workspace_in_the_worker_that_drives_the_run(operator: User, docker_engine: docker.DockerClient) -> None:
     run = create_run(DEMO_CONTRACT, SCRIPTED_DEMO, operator, enqueue=False)
     assert advance(str(run.pk)) == "waiting_approval"
     run.refresh_from_db()
@@ -47,7 +52,9 @@ def test_it_prepares_the_workspace_in_the_worker_that_drives_the_run(operator, d
 
 @pytest.mark.docker
 @pytest.mark.django_db(transaction=True)
-def test_it_stops_a_run_whose_workspace_the_worker_cannot_prepare(operator, docker_engine, tmp_path, settings):
+def test_it_stops_a_run_whose_workspace_the_worker_cannot_prepare(
+    operator: User, docker_engine: docker.DockerClient, tmp_path: Path, settings: Settings
+) -> None:
     settings.WORKSPACE_SOURCES = [*settings.WORKSPACE_SOURCES, tmp_path]
     (tmp_path / "plain").mkdir()  # a directory, but not a git repository
     contract = {**DEMO_CONTRACT, "workspace": {"kind": "git", "path": str(tmp_path / "plain")}}
@@ -55,17 +62,19 @@ def test_it_stops_a_run_whose_workspace_the_worker_cannot_prepare(operator, dock
     assert advance(str(run.pk)) == "workspace_error"
     run.refresh_from_db()
     assert run.outcome == "workspace_error" and "not a local git repository" in run.stop_message
-    assert run.events.order_by("seq").last().type == "stopped"
+    last = run.events.order_by("seq").last()
+    assert last is not None and last.type == "stopped"
 
 
-def compose_config() -> dict:
+def compose_config() -> dict[str, Any]:
     done = subprocess.run(["docker-compose", "--env-file", ".env.example", "config"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    return yaml.safe_load(done.stdout)
+    config: dict[str, Any] = yaml.safe_load(done.stdout)
+    return config
 
 
 @pytest.mark.compose
-def test_it_runs_the_web_service_unprivileged_in_compose_and_in_the_image():
+def test_it_runs_the_web_service_unprivileged_in_compose_and_in_the_image() -> None:
     web = compose_config()["services"]["web"]
     assert web["user"] not in ("root", "0", "0:0") and web["user"] == "harness"
     assert web["cap_drop"] == ["ALL"] and web["read_only"] is True

@@ -10,16 +10,23 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
+from typing import Any, cast
 
 import pytest
+from django.contrib.auth.models import User
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from approvals.models import ApprovalRequest
 from core.environment import Environment
-from core.jsonutil import digest
+from core.feedback import Feedback
+from core.jsonutil import JSON, digest
+from core.ports import Call, Executor, Reconciliation
 from core.scenarios import call
 from core.scripted import ScriptedProposer
+from core.state import PendingEffect as LoopPendingEffect
+from core.state import RunState
 from core.storable import HEAD_CHARS, MAX_DEPTH
 from runs import runtime
 from runs import services as run_services
@@ -28,6 +35,7 @@ from runs.artifacts import FileArtifactStore
 from runs.models import CallLedgerEntry, Event, PendingEffect, Receipt, Report, Run
 from runs.services import check_new_run, do_create_run, drive_run
 from runs.store import load_state
+from sandbox.executor import SandboxExecutor
 from tests.fixtures_sandbox import ALL_TOOLS, WRITE_PATHS
 from tests.helpers import CONTRACT, World
 from tests.test_api import SMALL_CONTRACT, client_for
@@ -52,14 +60,14 @@ HOSTILE = {
 }
 
 
-def drive_with(run: Run, world: World, proposals: list[object], executor=None):
+def drive_with(run: Run, world: World, proposals: list[object], executor: Executor | None = None) -> RunState:
     """The run driven by a model that proposes ``proposals`` (not stored in the run:
     it is the model's output, as a real adapter's would be)."""
     environment = Environment(executor or world.executor, world.workspace)
     return drive_run(run, environment, DjangoApprovals(run), proposer=ScriptedProposer(proposals))
 
 
-def api_reads_back(run: Run, user) -> None:
+def api_reads_back(run: Run, user: User) -> None:
     """Every value stored for the run comes back through the API (and the list of
     all runs still answers, for everyone)."""
     client = client_for(user)
@@ -70,7 +78,7 @@ def api_reads_back(run: Run, user) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_it_feeds_an_unstorable_proposal_back_naming_it_and_goes_on(name, operator):
+def test_it_feeds_an_unstorable_proposal_back_naming_it_and_goes_on(name: str, operator: User) -> None:
     world = World()
     run = world.create(script=[])
     state = drive_with(run, world, [HOSTILE[name], READ])
@@ -92,7 +100,7 @@ def test_it_feeds_an_unstorable_proposal_back_naming_it_and_goes_on(name, operat
 def stored_bytes(run: Run) -> int:
     """Everything stored for the run as its rows' text: the run row, its events, ledger,
     receipts, pending effects, report and approval requests."""
-    rows = [Run.objects.filter(pk=run.pk).values().get()]
+    rows: list[Mapping[str, object]] = [Run.objects.filter(pk=run.pk).values().get()]
     for model in (Event, CallLedgerEntry, Receipt, PendingEffect, Report, ApprovalRequest):
         rows += list(model.objects.filter(run=run).values())
     return sum(len(json.dumps(row, default=str, ensure_ascii=False).encode()) for row in rows)
@@ -108,7 +116,7 @@ def stored_bytes(run: Run) -> int:
     ],
     ids=["validate", "resolve", "parse", "too-long-field"],
 )
-def test_it_stores_a_refused_multi_megabyte_proposal_bounded(proposal, operator):
+def test_it_stores_a_refused_multi_megabyte_proposal_bounded(proposal: dict[str, Any], operator: User) -> None:
     world = World()
     run = world.create(script=[])
     empty = stored_bytes(run)
@@ -117,17 +125,19 @@ def test_it_stores_a_refused_multi_megabyte_proposal_bounded(proposal, operator)
     grew = stored_bytes(run) - empty
     assert grew < 40_000, f"{grew} bytes stored for a refused proposal of {len(json.dumps(proposal))}"
     proposed = Event.objects.filter(run=run, type="proposed").order_by("seq").first()
+    assert proposed is not None
     summary = proposed.payload["summary"]
     assert summary["sha256"] == digest(proposal) and summary["bytes"] == len(json.dumps(proposal, separators=(",", ":")))
     assert len(summary["head"]) == HEAD_CHARS
     api_reads_back(run, operator)
 
 
-def test_it_keeps_a_small_refused_proposal_whole():
+def test_it_keeps_a_small_refused_proposal_whole() -> None:
     world = World()
     run = world.create(script=[])
     drive_with(run, world, [call("read_file", path="/etc/passwd"), READ])
     proposed = Event.objects.filter(run=run, type="proposed").order_by("seq").first()
+    assert proposed is not None
     assert proposed.payload["proposal"] == call("read_file", path="/etc/passwd")
     assert proposed.payload["summary"] is None
 
@@ -138,17 +148,17 @@ class Hostile:
     def __init__(self, world: World, data: object) -> None:
         self.world, self.data = world, data
 
-    def execute(self, c):
+    def execute(self, c: Call) -> object:
         receipt = self.world.executor.execute(c)
         if c.tool == "read_file":
-            receipt = {**receipt, "data": {"text": self.data}}
+            receipt = {**cast(dict[str, object], receipt), "data": {"text": self.data}}  # the simulated receipt is an object
         return receipt
 
-    def reconcile(self, effect):
+    def reconcile(self, effect: LoopPendingEffect) -> Reconciliation:
         return self.world.executor.reconcile(effect)
 
 
-def test_it_stores_tool_output_with_a_nul_or_a_surrogate_escaped(operator):
+def test_it_stores_tool_output_with_a_nul_or_a_surrogate_escaped(operator: User) -> None:
     world = World()
     run = world.create(script=[])
     state = drive_with(run, world, [READ], Hostile(world, "caf\udce9 \x00 \ud800"))
@@ -158,7 +168,7 @@ def test_it_stores_tool_output_with_a_nul_or_a_surrogate_escaped(operator):
     api_reads_back(run, operator)
 
 
-def test_it_stores_large_tool_output_once_in_an_artifact_and_the_receipt_bounded(operator):
+def test_it_stores_large_tool_output_once_in_an_artifact_and_the_receipt_bounded(operator: User) -> None:
     world = World()
     run = world.create(script=[])
     empty = stored_bytes(run)
@@ -172,7 +182,7 @@ def test_it_stores_large_tool_output_once_in_an_artifact_and_the_receipt_bounded
     api_reads_back(run, operator)
 
 
-def test_it_stops_a_run_whose_tool_output_is_nested_too_deep(operator):
+def test_it_stops_a_run_whose_tool_output_is_nested_too_deep(operator: User) -> None:
     world = World()
     run = world.create(script=[])
     state = drive_with(run, world, [READ, READ], Hostile(world, nested(3 * MAX_DEPTH)))
@@ -183,7 +193,7 @@ def test_it_stops_a_run_whose_tool_output_is_nested_too_deep(operator):
     api_reads_back(run, operator)
 
 
-def test_it_lists_a_workspace_file_whose_name_is_not_utf8(host_executor, operator):
+def test_it_lists_a_workspace_file_whose_name_is_not_utf8(host_executor: SandboxExecutor, operator: User) -> None:
     """A cloned file name that is not UTF-8, hit by list_files alone, in a real workspace."""
     (host_executor.workspace.dir / os.fsdecode(b"orders/caf\xe9.txt")).write_bytes(b"data\n")
     host_executor.workspace.reread()
@@ -199,6 +209,7 @@ def test_it_lists_a_workspace_file_whose_name_is_not_utf8(host_executor, operato
     state = drive_run(run, environment, DjangoApprovals(run), proposer=ScriptedProposer(proposals))
     assert state.outcome == "proposals_exhausted", (state.outcome, state.stop_message)
     listed = Receipt.objects.filter(run=run).order_by("event_seq").first()
+    assert listed is not None
     assert listed.valid and "orders/caf\\xe9.txt" in listed.body["data"]["files"]
     api_reads_back(run, operator)
 
@@ -209,15 +220,15 @@ class DeepSnapshot(ScriptedProposer):
 
     asked = 0
 
-    def propose(self, feedback):
+    def propose(self, feedback: Feedback | None) -> object | None:
         DeepSnapshot.asked += 1
         return super().propose(feedback)
 
-    def snapshot(self):
+    def snapshot(self) -> dict[str, JSON]:
         return {"kind": "scripted", "messages": nested(5000)}
 
 
-def test_it_stops_a_run_whose_checkpoint_cannot_be_stored_instead_of_driving_it_again(monkeypatch):
+def test_it_stops_a_run_whose_checkpoint_cannot_be_stored_instead_of_driving_it_again(monkeypatch: pytest.MonkeyPatch) -> None:
     world = World()
     run = world.create(script=[READ, READ, READ])
     monkeypatch.setattr(runtime, "environment_for", lambda run, lease, faults=(): world.environment())
@@ -245,7 +256,9 @@ def test_it_stops_a_run_whose_checkpoint_cannot_be_stored_instead_of_driving_it_
     ],
     ids=["surrogate", "nul", "deep"],
 )
-def test_it_refuses_an_unstorable_script_with_a_400_naming_the_field_and_creates_nothing(script, field, operator, reviewer):
+def test_it_refuses_an_unstorable_script_with_a_400_naming_the_field_and_creates_nothing(
+    script: str, field: str, operator: User, reviewer: User
+) -> None:
     # Written as text: the JSON escapes are what a client sends.
     body = '{"contract": ' + json.dumps(SMALL_CONTRACT) + ', "proposer": {"kind": "scripted", "script": ' + script + "}}"
     response = client_for(operator).post("/api/runs/", body, content_type="application/json")
@@ -267,7 +280,7 @@ HOSTILE_VALUES = VALUES | DEEP
 
 
 @st.composite
-def hostile_runs(draw):
+def hostile_runs(draw: st.DrawFn) -> tuple[object, object]:
     """A proposal with a hostile value in one place, and tool output with another."""
     value = draw(HOSTILE_VALUES)
     key = draw(TEXT)
@@ -286,7 +299,7 @@ def hostile_runs(draw):
 @pytest.mark.slow  # property-based: 40 runs through the real store and the API
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(hostile_runs())
-def test_it_never_wedges_a_run_and_the_api_reads_back_every_value_stored(operator, example):
+def test_it_never_wedges_a_run_and_the_api_reads_back_every_value_stored(operator: User, example: tuple[object, object]) -> None:
     proposal, output = example
     world = World()
     run = world.create(script=[])
@@ -306,7 +319,9 @@ NAMES = st.binary(min_size=1, max_size=12).filter(lambda name: b"/" not in name 
 @pytest.mark.slow  # property-based: 20 runs over a real workspace
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(NAMES, min_size=1, max_size=4, unique=True))
-def test_it_never_wedges_on_file_names_that_are_not_utf8_in_a_real_workspace(host_executor, operator, names):
+def test_it_never_wedges_on_file_names_that_are_not_utf8_in_a_real_workspace(
+    host_executor: SandboxExecutor, operator: User, names: list[bytes]
+) -> None:
     folder = host_executor.workspace.dir / "orders" / f"n{time.monotonic_ns()}"
     folder.mkdir()
     for name in names:

@@ -27,7 +27,7 @@ def up(tmp_path: Path, fakes: dict[str, str], **env: str) -> subprocess.Complete
     return subprocess.run(["/bin/bash", str(ROOT / "scripts" / "up.sh")], env=environment, capture_output=True, text=True, timeout=120)
 
 
-def test_it_creates_a_missing_var_dir_and_names_what_to_install_without_root(tmp_path):
+def test_it_creates_a_missing_var_dir_and_names_what_to_install_without_root(tmp_path: Path) -> None:
     # A user account on a machine without a Docker engine: the Redis of the test
     # environment answers; `docker info` fails; there is no dockerd and no root.
     result = up(tmp_path, {"docker": "exit 1", "id": "echo 1000"})
@@ -38,7 +38,7 @@ def test_it_creates_a_missing_var_dir_and_names_what_to_install_without_root(tmp
     assert "installing" not in result.stderr, "nothing is installed without root"
 
 
-def test_it_names_a_var_dir_it_cannot_create(tmp_path):
+def test_it_names_a_var_dir_it_cannot_create(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     result = up(tmp_path, {"docker": "exit 1", "id": "echo 1000"}, HARNESS_VAR_DIR=str(blocker / "var"))

@@ -12,13 +12,17 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import User
+from django.test import Client
 from django.utils import timezone
 
 from approvals.checks import DecisionRefused
 from approvals.models import ApprovalRequest
 from core.lifecycle import WAIT_EXITS, IllegalTransition, check_request_transition
+from core.ports import Clock
 from core.scenarios import call
 from core.simulated import FakeClock
+from core.state import RunState
 from pages.summary import run_summary
 from runs import invariants
 from runs.approval_flow import deny, grant, pending_requests
@@ -27,6 +31,7 @@ from runs.control import do_kill, kill, set_global
 from runs.models import Event, Run
 from runs.runtime import create_run, workspace_for
 from runs.services import drive_run
+from tests.fixtures_services import Worker
 from tests.helpers import SCRIPT, KillFlag, World, new_policy_version
 from tests.runs_waiting import DEMO_CONTRACT, DEMO_SCRIPT, assert_gap_free, wait_for
 
@@ -42,19 +47,19 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def resumes(monkeypatch):
+def resumes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     woken: list[str] = []
     monkeypatch.setattr("runs.queue.enqueue_resume", woken.append)
     monkeypatch.setattr("runs.control.enqueue_resume", woken.append)
     return woken
 
 
-def drive(world: World, run: Run, clock=None):
+def drive(world: World, run: Run, clock: Clock | None = None) -> RunState:
     run.refresh_from_db()
     return drive_run(run, world.environment(), DjangoApprovals(run), clock=clock, controls=KillFlag(str(run.pk)))
 
 
-def waiting_run(operator, clock=None):
+def waiting_run(operator: User, clock: Clock | None = None) -> tuple[World, Run, ApprovalRequest]:
     world = World()
     run = world.create(actor=operator)
     state = drive(world, run, clock)
@@ -70,7 +75,7 @@ def exits(run: Run) -> list[str]:
     return [e.payload["exit"] for e in Event.objects.filter(run=run, type="wait_ended").order_by("seq")]
 
 
-def next_pending(run: Run, after: ApprovalRequest, worker, timeout: float = 90) -> ApprovalRequest:
+def next_pending(run: Run, after: ApprovalRequest, worker: Worker, timeout: float = 90) -> ApprovalRequest:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = ApprovalRequest.objects.filter(run=run, status="pending").exclude(pk=after.pk).first()
@@ -87,7 +92,9 @@ def next_pending(run: Run, after: ApprovalRequest, worker, timeout: float = 90) 
 
 @pytest.mark.celery
 @pytest.mark.docker
-def test_it_stops_a_run_whose_workspace_changed_around_the_harness_under_a_grant(celery_worker, operator, reviewer):
+def test_it_stops_a_run_whose_workspace_changed_around_the_harness_under_a_grant(
+    celery_worker: Worker, operator: User, reviewer: User
+) -> None:
     """Only the harness's tools write a workspace, so a revision cannot move under a
     waiting request by any legitimate path (staleness by revision is the core's rule,
     exercised by the state machine; here by policy, below). A change that came around
@@ -109,7 +116,7 @@ def test_it_stops_a_run_whose_workspace_changed_around_the_harness_under_a_grant
 
 
 @pytest.mark.postgres
-def test_it_leaves_the_wait_as_stale_and_runs_on_when_the_workspace_moved(operator, reviewer, resumes):
+def test_it_leaves_the_wait_as_stale_and_runs_on_when_the_workspace_moved(operator: User, reviewer: User, resumes: list[str]) -> None:
     world, run, request = waiting_run(operator)
     grant(request, reviewer)
     world.workspace.files["src/notes.txt"] = "moved on\n"
@@ -133,7 +140,7 @@ def test_it_leaves_the_wait_as_stale_and_runs_on_when_the_workspace_moved(operat
 
 @pytest.mark.celery
 @pytest.mark.docker
-def test_it_stops_approval_expired_when_nobody_decides_in_time(celery_worker, operator):
+def test_it_stops_approval_expired_when_nobody_decides_in_time(celery_worker: Worker, operator: User) -> None:
     new_policy_version(approval_ttl_seconds=4)
     run = wait_for(create_run(DEMO_CONTRACT, RECHECKING, operator), ("waiting_approval",), timeout=120, log=celery_worker.log)
     request = ApprovalRequest.objects.get(run=run)
@@ -148,7 +155,7 @@ def test_it_stops_approval_expired_when_nobody_decides_in_time(celery_worker, op
     assert not pending_requests().filter(run=run).exists()
 
 
-def test_it_refuses_a_grant_after_expiry_and_the_run_stops(operator, reviewer, resumes):
+def test_it_refuses_a_grant_after_expiry_and_the_run_stops(operator: User, reviewer: User, resumes: list[str]) -> None:
     world, run, request = waiting_run(operator)
     ApprovalRequest.objects.filter(pk=request.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     with pytest.raises(DecisionRefused, match="expired"):
@@ -159,7 +166,7 @@ def test_it_refuses_a_grant_after_expiry_and_the_run_stops(operator, reviewer, r
 # -- case 4: waiting is not working time ------------------------------------------------
 
 
-def test_it_does_not_spend_the_wall_time_on_waiting_for_a_reviewer(operator, reviewer, resumes):
+def test_it_does_not_spend_the_wall_time_on_waiting_for_a_reviewer(operator: User, reviewer: User, resumes: list[str]) -> None:
     """The demo's 600 s wall time and the policy's 3600 s TTL: a grant at 640 s."""
     clock = FakeClock(time.time())
     world, run, request = waiting_run(operator, clock)
@@ -176,7 +183,7 @@ def test_it_does_not_spend_the_wall_time_on_waiting_for_a_reviewer(operator, rev
     assert run.report.data["waited_seconds"] == pytest.approx(640)
 
 
-def test_it_shows_working_time_and_waiting_time_apart(operator, resumes):
+def test_it_shows_working_time_and_waiting_time_apart(operator: User, resumes: list[str]) -> None:
     clock = FakeClock(time.time())
     _, run, _ = waiting_run(operator, clock)
     state = dict(run.state)
@@ -191,7 +198,7 @@ def test_it_shows_working_time_and_waiting_time_apart(operator, resumes):
     assert summary["working_seconds"] == pytest.approx(300, abs=2) and time_budget["used"] == pytest.approx(300, abs=2)
 
 
-def test_it_bounds_a_request_by_what_is_left_of_the_policy_limit_on_waiting(operator, reviewer, resumes):
+def test_it_bounds_a_request_by_what_is_left_of_the_policy_limit_on_waiting(operator: User, reviewer: User, resumes: list[str]) -> None:
     new_policy_version(max_wait_seconds=100)
     clock = FakeClock(time.time())
     world = World()
@@ -219,7 +226,9 @@ def test_it_bounds_a_request_by_what_is_left_of_the_policy_limit_on_waiting(oper
 
 @pytest.mark.celery
 @pytest.mark.docker
-def test_it_cancels_the_requests_of_killed_and_globally_stopped_runs(celery_worker, operator, client, reviewer):
+def test_it_cancels_the_requests_of_killed_and_globally_stopped_runs(
+    celery_worker: Worker, operator: User, client: Client, reviewer: User
+) -> None:
     runs = [create_run(DEMO_CONTRACT, RECHECKING, operator) for _ in range(2)]
     runs = [wait_for(run, ("waiting_approval",), timeout=120, log=celery_worker.log) for run in runs]
     client.force_login(reviewer)
@@ -241,7 +250,7 @@ def test_it_cancels_the_requests_of_killed_and_globally_stopped_runs(celery_work
 
 
 @pytest.mark.postgres
-def test_it_refuses_to_decide_a_request_of_a_run_being_stopped(operator, reviewer, resumes):
+def test_it_refuses_to_decide_a_request_of_a_run_being_stopped(operator: User, reviewer: User, resumes: list[str]) -> None:
     world, run, request = waiting_run(operator)
     do_kill(run, "otto")
     with pytest.raises(DecisionRefused, match="already cancelled"):
@@ -250,7 +259,7 @@ def test_it_refuses_to_decide_a_request_of_a_run_being_stopped(operator, reviewe
     assert list(Event.objects.filter(run=run, type="approval_lapsed").values_list("payload__status", flat=True)) == ["cancelled"]
 
 
-def test_it_cancels_open_requests_when_the_run_stops_for_its_deadline(operator, resumes):
+def test_it_cancels_open_requests_when_the_run_stops_for_its_deadline(operator: User, resumes: list[str]) -> None:
     clock = FakeClock(time.time())
     world, run, request = waiting_run(operator, clock)
     state = dict(run.state)
@@ -266,7 +275,9 @@ def test_it_cancels_open_requests_when_the_run_stops_for_its_deadline(operator, 
 
 
 @pytest.mark.postgres
-def test_it_makes_a_request_stale_when_the_policy_changes_and_decides_under_the_new_one(operator, reviewer, resumes):
+def test_it_makes_a_request_stale_when_the_policy_changes_and_decides_under_the_new_one(
+    operator: User, reviewer: User, resumes: list[str]
+) -> None:
     world, run, request = waiting_run(operator)
     new_policy_version(publish="allow")
     with pytest.raises(DecisionRefused, match="stale"):
@@ -281,7 +292,7 @@ def test_it_makes_a_request_stale_when_the_policy_changes_and_decides_under_the_
 
 
 @pytest.mark.postgres
-def test_it_stops_tool_denied_when_the_new_policy_denies_the_waiting_call(operator, resumes):
+def test_it_stops_tool_denied_when_the_new_policy_denies_the_waiting_call(operator: User, resumes: list[str]) -> None:
     world, run, _ = waiting_run(operator)
     new_policy_version(publish="deny")
     assert drive(world, run).outcome == "tool_denied"
@@ -292,7 +303,7 @@ def test_it_stops_tool_denied_when_the_new_policy_denies_the_waiting_call(operat
 
 
 @pytest.mark.postgres
-def test_it_cancels_a_pending_request_whose_run_is_not_waiting_and_records_it(operator, resumes):
+def test_it_cancels_a_pending_request_whose_run_is_not_waiting_and_records_it(operator: User, resumes: list[str]) -> None:
     _, run, request = waiting_run(operator)
     # As if the worker died between the run's last checkpoint and cancelling.
     Run.objects.filter(pk=run.pk).update(status=Run.Status.STOPPED, outcome="killed")
@@ -306,7 +317,7 @@ def test_it_cancels_a_pending_request_whose_run_is_not_waiting_and_records_it(op
 
 
 @pytest.mark.postgres
-def test_it_wakes_a_run_waiting_on_nothing_and_records_it_once(operator, resumes):
+def test_it_wakes_a_run_waiting_on_nothing_and_records_it_once(operator: User, resumes: list[str]) -> None:
     world, run, request = waiting_run(operator)
     # A run stranded the old way: its request went stale and nobody woke it.
     long_ago = timezone.now() - timedelta(seconds=settings.HARNESS_LEASE_SECONDS + 5)
@@ -322,7 +333,7 @@ def test_it_wakes_a_run_waiting_on_nothing_and_records_it_once(operator, resumes
 
 
 @pytest.mark.postgres
-def test_it_leaves_a_run_with_a_fresh_decision_to_its_wake_up(operator, reviewer, resumes):
+def test_it_leaves_a_run_with_a_fresh_decision_to_its_wake_up(operator: User, reviewer: User, resumes: list[str]) -> None:
     _, run, request = waiting_run(operator)
     grant(request, reviewer)
     assert invariants.waits_to_end() == [str(run.pk)]
@@ -332,7 +343,7 @@ def test_it_leaves_a_run_with_a_fresh_decision_to_its_wake_up(operator, reviewer
 # -- the lifecycle as data -------------------------------------------------------------
 
 
-def test_it_allows_only_the_request_transitions_of_the_table():
+def test_it_allows_only_the_request_transitions_of_the_table() -> None:
     check_request_transition("pending", "cancelled")
     check_request_transition("granted", "stale")
     for old, new in [("consumed", "granted"), ("denied", "granted"), ("cancelled", "pending"), ("pending", "consumed")]:
@@ -340,7 +351,7 @@ def test_it_allows_only_the_request_transitions_of_the_table():
             check_request_transition(old, new)
 
 
-def test_it_documents_every_way_out_of_a_wait():
+def test_it_documents_every_way_out_of_a_wait() -> None:
     table = (Path(__file__).resolve().parent.parent / "docs" / "reliability.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("| ") and "`wait_ended`" in line]
     assert len(rows) == len(WAIT_EXITS)

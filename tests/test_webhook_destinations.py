@@ -9,16 +9,25 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.test import override_settings
 from hypothesis import example, given
 from hypothesis import strategies as st
+from pytest_django import Settings
 
 from notifications import destinations, services
 from notifications.admin import EndpointForm
 from notifications.models import Delivery, DeliveryAttempt, WebhookEndpoint
-from tests.test_webhooks import receiver, waiting_run  # noqa: F401 - receiver: the loopback HTTP receiver fixture
+from tests.test_webhooks import Receiver, receiver, waiting_run  # noqa: F401 - receiver: the loopback HTTP receiver fixture
+
+# What socket.getaddrinfo answers.
+Answers = Sequence[
+    tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[str, int] | tuple[str, int, int, int] | tuple[int, bytes]]
+]
 
 REFUSED = [
     "http://127.0.0.1:6379/",
@@ -51,7 +60,7 @@ def form(url: str) -> EndpointForm:
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("url", REFUSED)
-def test_it_refuses_each_non_public_address_class_in_the_form(url, settings):
+def test_it_refuses_each_non_public_address_class_in_the_form(url: str, settings: Settings) -> None:
     settings.HARNESS_WEBHOOK_ALLOWED_HOSTS = []
     endpoint_form = form(url)
     assert not endpoint_form.is_valid()
@@ -59,7 +68,7 @@ def test_it_refuses_each_non_public_address_class_in_the_form(url, settings):
 
 
 @pytest.mark.django_db
-def test_it_accepts_a_public_address_and_allowed_hosts_in_the_form(settings):
+def test_it_accepts_a_public_address_and_allowed_hosts_in_the_form(settings: Settings) -> None:
     settings.HARNESS_WEBHOOK_ALLOWED_HOSTS = ["hooks.internal", "10.0.0.0/8"]
     assert form("https://93.184.215.14/hook").is_valid()
     assert form("http://10.1.2.3/hook").is_valid()
@@ -68,7 +77,11 @@ def test_it_accepts_a_public_address_and_allowed_hosts_in_the_form(settings):
 
 
 @pytest.mark.django_db
-def test_it_refuses_at_delivery_a_name_that_resolves_to_loopback_and_keeps_no_answer(settings, receiver, operator):  # noqa: F811
+def test_it_refuses_at_delivery_a_name_that_resolves_to_loopback_and_keeps_no_answer(
+    settings: Settings,
+    receiver: Receiver,  # noqa: F811
+    operator: User,
+) -> None:
     url, seen = receiver.url, receiver.requests
     settings.HARNESS_WEBHOOK_ALLOWED_HOSTS = []
     port = url.split(":")[2].split("/")[0]
@@ -90,21 +103,26 @@ def test_it_refuses_at_delivery_a_name_that_resolves_to_loopback_and_keeps_no_an
 
 
 @pytest.mark.django_db
-def test_it_connects_to_the_address_it_checked_not_a_second_lookup(settings, receiver, monkeypatch, operator):  # noqa: F811
+def test_it_connects_to_the_address_it_checked_not_a_second_lookup(
+    settings: Settings,
+    receiver: Receiver,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    operator: User,
+) -> None:
     url, seen = receiver.url, receiver.requests
     port = int(url.split(":")[2].split("/")[0])
     settings.HARNESS_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1/32"]
     answers = iter(["127.0.0.1", "192.0.2.1", "192.0.2.1"])  # a rebinding name: checked, then elsewhere
     lookups: list[str] = []
 
-    def rebinding(host, *args, **kwargs):
+    def rebinding(host: str, *args: Any, **kwargs: Any) -> Answers:
         if host != "hooks.example.com":
             return real(host, *args, **kwargs)
         lookups.append(host)
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers), port))]
 
     real = socket.getaddrinfo
-    monkeypatch.setattr(destinations.socket, "getaddrinfo", rebinding)
+    monkeypatch.setattr("notifications.destinations.socket.getaddrinfo", rebinding)
     hook = WebhookEndpoint.objects.create(name="h", url=f"http://hooks.example.com:{port}/hook", event_kinds=["approval_requested"])
     waiting_run(operator)
     delivery = Delivery.objects.get(endpoint=hook)
@@ -161,7 +179,7 @@ def carriers(v4: ipaddress.IPv4Address, bits: int) -> dict[str, ipaddress.IPv6Ad
 @pytest.mark.django_db
 @given(IPV4, BITS, st.sampled_from([[], ["10.0.0.0/8"], ["2002::/16", "64:ff9b::/96", "2001::/32", "::/96"], ["127.0.0.1/32"]]))
 @example(ipaddress.IPv4Address("0.0.0.0"), 0, ["::/96"])  # [::] reaches this host as 0.0.0.0 does
-def test_it_refuses_every_ipv6_form_carrying_an_address_it_refuses(v4, bits, allowed):
+def test_it_refuses_every_ipv6_form_carrying_an_address_it_refuses(v4: ipaddress.IPv4Address, bits: int, allowed: list[str]) -> None:
     with override_settings(HARNESS_WEBHOOK_ALLOWED_HOSTS=allowed):
         if not refused(f"http://{v4}/hook"):
             return
@@ -170,7 +188,7 @@ def test_it_refuses_every_ipv6_form_carrying_an_address_it_refuses(v4, bits, all
 
 
 @pytest.mark.django_db
-def test_it_accepts_a_6to4_address_of_a_public_or_allowed_one(settings):
+def test_it_accepts_a_6to4_address_of_a_public_or_allowed_one(settings: Settings) -> None:
     settings.HARNESS_WEBHOOK_ALLOWED_HOSTS = []
     assert destinations.check_destination("http://[2002:808:808::1]/hook").address == "2002:808:808::1"
     with pytest.raises(destinations.DestinationRefused, match=r"a 6to4 address carrying 10\.1\.2\.3, a private address"):
@@ -185,16 +203,18 @@ def test_it_accepts_a_6to4_address_of_a_public_or_allowed_one(settings):
 
 
 @pytest.mark.django_db
-def test_it_refuses_at_delivery_a_name_that_resolves_to_a_6to4_loopback(settings, monkeypatch, operator):
+def test_it_refuses_at_delivery_a_name_that_resolves_to_a_6to4_loopback(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, operator: User
+) -> None:
     settings.HARNESS_WEBHOOK_ALLOWED_HOSTS = []
     real = socket.getaddrinfo
 
-    def six_to_four(host, *args, **kwargs):
+    def six_to_four(host: str, *args: Any, **kwargs: Any) -> Answers:
         if host != "hooks.example.com":
             return real(host, *args, **kwargs)
         return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("2002:7f00:1::", 80, 0, 0))]
 
-    monkeypatch.setattr(destinations.socket, "getaddrinfo", six_to_four)
+    monkeypatch.setattr("notifications.destinations.socket.getaddrinfo", six_to_four)
     hook = WebhookEndpoint.objects.create(name="h", url="http://hooks.example.com/hook", event_kinds=["approval_requested"])
     waiting_run(operator)
     delivery = Delivery.objects.get(endpoint=hook)

@@ -13,8 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
@@ -24,9 +27,9 @@ from notifications import messages
 from notifications.models import Delivery, WebhookEndpoint
 from runs.approval_flow import expire_due
 from runs.approval_gate import DjangoApprovals
-from runs.models import Event
+from runs.models import Event, Run
 from runs.services import drive_run
-from tests.event_examples import EXAMPLES
+from tests.event_examples import example
 from tests.fixtures_services import Worker, purge_queue
 from tests.helpers import SCRIPT, World
 
@@ -89,7 +92,7 @@ def receiver() -> Iterator[Receiver]:
 
 
 @pytest.fixture
-def worker(transactional_db, tmp_path_factory, monkeypatch) -> Iterator[Worker]:
+def worker(transactional_db: None, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Worker]:
     """A real worker (beat embedded) with quick retries and a quick sweep."""
     monkeypatch.setenv("HARNESS_WEBHOOK_RETRY_BASE_SECONDS", "0.5")
     monkeypatch.setenv("HARNESS_BEAT_NOTIFY_SECONDS", "1")
@@ -109,14 +112,14 @@ def endpoint(url: str, *kinds: str, fmt: str = "json", active: bool = True) -> W
     return WebhookEndpoint.objects.create(name=f"{fmt} {kinds}", url=url, event_kinds=list(kinds), format=fmt, active=active)
 
 
-def waiting_run(operator):
+def waiting_run(operator: User) -> tuple[World, Run]:
     world = World()
     run = world.create(actor=operator)
     drive_run(run, world.environment(), DjangoApprovals(run))
     return world, run
 
 
-def wait_for_delivery(delivery_filter: dict, status: str, worker: Worker, timeout: float = 30) -> Delivery:
+def wait_for_delivery(delivery_filter: dict[str, Any], status: str, worker: Worker, timeout: float = 30) -> Delivery:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         delivery = Delivery.objects.filter(**delivery_filter).first()
@@ -132,7 +135,7 @@ def expected_signature(secret: str, request: Received) -> str:
 
 
 @pytest.mark.celery
-def test_it_posts_a_signed_notice_when_an_approval_is_requested(worker, receiver, operator):
+def test_it_posts_a_signed_notice_when_an_approval_is_requested(worker: Worker, receiver: Receiver, operator: User) -> None:
     hook = endpoint(receiver.url, "approval_requested")
     _, run = waiting_run(operator)
     (request,) = receiver.wait_for(1)
@@ -155,7 +158,7 @@ def test_it_posts_a_signed_notice_when_an_approval_is_requested(worker, receiver
 
 @pytest.mark.celery
 @pytest.mark.postgres
-def test_it_retries_after_a_500_with_backoff_and_records_every_attempt(worker, receiver, operator):
+def test_it_retries_after_a_500_with_backoff_and_records_every_attempt(worker: Worker, receiver: Receiver, operator: User) -> None:
     receiver.statuses = [500, 503]
     hook = endpoint(receiver.url, "approval_requested")
     waiting_run(operator)
@@ -172,7 +175,7 @@ def test_it_retries_after_a_500_with_backoff_and_records_every_attempt(worker, r
 
 
 @pytest.mark.celery
-def test_it_gives_up_at_once_on_a_refusal_that_asking_again_will_not_change(worker, receiver, operator):
+def test_it_gives_up_at_once_on_a_refusal_that_asking_again_will_not_change(worker: Worker, receiver: Receiver, operator: User) -> None:
     receiver.statuses = [410]
     hook = endpoint(receiver.url, "approval_requested")
     waiting_run(operator)
@@ -183,7 +186,7 @@ def test_it_gives_up_at_once_on_a_refusal_that_asking_again_will_not_change(work
 
 
 @pytest.mark.celery
-def test_it_sends_a_slack_message_when_a_run_stops(worker, receiver, operator):
+def test_it_sends_a_slack_message_when_a_run_stops(worker: Worker, receiver: Receiver, operator: User) -> None:
     hook = endpoint(receiver.url, "run_stopped", fmt="slack")
     world = World()
     run = world.create(actor=operator, script=NO_PUBLISH)
@@ -201,7 +204,7 @@ def test_it_sends_a_slack_message_when_a_run_stops(worker, receiver, operator):
 
 
 @pytest.mark.celery
-def test_it_notifies_an_expiry_only_to_endpoints_that_want_it(worker, receiver, operator):
+def test_it_notifies_an_expiry_only_to_endpoints_that_want_it(worker: Worker, receiver: Receiver, operator: User) -> None:
     expiries = endpoint(receiver.url, "approval_expired")
     endpoint(receiver.url, "approval_expired", active=False)
     _, run = waiting_run(operator)
@@ -216,10 +219,11 @@ def test_it_notifies_an_expiry_only_to_endpoints_that_want_it(worker, receiver, 
 
 
 @pytest.mark.celery
-def test_it_sends_a_delivery_whose_task_message_was_lost(worker, receiver, operator):
+def test_it_sends_a_delivery_whose_task_message_was_lost(worker: Worker, receiver: Receiver, operator: User) -> None:
     hook = endpoint(receiver.url, "run_stopped")
     _, run = waiting_run(operator)
     event = Event.objects.filter(run=run).first()
+    assert event is not None
     lost = Delivery.objects.create(
         endpoint=hook,
         event=event,
@@ -232,7 +236,7 @@ def test_it_sends_a_delivery_whose_task_message_was_lost(worker, receiver, opera
     assert wait_for_delivery({"pk": lost.pk}, "delivered", worker).attempts == 1
 
 
-def test_it_records_nothing_for_events_nobody_subscribed_to(db, operator):
+def test_it_records_nothing_for_events_nobody_subscribed_to(db: None, operator: User) -> None:
     endpoint("http://127.0.0.1:9/hook", "run_stopped")
     endpoint("http://127.0.0.1:9/hook", "approval_requested", active=False)
     world = World()
@@ -241,7 +245,7 @@ def test_it_records_nothing_for_events_nobody_subscribed_to(db, operator):
     assert Delivery.objects.count() == 0
 
 
-def test_it_shows_deliveries_and_their_attempts_in_the_admin(db, admin_user, client):
+def test_it_shows_deliveries_and_their_attempts_in_the_admin(db: None, admin_user: User, client: Client) -> None:
     hook = endpoint("http://127.0.0.1:9/hook", "approval_requested")
     _, run = waiting_run(admin_user)
     delivery = Delivery.objects.get(endpoint=hook)
@@ -256,32 +260,32 @@ def test_it_shows_deliveries_and_their_attempts_in_the_admin(db, admin_user, cli
 # Pure rules -----------------------------------------------------------------------
 
 
-def test_it_signs_the_timestamp_and_the_raw_body():
+def test_it_signs_the_timestamp_and_the_raw_body() -> None:
     body = b'{"kind":"run_stopped"}'
     mac = hmac.new(b"s3cret", b"1700000000." + body, hashlib.sha256).hexdigest()
     assert messages.signature("s3cret", "1700000000", body) == f"sha256={mac}"
     assert messages.signature("s3cret", "1700000001", body) != messages.signature("s3cret", "1700000000", body)
 
 
-def test_it_doubles_the_wait_between_attempts_up_to_a_cap():
+def test_it_doubles_the_wait_between_attempts_up_to_a_cap() -> None:
     assert [messages.backoff_seconds(n, 10, 60) for n in range(1, 6)] == [10, 20, 40, 60, 60]
 
 
-def test_it_retries_only_what_asking_again_can_fix():
+def test_it_retries_only_what_asking_again_can_fix() -> None:
     assert [messages.retryable(code) for code in (None, 500, 503, 429, 408)] == [True] * 5
     assert [messages.retryable(code) for code in (400, 401, 404, 410, 301)] == [False] * 5
 
 
-def test_it_picks_the_events_that_notify():
-    lapsed = EXAMPLES[ev.ApprovalLapsed]
-    assert messages.kind_of(EXAMPLES[ev.ApprovalRequired]) == "approval_requested"
+def test_it_picks_the_events_that_notify() -> None:
+    lapsed = example(ev.ApprovalLapsed)
+    assert messages.kind_of(example(ev.ApprovalRequired)) == "approval_requested"
     assert messages.kind_of(lapsed) == "approval_expired"
     assert messages.kind_of(lapsed.model_copy(update={"status": "stale"})) is None
-    assert messages.kind_of(EXAMPLES[ev.Stopped]) == "run_stopped"
-    assert messages.kind_of(EXAMPLES[ev.Proposed]) is None
+    assert messages.kind_of(example(ev.Stopped)) == "run_stopped"
+    assert messages.kind_of(example(ev.Proposed)) is None
 
 
-def test_it_escapes_slack_markup_in_messages():
+def test_it_escapes_slack_markup_in_messages() -> None:
     body = {
         "id": "d1",
         "kind": "run_stopped",
