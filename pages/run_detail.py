@@ -21,7 +21,8 @@ from common.permissions import VIEW_RUNS
 from live.trace import artifact_refs, events_before, timeline
 from pages.access import require
 from pages.summary import run_summary
-from runs.artifacts import artifact_path, masked_chunks
+from runs.artifact_backends import hexdigest_of
+from runs.artifacts import masked_chunks
 from runs.cli import full_report
 from runs.models import Artifact, Event, Evidence, Receipt, Run
 
@@ -139,13 +140,13 @@ def output_cut(run: Run, ref: str) -> dict[str, Any] | None:
 def run_artifact(request: HttpRequest, run_id: str, ref: str) -> HttpResponseBase:
     run = get_object_or_404(Run, pk=run_id)
     try:
-        artifact_path(ref)
+        hexdigest_of(ref)
     except ValueError:
         raise Http404("not an artifact reference") from None
     if not run_has_artifact(run, ref):
         raise PermissionDenied("this run did not produce that artifact")
     artifact = get_object_or_404(Artifact, ref=ref)
-    # Tool output is stored as it came (on disk, not in the database); credentials in it
+    # Tool output is stored as it came (runs.artifacts); credentials in it
     # are masked whenever it is shown or downloaded, a line at a time, never read whole.
     if request.GET.get("download"):
         return stream_masked(request, ref)

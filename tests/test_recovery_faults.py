@@ -18,6 +18,7 @@ from django.conf import settings
 from approvals.models import ApprovalRequest
 from runs.approval_flow import grant
 from runs.models import Event, Receipt
+from runs.outbox import published_patch
 from runs.runtime import create_run
 from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO, assert_gap_free, wait_for
 
@@ -26,11 +27,11 @@ pytestmark = [pytest.mark.celery, pytest.mark.docker]
 TRIALS = int(os.environ.get("HARNESS_FAULT_TRIALS", "20"))
 
 
-def outbox_files(run) -> list[Path]:
+def outbox_files(run) -> list[bytes]:
     keys = set(
         Event.objects.filter(run=run, type="call_started", payload__tool="publish").values_list("payload__idempotency_key", flat=True)
     )
-    return [p for p in Path(settings.OUTBOX_DIR).glob("*.patch") if p.stem in keys]
+    return [patch for key in sorted(keys) if (patch := published_patch(key)) is not None]
 
 
 def publish_started(run, timeout: float = 60) -> None:
