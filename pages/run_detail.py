@@ -5,20 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django import forms
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.core.handlers.asgi import ASGIRequest
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from common.permissions import VIEW_RUNS
-from live.trace import artifact_refs, events_before, timeline
+from live.artifacts import run_has_artifact, stream_masked
+from live.trace import events_before, timeline
 from pages.access import require
 from pages.summary import run_summary
 from runs.artifact_backends import hexdigest_of
@@ -74,39 +72,6 @@ def run_report(request: HttpRequest, run_id: str) -> HttpResponse:
     response = HttpResponse(json.dumps(full_report(run), indent=2, sort_keys=True, default=str), content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="run-{run.task_id}-{run.pk}.json"'
     return response
-
-
-def run_has_artifact(run: Run, ref: str) -> bool:
-    """Artifacts are shared by content, so a reference is only served in the context
-    of a run whose receipts or evidence name it."""
-    if Evidence.objects.filter(run=run, output_ref=ref).exists():
-        return True
-    return any(ref in artifact_refs(body) for body in Receipt.objects.filter(run=run).values_list("body", flat=True))
-
-
-def stream_masked(request: HttpRequest, ref: str) -> StreamingHttpResponse:
-    """The artifact masked, as a download streamed a piece at a time. Under ASGI (the
-    server's Daphne) the pieces must come from an asynchronous iterator: Django reads a
-    synchronous one whole into a list before it sends a byte."""
-    chunks = masked_chunks(ref)
-    content: Iterator[bytes] | AsyncIterator[bytes] = chunks
-    if isinstance(request, ASGIRequest):
-        content = _each_in_a_thread(chunks)
-    response = StreamingHttpResponse(content, content_type="application/octet-stream")
-    response["Content-Disposition"] = f'attachment; filename="{ref[7:]}"'
-    return response
-
-
-async def _each_in_a_thread(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
-    # Reading and masking block: each piece is made in a worker thread, and the next
-    # is asked for only once this one is sent.
-    step = sync_to_async(_next_or_none, thread_sensitive=False)
-    while (chunk := await step(chunks)) is not None:
-        yield chunk
-
-
-def _next_or_none(chunks: Iterator[bytes]) -> bytes | None:
-    return next(chunks, None)
 
 
 def shown_lines(ref: str) -> tuple[list[str], bool]:

@@ -80,15 +80,21 @@ class ArtifactStorage:
         total = RunArtifact.objects.filter(run_id=self.run_id).aggregate(total=Sum("size"))["total"]
         return int(total or 0)
 
-    def get(self, ref: str) -> bytes:
+    def blocks(self, ref: str) -> Iterator[bytes]:
+        """The artifact's bytes a piece at a time; ``Artifact.DoesNotExist`` for one
+        not stored (or deleted by retention)."""
         hexdigest_of(ref)
-        return b"".join(self.backend.blocks(ref))
+        if not Artifact.objects.filter(ref=ref).exists():
+            raise Artifact.DoesNotExist(ref)
+        return self.backend.blocks(ref)
+
+    def get(self, ref: str) -> bytes:
+        return b"".join(self.blocks(ref))
 
 
 def masked_chunks(ref: str) -> Generator[bytes, None, None]:
     """The stored artifact's bytes with secrets masked (``masked_blocks``)."""
-    hexdigest_of(ref)
-    return masked_blocks(content_backend().blocks(ref))
+    return masked_blocks(ArtifactStorage().blocks(ref))
 
 
 def masked_blocks(blocks: Iterable[bytes]) -> Generator[bytes, None, None]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 
 from runs.artifacts import ArtifactStorage
-from runs.models import PublishedPatch
+from runs.models import Artifact, PublishedPatch
 
 
 class DatabaseOutbox:
@@ -27,6 +27,12 @@ class DatabaseOutbox:
 
 
 def published_patch(key: str) -> bytes | None:
-    """The patch published under ``key``, as it was published; None if none was."""
+    """The patch published under ``key``, as it was published; None if none was, or
+    retention has deleted it since."""
     row = PublishedPatch.objects.filter(key=key).first()
-    return None if row is None else ArtifactStorage().get(row.ref)
+    if row is None:
+        return None
+    try:
+        return ArtifactStorage().get(row.ref)
+    except Artifact.DoesNotExist:
+        return None

@@ -1,0 +1,200 @@
+"""Issue 28: everything a page, the API or a reviewer needs lives in the database (or
+an S3 bucket: tests/test_artifact_bucket.py), never on a worker's disk. Artifacts are
+stored a piece at a time and once per content, runs' quotas count them, retention
+deletes what no run names any more, and the outbox lets exactly one publisher of a key
+win, wherever the publishers run."""
+
+from __future__ import annotations
+
+import threading
+import tracemalloc
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.utils import timezone
+
+from runs.artifact_backends import CHUNK_BYTES, DatabaseContent
+from runs.artifacts import ArtifactStorage, masked_chunks
+from runs.models import Artifact, ArtifactChunk, PublishedPatch, Run, RunArtifact
+from runs.outbox import DatabaseOutbox, published_patch
+from runs.retention import delete_expired_artifacts
+from tests.helpers import World
+
+MB = 1 << 20
+LINE = b"collected 1234 items; test_orders.py::test_total PASSED [ 42%] ................................\n"
+
+
+def spooled_output(tmp_path: Path, size: int, name: str = "output") -> Path:
+    """``size`` bytes of check output lines in a spool file, as a check leaves it."""
+    source = tmp_path / name
+    block = LINE * (MB // len(LINE))
+    with open(source, "wb") as handle:
+        written = 0
+        while written < size:
+            part = block[: size - written]
+            handle.write(part)
+            written += len(part)
+    return source
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_it_stores_and_streams_a_100mb_output_without_holding_it(tmp_path: Path) -> None:
+    source = spooled_output(tmp_path, 100 * MB)
+    tracemalloc.start()
+    try:
+        ref = ArtifactStorage("run-1").put_file(source, "text/plain")
+        _, stored_peak = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        size = 0
+        for chunk in masked_chunks(ref):
+            size += len(chunk)
+        _, served_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert not source.exists()  # the spool file is consumed
+    assert size == 100 * MB and Artifact.objects.get(ref=ref).size == 100 * MB
+    assert ArtifactChunk.objects.filter(artifact_id=ref).count() == 100 * MB // CHUNK_BYTES
+    assert stored_peak < 8 * MB, f"storing held {stored_peak} bytes at once"
+    assert served_peak < 8 * MB, f"streaming held {served_peak} bytes at once"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_it_stores_one_content_once_and_counts_it_once_per_run(tmp_path: Path) -> None:
+    first = ArtifactStorage("run-a").put_file(spooled_output(tmp_path, 3 * MB + 5), "text/plain")
+    again = ArtifactStorage("run-a").put(spooled_output(tmp_path, 3 * MB + 5, "again").read_bytes(), "text/plain")
+    other = ArtifactStorage("run-b").put_file(spooled_output(tmp_path, 3 * MB + 5, "other"), "text/plain")
+    assert first == again == other
+    assert Artifact.objects.count() == 1 and ArtifactChunk.objects.filter(artifact_id=first).count() == 4
+    assert ArtifactStorage("run-a").stored_bytes() == ArtifactStorage("run-b").stored_bytes() == 3 * MB + 5
+    assert ArtifactStorage().stored_bytes() == 0  # a store given no run counts nothing
+    assert ArtifactStorage().get(first) == spooled_output(tmp_path, 3 * MB + 5, "expected").read_bytes()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_it_stores_an_empty_output() -> None:
+    ref = ArtifactStorage("run-a").put(b"", "text/plain")
+    assert ArtifactStorage().get(ref) == b"" and list(masked_chunks(ref)) == []
+
+
+@pytest.mark.django_db
+def test_it_refuses_a_reference_that_is_no_artifacts() -> None:
+    with pytest.raises(ValueError, match="not an artifact reference"):
+        ArtifactStorage().get("sha256:../../etc/passwd")
+
+
+# -- retention ---------------------------------------------------------------------
+
+
+def ended_run(world: World, actor: User, days_ago: float) -> Run:
+    run = world.create(actor=actor, script=[])
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.COMPLETE, outcome="complete", updated_at=timezone.now() - timedelta(days=days_ago)
+    )
+    return Run.objects.get(pk=run.pk)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_it_deletes_the_artifacts_of_runs_that_ended_before_the_retention_but_keeps_shared_ones(operator: User) -> None:
+    world = World()
+    old, newer, running = ended_run(world, operator, 40), ended_run(world, operator, 5), world.create(actor=operator, script=[])
+    Run.objects.filter(pk=running.pk).update(updated_at=timezone.now() - timedelta(days=40))
+    only_old = ArtifactStorage(str(old.pk)).put(b"only the old run's output\n", "text/plain")
+    shared = ArtifactStorage(str(old.pk)).put(b"the same output in both runs\n", "text/plain")
+    assert ArtifactStorage(str(newer.pk)).put(b"the same output in both runs\n", "text/plain") == shared
+    still_running = ArtifactStorage(str(running.pk)).put(b"a run that has not ended\n", "text/plain")
+    patch = ArtifactStorage(str(old.pk)).put(b"# Harness publish\n", "text/x-diff")
+    assert DatabaseOutbox().publish("a" * 32, str(old.pk), patch, 18)
+    Artifact.objects.update(stored_at=timezone.now() - timedelta(days=40))
+
+    assert delete_expired_artifacts(0, timezone.now()).artifacts == 0  # 0: kept for ever
+    deleted = delete_expired_artifacts(30, timezone.now())
+
+    assert (deleted.runs, deleted.artifacts) == (1, 2)
+    assert set(Artifact.objects.values_list("ref", flat=True)) == {shared, still_running}
+    assert not ArtifactChunk.objects.filter(artifact_id__in=[only_old, patch]).exists()
+    assert not RunArtifact.objects.filter(run_id=str(old.pk)).exists()
+    assert ArtifactStorage().get(shared) == b"the same output in both runs\n"
+    # The key stays taken: a second publisher still sees a duplicate, with no patch to serve.
+    assert DatabaseOutbox().published("a" * 32) and published_patch("a" * 32) is None
+    assert not DatabaseOutbox().publish("a" * 32, str(old.pk), patch, 18)
+
+
+@pytest.mark.django_db
+def test_it_keeps_an_unnamed_artifact_that_was_stored_again_since_the_cutoff() -> None:
+    ref = ArtifactStorage().put(b"stored long ago and again now\n", "text/plain")
+    Artifact.objects.update(stored_at=timezone.now() - timedelta(days=40))
+    ArtifactStorage().put(b"stored long ago and again now\n", "text/plain")  # moves stored_at on
+    assert delete_expired_artifacts(30, timezone.now()).artifacts == 0
+    Artifact.objects.update(stored_at=timezone.now() - timedelta(days=40))
+    assert delete_expired_artifacts(30, timezone.now()).artifacts == 1 and not Artifact.objects.filter(ref=ref).exists()
+
+
+# -- the outbox --------------------------------------------------------------------
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_it_lets_exactly_one_of_many_concurrent_publishers_of_a_key_win() -> None:
+    assert connection.vendor == "postgresql"
+    key = "b" * 32
+    publishers = 8
+    ready = threading.Barrier(publishers)
+    won: list[bool] = []
+    failed: list[BaseException] = []
+
+    def publish(number: int) -> None:
+        try:
+            ref = ArtifactStorage(f"run-{number}").put(b"# Harness publish\nthe one patch\n", "text/x-diff")
+            ready.wait(30)
+            won.append(DatabaseOutbox().publish(key, f"run-{number}", ref, 32))
+        except BaseException as exc:  # noqa: BLE001 - reported below, with the thread's failure
+            failed.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=publish, args=(n,)) for n in range(publishers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not failed, failed
+    assert sorted(won) == [False] * (publishers - 1) + [True]
+    assert PublishedPatch.objects.filter(key=key).count() == 1
+    assert published_patch(key) == b"# Harness publish\nthe one patch\n"
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_it_stores_one_content_written_by_concurrent_writers_once() -> None:
+    assert connection.vendor == "postgresql"
+    writers = 6
+    ready = threading.Barrier(writers)
+    refs: list[str] = []
+    failed: list[BaseException] = []
+    content = LINE * 30_000  # three chunks
+
+    def write(number: int) -> None:
+        try:
+            ready.wait(30)
+            refs.append(ArtifactStorage(f"run-{number}", DatabaseContent()).put(content, "text/plain"))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failed.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not failed, failed
+    assert len(set(refs)) == 1 and Artifact.objects.count() == 1
+    assert ArtifactChunk.objects.count() == 3 and ArtifactStorage().get(refs[0]) == content
+    assert RunArtifact.objects.filter(ref=refs[0]).count() == writers
