@@ -201,22 +201,18 @@ if HARNESS_ARTIFACT_STORE == "s3":
     _s3_keys = (env_str("HARNESS_S3_ACCESS_KEY_ID", ""), env_str("HARNESS_S3_SECRET_ACCESS_KEY", ""))
     if any(_s3_keys) and not all(_s3_keys):
         raise SettingError("HARNESS_S3_ACCESS_KEY_ID and HARNESS_S3_SECRET_ACCESS_KEY are set together or not at all")
-    STORAGES["artifacts"] = {
-        "BACKEND": "storages.backends.s3.S3Storage",
-        "OPTIONS": {
-            "bucket_name": env_str("HARNESS_S3_BUCKET"),
-            "location": env_str("HARNESS_S3_PREFIX", "artifacts"),
-            # Another S3-compatible service (MinIO, Ceph, a cloud's own): its URL.
-            "endpoint_url": env_url("HARNESS_S3_ENDPOINT_URL", "", ("http", "https")) if env_str("HARNESS_S3_ENDPOINT_URL", "") else None,
-            "region_name": env_str("HARNESS_S3_REGION", "") or None,
-            "access_key": _s3_keys[0] or None,
-            "secret_key": _s3_keys[1] or None,
-            "addressing_style": env_choice("HARNESS_S3_ADDRESSING_STYLE", "auto", ("auto", "path", "virtual")),
-            "file_overwrite": True,
-            "default_acl": None,
-            "querystring_auth": True,
-        },
-    }
+    from harness_site.bucket import s3_storage
+
+    STORAGES["artifacts"] = s3_storage(
+        bucket=env_str("HARNESS_S3_BUCKET"),
+        prefix=env_str("HARNESS_S3_PREFIX", "artifacts"),
+        # Another S3-compatible service (MinIO, Ceph, a cloud's own): its URL.
+        endpoint_url=env_url("HARNESS_S3_ENDPOINT_URL", "", ("http", "https")) if env_str("HARNESS_S3_ENDPOINT_URL", "") else None,
+        region=env_str("HARNESS_S3_REGION", "") or None,
+        access_key=_s3_keys[0] or None,
+        secret_key=_s3_keys[1] or None,
+        addressing_style=env_choice("HARNESS_S3_ADDRESSING_STYLE", "auto", ("auto", "path", "virtual")),
+    )
 
 # The first retry's backoff (core.loop.HarnessConfig); the budget's upper bounds
 # are the policy's (approvals/default_policy.json until an admin edits one).
