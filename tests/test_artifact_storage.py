@@ -6,22 +6,30 @@ win, wherever the publishers run."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 import tracemalloc
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
+from rest_framework.test import APIClient
 
+from approvals.models import ApprovalRequest
 from runs.artifact_backends import CHUNK_BYTES, DatabaseContent
 from runs.artifacts import ArtifactStorage, masked_chunks
-from runs.models import Artifact, ArtifactChunk, PublishedPatch, Run, RunArtifact
+from runs.models import Artifact, ArtifactChunk, Evidence, PublishedPatch, Run, RunArtifact
 from runs.outbox import DatabaseOutbox, published_patch
 from runs.retention import delete_expired_artifacts
+from runs.runtime import advance, create_run
 from tests.helpers import World
+from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO
 
 MB = 1 << 20
 LINE = b"collected 1234 items; test_orders.py::test_total PASSED [ 42%] ................................\n"
@@ -198,3 +206,47 @@ def test_it_stores_one_content_written_by_concurrent_writers_once() -> None:
     assert len(set(refs)) == 1 and Artifact.objects.count() == 1
     assert ArtifactChunk.objects.count() == 3 and ArtifactStorage().get(refs[0]) == content
     assert RunArtifact.objects.filter(ref=refs[0]).count() == writers
+
+
+# -- the promise ---------------------------------------------------------------------
+
+
+@pytest.mark.docker
+@pytest.mark.django_db(transaction=True)
+def test_it_serves_a_finished_runs_output_and_patch_after_every_worker_directory_is_gone(
+    tmp_path: Path, settings: Any, operator: User, reviewer: User, docker_engine: Any
+) -> None:
+    settings.WORKSPACE_ROOT = tmp_path / "workspaces"
+    settings.SPOOL_DIR = tmp_path / "spool"
+    run = create_run(DEMO_CONTRACT, SCRIPTED_DEMO, operator, enqueue=False)
+    assert advance(str(run.pk)) == "waiting_approval"
+    api = APIClient()
+    api.force_login(reviewer)
+    request = ApprovalRequest.objects.get(run=run, status="pending")
+    assert api.post(f"/api/approvals/{request.pk}/grant/").status_code == 200
+    assert advance(str(run.pk)) == "complete"
+    check = Evidence.objects.get(run=run)
+    [published] = PublishedPatch.objects.filter(run_id=str(run.pk))
+    patch = published_patch(published.key)
+    assert patch is not None and b'if line["quantity"] < 0:' in patch
+
+    for directory in (settings.WORKSPACE_ROOT, settings.SPOOL_DIR):
+        shutil.rmtree(directory, ignore_errors=True)
+    assert not settings.WORKSPACE_ROOT.exists() and not settings.SPOOL_DIR.exists()
+
+    client = Client()
+    client.force_login(reviewer)
+    page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
+    for ref in (check.output_ref, published.ref):
+        assert reverse("runs:artifact", args=[run.pk, ref]) in page
+    shown = client.get(reverse("runs:artifact", args=[run.pk, check.output_ref]))
+    assert shown.status_code == 200 and b"passed" in shown.content
+    downloaded = client.get(reverse("runs:artifact", args=[run.pk, published.ref]) + "?download=1")
+    assert b"".join(downloaded.streaming_content) == patch
+    served = api.get(f"/api/runs/{run.pk}/artifacts/{published.ref}/")
+    assert served.status_code == 200 and b"".join(served.streaming_content) == patch
+    output = api.get(f"/api/runs/{run.pk}/artifacts/{check.output_ref}/")
+    assert output.status_code == 200 and b"passed" in b"".join(output.streaming_content)
+    report = api.get(f"/api/runs/{run.pk}/report/").json()
+    assert report["status"] == "complete"
+    assert api.get(f"/api/runs/{run.pk}/artifacts/sha256:{'0' * 64}/").status_code == 404  # not this run's
