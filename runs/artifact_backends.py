@@ -20,7 +20,9 @@ from runs.models import Artifact, ArtifactChunk
 if TYPE_CHECKING:
     from storages.backends.s3 import S3File
 
-CHUNK_BYTES = 1 << 20
+# A piece: small enough that a download's read, its copy and the line being masked
+# stay a few MiB together, large enough that 8 MiB of output is 32 rows.
+CHUNK_BYTES = 1 << 18
 
 
 def hexdigest_of(ref: str) -> str:

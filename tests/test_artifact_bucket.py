@@ -31,7 +31,7 @@ from runs.models import Artifact, ArtifactChunk, Run
 from runs.retention import delete_expired_artifacts
 from tests.fixtures_web import free_port
 from tests.helpers import World
-from tests.test_artifact_storage import MB, spooled_output
+from tests.test_artifact_storage import MB, spooled_output, streamed
 from tests.test_output_bounds import output_run
 
 ACCESS = {"aws_access_key_id": "harness-test", "aws_secret_access_key": "harness-test-secret", "region_name": "us-east-1"}
@@ -120,7 +120,7 @@ def test_it_serves_an_artifact_from_the_bucket_on_the_page_and_in_the_api(bucket
     page = client.get(reverse("runs:artifact", args=[run.pk, ref]))
     assert page.status_code == 200 and b"3 passed in 0.02s" in page.content
     api = client.get(f"/api/runs/{run.pk}/artifacts/{ref}/")
-    assert api.status_code == 200 and b"".join(api.streaming_content) == b"collected 3 items\n3 passed in 0.02s\n"
+    assert api.status_code == 200 and streamed(api) == b"collected 3 items\n3 passed in 0.02s\n"
 
 
 @pytest.mark.django_db
