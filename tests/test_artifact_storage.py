@@ -30,6 +30,8 @@ from runs.models import Artifact, ArtifactChunk, Evidence, PublishedPatch, Run, 
 from runs.outbox import DatabaseOutbox, published_patch
 from runs.retention import delete_expired_artifacts
 from runs.runtime import advance, create_run
+from sandbox.executor import SandboxExecutor
+from tests.fixtures_sandbox import example_workspace, fixed_call
 from tests.helpers import World
 from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO
 
@@ -258,3 +260,48 @@ def test_it_serves_a_finished_runs_output_and_patch_after_every_worker_directory
     report = api.get(f"/api/runs/{run.pk}/report/").json()
     assert report["status"] == "complete"
     assert api.get(f"/api/runs/{run.pk}/artifacts/sha256:{'0' * 64}/").status_code == 404  # not this run's
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_it_publishes_a_key_once_from_workers_on_different_hosts(tmp_path: Path) -> None:
+    """The publish tool itself, from executors that share nothing but the database (each
+    its own copy of the workspace, as on another host): one applies, the rest see a
+    duplicate, and the outbox holds the one patch."""
+    assert connection.vendor == "postgresql"
+    hosts = 4
+    key = "c" * 32
+    executors = []
+    for host in range(hosts):
+        workspace = example_workspace(tmp_path / f"host-{host}")
+        workspace.write_file("orders/total.py", "TOTAL = 1\n")
+        executors.append(
+            SandboxExecutor("run-on-hosts", workspace, None, ArtifactStorage("run-on-hosts"), DatabaseOutbox(), write_paths=("orders/*",))
+        )
+    call = fixed_call(executors[0], "publish", {"message": "one change"}, key)
+    ready = threading.Barrier(hosts)
+    receipts: list[dict[str, Any]] = []
+    failed: list[BaseException] = []
+
+    def publish(executor: SandboxExecutor) -> None:
+        try:
+            ready.wait(30)
+            receipt = executor.execute(call)
+            assert isinstance(receipt, dict)
+            receipts.append(receipt)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failed.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=publish, args=(executor,)) for executor in executors]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not failed, failed
+    assert sorted(r["effect"] for r in receipts) == ["applied"] + ["none"] * (hosts - 1)
+    assert all(r["data"]["duplicate"] for r in receipts if r["effect"] == "none")
+    [applied] = [r for r in receipts if r["effect"] == "applied"]
+    assert published_patch(key) == ArtifactStorage().get(applied["data"]["patch_ref"])
+    assert PublishedPatch.objects.filter(key=key).count() == 1
