@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from runs.artifact_backends import ContentBackend, content_backend
@@ -42,10 +43,16 @@ def delete_expired_artifacts(days: int, now: datetime, backend: ContentBackend |
         RunArtifact.objects.filter(run_id__in=expired).delete()
         run_ids += expired
     unnamed = Artifact.objects.filter(stored_at__lt=cutoff).filter(~Exists(RunArtifact.objects.filter(ref=OuterRef("ref"))))
-    refs = list(unnamed.values_list("ref", flat=True))
-    for ref in refs:
-        backend.delete(ref)
-    return Deleted(len(run_ids), len(refs))
+    deleted = 0
+    for ref in list(unnamed.values_list("ref", flat=True)):
+        # Decided again under the row's lock, bytes deleted before it is released: a
+        # run storing the same content meanwhile either moved stored_at on first (kept)
+        # or waits for the lock, finds no row and stores the bytes anew.
+        with transaction.atomic():
+            if unnamed.select_for_update().filter(ref=ref).values_list("ref", flat=True).first() is not None:
+                backend.delete(ref)
+                deleted += 1
+    return Deleted(len(run_ids), deleted)
 
 
 def _is_uuid(text: str) -> bool:
