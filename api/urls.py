@@ -12,6 +12,7 @@ urlpatterns = [
     path("runs/<str:run_id>/", views.RunDetail.as_view(), name="run"),
     path("runs/<str:run_id>/events/", views.RunEvents.as_view(), name="run-events"),
     path("runs/<str:run_id>/report/", views.RunReport.as_view(), name="run-report"),
+    path("runs/<str:run_id>/artifacts/<str:ref>/", views.RunArtifact.as_view(), name="run-artifact"),
     path("runs/<str:run_id>/kill/", views.RunKill.as_view(), name="run-kill"),
     path("approvals/", views.ApprovalList.as_view(), name="approvals"),
     path("approvals/<str:approval_id>/", views.ApprovalDetail.as_view(), name="approval"),

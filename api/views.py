@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import QuerySet
+from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -42,9 +43,11 @@ from api.serializers import (
 )
 from approvals.models import ApprovalRequest
 from common import permissions, signin
+from live.artifacts import run_has_artifact, stream_masked
+from live.trace import ARTIFACT_REF
 from runs import control
 from runs.approval_flow import deny, grant
-from runs.models import GlobalSwitch, Run
+from runs.models import Artifact, GlobalSwitch, Run
 from runs.runtime import create_run
 from runs.services import report_of
 
@@ -207,6 +210,32 @@ class RunReport(ApiView):
     )
     def get(self, request: Request, run_id: str) -> Response:
         return Response(report_of(by_id(Run.objects.all(), run_id)))
+
+
+class RunArtifact(ApiView):
+    required_permissions = {"GET": permissions.VIEW_RUNS}
+
+    @extend_schema(
+        operation_id="runs_artifact",
+        summary="One of a run's artifacts (check output, a large tool result, a published patch), masked",
+        description="Streamed from the artifact store with secrets masked a line at a time, as the run's page "
+        "serves it. Only an artifact the run's receipts or evidence name is served.",
+        parameters=[
+            id_parameter("run_id", "run"),
+            OpenApiParameter("ref", OpenApiTypes.STR, OpenApiParameter.PATH, description="`sha256:<hex>`, as a receipt names it."),
+        ],
+        responses={
+            (200, "application/octet-stream"): OpenApiTypes.BINARY,
+            401: UNAUTHENTICATED,
+            403: FORBIDDEN,
+            404: NOT_FOUND,
+        },
+    )
+    def get(self, request: Request, run_id: str, ref: str) -> StreamingHttpResponse:
+        run = by_id(Run.objects.all(), run_id)
+        if not ARTIFACT_REF.fullmatch(ref) or not run_has_artifact(run, ref) or not Artifact.objects.filter(ref=ref).exists():
+            raise NotFound()
+        return stream_masked(request._request, ref)
 
 
 class RunKill(ApiView):

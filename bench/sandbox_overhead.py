@@ -54,6 +54,7 @@ from sandbox.container_spec import SANDBOX_USER, WORKDIR, ContainerSpec  # noqa:
 from sandbox.docker_client import docker_host, shared_client  # noqa: E402
 from sandbox.executor import SandboxExecutor  # noqa: E402
 from sandbox.preparation import prepare_workspace  # noqa: E402
+from sandbox.tool_context import MemoryOutbox  # noqa: E402
 
 TESTS = CheckDef(check_id="tests", command=["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"], timeout_seconds=120)
 LIMITS = SandboxLimits()  # the default policy's: 512m, 1 CPU, 128 pids
@@ -169,7 +170,7 @@ def measure(reads: int, checks: int, starts: int, image: str, runtime: str) -> d
         workspace = prepare_workspace(Path(tmp) / "run", WorkspaceSource(kind="path", path="examples/orders"), ROOT, (ROOT,))
         container = SandboxContainer.start("bench", workspace.dir, ContainerSpec.from_limits(limits, image), scope="bench")
         try:
-            executor = SandboxExecutor("bench", workspace, container, MemoryArtifacts(), Path(tmp) / "outbox", write_paths=("orders/*",))
+            executor = SandboxExecutor("bench", workspace, container, MemoryArtifacts(), MemoryOutbox(), write_paths=("orders/*",))
             read = {"tool": "read_file", "args": {"path": "orders/total.py"}}
             step_times(executor, read, 50)  # warm-up
             read_times = step_times(executor, read, reads)[10:]

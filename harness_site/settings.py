@@ -149,6 +149,10 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-leases": {"task": "runs.sweep_leases", "schedule": env_float("HARNESS_BEAT_SWEEP_SECONDS", 5.0, minimum=1)},
     "sweep-containers": {"task": "sandbox.sweep", "schedule": env_float("HARNESS_BEAT_CONTAINERS_SECONDS", 60.0, minimum=1)},
     "notifications-sweep": {"task": "notifications.sweep", "schedule": env_float("HARNESS_BEAT_NOTIFY_SECONDS", 30.0, minimum=1)},
+    "artifact-retention": {
+        "task": "runs.delete_expired_artifacts",
+        "schedule": env_float("HARNESS_BEAT_RETENTION_SECONDS", 3600.0, minimum=1),
+    },
 }
 # How long a worker's claim on a run lasts without renewal; the driving worker
 # renews it several times per period, so only a dead worker's lease runs out.
@@ -178,8 +182,37 @@ STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Large tool outputs live outside the database, addressed by their SHA-256.
-ARTIFACT_ROOT = Path(env_str("HARNESS_ARTIFACT_ROOT", str(VAR_DIR / "artifacts")))
+# Artifacts (check output, large tool results, published patches), addressed by their
+# SHA-256, live in the database (the default) or an S3-compatible bucket; no page reads
+# a worker's disk (docs/design.md, Storage). A worker spools a check's output in flight
+# under HARNESS_SPOOL_DIR, its own disk, and hands it to the store when the check ends.
+HARNESS_ARTIFACT_STORE: Literal["database", "s3"] = env_choice("HARNESS_ARTIFACT_STORE", "database", ("database", "s3"))
+SPOOL_DIR = Path(env_str("HARNESS_SPOOL_DIR", str(VAR_DIR / "spool")))
+# Artifacts of runs that ended more than this many days ago are deleted by the beat
+# (runs.retention), unless a newer run stored the same content; 0 keeps them all.
+HARNESS_ARTIFACT_RETENTION_DAYS = env_int("HARNESS_ARTIFACT_RETENTION_DAYS", 0, minimum=0)
+STORAGES: dict[str, dict[str, object]] = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+if HARNESS_ARTIFACT_STORE == "s3":
+    # django-storages' S3 backend (boto3). Without keys, boto3's own chain (instance
+    # role, AWS_* variables, ~/.aws) supplies the credentials.
+    _s3_keys = (env_str("HARNESS_S3_ACCESS_KEY_ID", ""), env_str("HARNESS_S3_SECRET_ACCESS_KEY", ""))
+    if any(_s3_keys) and not all(_s3_keys):
+        raise SettingError("HARNESS_S3_ACCESS_KEY_ID and HARNESS_S3_SECRET_ACCESS_KEY are set together or not at all")
+    from harness_site.bucket import s3_storage
+
+    STORAGES["artifacts"] = s3_storage(
+        bucket=env_str("HARNESS_S3_BUCKET"),
+        prefix=env_str("HARNESS_S3_PREFIX", "artifacts"),
+        # Another S3-compatible service (MinIO, Ceph, a cloud's own): its URL.
+        endpoint_url=env_url("HARNESS_S3_ENDPOINT_URL", "", ("http", "https")) if env_str("HARNESS_S3_ENDPOINT_URL", "") else None,
+        region=env_str("HARNESS_S3_REGION", "") or None,
+        access_key=_s3_keys[0] or None,
+        secret_key=_s3_keys[1] or None,
+        addressing_style=env_choice("HARNESS_S3_ADDRESSING_STYLE", "auto", ("auto", "path", "virtual")),
+    )
 
 # The first retry's backoff (core.context.HarnessConfig); the budget's upper bounds
 # are the policy's (approvals/default_policy.json until an admin edits one).
@@ -196,7 +229,6 @@ SANDBOX_SCOPE = env_str("HARNESS_SANDBOX_SCOPE", "default")
 # may end the wait sooner); then the attempt fails and the harness's retries go on.
 SANDBOX_ENGINE_WAIT_SECONDS = env_float("HARNESS_SANDBOX_ENGINE_WAIT_SECONDS", 300.0, minimum=1.0)
 WORKSPACE_ROOT = Path(env_str("HARNESS_WORKSPACE_ROOT", str(VAR_DIR / "workspaces")))
-OUTBOX_DIR = Path(env_str("HARNESS_OUTBOX_DIR", str(VAR_DIR / "outbox")))
 # Where contracts may take their workspace from (local paths, git repositories and
 # archives); anything else is refused, so starting a run cannot read server files.
 WORKSPACE_SOURCES = [Path(p) for p in env_list("HARNESS_WORKSPACE_SOURCES", [str(BASE_DIR / "examples")])]

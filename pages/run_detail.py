@@ -5,23 +5,22 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django import forms
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.core.handlers.asgi import ASGIRequest
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from common.permissions import VIEW_RUNS
-from live.trace import artifact_refs, events_before, timeline
+from live.artifacts import run_has_artifact, stream_masked
+from live.trace import events_before, timeline
 from pages.access import require
 from pages.summary import run_summary
-from runs.artifacts import artifact_path, masked_chunks
+from runs.artifact_backends import hexdigest_of
+from runs.artifacts import masked_chunks
 from runs.cli import full_report
 from runs.models import Artifact, Event, Evidence, Receipt, Run
 
@@ -75,39 +74,6 @@ def run_report(request: HttpRequest, run_id: str) -> HttpResponse:
     return response
 
 
-def run_has_artifact(run: Run, ref: str) -> bool:
-    """Artifacts are shared by content, so a reference is only served in the context
-    of a run whose receipts or evidence name it."""
-    if Evidence.objects.filter(run=run, output_ref=ref).exists():
-        return True
-    return any(ref in artifact_refs(body) for body in Receipt.objects.filter(run=run).values_list("body", flat=True))
-
-
-def stream_masked(request: HttpRequest, ref: str) -> StreamingHttpResponse:
-    """The artifact masked, as a download streamed a piece at a time. Under ASGI (the
-    server's Daphne) the pieces must come from an asynchronous iterator: Django reads a
-    synchronous one whole into a list before it sends a byte."""
-    chunks = masked_chunks(ref)
-    content: Iterator[bytes] | AsyncIterator[bytes] = chunks
-    if isinstance(request, ASGIRequest):
-        content = _each_in_a_thread(chunks)
-    response = StreamingHttpResponse(content, content_type="application/octet-stream")
-    response["Content-Disposition"] = f'attachment; filename="{ref[7:]}"'
-    return response
-
-
-async def _each_in_a_thread(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
-    # Reading and masking block: each piece is made in a worker thread, and the next
-    # is asked for only once this one is sent.
-    step = sync_to_async(_next_or_none, thread_sensitive=False)
-    while (chunk := await step(chunks)) is not None:
-        yield chunk
-
-
-def _next_or_none(chunks: Iterator[bytes]) -> bytes | None:
-    return next(chunks, None)
-
-
 def shown_lines(ref: str) -> tuple[list[str], bool]:
     """The artifact's first ``SHOWN_OUTPUT_BYTES`` (whole lines, masked) as lines, and
     whether there is more: the page never reads the rest."""
@@ -139,13 +105,13 @@ def output_cut(run: Run, ref: str) -> dict[str, Any] | None:
 def run_artifact(request: HttpRequest, run_id: str, ref: str) -> HttpResponseBase:
     run = get_object_or_404(Run, pk=run_id)
     try:
-        artifact_path(ref)
+        hexdigest_of(ref)
     except ValueError:
         raise Http404("not an artifact reference") from None
     if not run_has_artifact(run, ref):
         raise PermissionDenied("this run did not produce that artifact")
     artifact = get_object_or_404(Artifact, ref=ref)
-    # Tool output is stored as it came (on disk, not in the database); credentials in it
+    # Tool output is stored as it came (runs.artifacts); credentials in it
     # are masked whenever it is shown or downloaded, a line at a time, never read whole.
     if request.GET.get("download"):
         return stream_masked(request, ref)

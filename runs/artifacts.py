@@ -1,6 +1,7 @@
-"""Content-addressed artifact storage: bytes on disk under ARTIFACT_ROOT, a row per
-distinct content. Writing the same output twice stores it once. A store given a run
-also records what that run stored (``RunArtifact``), which its quota counts.
+"""Content-addressed artifact storage: a row per distinct content, its bytes in the
+configured backend (the database, or an S3-compatible bucket: runs.artifact_backends).
+Writing the same output twice stores it once. A store given a run also records what
+that run stored (``RunArtifact``), which its quota counts and retention follows.
 
 Artifacts are read back in bounded pieces, never whole: ``masked_chunks`` masks them
 a line at a time for the pages and downloads (docs/design.md, Trust boundaries)."""
@@ -8,23 +9,20 @@ a line at a time for the pages and downloads (docs/design.md, Trust boundaries).
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import tempfile
+import io
 from collections import deque
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
-from django.conf import settings
 from django.db.models import Sum
+from django.utils import timezone
 
 from common.redact import CREDENTIAL_PATTERNS, redact_lines, redact_text, secret_values
 from core.jsonutil import sha256_bytes
+from runs.artifact_backends import ContentBackend, content_backend, hexdigest_of
 from runs.models import Artifact, RunArtifact
 
-# Readable by the (unprivileged) web server, which shows the artifacts a (root) worker
-# stored: mkstemp's 0600, or a spool file's mode, would hide them from it.
-ARTIFACT_MODE = 0o644
 READ_BYTES = 1 << 16
 # Masking holds one line at a time. Every credential pattern and configured secret is
 # matched within a line, so masking whole lines masks exactly what masking the whole
@@ -37,37 +35,22 @@ SEAM_BYTES = 8192
 SEAM_STEP = 512
 
 
-def artifact_path(ref: str) -> Path:
-    algo, _, hexdigest = ref.partition(":")
-    if algo != "sha256" or len(hexdigest) != 64 or not all(c in "0123456789abcdef" for c in hexdigest):
-        raise ValueError(f"not an artifact reference: {ref!r}")
-    return Path(settings.ARTIFACT_ROOT) / hexdigest[:2] / hexdigest
-
-
-class FileArtifactStore:
+class ArtifactStorage:
     """``run_id`` names the run whose artifacts these are (the executor's and the
     loop's store); without one (the pages, which only read) nothing is counted."""
 
-    def __init__(self, run_id: str | None = None) -> None:
+    def __init__(self, run_id: str | None = None, backend: ContentBackend | None = None) -> None:
         self.run_id = run_id
+        self.backend = backend or content_backend()
 
     def put(self, content: bytes, media_type: str) -> str:
         ref = "sha256:" + sha256_bytes(content)
-        path = artifact_path(ref)
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # Write then rename, so a reader never sees a half-written artifact.
-            fd, tmp = tempfile.mkstemp(dir=path.parent)
-            os.fchmod(fd, ARTIFACT_MODE)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(content)
-            os.replace(tmp, path)
-        self._record(ref, len(content), media_type)
+        self._store(ref, len(content), media_type, lambda: io.BytesIO(content))
         return ref
 
     def put_file(self, source: Path, media_type: str) -> str:
-        """Store a file's content without reading it into memory (a check's output);
-        ``source`` is consumed."""
+        """Store a file's content without reading it into memory (a check's output
+        spooled on the worker); ``source`` is consumed."""
         digest = hashlib.sha256()
         size = 0
         with open(source, "rb") as handle:
@@ -75,26 +58,19 @@ class FileArtifactStore:
                 digest.update(block)
                 size += len(block)
         ref = "sha256:" + digest.hexdigest()
-        path = artifact_path(ref)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists():
+        try:
+            self._store(ref, size, media_type, lambda: open(source, "rb"))
+        finally:
             source.unlink()
-        elif source.stat().st_dev == path.parent.stat().st_dev:
-            os.replace(source, path)  # the sandbox spools under ARTIFACT_ROOT: a rename
-        else:
-            fd, tmp = tempfile.mkstemp(dir=path.parent)
-            with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
-                shutil.copyfileobj(src, out, 1 << 20)
-            os.replace(tmp, path)
-            source.unlink()
-        os.chmod(path, ARTIFACT_MODE)
-        self._record(ref, size, media_type)
         return ref
 
-    def _record(self, ref: str, size: int, media_type: str) -> None:
-        Artifact.objects.get_or_create(ref=ref, defaults={"size": size, "media_type": media_type})
+    def _store(self, ref: str, size: int, media_type: str, opener: Callable[[], BinaryIO]) -> None:
+        # Stored already: only marked as stored again, which keeps it from retention.
+        if not Artifact.objects.filter(ref=ref).update(stored_at=timezone.now()):
+            with opener() as source:
+                self.backend.write(ref, source, size, media_type)
         if self.run_id is not None:
-            # Once per run and content: the disk holds it once however often it is stored.
+            # Once per run and content: the backend holds it once however often it is stored.
             RunArtifact.objects.get_or_create(run_id=self.run_id, ref=ref, defaults={"size": size})
 
     def stored_bytes(self) -> int:
@@ -104,20 +80,33 @@ class FileArtifactStore:
         total = RunArtifact.objects.filter(run_id=self.run_id).aggregate(total=Sum("size"))["total"]
         return int(total or 0)
 
+    def blocks(self, ref: str) -> Iterator[bytes]:
+        """The artifact's bytes a piece at a time; ``Artifact.DoesNotExist`` for one
+        not stored (or deleted by retention)."""
+        hexdigest_of(ref)
+        if not Artifact.objects.filter(ref=ref).exists():
+            raise Artifact.DoesNotExist(ref)
+        return self.backend.blocks(ref)
+
     def get(self, ref: str) -> bytes:
-        return artifact_path(ref).read_bytes()
+        return b"".join(self.blocks(ref))
 
 
 def masked_chunks(ref: str) -> Generator[bytes, None, None]:
-    """The artifact's bytes with secrets masked, in pieces of about ``READ_BYTES``
-    (whole lines), holding at most ``MASK_LINE_BYTES`` and a read in memory. Lines go
-    through one ``redact_lines``, so a private key is followed from line to line
-    across reads, as masking the whole file would."""
+    """The stored artifact's bytes with secrets masked (``masked_blocks``)."""
+    return masked_blocks(ArtifactStorage().blocks(ref))
+
+
+def masked_blocks(blocks: Iterable[bytes]) -> Generator[bytes, None, None]:
+    """Bytes read a block at a time, with secrets masked, in pieces of about
+    ``READ_BYTES`` (whole lines), holding at most ``MASK_LINE_BYTES`` and a block in
+    memory. Lines go through one ``redact_lines``, so a private key is followed from
+    line to line across blocks, as masking the whole file would."""
     secrets = line_secrets()
     ends: deque[str] = deque()
 
     def texts() -> Iterator[str]:
-        for text, end in _pieces(ref, secrets):
+        for text, end in _pieces(blocks, secrets):
             ends.append(end)
             yield text
 
@@ -133,20 +122,21 @@ def masked_chunks(ref: str) -> Generator[bytes, None, None]:
         yield "".join(out).encode("utf-8", "surrogateescape")
 
 
-def _pieces(ref: str, secrets: list[str]) -> Iterator[tuple[str, str]]:
-    """The artifact's lines (text, "\\n"), and an overlong line in pieces (text, "")
-    cut where no secret crosses (``_seam``)."""
+def _pieces(blocks: Iterable[bytes], secrets: list[str]) -> Iterator[tuple[str, str]]:
+    """The lines (text, "\\n"), and an overlong line in pieces (text, "") cut where no
+    secret crosses (``_seam``)."""
     pending = b""
-    with open(artifact_path(ref), "rb") as handle:
-        while block := handle.read(READ_BYTES):
-            pending += block
-            while (cut := pending.find(b"\n")) >= 0:
-                yield pending[:cut].decode("utf-8", "surrogateescape"), "\n"
-                pending = pending[cut + 1 :]
-            while len(pending) >= MASK_LINE_BYTES + SEAM_BYTES:
-                cut = _seam(pending, MASK_LINE_BYTES, secrets)
-                yield pending[:cut].decode("utf-8", "surrogateescape"), ""
-                pending = pending[cut:]
+    for block in blocks:
+        pending += block
+        start = 0
+        while (cut := pending.find(b"\n", start)) >= 0:
+            yield pending[start:cut].decode("utf-8", "surrogateescape"), "\n"
+            start = cut + 1
+        pending = pending[start:]
+        while len(pending) >= MASK_LINE_BYTES + SEAM_BYTES:
+            cut = _seam(pending, MASK_LINE_BYTES, secrets)
+            yield pending[:cut].decode("utf-8", "surrogateescape"), ""
+            pending = pending[cut:]
     if pending:
         yield pending.decode("utf-8", "surrogateescape"), ""
 

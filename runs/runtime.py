@@ -37,11 +37,12 @@ from core.storable import escaped_text
 from runs import invariants, leases, queue
 from runs.approval_flow import cancel_open_requests
 from runs.approval_gate import DjangoApprovals
-from runs.artifacts import FileArtifactStore
+from runs.artifacts import ArtifactStorage
 from runs.control import Watchdog, admitting_new_runs, stopping_all_runs
 from runs.eventlog import append_events
 from runs.live_output import LiveOutput
 from runs.models import Run
+from runs.outbox import DatabaseOutbox
 from runs.queue import enqueue_start
 from runs.services import check_new_run, do_create_run, drive_run, registry
 from runs.store import DjangoStore, LeaseLost, Unstorable, load_state
@@ -129,10 +130,10 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
         run_id,
         workspace,
         None,
-        FileArtifactStore(run_id),
-        Path(settings.OUTBOX_DIR),
+        ArtifactStorage(run_id),
+        DatabaseOutbox(),
         write_paths=run.contract["allowed_write_paths"],
-        spool_dir=Path(settings.ARTIFACT_ROOT) / "spool",
+        spool_dir=Path(settings.SPOOL_DIR),
         quota=DiskQuota(
             workspace_max_bytes=policy.sandbox.workspace_max_mb * MB,
             reserve_bytes=settings.HARNESS_DISK_RESERVE_MB * MB,

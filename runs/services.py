@@ -28,7 +28,7 @@ from core.ports import ApprovalGate, Clock, Controls, Proposer, Store, SystemClo
 from core.report import build_report
 from core.state import RunState
 from core.tools import Registry, builtin_registry
-from runs.artifacts import FileArtifactStore
+from runs.artifacts import ArtifactStorage
 from runs.models import Run
 from runs.proposers import build_proposer, check_proposer_config
 from runs.store import DjangoStore, load_state
@@ -147,7 +147,7 @@ def drive_run(
         workspace=environment.workspace,
         approvals=approvals,
         store=store or DjangoStore(driver_fence(lease_token)),
-        artifacts=FileArtifactStore(str(run.pk)),
+        artifacts=ArtifactStorage(str(run.pk)),
         clock=clock,
         controls=controls,
         config=HarnessConfig(retry_base_seconds=settings.HARNESS_RETRY_BASE_SECONDS),

@@ -1,12 +1,14 @@
 """Celery tasks: thin wrappers around ``runs.runtime.advance`` and the sweeps of the
-beat (leases, approvals past their deadline, the sandbox's orphaned containers)."""
+beat (leases, approvals past their deadline, the sandbox's orphaned containers,
+artifacts past their retention)."""
 
 from __future__ import annotations
 
 from celery import shared_task
 from django.conf import settings
+from django.utils import timezone
 
-from runs import container_sweep, invariants, leases
+from runs import container_sweep, invariants, leases, retention
 from runs.approval_flow import expire_due
 from runs.models import Run
 from runs.runtime import advance
@@ -51,3 +53,9 @@ def expire_approvals() -> int:
 def sweep_containers() -> list[str]:
     """Remove the containers of runs that ended or that nobody drives (runs.container_sweep)."""
     return container_sweep.sweep(settings.SANDBOX_SCOPE)
+
+
+@shared_task(name="runs.delete_expired_artifacts")
+def delete_expired_artifacts() -> int:
+    """Retention (``HARNESS_ARTIFACT_RETENTION_DAYS``): how many artifacts went."""
+    return retention.delete_expired_artifacts(settings.HARNESS_ARTIFACT_RETENTION_DAYS, timezone.now()).artifacts

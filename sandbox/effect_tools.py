@@ -5,11 +5,8 @@ when it was asked for (core.effects), or refuses with no effect."""
 
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import Mapping
 from dataclasses import replace
-from pathlib import Path
 from typing import TypeVar
 
 from core.effects import ChangeRequestEffect, OutboxEffect, Plan, PushEffect, RefusedEffect, parse_effect
@@ -25,10 +22,11 @@ from sandbox.tool_context import KEY_PATTERN, KILLED_PREVIEW, ToolContext, ToolR
 FixedEffect = TypeVar("FixedEffect", OutboxEffect, PushEffect, ChangeRequestEffect)
 
 
-def outbox_path(outbox: Path, key: str) -> Path:
+def outbox_file(key: str) -> str:
+    """The patch's name in the outbox."""
     if not KEY_PATTERN.match(key):
         raise ValueError(f"not an idempotency key: {key!r}")
-    return outbox / f"{key}.patch"
+    return f"{key}.patch"
 
 
 def _outbox_content(ctx: ToolContext, key: str, published: Publication, message: str) -> bytes:
@@ -61,7 +59,7 @@ def plan_publish(ctx: ToolContext, args: Mapping[str, JSON], key: str, at: float
         return Plan(fixed.model_dump(), describe_push(fixed) + shown)
     content = _outbox_content(ctx, key, published, message)
     outbox = OutboxEffect(
-        file=outbox_path(ctx.outbox, key).name,
+        file=outbox_file(key),
         revision=published.revision,
         message=message,
         sha256=sha256_bytes(content),
@@ -98,9 +96,10 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
     fixed = _fixed(call, OutboxEffect)
     if isinstance(fixed, str):
         return error_result(f"nothing was published: {fixed}", idempotency_key=key)
-    target = outbox_path(ctx.outbox, key)
-    if target.exists():
-        return ToolResult("ok", "none", {"idempotency_key": key, "duplicate": True, "outbox_file": target.name})
+    name = outbox_file(key)
+    duplicate = ToolResult("ok", "none", {"idempotency_key": key, "duplicate": True, "outbox_file": name})
+    if ctx.outbox.published(key):
+        return duplicate
     try:
         published = publication(ctx.workspace, ctx.write_paths, ctx.cancelled)
     except PublishRefused as exc:
@@ -111,32 +110,17 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
         return killed_result(idempotency_key=key)
     patch = published.patch
     content = _outbox_content(ctx, key, published, fixed.message)
-    if (target.name, sha256_bytes(content)) != (fixed.file, fixed.sha256):
+    if (name, sha256_bytes(content)) != (fixed.file, fixed.sha256):
         return error_result("nothing was published: the patch made now is not the one approved", idempotency_key=key)
-    ctx.outbox.mkdir(parents=True, exist_ok=True)
-    tmp = ctx.outbox / f".{key}.{secrets.token_hex(6)}.tmp"
-    try:
-        with open(tmp, "xb") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        # link() is the O_EXCL of renames: exactly one publisher of a key wins, and
-        # a reader never sees a half-written patch under the key's name.
-        os.link(tmp, target)
-    except FileExistsError:
-        return ToolResult("ok", "none", {"idempotency_key": key, "duplicate": True, "outbox_file": target.name})
-    except OSError as exc:
-        if target.exists():
-            raise
-        return ToolResult("transient", "none", {"idempotency_key": key, "error": f"could not write the outbox: {exc}"})
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(ctx.outbox)
+    # The bytes first, then the key: a published key always has its patch, and of
+    # concurrent publishers of a key the outbox lets exactly one take it.
     ref = ctx.artifacts.put(content, "text/x-diff")
+    if not ctx.outbox.publish(key, ctx.run_id, ref, len(content)):
+        return duplicate
     data: dict[str, JSON] = {
         "idempotency_key": key,
         "duplicate": False,
-        "outbox_file": target.name,
+        "outbox_file": name,
         "files": list(patch.files),
         "skipped": list(patch.skipped),
         "bytes": len(content),
@@ -156,8 +140,8 @@ def find_publish(ctx: ToolContext, effect: PendingEffect) -> Reconciliation:
         except PushConflict as exc:
             return Reconciliation(True, False, True, str(exc), conflict=True)
         return Reconciliation(True, applied, True, detail)
-    found = outbox_path(ctx.outbox, effect.idempotency_key).exists()
-    detail = "found in the outbox" if found else "not in the outbox (the outbox is local: authoritative)"
+    found = ctx.outbox.published(effect.idempotency_key)
+    detail = "found in the outbox" if found else "not in the outbox (the outbox is the record: authoritative)"
     return Reconciliation(True, found, True, detail)
 
 
@@ -277,14 +261,6 @@ def find_change_request(ctx: ToolContext, effect: PendingEffect) -> Reconciliati
     return Reconciliation(True, True, True, f"change request #{found.number} from {forge.source} is open: {found.url}")
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def lookup_publish(ctx: ToolContext, call: Call) -> ToolResult:
     # Without a key in the arguments the harness names the run's own publish.
     key = str(call.args.get("idempotency_key") or call.idempotency_key)
@@ -296,5 +272,5 @@ def lookup_publish(ctx: ToolContext, call: Call) -> ToolResult:
         except RemoteError as exc:
             return ToolResult("transient", "none", {"idempotency_key": key, "error": exc.message})
         return ToolResult("ok", "none", {"idempotency_key": key, "found": found, "authoritative": True, "detail": detail})
-    found = outbox_path(ctx.outbox, key).exists()
+    found = ctx.outbox.published(key)
     return ToolResult("ok", "none", {"idempotency_key": key, "found": found, "authoritative": True})

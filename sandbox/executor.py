@@ -1,5 +1,6 @@
 """``SandboxExecutor``: the core's Executor and Workspace for one run, backed by the
-run's workspace directory, its Docker container and the outbox."""
+run's workspace directory, its Docker container and the outbox (a port: the record
+of published keys is the database's, runs.outbox)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from sandbox.output_capture import OutputListener
 from sandbox.publishing import ReviewLimits
 from sandbox.quota import DiskQuota
 from sandbox.remote import RemoteTarget
-from sandbox.tool_context import ToolContext, ToolResult
+from sandbox.tool_context import Outbox, ToolContext, ToolResult
 from sandbox.tools import TOOLS
 from sandbox.workspace import RunWorkspace
 
@@ -46,7 +47,7 @@ class SandboxExecutor:
         workspace: RunWorkspace,
         container: SandboxContainer | None,
         artifacts: ArtifactStore,
-        outbox: Path,
+        outbox: Outbox,
         *,
         write_paths: Sequence[str],
         spool_dir: Path | None = None,

@@ -38,9 +38,38 @@ class FileArtifactSink(Protocol):
         """Store a file's content without reading it into memory; consumes the file."""
 
 
+class Outbox(Protocol):
+    """Where a publish without a remote puts its patch: the key is taken once, by the
+    first publisher, wherever it runs (``runs.outbox.DatabaseOutbox``); the patch's bytes
+    are an artifact."""
+
+    def publish(self, key: str, run_id: str, ref: str, size: int) -> bool:
+        """Take ``key`` for the patch stored as ``ref``: True for the one publisher that
+        took it, False when it was published already."""
+
+    def published(self, key: str) -> bool:
+        """Whether ``key`` was published (authoritative: the outbox is the record)."""
+
+
+class MemoryOutbox:
+    """An outbox for one process: the benchmarks, which run the sandbox without Django."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, str] = {}
+
+    def publish(self, key: str, run_id: str, ref: str, size: int) -> bool:
+        if key in self.keys:
+            return False
+        self.keys[key] = ref
+        return True
+
+    def published(self, key: str) -> bool:
+        return key in self.keys
+
+
 def run_stored_bytes(artifacts: ArtifactStore) -> int:
     """What the run's artifacts hold so far, from a store that counts them per run
-    (``runs.artifacts.FileArtifactStore`` given a run); 0 from one that does not."""
+    (``runs.artifacts.ArtifactStorage`` given a run); 0 from one that does not."""
     counted = getattr(artifacts, "stored_bytes", None)
     return int(counted()) if callable(counted) else 0
 
@@ -50,7 +79,7 @@ class ToolContext:
     run_id: str
     workspace: RunWorkspace
     artifacts: ArtifactStore
-    outbox: Path
+    outbox: Outbox
     # The container a call's check runs in (started, waiting for the engine, when needed).
     container_for: Callable[[Call], SandboxContainer]
     write_paths: tuple[str, ...]

@@ -114,7 +114,8 @@ def module_sandbox(runtime_engine: RuntimeEngine, tmp_path_factory: pytest.TempP
 
 @pytest.fixture
 def sandbox(module_sandbox: ModuleSandbox, tmp_path: Path, db: None) -> SandboxExecutor:
-    from runs.artifacts import FileArtifactStore
+    from runs.artifacts import ArtifactStorage
+    from runs.outbox import DatabaseOutbox
 
     reset_workspace(module_sandbox.workspace)
     module_sandbox.container.kill_processes()
@@ -122,8 +123,8 @@ def sandbox(module_sandbox: ModuleSandbox, tmp_path: Path, db: None) -> SandboxE
         module_sandbox.run_id,
         module_sandbox.workspace,
         module_sandbox.container,
-        FileArtifactStore(),
-        tmp_path / "outbox",
+        ArtifactStorage(),
+        DatabaseOutbox(),
         write_paths=WRITE_PATHS,
         spool_dir=tmp_path / "spool",
     )
@@ -132,12 +133,11 @@ def sandbox(module_sandbox: ModuleSandbox, tmp_path: Path, db: None) -> SandboxE
 @pytest.fixture
 def host_executor(tmp_path: Path, db: None) -> SandboxExecutor:
     """The example workspace with no container: file tools and publishing only."""
-    from runs.artifacts import FileArtifactStore
+    from runs.artifacts import ArtifactStorage
+    from runs.outbox import DatabaseOutbox
 
     workspace = example_workspace(tmp_path / "run")
-    return SandboxExecutor(
-        f"host-{uuid.uuid4().hex[:8]}", workspace, None, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS
-    )
+    return SandboxExecutor(f"host-{uuid.uuid4().hex[:8]}", workspace, None, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS)
 
 
 def make_call(tool: str, args: dict[str, Any], *, check: CheckDef | None = None, key: str | None = None, cap: int = 100_000) -> Call:
@@ -233,7 +233,7 @@ def drive(
     **harness_options: Any,
 ) -> Outcome:
     """The real Harness with in-memory state and approvals, the real executor."""
-    from runs.artifacts import FileArtifactStore
+    from runs.artifacts import ArtifactStorage
 
     state = new_state(
         run_id=executor.run_id,
@@ -253,7 +253,7 @@ def drive(
         workspace=executor,
         approvals=MemoryApprovals(),
         store=store,
-        artifacts=FileArtifactStore(),
+        artifacts=ArtifactStorage(),
         **harness_options,
     )
     started = time.monotonic()

@@ -18,7 +18,8 @@ from core.scenarios import FIXED, call
 from core.simulated import MemoryApprovals, SimExecutor, SimWorkspace
 from core.state import RunState
 from runs.control import kill_requested
-from runs.models import Run
+from runs.models import PublishedPatch, Run
+from runs.outbox import published_patch
 from runs.services import check_new_run, do_create_run
 from runs.store import DjangoStore
 
@@ -116,3 +117,9 @@ class KillFlag:
 
     def kill_requested(self) -> bool:
         return kill_requested(self.run_id)
+
+
+def published_patches(run_id: str) -> dict[str, bytes]:
+    """The patches a run published into the outbox, by key, read through the store."""
+    keys = PublishedPatch.objects.filter(run_id=run_id).values_list("key", flat=True)
+    return {key: patch for key in keys if (patch := published_patch(key)) is not None}

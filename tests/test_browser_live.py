@@ -323,13 +323,13 @@ def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(
 ) -> None:
     from axe_playwright_python.sync_playwright import Axe
 
-    from runs.artifacts import FileArtifactStore
+    from runs.artifacts import ArtifactStorage
     from runs.models import Evidence
 
     scene = waiting_scene(operator)
     evidence = Evidence.objects.filter(run=scene.run).first()
     assert evidence is not None
-    evidence.output_ref = FileArtifactStore().put(b"collected 3 items\n3 passed in 0.02s\n", "text/plain")
+    evidence.output_ref = ArtifactStorage().put(b"collected 3 items\n3 passed in 0.02s\n", "text/plain")
     evidence.save()
     admin_pages = admin_scene(admin_user)
     axe = Axe()

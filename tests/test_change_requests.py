@@ -56,7 +56,8 @@ def forge_access(forge: FakeForge, token: str = FORGE_TOKEN, timeout: float = 10
 
 def run_for(tmp_path: Path, server: GitHttpServer, forge: FakeForge | None, target: str | None = "main") -> SandboxExecutor:
     """A run cloned from the git server with total.py fixed, its forge the fake one."""
-    from runs.artifacts import FileArtifactStore
+    from runs.artifacts import ArtifactStorage
+    from runs.outbox import DatabaseOutbox
 
     url = server.url(f"{PROJECT}.git")
     source = WorkspaceSource(kind="git", url=url, ref="main")
@@ -70,7 +71,7 @@ def run_for(tmp_path: Path, server: GitHttpServer, forge: FakeForge | None, targ
         access = forge_access(forge)
         requests = ChangeRequests(access, access.project_of(url), BRANCH, target)
     return SandboxExecutor(
-        "run-1a2b3c4d", workspace, None, FileArtifactStore(), tmp_path / "outbox", write_paths=("*",), remote=remote, forge=requests
+        "run-1a2b3c4d", workspace, None, ArtifactStorage(), DatabaseOutbox(), write_paths=("*",), remote=remote, forge=requests
     )
 
 

@@ -22,13 +22,15 @@ from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
 from core.patchtext import TOO_LARGE, preview_problem
-from runs.artifacts import FileArtifactStore
+from runs.artifacts import ArtifactStorage
 from runs.models import Run
+from runs.outbox import DatabaseOutbox
 from runs.runtime import advance, create_run, workspace_for
 from sandbox import linediff, patches
 from sandbox.executor import SandboxExecutor
 from tests.fixtures_sandbox import example_workspace, fixed_call
 from tests.git_apply import git_applies_to_source, patch_applies_to_source
+from tests.helpers import published_patches
 from tests.runs_waiting import DEMO_CONTRACT, DEMO_SCRIPT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +68,7 @@ def test_it_publishes_nothing_when_the_run_is_killed_during_the_publish_diff(tmp
     workspace = example_workspace(tmp_path / "run")
     for n in range(60):  # many files, each a long diff: the kill comes in the middle
         workspace.write_file(f"orders/data{n:02d}.txt", NEW.replace("x", f"x{n}"))
-    executor = SandboxExecutor("kill", workspace, None, FileArtifactStore(), tmp_path / "outbox", write_paths=("orders/*",))
+    executor = SandboxExecutor("kill", workspace, None, ArtifactStorage(), DatabaseOutbox(), write_paths=("orders/*",))
     # Fixed when asked for, as the loop does before a reviewer sees it; the publish
     # makes the patch again from the workspace, and that is where the kill comes.
     call = fixed_call(executor, "publish", {"message": "m"}, KEY)
@@ -91,7 +93,7 @@ def test_it_publishes_nothing_when_the_run_is_killed_during_the_publish_diff(tmp
     assert receipt["status"] == "transient" and receipt["effect"] == "none"
     assert "killed" in receipt["data"]["error"] and "nothing was published" in receipt["data"]["error"]
     assert len(diffed) < 60  # it stopped within the diff, not after it
-    assert not (tmp_path / "outbox").exists() or not list((tmp_path / "outbox").iterdir())
+    assert not published_patches(executor.run_id)
 
 
 def probe_run(tmp_path: Path, settings: Settings, operator: User) -> Run:
@@ -99,7 +101,6 @@ def probe_run(tmp_path: Path, settings: Settings, operator: User) -> Run:
     shutil.copytree(ROOT / "examples" / "orders", source)
     (source / "orders" / "data.txt").write_text(OLD)
     settings.WORKSPACE_SOURCES = [*settings.WORKSPACE_SOURCES, tmp_path]
-    settings.OUTBOX_DIR = tmp_path / "outbox"  # this run's patches only
     script = [
         {"tool": "write_file", "args": {"path": "orders/data.txt", "content": NEW}},
         *[step for step in DEMO_SCRIPT if step["tool"] != "read_file"],
@@ -125,10 +126,10 @@ def test_it_files_shows_and_publishes_the_probe_diff_that_git_and_patch_apply(
     api.force_login(reviewer)
     assert api.post(f"/api/approvals/{request.pk}/grant/").status_code == 200
     assert advance(str(run.pk)) == "complete"
-    [published] = list(Path(settings.OUTBOX_DIR).glob("*.patch"))
+    [published] = published_patches(str(run.pk)).values()
     workspace = workspace_for(Run.objects.get(pk=run.pk))
-    git_applies_to_source(workspace, published.read_bytes(), tmp_path / "git")
-    patch_applies_to_source(workspace, published.read_bytes(), tmp_path / "patch")
+    git_applies_to_source(workspace, published, tmp_path / "git")
+    patch_applies_to_source(workspace, published, tmp_path / "patch")
 
 
 @pytest.mark.docker
@@ -153,4 +154,4 @@ def test_it_says_a_diff_is_too_large_to_show_and_refuses_to_grant_it(
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"  # nothing recorded, still decidable
     assert api.post(f"/api/approvals/{request.pk}/deny/", {"reason": "too large to review"}, format="json").status_code == 200
     assert advance(str(run.pk)) == "denied"
-    assert not list(Path(settings.OUTBOX_DIR).glob("*.patch"))
+    assert not published_patches(str(run.pk))

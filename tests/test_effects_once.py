@@ -9,12 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from core import feedback as fb
 from core.faults import Fault
 from core.policy import Rule
 from core.scenarios import FIXED, build_rig, call, demo_policy
+from runs.models import PublishedPatch
+from runs.outbox import published_patch
 from tests.helpers import new_policy_version, run_command
 from tests.runs_waiting import DEMO_CONTRACT, DEMO_SCRIPT
 
@@ -53,7 +54,7 @@ def test_it_publishes_once_when_the_model_repeats_a_publish_after_a_reconciliati
     assert duplicate["payload"]["status"] == "applied"
     key = duplicate["payload"]["idempotency_key"]
     assert [e["payload"]["idempotency_key"] for e in events if e["type"] == "call_started" and e["payload"]["tool"] == "publish"] == [key]
-    assert sorted(p.name for p in Path(settings.OUTBOX_DIR).glob(f"{key}.patch")) == [f"{key}.patch"]
+    assert list(PublishedPatch.objects.filter(key=key).values_list("key", flat=True)) == [key] and published_patch(key)
     assert {"call_id": "c5", "tool": "publish", "state": "duplicate", "of_call": "c3"} in report["not_performed"]
 
 

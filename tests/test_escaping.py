@@ -17,7 +17,7 @@ from playwright.sync_api import Page
 from core import events as ev
 from core.fences import RowLock
 from core.scenarios import call
-from runs.artifacts import FileArtifactStore
+from runs.artifacts import ArtifactStorage
 from runs.eventlog import append_events
 from runs.models import Evidence
 from tests.fixtures_services import ROOT
@@ -51,7 +51,7 @@ def hostile_run(starter: User) -> tuple[Scene, str]:
     scene.request.diff = diff
     scene.request.save(update_fields=["diff"])
     output = f"FAILED test_total - AssertionError: {HOSTILE}\n".encode()
-    ref = FileArtifactStore().put(output, "text/plain")
+    ref = ArtifactStorage().put(output, "text/plain")
     Evidence.objects.filter(run=run).update(output_ref=ref)
     # The check's own receipt, as a sandbox returns it: its output is tool output.
     receipt: dict[str, object] = {"call_id": "c3", "tool": "run_check", "status": "ok", "effect": "none", "revision": run.revision}

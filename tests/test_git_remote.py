@@ -71,7 +71,8 @@ def clone_run(tmp_path: Path, url: str, ref: str | None, access: RemoteAccess) -
 
 def changed_run(remote: Remote, url: str, tmp_path: Path) -> SandboxExecutor:
     """A run cloned from ``url`` at main with total.py fixed, publishing to that remote."""
-    from runs.artifacts import FileArtifactStore
+    from runs.artifacts import ArtifactStorage
+    from runs.outbox import DatabaseOutbox
 
     workspace = clone_run(tmp_path, url, "main", remote.access())
     workspace.write_file("total.py", FIX)
@@ -82,7 +83,7 @@ def changed_run(remote: Remote, url: str, tmp_path: Path) -> SandboxExecutor:
         git_dir=workspace.remote_git,
         access=remote.access(),
     )
-    return SandboxExecutor("run-1a2b3c4d", workspace, None, FileArtifactStore(), tmp_path / "outbox", write_paths=("*",), remote=target)
+    return SandboxExecutor("run-1a2b3c4d", workspace, None, ArtifactStorage(), DatabaseOutbox(), write_paths=("*",), remote=target)
 
 
 def publish(executor: SandboxExecutor, key: str, message: str = "Refuse negative prices\n\nThey made refunds.") -> dict[str, Any]:
@@ -395,7 +396,8 @@ def test_it_names_the_runs_branch_on_the_commit_it_was_cloned_at(operator: User,
 
 
 def test_it_keeps_the_git_directory_for_pushing_when_the_checkout_differs_from_the_commit(remote: Remote, tmp_path: Path, db: None) -> None:
-    from runs.artifacts import FileArtifactStore
+    from runs.artifacts import ArtifactStorage
+    from runs.outbox import DatabaseOutbox
 
     # An eol attribute makes the checkout's bytes differ from the commit's blobs: the
     # commit's objects cannot be the pristine side, but pushes still need the git dir.
@@ -415,7 +417,7 @@ def test_it_keeps_the_git_directory_for_pushing_when_the_checkout_differs_from_t
     target = RemoteTarget(
         url=url, base=str(workspace.source["commit"]), branch="harness/eol-1", git_dir=workspace.remote_git, access=remote.access()
     )
-    executor = SandboxExecutor("run-eol", workspace, None, FileArtifactStore(), tmp_path / "outbox", write_paths=("*",), remote=target)
+    executor = SandboxExecutor("run-eol", workspace, None, ArtifactStorage(), DatabaseOutbox(), write_paths=("*",), remote=target)
     published = publish(executor, "b" * 32)
     assert (published["status"], published["effect"]) == ("ok", "applied"), published
     commit = published["data"]["commit"]

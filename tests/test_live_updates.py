@@ -416,13 +416,13 @@ def test_it_links_no_empty_output() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_it_shows_a_checks_output_with_line_numbers_and_what_produced_it(operator: User) -> None:
-    from runs.artifacts import FileArtifactStore
+    from runs.artifacts import ArtifactStorage
     from runs.models import Evidence
 
     scene = waiting_scene(operator)
     evidence = Evidence.objects.filter(run=scene.run).first()
     assert evidence is not None
-    evidence.output_ref = FileArtifactStore().put(b"collected 3 items\n3 passed\n", "text/plain")
+    evidence.output_ref = ArtifactStorage().put(b"collected 3 items\n3 passed\n", "text/plain")
     evidence.save()
     page = signed_in(operator).get(reverse("runs:artifact", args=[scene.run.pk, evidence.output_ref])).content.decode()
     assert f"Output of check {evidence.check_id}" in page and f"exit code {evidence.exit_code}" in page

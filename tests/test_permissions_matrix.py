@@ -16,7 +16,7 @@ from django.urls import reverse
 
 from approvals.models import ApprovalRequest
 from harness_site.asgi import application
-from runs.artifacts import FileArtifactStore
+from runs.artifacts import ArtifactStorage
 from runs.models import GlobalSwitch, Receipt, Run
 from tests.fixtures_web import Scene, waiting_scene
 
@@ -47,7 +47,7 @@ class ArtifactScene(Scene):
 def scene(operator: User) -> ArtifactScene:
     """The operator started a run that waits for approval and has produced an artifact."""
     scene = waiting_scene(operator)
-    ref = FileArtifactStore().put(b"check output\n", "text/plain")
+    ref = ArtifactStorage().put(b"check output\n", "text/plain")
     Receipt.objects.create(
         run=scene.run, call_id="c3", attempt=9, valid=True, body={"artifacts": [ref]}, harness_revision=scene.run.revision, event_seq=1
     )

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from core.contract import WorkspaceSource
 from core.ports import RevisionMismatch
+from runs import outbox
 from sandbox import patches
 from sandbox.executor import SandboxExecutor
 from sandbox.preparation import prepare_workspace
@@ -35,7 +36,7 @@ def call(executor: SandboxExecutor, tool: str, **args: Any) -> dict[str, Any]:
 
 
 def published_patch(executor: SandboxExecutor) -> str:
-    return (executor.context.outbox / f"{KEY}.patch").read_text(encoding="utf-8", errors="surrogateescape")
+    return (outbox.published_patch(KEY) or b"").decode("utf-8", errors="surrogateescape")
 
 
 def test_it_publishes_exactly_the_preview_and_git_applies_it_to_the_source(host_executor: SandboxExecutor, tmp_path: Path) -> None:
@@ -78,7 +79,7 @@ def test_it_stops_rather_than_publish_a_change_made_around_the_harness(host_exec
         shown(host_executor, "publish", {"message": "m"}, KEY)
     with pytest.raises(RevisionMismatch):
         host_executor.execute(fixed_call(host_executor, "publish", {"message": "m"}, KEY))
-    assert not (host_executor.context.outbox / f"{KEY}.patch").exists()
+    assert outbox.published_patch(KEY) is None
 
 
 def test_it_never_shows_or_publishes_a_file_name_that_could_forge_a_header(host_executor: SandboxExecutor) -> None:
@@ -91,7 +92,7 @@ def test_it_never_shows_or_publishes_a_file_name_that_could_forge_a_header(host_
         shown(host_executor, "publish", {"message": "m"}, KEY)
     with pytest.raises(RevisionMismatch):
         host_executor.execute(fixed_call(host_executor, "publish", {"message": "m"}, KEY))
-    assert not (host_executor.context.outbox / f"{KEY}.patch").exists()
+    assert outbox.published_patch(KEY) is None
     # And whatever the tree holds, the diff writer never emits such a name as a header.
     with pytest.raises(patches.PatchRefused, match="U\\+000A"):
         patches.unified_diff("orders/x\n--- a/tests/test_total.py", None, "def test_it():\n    pass\n")
@@ -101,11 +102,12 @@ def test_it_never_shows_or_publishes_a_file_name_that_could_forge_a_header(host_
 def test_it_publishes_a_name_with_a_space_that_git_apply_and_patch_both_write_to_that_file(tmp_path: Path) -> None:
     """Issue 26 #6: ``tests/conftest.py z.md`` (allowed by ``*.md``) was published as
     ``+++ b/tests/conftest.py z.md``, which GNU patch applies to tests/conftest.py."""
-    from runs.artifacts import FileArtifactStore
+    from runs.artifacts import ArtifactStorage
+    from runs.outbox import DatabaseOutbox
     from tests.fixtures_sandbox import example_workspace
 
     workspace = example_workspace(tmp_path / "run")
-    executor = SandboxExecutor("names", workspace, None, FileArtifactStore(), tmp_path / "outbox", write_paths=("*.md",))
+    executor = SandboxExecutor("names", workspace, None, ArtifactStorage(), DatabaseOutbox(), write_paths=("*.md",))
     conftest = (workspace.pristine / "tests" / "test_total.py").read_text()
     workspace.write_file("tests/test_total.py z.md", conftest.replace("def ", "def evil_", 1))
     workspace.write_file('orders/q"uote é.md', "x\n")
@@ -147,12 +149,15 @@ contents = st.lists(st.sampled_from(["x", "", "  y", "é", "\\ No newline", "---
 def test_it_publishes_patches_git_accepts_for_any_name_and_content(
     tmp_path_factory: pytest.TempPathFactory, name: str, lines: list[str], final_newline: bool
 ) -> None:
-    from runs.artifacts import FileArtifactStore
+    from runs.artifacts import ArtifactStorage
+    from runs.models import PublishedPatch
+    from runs.outbox import DatabaseOutbox
     from tests.fixtures_sandbox import example_workspace
 
     tmp = tmp_path_factory.mktemp("pub")
     workspace = example_workspace(tmp / "run")
-    executor = SandboxExecutor("prop", workspace, None, FileArtifactStore(), tmp / "outbox", write_paths=("orders/*",))
+    executor = SandboxExecutor("prop", workspace, None, ArtifactStorage(), DatabaseOutbox(), write_paths=("orders/*",))
+    PublishedPatch.objects.filter(key=KEY).delete()  # each example publishes into an empty outbox
     content = "\n".join(lines) + ("\n" if lines and final_newline else "")
     workspace.write_file(f"orders/{name}", content)
     workspace.write_file("orders/total.py", "changed\n")

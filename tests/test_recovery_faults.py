@@ -20,6 +20,7 @@ from pytest_django import Settings
 from approvals.models import ApprovalRequest
 from runs.approval_flow import grant
 from runs.models import Event, Receipt, Run
+from runs.outbox import published_patch
 from runs.runtime import create_run
 from tests.fixtures_services import Worker
 from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO, assert_gap_free, wait_for
@@ -29,11 +30,11 @@ pytestmark = [pytest.mark.celery, pytest.mark.docker]
 TRIALS = int(os.environ.get("HARNESS_FAULT_TRIALS", "20"))
 
 
-def outbox_files(run: Run) -> list[Path]:
+def outbox_files(run: Run) -> list[bytes]:
     keys = set(
         Event.objects.filter(run=run, type="call_started", payload__tool="publish").values_list("payload__idempotency_key", flat=True)
     )
-    return [p for p in Path(settings.OUTBOX_DIR).glob("*.patch") if p.stem in keys]
+    return [patch for key in sorted(keys) if (patch := published_patch(key)) is not None]
 
 
 def publish_started(run: Run, timeout: float = 60) -> None:

@@ -24,13 +24,15 @@ from approvals.models import ApprovalRequest
 from common.redact import MASK, redact_text, secret_values
 from core.patchtext import preview_problem
 from pages.templatetags.diffs import diff_rows
-from runs.artifacts import FileArtifactStore
-from runs.models import Run
+from runs.artifacts import ArtifactStorage
+from runs.models import PublishedPatch, Run
+from runs.outbox import DatabaseOutbox, published_patch
 from runs.runtime import advance, create_run
 from sandbox import patches
 from sandbox.executor import SandboxExecutor
 from tests.fixtures_sandbox import example_workspace, fixed_call, make_call, shown
 from tests.git_apply import git_applies_to_source, patch_applies_to_source
+from tests.helpers import published_patches
 from tests.runs_waiting import DEMO_CONTRACT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +48,6 @@ def source_with_a_key(tmp_path: Path, settings: Settings) -> str:
     (source / "orders" / "keys").mkdir()
     (source / "orders" / "keys" / "deploy.pem").write_text(PEM)
     settings.WORKSPACE_SOURCES = [*settings.WORKSPACE_SOURCES, tmp_path]
-    settings.OUTBOX_DIR = tmp_path / "outbox"  # this run's patches only
     return str(source)
 
 
@@ -94,8 +95,8 @@ def test_it_shows_the_reviewer_every_line_after_a_key_in_the_diff_on_the_page_an
     assert api.post(f"/api/approvals/{request.pk}/grant/").status_code == 200
     assert advance(str(run.pk)) == "complete"
     run = Run.objects.get(pk=run.pk)
-    [published] = list(Path(settings.OUTBOX_DIR).glob("*.patch"))
-    patch = published.read_text()
+    [published] = published_patches(str(run.pk)).values()
+    patch = published.decode()
     assert BACKDOOR in patch and KEY_BODY[0] in patch  # what ships is the original, as the page said
 
 
@@ -184,7 +185,8 @@ def test_it_shows_the_reviewer_every_changed_file_and_line_of_what_ships(
     settings.HARNESS_SECRET_VALUES = [MULTILINE_SECRET]
     tmp = tmp_path_factory.mktemp("review")
     workspace = example_workspace(tmp / "run")
-    executor = SandboxExecutor("prop", workspace, None, FileArtifactStore(), tmp / "outbox", write_paths=("orders/*", "docs/*"))
+    executor = SandboxExecutor("prop", workspace, None, ArtifactStorage(), DatabaseOutbox(), write_paths=("orders/*", "docs/*"))
+    PublishedPatch.objects.filter(key=KEY).delete()  # each example publishes into an empty outbox
     total = (workspace.dir / "orders" / "total.py").read_text()
     writes = [("orders/total.py", total + "\n".join(total_lines))]
     writes += [(f"{'orders' if final else 'docs'}/{name}", "\n".join(lines) + ("\n" if final else "")) for name, lines, final in planned]
@@ -198,7 +200,7 @@ def test_it_shows_the_reviewer_every_changed_file_and_line_of_what_ships(
     receipt = executor.execute(call)
     assert isinstance(receipt, dict)
     assert receipt["effect"] == "applied", receipt
-    published = (tmp / "outbox" / f"{KEY}.patch").read_bytes().decode("utf-8", "surrogateescape")
+    published = (published_patch(KEY) or b"").decode("utf-8", "surrogateescape")
 
     assert preview_problem(stored, MASK) is None
     assert published.endswith("\n\n" + preview)  # what ships is what was previewed, byte for byte

@@ -15,6 +15,7 @@ from docker.errors import NotFound
 
 from core.policy import SandboxLimits
 from core.simulated import MemoryApprovals
+from runs.outbox import published_patch
 from sandbox.container import SandboxContainer
 from sandbox.container_spec import LABEL_MANAGED, LABEL_RUN, LABEL_SCOPE, SANDBOX_ENV
 from sandbox.orphans import sweep_orphans
@@ -117,8 +118,8 @@ def test_it_runs_the_demo_until_publish_waits_for_approval(docker_engine: docker
         assert state.status == "complete", (state.stop_reason, state.stop_message)
         assert state.effects_applied == ["c4"]
         (published,) = [op for op in state.operations.values() if op.call_id == "c4" and op.status == "applied"]
-        patch = Path(settings.OUTBOX_DIR) / f"{published.key}.patch"
-        assert 'if line["quantity"] < 0:' in patch.read_text()
+        patch = published_patch(published.key)
+        assert patch is not None and b'if line["quantity"] < 0:' in patch
     finally:
         environment.close()
     with pytest.raises(NotFound):

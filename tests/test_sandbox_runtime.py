@@ -68,7 +68,8 @@ def test_it_refuses_a_runtime_the_engine_has_not_registered_naming_it(docker_eng
 
 @pytest.mark.docker
 def test_it_runs_checks_under_each_runtime_and_reports_it(runtime_engine: RuntimeEngine, tmp_path: Path, db: None) -> None:
-    from runs.artifacts import FileArtifactStore
+    from runs.artifacts import ArtifactStorage
+    from runs.outbox import DatabaseOutbox
     from sandbox.executor import SandboxExecutor
 
     limits: SandboxLimits = runtime_engine.limits(TEST_LIMITS)
@@ -77,7 +78,7 @@ def test_it_runs_checks_under_each_runtime_and_reports_it(runtime_engine: Runtim
     try:
         inspected = runtime_engine.client.containers.get(container.id).attrs["HostConfig"]
         assert inspected["Runtime"] == runtime_engine.runtime
-        executor = SandboxExecutor("rt", workspace, container, FileArtifactStore(), tmp_path / "outbox", write_paths=("orders/*",))
+        executor = SandboxExecutor("rt", workspace, container, ArtifactStorage(), DatabaseOutbox(), write_paths=("orders/*",))
         outcome = drive(executor, sandbox_policy(limits=limits), [step("run_check", check_id=SMOKE.check_id), step("finish")])
     finally:
         container.remove()

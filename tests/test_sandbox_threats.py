@@ -17,7 +17,7 @@ import pytest
 from docker.errors import NotFound
 
 from core.policy import CheckDef, SandboxLimits
-from runs.artifacts import artifact_path
+from runs.artifacts import ArtifactStorage
 from sandbox.executor import SandboxExecutor
 from sandbox.hashing import TreeHasher, TreeSink
 from sandbox.quota import MB, DiskQuota
@@ -34,6 +34,7 @@ from tests.fixtures_sandbox import (
     start_container,
     step,
 )
+from tests.helpers import published_patches
 
 pytestmark = [pytest.mark.docker]
 
@@ -245,7 +246,7 @@ def test_it_caps_a_100mb_output_and_stores_its_start_and_end(sandbox: SandboxExe
     # Stored: the first bytes, a notice of the cut and the last bytes, within the
     # per-check cap (sandbox.quota.DiskQuota.output_max_bytes), never all 100 MB.
     assert data["output_cut"] is True and data["output_stored_bytes"] < 8 * MB
-    stored = artifact_path(data["output_ref"]).read_bytes()
+    stored = ArtifactStorage().get(data["output_ref"])
     assert len(stored) <= 8 * MB and stored.startswith(b"0123456789abcdef\n")
     assert f"[harness: output cut: the first {data['output_stored_bytes']} of 100000000 bytes".encode() in stored
     line = b"0123456789abcdef\n"
@@ -286,9 +287,10 @@ def test_it_gives_checks_none_of_the_workers_environment(
     workspace = example_workspace(tmp_path / "env-run")
     container = start_container("env-run", workspace, runtime_engine.limits(TEST_LIMITS))  # created after the canary is set
     try:
-        from runs.artifacts import FileArtifactStore
+        from runs.artifacts import ArtifactStorage
+        from runs.outbox import DatabaseOutbox
 
-        executor = SandboxExecutor("env-run", workspace, container, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS)
+        executor = SandboxExecutor("env-run", workspace, container, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS)
         outcome = drive(executor, sandbox_policy(ENV), [step("run_check", check_id="env"), *SURVIVE])
     finally:
         container.remove()
@@ -333,11 +335,12 @@ def kill_during_long_check(executor: SandboxExecutor) -> tuple[Outcome, float]:
 
 
 def test_it_kills_an_execution_in_flight_and_removes_the_container(runtime_engine: RuntimeEngine, tmp_path: Path, db: None) -> None:
-    from runs.artifacts import FileArtifactStore
+    from runs.artifacts import ArtifactStorage
+    from runs.outbox import DatabaseOutbox
 
     workspace = example_workspace(tmp_path / "kill-run")
     container = start_container("kill-run", workspace, runtime_engine.limits(TEST_LIMITS))
-    executor = SandboxExecutor("kill-run", workspace, container, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS)
+    executor = SandboxExecutor("kill-run", workspace, container, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS)
     _, took = kill_during_long_check(executor)
     assert took < 2.0
     with pytest.raises(NotFound):
@@ -350,7 +353,8 @@ def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_containe
     """The kill switch must not wait on the engine: here removal stalls for 5 s
     (as a busy engine's can), and the loop still stops within two seconds."""
     import sandbox.container
-    from runs.artifacts import FileArtifactStore
+    from runs.artifacts import ArtifactStorage
+    from runs.outbox import DatabaseOutbox
 
     class StallingClient:
         class api:  # noqa: N801 - mirrors docker.DockerClient.api
@@ -360,7 +364,7 @@ def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_containe
 
     workspace = example_workspace(tmp_path / "slow-engine")
     container = start_container("slow-engine", workspace, runtime_engine.limits(TEST_LIMITS))
-    executor = SandboxExecutor("slow-engine", workspace, container, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS)
+    executor = SandboxExecutor("slow-engine", workspace, container, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS)
     monkeypatch.setattr(sandbox.container, "new_client", lambda timeout: StallingClient())
     try:
         _, took = kill_during_long_check(executor)
@@ -412,11 +416,12 @@ def tree_files(root: Path) -> dict[str, bytes]:
 
 
 def quota_executor(tmp_path: Path, run_id: str, quota: DiskQuota, limits: SandboxLimits) -> SandboxExecutor:
-    from runs.artifacts import FileArtifactStore
+    from runs.artifacts import ArtifactStorage
+    from runs.outbox import DatabaseOutbox
 
     workspace = example_workspace(tmp_path / run_id)
     container = start_container(run_id, workspace, limits)
-    return SandboxExecutor(run_id, workspace, container, FileArtifactStore(), tmp_path / "outbox", write_paths=WRITE_PATHS, quota=quota)
+    return SandboxExecutor(run_id, workspace, container, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS, quota=quota)
 
 
 def test_it_bounds_what_a_check_writes_by_its_scratch_and_leaves_the_workspace_unchanged(
@@ -542,7 +547,8 @@ def test_it_runs_a_check_in_a_workspace_of_300000_files(
     runs under runc (gVisor's ptrace platform takes minutes to list them)."""
     import tempfile
 
-    from runs.artifacts import FileArtifactStore
+    from runs.artifacts import ArtifactStorage
+    from runs.outbox import DatabaseOutbox
     from sandbox import hashing
 
     base = Path(tempfile.mkdtemp(prefix="harness-huge-", dir="/dev/shm"))
@@ -555,7 +561,7 @@ def test_it_runs_a_check_in_a_workspace_of_300000_files(
                 os.close(os.open(vendor / f"d{d}" / f"f{f}", os.O_CREAT | os.O_WRONLY, 0o644))
         workspace.reread()  # the tree was grown around the harness's tools, on purpose
         container = start_container("huge", workspace)
-        executor = SandboxExecutor("huge", workspace, container, FileArtifactStore(), base / "outbox", write_paths=WRITE_PATHS)
+        executor = SandboxExecutor("huge", workspace, container, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS)
         counted = check("count", "sh", "-c", "find . -type f | wc -l", timeout=120)
         walks: list[str] = []
         real = hashing.TreeHasher.tree
@@ -719,14 +725,14 @@ def test_it_stops_a_run_whose_workspace_changed_around_the_harness_during_a_chec
     assert outcome.state.stop_reason == "revision_mismatch", outcome.summary()
     assert "differs from a full walk" in outcome.state.stop_message
     assert outcome.state.outcome != "complete" and not outcome.receipts("publish")
-    assert not list(sandbox.context.outbox.glob("*.patch"))
+    assert not published_patches(sandbox.run_id)
 
 
 def assert_git_applies(executor: SandboxExecutor, tmp_path: Path) -> None:
     from tests.git_apply import git_applies_to_source
 
-    (published,) = list((tmp_path / "outbox").glob("*.patch"))
-    git_applies_to_source(executor.workspace, published.read_bytes(), tmp_path / "git-check")
+    (published,) = published_patches(executor.run_id).values()
+    git_applies_to_source(executor.workspace, published, tmp_path / "git-check")
 
 
 BUILD_IN_TREE = ["sh", "-c", "echo built > orders/built.txt && cat orders/built.txt && pwd"]

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from core.contract import WorkspaceSource
 from core.ports import RevisionMismatch
 from core.state import PendingEffect
+from runs.outbox import published_patch
 from sandbox import fileops, patches
 from sandbox.executor import SandboxExecutor
 from sandbox.hashing import TreeHasher
@@ -278,8 +279,11 @@ def test_it_publishes_the_diff_once_per_idempotency_key(host_executor: SandboxEx
     assert first["effect"] == "applied" and first["data"]["duplicate"] is False and first["data"]["files"] == ["orders/total.py"]
     again = run(host_executor, "publish", message="Reject negative quantities", _key=key)
     assert (again["effect"], again["data"]["duplicate"]) == ("none", True)
-    outbox_file = host_executor.context.outbox / f"{key}.patch"
-    text = outbox_file.read_text()
+    patch = published_patch(key)
+    assert patch is not None
+    text = patch.decode()
+    outbox_file = tmp_path / f"{key}.patch"
+    outbox_file.write_bytes(patch)
     assert text.startswith(f"# Harness publish {key}\n# run: {host_executor.run_id}\n") and "# They made refunds.\n" in text
     copy = tmp_path / "check"
     shutil.copytree(host_executor.workspace.pristine, copy)

@@ -42,6 +42,21 @@ def start(**env: str) -> subprocess.CompletedProcess[str]:
         ),
         ({"DEBUG": "1", "HARNESS_GIT_CLONE_ATTEMPTS": "0"}, "HARNESS_GIT_CLONE_ATTEMPTS"),
         ({"DEBUG": "1", "HARNESS_DB_PREPARE": "sometimes"}, "HARNESS_DB_PREPARE must be a boolean"),
+        ({"DEBUG": "1", "HARNESS_ARTIFACT_STORE": "disk"}, "HARNESS_ARTIFACT_STORE must be one of database, s3"),
+        ({"DEBUG": "1", "HARNESS_ARTIFACT_STORE": "s3"}, "HARNESS_S3_BUCKET is required"),
+        (
+            {"DEBUG": "1", "HARNESS_ARTIFACT_STORE": "s3", "HARNESS_S3_BUCKET": "b", "HARNESS_S3_ENDPOINT_URL": "minio:9000"},
+            "HARNESS_S3_ENDPOINT_URL must be a URL",
+        ),
+        (
+            {"DEBUG": "1", "HARNESS_ARTIFACT_STORE": "s3", "HARNESS_S3_BUCKET": "b", "HARNESS_S3_ACCESS_KEY_ID": "k"},
+            "are set together or not at all",
+        ),
+        (
+            {"DEBUG": "1", "HARNESS_ARTIFACT_STORE": "s3", "HARNESS_S3_BUCKET": "b", "HARNESS_S3_ADDRESSING_STYLE": "dns"},
+            "HARNESS_S3_ADDRESSING_STYLE must be one of",
+        ),
+        ({"DEBUG": "1", "HARNESS_ARTIFACT_RETENTION_DAYS": "-1"}, "HARNESS_ARTIFACT_RETENTION_DAYS must be at least 0"),
     ],
 )
 def test_it_fails_at_start_naming_the_bad_variable(env: dict[str, str], named: str) -> None:
@@ -52,6 +67,18 @@ def test_it_fails_at_start_naming_the_bad_variable(env: dict[str, str], named: s
 
 def test_it_starts_with_production_settings_when_they_are_given() -> None:
     result = start(DEBUG="0", SECRET_KEY="x" * 40, ALLOWED_HOSTS="harness.example.com")
+    assert result.returncode == 0, result.stderr
+
+
+def test_it_starts_with_the_artifacts_in_a_bucket_when_one_is_given() -> None:
+    result = start(
+        DEBUG="1",
+        HARNESS_ARTIFACT_STORE="s3",
+        HARNESS_S3_BUCKET="harness-artifacts",
+        HARNESS_S3_ENDPOINT_URL="http://127.0.0.1:9000",
+        HARNESS_S3_ACCESS_KEY_ID="k",
+        HARNESS_S3_SECRET_ACCESS_KEY="s",
+    )
     assert result.returncode == 0, result.stderr
 
 

@@ -31,7 +31,7 @@ from core.storable import HEAD_CHARS, MAX_DEPTH
 from runs import runtime
 from runs import services as run_services
 from runs.approval_gate import DjangoApprovals
-from runs.artifacts import FileArtifactStore
+from runs.artifacts import ArtifactStorage
 from runs.models import CallLedgerEntry, Event, PendingEffect, Receipt, Report, Run
 from runs.services import check_new_run, do_create_run, drive_run
 from runs.store import load_state
@@ -178,7 +178,7 @@ def test_it_stores_large_tool_output_once_in_an_artifact_and_the_receipt_bounded
     (receipt,) = Receipt.objects.filter(run=run)
     data = receipt.body["data"]
     assert data["truncated"] is True and data["size"] > 3_000_000
-    assert FileArtifactStore().get(data["artifact"]) == json.dumps({"text": "E" * 3_000_000}, separators=(",", ":")).encode()
+    assert ArtifactStorage().get(data["artifact"]) == json.dumps({"text": "E" * 3_000_000}, separators=(",", ":")).encode()
     api_reads_back(run, operator)
 
 

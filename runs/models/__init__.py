@@ -1,4 +1,4 @@
-from runs.models.artifact import Artifact, RunArtifact
+from runs.models.artifact import Artifact, ArtifactChunk, PublishedPatch, RunArtifact
 from runs.models.effects import PendingEffect
 from runs.models.event import Event
 from runs.models.evidence import Evidence
@@ -7,4 +7,17 @@ from runs.models.report import Report
 from runs.models.run import Run
 from runs.models.switch import GlobalSwitch
 
-__all__ = ["Artifact", "CallLedgerEntry", "Event", "Evidence", "GlobalSwitch", "PendingEffect", "Receipt", "Report", "Run", "RunArtifact"]
+__all__ = [
+    "Artifact",
+    "ArtifactChunk",
+    "CallLedgerEntry",
+    "Event",
+    "Evidence",
+    "GlobalSwitch",
+    "PendingEffect",
+    "PublishedPatch",
+    "Receipt",
+    "Report",
+    "Run",
+    "RunArtifact",
+]
