@@ -6,6 +6,8 @@ win, wherever the publishers run."""
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import shutil
 import threading
 import tracemalloc
@@ -305,3 +307,32 @@ def test_it_publishes_a_key_once_from_workers_on_different_hosts(tmp_path: Path)
     [applied] = [r for r in receipts if r["effect"] == "applied"]
     assert published_patch(key) == ArtifactStorage().get(applied["data"]["patch_ref"])
     assert PublishedPatch.objects.filter(key=key).count() == 1
+
+
+@pytest.mark.django_db
+def test_it_moves_the_files_of_an_installation_from_before_into_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.apps import apps
+
+    upgrade = importlib.import_module("runs.migrations.0007_artifacts_from_disk")
+    output = b"3 passed\n" * 1000
+    kept = "sha256:" + hashlib.sha256(output).hexdigest()
+    gone = "sha256:" + "0" * 64
+    root, outbox = tmp_path / "artifacts", tmp_path / "outbox"
+    (root / kept[7:9]).mkdir(parents=True)
+    (root / kept[7:9] / kept[7:]).write_bytes(output)
+    outbox.mkdir()
+    patch = b"# Harness publish " + b"a" * 32 + b"\n# run: run-1\n\n--- a/x\n+++ b/x\n"
+    (outbox / ("a" * 32 + ".patch")).write_bytes(patch)
+    # The rows as an installation from before 0006 has them: bytes on disk only.
+    Artifact.objects.create(ref=kept, size=len(output), media_type="text/plain")
+    Artifact.objects.create(ref=gone, size=5, media_type="text/plain")
+    monkeypatch.setenv("HARNESS_ARTIFACT_ROOT", str(root))
+    monkeypatch.setenv("HARNESS_OUTBOX_DIR", str(outbox))
+
+    upgrade.from_disk(apps, None)
+
+    assert ArtifactStorage().get(kept) == output
+    assert not Artifact.objects.filter(ref=gone).exists()  # the next store of it writes it whole
+    assert published_patch("a" * 32) == patch and PublishedPatch.objects.get(key="a" * 32).run_id == "run-1"
+    upgrade.from_disk(apps, None)  # again: nothing twice
+    assert ArtifactChunk.objects.filter(artifact_id=kept).count() == -(-len(output) // CHUNK_BYTES)
