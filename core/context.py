@@ -75,6 +75,8 @@ def guard(run: RunContext, where: str, infrastructure: str | None = None) -> Non
     """The kill switch and the deadline, checked wherever the run could go on."""
     if run.controls.kill_requested():
         raise StopRun(Stop("killed", f"kill switch ({where})"))
-    if run.clock.now() >= run.state.deadline:
+    now = run.clock.now()
+    # A wait in progress is not working time (core.waits).
+    if now >= run.state.deadline_at(now):
         message = f"wall-time limit of {run.state.limits.wall_time_seconds}s reached ({where})"
         raise StopRun(no_retry("deadline", message, infrastructure))
