@@ -14,7 +14,8 @@ What the events determine, and so what is compared:
   ``policy_changed``);
 - status, stop reason and stop message (``stopped``; ``approval_required`` and
   ``wait_ended`` for waits);
-- the counters: proposals (``proposed``) and tool-call attempts (``call_started``);
+- the counters: proposals, and so the next call's number, and tool-call attempts
+  (``proposed``, ``call_started``); when the last proposal arrived (``proposed``);
 - the wait, and its clock: which call waits for which request, under which key,
   revision and policy version, since when, the time waited and so the deadline
   (``approval_required``, ``wait_ended``, ``stopped``);
@@ -27,14 +28,25 @@ What the events determine, and so what is compared:
 - the changed paths (``receipt_recorded``, ``pending_effect_recorded``) and the
   external effects applied (``receipt_recorded``, ``effect_reconciled``).
 
-What is not compared (``NOT_EXPLAINED``), because no event carries it yet: the ledger
-of unsettled calls and the report's list of calls not performed (a call's record
-changes at each gate, most changes without an event, and settled calls leave the
-ledger at a checkpoint, which is no event), the operations (external effects by key,
-changed with the ledger), the step in progress (``current_call``,
-``current_proposal``, ``proposed_at``, ``next_call``: a step ends at a checkpoint),
-the feedback the proposer is shown, and the proposer's own state (the model's
-conversation, which only the proposer reads). docs/design.md, Events, says the same."""
+What is not compared (``NOT_EXPLAINED``), and why:
+
+- the ledger of unsettled calls, the report's list of calls not performed and the
+  operations (external effects by key, changed with the ledger): a call's record
+  changes at each gate, several of those changes without an event (its creation
+  with the validated arguments, its idempotency key, the authorization's decision
+  and rule), and a settled call leaves the ledger for ``not_performed`` at the
+  checkpoint after it settled, which is no event: the log does not say which
+  settled calls the last checkpoint still holds;
+- the call in progress (``current_call``): a step that executed a call ends at its
+  checkpoint, with no event of its own (its last event, the receipt, comes before
+  the guard that may stop the run with that call named);
+- the proposal in progress (``current_proposal``): one denied by the contract is
+  kept whole in the state until the stop that follows, and bounded in the log;
+- the feedback the proposer is shown (the step's outcome, from the state the step
+  leaves), and the proposer's own state: the model's conversation, which only the
+  proposer reads, stored as the proposer hands it over at each checkpoint.
+
+docs/design.md, Events, says the same."""
 
 from __future__ import annotations
 
@@ -46,9 +58,7 @@ from core import events as ev
 from core.contract import Limits
 from core.state import EvidenceRecord, PendingEffect, RunState, Waiting
 
-NOT_EXPLAINED = frozenset(
-    {"ledger", "not_performed", "operations", "current_call", "current_proposal", "proposed_at", "next_call", "feedback", "proposer_state"}
-)
+NOT_EXPLAINED = frozenset({"ledger", "not_performed", "operations", "current_call", "current_proposal", "feedback", "proposer_state"})
 
 
 @dataclass(frozen=True)
@@ -118,7 +128,8 @@ def apply(state: RunState, event: ev.AnyEvent) -> RunState:
         case ev.PolicyChanged():
             state.policy_version = event.new_version
         case ev.Proposed():
-            state.proposals = event.number
+            state.proposals, state.proposed_at = event.number, event.ts
+            state.next_call += 1
         case ev.CallStarted():
             state.calls += 1
         case ev.ApprovalRequired() | ev.WaitEnded() | ev.Stopped():

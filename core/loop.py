@@ -216,9 +216,8 @@ def _step(run: RunContext, gates: Gates) -> None:
         emit_model_notes(run)
         if raw is None:
             return act(run, gates, Stop("proposals_exhausted", "the proposer has no further proposals"))
+        # The proposal's event numbers the next call and dates this one (core.fold).
         state.current_call = call_id = f"c{state.next_call}"
-        state.next_call += 1
-        state.proposed_at = run.clock.now()
         # Gates 1-3 (parse, resolve, validate) read nothing outside the run, so they decide before anything
         # holding the proposal is stored: only a proposal they let through is kept
         # whole (the state holds it until its step ends, for a resumed run);
