@@ -49,7 +49,8 @@ class RunContext:
     policies: PolicySource | None = None
     # The recorder's: the events since the last checkpoint, stored with the next one.
     unsaved: list[ev.Event] = field(default_factory=list, init=False)
-    # The wait that ended when the run was picked up: its wait_ended event says how long.
+    # How long the wait in progress when the run was picked up had lasted: its
+    # wait_ended event says so, and adds it to the time waited (once: it is spent then).
     wait_just_ended: float = field(default=0.0, init=False)
 
 

@@ -85,6 +85,7 @@ def close_requests(run: RunContext, reason: str) -> None:
 def emit_wait_ended(run: RunContext, exit: WaitExit, reason: str) -> None:
     state = run.state
     assert state.waiting is not None
+    waited, run.wait_just_ended = run.wait_just_ended, 0.0
     emit(
         run,
         ev.WaitEnded,
@@ -93,8 +94,8 @@ def emit_wait_ended(run: RunContext, exit: WaitExit, reason: str) -> None:
         exit=exit,
         run=WAIT_EXITS[exit].run,
         reason=reason,
-        waited_seconds=round(run.wait_just_ended, 3),
-        total_waited_seconds=round(state.waited_seconds + run.wait_just_ended, 3),
+        waited_seconds=round(waited, 3),
+        total_waited_seconds=round(state.waited_seconds + waited, 3),
     )
 
 
