@@ -49,7 +49,8 @@ class RunContext:
     policies: PolicySource | None = None
     # The recorder's: the events since the last checkpoint, stored with the next one.
     unsaved: list[ev.Event] = field(default_factory=list, init=False)
-    # The wait that ended when the run was picked up: its wait_ended event says how long.
+    # How long the wait in progress when the run was picked up had lasted: its
+    # wait_ended event says so, and adds it to the time waited (once: it is spent then).
     wait_just_ended: float = field(default=0.0, init=False)
 
 
@@ -75,6 +76,8 @@ def guard(run: RunContext, where: str, infrastructure: str | None = None) -> Non
     """The kill switch and the deadline, checked wherever the run could go on."""
     if run.controls.kill_requested():
         raise StopRun(Stop("killed", f"kill switch ({where})"))
-    if run.clock.now() >= run.state.deadline:
+    now = run.clock.now()
+    # A wait in progress is not working time (core.waits).
+    if now >= run.state.deadline_at(now):
         message = f"wall-time limit of {run.state.limits.wall_time_seconds}s reached ({where})"
         raise StopRun(no_retry("deadline", message, infrastructure))

@@ -4,10 +4,10 @@ store writes them in ``seq`` order and they are the run's audit trail."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from core.jsonutil import JSON
 
@@ -19,6 +19,13 @@ class Event(BaseModel):
     seq: int
     ts: float
     call_id: str | None = None
+
+    @field_validator("ts")
+    @classmethod
+    def _to_the_microsecond(cls, ts: float) -> float:
+        """The time as the store keeps it (to the microsecond), so a state that took
+        an event's time (core.fold) equals the one its stored log gives."""
+        return datetime.fromtimestamp(ts, tz=UTC).timestamp()
 
     def payload(self) -> dict[str, JSON]:
         return self.model_dump(exclude={"run_id", "seq", "ts", "call_id", "type"})
@@ -37,6 +44,8 @@ class RunStarted(Event):
 class RunResumed(Event):
     type: Literal["run_resumed"] = "run_resumed"
     reason: str
+    # The workspace's revision as the recovery found it, which the run goes on from.
+    revision: str | None = None
 
 
 class Proposed(Event):
@@ -186,6 +195,10 @@ class ReceiptRecorded(Event):
     problem: str | None = None
     receipt: JSON
     harness_revision: str
+    # What the receipt settles beyond itself: the workspace paths it wrote (the run's
+    # changed paths) and whether it applied an external effect (its effects applied).
+    wrote: list[str] = Field(default_factory=list)
+    external: bool = False
 
 
 class Retry(Event):
@@ -219,6 +232,13 @@ class EvidenceRecorded(Event):
     exit_code: int | None
     revision: str
     current: bool
+    # The rest of the evidence record, as the run keeps it.
+    command: list[str] = Field(default_factory=list)
+    timed_out: bool = False
+    duration_ms: int = 0
+    image_digest: str = ""
+    policy_version: int | None = None
+    output_ref: str | None = None
 
 
 class EvidenceCleared(Event):
@@ -226,6 +246,15 @@ class EvidenceCleared(Event):
     old_revision: str
     revision: str
     checks: list[str]
+
+
+class WorkspaceChanged(Event):
+    """A full read of the workspace found it at another revision than the run had
+    (a change that came around the harness's tools)."""
+
+    type: Literal["workspace_changed"] = "workspace_changed"
+    old_revision: str
+    revision: str
 
 
 class CheckRequired(Event):
@@ -241,12 +270,17 @@ class PendingEffectRecorded(Event):
     kind: Literal["workspace", "external"]
     idempotency_key: str | None
     reason: str
+    args: dict[str, JSON] = Field(default_factory=dict)
+    # The workspace paths the effect may have written (the run's changed paths).
+    wrote: list[str] = Field(default_factory=list)
 
 
 class EffectReconciled(Event):
     type: Literal["effect_reconciled"] = "effect_reconciled"
     applied: bool
     detail: str
+    # A workspace effect's: the revision the workspace was found at.
+    revision: str | None = None
 
 
 class WriteBlocked(Event):
@@ -291,6 +325,7 @@ AnyEvent = (
     | SandboxWaitOver
     | EvidenceRecorded
     | EvidenceCleared
+    | WorkspaceChanged
     | CheckRequired
     | PendingEffectRecorded
     | EffectReconciled

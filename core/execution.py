@@ -16,8 +16,8 @@ from core.pending import record_pending
 from core.policy import CheckDef
 from core.ports import Call, RevisionMismatch
 from core.receipts import Receipt, ReceiptInvalid, check_receipt
-from core.recording import checkpoint, emit, note_written, set_revision
-from core.state import CallRecord, EvidenceRecord, Operation, RunState
+from core.recording import checkpoint, clear_evidence, emit
+from core.state import CallRecord, Operation, RunState
 from core.tools import ToolSpec
 
 
@@ -43,13 +43,14 @@ def execute(run: RunContext, gates: Gates, record: CallRecord, spec: ToolSpec) -
         if refused is not None:
             return refused
         raw, problem_detail = _attempt(run, record, spec, check)
+        before = run.state.revision
         checked = _checked_receipt(run, gates, raw, problem_detail, record, spec)
         if isinstance(checked, Stop):
             return checked
         receipt, observed = checked
         record.last_status = receipt.status
         if receipt.status != "transient":
-            feedback = _settle(run, record, spec, receipt, observed, check)
+            feedback = _settle(run, record, spec, receipt, observed, check, before)
             _settle_operation(run, record, receipt, feedback)
             guard(run, "after the receipt")
             return feedback
@@ -76,7 +77,6 @@ def _start_attempt(run: RunContext, gates: Gates, record: CallRecord, spec: Tool
     if state.calls >= state.limits.max_tool_calls:
         return Stop("budget_exhausted", f"call budget of {state.limits.max_tool_calls} used")
     record.attempts += 1
-    state.calls += 1
     record.state = "started"
     record.revision_before = state.revision
     emit(run, ev.CallStarted, call_id=record.call_id, tool=spec.name, attempt=record.attempts, idempotency_key=record.idempotency_key)
@@ -134,6 +134,7 @@ def _checked_receipt(
         found = storable.summary(raw)
         if isinstance(exc, storable.Unstorable) or found.bytes > run.state.limits.max_output_bytes_per_call:
             kept = {"summary": found.model_dump()}
+        before = run.state.revision
         emit(
             run,
             ev.ReceiptRecorded,
@@ -149,7 +150,7 @@ def _checked_receipt(
             record_pending(run, record, spec, f"receipt invalid: {problem}")
         else:
             record.state = "failed"
-        set_revision(run, harness_revision, cleared_by_write=spec.writes_workspace)
+        clear_evidence(run, before, harness_revision, by_write=spec.writes_workspace)
         return Stop("receipt_invalid", problem)
     # Stored as the proposer sees it: data above the run's output cap is kept as
     # its head and the artifact holding the whole (observe), not twice in full
@@ -164,8 +165,15 @@ def _checked_receipt(
         valid=True,
         receipt={**receipt.model_dump(), "data": observed},
         harness_revision=harness_revision,
+        wrote=spec.written_paths(record.args) if _wrote(spec, receipt) else [],
+        external=spec.external_effect and receipt.status not in ("transient", "unknown") and receipt.effect == "applied",
     )
     return receipt, observed
+
+
+def _wrote(spec: ToolSpec, receipt: Receipt) -> bool:
+    """The receipt says the call wrote the workspace (an unknown outcome is a pending effect)."""
+    return spec.writes_workspace and receipt.status not in ("transient", "unknown") and receipt.effect != "none"
 
 
 def _before_retry(run: RunContext, gates: Gates, record: CallRecord, receipt: Receipt) -> Stop | None:
@@ -189,23 +197,26 @@ def _before_retry(run: RunContext, gates: Gates, record: CallRecord, receipt: Re
 
 
 def _settle(
-    run: RunContext, record: CallRecord, spec: ToolSpec, receipt: Receipt, observed: dict[str, JSON], check: CheckDef | None
+    run: RunContext,
+    record: CallRecord,
+    spec: ToolSpec,
+    receipt: Receipt,
+    observed: dict[str, JSON],
+    check: CheckDef | None,
+    before: str,
 ) -> fb.Result | fb.OutcomeUnknown:
+    """The call's outcome, its receipt (on the record, ``before`` the revision it
+    found) showing what it was."""
     state = run.state
     if receipt.status == "unknown":
         if spec.has_effect:
             record_pending(run, record, spec, "the executor could not tell whether the effect happened")
         else:
             record.state = "unknown"
-        set_revision(run, receipt.revision, cleared_by_write=spec.writes_workspace)
+        clear_evidence(run, before, receipt.revision, by_write=spec.writes_workspace)
         return fb.OutcomeUnknown(call_id=record.call_id, tool=spec.name, idempotency_key=record.idempotency_key, data=observed)
     record.state = "completed"
-    wrote = spec.writes_workspace and receipt.effect != "none"
-    if wrote:
-        note_written(run, record, spec)
-    set_revision(run, receipt.revision, cleared_by_write=wrote)
-    if spec.external_effect and receipt.effect == "applied":
-        state.effects_applied.append(record.call_id)
+    clear_evidence(run, before, receipt.revision, by_write=_wrote(spec, receipt))
     if check is not None:
         _record_evidence(run, record, receipt, check)
     return fb.Result(
@@ -248,36 +259,23 @@ def _record_evidence(run: RunContext, record: CallRecord, receipt: Receipt, chec
     exit_code = exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None
     timed_out = data.get("timed_out") is True
     before = record.revision_before or state.revision
-    evidence = EvidenceRecord(
-        call_id=record.call_id,
-        check_id=check.check_id,
-        check_version=check.version,
-        command=list(check.command),
-        exit_code=exit_code,
-        timed_out=timed_out,
-        duration_ms=_int(data.get("duration_ms")),
-        image_digest=str(data.get("image_digest", "")),
-        revision=before,
-        policy_version=state.policy_version,
-        output_ref=_str_or_none(data.get("output_ref")),
-        passed=exit_code == 0 and not timed_out,
-        ts=run.clock.now(),
-    )
-    state.evidence.append(evidence)
-    # Evidence is current only if the check left the revision it checked intact.
-    current = before == state.revision
-    if current:
-        state.current_evidence[check.check_id] = len(state.evidence) - 1
     emit(
         run,
         ev.EvidenceRecorded,
         call_id=record.call_id,
         check_id=check.check_id,
         check_version=check.version,
-        passed=evidence.passed,
+        passed=exit_code == 0 and not timed_out,
         exit_code=exit_code,
         revision=before,
-        current=current,
+        # Evidence is current only if the check left the revision it checked intact.
+        current=before == state.revision,
+        command=list(check.command),
+        timed_out=timed_out,
+        duration_ms=_int(data.get("duration_ms")),
+        image_digest=str(data.get("image_digest", "")),
+        policy_version=state.policy_version,
+        output_ref=_str_or_none(data.get("output_ref")),
     )
 
 

@@ -1,74 +1,64 @@
-"""The part of a run's state its event log explains, rebuilt from the events alone,
-and the differences from the stored state (``manage.py check_run_state``).
+"""The one reducer: ``apply(state, event)`` is how an event changes a run's state, the
+loop's recorder applies every event it emits with it (``core.recording.emit``), and
+``fold`` rebuilds a run's state from its log alone, to compare with the stored state
+(``differences``; ``manage.py check_run_state``).
+
+A fold starts from the run as it was created (``start``: its id, contract, limits,
+actor, start time, base revision and policy version, which no event changes; the
+deadline is the start plus the wall-time limit), then applies the log in seq order.
+``run_started`` confirms the limits, the revision and the policy version.
 
 What the events determine, and so what is compared:
 
+- whether the run started, its limits and the policy version (``run_started``,
+  ``policy_changed``);
 - status, stop reason and stop message (``stopped``; ``approval_required`` and
   ``wait_ended`` for waits);
-- the counters: proposals (``proposed``) and tool-call attempts (``call_started``);
-- whether the run started (``run_started``), and the policy version the gates
-  decide under (``run_started``, ``policy_changed``);
-- the wait: which call waits for which request, under which key, revision and
-  policy version (``approval_required``, ``wait_ended``, ``stopped``);
-- evidence: every check recorded and which are current (``evidence_recorded``,
+- the counters: proposals, and so the next call's number, and tool-call attempts
+  (``proposed``, ``call_started``); when the last proposal arrived (``proposed``);
+- the wait, and its clock: which call waits for which request, under which key,
+  revision and policy version, since when, the time waited and so the deadline
+  (``approval_required``, ``wait_ended``, ``stopped``);
+- the revision (``run_started``, ``receipt_recorded``, ``evidence_cleared``,
+  ``workspace_changed``, ``run_resumed``, ``effect_reconciled``);
+- evidence: every check recorded, whole, and which are current (``evidence_recorded``,
   ``evidence_cleared``);
 - pending effects and how each was resolved (``pending_effect_recorded``,
-  ``effect_reconciled``).
+  ``effect_reconciled``);
+- the changed paths (``receipt_recorded``, ``pending_effect_recorded``) and the
+  external effects applied (``receipt_recorded``, ``effect_reconciled``).
 
-What they do not determine, and so is not compared: the revision (it moves
-without an event when no evidence is current), waiting time (a wait that goes on
-re-opens its clock without an event), the ledger (settled calls leave it), the
-operations, the changed paths, the deadline, the feedback and the proposer's own
-state. docs/design.md, Events, says the same."""
+What is not compared (``NOT_EXPLAINED``), and why:
+
+- the ledger of unsettled calls, the report's list of calls not performed and the
+  operations (external effects by key, changed with the ledger): a call's record
+  changes at each gate, several of those changes without an event (its creation
+  with the validated arguments, its idempotency key, the authorization's decision
+  and rule), and a settled call leaves the ledger for ``not_performed`` at the
+  checkpoint after it settled, which is no event: the log does not say which
+  settled calls the last checkpoint still holds;
+- the call in progress (``current_call``): a step that executed a call ends at its
+  checkpoint, with no event of its own (its last event, the receipt, comes before
+  the guard that may stop the run with that call named);
+- the proposal in progress (``current_proposal``): one denied by the contract is
+  kept whole in the state until the stop that follows, and bounded in the log;
+- the feedback the proposer is shown (the step's outcome, from the state the step
+  leaves), and the proposer's own state: the model's conversation, which only the
+  proposer reads, stored as the proposer hands it over at each checkpoint.
+
+docs/design.md, Events, says the same."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import assert_never
 
 from core import events as ev
-from core.state import RunState, RunStatus, Waiting
+from core.contract import Limits
+from core.state import EvidenceRecord, PendingEffect, RunState, Waiting
 
-
-@dataclass(frozen=True)
-class CheckFact:
-    call_id: str
-    check_id: str
-    check_version: str
-    passed: bool
-    exit_code: int | None
-    revision: str
-
-
-@dataclass(frozen=True)
-class EffectFact:
-    call_id: str
-    tool: str
-    kind: str
-    idempotency_key: str | None
-    reason: str
-    resolved: bool = False
-    applied: bool | None = None
-    resolution: str | None = None
-
-
-@dataclass
-class Explained:
-    """The parts of a ``RunState`` that events explain. ``policy_version`` is None
-    when the log has no ``run_started`` (a run stopped before it started)."""
-
-    run_started: bool = False
-    status: RunStatus = "running"
-    stop_reason: str | None = None
-    stop_message: str = ""
-    proposals: int = 0
-    calls: int = 0
-    policy_version: int | None = None
-    waiting: Waiting | None = None
-    evidence: list[CheckFact] = field(default_factory=list)
-    current_evidence: dict[str, int] = field(default_factory=dict)
-    pending_effects: list[EffectFact] = field(default_factory=list)
+NOT_EXPLAINED = frozenset({"ledger", "not_performed", "operations", "current_call", "current_proposal", "feedback", "proposer_state"})
 
 
 @dataclass(frozen=True)
@@ -81,18 +71,32 @@ class Difference:
         return f"{self.part}: the state says {self.stored!r}, the events say {self.from_events!r}"
 
 
-def fold(events: Iterable[ev.AnyEvent]) -> Explained:
-    """What a log, in seq order, says about its run."""
-    out = Explained()
+def start(created: RunState) -> RunState:
+    """The state a run was created with, from the parts of ``created`` no event changes."""
+    return RunState(
+        run_id=created.run_id,
+        contract=created.contract,
+        limits=created.limits,
+        policy_version=created.policy_version,
+        actor=created.actor,
+        started_at=created.started_at,
+        deadline=created.started_at + created.limits.wall_time_seconds,
+        base_revision=created.base_revision,
+        revision=created.base_revision,
+    )
+
+
+def fold(events: Iterable[ev.AnyEvent], created: RunState) -> RunState:
+    """What a log, in seq order, says the state of the run ``created`` is."""
+    state = start(created)
     for event in events:
-        _apply(out, event)
-    return out
+        apply(state, event)
+    return state
 
 
-# The events that change nothing of what is compared: see the module docstring.
+# The events that change nothing of the state the fold explains (see the module docstring).
 _Silent = (
-    ev.RunResumed
-    | ev.InvalidInput
+    ev.InvalidInput
     | ev.Denied
     | ev.CallAdmitted
     | ev.ApprovalConsumed
@@ -102,7 +106,6 @@ _Silent = (
     | ev.DuplicateEffect
     | ev.InvariantRepaired
     | ev.KillRequested
-    | ev.ReceiptRecorded
     | ev.Retry
     | ev.SandboxWaiting
     | ev.SandboxWaitOver
@@ -112,117 +115,162 @@ _Silent = (
 )
 
 
-def _apply(out: Explained, event: ev.AnyEvent) -> None:
-    """One event's part, by its family; every match is exhaustive, so a new event type
-    fails type checking until it is placed."""
+def apply(state: RunState, event: ev.AnyEvent) -> RunState:
+    """``state`` changed by ``event`` (in place: the loop's gates hold parts of it), by
+    the event's family; every match is exhaustive, so a new event type fails type
+    checking until it is placed."""
     if isinstance(event, _Silent):
-        return
+        return state
     match event:
         case ev.RunStarted():
-            out.run_started, out.policy_version = True, event.policy_version
+            state.run_started, state.policy_version = True, event.policy_version
+            state.limits, state.revision = Limits.model_validate(event.limits), event.revision
         case ev.PolicyChanged():
-            out.policy_version = event.new_version
+            state.policy_version = event.new_version
         case ev.Proposed():
-            out.proposals = event.number
+            state.proposals, state.proposed_at = event.number, event.ts
+            state.next_call += 1
         case ev.CallStarted():
-            out.calls += 1
+            state.calls += 1
         case ev.ApprovalRequired() | ev.WaitEnded() | ev.Stopped():
-            _apply_status(out, event)
+            _apply_status(state, event)
+        case ev.RunResumed() | ev.WorkspaceChanged() | ev.ReceiptRecorded():
+            _apply_workspace(state, event)
         case ev.EvidenceRecorded() | ev.EvidenceCleared():
-            _apply_evidence(out, event)
+            _apply_evidence(state, event)
         case ev.PendingEffectRecorded() | ev.EffectReconciled():
-            _apply_effect(out, event)
+            _apply_effect(state, event)
         case _:
             assert_never(event)
+    return state
 
 
-def _apply_status(out: Explained, event: ev.ApprovalRequired | ev.WaitEnded | ev.Stopped) -> None:
-    """The status, the stop and the wait."""
+def _apply_status(state: RunState, event: ev.ApprovalRequired | ev.WaitEnded | ev.Stopped) -> None:
+    """The status, the stop and the wait, with its clock: time waiting for a human is
+    not working time, so each wait that ends moves the deadline on."""
     match event:
         case ev.ApprovalRequired():
             assert event.call_id is not None
-            out.status = "waiting_approval"
-            out.waiting = Waiting(
+            state.status = "waiting_approval"
+            state.waiting = Waiting(
                 call_id=event.call_id,
                 request_id=event.request_id,
                 approval_key=event.key,
                 revision=event.revision,
                 policy_version=event.policy_version,
             )
+            if state.waiting_since is None:
+                state.waiting_since = event.ts
         case ev.WaitEnded():
             # A wait that ends in a stop is followed by the stop itself.
-            out.status, out.waiting = "running", None
+            state.status, state.waiting, state.waiting_since = "running", None, None
+            state.waited_seconds += event.waited_seconds
+            state.deadline += event.waited_seconds
         case ev.Stopped():
-            out.waiting = None
+            state.waiting, state.waiting_since = None, None
             if event.status == "complete":
-                out.status = "complete"
+                state.status = "complete"
             else:
-                out.status, out.stop_reason, out.stop_message = "stopped", event.status, event.message
+                state.status, state.stop_reason, state.stop_message = "stopped", event.status, event.message
         case _:
             assert_never(event)
 
 
-def _apply_evidence(out: Explained, event: ev.EvidenceRecorded | ev.EvidenceCleared) -> None:
+def _apply_workspace(state: RunState, event: ev.RunResumed | ev.WorkspaceChanged | ev.ReceiptRecorded) -> None:
+    """The revision as the harness reads it, the paths written and external effects applied."""
+    match event:
+        case ev.RunResumed():
+            if event.revision is not None:
+                state.revision = event.revision
+        case ev.WorkspaceChanged():
+            state.revision = event.revision
+        case ev.ReceiptRecorded():
+            status = event.receipt.get("status") if isinstance(event.receipt, dict) else None
+            # A transient failure had no effect: the revision stays.
+            if not event.valid or status != "transient":
+                state.revision = event.harness_revision
+            _add_paths(state, event.wrote)
+            if event.external:
+                assert event.call_id is not None
+                state.effects_applied.append(event.call_id)
+        case _:
+            assert_never(event)
+
+
+def _add_paths(state: RunState, paths: list[str]) -> None:
+    if paths:
+        state.changed_paths = sorted(set(state.changed_paths) | set(paths))
+
+
+def _apply_evidence(state: RunState, event: ev.EvidenceRecorded | ev.EvidenceCleared) -> None:
     match event:
         case ev.EvidenceRecorded():
             assert event.call_id is not None
-            out.evidence.append(
-                CheckFact(event.call_id, event.check_id, event.check_version, event.passed, event.exit_code, event.revision)
+            state.evidence.append(
+                EvidenceRecord(
+                    call_id=event.call_id,
+                    check_id=event.check_id,
+                    check_version=event.check_version,
+                    command=list(event.command),
+                    exit_code=event.exit_code,
+                    timed_out=event.timed_out,
+                    duration_ms=event.duration_ms,
+                    image_digest=event.image_digest,
+                    revision=event.revision,
+                    policy_version=event.policy_version if event.policy_version is not None else state.policy_version,
+                    output_ref=event.output_ref,
+                    passed=event.passed,
+                    ts=event.ts,
+                )
             )
             if event.current:
-                out.current_evidence[event.check_id] = len(out.evidence) - 1
+                state.current_evidence[event.check_id] = len(state.evidence) - 1
         case ev.EvidenceCleared():
-            out.current_evidence = {}
+            state.current_evidence, state.revision = {}, event.revision
         case _:
             assert_never(event)
 
 
-def _apply_effect(out: Explained, event: ev.PendingEffectRecorded | ev.EffectReconciled) -> None:
+def _apply_effect(state: RunState, event: ev.PendingEffectRecorded | ev.EffectReconciled) -> None:
     match event:
         case ev.PendingEffectRecorded():
             assert event.call_id is not None
-            out.pending_effects.append(EffectFact(event.call_id, event.tool, event.kind, event.idempotency_key, event.reason))
+            state.pending_effects.append(
+                PendingEffect(
+                    call_id=event.call_id,
+                    tool=event.tool,
+                    args=event.args,
+                    kind=event.kind,
+                    idempotency_key=event.idempotency_key,
+                    reason=event.reason,
+                    recorded_at=event.ts,
+                )
+            )
+            _add_paths(state, event.wrote)
         case ev.EffectReconciled():
+            if event.revision is not None:
+                state.revision = event.revision
             # Also written for an interrupted write found not to have happened, which
             # was never a pending effect: then there is nothing to resolve.
-            for index, effect in enumerate(out.pending_effects):
+            for effect in state.pending_effects:
                 if effect.call_id == event.call_id and not effect.resolved:
-                    out.pending_effects[index] = EffectFact(
-                        effect.call_id, effect.tool, effect.kind, effect.idempotency_key, effect.reason, True, event.applied, event.detail
-                    )
+                    effect.resolved, effect.applied, effect.resolution = True, event.applied, event.detail
+                    if effect.kind == "external" and event.applied:
+                        state.effects_applied.append(effect.call_id)
                     break
         case _:
             assert_never(event)
 
 
-def explained_by_state(state: RunState) -> Explained:
-    """The same parts, as the stored state has them."""
-    return Explained(
-        run_started=state.run_started,
-        status=state.status,
-        stop_reason=state.stop_reason,
-        stop_message=state.stop_message,
-        proposals=state.proposals,
-        calls=state.calls,
-        policy_version=state.policy_version,
-        waiting=state.waiting,
-        evidence=[CheckFact(e.call_id, e.check_id, e.check_version, e.passed, e.exit_code, e.revision) for e in state.evidence],
-        current_evidence=dict(state.current_evidence),
-        pending_effects=[
-            EffectFact(p.call_id, p.tool, p.kind, p.idempotency_key, p.reason, p.resolved, p.applied, p.resolution)
-            for p in state.pending_effects
-        ],
-    )
-
-
 def differences(state: RunState, events: Iterable[ev.AnyEvent]) -> list[Difference]:
-    """Where the stored state and its event log disagree (empty when the log explains it)."""
-    stored, folded = explained_by_state(state), fold(events)
+    """Where the stored state and its event log disagree, field by field (empty when
+    the log explains it); ``NOT_EXPLAINED`` is left out."""
+    folded = fold(events, state)
     found = []
-    for part in (f.name for f in fields(Explained)):
-        if part == "policy_version" and folded.policy_version is None:
+    for part in RunState.model_fields:
+        if part in NOT_EXPLAINED:
             continue
-        mine, theirs = getattr(stored, part), getattr(folded, part)
+        mine, theirs = getattr(state, part), getattr(folded, part)
         if mine != theirs:
             found.append(Difference(part, mine, theirs))
     return found

@@ -56,7 +56,7 @@ from core.ports import (
     Workspace,
 )
 from core.proposals import bounded, kept, parse, resolve, validate
-from core.recording import checkpoint, close_requests, emit, emit_model_notes, end_step, set_revision, stop
+from core.recording import checkpoint, close_requests, emit, emit_model_notes, end_step, read_workspace, stop
 from core.state import CallRecord, RunState
 from core.tools import Registry, ToolSpec
 
@@ -148,7 +148,6 @@ def drive(run: RunContext, gates: Gates) -> RunState:
         return state
     try:
         if not state.run_started:
-            state.run_started = True
             emit(
                 run,
                 ev.RunStarted,
@@ -169,7 +168,7 @@ def drive(run: RunContext, gates: Gates) -> RunState:
         # Whatever happened while nobody drove this run (hours, for a wait), the
         # workspace is read in full before any approval or evidence is relied on
         # again: a change that came around the harness's tools stops the run.
-        set_revision(run, run.workspace.verify(), cleared_by_write=False)
+        read_workspace(run, run.workspace.verify())
         if state.status == "waiting_approval":
             act(run, gates, waits.resume(run))
         while state.status == "running":
@@ -189,7 +188,6 @@ def _adopt_policy(run: RunContext, policy: Policy) -> None:
     run.policy = policy
     if policy.version != run.state.policy_version:
         emit(run, ev.PolicyChanged, old_version=run.state.policy_version, new_version=policy.version)
-        run.state.policy_version = policy.version
 
 
 def _refresh_policy(run: RunContext) -> None:
@@ -218,16 +216,14 @@ def _step(run: RunContext, gates: Gates) -> None:
         emit_model_notes(run)
         if raw is None:
             return act(run, gates, Stop("proposals_exhausted", "the proposer has no further proposals"))
-        state.proposals += 1
+        # The proposal's event numbers the next call and dates this one (core.fold).
         state.current_call = call_id = f"c{state.next_call}"
-        state.next_call += 1
-        state.proposed_at = run.clock.now()
         # Gates 1-3 (parse, resolve, validate) read nothing outside the run, so they decide before anything
         # holding the proposal is stored: only a proposal they let through is kept
         # whole (the state holds it until its step ends, for a resumed run);
         # anything else is kept bounded (Proposed.summary), whatever its size.
         screened = _screen(run, gates, call_id, raw)
-        emit(run, ev.Proposed, call_id=call_id, number=state.proposals, **kept(raw, screened))
+        emit(run, ev.Proposed, call_id=call_id, number=state.proposals + 1, **kept(raw, screened))
         if not isinstance(screened, Refuse):
             state.current_proposal = raw
             checkpoint(run)
@@ -287,7 +283,7 @@ def _finish(run: RunContext, gates: Gates, accepted: Accepted) -> Decision:
     # "Complete" vouches for the evidence on the current revision, so the tree is
     # read in full once more: checks are not walked after (they see it read-only),
     # and a change that came around the harness's tools must stop the run here.
-    set_revision(run, run.workspace.verify(), cleared_by_write=False)
+    read_workspace(run, run.workspace.verify())
     record = CallRecord(call_id=accepted.call_id, tool=accepted.spec.name, args=accepted.args, state="completed")
     checked = gates.evidence(run, record, accepted.spec, None)
     return Complete(record) if isinstance(checked, Proceed) else checked
@@ -362,7 +358,6 @@ def act(run: RunContext, gates: Gates, decision: Decision) -> None:
         case Complete():
             record = decision.record
             state.ledger[record.call_id] = record
-            state.status = "complete"
             emit(run, ev.Stopped, call_id=record.call_id, status="complete", message="finished with passing checks on the current revision")
             end_step(run, fb.Complete(call_id=record.call_id))
             close_requests(run, "the run completed")
@@ -373,7 +368,6 @@ def act(run: RunContext, gates: Gates, decision: Decision) -> None:
         case Regate():
             act(run, gates, _admit(run, gates, decision.record, decision.spec))
         case KeepWaiting():
-            waits.enter_wait(run)
             checkpoint(run)
         case _:
             assert_never(decision)

@@ -7,8 +7,8 @@ from core import events as ev
 from core import feedback as fb
 from core.context import RunContext, guard
 from core.decisions import Regate, Stop
-from core.recording import checkpoint, emit, note_written, set_revision
-from core.state import CallRecord, PendingEffect
+from core.recording import checkpoint, clear_evidence, emit
+from core.state import CallRecord
 from core.tools import ToolSpec
 
 
@@ -18,19 +18,6 @@ def record_pending(run: RunContext, record: CallRecord, spec: ToolSpec, reason: 
     operation = run.state.operations.get(record.idempotency_key or "")
     if operation is not None and operation.call_id == record.call_id:
         operation.status = "unknown"
-    if spec.writes_workspace:
-        note_written(run, record, spec)
-    run.state.pending_effects.append(
-        PendingEffect(
-            call_id=record.call_id,
-            tool=spec.name,
-            args=record.args,
-            kind=kind,
-            idempotency_key=record.idempotency_key,
-            reason=reason,
-            recorded_at=run.clock.now(),
-        )
-    )
     emit(
         run,
         ev.PendingEffectRecorded,
@@ -39,6 +26,8 @@ def record_pending(run: RunContext, record: CallRecord, spec: ToolSpec, reason: 
         kind=kind,
         idempotency_key=record.idempotency_key,
         reason=reason,
+        args=record.args,
+        wrote=spec.written_paths(record.args) if spec.writes_workspace else [],
     )
 
 
@@ -57,21 +46,18 @@ def reconcile_pending(run: RunContext) -> Stop | None:
         if not result.resolved:
             continue
         changed = True
-        effect.resolved = True
-        effect.applied = result.applied
-        effect.resolution = result.detail
         record = state.ledger.get(effect.call_id)
         if record is not None:
             record.state = "completed" if result.applied else "failed"
+        revision = None
         if effect.kind == "workspace":
-            set_revision(run, run.workspace.revision(), cleared_by_write=bool(result.applied))
-        elif result.applied:
-            state.effects_applied.append(effect.call_id)
+            revision = run.workspace.revision()
+            clear_evidence(run, state.revision, revision, by_write=bool(result.applied))
         operation = state.operations.get(effect.idempotency_key or "")
         if operation is not None and operation.call_id == effect.call_id:
             operation.status = "applied" if result.applied else "not_applied"
             operation.outcome = {"reconciled": result.detail}
-        emit(run, ev.EffectReconciled, call_id=effect.call_id, applied=bool(result.applied), detail=result.detail)
+        emit(run, ev.EffectReconciled, call_id=effect.call_id, applied=bool(result.applied), detail=result.detail, revision=revision)
     if changed:
         checkpoint(run)
     return None
@@ -90,11 +76,12 @@ def recover_in_flight(run: RunContext) -> Regate | Stop | None:
     interrupted = [r for r in state.ledger.values() if r.state == "started"]
     if not interrupted:
         return None
-    revision = run.workspace.revision()
+    old, revision = state.revision, run.workspace.revision()
     again: Regate | None = None
     for record in interrupted:
         spec = run.registry.get(record.tool)
-        emit(run, ev.RunResumed, call_id=record.call_id, reason=f"recovered: {record.tool} attempt {record.attempts} was in flight")
+        reason = f"recovered: {record.tool} attempt {record.attempts} was in flight"
+        emit(run, ev.RunResumed, call_id=record.call_id, reason=reason, revision=revision)
         current = record.call_id == state.current_call
         unwritten = spec is not None and spec.writes_workspace and not spec.external_effect and revision == record.revision_before
         if spec is not None and current and (not spec.has_effect or unwritten):
@@ -112,7 +99,7 @@ def recover_in_flight(run: RunContext) -> Regate | Stop | None:
     if again is None:
         state.current_call = None
         state.current_proposal = None
-    set_revision(run, revision, cleared_by_write=False)
+    clear_evidence(run, old, revision, by_write=False)
     checkpoint(run)
     conflict = reconcile_pending(run)
     if conflict is not None:

@@ -1,23 +1,30 @@
-"""The recorder: how every outcome is put on the record. Events wait in the run
-context until the next checkpoint stores them with the state; a step's end, a stop,
-the end of a wait and a new revision each have one function here."""
+"""The recorder: how every outcome is put on the record. An event changes the run's
+state as ``core.fold.apply`` says, and waits in the run context until the next
+checkpoint stores it with the state; a step's end, a stop, the end of a wait and a
+revision read from the workspace each have one function here."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from core import events as ev
 from core import feedback as fb
 from core import storable
 from core.context import RunContext
+from core.fold import apply
 from core.lifecycle import WAIT_EXITS, WaitExit
-from core.state import TERMINAL_STATES, CallRecord
-from core.tools import ToolSpec
+from core.state import TERMINAL_STATES
+
+E = TypeVar("E", bound=ev.Event)
 
 
-def emit(run: RunContext, cls: type[ev.Event], /, call_id: str | None = None, **fields: Any) -> None:
+def emit(run: RunContext, cls: type[E], /, call_id: str | None = None, **fields: Any) -> E:
+    """Record an event and apply it to the run's state: what the log says is what the state is."""
     # seq 0: the store numbers events as it writes them, after any written outside the loop.
-    run.unsaved.append(cls(run_id=run.state.run_id, seq=0, ts=run.clock.now(), call_id=call_id, **fields))
+    event = cls(run_id=run.state.run_id, seq=0, ts=run.clock.now(), call_id=call_id, **fields)
+    apply(run.state, cast(ev.AnyEvent, event))
+    run.unsaved.append(event)
+    return event
 
 
 def checkpoint(run: RunContext) -> None:
@@ -60,11 +67,6 @@ def stop(run: RunContext, reason: str, message: str) -> None:
     state = run.state
     if state.waiting is not None:
         emit_wait_ended(run, "cancelled", message)
-    state.status = "stopped"
-    state.stop_reason = reason
-    state.stop_message = message
-    state.waiting = None
-    state.waiting_since = None
     emit(run, ev.Stopped, call_id=state.current_call, status=reason, message=message)
     state.current_call = None
     state.current_proposal = None
@@ -83,6 +85,7 @@ def close_requests(run: RunContext, reason: str) -> None:
 def emit_wait_ended(run: RunContext, exit: WaitExit, reason: str) -> None:
     state = run.state
     assert state.waiting is not None
+    waited, run.wait_just_ended = run.wait_just_ended, 0.0
     emit(
         run,
         ev.WaitEnded,
@@ -91,21 +94,24 @@ def emit_wait_ended(run: RunContext, exit: WaitExit, reason: str) -> None:
         exit=exit,
         run=WAIT_EXITS[exit].run,
         reason=reason,
-        waited_seconds=round(run.wait_just_ended, 3),
-        total_waited_seconds=round(state.waited_seconds, 3),
+        waited_seconds=round(waited, 3),
+        total_waited_seconds=round(state.waited_seconds + waited, 3),
     )
 
 
-def set_revision(run: RunContext, revision: str, *, cleared_by_write: bool) -> None:
-    state = run.state
-    if revision == state.revision and not cleared_by_write:
-        return
-    if state.current_evidence:
-        emit(run, ev.EvidenceCleared, old_revision=state.revision, revision=revision, checks=sorted(state.current_evidence))
-    state.current_evidence = {}
-    state.revision = revision
+def clear_evidence(run: RunContext, old: str, new: str, *, by_write: bool) -> None:
+    """Evidence is current only on the revision it checked: none is once the revision
+    moved from ``old`` to ``new``, or a write may have changed what was checked. The
+    revision itself moves with the event that says why (the receipt, the reconciled
+    effect, the recovery, the workspace read)."""
+    if (new != old or by_write) and run.state.current_evidence:
+        emit(run, ev.EvidenceCleared, old_revision=old, revision=new, checks=sorted(run.state.current_evidence))
 
 
-def note_written(run: RunContext, record: CallRecord, spec: ToolSpec) -> None:
-    paths = spec.written_paths(record.args)
-    run.state.changed_paths = sorted(set(run.state.changed_paths) | set(paths))
+def read_workspace(run: RunContext, revision: str) -> None:
+    """The revision a full read of the workspace found: one that moved came around the
+    harness's tools, and is on the record."""
+    old = run.state.revision
+    if revision != old:
+        emit(run, ev.WorkspaceChanged, old_revision=old, revision=revision)
+    clear_evidence(run, old, revision, by_write=False)

@@ -33,23 +33,11 @@ def key_now(run: RunContext, record: CallRecord) -> str:
 
 
 def end_wait_clock(run: RunContext) -> None:
-    """Time waiting for a human is not working time: it moves the deadline on and
-    is counted apart. A wait that goes on is re-opened by ``enter_wait``."""
-    state = run.state
-    run.wait_just_ended = 0.0
-    if state.waiting_since is None:
-        return
-    waited = max(0.0, run.clock.now() - state.waiting_since)
-    run.wait_just_ended = waited
-    state.waited_seconds += waited
-    state.deadline += waited
-    state.waiting_since = None
-
-
-def enter_wait(run: RunContext) -> None:
-    run.state.status = "waiting_approval"
-    if run.state.waiting_since is None:
-        run.state.waiting_since = run.clock.now()
+    """Time waiting for a human is not working time: how long the wait in progress has
+    lasted when the run is picked up, which its ``wait_ended`` adds to the time waited
+    and to the deadline (core.fold). A wait that goes on keeps its clock running."""
+    since = run.state.waiting_since
+    run.wait_just_ended = 0.0 if since is None else max(0.0, run.clock.now() - since)
 
 
 def _wait_left(run: RunContext) -> float:
@@ -100,15 +88,9 @@ def ask(run: RunContext, record: CallRecord, spec: ToolSpec, authorization: Auth
             **asked,
         )
     )
+    # The event puts the run in the wait (core.fold); the request already waited for needs none.
     if filed.new or state.waiting is None or state.waiting.request_id != filed.request_id:
         emit(run, ev.ApprovalRequired, call_id=record.call_id, request_id=filed.request_id, **asked)
-    state.waiting = Waiting(
-        call_id=record.call_id,
-        request_id=filed.request_id,
-        approval_key=key,
-        revision=state.revision,
-        policy_version=run.policy.version,
-    )
     return KeepWaiting()
 
 
@@ -156,8 +138,6 @@ def _leave(run: RunContext, exit: WaitExit, reason: str, record: CallRecord, spe
     assert waiting is not None
     transition = WAIT_EXITS[exit]
     emit_wait_ended(run, exit, reason)
-    state.waiting = None
-    state.status = "running"
     if transition.run == "stopped":
         if transition.request == "denied":
             # The reviewer's refusal of exactly this call is on the call's record too.

@@ -187,6 +187,7 @@ _ExecutionEvent = (
     | ev.EffectReconciled
     | ev.EvidenceRecorded
     | ev.EvidenceCleared
+    | ev.WorkspaceChanged
 )
 
 
@@ -219,6 +220,8 @@ def _execution_view(e: _ExecutionEvent) -> tuple[str, str, str]:
             )
         case ev.EvidenceCleared():
             return "Evidence cleared", "warn", f"revision {short(e.old_revision)} → {short(e.revision)}; re-check needed"
+        case ev.WorkspaceChanged():
+            return "Workspace changed outside the run", "warn", f"revision {short(e.old_revision)} → {short(e.revision)}"
         case _:
             assert_never(e)
 

@@ -49,6 +49,7 @@ def kind_of(event: ev.AnyEvent) -> str | None:
             | ev.SandboxWaitOver()
             | ev.EvidenceRecorded()
             | ev.EvidenceCleared()
+            | ev.WorkspaceChanged()
             | ev.CheckRequired()
             | ev.PendingEffectRecorded()
             | ev.EffectReconciled()

@@ -31,6 +31,7 @@ from core.environment import Environment
 from core.errors import FieldProblem, InputError
 from core.faults import Fault, FaultyExecutor
 from core.fences import Lease
+from core.fold import apply
 from core.policy import Policy
 from core.ports import RevisionMismatch
 from core.storable import escaped_text
@@ -217,9 +218,8 @@ def stop_undriven(run: Run, reason: str, message: str, lease_token: int) -> str:
     commit, a malformed archive) or whose revision fails its verification stops the
     run, saying why, instead of leaving it running or waiting."""
     state = load_state(run)
-    state.status, state.stop_reason, state.stop_message = "stopped", reason, message
-    state.waiting = state.waiting_since = None  # a stopped run waits for nothing
     stop = ev.Stopped(run_id=str(run.pk), seq=0, ts=time.time(), status=reason, message=message)
+    apply(state, stop)  # a stopped run waits for nothing
     DjangoStore(Lease(lease_token)).checkpoint(state, [stop])
     # Its requests leave the reviewers' queue, as with any stop.
     cancel_open_requests(str(run.pk), f"the run stopped: {reason}", fence=Lease(lease_token))

@@ -70,6 +70,7 @@ _FIELDS: dict[type[ev.Event], dict[str, Any]] = {
     ev.SandboxWaitOver: {"engine_back": True, "waited_seconds": 3.0, "detail": ""},
     ev.EvidenceRecorded: {"check_id": "tests", "check_version": "1", "passed": True, "exit_code": 0, "revision": "r1", "current": True},
     ev.EvidenceCleared: {"old_revision": "r1", "revision": "r2", "checks": ["tests"]},
+    ev.WorkspaceChanged: {"old_revision": "r2", "revision": "r3"},
     ev.CheckRequired: {"revision": "r1", "missing": ["tests"], "for_tool": "publish"},
     ev.PendingEffectRecorded: {
         "tool": "write_file",

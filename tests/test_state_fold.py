@@ -10,8 +10,9 @@ from core import events as ev
 from core.environment import Environment
 from core.faults import Fault, FaultyExecutor
 from core.fences import RowLock
-from core.fold import Explained, fold
+from core.fold import fold
 from core.simulated import MemoryApprovals
+from core.state import RunState
 from runs.eventlog import append_event
 from runs.models import Event, Run
 from runs.services import drive_run
@@ -23,8 +24,8 @@ from tests.test_durable_state import create, drive, finish
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
 
-def folded(run: Run) -> Explained:
-    return fold(row.typed() for row in Event.objects.filter(run=run).order_by("seq"))
+def folded(run: Run) -> RunState:
+    return fold((row.typed() for row in Event.objects.filter(run=run).order_by("seq")), load_state(run))
 
 
 def assert_explained(run: Run) -> None:
@@ -85,6 +86,23 @@ def test_it_explains_a_run_with_a_pending_effect() -> None:
     assert state.pending_effects, state.outcome
     assert_explained(run)
     assert [(p.call_id, p.tool, p.kind) for p in folded(run).pending_effects] == [("c2", "write_file", "workspace")]
+
+
+def test_it_explains_a_wait_that_goes_on_and_a_workspace_changed_behind_the_run() -> None:
+    world = World()
+    run = create(world)
+    first = drive(run, world)
+    assert first.waiting_since is not None
+    again = drive(run, world)  # nobody decided: the wait goes on, its clock running since it began
+    assert (again.status, again.waiting_since, again.waited_seconds) == ("waiting_approval", first.waiting_since, 0.0)
+    assert_explained(run)
+    world.workspace.files["src/notes.txt"] = "edited behind the run"
+    state = drive(run, world)
+    assert state.revision != first.revision and state.waited_seconds > 0
+    assert_explained(run)
+    moved = [row.typed() for row in Event.objects.filter(run=run, type="workspace_changed")]
+    assert [(e.old_revision, e.revision) for e in moved if isinstance(e, ev.WorkspaceChanged)] == [(first.revision, state.revision)]
+    assert folded(run).revision == state.revision
 
 
 def test_it_reports_each_difference_and_exits_non_zero() -> None:
