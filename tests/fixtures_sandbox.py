@@ -66,6 +66,21 @@ def docker_engine() -> Iterator[docker.DockerClient]:
     sweep_orphans([], scope=SCOPE, client=client)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_run_containers_left() -> Iterator[None]:
+    """The runs a session drives in-process or through its workers (runs.runtime) get
+    containers in the session's own scope (harness_site.test_settings); a run still
+    waiting when its test ends keeps its container, as a live one would, so the session
+    removes what is left of its scope when it ends."""
+    yield
+    client = new_client()
+    try:
+        client.ping()
+    except DockerException:
+        return  # no engine: nothing of this session's can be on it
+    sweep_orphans([], scope=settings.SANDBOX_SCOPE, client=client)
+
+
 def example_workspace(root: Path, path: str = "examples/orders") -> RunWorkspace:
     return prepare_workspace(root, WorkspaceSource(kind="path", path=path), ROOT, (ROOT,))
 
