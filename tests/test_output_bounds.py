@@ -218,6 +218,18 @@ def test_it_masks_a_stream_exactly_as_its_lines_masked_one_by_one(
     assert SECRET.encode() not in streamed
 
 
+@override_settings(HARNESS_SECRET_VALUES=[SECRET])
+def test_it_cuts_an_overlong_line_of_secrets_back_to_back_between_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What the property above found: every cut point a step tried fell inside a
+    # secret, and the cut went through one, leaving it readable.
+    monkeypatch.setattr(artifacts, "MASK_LINE_BYTES", 64)
+    monkeypatch.setattr(artifacts, "SEAM_BYTES", 128)
+    monkeypatch.setattr(artifacts, "SEAM_STEP", 8)
+    line = f"{SECRET}sk-{SECRET}{SECRET} xyzxyz sk- AKIA{'Q' * 16}a" * 4
+    streamed = b"".join(masked_blocks([line.encode()]))
+    assert SECRET.encode() not in streamed and streamed.count(MASK.encode()) >= 12
+
+
 @override_settings(HARNESS_SECRET_VALUES=[])
 def test_it_masks_every_line_of_a_private_key_that_spans_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(artifacts, "READ_BYTES", 100)
