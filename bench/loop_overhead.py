@@ -458,7 +458,7 @@ def in_memory_trials(steps: int, trials: int) -> dict[str, Any]:
 
     variants: dict[str, Callable[[Counter], float]] = {
         "empty": lambda _: empty_loop(steps),
-        "harness": lambda _: harness_loop(steps, MemoryStore(), "bench"),
+        "harness": lambda _: harness_loop(steps, MemoryStore(verify=False), "bench"),
         "langgraph": lambda _: langgraph_loop(steps, InMemorySaver()),
     }
     return interleaved(variants, trials, steps)

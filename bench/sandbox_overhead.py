@@ -105,7 +105,7 @@ def harness_for(
         executor=executor,
         workspace=executor,
         approvals=MemoryApprovals(),
-        store=MemoryStore(),
+        store=MemoryStore(verify=False),
         artifacts=MemoryArtifacts(),
     )
 

@@ -1,5 +1,8 @@
 """Typed run events. Each class is one event type with a ``type`` literal; the
-store writes them in ``seq`` order and they are the run's audit trail."""
+store writes them in ``seq`` order and they are the run's audit trail, and the run's
+state is what they fold to (core.fold). An event that settles a call the run never
+admitted (denied, a duplicate, blocked, a check required, the call a stop fails,
+finish) carries the call's record as it leaves it, ``call``."""
 
 from __future__ import annotations
 
@@ -39,6 +42,9 @@ class RunStarted(Event):
     limits: dict[str, int]
     clipped: dict[str, dict[str, int]]
     tools: list[str]
+    # 2: every change to a call's record is an event's (core.fold_calls); a run started
+    # before, whose log does not say so, is compared without its calls (core.fold).
+    log_version: int = 1
 
 
 class RunResumed(Event):
@@ -46,6 +52,9 @@ class RunResumed(Event):
     reason: str
     # The workspace's revision as the recovery found it, which the run goes on from.
     revision: str | None = None
+    # What became of the call in flight: admitted again through the gates (it cannot
+    # have had an effect), a pending effect to reconcile, or failed.
+    recovery: Literal["retried", "pending", "failed"] | None = None
 
 
 class Proposed(Event):
@@ -56,6 +65,8 @@ class Proposed(Event):
     number: int
     proposal: JSON
     summary: dict[str, JSON] | None = None
+    # Through gates 1-3 (parse, resolve, validate): the run holds it until its step ends.
+    accepted: bool = False
 
 
 class InvalidInput(Event):
@@ -70,6 +81,8 @@ class Denied(Event):
     rule: str
     reason: str
     policy_version: int | None = None
+    # The call's record as the denial leaves it (none for a tool outside the contract).
+    call: dict[str, JSON] | None = None
 
 
 class CallAdmitted(Event):
@@ -83,6 +96,9 @@ class CallAdmitted(Event):
     policy_version: int | None = None
     # An external call's fixed effect (core.effects), what the executor performs.
     effect: dict[str, JSON] | None = None
+    idempotency_key: str | None = None
+    # An external effect: its operation is on the record from now on (core.state.Operation).
+    external: bool = False
 
 
 class ApprovalRequired(Event):
@@ -96,6 +112,7 @@ class ApprovalRequired(Event):
     request_id: str
     # The external effect the reviewer is asked about, fixed when the request is filed.
     effect: dict[str, JSON] | None = None
+    idempotency_key: str | None = None
 
 
 class ApprovalConsumed(Event):
@@ -153,6 +170,7 @@ class DuplicateEffect(Event):
     idempotency_key: str
     of_call: str
     status: str
+    call: dict[str, JSON] | None = None
 
 
 class PolicyChanged(Event):
@@ -206,6 +224,9 @@ class Retry(Event):
     attempt: int
     backoff_seconds: float
     reason: str
+    # Why the attempt before failed transiently, which the result tells the model (none
+    # for a call retried after a crash).
+    transient_reason: str | None = None
 
 
 class SandboxWaiting(Event):
@@ -262,6 +283,7 @@ class CheckRequired(Event):
     revision: str
     missing: list[str]
     for_tool: str
+    call: dict[str, JSON] | None = None
 
 
 class PendingEffectRecorded(Event):
@@ -287,6 +309,7 @@ class WriteBlocked(Event):
     type: Literal["write_blocked"] = "write_blocked"
     tool: str
     pending: list[str]
+    call: dict[str, JSON] | None = None
 
 
 class ModelNote(Event):
@@ -299,6 +322,8 @@ class Stopped(Event):
     type: Literal["stopped"] = "stopped"
     status: str
     message: str
+    # The call that fails with the stop (or, for ``complete``, finish), as it leaves it.
+    call: dict[str, JSON] | None = None
 
 
 AnyEvent = (

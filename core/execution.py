@@ -1,12 +1,12 @@
 """Gates 8-10 (execute, receipt check, observe) for a call the loop admitted: its
-attempts, each receipt checked and recorded, the evidence a check leaves, and what
-the proposer is shown. ``execute`` returns what the step feeds back, or the stop a
-limit or an invalid receipt decides."""
+attempts, each receipt checked and recorded, and the evidence a check leaves. The
+call's record is the ledger's, which each attempt's events change (core.fold_calls:
+the receipt that settles the call says what the proposer is shown). ``execute``
+returns the stop a limit or an invalid receipt decides, if one does."""
 
 from __future__ import annotations
 
 from core import events as ev
-from core import feedback as fb
 from core import storable
 from core.context import RunContext, guard, no_retry
 from core.decisions import Stop
@@ -17,7 +17,7 @@ from core.policy import CheckDef
 from core.ports import Call, RevisionMismatch
 from core.receipts import Receipt, ReceiptInvalid, check_receipt
 from core.recording import checkpoint, clear_evidence, emit
-from core.state import CallRecord, Operation, RunState
+from core.state import CallRecord, RunState
 from core.tools import ToolSpec
 
 
@@ -33,11 +33,9 @@ def receipt_check(raw: object, record: CallRecord, spec: ToolSpec, harness_revis
     return check_receipt(raw, record.call_id, spec.name, harness_revision)
 
 
-def execute(run: RunContext, gates: Gates, record: CallRecord, spec: ToolSpec) -> fb.Result | fb.OutcomeUnknown | Stop:
-    """Attempt the call until a receipt that is not transient; what it feeds back."""
+def execute(run: RunContext, gates: Gates, record: CallRecord, spec: ToolSpec) -> Stop | None:
+    """Attempt the call until a receipt that is not transient."""
     check = run.policy.check(str(record.args[spec.runs_check])) if spec.runs_check is not None else None
-    if spec.external_effect:
-        _record_operation(run, record, spec)
     while True:
         refused = _start_attempt(run, gates, record, spec)
         if refused is not None:
@@ -47,26 +45,12 @@ def execute(run: RunContext, gates: Gates, record: CallRecord, spec: ToolSpec) -
         checked = _checked_receipt(run, gates, raw, problem_detail, record, spec)
         if isinstance(checked, Stop):
             return checked
-        receipt, observed = checked
-        record.last_status = receipt.status
-        if receipt.status != "transient":
-            feedback = _settle(run, record, spec, receipt, observed, check, before)
-            _settle_operation(run, record, receipt, feedback)
-            guard(run, "after the receipt")
-            return feedback
-        no_retry_left = _before_retry(run, gates, record, receipt)
+        if checked.status != "transient":
+            _settle(run, record, spec, checked, check, before)
+            return None
+        no_retry_left = _before_retry(run, gates, record, checked)
         if no_retry_left is not None:
             return no_retry_left
-
-
-def _record_operation(run: RunContext, record: CallRecord, spec: ToolSpec) -> None:
-    """Part of the intent checkpointed before the attempt: a crash during the call
-    leaves the operation known, so the same effect is never performed twice."""
-    assert record.idempotency_key is not None
-    state = run.state
-    state.operations[record.idempotency_key] = Operation(
-        key=record.idempotency_key, tool=spec.name, args=record.args, revision=state.revision, call_id=record.call_id
-    )
 
 
 def _start_attempt(run: RunContext, gates: Gates, record: CallRecord, spec: ToolSpec) -> Stop | None:
@@ -76,10 +60,7 @@ def _start_attempt(run: RunContext, gates: Gates, record: CallRecord, spec: Tool
         return Stop("attempt_limit", f"{record.call_id} used its {state.limits.max_attempts} attempts")
     if state.calls >= state.limits.max_tool_calls:
         return Stop("budget_exhausted", f"call budget of {state.limits.max_tool_calls} used")
-    record.attempts += 1
-    record.state = "started"
-    record.revision_before = state.revision
-    emit(run, ev.CallStarted, call_id=record.call_id, tool=spec.name, attempt=record.attempts, idempotency_key=record.idempotency_key)
+    emit(run, ev.CallStarted, call_id=record.call_id, tool=spec.name, attempt=record.attempts + 1, idempotency_key=record.idempotency_key)
     # Write intent is durable before the effect can happen, so a crash during
     # the call is found as "started" and reconciled instead of forgotten. A
     # read needs no such record: after a crash it is simply done again.
@@ -112,11 +93,9 @@ def _attempt(run: RunContext, record: CallRecord, spec: ToolSpec, check: CheckDe
         return None, f"executor raised {type(exc).__name__}: {exc}"
 
 
-def _checked_receipt(
-    run: RunContext, gates: Gates, raw: object, problem_detail: str, record: CallRecord, spec: ToolSpec
-) -> tuple[Receipt, dict[str, JSON]] | Stop:
+def _checked_receipt(run: RunContext, gates: Gates, raw: object, problem_detail: str, record: CallRecord, spec: ToolSpec) -> Receipt | Stop:
     """Gate 9, receipt check: the receipt checked against the revision the harness reads
-    itself, on the record either way, and its data as the proposer sees it; an invalid
+    itself, on the record either way (its data as the proposer sees it); an invalid
     one stops the run."""
     harness_revision = run.workspace.revision() if spec.may_change_workspace else run.state.revision
     kept: JSON = None
@@ -148,8 +127,6 @@ def _checked_receipt(
         )
         if spec.has_effect:
             record_pending(run, record, spec, f"receipt invalid: {problem}")
-        else:
-            record.state = "failed"
         clear_evidence(run, before, harness_revision, by_write=spec.writes_workspace)
         return Stop("receipt_invalid", problem)
     # Stored as the proposer sees it: data above the run's output cap is kept as
@@ -168,7 +145,7 @@ def _checked_receipt(
         wrote=spec.written_paths(record.args) if _wrote(spec, receipt) else [],
         external=spec.external_effect and receipt.status not in ("transient", "unknown") and receipt.effect == "applied",
     )
-    return receipt, observed
+    return receipt
 
 
 def _wrote(spec: ToolSpec, receipt: Receipt) -> bool:
@@ -181,63 +158,32 @@ def _before_retry(run: RunContext, gates: Gates, record: CallRecord, receipt: Re
     state = run.state
     infrastructure = gates.infrastructure_failure(receipt)
     error = receipt.data.get("error")
-    record.transient_reasons.append(infrastructure or (error if isinstance(error, str) else "transient failure"))
     guard(run, "after the receipt", infrastructure)
     backoff = min(run.config.retry_base_seconds * 2 ** (record.attempts - 1), run.config.retry_max_seconds)
     if not gates.attempts_left(state, record):
         return no_retry("attempt_limit", f"{record.call_id} failed transiently {record.attempts} times", infrastructure)
     if run.clock.now() + backoff >= state.deadline:
         return no_retry("deadline", f"a retry after {backoff:.2f}s backoff would cross the deadline", infrastructure)
-    record.state = "allowed"
     reason = f"the sandbox failed, not the call (no effect): {infrastructure}" if infrastructure else "transient failure, no effect"
-    emit(run, ev.Retry, call_id=record.call_id, attempt=record.attempts, backoff_seconds=backoff, reason=reason)
+    # What failed is what the result tells the model once an attempt gets through.
+    failed = infrastructure or (error if isinstance(error, str) else "transient failure")
+    emit(run, ev.Retry, call_id=record.call_id, attempt=record.attempts, backoff_seconds=backoff, reason=reason, transient_reason=failed)
     checkpoint(run)
     run.clock.sleep(backoff)
     return None
 
 
-def _settle(
-    run: RunContext,
-    record: CallRecord,
-    spec: ToolSpec,
-    receipt: Receipt,
-    observed: dict[str, JSON],
-    check: CheckDef | None,
-    before: str,
-) -> fb.Result | fb.OutcomeUnknown:
-    """The call's outcome, its receipt (on the record, ``before`` the revision it
-    found) showing what it was."""
-    state = run.state
+def _settle(run: RunContext, record: CallRecord, spec: ToolSpec, receipt: Receipt, check: CheckDef | None, before: str) -> None:
+    """What the call's receipt (on the record, ``before`` the revision it found) leaves
+    besides: a pending effect, evidence no longer current, the check's evidence."""
     if receipt.status == "unknown":
         if spec.has_effect:
             record_pending(run, record, spec, "the executor could not tell whether the effect happened")
-        else:
-            record.state = "unknown"
         clear_evidence(run, before, receipt.revision, by_write=spec.writes_workspace)
-        return fb.OutcomeUnknown(call_id=record.call_id, tool=spec.name, idempotency_key=record.idempotency_key, data=observed)
-    record.state = "completed"
+        return
     clear_evidence(run, before, receipt.revision, by_write=_wrote(spec, receipt))
     if check is not None:
         _record_evidence(run, record, receipt, check)
-    return fb.Result(
-        call_id=record.call_id,
-        tool=spec.name,
-        revision=state.revision,
-        data=observed,
-        artifacts=list(receipt.artifacts),
-        earlier_attempts=list(record.transient_reasons) if record.transient_reasons else None,
-    )
-
-
-def _settle_operation(run: RunContext, record: CallRecord, receipt: Receipt, feedback: fb.Feedback) -> None:
-    operation = run.state.operations.get(record.idempotency_key or "")
-    if operation is None or operation.call_id != record.call_id:
-        return
-    if receipt.status == "unknown":
-        operation.status = "unknown"
-    else:
-        operation.status = "applied" if receipt.effect == "applied" else "not_applied"
-    operation.outcome = feedback.to_json()
 
 
 def observe(run: RunContext, data: dict[str, JSON]) -> dict[str, JSON]:

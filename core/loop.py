@@ -37,6 +37,7 @@ from core.decisions import (
     Stop,
 )
 from core.execution import attempts_left, execute, infrastructure_failure, receipt_check
+from core.fold import LOG_VERSION
 from core.gates import Gates
 from core.pending import reconcile_pending, recover_in_flight
 from core.policy import Policy
@@ -56,7 +57,7 @@ from core.ports import (
     Workspace,
 )
 from core.proposals import bounded, kept, parse, resolve, validate
-from core.recording import checkpoint, close_requests, emit, emit_model_notes, end_step, read_workspace, stop
+from core.recording import as_recorded, checkpoint, close_requests, emit, emit_model_notes, read_workspace, stop
 from core.state import CallRecord, RunState
 from core.tools import Registry, ToolSpec
 
@@ -157,6 +158,7 @@ def drive(run: RunContext, gates: Gates) -> RunState:
                 limits=state.limits.model_dump(),
                 clipped=state.contract.limits.clipped_by(run.policy.budget),
                 tools=sorted(state.contract.allowed_tools),
+                log_version=LOG_VERSION,
             )
             checkpoint(run)
         waits.end_wait_clock(run)
@@ -174,7 +176,7 @@ def drive(run: RunContext, gates: Gates) -> RunState:
         while state.status == "running":
             _step(run, gates)
     except StopRun as stopped:
-        stop(run, stopped.stop.reason, stopped.stop.message)
+        stop(run, stopped.stop.reason, stopped.stop.message, stopped.stop.fails)
     except RevisionMismatch as exc:
         stop(run, "revision_mismatch", str(exc))
     return state
@@ -216,16 +218,17 @@ def _step(run: RunContext, gates: Gates) -> None:
         emit_model_notes(run)
         if raw is None:
             return act(run, gates, Stop("proposals_exhausted", "the proposer has no further proposals"))
-        # The proposal's event numbers the next call and dates this one (core.fold).
-        state.current_call = call_id = f"c{state.next_call}"
+        call_id = f"c{state.next_call}"
         # Gates 1-3 (parse, resolve, validate) read nothing outside the run, so they decide before anything
         # holding the proposal is stored: only a proposal they let through is kept
         # whole (the state holds it until its step ends, for a resumed run);
         # anything else is kept bounded (Proposed.summary), whatever its size.
         screened = _screen(run, gates, call_id, raw)
-        emit(run, ev.Proposed, call_id=call_id, number=state.proposals + 1, **kept(raw, screened))
-        if not isinstance(screened, Refuse):
-            state.current_proposal = raw
+        # The proposal's event makes it the call in progress, numbers the next call
+        # and dates this one (core.fold).
+        accepted = isinstance(screened, Accepted)
+        emit(run, ev.Proposed, call_id=call_id, number=state.proposals + 1, accepted=accepted, **kept(raw, screened))
+        if accepted:
             checkpoint(run)
     else:
         # A resumed run: its proposal passed these gates before; they decide
@@ -236,10 +239,11 @@ def _step(run: RunContext, gates: Gates) -> None:
         return act(run, gates, screened)
     if screened.spec.finishes:
         return act(run, gates, _finish(run, gates, screened))
+    # The gates decide on a working copy of the call's record: what they fill in is on
+    # the record once the event that acts on their decision is (core.fold_calls).
     record = CallRecord(
         call_id=screened.call_id, tool=screened.spec.name, args=screened.args, state="validated", idempotency_key=screened.looked_up
     )
-    state.ledger[record.call_id] = record
     act(run, gates, _admit(run, gates, record, screened.spec))
 
 
@@ -293,18 +297,15 @@ def _finish(run: RunContext, gates: Gates, accepted: Accepted) -> Decision:
 
 
 def act(run: RunContext, gates: Gates, decision: Decision) -> None:
-    """What each decision does: its events, the state it leaves, the effect it has."""
+    """What each decision does: the events that say so (which change the state, and
+    end the step where the decision does: core.fold_calls), and the effect it has."""
     state = run.state
     match decision:
         case Refuse():
-            problems = bounded(decision.problems)
-            listed = [{"field": p.field, "message": p.message} for p in problems]
+            listed = [{"field": p.field, "message": p.message} for p in bounded(decision.problems)]
             emit(run, ev.InvalidInput, call_id=decision.call_id, gate=decision.gate, problems=listed)
-            feedback = fb.InvalidInput(call_id=decision.call_id, problems=[fb.Problem(field=p.field, message=p.message) for p in problems])
-            end_step(run, feedback)
+            checkpoint(run)
         case Deny():
-            if decision.record is not None:
-                decision.record.state = "failed"
             emit(
                 run,
                 ev.Denied,
@@ -313,13 +314,11 @@ def act(run: RunContext, gates: Gates, decision: Decision) -> None:
                 rule=decision.rule,
                 reason=decision.reason,
                 policy_version=decision.policy_version,
+                call=as_recorded(decision.record) if decision.record is not None else None,
             )
             raise StopRun(Stop("tool_denied", decision.message))
         case Duplicate():
             record, done = decision.record, decision.done
-            record.state = "completed"
-            record.last_status = "duplicate"
-            state.not_performed.append({"call_id": record.call_id, "tool": record.tool, "state": "duplicate", "of_call": done.call_id})
             emit(
                 run,
                 ev.DuplicateEffect,
@@ -328,28 +327,19 @@ def act(run: RunContext, gates: Gates, decision: Decision) -> None:
                 idempotency_key=done.key,
                 of_call=done.call_id,
                 status=done.status,
+                call=as_recorded(record),
             )
-            end_step(
-                run,
-                fb.Duplicate(
-                    call_id=record.call_id,
-                    tool=record.tool,
-                    of_call=done.call_id,
-                    idempotency_key=done.key,
-                    status=done.status,
-                    first_outcome=done.outcome,
-                ),
-            )
+            checkpoint(run)
         case Blocked():
             record = decision.record
-            record.state = "failed"
-            emit(run, ev.WriteBlocked, call_id=record.call_id, tool=record.tool, pending=[p.call_id for p in decision.pending])
-            end_step(run, fb.WriteBlocked(call_id=record.call_id, pending=decision.pending))
+            pending = [p.call_id for p in decision.pending]
+            emit(run, ev.WriteBlocked, call_id=record.call_id, tool=record.tool, pending=pending, call=as_recorded(record))
+            checkpoint(run)
         case NeedsEvidence():
-            record, missing = decision.record, decision.missing
-            record.state = "failed"
-            emit(run, ev.CheckRequired, call_id=record.call_id, revision=state.revision, missing=missing, for_tool=record.tool)
-            end_step(run, fb.CheckRequired(call_id=record.call_id, revision=state.revision, missing=missing))
+            record = decision.record
+            missing, tool, call = decision.missing, record.tool, as_recorded(record)
+            emit(run, ev.CheckRequired, call_id=record.call_id, revision=state.revision, missing=missing, for_tool=tool, call=call)
+            checkpoint(run)
         case Ask():
             plan = fix_effect(run, decision.record, decision.spec)
             act(run, gates, waits.ask(run, decision.record, decision.spec, decision.authorization, plan))
@@ -357,13 +347,11 @@ def act(run: RunContext, gates: Gates, decision: Decision) -> None:
             _execute(run, gates, decision)
         case Complete():
             record = decision.record
-            state.ledger[record.call_id] = record
-            emit(run, ev.Stopped, call_id=record.call_id, status="complete", message="finished with passing checks on the current revision")
-            end_step(run, fb.Complete(call_id=record.call_id))
+            message = "finished with passing checks on the current revision"
+            emit(run, ev.Stopped, call_id=record.call_id, status="complete", message=message, call=as_recorded(record))
+            checkpoint(run)
             close_requests(run, "the run completed")
         case Stop():
-            if decision.fails is not None:
-                decision.fails.state = "failed"
             raise StopRun(decision)
         case Regate():
             act(run, gates, _admit(run, gates, decision.record, decision.spec))
@@ -377,7 +365,6 @@ def _execute(run: RunContext, gates: Gates, admitted: Execute) -> None:
     record, spec, authorization = admitted.record, admitted.spec, admitted.authorization
     if spec.external_effect and record.effect is None:
         fix_effect(run, record, spec)
-    record.state = "allowed"
     emit(
         run,
         ev.CallAdmitted,
@@ -390,8 +377,12 @@ def _execute(run: RunContext, gates: Gates, admitted: Execute) -> None:
         revision=run.state.revision,
         policy_version=run.policy.version,
         effect=record.effect,
+        idempotency_key=record.idempotency_key,
+        external=spec.external_effect,
     )
-    outcome = execute(run, gates, record, spec)
-    if isinstance(outcome, Stop):
-        return act(run, gates, outcome)
-    end_step(run, outcome)
+    # From here on the call is the ledger's: each attempt's events change it.
+    stopped = execute(run, gates, run.state.ledger[record.call_id], spec)
+    if stopped is not None:
+        return act(run, gates, stopped)
+    checkpoint(run)
+    guard(run, "after the receipt")

@@ -4,7 +4,6 @@ after a crash (docs/design.md, Recovery)."""
 from __future__ import annotations
 
 from core import events as ev
-from core import feedback as fb
 from core.context import RunContext, guard
 from core.decisions import Regate, Stop
 from core.recording import checkpoint, clear_evidence, emit
@@ -13,11 +12,7 @@ from core.tools import ToolSpec
 
 
 def record_pending(run: RunContext, record: CallRecord, spec: ToolSpec, reason: str) -> None:
-    record.state = "unknown"
     kind = "external" if spec.external_effect else "workspace"
-    operation = run.state.operations.get(record.idempotency_key or "")
-    if operation is not None and operation.call_id == record.call_id:
-        operation.status = "unknown"
     emit(
         run,
         ev.PendingEffectRecorded,
@@ -46,17 +41,10 @@ def reconcile_pending(run: RunContext) -> Stop | None:
         if not result.resolved:
             continue
         changed = True
-        record = state.ledger.get(effect.call_id)
-        if record is not None:
-            record.state = "completed" if result.applied else "failed"
         revision = None
         if effect.kind == "workspace":
             revision = run.workspace.revision()
             clear_evidence(run, state.revision, revision, by_write=bool(result.applied))
-        operation = state.operations.get(effect.idempotency_key or "")
-        if operation is not None and operation.call_id == effect.call_id:
-            operation.status = "applied" if result.applied else "not_applied"
-            operation.outcome = {"reconciled": result.detail}
         emit(run, ev.EffectReconciled, call_id=effect.call_id, applied=bool(result.applied), detail=result.detail, revision=revision)
     if changed:
         checkpoint(run)
@@ -81,24 +69,21 @@ def recover_in_flight(run: RunContext) -> Regate | Stop | None:
     for record in interrupted:
         spec = run.registry.get(record.tool)
         reason = f"recovered: {record.tool} attempt {record.attempts} was in flight"
-        emit(run, ev.RunResumed, call_id=record.call_id, reason=reason, revision=revision)
         current = record.call_id == state.current_call
         unwritten = spec is not None and spec.writes_workspace and not spec.external_effect and revision == record.revision_before
         if spec is not None and current and (not spec.has_effect or unwritten):
+            emit(run, ev.RunResumed, call_id=record.call_id, reason=reason, revision=revision, recovery="retried")
             if unwritten:
                 detail = "the workspace is at the revision it had before the call: the write did not happen"
                 emit(run, ev.EffectReconciled, call_id=record.call_id, applied=False, detail=detail)
-            record.state = "validated"
-            again = Regate(record, spec)
+            # The gates decide again on a working copy (core.loop).
+            again = Regate(record.model_copy(deep=True), spec)
             continue
-        if spec is not None and spec.has_effect:
+        # Either way the proposer is told the call was interrupted (core.fold_calls).
+        pending = spec is not None and spec.has_effect
+        emit(run, ev.RunResumed, call_id=record.call_id, reason=reason, revision=revision, recovery="pending" if pending else "failed")
+        if spec is not None and pending:
             record_pending(run, record, spec, "the worker stopped during the call")
-        else:
-            record.state = "failed"
-        state.feedback = fb.Interrupted(call_id=record.call_id, tool=record.tool).to_json()
-    if again is None:
-        state.current_call = None
-        state.current_proposal = None
     clear_evidence(run, old, revision, by_write=False)
     checkpoint(run)
     conflict = reconcile_pending(run)

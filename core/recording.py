@@ -1,19 +1,19 @@
 """The recorder: how every outcome is put on the record. An event changes the run's
-state as ``core.fold.apply`` says, and waits in the run context until the next
-checkpoint stores it with the state; a step's end, a stop, the end of a wait and a
-revision read from the workspace each have one function here."""
+state as ``core.fold.apply`` says (nothing else changes it), and waits in the run
+context until the next checkpoint stores it with the state; a stop, the end of a
+wait and a revision read from the workspace each have one function here."""
 
 from __future__ import annotations
 
 from typing import Any, TypeVar, cast
 
 from core import events as ev
-from core import feedback as fb
 from core import storable
 from core.context import RunContext
 from core.fold import apply
+from core.jsonutil import JSON
 from core.lifecycle import WAIT_EXITS, WaitExit
-from core.state import TERMINAL_STATES
+from core.state import CallRecord
 
 E = TypeVar("E", bound=ev.Event)
 
@@ -34,19 +34,12 @@ def checkpoint(run: RunContext) -> None:
     run.state.proposer_state = storable.escaped(run.proposer.snapshot(), "the proposer's state")
     events, run.unsaved = run.unsaved, []
     run.store.checkpoint(run.state, events)
-    _prune_ledger(run)
 
 
-def _prune_ledger(run: RunContext) -> None:
-    """Settled calls were just checkpointed with their final state; keep only the
-    report's summary of them."""
-    state = run.state
-    for call_id, record in list(state.ledger.items()):
-        if record.state not in TERMINAL_STATES or call_id == state.current_call:
-            continue
-        if record.state == "failed":
-            state.not_performed.append({"call_id": call_id, "tool": record.tool, "state": record.state})
-        del state.ledger[call_id]
+def as_recorded(record: CallRecord) -> dict[str, JSON]:
+    """A call's record as an event carries it (core.events: ``call``)."""
+    dumped: dict[str, JSON] = record.model_dump(mode="json")
+    return dumped
 
 
 def emit_model_notes(run: RunContext) -> None:
@@ -56,20 +49,13 @@ def emit_model_notes(run: RunContext) -> None:
         emit(run, ev.ModelNote, call_id=run.state.current_call, kind=kind, detail=detail)
 
 
-def end_step(run: RunContext, feedback: fb.Feedback) -> None:
-    run.state.feedback = feedback.to_json()
-    run.state.current_call = None
-    run.state.current_proposal = None
-    checkpoint(run)
-
-
-def stop(run: RunContext, reason: str, message: str) -> None:
+def stop(run: RunContext, reason: str, message: str, fails: CallRecord | None = None) -> None:
+    """The run stops; ``fails`` is the call that fails with it."""
     state = run.state
     if state.waiting is not None:
         emit_wait_ended(run, "cancelled", message)
-    emit(run, ev.Stopped, call_id=state.current_call, status=reason, message=message)
-    state.current_call = None
-    state.current_proposal = None
+    call = as_recorded(fails) if fails is not None else None
+    emit(run, ev.Stopped, call_id=state.current_call, status=reason, message=message, call=call)
     checkpoint(run)
     close_requests(run, f"the run stopped: {reason}")
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 from core.effects import OutboxEffect, Plan
-from core.events import Event
+from core.events import AnyEvent, Event
+from core.fold import check_explained
 from core.jsonutil import JSON, digest, sha256_bytes
 from core.lifecycle import OPEN_STATUSES, REQUEST_TRANSITIONS
 from core.ports import ApprovalAsk, Call, Filed, Reconciliation, RequestState
@@ -231,11 +232,15 @@ class MemoryApprovals:
 
 
 class MemoryStore:
-    def __init__(self) -> None:
+    def __init__(self, *, verify: bool = True) -> None:
         self.events: list[Event] = []
         self.snapshot: str | None = None
         self.checkpoints = 0
         self.ledger: dict[str, CallRecord] = {}
+        # Each checkpoint's state is compared with the fold of the log so far, every
+        # field: a change no event explains fails the run that made it (off only
+        # where the fold's cost would be measured as the store's).
+        self.verify = verify
 
     def checkpoint(self, state: RunState, events: Sequence[Event]) -> None:
         self.checkpoints += 1
@@ -247,6 +252,8 @@ class MemoryStore:
             record = state.ledger.get(event.call_id or "")
             if record is not None:
                 self.ledger[record.call_id] = record.model_copy()
+        if self.verify:
+            check_explained(state, cast(list[AnyEvent], self.events))
 
     def load(self) -> RunState:
         assert self.snapshot is not None

@@ -80,6 +80,9 @@ class PendingEffect(_State):
     resolution: str | None = None
 
 
+OperationStatus = Literal["started", "applied", "not_applied", "unknown"]
+
+
 class Operation(_State):
     """One external effect, by what it is (run, tool, canonical args, revision): the
     same operation proposed again is a duplicate, never performed twice."""
@@ -89,7 +92,7 @@ class Operation(_State):
     args: dict[str, JSON]
     revision: str
     call_id: str  # the call that performed it (or is performing it)
-    status: Literal["started", "applied", "not_applied", "unknown"] = "started"
+    status: OperationStatus = "started"
     outcome: dict[str, JSON] = Field(default_factory=dict)
 
 

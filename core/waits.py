@@ -60,7 +60,6 @@ def ask(run: RunContext, record: CallRecord, spec: ToolSpec, authorization: Auth
     if state.calls >= state.limits.max_tool_calls:
         return Stop("budget_exhausted", f"call budget of {state.limits.max_tool_calls} used: a grant could not be used", record)
     key = key_now(run, record)
-    record.approval_key = key
     # What the reviewer is asked about is exactly what the audit trail records.
     asked: dict[str, Any] = {
         "tool": spec.name,
@@ -90,7 +89,7 @@ def ask(run: RunContext, record: CallRecord, spec: ToolSpec, authorization: Auth
     )
     # The event puts the run in the wait (core.fold); the request already waited for needs none.
     if filed.new or state.waiting is None or state.waiting.request_id != filed.request_id:
-        emit(run, ev.ApprovalRequired, call_id=record.call_id, request_id=filed.request_id, **asked)
+        emit(run, ev.ApprovalRequired, call_id=record.call_id, request_id=filed.request_id, idempotency_key=record.idempotency_key, **asked)
     return KeepWaiting()
 
 
@@ -144,11 +143,9 @@ def _leave(run: RunContext, exit: WaitExit, reason: str, record: CallRecord, spe
             emit(run, ev.ApprovalRefused, call_id=record.call_id, key=waiting.approval_key, request_id=waiting.request_id, reason=reason)
         return Stop(transition.outcome or CANCELLED_OUTCOME, f"approval {exit}: {reason}", record)
     if transition.request == "consumed":
-        record.granted_key = waiting.approval_key
         emit(run, ev.ApprovalConsumed, call_id=record.call_id, key=waiting.approval_key, request_id=waiting.request_id)
-    else:
-        record.approval_key = None
-        record.effect = None  # fixed anew, at the current revision, if it asks again
     # The run goes on: the call goes back through the gates at the current revision
-    # and under the current policy, with the grant it consumed or without one.
-    return Regate(record, spec)
+    # and under the current policy, with the grant it consumed or without one (its
+    # effect then fixed anew if it asks again: core.fold_calls), deciding on a
+    # working copy of its record.
+    return Regate(state.ledger[record.call_id].model_copy(deep=True), spec)

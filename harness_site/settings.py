@@ -157,6 +157,9 @@ CELERY_BEAT_SCHEDULE = {
 # How long a worker's claim on a run lasts without renewal; the driving worker
 # renews it several times per period, so only a dead worker's lease runs out.
 HARNESS_LEASE_SECONDS = env_int("HARNESS_LEASE_SECONDS", 30, minimum=2)
+# Every checkpoint compares the stored state with the fold of the stored log (runs.store:
+# a test-suite setting, costing a read of the run's whole log per checkpoint).
+HARNESS_VERIFY_FOLD = env_bool("HARNESS_VERIFY_FOLD", False)
 # Free space a worker's disk keeps: checks are refused, or stopped, below it.
 HARNESS_DISK_RESERVE_MB = env_int("HARNESS_DISK_RESERVE_MB", 1024, minimum=0)
 # What one check may store of its output (the rest is counted, not kept), and what one

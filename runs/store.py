@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from django.conf import settings
 from django.db import DataError, transaction
 from django.utils import timezone
 
@@ -22,11 +23,12 @@ from core.errors import FieldProblem
 from core.events import Event as CoreEvent
 from core.events import EvidenceRecorded, ReceiptRecorded
 from core.fences import Fence, Lease
+from core.fold import check_explained
 from core.report import build_report
 from core.state import RunState, load_stored_state
 from core.storable import Unstorable
 from runs.eventlog import LeaseLost, append_events
-from runs.models import CallLedgerEntry, Evidence, PendingEffect, Receipt, Report, Run
+from runs.models import CallLedgerEntry, Event, Evidence, PendingEffect, Receipt, Report, Run
 from runs.rows import Rows, SeqOf
 
 __all__ = ["DjangoStore", "LeaseLost", "Unstorable", "load_state", "state_columns"]
@@ -78,6 +80,8 @@ class DjangoStore:
         except UNSTORABLE_ERRORS as exc:
             said = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
             raise Unstorable([FieldProblem("(checkpoint)", said)]) from exc
+        if settings.HARNESS_VERIFY_FOLD:
+            check_stored(state.run_id)
 
     def _changed(self, columns: dict[str, object]) -> dict[str, object]:
         """The columns to assign. While its lease token holds, this store is the only
@@ -195,6 +199,15 @@ def _pending_rows(state: RunState, touched: list[str]) -> list[dict[str, object]
         for effect in state.pending_effects
         if effect.call_id in touched
     ]
+
+
+def check_stored(run_id: str) -> None:
+    """The stored state is what the stored log folds to, every field (core.fold), or
+    ``StateNotExplained``: after each checkpoint where ``HARNESS_VERIFY_FOLD`` is on
+    (the test suite and every process it starts), so every run the suite makes is
+    checked as it goes, on both databases."""
+    log = [row.typed() for row in Event.objects.filter(run_id=run_id).order_by("seq")]
+    check_explained(load_state(Run.objects.only("state").get(pk=run_id)), log)
 
 
 def load_state(run: Run) -> RunState:

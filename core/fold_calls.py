@@ -1,0 +1,235 @@
+"""The calls' part of the one reducer (core.fold): each call's record in the ledger,
+the operations (external effects by key), the call and the proposal in progress, the
+calls not performed and the feedback the proposer is shown next, each changed by the
+event that says so.
+
+A step ends with the event that settles its call (a refusal, a duplicate, a blocked
+write, a check required, a receipt that is not transient, the stop): the feedback is
+that event's, and the call in progress is none. The next proposal clears the ledger
+of the calls settled before it, a failed one leaving its line in ``not_performed``,
+so a long run's state stays small.
+
+``core.fold.apply`` applies this first: it reads what the rest of ``apply`` is about
+to change (the wait a ``wait_ended`` ends, the pending effect an
+``effect_reconciled`` resolves)."""
+
+from __future__ import annotations
+
+from core import events as ev
+from core import feedback as fb
+from core.jsonutil import JSON
+from core.lifecycle import WAIT_EXITS
+from core.state import TERMINAL_STATES, CallRecord, Operation, OperationStatus, RunState
+
+
+def apply_to_calls(state: RunState, event: ev.AnyEvent) -> None:
+    match event:
+        case ev.Proposed():
+            _clear_settled(state)
+            state.current_call = event.call_id
+            state.current_proposal = event.proposal if event.accepted else None
+        case ev.InvalidInput():
+            problems = [fb.Problem(field=p["field"], message=p["message"]) for p in event.problems]
+            _end_step(state, fb.InvalidInput(call_id=_id(event), problems=problems))
+        case ev.Denied():
+            if (record := _put(state, event.call)) is not None:
+                record.state = "failed"
+        case ev.DuplicateEffect():
+            _duplicate(state, event)
+        case ev.WriteBlocked():
+            _refused(state, event.call)
+            pending = [p for p in state.unresolved_effects() if p.call_id in event.pending]
+            _end_step(state, fb.WriteBlocked(call_id=_id(event), pending=pending))
+        case ev.CheckRequired():
+            _refused(state, event.call)
+            _end_step(state, fb.CheckRequired(call_id=_id(event), revision=event.revision, missing=list(event.missing)))
+        case ev.CallAdmitted():
+            _admitted(state, event)
+        case ev.ApprovalRequired():
+            record = _record_for(state, _id(event), event.tool, event.args)
+            record.decision, record.rule, record.policy_version = "ask", event.rule, event.policy_version
+            record.approval_key, record.effect, record.idempotency_key = event.key, event.effect, event.idempotency_key
+        case ev.ApprovalConsumed():
+            state.ledger[_id(event)].granted_key = event.key
+        case ev.WaitEnded():
+            # The call goes back through the gates without a grant: its effect is fixed
+            # anew, at the revision then, if it asks again.
+            if event.run == "running" and WAIT_EXITS[event.exit].request != "consumed":
+                record = state.ledger[_id(event)]
+                record.approval_key, record.effect = None, None
+        case ev.CallStarted():
+            record = state.ledger[_id(event)]
+            record.attempts, record.state, record.revision_before = event.attempt, "started", state.revision
+        case ev.ReceiptRecorded():
+            _receipt(state, event)
+        case ev.Retry():
+            if event.transient_reason is not None:
+                record = state.ledger[_id(event)]
+                record.transient_reasons.append(event.transient_reason)
+                record.state = "allowed"
+        case ev.PendingEffectRecorded():
+            record = state.ledger[_id(event)]
+            record.state = "unknown"
+            _set_operation(state, event.idempotency_key, record.call_id, "unknown")
+        case ev.EffectReconciled():
+            _reconciled(state, event)
+        case ev.RunResumed():
+            _recovered(state, event)
+        case ev.Stopped():
+            if (record := _put(state, event.call)) is not None:
+                record.state = "completed" if event.status == "complete" else "failed"
+            if event.status == "complete":
+                state.feedback = fb.Complete(call_id=_id(event)).to_json()
+            state.current_call, state.current_proposal = None, None
+        case _:
+            # Every other event leaves the calls as they are.
+            pass
+
+
+def _id(event: ev.Event) -> str:
+    assert event.call_id is not None, f"a {type(event).__name__} event names its call"
+    return event.call_id
+
+
+def _put(state: RunState, call: dict[str, JSON] | None) -> CallRecord | None:
+    """The record an event carries (a call settled before it was admitted), in the ledger."""
+    if call is None:
+        return None
+    record = CallRecord.model_validate(call)
+    state.ledger[record.call_id] = record
+    return record
+
+
+def _refused(state: RunState, call: dict[str, JSON] | None) -> None:
+    if (record := _put(state, call)) is not None:
+        record.state = "failed"
+
+
+def _record_for(state: RunState, call_id: str, tool: str, args: dict[str, JSON]) -> CallRecord:
+    """The call's record: the one the ledger holds (a call gated again), or a new one."""
+    record = state.ledger.get(call_id)
+    if record is None:
+        record = state.ledger[call_id] = CallRecord(call_id=call_id, tool=tool, args=args, state="validated")
+    return record
+
+
+def _end_step(state: RunState, feedback: fb.Feedback) -> None:
+    state.feedback = feedback.to_json()
+    state.current_call, state.current_proposal = None, None
+
+
+def _clear_settled(state: RunState) -> None:
+    for call_id, record in list(state.ledger.items()):
+        if record.state not in TERMINAL_STATES or call_id == state.current_call:
+            continue
+        if record.state == "failed":
+            state.not_performed.append({"call_id": call_id, "tool": record.tool, "state": record.state})
+        del state.ledger[call_id]
+
+
+def _duplicate(state: RunState, event: ev.DuplicateEffect) -> None:
+    """Nothing is performed: the proposer is shown the first call's outcome."""
+    record = _put(state, event.call) or _record_for(state, _id(event), event.tool, {})
+    record.state, record.last_status = "completed", "duplicate"
+    state.not_performed.append({"call_id": record.call_id, "tool": record.tool, "state": "duplicate", "of_call": event.of_call})
+    first = state.operations[event.idempotency_key].outcome
+    _end_step(
+        state,
+        fb.Duplicate(
+            call_id=record.call_id,
+            tool=record.tool,
+            of_call=event.of_call,
+            idempotency_key=event.idempotency_key,
+            status=event.status,
+            first_outcome=first,
+        ),
+    )
+
+
+def _admitted(state: RunState, event: ev.CallAdmitted) -> None:
+    record = _record_for(state, _id(event), event.tool, event.args)
+    record.state, record.decision, record.rule = "allowed", event.decision, event.rule
+    record.policy_version, record.effect, record.idempotency_key = event.policy_version, event.effect, event.idempotency_key
+    # The operation is known before any attempt: a crash during one leaves it known,
+    # so the same effect is never performed twice.
+    if event.external:
+        assert event.idempotency_key is not None
+        state.operations[event.idempotency_key] = Operation(
+            key=event.idempotency_key, tool=event.tool, args=event.args, revision=event.revision, call_id=record.call_id
+        )
+
+
+def _receipt(state: RunState, event: ev.ReceiptRecorded) -> None:
+    record = state.ledger[_id(event)]
+    if not event.valid:
+        # A pending effect follows for a tool with one.
+        record.state = "failed"
+        return
+    receipt = event.receipt
+    assert isinstance(receipt, dict)
+    status, data = receipt["status"], receipt["data"]
+    assert isinstance(data, dict)
+    record.last_status = str(status)
+    if status == "transient":
+        return
+    feedback: fb.Result | fb.OutcomeUnknown
+    outcome: OperationStatus
+    if status == "unknown":
+        record.state = "unknown"
+        feedback = fb.OutcomeUnknown(call_id=record.call_id, tool=event.tool, idempotency_key=record.idempotency_key, data=data)
+        outcome = "unknown"
+    else:
+        record.state = "completed"
+        artifacts = receipt.get("artifacts")
+        feedback = fb.Result(
+            call_id=record.call_id,
+            tool=event.tool,
+            revision=event.harness_revision,
+            data=data,
+            artifacts=[str(a) for a in artifacts] if isinstance(artifacts, list) else [],
+            earlier_attempts=list(record.transient_reasons) or None,
+        )
+        outcome = "applied" if receipt["effect"] == "applied" else "not_applied"
+    operation = _set_operation(state, record.idempotency_key, record.call_id, outcome)
+    if operation is not None:
+        operation.outcome = feedback.to_json()
+    _end_step(state, feedback)
+
+
+def _set_operation(state: RunState, key: str | None, call_id: str, status: OperationStatus) -> Operation | None:
+    """The operation ``call_id`` performs (under ``key``), now ``status``; none if the
+    key names another call's."""
+    operation = state.operations.get(key or "")
+    if operation is None or operation.call_id != call_id:
+        return None
+    operation.status = status
+    return operation
+
+
+def _reconciled(state: RunState, event: ev.EffectReconciled) -> None:
+    """The pending effect looked up: its call completed or failed. Also written for an
+    interrupted write found not to have happened, which was never a pending effect."""
+    effect = next((p for p in state.unresolved_effects() if p.call_id == event.call_id), None)
+    if effect is None:
+        return
+    if (record := state.ledger.get(effect.call_id)) is not None:
+        record.state = "completed" if event.applied else "failed"
+    operation = _set_operation(state, effect.idempotency_key, effect.call_id, "applied" if event.applied else "not_applied")
+    if operation is not None:
+        operation.outcome = {"reconciled": event.detail}
+
+
+def _recovered(state: RunState, event: ev.RunResumed) -> None:
+    """A call the last driver left in flight: admitted again, or its step ends with the
+    proposer told it was interrupted."""
+    if event.recovery is None:
+        return
+    record = state.ledger[_id(event)]
+    if event.recovery == "retried":
+        record.state = "validated"
+        return
+    if event.recovery == "failed":
+        record.state = "failed"
+    state.feedback = fb.Interrupted(call_id=record.call_id, tool=record.tool).to_json()
+    if state.current_call == record.call_id:
+        state.current_call, state.current_proposal = None, None
