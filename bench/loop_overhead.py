@@ -27,17 +27,16 @@ import json
 import os
 import shutil
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -45,205 +44,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine import load, machine, now  # noqa: E402
 
-PG_ADMIN_URL = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+from bench.loop_databases import Counter, counting_django, harness_wal, peer_saver, postgres_databases, sqlite_databases, wal_bytes  # noqa: E402
+from bench.loop_variants import empty_loop, harness_loop, langgraph_loop  # noqa: E402
+
 COUNTED_STEPS = 50  # the untimed pass that counts statements
-
-
-def noop_parts(steps: int) -> tuple[Any, Any, Any, Any]:
-    from core.contract import Contract, Limits
-    from core.policy import Policy, Rule
-    from core.scripted import ScriptedProposer
-
-    proposal = {"tool": "read_file", "args": {"path": "src/calc.py"}}
-
-    class NoopExecutor:
-        def execute(self, call: Any) -> dict[str, Any]:
-            return {
-                "call_id": call.call_id,
-                "tool": call.tool,
-                "status": "ok",
-                "effect": "none",
-                "revision": "r0",
-                "data": {},
-                "artifacts": [],
-            }
-
-        def reconcile(self, effect: Any) -> Any:
-            raise AssertionError("nothing is pending")
-
-    class FixedWorkspace:
-        def revision(self) -> str:
-            return "r0"
-
-        def verify(self) -> str:
-            return "r0"
-
-        def preview(self, tool: str, args: Any) -> None:
-            return None
-
-        def plan(self, tool: str, args: Any, idempotency_key: str, at: float) -> None:
-            return None
-
-    limits = Limits(max_proposals=steps, max_tool_calls=steps, max_attempts=1, wall_time_seconds=3600, max_output_bytes_per_call=65536)
-    policy = Policy(version=1, rules=[Rule(name="all", tool="*", decision="allow")], checks=[], budget=limits)
-    contract = Contract(
-        task_id="bench",
-        objective="measure",
-        acceptance_criteria=["numbers"],
-        workspace={"kind": "path", "path": "."},  # type: ignore[arg-type]  # pydantic validates it into a WorkspaceSource
-        allowed_write_paths=[],
-        allowed_tools=["read_file"],
-        verification_targets=["tests"],
-        limits=limits,
-    )
-    proposer = ScriptedProposer(lambda feedback, position: proposal if position < steps else None)
-    return contract, policy, proposer, (NoopExecutor(), FixedWorkspace())
-
-
-def empty_loop(steps: int) -> float:
-    """Baseline: the same proposer and executor, with nothing in between."""
-    from core.ports import Call
-
-    _, _, proposer, (executor, _) = noop_parts(steps)
-    start = time.perf_counter()
-    feedback = None
-    for n in range(steps):
-        raw = proposer.propose(feedback)
-        call = Call("bench", f"c{n}", raw["tool"], "1", raw["args"], 1, None, 65536)
-        feedback = executor.execute(call)
-    return (time.perf_counter() - start) / steps
-
-
-def harness_loop(steps: int, store: Any, run_id: str) -> float:
-    from core.loop import Harness, new_state
-    from core.simulated import MemoryApprovals, MemoryArtifacts
-    from core.tools import builtin_registry
-
-    contract, policy, proposer, (executor, workspace) = noop_parts(steps)
-    state = new_state(run_id=run_id, contract=contract, policy=policy, actor="bench", revision="r0", now=time.time())
-    harness = Harness(
-        state,
-        registry=builtin_registry(),
-        policy=policy,
-        proposer=proposer,
-        executor=executor,
-        workspace=workspace,
-        approvals=MemoryApprovals(),
-        store=store,
-        artifacts=MemoryArtifacts(),
-    )
-    start = time.perf_counter()
-    harness.run()
-    elapsed = time.perf_counter() - start
-    assert state.proposals == steps, state.outcome
-    return elapsed / steps
-
-
-if TYPE_CHECKING:
-    from langchain_core.runnables import RunnableConfig
-
-
-class GraphState(TypedDict):
-    proposal: dict[str, Any] | None
-    feedback: dict[str, Any] | None
-    steps: int
-
-
-def langgraph_loop(steps: int, checkpointer: Any) -> float:
-    """LangGraph doing what the harness does per step: ask the proposer, execute."""
-    from langgraph.graph import END, START, StateGraph
-
-    from core.ports import Call
-
-    _, _, proposer, (executor, _) = noop_parts(steps)
-
-    def propose(state: GraphState) -> dict[str, Any]:
-        return {"proposal": proposer.propose(state["feedback"]), "steps": state["steps"] + 1}
-
-    def execute(state: GraphState) -> dict[str, Any]:
-        raw = state["proposal"] or {}
-        call = Call("bench", f"c{state['steps']}", raw["tool"], "1", raw["args"], 1, None, 65536)
-        return {"feedback": executor.execute(call)}
-
-    graph = StateGraph(GraphState)
-    graph.add_node("propose", propose)
-    graph.add_node("execute", execute)
-    graph.add_edge(START, "propose")
-    graph.add_edge("propose", "execute")
-    graph.add_conditional_edges("execute", lambda state: "propose" if state["steps"] < steps else END)
-    app = graph.compile(checkpointer=checkpointer)
-    config: RunnableConfig = {"configurable": {"thread_id": uuid.uuid4().hex}, "recursion_limit": 2 * steps + 10}
-    start = time.perf_counter()
-    final = app.invoke({"proposal": None, "feedback": None, "steps": 0}, config, durability="sync")
-    elapsed = time.perf_counter() - start
-    assert final["steps"] == steps, final
-    return elapsed / steps
-
-
-# -- counting statements ---------------------------------------------------------
-
-
-class Counter:
-    def __init__(self) -> None:
-        self.statements = 0
-
-    def sqlite(self, connection: sqlite3.Connection) -> None:
-        """Every statement SQLite runs on this connection, BEGIN and COMMIT included."""
-        connection.set_trace_callback(lambda _sql: self._add(1))
-
-    def _add(self, n: int) -> None:
-        self.statements += n
-
-
-@contextmanager
-def counting_django(counter: Counter) -> Iterator[None]:
-    """Statements the harness sends through Django. On SQLite the raw connection's
-    trace sees everything; on PostgreSQL psycopg sends BEGIN itself and COMMIT is a
-    connection call, so each commit adds those two."""
-    from django.db import connection
-
-    connection.ensure_connection()
-    if connection.vendor == "sqlite":
-        counter.sqlite(connection.connection)
-        try:
-            yield
-        finally:
-            connection.connection.set_trace_callback(None)
-        return
-
-    def wrapper(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
-        counter._add(len(params) if many else 1)
-        return execute(sql, params, many, context)
-
-    commit = connection.commit
-
-    def counted_commit() -> None:
-        counter._add(2)
-        commit()
-
-    connection.commit = counted_commit  # type: ignore[method-assign]  # this connection's only, put back below
-    try:
-        with connection.execute_wrapper(wrapper):
-            yield
-    finally:
-        del connection.commit
-
-
-def counting_psycopg(conn: Any, counter: Counter) -> None:
-    """Statements LangGraph's PostgresSaver sends (autocommit: no BEGIN or COMMIT)."""
-    import psycopg
-
-    class CountingCursor(psycopg.Cursor):
-        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-            counter._add(1)
-            return super().execute(query, params, **kwargs)
-
-        def executemany(self, query: Any, params_seq: Any, **kwargs: Any) -> Any:
-            params_seq = list(params_seq)
-            counter._add(len(params_seq))
-            return super().executemany(query, params_seq, **kwargs)
-
-    conn.cursor_factory = CountingCursor
 
 
 # -- one database, in a child process ----------------------------------------------
@@ -289,89 +93,6 @@ def database_trials(kind: str, steps: int, trials: int, peer_url: str) -> dict[s
         return result
 
 
-def harness_wal() -> str:
-    from django.db import connection
-
-    return str(connection.settings_dict["NAME"]) if connection.vendor == "sqlite" else ""
-
-
-@contextmanager
-def wal_bytes(kind: str, path: str, saver: Any = None) -> Iterator[list[int]]:
-    """Bytes SQLite appended to the database's write-ahead log meanwhile (whole pages
-    and their frame headers: what each commit writes); nothing on PostgreSQL, whose
-    WAL is shared with whatever else the server is running."""
-    written: list[int] = []
-    if kind != "sqlite" or not path:
-        yield written
-        return
-
-    def pragma(sql: str) -> None:
-        if saver is not None:
-            saver.conn.execute(sql)
-        else:
-            from django.db import connection
-
-            with connection.cursor() as cursor:
-                cursor.execute(sql)
-
-    # Emptied first, and not checkpointed meanwhile (a checkpoint would start the log
-    # over and hide what was written): its growth is every frame written.
-    wal = Path(path + "-wal")
-    pragma("PRAGMA wal_checkpoint(TRUNCATE)")
-    pragma("PRAGMA wal_autocheckpoint=0")
-    before = wal.stat().st_size if wal.exists() else 0
-    try:
-        yield written
-        written.append(wal.stat().st_size - before)
-    finally:
-        pragma("PRAGMA wal_autocheckpoint=1000")
-
-
-@contextmanager
-def peer_saver(kind: str, url: str) -> Iterator[tuple[Any, Callable[[Counter], AbstractContextManager[None]]]]:
-    """The peer's checkpointer on a fresh database, and how to count its statements."""
-    if kind == "sqlite":
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
-        conn = sqlite3.connect(url, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        saver = SqliteSaver(conn)
-        saver.setup()
-
-        @contextmanager
-        def counting(counter: Counter) -> Iterator[None]:
-            counter.sqlite(conn)
-            try:
-                yield
-            finally:
-                conn.set_trace_callback(None)
-
-        try:
-            yield saver, counting
-        finally:
-            conn.close()
-        return
-    import psycopg
-    from langgraph.checkpoint.postgres import PostgresSaver
-    from psycopg.rows import dict_row
-
-    with psycopg.connect(url, autocommit=True, prepare_threshold=0, row_factory=dict_row) as pg_conn:
-        pg_saver = PostgresSaver(pg_conn)
-        pg_saver.setup()
-
-        @contextmanager
-        def counting_pg(counter: Counter) -> Iterator[None]:
-            plain = pg_conn.cursor_factory
-            counting_psycopg(pg_conn, counter)
-            try:
-                yield
-            finally:
-                pg_conn.cursor_factory = plain
-
-        yield pg_saver, counting_pg
-
-
 def interleaved(variants: dict[str, Callable[[Counter], float]], trials: int, steps: int) -> dict[str, Any]:
     """Each variant ``trials`` times, alternating which goes first."""
     times: dict[str, list[float]] = {name: [] for name in variants}
@@ -402,38 +123,6 @@ def child(kind: str, url: str, peer_url: str, steps: int, trials: int) -> dict[s
         shutil.rmtree(var, ignore_errors=True)
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return result
-
-
-@contextmanager
-def sqlite_databases() -> Iterator[tuple[str, str]]:
-    folder = Path(tempfile.mkdtemp(prefix="bench-loop-"))
-    try:
-        yield f"sqlite:///{folder / 'harness.sqlite3'}", str(folder / "langgraph.sqlite3")
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-@contextmanager
-def postgres_databases() -> Iterator[tuple[str, str] | None]:
-    """Two databases with names unique to this run, dropped afterwards."""
-    import psycopg
-
-    names = [f"bench_{uuid.uuid4().hex[:12]}_{role}" for role in ("harness", "langgraph")]
-    base = PG_ADMIN_URL.rsplit("/", 1)[0]
-    try:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            for name in names:
-                conn.execute(f'CREATE DATABASE "{name}"')
-    except psycopg.Error as exc:
-        print(f"PostgreSQL unavailable ({exc}); skipping that row", file=sys.stderr)
-        yield None
-        return
-    try:
-        yield f"{base}/{names[0]}", f"{base}/{names[1]}"
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            for name in names:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 # -- the report ---------------------------------------------------------------------

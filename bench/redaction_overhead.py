@@ -39,7 +39,7 @@ def main() -> None:
     from django.db import models
 
     from approvals.policies import current_policy_row
-    from bench.loop_overhead import harness_loop
+    from bench.loop_variants import harness_loop
     from common import redact
     from core.fences import RowLock
     from runs.models import Run

@@ -1,0 +1,101 @@
+"""Killing a run during a check (tests/sandbox_threats.py): the container goes, and a
+slow engine does not hold the stop up."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from docker.errors import NotFound
+
+from sandbox.executor import SandboxExecutor
+from tests.fixtures_runtimes import RuntimeEngine
+from tests.fixtures_sandbox import (
+    SURVIVE,
+    TEST_LIMITS,
+    WRITE_PATHS,
+    Outcome,
+    drive,
+    example_workspace,
+    sandbox_policy,
+    start_container,
+    step,
+)
+from tests.sandbox_threats import check
+
+pytestmark = [pytest.mark.docker]
+
+
+class KillSwitch:
+    def __init__(self) -> None:
+        self.flag = threading.Event()
+
+    def kill_requested(self) -> bool:
+        return self.flag.is_set()
+
+
+def kill_during_long_check(executor: SandboxExecutor) -> tuple[Outcome, float]:
+    """Drive a 60 s check, kill it after a second; the outcome and how long after
+    the kill the loop returned."""
+    switch = KillSwitch()
+    killed_at: list[float] = []
+
+    def operator() -> None:
+        time.sleep(1.0)
+        switch.flag.set()
+        killed_at.append(time.monotonic())
+        executor.kill()
+
+    thread = threading.Thread(target=operator)
+    thread.start()
+    long_check = check("long", "sleep", "60", timeout=60)
+    outcome = drive(executor, sandbox_policy(long_check), [step("run_check", check_id="long"), *SURVIVE], controls=switch)
+    returned_at = time.monotonic()
+    thread.join()
+    assert outcome.state.outcome == "killed"
+    receipt = outcome.receipt("run_check", "long")
+    assert receipt["status"] == "unknown" and receipt["data"]["error"] == "the sandbox was killed during the check"
+    assert not outcome.state.evidence  # a cut-off check proves nothing
+    return outcome, returned_at - killed_at[0]
+
+
+def test_it_kills_an_execution_in_flight_and_removes_the_container(runtime_engine: RuntimeEngine, tmp_path: Path, db: None) -> None:
+    from runs.artifacts import ArtifactStorage
+    from runs.outbox import DatabaseOutbox
+
+    workspace = example_workspace(tmp_path / "kill-run")
+    container = start_container("kill-run", workspace, runtime_engine.limits(TEST_LIMITS))
+    executor = SandboxExecutor("kill-run", workspace, container, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS)
+    _, took = kill_during_long_check(executor)
+    assert took < 2.0
+    with pytest.raises(NotFound):
+        runtime_engine.client.containers.get(container.id)
+
+
+def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_container(
+    runtime_engine: RuntimeEngine, tmp_path: Path, db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kill switch must not wait on the engine: here removal stalls for 5 s
+    (as a busy engine's can), and the loop still stops within two seconds."""
+    import sandbox.container
+    from runs.artifacts import ArtifactStorage
+    from runs.outbox import DatabaseOutbox
+
+    class StallingClient:
+        class api:  # noqa: N801 - mirrors docker.DockerClient.api
+            @staticmethod
+            def remove_container(container_id: str, force: bool = False) -> None:
+                time.sleep(5)
+
+    workspace = example_workspace(tmp_path / "slow-engine")
+    container = start_container("slow-engine", workspace, runtime_engine.limits(TEST_LIMITS))
+    executor = SandboxExecutor("slow-engine", workspace, container, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS)
+    monkeypatch.setattr(sandbox.container, "new_client", lambda timeout: StallingClient())
+    try:
+        _, took = kill_during_long_check(executor)
+        assert took < 2.0
+    finally:
+        monkeypatch.undo()
+        executor.close()
