@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "projects",
     "runs",
     "approvals",
     "live",
@@ -45,6 +46,10 @@ INSTALLED_APPS = [
     "api",
     "notifications",
 ]
+
+# Passwords and global roles (Django's own), then roles held in a project (projects.access):
+# an object of a project is checked against its project's roles alone.
+AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend", "projects.access.ProjectBackend"]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Group, User
 
+from projects.models import Membership, Project, Role
 from runs.roles import ROLE_PERMISSIONS, ensure_roles
 
 pytest_plugins = ["tests.fixtures_services", "tests.fixtures_runtimes", "tests.fixtures_sandbox", "tests.fixtures_web"]
@@ -37,3 +38,17 @@ def admin_user(db: None) -> User:
 @pytest.fixture
 def outsider(db: None) -> User:
     return _persona("oscar-outsider")
+
+
+@pytest.fixture
+def other_project(db: None) -> Project:
+    return Project.objects.create(slug="elsewhere", name="Elsewhere")
+
+
+@pytest.fixture
+def other_member(other_project: Project) -> User:
+    """A reviewer and operator of another project, and of nothing here."""
+    user = _persona("mona-member")
+    for role in (Role.REVIEWER, Role.OPERATOR):
+        Membership.objects.create(project=other_project, user=user, role=role)
+    return user

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 
 from common.redact import RedactedJSONField, RedactedTextField
+from projects.models import default_project_id
 
 
 class Run(models.Model):
@@ -21,6 +22,8 @@ class Run(models.Model):
     objective = RedactedTextField()
     contract = RedactedJSONField()
     policy = models.ForeignKey("approvals.PolicyVersion", on_delete=models.PROTECT, related_name="runs")
+    # Whose run it is: who may see it, decide its requests and stop it (projects.access).
+    project = models.ForeignKey("projects.Project", on_delete=models.PROTECT, related_name="runs", default=default_project_id)
     proposer = RedactedJSONField(help_text="how to rebuild the proposer: kind and its configuration")
     state = RedactedJSONField(null=True)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.RUNNING, db_index=True)

@@ -1,0 +1,95 @@
+"""Who may do what in which project, on the server: the permissions a user holds in a
+project (through roles held in person or through groups), the projects where a user
+holds a permission (to scope every list), and the authentication backend that answers
+``user.has_perm(permission, obj)`` for an object of a project.
+
+An object outside the user's projects is answered as if it did not exist (the views
+turn a refusal for an object into 404): the same answer for a run that exists as for
+one that does not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.backends import BaseBackend
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Q, QuerySet
+
+from projects.models import Membership, Project
+from projects.roles import PROJECT_ROLES, SITE_ADMIN_GROUP
+
+User = AbstractBaseUser | AnonymousUser
+# Per user object (so per request): project id -> the permissions held there.
+_CACHE = "_harness_project_permissions"
+
+
+def is_site_admin(user: Any) -> bool:
+    if not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", False):
+        return False
+    return bool(user.is_superuser) or user.groups.filter(name=SITE_ADMIN_GROUP).exists()
+
+
+def _held(user: Any) -> dict[int, frozenset[str]]:
+    cached: dict[int, frozenset[str]] | None = getattr(user, _CACHE, None)
+    if cached is not None:
+        return cached
+    held: dict[int, set[str]] = {}
+    if getattr(user, "is_authenticated", False) and getattr(user, "is_active", False):
+        mine = Membership.objects.filter(Q(user=user) | Q(group__in=user.groups.all())).values_list("project_id", "role")
+        for project_id, role in mine:
+            held.setdefault(project_id, set()).update(PROJECT_ROLES[role])
+    frozen = {project_id: frozenset(names) for project_id, names in held.items()}
+    setattr(user, _CACHE, frozen)
+    return frozen
+
+
+def forget(user: Any) -> None:
+    """Drop what ``user`` was found to hold (after a change of membership, for a long-lived
+    object such as a socket's user)."""
+    if hasattr(user, _CACHE):
+        delattr(user, _CACHE)
+
+
+def permissions_in(user: Any, project_id: int) -> frozenset[str]:
+    if is_site_admin(user):
+        return frozenset(name for names in PROJECT_ROLES.values() for name in names)
+    return _held(user).get(project_id, frozenset())
+
+
+def project_ids_with(user: Any, permission: str) -> list[int] | None:
+    """The projects where ``user`` holds ``permission``; None for a site admin (all)."""
+    if is_site_admin(user):
+        return None
+    return [project_id for project_id, names in _held(user).items() if permission in names]
+
+
+def scoped(queryset: QuerySet[Any], user: Any, permission: str, project_field: str = "project_id") -> QuerySet[Any]:
+    """``queryset`` narrowed to the objects of the projects where ``user`` holds ``permission``."""
+    ids = project_ids_with(user, permission)
+    return queryset if ids is None else queryset.filter(**{f"{project_field}__in": ids})
+
+
+def projects_with(user: Any, permission: str) -> QuerySet[Project]:
+    return scoped(Project.objects.all(), user, permission, project_field="pk")
+
+
+def project_of(obj: object) -> int | None:
+    """The project an object belongs to: a project, or anything with a ``project_id``
+    (a run, a policy version) or a ``run`` (an approval request)."""
+    if isinstance(obj, Project):
+        return obj.pk
+    project_id = getattr(obj, "project_id", None)
+    if project_id is None and (run := getattr(obj, "run", None)) is not None:
+        project_id = getattr(run, "project_id", None)
+    return project_id if isinstance(project_id, int) else None
+
+
+class ProjectBackend(BaseBackend):
+    """``has_perm(permission)``: held in some project (a page that lists what the user
+    may see); ``has_perm(permission, obj)``: held in ``obj``'s project."""
+
+    def has_perm(self, user_obj: Any, perm: str, obj: Any = None) -> bool:
+        if obj is None:
+            return is_site_admin(user_obj) or any(perm in names for names in _held(user_obj).values())
+        project_id = project_of(obj)
+        return project_id is not None and perm in permissions_in(user_obj, project_id)

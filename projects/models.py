@@ -1,0 +1,95 @@
+"""A project, who holds which role in it, and the audit trail of changes to both.
+
+A role is held by a user or by a Django group (an identity provider's groups map onto
+groups); what each role may do is ``projects.roles.PROJECT_ROLES``."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.db import models
+
+DEFAULT_PROJECT = "default"
+# The global groups whose members are the default project's reviewers and operators:
+# what an installation from before projects had, everywhere, it keeps there.
+GLOBAL_ROLES = ("reviewer", "operator")
+
+
+class Project(models.Model):
+    slug = models.SlugField(max_length=60, unique=True)
+    name = models.CharField(max_length=120)
+    # What the project's runs may use, narrowing the server's allowlists (never
+    # widening them): workspace source names under the server's roots and git remote
+    # URL prefixes. Empty: everything the server allows.
+    workspace_sources = models.JSONField(default=list, blank=True)
+    git_remotes = models.JSONField(default=list, blank=True)
+    # Runs active at once (more wait in the project's queue, first in first out); null: no cap.
+    max_active_runs = models.PositiveIntegerField(null=True, blank=True)
+    # The project's switch: no new run starts while it is paused.
+    paused = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+def ensure_default_project(**_: object) -> Project:
+    """The default project, with the global groups' roles in it: after every migrate and
+    flush (as runs.roles does for the groups), so a fresh database always has it."""
+    project, _created = Project.objects.get_or_create(slug=DEFAULT_PROJECT, defaults={"name": "Default"})
+    for role in GLOBAL_ROLES:
+        group, _created = Group.objects.get_or_create(name=role)
+        Membership.objects.get_or_create(project=project, group=group, role=role)
+    return project
+
+
+def default_project_id() -> int:
+    """Where a run goes when nobody names a project."""
+    return ensure_default_project().pk
+
+
+class Role(models.TextChoices):
+    REVIEWER = "reviewer"
+    OPERATOR = "operator"
+    ADMIN = "admin", "project admin"
+
+
+class Membership(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="memberships")
+    group = models.ForeignKey(Group, null=True, blank=True, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=20, choices=Role.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(user__isnull=False, group__isnull=True) | models.Q(user__isnull=True, group__isnull=False),
+                name="membership_user_or_group",
+            ),
+            models.UniqueConstraint(fields=["project", "user", "role"], name="membership_unique_user_role"),
+            models.UniqueConstraint(fields=["project", "group", "role"], name="membership_unique_group_role"),
+        ]
+
+    def __str__(self) -> str:
+        holder = f"user {self.user_id}" if self.user_id is not None else f"group {self.group_id}"
+        return f"{holder}: {self.role} of project {self.project_id}"
+
+
+class AuditEntry(models.Model):
+    """Who changed what in a project (membership, policy, budget, token, switch), and when."""
+
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    action = models.CharField(max_length=60)
+    detail = models.JSONField(default=dict)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-at"]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.actor_id} at {self.at:%Y-%m-%d %H:%M}"
