@@ -45,6 +45,7 @@ from approvals.models import ApprovalRequest
 from common import permissions, signin
 from live.artifacts import run_has_artifact, stream_masked
 from live.trace import ARTIFACT_REF
+from projects.access import scoped
 from runs import control
 from runs.approval_flow import deny, grant
 from runs.models import Artifact, GlobalSwitch, Run
@@ -135,7 +136,11 @@ class RunList(ApiView):
     )
     def get(self, request: Request) -> Response:
         filters = self.query()
-        runs = Run.objects.select_related("policy", "created_by").filter(**filters).order_by("-created_at", "id")
+        runs = (
+            scoped(Run.objects.select_related("policy", "created_by"), request.user, permissions.VIEW_RUNS)
+            .filter(**filters)
+            .order_by("-created_at", "id")
+        )
         page = self.paginate_queryset(runs)
         return self.get_paginated_response(RunSerializer(page, many=True).data)
 
@@ -169,7 +174,11 @@ class RunDetail(ApiView):
         responses={200: RunSerializer, 401: UNAUTHENTICATED, 403: FORBIDDEN, 404: NOT_FOUND},
     )
     def get(self, request: Request, run_id: str) -> Response:
-        return Response(RunSerializer(by_id(Run.objects.select_related("policy", "created_by"), run_id)).data)
+        return Response(
+            RunSerializer(
+                by_id(scoped(Run.objects.select_related("policy", "created_by"), request.user, permissions.VIEW_RUNS), run_id)
+            ).data
+        )
 
 
 class RunEvents(ApiView):
@@ -185,7 +194,7 @@ class RunEvents(ApiView):
         responses={200: EventPageSerializer, **COMMON, 404: NOT_FOUND},
     )
     def get(self, request: Request, run_id: str) -> Response:
-        run = by_id(Run.objects.all(), run_id)
+        run = by_id(scoped(Run.objects.all(), request.user, permissions.VIEW_RUNS), run_id)
         page = self.query()
         rows = list(run.events.filter(seq__gt=page["after"]).order_by("seq")[: page["limit"] + 1])
         events = rows[: page["limit"]]
@@ -209,7 +218,7 @@ class RunReport(ApiView):
         responses={200: OpenApiTypes.OBJECT, 401: UNAUTHENTICATED, 403: FORBIDDEN, 404: NOT_FOUND},
     )
     def get(self, request: Request, run_id: str) -> Response:
-        return Response(report_of(by_id(Run.objects.all(), run_id)))
+        return Response(report_of(by_id(scoped(Run.objects.all(), request.user, permissions.VIEW_RUNS), run_id)))
 
 
 class RunArtifact(ApiView):
@@ -232,7 +241,7 @@ class RunArtifact(ApiView):
         },
     )
     def get(self, request: Request, run_id: str, ref: str) -> StreamingHttpResponse:
-        run = by_id(Run.objects.all(), run_id)
+        run = by_id(scoped(Run.objects.all(), request.user, permissions.VIEW_RUNS), run_id)
         if not ARTIFACT_REF.fullmatch(ref) or not run_has_artifact(run, ref) or not Artifact.objects.filter(ref=ref).exists():
             raise NotFound()
         return stream_masked(request._request, ref)
@@ -258,7 +267,7 @@ class RunKill(ApiView):
         },
     )
     def post(self, request: Request, run_id: str) -> Response:
-        run = by_id(Run.objects.all(), run_id)
+        run = by_id(scoped(Run.objects.all(), request.user, permissions.VIEW_RUNS), run_id)
         flagged = control.kill(run, request.user)
         run = Run.objects.select_related("policy", "created_by").get(pk=run.pk)
         if not flagged and run.status not in control.ACTIVE:
@@ -282,7 +291,11 @@ class ApprovalList(ApiView):
         filters = self.query()
         if "run" in filters:
             filters["run_id"] = filters.pop("run")
-        requests = approval_rows().filter(**filters).order_by("-created_at", "id")
+        requests = (
+            scoped(approval_rows(), request.user, permissions.VIEW_APPROVALS, "run__project_id")
+            .filter(**filters)
+            .order_by("-created_at", "id")
+        )
         page = self.paginate_queryset(requests)
         return self.get_paginated_response(ApprovalSerializer(page, many=True).data)
 
@@ -301,7 +314,11 @@ class ApprovalDetail(ApiView):
         responses={200: ApprovalSerializer, 401: UNAUTHENTICATED, 403: FORBIDDEN, 404: NOT_FOUND},
     )
     def get(self, request: Request, approval_id: str) -> Response:
-        return Response(ApprovalSerializer(by_id(approval_rows(), approval_id)).data)
+        return Response(
+            ApprovalSerializer(
+                by_id(scoped(approval_rows(), request.user, permissions.VIEW_APPROVALS, "run__project_id"), approval_id)
+            ).data
+        )
 
 
 REFUSED = OpenApiResponse(
@@ -327,7 +344,10 @@ class ApprovalGrant(ApiView):
         responses={200: ApprovalSerializer, 401: UNAUTHENTICATED, 403: FORBIDDEN, 404: NOT_FOUND, 409: REFUSED, 413: TOO_LARGE},
     )
     def post(self, request: Request, approval_id: str) -> Response:
-        approval = by_id(ApprovalRequest.objects.select_related("run__policy"), approval_id)
+        approval = by_id(
+            scoped(ApprovalRequest.objects.select_related("run__policy"), request.user, permissions.VIEW_APPROVALS, "run__project_id"),
+            approval_id,
+        )
         grant(approval, request.user)
         return decided(approval)
 
@@ -344,7 +364,10 @@ class ApprovalDeny(ApiView):
         responses={200: ApprovalSerializer, **COMMON, 404: NOT_FOUND, 409: REFUSED, 413: TOO_LARGE},
     )
     def post(self, request: Request, approval_id: str) -> Response:
-        approval = by_id(ApprovalRequest.objects.select_related("run__policy"), approval_id)
+        approval = by_id(
+            scoped(ApprovalRequest.objects.select_related("run__policy"), request.user, permissions.VIEW_APPROVALS, "run__project_id"),
+            approval_id,
+        )
         data = body(DenySerializer, request)
         deny(approval, request.user, data["reason"])
         return decided(approval)

@@ -17,6 +17,7 @@ from approvals.policies import load_policy, self_approval_on
 from common import permissions
 from common.redact import MASK
 from core.patchtext import preview_problem
+from projects.access import permissions_in
 
 Status = ApprovalRequest.Status
 
@@ -30,6 +31,8 @@ class RunStanding:
     waiting: bool  # waiting for an approval
     stopping: bool  # a kill was requested
     outcome: str
+    # Whose run: only its project's reviewers (or a site admin) may decide (projects.access).
+    project_id: int | None = None
 
 
 class DecisionRefused(Exception):
@@ -60,10 +63,10 @@ def staleness(request: ApprovalRequest, run: RunStanding, policy_version: int) -
 
 
 def check_decider(user: User | AnonymousUser, run: RunStanding, policy: PolicyVersion) -> None:
-    """Who may decide: a reviewer, and not the one who started the run unless
-    self-approval is on (separation of duties)."""
-    if not user.is_authenticated or not user.has_perm(permissions.DECIDE_APPROVALS):
-        raise DecisionForbidden("you do not have the reviewer permission")
+    """Who may decide: a reviewer of the run's project, and not the one who started the
+    run unless self-approval is on (separation of duties)."""
+    if not user.is_authenticated or permissions.DECIDE_APPROVALS not in permissions_in(user, run.project_id):
+        raise DecisionForbidden("you are not a reviewer of this run's project")
     if run.started_by_id == user.pk and not self_approval_on(load_policy(policy)):
         raise DecisionForbidden("you started this run; another reviewer must decide (separation of duties)")
 

@@ -30,6 +30,7 @@ from live import feeds
 from live.feeds import Page, RunFeed, replay_page
 from live.lists import HeartbeatMixin
 from live.session_sockets import current_user, user_group
+from projects.access import scoped
 from runs.models import Run
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,8 @@ def access_problem(user: Any, run_id: str) -> tuple[int, str] | None:
         return NOT_SIGNED_IN, "sign in to watch runs"
     if not user.has_perm(VIEW_RUNS):
         return FORBIDDEN, f"this needs the {VIEW_RUNS} permission"
-    if not Run.objects.filter(pk=run_id).exists():
+    # A run of another project is as unknown as one that does not exist.
+    if not scoped(Run.objects.filter(pk=run_id), user, VIEW_RUNS).exists():
         return NO_SUCH_RUN, "no such run"
     return None
 

@@ -5,14 +5,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import Any, TypeVar
 
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponseBase
+from django.shortcuts import get_object_or_404
+
+from projects.access import scoped
 
 # HttpResponseBase: a download may be streamed (StreamingHttpResponse).
 View = Callable[..., HttpResponseBase]
+
+
+M = TypeVar("M", bound=Model)
+
+
+def visible(request: HttpRequest, queryset: QuerySet[M], permission: str, project_field: str = "project_id", **lookup: Any) -> M:
+    """The object ``lookup`` finds among those of the projects where the user holds
+    ``permission``: one of another project is 404, the same answer as one that does
+    not exist."""
+    return get_object_or_404(scoped(queryset, request.user, permission, project_field), **lookup)
 
 
 def require(permission: str) -> Callable[[View], View]:

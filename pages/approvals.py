@@ -10,7 +10,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.models import AnonymousUser, User
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals.checks import DecisionRefused
@@ -20,9 +20,10 @@ from common.redact import is_masked
 from core.effects import parse_effect, summary
 from core.tools import builtin_registry
 from live.trace import EMPTY_OUTPUT_REF, text_args, timeline
-from pages.access import require
+from pages.access import require, visible
 from pages.summary import shown_clocks
 from pages.templatetags.diffs import masked_lines
+from projects.access import scoped
 from runs.approval_flow import check_decision_now, deny, grant, pending_requests, staleness_now
 from runs.models import Evidence
 from runs.store import load_state
@@ -31,9 +32,9 @@ Status = ApprovalRequest.Status
 RECENT_DECISIONS = 30
 
 
-def inbox_rows() -> list[ApprovalRequest]:
-    """What reviewers can decide; a stale request is not among them (pending_requests)."""
-    return list(pending_requests().select_related("run", "requested_by"))
+def inbox_rows(user: User | AnonymousUser) -> list[ApprovalRequest]:
+    """What reviewers can decide, in the user's projects; a stale request is not among them (pending_requests)."""
+    return list(scoped(pending_requests(), user, VIEW_APPROVALS, "run__project_id").select_related("run", "requested_by"))
 
 
 def decision_blocker(request: ApprovalRequest, user: User | AnonymousUser, *, granting: bool = False) -> str | None:
@@ -103,27 +104,29 @@ def reviewer_summary(tool: str, effect: object) -> str:
     return spec.reviewer_summary if spec is not None else ""
 
 
-def _approval(request_id: str) -> ApprovalRequest:
-    return get_object_or_404(ApprovalRequest.objects.select_related("run", "run__policy", "requested_by", "decided_by"), pk=request_id)
+def _approval(request: HttpRequest, request_id: str) -> ApprovalRequest:
+    found = ApprovalRequest.objects.select_related("run", "run__policy", "requested_by", "decided_by")
+    return visible(request, found, VIEW_APPROVALS, "run__project_id", pk=request_id)
 
 
 @require_GET
 @require(VIEW_APPROVALS)
 def inbox(request: HttpRequest) -> HttpResponse:
-    recent = ApprovalRequest.objects.exclude(status=Status.PENDING).select_related("run", "decided_by").order_by("-created_at")
-    return render(request, "approvals/inbox.html", {"rows": inbox_rows(), "recent": recent[:RECENT_DECISIONS]})
+    decided = scoped(ApprovalRequest.objects.exclude(status=Status.PENDING), request.user, VIEW_APPROVALS, "run__project_id")
+    recent = decided.select_related("run", "decided_by").order_by("-created_at")
+    return render(request, "approvals/inbox.html", {"rows": inbox_rows(request.user), "recent": recent[:RECENT_DECISIONS]})
 
 
 @require_GET
 @require(VIEW_APPROVALS)
 def pending_count(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"pending": pending_requests().count()})
+    return JsonResponse({"pending": scoped(pending_requests(), request.user, VIEW_APPROVALS, "run__project_id").count()})
 
 
 @require_GET
 @require(VIEW_APPROVALS)
 def detail(request: HttpRequest, request_id: str) -> HttpResponse:
-    return render(request, "approvals/detail.html", approval_context(_approval(request_id), request.user))
+    return render(request, "approvals/detail.html", approval_context(_approval(request, request_id), request.user))
 
 
 class DenyForm(forms.Form):
@@ -154,7 +157,7 @@ def _bad_denial(request: HttpRequest, approval: ApprovalRequest, form: DenyForm)
 @require_POST
 @require(DECIDE_APPROVALS)
 def grant_view(request: HttpRequest, request_id: str) -> HttpResponse:
-    approval = _approval(request_id)
+    approval = _approval(request, request_id)
     try:
         grant(approval, request.user, request.POST.get("comment", "")[:2000])
     except DecisionRefused as exc:
@@ -166,7 +169,7 @@ def grant_view(request: HttpRequest, request_id: str) -> HttpResponse:
 @require_POST
 @require(DECIDE_APPROVALS)
 def deny_view(request: HttpRequest, request_id: str) -> HttpResponse:
-    approval = _approval(request_id)
+    approval = _approval(request, request_id)
     form = DenyForm(request.POST)
     if not form.is_valid():
         return _bad_denial(request, approval, form)

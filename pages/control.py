@@ -6,11 +6,12 @@ from __future__ import annotations
 from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from common.permissions import DECIDE_APPROVALS, OPERATE_RUNS
-from pages.access import require
+from pages.access import require, visible
+from projects.access import scoped
 from runs.broadcast import broadcast_lists_changed
 from runs.control import ACTIVE, ControlRefused, kill, set_global
 from runs.models import GlobalSwitch, Run
@@ -41,7 +42,7 @@ def home(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 @require(OPERATE_RUNS)
 def kill_run(request: HttpRequest, run_id: str) -> HttpResponse:
-    run = get_object_or_404(Run, pk=run_id)
+    run = visible(request, Run.objects.all(), OPERATE_RUNS, pk=run_id)
     if request.method == "POST":
         try:
             flagged = kill(run, request.user, request.POST.get("reason", ""))
@@ -84,7 +85,7 @@ def global_switch(request: HttpRequest) -> HttpResponse:
             messages.success(request, f"{said}; {killed} active run(s) killed." if killed else f"{said}.")
             broadcast_lists_changed("switch")
         return redirect("control")
-    active = Run.objects.filter(status__in=ACTIVE).order_by("-created_at")
+    active = scoped(Run.objects.filter(status__in=ACTIVE), request.user, OPERATE_RUNS).order_by("-created_at")
     return render(
         request,
         "runs/control.html",

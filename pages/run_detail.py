@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET
 from common.permissions import VIEW_RUNS
 from live.artifacts import run_has_artifact, stream_masked
 from live.trace import events_before, timeline
-from pages.access import require
+from pages.access import require, visible
 from pages.summary import run_summary
 from runs.artifact_backends import hexdigest_of
 from runs.artifacts import masked_chunks
@@ -31,7 +31,7 @@ SHOWN_OUTPUT_BYTES = 2_000_000
 @require_GET
 @require(VIEW_RUNS)
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
-    run = get_object_or_404(Run.objects.select_related("policy", "created_by"), pk=run_id)
+    run = visible(request, Run.objects.select_related("policy", "created_by"), VIEW_RUNS, pk=run_id)
     return render(request, "runs/detail.html", {"run": run, "summary": run_summary(run), **timeline(str(run.pk))})
 
 
@@ -43,7 +43,7 @@ class OlderEvents(forms.Form):
 @require_GET
 @require(VIEW_RUNS)
 def run_events(request: HttpRequest, run_id: str) -> JsonResponse:
-    run = get_object_or_404(Run, pk=run_id)
+    run = visible(request, Run.objects.all(), VIEW_RUNS, pk=run_id)
     form = OlderEvents(request.GET)
     if not form.is_valid():
         return JsonResponse({"error": form.errors.get_json_data()}, status=400)
@@ -55,20 +55,20 @@ def run_events(request: HttpRequest, run_id: str) -> JsonResponse:
 @require_GET
 @require(VIEW_RUNS)
 def run_event(request: HttpRequest, run_id: str, seq: int) -> JsonResponse:
-    event = get_object_or_404(Event, run_id=run_id, seq=seq)
+    event = visible(request, Event.objects.all(), VIEW_RUNS, "run__project_id", run_id=run_id, seq=seq)
     return JsonResponse(event.as_dict(), json_dumps_params={"indent": 2})
 
 
 @require_GET
 @require(VIEW_RUNS)
 def run_summary_json(request: HttpRequest, run_id: str) -> JsonResponse:
-    return JsonResponse(run_summary(get_object_or_404(Run, pk=run_id)))
+    return JsonResponse(run_summary(visible(request, Run.objects.all(), VIEW_RUNS, pk=run_id)))
 
 
 @require_GET
 @require(VIEW_RUNS)
 def run_report(request: HttpRequest, run_id: str) -> HttpResponse:
-    run = get_object_or_404(Run, pk=run_id)
+    run = visible(request, Run.objects.all(), VIEW_RUNS, pk=run_id)
     response = HttpResponse(json.dumps(full_report(run), indent=2, sort_keys=True, default=str), content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="run-{run.task_id}-{run.pk}.json"'
     return response
@@ -103,7 +103,7 @@ def output_cut(run: Run, ref: str) -> dict[str, Any] | None:
 @require_GET
 @require(VIEW_RUNS)
 def run_artifact(request: HttpRequest, run_id: str, ref: str) -> HttpResponseBase:
-    run = get_object_or_404(Run, pk=run_id)
+    run = visible(request, Run.objects.all(), VIEW_RUNS, pk=run_id)
     try:
         hexdigest_of(ref)
     except ValueError:

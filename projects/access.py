@@ -9,16 +9,15 @@ one that does not."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
-from django.contrib.auth.backends import BaseBackend
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Q, QuerySet
+from django.contrib.auth.backends import BaseBackend, ModelBackend
+from django.db.models import Model, Q, QuerySet
 
 from projects.models import Membership, Project
 from projects.roles import PROJECT_ROLES, SITE_ADMIN_GROUP
 
-User = AbstractBaseUser | AnonymousUser
+M = TypeVar("M", bound=Model)
 # Per user object (so per request): project id -> the permissions held there.
 _CACHE = "_harness_project_permissions"
 
@@ -50,10 +49,17 @@ def forget(user: Any) -> None:
         delattr(user, _CACHE)
 
 
-def permissions_in(user: Any, project_id: int) -> frozenset[str]:
+def holds_globally(user: Any, permission: str) -> bool:
+    """A site admin, or a holder of ``permission`` through a global role (what the
+    global switch asks: a project's role reaches no further than its project)."""
+    return is_site_admin(user) or ModelBackend().has_perm(user, permission)
+
+
+def permissions_in(user: Any, project_id: int | None) -> frozenset[str]:
+    """What ``user`` may do in the project (nothing in none, unless a site admin)."""
     if is_site_admin(user):
         return frozenset(name for names in PROJECT_ROLES.values() for name in names)
-    return _held(user).get(project_id, frozenset())
+    return _held(user).get(project_id, frozenset()) if project_id is not None else frozenset()
 
 
 def project_ids_with(user: Any, permission: str) -> list[int] | None:
@@ -63,7 +69,7 @@ def project_ids_with(user: Any, permission: str) -> list[int] | None:
     return [project_id for project_id, names in _held(user).items() if permission in names]
 
 
-def scoped(queryset: QuerySet[Any], user: Any, permission: str, project_field: str = "project_id") -> QuerySet[Any]:
+def scoped(queryset: QuerySet[M], user: Any, permission: str, project_field: str = "project_id") -> QuerySet[M]:
     """``queryset`` narrowed to the objects of the projects where ``user`` holds ``permission``."""
     ids = project_ids_with(user, permission)
     return queryset if ids is None else queryset.filter(**{f"{project_field}__in": ids})

@@ -44,6 +44,7 @@ def standing(run_id: str) -> RunStanding:
         waiting=run.status == Run.Status.WAITING,
         stopping=run.kill_requested,
         outcome=run.outcome,
+        project_id=run.project_id,
     )
 
 

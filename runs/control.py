@@ -16,6 +16,7 @@ from django.utils import timezone
 from common import permissions
 from core import events as ev
 from core.fences import RowLock
+from projects.access import holds_globally
 from runs.approval_flow import cancel_open_requests
 from runs.eventlog import append_event
 from runs.models import GlobalSwitch, Run
@@ -33,9 +34,15 @@ class ControlRefused(Exception):
 KILL_REASON_CHARS = 500
 
 
-def check_operator(user: User | AnonymousUser) -> None:
-    if not user.is_authenticated or not user.has_perm(permissions.OPERATE_RUNS):
-        raise ControlRefused("you do not have the operator permission")
+def check_operator(user: User | AnonymousUser, run: Run) -> None:
+    if not user.is_authenticated or not user.has_perm(permissions.OPERATE_RUNS, run):
+        raise ControlRefused("you are not an operator of this run's project")
+
+
+def check_global_operator(user: User | AnonymousUser) -> None:
+    """The global switch reaches every project's runs: a project's operators may not turn it."""
+    if not user.is_authenticated or not holds_globally(user, permissions.OPERATE_RUNS):
+        raise ControlRefused("the global switch is for site admins and global operators")
 
 
 def stopping_reason(by: str, scope: str, reason: str) -> str:
@@ -63,13 +70,13 @@ def do_kill(run: Run, by: str, scope: str = "run", reason: str = "") -> bool:
 
 
 def kill(run: Run, user: User | AnonymousUser, reason: str = "") -> bool:
-    check_operator(user)
+    check_operator(user, run)
     return do_kill(run, user.get_username(), reason=reason.strip()[:KILL_REASON_CHARS])
 
 
 def set_global(user: User | AnonymousUser, *, stop_all: bool, admit_new: bool) -> int:
     """Turn the global switch; with stop_all, every active run is killed now."""
-    check_operator(user)
+    check_global_operator(user)
     switch = GlobalSwitch.get()
     GlobalSwitch.objects.filter(pk=switch.pk).update(
         stop_all=stop_all, admit_new=admit_new, changed_by=user.get_username(), changed_at=timezone.now()

@@ -1,5 +1,7 @@
 """Every role across every page, action and the live-trace socket: who is let in,
-who is sent to sign in, who gets 403, and that every form needs its CSRF token."""
+who is sent to sign in, who gets 403, who is told the run does not exist (a member of
+another project: the same answer as for a run that does not), and that every form
+needs its CSRF token."""
 
 from __future__ import annotations
 
@@ -25,7 +27,10 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.django_db
 
-ROLES = ["anonymous", "outsider", "reviewer", "operator", "admin_user"]
+ROLES = ["anonymous", "outsider", "reviewer", "operator", "admin_user", "other_member"]
+# A reviewer and operator of another project: in on the pages that list what they may
+# see; the run and its request here are unknown to them.
+ELSEWHERE = "other_member"
 VIEWERS = {"reviewer", "operator", "admin_user"}
 STARTERS = {"operator", "admin_user"}
 OPERATORS = {"operator", "admin_user"}
@@ -69,8 +74,14 @@ def csrf(client: Client) -> str:
     return client.cookies[settings.CSRF_COOKIE_NAME].value
 
 
-def assert_refused_or_allowed(response: _MonkeyPatchedWSGIResponse, role: str, allowed: set[str], ok_status: int = 200) -> None:
-    if role == "anonymous":
+def assert_refused_or_allowed(
+    response: _MonkeyPatchedWSGIResponse, role: str, allowed: set[str], ok_status: int = 200, *, of_the_run: bool = True
+) -> None:
+    """``of_the_run``: the URL names this project's run or request (not a list or a form)."""
+    if role == ELSEWHERE:
+        expected = 404 if of_the_run else (ok_status if allowed & {"reviewer", "operator"} else 403)
+        assert response.status_code == expected, (role, response.status_code)
+    elif role == "anonymous":
         assert response.status_code == 302 and response["Location"].startswith(reverse("login")), response.status_code
     elif role in allowed:
         assert response.status_code == ok_status, (role, response.status_code, response.content[:300])
@@ -78,31 +89,41 @@ def assert_refused_or_allowed(response: _MonkeyPatchedWSGIResponse, role: str, a
         assert response.status_code == 403, (role, response.status_code)
 
 
-def pages(scene: ArtifactScene) -> list[tuple[str, set[str]]]:
+def pages(scene: ArtifactScene) -> list[tuple[str, set[str], bool]]:
+    """Each page, who may open it, and whether it is of the run (or its request)."""
     run, approval = scene.run.pk, scene.request.pk
     return [
-        (reverse("runs:list"), VIEWERS),
-        (reverse("runs:list") + "?status=waiting_approval&q=calc", VIEWERS),
-        (reverse("runs:new"), STARTERS),
-        (reverse("runs:detail", args=[run]), VIEWERS),
-        (reverse("runs:events", args=[run]) + "?before=5", VIEWERS),
-        (reverse("runs:event", args=[run, 1]), VIEWERS),
-        (reverse("runs:summary", args=[run]), VIEWERS),
-        (reverse("runs:report", args=[run]), VIEWERS),
-        (reverse("runs:artifact", args=[run, scene.ref]), VIEWERS),
-        (reverse("runs:kill", args=[run]), OPERATORS),
-        (reverse("control"), OPERATORS),
-        (reverse("approvals:inbox"), VIEWERS),
-        (reverse("approvals:count"), VIEWERS),
-        (reverse("approvals:detail", args=[approval]), VIEWERS),
+        (reverse("runs:list"), VIEWERS, False),
+        (reverse("runs:list") + "?status=waiting_approval&q=calc", VIEWERS, False),
+        (reverse("runs:new"), STARTERS, False),
+        (reverse("runs:detail", args=[run]), VIEWERS, True),
+        (reverse("runs:events", args=[run]) + "?before=5", VIEWERS, True),
+        (reverse("runs:event", args=[run, 1]), VIEWERS, True),
+        (reverse("runs:summary", args=[run]), VIEWERS, True),
+        (reverse("runs:report", args=[run]), VIEWERS, True),
+        (reverse("runs:artifact", args=[run, scene.ref]), VIEWERS, True),
+        (reverse("runs:kill", args=[run]), OPERATORS, True),
+        (reverse("control"), OPERATORS, False),
+        (reverse("approvals:inbox"), VIEWERS, False),
+        (reverse("approvals:count"), VIEWERS, False),
+        (reverse("approvals:detail", args=[approval]), VIEWERS, True),
     ]
 
 
 @pytest.mark.parametrize("role", ROLES)
 def test_it_lets_each_role_open_exactly_its_pages(role: str, scene: ArtifactScene, request: pytest.FixtureRequest) -> None:
     client = client_for(role, request)
-    for url, allowed in pages(scene):
-        assert_refused_or_allowed(client.get(url), role, allowed)
+    for url, allowed, of_the_run in pages(scene):
+        assert_refused_or_allowed(client.get(url), role, allowed, of_the_run=of_the_run)
+
+
+def test_it_lists_none_of_another_projects_runs_or_requests(scene: ArtifactScene, other_member: User) -> None:
+    client = Client()
+    client.force_login(other_member)
+    for url in (reverse("runs:list"), reverse("approvals:inbox"), reverse("control")):
+        page = client.get(url)
+        assert page.status_code == 200 and str(scene.run.pk) not in page.content.decode(), url
+    assert client.get(reverse("approvals:count")).json() == {"pending": 0}
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -135,7 +156,11 @@ def test_it_lets_only_operators_kill_a_run(role: str, scene: ArtifactScene, requ
 def test_it_lets_only_operators_turn_the_global_switch(role: str, scene: ArtifactScene, request: pytest.FixtureRequest) -> None:
     client = client_for(role, request)
     response = client.post(reverse("control"), {"csrfmiddlewaretoken": csrf(client), "action": "pause_admission"})
-    assert_refused_or_allowed(response, role, OPERATORS, ok_status=302)
+    if role == ELSEWHERE:
+        # The page is theirs (their project's active runs); the global switch is not.
+        assert response.status_code == 302
+    else:
+        assert_refused_or_allowed(response, role, OPERATORS, ok_status=302)
     assert GlobalSwitch.get().admit_new is (role not in OPERATORS)
 
 
@@ -147,7 +172,10 @@ def test_it_lets_only_operators_and_admins_start_runs(role: str, scene: Artifact
         reverse("runs:new"),
         {"csrfmiddlewaretoken": csrf(client), "contract": CONTRACT, "proposer_kind": "scripted", "proposer_options": '{"script": []}'},
     )
-    assert_refused_or_allowed(response, role, STARTERS, ok_status=302)
+    if role == ELSEWHERE:
+        assert response.status_code == 403  # a run here is not theirs to start
+    else:
+        assert_refused_or_allowed(response, role, STARTERS, ok_status=302)
     assert Run.objects.count() == before + (1 if role in STARTERS else 0)
 
 
@@ -215,6 +243,8 @@ def test_it_opens_the_live_trace_socket_only_for_viewers(role: str, scene: Artif
     kind, detail = async_to_sync(_socket_outcome)(cookies, str(scene.run.pk))
     if role in VIEWERS:
         assert kind == "events" and detail == scene.run.last_seq
+    elif role == ELSEWHERE:
+        assert (kind, detail) == ("refused", 4404)
     else:
         assert kind == "refused" and detail == (4401 if role == "anonymous" else 4403)
 
