@@ -25,7 +25,9 @@ from tests.helpers import World
 if TYPE_CHECKING:
     from rest_framework.response import _MonkeyPatchedResponse  # the test client's response: only the stubs name it
 
-PERSONAS = ("reviewer", "operator", "admin_user", "outsider")
+# other_member: a reviewer and operator of another project, to whom this project's run
+# and request do not exist.
+PERSONAS = ("reviewer", "operator", "admin_user", "outsider", "other_member")
 SMALL_CONTRACT: dict[str, Any] = {
     "task_id": "api-orders",
     "objective": "fix the negative quantity bug",
@@ -97,19 +99,19 @@ def waiting(operator: User) -> Waiting:
 
 
 # (method, path, body, the status each persona gets in PERSONAS order)
-ENDPOINTS: list[tuple[str, str, Any, tuple[int, int, int, int]]] = [
-    ("get", "/api/runs/", None, (200, 200, 200, 403)),
-    ("post", "/api/runs/", {"contract": SMALL_CONTRACT, "proposer": SCRIPT}, (403, 201, 201, 403)),
-    ("get", "/api/runs/{run}/", None, (200, 200, 200, 403)),
-    ("get", "/api/runs/{run}/events/", None, (200, 200, 200, 403)),
-    ("get", "/api/runs/{run}/report/", None, (200, 200, 200, 403)),
-    ("post", "/api/runs/{run}/kill/", None, (403, 202, 202, 403)),
-    ("get", "/api/approvals/", None, (200, 200, 200, 403)),
-    ("get", "/api/approvals/{approval}/", None, (200, 200, 200, 403)),
-    ("post", "/api/approvals/{approval}/grant/", None, (200, 403, 200, 403)),
-    ("post", "/api/approvals/{approval}/deny/", {"reason": "not now"}, (200, 403, 200, 403)),
-    ("get", "/api/switch/", None, (200, 200, 200, 403)),
-    ("post", "/api/switch/", {"admit_new": True}, (403, 200, 200, 403)),
+ENDPOINTS: list[tuple[str, str, Any, tuple[int, int, int, int, int]]] = [
+    ("get", "/api/runs/", None, (200, 200, 200, 403, 200)),
+    ("post", "/api/runs/", {"contract": SMALL_CONTRACT, "proposer": SCRIPT}, (403, 201, 201, 403, 403)),
+    ("get", "/api/runs/{run}/", None, (200, 200, 200, 403, 404)),
+    ("get", "/api/runs/{run}/events/", None, (200, 200, 200, 403, 404)),
+    ("get", "/api/runs/{run}/report/", None, (200, 200, 200, 403, 404)),
+    ("post", "/api/runs/{run}/kill/", None, (403, 202, 202, 403, 404)),
+    ("get", "/api/approvals/", None, (200, 200, 200, 403, 200)),
+    ("get", "/api/approvals/{approval}/", None, (200, 200, 200, 403, 404)),
+    ("post", "/api/approvals/{approval}/grant/", None, (200, 403, 200, 403, 404)),
+    ("post", "/api/approvals/{approval}/deny/", {"reason": "not now"}, (200, 403, 200, 403, 404)),
+    ("get", "/api/switch/", None, (200, 200, 200, 403, 200)),
+    ("post", "/api/switch/", {"admit_new": True}, (403, 200, 200, 403, 403)),
 ]
 CASES = [
     pytest.param(method, path, body, persona, expected[i], id=f"{method}-{path}-{persona}")

@@ -57,7 +57,7 @@ def test_it_says_why_a_request_is_stale_from_the_standing_it_is_handed(run: RunS
 
 
 def test_it_refuses_a_decision_by_who_may_not_decide() -> None:
-    with pytest.raises(DecisionForbidden, match="reviewer permission"):
+    with pytest.raises(DecisionForbidden, match="not a reviewer of this run.s project"):
         check_decision(pending(), AnonymousUser(), WAITING, policy())
     with pytest.raises(DecisionForbidden, match="separation of duties"):
         check_decision(pending(), reviewer(1), WAITING, policy())

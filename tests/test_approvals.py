@@ -81,9 +81,9 @@ def test_it_stops_the_run_denied_with_the_reason(operator: User, reviewer: User,
 
 def test_it_refuses_decisions_from_non_reviewers_and_from_the_run_starter(operator: User, outsider: User, reviewer: User) -> None:
     _, run, request = waiting_run(reviewer)
-    with pytest.raises(DecisionRefused, match="reviewer permission"):
+    with pytest.raises(DecisionRefused, match="not a reviewer of this run.s project"):
         grant(request, operator)
-    with pytest.raises(DecisionRefused, match="reviewer permission"):
+    with pytest.raises(DecisionRefused, match="not a reviewer of this run.s project"):
         grant(request, outsider)
     with pytest.raises(DecisionRefused, match="separation of duties"):
         grant(request, reviewer)
