@@ -1,6 +1,6 @@
 """Live sockets follow the session: an open trace socket on the real ASGI server is
-closed within a few seconds of its user signing out, losing the role, or being
-deactivated; a socket of another user stays open. The periodic event recheck is set
+closed within a few seconds of its user signing out, losing the role, leaving the
+run's project, or being deactivated; a socket of another user stays open. The periodic event recheck is set
 to a minute here, so what closes them is the auth signals' notice or, should Redis
 pub/sub drop it, the session check on the next heartbeat (one second here)."""
 
@@ -16,6 +16,8 @@ from django.contrib.auth.models import Group, User
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
+from projects.models import Membership, Project
+from runs.models import Run
 from tests.fixtures_web import AsgiServer
 from tests.helpers import World
 
@@ -113,6 +115,21 @@ def test_it_closes_the_trace_socket_when_its_user_loses_the_role(slow_recheck: N
     operator.groups.remove(Group.objects.get(name="operator"))
     code, error, _ = closed_within(socket, CLOSE_WITHIN_SECONDS)
     assert code == 4403 and "permission" in error
+
+
+def test_it_closes_the_trace_socket_when_its_user_leaves_the_runs_project(
+    slow_recheck: None, live_server_asgi: AsgiServer, other_member: User, other_project: Project
+) -> None:
+    server = live_server_asgi
+    run = World().create()
+    Run.objects.filter(pk=run.pk).update(project=other_project)
+    socket = watch(server, signed_in(server, other_member), str(run.pk))
+    # Still a reviewer somewhere, so still one who may watch runs: just not this one.
+    Membership.objects.create(project=Project.objects.create(slug="third", name="Third"), user=other_member, role="reviewer")
+    Membership.objects.filter(user=other_member, project=other_project).delete()
+    code, error, _ = closed_within(socket, CLOSE_WITHIN_SECONDS)
+    # Outside the project the run is as unknown as one that does not exist.
+    assert code == 4404 and "no such run" in error
 
 
 def test_it_closes_the_trace_socket_when_its_user_is_deactivated(slow_recheck: None, live_server_asgi: AsgiServer, operator: User) -> None:
