@@ -1,2 +1,2 @@
-"""Projects: each team's runs, reviewers, operators, policies, sources, remotes and
-budgets are its own (docs/design.md, Projects)."""
+"""Projects: each team's runs, and who may see, decide and operate them, are its own
+(docs/design.md, Trust boundaries)."""
