@@ -71,12 +71,34 @@ def check_decider(user: User | AnonymousUser, run: RunStanding, policy: PolicyVe
         raise DecisionForbidden("you started this run; another reviewer must decide (separation of duties)")
 
 
+def check_named(request: ApprovalRequest, user: User | AnonymousUser) -> None:
+    """A rule that names who decides narrows the project's reviewers to those people."""
+    users, groups = list(request.eligible_users), list(request.eligible_groups)
+    if not users and not groups:
+        return
+    if user.get_username() in users or (isinstance(user, User) and user.groups.filter(name__in=groups).exists()):
+        return
+    named = ", ".join([*users, *(f"group {g}" for g in groups)])
+    raise DecisionForbidden(f"this request is decided by {named}")
+
+
+def check_grant_counts(request: ApprovalRequest, user: User | AnonymousUser, run: RunStanding) -> None:
+    """A grant toward a quorum is a distinct person's, never the run's starter's."""
+    if request.needed > 1 and run.started_by_id == user.pk:
+        raise DecisionForbidden(f"you started this run: your grant cannot count toward the {request.needed} needed")
+    if isinstance(user, User) and request.grants.filter(user=user).exists():
+        raise DecisionRefused("you granted this request already; another reviewer must grant too")
+
+
 def check_decision(
     request: ApprovalRequest, user: User | AnonymousUser, run: RunStanding, policy: PolicyVersion, *, granting: bool = False
 ) -> None:
     """Whether ``user`` may decide (``granting``: grant) ``request`` now, ``policy``
     being the version in force; DecisionRefused says why not."""
     check_decider(user, run, policy)
+    check_named(request, user)
+    if granting:
+        check_grant_counts(request, user, run)
     if request.status != Status.PENDING:
         raise DecisionRefused(f"this request is already {request.status}")
     if request.expires_at <= timezone.now():

@@ -137,6 +137,10 @@ class ApprovalDecided(Event):
     # The decider started the run (only possible when the policy allows self-approval):
     # no second person was involved, and the audit trail says so.
     self_approved: bool = False
+    # A grant toward a quorum: the distinct people who have granted so far, of those
+    # needed; the request is granted only once ``grants`` reaches ``needed``.
+    grants: int = 1
+    needed: int = 1
 
 
 class ApprovalLapsed(Event):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -21,6 +21,16 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class Reviewers(_Frozen):
+    """Who decides a call a rule asks for: ``count`` distinct people must grant (the
+    run's starter never counts), each a reviewer of the run's project and, when any
+    are named, one of ``users`` or a member of one of ``groups``."""
+
+    count: int = Field(default=1, ge=1, le=10)
+    users: list[Annotated[str, Field(min_length=1, max_length=150)]] = Field(default_factory=list, max_length=50)
+    groups: list[Annotated[str, Field(min_length=1, max_length=150)]] = Field(default_factory=list, max_length=50)
+
+
 class Rule(_Frozen):
     name: str = Field(min_length=1, max_length=200)
     tool: str = Field(min_length=1, description="tool name or glob")
@@ -29,6 +39,8 @@ class Rule(_Frozen):
     # value matches one of the globs (e.g. {"path": ["docs/*"]}).
     when: dict[str, list[str]] = Field(default_factory=dict)
     requires_evidence: bool = False
+    # For an ``ask`` rule: who decides, and how many must grant.
+    reviewers: Reviewers = Field(default_factory=Reviewers)
 
     @field_validator("when")
     @classmethod
@@ -123,6 +135,7 @@ class Authorization:
     decision: Decision
     rule: str
     requires_evidence: bool
+    reviewers: Reviewers = Reviewers()
 
 
 DEFAULT_DENY = "default: no rule matched"
@@ -132,5 +145,5 @@ def authorize(policy: Policy, tool: str, args: Mapping[str, JSON]) -> Authorizat
     """First matching rule wins; a tool no rule mentions is denied."""
     for rule in policy.rules:
         if rule.matches(tool, args):
-            return Authorization(rule.decision, rule.name, rule.requires_evidence)
+            return Authorization(rule.decision, rule.name, rule.requires_evidence, rule.reviewers)
     return Authorization("deny", DEFAULT_DENY, False)

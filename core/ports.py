@@ -12,7 +12,7 @@ from core.effects import Plan
 from core.events import Event
 from core.feedback import Feedback
 from core.jsonutil import JSON
-from core.policy import CheckDef, Policy
+from core.policy import CheckDef, Policy, Reviewers
 from core.state import PendingEffect, RunState
 
 
@@ -99,6 +99,8 @@ class ApprovalAsk:
     # The core bounds the request's life by the policy's TTL and what is left of the
     # policy's limit on waiting, so no reviewer is offered a grant the run cannot use.
     expires_in_seconds: float = 3600.0
+    # Who decides and how many must grant (the asking rule's).
+    reviewers: Reviewers = Reviewers()
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,7 @@ def ask(run: RunContext, record: CallRecord, spec: ToolSpec, authorization: Auth
             diff=shown,
             evidence=[state.evidence[i].model_dump() for i in state.current_evidence.values()],
             expires_in_seconds=wait_left,
+            reviewers=authorization.reviewers,
             **asked,
         )
     )

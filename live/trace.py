@@ -165,7 +165,8 @@ def _approval_view(e: _ApprovalEvent) -> tuple[str, str, str]:
             granted = e.decision == "granted"
             alone = "self-approved: the person who started the run, no second reviewer" if e.self_approved else ""
             tone = ("warn" if alone else "ok") if granted else "bad"
-            return f"{'Granted' if granted else 'Denied'} by {e.by}", tone, "; ".join(x for x in (alone, e.reason) if x)
+            counted = f" ({e.grants} of {e.needed} needed)" if granted and e.needed > 1 else ""
+            return f"{'Granted' if granted else 'Denied'} by {e.by}{counted}", tone, "; ".join(x for x in (alone, e.reason) if x)
         case ev.ApprovalLapsed():
             return f"Approval {human(e.status)}", "warn", e.reason
         case ev.WaitEnded():

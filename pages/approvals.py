@@ -60,6 +60,7 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "waited_seconds": waited,
         "blocker": blocker,
         "grant_blocker": blocker or decision_blocker(request, user, granting=True),
+        "grants": list(request.grants.select_related("user")),
         "stale": out_of_date(request),
         "asked_again": asked_again(request),
         "revision_current": run.revision == request.revision,
@@ -162,6 +163,11 @@ def grant_view(request: HttpRequest, request_id: str) -> HttpResponse:
         grant(approval, request.user, request.POST.get("comment", "")[:2000])
     except DecisionRefused as exc:
         return _refused(request, approval, str(exc))
+    approval.refresh_from_db()
+    if approval.status == Status.PENDING:
+        granted = approval.grants.count()
+        messages.success(request, f"Your grant counts: {granted} of {approval.needed} needed; the request waits for the others.")
+        return redirect("approvals:detail", approval.pk)
     messages.success(request, f"Granted {approval.tool} for {approval.run.task_id}; the run continues.")
     return redirect("runs:detail", approval.run_id)
 

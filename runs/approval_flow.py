@@ -16,7 +16,7 @@ from django.db.models import F, Max, QuerySet, Subquery
 from django.utils import timezone
 
 from approvals.checks import DecisionRefused, RunStanding, check_decision, check_reason, staleness
-from approvals.models import ApprovalRequest, PolicyVersion
+from approvals.models import ApprovalGrant, ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
 from core import events as ev
 from core.fences import Fence, RowLock
@@ -70,7 +70,7 @@ def check_decision_recording_lapse(request: ApprovalRequest, user: User | Anonym
         raise
 
 
-def _decide(request: ApprovalRequest, user: User | AnonymousUser, status: str, reason: str) -> None:
+def _decide(request: ApprovalRequest, user: User | AnonymousUser, status: str, reason: str, grants: int) -> None:
     # Only a still-pending row can be decided: a concurrent decision, expiry or
     # cancellation wins or loses as a whole, never half.
     check_request_transition(Status.PENDING, status)
@@ -81,29 +81,55 @@ def _decide(request: ApprovalRequest, user: User | AnonymousUser, status: str, r
         if updated != 1:
             raise DecisionRefused("this request was decided by someone else a moment ago")
         decision = "granted" if status == Status.GRANTED else "denied"
-        append_event(
-            str(request.run_id),
-            ev.ApprovalDecided,
-            fence=DECIDING,
-            call_id=request.call_id,
-            request_id=str(request.pk),
-            decision=decision,
-            by=user.get_username(),
-            reason=reason,
-            self_approved=request.run.created_by_id == user.pk,
-        )
+        _record_decision(request, user, decision, reason, grants)
         wake_after_commit(str(request.run_id))
 
 
+def _record_decision(request: ApprovalRequest, user: User | AnonymousUser, decision: str, reason: str, grants: int) -> None:
+    append_event(
+        str(request.run_id),
+        ev.ApprovalDecided,
+        fence=DECIDING,
+        call_id=request.call_id,
+        request_id=str(request.pk),
+        decision=decision,
+        by=user.get_username(),
+        reason=reason,
+        self_approved=request.run.created_by_id == user.pk,
+        grants=grants,
+        needed=request.needed,
+    )
+
+
 def grant(request: ApprovalRequest, user: User | AnonymousUser, comment: str = "") -> None:
+    """One person's grant; the request is granted (and the run woken) once the rule's
+    number of distinct people have granted."""
     check_decision_recording_lapse(request, user, granting=True)
-    _decide(request, user, Status.GRANTED, comment.strip())
+    assert isinstance(user, User)  # the check admits signed-in reviewers only
+    comment = comment.strip()
+    with transaction.atomic():
+        # The request row's lock orders the grants of one request: each counts the
+        # grants before it, so the quorum is reached, and the request granted, once.
+        locked = ApprovalRequest.objects.select_for_update().get(pk=request.pk)
+        if locked.status != Status.PENDING:
+            raise DecisionRefused(f"this request is already {locked.status}")
+        try:
+            # A savepoint: a second grant by the same person fails alone.
+            with transaction.atomic():
+                ApprovalGrant.objects.create(request=locked, user=user, comment=comment)
+        except IntegrityError:
+            raise DecisionRefused("you granted this request already; another reviewer must grant too") from None
+        grants = locked.grants.count()
+        if grants < locked.needed:
+            _record_decision(locked, user, "granted", comment, grants)
+            return
+        _decide(locked, user, Status.GRANTED, comment, grants)
 
 
 def deny(request: ApprovalRequest, user: User | AnonymousUser, reason: str) -> None:
     reason = check_reason(reason)
     check_decision_recording_lapse(request, user)
-    _decide(request, user, Status.DENIED, reason)
+    _decide(request, user, Status.DENIED, reason, grants=request.grants.count())
 
 
 def do_consume(request_id: Any, call_id: str) -> bool:

@@ -47,6 +47,9 @@ class DjangoApprovals:
             effect=dict(ask.effect) if ask.effect is not None else None,
             evidence=[dict(e) for e in ask.evidence],
             requested_by=self.run.created_by,
+            needed=ask.reviewers.count,
+            eligible_users=list(ask.reviewers.users),
+            eligible_groups=list(ask.reviewers.groups),
             expires_at=now + timedelta(seconds=ask.expires_in_seconds),
         )
         return Filed(str(request.pk), new=True)

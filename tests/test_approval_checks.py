@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import AnonymousUser, User
 from django.utils import timezone
 
-from approvals.checks import DecisionForbidden, DecisionRefused, RunStanding, check_decision, check_reason, staleness
+from approvals.checks import DecisionForbidden, DecisionRefused, RunStanding, check_decision, check_grant_counts, check_reason, staleness
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import default_policy_document
 
@@ -80,3 +80,9 @@ def test_it_wants_a_reason_for_a_denial() -> None:
     assert check_reason("  out of scope ") == "out of scope"
     with pytest.raises(DecisionRefused, match="a denial needs a reason"):
         check_reason("   ")
+
+
+def test_it_never_counts_the_starter_toward_a_quorum_even_where_self_approval_is_on() -> None:
+    # check_decider lets a self-approving starter through; a quorum still needs others.
+    with pytest.raises(DecisionForbidden, match="cannot count toward the 2 needed"):
+        check_grant_counts(pending(needed=2), reviewer(1), WAITING)

@@ -1,4 +1,4 @@
 from approvals.models.policy import PolicyVersion
-from approvals.models.request import ApprovalRequest
+from approvals.models.request import ApprovalGrant, ApprovalRequest
 
-__all__ = ["ApprovalRequest", "PolicyVersion"]
+__all__ = ["ApprovalGrant", "ApprovalRequest", "PolicyVersion"]

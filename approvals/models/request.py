@@ -44,6 +44,11 @@ class ApprovalRequest(models.Model):
     reason = RedactedTextField(blank=True, default="")
     consumed_at = models.DateTimeField(null=True, blank=True)
     consumed_by_call = models.CharField(max_length=40, blank=True, default="")
+    # The asking rule's reviewers (core.policy.Reviewers): how many distinct people must
+    # grant, and, when any are named, who among the project's reviewers may decide.
+    needed = models.PositiveSmallIntegerField(default=1)
+    eligible_users = models.JSONField(default=list, blank=True)
+    eligible_groups = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["created_at"]
@@ -52,3 +57,20 @@ class ApprovalRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} for {self.run_id} ({self.status})"
+
+
+class ApprovalGrant(models.Model):
+    """One person's grant of a request: the request is granted once ``needed`` distinct
+    people have; nobody grants twice."""
+
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="grants")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    comment = RedactedTextField(blank=True, default="")
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["at"]
+        constraints = [models.UniqueConstraint(fields=["request", "user"], name="grant_once_per_person")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} granted {self.request_id}"
