@@ -90,7 +90,7 @@ def _rebuild(run: Run, lease_token: int, base_revision: str, revision: str, me: 
     why = "this host's copy was gone" if before in ("", me) else f"its host {before} is gone"
     reason = (
         f"workspace rebuilt on {me} ({why}): the source at its base revision and {rebuilt.writes} recorded "
-        f"write{'s' if rebuilt.writes != 1 else ''} in {rebuilt.seconds:.2f} s; revision {revision} verified"
+        f"write{'s' if rebuilt.writes != 1 else ''} in {rebuilt.seconds:.3f} s; revision {revision} verified"
     )
     event = ev.RunResumed(run_id=str(run.pk), seq=0, ts=time.time(), reason=reason, revision=revision)
     append_events(str(run.pk), [event], fence=Lease(lease_token))
