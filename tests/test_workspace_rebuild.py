@@ -12,17 +12,25 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
+from django.contrib.auth.models import User
+from pytest_django import Settings
 
+from approvals.models import ApprovalRequest
 from core.contract import WorkspaceSource
 from core.events import ReceiptRecorded
+from runs.approval_flow import grant
 from runs.artifacts import ArtifactStorage
+from runs.models import Run
 from runs.outbox import DatabaseOutbox
+from runs.runtime import advance, create_run, workspace_root
 from sandbox.executor import SandboxExecutor
 from sandbox.preparation import prepare_workspace
 from sandbox.rebuild import RebuildFailed, RecordedWrite, rebuild_workspace, recorded_writes
 from sandbox.workspace import RunWorkspace
 from tests.fixtures_sandbox import WRITE_PATHS, Outcome, drive, sandbox_policy, step
+from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO
 
 ROOT = Path(__file__).resolve().parent.parent
 PATCH = json.loads((ROOT / "examples/demo/proposals.json").read_text())[1]["args"]["patch"]
@@ -146,3 +154,28 @@ def test_it_keeps_only_valid_receipts_that_wrote(db: None, tmp_path: Path, sourc
     receipts = [e for e in outcome.events if isinstance(e, ReceiptRecorded)]
     wrote = [e.call_id for e in receipts if e.valid and e.wrote]
     assert [w.call_id for w in recorded_writes(outcome.events)] == wrote  # type: ignore[arg-type]
+
+
+@pytest.mark.docker
+@pytest.mark.django_db(transaction=True)
+def test_it_stops_a_run_workspace_lost_when_its_host_is_gone_and_its_source_changed(
+    operator: User, reviewer: User, docker_engine: docker.DockerClient, tmp_path: Path, settings: Settings
+) -> None:
+    settings.WORKSPACE_SOURCES = [*settings.WORKSPACE_SOURCES, tmp_path]
+    shutil.copytree(ROOT / "examples/orders", tmp_path / "orders")
+    contract = {**DEMO_CONTRACT, "workspace": {"kind": "path", "path": str(tmp_path / "orders")}}
+    run = create_run(contract, SCRIPTED_DEMO, operator, enqueue=False)
+    assert advance(str(run.pk)) == "waiting_approval"
+    run.refresh_from_db()
+    assert run.host == settings.HARNESS_WORKER_HOST and run.workspace_source and run.workspace_source["kind"] == "path"
+    # Its host is gone (no heartbeat: nobody holds the run), and so is its copy; the
+    # source changed since the run started.
+    Run.objects.filter(pk=run.pk).update(host="a-host-that-is-gone")
+    shutil.rmtree(workspace_root(run))
+    (tmp_path / "orders" / "orders" / "total.py").write_text("changed after the run started\n")
+    grant(ApprovalRequest.objects.get(run=run, status="pending"), reviewer)
+    assert advance(str(run.pk)) == "workspace_lost"
+    run.refresh_from_db()
+    assert run.outcome == "workspace_lost" and "changed since the run started" in run.stop_message, run.stop_message
+    assert not ApprovalRequest.objects.filter(run=run, status__in=("pending", "granted")).exists()  # nothing left to use
+    assert not workspace_root(run).exists()  # nothing half-made left looking ready
