@@ -13,7 +13,8 @@ the workspace from it.
   caller stops the run ``workspace_lost``.
 
 The worker then holds the run's workspace: ``Run.host`` names its host, under the
-worker's lease."""
+worker's lease, and the lease token then is kept in the record and beside the copy,
+so a copy left from an earlier stay of the run on this host is never taken for it."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ from sandbox.remote import RemoteAccess
 from sandbox.workspace import RunWorkspace
 
 # The events a rebuild reads: the writes, their arguments, and what came around the tools.
+# Beside the workspace: the lease token under which this host made it.
+PLACED = "placed"
 REBUILD_EVENTS = ("call_admitted", "receipt_recorded", "pending_effect_recorded", "effect_reconciled", "workspace_changed")
 
 
@@ -61,15 +64,32 @@ def place(run: Run, lease_token: int) -> RunWorkspace:
     one whose workspace cannot be rebuilt, LeaseLost once the lease is not this worker's."""
     me = hosts.this_host()
     state = load_state(run)
+    if state.base_revision and run.host in ("", me) and (kept := _kept(run)) is not None:
+        if run.workspace_source is None:
+            _hold(run, lease_token, kept, me)  # a run from before hosts were recorded
+        return kept
     if not state.base_revision:
         workspace = prepare(run)  # the first preparation; the caller records the base revision
-    elif run.host in ("", me) and (kept := open_workspace(workspace_root(run))) is not None:
-        workspace = kept
     else:
         workspace = _rebuild(run, lease_token, state.base_revision, state.revision, me)
-    if run.host != me or run.workspace_source is None:
-        _hold(run, lease_token, workspace, me)
+    _hold(run, lease_token, workspace, me)
     return workspace
+
+
+def _kept(run: Run) -> RunWorkspace | None:
+    """This disk's copy, if it is the one the run's record names: made when this host
+    last placed the run (the lease token then, in ``PLACED`` and in the record). A copy
+    from an earlier stay (the run went elsewhere and came back, or another host was
+    given the same name) is behind, and is not used."""
+    root = workspace_root(run)
+    kept = open_workspace(root)
+    if kept is None or run.workspace_source is None:
+        return kept
+    try:
+        placed = int((root / PLACED).read_text())
+    except (OSError, ValueError):
+        return None
+    return kept if placed == run.workspace_source.get("placed_at_token") else None
 
 
 def _rebuild(run: Run, lease_token: int, base_revision: str, revision: str, me: str) -> RunWorkspace:
@@ -87,7 +107,7 @@ def _rebuild(run: Run, lease_token: int, base_revision: str, revision: str, me: 
         RemoteAccess.from_settings(settings),
         mask=MASK,
     )
-    why = "this host's copy was gone" if before in ("", me) else f"its host {before} is gone"
+    why = "this host's copy was gone or behind" if before in ("", me) else f"its host {before} is gone"
     reason = (
         f"workspace rebuilt on {me} ({why}): the source at its base revision and {rebuilt.writes} recorded "
         f"write{'s' if rebuilt.writes != 1 else ''} in {rebuilt.seconds:.3f} s; revision {revision} verified"
@@ -106,7 +126,8 @@ def writes_of(run: Run) -> list[RecordedWrite]:
 def _hold(run: Run, lease_token: int, workspace: RunWorkspace, me: str) -> None:
     """This host holds the run's workspace now; what it was made from is kept so that
     another host can make it again (the commit, whatever its ref says by then)."""
-    source = workspace.source
+    source = {**workspace.source, "placed_at_token": lease_token}
+    (workspace.root / PLACED).write_text(str(lease_token))
     held = Run.objects.filter(pk=run.pk, lease_token=lease_token).update(host=me, workspace_source=source)
     if held != 1:
         raise LeaseLost(f"run {run.pk}: lease token {lease_token} is no longer current")
