@@ -17,6 +17,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +29,7 @@ import redis
 from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import User
+from pytest_django import Settings
 
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
@@ -35,11 +38,13 @@ from runs.approval_flow import grant
 from runs.models import Event, PublishedPatch, Run, WorkerHost
 from runs.runtime import create_run
 from runs.services import report_of
+from tests.gitserver import sh
 from tests.runs_waiting import DEMO_CONTRACT, DEMO_SCRIPT, assert_gap_free, wait_for
 from tests.two_hosts import Engine, Host
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.celery, pytest.mark.slow, pytest.mark.postgres_only]
 
+ROOT = Path(__file__).resolve().parent.parent
 FIGURES: list[dict[str, Any]] = []
 SLOW_SECONDS = 6
 PATCH_STEP, CHECK_STEP = DEMO_SCRIPT[1], DEMO_SCRIPT[2]
@@ -59,7 +64,11 @@ def two_hosts(django_db_setup: None, django_db_blocker: Any, tmp_path_factory: p
     engine = Engine(Path(f"/run/harness-host-a-{os.getpid()}"), Path(f"/var/lib/harness-host-a-{os.getpid()}"))
     engine.root.mkdir(parents=True, exist_ok=True)
     base = tmp_path_factory.mktemp("hosts")
-    host_a, host_b = Host("host-a", base / "a", engine), Host("host-b", base / "b")
+    (base / "remotes").mkdir()
+    # Both hosts may clone from and push to the git remotes under remotes/.
+    remotes = f"file://{base / 'remotes'}/"
+    host_a = Host("host-a", base / "a", engine, HARNESS_GIT_ALLOWED_REMOTES=remotes)
+    host_b = Host("host-b", base / "b", HARNESS_GIT_ALLOWED_REMOTES=remotes)
     try:
         engine.start()
         engine.load_sandbox_image()
@@ -99,10 +108,12 @@ def hosts_up(two_hosts: tuple[Host, Host], transactional_db: None) -> tuple[Host
     return two_hosts
 
 
-def start_on(host: Host, script: list[dict[str, Any]], operator: User) -> Run:
+def start_on(host: Host, script: list[dict[str, Any]], operator: User, workspace: dict[str, Any] | None = None) -> Run:
     """Created as the web process creates a run (nothing prepared), then handed to
     ``host``'s own queue: the test decides which host the run starts on."""
     contract = {**DEMO_CONTRACT, "verification_targets": ["tests"], "task_id": f"takeover-{len(FIGURES)}-{host.name}"}
+    if workspace is not None:
+        contract["workspace"] = workspace
     run = create_run(contract, {"kind": "scripted", "script": script}, operator, enqueue=False)
     current_app.send_task("runs.start_run", args=[str(run.pk)], queue=hosts.host_queue(host.name))
     return run
@@ -257,3 +268,57 @@ def test_it_resumes_a_run_on_its_own_host_while_it_lives_and_rebuilds_a_wiped_co
     assert resumed == []  # resumed with its workspace as it was: no rebuild
     rebuilt = [e.payload["reason"] for e in Event.objects.filter(run=wiped, type="run_resumed")]
     assert len(rebuilt) == 1 and "rebuilt on host-a (this host's copy was gone or behind)" in rebuilt[0], rebuilt
+
+
+def git_remote(root: Path) -> Path:
+    """A bare repository holding examples/orders on ``main``: a real git remote."""
+    work, bare = root / "orders-work", root / "orders.git"
+    shutil.copytree(ROOT / "examples/orders", work, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    sh("init", "--quiet", "--initial-branch=main", str(work))
+    sh("add", "-A", cwd=work)
+    sh("commit", "--quiet", "-m", "orders", cwd=work)
+    sh("init", "--quiet", "--bare", "--initial-branch=main", str(bare))
+    sh("push", "--quiet", str(bare), "main", cwd=work)
+    return bare
+
+
+@pytest.mark.parametrize("moment", ["publish_started", "branch_pushed"])
+def test_it_publishes_to_a_git_remote_at_most_once_when_host_a_dies_during_the_publish(
+    hosts_up: tuple[Host, Host], operator: User, reviewer: User, settings: Settings, moment: str
+) -> None:
+    a, b = hosts_up
+    remotes = a.data.parent.parent / "remotes"
+    settings.GIT_ALLOWED_REMOTES = [f"file://{remotes}/"]
+    bare = git_remote(Path(tempfile.mkdtemp(dir=remotes)))
+    run = start_on(a, PUBLISH, operator, {"kind": "git", "url": f"file://{bare}", "ref": "main"})
+    run = wait_for(run, ("waiting_approval", "complete", "stopped"), timeout=120, log=a.log)
+    assert run.status == "waiting_approval" and run.host == "host-a", (run.outcome, run.stop_message)
+    grant(ApprovalRequest.objects.get(run=run, status="pending"), reviewer)
+    branch = f"refs/heads/harness/{run.task_id}-{str(run.pk)[:8]}"
+    if moment == "publish_started":
+        until("the publish", lambda: Event.objects.filter(run=run, type="call_started", payload__tool="publish").exists(), log=a.log)
+    else:  # the push reached the remote; its receipt may not be recorded yet
+        until("the push", lambda: subprocess.run(["git", "rev-parse", "--verify", "--quiet", branch], cwd=bare).returncode == 0, log=a.log)
+    killed_at = a.die()
+    taken_over(run, killed_at, a, b, moment)
+    run = finish(run, reviewer, b.log)
+    assert run.outcome == "complete", run.stop_message
+    assert_moved(run, a, b)
+    pushed = subprocess.run(["git", "rev-parse", "--verify", "--quiet", branch], cwd=bare, capture_output=True, text=True)
+    report = report_of(run)
+    # The push happened or it did not; either way once, and the report says which.
+    assert pushed.returncode == 0 or moment == "publish_started"
+    assert len(report["effects_applied"]) == (1 if pushed.returncode == 0 else 0), (report, pushed)
+    if pushed.returncode == 0:
+        commits = sh("rev-list", "--count", f"main..{branch}", cwd=bare)
+        assert commits == "1"  # one commit on the run's branch: not pushed twice
+        assert sh("log", "-1", "--format=%T", branch, cwd=bare) == run.revision  # exactly the tree rebuilt and verified
+    FIGURES[-1]["branch_pushed"] = pushed.returncode == 0
+    FIGURES[-1]["pushed_before_the_kill"] = bool(
+        Event.objects.filter(run=run, type="receipt_recorded", payload__tool="publish", seq__lt=min_resumed_seq(run)).exists()
+    )
+
+
+def min_resumed_seq(run: Run) -> int:
+    seqs = [e.seq for e in Event.objects.filter(run=run, type="run_resumed") if "rebuilt on host-b" in e.payload["reason"]]
+    return min(seqs)

@@ -112,7 +112,7 @@ class Host:
     """One worker host: a Celery worker (beat embedded) named ``name``, with a data
     directory of its own and, if given, its own engine."""
 
-    def __init__(self, name: str, root: Path, engine: Engine | None = None) -> None:
+    def __init__(self, name: str, root: Path, engine: Engine | None = None, **settings: str) -> None:
         self.name = name
         self.engine = engine
         self.data = root / "data"
@@ -123,6 +123,7 @@ class Host:
             "HARNESS_VAR_DIR": str(self.data),
             "HARNESS_WORKSPACE_ROOT": str(self.data / "workspaces"),
             "HARNESS_SPOOL_DIR": str(self.data / "spool"),
+            **settings,
         }
         if engine is not None:
             env["DOCKER_HOST"] = engine.host
