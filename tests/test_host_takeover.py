@@ -298,7 +298,7 @@ def test_it_publishes_to_a_git_remote_at_most_once_when_host_a_dies_during_the_p
     if moment == "publish_started":
         until("the publish", lambda: Event.objects.filter(run=run, type="call_started", payload__tool="publish").exists(), log=a.log)
     else:  # the push reached the remote; its receipt may not be recorded yet
-        until("the push", lambda: subprocess.run(["git", "rev-parse", "--verify", "--quiet", branch], cwd=bare).returncode == 0, log=a.log)
+        until("the push", lambda: subprocess.run(["git", "rev-parse", "--verify", "--quiet", branch], cwd=bare, capture_output=True).returncode == 0, log=a.log)
     killed_at = a.die()
     taken_over(run, killed_at, a, b, moment)
     run = finish(run, reviewer, b.log)
