@@ -19,6 +19,7 @@ so a copy left from an earlier stay of the run on this host is never taken for i
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
@@ -27,6 +28,7 @@ from common.redact import MASK
 from core import events as ev
 from core.contract import WorkspaceSource
 from core.fences import Lease
+from core.jsonutil import JSON
 from runs import hosts
 from runs.eventlog import LeaseLost, append_events
 from runs.models import Event, Run
@@ -57,7 +59,13 @@ def prepare(run: Run) -> RunWorkspace:
     )
 
 
-def place(run: Run, lease_token: int) -> RunWorkspace:
+@dataclass(frozen=True)
+class Placed:
+    workspace: RunWorkspace
+    rebuilt: bool  # made anew from the record on this worker just now
+
+
+def place(run: Run, lease_token: int) -> Placed:
     """The run's workspace for the worker holding lease ``lease_token``, prepared, kept
     or rebuilt (the module's docstring). Raises what preparing a source raises
     (WorkspaceSourceError, RemoteError) for a run never prepared, RebuildFailed for
@@ -67,13 +75,13 @@ def place(run: Run, lease_token: int) -> RunWorkspace:
     if state.base_revision and run.host in ("", me) and (kept := _kept(run)) is not None:
         if run.workspace_source is None:
             _hold(run, lease_token, kept, me)  # a run from before hosts were recorded
-        return kept
+        return Placed(kept, rebuilt=False)
     if not state.base_revision:
         workspace = prepare(run)  # the first preparation; the caller records the base revision
     else:
         workspace = _rebuild(run, lease_token, state.base_revision, state.revision, me)
     _hold(run, lease_token, workspace, me)
-    return workspace
+    return Placed(workspace, rebuilt=bool(state.base_revision))
 
 
 def _kept(run: Run) -> RunWorkspace | None:
@@ -121,6 +129,24 @@ def writes_of(run: Run) -> list[RecordedWrite]:
     """The writes the run's log records as applied, in order (sandbox/rebuild.py)."""
     rows = Event.objects.filter(run=run, type__in=REBUILD_EVENTS).order_by("seq").iterator()
     return recorded_writes(row.typed() for row in rows)
+
+
+def fixed_pushes(run: Run) -> dict[str, dict[str, JSON]]:
+    """The publishes the run started, by idempotency key, with the effect each fixed
+    (``call_admitted``): what a rebuilt clone must know as the run's own commits
+    (sandbox.effect_tools.remember_pushes)."""
+    effects: dict[str, dict[str, JSON]] = {}
+    keys: dict[str, str] = {}
+    rows = Event.objects.filter(run=run, type__in=("call_admitted", "call_started")).order_by("seq").iterator()
+    for event in (row.typed() for row in rows):
+        match event:
+            case ev.CallAdmitted(call_id=str(call_id), effect=dict(effect)) if effect.get("kind") == "push":
+                effects[call_id] = effect
+            case ev.CallStarted(call_id=str(call_id), idempotency_key=str(key)):
+                keys[call_id] = key
+            case _:
+                pass
+    return {keys[call_id]: effect for call_id, effect in effects.items() if call_id in keys}
 
 
 def _hold(run: Run, lease_token: int, workspace: RunWorkspace, me: str) -> None:

@@ -49,6 +49,7 @@ from runs.queue import enqueue_start
 from runs.services import check_new_run, do_create_run, drive_run, registry
 from runs.store import DjangoStore, LeaseLost, Unstorable, load_state
 from sandbox.container_spec import ContainerSpec
+from sandbox.effect_tools import remember_pushes
 from sandbox.executor import SandboxExecutor
 from sandbox.forges import ChangeRequests, ForgeAccess
 from sandbox.publishing import ReviewLimits
@@ -121,7 +122,8 @@ def notify(run_id: str, event: ev.Event, lease: Lease) -> None:
 
 
 def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
-    workspace = placement.place(run, lease.token)
+    placed = placement.place(run, lease.token)
+    workspace = placed.workspace
     run_id = str(run.pk)
     spec = ContainerSpec.from_limits(policy.sandbox, str(settings.SANDBOX_IMAGE))
     target = remote_target(run, workspace)
@@ -148,6 +150,9 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
         live_output=lambda call_id: LiveOutput(run_id, call_id),
         review_limits=ReviewLimits(settings.HARNESS_REVIEW_DIFF_MAX_BYTES, settings.HARNESS_REVIEW_DIFF_MAX_LINES),
     )
+    if placed.rebuilt:
+        # A publish the run's last host started is looked up here as it would have been there.
+        remember_pushes(executor.context, placement.fixed_pushes(run))
     # While the run's pickup walks the workspace (Harness.run): if that fails, the
     # run stops and closing its environment removes the container.
     executor.start_container()
