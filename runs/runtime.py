@@ -267,6 +267,9 @@ def drive_leased(run_id: str, token: int, faults: Sequence[Fault]) -> str:
         except (WorkspaceSourceError, RemoteError) as exc:
             return stop_undriven(run, "workspace_error", f"the workspace could not be prepared: {exc}", token)
         except RebuildFailed as exc:
+            if Run.objects.filter(pk=run_id, kill_requested=True).exists():
+                # An operator's kill is what stops it; the rebuild was only on the way there.
+                return stop_undriven(run, "killed", f"killed; its workspace was not rebuilt after its host was gone: {exc}", token)
             return stop_undriven(run, "workspace_lost", f"the run's workspace could not be rebuilt on this worker: {exc}", token)
         try:
             record_base_revision(run, environment.workspace.revision, token)

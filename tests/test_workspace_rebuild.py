@@ -179,3 +179,20 @@ def test_it_stops_a_run_workspace_lost_when_its_host_is_gone_and_its_source_chan
     assert run.outcome == "workspace_lost" and "changed since the run started" in run.stop_message, run.stop_message
     assert not ApprovalRequest.objects.filter(run=run, status__in=("pending", "granted")).exists()  # nothing left to use
     assert not workspace_root(run).exists()  # nothing half-made left looking ready
+
+
+@pytest.mark.docker
+@pytest.mark.django_db(transaction=True)
+def test_it_stops_a_killed_run_killed_when_its_workspace_cannot_be_rebuilt(
+    operator: User, docker_engine: docker.DockerClient, tmp_path: Path, settings: Settings
+) -> None:
+    settings.WORKSPACE_SOURCES = [*settings.WORKSPACE_SOURCES, tmp_path]
+    shutil.copytree(ROOT / "examples/orders", tmp_path / "orders")
+    contract = {**DEMO_CONTRACT, "workspace": {"kind": "path", "path": str(tmp_path / "orders")}}
+    run = create_run(contract, SCRIPTED_DEMO, operator, enqueue=False)
+    assert advance(str(run.pk)) == "waiting_approval"
+    Run.objects.filter(pk=run.pk).update(host="a-host-that-is-gone", kill_requested=True)
+    shutil.rmtree(tmp_path / "orders")
+    assert advance(str(run.pk)) == "killed"
+    run.refresh_from_db()
+    assert run.outcome == "killed" and "cannot be read" in run.stop_message, run.stop_message
