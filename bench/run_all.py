@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "redaction_overhead": ([], ["--steps", "100", "--rounds", "3"]),
     "repo_scale": ([], ["--sizes", "10,5000", "--rounds", "1", "--calls", "50,50,2"]),
     "diff_cost": ([], ["--difflib-cuts", "250,500"]),
+    "rebuild_cost": ([], ["--rounds", "1"]),
 }
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import gc
 import os
+from typing import Any
 
 from celery import Celery
-from celery.signals import worker_init, worker_process_init
+from celery.signals import celeryd_after_setup, worker_init, worker_process_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
 
@@ -25,3 +26,31 @@ def freeze_startup_objects(**_: object) -> None:
     # a run's step and the broadcast of its events to the live trace. In the pool's
     # children too: what they load after the fork is theirs.
     gc.freeze()
+
+
+_drives_runs = False
+
+
+@celeryd_after_setup.connect
+def consume_host_queue(sender: str, instance: Any, **_: object) -> None:
+    """A run worker consumes its host's own queue beside the shared one: the wake-ups
+    of the runs whose workspace is on this host's disk (runs/hosts.py). The notifier,
+    which consumes only the webhook queue, drives no runs and does neither."""
+    global _drives_runs
+    from django.conf import settings
+
+    from runs import hosts
+
+    queues = instance.app.amqp.queues
+    if settings.CELERY_TASK_DEFAULT_QUEUE in queues.consume_from:
+        _drives_runs = True
+        queues.select_add(hosts.host_queue(hosts.this_host()))
+
+
+@worker_ready.connect
+def start_host_heartbeat(**_: object) -> None:
+    """The host is alive while one of its run workers renews its heartbeat."""
+    if _drives_runs:
+        from runs import hosts
+
+        hosts.Heartbeat().start()

@@ -5,6 +5,8 @@ start with the variable named."""
 from __future__ import annotations
 
 import os
+import re
+import socket
 from pathlib import Path
 from typing import Literal
 
@@ -165,6 +167,12 @@ HARNESS_LEASE_SECONDS = env_int("HARNESS_LEASE_SECONDS", 30, minimum=2)
 # Every checkpoint compares the stored state with the fold of the stored log (runs.store:
 # a test-suite setting, costing a read of the run's whole log per checkpoint).
 HARNESS_VERIFY_FOLD = env_bool("HARNESS_VERIFY_FOLD", False)
+# The name of this worker's host: the runs it prepares keep their workspace on its disk
+# and are resumed there while its heartbeat lasts (one lease period; docs/deploy.md).
+# Workers that share a disk may share a name; two hosts must never share one.
+HARNESS_WORKER_HOST = env_str("HARNESS_WORKER_HOST", socket.gethostname() or "localhost")
+if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}", HARNESS_WORKER_HOST):
+    raise SettingError(f"HARNESS_WORKER_HOST must be 1-100 letters, digits, '.', '_', ':' or '-', got {HARNESS_WORKER_HOST!r}")
 # Free space a worker's disk keeps: checks are refused, or stopped, below it.
 HARNESS_DISK_RESERVE_MB = env_int("HARNESS_DISK_RESERVE_MB", 1024, minimum=0)
 # What one check may store of its output (the rest is counted, not kept), and what one

@@ -26,6 +26,7 @@ LABELS = {
     "sandbox_unavailable": "sandbox unavailable",
     "workspace_error": "workspace could not be prepared",
     "revision_mismatch": "workspace revision did not verify",
+    "workspace_lost": "workspace could not be rebuilt",
     "unstorable": "a value could not be stored",
     # approval requests
     "pending": "waiting for a decision",

@@ -1,7 +1,8 @@
 """The composition root: the one module that wires the core (core) to Django,
 the Docker sandbox, approvals and Celery. Runs execute in the sandbox under a lease,
 with a watchdog for the kill switch; each run's workspace lives under
-``WORKSPACE_ROOT/<run_id>/`` and its container takes its limits from the run's policy,
+``WORKSPACE_ROOT/<run_id>/`` of the host that drives it (prepared, kept or rebuilt
+there: runs.placement) and its container takes its limits from the run's policy,
 never from the model. Celery tasks, commands, views and the API create and continue
 runs through here.
 
@@ -39,7 +40,7 @@ from core.ports import RevisionMismatch
 from core.storable import escaped_text
 from projects.access import permissions_in
 from projects.models import default_project_id
-from runs import invariants, leases, queue
+from runs import hosts, invariants, leases, placement, queue
 from runs.approval_flow import cancel_open_requests
 from runs.approval_gate import DjangoApprovals
 from runs.artifacts import ArtifactStorage
@@ -52,11 +53,12 @@ from runs.queue import enqueue_start
 from runs.services import check_new_run, do_create_run, drive_run, registry
 from runs.store import DjangoStore, LeaseLost, Unstorable, load_state
 from sandbox.container_spec import ContainerSpec
+from sandbox.effect_tools import remember_pushes
 from sandbox.executor import SandboxExecutor
 from sandbox.forges import ChangeRequests, ForgeAccess
-from sandbox.preparation import prepare_workspace
 from sandbox.publishing import ReviewLimits
 from sandbox.quota import MB, DiskQuota
+from sandbox.rebuild import RebuildFailed
 from sandbox.remote import HEX_REF, RemoteAccess, RemoteError, RemoteTarget
 from sandbox.sources import WorkspaceSourceError, check_source
 from sandbox.workspace import RunWorkspace
@@ -64,16 +66,13 @@ from sandbox.workspace import RunWorkspace
 log = logging.getLogger(__name__)
 
 
-def workspace_root(run: Run) -> Path:
-    return Path(settings.WORKSPACE_ROOT) / str(run.pk)
+workspace_root = placement.workspace_root
 
 
 def workspace_for(run: Run) -> RunWorkspace:
-    """The run's workspace, prepared from its contract's source on first use."""
-    source = WorkspaceSource.model_validate(run.contract["workspace"])
-    return prepare_workspace(
-        workspace_root(run), source, Path(settings.BASE_DIR), settings.WORKSPACE_SOURCES, RemoteAccess.from_settings(settings)
-    )
+    """The run's workspace on this host's disk, prepared from its contract's source on
+    first use (a driver gets it through ``placement.place``, which also rebuilds)."""
+    return placement.prepare(run)
 
 
 def remote_target(run: Run, workspace: RunWorkspace) -> RemoteTarget | None:
@@ -127,7 +126,8 @@ def notify(run_id: str, event: ev.Event, lease: Lease) -> None:
 
 
 def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
-    workspace = workspace_for(run)
+    placed = placement.place(run, lease.token)
+    workspace = placed.workspace
     run_id = str(run.pk)
     spec = ContainerSpec.from_limits(policy.sandbox, str(settings.SANDBOX_IMAGE))
     target = remote_target(run, workspace)
@@ -154,6 +154,9 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
         live_output=lambda call_id: LiveOutput(run_id, call_id),
         review_limits=ReviewLimits(settings.HARNESS_REVIEW_DIFF_MAX_BYTES, settings.HARNESS_REVIEW_DIFF_MAX_LINES),
     )
+    if placed.rebuilt:
+        # A publish the run's last host started is looked up here as it would have been there.
+        remember_pushes(executor.context, placement.fixed_pushes(run))
     # While the run's pickup walks the workspace (Harness.run): if that fails, the
     # run stops and closing its environment removes the container.
     executor.start_container()
@@ -246,6 +249,11 @@ def worker_identity() -> str:
 def advance(run_id: str, faults: Sequence[Fault] = ()) -> str:
     """Drive a run if no other worker holds it, until it waits or stops; return its
     outcome, or why it was not driven."""
+    holder = hosts.live_holder(run_id)
+    if holder is not None:
+        # Its workspace is on a live host's disk: that host resumes it (runs/hosts.py).
+        queue.enqueue_resume(run_id)
+        return "held_by_host"
     token = leases.acquire(run_id, worker_identity())
     if token is None:
         return "leased_elsewhere"
@@ -268,9 +276,14 @@ def drive_leased(run_id: str, token: int, faults: Sequence[Fault]) -> str:
         if run.status in (Run.Status.COMPLETE, Run.Status.STOPPED):
             return run.outcome
         try:
-            environment = environment_for(run, Lease(token), faults)  # prepares the workspace on first use
+            environment = environment_for(run, Lease(token), faults)  # prepares, keeps or rebuilds the workspace
         except (WorkspaceSourceError, RemoteError) as exc:
             return stop_undriven(run, "workspace_error", f"the workspace could not be prepared: {exc}", token)
+        except RebuildFailed as exc:
+            if Run.objects.filter(pk=run_id, kill_requested=True).exists():
+                # An operator's kill is what stops it; the rebuild was only on the way there.
+                return stop_undriven(run, "killed", f"killed; its workspace was not rebuilt after its host was gone: {exc}", token)
+            return stop_undriven(run, "workspace_lost", f"the run's workspace could not be rebuilt on this worker: {exc}", token)
         try:
             record_base_revision(run, environment.workspace.revision, token)
         except RevisionMismatch as exc:

@@ -8,7 +8,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from runs import container_sweep, invariants, leases, retention
+from runs import container_sweep, invariants, leases, queue, retention
 from runs.approval_flow import expire_due
 from runs.models import Run
 from runs.runtime import advance
@@ -39,7 +39,8 @@ def sweep_leases() -> list[str]:
     invariants.lapse_stale_requests()  # before waits_to_end, which then wakes their runs
     targets = sorted(set(orphans) | set(killed) | set(invariants.waits_to_end()))
     for run_id in targets:
-        resume_run.delay(run_id)
+        # To the host that holds the run's workspace while it lives (runs/hosts.py).
+        queue.enqueue_resume(run_id)
     return targets
 
 

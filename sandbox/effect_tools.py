@@ -274,3 +274,29 @@ def lookup_publish(ctx: ToolContext, call: Call) -> ToolResult:
         return ToolResult("ok", "none", {"idempotency_key": key, "found": found, "authoritative": True, "detail": detail})
     found = ctx.outbox.published(key)
     return ToolResult("ok", "none", {"idempotency_key": key, "found": found, "authoritative": True})
+
+
+def remember_pushes(ctx: ToolContext, fixed: Mapping[str, Mapping[str, JSON]]) -> list[str]:
+    """After the run's workspace was rebuilt on this worker: for each publish key and its
+    fixed effect (from the run's log), the commit it pushes or pushed, made again and
+    named as the key's (``RemoteTarget.remember``), so that a publish of unknown outcome
+    is looked up here as it would be on the worker that pushed it, not taken for
+    somebody else's commit. A key whose commit the workspace no longer makes (settled at
+    an earlier revision) is left out. The keys remembered."""
+    if ctx.remote is None or not fixed:
+        return []
+    try:
+        patch = publication(ctx.workspace, ctx.write_paths, ctx.cancelled).patch.text
+    except (PublishRefused, patches.DiffCancelled):
+        return []
+    remembered = []
+    for key, raw in fixed.items():
+        effect = parse_effect(raw)
+        if not isinstance(effect, PushEffect):
+            continue
+        try:
+            ctx.remote.remember(key, effect, patch)
+        except EffectDrift:
+            continue
+        remembered.append(key)
+    return remembered

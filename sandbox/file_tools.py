@@ -9,6 +9,7 @@ from core.jsonutil import JSON
 from core.ports import Call
 from sandbox import fileops, patches
 from sandbox.tool_context import KILLED_PREVIEW, ToolContext, ToolResult, error_result, would_refuse
+from sandbox.workspace import RunWorkspace
 
 
 def list_files(ctx: ToolContext, call: Call) -> ToolResult:
@@ -70,3 +71,19 @@ def preview_apply_patch(ctx: ToolContext, args: Mapping[str, JSON]) -> str:
         return would_refuse("apply_patch", exc)
     except patches.DiffCancelled:
         return KILLED_PREVIEW
+
+
+def replay(workspace: RunWorkspace, tool: str, args: Mapping[str, JSON]) -> None:
+    """Write again what a run's log records a write tool as having written, through
+    the workspace's own writers, as ``write_file`` and ``apply_patch`` above did the first
+    time (sandbox/rebuild.py). FileRefused or PatchRefused when it cannot be applied."""
+    if tool == "write_file":
+        workspace.write_file(str(args["path"]), str(args["content"]))
+    elif tool == "apply_patch":
+        workspace.apply_patch(str(args["patch"]))
+    else:
+        raise fileops.FileRefused(f"{tool} is not a workspace write the harness can replay")
+
+
+# The tools whose receipts ``replay`` can write again: every tool that writes the workspace.
+REPLAYABLE = frozenset({"write_file", "apply_patch"})

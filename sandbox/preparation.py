@@ -10,7 +10,7 @@ import os
 import shutil
 import stat
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -39,8 +39,14 @@ def prepare_workspace(
     base_dir: Path,
     allowed_roots: Sequence[Path],
     remotes: RemoteAccess | None = None,
+    *,
+    commit: str | None = None,
+    before_ready: Callable[[RunWorkspace], None] | None = None,
 ) -> RunWorkspace:
     """Materialise the source under ``root`` (idempotent: a prepared root is reused).
+    ``commit`` pins a git or remote source to the commit a run was first prepared at
+    (its ref may have moved since); ``before_ready`` finishes the staging workspace
+    (a rebuild replays the run's writes there), so a workspace is never ready half-made.
     The source must lie under one of ``allowed_roots``: whoever may start a run must
     not be able to copy arbitrary files of the server into a workspace they can read.
     A remote must be one of ``remotes.allowed``; its clone's git directory is always
@@ -55,7 +61,7 @@ def prepare_workspace(
     staging.mkdir()
     try:
         prepared = RunWorkspace(staging)
-        meta, trusted = _materialise(source, prepared, base_dir, allowed_roots, remotes)
+        meta, trusted = _materialise(source, prepared, base_dir, allowed_roots, remotes, commit)
         if trusted is not None:
             # Born the sandbox's, and its tree known without a walk (the commit's, or
             # hashed as it was copied): the walk that verifies it is the one every
@@ -67,6 +73,8 @@ def prepare_workspace(
             _give_to_sandbox(prepared.dir)
             base = prepared.index.start()
         _keep_pristine(prepared, meta, base, remote=source.url is not None)
+        if before_ready is not None:
+            before_ready(prepared)
         (staging / READY).write_text(json.dumps(meta, indent=2))
         try:
             os.rename(staging, root)
@@ -86,13 +94,14 @@ def _materialise(
     base_dir: Path,
     allowed_roots: Sequence[Path],
     remotes: RemoteAccess | None,
+    commit: str | None = None,
 ) -> tuple[dict[str, JSON], tuple[str, dict[bytes, bytes]] | None]:
     """The source's files in the staging workspace: what the workspace records of
     its source, and the tree when the preparation itself proved it (else None)."""
     meta: dict[str, JSON] = {"kind": source.kind, "ref": source.ref}
     trusted: tuple[str, dict[bytes, bytes]] | None = None
     if source.url is not None:
-        meta.update(url=source.url, commit=_from_remote(source.url, source.ref, prepared, remotes or RemoteAccess()))
+        meta.update(url=source.url, commit=_from_remote(source.url, source.ref, prepared, remotes or RemoteAccess(), commit))
         return meta, trusted
     assert source.path is not None  # one of path and url, by WorkspaceSource
     location = resolve_source(source.path, base_dir, allowed_roots)
@@ -103,7 +112,7 @@ def _materialise(
     elif source.kind == "path":  # a worker that cannot give files away copies and opens them
         _copy_tree(location, prepared.dir, skip=CACHE_DIRS)
     elif source.kind == "git":
-        meta["commit"], trusted = _from_git(location, source.ref, prepared.dir, prepared.pristine_git)
+        meta["commit"], trusted = _from_git(location, commit or source.ref, prepared.dir, prepared.pristine_git)
     else:
         extract_archive(location, prepared.dir)
     return meta, trusted
@@ -213,8 +222,13 @@ def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> tup
     return commit, None
 
 
-def _from_remote(url: str, ref: str | None, prepared: RunWorkspace, access: RemoteAccess) -> str:
+def _from_remote(url: str, ref: str | None, prepared: RunWorkspace, access: RemoteAccess, pinned: str | None = None) -> str:
     # Cloned like a local git source: its git directory moves out of the workspace.
     commit = remote.clone(url, ref, prepared.dir, access)
+    if pinned is not None and commit != pinned:
+        # The ref moved on since the run was first prepared: the pinned commit itself,
+        # which needs the history (RemoteError when the remote no longer has it).
+        shutil.rmtree(prepared.dir)
+        commit = remote.clone(url, pinned, prepared.dir, access)
     os.rename(prepared.dir / ".git", prepared.pristine_git)
     return commit

@@ -422,6 +422,15 @@ class RemoteTarget:
         )
         return PushResult(_push_outcome(done), ours, self.branch, _push_message(done))
 
+    def remember(self, key: str, effect: PushEffect, patch: str) -> str:
+        """On a worker that rebuilt the run's workspace (sandbox/rebuild.py): the ref
+        ``publish`` recorded before pushing, on the worker that pushed, made again from
+        the fixed effect alone, so a lookup of ``key`` here knows that commit as ours.
+        EffectDrift when the workspace no longer makes that commit."""
+        ours = self.build(effect, patch)
+        _local(["update-ref", self._pending_ref(key), ours], self.git_dir, self.access)
+        return ours
+
     def lookup(self, key: str) -> tuple[bool, str]:
         """(applied, detail) for a push of unknown outcome; raises ``PushConflict``
         when the branch holds a commit that is not this operation's (the commit is

@@ -2,6 +2,7 @@ from runs.models.artifact import Artifact, ArtifactChunk, PublishedPatch, RunArt
 from runs.models.effects import PendingEffect
 from runs.models.event import Event
 from runs.models.evidence import Evidence
+from runs.models.host import WorkerHost
 from runs.models.ledger import CallLedgerEntry, Receipt
 from runs.models.report import Report
 from runs.models.run import Run
@@ -20,4 +21,5 @@ __all__ = [
     "Report",
     "Run",
     "RunArtifact",
+    "WorkerHost",
 ]

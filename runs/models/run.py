@@ -42,6 +42,12 @@ class Run(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     lease_token = models.PositiveBigIntegerField(default=0)
     kill_requested = models.BooleanField(default=False)
+    # Where the run's workspace lives: the worker host that prepared or last rebuilt it
+    # (its HARNESS_WORKER_HOST), which resumes the run while it lives (runs/hosts.py),
+    # and what it was made from (kind, path or url, ref and the commit checked out), so
+    # another host can rebuild it at the same commit (runs/placement.py).
+    host = models.CharField(max_length=200, blank=True, default="")
+    workspace_source = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
