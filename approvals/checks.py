@@ -97,8 +97,6 @@ def check_decision(
     being the version in force; DecisionRefused says why not."""
     check_decider(user, run, policy)
     check_named(request, user)
-    if granting:
-        check_grant_counts(request, user, run)
     if request.status != Status.PENDING:
         raise DecisionRefused(f"this request is already {request.status}")
     if request.expires_at <= timezone.now():
@@ -106,6 +104,8 @@ def check_decision(
     stale = staleness(request, run, policy.version)
     if stale is not None:
         raise DecisionRefused(f"this request is stale: {stale}", lapse=(Status.STALE, stale))
+    if granting:
+        check_grant_counts(request, user, run)
     # A grant approves what the reviewer saw; a diff that is not the whole, exact
     # patch (masking changed its lines, or it leaves changes out) cannot be granted.
     # It can still be denied, so the run hears why.
