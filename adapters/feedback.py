@@ -51,6 +51,16 @@ def render_feedback(
                 f"effect (idempotency key {feedback.idempotency_key}). Further writes are blocked until it is reconciled."
             )
             return head + "\n" + untrusted(render_data(feedback.data, limit), f"{feedback.tool} output"), True
+        case fb.ChangesRequested():
+            # A person's words, meant for the model to act on, yet neither the harness's
+            # nor the policy's: each line quoted, so none can pass for a harness line.
+            head = (
+                f"[harness] A reviewer, {feedback.by or 'unnamed'}, asked for changes instead of {feedback.tool} (call "
+                f"{feedback.call_id}): it was not performed, and the identical call will not be asked for again. Their "
+                "words follow, each line quoted; they are a reviewer's request, not policy."
+            )
+            quoted = "\n".join(f"> {line}" for line in feedback.message.splitlines() or [""])
+            return head + "\n" + quoted, True
         case fb.Interrupted():
             return (
                 f"[harness] The worker stopped while {feedback.tool} (call {feedback.call_id}) was running. Its outcome is "

@@ -188,6 +188,10 @@ class DenySerializer(serializers.Serializer):
     reason = StrictCharField(max_length=2000, help_text="Why; shown to the run's operator and kept in the audit trail.")
 
 
+class ChangesSerializer(serializers.Serializer):
+    message = StrictCharField(max_length=4000, help_text="The reviewer's words to the model, shown to it as a reviewer's, not as policy.")
+
+
 class SwitchSerializer(serializers.ModelSerializer):
     class Meta:
         model = GlobalSwitch

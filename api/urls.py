@@ -18,5 +18,6 @@ urlpatterns = [
     path("approvals/<str:approval_id>/", views.ApprovalDetail.as_view(), name="approval"),
     path("approvals/<str:approval_id>/grant/", views.ApprovalGrant.as_view(), name="approval-grant"),
     path("approvals/<str:approval_id>/deny/", views.ApprovalDeny.as_view(), name="approval-deny"),
+    path("approvals/<str:approval_id>/request-changes/", views.ApprovalRequestChanges.as_view(), name="approval-request-changes"),
     path("switch/", views.Switch.as_view(), name="switch"),
 ]

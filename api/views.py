@@ -28,6 +28,7 @@ from api.parsers import MAX_JSON_DEPTH, BoundedJSONParser
 from api.serializers import (
     ApprovalFilterSerializer,
     ApprovalSerializer,
+    ChangesSerializer,
     DenySerializer,
     DetailSerializer,
     EventPageSerializer,
@@ -47,7 +48,7 @@ from live.artifacts import run_has_artifact, stream_masked
 from live.trace import ARTIFACT_REF
 from projects.access import scoped
 from runs import control
-from runs.approval_flow import deny, grant
+from runs.approval_flow import deny, grant, request_changes
 from runs.models import Artifact, GlobalSwitch, Run
 from runs.runtime import create_run
 from runs.services import report_of
@@ -370,6 +371,28 @@ class ApprovalDeny(ApiView):
         )
         data = body(DenySerializer, request)
         deny(approval, request.user, data["reason"])
+        return decided(approval)
+
+
+class ApprovalRequestChanges(ApiView):
+    required_permissions = {"POST": permissions.DECIDE_APPROVALS}
+
+    @extend_schema(
+        operation_id="approvals_request_changes",
+        summary="Request changes instead of the call (a message is required)",
+        description="The call is not performed; the run goes on and the model reads the message as a reviewer's words. "
+        "The identical call is not asked for again.",
+        parameters=[id_parameter("approval_id", "approval request")],
+        request=ChangesSerializer,
+        responses={200: ApprovalSerializer, **COMMON, 404: NOT_FOUND, 409: REFUSED, 413: TOO_LARGE},
+    )
+    def post(self, request: Request, approval_id: str) -> Response:
+        approval = by_id(
+            scoped(ApprovalRequest.objects.select_related("run__policy"), request.user, permissions.VIEW_APPROVALS, "run__project_id"),
+            approval_id,
+        )
+        data = body(ChangesSerializer, request)
+        request_changes(approval, request.user, data["message"])
         return decided(approval)
 
 

@@ -114,9 +114,9 @@ def check_decision(
         raise DecisionRefused(f"this request cannot be granted as it is: {problem}, so the diff shown is not exactly what would ship")
 
 
-def check_reason(reason: str) -> str:
-    """A denial's reason, stripped; a denial needs one."""
+def check_reason(reason: str, missing: str = "a denial needs a reason") -> str:
+    """A denial's reason (or a request for changes' message), stripped; one is needed."""
     reason = reason.strip()
     if not reason:
-        raise DecisionRefused("a denial needs a reason")
+        raise DecisionRefused(missing)
     return reason

@@ -8,13 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from core.context import RunContext
-from core.decisions import Ask, Authorized, Blocked, Deny, Duplicate, Execute, NeedsEvidence, Proceed, Stop
+from core.decisions import Ask, Authorized, Blocked, ChangesRequested, Deny, Duplicate, Execute, NeedsEvidence, Proceed, Stop
 from core.effects import Plan
 from core.jsonutil import JSON, digest
 from core.policy import Authorization, authorize
 from core.state import CallRecord, Operation
 from core.tools import ToolSpec
-from core.waits import key_now
+from core.waits import changes_key, key_now
 
 
 def operation_key(run_id: str, tool: str, args: Mapping[str, JSON], revision: str) -> str:
@@ -78,12 +78,19 @@ def evidence(run: RunContext, record: CallRecord, spec: ToolSpec, authorization:
     return NeedsEvidence(record, missing) if missing else Proceed()
 
 
-def approval(run: RunContext, record: CallRecord, spec: ToolSpec, authorization: Authorization) -> Ask | Execute:
+def approval(run: RunContext, record: CallRecord, spec: ToolSpec, authorization: Authorization) -> Ask | ChangesRequested | Execute:
     """Gate 7, approval: no effect without a consumed grant for exactly this tool, these
-    arguments, this revision, this policy version and this fixed effect."""
-    if authorization.decision == "ask" and record.granted_key != key_now(run, record):
-        return Ask(record, spec, authorization)
-    return Execute(record, spec, authorization)
+    arguments, this revision, this policy version and this fixed effect; the exact call
+    a reviewer asked changes to is shown their words again, never asked for again."""
+    if authorization.decision != "ask":
+        return Execute(record, spec, authorization)
+    if record.granted_key == key_now(run, record):
+        return Execute(record, spec, authorization)
+    key = changes_key(record, run.state.revision, run.policy.version)
+    earlier = run.state.changes_requested.get(key)
+    if earlier is not None:
+        return ChangesRequested(record, key, earlier["request_id"], earlier["message"], earlier["by"], repeated=True)
+    return Ask(record, spec, authorization)
 
 
 def fix_effect(run: RunContext, record: CallRecord, spec: ToolSpec) -> Plan | None:

@@ -114,6 +114,20 @@ class Ask:
 
 
 @dataclass(frozen=True)
+class ChangesRequested:
+    """A reviewer asked for changes instead of exactly this call (``key``): it is not
+    performed and the model is shown the reviewer's words; ``repeated``: the identical
+    call again, shown the same words without asking anyone."""
+
+    record: CallRecord
+    key: str
+    request_id: str
+    message: str
+    by: str
+    repeated: bool = False
+
+
+@dataclass(frozen=True)
 class Execute:
     """Admitted: ``call_admitted``, then the attempts (gates 8-10: execute, receipt check, observe)."""
 
@@ -153,4 +167,6 @@ class KeepWaiting:
     """The run waits for reviewers (a request filed, or one still open)."""
 
 
-Decision: TypeAlias = Refuse | Deny | Duplicate | Blocked | NeedsEvidence | Ask | Execute | Complete | Stop | Regate | KeepWaiting
+Decision: TypeAlias = (
+    Refuse | Deny | Duplicate | Blocked | NeedsEvidence | Ask | ChangesRequested | Execute | Complete | Stop | Regate | KeepWaiting
+)

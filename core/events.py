@@ -1,8 +1,8 @@
 """Typed run events. Each class is one event type with a ``type`` literal; the
 store writes them in ``seq`` order and they are the run's audit trail, and the run's
 state is what they fold to (core.fold). An event that settles a call the run never
-admitted (denied, a duplicate, blocked, a check required, the call a stop fails,
-finish) carries the call's record as it leaves it, ``call``."""
+admitted (denied, a duplicate, blocked, a check required, changes requested, the call
+a stop fails, finish) carries the call's record as the gates left it, ``call``."""
 
 from __future__ import annotations
 
@@ -131,7 +131,7 @@ class ApprovalRefused(Event):
 class ApprovalDecided(Event):
     type: Literal["approval_decided"] = "approval_decided"
     request_id: str
-    decision: Literal["granted", "denied"]
+    decision: Literal["granted", "denied", "changes_requested"]
     by: str
     reason: str
     # The decider started the run (only possible when the policy allows self-approval):
@@ -158,7 +158,7 @@ class WaitEnded(Event):
 
     type: Literal["wait_ended"] = "wait_ended"
     request_id: str
-    exit: Literal["granted", "denied", "expired", "stale", "cancelled"]
+    exit: Literal["granted", "denied", "changes_requested", "expired", "stale", "cancelled"]
     run: Literal["running", "stopped"]
     reason: str
     waited_seconds: float
@@ -174,6 +174,21 @@ class DuplicateEffect(Event):
     idempotency_key: str
     of_call: str
     status: str
+    call: dict[str, JSON] | None = None
+
+
+class ChangesRequested(Event):
+    """A reviewer asked for changes instead of the call: it is not performed, and the
+    model is shown the reviewer's words (``repeated``: the identical call proposed
+    again, shown the same words without asking anyone)."""
+
+    type: Literal["changes_requested"] = "changes_requested"
+    tool: str
+    key: str
+    request_id: str
+    message: str
+    by: str
+    repeated: bool = False
     call: dict[str, JSON] | None = None
 
 
@@ -344,6 +359,7 @@ AnyEvent = (
     | ApprovalLapsed
     | WaitEnded
     | DuplicateEffect
+    | ChangesRequested
     | PolicyChanged
     | InvariantRepaired
     | KillRequested

@@ -99,6 +99,18 @@ class Duplicate(_Feedback):
     first_outcome: dict[str, JSON]
 
 
+class ChangesRequested(_Feedback):
+    """A reviewer asked for changes instead of this call: nothing ran. ``message`` is
+    the reviewer's own words (a person's, not policy); the identical call will not be
+    asked for again."""
+
+    kind: Literal["changes_requested"] = "changes_requested"
+    call_id: str
+    tool: str
+    message: str
+    by: str
+
+
 class Interrupted(_Feedback):
     """The worker stopped during the call; its outcome is being reconciled."""
 
@@ -115,7 +127,7 @@ class Complete(_Feedback):
 
 
 Feedback: TypeAlias = Annotated[
-    Result | InvalidInput | CheckRequired | WriteBlocked | OutcomeUnknown | Duplicate | Interrupted | Complete,
+    Result | InvalidInput | CheckRequired | WriteBlocked | OutcomeUnknown | Duplicate | ChangesRequested | Interrupted | Complete,
     Field(discriminator="kind"),
 ]
 

@@ -98,6 +98,7 @@ _Silent = (
     | ev.ApprovalDecided
     | ev.ApprovalLapsed
     | ev.DuplicateEffect
+    | ev.ChangesRequested
     | ev.InvariantRepaired
     | ev.KillRequested
     | ev.Retry

@@ -4,7 +4,8 @@ calls not performed and the feedback the proposer is shown next, each changed by
 event that says so.
 
 A step ends with the event that settles its call (a refusal, a duplicate, a blocked
-write, a check required, a receipt that is not transient, the stop): the feedback is
+write, a check required, a reviewer's request for changes, a receipt that is not
+transient, the stop): the feedback is
 that event's, and the call in progress is none. The next proposal clears the ledger
 of the calls settled before it, a failed one leaving its line in ``not_performed``,
 so a long run's state stays small.
@@ -14,6 +15,8 @@ to change (the wait a ``wait_ended`` ends, the pending effect an
 ``effect_reconciled`` resolves)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from core import events as ev
 from core import feedback as fb
@@ -36,6 +39,11 @@ def apply_to_calls(state: RunState, event: ev.AnyEvent) -> None:
                 record.state = "failed"
         case ev.DuplicateEffect():
             _duplicate(state, event)
+        case ev.ChangesRequested():
+            _refused(state, event.call)
+            state.changes_requested[event.key] = {"message": event.message, "by": event.by, "request_id": event.request_id}
+            changes = fb.ChangesRequested(call_id=_id(event), tool=event.tool, message=event.message, by=event.by)
+            _end_step(state, changes)
         case ev.WriteBlocked():
             _refused(state, event.call)
             pending = [p for p in state.unresolved_effects() if p.call_id in event.pending]
@@ -46,9 +54,18 @@ def apply_to_calls(state: RunState, event: ev.AnyEvent) -> None:
         case ev.CallAdmitted():
             _admitted(state, event)
         case ev.ApprovalRequired():
-            record = _record_for(state, _id(event), event.tool, event.args)
-            record.decision, record.rule, record.policy_version = "ask", event.rule, event.policy_version
-            record.approval_key, record.effect, record.idempotency_key = event.key, event.effect, event.idempotency_key
+            _record_for(
+                state,
+                _id(event),
+                event.tool,
+                event.args,
+                decision="ask",
+                rule=event.rule,
+                policy_version=event.policy_version,
+                approval_key=event.key,
+                effect=event.effect,
+                idempotency_key=event.idempotency_key,
+            )
         case ev.ApprovalConsumed():
             state.ledger[_id(event)].granted_key = event.key
         case ev.WaitEnded():
@@ -105,11 +122,16 @@ def _refused(state: RunState, call: dict[str, JSON] | None) -> None:
         record.state = "failed"
 
 
-def _record_for(state: RunState, call_id: str, tool: str, args: dict[str, JSON]) -> CallRecord:
-    """The call's record: the one the ledger holds (a call gated again), or a new one."""
-    record = state.ledger.get(call_id)
+def _record_for(run: RunState, call_id: str, tool: str, args: dict[str, JSON], **fields: Any) -> CallRecord:
+    """The call's record: the one the ledger holds (a call gated again), ``fields``
+    set, or a new one made with them (at once: each step makes one)."""
+    record = run.ledger.get(call_id)
     if record is None:
-        record = state.ledger[call_id] = CallRecord(call_id=call_id, tool=tool, args=args, state="validated")
+        fields.setdefault("state", "validated")
+        record = run.ledger[call_id] = CallRecord(call_id=call_id, tool=tool, args=args, **fields)
+    else:
+        for name, value in fields.items():
+            setattr(record, name, value)
     return record
 
 
@@ -147,9 +169,18 @@ def _duplicate(state: RunState, event: ev.DuplicateEffect) -> None:
 
 
 def _admitted(state: RunState, event: ev.CallAdmitted) -> None:
-    record = _record_for(state, _id(event), event.tool, event.args)
-    record.state, record.decision, record.rule = "allowed", event.decision, event.rule
-    record.policy_version, record.effect, record.idempotency_key = event.policy_version, event.effect, event.idempotency_key
+    record = _record_for(
+        state,
+        _id(event),
+        event.tool,
+        event.args,
+        state="allowed",
+        decision=event.decision,
+        rule=event.rule,
+        policy_version=event.policy_version,
+        effect=event.effect,
+        idempotency_key=event.idempotency_key,
+    )
     # The operation is known before any attempt: a crash during one leaves it known,
     # so the same effect is never performed twice.
     if event.external:

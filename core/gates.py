@@ -16,6 +16,7 @@ from core.decisions import (
     Ask,
     Authorized,
     Blocked,
+    ChangesRequested,
     Deny,
     Duplicate,
     Execute,
@@ -41,7 +42,7 @@ class Gates:
     known_effects: Callable[[RunContext, CallRecord, ToolSpec], Proceed | Duplicate | Blocked]
     # Authorization None: finish, which no rule authorizes and which always needs evidence.
     evidence: Callable[[RunContext, CallRecord, ToolSpec, Authorization | None], Proceed | NeedsEvidence]
-    approval: Callable[[RunContext, CallRecord, ToolSpec, Authorization], Ask | Execute]
+    approval: Callable[[RunContext, CallRecord, ToolSpec, Authorization], Ask | ChangesRequested | Execute]
     # Gate 9, receipt check: the receipt as the harness accepts it, or ReceiptInvalid.
     receipt: Callable[[object, CallRecord, ToolSpec, str], Receipt]
     # The limits between the gates.

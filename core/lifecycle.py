@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-RequestStatus = Literal["pending", "granted", "consumed", "denied", "expired", "stale", "cancelled"]
-WaitExit = Literal["granted", "denied", "expired", "stale", "cancelled"]
+RequestStatus = Literal["pending", "granted", "consumed", "denied", "changes_requested", "expired", "stale", "cancelled"]
+WaitExit = Literal["granted", "denied", "changes_requested", "expired", "stale", "cancelled"]
 RunAfter = Literal["running", "stopped"]
 
 # A request that can still be decided (pending) or used (granted).
@@ -21,11 +21,12 @@ OPEN_STATUSES: tuple[RequestStatus, ...] = ("pending", "granted")
 LAPSES: tuple[RequestStatus, ...] = ("expired", "stale", "cancelled")
 
 REQUEST_TRANSITIONS: dict[str, frozenset[str]] = {
-    "pending": frozenset({"granted", "denied", *LAPSES}),
+    "pending": frozenset({"granted", "denied", "changes_requested", *LAPSES}),
     # A grant the run can no longer use ends stale, expired or cancelled, never consumed.
     "granted": frozenset({"consumed", *LAPSES}),
     "consumed": frozenset(),
     "denied": frozenset(),
+    "changes_requested": frozenset(),
     "expired": frozenset(),
     "stale": frozenset(),
     "cancelled": frozenset(),
@@ -38,7 +39,9 @@ class Exit:
     that goes on takes the waiting call back through the gates (authorize, evidence,
     approval) under the policy now in force: with the grant it consumed when the
     request ends ``consumed``, else without one (so it is asked again, runs, or is
-    refused). A run that stops fails the call."""
+    refused), except after a reviewer's "request changes": that call is not
+    performed, and its step ends with the reviewer's words to the model. A run that
+    stops fails the call."""
 
     request: RequestStatus  # what the request is once the wait has ended this way
     run: RunAfter
@@ -50,6 +53,9 @@ WAIT_EXITS: dict[WaitExit, Exit] = {
     "granted": Exit("consumed", "running", None),
     # The run stops with the reviewer's reason.
     "denied": Exit("denied", "stopped", "denied"),
+    # The reviewer wrote to the model instead: the call is not performed, the run goes
+    # on, and the identical call is not asked for again.
+    "changes_requested": Exit("changes_requested", "running", None),
     # Nobody decided in time. The lead chose stopping over an operator's "ask again":
     # a request nobody decided in time is an answer too, and a stopped run is a state
     # nobody has to guess about.
@@ -66,6 +72,7 @@ EXIT_OF_STATUS: dict[str, WaitExit] = {
     "granted": "granted",
     "consumed": "granted",
     "denied": "denied",
+    "changes_requested": "changes_requested",
     "expired": "expired",
     "stale": "stale",
     "cancelled": "cancelled",

@@ -24,6 +24,7 @@ from core.decisions import (
     Accepted,
     Ask,
     Blocked,
+    ChangesRequested,
     Complete,
     Decision,
     Deny,
@@ -339,6 +340,21 @@ def act(run: RunContext, gates: Gates, decision: Decision) -> None:
             record = decision.record
             missing, tool, call = decision.missing, record.tool, as_recorded(record)
             emit(run, ev.CheckRequired, call_id=record.call_id, revision=state.revision, missing=missing, for_tool=tool, call=call)
+            checkpoint(run)
+        case ChangesRequested():
+            record = decision.record
+            emit(
+                run,
+                ev.ChangesRequested,
+                call_id=record.call_id,
+                tool=record.tool,
+                key=decision.key,
+                request_id=decision.request_id,
+                message=decision.message,
+                by=decision.by,
+                repeated=decision.repeated,
+                call=as_recorded(record),
+            )
             checkpoint(run)
         case Ask():
             plan = fix_effect(run, decision.record, decision.spec)

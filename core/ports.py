@@ -116,6 +116,7 @@ class RequestState:
     reason: str = ""
     consumed_by_call: str = ""
     due: bool = False  # still open but past its expiry
+    decided_by: str = ""  # who decided it, if a person did
 
 
 class ApprovalGate(Protocol):

@@ -183,6 +183,7 @@ class MemoryApprovals:
         self.status: dict[str, str] = {}
         self.reasons: dict[str, str] = {}
         self.consumed_by: dict[str, str] = {}
+        self.deciders: dict[str, str] = {}
         self.due: set[str] = set()
 
     def _move(self, request_id: str, status: str, reason: str = "") -> bool:
@@ -204,7 +205,8 @@ class MemoryApprovals:
     def state(self, request_id: str) -> RequestState:
         status = self.status[request_id]
         due = request_id in self.due and status in OPEN_STATUSES
-        return RequestState(request_id, status, self.reasons.get(request_id, ""), self.consumed_by.get(request_id, ""), due)
+        reason, by = self.reasons.get(request_id, ""), self.deciders.get(request_id, "")
+        return RequestState(request_id, status, reason, self.consumed_by.get(request_id, ""), due, by)
 
     def consume(self, request_id: str, call_id: str) -> bool:
         if request_id in self.due or not self._move(request_id, "consumed"):
@@ -226,6 +228,11 @@ class MemoryApprovals:
 
     def deny(self, key: str, reason: str) -> None:
         self._move(self.open_for(key), "denied", reason)
+
+    def request_changes(self, key: str, message: str, by: str) -> None:
+        request_id = self.open_for(key)
+        self._move(request_id, "changes_requested", message)
+        self.deciders[request_id] = by
 
     def expire(self, key: str) -> None:
         self.due.add(self.open_for(key))

@@ -104,10 +104,10 @@ class Waiting(_State):
     policy_version: int = 0
 
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """1: the shape before versions (no ``schema_version`` key); 2: the same, versioned;
 3: ``run_started`` in place of ``next_seq`` (the store numbers the events); 4: a call
-record's fixed ``effect`` and the state's ``proposed_at``."""
+record's fixed ``effect`` and the state's ``proposed_at``; 5: ``changes_requested``."""
 
 
 class RunState(_State):
@@ -154,6 +154,10 @@ class RunState(_State):
     effects_applied: list[str] = Field(default_factory=list)
     # External effects by idempotency key (see Operation).
     operations: dict[str, Operation] = Field(default_factory=dict)
+    # The call's key (core.waits.changes_key) -> the reviewer's "request changes" for
+    # exactly that call (message, by, request_id): the identical call is shown the same
+    # words, never asked again.
+    changes_requested: dict[str, dict[str, str]] = Field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
@@ -211,8 +215,13 @@ def _from_3(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "schema_version": 4}
 
 
+def _from_4(data: dict[str, Any]) -> dict[str, Any]:
+    """No reviewer had asked for changes before there was a way to."""
+    return {**data, "schema_version": 5, "changes_requested": {}}
+
+
 # version N -> the step that turns a version-N state into version N+1.
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_1, 2: _from_2, 3: _from_3}
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4}
 
 
 def load_stored_state(data: Mapping[str, Any]) -> RunState:

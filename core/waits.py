@@ -9,7 +9,7 @@ from typing import Any
 
 from core import events as ev
 from core.context import RunContext, guard
-from core.decisions import KeepWaiting, Regate, Stop
+from core.decisions import ChangesRequested, KeepWaiting, Regate, Stop
 from core.effects import Plan
 from core.jsonutil import JSON, digest
 from core.lifecycle import CANCELLED_OUTCOME, WAIT_EXITS, WaitExit, exit_of
@@ -25,6 +25,13 @@ def approval_key(tool: str, args: Mapping[str, JSON], revision: str, policy_vers
     (core.effects), so a grant covers exactly the commit, branch or request shown."""
     fixed = dict(effect) if effect is not None else None
     return digest({"tool": tool, "args": dict(args), "revision": revision, "policy_version": policy_version, "effect": fixed})
+
+
+def changes_key(record: CallRecord, revision: str, policy_version: int) -> str:
+    """What a reviewer's "request changes" is bound to: the call itself (tool, arguments,
+    revision, policy version), known before its effect is fixed, which the same call
+    at the same revision fixes the same."""
+    return approval_key(record.tool, record.args, revision, policy_version, None)
 
 
 def key_now(run: RunContext, record: CallRecord) -> str:
@@ -94,7 +101,7 @@ def ask(run: RunContext, record: CallRecord, spec: ToolSpec, authorization: Auth
     return KeepWaiting()
 
 
-def resume(run: RunContext) -> KeepWaiting | Regate | Stop:
+def resume(run: RunContext) -> KeepWaiting | Regate | ChangesRequested | Stop:
     """Decide how the wait ends (core.lifecycle.WAIT_EXITS), or that it goes on."""
     state = run.state
     waiting = state.waiting
@@ -120,7 +127,7 @@ def resume(run: RunContext) -> KeepWaiting | Regate | Stop:
     if exit is None or found.status == "granted":
         # Still pending (or a grant not usable this instant): the wait goes on.
         return KeepWaiting()
-    return _leave(run, exit, found.reason, record, spec)
+    return _leave(run, exit, found.reason, record, spec, found.decided_by)
 
 
 def _stale_reason(run: RunContext, waiting: Waiting) -> str:
@@ -131,8 +138,11 @@ def _stale_reason(run: RunContext, waiting: Waiting) -> str:
     return "the call no longer matches the request"
 
 
-def _leave(run: RunContext, exit: WaitExit, reason: str, record: CallRecord, spec: ToolSpec) -> Regate | Stop:
-    """End the wait the way ``WAIT_EXITS[exit]`` says."""
+def _leave(
+    run: RunContext, exit: WaitExit, reason: str, record: CallRecord, spec: ToolSpec, by: str = ""
+) -> Regate | ChangesRequested | Stop:
+    """End the wait the way ``WAIT_EXITS[exit]`` says (``reason``: the reviewer's or the
+    lapse's words, ``by``: who decided)."""
     state = run.state
     waiting = state.waiting
     assert waiting is not None
@@ -143,6 +153,9 @@ def _leave(run: RunContext, exit: WaitExit, reason: str, record: CallRecord, spe
             # The reviewer's refusal of exactly this call is on the call's record too.
             emit(run, ev.ApprovalRefused, call_id=record.call_id, key=waiting.approval_key, request_id=waiting.request_id, reason=reason)
         return Stop(transition.outcome or CANCELLED_OUTCOME, f"approval {exit}: {reason}", record)
+    if transition.request == "changes_requested":
+        key = changes_key(record, waiting.revision, waiting.policy_version)
+        return ChangesRequested(record.model_copy(deep=True), key, waiting.request_id, reason, by)
     if transition.request == "consumed":
         emit(run, ev.ApprovalConsumed, call_id=record.call_id, key=waiting.approval_key, request_id=waiting.request_id)
     # The run goes on: the call goes back through the gates at the current revision

@@ -147,7 +147,15 @@ def _gate_view(e: _GateEvent) -> tuple[str, str, str]:
             assert_never(e)
 
 
-_ApprovalEvent = ev.ApprovalRequired | ev.ApprovalConsumed | ev.ApprovalRefused | ev.ApprovalDecided | ev.ApprovalLapsed | ev.WaitEnded
+_ApprovalEvent = (
+    ev.ApprovalRequired
+    | ev.ApprovalConsumed
+    | ev.ApprovalRefused
+    | ev.ApprovalDecided
+    | ev.ApprovalLapsed
+    | ev.WaitEnded
+    | ev.ChangesRequested
+)
 
 
 def _approval_view(e: _ApprovalEvent) -> tuple[str, str, str]:
@@ -162,6 +170,8 @@ def _approval_view(e: _ApprovalEvent) -> tuple[str, str, str]:
             # run acting on it.
             return "Call refused", "bad", "the reviewer's denial stops the run"
         case ev.ApprovalDecided():
+            if e.decision == "changes_requested":
+                return f"Changes requested by {e.by}", "warn", e.reason
             granted = e.decision == "granted"
             alone = "self-approved: the person who started the run, no second reviewer" if e.self_approved else ""
             tone = ("warn" if alone else "ok") if granted else "bad"
@@ -169,6 +179,9 @@ def _approval_view(e: _ApprovalEvent) -> tuple[str, str, str]:
             return f"{'Granted' if granted else 'Denied'} by {e.by}{counted}", tone, "; ".join(x for x in (alone, e.reason) if x)
         case ev.ApprovalLapsed():
             return f"Approval {human(e.status)}", "warn", e.reason
+        case ev.ChangesRequested():
+            again = "the identical call again: not asked for again, " if e.repeated else ""
+            return "Not performed: changes requested", "warn", f"{again}the model reads {e.by}'s words"
         case ev.WaitEnded():
             after = f"after {duration(e.waited_seconds)} waiting; " if e.waited_seconds else ""
             goes_on = "the run continues" if e.run == "running" else "the run stops"
@@ -245,7 +258,7 @@ def _describe(e: ev.AnyEvent) -> tuple[str, str, str]:
 # The events whose tool and arguments head a call's card, and those that link to
 # their approval request.
 _CALL_EVENTS = (ev.CallAdmitted, ev.ApprovalRequired)
-_REQUEST_EVENTS = (ev.ApprovalRequired, ev.ApprovalDecided, ev.ApprovalLapsed, ev.WaitEnded)
+_REQUEST_EVENTS = (ev.ApprovalRequired, ev.ApprovalDecided, ev.ApprovalLapsed, ev.WaitEnded, ev.ChangesRequested)
 
 
 def describe(event: dict[str, Any]) -> dict[str, Any]:

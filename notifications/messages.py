@@ -37,6 +37,7 @@ def kind_of(event: ev.AnyEvent) -> str | None:
             | ev.ApprovalConsumed()
             | ev.ApprovalRefused()
             | ev.ApprovalDecided()
+            | ev.ChangesRequested()
             | ev.WaitEnded()
             | ev.DuplicateEffect()
             | ev.PolicyChanged()

@@ -24,7 +24,7 @@ from pages.access import require, visible
 from pages.summary import shown_clocks
 from pages.templatetags.diffs import masked_lines
 from projects.access import scoped
-from runs.approval_flow import check_decision_now, deny, grant, pending_requests, staleness_now
+from runs.approval_flow import check_decision_now, deny, grant, pending_requests, request_changes, staleness_now
 from runs.models import Evidence
 from runs.store import load_state
 
@@ -184,4 +184,16 @@ def deny_view(request: HttpRequest, request_id: str) -> HttpResponse:
     except DecisionRefused as exc:
         return _refused(request, approval, str(exc))
     messages.warning(request, f"Denied {approval.tool} for {approval.run.task_id}; the run stops.")
+    return redirect("runs:detail", approval.run_id)
+
+
+@require_POST
+@require(DECIDE_APPROVALS)
+def changes_view(request: HttpRequest, request_id: str) -> HttpResponse:
+    approval = _approval(request, request_id)
+    try:
+        request_changes(approval, request.user, request.POST.get("message", "")[:4000])
+    except DecisionRefused as exc:
+        return _refused(request, approval, str(exc))
+    messages.info(request, f"Changes requested: {approval.tool} is not performed; {approval.run.task_id} goes on with your words.")
     return redirect("runs:detail", approval.run_id)

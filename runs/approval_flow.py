@@ -8,7 +8,7 @@ Approvals): the dependency is an import pointing down, with no port or signal ba
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import IntegrityError, transaction
@@ -26,6 +26,8 @@ from runs.eventlog import append_event
 from runs.models import Run
 
 Status = ApprovalRequest.Status
+# What a person's decision makes of a pending request (and says in approval_decided).
+Decided = Literal["granted", "denied", "changes_requested"]
 
 
 # A reviewer's decision and the beat's expiry do not drive the run: the conditional
@@ -70,7 +72,7 @@ def check_decision_recording_lapse(request: ApprovalRequest, user: User | Anonym
         raise
 
 
-def _decide(request: ApprovalRequest, user: User | AnonymousUser, status: str, reason: str, grants: int) -> None:
+def _decide(request: ApprovalRequest, user: User | AnonymousUser, status: Decided, reason: str, grants: int) -> None:
     # Only a still-pending row can be decided: a concurrent decision, expiry or
     # cancellation wins or loses as a whole, never half.
     check_request_transition(Status.PENDING, status)
@@ -80,12 +82,11 @@ def _decide(request: ApprovalRequest, user: User | AnonymousUser, status: str, r
         )
         if updated != 1:
             raise DecisionRefused("this request was decided by someone else a moment ago")
-        decision = "granted" if status == Status.GRANTED else "denied"
-        _record_decision(request, user, decision, reason, grants)
+        _record_decision(request, user, status, reason, grants)
         wake_after_commit(str(request.run_id))
 
 
-def _record_decision(request: ApprovalRequest, user: User | AnonymousUser, decision: str, reason: str, grants: int) -> None:
+def _record_decision(request: ApprovalRequest, user: User | AnonymousUser, decision: Decided, reason: str, grants: int) -> None:
     append_event(
         str(request.run_id),
         ev.ApprovalDecided,
@@ -123,13 +124,21 @@ def grant(request: ApprovalRequest, user: User | AnonymousUser, comment: str = "
         if grants < locked.needed:
             _record_decision(locked, user, "granted", comment, grants)
             return
-        _decide(locked, user, Status.GRANTED, comment, grants)
+        _decide(locked, user, "granted", comment, grants)
 
 
 def deny(request: ApprovalRequest, user: User | AnonymousUser, reason: str) -> None:
     reason = check_reason(reason)
     check_decision_recording_lapse(request, user)
-    _decide(request, user, Status.DENIED, reason, grants=request.grants.count())
+    _decide(request, user, "denied", reason, grants=request.grants.count())
+
+
+def request_changes(request: ApprovalRequest, user: User | AnonymousUser, message: str) -> None:
+    """Instead of the call, the reviewer's words to the model: the call is not
+    performed, the run goes on, and the identical call is not asked for again."""
+    message = check_reason(message, "a request for changes needs the words the model is to read")
+    check_decision_recording_lapse(request, user)
+    _decide(request, user, "changes_requested", message, grants=request.grants.count())
 
 
 def do_consume(request_id: Any, call_id: str) -> bool:

@@ -55,9 +55,10 @@ class DjangoApprovals:
         return Filed(str(request.pk), new=True)
 
     def state(self, request_id: str) -> RequestState:
-        row = ApprovalRequest.objects.get(pk=request_id)
+        row = ApprovalRequest.objects.select_related("decided_by").get(pk=request_id)
         due = row.status in OPEN_STATUSES and row.expires_at <= timezone.now()
-        return RequestState(str(row.pk), row.status, row.reason, row.consumed_by_call, due)
+        by = row.decided_by.get_username() if row.decided_by is not None else ""
+        return RequestState(str(row.pk), row.status, row.reason, row.consumed_by_call, due, by)
 
     def consume(self, request_id: str, call_id: str) -> bool:
         return do_consume(request_id, call_id)

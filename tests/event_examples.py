@@ -54,6 +54,7 @@ _FIELDS: dict[type[ev.Event], dict[str, Any]] = {
         "total_waited_seconds": 12.0,
     },
     ev.DuplicateEffect: {"tool": "publish", "idempotency_key": "op1", "of_call": "c3", "status": "applied"},
+    ev.ChangesRequested: {"tool": "publish", "key": "k1", "request_id": REQUEST, "message": "name the ticket", "by": "rita"},
     ev.PolicyChanged: {"old_version": 1, "new_version": 2},
     ev.InvariantRepaired: {"invariant": "one pending request", "repair": "woken to end the wait", "request_id": REQUEST},
     ev.KillRequested: {"by": "otto", "scope": "run"},

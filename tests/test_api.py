@@ -110,6 +110,7 @@ ENDPOINTS: list[tuple[str, str, Any, tuple[int, int, int, int, int]]] = [
     ("get", "/api/approvals/{approval}/", None, (200, 200, 200, 403, 404)),
     ("post", "/api/approvals/{approval}/grant/", None, (200, 403, 200, 403, 404)),
     ("post", "/api/approvals/{approval}/deny/", {"reason": "not now"}, (200, 403, 200, 403, 404)),
+    ("post", "/api/approvals/{approval}/request-changes/", {"message": "name the ticket"}, (200, 403, 200, 403, 404)),
     ("get", "/api/switch/", None, (200, 200, 200, 403, 200)),
     ("post", "/api/switch/", {"admit_new": True}, (403, 200, 200, 403, 403)),
 ]

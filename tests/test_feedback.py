@@ -64,6 +64,10 @@ STORED: list[tuple[fb.Feedback, dict[str, object]]] = [
         },
     ),
     (fb.Interrupted(call_id="c7", tool="write_file"), {"kind": "interrupted", "call_id": "c7", "tool": "write_file"}),
+    (
+        fb.ChangesRequested(call_id="c8", tool="publish", message="name the ticket", by="rita"),
+        {"kind": "changes_requested", "call_id": "c8", "tool": "publish", "message": "name the ticket", "by": "rita"},
+    ),
     (fb.Complete(call_id="c8"), {"kind": "complete", "call_id": "c8"}),
 ]
 
@@ -97,6 +101,7 @@ def test_it_renders_every_kind_and_says_which_are_refusals() -> None:
         fb.OutcomeUnknown: True,
         fb.Duplicate: True,
         fb.Interrupted: True,
+        fb.ChangesRequested: True,
         fb.Complete: False,
     }
 

@@ -16,6 +16,7 @@ class ApprovalRequest(models.Model):
         PENDING = "pending"
         GRANTED = "granted"
         DENIED = "denied"
+        CHANGES_REQUESTED = "changes_requested"
         EXPIRED = "expired"
         STALE = "stale"
         CONSUMED = "consumed"
@@ -36,7 +37,7 @@ class ApprovalRequest(models.Model):
     effect = RedactedJSONField(null=True, blank=True, default=None)
     evidence = RedactedJSONField(default=list)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
