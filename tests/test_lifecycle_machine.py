@@ -1,9 +1,9 @@
 """A stateful model-based test of the run's life around humans and effects
 (docs/design.md, Lifecycle): Hypothesis drives real runs (the Django store, the
 approval flow, the sweep; a simulated executor) through random interleavings
-of proposals (identical and different effects), grants, denials, expiries,
-workspace and policy changes, kills, the global stop, worker crashes with resumes,
-and the beat's sweep. After every step it checks the invariants (docs/design.md,
+of proposals (identical and different effects), grants, denials, requests for
+changes, expiries, workspace and policy changes, kills, the global stop, worker
+crashes with resumes, and the beat's sweep. After every step it checks the invariants (docs/design.md,
 Lifecycle), a gap-free event log, and that the log explains the stored state
 (core.fold). The figures are in docs/reliability.md."""
 
@@ -31,7 +31,7 @@ from core.lifecycle import OPEN_STATUSES, REQUEST_TRANSITIONS
 from core.scenarios import FIXED, call
 from core.waits import approval_key
 from runs import invariants
-from runs.approval_flow import deny, expire_due, grant, save_policy_version
+from runs.approval_flow import deny, expire_due, grant, request_changes, save_policy_version
 from runs.approval_gate import DjangoApprovals
 from runs.control import do_kill, set_global
 from runs.models import Event, Run
@@ -158,10 +158,10 @@ class Lifecycle(RuleBasedStateMachine):
         self.models[run_id].queue = [proposal]
         self.drive(run_id)
 
-    @rule(pick=RUNS, how=st.sampled_from(["grant", "deny", "expire"]))
+    @rule(pick=RUNS, how=st.sampled_from(["grant", "deny", "expire", "changes"]))
     def decide(self, pick: int, how: str) -> None:
-        """A reviewer decides the run's request, or nobody does in time. A run with
-        nothing to decide is first given a publish to ask about."""
+        """A reviewer decides the run's request (or asks for changes instead), or nobody
+        does in time. A run with nothing to decide is first given a publish to ask about."""
         run_id = self.active(pick)
         self.step(how)
         if self.pending(run_id) is None:
@@ -175,6 +175,8 @@ class Lifecycle(RuleBasedStateMachine):
                 grant(request, self.reviewer)
             elif how == "deny":
                 deny(request, self.reviewer, "not this one")
+            elif how == "changes":
+                request_changes(request, self.reviewer, "name the ticket in the message")
             else:
                 ApprovalRequest.objects.filter(pk=request.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
                 expire_due()
@@ -325,4 +327,4 @@ def test_it_keeps_every_invariant_through_random_interleavings(operator: User, r
     )
     # The interleavings reached every way out of a wait, and steps in the hundreds.
     assert STATS["steps"] >= 300
-    assert {"granted", "denied", "expired", "stale", "cancelled"} <= set(exits)
+    assert {"granted", "denied", "changes_requested", "expired", "stale", "cancelled"} <= set(exits)

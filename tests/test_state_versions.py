@@ -26,11 +26,12 @@ CHANGED_IN_3 = {"schema_version", "next_seq", "run_started"}
 
 
 def without_4(dumped: dict[str, Any]) -> dict[str, Any]:
-    """A current state without what version 4 added: ``proposed_at`` and each call
-    record's fixed ``effect`` (none before it)."""
+    """A current state without what versions 4 and 5 added: ``proposed_at``, each call
+    record's fixed ``effect`` and ``changes_requested`` (none before them)."""
     assert dumped["proposed_at"] is None and all(r["effect"] is None for r in dumped["ledger"].values())
+    assert dumped["changes_requested"] == {}
     ledger = {c: {k: v for k, v in r.items() if k != "effect"} for c, r in dumped["ledger"].items()}
-    return {**{k: v for k, v in dumped.items() if k != "proposed_at"}, "ledger": ledger}
+    return {**{k: v for k, v in dumped.items() if k not in ("proposed_at", "changes_requested")}, "ledger": ledger}
 
 
 def test_it_upgrades_a_state_of_the_first_shape_to_the_current_one() -> None:
