@@ -224,6 +224,8 @@ def one_round(hosts: list[Host], n: int, operator: Any, reviewer: Any, contract:
         "runs_per_minute": round(n * 60 / elapsed, 1),
         "run_seconds_median": round(statistics.median(ended[i] - created[i] for i in ids), 2),
         "runs_by_host": dict(sorted(Counter(Run.objects.filter(pk__in=ids).values_list("host", flat=True)).items())),
+        # Each run stays on the host that prepared it: a rebuild here would be a bug.
+        "rebuilds": Event.objects.filter(run_id__in=ids, type="run_resumed", payload__reason__icontains="rebuilt ").count(),
         "load": load(),
     }
 
@@ -305,7 +307,7 @@ def main() -> None:
     for r in rounds:
         print(
             f"  {r['hosts']} host{'s' if r['hosts'] > 1 else ' '}: {r['runs_per_minute']:6.1f} runs/min ({r['seconds']:.1f} s), "
-            f"a run {r['run_seconds_median']:.1f} s median, by host {r['runs_by_host']}, load {r['load']}"
+            f"a run {r['run_seconds_median']:.1f} s median, by host {r['runs_by_host']}, {r['rebuilds']} rebuilt, load {r['load']}"
         )
     print(f"one host  {one:6.1f} runs/min (median of {args.rounds})")
     print(f"two hosts {two:6.1f} runs/min (median of {args.rounds})")
