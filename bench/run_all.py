@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "repo_scale": ([], ["--sizes", "10,5000", "--rounds", "1", "--calls", "50,50,2"]),
     "diff_cost": ([], ["--difflib-cuts", "250,500"]),
     "rebuild_cost": ([], ["--rounds", "1"]),
+    "host_throughput": ([], ["--runs", "6", "--rounds", "1"]),
 }
 
 
@@ -108,6 +109,16 @@ def side_by_side(results: dict[str, Any]) -> str:
                 f"{redaction['step_ms_masked']} ms",
                 f"unmasked {redaction['step_ms_unmasked']} ms",
                 f"{redaction['masked_over_unmasked']}x",
+            )
+        )
+    hosts = results.get("host_throughput")
+    if hosts:
+        rows.append(
+            (
+                "runs per minute, two worker hosts",
+                f"{hosts['two_hosts_runs_per_minute']}",
+                f"one host {hosts['one_host_runs_per_minute']}",
+                f"{hosts['ratio_two_vs_one']}x (one machine's cores)",
             )
         )
     widths = [max(len(row[i]) for row in [("figure", "harness", "peer or floor", "ratio"), *rows]) for i in range(4)]

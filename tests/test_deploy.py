@@ -2,9 +2,10 @@
 images deploy/images/build.sh builds without a registry, and a run goes through it
 using the published port only (sign in, create, wait for approval, grant as a second
 user, complete, report). Then the stack goes down and up again and keeps every run
-and approval. `make test-deploy` runs this file once (marker `deploy`; the usual
-passes leave it out); a failure prints the services' logs, and everything the test
-started is removed whatever happens.
+and approval, and `up -d --scale worker=3` starts three workers that share the next
+runs. `make test-deploy` runs this file once (marker `deploy`; the usual passes leave
+it out); a failure prints the services' logs, and everything the test started is
+removed whatever happens (and checked gone: containers, network, volumes, the data).
 
 HARNESS_COMPOSE picks the compose command (default `docker-compose`; `docker compose`
 for the v2 plugin)."""
@@ -94,36 +95,46 @@ class Stack:
             raise AssertionError(f"{shlex.join(command)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
         return done.stdout
 
-    def container(self, service: str) -> dict[str, Any]:
-        ids = self.compose("ps", "-a", "-q", service).split()
-        assert len(ids) == 1, f"{service}: expected one container, got {ids}"
-        inspected: dict[str, Any] = docker.from_env().api.inspect_container(ids[0])
-        return inspected
+    def containers(self, service: str) -> list[dict[str, Any]]:
+        client = docker.from_env()
+        return [client.api.inspect_container(cid) for cid in self.compose("ps", "-a", "-q", service).split()]
 
-    def up(self) -> None:
+    def container(self, service: str) -> dict[str, Any]:
+        found = self.containers(service)
+        assert len(found) == 1, f"{service}: expected one container, got {[c['Id'][:12] for c in found]}"
+        return found[0]
+
+    def up(self, *args: str) -> None:
         started = time.monotonic()
-        self.compose("up", "-d")
+        self.compose("up", "-d", *args)
         self.wait_healthy()
         self.timings.setdefault("up", time.monotonic() - started)
 
-    def wait_healthy(self) -> None:
-        """Every long-running service healthy (or running, without a healthcheck), the
-        one-shot ones exited 0."""
+    def wait_healthy(self, scale: dict[str, int] | None = None) -> None:
+        """Every long-running service's containers healthy (or running, without a
+        healthcheck), the one-shot ones exited 0; ``scale`` says how many containers a
+        service has when it is not one."""
         deadline = time.monotonic() + UP_TIMEOUT
         while True:
             waiting = []
             for service in self.compose("config", "--services").split():
-                state = self.container(service)["State"]
-                if service in ("migrate", "sandbox-image"):
-                    assert state["Status"] != "exited" or state["ExitCode"] == 0, f"{service} failed: {state}"
-                    ok = state["Status"] == "exited"
-                elif "Health" in state:
-                    ok = state["Health"]["Status"] == "healthy"
-                else:
-                    ok = state["Status"] == "running"
-                assert state["Status"] in ("created", "running", "exited") and not state.get("Restarting"), f"{service}: {state}"
-                if not ok:
+                found = self.containers(service)
+                wanted = (scale or {}).get(service, 1)
+                assert len(found) <= wanted, f"{service}: {len(found)} containers, expected {wanted}"
+                if len(found) < wanted:
                     waiting.append(service)
+                for container in found:
+                    state = container["State"]
+                    if service in ("migrate", "sandbox-image"):
+                        assert state["Status"] != "exited" or state["ExitCode"] == 0, f"{service} failed: {state}"
+                        ok = state["Status"] == "exited"
+                    elif "Health" in state:
+                        ok = state["Health"]["Status"] == "healthy"
+                    else:
+                        ok = state["Status"] == "running"
+                    assert state["Status"] in ("created", "running", "exited") and not state.get("Restarting"), f"{service}: {state}"
+                    if not ok:
+                        waiting.append(f"{service} {container['Name']}")
             if not waiting:
                 return
             assert time.monotonic() < deadline, f"not healthy after {UP_TIMEOUT} s: {waiting}"
@@ -163,6 +174,16 @@ class Stack:
             for container in client.containers.list(all=True, filters={"label": f"harness.scope={self.project}"}):
                 container.remove(force=True)
             shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def leftovers(self) -> list[str]:
+        """What of this stack is still on the engine or the disk after ``remove``."""
+        client = docker.from_env()
+        project = {"label": f"com.docker.compose.project={self.project}"}
+        found = [f"container {c.name}" for c in client.containers.list(all=True, filters=project)]
+        found += [f"run container {c.name}" for c in client.containers.list(all=True, filters={"label": f"harness.scope={self.project}"})]
+        found += [f"network {n.name}" for n in client.networks.list(filters=project)]
+        found += [f"volume {v.name}" for v in client.volumes.list(filters=project)]
+        return found + ([f"directory {self.data_dir}"] if self.data_dir.exists() else [])
 
 
 class ContainerWatch:
@@ -245,6 +266,8 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
         result.remove()
         result.timings["down"] = time.monotonic() - started
         say("timings (s): " + json.dumps({key: round(value, 1) for key, value in result.timings.items()}))
+        left = result.leftovers()
+        assert not left, f"left behind: {left}"
 
 
 def test_it_serves_the_pages_and_static_files_on_the_published_port(stack: Stack) -> None:
@@ -357,3 +380,50 @@ def test_it_keeps_runs_and_approvals_across_down_and_up(stack: Stack) -> None:
         events = stack.api("GET", f"/api/runs/{run_id}/events/?after=0&limit=200", operator).json()["events"]
         # A waiting run may be looked at again after the restart: nothing is lost or changed.
         assert events[: len(before["events"])] == before["events"]
+
+
+SCALED_WORKERS = 3
+SCALED_RUNS = 6
+
+
+def test_it_runs_on_three_worker_containers_after_scale_worker_3(stack: Stack) -> None:
+    """`up -d --scale worker=3`: three worker containers, each a host of its own (its
+    container id: HARNESS_WORKER_HOST is unset), take runs from the shared queue; runs
+    started at once all complete, and more than one container drove them."""
+    started = time.monotonic()
+    stack.compose("up", "-d", "--scale", f"worker={SCALED_WORKERS}")
+    stack.wait_healthy({"worker": SCALED_WORKERS})
+    stack.timings["scale_up"] = time.monotonic() - started
+    workers = {container["Config"]["Hostname"] for container in stack.containers("worker")}
+    assert len(workers) == SCALED_WORKERS, workers
+
+    started = time.monotonic()
+    operator, reviewer = stack.token("operator"), stack.token("reviewer")
+    contract = json.loads((DEMO / "contract.json").read_text())
+    body = {"contract": contract, "proposer": {"kind": "scripted", "script": json.loads((DEMO / "proposals.json").read_text())}}
+    run_ids = []
+    for _ in range(SCALED_RUNS):  # all queued before any is looked at: the workers share them
+        created = stack.api("POST", "/api/runs/", operator, json=body)
+        assert created.status_code == 201, created.text
+        run_ids.append(created.json()["id"])
+    for run_id in run_ids:
+        stack.wait_status(run_id, operator, "waiting_approval")
+        pending = stack.api("GET", f"/api/approvals/?run={run_id}&status=pending", reviewer).json()["results"]
+        assert [request["tool"] for request in pending] == ["publish"], pending
+        granted = stack.api("POST", f"/api/approvals/{pending[0]['id']}/grant/", reviewer)
+        assert granted.status_code == 200, granted.text
+    for run_id in run_ids:
+        stack.wait_status(run_id, operator, "complete")
+        report = stack.api("GET", f"/api/runs/{run_id}/report/", operator).json()
+        assert report["completed"] is True and report["changed_files"] == ["orders/total.py"], report
+    stack.timings["scaled_runs"] = time.monotonic() - started
+
+    # Which host drove each run (Run.host: the worker container's hostname, its short id).
+    ids = ",".join(f"'{run_id}'" for run_id in run_ids)
+    rows = stack.compose(
+        "exec", "-T", "postgres", "psql", "-U", "harness", "-d", "harness", "-Atc", f"SELECT id, host FROM runs_run WHERE id IN ({ids})"
+    )
+    hosts = dict(line.split("|", 1) for line in rows.split())
+    say(f"{SCALED_RUNS} runs on {SCALED_WORKERS} workers, by host: {sorted(hosts.values())}")
+    assert len(hosts) == SCALED_RUNS and set(hosts.values()) <= workers, (hosts, workers)
+    assert len(set(hosts.values())) > 1, f"one worker container drove every run: {hosts}"
