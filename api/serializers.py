@@ -54,6 +54,7 @@ class ObjectField(serializers.JSONField):
 
 class RunSerializer(serializers.ModelSerializer):
     created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True)
+    project = serializers.CharField(source="project.slug", read_only=True, help_text="The slug of the project the run belongs to.")
     policy_version = serializers.IntegerField(source="policy.version", read_only=True)
     contract = ObjectField(read_only=True)
     proposer = ObjectField(read_only=True)
@@ -67,6 +68,7 @@ class RunSerializer(serializers.ModelSerializer):
             "id",
             "task_id",
             "objective",
+            "project",
             "status",
             "outcome",
             "stop_message",
@@ -96,6 +98,11 @@ class RunCreateSerializer(serializers.Serializer):
         help_text='How proposals are made: {"kind": "scripted", "script": [...]}, or a model '
         '({"kind": "openai" | "anthropic", "model": ...}).'
     )
+    project = StrictCharField(
+        required=False,
+        max_length=60,
+        help_text="The slug of the project to start the run in. Default: the only project where you may start runs, else `default`.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         # What no database takes (NUL, lone surrogates, nesting past its limit) is
@@ -109,6 +116,9 @@ class RunCreateSerializer(serializers.Serializer):
 class RunFilterSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=Run.Status.choices, required=False, help_text="Only runs with this status.")
     task_id = serializers.CharField(max_length=100, required=False, help_text="Only runs of this task.")
+    project = serializers.CharField(
+        source="project__slug", max_length=60, required=False, help_text="Only runs of this project (its slug)."
+    )
 
 
 class EventSerializer(serializers.ModelSerializer):

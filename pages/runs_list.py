@@ -30,7 +30,7 @@ class RunFilter(forms.Form):
 
 
 def filter_runs(query: dict[str, Any], user: User | AnonymousUser) -> QuerySet[Run]:
-    runs = scoped(Run.objects.select_related("created_by"), user, VIEW_RUNS).annotate(
+    runs = scoped(Run.objects.select_related("created_by", "project"), user, VIEW_RUNS).annotate(
         # What the inbox lists: a stale request does not wait for anyone.
         waiting_approvals=Count("approval_requests", filter=Q(approval_requests__in=pending_requests()))
     )

@@ -22,11 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
 from approvals.policies import load_policy
-from common import permissions
 from core import events as ev
 from core.contract import WorkspaceSource
 from core.environment import Environment
@@ -37,8 +35,7 @@ from core.fold import apply
 from core.policy import Policy
 from core.ports import RevisionMismatch
 from core.storable import escaped_text
-from projects.access import permissions_in
-from projects.models import default_project_id
+from projects.access import check_start_project
 from runs import invariants, leases, queue
 from runs.approval_flow import cancel_open_requests
 from runs.approval_gate import DjangoApprovals
@@ -194,21 +191,15 @@ def check_admission() -> None:
         raise InputError("run", [FieldProblem("(run)", "the global switch admits no new runs right now")])
 
 
-def check_may_start(actor: Any, project_id: int) -> None:
-    """A person starts runs only where they hold the starter's permission; the command
-    line (no person) is the server's own."""
-    if getattr(actor, "is_authenticated", False) and permissions.ADD_RUNS not in permissions_in(actor, project_id):
-        raise PermissionDenied("you may not start runs in this project")
-
-
-def create_run(contract: object, proposer: object, actor: Any, *, enqueue: bool = True) -> Run:
-    """Validate (the workspace source too), create the run and (by default) hand it to a
-    worker; the worker that first drives it prepares its workspace (see advance)."""
-    # Every run is the default project's until a run names its own.
-    check_may_start(actor, default_project_id())
+def create_run(contract: object, proposer: object, actor: Any, *, project: str | None = None, enqueue: bool = True) -> Run:
+    """Validate (the project, the switches, the workspace source too), create the run
+    in ``project`` (a slug; by default the only project where ``actor`` may start
+    runs, else the default project) and (by default) hand it to a worker; the worker
+    that first drives it prepares its workspace (see advance)."""
+    place = check_start_project(actor, project)
     check_admission()
     new = check_new_run(contract, proposer)
-    run = do_create_run(new, actor, check_workspace_for)
+    run = do_create_run(new, actor, check_workspace_for, project_id=place.pk)
     if enqueue:
         run_id = str(run.pk)
         transaction.on_commit(lambda: enqueue_start(run_id))
