@@ -55,7 +55,7 @@ from sandbox.preparation import prepare_workspace
 from sandbox.publishing import ReviewLimits
 from sandbox.quota import MB, DiskQuota
 from sandbox.remote import HEX_REF, RemoteAccess, RemoteError, RemoteTarget
-from sandbox.sources import WorkspaceSourceError, check_source
+from sandbox.sources import WorkspaceSourceError, check_narrowed, check_source
 from sandbox.workspace import RunWorkspace
 
 log = logging.getLogger(__name__)
@@ -65,9 +65,19 @@ def workspace_root(run: Run) -> Path:
     return Path(settings.WORKSPACE_ROOT) / str(run.pk)
 
 
+def check_project_source(run: Run, source: WorkspaceSource) -> None:
+    """The run's project's own sources and remotes, a narrowing of the server's."""
+    project = run.project
+    check_narrowed(source, Path(settings.BASE_DIR), project.workspace_sources, project.git_remotes, project.slug)
+
+
 def workspace_for(run: Run) -> RunWorkspace:
-    """The run's workspace, prepared from its contract's source on first use."""
+    """The run's workspace, prepared from its contract's source on first use. The
+    project's lists are checked again at every pickup: a project narrowed since the run
+    was created stops it (workspace_error) rather than let it clone or push where the
+    project no longer allows."""
     source = WorkspaceSource.model_validate(run.contract["workspace"])
+    check_project_source(run, source)
     return prepare_workspace(
         workspace_root(run), source, Path(settings.BASE_DIR), settings.WORKSPACE_SOURCES, RemoteAccess.from_settings(settings)
     )
@@ -113,6 +123,7 @@ def check_workspace_for(run: Run) -> str:
     first drives the run prepares the workspace (runs.runtime.advance)."""
     source = WorkspaceSource.model_validate(run.contract["workspace"])
     check_source(source, Path(settings.BASE_DIR), settings.WORKSPACE_SOURCES, settings.GIT_ALLOWED_REMOTES)
+    check_project_source(run, source)
     return ""
 
 

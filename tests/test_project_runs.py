@@ -17,7 +17,8 @@ from rest_framework.test import APIClient
 from api.models import ApiToken
 from core.errors import InputError
 from projects.models import DEFAULT_PROJECT, Membership, Project, Role
-from runs.runtime import create_run
+from runs.runtime import create_run, workspace_for
+from sandbox.sources import WorkspaceSourceError
 from tests.test_api import SCRIPT, SMALL_CONTRACT
 
 pytestmark = pytest.mark.django_db
@@ -92,3 +93,49 @@ def test_it_offers_on_the_form_only_the_projects_where_the_user_may_start_runs(
     start(operator)
     rows = client.get(reverse("runs:list")).content.decode()
     assert 'data-label="Project"' in rows and ">default<" in rows and ">elsewhere<" not in rows
+
+
+GIT_CONTRACT = {**SMALL_CONTRACT, "workspace": {"kind": "git", "url": "https://git.example.com/team-b/orders.git"}}
+
+
+def test_it_refuses_a_workspace_path_outside_the_projects_own_sources_naming_the_field(other_member: User, other_project: Project) -> None:
+    other_project.workspace_sources = ["examples/demo"]
+    other_project.save()
+    with pytest.raises(InputError) as refused:
+        start(other_member)
+    problem = refused.value.problems[0]
+    assert problem.field == "workspace.path" and "project 'elsewhere'" in problem.message and "examples/demo" in problem.message
+    answer = api(other_member).post("/api/runs/", {"contract": SMALL_CONTRACT, "proposer": SCRIPT}, format="json")
+    assert answer.status_code == 400 and "project 'elsewhere'" in answer.json()["contract.workspace.path"][0]
+    other_project.workspace_sources = ["examples/orders"]
+    other_project.save()
+    assert start(other_member).project == other_project
+
+
+def test_it_refuses_a_remote_outside_the_projects_own_remotes_and_never_widens_the_servers(
+    other_member: User, other_project: Project, settings: Any
+) -> None:
+    settings.GIT_ALLOWED_REMOTES = ["https://git.example.com/"]
+    other_project.git_remotes = ["https://git.example.com/team-a/", "https://elsewhere.example.com/"]
+    other_project.save()
+
+    def started(url: str) -> Any:
+        return create_run({**GIT_CONTRACT, "workspace": {"kind": "git", "url": url}}, SCRIPT, other_member, enqueue=False)
+
+    with pytest.raises(InputError) as outside:
+        started("https://git.example.com/team-b/orders.git")
+    assert outside.value.problems[0].field == "workspace.url" and "project 'elsewhere'" in outside.value.problems[0].message
+    with pytest.raises(InputError, match="HARNESS_GIT_ALLOWED_REMOTES"):
+        started("https://elsewhere.example.com/orders.git")  # the project's list, not the server's
+    assert started("https://git.example.com/team-a/orders.git").project == other_project
+    answer = api(other_member).post("/api/runs/", {"contract": GIT_CONTRACT, "proposer": SCRIPT}, format="json")
+    assert answer.status_code == 400 and "git remotes" in answer.json()["contract.workspace.url"][0]
+
+
+def test_it_checks_the_projects_sources_again_where_the_worker_prepares_the_workspace(other_member: User, other_project: Project) -> None:
+    run = start(other_member)
+    other_project.workspace_sources = ["examples/demo"]
+    other_project.save()
+    run.refresh_from_db()
+    with pytest.raises(WorkspaceSourceError, match="project 'elsewhere'"):
+        workspace_for(run)
