@@ -36,16 +36,16 @@ from core.policy import Policy
 from core.ports import RevisionMismatch
 from core.storable import escaped_text
 from projects.access import check_start_project
-from runs import invariants, leases, queue
+from runs import admission, invariants, leases, queue
 from runs.approval_flow import cancel_open_requests
 from runs.approval_gate import DjangoApprovals
 from runs.artifacts import ArtifactStorage
-from runs.control import Watchdog, admitting_new_runs, stopping_all_runs
+from runs.control import Watchdog, admitting_new_runs, kill_requested, stopping_all_runs
 from runs.eventlog import append_events
 from runs.live_output import LiveOutput
 from runs.models import Run
 from runs.outbox import DatabaseOutbox
-from runs.queue import enqueue_start
+from runs.queue import enqueue_dispatch, enqueue_start
 from runs.services import check_new_run, do_create_run, drive_run, registry
 from runs.store import DjangoStore, LeaseLost, Unstorable, load_state
 from sandbox.container_spec import ContainerSpec
@@ -211,9 +211,12 @@ def create_run(contract: object, proposer: object, actor: Any, *, project: str |
     check_admission()
     new = check_new_run(contract, proposer)
     run = do_create_run(new, actor, check_workspace_for, project_id=place.pk)
+    admitted = admission.admit_new(run)
     if enqueue:
         run_id = str(run.pk)
-        transaction.on_commit(lambda: enqueue_start(run_id))
+        # Queued, it starts when its project's queue reaches it (runs.admission); a
+        # dispatch now admits it if a slot is free after all (one freed meanwhile).
+        transaction.on_commit(lambda: enqueue_start(run_id) if admitted else enqueue_dispatch(place.pk))
     return run
 
 
@@ -269,6 +272,12 @@ def drive_leased(run_id: str, token: int, faults: Sequence[Fault]) -> str:
         run = Run.objects.select_related("policy").get(pk=run_id)
         if run.status in (Run.Status.COMPLETE, Run.Status.STOPPED):
             return run.outcome
+        if run.queued:
+            # Not admitted yet: nothing of it runs, no workspace, no container. A kill
+            # stops it where it stands; otherwise its project's queue starts it.
+            if kill_requested(run_id):
+                return stop_undriven(run, "killed", "killed while queued in its project, before it started", token)
+            return "queued"
         try:
             environment = environment_for(run, Lease(token), faults)  # prepares the workspace on first use
         except (WorkspaceSourceError, RemoteError) as exc:

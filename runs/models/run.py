@@ -42,10 +42,19 @@ class Run(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     lease_token = models.PositiveBigIntegerField(default=0)
     kill_requested = models.BooleanField(default=False)
+    # The project's queue (runs.admission): a queued run waits for a slot and no
+    # worker drives it; an admitted run holds one of its project's slots
+    # (Project.active_runs) until it ends.
+    queued = models.BooleanField(default=False)
+    holds_slot = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["status", "created_at"])]
+        indexes = [
+            models.Index(fields=["status", "created_at"]),
+            # The queue, read oldest first per project; only queued runs are in it.
+            models.Index(fields=["project", "created_at"], condition=models.Q(queued=True), name="run_queue"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.task_id} ({self.id})"
