@@ -48,6 +48,7 @@ urlpatterns = [
     path("runs/", include(run_patterns)),
     path("approvals/", include(approval_patterns)),
     path("control/", control.global_switch, name="control"),
+    path("control/projects/<slug:slug>/", control.project_switch, name="project-switch"),
     path("admin/", admin.site.urls),
     path("api/", include("api.urls")),
 ]

@@ -1,4 +1,4 @@
-"""Each project's queue (docs/design.md, Projects): at most ``Project.max_active_runs``
+"""Each project's queue (docs/design.md, Trust boundaries): at most ``Project.max_active_runs``
 of its runs are active at once (running or waiting for approval: a waiting run keeps
 its workspace and its place); the rest wait, first in first out, and start when a
 slot frees.

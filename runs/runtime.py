@@ -209,6 +209,9 @@ def create_run(contract: object, proposer: object, actor: Any, *, project: str |
     that first drives it prepares its workspace (see advance)."""
     place = check_start_project(actor, project)
     check_admission()
+    if place.paused:
+        # The project's own switch: its operators paused it (runs.control).
+        raise InputError("run", [FieldProblem("(run)", f"project {place.slug} is paused: its operators admit no new runs right now")])
     new = check_new_run(contract, proposer)
     run = do_create_run(new, actor, check_workspace_for, project_id=place.pk)
     admitted = admission.admit_new(run)
