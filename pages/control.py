@@ -4,6 +4,8 @@ signing in. The permission is checked here and again by the control services."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.contrib import messages
 from django.db.models import Count, Q
@@ -11,7 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from common.permissions import DECIDE_APPROVALS, OPERATE_RUNS
+from common.permissions import DECIDE_APPROVALS, OPERATE_RUNS, VIEW_AUDIT
 from pages.access import require, visible
 from projects.access import projects_with, scoped
 from projects.models import Project
@@ -103,14 +105,25 @@ def global_switch(request: HttpRequest) -> HttpResponse:
     )
 
 
-def operated_projects(request: HttpRequest) -> list[Project]:
-    """The projects whose switch the user may turn, each with its active and queued runs."""
-    return list(
-        projects_with(request.user, OPERATE_RUNS).annotate(
-            active=Count("runs", filter=Q(runs__status__in=ACTIVE, runs__queued=False)),
-            waiting=Count("runs", filter=Q(runs__queued=True)),
-        )
+def operated_projects(request: HttpRequest) -> list[dict[str, Any]]:
+    """The projects whose switch the user may turn, each with its active and queued runs
+    and whether the user may read its audit."""
+    projects = projects_with(request.user, OPERATE_RUNS).annotate(
+        active=Count("runs", filter=Q(runs__status__in=ACTIVE, runs__queued=False)),
+        waiting=Count("runs", filter=Q(runs__queued=True)),
     )
+    return [
+        {
+            "slug": project.slug,
+            "name": project.name,
+            "paused": project.paused,
+            "max_active_runs": project.max_active_runs,
+            "active": project.active,
+            "waiting": project.waiting,
+            "can_audit": request.user.has_perm(VIEW_AUDIT, project),
+        }
+        for project in projects
+    ]
 
 
 class ProjectSwitchForm(forms.Form):

@@ -55,7 +55,10 @@ def ensure_default_project(**_: object) -> Project:
     project, _created = Project.objects.get_or_create(slug=DEFAULT_PROJECT, defaults={"name": "Default"})
     for role in GLOBAL_ROLES:
         group, _created = Group.objects.get_or_create(name=role)
-        Membership.objects.get_or_create(project=project, group=group, role=role)
+        _membership, created = Membership.objects.get_or_create(project=project, group=group, role=role)
+        if created:
+            # Every change of membership is audited, the server's own too.
+            AuditEntry.objects.create(project=project, action="membership_added", detail={"group": role, "role": role})
     return project
 
 

@@ -107,6 +107,8 @@ def pages(scene: ArtifactScene) -> list[tuple[str, set[str], bool]]:
         (reverse("approvals:inbox"), VIEWERS, False),
         (reverse("approvals:count"), VIEWERS, False),
         (reverse("approvals:detail", args=[approval]), VIEWERS, True),
+        # The default project's audit: its admins' (here, the site admin alone).
+        (reverse("project-audit", args=["default"]), {"admin_user"}, False),
     ]
 
 
