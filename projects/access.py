@@ -17,7 +17,7 @@ from django.db.models import Model, Q, QuerySet
 
 from common.permissions import ADD_RUNS
 from core.errors import FieldProblem, InputError
-from projects.models import DEFAULT_PROJECT, Membership, Project
+from projects.models import DEFAULT_PROJECT, Membership, Project, Role
 from projects.roles import PROJECT_ROLES, SITE_ADMIN_GROUP
 
 M = TypeVar("M", bound=Model)
@@ -127,3 +127,17 @@ def check_start_project(user: Any, slug: str | None) -> Project:
     if project is None:
         raise InputError("project", [FieldProblem("project", f"no project named {name!r}")])
     return project
+
+
+def roles_shown(user: Any) -> str:
+    """What the page header says the user holds: "site admin", or each project's roles
+    ("reviewer, operator in demo; reviewer in payments"); "" for none."""
+    if is_site_admin(user):
+        return "site admin"
+    if not getattr(user, "is_authenticated", False):
+        return ""
+    held: dict[str, set[str]] = {}
+    mine = Membership.objects.filter(Q(user=user) | Q(group__in=user.groups.all())).values_list("project__slug", "role")
+    for slug, role in mine:
+        held.setdefault(slug, set()).add(str(Role(role).label).lower())
+    return "; ".join(f"{', '.join(sorted(roles))} in {slug}" for slug, roles in sorted(held.items()))
