@@ -113,6 +113,9 @@ def test_it_shows_queued_runs_in_the_list_and_the_api_with_their_place_and_why(c
     body = client.get(f"/api/runs/{runs[3].pk}/").json()
     assert body["queue"]["position"] == 2 and "paused" in body["queue"]["reason"]
     assert client.get(f"/api/runs/{runs[0].pk}/").json()["queue"] is None
+    detail = client.get(reverse("runs:detail", args=[runs[2].pk])).content.decode()
+    assert "Queued, #1 in project elsewhere" in detail and "paused" in detail
+    assert 'id="queue-place"' not in client.get(reverse("runs:detail", args=[runs[0].pk])).content.decode()
 
 
 def test_it_never_admits_more_than_the_cap_when_dispatchers_race(capped: Project, other_member: User) -> None:
