@@ -19,10 +19,10 @@ from live.artifacts import run_has_artifact, stream_masked
 from live.trace import events_before, timeline
 from pages.access import require, visible
 from pages.summary import run_summary
+from runs.admission import places
 from runs.artifact_backends import hexdigest_of
 from runs.artifacts import masked_chunks
 from runs.cli import full_report
-from runs.admission import places
 from runs.models import Artifact, Event, Evidence, Receipt, Run
 
 # Past this the output page shows the start and offers the whole file as a download.
