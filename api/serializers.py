@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from approvals.models import ApprovalRequest
 from core import storable
+from runs.admission import places
 from runs.models import Event, GlobalSwitch, Run
 from runs.published import published
 
@@ -52,11 +53,20 @@ class ObjectField(serializers.JSONField):
             return {"summary": storable.summary(value).model_dump()}
 
 
+class QueuePlaceSerializer(serializers.Serializer):
+    position = serializers.IntegerField(help_text="1: the next run of the project to start.")
+    reason = serializers.CharField(help_text="Why it waits: the project's cap, or its switch.")
+
+
 class RunSerializer(serializers.ModelSerializer):
     created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True)
+    project = serializers.CharField(source="project.slug", read_only=True, help_text="The slug of the project the run belongs to.")
     policy_version = serializers.IntegerField(source="policy.version", read_only=True)
     contract = ObjectField(read_only=True)
     proposer = ObjectField(read_only=True)
+    queue = serializers.SerializerMethodField(
+        help_text="For a run waiting in its project's queue: its position (1: next) and why it waits; null otherwise."
+    )
     published = serializers.SerializerMethodField(
         help_text="The branch publish pushed and the change request opened, with links to the configured forge's pages."
     )
@@ -67,6 +77,7 @@ class RunSerializer(serializers.ModelSerializer):
             "id",
             "task_id",
             "objective",
+            "project",
             "status",
             "outcome",
             "stop_message",
@@ -75,6 +86,7 @@ class RunSerializer(serializers.ModelSerializer):
             "calls",
             "last_seq",
             "kill_requested",
+            "queue",
             "policy_version",
             "created_by",
             "created_at",
@@ -84,6 +96,11 @@ class RunSerializer(serializers.ModelSerializer):
             "published",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(QueuePlaceSerializer(allow_null=True))
+    def get_queue(self, run: Run) -> dict[str, Any] | None:
+        place = places([run]).get(str(run.pk)) if run.queued else None
+        return None if place is None else {"position": place.position, "reason": place.reason}
 
     @extend_schema_field(serializers.ListField(child=serializers.DictField()))
     def get_published(self, run: Run) -> list[dict[str, Any]]:
@@ -95,6 +112,11 @@ class RunCreateSerializer(serializers.Serializer):
     proposer = serializers.DictField(
         help_text='How proposals are made: {"kind": "scripted", "script": [...]}, or a model '
         '({"kind": "openai" | "anthropic", "model": ...}).'
+    )
+    project = StrictCharField(
+        required=False,
+        max_length=60,
+        help_text="The slug of the project to start the run in. Default: the only project where you may start runs, else `default`.",
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -109,6 +131,9 @@ class RunCreateSerializer(serializers.Serializer):
 class RunFilterSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=Run.Status.choices, required=False, help_text="Only runs with this status.")
     task_id = serializers.CharField(max_length=100, required=False, help_text="Only runs of this task.")
+    project = serializers.CharField(
+        source="project__slug", max_length=60, required=False, help_text="Only runs of this project (its slug)."
+    )
 
 
 class EventSerializer(serializers.ModelSerializer):

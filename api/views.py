@@ -138,7 +138,7 @@ class RunList(ApiView):
     def get(self, request: Request) -> Response:
         filters = self.query()
         runs = (
-            scoped(Run.objects.select_related("policy", "created_by"), request.user, permissions.VIEW_RUNS)
+            scoped(Run.objects.select_related("policy", "created_by", "project"), request.user, permissions.VIEW_RUNS)
             .filter(**filters)
             .order_by("-created_at", "id")
         )
@@ -161,7 +161,7 @@ class RunList(ApiView):
         # One transaction: a contract whose workspace cannot be prepared leaves no run
         # behind, and the worker is only told about a run that was committed.
         with transaction.atomic():
-            run = create_run(data["contract"], data["proposer"], request.user)
+            run = create_run(data["contract"], data["proposer"], request.user, project=data.get("project"))
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
 
@@ -177,7 +177,7 @@ class RunDetail(ApiView):
     def get(self, request: Request, run_id: str) -> Response:
         return Response(
             RunSerializer(
-                by_id(scoped(Run.objects.select_related("policy", "created_by"), request.user, permissions.VIEW_RUNS), run_id)
+                by_id(scoped(Run.objects.select_related("policy", "created_by", "project"), request.user, permissions.VIEW_RUNS), run_id)
             ).data
         )
 
@@ -270,7 +270,7 @@ class RunKill(ApiView):
     def post(self, request: Request, run_id: str) -> Response:
         run = by_id(scoped(Run.objects.all(), request.user, permissions.VIEW_RUNS), run_id)
         flagged = control.kill(run, request.user)
-        run = Run.objects.select_related("policy", "created_by").get(pk=run.pk)
+        run = Run.objects.select_related("policy", "created_by", "project").get(pk=run.pk)
         if not flagged and run.status not in control.ACTIVE:
             return Response({"detail": f"the run has already finished ({run.outcome})"}, status=status.HTTP_409_CONFLICT)
         return Response(RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)

@@ -21,6 +21,7 @@ DELETE_WEBHOOKS = "notifications.delete_webhookendpoint"
 VIEW_DELIVERIES = "notifications.view_delivery"
 VIEW_API_TOKENS = "api.view_apitoken"
 CHANGE_API_TOKENS = "api.change_apitoken"
+VIEW_AUDIT = "projects.view_auditentry"  # a project's audit page: its admins
 
 ALL = frozenset(
     {
@@ -38,5 +39,6 @@ ALL = frozenset(
         VIEW_DELIVERIES,
         VIEW_API_TOKENS,
         CHANGE_API_TOKENS,
+        VIEW_AUDIT,
     }
 )

@@ -213,7 +213,8 @@ class InvariantRepaired(Event):
 class KillRequested(Event):
     type: Literal["kill_requested"] = "kill_requested"
     by: str
-    scope: Literal["run", "global"]
+    # "project": the run's project's operators stopped all its runs.
+    scope: Literal["run", "project", "global"]
     reason: str = ""  # the operator's words, optional
 
 

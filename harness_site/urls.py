@@ -7,7 +7,7 @@ from django.urls import include, path
 
 from common.signin import LimitedAdminAuthenticationForm, LimitedAuthenticationForm
 from pages import approvals as approval_views
-from pages import control, new_run, run_detail, runs_list
+from pages import control, new_run, projects, run_detail, runs_list
 
 run_patterns = (
     [
@@ -49,6 +49,8 @@ urlpatterns = [
     path("runs/", include(run_patterns)),
     path("approvals/", include(approval_patterns)),
     path("control/", control.global_switch, name="control"),
+    path("control/projects/<slug:slug>/", control.project_switch, name="project-switch"),
+    path("projects/<slug:slug>/audit/", projects.audit, name="project-audit"),
     path("admin/", admin.site.urls),
     path("api/", include("api.urls")),
 ]

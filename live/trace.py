@@ -108,7 +108,7 @@ def _run_view(e: _RunEvent) -> tuple[str, str, str]:
         case ev.InvariantRepaired():
             return "Repaired", "warn", f"{e.invariant}: {e.repair}"
         case ev.KillRequested():
-            whom = "this run" if e.scope == "run" else "every active run (Stop all runs)"
+            whom = {"run": "this run", "project": "every active run of its project"}.get(e.scope, "every active run (Stop all runs)")
             why = f": {e.reason}" if e.reason else ""
             return "Kill requested", "bad", f"by {e.by} for {whom}{why}"
         case ev.ModelNote():

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 from django import forms
 from django.conf import settings
+from django.contrib.auth.models import AnonymousUser, User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
@@ -16,11 +17,13 @@ from django.views.decorators.http import require_http_methods
 from common.permissions import ADD_RUNS
 from core.errors import FieldProblem, InputError, json_message
 from pages.access import require
+from projects.access import default_start_slug, projects_with
 from runs.proposers import PROPOSER_KINDS
 from runs.runtime import create_run
 
 # Which form field shows the problems of each kind of refused input.
 FIELD_FOR = {
+    "project": "project",
     "proposer.kind": "proposer_kind",
     "template": "template",
     "contract": "contract",
@@ -86,6 +89,10 @@ def run_inputs(
 
 
 class NewRunForm(forms.Form):
+    # Not required: a form without it (a script's post) starts where the API would.
+    project = forms.ChoiceField(
+        required=False, label="Project", help_text="The project the run belongs to: its members see, review and operate it."
+    )
     template = forms.ChoiceField(required=False, label="Contract template")
     contract = forms.CharField(
         required=False,
@@ -110,8 +117,13 @@ class NewRunForm(forms.Form):
         help_text='For example {"script": [...]} for the scripted proposer. Empty: the template\'s proposals.json.',
     )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, user: User | AnonymousUser, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # Only the projects where the user may start runs: any other is not a choice,
+        # whether it exists or not.
+        project = cast(forms.ChoiceField, self.fields["project"])
+        project.choices = [(slug, name) for slug, name in projects_with(user, ADD_RUNS).values_list("slug", "name")]
+        project.initial = default_start_slug(user)
         # ``fields`` is typed as plain Fields; these two are declared as ChoiceFields above.
         cast(forms.ChoiceField, self.fields["template"]).choices = [("", "(none: paste below)")] + [
             (name, name) for name in contract_templates()
@@ -139,7 +151,7 @@ class NewRunForm(forms.Form):
 @require_http_methods(["GET", "POST"])
 @require(ADD_RUNS)
 def new_run(request: HttpRequest) -> HttpResponse:
-    form = NewRunForm(request.POST or None)
+    form = NewRunForm(request.POST or None, user=request.user)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -151,7 +163,7 @@ def new_run(request: HttpRequest) -> HttpResponse:
                 data["repository_url"],
                 data["repository_ref"],
             )
-            run = create_run(contract, proposer, request.user)
+            run = create_run(contract, proposer, request.user, project=data["project"] or None)
         except InputError as exc:
             form.add_problems(exc)
         else:

@@ -19,6 +19,7 @@ from live.artifacts import run_has_artifact, stream_masked
 from live.trace import events_before, timeline
 from pages.access import require, visible
 from pages.summary import run_summary
+from runs.admission import places
 from runs.artifact_backends import hexdigest_of
 from runs.artifacts import masked_chunks
 from runs.cli import full_report
@@ -31,8 +32,10 @@ SHOWN_OUTPUT_BYTES = 2_000_000
 @require_GET
 @require(VIEW_RUNS)
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
-    run = visible(request, Run.objects.select_related("policy", "created_by"), VIEW_RUNS, pk=run_id)
-    return render(request, "runs/detail.html", {"run": run, "summary": run_summary(run), **timeline(str(run.pk))})
+    run = visible(request, Run.objects.select_related("policy", "created_by", "project"), VIEW_RUNS, pk=run_id)
+    # A queued run has not started: the page says where it stands in its project's queue.
+    place = places([run]).get(str(run.pk)) if run.queued else None
+    return render(request, "runs/detail.html", {"run": run, "queue_place": place, "summary": run_summary(run), **timeline(str(run.pk))})
 
 
 class OlderEvents(forms.Form):

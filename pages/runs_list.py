@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET
 from common.permissions import VIEW_RUNS
 from pages.access import require
 from projects.access import scoped
+from runs.admission import places
 from runs.approval_flow import pending_requests
 from runs.models import Run
 
@@ -30,7 +31,7 @@ class RunFilter(forms.Form):
 
 
 def filter_runs(query: dict[str, Any], user: User | AnonymousUser) -> QuerySet[Run]:
-    runs = scoped(Run.objects.select_related("created_by"), user, VIEW_RUNS).annotate(
+    runs = scoped(Run.objects.select_related("created_by", "project"), user, VIEW_RUNS).annotate(
         # What the inbox lists: a stale request does not wait for anyone.
         waiting_approvals=Count("approval_requests", filter=Q(approval_requests__in=pending_requests()))
     )
@@ -60,6 +61,10 @@ def run_list(request: HttpRequest) -> HttpResponse:
     form = RunFilter(request.GET)
     query = form.cleaned_data if form.is_valid() else {}
     page = runs_page(query, request.user, request.GET.get("page"))
+    # Each queued run on the page with its place in its project's queue and why it waits.
+    queue = places(list(page.object_list))
+    for run in page.object_list:
+        run.queue_place = queue.get(str(run.pk))
     mine = scoped(Run.objects.all(), request.user, VIEW_RUNS)
     counts = dict(mine.values_list("status").annotate(n=Count("pk")))
     outcomes = mine.order_by("outcome").values_list("outcome", flat=True).distinct()

@@ -12,9 +12,12 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from django.contrib.auth.backends import BaseBackend, ModelBackend
+from django.core.exceptions import PermissionDenied
 from django.db.models import Model, Q, QuerySet
 
-from projects.models import Membership, Project
+from common.permissions import ADD_RUNS
+from core.errors import FieldProblem, InputError
+from projects.models import DEFAULT_PROJECT, Membership, Project, Role
 from projects.roles import PROJECT_ROLES, SITE_ADMIN_GROUP
 
 M = TypeVar("M", bound=Model)
@@ -99,3 +102,42 @@ class ProjectBackend(BaseBackend):
             return is_site_admin(user_obj) or any(perm in names for names in _held(user_obj).values())
         project_id = project_of(obj)
         return project_id is not None and perm in permissions_in(user_obj, project_id)
+
+
+def default_start_slug(user: Any) -> str:
+    """Where a new run goes when its starter names no project: the only project where
+    they may start runs, or the default project when there are several (or none, or
+    the starter is the server's own command line)."""
+    ids = project_ids_with(user, ADD_RUNS) if getattr(user, "is_authenticated", False) else None
+    if ids is not None and len(ids) == 1:
+        return Project.objects.values_list("slug", flat=True).get(pk=ids[0])
+    return DEFAULT_PROJECT
+
+
+def check_start_project(user: Any, slug: str | None) -> Project:
+    """The project a new run starts in (``slug``, or ``default_start_slug``), refusing
+    one where ``user`` may not start runs with PermissionDenied: the same answer for a
+    project that exists as for one that does not, unless the user is a site admin (who
+    sees every project) or no person (the command line), told there is no such project."""
+    name = slug or default_start_slug(user)
+    project = Project.objects.filter(slug=name).first()
+    person = getattr(user, "is_authenticated", False)
+    if person and not is_site_admin(user) and (project is None or ADD_RUNS not in permissions_in(user, project.pk)):
+        raise PermissionDenied(f"you may not start runs in project {name!r}")
+    if project is None:
+        raise InputError("project", [FieldProblem("project", f"no project named {name!r}")])
+    return project
+
+
+def roles_shown(user: Any) -> str:
+    """What the page header says the user holds: "site admin", or each project's roles
+    ("reviewer, operator in demo; reviewer in payments"); "" for none."""
+    if is_site_admin(user):
+        return "site admin"
+    if not getattr(user, "is_authenticated", False):
+        return ""
+    held: dict[str, set[str]] = {}
+    mine = Membership.objects.filter(Q(user=user) | Q(group__in=user.groups.all())).values_list("project__slug", "role")
+    for slug, role in mine:
+        held.setdefault(slug, set()).add(str(Role(role).label).lower())
+    return "; ".join(f"{', '.join(sorted(roles))} in {slug}" for slug, roles in sorted(held.items()))

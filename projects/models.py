@@ -5,6 +5,8 @@ groups); what each role may do is ``projects.roles.PROJECT_ROLES``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import models
@@ -25,6 +27,9 @@ class Project(models.Model):
     git_remotes = models.JSONField(default=list, blank=True)
     # Runs active at once (more wait in the project's queue, first in first out); null: no cap.
     max_active_runs = models.PositiveIntegerField(null=True, blank=True)
+    # The slots taken: the project's runs admitted and not ended (runs.admission claims
+    # one with a conditional UPDATE of this column, and the run's end gives it back).
+    active_runs = models.PositiveIntegerField(default=0, editable=False)
     # The project's switch: no new run starts while it is paused.
     paused = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -35,6 +40,14 @@ class Project(models.Model):
     def __str__(self) -> str:
         return self.slug
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # ``active_runs`` is written only by the conditional UPDATEs that claim and give
+        # back slots: a project saved from an object read earlier (the admin's form)
+        # would otherwise write back the count it read, losing the claims since.
+        if self.pk is not None and not self._state.adding and kwargs.get("update_fields") is None:
+            kwargs["update_fields"] = [f.name for f in self._meta.concrete_fields if not f.primary_key and f.name != "active_runs"]
+        super().save(*args, **kwargs)
+
 
 def ensure_default_project(**_: object) -> Project:
     """The default project, with the global groups' roles in it: after every migrate and
@@ -42,7 +55,10 @@ def ensure_default_project(**_: object) -> Project:
     project, _created = Project.objects.get_or_create(slug=DEFAULT_PROJECT, defaults={"name": "Default"})
     for role in GLOBAL_ROLES:
         group, _created = Group.objects.get_or_create(name=role)
-        Membership.objects.get_or_create(project=project, group=group, role=role)
+        _membership, created = Membership.objects.get_or_create(project=project, group=group, role=role)
+        if created:
+            # Every change of membership is audited, the server's own too.
+            AuditEntry.objects.create(project=project, action="membership_added", detail={"group": role, "role": role})
     return project
 
 

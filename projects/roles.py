@@ -26,6 +26,7 @@ PROJECT_ROLES: dict[str, frozenset[str]] = {
             p.CHANGE_WEBHOOKS,
             p.DELETE_WEBHOOKS,
             p.VIEW_DELIVERIES,
+            p.VIEW_AUDIT,
         }
     ),
 }

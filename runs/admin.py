@@ -3,7 +3,8 @@ are approvals' (approvals.admin.PolicyVersionAdmin), but saving a version must e
 waits it makes stale at once (docs/design.md, Approvals), and that is runs'
 orchestration (runs.approval_flow). Runs sit above approvals, so the layer that owns
 the flow registers the admin and hands it the save by subclassing: an import pointing
-down, with nothing for approvals to look up."""
+down, with nothing for approvals to look up. Projects' admin is registered by runs too
+(runs.project_admin), for the same reason."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from django.contrib import admin
 
 from approvals.admin import PolicyVersionAdmin
 from approvals.models import PolicyVersion
+from runs import project_admin  # noqa: F401 - registers projects, their members and the audit
 from runs.approval_flow import save_policy_version
 
 

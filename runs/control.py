@@ -17,10 +17,12 @@ from common import permissions
 from core import events as ev
 from core.fences import RowLock
 from projects.access import holds_globally
+from projects.audit import record
+from projects.models import Project
 from runs.approval_flow import cancel_open_requests
 from runs.eventlog import append_event
 from runs.models import GlobalSwitch, Run
-from runs.queue import enqueue_resume
+from runs.queue import enqueue_dispatch, enqueue_resume
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +47,17 @@ def check_global_operator(user: User | AnonymousUser) -> None:
         raise ControlRefused("the global switch is for site admins and global operators")
 
 
+def check_project_operator(user: User | AnonymousUser, project: Project) -> None:
+    if not user.is_authenticated or not user.has_perm(permissions.OPERATE_RUNS, project):
+        raise ControlRefused("you are not an operator of this project")
+
+
 def stopping_reason(by: str, scope: str, reason: str) -> str:
     """Why a kill cancelled a run's open requests, as the inbox and the audit say it."""
     if scope == "global":
         return f"the run is being stopped: {by} turned on Stop all runs"
+    if scope == "project":
+        return f"the run is being stopped: {by} stopped all runs of its project"
     return f"the run is being stopped: killed by {by}" + (f": {reason}" if reason else "")
 
 
@@ -85,6 +94,27 @@ def set_global(user: User | AnonymousUser, *, stop_all: bool, admit_new: bool) -
     if stop_all:
         for run in Run.objects.filter(status__in=ACTIVE):
             killed += do_kill(run, user.get_username(), scope="global")
+    return killed
+
+
+def set_project_switch(user: User | AnonymousUser, project: Project, *, paused: bool | None = None, stop_all: bool = False) -> int:
+    """A project's own switch, for its operators: pause (no new run starts: creating one
+    is refused, the queue holds) or resume, and stop all its active runs (queued ones
+    too) now. Each change is in the project's audit. Returns the runs killed."""
+    check_project_operator(user, project)
+    killed = 0
+    with transaction.atomic():
+        # Conditional: a click that changes nothing (already paused) records nothing.
+        if paused is not None and Project.objects.filter(pk=project.pk).exclude(paused=paused).update(paused=paused):
+            record(project, user, "project_paused" if paused else "project_resumed")
+            if not paused:
+                # The queue held while paused moves on.
+                transaction.on_commit(lambda: enqueue_dispatch(project.pk))
+        if stop_all:
+            for run in Run.objects.filter(project=project, status__in=ACTIVE):
+                killed += do_kill(run, user.get_username(), scope="project")
+            record(project, user, "project_stopped_all", killed=killed)
+    project.refresh_from_db(fields=["paused"])
     return killed
 
 

@@ -52,7 +52,8 @@ def expired_active_runs() -> list[str]:
     worker). The latter are touched so each is re-sent at most once per period."""
     now = timezone.now()
     stale_after = timedelta(seconds=3 * settings.HARNESS_LEASE_SECONDS)
-    running = Run.objects.filter(status=Run.Status.RUNNING)
+    # A queued run is not moving on purpose: its project's queue starts it.
+    running = Run.objects.filter(status=Run.Status.RUNNING, queued=False)
     dropped = running.filter(lease_expires_at__lte=now) | running.filter(lease_expires_at__isnull=True, lease_token__gt=0)
     unclaimed = running.filter(lease_token=0, updated_at__lte=now - stale_after)
     unclaimed_ids = list(unclaimed.values_list("pk", flat=True))

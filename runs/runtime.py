@@ -23,11 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
 from approvals.policies import load_policy
-from common import permissions
 from core import events as ev
 from core.contract import WorkspaceSource
 from core.environment import Environment
@@ -38,18 +36,17 @@ from core.fold import apply
 from core.policy import Policy
 from core.ports import RevisionMismatch
 from core.storable import escaped_text
-from projects.access import permissions_in
-from projects.models import default_project_id
-from runs import hosts, invariants, leases, placement, queue
+from projects.access import check_start_project
+from runs import admission, hosts, invariants, leases, placement, queue
 from runs.approval_flow import cancel_open_requests
 from runs.approval_gate import DjangoApprovals
 from runs.artifacts import ArtifactStorage
-from runs.control import Watchdog, admitting_new_runs, stopping_all_runs
+from runs.control import Watchdog, admitting_new_runs, kill_requested, stopping_all_runs
 from runs.eventlog import append_events
 from runs.live_output import LiveOutput
 from runs.models import Run
 from runs.outbox import DatabaseOutbox
-from runs.queue import enqueue_start
+from runs.queue import enqueue_dispatch, enqueue_start
 from runs.services import check_new_run, do_create_run, drive_run, registry
 from runs.store import DjangoStore, LeaseLost, Unstorable, load_state
 from sandbox.container_spec import ContainerSpec
@@ -60,7 +57,7 @@ from sandbox.publishing import ReviewLimits
 from sandbox.quota import MB, DiskQuota
 from sandbox.rebuild import RebuildFailed
 from sandbox.remote import HEX_REF, RemoteAccess, RemoteError, RemoteTarget
-from sandbox.sources import WorkspaceSourceError, check_source
+from sandbox.sources import WorkspaceSourceError, check_narrowed, check_source
 from sandbox.workspace import RunWorkspace
 
 log = logging.getLogger(__name__)
@@ -69,9 +66,17 @@ log = logging.getLogger(__name__)
 workspace_root = placement.workspace_root
 
 
+def check_project_source(run: Run, source: WorkspaceSource) -> None:
+    """The run's project's own sources and remotes, a narrowing of the server's."""
+    project = run.project
+    check_narrowed(source, Path(settings.BASE_DIR), project.workspace_sources, project.git_remotes, project.slug)
+
+
 def workspace_for(run: Run) -> RunWorkspace:
     """The run's workspace on this host's disk, prepared from its contract's source on
-    first use (a driver gets it through ``placement.place``, which also rebuilds)."""
+    first use (a driver gets it through ``placement.place``, which also rebuilds); the
+    project's lists are checked first (``check_project_source``)."""
+    check_project_source(run, WorkspaceSource.model_validate(run.contract["workspace"]))
     return placement.prepare(run)
 
 
@@ -115,6 +120,7 @@ def check_workspace_for(run: Run) -> str:
     first drives the run prepares the workspace (runs.runtime.advance)."""
     source = WorkspaceSource.model_validate(run.contract["workspace"])
     check_source(source, Path(settings.BASE_DIR), settings.WORKSPACE_SOURCES, settings.GIT_ALLOWED_REMOTES)
+    check_project_source(run, source)
     return ""
 
 
@@ -126,6 +132,10 @@ def notify(run_id: str, event: ev.Event, lease: Lease) -> None:
 
 
 def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
+    # The project's lists are checked again at every pickup: a project narrowed since
+    # the run was created stops it (workspace_error) rather than let it clone or push
+    # where the project no longer allows.
+    check_project_source(run, WorkspaceSource.model_validate(run.contract["workspace"]))
     placed = placement.place(run, lease.token)
     workspace = placed.workspace
     run_id = str(run.pk)
@@ -197,24 +207,24 @@ def check_admission() -> None:
         raise InputError("run", [FieldProblem("(run)", "the global switch admits no new runs right now")])
 
 
-def check_may_start(actor: Any, project_id: int) -> None:
-    """A person starts runs only where they hold the starter's permission; the command
-    line (no person) is the server's own."""
-    if getattr(actor, "is_authenticated", False) and permissions.ADD_RUNS not in permissions_in(actor, project_id):
-        raise PermissionDenied("you may not start runs in this project")
-
-
-def create_run(contract: object, proposer: object, actor: Any, *, enqueue: bool = True) -> Run:
-    """Validate (the workspace source too), create the run and (by default) hand it to a
-    worker; the worker that first drives it prepares its workspace (see advance)."""
-    # Every run is the default project's until a run names its own.
-    check_may_start(actor, default_project_id())
+def create_run(contract: object, proposer: object, actor: Any, *, project: str | None = None, enqueue: bool = True) -> Run:
+    """Validate (the project, the switches, the workspace source too), create the run
+    in ``project`` (a slug; by default the only project where ``actor`` may start
+    runs, else the default project) and (by default) hand it to a worker; the worker
+    that first drives it prepares its workspace (see advance)."""
+    place = check_start_project(actor, project)
     check_admission()
+    if place.paused:
+        # The project's own switch: its operators paused it (runs.control).
+        raise InputError("run", [FieldProblem("(run)", f"project {place.slug} is paused: its operators admit no new runs right now")])
     new = check_new_run(contract, proposer)
-    run = do_create_run(new, actor, check_workspace_for)
+    run = do_create_run(new, actor, check_workspace_for, project_id=place.pk)
+    admitted = admission.admit_new(run)
     if enqueue:
         run_id = str(run.pk)
-        transaction.on_commit(lambda: enqueue_start(run_id))
+        # Queued, it starts when its project's queue reaches it (runs.admission); a
+        # dispatch now admits it if a slot is free after all (one freed meanwhile).
+        transaction.on_commit(lambda: enqueue_start(run_id) if admitted else enqueue_dispatch(place.pk))
     return run
 
 
@@ -275,6 +285,12 @@ def drive_leased(run_id: str, token: int, faults: Sequence[Fault]) -> str:
         run = Run.objects.select_related("policy").get(pk=run_id)
         if run.status in (Run.Status.COMPLETE, Run.Status.STOPPED):
             return run.outcome
+        if run.queued:
+            # Not admitted yet: nothing of it runs, no workspace, no container. A kill
+            # stops it where it stands; otherwise its project's queue starts it.
+            if kill_requested(run_id):
+                return stop_undriven(run, "killed", "killed while queued in its project, before it started", token)
+            return "queued"
         try:
             environment = environment_for(run, Lease(token), faults)  # prepares, keeps or rebuilds the workspace
         except (WorkspaceSourceError, RemoteError) as exc:

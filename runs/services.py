@@ -76,18 +76,22 @@ def check_new_run(contract_raw: object, proposer_config: object) -> NewRun:
     return NewRun(contract, proposer, row, policy)
 
 
-def do_create_run(new: NewRun, actor: Any, revision_of: Callable[[Run], str], clock: Clock | None = None) -> Run:
-    """Create the run row and its initial state; ``revision_of`` prepares the
-    workspace for the new run and returns its revision."""
+def do_create_run(
+    new: NewRun, actor: Any, revision_of: Callable[[Run], str], clock: Clock | None = None, project_id: int | None = None
+) -> Run:
+    """Create the run row (in ``project_id``, else the default project) and its
+    initial state; ``revision_of`` prepares the workspace for the new run and returns
+    its revision."""
     now = clock.now() if clock else time.time()
     # A workspace that cannot be prepared (bad source) must not leave a run row
     # without state behind.
     with transaction.atomic():
-        return _create(new, actor, revision_of, now)
+        return _create(new, actor, revision_of, now, project_id)
 
 
-def _create(new: NewRun, actor: Any, revision_of: Callable[[Run], str], now: float) -> Run:
+def _create(new: NewRun, actor: Any, revision_of: Callable[[Run], str], now: float, project_id: int | None) -> Run:
     run = Run.objects.create(
+        **({"project_id": project_id} if project_id is not None else {}),
         task_id=new.contract.task_id,
         objective=new.contract.objective,
         contract=new.contract.model_dump(mode="json"),

@@ -30,6 +30,7 @@ from core.storable import Unstorable
 from runs.eventlog import LeaseLost, append_events
 from runs.models import CallLedgerEntry, Event, Evidence, PendingEffect, Receipt, Report, Run
 from runs.rows import Rows, SeqOf
+from runs.slots import run_ended
 
 __all__ = ["DjangoStore", "LeaseLost", "Unstorable", "load_state", "state_columns"]
 
@@ -75,6 +76,9 @@ class DjangoStore:
                 # Fencing rides on the numbering UPDATE: a worker whose lease was taken
                 # over gets LeaseLost before it has written anything.
                 append_events(state.run_id, events, run_columns=columns, fence=self.fence, projections=_project(state, events))
+                if state.finished:
+                    # The run's slot in its project goes back with its end, or not at all.
+                    run_ended(state.run_id)
                 if isinstance(self.fence, Lease):
                     transaction.on_commit(lambda: self._written.update(columns))
         except UNSTORABLE_ERRORS as exc:

@@ -8,7 +8,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from runs import container_sweep, invariants, leases, queue, retention
+from runs import admission, container_sweep, invariants, leases, queue, retention
 from runs.approval_flow import expire_due
 from runs.models import Run
 from runs.runtime import advance
@@ -24,6 +24,12 @@ def resume_run(run_id: str) -> str:
     return advance(run_id)
 
 
+@shared_task(name="runs.dispatch")
+def dispatch(project_id: int) -> list[str]:
+    """Admit a project's queued runs while it has free slots (runs.admission)."""
+    return admission.dispatch(project_id)
+
+
 @shared_task(name="runs.sweep_leases")
 def sweep_leases() -> list[str]:
     """Resume runs whose driver died (lease expired while running), and waiting runs
@@ -37,6 +43,12 @@ def sweep_leases() -> list[str]:
     killed = [str(pk) for pk in undriven.filter(kill_requested=True).values_list("pk", flat=True)]
     invariants.cancel_orphaned_requests()
     invariants.lapse_stale_requests()  # before waits_to_end, which then wakes their runs
+    # Queued runs killed whose wake-up was lost are stopped by their driver too.
+    killed += [
+        str(pk) for pk in Run.objects.filter(queued=True, kill_requested=True).filter(leases.lease_free()).values_list("pk", flat=True)
+    ]
+    # A queue whose dispatch was lost (a broker away when a slot freed) moves on.
+    admission.sweep()
     targets = sorted(set(orphans) | set(killed) | set(invariants.waits_to_end()))
     for run_id in targets:
         # To the host that holds the run's workspace while it lives (runs/hosts.py).

@@ -13,7 +13,10 @@ from core.contract import WorkspaceSource
 from core.errors import FieldProblem, InputError
 from core.paths import refused_character, shown_path
 from sandbox import remote
-from sandbox.remote import RemoteAccess
+from sandbox.allowlist import UnsafeURL, allowlist, place_of
+from sandbox.remote import RemoteAccess, RemoteError
+
+SERVER_SOURCES = "the allowed workspace sources ({roots}; see HARNESS_WORKSPACE_SOURCES)"
 
 
 class WorkspaceSourceError(InputError):
@@ -37,15 +40,40 @@ def check_source(source: WorkspaceSource, base_dir: Path, allowed_roots: Sequenc
         raise WorkspaceSourceError(f"{source.path} is not {'a file' if source.kind == 'archive' else 'a directory'}")
 
 
-def resolve_source(path: str, base_dir: Path, allowed_roots: Sequence[Path]) -> Path:
+def check_narrowed(source: WorkspaceSource, base_dir: Path, sources: Sequence[str], remotes: Sequence[str], project: str) -> None:
+    """The project's own lists narrow the server's (checked by ``check_source`` too, so
+    an entry outside the server's lists widens nothing): a path under one of
+    ``sources`` (relative to ``base_dir`` or absolute), a remote under one of ``remotes``
+    (entries as the server's). An empty list narrows nothing."""
+    if source.url is not None:
+        if not remotes:
+            return
+        try:
+            entries = allowlist(remotes)
+            place = place_of(source.url)
+        except UnsafeURL as exc:
+            raise RemoteError("refused", str(exc)) from None
+        if not any(entry.admits(place) for entry in entries):
+            raise RemoteError("refused", f"{source.url} is not one of project {project!r}'s git remotes ({', '.join(remotes)})")
+        return
+    if sources and source.path is not None:
+        resolve_source(
+            source.path,
+            base_dir,
+            [Path(s) if Path(s).is_absolute() else base_dir / s for s in sources],
+            f"project {project!r}'s workspace sources ({{roots}})",
+        )
+
+
+def resolve_source(path: str, base_dir: Path, allowed_roots: Sequence[Path], allowed: str = SERVER_SOURCES) -> Path:
     candidate = Path(path)
     if not candidate.is_absolute():
         candidate = base_dir / candidate
     candidate = candidate.resolve()
     roots = [Path(r).resolve() for r in allowed_roots]
     if not any(candidate.is_relative_to(r) for r in roots):
-        allowed = ", ".join(str(r) for r in roots)
-        raise WorkspaceSourceError(f"{path} is outside the allowed workspace sources ({allowed}; see HARNESS_WORKSPACE_SOURCES)")
+        listed = ", ".join(str(r) for r in roots)
+        raise WorkspaceSourceError(f"{path} is outside {allowed.format(roots=listed)}")
     return candidate
 
 

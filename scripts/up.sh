@@ -106,6 +106,8 @@ for _ in $(seq 1 100); do
 done
 
 run_id=$(python3 manage.py create_demo_run)
+# The second project's own run: its member sees it, the demo project's do not.
+python3 manage.py create_demo_run --user payments >/dev/null
 for _ in $(seq 1 150); do
     status=$(python3 manage.py shell -c "from runs.models import Run; print(Run.objects.get(pk='$run_id').status)" 2>/dev/null | tail -1)
     [ "$status" != "running" ] && break
@@ -116,7 +118,8 @@ cat <<INFO
 
   Harness is up: http://127.0.0.1:$PORT/
   Demo run $run_id is ${status:-running}.
-  Sign in as reviewer / operator / admin (passwords printed above by create_demo_users).
+  Sign in as reviewer / operator (project demo), payments (project payments) or admin
+  (every project); passwords printed above by create_demo_users.
   Logs: $LOGS   Stop: Ctrl-C
 
 INFO

@@ -101,7 +101,7 @@ def waiting(operator: User) -> Waiting:
 # (method, path, body, the status each persona gets in PERSONAS order)
 ENDPOINTS: list[tuple[str, str, Any, tuple[int, int, int, int, int]]] = [
     ("get", "/api/runs/", None, (200, 200, 200, 403, 200)),
-    ("post", "/api/runs/", {"contract": SMALL_CONTRACT, "proposer": SCRIPT}, (403, 201, 201, 403, 403)),
+    ("post", "/api/runs/", {"contract": SMALL_CONTRACT, "proposer": SCRIPT, "project": "default"}, (403, 201, 201, 403, 403)),
     ("get", "/api/runs/{run}/", None, (200, 200, 200, 403, 404)),
     ("get", "/api/runs/{run}/events/", None, (200, 200, 200, 403, 404)),
     ("get", "/api/runs/{run}/report/", None, (200, 200, 200, 403, 404)),

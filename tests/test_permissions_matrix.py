@@ -107,6 +107,8 @@ def pages(scene: ArtifactScene) -> list[tuple[str, set[str], bool]]:
         (reverse("approvals:inbox"), VIEWERS, False),
         (reverse("approvals:count"), VIEWERS, False),
         (reverse("approvals:detail", args=[approval]), VIEWERS, True),
+        # The default project's audit: its admins' (here, the site admin alone).
+        (reverse("project-audit", args=["default"]), {"admin_user"}, False),
     ]
 
 
@@ -170,10 +172,18 @@ def test_it_lets_only_operators_and_admins_start_runs(role: str, scene: Artifact
     before = Run.objects.count()
     response = client.post(
         reverse("runs:new"),
-        {"csrfmiddlewaretoken": csrf(client), "contract": CONTRACT, "proposer_kind": "scripted", "proposer_options": '{"script": []}'},
+        {
+            "csrfmiddlewaretoken": csrf(client),
+            "project": "default",
+            "contract": CONTRACT,
+            "proposer_kind": "scripted",
+            "proposer_options": '{"script": []}',
+        },
     )
     if role == ELSEWHERE:
-        assert response.status_code == 403  # a run here is not theirs to start
+        # A run here is not theirs to start: this project is no choice on their form,
+        # the same answer as for a project that does not exist.
+        assert response.status_code == 400 and "not one of the available choices" in response.content.decode()
     else:
         assert_refused_or_allowed(response, role, STARTERS, ok_status=302)
     assert Run.objects.count() == before + (1 if role in STARTERS else 0)

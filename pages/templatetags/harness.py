@@ -14,6 +14,7 @@ from live.trace import TONES
 from live.trace import short as short_revision
 from live.wording import duration as duration_text
 from live.wording import human as human_word
+from projects.access import roles_shown
 from runs.approval_flow import pending_requests
 from runs.models import GlobalSwitch
 
@@ -81,7 +82,8 @@ def global_switch() -> GlobalSwitch:
 
 @register.simple_tag
 def user_roles(user: Any) -> str:
-    return ", ".join(group.name for group in user.groups.all())
+    """Roles are held per project: the header says where (projects.access.roles_shown)."""
+    return roles_shown(user)
 
 
 # {% when %}: the one <time> element, kept in common.times for the apps' admin pages too.

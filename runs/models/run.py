@@ -48,10 +48,19 @@ class Run(models.Model):
     # another host can rebuild it at the same commit (runs/placement.py).
     host = models.CharField(max_length=200, blank=True, default="")
     workspace_source = models.JSONField(null=True, blank=True)
+    # The project's queue (runs.admission): a queued run waits for a slot and no
+    # worker drives it; an admitted run holds one of its project's slots
+    # (Project.active_runs) until it ends.
+    queued = models.BooleanField(default=False)
+    holds_slot = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["status", "created_at"])]
+        indexes = [
+            models.Index(fields=["status", "created_at"]),
+            # The queue, read oldest first per project; only queued runs are in it.
+            models.Index(fields=["project", "created_at"], condition=models.Q(queued=True), name="run_queue"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.task_id} ({self.id})"

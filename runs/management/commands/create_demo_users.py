@@ -1,5 +1,8 @@
-"""Create (or reset) one demo user per role and print their passwords: reviewer,
-operator and admin. For trying the dashboard locally, not for production."""
+"""Create (or reset) the demo users and their projects, and print their passwords: a
+reviewer and an operator of the ``demo`` project, a site admin, and a second project,
+``payments``, with its own member (reviewer and operator there, nothing in ``demo``),
+so a newcomer sees that each project's runs are its own. For trying the dashboard
+locally, not for production."""
 
 from __future__ import annotations
 
@@ -8,24 +11,57 @@ from typing import Any
 
 from django.contrib.auth.models import Group, User
 from django.core.management.base import BaseCommand, CommandParser
+from django.db import transaction
 
-from runs.roles import ROLE_PERMISSIONS, ensure_roles
+from projects.audit import record
+from projects.models import Membership, Project, Role
+from runs.roles import ensure_roles
+
+DEMO_PROJECT = ("demo", "Demo")
+SECOND_PROJECT = ("payments", "Payments")
+# user -> (site admin, the project and the roles held there)
+DEMO_USERS: dict[str, tuple[bool, tuple[str, str] | None, tuple[Role, ...]]] = {
+    "reviewer": (False, DEMO_PROJECT, (Role.REVIEWER,)),
+    "operator": (False, DEMO_PROJECT, (Role.OPERATOR,)),
+    "admin": (True, None, ()),
+    "payments": (False, SECOND_PROJECT, (Role.REVIEWER, Role.OPERATOR)),
+}
+
+
+def demo_project(slug: str, name: str) -> Project:
+    project, created = Project.objects.get_or_create(slug=slug, defaults={"name": name})
+    if created:
+        record(project, None, "project_created", name=name, slug=slug)
+    return project
 
 
 class Command(BaseCommand):
-    help = "Create demo users reviewer, operator and admin (one per role) and print their passwords."
+    help = (
+        "Create the demo users (reviewer and operator of the demo project, admin, payments of a second project) and print their passwords."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--password", help="use this password for all three instead of random ones")
+        parser.add_argument("--password", help="use this password for all of them instead of random ones")
 
+    @transaction.atomic
     def handle(self, *args: Any, **options: Any) -> None:
         ensure_roles()
-        for role in ROLE_PERMISSIONS:
+        for username, (site_admin, place, roles) in DEMO_USERS.items():
             password = options["password"] or secrets.token_urlsafe(12)
-            user, created = User.objects.get_or_create(username=role)
+            user, created = User.objects.get_or_create(username=username)
             user.set_password(password)
-            # Admins edit policies in the Django admin, which needs staff status.
-            user.is_staff = role == "admin"
+            # Admins edit policies and projects in the Django admin, which needs staff status.
+            user.is_staff = site_admin
             user.save()
-            user.groups.set([Group.objects.get(name=role)])
-            self.stdout.write(f"{role:<9} password: {password}  ({'created' if created else 'reset'})")
+            # Roles are held in a project, not through the global groups (which would
+            # make them the default project's too); the admin group is the site admin's.
+            user.groups.set([Group.objects.get(name="admin")] if site_admin else [])
+            where = "site admin: every project"
+            if place is not None:
+                project = demo_project(*place)
+                for role in roles:
+                    _membership, added = Membership.objects.get_or_create(project=project, user=user, role=role)
+                    if added:
+                        record(project, None, "membership_added", user=username, role=role.value)
+                where = f"{', '.join(str(role.label).lower() for role in roles)} in project {project.slug}"
+            self.stdout.write(f"{username:<9} password: {password}  ({where}; {'created' if created else 'reset'})")
