@@ -29,13 +29,17 @@ import redis
 from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
 from pytest_django import Settings
+from rest_framework.test import APIClient
 
+from api.models import ApiToken
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
 from runs import hosts
 from runs.approval_flow import grant
-from runs.models import Event, PublishedPatch, Run, WorkerHost
+from runs.models import Event, Evidence, PublishedPatch, Run, WorkerHost
 from runs.runtime import create_run
 from runs.services import report_of
 from tests.gitserver import sh
@@ -231,6 +235,26 @@ def test_it_rebuilds_on_host_b_after_host_a_dies_and_ends_as_on_one_host(
     assert run.outcome == "complete", run.stop_message
     assert report_parts(run) == expected
     assert_moved(run, a, b)
+    served_with_no_worker_disk(run, a, b, operator)
+
+
+def served_with_no_worker_disk(run: Run, a: Host, b: Host, viewer: User) -> None:
+    """A finished run's pages, report and artifacts come from the database alone: every
+    worker host's data directory deleted, the web process serves them all."""
+    refs = sorted({ref for ref in Evidence.objects.filter(run=run).values_list("output_ref", flat=True) if ref})
+    assert refs, "the check left its output as an artifact"
+    for host in (a, b):
+        shutil.rmtree(host.data)
+    page, api = Client(), APIClient()
+    page.force_login(viewer)
+    api.credentials(HTTP_AUTHORIZATION=f"Token {ApiToken.issue(viewer)[1]}")
+    assert page.get(reverse("runs:detail", args=[run.pk])).status_code == 200
+    assert page.get(reverse("runs:report", args=[run.pk])).status_code == 200
+    for ref in refs:
+        shown = page.get(reverse("runs:artifact", args=[run.pk, ref]))
+        assert shown.status_code == 200, ref
+        download = api.get(f"/api/runs/{run.pk}/artifacts/{ref}/")
+        assert download.status_code == 200 and download.getvalue(), ref
 
 
 def test_it_resumes_a_wait_on_host_b_with_the_approval_bound_and_one_effect(
