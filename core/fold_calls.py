@@ -154,7 +154,10 @@ def _duplicate(state: RunState, event: ev.DuplicateEffect) -> None:
     record = _put(state, event.call) or _record_for(state, _id(event), event.tool, {})
     record.state, record.last_status = "completed", "duplicate"
     state.not_performed.append({"call_id": record.call_id, "tool": record.tool, "state": "duplicate", "of_call": event.of_call})
-    first = state.operations[event.idempotency_key].outcome
+    # A log of version 1 never put its operations on the record (core.fold compares it
+    # without its calls): the first outcome is then unknown to the fold.
+    done = state.operations.get(event.idempotency_key)
+    first = done.outcome if done is not None else {}
     _end_step(
         state,
         fb.Duplicate(
