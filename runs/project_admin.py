@@ -41,7 +41,18 @@ def _strings(value: object, what: str) -> list[str]:
 class ProjectForm(forms.ModelForm):
     class Meta:
         model = Project
-        fields = ["slug", "name", "workspace_sources", "git_remotes", "max_active_runs", "paused"]
+        fields = [
+            "slug",
+            "name",
+            "workspace_sources",
+            "git_remotes",
+            "max_active_runs",
+            "daily_max_tokens",
+            "monthly_max_tokens",
+            "daily_max_cost_usd",
+            "monthly_max_cost_usd",
+            "paused",
+        ]
         help_texts = {
             "workspace_sources": "Paths (relative to the checkout, or absolute) under HARNESS_WORKSPACE_SOURCES; empty: all of them.",
             "git_remotes": "Entries as HARNESS_GIT_ALLOWED_REMOTES' (a prefix ending in '/' or one repository URL); empty: all of them.",
