@@ -109,6 +109,7 @@ def _create(new: NewRun, actor: Any, revision_of: Callable[[Run], str], now: flo
         actor=getattr(actor, "username", "") or "system",
         revision=revision,
         now=now,
+        caps=run.project.run_limits,
     )
     # The row was inserted by this transaction: nobody else can see it, let alone drive it.
     DjangoStore(RowLock("the run's creation")).checkpoint(state, [])
