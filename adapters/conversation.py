@@ -233,7 +233,7 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
             if left < 1:
                 raise self._stop(
                     "budget_exhausted",
-                    f"token budget exhausted: {used.tokens} of {self.budget.max_tokens} tokens used (input "
+                    f"token budget exhausted{_by(self.budget.tokens_by)}: {used.tokens} of {self.budget.max_tokens} tokens used (input "
                     f"{used.input_tokens}, output {used.output_tokens}) over {used.requests} model requests; the next "
                     f"request would need at least {next_input} input tokens",
                     limit="tokens",
@@ -246,7 +246,7 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
             if left_usd <= 0:
                 raise self._stop(
                     "budget_exhausted",
-                    f"cost budget exhausted: ${used.cost_usd:.4f} of ${self.budget.max_cost_usd:.4f} used over "
+                    f"cost budget exhausted{_by(self.budget.cost_by)}: ${used.cost_usd:.4f} of ${self.budget.max_cost_usd:.4f} used over "
                     f"{used.requests} model requests; the next request's input alone would cost about "
                     f"${self.price.cost(next_input, 0):.4f}",
                     limit="cost",
@@ -331,3 +331,7 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
 
 def _list(value: object) -> list[JSON]:
     return list(value) if isinstance(value, list) else []
+
+
+def _by(whose: str) -> str:
+    return f" ({whose})" if whose else ""

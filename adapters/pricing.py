@@ -65,22 +65,28 @@ def price_for(model: str, table: Mapping[str, Price]) -> Price | None:
 
 @dataclass(frozen=True)
 class Budget:
-    """A run's model budget; None means no limit on that side."""
+    """A run's model budget; None means no limit on that side. ``tokens_by`` and
+    ``cost_by`` name whose limit a side is when it is not the run's own (a project's
+    daily budget), so the stop says which was reached."""
 
     max_tokens: int | None = None
     max_cost_usd: float | None = None
+    tokens_by: str = ""
+    cost_by: str = ""
 
     def intersect(self, bound: Budget) -> Budget:
         """Never more than ``bound`` allows, whatever the run asked for."""
-        return Budget(_min_or_none(self.max_tokens, bound.max_tokens), _min_or_none(self.max_cost_usd, bound.max_cost_usd))
+        tokens, tokens_by = _tighter(self.max_tokens, self.tokens_by, bound.max_tokens, bound.tokens_by)
+        cost, cost_by = _tighter(self.max_cost_usd, self.cost_by, bound.max_cost_usd, bound.cost_by)
+        return Budget(tokens, cost, tokens_by, cost_by)
 
 
-def _min_or_none(a: _N | None, b: _N | None) -> _N | None:
+def _tighter(a: _N | None, a_by: str, b: _N | None, b_by: str) -> tuple[_N | None, str]:
     if a is None:
-        return b
-    if b is None:
-        return a
-    return min(a, b)
+        return b, b_by
+    if b is None or a <= b:
+        return a, a_by
+    return b, b_by
 
 
 @dataclass

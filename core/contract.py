@@ -6,6 +6,7 @@ limits a run actually gets are the contract's intersected with policy."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -35,6 +36,10 @@ class Limits(Strict):
 
     def intersect(self, bound: Limits) -> Limits:
         return Limits(**{name: min(getattr(self, name), getattr(bound, name)) for name in LIMIT_NAMES})
+
+    def capped(self, caps: Mapping[str, int]) -> Limits:
+        """No limit above its cap in ``caps`` (a partial mapping: a project's bounds)."""
+        return Limits(**{name: min(getattr(self, name), caps.get(name, getattr(self, name))) for name in LIMIT_NAMES})
 
     def clipped_by(self, bound: Limits) -> dict[str, dict[str, int]]:
         """The limits the contract asked for above what policy allows."""

@@ -12,6 +12,7 @@ interrupted it (``core.pending``). What every part works on is the run context
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import assert_never
 
 from core import events as ev
@@ -84,8 +85,12 @@ GATES = Gates(
 )
 
 
-def new_state(*, run_id: str, contract: Contract, policy: Policy, actor: str, revision: str, now: float) -> RunState:
-    limits = contract.limits.intersect(policy.budget)
+def new_state(
+    *, run_id: str, contract: Contract, policy: Policy, actor: str, revision: str, now: float, caps: Mapping[str, int] | None = None
+) -> RunState:
+    """A run as created: its limits the contract's, within the policy's budget and
+    ``caps`` (its project's bounds on what a run may ask for)."""
+    limits = contract.limits.intersect(policy.budget).capped(caps or {})
     return RunState(
         run_id=run_id,
         contract=contract,
@@ -157,7 +162,7 @@ def drive(run: RunContext, gates: Gates) -> RunState:
                 policy_version=state.policy_version,
                 revision=state.revision,
                 limits=state.limits.model_dump(),
-                clipped=state.contract.limits.clipped_by(run.policy.budget),
+                clipped=state.contract.limits.clipped_by(state.limits),
                 tools=sorted(state.contract.allowed_tools),
                 log_version=LOG_VERSION,
             )

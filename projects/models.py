@@ -30,6 +30,15 @@ class Project(models.Model):
     # The slots taken: the project's runs admitted and not ended (runs.admission claims
     # one with a conditional UPDATE of this column, and the run's end gives it back).
     active_runs = models.PositiveIntegerField(default=0, editable=False)
+    # The most a run of the project may ask for, by limit name (core.contract.LIMIT_NAMES,
+    # e.g. {"wall_time_seconds": 600}), within the policy's budget; empty: the policy's alone.
+    run_limits = models.JSONField(default=dict, blank=True)
+    # Model budgets per UTC day and month, over the project's runs started in that day or
+    # month (runs.budgets); null: no project limit on that side.
+    daily_max_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    monthly_max_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    daily_max_cost_usd = models.FloatField(null=True, blank=True)
+    monthly_max_cost_usd = models.FloatField(null=True, blank=True)
     # The project's switch: no new run starts while it is paused.
     paused = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)

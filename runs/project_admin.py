@@ -22,6 +22,7 @@ from django.forms import BaseInlineFormSet
 from django.http import HttpRequest
 
 from common.times import zoned_times
+from core.contract import LIMIT_NAMES
 from projects.access import is_site_admin
 from projects.audit import record
 from projects.models import AuditEntry, Membership, Project
@@ -41,7 +42,19 @@ def _strings(value: object, what: str) -> list[str]:
 class ProjectForm(forms.ModelForm):
     class Meta:
         model = Project
-        fields = ["slug", "name", "workspace_sources", "git_remotes", "max_active_runs", "paused"]
+        fields = [
+            "slug",
+            "name",
+            "workspace_sources",
+            "git_remotes",
+            "max_active_runs",
+            "run_limits",
+            "daily_max_tokens",
+            "monthly_max_tokens",
+            "daily_max_cost_usd",
+            "monthly_max_cost_usd",
+            "paused",
+        ]
         help_texts = {
             "workspace_sources": "Paths (relative to the checkout, or absolute) under HARNESS_WORKSPACE_SOURCES; empty: all of them.",
             "git_remotes": "Entries as HARNESS_GIT_ALLOWED_REMOTES' (a prefix ending in '/' or one repository URL); empty: all of them.",
@@ -59,6 +72,19 @@ class ProjectForm(forms.ModelForm):
                 # something that is not so.
                 raise forms.ValidationError(f"{source} is outside the server's workspace sources (HARNESS_WORKSPACE_SOURCES)")
         return sources
+
+    def clean_run_limits(self) -> dict[str, int]:
+        raw = self.cleaned_data["run_limits"]
+        if raw in (None, ""):
+            return {}
+        if not isinstance(raw, dict):
+            raise forms.ValidationError('an object of limits, e.g. {"wall_time_seconds": 600}')
+        for name, value in raw.items():
+            if name not in LIMIT_NAMES:
+                raise forms.ValidationError(f"{name!r} is not a limit (one of {', '.join(LIMIT_NAMES)})")
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise forms.ValidationError(f"{name} must be a whole number of at least 1, got {value!r}")
+        return raw
 
     def clean_git_remotes(self) -> list[str]:
         remotes = _strings(self.cleaned_data["git_remotes"], "git remotes")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
@@ -22,6 +22,9 @@ from core.jsonutil import JSON
 from core.ports import Clock, Proposer, ProposerStopped
 from core.scripted import ScriptedProposer
 from core.tools import ToolSpec
+
+if TYPE_CHECKING:
+    from adapters.pricing import Budget
 
 log = logging.getLogger(__name__)
 
@@ -152,13 +155,16 @@ def build_proposer(
     clock: Clock | None = None,
     revision: str | None = None,
     repository: Callable[[], RepositoryContext] | None = None,
+    bound: Callable[[], Budget] | None = None,
 ) -> Proposer:
     """The run's proposer, continuing from ``snapshot``. Model proposers need the
     contract and the visible tools for their first message, and the workspace's
     ``repository`` context while the conversation has not begun; ``deadline`` bounds
-    their retries. Every proposal it gives is masked (MaskingProposer)."""
+    their retries, ``bound`` their model budget beyond the run's and the server's (its
+    project's: runs.budgets; asked only for a model). Every proposal it gives is
+    masked (MaskingProposer)."""
     return MaskingProposer(
-        _build(config, snapshot, contract, tools, deadline=deadline, clock=clock, revision=revision, repository=repository)
+        _build(config, snapshot, contract, tools, deadline=deadline, clock=clock, revision=revision, repository=repository, bound=bound)
     )
 
 
@@ -172,6 +178,7 @@ def _build(
     clock: Clock | None,
     revision: str | None,
     repository: Callable[[], RepositoryContext] | None,
+    bound: Callable[[], Budget] | None = None,
 ) -> Proposer:
     if config["kind"] == "scripted":
         return ScriptedProposer(config["script"], position=int(snapshot.get("position", 0)))
@@ -190,7 +197,9 @@ def _build(
             context = repository()
         except Exception:  # noqa: BLE001 - the model can still list and read files itself
             log.warning("could not read the repository for the first message", exc_info=True)
-    return _model_proposer(config, snapshot, contract, tools, deadline=deadline, clock=clock, revision=revision, repository=context)
+    return _model_proposer(
+        config, snapshot, contract, tools, deadline=deadline, clock=clock, revision=revision, repository=context, bound=bound
+    )
 
 
 def server_budget() -> tuple[int, float]:
@@ -207,6 +216,7 @@ def _model_proposer(
     clock: Clock | None,
     revision: str | None,
     repository: RepositoryContext,
+    bound: Callable[[], Budget] | None,
 ) -> Proposer:
     from adapters.context import TaskContext, ToolDef
     from adapters.conversation import AdapterSettings
@@ -217,6 +227,8 @@ def _model_proposer(
     api_key, default_url, _, _ = _provider_settings(kind)
     max_tokens, max_cost = server_budget()
     budget = Budget(config.get("max_tokens"), config.get("max_cost_usd")).intersect(Budget(max_tokens, max_cost))
+    if bound is not None:
+        budget = budget.intersect(bound())
     common: dict[str, Any] = {
         "model": config["model"],
         "api_key": api_key,

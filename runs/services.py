@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row, load_policy
@@ -29,6 +30,7 @@ from core.report import build_report
 from core.state import RunState
 from core.tools import Registry, builtin_registry
 from runs.artifacts import ArtifactStorage
+from runs.budgets import project_bound
 from runs.models import Run
 from runs.proposers import build_proposer, check_proposer_config
 from runs.store import DjangoStore, load_state
@@ -107,6 +109,7 @@ def _create(new: NewRun, actor: Any, revision_of: Callable[[Run], str], now: flo
         actor=getattr(actor, "username", "") or "system",
         revision=revision,
         now=now,
+        caps=run.project.run_limits,
     )
     # The row was inserted by this transaction: nobody else can see it, let alone drive it.
     DjangoStore(RowLock("the run's creation")).checkpoint(state, [])
@@ -146,6 +149,7 @@ def drive_run(
             clock=clock,
             revision=state.revision,
             repository=lambda: environment.repository(state.contract.allowed_write_paths, state.contract.allowed_tools),
+            bound=lambda: project_bound(run, timezone.now()),
         ),
         executor=environment.executor,
         workspace=environment.workspace,

@@ -22,7 +22,7 @@ import pytest
 from tests.fixtures_services import ROOT, service_env
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Browser, BrowserContext, Page, ViewportSize
 
     from approvals.models import ApprovalRequest
     from runs.models import Run
@@ -138,6 +138,25 @@ def chromium() -> Iterator[Browser]:
                 browser.close()
     finally:
         del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
+
+
+# A laptop's screen and a phone's: the pages are checked at both.
+SIZES: dict[str, ViewportSize] = {"laptop": {"width": 1366, "height": 768}, "phone": {"width": 390, "height": 844}}
+
+
+@pytest.fixture(params=list(SIZES))
+def size(request: pytest.FixtureRequest) -> str:
+    size: str = request.param
+    return size
+
+
+@pytest.fixture
+def context(chromium: Browser, size: str) -> Iterator[BrowserContext]:
+    context = chromium.new_context(viewport=SIZES[size], timezone_id="America/New_York")
+    try:
+        yield context
+    finally:
+        context.close()
 
 
 @pytest.fixture

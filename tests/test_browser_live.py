@@ -14,19 +14,18 @@ from datetime import timedelta
 import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
-from playwright.sync_api import Browser, BrowserContext, FloatRect, Locator, Page, ViewportSize, expect
+from playwright.sync_api import BrowserContext, FloatRect, Locator, Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from approvals.models import ApprovalRequest
 from runs.approval_flow import expire_due
 from runs.control import kill, set_global
-from tests.fixtures_web import AsgiServer, screenshot, sign_in, waiting_scene
+from tests.fixtures_web import SIZES, AsgiServer, screenshot, sign_in, waiting_scene
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 LIVE = 20_000  # ms a live update may take to show up on a loaded machine
 HEARTBEAT = 1.0  # s between the server's heartbeats in these tests
-SIZES: dict[str, ViewportSize] = {"laptop": {"width": 1366, "height": 768}, "phone": {"width": 390, "height": 844}}
 
 
 @pytest.fixture
@@ -39,21 +38,6 @@ def web(transactional_db: None, tmp_path_factory: pytest.TempPathFactory) -> Ite
         if server.proc is not None:
             server.resume()
         server.stop()
-
-
-@pytest.fixture(params=list(SIZES))
-def size(request: pytest.FixtureRequest) -> str:
-    size: str = request.param
-    return size
-
-
-@pytest.fixture
-def context(chromium: Browser, size: str) -> Iterator[BrowserContext]:
-    context = chromium.new_context(viewport=SIZES[size], timezone_id="America/New_York")
-    try:
-        yield context
-    finally:
-        context.close()
 
 
 def signed_in(context: BrowserContext, web: AsgiServer, user: User, path: str) -> Page:

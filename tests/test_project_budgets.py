@@ -1,0 +1,79 @@
+"""A project's model budgets (runs.budgets): its runs started in a UTC day together stay
+within its daily token budget; the run that would cross it stops ``budget_exhausted``,
+naming the project's budget, with its report. Through a model server on loopback
+speaking OpenAI's Chat Completions, every reply a tool call costing 120 tokens."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+from pytest_django import Settings
+
+from core.scenarios import call
+from projects.models import Project
+from runs.approval_gate import DjangoApprovals
+from runs.models import Report, Run
+from runs.services import check_new_run, do_create_run, drive_run
+from tests.fake_providers import API_KEY, FakeOpenAI, Reply, openai_tools
+from tests.helpers import CONTRACT, KillFlag, World
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
+
+READ = call("read_file", path="src/calc.py")
+# Three proposals a run: each run uses 3 x 120 = 360 tokens, two use 720 of 800.
+THREE_PROPOSALS = {**CONTRACT, "limits": {**CONTRACT["limits"], "max_proposals": 3}}  # type: ignore[dict-item]
+
+
+def reads(body: dict[str, Any], number: int) -> Reply:
+    return openai_tools((f"call_{number}", "read_file", {"path": "src/calc.py"}))
+
+
+def model_run(world: World, base_url: str, actor: User) -> Run:
+    new = check_new_run(THREE_PROPOSALS, {"kind": "openai", "model": "gpt-4o-mini", "base_url": base_url})
+    return do_create_run(new, actor, lambda run: world.workspace.revision())
+
+
+def drive(world: World, run: Run) -> str:
+    return drive_run(run, world.environment(), DjangoApprovals(run), controls=KillFlag(str(run.pk))).outcome
+
+
+def test_it_stops_the_run_that_would_cross_its_projects_daily_token_budget_with_its_report(settings: Settings, operator: User) -> None:
+    Project.objects.filter(slug="default").update(daily_max_tokens=800)
+    world = World()
+    with FakeOpenAI(responder=reads) as fake:
+        settings.OPENAI_API_KEY = API_KEY
+        settings.OPENAI_ALLOWED_BASE_URLS = [fake.base_url]
+        first, second, third = (model_run(world, fake.base_url, operator) for _ in range(3))
+        assert drive(world, first) == "budget_exhausted" and "proposal budget of 3" in Run.objects.get(pk=first.pk).stop_message
+        assert drive(world, second) == "budget_exhausted" and "proposal budget of 3" in Run.objects.get(pk=second.pk).stop_message
+        before = len(fake.requests)
+        assert drive(world, third) == "budget_exhausted"
+    third.refresh_from_db()
+    assert "token budget exhausted (what is left of project default's daily budget of 800 tokens)" in third.stop_message
+    # 80 tokens were left: one request went out (the first has no size to judge by), none after.
+    assert len(fake.requests) - before == 1
+    report = Report.objects.get(run=third).data
+    assert report["status"] == "budget_exhausted" and "token budget exhausted" in report["message"]
+    used = [Run.objects.get(pk=r.pk).state["proposer_state"]["usage"] for r in (first, second, third)]
+    assert [u["input_tokens"] + u["output_tokens"] for u in used] == [360, 360, 120]
+
+
+def test_it_leaves_runs_of_another_project_and_of_another_day_alone(settings: Settings, operator: User, other_project: Project) -> None:
+    Project.objects.filter(slug="default").update(daily_max_tokens=400)
+    world = World()
+    with FakeOpenAI(responder=reads) as fake:
+        settings.OPENAI_API_KEY = API_KEY
+        settings.OPENAI_ALLOWED_BASE_URLS = [fake.base_url]
+        elsewhere = model_run(world, fake.base_url, operator)
+        Run.objects.filter(pk=elsewhere.pk).update(project=other_project)
+        elsewhere.refresh_from_db()
+        yesterday, today = model_run(world, fake.base_url, operator), model_run(world, fake.base_url, operator)
+        for run in (elsewhere, yesterday):
+            assert drive(world, run) == "budget_exhausted" and "proposal budget of 3" in Run.objects.get(pk=run.pk).stop_message
+        Run.objects.filter(pk=yesterday.pk).update(created_at=timezone.now() - timedelta(days=1))
+        # Of today's 400 only this run's use counts: it too ends at its proposal limit.
+        assert drive(world, today) == "budget_exhausted" and "proposal budget of 3" in Run.objects.get(pk=today.pk).stop_message
