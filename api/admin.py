@@ -15,11 +15,12 @@ from common.times import zoned_times
 @admin.register(ApiToken)
 @zoned_times(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ["prefix", "user", "created_at", "expires_at", "last_used_at", "revoked_at", "state"]
-    list_filter = ["revoked_at", "expires_at"]
-    list_select_related = ["user"]  # each row's state compares the user's password
+    list_display = ["prefix", "user", "project", "role", "created_at", "expires_at", "last_used_at", "revoked_at", "state"]
+    list_filter = ["revoked_at", "expires_at", "project", "role"]
+    list_select_related = ["user", "project"]  # each row's state compares the user's password
     search_fields = ["user__username", "prefix"]
-    readonly_fields = ["user", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    # What a token may do is fixed when it is made: widening one here would be a grant nobody asked for.
+    readonly_fields = ["user", "project", "role", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
     exclude = ["digest", "password_mark"]
     actions = ["revoke"]
 
