@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
 from rest_framework.test import APIClient
 
 from api.models import ApiToken
@@ -168,3 +169,16 @@ def test_it_holds_a_superusers_narrowed_token_to_its_role(operator: User, other_
     assert api.get(f"/api/approvals/{there.pk}/").status_code == 404
     assert api.post("/api/runs/", {"contract": CONTRACT, "proposer": SCRIPT}, format="json").status_code == 403
     assert not Run.objects.filter(kill_requested=True).exists() and Run.objects.count() == 2
+
+
+def test_it_shows_a_tokens_narrowing_in_the_admin_and_audits_its_revocation(admin_user: User, reviewer: User) -> None:
+    row, token = ApiToken.issue(reviewer, default(), Role.REVIEWER)
+    web = Client()
+    web.force_login(admin_user)
+    assert "reviewer" in web.get(f"/admin/api/apitoken/{row.pk}/change/").content.decode()
+    web.post("/admin/api/apitoken/", {"action": "revoke", "_selected_action": [row.pk]})
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert api.get("/api/runs/").status_code == 401
+    entry = AuditEntry.objects.get(action="token_revoked")
+    assert (entry.project, entry.actor, entry.detail["prefix"]) == (default(), admin_user, row.prefix)
