@@ -149,3 +149,18 @@ def test_it_audits_every_endpoint_created_changed_and_deleted(outsider: User, ot
     assert entries[0].detail["destination"] == "http://127.0.0.1:9" and entries[0].detail["event_kinds"] == ["run_stopped"]
     assert entries[1].detail == {"name": "ci", "active": [True, False], "secret": "replaced"}
     assert "token=x" not in json.dumps([e.detail for e in entries]) and "s" * 32 not in json.dumps([e.detail for e in entries])
+
+
+def test_it_shows_a_project_admin_their_endpoints_deliveries_alone(
+    operator: User, outsider: User, other_member: User, other_project: Project
+) -> None:
+    theirs = hook("http://127.0.0.1:9/theirs", other_project, "theirs-hook")
+    everywhere = hook("http://127.0.0.1:9/all", None, "site-wide-hook")
+    waiting_in(other_member, other_project)
+    mine, site_wide = Delivery.objects.get(endpoint=theirs), Delivery.objects.get(endpoint=everywhere)
+    client = Client()
+    client.force_login(project_admin(outsider, other_project))
+    listing = client.get("/admin/notifications/delivery/").content.decode()
+    assert str(mine.pk) in listing and str(site_wide.pk) not in listing and "site-wide-hook" not in listing
+    assert client.get(f"/admin/notifications/delivery/{mine.pk}/change/").status_code == 200
+    assert client.get(f"/admin/notifications/delivery/{site_wide.pk}/change/").status_code == 302
