@@ -33,6 +33,7 @@ from api.serializers import (
     EventPageSerializer,
     EventQuerySerializer,
     EventSerializer,
+    NarrowingRefused,
     RunCreateSerializer,
     RunFilterSerializer,
     RunSerializer,
@@ -41,6 +42,7 @@ from api.serializers import (
     SwitchUpdateSerializer,
     TokenCredentialsSerializer,
     TokenSerializer,
+    narrowed_project,
 )
 from approvals.models import ApprovalRequest
 from common import permissions, signin
@@ -459,6 +461,8 @@ class Token(GenericAPIView):
             return signin.limited_sign_in(username, address, lambda: self._issue(request), ValidationError)
         except signin.SignInLocked as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS, headers={"Retry-After": str(exc.retry_after)})
+        except NarrowingRefused as exc:
+            return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
         except signin.SignInUnavailable as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": str(exc.retry_after)})
 
@@ -466,5 +470,6 @@ class Token(GenericAPIView):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        row, token = ApiToken.issue(data["user"], data.get("project"), data.get("role", ""))
+        project = narrowed_project(data["user"], data.get("project"), data.get("role"))
+        row, token = ApiToken.issue(data["user"], project, data.get("role", ""))
         return Response(TokenSerializer({"token": token, "expires_at": row.expires_at}).data)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from pytest_django import Settings
 from rest_framework.test import APIClient
 
 from api.models import ApiToken
@@ -182,3 +183,12 @@ def test_it_shows_a_tokens_narrowing_in_the_admin_and_audits_its_revocation(admi
     assert api.get("/api/runs/").status_code == 401
     entry = AuditEntry.objects.get(action="token_revoked")
     assert (entry.project, entry.actor, entry.detail["prefix"]) == (default(), admin_user, row.prefix)
+
+
+def test_it_does_not_count_a_refused_narrowing_as_a_wrong_password(reviewer: User, other_project: Project, settings: Settings) -> None:
+    settings.HARNESS_SIGNIN_MAX_FAILURES = 2
+    api = APIClient()
+    credentials = {"username": reviewer.username, "password": f"{reviewer.username}-pass-123"}
+    for _ in range(4):
+        assert api.post("/api/auth/token/", {**credentials, "project": "elsewhere", "role": "reviewer"}, format="json").status_code == 400
+    assert api.post("/api/auth/token/", credentials, format="json").status_code == 200
