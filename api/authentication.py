@@ -8,6 +8,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from api.models import ApiToken
+from projects.access import narrow
 
 # How often a token's "last used" time is written (not on every request).
 LAST_USED_RESOLUTION_SECONDS = 60
@@ -27,4 +28,8 @@ class HashedTokenAuthentication(authentication.TokenAuthentication):
         now = timezone.now()
         if row.last_used_at is None or (now - row.last_used_at).total_seconds() > LAST_USED_RESOLUTION_SECONDS:
             ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
+        if row.project_id is not None:
+            # On this request's user object alone: every check of projects.access
+            # (lists, objects, decisions, kills, new runs) then answers for the token.
+            narrow(row.user, row.project_id, row.role)
         return row.user, row

@@ -9,7 +9,11 @@ their tokens apart in the admin.
 A token also keeps a mark of its user's password hash as it was when the token was
 made: a password change (the admin, ``changepassword``, a reset, anything that writes
 the hash) voids every token made before it, as it signs out the user's sessions. Like
-a session, a token does not survive Django upgrading the hash on the next sign-in."""
+a session, a token does not survive Django upgrading the hash on the next sign-in.
+
+A token may be narrowed to one project and one role: it then acts only there, with
+no more than that role's permissions, however much its user holds (projects.access
+``narrow``, applied by api.authentication)."""
 
 from __future__ import annotations
 
@@ -19,8 +23,11 @@ import secrets
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
+
+from projects.audit import record
+from projects.models import Project, Role
 
 PREFIX_CHARS = 10
 
@@ -49,27 +56,55 @@ class ApiToken(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     password_mark = models.CharField(max_length=64, help_text="a digest of the user's password hash when the token was made")
+    # CASCADE, not SET_NULL: a narrowed token whose project went must not wake up unnarrowed.
+    project = models.ForeignKey(
+        Project,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="api_tokens",
+        help_text="if set, the token acts only in this project",
+    )
+    role = models.CharField(
+        max_length=20, choices=Role.choices, blank=True, default="", help_text="with a project: the most the token may do there"
+    )
 
     objects = ApiTokenQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]
         verbose_name = "API token"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(project__isnull=True, role="") | (models.Q(project__isnull=False) & ~models.Q(role="")),
+                name="apitoken_project_and_role_together",
+            ),
+        ]
 
     def __str__(self) -> str:
-        return f"{self.prefix}… ({self.user})"
+        narrowed = f", {self.role} in {self.project}" if self.project_id is not None else ""
+        return f"{self.prefix}… ({self.user}{narrowed})"
 
     @classmethod
-    def issue(cls, user: models.Model) -> tuple[ApiToken, str]:
-        """A new token for ``user``: the row, and the token itself (shown once)."""
+    def issue(cls, user: models.Model, project: Project | None = None, role: str = "") -> tuple[ApiToken, str]:
+        """A new token for ``user``: the row, and the token itself (shown once);
+        narrowed to ``project`` and ``role`` when given (both or neither)."""
+        if (project is None) != (not role):
+            raise ValueError("a token is narrowed to a project and a role together")
         token = secrets.token_hex(32)
-        row = cls.objects.create(
-            user=user,
-            prefix=token[:PREFIX_CHARS],
-            digest=digest_of(token),
-            password_mark=password_mark(user),
-            expires_at=timezone.now() + timedelta(days=settings.HARNESS_API_TOKEN_DAYS),
-        )
+        with transaction.atomic():
+            row = cls.objects.create(
+                user=user,
+                prefix=token[:PREFIX_CHARS],
+                digest=digest_of(token),
+                password_mark=password_mark(user),
+                expires_at=timezone.now() + timedelta(days=settings.HARNESS_API_TOKEN_DAYS),
+                project=project,
+                role=role,
+            )
+            if project is not None:
+                # A way into the project: its admins see who holds one, in its audit.
+                record(project, user, "token_issued", prefix=row.prefix, role=role, user=str(user))
         return row, token
 
     @classmethod

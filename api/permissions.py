@@ -1,5 +1,6 @@
 """The API asks for the same permissions as the pages: each view names the one a
-method needs (named in common.permissions), so an operator's token can do what the operator's browser can."""
+method needs (named in common.permissions), so an operator's token can do what the operator's browser can,
+and a token narrowed to a project and role no more than that role there."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
+
+from projects.access import holds_somewhere
 
 
 class MethodPermission(BasePermission):
@@ -22,4 +25,4 @@ class MethodPermission(BasePermission):
             return False
         method = "GET" if request.method == "HEAD" else request.method
         needed = view.required_permissions.get(method)
-        return needed is None or user.has_perm(needed)
+        return needed is None or holds_somewhere(user, needed)

@@ -14,7 +14,6 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
-from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.generics import GenericAPIView
 from rest_framework.parsers import FormParser, MultiPartParser
@@ -34,13 +33,16 @@ from api.serializers import (
     EventPageSerializer,
     EventQuerySerializer,
     EventSerializer,
+    NarrowingRefused,
     RunCreateSerializer,
     RunFilterSerializer,
     RunSerializer,
     SwitchChangeSerializer,
     SwitchSerializer,
     SwitchUpdateSerializer,
+    TokenCredentialsSerializer,
     TokenSerializer,
+    narrowed_project,
 )
 from approvals.models import ApprovalRequest
 from common import permissions, signin
@@ -428,19 +430,20 @@ class Switch(ApiView):
 class Token(GenericAPIView):
     """Trade a username and password for a new API token. The token is in this answer
     only (the server keeps its hash); it expires after ``HARNESS_API_TOKEN_DAYS``, an
-    admin can revoke it, and a change of the user's password voids it."""
+    admin can revoke it, and a change of the user's password voids it. Narrowed to a
+    project and a role the user holds there, it acts only there, as that role."""
 
     # Only the credentials in the body count here, not a header or a session.
     authentication_classes = ()
     permission_classes = ()
     parser_classes = (FormParser, MultiPartParser, BoundedJSONParser)
-    serializer_class = AuthTokenSerializer
+    serializer_class = TokenCredentialsSerializer
 
     @extend_schema(
         operation_id="auth_token",
         summary="Get a new API token",
         auth=[],
-        request=AuthTokenSerializer,
+        request=TokenCredentialsSerializer,
         responses={
             200: TokenSerializer,
             400: FIELD_ERRORS,
@@ -458,11 +461,15 @@ class Token(GenericAPIView):
             return signin.limited_sign_in(username, address, lambda: self._issue(request), ValidationError)
         except signin.SignInLocked as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_429_TOO_MANY_REQUESTS, headers={"Retry-After": str(exc.retry_after)})
+        except NarrowingRefused as exc:
+            return Response(exc.errors, status=status.HTTP_400_BAD_REQUEST)
         except signin.SignInUnavailable as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": str(exc.retry_after)})
 
     def _issue(self, request: Request) -> Response:
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        row, token = ApiToken.issue(serializer.validated_data["user"])
+        data = serializer.validated_data
+        project = narrowed_project(data["user"], data.get("project"), data.get("role"))
+        row, token = ApiToken.issue(data["user"], project, data.get("role", ""))
         return Response(TokenSerializer({"token": token, "expires_at": row.expires_at}).data)

@@ -1,17 +1,31 @@
 """Webhook endpoints and their deliveries in the Django admin. Deliveries are a
-record: readable, with every attempt, never edited by hand."""
+record: readable, with every attempt, never edited by hand.
+
+A project's admins manage its endpoints and read their deliveries, and see nothing
+of another project's or of the site-wide endpoints (the site admins', who see all);
+every endpoint created, changed or deleted is in its project's audit."""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django import forms
 from django.contrib import admin
+from django.db import models, transaction
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from common import permissions
 from common.times import zoned_times
 from notifications.destinations import DestinationRefused, DestinationUnresolved, check_destination
 from notifications.models import Delivery, DeliveryAttempt, WebhookEndpoint
+from projects.access import is_site_admin, permissions_in, project_ids_with, projects_with, scoped
+from projects.audit import record
+
+# What the audit says of an endpoint. Never its secret, nor its whole URL: a receiver's
+# URL often is a credential itself (a Slack webhook's is), and the audit outlives it.
+AUDITED = ("name", "destination", "format", "event_kinds", "active", "project_slug")
 
 
 class EndpointForm(forms.ModelForm):
@@ -24,7 +38,7 @@ class EndpointForm(forms.ModelForm):
 
     class Meta:
         model = WebhookEndpoint
-        fields = ["name", "url", "format", "event_kinds", "secret", "active"]
+        fields = ["name", "project", "url", "format", "event_kinds", "secret", "active"]
 
     def clean_url(self) -> str:
         url = str(self.cleaned_data["url"])
@@ -35,16 +49,87 @@ class EndpointForm(forms.ModelForm):
         return url
 
 
+def _audited(endpoint: WebhookEndpoint) -> dict[str, Any]:
+    parts = urlsplit(endpoint.url)
+    facts = {name: getattr(endpoint, name) for name in AUDITED if name not in ("destination", "project_slug")}
+    return {**facts, "destination": f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}", "project_slug": str(endpoint.project or "")}
+
+
+def _may(request: HttpRequest, permission: str, endpoint: WebhookEndpoint | None) -> bool:
+    """``permission`` on ``endpoint`` (its project's admins; a site-wide one, the site
+    admins), or, for no endpoint, in some project."""
+    if is_site_admin(request.user):
+        return True
+    if endpoint is None:
+        return bool(project_ids_with(request.user, permission))
+    return endpoint.project_id is not None and permission in permissions_in(request.user, endpoint.project_id)
+
+
 @admin.register(WebhookEndpoint)
 @zoned_times(WebhookEndpoint)
 class WebhookEndpointAdmin(admin.ModelAdmin):
     form = EndpointForm
-    list_display = ["name", "url", "format", "kinds", "active", "created_at"]
-    list_filter = ["active", "format"]
+    list_display = ["name", "project", "url", "format", "kinds", "active", "created_at"]
+    list_filter = ["active", "format", ("project", admin.RelatedOnlyFieldListFilter)]
+    list_select_related = ["project"]
 
     @admin.display(description="kinds")
     def kinds(self, obj: WebhookEndpoint) -> str:
         return ", ".join(obj.event_kinds)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WebhookEndpoint]:
+        return scoped(super().get_queryset(request), request.user, permissions.VIEW_WEBHOOKS)
+
+    def formfield_for_foreignkey(self, db_field: models.ForeignKey, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "project":
+            # A project admin picks among their projects and may not leave it empty
+            # (a site-wide endpoint would hear every project's runs).
+            kwargs["queryset"] = projects_with(request.user, permissions.CHANGE_WEBHOOKS)
+            kwargs["required"] = not is_site_admin(request.user)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return _may(request, permissions.VIEW_WEBHOOKS, None)
+
+    def has_view_permission(self, request: HttpRequest, obj: WebhookEndpoint | None = None) -> bool:
+        return _may(request, permissions.VIEW_WEBHOOKS, obj)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return _may(request, permissions.ADD_WEBHOOKS, None)
+
+    def has_change_permission(self, request: HttpRequest, obj: WebhookEndpoint | None = None) -> bool:
+        return _may(request, permissions.CHANGE_WEBHOOKS, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: WebhookEndpoint | None = None) -> bool:
+        return _may(request, permissions.DELETE_WEBHOOKS, obj)
+
+    def save_model(self, request: HttpRequest, obj: WebhookEndpoint, form: forms.ModelForm, change: bool) -> None:
+        before = WebhookEndpoint.objects.select_related("project").filter(pk=obj.pk).first() if change else None
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            now = _audited(obj)
+            if before is None:
+                record(obj.project, request.user, "webhook_created", **now)
+                return
+            was = _audited(before)
+            changed: dict[str, Any] = {name: [was[name], now[name]] for name in AUDITED if was[name] != now[name]}
+            if before.secret != obj.secret:
+                changed["secret"] = "replaced"  # noqa: S105 - says that it changed, never what it is
+            if not changed:
+                return
+            if before.project_id != obj.project_id:
+                # Moved: the project it left is told too.
+                record(before.project, request.user, "webhook_changed", name=obj.name, **changed)
+            record(obj.project, request.user, "webhook_changed", name=obj.name, **changed)
+
+    def delete_model(self, request: HttpRequest, obj: WebhookEndpoint) -> None:
+        with transaction.atomic():
+            record(obj.project, request.user, "webhook_deleted", **_audited(obj))
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> None:
+        for endpoint in queryset.select_related("project"):
+            self.delete_model(request, endpoint)
 
 
 @zoned_times(DeliveryAttempt)
@@ -62,7 +147,7 @@ class AttemptInline(admin.TabularInline):
 @zoned_times(Delivery)
 class DeliveryAdmin(admin.ModelAdmin):
     list_display = ["created_at", "kind", "endpoint", "status", "attempts", "status_code", "delivered_at", "next_retry_at"]
-    list_filter = ["status", "kind", "endpoint"]
+    list_filter = ["status", "kind", ("endpoint", admin.RelatedOnlyFieldListFilter)]
     search_fields = ["id", "event__run__id", "event__run__task_id"]
     list_select_related = ["endpoint"]
     inlines = [AttemptInline]
@@ -83,6 +168,18 @@ class DeliveryAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Delivery]:
+        return scoped(super().get_queryset(request), request.user, permissions.VIEW_DELIVERIES, "endpoint__project_id")
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return is_site_admin(request.user) or bool(project_ids_with(request.user, permissions.VIEW_DELIVERIES))
+
+    def has_view_permission(self, request: HttpRequest, obj: Delivery | None = None) -> bool:
+        if obj is None or is_site_admin(request.user):
+            return self.has_module_permission(request)
+        project_id = obj.endpoint.project_id
+        return project_id is not None and permissions.VIEW_DELIVERIES in permissions_in(request.user, project_id)
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -13,7 +13,10 @@ def new_secret() -> str:
 
 
 class WebhookEndpoint(models.Model):
-    """Where notifications go. Each request is signed with this endpoint's secret."""
+    """Where notifications go. Each request is signed with this endpoint's secret.
+
+    An endpoint of a project gets its runs' notifications alone, and is its admins' to
+    manage; one of no project is site-wide (every run's), and the site admins'."""
 
     class Kind(models.TextChoices):
         APPROVAL_REQUESTED = messages.APPROVAL_REQUESTED, "an approval is requested"
@@ -34,6 +37,16 @@ class WebhookEndpoint(models.Model):
     event_kinds = models.JSONField(default=list, help_text="which kinds of notification this endpoint gets")
     format = models.CharField(max_length=10, choices=Format.choices, default=Format.JSON)
     active = models.BooleanField(default=True)
+    # CASCADE, not SET_NULL: a project's endpoint must not become a site-wide one,
+    # told of every project's runs, when its project goes.
+    project = models.ForeignKey(
+        "projects.Project",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="webhooks",
+        help_text="its runs' notifications alone; empty: every run's (site-wide, for site admins)",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

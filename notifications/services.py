@@ -17,6 +17,7 @@ import certifi
 import urllib3
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from common.redact import redact
@@ -34,14 +35,17 @@ USER_AGENT = "Harness-Webhooks/1"
 
 
 def record_deliveries(event: Event) -> list[str]:
-    """Delivery rows for every active endpoint that wants this event; their ids."""
+    """Delivery rows for every active endpoint that wants this event (site-wide, or of
+    the event's run's project); their ids."""
     kind = messages.kind_of(event.typed())
     if kind is None:
         return []
-    endpoints = [e for e in WebhookEndpoint.objects.filter(active=True) if kind in e.event_kinds]
+    run = event.run
+    # Site-wide endpoints and the run's project's own: never another project's.
+    wanted = WebhookEndpoint.objects.filter(Q(project__isnull=True) | Q(project_id=run.project_id), active=True)
+    endpoints = [e for e in wanted if kind in e.event_kinds]
     if not endpoints:
         return []
-    run = event.run
     run_facts = {"id": str(run.pk), "task_id": run.task_id, "objective": run.objective}
     now = timezone.now()
     rows = []

@@ -5,7 +5,11 @@ holds a permission (to scope every list), and the authentication backend that an
 
 An object outside the user's projects is answered as if it did not exist (the views
 turn a refusal for an object into 404): the same answer for a run that exists as for
-one that does not."""
+one that does not.
+
+A user object may be narrowed (``narrow``: an API token's project and role): every
+answer here then holds for that project alone, with no more than the role's
+permissions, and the user is no site admin and no global holder, whatever they hold."""
 
 from __future__ import annotations
 
@@ -23,12 +27,35 @@ from projects.roles import PROJECT_ROLES, SITE_ADMIN_GROUP
 M = TypeVar("M", bound=Model)
 # Per user object (so per request): project id -> the permissions held there.
 _CACHE = "_harness_project_permissions"
+# Per user object: (project id, role) when it acts through a narrowed token.
+_NARROWED = "_harness_narrowed_to"
+_EVERYTHING = frozenset(name for names in PROJECT_ROLES.values() for name in names)
 
 
-def is_site_admin(user: Any) -> bool:
+def narrow(user: Any, project_id: int, role: str) -> None:
+    """Make ``user`` (this object, for this request) act only in the project, with at
+    most the role's permissions."""
+    if role not in PROJECT_ROLES:
+        raise ValueError(f"no such role {role!r}")
+    setattr(user, _NARROWED, (project_id, role))
+    forget(user)
+
+
+def narrowed_to(user: Any) -> int | None:
+    """The project a narrowed user acts in; None when not narrowed."""
+    narrowed: tuple[int, str] | None = getattr(user, _NARROWED, None)
+    return narrowed[0] if narrowed is not None else None
+
+
+def _site_admin(user: Any) -> bool:
     if not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", False):
         return False
     return bool(user.is_superuser) or user.groups.filter(name=SITE_ADMIN_GROUP).exists()
+
+
+def is_site_admin(user: Any) -> bool:
+    # A narrowed token of a site admin acts in its one project, as its role there.
+    return narrowed_to(user) is None and _site_admin(user)
 
 
 def _held(user: Any) -> dict[int, frozenset[str]]:
@@ -41,6 +68,11 @@ def _held(user: Any) -> dict[int, frozenset[str]]:
         for project_id, role in mine:
             held.setdefault(project_id, set()).update(PROJECT_ROLES[role])
     frozen = {project_id: frozenset(names) for project_id, names in held.items()}
+    narrowed: tuple[int, str] | None = getattr(user, _NARROWED, None)
+    if narrowed is not None:
+        project_id, role = narrowed
+        there = _EVERYTHING if _site_admin(user) else frozen.get(project_id, frozenset())
+        frozen = {project_id: there & PROJECT_ROLES[role]}
     setattr(user, _CACHE, frozen)
     return frozen
 
@@ -54,15 +86,28 @@ def forget(user: Any) -> None:
 
 def holds_globally(user: Any, permission: str) -> bool:
     """A site admin, or a holder of ``permission`` through a global role (what the
-    global switch asks: a project's role reaches no further than its project)."""
+    global switch asks: a project's role reaches no further than its project, nor
+    does a narrowed token)."""
+    if narrowed_to(user) is not None:
+        return False
     return is_site_admin(user) or ModelBackend().has_perm(user, permission)
 
 
 def permissions_in(user: Any, project_id: int | None) -> frozenset[str]:
     """What ``user`` may do in the project (nothing in none, unless a site admin)."""
     if is_site_admin(user):
-        return frozenset(name for names in PROJECT_ROLES.values() for name in names)
+        return _EVERYTHING
     return _held(user).get(project_id, frozenset()) if project_id is not None else frozenset()
+
+
+def holds_somewhere(user: Any, permission: str) -> bool:
+    """Whether ``user`` may ``permission`` anywhere: ``user.has_perm(permission)``, except
+    that a narrowed user holds only what its project and role leave it (Django's
+    superuser shortcut and global groups would answer past the narrowing)."""
+    project_id = narrowed_to(user)
+    if project_id is None:
+        return bool(user.has_perm(permission))
+    return permission in permissions_in(user, project_id)
 
 
 def project_ids_with(user: Any, permission: str) -> list[int] | None:
