@@ -274,7 +274,8 @@ class PolicyVersionAdmin(admin.ModelAdmin):
         old, new = picked
         context = {
             **self.admin_site.each_context(request),
-            "title": f"Policy of {project.slug}: v{old.version} → v{new.version}",
+            "title": f"Policy v{old.version} → v{new.version}",
+            "subtitle": f"project {project.slug}",
             "project": project,
             "may_add": ADD_POLICIES in permissions_in(request.user, project.pk),
             "old": old,

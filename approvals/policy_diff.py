@@ -37,4 +37,4 @@ def version_diff(old: PolicyVersion | None, new: PolicyVersion) -> str:
 
 def previous_of(version: PolicyVersion) -> PolicyVersion | None:
     """The version before, in the same project: versions count within a project."""
-    return PolicyVersion.objects.filter(project_id=version.project_id, version__lt=version.version).order_by("-version").first()
+    return PolicyVersion.objects.filter(project=version.project, version__lt=version.version).order_by("-version").first()

@@ -28,6 +28,7 @@ from core.ports import ApprovalGate, Clock, Controls, Proposer, Store, SystemClo
 from core.report import build_report
 from core.state import RunState
 from core.tools import Registry, builtin_registry
+from projects.models import default_project_id
 from runs.artifacts import ArtifactStorage
 from runs.models import Run
 from runs.proposers import build_proposer, check_proposer_config
@@ -171,8 +172,8 @@ class CurrentPolicy:
     project's new versions, never another's); a version already loaded is not parsed
     again."""
 
-    def __init__(self, project_id: int) -> None:
-        self.project_id = project_id
+    def __init__(self, project_id: int | None) -> None:
+        self.project_id = default_project_id() if project_id is None else project_id
         self._loaded: Policy | None = None
 
     def current(self) -> Policy:
