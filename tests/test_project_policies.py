@@ -180,6 +180,7 @@ def test_it_compares_versions_within_one_project(alpha: Project, admin_user: Use
     # The version before alpha's v2 is alpha's v1, not the default project's.
     page = client.get(f"/admin/approvals/policyversion/{alpha_v2.pk}/change/").content.decode()
     assert "--- policy v1" in page and "approval_ttl_seconds&quot;: 60" in page
+    assert "?project=alpha&amp;from=2" in page and "compare/?project=alpha&amp;old=1&amp;new=2" in page
     mixed = client.post(
         "/admin/approvals/policyversion/", {"action": "compare_versions", "_selected_action": [default_v1.pk, alpha_v2.pk]}, follow=True
     )
