@@ -12,12 +12,13 @@ from typing import Any, Literal
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import IntegrityError, transaction
-from django.db.models import F, Max, OuterRef, QuerySet, Subquery
+from django.db.models import F, Max, OuterRef, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from approvals.checks import DecisionRefused, RunStanding, check_decision, check_reason, staleness
 from approvals.models import ApprovalGrant, ApprovalRequest, PolicyVersion
-from approvals.policies import current_policy_row
+from approvals.policies import current_policy_row, default_policy_document
 from core import events as ev
 from core.fences import Fence, RowLock
 from core.lifecycle import OPEN_STATUSES, check_lapse, check_request_transition, sources_of
@@ -225,10 +226,12 @@ def pending_requests() -> QuerySet[ApprovalRequest]:
 # -- policy versions ---------------------------------------------------------------------
 
 
-def newest_in_run_project() -> Subquery:
-    """For a query over requests: the number of the policy in force in each one's run's project."""
+def newest_in_run_project() -> Coalesce:
+    """For a query over requests: the number of the policy in force in each one's run's
+    project; for a project with no version yet, the default document's, which is what
+    ``current_policy_row`` will make its first (not yet written, as nothing read it)."""
     newest = PolicyVersion.objects.filter(project_id=OuterRef("run__project_id")).order_by("-version").values("version")[:1]
-    return Subquery(newest)
+    return Coalesce(Subquery(newest), Value(default_policy_document()["version"]))
 
 
 def lapse_stale(request: ApprovalRequest, current: int, *, fence: Fence) -> bool:

@@ -132,7 +132,7 @@ def project_admin_of(project: Project) -> Client:
     return client
 
 
-def document_json(project: Project, **changes: object) -> str:
+def document_json(project: Project, **changes: Any) -> str:
     return json.dumps(edited(project, **changes))
 
 
