@@ -4,6 +4,12 @@ one") and saves a new version; a version's page shows its difference from the on
 before; any two versions are compared side by side, in colour, at a GET URL that can
 be shared.
 
+Policies are a project's: versions count, and are compared, within one project. A
+project's admins see and edit its versions alone; site admins all (projects.access).
+A page names its project with ``?project=<slug>`` (else the only project where the
+user may do what it does, else the default project); another project's answers 404,
+as one that does not exist.
+
 Saving a version also ends the waits it makes stale (docs/design.md, Approvals), which
 is runs' orchestration (runs.approval_flow.save_policy_version) and out of reach from
 here: approvals sit below runs. So ``PolicyVersionAdmin`` is the pages without the
@@ -38,9 +44,40 @@ from approvals.policy_editor import (
     kept_forms,
     place_problems,
 )
+from common.permissions import ADD_POLICIES, VIEW_APPROVALS, VIEW_POLICIES
 from common.times import zoned_times
 from core.errors import InputError, json_message
 from core.policy import check_policy
+from projects.access import permissions_in, project_ids_with, projects_with, scoped
+from projects.models import DEFAULT_PROJECT, Project
+
+
+def policy_project(request: HttpRequest, permission: str) -> Project:
+    """The project whose policies the page is about (``?project=<slug>``, else the only
+    project where the user holds ``permission``, else the default project); 404 for
+    one where they do not hold it, the same answer as for one that does not exist."""
+    slug = request.GET.get("project", "")
+    if not slug:
+        ids = project_ids_with(request.user, permission)
+        only = Project.objects.filter(pk=ids[0]).first() if ids is not None and len(ids) == 1 else None
+        slug = only.slug if only is not None else DEFAULT_PROJECT
+    project = Project.objects.filter(slug=slug).first()
+    if project is None or permission not in permissions_in(request.user, project.pk):
+        raise Http404(f"there is no project {slug!r}")
+    return project
+
+
+class PolicyProjectFilter(admin.SimpleListFilter):
+    """By project, offering only the projects whose policies the user may see."""
+
+    title = "project"
+    parameter_name = "project__slug"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(project.slug, project.slug) for project in projects_with(request.user, VIEW_POLICIES)]
+
+    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
+        return queryset.filter(project__slug=self.value()) if self.value() else queryset
 
 
 class PolicyVersionForm(forms.ModelForm):
@@ -77,9 +114,10 @@ class PolicyVersionAdmin(admin.ModelAdmin):
     """The policy versions' pages; registered by runs.admin with ``store_version``."""
 
     form = PolicyVersionForm
-    list_display: tuple[str, ...] = ("version", "new_from_this", "note", "created_by", "created_at")
+    list_display: tuple[str, ...] = ("project", "version", "new_from_this", "note", "created_by", "created_at")
+    list_filter = (PolicyProjectFilter,)
     actions = ["compare_versions"]
-    readonly_fields = ("version", "note", "created_by", "created_at", "document_pretty", "difference")
+    readonly_fields = ("project", "version", "note", "created_by", "created_at", "document_pretty", "difference")
 
     def store_version(self, row: PolicyVersion, document: dict[str, Any]) -> list[str]:
         """Save ``row`` with ``document`` as the newest version; the ids of the pending
@@ -89,16 +127,29 @@ class PolicyVersionAdmin(admin.ModelAdmin):
     @admin.display(description="edit")
     def new_from_this(self, obj: PolicyVersion) -> str:
         url = reverse("admin:approvals_policyversion_add")
-        return format_html('<a href="{}?from={}">new version from v{}</a>', url, obj.version, obj.version)
+        return format_html('<a href="{}?project={}&amp;from={}">new version from v{}</a>', url, obj.project.slug, obj.version, obj.version)
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        # The versions of the user's projects alone: another project's is not found.
+        return scoped(super().get_queryset(request), request.user, VIEW_POLICIES).select_related("project")
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Without an object: in some project (a list scoped to those); with one: in its project.
+        return request.user.has_perm(VIEW_POLICIES, obj)
 
     def get_urls(self) -> list[Any]:
         compare = path("compare/", self.admin_site.admin_view(self.compare_view), name="approvals_policyversion_compare")
         return [compare, *super().get_urls()]
 
     def base_document(self, request: HttpRequest) -> tuple[int, dict[str, Any]]:
-        """The version a new one starts from: ``?from=N``, else the newest."""
+        """The version a new one starts from: ``?from=N`` of the project, else its newest."""
+        project = policy_project(request, ADD_POLICIES)
         wanted = request.GET.get("from", "")
-        row = PolicyVersion.objects.filter(version=int(wanted)).first() if wanted.isdigit() else current_policy_row()
+        versions = PolicyVersion.objects.filter(project=project)
+        row = versions.filter(version=int(wanted)).first() if wanted.isdigit() else current_policy_row(project.pk)
         if row is None:
             raise Http404(f"there is no policy v{wanted}")
         document = dict(row.document)
@@ -132,10 +183,12 @@ class PolicyVersionAdmin(admin.ModelAdmin):
 
     def add_view(self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None) -> HttpResponse:
         """Rows for rules and checks; ``?json=1`` (or a posted ``document_text``) is the raw JSON editor."""
-        if request.GET.get("json") or "document_text" in request.POST:
-            return super().add_view(request, form_url, {**(extra_context or {}), "subtitle": "Advanced: raw JSON"})
         if not self.has_add_permission(request):
             raise PermissionDenied
+        # Before either editor: someone who may not add to the project is answered 404.
+        project = policy_project(request, ADD_POLICIES)
+        if request.GET.get("json") or "document_text" in request.POST:
+            return super().add_view(request, form_url, {**(extra_context or {}), "subtitle": f"{project.slug}: advanced, raw JSON"})
         start, base = self.base_document(request)
         main_initial, rules_initial, checks_initial = initial_data(base)
         if request.method == "POST":
@@ -151,7 +204,7 @@ class PolicyVersionAdmin(admin.ModelAdmin):
                 except InputError as exc:
                     place_problems(exc.problems, main, rule_forms, check_forms)
                 else:
-                    obj = PolicyVersion(note=main.cleaned_data["note"])
+                    obj = PolicyVersion(project=project, note=main.cleaned_data["note"])
                     self.save_version(request, obj, document)
                     self.log_addition(request, obj, [{"added": {}}])
                     self.message_user(request, f"Saved {obj}.", messages.SUCCESS)
@@ -164,7 +217,7 @@ class PolicyVersionAdmin(admin.ModelAdmin):
             **self.admin_site.each_context(request),
             **(extra_context or {}),
             "title": "Add policy version",
-            "subtitle": f"starting from v{start}",
+            "subtitle": f"{project.slug}: starting from v{start}",
             "opts": self.model._meta,
             "main_form": main,
             "rules": rules,
@@ -175,6 +228,7 @@ class PolicyVersionAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "admin/approvals/policy_edit.html", context)
 
     def save_model(self, request: HttpRequest, obj: PolicyVersion, form: Any, change: bool) -> None:
+        obj.project = policy_project(request, ADD_POLICIES)
         self.save_version(request, obj, form.cleaned_data["document_text"])
 
     def save_version(self, request: HttpRequest, obj: PolicyVersion, document: dict[str, Any]) -> None:
@@ -199,14 +253,18 @@ class PolicyVersionAdmin(admin.ModelAdmin):
         if len(chosen) != 2:
             self.message_user(request, "Select exactly two versions to compare.", messages.WARNING)
             return None
+        if chosen[0].project_id != chosen[1].project_id:
+            self.message_user(request, "Select two versions of one project: versions are compared within a project.", messages.WARNING)
+            return None
         url = reverse("admin:approvals_policyversion_compare")
-        return HttpResponseRedirect(f"{url}?old={chosen[0].version}&new={chosen[1].version}")
+        return HttpResponseRedirect(f"{url}?project={chosen[0].project.slug}&old={chosen[0].version}&new={chosen[1].version}")
 
     def compare_view(self, request: HttpRequest) -> HttpResponse:
-        """``?old=N&new=M``: the two versions side by side, changes coloured."""
+        """``?project=<slug>&old=N&new=M``: two versions of the project side by side, changes coloured."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        versions = {row.version: row for row in PolicyVersion.objects.order_by("version")}
+        project = policy_project(request, VIEW_POLICIES)
+        versions = {row.version: row for row in PolicyVersion.objects.filter(project=project).order_by("version")}
         picked = []
         for name in ("old", "new"):
             text = request.GET.get(name, "")
@@ -217,6 +275,9 @@ class PolicyVersionAdmin(admin.ModelAdmin):
         context = {
             **self.admin_site.each_context(request),
             "title": f"Policy v{old.version} → v{new.version}",
+            "subtitle": f"project {project.slug}",
+            "project": project,
+            "may_add": ADD_POLICIES in permissions_in(request.user, project.pk),
             "old": old,
             "new": new,
             "versions": list(versions),
@@ -232,6 +293,16 @@ class ApprovalRequestAdmin(admin.ModelAdmin):
     list_display = ("tool", "run", "status", "created_at", "expires_at", "decided_by")
     list_filter = ("status", "tool")
     readonly_fields = [f.name for f in ApprovalRequest._meta.fields]
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        # The requests of the user's projects' runs alone, as on the reviewer pages.
+        return scoped(super().get_queryset(request), request.user, VIEW_APPROVALS, "run__project_id")
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm(VIEW_APPROVALS, obj)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # requests come from runs; decisions go through the reviewer pages

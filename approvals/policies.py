@@ -1,5 +1,5 @@
-"""Loading the server policy. The newest PolicyVersion is current; a database
-without any gets version 1 from ``default_policy.json``."""
+"""Loading a project's policy. The project's newest PolicyVersion is current; a
+project without any gets version 1 from ``default_policy.json``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 
 from approvals.models import PolicyVersion
 from core.policy import Policy, check_policy
+from projects.models import default_project_id
 
 DEFAULT_POLICY_FILE = Path(__file__).with_name("default_policy.json")
 
@@ -38,14 +39,26 @@ def self_approval_on(policy: Policy) -> bool:
     return policy.allow_self_approval and settings.HARNESS_ALLOW_SELF_APPROVAL
 
 
-def current_policy_row() -> PolicyVersion:
-    row = PolicyVersion.objects.order_by("-version").first()
+def current_policy_row(project_id: int | None = None) -> PolicyVersion:
+    """The policy in force in the project (``project_id``, else the default project):
+    its newest version, or, for a project with none yet, version 1 made from the
+    default document."""
+    project_id = default_project_id() if project_id is None else project_id
+    row = PolicyVersion.objects.filter(project_id=project_id).order_by("-version").first()
     if row is not None:
         return row
     document = default_policy_document()
     try:
-        # Two processes may seed at once; the unique version makes one of them lose.
+        # Two processes may seed at once; the version unique in its project makes one of them lose.
         with transaction.atomic():
-            return PolicyVersion.objects.create(version=document["version"], document=document, note="default policy")
+            return PolicyVersion.objects.create(
+                project_id=project_id, version=document["version"], document=document, note="default policy"
+            )
     except IntegrityError:
-        return PolicyVersion.objects.get(version=document["version"])
+        return PolicyVersion.objects.get(project_id=project_id, version=document["version"])
+
+
+def newest_version(project_id: int) -> int | None:
+    """The number of the project's policy in force, None before it has one (read
+    without seeding, for a loop that asks before every proposal)."""
+    return PolicyVersion.objects.filter(project_id=project_id).order_by("-version").values_list("version", flat=True).first()

@@ -36,4 +36,5 @@ def version_diff(old: PolicyVersion | None, new: PolicyVersion) -> str:
 
 
 def previous_of(version: PolicyVersion) -> PolicyVersion | None:
-    return PolicyVersion.objects.filter(version__lt=version.version).order_by("-version").first()
+    """The version before, in the same project: versions count within a project."""
+    return PolicyVersion.objects.filter(project=version.project, version__lt=version.version).order_by("-version").first()

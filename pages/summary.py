@@ -90,7 +90,7 @@ def _latest_evidence(run: Run, state: RunState) -> list[dict[str, Any]]:
 
 def _budgets(run: Run, state: RunState, working: float, waited: float) -> list[dict[str, Any]]:
     """What the run has used of each limit: the contract's, the policy's wait and the model's."""
-    max_wait = load_policy(current_policy_row()).max_wait_seconds
+    max_wait = load_policy(current_policy_row(run.project_id)).max_wait_seconds
     wait_budget = [_budget("waiting", waited, max_wait, "s", clock="waited")] if max_wait else []
     return [
         _budget("proposals", state.proposals, state.limits.max_proposals),

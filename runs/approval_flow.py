@@ -12,15 +12,18 @@ from typing import Any, Literal
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import IntegrityError, transaction
-from django.db.models import F, Max, QuerySet, Subquery
+from django.db.models import F, Max, OuterRef, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from approvals.checks import DecisionRefused, RunStanding, check_decision, check_reason, staleness
 from approvals.models import ApprovalGrant, ApprovalRequest, PolicyVersion
-from approvals.policies import current_policy_row
+from approvals.policies import current_policy_row, default_policy_document
 from core import events as ev
 from core.fences import Fence, RowLock
 from core.lifecycle import OPEN_STATUSES, check_lapse, check_request_transition, sources_of
+from projects import audit
+from projects.models import default_project_id
 from runs import queue
 from runs.eventlog import append_event
 from runs.models import Run
@@ -51,13 +54,15 @@ def standing(run_id: str) -> RunStanding:
 
 
 def staleness_now(request: ApprovalRequest) -> str | None:
-    """``approvals.checks.staleness`` against where the run and the policy are now."""
-    return staleness(request, standing(str(request.run_id)), current_policy_row().version)
+    """``approvals.checks.staleness`` against where the run and its project's policy are now."""
+    run = standing(str(request.run_id))
+    return staleness(request, run, current_policy_row(run.project_id).version)
 
 
 def check_decision_now(request: ApprovalRequest, user: User | AnonymousUser, *, granting: bool = False) -> None:
-    """``approvals.checks.check_decision`` against where the run and the policy are now."""
-    check_decision(request, user, standing(str(request.run_id)), current_policy_row(), granting=granting)
+    """``approvals.checks.check_decision`` against where the run and its project's policy are now."""
+    run = standing(str(request.run_id))
+    check_decision(request, user, run, current_policy_row(run.project_id), granting=granting)
 
 
 def check_decision_recording_lapse(request: ApprovalRequest, user: User | AnonymousUser, *, granting: bool = False) -> None:
@@ -204,21 +209,29 @@ def wake_after_commit(run_id: str) -> None:
 
 def pending_requests() -> QuerySet[ApprovalRequest]:
     """What reviewers can still decide: pending, not expired, asked under the policy
-    in force, and its run waiting for it at the revision it was asked for (a run being
+    in force in its run's project, and its run waiting for it at the revision it was asked for (a run being
     stopped cancels its requests; this keeps them out meanwhile). A stale request never
     counts as waiting, not even before its lapse is recorded."""
-    newest = PolicyVersion.objects.order_by("-version").values("version")[:1]
+    newest = newest_in_run_project()
     return ApprovalRequest.objects.filter(
         run__status=Run.Status.WAITING,
         run__kill_requested=False,
         run__revision=F("revision"),
         status=Status.PENDING,
         expires_at__gt=timezone.now(),
-        policy_version=Subquery(newest),
+        policy_version=newest,
     ).order_by("created_at")
 
 
 # -- policy versions ---------------------------------------------------------------------
+
+
+def newest_in_run_project() -> Coalesce:
+    """For a query over requests: the number of the policy in force in each one's run's
+    project; for a project with no version yet, the default document's, which is what
+    ``current_policy_row`` will make its first (not yet written, as nothing read it)."""
+    newest = PolicyVersion.objects.filter(project_id=OuterRef("run__project_id")).order_by("-version").values("version")[:1]
+    return Coalesce(Subquery(newest), Value(default_policy_document()["version"]))
 
 
 def lapse_stale(request: ApprovalRequest, current: int, *, fence: Fence) -> bool:
@@ -228,29 +241,37 @@ def lapse_stale(request: ApprovalRequest, current: int, *, fence: Fence) -> bool
 
 
 def save_policy_version(row: PolicyVersion, document: dict[str, Any]) -> list[str]:
-    """Save ``row`` (note and author set, ``document`` checked) as the newest version.
-    Every run decides under it from now on, so each pending request asked under an
-    older version lapses stale in the same transaction (no page or count read after
-    the save shows it waiting) and its run is woken once that commits: the waiting
-    call goes back through the gates at once (docs/design.md, Approvals). A wake-up
-    lost on the way, or a request filed under the old version by a worker that read
-    it just before, is the beat's sweep's (runs.invariants.lapse_stale_requests).
-    Returns the ids of the requests it made stale."""
+    """Save ``row`` (project, note and author set, ``document`` checked) as the newest
+    version of its project (the default project's when it names none). The project's
+    runs decide under it from now on, so each pending request of those runs asked
+    under another version lapses stale in the same transaction (no page or count read
+    after the save shows it waiting) and its run is woken once that commits: the
+    waiting call goes back through the gates at once (docs/design.md, Approvals).
+    Other projects' runs and requests are not touched: their policies did not change.
+    A wake-up lost on the way, or a request filed under the old version by a worker
+    that read it just before, is the beat's sweep's
+    (runs.invariants.lapse_stale_requests). Returns the ids of the requests it made
+    stale."""
+    if row.project_id is None:
+        row.project_id = default_project_id()
     for _ in range(3):
         try:
-            # Two admins saving at once both compute max+1; the unique version lets
-            # one win and the other retry with the next number. The lapses are in
-            # the same transaction, so a lost race undoes them too.
+            # Two admins saving at once both compute max+1; the version unique in its
+            # project lets one win and the other retry with the next number. The lapses
+            # are in the same transaction, so a lost race undoes them too.
             with transaction.atomic():
-                latest = PolicyVersion.objects.aggregate(v=Max("version"))["v"] or 0
+                latest = PolicyVersion.objects.filter(project_id=row.project_id).aggregate(v=Max("version"))["v"] or 0
                 row.version = latest + 1
                 row.document = {**document, "version": row.version}
                 row.save()
                 stale = []
-                for request in ApprovalRequest.objects.filter(status=Status.PENDING, policy_version__lt=row.version):
+                waiting = ApprovalRequest.objects.filter(status=Status.PENDING, run__project_id=row.project_id)
+                for request in waiting.exclude(policy_version=row.version):
                     if lapse_stale(request, row.version, fence=SAVING):
                         stale.append(str(request.pk))
                         wake_after_commit(str(request.run_id))
+                # Who changed the project's policy, and when (projects.audit).
+                audit.record(row.project, row.created_by, "policy_saved", version=row.version, note=row.note, stale_requests=len(stale))
             return stale
         except IntegrityError:
             row.pk = None

@@ -11,15 +11,15 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from approvals.policies import current_policy_row
 from core import events as ev
 from core.fences import RowLock
 from core.lifecycle import OPEN_STATUSES
 from runs import leases
-from runs.approval_flow import do_lapse, lapse_stale
+from runs.approval_flow import do_lapse, lapse_stale, newest_in_run_project
 from runs.eventlog import append_event
 from runs.models import Event, Run
 
@@ -68,14 +68,18 @@ def _record_repair(request: ApprovalRequest, invariant: str, repair: str) -> Non
 
 
 def lapse_stale_requests() -> int:
-    """Lapse the pending requests asked under a policy older than the current one.
-    Saving a version lapses them at once (runs.approval_flow.save_policy_version);
-    these are the ones that missed it: a version saved some other way, or a request
-    filed by a worker that read the policy just before the save. ``waits_to_end``
-    then wakes their runs, so each call goes back through the gates."""
-    current = current_policy_row().version
+    """Lapse the pending requests asked under a policy older than the one in force in
+    their run's project. Saving a version lapses them at once
+    (runs.approval_flow.save_policy_version); these are the ones that missed it: a
+    version saved some other way, or a request filed by a worker that read the policy
+    just before the save. ``waits_to_end`` then wakes their runs, so each call goes
+    back through the gates."""
     repaired = 0
-    for request in ApprovalRequest.objects.filter(status=Status.PENDING, policy_version__lt=current):
+    behind = ApprovalRequest.objects.annotate(current=newest_in_run_project()).filter(
+        status=Status.PENDING, policy_version__lt=F("current")
+    )
+    for request in behind:
+        current = request.current
         # The lapse and the record of the repair land together.
         with transaction.atomic():
             if lapse_stale(request, current, fence=REPAIRING):

@@ -217,7 +217,7 @@ def create_run(contract: object, proposer: object, actor: Any, *, project: str |
     if place.paused:
         # The project's own switch: its operators paused it (runs.control).
         raise InputError("run", [FieldProblem("(run)", f"project {place.slug} is paused: its operators admit no new runs right now")])
-    new = check_new_run(contract, proposer)
+    new = check_new_run(contract, proposer, place.pk)
     run = do_create_run(new, actor, check_workspace_for, project_id=place.pk)
     admitted = admission.admit_new(run)
     if enqueue:

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import PolicyVersion
-from approvals.policies import current_policy_row, load_policy
+from approvals.policies import current_policy_row, load_policy, newest_version
 from core import storable
 from core.contract import Contract, check_contract
 from core.environment import Environment
@@ -29,6 +29,7 @@ from core.ports import ApprovalGate, Clock, Controls, Proposer, Store, SystemClo
 from core.report import build_report
 from core.state import RunState
 from core.tools import Registry, builtin_registry
+from projects.models import default_project_id
 from runs.artifacts import ArtifactStorage
 from runs.budgets import project_bound
 from runs.models import Run
@@ -53,7 +54,9 @@ def registry() -> Registry:
     return builtin_registry()
 
 
-def check_new_run(contract_raw: object, proposer_config: object) -> NewRun:
+def check_new_run(contract_raw: object, proposer_config: object, project_id: int | None = None) -> NewRun:
+    """The run checked against the policy in force in its project (``project_id``,
+    else the default project), under which it starts."""
     # A value no database takes would make a run that cannot be listed or driven
     # (core.storable): refused first, naming where it is, before any other check
     # reads it (a value nested thousands deep breaks those too).
@@ -61,7 +64,7 @@ def check_new_run(contract_raw: object, proposer_config: object) -> NewRun:
     unfit += storable.problems(proposer_config, "proposer", max_bytes=MAX_CONFIG_BYTES)
     if unfit:
         raise InputError("new run", unfit)
-    row = current_policy_row()
+    row = current_policy_row(project_id)
     policy = load_policy(row)
     problems = []
     # Both halves are checked so one answer names every bad field.
@@ -81,19 +84,22 @@ def check_new_run(contract_raw: object, proposer_config: object) -> NewRun:
 def do_create_run(
     new: NewRun, actor: Any, revision_of: Callable[[Run], str], clock: Clock | None = None, project_id: int | None = None
 ) -> Run:
-    """Create the run row (in ``project_id``, else the default project) and its
-    initial state; ``revision_of`` prepares the workspace for the new run and returns
-    its revision."""
+    """Create the run row (in ``project_id``, else the project whose policy ``new``
+    was checked against) and its initial state; ``revision_of`` prepares the
+    workspace for the new run and returns its revision."""
+    if project_id is not None and project_id != new.policy_row.project_id:
+        # A run starts under its own project's policy, never another's.
+        raise ValueError(f"the run was checked under project {new.policy_row.project_id}'s policy, not project {project_id}'s")
     now = clock.now() if clock else time.time()
     # A workspace that cannot be prepared (bad source) must not leave a run row
     # without state behind.
     with transaction.atomic():
-        return _create(new, actor, revision_of, now, project_id)
+        return _create(new, actor, revision_of, now)
 
 
-def _create(new: NewRun, actor: Any, revision_of: Callable[[Run], str], now: float, project_id: int | None) -> Run:
+def _create(new: NewRun, actor: Any, revision_of: Callable[[Run], str], now: float) -> Run:
     run = Run.objects.create(
-        **({"project_id": project_id} if project_id is not None else {}),
+        project_id=new.policy_row.project_id,
         task_id=new.contract.task_id,
         objective=new.contract.objective,
         contract=new.contract.model_dump(mode="json"),
@@ -129,9 +135,10 @@ def drive_run(
     store: Store | None = None,
 ) -> RunState:
     """Advance a run from its stored state until it waits or stops. Its gates decide
-    under the policy now in force (docs/design.md, Approvals), re-read before every proposal.
+    under the policy now in force in its project (docs/design.md, Approvals), re-read
+    before every proposal.
     ``proposer`` and ``store`` replace the run's own (a test's model, a crashing store)."""
-    policies = CurrentPolicy()
+    policies = CurrentPolicy(run.project_id)
     policy = policies.current()
     state = load_state(run)
     now = (clock or SystemClock()).now()
@@ -165,15 +172,18 @@ def drive_run(
 
 
 class CurrentPolicy:
-    """The newest policy version; a version already loaded is not parsed again."""
+    """The newest policy version of one project (the run's: its gates adopt that
+    project's new versions, never another's); a version already loaded is not parsed
+    again."""
 
-    def __init__(self) -> None:
+    def __init__(self, project_id: int | None) -> None:
+        self.project_id = default_project_id() if project_id is None else project_id
         self._loaded: Policy | None = None
 
     def current(self) -> Policy:
-        version = PolicyVersion.objects.order_by("-version").values_list("version", flat=True).first()
+        version = newest_version(self.project_id)
         if self._loaded is None or self._loaded.version != version:
-            self._loaded = load_policy(current_policy_row())
+            self._loaded = load_policy(current_policy_row(self.project_id))
         return self._loaded
 
 

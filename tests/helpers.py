@@ -55,9 +55,16 @@ class World:
     def environment(self) -> Environment:
         return Environment(self.executor, self.workspace)
 
-    def create(self, actor: User | None = None, script: Sequence[object] = SCRIPT, contract: Mapping[str, object] = CONTRACT) -> Run:
-        new = check_new_run(contract, {"kind": "scripted", "script": script})
-        return do_create_run(new, actor, lambda run: self.workspace.revision())
+    def create(
+        self,
+        actor: User | None = None,
+        script: Sequence[object] = SCRIPT,
+        contract: Mapping[str, object] = CONTRACT,
+        project_id: int | None = None,
+    ) -> Run:
+        """A run in the project (by default the default project), under its policy."""
+        new = check_new_run(contract, {"kind": "scripted", "script": script}, project_id)
+        return do_create_run(new, actor, lambda run: self.workspace.revision(), project_id=project_id)
 
 
 def run_command(*args: str) -> tuple[int, str, str]:

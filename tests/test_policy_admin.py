@@ -76,7 +76,7 @@ def test_it_shows_a_version_with_its_difference_and_compares_two(client: Client,
         {"action": "compare_versions", "_selected_action": [base.pk, newest.pk]},
     )
     # The comparison lives at a GET URL that can be bookmarked and shared.
-    url = f"/admin/approvals/policyversion/compare/?old={base.version}&new={newest.version}"
+    url = f"/admin/approvals/policyversion/compare/?project=default&old={base.version}&new={newest.version}"
     assert response.status_code == 302 and response["Location"] == url
     page = client.get(url).content.decode()
     assert f"Policy v{base.version} → v{newest.version}" in page
