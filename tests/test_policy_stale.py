@@ -296,7 +296,9 @@ def test_it_repairs_a_lost_wake_up_in_the_sweep(
         # A version saved around the service: nothing lapsed, nobody was woken.
         new_policy_version(approval_ttl_seconds=900)
     deadline = time.monotonic() + 60
-    while not ApprovalRequest.objects.filter(run=run, status="pending", policy_version=first.policy_version + 1).exists():
+    # The new request's row is written when it is filed, before the checkpoint that
+    # records the wait's end and the new wait: both are waited for.
+    while not (ApprovalRequest.objects.filter(run=run, status="pending", policy_version=first.policy_version + 1).exists() and exits(run)):
         assert time.monotonic() < deadline, celery_worker.log()[-4000:]
         time.sleep(0.1)
     first.refresh_from_db()
