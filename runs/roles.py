@@ -10,26 +10,16 @@ from django.contrib.auth.management import create_permissions
 from django.contrib.auth.models import Group, Permission
 
 from common import permissions as p
+from projects.models import Role
+from projects.roles import PROJECT_ROLES
 
+# The global groups, with the permissions of the project roles of the same name (their
+# members hold those roles in the default project: projects.models); the admin group,
+# the site admins, also manage API tokens.
 ROLE_PERMISSIONS: dict[str, list[str]] = {
-    "reviewer": [p.VIEW_RUNS, p.VIEW_APPROVALS, p.DECIDE_APPROVALS],
-    "operator": [p.VIEW_RUNS, p.ADD_RUNS, p.VIEW_APPROVALS, p.OPERATE_RUNS],
-    "admin": [
-        p.VIEW_RUNS,
-        p.ADD_RUNS,
-        p.OPERATE_RUNS,
-        p.VIEW_APPROVALS,
-        p.DECIDE_APPROVALS,
-        p.VIEW_POLICIES,
-        p.ADD_POLICIES,
-        p.VIEW_WEBHOOKS,
-        p.ADD_WEBHOOKS,
-        p.CHANGE_WEBHOOKS,
-        p.DELETE_WEBHOOKS,
-        p.VIEW_DELIVERIES,
-        p.VIEW_API_TOKENS,
-        p.CHANGE_API_TOKENS,
-    ],
+    "reviewer": sorted(PROJECT_ROLES[Role.REVIEWER]),
+    "operator": sorted(PROJECT_ROLES[Role.OPERATOR]),
+    "admin": sorted(PROJECT_ROLES[Role.ADMIN] | {p.VIEW_API_TOKENS, p.CHANGE_API_TOKENS}),
 }
 
 

@@ -40,6 +40,7 @@ from runs.models import Event, Run
 from sandbox.container_spec import LABEL_RUN
 from sandbox.orphans import sweep_orphans
 from tests.fixtures_services import service_env
+from tests.two_hosts import Engine
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]
 
@@ -54,66 +55,8 @@ KEEP_TAG = "harness-sandbox:chaos-keep"
 FIGURES: list[dict[str, Any]] = []
 
 
-class ChaosEngine:
+class ChaosEngine(Engine):
     """A dockerd of its own that the tests stop, start and break at will."""
-
-    def __init__(self, root: Path, data_root: Path) -> None:
-        self.root = root
-        self.data_root = data_root
-        self.host = f"unix://{root / 'docker.sock'}"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        self.starts += 1
-        log = open(self.root / f"dockerd-{self.starts}.log", "wb")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen(
-            [
-                "dockerd",
-                "--data-root",
-                str(self.data_root),
-                "--exec-root",
-                str(self.root / "exec"),
-                "--pidfile",
-                str(self.root / "dockerd.pid"),
-                "-H",
-                self.host,
-                "--iptables=false",
-                "--ip6tables=false",
-                "--bridge=none",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"chaos dockerd exited: {Path(log.name).read_text()[-3000:]}")
-            if self.up():
-                return
-            time.sleep(0.2)
-        raise RuntimeError(f"chaos dockerd not ready after 60 s: {Path(log.name).read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        """SIGTERM, as an operator or a package upgrade stops an engine."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(60)
-        self.proc = None
-
-    def up(self) -> bool:
-        try:
-            client = self.client(timeout=3)
-        except DockerException:
-            return False
-        try:
-            return bool(client.ping())
-        except DockerException:
-            return False
-        finally:
-            client.close()
 
     def client(self, timeout: int = 30) -> docker.DockerClient:
         return docker.DockerClient(base_url=self.host, timeout=timeout)
@@ -129,10 +72,7 @@ def chaos(docker_engine: docker.DockerClient) -> Iterator[ChaosEngine]:
     engine = ChaosEngine(root, data_root)
     engine.start()
     try:
-        # The sandbox image, byte for byte the one the main engine has.
-        save = subprocess.Popen(["docker", "save", settings.SANDBOX_IMAGE], stdout=subprocess.PIPE)
-        subprocess.run(["docker", "-H", engine.host, "load", "-q"], stdin=save.stdout, check=True, capture_output=True)
-        assert save.wait() == 0
+        engine.load_sandbox_image()
         engine.client().images.get(settings.SANDBOX_IMAGE).tag(KEEP_TAG)
         yield engine
     finally:
