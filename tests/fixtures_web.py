@@ -192,7 +192,7 @@ class Scene:
     request: ApprovalRequest
 
 
-def waiting_scene(starter: Any, script: list[Any] | None = None) -> Scene:
+def waiting_scene(starter: Any, script: list[Any] | None = None, project_id: int | None = None) -> Scene:
     from approvals.models import ApprovalRequest
     from runs.approval_gate import DjangoApprovals
     from runs.services import drive_run
@@ -200,7 +200,7 @@ def waiting_scene(starter: Any, script: list[Any] | None = None) -> Scene:
 
     world = World()
     script = SCRIPT if script is None else script
-    run = world.create(actor=starter, script=script)
+    run = world.create(actor=starter, script=script, project_id=project_id)
     state = drive_run(run, world.environment(), DjangoApprovals(run))
     assert state.status == "waiting_approval", state.outcome
     run.refresh_from_db()

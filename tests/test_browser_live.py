@@ -383,7 +383,7 @@ def test_it_takes_an_admin_from_a_version_to_a_new_one_and_compares_them(
     page.click("input[name=_save]")
     new_version = first.version + 1
     page.get_by_role("link", name=f"Compare with v{first.version}").click()
-    expect(page).to_have_url(re.compile(rf"/compare/\?old={first.version}&new={new_version}$"))
+    expect(page).to_have_url(re.compile(rf"/compare/\?project=default&old={first.version}&new={new_version}$"))
     if size == "phone":  # two columns do not fit: it starts unified, side by side is one press away
         expect(page.locator(".diff-unified")).to_be_visible()
         screenshot(page, "policy_compare_phone")

@@ -14,7 +14,6 @@ from playwright.sync_api import BrowserContext, Page, expect
 
 from projects.models import Membership, Project, Role
 from runs.approval_flow import grant
-from runs.models import Run
 from tests.fixtures_web import SIZES, AsgiServer, screenshot, sign_in, waiting_scene
 from tests.helpers import edited_policy, new_policy_version
 
@@ -51,11 +50,9 @@ def test_it_shows_a_member_of_two_projects_both_and_a_quorums_progress(
 ) -> None:
     publish_needs_two()
     here = waiting_scene(operator)
-    there = waiting_scene(operator)
-    Run.objects.filter(pk=there.run.pk).update(project=other_project)
+    there = waiting_scene(operator, project_id=other_project.pk)
     third = Project.objects.create(slug="third", name="Third")
-    hidden = waiting_scene(operator)
-    Run.objects.filter(pk=hidden.run.pk).update(project=third)
+    hidden = waiting_scene(operator, project_id=third.pk)
     # The reviewer is one of the default project's (through the reviewer group) and
     # now of the other project too; the third project is nobody's here.
     Membership.objects.create(project=other_project, user=reviewer, role=Role.REVIEWER)

@@ -298,7 +298,21 @@ window.Harness = (function () {
     });
   }
 
+  // A box that scrolls sideways (an admin table on a phone: admin.css) and holds
+  // nothing to focus is made focusable, so a keyboard can scroll it too.
+  function reachScrollBoxes() {
+    if (!window.matchMedia("(max-width: 767px)").matches) return;
+    document.querySelectorAll(".inline-group .tabular").forEach(function (box) {
+      if (!box.querySelector("a[href], button, input:not([type=hidden]), select, textarea, [tabindex]")) {
+        box.tabIndex = 0;
+        box.setAttribute("role", "region");
+        box.setAttribute("aria-label", "table, scrolls sideways");
+      }
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    reachScrollBoxes();
     formatTimes(document);
     tickCountdowns();
     tickClocks();
