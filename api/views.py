@@ -335,6 +335,13 @@ def decided(approval: ApprovalRequest) -> Response:
     return Response(ApprovalSerializer(approval_rows().get(pk=approval.pk)).data)
 
 
+def to_decide(request: Request, approval_id: str) -> ApprovalRequest:
+    """The request a decision names, among those of the user's projects (404 otherwise)."""
+    found = scoped(ApprovalRequest.objects.select_related("run__policy"), request.user, permissions.VIEW_APPROVALS, "run__project_id")
+    approval: ApprovalRequest = by_id(found, approval_id)
+    return approval
+
+
 class ApprovalGrant(ApiView):
     required_permissions = {"POST": permissions.DECIDE_APPROVALS}
 
@@ -347,10 +354,7 @@ class ApprovalGrant(ApiView):
         responses={200: ApprovalSerializer, 401: UNAUTHENTICATED, 403: FORBIDDEN, 404: NOT_FOUND, 409: REFUSED, 413: TOO_LARGE},
     )
     def post(self, request: Request, approval_id: str) -> Response:
-        approval = by_id(
-            scoped(ApprovalRequest.objects.select_related("run__policy"), request.user, permissions.VIEW_APPROVALS, "run__project_id"),
-            approval_id,
-        )
+        approval = to_decide(request, approval_id)
         grant(approval, request.user)
         return decided(approval)
 
@@ -367,10 +371,7 @@ class ApprovalDeny(ApiView):
         responses={200: ApprovalSerializer, **COMMON, 404: NOT_FOUND, 409: REFUSED, 413: TOO_LARGE},
     )
     def post(self, request: Request, approval_id: str) -> Response:
-        approval = by_id(
-            scoped(ApprovalRequest.objects.select_related("run__policy"), request.user, permissions.VIEW_APPROVALS, "run__project_id"),
-            approval_id,
-        )
+        approval = to_decide(request, approval_id)
         data = body(DenySerializer, request)
         deny(approval, request.user, data["reason"])
         return decided(approval)
@@ -389,10 +390,7 @@ class ApprovalRequestChanges(ApiView):
         responses={200: ApprovalSerializer, **COMMON, 404: NOT_FOUND, 409: REFUSED, 413: TOO_LARGE},
     )
     def post(self, request: Request, approval_id: str) -> Response:
-        approval = by_id(
-            scoped(ApprovalRequest.objects.select_related("run__policy"), request.user, permissions.VIEW_APPROVALS, "run__project_id"),
-            approval_id,
-        )
+        approval = to_decide(request, approval_id)
         data = body(ChangesSerializer, request)
         request_changes(approval, request.user, data["message"])
         return decided(approval)
