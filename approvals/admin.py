@@ -185,6 +185,12 @@ class PolicyVersionAdmin(admin.ModelAdmin):
         """Rows for rules and checks; ``?json=1`` (or a posted ``document_text``) is the raw JSON editor."""
         if not self.has_add_permission(request):
             raise PermissionDenied
+        if "project" not in request.GET:
+            choices = list(projects_with(request.user, ADD_POLICIES))
+            if len(choices) > 1:
+                # Several projects' policies are theirs: which one is asked, not guessed.
+                context = {**self.admin_site.each_context(request), "title": "Add policy version", "opts": self.model._meta}
+                return TemplateResponse(request, "admin/approvals/policy_project.html", {**context, "choices": choices})
         # Before either editor: someone who may not add to the project is answered 404.
         project = policy_project(request, ADD_POLICIES)
         if request.GET.get("json") or "document_text" in request.POST:

@@ -22,6 +22,8 @@ VIEW_DELIVERIES = "notifications.view_delivery"
 VIEW_API_TOKENS = "api.view_apitoken"
 CHANGE_API_TOKENS = "api.change_apitoken"
 VIEW_AUDIT = "projects.view_auditentry"  # a project's audit page: its admins
+VIEW_MEMBERS = "projects.view_membership"
+CHANGE_MEMBERS = "projects.change_membership"  # add, change and remove a project's members
 
 ALL = frozenset(
     {
@@ -40,5 +42,7 @@ ALL = frozenset(
         VIEW_API_TOKENS,
         CHANGE_API_TOKENS,
         VIEW_AUDIT,
+        VIEW_MEMBERS,
+        CHANGE_MEMBERS,
     }
 )

@@ -32,7 +32,7 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", ["http://localhost:8000"
 INSTALLED_APPS = [
     "daphne",
     "channels",
-    "django.contrib.admin",
+    "harness_site.apps.HarnessAdminConfig",  # the admin, open to project admins too
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -5,7 +5,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from common.signin import LimitedAdminAuthenticationForm, LimitedAuthenticationForm
+from common.signin import LimitedAuthenticationForm
 from pages import approvals as approval_views
 from pages import control, new_run, projects, run_detail, runs_list
 
@@ -35,8 +35,6 @@ approval_patterns = (
     ],
     "approvals",
 )
-
-admin.site.login_form = LimitedAdminAuthenticationForm
 
 urlpatterns = [
     path("", control.home, name="home"),

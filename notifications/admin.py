@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from django import forms
 from django.contrib import admin
-from django.db import models, transaction
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
@@ -20,7 +20,8 @@ from common import permissions
 from common.times import zoned_times
 from notifications.destinations import DestinationRefused, DestinationUnresolved, check_destination
 from notifications.models import Delivery, DeliveryAttempt, WebhookEndpoint
-from projects.access import is_site_admin, permissions_in, project_ids_with, projects_with, scoped
+from projects.access import is_site_admin, permissions_in, project_ids_with, scoped
+from projects.admin_scope import InProjects
 from projects.audit import record
 
 # What the audit says of an endpoint. Never its secret, nor its whole URL: a receiver's
@@ -55,20 +56,13 @@ def _audited(endpoint: WebhookEndpoint) -> dict[str, Any]:
     return {**facts, "destination": f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}", "project_slug": str(endpoint.project or "")}
 
 
-def _may(request: HttpRequest, permission: str, endpoint: WebhookEndpoint | None) -> bool:
-    """``permission`` on ``endpoint`` (its project's admins; a site-wide one, the site
-    admins), or, for no endpoint, in some project."""
-    if is_site_admin(request.user):
-        return True
-    if endpoint is None:
-        return bool(project_ids_with(request.user, permission))
-    return endpoint.project_id is not None and permission in permissions_in(request.user, endpoint.project_id)
-
-
 @admin.register(WebhookEndpoint)
 @zoned_times(WebhookEndpoint)
-class WebhookEndpointAdmin(admin.ModelAdmin):
+class WebhookEndpointAdmin(InProjects, admin.ModelAdmin):
     form = EndpointForm
+    view_permission = permissions.VIEW_WEBHOOKS
+    # One name for add, change and delete: the project admin role holds all three.
+    change_permission = permissions.CHANGE_WEBHOOKS
     list_display = ["name", "project", "url", "format", "kinds", "active", "created_at"]
     list_filter = ["active", "format", ("project", admin.RelatedOnlyFieldListFilter)]
     list_select_related = ["project"]
@@ -76,32 +70,6 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
     @admin.display(description="kinds")
     def kinds(self, obj: WebhookEndpoint) -> str:
         return ", ".join(obj.event_kinds)
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[WebhookEndpoint]:
-        return scoped(super().get_queryset(request), request.user, permissions.VIEW_WEBHOOKS)
-
-    def formfield_for_foreignkey(self, db_field: models.ForeignKey, request: HttpRequest, **kwargs: Any) -> Any:
-        if db_field.name == "project":
-            # A project admin picks among their projects and may not leave it empty
-            # (a site-wide endpoint would hear every project's runs).
-            kwargs["queryset"] = projects_with(request.user, permissions.CHANGE_WEBHOOKS)
-            kwargs["required"] = not is_site_admin(request.user)
-        return super().formfield_for_foreignkey(db_field, request, **kwargs)
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return _may(request, permissions.VIEW_WEBHOOKS, None)
-
-    def has_view_permission(self, request: HttpRequest, obj: WebhookEndpoint | None = None) -> bool:
-        return _may(request, permissions.VIEW_WEBHOOKS, obj)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return _may(request, permissions.ADD_WEBHOOKS, None)
-
-    def has_change_permission(self, request: HttpRequest, obj: WebhookEndpoint | None = None) -> bool:
-        return _may(request, permissions.CHANGE_WEBHOOKS, obj)
-
-    def has_delete_permission(self, request: HttpRequest, obj: WebhookEndpoint | None = None) -> bool:
-        return _may(request, permissions.DELETE_WEBHOOKS, obj)
 
     def save_model(self, request: HttpRequest, obj: WebhookEndpoint, form: forms.ModelForm, change: bool) -> None:
         before = WebhookEndpoint.objects.select_related("project").filter(pk=obj.pk).first() if change else None

@@ -19,7 +19,7 @@ from django.contrib.auth.backends import BaseBackend, ModelBackend
 from django.core.exceptions import PermissionDenied
 from django.db.models import Model, Q, QuerySet
 
-from common.permissions import ADD_RUNS
+from common.permissions import ADD_RUNS, CHANGE_MEMBERS
 from core.errors import FieldProblem, InputError
 from projects.models import DEFAULT_PROJECT, Membership, Project, Role
 from projects.roles import PROJECT_ROLES, SITE_ADMIN_GROUP
@@ -115,6 +115,12 @@ def project_ids_with(user: Any, permission: str) -> list[int] | None:
     if is_site_admin(user):
         return None
     return [project_id for project_id, names in _held(user).items() if permission in names]
+
+
+def administers_a_project(user: Any) -> bool:
+    """A site admin, or a project admin somewhere: who may enter the admin."""
+    ids = project_ids_with(user, CHANGE_MEMBERS)
+    return ids is None or bool(ids)
 
 
 def scoped(queryset: QuerySet[M], user: Any, permission: str, project_field: str = "project_id") -> QuerySet[M]:

@@ -27,6 +27,8 @@ PROJECT_ROLES: dict[str, frozenset[str]] = {
             p.DELETE_WEBHOOKS,
             p.VIEW_DELIVERIES,
             p.VIEW_AUDIT,
+            p.VIEW_MEMBERS,
+            p.CHANGE_MEMBERS,
         }
     ),
 }

@@ -1,4 +1,5 @@
-"""Projects and their members in the Django admin, for site admins alone, with every
+"""Projects and their members in the Django admin: projects for site admins alone,
+members and the audit for each project's admins too, with every
 change in the project's audit (docs/design.md, Trust boundaries).
 
 Registered here rather than in projects: a project's lists are checked with the
@@ -21,9 +22,11 @@ from django.db.models import QuerySet
 from django.forms import BaseInlineFormSet
 from django.http import HttpRequest
 
+from common.permissions import CHANGE_MEMBERS, VIEW_AUDIT, VIEW_MEMBERS
 from common.times import zoned_times
 from core.contract import LIMIT_NAMES
 from projects.access import is_site_admin
+from projects.admin_scope import InProjects
 from projects.audit import record
 from projects.models import AuditEntry, Membership, Project
 from runs.queue import enqueue_dispatch
@@ -116,8 +119,7 @@ def record_membership(membership: Membership, actor: Any, action: str, **more: A
 
 
 class SiteAdminsOnly:
-    """Projects, memberships and the audit are the site admins' (a project's own admins
-    see its audit on the project's audit page)."""
+    """Projects (their settings, budgets and switches) are the site admins'."""
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return is_site_admin(request.user)
@@ -187,9 +189,13 @@ class ProjectAdmin(SiteAdminsOnly, admin.ModelAdmin):
 
 @admin.register(Membership)
 @zoned_times(Membership)
-class MembershipAdmin(SiteAdminsOnly, admin.ModelAdmin):
+class MembershipAdmin(InProjects, admin.ModelAdmin):
+    """A project's admins manage its members here; site admins every project's."""
+
+    view_permission = VIEW_MEMBERS
+    change_permission = CHANGE_MEMBERS
     list_display = ("project", "user", "group", "role", "created_at")
-    list_filter = ("project", "role")
+    list_filter = (("project", admin.RelatedOnlyFieldListFilter), "role")
     fields = ("project", "user", "group", "role")
 
     def save_model(self, request: HttpRequest, obj: Membership, form: forms.ModelForm, change: bool) -> None:
@@ -217,19 +223,13 @@ class MembershipAdmin(SiteAdminsOnly, admin.ModelAdmin):
 
 @admin.register(AuditEntry)
 @zoned_times(AuditEntry)
-class AuditEntryAdmin(SiteAdminsOnly, admin.ModelAdmin):
-    """The audit, read only: nobody edits or deletes what happened."""
+class AuditEntryAdmin(InProjects, admin.ModelAdmin):
+    """The audit, read only: nobody edits or deletes what happened. A project's admins
+    read its entries; site admins all, and those of no project (a deleted project's)."""
+
+    view_permission = VIEW_AUDIT
 
     list_display = ("at", "project", "actor", "action", "detail")
-    list_filter = ("project", "action")
+    list_filter = (("project", admin.RelatedOnlyFieldListFilter), "action")
     search_fields = ("action", "actor__username")
     date_hierarchy = "at"
-
-    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -11,6 +11,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
+from projects.audit import record
 from projects.models import AuditEntry, Membership, Project, Role
 
 pytestmark = pytest.mark.django_db
@@ -103,13 +104,20 @@ def test_it_refuses_a_projects_remotes_or_sources_the_server_could_not_read(admi
     assert not Project.objects.filter(slug="payments").exists() and not AuditEntry.objects.filter(action="project_created").exists()
 
 
-def test_it_keeps_projects_members_and_the_audit_to_site_admins_in_the_admin(other_project: Project) -> None:
-    staff = User.objects.create_user("sam-staff", password="sam-staff-pass-123", is_staff=True)
-    Membership.objects.create(project=other_project, user=staff, role=Role.ADMIN)
-    client = signed_in(staff)
-    for name in ("admin:projects_project_changelist", "admin:projects_membership_changelist", "admin:projects_auditentry_changelist"):
-        assert client.get(reverse(name)).status_code == 403, name
+def test_it_keeps_projects_to_site_admins_and_a_projects_members_and_audit_to_its_admins(other_project: Project, admin_user: User) -> None:
+    keeper = User.objects.create_user("sam-keeper", password="sam-keeper-pass-123")
+    Membership.objects.create(project=other_project, user=keeper, role=Role.ADMIN)
+    record(Project.objects.get(slug="default"), admin_user, "default-only-entry")
+    client = signed_in(keeper)
+    assert client.get(reverse("admin:projects_project_changelist")).status_code == 403
     assert client.post(reverse("admin:projects_project_add"), project_form()).status_code == 403
+    members = client.get(reverse("admin:projects_membership_changelist"))
+    assert members.status_code == 200 and "sam-keeper" in members.content.decode()
+    # The default project's members (the global groups) are not listed, nor is it offered as a filter.
+    default_id = Project.objects.get(slug="default").pk
+    assert "1 membership" in members.content.decode() and f"project__id__exact={default_id}" not in members.content.decode()
+    audit = client.get(reverse("admin:projects_auditentry_changelist")).content.decode()
+    assert "default-only-entry" not in audit
 
 
 def test_it_shows_a_projects_audit_to_its_admins_alone(

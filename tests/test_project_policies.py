@@ -125,7 +125,7 @@ def test_it_starts_a_new_run_in_b_under_bs_policy(alpha: Project, beta: Project,
 
 
 def project_admin_of(project: Project) -> Client:
-    user = User.objects.create_user("pat-admin", password="pat-admin-pass-123", is_staff=True)
+    user = User.objects.create_user("pat-admin", password="pat-admin-pass-123")  # no staff: the project role lets them in
     Membership.objects.create(project=project, user=user, role=Role.ADMIN)
     client = Client()
     client.force_login(user)

@@ -38,10 +38,9 @@ def waiting_in(starter: User, project: Project | None = None) -> Run:
 
 
 def project_admin(user: User, project: Project) -> User:
-    """``user`` made an admin of ``project`` alone, let into the Django admin."""
+    """``user`` made an admin of ``project`` alone (which lets them into the Django admin)."""
     Membership.objects.create(project=project, user=user, role=Role.ADMIN)
-    User.objects.filter(pk=user.pk).update(is_staff=True)
-    return User.objects.get(pk=user.pk)
+    return user
 
 
 @pytest.mark.celery
