@@ -4,14 +4,11 @@ Tokens are never made or shown here (the token itself is not stored)."""
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils import timezone
 
-from api.models import ApiToken
+from api.models import ApiToken, revoke_tokens
 from common.times import zoned_times
-from projects.audit import record
 
 
 @admin.register(ApiToken)
@@ -36,14 +33,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected tokens", permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        with transaction.atomic():
-            revoking = list(queryset.filter(revoked_at__isnull=True).select_related("user", "project"))
-            count = ApiToken.objects.filter(pk__in=[row.pk for row in revoking]).update(revoked_at=timezone.now())
-            for row in revoking:
-                if row.project is not None:
-                    # Its issue is in the project's audit; so is its end.
-                    record(row.project, request.user, "token_revoked", prefix=row.prefix, role=row.role, user=str(row.user))
-        self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
+        self.message_user(request, f"Revoked {revoke_tokens(queryset, request.user)} token(s).", messages.SUCCESS)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -21,13 +21,17 @@ import hashlib
 import hmac
 import secrets
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import models, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
+from projects.access import permissions_in
 from projects.audit import record
 from projects.models import Project, Role
+from projects.roles import PROJECT_ROLES
 
 PREFIX_CHARS = 10
 
@@ -124,3 +128,37 @@ class ApiToken(models.Model):
     @property
     def usable(self) -> bool:
         return self.revoked_at is None and self.expires_at > timezone.now() and not self.password_changed
+
+
+class NarrowingRefused(Exception):
+    """A narrowing the user may not have: not a wrong password, so the sign-in
+    throttle does not count it."""
+
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        super().__init__(errors)
+        self.errors = errors
+
+
+def check_narrowing(user: Any, slug: str | None, role: str | None) -> Project | None:
+    """The project a new token of ``user`` is narrowed to (None: not narrowed), refusing
+    one where the user does not hold ``role``."""
+    if slug is None or role is None:
+        return None
+    project = Project.objects.filter(slug=slug).first()
+    # The same answer whether the project exists or not: a token is no way to learn
+    # another team's project names.
+    if project is None or not PROJECT_ROLES[role] <= permissions_in(user, project.pk):
+        raise NarrowingRefused({"project": [f"You do not hold the {role} role in a project named {slug!r}."]})
+    return project
+
+
+def revoke_tokens(tokens: QuerySet[ApiToken], actor: Any) -> int:
+    """Revoke the usable ones among ``tokens``; how many were. A narrowed token's end is
+    in its project's audit, as its issue is."""
+    with transaction.atomic():
+        revoking = list(tokens.filter(revoked_at__isnull=True).select_related("user", "project"))
+        count = ApiToken.objects.filter(pk__in=[row.pk for row in revoking]).update(revoked_at=timezone.now())
+        for row in revoking:
+            if row.project is not None:
+                record(row.project, actor, "token_revoked", prefix=row.prefix, role=row.role, user=str(row.user))
+    return count

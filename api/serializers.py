@@ -13,9 +13,7 @@ from rest_framework.authtoken.serializers import AuthTokenSerializer
 
 from approvals.models import ApprovalRequest
 from core import storable
-from projects.access import permissions_in
-from projects.models import Project, Role
-from projects.roles import PROJECT_ROLES
+from projects.models import Role
 from runs.admission import places
 from runs.models import Event, GlobalSwitch, Run
 from runs.published import published
@@ -268,25 +266,3 @@ class TokenCredentialsSerializer(AuthTokenSerializer):
         if ("project" in attrs) != ("role" in attrs):
             raise serializers.ValidationError({"project" if "role" in attrs else "role": ["Give a project and a role together."]})
         return dict(super().validate(attrs))
-
-
-class NarrowingRefused(Exception):
-    """A narrowing the user may not have: not a wrong password, so the sign-in
-    throttle does not count it."""
-
-    def __init__(self, errors: dict[str, list[str]]) -> None:
-        super().__init__(errors)
-        self.errors = errors
-
-
-def narrowed_project(user: Any, slug: str | None, role: str | None) -> Project | None:
-    """The project a new token of ``user`` is narrowed to (None: not narrowed), refusing
-    one where the user does not hold ``role``."""
-    if slug is None or role is None:
-        return None
-    project = Project.objects.filter(slug=slug).first()
-    # The same answer whether the project exists or not: a token is no way to learn
-    # another team's project names.
-    if project is None or not PROJECT_ROLES[role] <= permissions_in(user, project.pk):
-        raise NarrowingRefused({"project": [f"You do not hold the {role} role in a project named {slug!r}."]})
-    return project

@@ -21,7 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api import permissions as perms
-from api.models import ApiToken
+from api.models import ApiToken, NarrowingRefused, check_narrowing
 from api.pagination import BoundedPagination
 from api.parsers import MAX_JSON_DEPTH, BoundedJSONParser
 from api.serializers import (
@@ -33,7 +33,6 @@ from api.serializers import (
     EventPageSerializer,
     EventQuerySerializer,
     EventSerializer,
-    NarrowingRefused,
     RunCreateSerializer,
     RunFilterSerializer,
     RunSerializer,
@@ -42,7 +41,6 @@ from api.serializers import (
     SwitchUpdateSerializer,
     TokenCredentialsSerializer,
     TokenSerializer,
-    narrowed_project,
 )
 from approvals.models import ApprovalRequest
 from common import permissions, signin
@@ -468,6 +466,6 @@ class Token(GenericAPIView):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        project = narrowed_project(data["user"], data.get("project"), data.get("role"))
+        project = check_narrowing(data["user"], data.get("project"), data.get("role"))
         row, token = ApiToken.issue(data["user"], project, data.get("role", ""))
         return Response(TokenSerializer({"token": token, "expires_at": row.expires_at}).data)

@@ -5,6 +5,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from api import token_pages
 from common.signin import LimitedAuthenticationForm
 from pages import approvals as approval_views
 from pages import control, new_run, projects, run_detail, runs_list
@@ -49,6 +50,8 @@ urlpatterns = [
     path("control/", control.global_switch, name="control"),
     path("control/projects/<slug:slug>/", control.project_switch, name="project-switch"),
     path("projects/<slug:slug>/audit/", projects.audit, name="project-audit"),
+    path("tokens/", token_pages.tokens, name="tokens"),
+    path("tokens/<int:token_id>/revoke/", token_pages.revoke, name="token-revoke"),
     path("admin/", admin.site.urls),
     path("api/", include("api.urls")),
 ]

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_http_methods
 
 from common.permissions import DECIDE_APPROVALS, OPERATE_RUNS, VIEW_AUDIT
 from pages.access import require, visible
-from projects.access import projects_with, scoped
+from projects.access import holds_globally, projects_with, scoped
 from projects.models import Project
 from runs.broadcast import broadcast_lists_changed
 from runs.control import ACTIVE, ControlRefused, kill, set_global, set_project_switch
@@ -100,6 +100,8 @@ def global_switch(request: HttpRequest) -> HttpResponse:
             "active": active[:50],
             "active_count": active.count(),
             "projects": operated_projects(request),
+            # A project's operator sees the global switch's state, not its buttons: it is the site admins'.
+            "may_global": holds_globally(request.user, OPERATE_RUNS),
         },
         status=400 if form.is_bound else 200,
     )
