@@ -7,10 +7,11 @@ side by side, neither importing the other."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
@@ -50,8 +51,13 @@ class NewTokenForm(forms.Form):
         return data
 
 
+def _person(request: HttpRequest) -> User:
+    # login_required let only a signed-in person this far.
+    return cast(User, request.user)
+
+
 def _page(request: HttpRequest, form: NewTokenForm, made: str = "", status: int = 200) -> HttpResponse:
-    tokens = ApiToken.objects.filter(user=request.user).select_related("project", "user")
+    tokens = ApiToken.objects.filter(user=_person(request)).select_related("project", "user")
     context = {"form": form, "tokens": tokens, "made": made, "roles": {role: sorted(PROJECT_ROLES[role]) for role in PROJECT_ROLES}}
     return render(request, "api/tokens.html", context, status=status)
 
@@ -64,7 +70,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
         if not form.is_valid():
             return _page(request, form, status=400)
         project: Project | None = form.cleaned_data["narrowed_to"]
-        _row, token = ApiToken.issue(request.user, project, form.cleaned_data["role"] if project is not None else "")
+        _row, token = ApiToken.issue(_person(request), project, form.cleaned_data["role"] if project is not None else "")
         # Shown in this answer alone (the server keeps its hash), never after a redirect.
         return _page(request, NewTokenForm(user=request.user), made=token)
     return _page(request, form)
@@ -73,7 +79,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
 @require_POST
 @login_required
 def revoke(request: HttpRequest, token_id: int) -> HttpResponse:
-    mine = ApiToken.objects.filter(user=request.user, pk=token_id)
+    mine = ApiToken.objects.filter(user=_person(request), pk=token_id)
     if not mine.exists():
         raise Http404("there is no such token of yours")
     revoke_tokens(mine, request.user)
