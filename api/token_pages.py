@@ -34,7 +34,9 @@ class NewTokenForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.user = user
         mine = [project for project in Project.objects.all() if permissions_in(user, project.pk)]
-        self.fields["project"].choices = [(NOT_NARROWED, "every project, as your roles allow"), *[(p.slug, p.name) for p in mine]]
+        project = self.fields["project"]
+        assert isinstance(project, forms.ChoiceField)
+        project.choices = [(NOT_NARROWED, "every project, as your roles allow"), *[(p.slug, p.name) for p in mine]]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
