@@ -36,7 +36,7 @@ class AnthropicProposer(ToolCallingProposer[anthropic.Anthropic]):
         return anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout)
 
     def tool_params(self) -> list[dict[str, JSON]]:
-        return [{"name": t.name, "description": t.description, "input_schema": t.schema} for t in self.tools]
+        return [{"name": t.name, "description": t.description, "input_schema": t.schema} for t in self.offered()]
 
     def _initial_messages(self) -> list[dict[str, JSON]]:
         return [{"role": "user", "content": task_message(self.context, self.tools, self.settings.max_result_chars)}]

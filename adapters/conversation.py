@@ -99,6 +99,8 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
         self.results: list[ToolResult] = []
         self.user_texts: list[str] = []
         self.usage = UsageTotals()
+        # In the budget's reserve: only the closing tools are offered and taken.
+        self.closing = False
         if snapshot and snapshot.get("kind") == self.provider:
             self._restore(snapshot)
 
@@ -146,6 +148,8 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
             self.user_texts.append(self._render(feedback, None)[0])
         if self.queue:
             return self._take_next()
+        if not self.closing and self._working_budget_used():
+            self._enter_closing()
         base = self.messages or self._initial_messages()
         outgoing = base + self._result_messages(self.results, self.user_texts)
         reply = self._ask(outgoing)
@@ -170,7 +174,13 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
             "results": [r.to_json() for r in self.results],
             "user_texts": list(self.user_texts),
             "usage": self.usage.to_json(),
-            "budget": {"max_tokens": self.budget.max_tokens, "max_cost_usd": self.budget.max_cost_usd},
+            "budget": {
+                "max_tokens": self.budget.max_tokens,
+                "max_cost_usd": self.budget.max_cost_usd,
+                "reserve_tokens": self.budget.reserve_tokens,
+                "reserve_cost_usd": self.budget.reserve_cost_usd,
+            },
+            "closing": self.closing,
         }
         # A deep copy: the caller stores it, and the conversation keeps changing.
         copied: dict[str, JSON] = json.loads(json.dumps(state))
@@ -193,11 +203,50 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
         self.results = [ToolResult.from_json(r) for r in _list(snap.get("results")) if isinstance(r, dict)]
         self.user_texts = [str(t) for t in _list(snap.get("user_texts"))]
         self.usage = UsageTotals.from_json(snap.get("usage"))
+        self.closing = snap.get("closing") is True
 
     def _take_next(self) -> dict[str, JSON]:
         call = self.queue.pop(0)
+        if self.closing and call.name not in CLOSING_TOOLS:
+            raise self._stop(
+                "budget_exhausted",
+                f"the model budget is used up but for its reserve, kept for verification and the report, where only "
+                f"{' and '.join(sorted(CLOSING_TOOLS))} are taken; the model proposed {call.name}",
+                limit="reserve",
+                tool=call.name,
+            )
         self.awaiting = call
         return {"tool": call.name, "args": call.args}
+
+    def offered(self) -> list[ToolDef]:
+        """The tools the next request offers: in the reserve, the closing ones alone."""
+        return [t for t in self.tools if t.name in CLOSING_TOOLS] if self.closing else self.tools
+
+    def _working_budget_used(self) -> bool:
+        """Whether the next request would reach into the reserve (the budget less the
+        reserve is what the model works with)."""
+        used, next_input, budget = self.usage, self.usage.last_input_tokens, self.budget
+        if budget.reserve_tokens > 0 and budget.max_tokens is not None:
+            if budget.max_tokens - budget.reserve_tokens - used.tokens - next_input < 1:
+                return True
+        if budget.reserve_cost_usd > 0 and budget.max_cost_usd is not None and self.price is not None:
+            if budget.max_cost_usd - budget.reserve_cost_usd - used.cost_usd - self.price.cost(next_input, 0) <= 0:
+                return True
+        return False
+
+    def _enter_closing(self) -> None:
+        self.closing = True
+        self.user_texts.append(CLOSING_NOTICE)
+        self._notes.append(
+            {
+                "kind": "budget_reserve",
+                "message": "the working budget is used up: the model has the reserve for verification and the report",
+                "used_tokens": self.usage.tokens,
+                "reserve_tokens": self.budget.reserve_tokens,
+                "used_cost_usd": round(self.usage.cost_usd, 8),
+                "reserve_cost_usd": self.budget.reserve_cost_usd,
+            }
+        )
 
     def _render(self, feedback: fb.Feedback | None, call: ToolCall | None) -> tuple[str, bool]:
         evidence_tools = [t.name for t in self.tools if t.evidence]
@@ -233,7 +282,7 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
             if left < 1:
                 raise self._stop(
                     "budget_exhausted",
-                    f"token budget exhausted{_by(self.budget.tokens_by)}: {used.tokens} of {self.budget.max_tokens} tokens used (input "
+                    f"token budget exhausted{_by(self.budget.tokens_by)}{self._reserve_said()}: {used.tokens} of {self.budget.max_tokens} tokens used (input "
                     f"{used.input_tokens}, output {used.output_tokens}) over {used.requests} model requests; the next "
                     f"request would need at least {next_input} input tokens",
                     limit="tokens",
@@ -246,7 +295,7 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
             if left_usd <= 0:
                 raise self._stop(
                     "budget_exhausted",
-                    f"cost budget exhausted{_by(self.budget.cost_by)}: ${used.cost_usd:.4f} of ${self.budget.max_cost_usd:.4f} used over "
+                    f"cost budget exhausted{_by(self.budget.cost_by)}{self._reserve_said()}: ${used.cost_usd:.4f} of ${self.budget.max_cost_usd:.4f} used over "
                     f"{used.requests} model requests; the next request's input alone would cost about "
                     f"${self.price.cost(next_input, 0):.4f}",
                     limit="cost",
@@ -256,6 +305,9 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
             if self.price.output_per_mtok > 0:
                 cap = min(cap, max(1, math.floor(round(left_usd * 1_000_000 / self.price.output_per_mtok, 6))))
         return max(1, cap)
+
+    def _reserve_said(self) -> str:
+        return ", the reserve for verification and the report included" if self.closing else ""
 
     def _ask(self, messages: list[dict[str, JSON]]) -> ModelReply:
         max_output = self._output_cap()
@@ -327,6 +379,15 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
                 "stop_reason": reply.stop_reason,
             }
         )
+
+
+# What the model may still do in its budget's reserve: verify, and say what it did.
+CLOSING_TOOLS = frozenset({"run_check", "finish"})
+CLOSING_NOTICE = (
+    "Harness: your model budget is used up except a reserve kept for verification and your report. "
+    "Only run_check and finish are available now: run the checks you need on the current revision, then call "
+    "finish with a summary of what is done and what is not. Any other tool stops the run."
+)
 
 
 def _list(value: object) -> list[JSON]:

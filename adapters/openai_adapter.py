@@ -52,7 +52,7 @@ class OpenAIProposer(ToolCallingProposer[openai.OpenAI]):
 
     def tool_params(self) -> list[dict[str, JSON]]:
         return [
-            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.schema}} for t in self.tools
+            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.schema}} for t in self.offered()
         ]
 
     def _initial_messages(self) -> list[dict[str, JSON]]:

@@ -67,18 +67,25 @@ def price_for(model: str, table: Mapping[str, Price]) -> Price | None:
 class Budget:
     """A run's model budget; None means no limit on that side. ``tokens_by`` and
     ``cost_by`` name whose limit a side is when it is not the run's own (a project's
-    daily budget), so the stop says which was reached."""
+    daily budget), so the stop says which was reached.
+
+    ``reserve_tokens`` and ``reserve_cost_usd`` are kept back for verification and the
+    report: the model works within the budget less the reserve, then has the reserve
+    for checks and ``finish`` alone (adapters.conversation, "closing")."""
 
     max_tokens: int | None = None
     max_cost_usd: float | None = None
     tokens_by: str = ""
     cost_by: str = ""
+    reserve_tokens: int = 0
+    reserve_cost_usd: float = 0.0
 
     def intersect(self, bound: Budget) -> Budget:
-        """Never more than ``bound`` allows, whatever the run asked for."""
+        """Never more than ``bound`` allows, whatever the run asked for, and the larger reserve."""
         tokens, tokens_by = _tighter(self.max_tokens, self.tokens_by, bound.max_tokens, bound.tokens_by)
         cost, cost_by = _tighter(self.max_cost_usd, self.cost_by, bound.max_cost_usd, bound.cost_by)
-        return Budget(tokens, cost, tokens_by, cost_by)
+        reserve_tokens, reserve_cost = max(self.reserve_tokens, bound.reserve_tokens), max(self.reserve_cost_usd, bound.reserve_cost_usd)
+        return Budget(tokens, cost, tokens_by, cost_by, reserve_tokens, reserve_cost)
 
 
 def _tighter(a: _N | None, a_by: str, b: _N | None, b_by: str) -> tuple[_N | None, str]:

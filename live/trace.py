@@ -111,6 +111,8 @@ def _run_view(e: _RunEvent) -> tuple[str, str, str]:
             whom = {"run": "this run", "project": "every active run of its project"}.get(e.scope, "every active run (Stop all runs)")
             why = f": {e.reason}" if e.reason else ""
             return "Kill requested", "bad", f"by {e.by} for {whom}{why}"
+        case ev.ModelNote() if e.kind == "budget_reserve":
+            return "Budget reserve", "warn", str(e.detail.get("message", ""))
         case ev.ModelNote():
             return f"Model {e.kind}", "muted", ", ".join(f"{k}={v}" for k, v in e.detail.items())[:300]
         case ev.Stopped():

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import Group
+from django.core.validators import MinValueValidator
 from django.db import models
 
 DEFAULT_PROJECT = "default"
@@ -39,6 +40,10 @@ class Project(models.Model):
     monthly_max_tokens = models.PositiveBigIntegerField(null=True, blank=True)
     daily_max_cost_usd = models.FloatField(null=True, blank=True)
     monthly_max_cost_usd = models.FloatField(null=True, blank=True)
+    # Of what a run may use of those budgets, the part kept back for verification and
+    # its report: once the rest is used, the model may only run checks and finish.
+    reserve_tokens = models.PositiveBigIntegerField(default=0)
+    reserve_cost_usd = models.FloatField(default=0.0, validators=[MinValueValidator(0.0)])
     # The project's switch: no new run starts while it is paused.
     paused = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -3,8 +3,10 @@ the month) used, from each run's own usage totals (the proposer's, as checkpoint
 and so what is left for one run. A run's model budget is bounded by what its project
 has left, less what its other runs of the window used: its own use counts against it
 as it goes, so the project's runs together stay within the project's budget (save for
-one request in flight in each run at once). A run that would cross it stops
-``budget_exhausted``, naming the project's budget, with its report."""
+one request in flight in each run at once). Of that, the project's reserve is kept
+back for verification and the report: once the rest is used, the model is told so and
+may only run checks and finish (adapters.conversation). A run that would cross the
+whole stops ``budget_exhausted``, naming the project's budget, with its report."""
 
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ def project_bound(run: Run, now: datetime) -> Budget:
         ("daily", day, project.daily_max_tokens, project.daily_max_cost_usd),
         ("monthly", day.replace(day=1), project.monthly_max_tokens, project.monthly_max_cost_usd),
     ]
-    bound = Budget()
+    bound = Budget(reserve_tokens=project.reserve_tokens, reserve_cost_usd=project.reserve_cost_usd)
     for name, since, max_tokens, max_cost in windows:
         if max_tokens is None and max_cost is None:
             continue

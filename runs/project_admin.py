@@ -33,7 +33,20 @@ from runs.queue import enqueue_dispatch
 from sandbox.allowlist import UnsafeURL, allowlist
 
 # What the audit says of a project's settings; its switch is named apart.
-AUDITED = ("name", "slug", "workspace_sources", "git_remotes", "max_active_runs")
+AUDITED = (
+    "name",
+    "slug",
+    "workspace_sources",
+    "git_remotes",
+    "max_active_runs",
+    "run_limits",
+    "daily_max_tokens",
+    "monthly_max_tokens",
+    "daily_max_cost_usd",
+    "monthly_max_cost_usd",
+    "reserve_tokens",
+    "reserve_cost_usd",
+)
 
 
 def _strings(value: object, what: str) -> list[str]:
@@ -56,12 +69,17 @@ class ProjectForm(forms.ModelForm):
             "monthly_max_tokens",
             "daily_max_cost_usd",
             "monthly_max_cost_usd",
+            "reserve_tokens",
+            "reserve_cost_usd",
             "paused",
         ]
         help_texts = {
             "workspace_sources": "Paths (relative to the checkout, or absolute) under HARNESS_WORKSPACE_SOURCES; empty: all of them.",
             "git_remotes": "Entries as HARNESS_GIT_ALLOWED_REMOTES' (a prefix ending in '/' or one repository URL); empty: all of them.",
             "max_active_runs": "Runs active at once; more wait in the project's queue. Empty: no cap.",
+            "reserve_tokens": "Of a run's model budget, the tokens kept for verification and its report: once the rest is used, "
+            "the model may only run checks and finish.",
+            "reserve_cost_usd": "The same in dollars.",
         }
 
     def clean_workspace_sources(self) -> list[str]:
@@ -88,6 +106,17 @@ class ProjectForm(forms.ModelForm):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise forms.ValidationError(f"{name} must be a whole number of at least 1, got {value!r}")
         return raw
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        for reserve, limits in (
+            ("reserve_tokens", ("daily_max_tokens", "monthly_max_tokens")),
+            ("reserve_cost_usd", ("daily_max_cost_usd", "monthly_max_cost_usd")),
+        ):
+            for limit in limits:
+                if data.get(reserve) and data.get(limit) is not None and data[reserve] >= data[limit]:
+                    self.add_error(reserve, f"the reserve must be less than the {limit.replace('_', ' ')} ({data[limit]})")
+        return data
 
     def clean_git_remotes(self) -> list[str]:
         remotes = _strings(self.cleaned_data["git_remotes"], "git remotes")

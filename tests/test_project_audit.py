@@ -30,6 +30,8 @@ def project_form(**fields: Any) -> dict[str, Any]:
         "workspace_sources": "[]",
         "git_remotes": "[]",
         "max_active_runs": "",
+        "reserve_tokens": "0",
+        "reserve_cost_usd": "0",
         "memberships-TOTAL_FORMS": "0",
         "memberships-INITIAL_FORMS": "0",
         "memberships-MIN_NUM_FORMS": "0",

@@ -16,7 +16,8 @@ from pytest_django import Settings
 from core.scenarios import call
 from projects.models import Project
 from runs.approval_gate import DjangoApprovals
-from runs.models import Report, Run
+from runs.models import Event, Report, Run
+from runs.project_admin import ProjectForm
 from runs.services import check_new_run, do_create_run, drive_run
 from tests.fake_providers import API_KEY, FakeOpenAI, Reply, openai_tools
 from tests.helpers import CONTRACT, KillFlag, World
@@ -77,3 +78,62 @@ def test_it_leaves_runs_of_another_project_and_of_another_day_alone(settings: Se
         Run.objects.filter(pk=yesterday.pk).update(created_at=timezone.now() - timedelta(days=1))
         # Of today's 400 only this run's use counts: it too ends at its proposal limit.
         assert drive(world, today) == "budget_exhausted" and "proposal budget of 3" in Run.objects.get(pk=today.pk).stop_message
+
+
+def in_reserve(body: dict[str, Any]) -> bool:
+    return any("reserve kept for verification" in str(m.get("content")) for m in body["messages"])
+
+
+def verifies_in_its_reserve(body: dict[str, Any], number: int) -> Reply:
+    """Reads until told the budget is down to its reserve, then checks and tries to finish."""
+    if not in_reserve(body):
+        return reads(body, number)
+    if not any("run_check" in str(m.get("tool_calls")) for m in body["messages"]):
+        return openai_tools((f"call_{number}", "run_check", {"check_id": "tests"}))
+    return openai_tools((f"call_{number}", "finish", {"summary": "read the code; the tests pass on it"}))
+
+
+def test_it_keeps_the_projects_reserve_for_verification_and_the_report(settings: Settings, operator: User) -> None:
+    # 1,000 tokens a day, 300 of them kept back: the model works with 700 (five replies
+    # of 120 tokens), then has the reserve for the check and finish alone.
+    Project.objects.filter(slug="default").update(daily_max_tokens=1000, reserve_tokens=300)
+    world = World()
+    with FakeOpenAI(responder=verifies_in_its_reserve) as fake:
+        settings.OPENAI_API_KEY = API_KEY
+        settings.OPENAI_ALLOWED_BASE_URLS = [fake.base_url]
+        new = check_new_run(CONTRACT, {"kind": "openai", "model": "gpt-4o-mini", "base_url": fake.base_url})
+        run = do_create_run(new, operator, lambda run: world.workspace.revision())
+        # The check fails (the model fixed nothing), so finish is refused until the reserve too is used.
+        assert drive(world, run) == "budget_exhausted"
+    closing = [body for body in fake.bodies if in_reserve(body)]
+    assert closing and all(sorted(t["function"]["name"] for t in body["tools"]) == ["finish", "run_check"] for body in closing)
+    assert len(fake.bodies) - len(closing) == 5
+    kinds = list(Event.objects.filter(run=run, type="model_note").values_list("payload__kind", flat=True))
+    assert kinds.count("budget_reserve") == 1
+    report = Report.objects.get(run=run).data
+    assert not report["completed"] and "the reserve for verification and the report included" in report["message"]
+    assert report["current_evidence"]["tests"]["passed"] is False, "the check ran in the reserve, on the final revision"
+    usage = Run.objects.get(pk=run.pk).state["proposer_state"]["usage"]
+    assert usage["input_tokens"] + usage["output_tokens"] <= 1000
+
+
+def test_it_stops_a_model_that_does_other_work_in_the_reserve_naming_it(settings: Settings, operator: User) -> None:
+    Project.objects.filter(slug="default").update(daily_max_tokens=1000, reserve_tokens=300)
+    world = World()
+    with FakeOpenAI(responder=reads) as fake:
+        settings.OPENAI_API_KEY = API_KEY
+        settings.OPENAI_ALLOWED_BASE_URLS = [fake.base_url]
+        new = check_new_run(CONTRACT, {"kind": "openai", "model": "gpt-4o-mini", "base_url": fake.base_url})
+        run = do_create_run(new, operator, lambda run: world.workspace.revision())
+        assert drive(world, run) == "budget_exhausted"
+    run.refresh_from_db()
+    assert "used up but for its reserve, kept for verification and the report" in run.stop_message
+    assert "the model proposed read_file" in run.stop_message
+    assert Report.objects.get(run=run).data["status"] == "budget_exhausted"
+
+
+def test_it_refuses_a_reserve_as_large_as_the_budget_it_is_kept_from() -> None:
+    fields = {"slug": "p", "name": "P", "workspace_sources": "[]", "git_remotes": "[]", "run_limits": "{}", "reserve_cost_usd": 0}
+    form = ProjectForm(data={**fields, "daily_max_tokens": 500, "reserve_tokens": 500})
+    assert not form.is_valid() and "the reserve must be less than the daily max tokens (500)" in str(form.errors["reserve_tokens"])
+    assert ProjectForm(data={**fields, "daily_max_tokens": 500, "reserve_tokens": 100}).is_valid()

@@ -37,5 +37,15 @@ def test_it_bounds_a_runs_limits_by_its_project_and_says_so_when_it_starts() -> 
     ],
 )
 def test_it_refuses_a_bound_that_is_no_limit(limits: str, said: str) -> None:
-    form = ProjectForm(data={"slug": "p", "name": "P", "workspace_sources": "[]", "git_remotes": "[]", "run_limits": limits})
+    form = ProjectForm(
+        data={
+            "slug": "p",
+            "name": "P",
+            "workspace_sources": "[]",
+            "git_remotes": "[]",
+            "run_limits": limits,
+            "reserve_tokens": 0,
+            "reserve_cost_usd": 0,
+        }
+    )
     assert not form.is_valid() and said in " ".join(str(e) for e in form.errors["run_limits"])
