@@ -36,6 +36,14 @@ def admin_user(db: None) -> User:
 
 
 @pytest.fixture
+def project_admin(db: None) -> User:
+    """The default project's admin, held in person: no global group, no staff flag."""
+    user = _persona("paz-project-admin")
+    Membership.objects.create(project=Project.objects.get(slug="default"), user=user, role=Role.ADMIN)
+    return user
+
+
+@pytest.fixture
 def outsider(db: None) -> User:
     return _persona("oscar-outsider")
 

@@ -1,10 +1,14 @@
-"""Every role across every page, action and the live-trace socket: who is let in,
-who is sent to sign in, who gets 403, who is told the run does not exist (a member of
-another project: the same answer as for a run that does not), and that every form
-needs its CSRF token."""
+"""Every role across every page, API endpoint, action and both live sockets: who is let
+in, who is sent to sign in, who gets 403, who is told the run does not exist (a member
+of another project: the same answer as for a run that does not), and that every form
+needs its CSRF token. The roles: no sign-in, signed in with no role, the global
+reviewer and operator (the default project's through their groups), the default
+project's admin (in person), a site admin, and a reviewer and operator of another
+project."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,6 +22,7 @@ from django.urls import reverse
 
 from approvals.models import ApprovalRequest
 from harness_site.asgi import application
+from projects.models import Project
 from runs.artifacts import ArtifactStorage
 from runs.models import GlobalSwitch, Receipt, Run
 from tests.fixtures_web import Scene, waiting_scene
@@ -27,14 +32,15 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.django_db
 
-ROLES = ["anonymous", "outsider", "reviewer", "operator", "admin_user", "other_member"]
+ROLES = ["anonymous", "outsider", "reviewer", "operator", "project_admin", "admin_user", "other_member"]
 # A reviewer and operator of another project: in on the pages that list what they may
 # see; the run and its request here are unknown to them.
 ELSEWHERE = "other_member"
-VIEWERS = {"reviewer", "operator", "admin_user"}
-STARTERS = {"operator", "admin_user"}
-OPERATORS = {"operator", "admin_user"}
-DECIDERS = {"reviewer", "admin_user"}
+VIEWERS = {"reviewer", "operator", "project_admin", "admin_user"}
+STARTERS = {"operator", "project_admin", "admin_user"}
+OPERATORS = {"operator", "project_admin", "admin_user"}
+DECIDERS = {"reviewer", "project_admin", "admin_user"}
+SIGNED_IN = set(ROLES) - {"anonymous"}
 CONTRACT = """{"task_id": "orders-fix", "objective": "fix the order total", "acceptance_criteria": ["tests pass"],
  "workspace": {"kind": "path", "path": "examples/orders"}, "allowed_write_paths": ["orders/*"],
  "allowed_tools": ["read_file", "write_file", "run_check"], "verification_targets": ["tests"],
@@ -107,8 +113,10 @@ def pages(scene: ArtifactScene) -> list[tuple[str, set[str], bool]]:
         (reverse("approvals:inbox"), VIEWERS, False),
         (reverse("approvals:count"), VIEWERS, False),
         (reverse("approvals:detail", args=[approval]), VIEWERS, True),
-        # The default project's audit: its admins' (here, the site admin alone).
-        (reverse("project-audit", args=["default"]), {"admin_user"}, False),
+        # The default project's audit: its admins'.
+        (reverse("project-audit", args=["default"]), {"project_admin", "admin_user"}, False),
+        # One's own API tokens: everyone's who is signed in.
+        (reverse("tokens"), SIGNED_IN, False),
     ]
 
 
@@ -158,12 +166,71 @@ def test_it_lets_only_operators_kill_a_run(role: str, scene: ArtifactScene, requ
 def test_it_lets_only_operators_turn_the_global_switch(role: str, scene: ArtifactScene, request: pytest.FixtureRequest) -> None:
     client = client_for(role, request)
     response = client.post(reverse("control"), {"csrfmiddlewaretoken": csrf(client), "action": "pause_admission"})
-    if role == ELSEWHERE:
-        # The page is theirs (their project's active runs); the global switch is not.
+    if role in (ELSEWHERE, "project_admin"):
+        # The page is theirs (their project's active runs); the global switch is not:
+        # a project's role reaches no further than its project.
         assert response.status_code == 302
     else:
         assert_refused_or_allowed(response, role, OPERATORS, ok_status=302)
-    assert GlobalSwitch.get().admit_new is (role not in OPERATORS)
+    assert GlobalSwitch.get().admit_new is (role not in {"operator", "admin_user"})
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_it_lets_only_the_projects_operators_turn_its_switch(role: str, scene: ArtifactScene, request: pytest.FixtureRequest) -> None:
+    client = client_for(role, request)
+    response = client.post(reverse("project-switch", args=["default"]), {"csrfmiddlewaretoken": csrf(client), "action": "pause"})
+    assert_refused_or_allowed(response, role, OPERATORS, ok_status=302)
+    assert Project.objects.get(slug="default").paused is (role in OPERATORS)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_it_lets_only_reviewers_request_changes(role: str, scene: ArtifactScene, request: pytest.FixtureRequest) -> None:
+    client = client_for(role, request)
+    data = {"csrfmiddlewaretoken": csrf(client), "message": "name the ticket"}
+    response = client.post(reverse("approvals:changes", args=[scene.request.pk]), data)
+    assert_refused_or_allowed(response, role, DECIDERS, ok_status=302)
+    scene.request.refresh_from_db()
+    assert scene.request.status == ("changes_requested" if role in DECIDERS else "pending")
+
+
+def api_reads(scene: ArtifactScene) -> list[tuple[str, set[str], bool]]:
+    """Each API read, who may make it, and whether it is of the run (or its request)."""
+    run, approval = scene.run.pk, scene.request.pk
+    return [
+        ("/api/runs/", VIEWERS, False),
+        (f"/api/runs/{run}/", VIEWERS, True),
+        (f"/api/runs/{run}/events/", VIEWERS, True),
+        (f"/api/runs/{run}/report/", VIEWERS, True),
+        (f"/api/runs/{run}/artifacts/{scene.ref}/", VIEWERS, True),
+        ("/api/approvals/", VIEWERS, False),
+        (f"/api/approvals/{approval}/", VIEWERS, True),
+        ("/api/switch/", OPERATORS | {"reviewer", ELSEWHERE}, False),
+    ]
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_it_answers_each_role_in_the_api_as_on_the_pages(role: str, scene: ArtifactScene, request: pytest.FixtureRequest) -> None:
+    client = client_for(role, request)
+    for url, allowed, of_the_run in api_reads(scene):
+        status = client.get(url).status_code
+        if role == "anonymous":
+            expected = 401
+        elif role == ELSEWHERE:
+            expected = 404 if of_the_run else 200
+        else:
+            expected = 200 if role in allowed else 403
+        assert status == expected, (role, url, status)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_it_lets_only_the_api_kill_and_grant_for_their_roles(role: str, scene: ArtifactScene, request: pytest.FixtureRequest) -> None:
+    client = client_for(role, request)
+    headers = {"X-CSRFToken": csrf(client)}
+    granted = client.post(f"/api/approvals/{scene.request.pk}/grant/", {}, content_type="application/json", headers=headers).status_code
+    killed = client.post(f"/api/runs/{scene.run.pk}/kill/", {}, content_type="application/json", headers=headers).status_code
+    for status, allowed, ok in ((granted, DECIDERS, 200), (killed, OPERATORS, 202)):
+        expected = 401 if role == "anonymous" else 404 if role == ELSEWHERE else ok if role in allowed else 403
+        assert status == expected, (role, granted, killed)
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -243,6 +310,35 @@ async def _socket_outcome(cookies: str, run_id: str) -> tuple[str, object]:
         return "refused", closed["code"]
     await communicator.disconnect()
     return "events", len(first["events"])
+
+
+async def _lists_outcome(cookies: str) -> tuple[bool, object]:
+    communicator = WebsocketCommunicator(
+        application, "/ws/lists/", headers=[(b"origin", b"http://testserver"), (b"cookie", cookies.encode())]
+    )
+    connected, code = await communicator.connect()
+    if not connected:
+        return False, code
+    first = json.loads((await communicator.receive_output(timeout=5))["text"])
+    if first["type"] == "error":
+        closed = await communicator.receive_output(timeout=5)
+        await communicator.disconnect()
+        return False, closed["code"]
+    await communicator.disconnect()
+    return True, first["type"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("role", ROLES)
+def test_it_opens_the_lists_socket_to_anyone_with_a_role_somewhere(role: str, scene: ArtifactScene, request: pytest.FixtureRequest) -> None:
+    client = client_for(role, request)
+    cookies = "; ".join(f"{name}={morsel.value}" for name, morsel in client.cookies.items())
+    opened, detail = async_to_sync(_lists_outcome)(cookies)
+    if role in VIEWERS | {ELSEWHERE}:
+        # It carries no data: each page refetches itself with its viewer's permissions.
+        assert opened, (role, detail)
+    else:
+        assert (opened, detail) == (False, 4401 if role == "anonymous" else 4403)
 
 
 @pytest.mark.django_db(transaction=True)
