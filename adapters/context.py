@@ -25,10 +25,17 @@ class ToolDef:
     schema: dict[str, JSON]
     # Its receipts are the harness's evidence (the registry entry runs a check).
     evidence: bool = False
+    # It ends the run (the registry's finishing tool).
+    finishes: bool = False
 
     @classmethod
     def from_spec(cls, spec: ToolSpec) -> ToolDef:
-        return cls(spec.name, spec.description, spec.json_schema(), evidence=spec.runs_check is not None)
+        return cls(spec.name, spec.description, spec.json_schema(), evidence=spec.runs_check is not None, finishes=spec.finishes)
+
+    @property
+    def closing(self) -> bool:
+        """What a model may still do in its budget's reserve: verify, and report."""
+        return self.evidence or self.finishes
 
 
 @dataclass(frozen=True)

@@ -207,11 +207,11 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
 
     def _take_next(self) -> dict[str, JSON]:
         call = self.queue.pop(0)
-        if self.closing and call.name not in CLOSING_TOOLS:
+        if self.closing and call.name not in {t.name for t in self.offered()}:
             raise self._stop(
                 "budget_exhausted",
                 f"the model budget is used up but for its reserve, kept for verification and the report, where only "
-                f"{' and '.join(sorted(CLOSING_TOOLS))} are taken; the model proposed {call.name}",
+                f"{' and '.join(t.name for t in self.offered())} are taken; the model proposed {call.name}",
                 limit="reserve",
                 tool=call.name,
             )
@@ -220,7 +220,7 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
 
     def offered(self) -> list[ToolDef]:
         """The tools the next request offers: in the reserve, the closing ones alone."""
-        return [t for t in self.tools if t.name in CLOSING_TOOLS] if self.closing else self.tools
+        return [t for t in self.tools if t.closing] if self.closing else self.tools
 
     def _working_budget_used(self) -> bool:
         """Whether the next request would reach into the reserve (the budget less the
@@ -381,12 +381,10 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
         )
 
 
-# What the model may still do in its budget's reserve: verify, and say what it did.
-CLOSING_TOOLS = frozenset({"run_check", "finish"})
 CLOSING_NOTICE = (
     "Harness: your model budget is used up except a reserve kept for verification and your report. "
-    "Only run_check and finish are available now: run the checks you need on the current revision, then call "
-    "finish with a summary of what is done and what is not. Any other tool stops the run."
+    "Only the tools offered now are available: run the checks you need on the current revision, then finish "
+    "with a summary of what is done and what is not. Any other tool stops the run."
 )
 
 
