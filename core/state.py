@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.contract import Contract, Limits
+from core.events import EgressSummary
 from core.jsonutil import JSON
 
 TERMINAL_STATES = ("completed", "failed")
@@ -65,6 +66,8 @@ class EvidenceRecord(_State):
     output_ref: str | None
     passed: bool
     ts: float
+    # Where the check connected through the egress proxy; absent before egress existed.
+    egress: list[EgressSummary] = Field(default_factory=list)
 
 
 class PendingEffect(_State):
