@@ -295,6 +295,9 @@ class EgressSummary(BaseModel):
     connections: int
     bytes_out: int
     bytes_in: int
+    # Why the proxy refused it (the first refusal's reason), so a check that failed
+    # for want of a destination says so to the model and the reviewer; "" if allowed.
+    reason: str = ""
 
 
 class EvidenceRecorded(Event):

@@ -64,6 +64,7 @@ class Connection:
     bytes_out: int = 0
     bytes_in: int = 0
     allowed: bool = False
+    refused: str = ""
     done: bool = False
 
 
@@ -326,6 +327,7 @@ class EgressProxy:
             self._conns.pop(conn.cid, None)
             self._finished.append(conn)
             conn.allowed = refused is None
+            conn.refused = refused or ""
         if conn.upstream is not None:
             conn.upstream.close()
         self._to_check(conn.cid, CLOSE)
@@ -355,9 +357,10 @@ def summarise(conns: list[Connection]) -> list[ev.EgressSummary]:
             continue
         entry = totals.setdefault(
             (conn.host, conn.port),
-            {"host": conn.host, "port": conn.port, "allowed": False, "connections": 0, "bytes_out": 0, "bytes_in": 0},
+            {"host": conn.host, "port": conn.port, "allowed": False, "connections": 0, "bytes_out": 0, "bytes_in": 0, "reason": ""},
         )
         entry["allowed"] = entry["allowed"] or conn.allowed
+        entry["reason"] = "" if entry["allowed"] else entry["reason"] or conn.refused
         entry["connections"] += 1
         entry["bytes_out"] += conn.bytes_out
         entry["bytes_in"] += conn.bytes_in
