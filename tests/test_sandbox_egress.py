@@ -14,10 +14,12 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 
 from core import events as ev
@@ -310,3 +312,59 @@ def test_it_shows_each_connection_in_the_trace_beside_its_check(client: Client, 
     assert 'data-call-id="c7"' in page
     assert "Network: pypi.internal:443" in page and "700 bytes out, 9000 bytes in" in page
     assert "Network refused: 169.254.169.254:80" in page and "169.254.169.254 is link-local" in page
+
+
+@pytest.mark.django_db
+def test_it_shows_the_reviewer_and_the_run_page_where_a_check_connected(
+    client: Client, reviewer: User, operator: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from approvals.models import ApprovalRequest
+    from runs.approval_gate import DjangoApprovals
+    from runs.services import drive_run, report_of
+
+    world = World()
+    plain = world.executor.execute
+    reached = {"host": "pypi.internal", "port": 443, "allowed": True, "connections": 3, "bytes_out": 2100, "bytes_in": 48000, "reason": ""}
+    refused = {"host": "github.com", "port": 443, "allowed": False, "connections": 1, "bytes_out": 0, "bytes_in": 0, "reason": "not listed"}
+
+    def with_egress(call: Any) -> object:
+        # The simulated check's receipt as the sandbox's check tool gives one with egress.
+        result = plain(call)
+        if call.tool == "run_check":
+            result["data"]["egress"] = [reached, refused]  # type: ignore[index]
+        return result
+
+    monkeypatch.setattr(world.executor, "execute", with_egress)
+    run = world.create(actor=operator)
+    assert drive_run(run, world.environment(), DjangoApprovals(run)).status == "waiting_approval"
+    request = ApprovalRequest.objects.get(run=run, status="pending")
+    client.force_login(reviewer)
+    shown = "network: pypi.internal:443 reached (3 connections, 2100 bytes out, 48000 bytes in); github.com:443 refused (not listed)"
+    assert shown in client.get(reverse("approvals:detail", args=[request.pk])).content.decode()
+    assert shown in client.get(f"/runs/{run.pk}/").content.decode()
+    [evidence] = report_of(run)["evidence"]
+    assert evidence["egress"] == [reached, refused]
+
+
+@pytest.mark.django_db
+def test_it_lets_the_admin_give_a_check_network_destinations_and_keeps_them(client: Client, admin_user: User) -> None:
+    from approvals.policies import current_policy_row
+    from tests.test_policy_admin import ADD, inline_form
+
+    client.force_login(admin_user)
+    data = inline_form(client)
+    assert data["checks-0-egress"] == ""
+    data.update({"checks-0-egress": "pypi.internal:443\nmirror.internal:8080", "note": "dependencies from the mirror"})
+    assert client.post(ADD, data).status_code == 302
+    destinations = [{"host": "pypi.internal", "port": 443}, {"host": "mirror.internal", "port": 8080}]
+    assert current_policy_row().document["checks"][0]["egress"] == destinations
+    # Edited again without touching them: kept.
+    again = inline_form(client)
+    assert again["checks-0-egress"] == "pypi.internal:443\nmirror.internal:8080"
+    for line, problem in [
+        ("10.0.0.8:3128", "10.0.0.8 is an address; name the host"),
+        ("pypi.internal", "each line must look like host:port"),
+    ]:
+        response = client.post(ADD, {**again, "checks-0-egress": line, "note": "bad"})
+        assert response.status_code == 200
+        assert problem in response.content.decode().replace("&#x27;", "'")
