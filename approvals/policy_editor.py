@@ -101,8 +101,8 @@ class CheckForm(forms.Form):
     egress = forms.CharField(
         required=False,
         label="Network",
-        help_text="host:port per line, reached through the egress proxy; empty: none",
-        widget=forms.Textarea(attrs={"rows": 2, "cols": 22}),
+        help_text="host:port per line",
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 16}),
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
