@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from core.fences import RowLock
 from core.policy import CheckDef, Destination, check_policy
 from core.report import build_report
 from sandbox.container import SandboxContainer
-from sandbox.egress import EgressRefused, parse_head
+from sandbox.egress import EgressRefused, do_connect, parse_head
 from sandbox.executor import SandboxExecutor
 from sandbox.preparation import prepare_workspace
 from sandbox.workspace import RunWorkspace
@@ -368,3 +369,14 @@ def test_it_lets_the_admin_give_a_check_network_destinations_and_keeps_them(clie
         response = client.post(ADD, {**again, "checks-0-egress": line, "note": "bad"})
         assert response.status_code == 200
         assert problem in response.content.decode().replace("&#x27;", "'")
+
+
+@pytest.mark.parametrize("address", ["169.254.169.254", "fe80::a9fe:a9fe%eth0"])
+def test_it_refuses_a_listed_name_that_resolves_to_a_link_local_address(monkeypatch: pytest.MonkeyPatch, address: str) -> None:
+    # A name on the list that points at the metadata service (a poisoned resolver, a
+    # rebinding name) is refused after resolution, before any connection.
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    answer = [(family, socket.SOCK_STREAM, 6, "", (address, 80))]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *args, **kwargs: answer)
+    with pytest.raises(EgressRefused, match="a link-local or unusable address"):
+        do_connect("mirror.internal", 80)
