@@ -179,6 +179,38 @@ def test_it_installs_a_package_from_an_allowed_index_through_the_proxy(egress_sa
     assert [(d["host"], d["port"], d["allowed"]) for d in evidence["egress"]] == [("localhost", box.index.port, True)]
 
 
+# A tunnel (what https:// and most package managers use) to the allowed index.
+TUNNEL = """
+import http.client, os, sys
+proxy_port = int(os.environ["HTTPS_PROXY"].rsplit(":", 1)[1])
+conn = http.client.HTTPConnection("127.0.0.1", proxy_port, timeout=10)
+conn.set_tunnel("localhost", int(sys.argv[1]))
+conn.request("GET", "/simple/tinydep/")
+response = conn.getresponse()
+print(response.status, response.read().decode())
+"""
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_it_tunnels_to_an_allowed_destination_with_connect(egress_sandbox: EgressSandbox, tmp_path: Path, db: None) -> None:
+    box = egress_sandbox
+    port = box.index.port
+    tunnel = CheckDef(check_id="tunnel", command=["python3", "-c", TUNNEL, str(port)], egress=[Destination(host="localhost", port=port)])
+    driven = run_checks(box, tmp_path, tunnel)
+    receipt = driven.outcome.receipt("run_check", "tunnel")
+    assert receipt["data"]["exit_code"] == 0, receipt["data"]["output"]
+    assert receipt["data"]["output"].startswith("200 ") and "tinydep-1.0-py3-none-any.whl" in receipt["data"]["output"]
+    [connection] = driven.connections()
+    assert (connection.call_id, connection.method, connection.host, connection.port) == (
+        driven.check_call("tunnel"),
+        "CONNECT",
+        "localhost",
+        port,
+    )
+    assert connection.allowed and connection.bytes_out > 0 and connection.bytes_in > 0
+
+
 @pytest.mark.docker
 @pytest.mark.slow
 def test_it_fails_clearly_when_the_index_is_not_on_the_checks_list(egress_sandbox: EgressSandbox, tmp_path: Path, db: None) -> None:
