@@ -98,6 +98,12 @@ class CheckForm(forms.Form):
     timeout_seconds = forms.IntegerField(initial=120, required=False, widget=forms.NumberInput(attrs={"class": "vIntegerField"}))
     image = forms.CharField(required=False, widget=forms.TextInput(attrs={"size": 20}))
     on_copy = forms.BooleanField(required=False, label="On a copy", help_text="runs in a throwaway copy of the workspace")
+    egress = forms.CharField(
+        required=False,
+        label="Network",
+        help_text="host:port per line",
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 16}),
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -107,6 +113,18 @@ class CheckForm(forms.Form):
 
     def clean_command(self) -> list[str]:
         return [line.strip() for line in self.cleaned_data["command"].splitlines() if line.strip()]
+
+    def clean_egress(self) -> list[dict[str, Any]]:
+        """The destinations as the policy keeps them; the policy checks each name."""
+        destinations: list[dict[str, Any]] = []
+        for line in self.cleaned_data["egress"].splitlines():
+            if not line.strip():
+                continue
+            host, sep, port = line.strip().rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise forms.ValidationError(f"{line.strip()!r}: each line must look like host:port")
+            destinations.append({"host": host, "port": int(port)})
+        return destinations
 
 
 class Rows(forms.BaseFormSet):
@@ -171,6 +189,7 @@ def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[st
             "timeout_seconds": check.get("timeout_seconds", 120),
             "image": check.get("image") or "",
             "on_copy": check.get("on_copy", False),
+            "egress": "\n".join(f"{d.get('host', '')}:{d.get('port', '')}" for d in check.get("egress", [])),
         }
         for check in document.get("checks", [])
     ]
@@ -205,6 +224,8 @@ def compose(main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[
             check["image"] = row["image"]
         if row["on_copy"]:
             check["on_copy"] = True
+        if row["egress"]:
+            check["egress"] = row["egress"]
         checks.append(check)
     return {
         "rules": rules,

@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "diff_cost": ([], ["--difflib-cuts", "250,500"]),
     "rebuild_cost": ([], ["--rounds", "1"]),
     "host_throughput": ([], ["--runs", "6", "--rounds", "1"]),
+    "egress_cost": ([], ["--rounds", "3", "--fetches", "10"]),
 }
 
 

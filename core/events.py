@@ -265,6 +265,41 @@ class SandboxWaitOver(Event):
     detail: str
 
 
+class EgressConnection(Event):
+    """One connection a check made, or tried to make, through the egress proxy
+    (sandbox/egress.py), recorded when it ends: where to, whether the check's policy
+    let it through (``reason`` says why not), and the bytes each way."""
+
+    type: Literal["egress_connection"] = "egress_connection"
+    check_id: str
+    host: str
+    port: int
+    allowed: bool
+    reason: str
+    # "CONNECT" (a tunnel, usually TLS) or the method of a plain HTTP request.
+    method: str
+    bytes_out: int
+    bytes_in: int
+    duration_ms: int
+
+
+class EgressSummary(BaseModel):
+    """What one check reached through the proxy, per destination: the evidence shows
+    it, so a reviewer sees which destinations a check that passed depended on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str
+    port: int
+    allowed: bool
+    connections: int
+    bytes_out: int
+    bytes_in: int
+    # Why the proxy refused it (the first refusal's reason), so a check that failed
+    # for want of a destination says so to the model and the reviewer; "" if allowed.
+    reason: str = ""
+
+
 class EvidenceRecorded(Event):
     type: Literal["evidence_recorded"] = "evidence_recorded"
     check_id: str
@@ -280,6 +315,8 @@ class EvidenceRecorded(Event):
     image_digest: str = ""
     policy_version: int | None = None
     output_ref: str | None = None
+    # Where the check connected through the egress proxy (empty: it had no network).
+    egress: list[EgressSummary] = Field(default_factory=list)
 
 
 class EvidenceCleared(Event):
@@ -369,6 +406,7 @@ AnyEvent = (
     | Retry
     | SandboxWaiting
     | SandboxWaitOver
+    | EgressConnection
     | EvidenceRecorded
     | EvidenceCleared
     | WorkspaceChanged

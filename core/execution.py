@@ -6,6 +6,8 @@ returns the stop a limit or an invalid receipt decides, if one does."""
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from core import events as ev
 from core import storable
 from core.context import RunContext, guard, no_retry
@@ -222,7 +224,19 @@ def _record_evidence(run: RunContext, record: CallRecord, receipt: Receipt, chec
         image_digest=str(data.get("image_digest", "")),
         policy_version=state.policy_version,
         output_ref=_str_or_none(data.get("output_ref")),
+        egress=_egress(data.get("egress")),
     )
+
+
+def _egress(value: object) -> list[ev.EgressSummary]:
+    """The receipt's account of where the check connected, as the evidence keeps it
+    (a receipt that has none, or a malformed one, gives none)."""
+    if not isinstance(value, list):
+        return []
+    try:
+        return [ev.EgressSummary.model_validate(item) for item in value]
+    except ValidationError:
+        return []
 
 
 def _int(value: object) -> int:

@@ -104,6 +104,9 @@ _Silent = (
     | ev.Retry
     | ev.SandboxWaiting
     | ev.SandboxWaitOver
+    # Written by the executor while a check runs, beside the loop's own events; what
+    # the check reached is on its evidence (EvidenceRecorded.egress).
+    | ev.EgressConnection
     | ev.CheckRequired
     | ev.WriteBlocked
     | ev.ModelNote
@@ -217,6 +220,7 @@ def _apply_evidence(state: RunState, event: ev.EvidenceRecorded | ev.EvidenceCle
                     output_ref=event.output_ref,
                     passed=event.passed,
                     ts=event.ts,
+                    egress=list(event.egress),
                 )
             )
             if event.current:

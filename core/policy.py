@@ -4,6 +4,7 @@ what the checks run, and the upper bounds on every contract."""
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Literal
@@ -62,6 +63,33 @@ class Rule(_Frozen):
         return True
 
 
+class Destination(_Frozen):
+    """A place a check may reach through the egress proxy (sandbox/egress.py): a host
+    by name and one port. Names only: the proxy refuses raw addresses, so a policy
+    naming one could never be used."""
+
+    host: str = Field(
+        max_length=253,
+        pattern=described(
+            r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$",
+            "a host name in lowercase letters, digits, '-' and '.' (for example pypi.internal)",
+        ),
+    )
+    port: int = Field(ge=1, le=65535)
+
+    @field_validator("host")
+    @classmethod
+    def _a_name(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            return value
+        raise ValueError(f"{value} is an address; name the host (the proxy refuses raw addresses)")
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
 class CheckDef(_Frozen):
     """A verification command from trusted configuration; never from the model."""
 
@@ -77,6 +105,12 @@ class CheckDef(_Frozen):
     # The workspace is read-only to checks; one that must write into its tree runs
     # in a throwaway copy of it in scratch instead.
     on_copy: bool = False
+    # Where the check may connect, through the proxy Harness runs, and nowhere else;
+    # empty (the default): the check has no network at all.
+    egress: list[Destination] = Field(default_factory=list, max_length=50)
+
+    def allows(self, host: str, port: int) -> bool:
+        return any(d.host == host and d.port == port for d in self.egress)
 
 
 class SandboxLimits(_Frozen):

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.contract import Contract, Limits
+from core.events import EgressSummary
 from core.jsonutil import JSON
 
 TERMINAL_STATES = ("completed", "failed")
@@ -65,6 +66,8 @@ class EvidenceRecord(_State):
     output_ref: str | None
     passed: bool
     ts: float
+    # Where the check connected through the egress proxy (empty: it had no network).
+    egress: list[EgressSummary]
 
 
 class PendingEffect(_State):
@@ -104,10 +107,11 @@ class Waiting(_State):
     policy_version: int = 0
 
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """1: the shape before versions (no ``schema_version`` key); 2: the same, versioned;
 3: ``run_started`` in place of ``next_seq`` (the store numbers the events); 4: a call
-record's fixed ``effect`` and the state's ``proposed_at``; 5: ``changes_requested``."""
+record's fixed ``effect`` and the state's ``proposed_at``; 5: ``changes_requested``;
+6: each evidence record's ``egress``."""
 
 
 class RunState(_State):
@@ -220,8 +224,14 @@ def _from_4(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "schema_version": 5, "changes_requested": {}}
 
 
+def _from_5(data: dict[str, Any]) -> dict[str, Any]:
+    """No check had network before egress: every earlier check connected nowhere."""
+    evidence = [{**record, "egress": []} for record in data.get("evidence", [])]
+    return {**data, "schema_version": 6, "evidence": evidence}
+
+
 # version N -> the step that turns a version-N state into version N+1.
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4}
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4, 5: _from_5}
 
 
 def load_stored_state(data: Mapping[str, Any]) -> RunState:

@@ -199,6 +199,7 @@ _ExecutionEvent = (
     | ev.Retry
     | ev.SandboxWaiting
     | ev.SandboxWaitOver
+    | ev.EgressConnection
     | ev.PendingEffectRecorded
     | ev.EffectReconciled
     | ev.EvidenceRecorded
@@ -222,6 +223,8 @@ def _execution_view(e: _ExecutionEvent) -> tuple[str, str, str]:
             if e.engine_back:
                 return "Sandbox engine back", "ok", f"after {e.waited_seconds}s"
             return "Gave up waiting for the sandbox engine", "bad", f"after {e.waited_seconds}s: {e.detail}"
+        case ev.EgressConnection():
+            return _egress_view(e)
         case ev.PendingEffectRecorded():
             return "Pending effect", "bad", f"{e.tool} ({e.kind}): {e.reason}"
         case ev.EffectReconciled():
@@ -240,6 +243,15 @@ def _execution_view(e: _ExecutionEvent) -> tuple[str, str, str]:
             return "Workspace changed outside the run", "warn", f"revision {short(e.old_revision)} → {short(e.revision)}"
         case _:
             assert_never(e)
+
+
+def _egress_view(e: ev.EgressConnection) -> tuple[str, str, str]:
+    """A check's connection through the egress proxy, beside the check's own events."""
+    where = f"{e.host}:{e.port}"
+    if not e.allowed:
+        return f"Network refused: {where}", "bad", f"check {e.check_id}, {e.method}: {e.reason}"
+    moved = f"{e.bytes_out} bytes out, {e.bytes_in} bytes in, {e.duration_ms} ms"
+    return f"Network: {where}", "info", f"check {e.check_id}, {e.method}: {moved}"
 
 
 def _describe(e: ev.AnyEvent) -> tuple[str, str, str]:

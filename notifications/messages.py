@@ -48,6 +48,7 @@ def kind_of(event: ev.AnyEvent) -> str | None:
             | ev.Retry()
             | ev.SandboxWaiting()
             | ev.SandboxWaitOver()
+            | ev.EgressConnection()
             | ev.EvidenceRecorded()
             | ev.EvidenceCleared()
             | ev.WorkspaceChanged()

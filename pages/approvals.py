@@ -4,6 +4,7 @@ The services decide; a refused decision re-renders the page with the reason."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django import forms
@@ -18,10 +19,11 @@ from approvals.models import ApprovalRequest
 from common.permissions import DECIDE_APPROVALS, VIEW_APPROVALS
 from common.redact import is_masked
 from core.effects import parse_effect, summary
+from core.state import RunState
 from core.tools import builtin_registry
 from live.trace import EMPTY_OUTPUT_REF, text_args, timeline
 from pages.access import require, visible
-from pages.summary import shown_clocks
+from pages.summary import egress_text, shown_clocks
 from pages.templatetags.diffs import masked_lines
 from projects.access import scoped
 from runs.approval_flow import check_decision_now, deny, grant, pending_requests, request_changes, staleness_now
@@ -52,7 +54,8 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
     blocker = decision_blocker(request, user)
     run = request.run
     run.refresh_from_db()
-    working, waited = shown_clocks(run, load_state(run))
+    state = load_state(run)
+    working, waited = shown_clocks(run, state)
     return {
         "req": request,
         "run": run,
@@ -64,7 +67,7 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "stale": out_of_date(request),
         "asked_again": asked_again(request),
         "revision_current": run.revision == request.revision,
-        "evidence": Evidence.objects.filter(run=run, revision=request.revision).order_by("recorded_at"),
+        "evidence": with_network(Evidence.objects.filter(run=run, revision=request.revision).order_by("recorded_at"), state),
         "empty_output": EMPTY_OUTPUT_REF,
         "deny_form": DenyForm(),
         "what_it_does": reviewer_summary(request.tool, request.effect),
@@ -76,6 +79,16 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "masked_lines": masked_lines(request.diff),
         **timeline(str(run.pk)),
     }
+
+
+def with_network(rows: Iterable[Evidence], state: RunState) -> list[Evidence]:
+    """The evidence rows, each with where its check connected (``network``, from the
+    run's evidence records), so the reviewer sees what a passing check depended on."""
+    egress = {record.call_id: record.egress for record in state.evidence}
+    shown = list(rows)
+    for row in shown:
+        row.network = egress_text(egress.get(row.call_id, []))  # type: ignore[attr-defined]
+    return shown
 
 
 def out_of_date(request: ApprovalRequest) -> str | None:

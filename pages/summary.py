@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from django.urls import reverse
@@ -71,6 +72,19 @@ def shown_clocks(run: Run, state: RunState) -> tuple[float, float]:
     return round(working, 1), round(waited, 1)
 
 
+def egress_text(egress: Sequence[ev.EgressSummary]) -> str:
+    """Where a check connected, for a reviewer: each destination it asked the proxy
+    for, reached or refused (and why); "" for a check without network."""
+    parts = []
+    for d in egress:
+        if d.allowed:
+            count = f"{d.connections} connection{'s' if d.connections != 1 else ''}"
+            parts.append(f"{d.host}:{d.port} reached ({count}, {d.bytes_out} bytes out, {d.bytes_in} bytes in)")
+        else:
+            parts.append(f"{d.host}:{d.port} refused ({d.reason})")
+    return "; ".join(parts)
+
+
 def _latest_evidence(run: Run, state: RunState) -> list[dict[str, Any]]:
     """Each check's latest result, in the order the checks first ran."""
     latest: dict[str, Any] = {}
@@ -81,6 +95,7 @@ def _latest_evidence(run: Run, state: RunState) -> list[dict[str, Any]]:
             "exit_code": record.exit_code,
             "revision": short(record.revision),
             "current": state.current_evidence.get(record.check_id) == index and record.revision == state.revision,
+            "network": egress_text(record.egress),
             "output_href": reverse("runs:artifact", args=[run.pk, record.output_ref])
             if record.output_ref and record.output_ref != EMPTY_OUTPUT_REF
             else "",

@@ -3,10 +3,12 @@ output spooled under a cap into an artifact, its receipt the evidence."""
 
 from __future__ import annotations
 
+from core import events as ev
 from core.jsonutil import JSON
 from core.policy import CheckDef
 from core.ports import ArtifactStore, Call
 from sandbox.container import SandboxContainer
+from sandbox.egress import EgressProxy, EgressRefused
 from sandbox.engine import SandboxUnavailable
 from sandbox.execution import ExecResult
 from sandbox.output_capture import OutputCapture
@@ -47,16 +49,27 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         container = ctx.container_for(call)
     except SandboxUnavailable as exc:
         return infrastructure_result(exc.reason, **base)
+    # No network unless the policy names where: then only through a proxy for this call.
+    proxy = EgressProxy(check, lambda fields: tell(ctx, ev.EgressConnection, call.call_id, fields)) if check.egress else None
+    try:
+        environment = proxy.start(container.attach) if proxy is not None else None
+    except (SandboxUnavailable, EgressRefused) as exc:
+        if proxy is not None:
+            proxy.close()
+        return infrastructure_result(exc.reason if isinstance(exc, SandboxUnavailable) else str(exc), **base)
     listener = ctx.live_output(call.call_id) if ctx.live_output is not None else None
     capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir, listener=listener, store_limit=store_limit)
     try:
-        result = _run_read_only(ctx, container, check, capture)
+        result = _run_read_only(ctx, container, check, capture, environment)
     except SandboxUnavailable as exc:
         capture.discard()
         return infrastructure_result(exc.reason, **base)
     except BaseException:
         capture.discard()
         raise
+    finally:
+        if proxy is not None:
+            base["egress"] = [summary.model_dump() for summary in proxy.close()]
     ref = store_output(ctx.artifacts, capture)
     if result.lost is not None:
         # What it printed before the container failed is kept for the record only.
@@ -64,7 +77,14 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
     return _check_outcome(container, check, result, capture, ref, base)
 
 
-def _run_read_only(ctx: ToolContext, container: SandboxContainer, check: CheckDef, capture: OutputCapture) -> ExecResult:
+def tell(ctx: ToolContext, cls: type[ev.Event], call_id: str, fields: dict[str, JSON]) -> None:
+    if ctx.notify is not None:
+        ctx.notify(cls, call_id, fields)
+
+
+def _run_read_only(
+    ctx: ToolContext, container: SandboxContainer, check: CheckDef, capture: OutputCapture, environment: dict[str, str] | None
+) -> ExecResult:
     """The check's command, its output spooled into ``capture``."""
 
     def watch() -> str | None:
@@ -85,6 +105,7 @@ def _run_read_only(ctx: ToolContext, container: SandboxContainer, check: CheckDe
             watch=watch,
             watch_seconds=WATCH_SECONDS,
             on_copy=check.on_copy,
+            environment=environment,
         )
 
 

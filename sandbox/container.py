@@ -187,9 +187,11 @@ class SandboxContainer:
         watch: Callable[[], str | None] | None = None,
         watch_seconds: float = 0.5,
         on_copy: bool = False,
+        environment: dict[str, str] | None = None,
     ) -> ExecResult:
         """Run ``argv`` in the container, in the read-only workspace or (``on_copy``)
-        in a throwaway copy of it. ``watch``, if given, is asked every
+        in a throwaway copy of it, with ``environment`` added to the sandbox's own
+        (the egress proxy's address, for a check that has one). ``watch``, if given, is asked every
         ``watch_seconds`` while it runs; a reason it returns kills the execution.
 
         Raises SandboxUnavailable when the command could not start; a container or
@@ -199,7 +201,7 @@ class SandboxContainer:
         if self.lost is not None:
             raise SandboxUnavailable(self.lost)
         command = ["sh", "-c", WRAPPER, str(timeout_seconds), "copy" if on_copy else "workspace", *argv]
-        exec_id = self._create_exec(command)
+        exec_id = self._create_exec(command, environment)
         before = self._read_only_state()
         self._restarted_by_us = False
         oom_before = self._cgroup.oom_kills()
@@ -333,11 +335,29 @@ class SandboxContainer:
                 return None
             time.sleep(0.05)
 
-    def _create_exec(self, command: list[str]) -> str:
+    def attach(self, argv: list[str]) -> Any:
+        """Start ``argv`` as the sandbox user with its standard input open, and give
+        the socket that carries its input and (multiplexed) output: the egress relay's
+        only channel (``sandbox.egress``). The check's wrapper ends it with the check."""
+        exec_id = self._create_exec(argv, stdin=True)
+        try:
+            return self._client.api.exec_start(exec_id, socket=True)
+        except ENGINE_ERRORS as exc:
+            raise self._lose(unavailable(exc, "starting the egress relay")) from None
+
+    def _create_exec(self, command: list[str], environment: dict[str, str] | None = None, *, stdin: bool = False) -> str:
         for attempt in (1, 2):
             try:
                 created: dict[str, Any] = self._client.api.exec_create(
-                    self.id, command, user=SANDBOX_USER, workdir=WORKDIR, stdout=True, stderr=True, stdin=False, tty=False
+                    self.id,
+                    command,
+                    user=SANDBOX_USER,
+                    workdir=WORKDIR,
+                    stdout=True,
+                    stderr=True,
+                    stdin=stdin,
+                    tty=False,
+                    environment=environment,
                 )
                 return str(created["Id"])
             except ENGINE_ERRORS as exc:

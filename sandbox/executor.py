@@ -90,6 +90,7 @@ class SandboxExecutor:
             live_output=live_output,
             cancelled=lambda: self._killed,
             review_limits=review_limits,
+            notify=lambda cls, call_id, fields: self._tell(cls, call_id, **fields),
         )
 
     # -- Workspace ----------------------------------------------------------------
@@ -247,7 +248,7 @@ class SandboxExecutor:
             return
         try:
             self._notify(cls(run_id=self.run_id, seq=0, ts=time.time(), call_id=call_id, **fields))
-        except Exception as exc:  # noqa: BLE001 - what the wait shows must not fail the attempt; its receipt is the record
+        except Exception as exc:  # noqa: BLE001 - what the wait (or a connection) shows must not fail the attempt; its receipt is the record
             log.warning("run %s: could not record %s (%s)", self.run_id, cls.__name__, exc)
 
     def kill(self) -> None:

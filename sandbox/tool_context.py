@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+from core import events as ev
 from core.jsonutil import JSON
 from core.ports import ArtifactStore, Call
 from sandbox.container import SandboxContainer
@@ -95,6 +96,8 @@ class ToolContext:
     cancelled: Callable[[], bool] | None = None
     # The most of a publish's diff a reviewer is shown.
     review_limits: ReviewLimits = ReviewLimits()
+    # Writes an event for a call while it runs (a check's egress connections).
+    notify: Callable[[type[ev.Event], str, dict[str, JSON]], None] | None = None
 
 
 def error_result(message: str, **data: JSON) -> ToolResult:

@@ -353,6 +353,7 @@
       li.append(check.check_id + (check.passed ? " passed on " : " failed on "), el("code", "", check.revision));
       if (!check.current) li.append(" (old revision)");
       if (check.output_href) li.append(" · ", link("output", check.output_href));
+      if (check.network) li.append(" · network: " + check.network);
       return li;
     });
     fillList("pending_effects", s.pending_effects, function (effect) {

@@ -1,0 +1,367 @@
+"""A check's network: off unless its policy names destinations (``CheckDef.egress``),
+and then only through a proxy in the worker, one per call.
+
+Why a proxy of our own in the worker rather than squid or tinyproxy: the container
+keeps ``network=none`` (under runsc, gVisor is registered with ``--network=none``, so
+no network the engine could attach would reach it), and the only channel into such
+a container is an execution's standard input and output. A relay beside the check
+(``sandbox.egress_relay``) carries each connection over that channel to this proxy,
+which therefore knows by construction which call every byte belongs to: no
+per-call ports, credentials or log correlation, and nothing the check can reach but
+the relay. squid would still need this relay, and would add a process to run and a
+log to attribute after the fact.
+
+Per connection the proxy reads one request head (``CONNECT host:port`` for a
+tunnel, or a plain HTTP request with an absolute URL), then refuses, answering 403
+with the reason, or connects from the worker and relays bytes both ways. Refused:
+a raw address (names only; the container resolves nothing itself), a destination
+not on the check's list, and a name that resolves to a link-local address (the cloud
+metadata service at 169.254.169.254 and its IPv6 kin). Each connection is an
+``EgressConnection`` event for the call when it ends, and the check's receipt
+carries the summary per destination (``EgressSummary``) that its evidence keeps."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from docker.utils.socket import frames_iter
+
+from core import events as ev
+from core.policy import CheckDef
+from sandbox.egress_relay import CLOSE, DATA, FRAME, MAX_FRAME, OPEN, READY, RELAY
+
+log = logging.getLogger(__name__)
+
+CONNECT_SECONDS = 10.0
+READY_SECONDS = 20.0
+MAX_HEAD = 64 * 1024
+CHUNK = 64 * 1024
+# Dropped from a plain request before it leaves: they are for the proxy, and a
+# connection is used for one request only (its destination was checked once).
+HOP_HEADERS = (b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive")
+
+
+class EgressRefused(Exception):
+    """The proxy will not open this connection; the reason is the check's to read."""
+
+
+@dataclass
+class Connection:
+    cid: int
+    started: float = field(default_factory=time.monotonic)
+    head: bytes = b""
+    host: str = ""
+    port: int = 0
+    method: str = ""
+    upstream: socket.socket | None = None
+    bytes_out: int = 0
+    bytes_in: int = 0
+    allowed: bool = False
+    refused: str = ""
+    done: bool = False
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    host: str
+    port: int
+    # What goes to the destination first: nothing for a tunnel, the rewritten head of
+    # a plain request.
+    forward: bytes
+
+
+def parse_head(head: bytes) -> Request:
+    """The destination a request head asks for; raises EgressRefused for a head that
+    is not a proxy request."""
+    lines = head.split(b"\r\n")
+    parts = lines[0].decode("latin-1").split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+        raise EgressRefused("not an HTTP proxy request")
+    method, target, version = parts
+    if method == "CONNECT":
+        host, port = split_host_port(target, None)
+        return Request(method, host, port, b"")
+    if not target.lower().startswith("http://"):
+        raise EgressRefused("a plain request must name an http:// URL (use CONNECT for https)")
+    rest = target[len("http://") :]
+    authority, slash, path = rest.partition("/")
+    host, port = split_host_port(authority, 80)
+    kept = [line for line in lines[1:] if line and line.split(b":", 1)[0].strip().lower() not in HOP_HEADERS]
+    first = f"{method} /{path if slash else ''} {version}".encode("latin-1")
+    return Request(method, host, port, b"\r\n".join([first, *kept, b"Connection: close", b"", b""]))
+
+
+def split_host_port(authority: str, default: int | None) -> tuple[str, int]:
+    host, colon, port_text = authority.rpartition(":")
+    if not colon or "]" in port_text:
+        host, port_text = authority, ""
+    host = host.strip("[]").lower().rstrip(".")
+    if not port_text:
+        if default is None:
+            raise EgressRefused(f"{authority!r} names no port")
+        return host, default
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise EgressRefused(f"{authority!r} names no valid port")
+    return host, int(port_text)
+
+
+def check_destination(check: CheckDef, host: str, port: int) -> None:
+    """Raise EgressRefused unless the check's policy names ``host:port``."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    if address is not None and address.is_link_local:
+        raise EgressRefused(f"{host} is link-local (the cloud metadata service's range): never reachable from a check")
+    if address is not None:
+        raise EgressRefused(f"{host} is a raw address; checks reach hosts by name only")
+    if not check.allows(host, port):
+        raise EgressRefused(f"{host}:{port} is not on check {check.check_id}'s egress list")
+
+
+def do_connect(host: str, port: int) -> socket.socket:
+    """A connection from the worker to an allowed name, refused when the name
+    resolves to a link-local address (the metadata service) rather than connected."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise EgressRefused(f"{host} does not resolve ({exc})") from None
+    for *_info, address in infos:
+        ip = ipaddress.ip_address(str(address[0]).split("%")[0])
+        if ip.is_link_local or ip.is_unspecified or ip.is_multicast:
+            raise EgressRefused(f"{host} resolves to {ip}, a link-local or unusable address")
+    problem = "no address"
+    for family, kind, proto, _name, address in infos:
+        upstream = socket.socket(family, kind, proto)
+        upstream.settimeout(CONNECT_SECONDS)
+        try:
+            upstream.connect(address)
+        except OSError as exc:
+            upstream.close()
+            problem = str(exc)
+            continue
+        upstream.settimeout(None)
+        return upstream
+    raise EgressRefused(f"could not connect to {host}:{port} ({problem})")
+
+
+class EgressProxy:
+    """The proxy for one check call: ``start`` runs the relay in the call's container
+    and gives the environment the check needs; ``close`` after the check ends every
+    connection and returns what the check reached, per destination."""
+
+    def __init__(self, check: CheckDef, record: Callable[[dict[str, Any]], None]) -> None:
+        self._check = check
+        self._record = record
+        self._conns: dict[int, Connection] = {}
+        self._finished: list[Connection] = []
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._sock: Any = None
+        self._raw: Any = None
+        self._reader: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self.port: int | None = None
+
+    def start(self, attach: Callable[[list[str]], Any]) -> dict[str, str]:
+        """Start the relay through ``attach`` (an execution with its standard input
+        open, ``SandboxContainer.attach``) and wait until it listens."""
+        self._sock = attach(["python3", "-c", RELAY])
+        self._raw = getattr(self._sock, "_sock", self._sock)
+        ready = threading.Event()
+        self._reader = threading.Thread(target=self._read, args=(ready,), name="egress-relay", daemon=True)
+        self._reader.start()
+        if not ready.wait(READY_SECONDS) or self.port is None:
+            self._shut()
+            raise EgressRefused("the egress relay did not start in the sandbox")
+        proxy = f"http://127.0.0.1:{self.port}"
+        return {
+            "HTTP_PROXY": proxy,
+            "HTTPS_PROXY": proxy,
+            "http_proxy": proxy,
+            "https_proxy": proxy,
+            "NO_PROXY": "",
+            "no_proxy": "",
+        }
+
+    def close(self) -> list[ev.EgressSummary]:
+        """After the check: the relay is gone with its processes (the wrapper kills
+        them), so its stream ends; what is still open is ended and recorded."""
+        if self._reader is not None:
+            self._reader.join(5.0)
+        self._shut()
+        with self._lock:
+            open_now = list(self._conns.values())
+        for conn in open_now:
+            self._end(conn)
+        for thread in self._threads:
+            thread.join(5.0)
+        return summarise(self._finished)
+
+    def _shut(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+
+    # -- the relay's stream ------------------------------------------------------
+
+    def _read(self, ready: threading.Event) -> None:
+        buffer = b""
+        try:
+            for stream, data in frames_iter(self._sock, False):
+                if stream != 1:
+                    log.warning("egress relay: %s", data[:500].decode(errors="replace"))
+                    continue
+                buffer += data
+                while len(buffer) >= FRAME.size:
+                    cid, kind, size = FRAME.unpack_from(buffer)
+                    if size > MAX_FRAME:
+                        log.warning("egress relay: a frame of %d bytes; the stream is dropped", size)
+                        return
+                    if len(buffer) < FRAME.size + size:
+                        break
+                    payload = buffer[FRAME.size : FRAME.size + size]
+                    buffer = buffer[FRAME.size + size :]
+                    self._frame(cid, kind, payload, ready)
+        except OSError:
+            pass  # the stream was closed under us: the check is over
+        finally:
+            ready.set()
+
+    def _frame(self, cid: int, kind: int, payload: bytes, ready: threading.Event) -> None:
+        if kind == READY and self.port is None:
+            self.port = int(payload) if payload.isdigit() else None
+            ready.set()
+            return
+        with self._lock:
+            conn = self._conns.get(cid)
+            if kind == OPEN and conn is None and cid not in {c.cid for c in self._finished}:
+                self._conns[cid] = Connection(cid)
+                return
+        if conn is None:
+            return
+        if kind == DATA:
+            self._from_check(conn, payload)
+        elif kind == CLOSE:
+            if conn.upstream is None:
+                self._end(conn)  # closed before a whole request: it went nowhere
+            else:
+                try:
+                    conn.upstream.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+
+    def _from_check(self, conn: Connection, data: bytes) -> None:
+        if conn.upstream is not None:
+            try:
+                conn.upstream.sendall(data)
+                conn.bytes_out += len(data)
+            except OSError:
+                self._end(conn)
+            return
+        conn.head += data
+        end = conn.head.find(b"\r\n\r\n")
+        if end < 0:
+            if len(conn.head) > MAX_HEAD:
+                self._refuse(conn, "the request head is too long")
+            return
+        head, rest = conn.head[:end], conn.head[end + 4 :]
+        try:
+            request = parse_head(head)
+            conn.host, conn.port, conn.method = request.host, request.port, request.method
+            check_destination(self._check, request.host, request.port)
+            conn.upstream = do_connect(request.host, request.port)
+        except EgressRefused as exc:
+            self._refuse(conn, str(exc))
+            return
+        if request.method == "CONNECT":
+            self._to_check(conn.cid, DATA, b"HTTP/1.1 200 Connection established\r\n\r\n")
+        thread = threading.Thread(target=self._from_destination, args=(conn,), name=f"egress-{conn.cid}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+        self._from_check(conn, request.forward + rest)
+
+    def _from_destination(self, conn: Connection) -> None:
+        upstream = conn.upstream
+        assert upstream is not None
+        try:
+            while True:
+                data = upstream.recv(CHUNK)
+                if not data:
+                    break
+                conn.bytes_in += len(data)
+                self._to_check(conn.cid, DATA, data)
+        except OSError:
+            pass
+        self._end(conn)
+
+    def _to_check(self, cid: int, kind: int, data: bytes = b"") -> None:
+        with self._send_lock:
+            try:
+                self._raw.sendall(FRAME.pack(cid, kind, len(data)) + data)
+            except OSError:
+                pass  # the relay is gone with the check
+
+    def _refuse(self, conn: Connection, reason: str) -> None:
+        body = f"Harness egress refused: {reason}\n".encode()
+        answer = b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+        self._to_check(conn.cid, DATA, answer + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        self._end(conn, reason)
+
+    def _end(self, conn: Connection, refused: str | None = None) -> None:
+        """The connection's end, recorded once (an end from each side may race)."""
+        with self._lock:
+            if conn.done:
+                return
+            conn.done = True
+            self._conns.pop(conn.cid, None)
+            self._finished.append(conn)
+            conn.allowed = refused is None
+            conn.refused = refused or ""
+        if conn.upstream is not None:
+            conn.upstream.close()
+        self._to_check(conn.cid, CLOSE)
+        if not conn.host and refused is None:
+            return  # no request came: there is no destination to record
+        self._record(
+            {
+                "check_id": self._check.check_id,
+                "host": conn.host,
+                "port": conn.port,
+                "allowed": refused is None,
+                "reason": refused or "",
+                "method": conn.method or "?",
+                "bytes_out": conn.bytes_out,
+                "bytes_in": conn.bytes_in,
+                "duration_ms": int((time.monotonic() - conn.started) * 1000),
+            }
+        )
+
+
+def summarise(conns: list[Connection]) -> list[ev.EgressSummary]:
+    """Per destination asked for, in the order first asked: allowed if any of its
+    connections was let through."""
+    totals: dict[tuple[str, int], dict[str, Any]] = {}
+    for conn in conns:
+        if not conn.host:
+            continue
+        entry = totals.setdefault(
+            (conn.host, conn.port),
+            {"host": conn.host, "port": conn.port, "allowed": False, "connections": 0, "bytes_out": 0, "bytes_in": 0, "reason": ""},
+        )
+        entry["allowed"] = entry["allowed"] or conn.allowed
+        entry["reason"] = "" if entry["allowed"] else entry["reason"] or conn.refused
+        entry["connections"] += 1
+        entry["bytes_out"] += conn.bytes_out
+        entry["bytes_in"] += conn.bytes_in
+    return [ev.EgressSummary.model_validate(entry) for entry in totals.values()]
