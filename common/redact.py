@@ -36,9 +36,9 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
+from common.secret_detector import MASK as MASK
 from common.secret_detector import credential_name, looks_random, masked_line, might_hold
 
-MASK = "[redacted]"
 # What counts as a secret is common.secret_detector's, the publish scan's too. Every
 # rule stays inside one line, so masking changes what a line says, never how many
 # lines there are: a diff stays a diff with the same files, hunks and line counts,

@@ -39,7 +39,9 @@ from detect_secrets.plugins.sendgrid import SendGridDetector
 from detect_secrets.plugins.slack import SlackDetector
 from detect_secrets.plugins.stripe import StripeDetector
 
+MASK = "[redacted]"  # what masking puts in a secret's place (common.redact)
 CONFIGURED = "configured secret value"
+MASKED = "masked secret"
 PRIVATE_KEY = "private key"
 NAMED_VALUE = "random value next to a credential name"
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from common.secret_scan import SecretScanner
 from core import events as ev
 from core.effects import Plan
 from core.jsonutil import JSON
@@ -60,6 +61,7 @@ class SandboxExecutor:
         forge: ChangeRequests | None = None,
         live_output: Callable[[str], OutputListener] | None = None,
         review_limits: ReviewLimits = ReviewLimits(),
+        scanner: SecretScanner = SecretScanner(),
     ) -> None:
         self.run_id = run_id
         self.workspace = workspace
@@ -90,6 +92,7 @@ class SandboxExecutor:
             live_output=live_output,
             cancelled=lambda: self._killed,
             review_limits=review_limits,
+            scanner=scanner,
         )
 
     # -- Workspace ----------------------------------------------------------------

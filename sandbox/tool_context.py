@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+from common.secret_scan import SecretScanner
 from core.jsonutil import JSON
 from core.ports import ArtifactStore, Call
 from sandbox.container import SandboxContainer
@@ -95,6 +96,8 @@ class ToolContext:
     cancelled: Callable[[], bool] | None = None
     # The most of a publish's diff a reviewer is shown.
     review_limits: ReviewLimits = ReviewLimits()
+    # The secret scan of a publish's change (the server's values and key).
+    scanner: SecretScanner = SecretScanner()
 
 
 def error_result(message: str, **data: JSON) -> ToolResult:
