@@ -391,7 +391,7 @@ def _secrets_refused(run: RunContext, record: CallRecord, plan: Plan | None, ask
     with the fixed effect: what it found is recorded, and a refusal settles the call."""
     if plan is None or not plan.findings:
         return False
-    screening = screen(run.policy.publish, plan.findings, asks_reviewer)
+    screening = screen(run.policy.publish_checks, plan.findings, asks_reviewer)
     if screening.decision == "clear":
         return False
     refused = screening.decision == "refuse"

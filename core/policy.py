@@ -127,7 +127,7 @@ class Policy(_Frozen):
     max_wait_seconds: int | None = Field(default=None, ge=1, le=30 * 24 * 3600)
     allow_self_approval: bool = False
     sandbox: SandboxLimits = SandboxLimits()
-    publish: PublishChecks = PublishChecks()
+    publish_checks: PublishChecks = PublishChecks()
 
     @field_validator("checks")
     @classmethod

@@ -1,5 +1,5 @@
 """The secret gate of an external call: what the findings of the scan of its change
-mean under the policy (``Policy.publish``). The workspace scans (the port's
+mean under the policy (``Policy.publish_checks``). The workspace scans (the port's
 ``plan`` hands the findings in with the fixed effect: common.secret_scan); this only
 decides, so the loop acts on a plain decision.
 

@@ -42,6 +42,7 @@ from runs import admission, hosts, invariants, leases, placement, queue
 from runs.approval_flow import cancel_open_requests
 from runs.approval_gate import DjangoApprovals
 from runs.artifacts import ArtifactStorage, line_secrets
+from runs.base_moves import base_branch
 from runs.control import Watchdog, admitting_new_runs, kill_requested, stopping_all_runs
 from runs.eventlog import append_events
 from runs.live_output import LiveOutput
@@ -165,6 +166,8 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
         live_output=lambda call_id: LiveOutput(run_id, call_id),
         review_limits=ReviewLimits(settings.HARNESS_REVIEW_DIFF_MAX_BYTES, settings.HARNESS_REVIEW_DIFF_MAX_LINES),
         scanner=SecretScanner(values=line_secrets(), key=settings.SECRET_KEY.encode()),
+        base_branch=base_branch(run.contract),
+        moved_base=policy.publish_checks.moved_base,
     )
     if placed.rebuilt:
         # A publish the run's last host started is looked up here as it would have been there.

@@ -14,6 +14,7 @@ from core.jsonutil import JSON, sha256_bytes
 from core.ports import Call, Reconciliation
 from core.state import PendingEffect
 from sandbox import patches
+from sandbox.base_check import check_base
 from sandbox.forges import ForgeError, describe_change_request
 from sandbox.publishing import Publication, PublishRefused, publication
 from sandbox.remote import EffectDrift, PushConflict, RemoteError, RemoteTarget, describe_push
@@ -82,6 +83,21 @@ def unshown_secrets(ctx: ToolContext, published: Publication, fixed: OutboxEffec
         return None
     where = ", ".join(f"{f.path}:{f.line} ({f.kind})" for f in unshown)
     return f"nothing was published: the change holds secrets its approval did not show: {where}"
+
+
+def _moved_base(ctx: ToolContext, target: RemoteTarget, published: Publication) -> str | ToolResult | None:
+    """Just before a push: how the base branch moved since the run started (words for
+    the receipt), None if it did not, or the transient result when the remote cannot
+    be asked and the policy needs the answer."""
+    if ctx.base_branch == "":
+        return None
+    try:
+        moved = check_base(target.url, target.base, ctx.base_branch, published.shown(ctx.review_limits), target.access)
+    except RemoteError as exc:
+        if ctx.moved_base != "stale":
+            return None
+        return ToolResult("transient", "none", {"error": f"the base branch could not be compared: {exc.message}"})
+    return moved.words() if moved is not None else None
 
 
 def _model_message(fixed: PushEffect) -> str:
@@ -183,6 +199,13 @@ def push(ctx: ToolContext, target: RemoteTarget, fixed: PushEffect, key: str) ->
     if (unshown := unshown_secrets(ctx, published, fixed, _model_message(fixed))) is not None:
         return error_result(unshown, **base)
     patch = published.patch
+    moved = _moved_base(ctx, target, published)
+    if isinstance(moved, ToolResult):
+        return moved
+    if moved is not None and ctx.moved_base == "stale":
+        return error_result(f"nothing was published: {moved}; the policy makes an approval on a moved base stale", **base)
+    if moved is not None:
+        base["base_moved"] = moved
     try:
         result = target.publish(key, fixed, patch.text)
     except EffectDrift as exc:

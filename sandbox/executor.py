@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 
 from common.secret_scan import SecretScanner
 from core import events as ev
@@ -62,6 +63,8 @@ class SandboxExecutor:
         live_output: Callable[[str], OutputListener] | None = None,
         review_limits: ReviewLimits = ReviewLimits(),
         scanner: SecretScanner = SecretScanner(),
+        base_branch: str | None = None,
+        moved_base: Literal["show", "stale"] = "show",
     ) -> None:
         self.run_id = run_id
         self.workspace = workspace
@@ -93,6 +96,8 @@ class SandboxExecutor:
             cancelled=lambda: self._killed,
             review_limits=review_limits,
             scanner=scanner,
+            base_branch=base_branch,
+            moved_base=moved_base,
         )
 
     # -- Workspace ----------------------------------------------------------------

@@ -98,6 +98,10 @@ class ToolContext:
     review_limits: ReviewLimits = ReviewLimits()
     # The secret scan of a publish's change (the server's values and key).
     scanner: SecretScanner = SecretScanner()
+    # The branch the run cloned (None: the remote's default; "": a commit id, which
+    # cannot move), and whether the policy makes a push on a moved base stale.
+    base_branch: str | None = None
+    moved_base: Literal["show", "stale"] = "show"
 
 
 def error_result(message: str, **data: JSON) -> ToolResult:
