@@ -376,7 +376,9 @@ def test_it_holds_a_publish_holding_secrets_for_a_reviewer_who_sees_the_findings
     client.force_login(reviewer)
     html = client.get(f"/approvals/{request.pk}/").content.decode()
     assert 'id="secret-findings"' in html and html.index('id="secret-findings"') < html.index("Changes against the current content")
-    assert "<strong>config/app.ini</strong>, line 2: masked secret" in html and "<strong>deploy/id_rsa</strong>, line 1: private key" in html
+    assert (
+        "<strong>config/app.ini</strong>, line 2: masked secret" in html and "<strong>deploy/id_rsa</strong>, line 1: private key" in html
+    )
     assert 'id="base-moved"' not in html
     assert leaks(html) == []
 
