@@ -35,6 +35,7 @@ from core.errors import InputError
 from core.policy import AllowedSecret, PublishChecks, check_policy
 from core.publish_gate import problems, screen
 from core.scenarios import call
+from notifications.models import WebhookEndpoint
 from runs.approval_flow import grant
 from runs.approval_gate import DjangoApprovals
 from runs.models import Event, Run
@@ -271,7 +272,9 @@ def leaky_run(
     server: GitHttpServer, tmp_path: Path, operator: User, settings: Settings, containers: list[SandboxContainer]
 ) -> tuple[Run, SandboxExecutor]:
     """A run that writes every planted secret into its change, passes its check (a
-    real container) and publishes, with a secret in the message too."""
+    real container) and publishes, with a secret in the message too; a webhook
+    endpoint gets the run's notices (their bodies are rows too)."""
+    WebhookEndpoint.objects.create(name="hook", url="https://93.184.215.14/hook", event_kinds=["approval_requested", "run_stopped"])
     settings.GIT_ALLOWED_REMOTES = [server.url("shop.git")]
     script = [
         call("write_file", path="config/app.ini", content=SETTINGS_FILE),
