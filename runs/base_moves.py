@@ -7,6 +7,8 @@ made stale by a policy save. The worker asks the same again just before the push
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from django.conf import settings
 
 from approvals.models import ApprovalRequest
@@ -14,6 +16,8 @@ from approvals.policies import current_policy_row, load_policy
 from core.effects import PushEffect, parse_effect
 from sandbox.base_check import BaseMove, check_base
 from sandbox.remote import HEX_REF, RemoteAccess, RemoteError
+
+PAGE_TIMEOUT_SECONDS = 10.0
 
 
 def base_branch(contract: dict[str, object]) -> str | None:
@@ -36,7 +40,11 @@ def base_move(request: ApprovalRequest) -> BaseMove | None:
     branch = base_branch(request.run.contract)
     if branch == "":
         return None
-    return check_base(effect.remote, effect.base, branch, request.diff or "", RemoteAccess.from_settings(settings))
+    # A reviewer's page waits for this: a remote that does not answer costs it seconds,
+    # not the minutes a clone may take (the push asks again with the full timeout).
+    access = RemoteAccess.from_settings(settings)
+    access = replace(access, timeout_seconds=min(access.timeout_seconds, PAGE_TIMEOUT_SECONDS))
+    return check_base(effect.remote, effect.base, branch, request.diff or "", access)
 
 
 def base_move_now(request: ApprovalRequest) -> str | None:
