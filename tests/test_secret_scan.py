@@ -224,6 +224,10 @@ def test_it_refuses_just_before_the_push_a_finding_the_approval_did_not_show(
     assert isinstance(receipt, dict)
     assert "holds secrets its approval did not show: config/app.ini:2 (AWS access key id)" in receipt["data"]["error"]
     assert server.pushes == [] and sh("for-each-ref", f"refs/heads/{BRANCH}", cwd=root / "shop.git") == ""
+    # The effect as fixed, the findings on it (what a reviewer granted having seen them): pushed.
+    shown = executor.execute(dataclasses.replace(make_call("publish", {"message": "Add settings"}, key="b" * 32), effect=plan.effect))
+    assert isinstance(shown, dict) and shown["effect"] == "applied", shown
+    assert sh("rev-parse", f"refs/heads/{BRANCH}", cwd=root / "shop.git") == fixed.commit
 
 
 def test_it_refuses_the_push_on_a_moved_base_when_the_policy_says_stale(
