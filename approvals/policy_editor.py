@@ -1,5 +1,5 @@
 """The admin's row editor for a policy: a main form (approval TTL, self-approval,
-budget, sandbox) and formsets for rules and checks. The forms only convert text to
+budget, sandbox, the publish checks) and formsets for rules and checks. The forms only convert text to
 values; what a valid policy is stays with ``core.policy.check_policy``, whose
 problems are put back on the field or row they name."""
 
@@ -16,6 +16,8 @@ from core.errors import FieldProblem
 
 DECISIONS = [("allow", "allow"), ("deny", "deny"), ("ask", "ask")]
 RUNTIMES = [("runc", "runc (the engine's default)"), ("runsc", "runsc (gVisor: a user-space kernel)")]
+SECRET_ACTIONS = [("refuse", "refuse the publish (the model is told file and line)"), ("ask", "ask a reviewer, showing the findings")]
+MOVED_BASE = [("show", "show it to the reviewer"), ("stale", "make the approval stale")]
 BUDGET_FIELDS = ("max_proposals", "max_tool_calls", "max_attempts", "wall_time_seconds", "max_output_bytes_per_call")
 _ROW_PATH = re.compile(r"^(rules|checks)\[(\d+)\](?:\.(\w+))?")
 
@@ -45,6 +47,25 @@ class PolicyMainForm(forms.Form):
     sandbox_scratch_mb = forms.IntegerField(label="Scratch (MB)", help_text="the tmpfs checks write to; counts against memory")
     # Not a ChoiceField: check_policy judges the value and names the field.
     sandbox_runtime = forms.CharField(label="Sandbox runtime", initial="runc", widget=forms.Select(choices=RUNTIMES))
+    publish_secrets = forms.CharField(label="Secrets found in a publish", initial="refuse", widget=forms.Select(choices=SECRET_ACTIONS))
+    publish_allowed_secrets = forms.CharField(
+        label="Allowed secret findings",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="known false positives, one per line as file#fingerprint (the fingerprint as a finding shows it)",
+    )
+    publish_moved_base = forms.CharField(label="Base branch moved", initial="show", widget=forms.Select(choices=MOVED_BASE))
+
+    def clean_publish_allowed_secrets(self) -> list[dict[str, str]]:
+        allowed = []
+        for line in str(self.cleaned_data.get("publish_allowed_secrets", "")).splitlines():
+            if not line.strip():
+                continue
+            path, mark, fingerprint = line.strip().rpartition("#")
+            if not mark or not path:
+                raise forms.ValidationError(f"{line.strip()!r} is not file#fingerprint")
+            allowed.append({"path": path, "fingerprint": fingerprint})
+        return allowed
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -159,6 +180,7 @@ CheckFormSet = forms.formset_factory(CheckForm, formset=CheckRows, extra=2, can_
 def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
     budget = document.get("budget", {})
     sandbox = document.get("sandbox", {})
+    publish = document.get("publish_checks", {})
     main = {
         "approval_ttl_seconds": document.get("approval_ttl_seconds", 3600),
         "max_wait_seconds": document.get("max_wait_seconds"),
@@ -170,6 +192,9 @@ def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[st
         "sandbox_workspace_max_mb": sandbox.get("workspace_max_mb", 1024),
         "sandbox_scratch_mb": sandbox.get("scratch_mb", 256),
         "sandbox_runtime": sandbox.get("runtime", "runc"),
+        "publish_secrets": publish.get("secrets", "refuse"),
+        "publish_allowed_secrets": "\n".join(f"{a['path']}#{a['fingerprint']}" for a in publish.get("allowed_secrets", [])),
+        "publish_moved_base": publish.get("moved_base", "show"),
     }
     rules = [
         {
@@ -243,7 +268,24 @@ def compose(main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[
             "scratch_mb": data["sandbox_scratch_mb"],
             "runtime": data["sandbox_runtime"],
         },
+        **publish_checks(data, base),
     }
+
+
+def publish_checks(data: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """The document's ``publish_checks`` from the main form; left out while it says
+    what the defaults say and the base document had none, so a save that changes
+    something else adds nothing here."""
+    # An allowed finding keeps the reason the document gave it (the form edits file#fingerprint only).
+    reasons = {(a.get("path"), a.get("fingerprint")): a for a in base.get("publish_checks", {}).get("allowed_secrets", [])}
+    checks = {
+        "secrets": data["publish_secrets"],
+        "allowed_secrets": [{**reasons.get((a["path"], a["fingerprint"]), {}), **a} for a in data["publish_allowed_secrets"]],
+        "moved_base": data["publish_moved_base"],
+    }
+    if "publish_checks" not in base and checks == {"secrets": "refuse", "allowed_secrets": [], "moved_base": "show"}:
+        return {}
+    return {"publish_checks": checks}
 
 
 def place_problems(problems: list[FieldProblem], main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[CheckForm]) -> None:

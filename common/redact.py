@@ -36,16 +36,13 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
-MASK = "[redacted]"
-# Every pattern stays inside one line (no pattern can match a line break), so masking
-# changes what a line says, never how many lines there are: a diff stays a diff with
-# the same files, hunks and line counts, and nothing after a credential disappears.
-# A shape must not follow a letter or digit, so "task-..." or "disk-..." is a word,
-# not a key.
-CREDENTIAL_PATTERNS = re.compile(
-    r"(?<![A-Za-z0-9])(?:sk-ant-[A-Za-z0-9_-]{16,}|sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,}"
-    r"|github_pat_[A-Za-z0-9_]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|glpat-[A-Za-z0-9_-]{20,}|AIza[0-9A-Za-z_-]{35})"
-)
+from common.secret_detector import MASK as MASK
+from common.secret_detector import credential_name, looks_random, masked_line, might_hold
+
+# What counts as a secret is common.secret_detector's, the publish scan's too. Every
+# rule stays inside one line, so masking changes what a line says, never how many
+# lines there are: a diff stays a diff with the same files, hunks and line counts,
+# and nothing after a credential disappears.
 # A private key is masked line by line: its BEGIN and END markers stay (they say what
 # was there), the key material between them becomes MASK on each of its lines. Key
 # material is base64 (with "\n" escapes when the key sits on one line of a JSON or
@@ -72,19 +69,12 @@ def secret_values() -> list[str]:
     return sorted((v for v in lines if len(v) >= 8), key=len, reverse=True)
 
 
-# Every credential shape starts with one of these: a string holding none of them (most
-# do) skips the regular expression, which is most of the cost on a large state.
-_SHAPE_PREFIXES = ("sk-", "AKIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xox", "glpat-", "AIza", "-----BEGIN")
-
-
 def redact_text(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        if secret in text:
-            text = text.replace(secret, MASK)
-    if any(prefix in text for prefix in _SHAPE_PREFIXES):
-        text = CREDENTIAL_PATTERNS.sub(MASK, text)
-        if "-----BEGIN" in text:
-            text = "\n".join(_mask_keys(text.split("\n")))
+    if not might_hold(text, secrets):
+        return text
+    text = "\n".join(masked_line(line, secrets, MASK) for line in text.split("\n"))
+    if "-----BEGIN" in text:
+        text = "\n".join(_mask_keys(text.split("\n")))
     return text
 
 
@@ -95,12 +85,7 @@ def redact_lines(lines: Iterable[str], secrets: list[str]) -> Iterator[str]:
 
 
 def _mask_shapes(line: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        if secret in line:
-            line = line.replace(secret, MASK)
-    if any(prefix in line for prefix in _SHAPE_PREFIXES):
-        line = CREDENTIAL_PATTERNS.sub(MASK, line)
-    return line
+    return masked_line(line, secrets, MASK) if might_hold(line, secrets) else line
 
 
 def _mask_keys(lines: Iterable[str]) -> Iterator[str]:
@@ -204,10 +189,9 @@ def _nothing_to_mask(text: str, secrets: list[str]) -> bool:
     shape's prefix. The prefixes are never escaped in JSON, and a secret that JSON
     would escape is never looked for in the text (the caller walks instead), so the
     answer is exact; a false alarm only costs the walk."""
-    for secret in secrets:
-        if secret in text or _needs_escaping(secret):
-            return False
-    return not any(prefix in text for prefix in _SHAPE_PREFIXES)
+    if any(_needs_escaping(secret) for secret in secrets):
+        return False
+    return not might_hold(text, secrets)
 
 
 @functools.lru_cache(maxsize=256)
@@ -219,10 +203,18 @@ def _walk(value: Any, secrets: list[str]) -> Any:
     if isinstance(value, str):
         return redact_text(value, secrets)
     if isinstance(value, dict):
-        return {redact_text(str(k), secrets): _walk(v, secrets) for k, v in value.items()}
+        return {redact_text(str(k), secrets): _named(str(k), v, secrets) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_walk(v, secrets) for v in value]
     return value
+
+
+def _named(name: str, value: Any, secrets: list[str]) -> Any:
+    """A value under a credential-like key (``{"client_secret": "..."}``) is masked
+    whole when it looks random, as it would be after ``client_secret=`` in a line."""
+    if isinstance(value, str) and credential_name(name) and looks_random(value):
+        return MASK
+    return _walk(value, secrets)
 
 
 def redact_bytes(content: bytes) -> bytes:

@@ -17,13 +17,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, TypeAdapter, model_serializer
 
 from core.jsonutil import JSON
 
 
 class _Effect(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Publication(_Effect):
+    # The secret scan's findings the reviewer was shown, as file#fingerprint
+    # (common.secret_scan): bound into the approval with the rest of the effect, so
+    # the scan again before the push refuses any finding that is not among them.
+    # Left out of the record when there are none, so an effect without findings
+    # is recorded, and keyed, as it always was.
+    secrets: list[str] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _without_no_secrets(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        data: dict[str, object] = handler(self)
+        if not data.get("secrets"):
+            data.pop("secrets", None)
+        return data
 
 
 class Identity(_Effect):
@@ -36,7 +52,7 @@ class Identity(_Effect):
         return f"{self.name} <{self.email}>"
 
 
-class OutboxEffect(_Effect):
+class OutboxEffect(_Publication):
     kind: Literal["outbox"] = "outbox"
     file: str
     revision: str
@@ -45,7 +61,7 @@ class OutboxEffect(_Effect):
     bytes: int
 
 
-class PushEffect(_Effect):
+class PushEffect(_Publication):
     kind: Literal["push"] = "push"
     remote: str
     branch: str
@@ -90,6 +106,9 @@ class Plan:
 
     effect: dict[str, JSON]
     shown: str
+    # The secret scan of the change shown (common.secret_scan): file, line, kind and
+    # fingerprint of each finding, for the gate to decide on (core.publish_gate).
+    findings: tuple[dict[str, JSON], ...] = ()
 
 
 def summary(effect: AnyEffect) -> str:

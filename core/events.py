@@ -75,6 +75,25 @@ class InvalidInput(Event):
     problems: list[dict[str, str]]
 
 
+class SecretsFound(Event):
+    """The secret scan of an external call's change found something
+    (core.publish_gate): each finding's file, line, kind and fingerprint, never the
+    secret. ``refuse`` settles the call (the model is told ``problems``: where each
+    is); ``ask`` files the request, whose page shows the findings above the diff."""
+
+    type: Literal["secrets_found"] = "secrets_found"
+    tool: str
+    findings: list[dict[str, JSON]]
+    # Findings the policy's allowlist excused (file and fingerprint).
+    allowed: list[dict[str, JSON]] = Field(default_factory=list)
+    decision: Literal["refuse", "ask"]
+    reason: str
+    policy_version: int
+    problems: list[dict[str, str]] = Field(default_factory=list)
+    # For a refusal: the call's record as the refusal leaves it.
+    call: dict[str, JSON] | None = None
+
+
 class Denied(Event):
     type: Literal["denied"] = "denied"
     tool: str
@@ -388,6 +407,7 @@ AnyEvent = (
     | RunResumed
     | Proposed
     | InvalidInput
+    | SecretsFound
     | Denied
     | CallAdmitted
     | ApprovalRequired

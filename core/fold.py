@@ -91,6 +91,7 @@ def fold(events: Iterable[ev.AnyEvent], created: RunState) -> RunState:
 # The events that change nothing of the state the fold explains (see the module docstring).
 _Silent = (
     ev.InvalidInput
+    | ev.SecretsFound
     | ev.Denied
     | ev.CallAdmitted
     | ev.ApprovalConsumed

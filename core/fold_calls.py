@@ -34,6 +34,11 @@ def apply_to_calls(state: RunState, event: ev.AnyEvent) -> None:
         case ev.InvalidInput():
             problems = [fb.Problem(field=p["field"], message=p["message"]) for p in event.problems]
             _end_step(state, fb.InvalidInput(call_id=_id(event), problems=problems))
+        case ev.SecretsFound():
+            if event.decision == "refuse":
+                _refused(state, event.call)
+                problems = [fb.Problem(field=p["field"], message=p["message"]) for p in event.problems]
+                _end_step(state, fb.InvalidInput(call_id=_id(event), problems=problems))
         case ev.Denied():
             if (record := _put(state, event.call)) is not None:
                 record.state = "failed"

@@ -38,6 +38,7 @@ from core.decisions import (
     Regate,
     Stop,
 )
+from core.effects import Plan
 from core.execution import attempts_left, execute, infrastructure_failure, receipt_check
 from core.fold import LOG_VERSION
 from core.gates import Gates
@@ -59,6 +60,7 @@ from core.ports import (
     Workspace,
 )
 from core.proposals import bounded, kept, parse, resolve, validate
+from core.publish_gate import problems, screen
 from core.recording import as_recorded, checkpoint, close_requests, emit, emit_model_notes, read_workspace, stop
 from core.state import CallRecord, RunState
 from core.tools import Registry, ToolSpec
@@ -363,6 +365,8 @@ def act(run: RunContext, gates: Gates, decision: Decision) -> None:
             checkpoint(run)
         case Ask():
             plan = fix_effect(run, decision.record, decision.spec)
+            if _secrets_refused(run, decision.record, plan, asks_reviewer=True):
+                return
             act(run, gates, waits.ask(run, decision.record, decision.spec, decision.authorization, plan))
         case Execute():
             _execute(run, gates, decision)
@@ -382,10 +386,37 @@ def act(run: RunContext, gates: Gates, decision: Decision) -> None:
             assert_never(decision)
 
 
+def _secrets_refused(run: RunContext, record: CallRecord, plan: Plan | None, asks_reviewer: bool) -> bool:
+    """The secret gate (core.publish_gate) on the findings the workspace handed in
+    with the fixed effect: what it found is recorded, and a refusal settles the call."""
+    if plan is None or not plan.findings:
+        return False
+    screening = screen(run.policy.publish_checks, plan.findings, asks_reviewer)
+    if screening.decision == "clear":
+        return False
+    refused = screening.decision == "refuse"
+    emit(
+        run,
+        ev.SecretsFound,
+        call_id=record.call_id,
+        tool=record.tool,
+        findings=screening.findings,
+        allowed=screening.allowed,
+        decision=screening.decision,
+        reason=screening.reason,
+        policy_version=run.policy.version,
+        problems=problems(screening) if refused else [],
+        call=as_recorded(record) if refused else None,
+    )
+    if refused:
+        checkpoint(run)
+    return refused
+
+
 def _execute(run: RunContext, gates: Gates, admitted: Execute) -> None:
     record, spec, authorization = admitted.record, admitted.spec, admitted.authorization
-    if spec.external_effect and record.effect is None:
-        fix_effect(run, record, spec)
+    if spec.external_effect and record.effect is None and _secrets_refused(run, record, fix_effect(run, record, spec), asks_reviewer=False):
+        return
     emit(
         run,
         ev.CallAdmitted,

@@ -129,6 +129,27 @@ class SandboxLimits(_Frozen):
     runtime: Literal["runc", "runsc"] = "runc"
 
 
+class AllowedSecret(_Frozen):
+    """A known false positive of the publish's secret scan: this fingerprint in this
+    file is not a secret (a test fixture's made-up key, say)."""
+
+    path: str = Field(min_length=1, max_length=1000)
+    fingerprint: str = Field(pattern=described(r"^[0-9a-f]{16}$", "16 lowercase hex digits, as a finding shows it"))
+    reason: str = Field(default="", max_length=500)
+
+
+class PublishChecks(_Frozen):
+    """What the checks of a publish's change mean (core.publish_gate)."""
+
+    # A secret found in the change: the publish is refused (the model is told the file
+    # and line, to take it out), or a reviewer must grant it having seen the findings.
+    secrets: Literal["refuse", "ask"] = "refuse"
+    allowed_secrets: list[AllowedSecret] = Field(default_factory=list, max_length=500)
+    # The remote's base branch moved since the run started: the reviewer is told
+    # ("show"), or a grant made before the move cannot be used ("stale").
+    moved_base: Literal["show", "stale"] = "show"
+
+
 class Policy(_Frozen):
     version: int = Field(ge=1)
     rules: list[Rule]
@@ -140,6 +161,7 @@ class Policy(_Frozen):
     max_wait_seconds: int | None = Field(default=None, ge=1, le=30 * 24 * 3600)
     allow_self_approval: bool = False
     sandbox: SandboxLimits = SandboxLimits()
+    publish_checks: PublishChecks = PublishChecks()
 
     @field_validator("checks")
     @classmethod

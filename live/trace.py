@@ -123,7 +123,9 @@ def _run_view(e: _RunEvent) -> tuple[str, str, str]:
             assert_never(e)
 
 
-_GateEvent = ev.Proposed | ev.InvalidInput | ev.Denied | ev.CallAdmitted | ev.DuplicateEffect | ev.CheckRequired | ev.WriteBlocked
+_GateEvent = (
+    ev.Proposed | ev.InvalidInput | ev.SecretsFound | ev.Denied | ev.CallAdmitted | ev.DuplicateEffect | ev.CheckRequired | ev.WriteBlocked
+)
 
 
 def _gate_view(e: _GateEvent) -> tuple[str, str, str]:
@@ -135,6 +137,10 @@ def _gate_view(e: _GateEvent) -> tuple[str, str, str]:
         case ev.InvalidInput():
             problems = "; ".join(f"{x.get('field')}: {x.get('message')}" for x in e.problems)
             return f"Invalid input ({e.gate})", "warn", problems
+        case ev.SecretsFound():
+            where = ", ".join(f"{f.get('path')}:{f.get('line')} ({f.get('kind')})" for f in e.findings)
+            title = "Secrets found: refused" if e.decision == "refuse" else "Secrets found: shown to the reviewer"
+            return title, "bad" if e.decision == "refuse" else "warn", f"{e.tool}: {where}"
         case ev.Denied():
             return "Denied", "bad", f"{e.tool} by rule '{e.rule}': {e.reason}"
         case ev.CallAdmitted():

@@ -33,6 +33,7 @@ def kind_of(event: ev.AnyEvent) -> str | None:
             | ev.Proposed()
             | ev.InvalidInput()
             | ev.Denied()
+            | ev.SecretsFound()
             | ev.CallAdmitted()
             | ev.ApprovalConsumed()
             | ev.ApprovalRefused()

@@ -27,7 +27,8 @@ from pages.summary import egress_text, shown_clocks
 from pages.templatetags.diffs import masked_lines
 from projects.access import scoped
 from runs.approval_flow import check_decision_now, deny, grant, pending_requests, request_changes, staleness_now
-from runs.models import Evidence
+from runs.base_moves import base_move_now
+from runs.models import Event, Evidence
 from runs.store import load_state
 
 Status = ApprovalRequest.Status
@@ -77,6 +78,8 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         # the run works with the masked value (arguments) or ships the original (a diff).
         "masked_args": is_masked(request.args),
         "masked_lines": masked_lines(request.diff),
+        "secret_findings": secret_findings(request),
+        "base_move": base_move_now(request),
         **timeline(str(run.pk)),
     }
 
@@ -89,6 +92,13 @@ def with_network(rows: Iterable[Evidence], state: RunState) -> list[Evidence]:
     for row in shown:
         row.network = egress_text(egress.get(row.call_id, []))  # type: ignore[attr-defined]
     return shown
+
+
+def secret_findings(request: ApprovalRequest) -> list[dict[str, Any]]:
+    """What the secret scan found in the change this request asks about (the run's
+    secrets_found event for its call): file, line, kind, fingerprint."""
+    found = Event.objects.filter(run_id=request.run_id, call_id=request.call_id, type="secrets_found").order_by("-seq").first()
+    return list(found.payload.get("findings", [])) if found is not None else []
 
 
 def out_of_date(request: ApprovalRequest) -> str | None:

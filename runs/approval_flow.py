@@ -25,6 +25,7 @@ from core.lifecycle import OPEN_STATUSES, check_lapse, check_request_transition,
 from projects import audit
 from projects.models import default_project_id
 from runs import queue
+from runs.base_moves import moved_base_staleness
 from runs.eventlog import append_event
 from runs.models import Run
 
@@ -60,9 +61,12 @@ def staleness_now(request: ApprovalRequest) -> str | None:
 
 
 def check_decision_now(request: ApprovalRequest, user: User | AnonymousUser, *, granting: bool = False) -> None:
-    """``approvals.checks.check_decision`` against where the run and its project's policy are now."""
+    """``approvals.checks.check_decision`` against where the run and its project's policy
+    are now; a grant also against where the push's base branch is now (runs.base_moves)."""
     run = standing(str(request.run_id))
     check_decision(request, user, run, current_policy_row(run.project_id), granting=granting)
+    if granting and (moved := moved_base_staleness(request)) is not None:
+        raise DecisionRefused(f"this request is stale: {moved}", lapse=(Status.STALE, moved))
 
 
 def check_decision_recording_lapse(request: ApprovalRequest, user: User | AnonymousUser, *, granting: bool = False) -> None:

@@ -18,7 +18,8 @@ from typing import BinaryIO
 from django.db.models import Sum
 from django.utils import timezone
 
-from common.redact import CREDENTIAL_PATTERNS, redact_lines, redact_text, secret_values
+from common.redact import redact_lines, redact_text, secret_values
+from common.secret_detector import hits
 from core.jsonutil import sha256_bytes
 from runs.artifact_backends import ContentBackend, content_backend, hexdigest_of
 from runs.models import Artifact, RunArtifact
@@ -186,7 +187,7 @@ def _cuts(line: bytes, at: int, secrets: list[str]) -> Iterator[int]:
         while start >= 0:
             edges.update((start, start + len(secret)))
             start = window.find(secret, start + 1)
-    edges.update(edge for match in CREDENTIAL_PATTERNS.finditer(window) for edge in match.span())
+    edges.update(edge for hit in hits(window) for edge in (hit.start, hit.end))
     for edge in sorted(edges, reverse=True):
         cut = low + len(window[:edge].encode("utf-8", "surrogateescape"))
         if low < cut <= at:

@@ -26,6 +26,7 @@ from django.conf import settings
 from django.db import transaction
 
 from approvals.policies import load_policy
+from common.secret_scan import SecretScanner
 from core import events as ev
 from core.contract import WorkspaceSource
 from core.environment import Environment
@@ -40,7 +41,8 @@ from projects.access import check_start_project
 from runs import admission, hosts, invariants, leases, placement, queue
 from runs.approval_flow import cancel_open_requests
 from runs.approval_gate import DjangoApprovals
-from runs.artifacts import ArtifactStorage
+from runs.artifacts import ArtifactStorage, line_secrets
+from runs.base_moves import base_branch
 from runs.control import Watchdog, admitting_new_runs, kill_requested, stopping_all_runs
 from runs.eventlog import append_events
 from runs.live_output import LiveOutput
@@ -163,6 +165,9 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
         forge=change_requests(run, target),
         live_output=lambda call_id: LiveOutput(run_id, call_id),
         review_limits=ReviewLimits(settings.HARNESS_REVIEW_DIFF_MAX_BYTES, settings.HARNESS_REVIEW_DIFF_MAX_LINES),
+        scanner=SecretScanner(values=line_secrets(), key=settings.SECRET_KEY.encode()),
+        base_branch=base_branch(run.contract),
+        moved_base=policy.publish_checks.moved_base,
     )
     if placed.rebuilt:
         # A publish the run's last host started is looked up here as it would have been there.

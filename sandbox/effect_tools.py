@@ -14,6 +14,7 @@ from core.jsonutil import JSON, sha256_bytes
 from core.ports import Call, Reconciliation
 from core.state import PendingEffect
 from sandbox import patches
+from sandbox.base_check import check_base
 from sandbox.forges import ForgeError, describe_change_request
 from sandbox.publishing import Publication, PublishRefused, publication
 from sandbox.remote import EffectDrift, PushConflict, RemoteError, RemoteTarget, describe_push
@@ -54,9 +55,12 @@ def plan_publish(ctx: ToolContext, args: Mapping[str, JSON], key: str, at: float
     except patches.DiffCancelled:
         return _refused_plan("publish", "the run was killed while its changes were read", KILLED_PREVIEW)
     shown = published.shown(ctx.review_limits)
+    found = ctx.scanner.scan(shown, message)
+    bound = sorted({f.bound for f in found})
+    findings = tuple(f.as_json() for f in found)
     if ctx.remote is not None:
-        fixed = ctx.remote.plan(published.patch.text, message, _publish_trailers(ctx, key), at)
-        return Plan(fixed.model_dump(), describe_push(fixed) + shown)
+        fixed = ctx.remote.plan(published.patch.text, message, _publish_trailers(ctx, key), at).model_copy(update={"secrets": bound})
+        return Plan(fixed.model_dump(), describe_push(fixed) + shown, findings)
     content = _outbox_content(ctx, key, published, message)
     outbox = OutboxEffect(
         file=outbox_file(key),
@@ -64,8 +68,42 @@ def plan_publish(ctx: ToolContext, args: Mapping[str, JSON], key: str, at: float
         message=message,
         sha256=sha256_bytes(content),
         bytes=len(content),
+        secrets=bound,
     )
-    return Plan(outbox.model_dump(), shown)
+    return Plan(outbox.model_dump(), shown, findings)
+
+
+def unshown_secrets(ctx: ToolContext, published: Publication, fixed: OutboxEffect | PushEffect, message: str) -> str | None:
+    """The scan again, just before the effect, over the diff as the reviewer was
+    shown it: why nothing may be published when it finds what the approved effect
+    does not list (core.effects: ``secrets``), else None."""
+    found = ctx.scanner.scan(published.shown(ctx.review_limits), message)
+    unshown = [f for f in found if f.bound not in fixed.secrets]
+    if not unshown:
+        return None
+    where = ", ".join(f"{f.path}:{f.line} ({f.kind})" for f in unshown)
+    return f"nothing was published: the change holds secrets its approval did not show: {where}"
+
+
+def _moved_base(ctx: ToolContext, target: RemoteTarget, published: Publication) -> str | ToolResult | None:
+    """Just before a push: how the base branch moved since the run started (words for
+    the receipt), None if it did not, or the transient result when the remote cannot
+    be asked and the policy needs the answer."""
+    if ctx.base_branch == "":
+        return None
+    try:
+        moved = check_base(target.url, target.base, ctx.base_branch, published.shown(ctx.review_limits), target.access)
+    except RemoteError as exc:
+        if ctx.moved_base != "stale":
+            return None
+        return ToolResult("transient", "none", {"error": f"the base branch could not be compared: {exc.message}"})
+    return moved.words() if moved is not None else None
+
+
+def _model_message(fixed: PushEffect) -> str:
+    """The message as the model wrote it: the commit's, less Harness's trailers
+    (``RemoteTarget.plan`` put them after it, in a paragraph of their own)."""
+    return fixed.message.rstrip("\n").rsplit("\n\n", 1)[0]
 
 
 def _refused_plan(tool: str, reason: str, shown: str | None = None) -> Plan:
@@ -108,6 +146,8 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
         return killed_result(idempotency_key=key)
     if ctx.cancelled is not None and ctx.cancelled():
         return killed_result(idempotency_key=key)
+    if (unshown := unshown_secrets(ctx, published, fixed, fixed.message)) is not None:
+        return error_result(unshown, idempotency_key=key)
     patch = published.patch
     content = _outbox_content(ctx, key, published, fixed.message)
     if (name, sha256_bytes(content)) != (fixed.file, fixed.sha256):
@@ -149,13 +189,23 @@ def push(ctx: ToolContext, target: RemoteTarget, fixed: PushEffect, key: str) ->
     """Publish to the run's remote: exactly the fixed commit, pushed to the run's branch."""
     base: dict[str, JSON] = {"idempotency_key": key, "remote": target.url, "branch": target.branch}
     try:
-        patch = publication(ctx.workspace, ctx.write_paths, ctx.cancelled).patch
+        published = publication(ctx.workspace, ctx.write_paths, ctx.cancelled)
     except PublishRefused as exc:
         return error_result(f"nothing was published: {exc}", **base)
     except patches.DiffCancelled:
         return killed_result(**base)
     if ctx.cancelled is not None and ctx.cancelled():
         return killed_result(**base)
+    if (unshown := unshown_secrets(ctx, published, fixed, _model_message(fixed))) is not None:
+        return error_result(unshown, **base)
+    patch = published.patch
+    moved = _moved_base(ctx, target, published)
+    if isinstance(moved, ToolResult):
+        return moved
+    if moved is not None and ctx.moved_base == "stale":
+        return error_result(f"nothing was published: {moved}; the policy makes an approval on a moved base stale", **base)
+    if moved is not None:
+        base["base_moved"] = moved
     try:
         result = target.publish(key, fixed, patch.text)
     except EffectDrift as exc:

@@ -10,7 +10,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 
+from common.secret_scan import SecretScanner
 from core import events as ev
 from core.effects import Plan
 from core.jsonutil import JSON
@@ -60,6 +62,9 @@ class SandboxExecutor:
         forge: ChangeRequests | None = None,
         live_output: Callable[[str], OutputListener] | None = None,
         review_limits: ReviewLimits = ReviewLimits(),
+        scanner: SecretScanner = SecretScanner(),
+        base_branch: str | None = None,
+        moved_base: Literal["show", "stale"] = "show",
     ) -> None:
         self.run_id = run_id
         self.workspace = workspace
@@ -91,6 +96,9 @@ class SandboxExecutor:
             cancelled=lambda: self._killed,
             review_limits=review_limits,
             notify=lambda cls, call_id, fields: self._tell(cls, call_id, **fields),
+            scanner=scanner,
+            base_branch=base_branch,
+            moved_base=moved_base,
         )
 
     # -- Workspace ----------------------------------------------------------------

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+from common.secret_scan import SecretScanner
 from core import events as ev
 from core.jsonutil import JSON
 from core.ports import ArtifactStore, Call
@@ -98,6 +99,12 @@ class ToolContext:
     review_limits: ReviewLimits = ReviewLimits()
     # Writes an event for a call while it runs (a check's egress connections).
     notify: Callable[[type[ev.Event], str, dict[str, JSON]], None] | None = None
+    # The secret scan of a publish's change (the server's values and key).
+    scanner: SecretScanner = SecretScanner()
+    # The branch the run cloned (None: the remote's default; "": a commit id, which
+    # cannot move), and whether the policy makes a push on a moved base stale.
+    base_branch: str | None = None
+    moved_base: Literal["show", "stale"] = "show"
 
 
 def error_result(message: str, **data: JSON) -> ToolResult:

@@ -23,6 +23,14 @@ _FIELDS: dict[type[ev.Event], dict[str, Any]] = {
     ev.RunResumed: {"reason": "recovered: write_file attempt 1 was in flight"},
     ev.Proposed: {"number": 1, "proposal": {"tool": "read_file", "args": {"path": "src/calc.py"}}},
     ev.InvalidInput: {"gate": "validate", "problems": [{"field": "args.path", "message": "required"}]},
+    ev.SecretsFound: {
+        "tool": "publish",
+        "findings": [{"path": "config/app.ini", "line": 3, "kind": "AWS access key id", "fingerprint": "0123456789abcdef"}],
+        "decision": "refuse",
+        "reason": "the policy refuses a publish that holds a secret",
+        "policy_version": 1,
+        "problems": [{"field": "config/app.ini:3", "message": "looks like a secret (AWS access key id); take it out of the change"}],
+    },
     ev.Denied: {"tool": "delete_repo", "rule": "contract", "reason": "tool not in the contract's allowed_tools"},
     ev.CallAdmitted: {
         "tool": "read_file",

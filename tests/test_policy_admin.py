@@ -248,3 +248,26 @@ def test_it_sets_and_validates_the_limit_on_waiting_inline(client: Client, admin
     assert client.post(ADD, data).status_code == 302
     assert current_policy_row().document["max_wait_seconds"] == 900
     assert inline_form(client)["max_wait_seconds"] == "900"
+
+
+def test_it_sets_the_publish_checks_inline_and_keeps_them_on_the_next_save(client: Client, admin_user: User) -> None:
+    client.force_login(admin_user)
+    data = inline_form(client)
+    data["publish_allowed_secrets"] = "tests/fixtures/fake.pem"
+    response = client.post(ADD, data)
+    assert response.status_code == 200 and "publish_allowed_secrets" in response.context["main_form"].errors
+    data.update(
+        {"publish_secrets": "ask", "publish_moved_base": "stale", "publish_allowed_secrets": "tests/fixtures/fake.pem#0123456789abcdef\n"}
+    )
+    assert client.post(ADD, data).status_code == 302
+    saved = current_policy_row().document["publish_checks"]
+    assert saved == {
+        "secrets": "ask",
+        "allowed_secrets": [{"path": "tests/fixtures/fake.pem", "fingerprint": "0123456789abcdef"}],
+        "moved_base": "stale",
+    }
+    again = inline_form(client)
+    assert (again["publish_secrets"], again["publish_moved_base"]) == ("ask", "stale")
+    again["note"] = "another edit"
+    assert client.post(ADD, again).status_code == 302
+    assert current_policy_row().document["publish_checks"] == saved

@@ -1,0 +1,120 @@
+"""The secret scan of a change: the diff a reviewer is shown, and the message that
+goes with it, read with the one detector (``common.secret_detector``) before the
+approval is asked and again just before the push.
+
+A finding names the file, the line in the file as changed (for the message, its line
+in the message), the kind of secret and a fingerprint: a keyed digest (HMAC-SHA256
+under the server's key) of the kind and the secret, the same for the same secret in
+every run on this server, so a policy can list a known false positive by file and
+fingerprint, and never the secret itself, which a plain digest of a short configured
+password could give back to anyone who tries candidates.
+
+Only what a change adds is read: a removed line leaves with the change. A secret
+the model wrote was masked when it was proposed (common.redact), so the workspace
+holds ``[redacted]`` in its place: such a line is a finding too (``masked secret``),
+as is a private key whose body was masked (its markers stay). Django-free,
+so the sandbox's publish uses it as it is."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from common.secret_detector import MASK, MASKED, PRIVATE_KEY, hits, key_marker
+
+MESSAGE = "(message)"  # the file name a finding in the message is given
+_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
+
+
+@dataclass(frozen=True)
+class SecretFinding:
+    path: str
+    line: int
+    kind: str
+    fingerprint: str
+
+    def as_json(self) -> dict[str, str | int]:
+        return {"path": self.path, "line": self.line, "kind": self.kind, "fingerprint": self.fingerprint}
+
+    @property
+    def bound(self) -> str:
+        """What an approved effect records of the finding (core.effects): the file
+        and the fingerprint, which do not move when unrelated lines do."""
+        return f"{self.path}#{self.fingerprint}"
+
+
+@dataclass(frozen=True)
+class SecretScanner:
+    # Each line of each configured secret value (runs.artifacts.line_secrets).
+    values: Sequence[str] = ()
+    # The server's key for the fingerprints (its SECRET_KEY).
+    key: bytes = field(default=b"harness", repr=False)
+
+    def fingerprint(self, kind: str, secret: str) -> str:
+        digest = hmac.new(self.key, f"{kind}\0{secret}".encode("utf-8", "surrogateescape"), hashlib.sha256)
+        return digest.hexdigest()[:16]
+
+    def scan(self, diff: str, message: str = "") -> list[SecretFinding]:
+        """The findings in ``message`` and in the lines ``diff`` adds, in order."""
+        lines = enumerate(message.split("\n"), start=1)
+        return self._found(((MESSAGE, number, line) for number, line in lines)) + self._found(added_lines(diff))
+
+    def _found(self, lines: Iterator[tuple[str, int, str]]) -> list[SecretFinding]:
+        out: list[SecretFinding] = []
+        key: tuple[str, int, list[str]] | None = None  # a private key being read: where, and its lines
+        for path, number, line in lines:
+            if key is not None and (key[0] != path or _KEY_END.search(line)):
+                key[2].append(line)
+                out.append(SecretFinding(key[0], key[1], PRIVATE_KEY, self.fingerprint(PRIVATE_KEY, "\n".join(key[2]))))
+                key = None
+                continue
+            if key is not None:
+                key[2].append(line)
+                continue
+            out += [
+                SecretFinding(path, number, hit.kind, self.fingerprint(hit.kind, line[hit.start : hit.end]))
+                for hit in hits(line, self.values)
+            ]
+            if MASK in line:
+                # A secret the model wrote, masked when it was proposed: the change
+                # holds the mask in its place, which is no file anyone meant to ship.
+                out.append(SecretFinding(path, number, MASKED, self.fingerprint(MASKED, line)))
+            if key_marker(line):
+                key = (path, number, [line])
+        if key is not None:
+            out.append(SecretFinding(key[0], key[1], PRIVATE_KEY, self.fingerprint(PRIVATE_KEY, "\n".join(key[2]))))
+        return out
+
+
+def added_lines(diff: str) -> Iterator[tuple[str, int, str]]:
+    """(file, line number in the changed file, text) of each line a git-style diff
+    adds. Hunk headers give the counts, so an added line that itself begins with
+    "++ " is never read as a file header."""
+    path, new_line, old_left, new_left = "", 0, 0, 0
+    for row in diff.split("\n"):
+        if old_left > 0 or new_left > 0:
+            if row.startswith("+"):
+                yield path, new_line, row[1:]
+                new_line, new_left = new_line + 1, new_left - 1
+            elif row.startswith("-"):
+                old_left -= 1
+            elif row.startswith(" "):
+                new_line, old_left, new_left = new_line + 1, old_left - 1, new_left - 1
+            continue  # "\ No newline at end of file" counts for neither side
+        if row.startswith("+++ "):
+            path = _name(row[4:])
+        elif (hunk := _HUNK.match(row)) is not None:
+            old_left = int(hunk[1]) if hunk[1] is not None else 1
+            new_line = int(hunk[2])
+            new_left = int(hunk[3]) if hunk[3] is not None else 1
+
+
+def _name(header: str) -> str:
+    """The file a "+++" header names, as a reviewer reads it (git's quoting kept)."""
+    if header.startswith('"b/'):
+        return '"' + header[3:]
+    return header[2:] if header.startswith("b/") else header

@@ -1,0 +1,53 @@
+"""The secret gate of an external call: what the findings of the scan of its change
+mean under the policy (``Policy.publish_checks``). The workspace scans (the port's
+``plan`` hands the findings in with the fixed effect: common.secret_scan); this only
+decides, so the loop acts on a plain decision.
+
+- no finding, or each one on the policy's allowlist (file and fingerprint): clear;
+- ``secrets: refuse``: the call is refused before anyone is asked, and the model is
+  told each file, line and kind so it can take the secret out;
+- ``secrets: ask``: a reviewer must grant the call with the findings in front of them;
+  under a rule that asks nobody there is nobody to show them to, so it is refused."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from core.jsonutil import JSON
+from core.policy import PublishChecks
+
+SECRETS_GATE = "secrets"
+
+
+@dataclass(frozen=True)
+class Screening:
+    decision: Literal["clear", "refuse", "ask"]
+    # The findings that count, and those the allowlist excused.
+    findings: list[dict[str, JSON]] = field(default_factory=list)
+    allowed: list[dict[str, JSON]] = field(default_factory=list)
+    reason: str = ""
+
+
+def screen(rules: PublishChecks, findings: Sequence[Mapping[str, JSON]], asks_reviewer: bool) -> Screening:
+    allowed = {(a.path, a.fingerprint) for a in rules.allowed_secrets}
+    counted = [dict(f) for f in findings if (f.get("path"), f.get("fingerprint")) not in allowed]
+    excused = [dict(f) for f in findings if (f.get("path"), f.get("fingerprint")) in allowed]
+    if not counted:
+        return Screening("clear", counted, excused)
+    if rules.secrets == "ask" and asks_reviewer:
+        return Screening("ask", counted, excused, "a reviewer must grant it having seen the findings")
+    if rules.secrets == "ask":
+        return Screening("refuse", counted, excused, "the policy asks a reviewer about secrets, but no reviewer is asked about this call")
+    return Screening("refuse", counted, excused, "the policy refuses a publish that holds a secret")
+
+
+def problems(screening: Screening) -> list[dict[str, str]]:
+    """What the model is told of a refusal: where each finding is and what it is
+    (never the value: it wrote it, and the records must not hold it)."""
+    told = [
+        {"field": f"{f.get('path')}:{f.get('line')}", "message": f"looks like a secret ({f.get('kind')}); take it out of the change"}
+        for f in screening.findings
+    ]
+    return [*told, {"field": "publish", "message": f"nothing was published: {screening.reason}"}]
