@@ -44,10 +44,11 @@ from runs.artifacts import ArtifactStorage
 from runs.control import Watchdog, admitting_new_runs, kill_requested, stopping_all_runs
 from runs.eventlog import append_events
 from runs.live_output import LiveOutput
+from runs.mcp_servers import mcp_tools_for
 from runs.models import Run
 from runs.outbox import DatabaseOutbox
 from runs.queue import enqueue_dispatch, enqueue_start
-from runs.services import check_new_run, do_create_run, drive_run, registry
+from runs.services import CurrentPolicy, check_new_run, do_create_run, drive_run, registry
 from runs.store import DjangoStore, LeaseLost, Unstorable, load_state
 from sandbox.container_spec import ContainerSpec
 from sandbox.effect_tools import remember_pushes
@@ -141,6 +142,7 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
     run_id = str(run.pk)
     spec = ContainerSpec.from_limits(policy.sandbox, str(settings.SANDBOX_IMAGE))
     target = remote_target(run, workspace)
+    mcp = mcp_tools_for(run.project_id)
     executor = SandboxExecutor(
         run_id,
         workspace,
@@ -163,6 +165,7 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
         forge=change_requests(run, target),
         live_output=lambda call_id: LiveOutput(run_id, call_id),
         review_limits=ReviewLimits(settings.HARNESS_REVIEW_DIFF_MAX_BYTES, settings.HARNESS_REVIEW_DIFF_MAX_LINES),
+        mcp=mcp,
     )
     if placed.rebuilt:
         # A publish the run's last host started is looked up here as it would have been there.
@@ -176,6 +179,8 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
         close=executor.close,
         kill=executor.kill,
         repository=workspace.repository_context,
+        # Effectful unless the project's policy in force says read-only (core.mcp).
+        tools=mcp.discover(CurrentPolicy(run.project_id).current().read_only_tools),
     )
 
 
