@@ -19,8 +19,9 @@ from core.tools import Args, ToolSpec
 
 SERVER_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 # What a tool's own name may be: a name with a dot or a glob character would blur
-# the namespace and the policy's globs.
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# the namespace and the policy's globs; with the server's 40 and the dot, a name
+# fits the 100 characters a request's row keeps of a tool.
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,59}$")
 # The most of a server's description of a tool the model is shown.
 DESCRIPTION_CHARS = 2000
 
@@ -54,7 +55,7 @@ def check_tool(tool: McpTool, key_arg: str | None) -> None:
     if not SERVER_NAME.match(tool.server):
         raise ValueError(f"server name {tool.server!r} is not 1 to 40 lowercase letters, digits, '_' or '-'")
     if not TOOL_NAME.match(tool.name):
-        raise ValueError(f"tool name {tool.name!r} is not 1 to 64 letters, digits, '_' or '-'")
+        raise ValueError(f"tool name {tool.name!r} is not 1 to 59 letters, digits, '_' or '-'")
     check_schema(tool.input_schema)
     if key_arg is not None:
         props = tool.input_schema.get("properties")

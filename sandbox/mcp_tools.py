@@ -160,7 +160,8 @@ def _answered(answer: Answer, effectful: bool, base: dict[str, JSON]) -> ToolRes
 
 def rendered(tool: McpTool, arguments: Mapping[str, JSON]) -> str:
     """The arguments as a reviewer reads them: each of the schema's fields with its
-    title, type and description (the server's words) and the exact value sent."""
+    title, type and description (the server's words) and the exact value sent, one
+    line each, every character that could break a line shown escaped."""
     props = tool.input_schema.get("properties")
     fields = props if isinstance(props, dict) else {}
     required = tool.input_schema.get("required")
@@ -179,4 +180,6 @@ def rendered(tool: McpTool, arguments: Mapping[str, JSON]) -> str:
     left = [name for name in fields if name not in arguments]
     if left:
         lines.append(f"not sent (the server's defaults apply): {', '.join(shown_line(n) for n in left)}")
-    return "\n".join(lines) + "\n"
+    # Each line a "#" comment: the page's check that a granted preview lost no line
+    # (core.patchtext.preview_problem) reads anything else as a broken diff.
+    return "".join(f"# {line}\n" if line else "#\n" for line in lines)
