@@ -17,7 +17,7 @@ def check_schema(schema: Mapping[str, JSON]) -> None:
     object (a tool's arguments are an object)."""
     cls = validators.validator_for(schema)
     try:
-        cls.check_schema(schema)
+        cls.check_schema(dict(schema))
     except exceptions.SchemaError as exc:
         raise ValueError(f"not a valid JSON Schema: {exc.message}") from None
     if schema.get("type") != "object":

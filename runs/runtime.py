@@ -37,6 +37,7 @@ from core.policy import Policy
 from core.ports import RevisionMismatch
 from core.storable import escaped_text
 from projects.access import check_start_project
+from projects.models import default_project_id
 from runs import admission, hosts, invariants, leases, placement, queue
 from runs.approval_flow import cancel_open_requests
 from runs.approval_gate import DjangoApprovals
@@ -142,7 +143,7 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
     run_id = str(run.pk)
     spec = ContainerSpec.from_limits(policy.sandbox, str(settings.SANDBOX_IMAGE))
     target = remote_target(run, workspace)
-    mcp = mcp_tools_for(run.project_id)
+    mcp = mcp_tools_for(run.project_id or default_project_id())
     executor = SandboxExecutor(
         run_id,
         workspace,

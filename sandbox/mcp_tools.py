@@ -154,8 +154,7 @@ def _answered(answer: Answer, effectful: bool, base: dict[str, JSON]) -> ToolRes
     }
     if answer.refused_requests:
         data["refused_requests"] = list(answer.refused_requests)
-    effect = "applied" if effectful and not answer.is_error else "none"
-    return ToolResult("ok", effect, data)
+    return ToolResult("ok", "applied" if effectful and not answer.is_error else "none", data)
 
 
 def rendered(tool: McpTool, arguments: Mapping[str, JSON]) -> str:

@@ -20,7 +20,7 @@ from rest_framework.test import APIClient
 from approvals.models import ApprovalRequest
 from projects.models import McpServer, default_project_id
 from runs.artifacts import ArtifactStorage
-from runs.models import Evidence, Event, Run
+from runs.models import Event, Evidence, Run
 from runs.runtime import advance, create_run
 from sandbox.mcp_client import McpServerConfig
 from sandbox.mcp_tools import McpTools
@@ -64,7 +64,11 @@ def allow(settings: Settings, running: Tracker) -> None:
 
 def policy(*rules: dict[str, Any], read_only: list[str] = READ_ONLY) -> None:
     new_policy_version(
-        rules=[{"name": "finishing", "tool": "finish", "decision": "allow"}, {"name": "the env check", "tool": "run_check", "decision": "allow"}, *rules],
+        rules=[
+            {"name": "finishing", "tool": "finish", "decision": "allow"},
+            {"name": "the env check", "tool": "run_check", "decision": "allow"},
+            *rules,
+        ],
         read_only_tools=read_only,
         checks=[ENV_CHECK],
     )
@@ -146,6 +150,7 @@ def test_it_creates_an_issue_once_and_only_after_a_grant_bound_to_its_exact_argu
     assert TOKEN not in json.dumps(events(run)) and TOKEN not in json.dumps([request.effect, request.args, request.diff])
     assert TOKEN not in shown and TOKEN not in page.get(f"/runs/{run.pk}/").content.decode()
     evidence = Evidence.objects.get(run=run)
+    assert evidence.output_ref is not None
     output = ArtifactStorage(str(run.pk)).get(evidence.output_ref).decode()
     assert "PATH=" in output and TOKEN not in output and TOKEN_ENV not in output
 

@@ -59,7 +59,7 @@ if (FAULTS / "v2").exists():
 else:
 
     @server.tool()
-    async def create_issue(title: str, idempotency_key: str, body: str = "") -> dict[str, object]:
+    async def create_issue(title: str, idempotency_key: str, body: str = "") -> dict[str, object]:  # type: ignore[misc]
         """Open an issue."""
         return await _create(title, body, idempotency_key, [])
 
