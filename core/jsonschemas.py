@@ -1,5 +1,5 @@
 """Arguments checked against a JSON Schema that came from outside (an MCP server's
-tool, docs/design.md, MCP tools): the schema itself first, when the tool is
+tool, docs/design.md, Outside tools): the schema itself first, when the tool is
 registered, then each call's arguments, before anything runs."""
 
 from __future__ import annotations

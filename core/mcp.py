@@ -1,5 +1,5 @@
 """Tools from Model Context Protocol servers as entries of the registry
-(docs/design.md, MCP tools). A server's tool is named ``<server>.<tool>``, versioned
+(docs/design.md, Outside tools). A server's tool is named ``<server>.<tool>``, versioned
 by a digest of the server's name and version and the tool's schema (a changed schema
 is a different tool), and checked against its JSON Schema like a built-in against its
 model. What it can do to the world is the policy's to say (``Policy.read_only_tools``),

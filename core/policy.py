@@ -113,7 +113,7 @@ class Policy(_Frozen):
     sandbox: SandboxLimits = SandboxLimits()
     # MCP tools (globs of ``<server>.<tool>``) the policy takes as having no effect;
     # every other MCP tool is an external effect, whatever its server's annotations
-    # claim (docs/design.md, MCP tools).
+    # claim (docs/design.md, Outside tools).
     read_only_tools: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(default_factory=list, max_length=200)
 
     @field_validator("checks")

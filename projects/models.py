@@ -122,7 +122,7 @@ class AuditEntry(models.Model):
 
 class McpServer(models.Model):
     """A Model Context Protocol server whose tools a project's runs may be allowed
-    (docs/design.md, MCP tools). Configured by site admins alone, never by a contract
+    (docs/design.md, Outside tools). Configured by site admins alone, never by a contract
     or a model: where the server is (a URL on HARNESS_MCP_ALLOWED_URLS, reached from
     the worker), the name of the worker's environment variable holding its bearer
     token (the token itself is stored nowhere), the argument Harness fills with an
@@ -150,6 +150,7 @@ class McpServer(models.Model):
 
     class Meta:
         ordering = ["project", "name"]
+        verbose_name = "MCP server"
         constraints = [models.UniqueConstraint(fields=["project", "name"], name="mcp_server_name_per_project")]
 
     def __str__(self) -> str:

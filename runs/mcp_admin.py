@@ -1,4 +1,4 @@
-"""A project's MCP servers in the Django admin (docs/design.md, MCP tools): site admins
+"""A project's MCP servers in the Django admin (docs/design.md, Outside tools): site admins
 alone add, change and remove them, each change in the project's audit. The form
 checks what a worker would refuse later: the URL against HARNESS_MCP_ALLOWED_URLS,
 the credential as the name of an environment variable (never a token)."""

@@ -1,4 +1,4 @@
-"""A run's MCP servers (docs/design.md, MCP tools): its project's enabled rows, each
+"""A run's MCP servers (docs/design.md, Outside tools): its project's enabled rows, each
 URL checked against the server's allowlist (HARNESS_MCP_ALLOWED_URLS) when the row is
 saved and again whenever a worker picks the run up, so a list narrowed since leaves
 the server out."""

@@ -1,5 +1,5 @@
 """One conversation with a Model Context Protocol server over streamable HTTP, from
-the worker, with the official SDK (docs/design.md, MCP tools): list its tools, or
+the worker, with the official SDK (docs/design.md, Outside tools): list its tools, or
 call one. Each conversation is bounded: the server's answer by a size
 (``max_response_bytes``, counted on the wire), the whole by a time. The bearer token
 is read from the worker's environment by the variable's name when the connection is

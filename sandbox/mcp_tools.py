@@ -1,5 +1,5 @@
 """The tools of a run's MCP servers, behind ``SandboxExecutor`` beside the built-in
-ones (docs/design.md, MCP tools): listed once when the run's environment is made,
+ones (docs/design.md, Outside tools): listed once when the run's environment is made,
 each call checked against the version the gates admitted and, for an effect, against
 the effect fixed when it was asked for; what the server answers is data, marked
 untrusted."""

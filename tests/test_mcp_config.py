@@ -1,6 +1,6 @@
 """MCP servers as a project's configuration, the site admins' alone, and the pure
 rules that make a server's tool a registry entry: its name, its version, its schema
-and what the policy says of it (docs/design.md, MCP tools)."""
+and what the policy says of it (docs/design.md, Outside tools)."""
 
 from __future__ import annotations
 

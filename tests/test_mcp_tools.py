@@ -1,4 +1,4 @@
-"""Tools from an MCP server under Harness's gates (docs/design.md, MCP tools): whole
+"""Tools from an MCP server under Harness's gates (docs/design.md, Outside tools): whole
 runs driven in this process (runs.runtime.advance) against the tracker MCP server
 written with the official SDK (tests/mcp_servers/tracker.py), started by the tests on
 a free loopback port, its token in this worker's environment only."""
