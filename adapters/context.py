@@ -25,10 +25,20 @@ class ToolDef:
     schema: dict[str, JSON]
     # Its receipts are the harness's evidence (the registry entry runs a check).
     evidence: bool = False
+    # The registry's name when the models' APIs cannot take it as it is (an MCP tool's
+    # ``server.tool``: function names allow no dot), else "".
+    registry_name: str = ""
 
     @classmethod
     def from_spec(cls, spec: ToolSpec) -> ToolDef:
-        return cls(spec.name, spec.description, spec.json_schema(), evidence=spec.runs_check is not None)
+        wire = spec.name.replace(".", "__")
+        return cls(
+            wire,
+            spec.description,
+            spec.json_schema(),
+            evidence=spec.runs_check is not None,
+            registry_name=spec.name if wire != spec.name else "",
+        )
 
 
 @dataclass(frozen=True)

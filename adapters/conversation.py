@@ -197,7 +197,9 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
     def _take_next(self) -> dict[str, JSON]:
         call = self.queue.pop(0)
         self.awaiting = call
-        return {"tool": call.name, "args": call.args}
+        # An MCP tool goes back to the gates under its registry name (ToolDef.registry_name).
+        named = {t.name: t.registry_name for t in self.tools if t.registry_name}
+        return {"tool": named.get(call.name, call.name), "args": call.args}
 
     def _render(self, feedback: fb.Feedback | None, call: ToolCall | None) -> tuple[str, bool]:
         evidence_tools = [t.name for t in self.tools if t.evidence]

@@ -131,3 +131,21 @@ def test_it_lets_site_admins_alone_add_a_server_on_the_allowlist_naming_its_toke
     client.force_login(staff)
     assert client.get(reverse("admin:projects_mcpserver_changelist")).status_code == 403
     assert client.post(add, server_form(name="other")).status_code == 403
+
+
+def test_it_offers_a_model_the_tool_under_a_name_its_api_takes_and_proposes_it_under_the_registrys() -> None:
+    from adapters.calls import ToolCall
+    from adapters.context import TaskContext, ToolDef
+    from adapters.openai_adapter import OpenAIProposer
+    from adapters.pricing import Budget
+    from core.scenarios import demo_contract
+
+    spec = mcp_spec(tool(), read_only=[], key_arg="idempotency_key")
+    offered = ToolDef.from_spec(spec)
+    assert (offered.name, offered.registry_name) == ("tracker__create_issue", "tracker.create_issue")
+    assert ToolDef.from_spec(builtin_registry().finish()).registry_name == ""
+    proposer = OpenAIProposer(
+        model="m", api_key="k", context=TaskContext.from_contract(demo_contract()), tools=[offered], budget=Budget(10, 1.0), price=None
+    )
+    proposer.queue = [ToolCall("c1", "tracker__create_issue", {"title": "t"})]
+    assert proposer._take_next() == {"tool": "tracker.create_issue", "args": {"title": "t"}}
