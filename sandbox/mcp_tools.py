@@ -37,6 +37,8 @@ class McpTools:
         self.configs = {config.name: config for config in configs}
         self._environ = environ
         self._tools: dict[str, Listed] = {}
+        # The tools the policy took as effects when they were listed: never sent without a fixed effect.
+        self._effectful: set[str] = set()
         # What could not be listed or registered, and why, for the run's log.
         self.problems: list[str] = []
 
@@ -65,7 +67,10 @@ class McpTools:
                     self.problems.append(f"MCP server {config.name}: tool {listed.name!r} left out: {exc}")
                     continue
                 self._tools[tool.qualified] = Listed(config, tool)
-                specs.append(mcp_spec(tool, read_only=read_only, key_arg=config.idempotency_arg))
+                spec = mcp_spec(tool, read_only=read_only, key_arg=config.idempotency_arg)
+                if spec.external_effect:
+                    self._effectful.add(spec.name)
+                specs.append(spec)
         for problem in self.problems:
             log.warning("%s", problem)
         return specs
@@ -101,6 +106,8 @@ class McpTools:
         if call.tool_version != tool.version:
             return error_result(f"{call.tool} changed on its server since the call was admitted; nothing was sent", **base)
         arguments: Mapping[str, JSON] = call.args
+        if call.effect is None and call.tool in self._effectful:
+            return error_result(f"{call.tool} is an effect and none was fixed for this call; nothing was sent", **base)
         if call.effect is not None:
             effect = parse_effect(call.effect)
             if not isinstance(effect, McpEffect) or (effect.server, effect.tool, effect.version) != (config.name, tool.name, tool.version):

@@ -149,3 +149,25 @@ def test_it_offers_a_model_the_tool_under_a_name_its_api_takes_and_proposes_it_u
     )
     proposer.queue = [ToolCall("c1", "tracker__create_issue", {"title": "t"})]
     assert proposer._take_next() == {"tool": "tracker.create_issue", "args": {"title": "t"}}
+
+
+def test_it_keeps_an_interrupted_call_of_a_tool_its_server_no_longer_lists_pending_not_failed() -> None:
+    from core import events as ev
+    from core.pending import recover_in_flight
+    from core.scenarios import build_rig
+    from core.state import CallRecord
+
+    rig = build_rig([])
+    # The ledger is set by hand here, not by events: the store's check that every
+    # state is the fold of its log is off for this one.
+    rig.store.verify = False
+    state = rig.harness.context.state
+    key = "a" * 32
+    state.ledger["c9"] = CallRecord(call_id="c9", tool="tracker.create_issue", state="started", attempts=1, idempotency_key=key)
+    state.current_call = "c9"
+    assert rig.harness.context.registry.get("tracker.create_issue") is None
+    recover_in_flight(rig.harness.context)
+    [pending] = [e for e in rig.store.events if isinstance(e, ev.PendingEffectRecorded)]
+    assert (pending.tool, pending.kind, pending.idempotency_key) == ("tracker.create_issue", "external", key)
+    [resumed] = [e for e in rig.store.events if isinstance(e, ev.RunResumed)]
+    assert resumed.recovery == "pending"
