@@ -24,7 +24,9 @@ AUDITED = ("name", "url", "credential_env", "idempotency_arg", "lookup_tool", "t
 
 
 class McpServerForm(forms.ModelForm):
-    url = forms.URLField(max_length=500, assume_scheme="https", help_text=McpServer._meta.get_field("url").help_text)
+    url = forms.URLField(
+        max_length=500, assume_scheme="https", help_text="Its streamable HTTP endpoint; must be on HARNESS_MCP_ALLOWED_URLS."
+    )
 
     class Meta:
         model = McpServer
