@@ -27,10 +27,21 @@ class ToolDef:
     evidence: bool = False
     # It ends the run (the registry's finishing tool).
     finishes: bool = False
+    # The registry's name when the models' APIs cannot take it as it is (an MCP tool's
+    # ``server.tool``: function names allow no dot), else "".
+    registry_name: str = ""
 
     @classmethod
     def from_spec(cls, spec: ToolSpec) -> ToolDef:
-        return cls(spec.name, spec.description, spec.json_schema(), evidence=spec.runs_check is not None, finishes=spec.finishes)
+        wire = spec.name.replace(".", "__")
+        return cls(
+            wire,
+            spec.description,
+            spec.json_schema(),
+            evidence=spec.runs_check is not None,
+            finishes=spec.finishes,
+            registry_name=spec.name if wire != spec.name else "",
+        )
 
     @property
     def closing(self) -> bool:

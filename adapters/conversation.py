@@ -216,7 +216,9 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
                 tool=call.name,
             )
         self.awaiting = call
-        return {"tool": call.name, "args": call.args}
+        # An MCP tool goes back to the gates under its registry name (ToolDef.registry_name).
+        named = {t.name: t.registry_name for t in self.tools if t.registry_name}
+        return {"tool": named.get(call.name, call.name), "args": call.args}
 
     def offered(self) -> list[ToolDef]:
         """The tools the next request offers: in the reserve, the closing ones alone."""

@@ -259,6 +259,8 @@ def compose(main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[
         "approval_ttl_seconds": data["approval_ttl_seconds"],
         **({"max_wait_seconds": data["max_wait_seconds"]} if data["max_wait_seconds"] is not None else {}),
         "allow_self_approval": data["allow_self_approval"],
+        # Edited in the raw JSON editor; the row editor keeps it as it was.
+        **({"read_only_tools": base["read_only_tools"]} if base.get("read_only_tools") else {}),
         "sandbox": {
             **base.get("sandbox", {}),
             "memory": data["sandbox_memory"],

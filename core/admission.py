@@ -25,7 +25,7 @@ def operation_key(run_id: str, tool: str, args: Mapping[str, JSON], revision: st
 
 def authorize_call(run: RunContext, record: CallRecord, spec: ToolSpec) -> Deny | Authorized:
     """Gate 4, authorize: the first policy rule that matches decides."""
-    authorization = authorize(run.policy, spec.name, record.args)
+    authorization = authorize(run.policy, spec.name, record.args, spec.version)
     if authorization.decision == "deny":
         return Deny(
             record.call_id,

@@ -6,7 +6,7 @@ limits a run actually gets are the contract's intersected with policy."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -107,7 +107,7 @@ class Contract(Strict):
         return value
 
 
-def check_contract(raw: object, known_tools: set[str], known_checks: set[str]) -> Contract:
+def check_contract(raw: object, known_tools: Container[str], known_checks: set[str]) -> Contract:
     """Validate a parsed contract; raise InputError naming every bad field."""
     if not isinstance(raw, dict):
         raise InputError("contract", [FieldProblem("(root)", "a contract must be a JSON object")])
@@ -130,7 +130,7 @@ def check_contract(raw: object, known_tools: set[str], known_checks: set[str]) -
     return contract
 
 
-def parse_contract_json(text: str, known_tools: set[str], known_checks: set[str]) -> Contract:
+def parse_contract_json(text: str, known_tools: Container[str], known_checks: set[str]) -> Contract:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -9,6 +9,8 @@ performs it. Nothing in it is read again from that process's settings.
   their dates, message), pushed to one branch of one remote.
 - ``change_request``: a pull or merge request on one forge project, from one branch
   into another, with this title and body.
+- ``mcp``: one call of one tool, at one version, on one MCP server, with these
+  arguments (the idempotency key among them when the server takes one).
 - ``refused``: the call would be refused (nothing to publish, no forge); performing
   it refuses with the same reason."""
 
@@ -86,12 +88,22 @@ class ChangeRequestEffect(_Effect):
     body: str
 
 
+class McpEffect(_Effect):
+    kind: Literal["mcp"] = "mcp"
+    server: str
+    endpoint: str  # where the server is reached (its URL), never its credentials
+    tool: str  # the tool's own name on the server
+    version: str  # core.mcp.tool_version: a changed schema is another effect
+    arguments: dict[str, JSON]  # exactly what is sent, the idempotency key included
+    key_arg: str | None = None
+
+
 class RefusedEffect(_Effect):
     kind: Literal["refused"] = "refused"
     reason: str
 
 
-AnyEffect = Annotated[OutboxEffect | PushEffect | ChangeRequestEffect | RefusedEffect, Field(discriminator="kind")]
+AnyEffect = Annotated[OutboxEffect | PushEffect | ChangeRequestEffect | McpEffect | RefusedEffect, Field(discriminator="kind")]
 _EFFECT: TypeAdapter[AnyEffect] = TypeAdapter(AnyEffect)
 
 
@@ -130,6 +142,13 @@ def summary(effect: AnyEffect) -> str:
         return (
             f"Opens a {noun} on {effect.web_url}/{effect.project} from branch {effect.source} into {into}, with the"
             f" title and body shown, under the server's forge account; others see it at once, and the run cannot take it back."
+        )
+    if isinstance(effect, McpEffect):
+        key = f" (idempotency key in {effect.key_arg})" if effect.key_arg else " (the server takes no idempotency key)"
+        return (
+            f"Calls tool {effect.tool}, version {effect.version}, on MCP server {effect.server} ({effect.endpoint}) with exactly"
+            f" the arguments shown{key}; the server acts outside the sandbox under the server's credentials, and the run"
+            f" cannot take it back."
         )
     return f"Nothing: this call would be refused ({effect.reason})."
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from core.ports import Executor, Workspace
+from core.tools import ToolSpec
 
 
 @dataclass(frozen=True)
@@ -34,3 +35,6 @@ class Environment:
     # The repository as a model's first message shows it, given the contract's write
     # globs and allowed tools.
     repository: Callable[[Sequence[str], Sequence[str]], RepositoryContext] = no_repository_context
+    # The tools of the project's MCP servers, as listed when the environment was made
+    # (core.mcp); the run's registry is the built-in tools and these.
+    tools: Sequence[ToolSpec] = ()

@@ -11,18 +11,20 @@ from core.state import CallRecord
 from core.tools import ToolSpec
 
 
-def record_pending(run: RunContext, record: CallRecord, spec: ToolSpec, reason: str) -> None:
-    kind = "external" if spec.external_effect else "workspace"
+def record_pending(run: RunContext, record: CallRecord, spec: ToolSpec | None, reason: str) -> None:
+    """``spec`` is None for a tool the registry no longer has (an MCP server that did
+    not list it at this pickup): an effect that had its idempotency key, so external."""
+    kind = "external" if spec is None or spec.external_effect else "workspace"
     emit(
         run,
         ev.PendingEffectRecorded,
         call_id=record.call_id,
-        tool=spec.name,
+        tool=record.tool,
         kind=kind,
         idempotency_key=record.idempotency_key,
         reason=reason,
         args=record.args,
-        wrote=spec.written_paths(record.args) if spec.writes_workspace else [],
+        wrote=spec.written_paths(record.args) if spec is not None and spec.writes_workspace else [],
     )
 
 
@@ -80,9 +82,11 @@ def recover_in_flight(run: RunContext) -> Regate | Stop | None:
             again = Regate(record.model_copy(deep=True), spec)
             continue
         # Either way the proposer is told the call was interrupted (core.fold_calls).
-        pending = spec is not None and spec.has_effect
+        # A tool gone from the registry (its MCP server did not list it now) whose
+        # call had an operation key was an external effect: pending, not failed.
+        pending = spec.has_effect if spec is not None else record.idempotency_key is not None
         emit(run, ev.RunResumed, call_id=record.call_id, reason=reason, revision=revision, recovery="pending" if pending else "failed")
-        if spec is not None and pending:
+        if pending:
             record_pending(run, record, spec, "the worker stopped during the call")
     clear_evidence(run, old, revision, by_write=False)
     checkpoint(run)

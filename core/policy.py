@@ -42,6 +42,9 @@ class Rule(_Frozen):
     requires_evidence: bool = False
     # For an ``ask`` rule: who decides, and how many must grant.
     reviewers: Reviewers = Field(default_factory=Reviewers)
+    # The rule matches only this version of the tool (an MCP tool's version is a digest
+    # of its server and schema, core.mcp): a tool whose schema changed is not matched.
+    version: str | None = Field(default=None, min_length=1, max_length=64)
 
     @field_validator("when")
     @classmethod
@@ -51,8 +54,10 @@ class Rule(_Frozen):
                 raise ValueError(f"argument constraint {arg!r} needs at least one glob")
         return value
 
-    def matches(self, tool: str, args: Mapping[str, JSON]) -> bool:
+    def matches(self, tool: str, args: Mapping[str, JSON], version: str | None = None) -> bool:
         if not fnmatch.fnmatchcase(tool, self.tool):
+            return False
+        if self.version is not None and self.version != version:
             return False
         for arg, globs in self.when.items():
             value = args.get(arg)
@@ -162,6 +167,10 @@ class Policy(_Frozen):
     allow_self_approval: bool = False
     sandbox: SandboxLimits = SandboxLimits()
     publish_checks: PublishChecks = PublishChecks()
+    # MCP tools (globs of ``<server>.<tool>``) the policy takes as having no effect;
+    # every other MCP tool is an external effect, whatever its server's annotations
+    # claim (docs/design.md, Outside tools).
+    read_only_tools: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(default_factory=list, max_length=200)
 
     @field_validator("checks")
     @classmethod
@@ -197,9 +206,9 @@ class Authorization:
 DEFAULT_DENY = "default: no rule matched"
 
 
-def authorize(policy: Policy, tool: str, args: Mapping[str, JSON]) -> Authorization:
+def authorize(policy: Policy, tool: str, args: Mapping[str, JSON], version: str | None = None) -> Authorization:
     """First matching rule wins; a tool no rule mentions is denied."""
     for rule in policy.rules:
-        if rule.matches(tool, args):
+        if rule.matches(tool, args, version):
             return Authorization(rule.decision, rule.name, rule.requires_evidence, rule.reviewers)
     return Authorization("deny", DEFAULT_DENY, False)

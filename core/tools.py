@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from core.errors import FieldProblem, InputError, described, problems_from
+from core.jsonschemas import schema_checked
 from core.jsonutil import JSON
 from core.patchtext import patch_targets
 from core.paths import PathRefused, canonical_path, path_allowed
@@ -183,6 +184,10 @@ class ToolSpec:
     shows: Literal["file_contents", "file_list"] | None = None
     # One line for the reviewer: what happens if this call is granted (effectful tools).
     reviewer_summary: str = ""
+    # A tool from an MCP server (core.mcp): its arguments are checked against this
+    # JSON Schema instead of ``args``, and ``source`` names its server.
+    input_schema: Mapping[str, JSON] | None = None
+    source: str = ""
 
     @property
     def writes_workspace(self) -> bool:
@@ -200,6 +205,8 @@ class ToolSpec:
         return self.writes.of(args) if self.writes is not None else []
 
     def json_schema(self) -> dict[str, JSON]:
+        if self.input_schema is not None:
+            return dict(self.input_schema)
         return self.args.model_json_schema()
 
 
@@ -209,6 +216,15 @@ FINISH = "finish"
 class Registry:
     def __init__(self, specs: Iterable[ToolSpec]) -> None:
         self._specs = {spec.name: spec for spec in specs}
+
+    def with_tools(self, specs: Iterable[ToolSpec]) -> Registry:
+        """This registry and ``specs`` (an MCP server's tools); a name already taken is
+        refused, so no server can stand in for a built-in tool."""
+        added = list(specs)
+        taken = [spec.name for spec in added if spec.name in self._specs]
+        if taken:
+            raise ValueError(f"tool names already in the registry: {', '.join(sorted(taken))}")
+        return Registry([*self._specs.values(), *added])
 
     def get(self, name: str) -> ToolSpec | None:
         return self._specs.get(name)
@@ -229,6 +245,8 @@ class Registry:
 
     def validate(self, spec: ToolSpec, args: Mapping[str, JSON], write_globs: Iterable[str]) -> dict[str, JSON]:
         """Schema check, then path canonicalisation and the contract's write paths."""
+        if spec.input_schema is not None:
+            return schema_checked(spec.input_schema, args)
         try:
             parsed = spec.args.model_validate(dict(args))
         except ValidationError as exc:

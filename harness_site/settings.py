@@ -256,6 +256,14 @@ try:
     allowlist(GIT_ALLOWED_REMOTES)
 except UnsafeURL as exc:
     raise SettingError(str(exc)) from None
+# Where the projects' MCP servers may be (docs/design.md, Outside tools): URL prefixes
+# ending in "/" or exact endpoint URLs, compared part by part as the git remotes are;
+# none by default. A server's token is read from the variable its row names.
+MCP_ALLOWED_URLS = env_list("HARNESS_MCP_ALLOWED_URLS", [])
+try:
+    allowlist(MCP_ALLOWED_URLS)
+except UnsafeURL as exc:
+    raise SettingError(str(exc)) from None
 GIT_TOKEN = env_str("HARNESS_GIT_TOKEN", "")
 GIT_TOKEN_FILE = env_str("HARNESS_GIT_TOKEN_FILE", "") or None
 GIT_TOKEN_USER = env_str("HARNESS_GIT_TOKEN_USER", "x-access-token")

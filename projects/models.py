@@ -123,3 +123,44 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} by {self.actor_id} at {self.at:%Y-%m-%d %H:%M}"
+
+
+class McpServer(models.Model):
+    """A Model Context Protocol server whose tools a project's runs may be allowed
+    (docs/design.md, Outside tools). Configured by site admins alone, never by a contract
+    or a model: where the server is (a URL on HARNESS_MCP_ALLOWED_URLS, reached from
+    the worker), the name of the worker's environment variable holding its bearer
+    token (the token itself is stored nowhere), the argument Harness fills with an
+    effect's idempotency key and the tool that looks an effect up by that key."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="mcp_servers")
+    name = models.SlugField(max_length=40, help_text="Its tools are named <name>.<tool>: lowercase letters, digits, '_' or '-'.")
+    url = models.URLField(max_length=500, help_text="Its streamable HTTP endpoint; must be on HARNESS_MCP_ALLOWED_URLS.")
+    credential_env = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="The worker's environment variable that holds the server's bearer token (its name, never the token).",
+    )
+    idempotency_arg = models.CharField(
+        max_length=64, blank=True, help_text="The tool argument Harness sets to an effect's idempotency key; hidden from the model."
+    )
+    lookup_tool = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The server's tool that answers {found: true|false} for an idempotency key: how an effect of unknown outcome is looked up.",
+    )
+    timeout_seconds = models.PositiveIntegerField(default=30, help_text="How long one call may wait for the server's answer.")
+    max_response_mb = models.PositiveIntegerField(default=8, help_text="The most one answer may hold; more is cut off and refused.")
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["project", "name"]
+        verbose_name = "MCP server"
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="mcp_server_name_per_project")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.project_id})"
+
+
+def mcp_server_names(project_id: int) -> set[str]:
+    return set(McpServer.objects.filter(project_id=project_id, enabled=True).values_list("name", flat=True))

@@ -14,7 +14,7 @@ from django.contrib import admin
 
 from approvals.admin import PolicyVersionAdmin
 from approvals.models import PolicyVersion
-from runs import project_admin  # noqa: F401 - registers projects, their members and the audit
+from runs import mcp_admin, project_admin  # noqa: F401 - registers projects, their members, their MCP servers and the audit
 from runs.approval_flow import save_policy_version
 
 

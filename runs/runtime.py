@@ -38,6 +38,7 @@ from core.policy import Policy
 from core.ports import RevisionMismatch
 from core.storable import escaped_text
 from projects.access import check_start_project
+from projects.models import default_project_id
 from runs import admission, hosts, invariants, leases, placement, queue
 from runs.approval_flow import cancel_open_requests
 from runs.approval_gate import DjangoApprovals
@@ -46,10 +47,11 @@ from runs.base_moves import base_branch
 from runs.control import Watchdog, admitting_new_runs, kill_requested, stopping_all_runs
 from runs.eventlog import append_events
 from runs.live_output import LiveOutput
+from runs.mcp_servers import mcp_tools_for
 from runs.models import Run
 from runs.outbox import DatabaseOutbox
 from runs.queue import enqueue_dispatch, enqueue_start
-from runs.services import check_new_run, do_create_run, drive_run, registry
+from runs.services import CurrentPolicy, check_new_run, do_create_run, drive_run, registry
 from runs.store import DjangoStore, LeaseLost, Unstorable, load_state
 from sandbox.container_spec import ContainerSpec
 from sandbox.effect_tools import remember_pushes
@@ -143,6 +145,7 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
     run_id = str(run.pk)
     spec = ContainerSpec.from_limits(policy.sandbox, str(settings.SANDBOX_IMAGE))
     target = remote_target(run, workspace)
+    mcp = mcp_tools_for(run.project_id or default_project_id())
     executor = SandboxExecutor(
         run_id,
         workspace,
@@ -168,6 +171,7 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
         scanner=SecretScanner(values=line_secrets(), key=settings.SECRET_KEY.encode()),
         base_branch=base_branch(run.contract),
         moved_base=policy.publish_checks.moved_base,
+        mcp=mcp,
     )
     if placed.rebuilt:
         # A publish the run's last host started is looked up here as it would have been there.
@@ -181,6 +185,8 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
         close=executor.close,
         kill=executor.kill,
         repository=workspace.repository_context,
+        # Effectful unless the project's policy in force says read-only (core.mcp).
+        tools=mcp.discover(CurrentPolicy(run.project_id).current().read_only_tools),
     )
 
 

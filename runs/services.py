@@ -24,12 +24,13 @@ from core.environment import Environment
 from core.errors import FieldProblem, InputError
 from core.fences import RowLock, driver_fence
 from core.loop import Harness, HarnessConfig, new_state
+from core.mcp import TOOL_NAME
 from core.policy import Policy
 from core.ports import ApprovalGate, Clock, Controls, Proposer, Store, SystemClock
 from core.report import build_report
 from core.state import RunState
 from core.tools import Registry, builtin_registry
-from projects.models import default_project_id
+from projects.models import default_project_id, mcp_server_names
 from runs.artifacts import ArtifactStorage
 from runs.budgets import project_bound
 from runs.models import Run
@@ -54,6 +55,23 @@ def registry() -> Registry:
     return builtin_registry()
 
 
+class KnownTools:
+    """The tool names a new run's contract may allow: the built-in tools, and any
+    ``<server>.<tool>`` of an MCP server configured for its project; whether the
+    server lists that tool is found when a worker lists its tools (a tool it does not
+    list is an unknown tool at the resolve gate)."""
+
+    def __init__(self, builtin: set[str], servers: set[str]) -> None:
+        self.builtin = builtin
+        self.servers = servers
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        server, dot, tool = name.partition(".")
+        return name in self.builtin or (bool(dot) and server in self.servers and bool(TOOL_NAME.match(tool)))
+
+
 def check_new_run(contract_raw: object, proposer_config: object, project_id: int | None = None) -> NewRun:
     """The run checked against the policy in force in its project (``project_id``,
     else the default project), under which it starts."""
@@ -69,7 +87,7 @@ def check_new_run(contract_raw: object, proposer_config: object, project_id: int
     problems = []
     # Both halves are checked so one answer names every bad field.
     try:
-        contract = check_contract(contract_raw, registry().names, policy.check_ids)
+        contract = check_contract(contract_raw, KnownTools(registry().names, mcp_server_names(row.project_id)), policy.check_ids)
     except InputError as exc:
         problems += [FieldProblem("contract" if p.field == "(root)" else f"contract.{p.field}", p.message) for p in exc.problems]
     try:
@@ -142,16 +160,17 @@ def drive_run(
     policy = policies.current()
     state = load_state(run)
     now = (clock or SystemClock()).now()
+    tools = registry().with_tools(environment.tools)
     harness = Harness(
         state,
-        registry=registry(),
+        registry=tools,
         policy=policy,
         proposer=proposer
         or build_proposer(
             run.proposer,
             state.proposer_state,
             state.contract,
-            registry().visible(state.contract.allowed_tools),
+            tools.visible(state.contract.allowed_tools),
             deadline=state.deadline_at(now),
             clock=clock,
             revision=state.revision,

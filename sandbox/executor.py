@@ -23,6 +23,7 @@ from sandbox.container import SandboxContainer
 from sandbox.container_spec import DEFAULT_SCOPE, ROLE_MAIN, ContainerSpec, pinned_role
 from sandbox.engine import ENGINE_ERRORS, SandboxUnavailable, wait_for_engine
 from sandbox.forges import ChangeRequests
+from sandbox.mcp_tools import McpTools
 from sandbox.output_capture import OutputListener
 from sandbox.publishing import ReviewLimits
 from sandbox.quota import DiskQuota
@@ -65,8 +66,11 @@ class SandboxExecutor:
         scanner: SecretScanner = SecretScanner(),
         base_branch: str | None = None,
         moved_base: Literal["show", "stale"] = "show",
+        mcp: McpTools | None = None,
     ) -> None:
         self.run_id = run_id
+        # The tools of the run's MCP servers, beside the built-in ones (sandbox.mcp_tools).
+        self.mcp = mcp
         self.workspace = workspace
         self.container = container
         self._spec = container.spec if container is not None else spec
@@ -115,16 +119,20 @@ class SandboxExecutor:
 
     def plan(self, tool: str, args: Mapping[str, JSON], idempotency_key: str, at: float) -> Plan | None:
         entry = TOOLS.get(tool)
+        if entry is None and self.mcp is not None and self.mcp.handles(tool):
+            return self.mcp.plan(tool, args, idempotency_key)
         return entry.plan(self.context, args, idempotency_key, at) if entry is not None and entry.plan is not None else None
 
     # -- Executor -----------------------------------------------------------------
 
     def execute(self, call: Call) -> object:
         entry = TOOLS.get(call.tool)
-        if entry is None:
-            result = ToolResult("ok", "none", {"error": f"the sandbox has no tool {call.tool!r}"})
-        elif self._killed:
+        if self._killed:
             result = ToolResult("transient", "none", {"error": "the sandbox was killed"})
+        elif entry is None and self.mcp is not None and self.mcp.handles(call.tool):
+            result = self.mcp.run(call)
+        elif entry is None:
+            result = ToolResult("ok", "none", {"error": f"the sandbox has no tool {call.tool!r}"})
         else:
             try:
                 result = entry.run(self.context, call)
@@ -143,6 +151,8 @@ class SandboxExecutor:
     def reconcile(self, effect: PendingEffect) -> Reconciliation:
         if effect.kind == "external":
             entry = TOOLS.get(effect.tool)
+            if entry is None and self.mcp is not None:
+                return self.mcp.reconcile(effect)
             if entry is None or entry.reconcile is None:
                 return Reconciliation(False, None, False, f"the sandbox cannot look up an effect of {effect.tool!r}")
             return entry.reconcile(self.context, effect)
