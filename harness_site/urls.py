@@ -6,6 +6,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from common.signin import LimitedAdminAuthenticationForm, LimitedAuthenticationForm
+from monitoring import views as monitoring_views
 from pages import approvals as approval_views
 from pages import control, new_run, projects, run_detail, runs_list
 
@@ -53,4 +54,5 @@ urlpatterns = [
     path("projects/<slug:slug>/audit/", projects.audit, name="project-audit"),
     path("admin/", admin.site.urls),
     path("api/", include("api.urls")),
+    path("metrics", monitoring_views.metrics, name="metrics"),
 ]
