@@ -12,7 +12,7 @@ from __future__ import annotations
 import atexit
 import os
 
-from prometheus_client import Counter, Histogram, multiprocess
+from prometheus_client import CollectorRegistry, Counter, Histogram, multiprocess
 
 # Seconds a person takes to answer, up to the longest approval expiry in practice.
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 72 * 3600)
@@ -50,17 +50,21 @@ DELIVERIES_FAILED = Counter(
 LEASE_TAKEOVERS = Counter("harness_lease_takeovers_total", "Runs claimed from a worker whose lease ran out")
 
 
-def _forget_this_process() -> None:
-    """A process that ends takes its live gauges with it; its counters stay and keep
-    adding up (prometheus-client's multiprocess mode)."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        multiprocess.mark_process_dead(os.getpid())
-
-
-atexit.register(_forget_this_process)
+def host_registry() -> CollectorRegistry:
+    """A registry of every process's figures on this host, read from their files at
+    each collection."""
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=os.environ["PROMETHEUS_MULTIPROC_DIR"])  # type: ignore[no-untyped-call]  # unannotated
+    return registry
 
 
 def process_ended(pid: int) -> None:
-    """A pool's child that ended (Celery's worker_process_shutdown)."""
+    """A process that ended (this one at exit, or a pool's child: Celery's
+    worker_process_shutdown) takes its live gauges' files with it; its counters stay
+    and keep adding up (prometheus-client's multiprocess mode)."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        multiprocess.mark_process_dead(pid)
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]  # unannotated
+
+
+# The pid at exit: a forked child inherits this registration.
+atexit.register(lambda: process_ended(os.getpid()))

@@ -10,10 +10,11 @@ from collections.abc import Iterator
 
 from django.conf import settings
 from django.db.models import Count
-from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from common.metrics import host_registry
 from runs.models import Run
 
 
@@ -34,8 +35,7 @@ class RunStates(Collector):
 def scrape(*, with_runs: bool) -> bytes:
     """The exposition text of this host's processes; ``with_runs`` adds the database's
     gauges (the web server's /metrics; a worker's own endpoint has no need to)."""
-    registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry, path=str(settings.PROMETHEUS_MULTIPROC_DIR))
+    registry = host_registry()
     if with_runs:
         registry.register(RunStates())
     return generate_latest(registry)
