@@ -463,3 +463,12 @@ HARNESS_METRICS_NETWORKS = env_networks("HARNESS_METRICS_NETWORKS", ["127.0.0.1/
 # port (0: it does not); on the address below, which only the scraper should reach.
 HARNESS_WORKER_METRICS_PORT = env_int("HARNESS_WORKER_METRICS_PORT", 0, minimum=0, maximum=65535)
 HARNESS_WORKER_METRICS_ADDRESS = env_str("HARNESS_WORKER_METRICS_ADDRESS", "127.0.0.1")
+# Traces of runs over OTLP/HTTP (docs/deploy.md, Traces): off unless the collector's
+# traces URL is set (e.g. http://collector:4318/v1/traces).
+HARNESS_TRACES_URL = env_str("HARNESS_TRACES_URL", "")
+if HARNESS_TRACES_URL:
+    env_url("HARNESS_TRACES_URL", "", ("http", "https"))
+HARNESS_TRACES_SERVICE_NAME = env_str("HARNESS_TRACES_SERVICE_NAME", "harness")
+HARNESS_TRACES_TIMEOUT_SECONDS = env_float("HARNESS_TRACES_TIMEOUT_SECONDS", 10.0, minimum=0.5)
+# How long finished spans wait to be sent together.
+HARNESS_TRACES_DELAY_MS = env_int("HARNESS_TRACES_DELAY_MS", 1000, minimum=10)

@@ -1,5 +1,5 @@
-"""The metrics hang off the event log like the notifications: every stored event
-passes here, and is counted once its transaction commits."""
+"""The metrics and the traces hang off the event log like the notifications: every
+stored event passes here, and is counted (and traced) once its transaction commits."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from django.db import transaction
 from django.dispatch import receiver
 
 from core import events as ev
+from monitoring import tracing
 from monitoring.event_metrics import observe
 from runs.models import Event
 from runs.signals import events_stored
@@ -22,6 +23,9 @@ log = logging.getLogger(__name__)
 def on_events(sender: type[Event], rows: list[Event], events: list[ev.AnyEvent], **_: Any) -> None:
     stored = [(row.seq, event) for row, event in zip(rows, events, strict=True)]
     transaction.on_commit(partial(_observe_safely, stored))
+    if tracing.enabled():
+        # The rows as stored: masked.
+        transaction.on_commit(partial(_trace_safely, list(rows)))
 
 
 def _observe_safely(stored: list[tuple[int, ev.AnyEvent]]) -> None:
@@ -29,3 +33,10 @@ def _observe_safely(stored: list[tuple[int, ev.AnyEvent]]) -> None:
         observe(stored)
     except Exception:  # noqa: BLE001 - a figure must never break the run that wrote the events
         log.exception("could not count %d events in the metrics", len(stored))
+
+
+def _trace_safely(rows: list[Event]) -> None:
+    try:
+        tracing.export(rows)
+    except Exception:  # noqa: BLE001 - a trace must never break the run that wrote the events
+        log.exception("could not trace %d events", len(rows))
