@@ -25,7 +25,7 @@ RUNS_STARTED = Counter("harness_runs_started_total", "Runs that started (their f
 RUNS_ENDED = Counter("harness_runs_ended_total", "Runs that ended, by outcome (complete or the stop's reason)", ["project", "outcome"])
 GATE_DECISIONS = Counter(
     "harness_gate_decisions_total",
-    "Decisions of the gates on proposed calls: tool (or 'invalid' for one gates 1-3 refused), decision, the rule or gate that decided",
+    "Decisions of the gates on proposed calls: tool (or 'invalid' for one gates 1-3 (parse, resolve, validate) refused), decision, the rule or gate that decided",
     ["tool", "decision", "rule"],
 )
 APPROVAL_WAIT = Histogram(

@@ -8,7 +8,7 @@ from django.urls import include, path
 from common.signin import LimitedAdminAuthenticationForm, LimitedAuthenticationForm
 from monitoring import views as monitoring_views
 from pages import approvals as approval_views
-from pages import control, new_run, projects, run_detail, runs_list
+from pages import control, new_run, overview, projects, run_detail, runs_list
 
 run_patterns = (
     [
@@ -49,6 +49,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("runs/", include(run_patterns)),
     path("approvals/", include(approval_patterns)),
+    path("overview/", overview.overview_page, name="overview"),
     path("control/", control.global_switch, name="control"),
     path("control/projects/<slug:slug>/", control.project_switch, name="project-switch"),
     path("projects/<slug:slug>/audit/", projects.audit, name="project-audit"),

@@ -154,7 +154,7 @@ def _run_span(run_id: str, stopped: Event, payload: Mapping[str, Any], resource:
 def _run_event(row: Event) -> SpanEvent:
     payload = row.payload if isinstance(row.payload, dict) else {}
     if row.type == "invalid_input":
-        # Refused by gates 1-3 before it was a call: what the model sent is not repeated.
+        # Refused by gates 1-3 (parse, resolve, validate) before it was a call: what the model sent is not repeated.
         return _event("harness.gate.decision", row, {"harness.decision": "invalid_input", "harness.gate": payload.get("gate")})
     return _event("harness.kill", row, {"harness.kill.by": payload.get("by"), "harness.kill.scope": payload.get("scope")})
 
@@ -244,7 +244,7 @@ def _call_span(end: Event, resource: Resource, values: bool | None) -> ReadableS
     if end.type == "stopped" and any(r.type in REFUSING or (r.type == "receipt_recorded" and _ends_call(r, r.payload)) for r in rows[:-1]):
         return None  # its span ended with its own settling event; the stop only names it
     payloads = [r.payload if isinstance(r.payload, dict) else {} for r in rows]
-    tool = next((name for name in map(_tool_of, payloads) if name), "")
+    tool = next((name for name in map(tool_of, payloads) if name), "")
     attributes: Attributes = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": tool,
@@ -270,9 +270,11 @@ def _call_span(end: Event, resource: Resource, values: bool | None) -> ReadableS
     )
 
 
-def _tool_of(payload: Mapping[str, Any]) -> str:
+def tool_of(payload: object) -> str:
     """The tool an event of a call names: its own field, or the call's record a
     refusal or a stop carries."""
+    if not isinstance(payload, dict):
+        return ""
     call = payload.get("call")
     name = payload.get("tool") or payload.get("for_tool") or (call.get("tool") if isinstance(call, dict) else None)
     return str(name or "")
