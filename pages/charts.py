@@ -24,8 +24,13 @@ class Segment:
     href: str
 
 
-def colour(index: int) -> str:
-    return PALETTE[index % len(PALETTE)]
+Colours = Mapping[str, str]
+
+
+def colour(name: str, index: int, colours: Colours) -> str:
+    """The series' own colour if the plot gives it one (an outcome, a refusal), else
+    the palette's in turn."""
+    return colours.get(name) or PALETTE[index % len(PALETTE)]
 
 
 def columns(
@@ -34,6 +39,7 @@ def columns(
     series: Mapping[str, Sequence[float]],
     href: Callable[[str, int], str],
     unit: Callable[[float], str] = lambda v: f"{v:g}",
+    colours: Colours | None = None,
 ) -> SafeString:
     """Stacked columns, one per label (a bar of time), a segment per series."""
     height, top, bottom, left = 170, 8, 22, 34
@@ -56,7 +62,7 @@ def columns(
                 _link(
                     href(name, i),
                     f"{name}, {label}: {unit(value)}",
-                    f'<rect x="{x:.1f}" y="{y:.1f}" width="{slot * 0.76:.1f}" height="{max(h, 1):.1f}" fill="{colour(index)}"/>',
+                    f'<rect x="{x:.1f}" y="{y:.1f}" width="{slot * 0.76:.1f}" height="{max(h, 1):.1f}" fill="{colour(name, index, colours or {})}"/>',
                 )
             )
         if i % max(1, count // 6) == 0:
@@ -65,10 +71,14 @@ def columns(
 
 
 def bars(
-    title: str, rows: Sequence[tuple[str, Sequence[Segment]]], names: Sequence[str], unit: Callable[[float], str] = lambda v: f"{v:g}"
+    title: str,
+    rows: Sequence[tuple[str, Sequence[Segment]]],
+    names: Sequence[str],
+    unit: Callable[[float], str] = lambda v: f"{v:g}",
+    colours: Colours | None = None,
 ) -> SafeString:
-    """A horizontal bar per row (its label above it), stacked by segment; each
-    segment's colour is its name's place in ``names``."""
+    """A horizontal bar per row (its label above it), stacked by segment; a segment
+    without a colour of its own takes its name's place in ``names``."""
     line = 34
     height = max(len(rows), 1) * line + 6
     peak = max((sum(s.value for s in segments) for _, segments in rows), default=0) or 1
@@ -84,11 +94,12 @@ def bars(
                 continue
             w = segment.value / peak * room
             index = names.index(segment.name) if segment.name in names else 0
+            fill = colour(segment.name, index, colours or {})
             marks.append(
                 _link(
                     segment.href,
                     f"{label}, {segment.name}: {unit(segment.value)}",
-                    f'<rect x="{x:.1f}" y="{y + 14}" width="{max(w, 1):.1f}" height="14" fill="{colour(index)}"/>',
+                    f'<rect x="{x:.1f}" y="{y + 14}" width="{max(w, 1):.1f}" height="14" fill="{fill}"/>',
                 )
             )
             x += w
@@ -96,8 +107,12 @@ def bars(
     return _svg(title, height, marks)
 
 
-def legend(names: Sequence[str]) -> SafeString:
-    items = "".join(f'<li><span class="swatch" style="background:{colour(i)}"></span>{escape(name)}</li>' for i, name in enumerate(names))
+def legend(names: Sequence[str], colours: Colours | None = None) -> SafeString:
+    # The swatch is SVG (a fill attribute): the Content-Security-Policy allows no inline style.
+    swatch = '<svg class="swatch" viewBox="0 0 10 10" aria-hidden="true"><rect width="10" height="10" rx="2" fill="{}"/></svg>'
+    items = "".join(
+        f"<li>{swatch.format(colour(name, i, colours or {}))}{escape(name.replace('_', ' '))}</li>" for i, name in enumerate(names)
+    )
     return mark_safe(f'<ul class="legend">{items}</ul>')  # noqa: S308 - every text escaped above
 
 

@@ -19,6 +19,23 @@ from projects.access import scoped
 from runs.models import Run
 
 STATES = ("running", "waiting", "queued")
+# One colour per meaning, the same in every plot and its legend.
+COLOURS = {
+    "complete": "#1b7f3b",
+    "tool_denied": "#b3261e",
+    "denied": "#b3261e",
+    "approval_expired": "#8a4b00",
+    "killed": "#5b3cc4",
+    "stopped": "#6b6b6b",
+    "duplicate_effect": "#0b6a8a",
+    "write_blocked": "#8a4b00",
+    "check_required": "#5b3cc4",
+    "median": "#0b6a8a",
+    "95th percentile": "#8fb8c9",
+    "running": "#0b6a8a",
+    "waiting": "#8a4b00",
+    "queued": "#6b6b6b",
+}
 
 
 def runs_url(**query: object) -> str:
@@ -89,17 +106,21 @@ def plots(data: Overview) -> dict[str, object]:
         for slug, counts in data.active.items()
     ]
     return {
-        "outcomes": charts.columns("Runs ended, by outcome", labels, data.outcomes, outcome_href) if data.outcomes else None,
-        "outcome_legend": charts.legend(outcome_names),
+        "outcomes": charts.columns("Runs ended, by outcome", labels, data.outcomes, outcome_href, colours=COLOURS)
+        if data.outcomes
+        else None,
+        "outcome_legend": charts.legend(outcome_names, COLOURS),
         "waits": charts.bars(
-            "Approval wait per project: median, then up to the 95th percentile", wait_rows, ["median", "95th percentile"], _seconds
+            "Approval wait per project: median, then up to the 95th percentile", wait_rows, ["median", "95th percentile"], _seconds, COLOURS
         )
         if wait_rows
         else None,
-        "wait_legend": charts.legend(["median", "95th percentile"]),
+        "wait_legend": charts.legend(["median", "95th percentile"], COLOURS),
         "waits_table": [(slug, _seconds(median), _seconds(p95), count) for slug, (median, p95, count) in data.waits.items()],
-        "refusals": charts.bars("Refused and duplicate calls per tool", refusal_rows, list(REFUSALS)) if refusal_rows else None,
-        "refusal_legend": charts.legend([kind.replace("_", " ") for kind in REFUSALS]),
+        "refusals": charts.bars("Refused and duplicate calls per tool", refusal_rows, list(REFUSALS), colours=COLOURS)
+        if refusal_rows
+        else None,
+        "refusal_legend": charts.legend(list(REFUSALS), COLOURS),
         "costs": charts.columns(
             "Model cost per model per bar",
             labels,
@@ -111,8 +132,10 @@ def plots(data: Overview) -> dict[str, object]:
         else None,
         "cost_legend": charts.legend(list(data.costs)),
         "cost_total": _dollars(sum(sum(values) for values in data.costs.values())),
-        "active": charts.bars("Active and queued runs per project, now", active_rows, list(STATES)) if active_rows else None,
-        "active_legend": charts.legend(list(STATES)),
+        "active": charts.bars("Active and queued runs per project, now", active_rows, list(STATES), colours=COLOURS)
+        if active_rows
+        else None,
+        "active_legend": charts.legend(list(STATES), COLOURS),
     }
 
 
