@@ -455,6 +455,9 @@ CELERY_TASK_ROUTES = {"notifications.*": {"queue": env_str("HARNESS_NOTIFY_QUEUE
 PROMETHEUS_MULTIPROC_DIR = Path(env_str("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / "metrics")))
 PROMETHEUS_MULTIPROC_DIR.mkdir(parents=True, exist_ok=True)
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(PROMETHEUS_MULTIPROC_DIR)
+# Off: no process counts the event log's figures (/metrics still answers, with the
+# database's gauges and the counters kept outside the log).
+HARNESS_METRICS_ENABLED = env_bool("HARNESS_METRICS_ENABLED", True)
 # Who may read /metrics: a bearer token (Authorization: Bearer <token>), or a client
 # address in one of these networks. Empty token: only the networks.
 HARNESS_METRICS_TOKEN = env_str("HARNESS_METRICS_TOKEN", "")

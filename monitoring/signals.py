@@ -7,6 +7,7 @@ import logging
 from functools import partial
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.dispatch import receiver
 
@@ -21,8 +22,9 @@ log = logging.getLogger(__name__)
 
 @receiver(events_stored, sender=Event, dispatch_uid="monitoring.on_events")
 def on_events(sender: type[Event], rows: list[Event], events: list[ev.AnyEvent], **_: Any) -> None:
-    stored = [(row.seq, event) for row, event in zip(rows, events, strict=True)]
-    transaction.on_commit(partial(_observe_safely, stored))
+    if settings.HARNESS_METRICS_ENABLED:
+        stored = [(row.seq, event) for row, event in zip(rows, events, strict=True)]
+        transaction.on_commit(partial(_observe_safely, stored))
     if tracing.enabled():
         # The rows as stored: masked.
         transaction.on_commit(partial(_trace_safely, list(rows)))
