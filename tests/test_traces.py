@@ -5,6 +5,7 @@ secret reaches any span."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -214,3 +215,18 @@ def test_it_shows_the_trace_id_on_the_run_page_when_tracing_is_on(client: Client
     assert f'<span class="mono" id="trace-id">{run.pk.hex}</span>' in page
     with override_settings(HARNESS_TRACES_URL=""):
         assert 'id="trace-id"' not in client.get(f"/runs/{run.pk}/").content.decode()
+
+
+def test_it_lets_a_policy_admin_turn_values_in_traces_on_and_off(client: Client, admin_user: User) -> None:
+    from approvals.policies import current_policy_row
+    from tests.test_policy_admin import ADD, inline_form
+
+    client.force_login(admin_user)
+    for on in (True, False):
+        data = inline_form(client)
+        data.pop("trace_values", None)
+        if on:
+            data["trace_values"] = "on"
+        assert client.post(ADD, {**data, "note": f"values {on}"}).status_code == 302
+        assert current_policy_row().document.get("trace_values", False) is on
+        assert (re.search(r'name="trace_values"[^>]*\bchecked', client.get(ADD).content.decode()) is not None) is on
