@@ -22,7 +22,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from approvals.models import ApprovalRequest
 from core.scenarios import FIXED, call
 from monitoring import tracing
-from monitoring.spans import trace_id_text
+from monitoring.spans import span_id_of, trace_id_text
 from runs.approval_flow import grant
 from runs.approval_gate import DjangoApprovals
 from runs.services import drive_run
@@ -230,3 +230,21 @@ def test_it_lets_a_policy_admin_turn_values_in_traces_on_and_off(client: Client,
         assert client.post(ADD, {**data, "note": f"values {on}"}).status_code == 302
         assert current_policy_row().document.get("trace_values", False) is on
         assert (re.search(r'name="trace_values"[^>]*\bchecked', client.get(ADD).content.decode()) is not None) is on
+
+
+def test_it_sends_a_model_request_as_a_chat_span_of_the_run(transactional_db: None, receiver: Receiver, operator: User) -> None:
+    from tests.overview_scene import usage
+
+    world = World()
+    run = world.create(actor=operator, script=[call("read_file", path="src/calc.py")])
+    usage(run, "gpt-test", 0.25)
+    assert tracing.flush()
+    [chat] = [span for span in receiver.spans() if span.name == "chat gpt-test"]
+    assert chat.trace_id.hex() == trace_id_text(str(run.pk)) and chat.kind == Span.SPAN_KIND_CLIENT
+    # The run has not ended, so its own span is not sent yet; the request names it all the same.
+    assert int.from_bytes(chat.parent_span_id, "big") == span_id_of(str(run.pk), "run")
+    values = attributes(chat)
+    assert values["gen_ai.operation.name"] == "chat" and values["gen_ai.request.model"] == "gpt-test"
+    assert (
+        values["gen_ai.usage.input_tokens"] == 1200 and values["gen_ai.usage.output_tokens"] == 300 and values["harness.cost_usd"] == 0.25
+    )
