@@ -50,6 +50,20 @@ DELIVERIES_FAILED = Counter(
 LEASE_TAKEOVERS = Counter("harness_lease_takeovers_total", "Runs claimed from a worker whose lease ran out")
 
 
+# run id -> project slug, for the labels. The process that drives a run learns it when
+# it picks the run up (runs.services.drive_run), so counting its events after each
+# checkpoint reads nothing; others look it up once (monitoring.event_metrics).
+# Bounded: cleared whole when full.
+RUN_PROJECTS: dict[str, str] = {}
+RUN_PROJECTS_KEPT = 10_000
+
+
+def remember_project(run_id: str, slug: str) -> None:
+    if len(RUN_PROJECTS) >= RUN_PROJECTS_KEPT:
+        RUN_PROJECTS.clear()
+    RUN_PROJECTS[run_id] = slug
+
+
 def host_registry() -> CollectorRegistry:
     """A registry of every process's figures on this host, read from their files at
     each collection."""

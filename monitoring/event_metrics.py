@@ -12,11 +12,6 @@ from common import metrics as m
 from core import events as ev
 from runs.models import Event, Run
 
-# run id -> project slug. Each process sees the runs it drives or decides on; a
-# run's project changes only before it starts, so a stale entry is at worst the
-# first events' label. Bounded: cleared whole when full.
-_projects: dict[str, str] = {}
-_PROJECTS_KEPT = 10_000
 # (run, call, attempt) -> when the attempt started, until its receipt: the worker
 # that starts an attempt is the one that records its receipt.
 _started: dict[tuple[str, str | None, int], float] = {}
@@ -26,11 +21,10 @@ _REFUSALS = (ev.DuplicateEffect, ev.WriteBlocked, ev.CheckRequired)
 
 
 def project_of(run_id: str) -> str:
-    slug = _projects.get(run_id)
+    slug = m.RUN_PROJECTS.get(run_id)
     if slug is None:
-        if len(_projects) >= _PROJECTS_KEPT:
-            _projects.clear()
-        slug = _projects[run_id] = Run.objects.filter(pk=run_id).values_list("project__slug", flat=True).first() or ""
+        slug = Run.objects.filter(pk=run_id).values_list("project__slug", flat=True).first() or ""
+        m.remember_project(run_id, slug)
     return slug
 
 
