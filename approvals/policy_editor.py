@@ -33,6 +33,12 @@ class PolicyMainForm(forms.Form):
         help_text="Warning: lets whoever starts a run approve its own requests, with no second person. "
         "Turning it on is recorded in the version diff and on every self-approved decision.",
     )
+    trace_values = forms.BooleanField(
+        required=False,
+        label="Arguments and results in traces",
+        help_text="Lets the runs' OpenTelemetry traces carry their calls' arguments and results (masked, clipped); "
+        "without it a trace names tools, rules, decisions and people only.",
+    )
     budget_max_proposals = forms.IntegerField(label="Max proposals")
     budget_max_tool_calls = forms.IntegerField(label="Max tool calls")
     budget_max_attempts = forms.IntegerField(label="Max attempts")
@@ -185,6 +191,7 @@ def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[st
         "approval_ttl_seconds": document.get("approval_ttl_seconds", 3600),
         "max_wait_seconds": document.get("max_wait_seconds"),
         "allow_self_approval": document.get("allow_self_approval", False),
+        "trace_values": document.get("trace_values", False),
         **{f"budget_{name}": budget.get(name) for name in BUDGET_FIELDS},
         "sandbox_memory": sandbox.get("memory", "512m"),
         "sandbox_cpus": sandbox.get("cpus", 1.0),
@@ -261,6 +268,7 @@ def compose(main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[
         "allow_self_approval": data["allow_self_approval"],
         # Edited in the raw JSON editor; the row editor keeps it as it was.
         **({"read_only_tools": base["read_only_tools"]} if base.get("read_only_tools") else {}),
+        **({"trace_values": True} if data["trace_values"] else {}),
         "sandbox": {
             **base.get("sandbox", {}),
             "memory": data["sandbox_memory"],

@@ -31,6 +31,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "rebuild_cost": ([], ["--rounds", "1"]),
     "host_throughput": ([], ["--runs", "6", "--rounds", "1"]),
     "egress_cost": ([], ["--rounds", "3", "--fetches", "10"]),
+    "observability_cost": ([], ["--steps", "50", "--trials", "1"]),
 }
 
 
@@ -112,6 +113,18 @@ def side_by_side(results: dict[str, Any]) -> str:
                 f"{redaction['masked_over_unmasked']}x",
             )
         )
+    observed = results.get("observability_cost", {}).get("variants")
+    if observed:
+        for variant in ("metrics", "metrics+traces"):
+            row = observed[variant]
+            rows.append(
+                (
+                    f"durable step with {variant}",
+                    f"{row['cpu_us_per_step']} µs CPU",
+                    f"off {observed['off']['cpu_us_per_step']} µs CPU",
+                    f"{row['cpu_ratio_to_off']}x",
+                )
+            )
     hosts = results.get("host_throughput")
     if hosts:
         rows.append(

@@ -165,6 +165,9 @@ class Policy(_Frozen):
     # expires no later than what is left of it.
     max_wait_seconds: int | None = Field(default=None, ge=1, le=30 * 24 * 3600)
     allow_self_approval: bool = False
+    # Whether a run's trace (monitoring.spans) carries its calls' arguments and results,
+    # masked and clipped; without it a trace names tools, rules and decisions only.
+    trace_values: bool = False
     sandbox: SandboxLimits = SandboxLimits()
     publish_checks: PublishChecks = PublishChecks()
     # MCP tools (globs of ``<server>.<tool>``) the policy takes as having no effect;

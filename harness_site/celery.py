@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import celeryd_after_setup, worker_init, worker_process_init, worker_ready
+from celery.signals import celeryd_after_setup, worker_init, worker_process_init, worker_process_shutdown, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
 
@@ -54,3 +54,19 @@ def start_host_heartbeat(**_: object) -> None:
         from runs import hosts
 
         hosts.Heartbeat().start()
+
+
+@worker_ready.connect
+def serve_metrics(**_: object) -> None:
+    """A worker on a host without a web server serves the host's figures itself
+    (HARNESS_WORKER_METRICS_PORT; docs/deploy.md, Metrics)."""
+    from monitoring.worker import serve
+
+    serve()
+
+
+@worker_process_shutdown.connect
+def forget_pool_process(pid: int, **_: object) -> None:
+    from common.metrics import process_ended
+
+    process_ended(pid)

@@ -6,6 +6,7 @@ deployment shows up as a clear error instead of a silently ignored default.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -116,3 +117,16 @@ def env_identity(name: str, default: str, env: Mapping[str, str] | None = None) 
     if match is None:
         raise SettingError(f"{name} must look like 'Name <email@host>', got {value!r}")
     return match.group(1), match.group(2)
+
+
+def env_networks(
+    name: str, default: list[str], env: Mapping[str, str] | None = None
+) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """A comma-separated list of networks in CIDR notation (an address alone is one host)."""
+    networks = []
+    for item in env_list(name, default, env):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=True))
+        except ValueError as error:
+            raise SettingError(f"{name} must list networks such as 10.0.0.0/8 or ::1; {item!r}: {error}") from None
+    return networks

@@ -12,7 +12,7 @@ from typing import Literal
 
 import dj_database_url
 
-from harness_site.env import SettingError, env_bool, env_choice, env_float, env_identity, env_int, env_list, env_str, env_url
+from harness_site.env import SettingError, env_bool, env_choice, env_float, env_identity, env_int, env_list, env_networks, env_str, env_url
 from sandbox.allowlist import UnsafeURL, allowlist
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "api",
     "notifications",
+    "monitoring",
 ]
 
 # Passwords and global roles (Django's own), then roles held in a project (projects.access):
@@ -454,3 +455,31 @@ HARNESS_WEBHOOK_RETRY_BASE_SECONDS = env_float("HARNESS_WEBHOOK_RETRY_BASE_SECON
 HARNESS_WEBHOOK_RETRY_MAX_SECONDS = env_float("HARNESS_WEBHOOK_RETRY_MAX_SECONDS", 3600.0, minimum=0.01)
 # Deliveries go to their own queue when set, so a slow receiver never delays runs.
 CELERY_TASK_ROUTES = {"notifications.*": {"queue": env_str("HARNESS_NOTIFY_QUEUE", CELERY_TASK_DEFAULT_QUEUE)}}
+
+# Metrics (docs/deploy.md, Metrics). prometheus-client's multiprocess mode: every process
+# of this host (web server, workers, their pool's children) writes its figures into
+# files in this directory, and /metrics adds them up. It must be in the environment
+# before prometheus_client is first imported, which the apps do after these settings.
+PROMETHEUS_MULTIPROC_DIR = Path(env_str("PROMETHEUS_MULTIPROC_DIR", str(VAR_DIR / "metrics")))
+PROMETHEUS_MULTIPROC_DIR.mkdir(parents=True, exist_ok=True)
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(PROMETHEUS_MULTIPROC_DIR)
+# Off: no process counts the event log's figures (/metrics still answers, with the
+# database's gauges and the counters kept outside the log).
+HARNESS_METRICS_ENABLED = env_bool("HARNESS_METRICS_ENABLED", True)
+# Who may read /metrics: a bearer token (Authorization: Bearer <token>), or a client
+# address in one of these networks. Empty token: only the networks.
+HARNESS_METRICS_TOKEN = env_str("HARNESS_METRICS_TOKEN", "")
+HARNESS_METRICS_NETWORKS = env_networks("HARNESS_METRICS_NETWORKS", ["127.0.0.1/32", "::1/128"])
+# A worker on a host without a web server serves its host's figures itself on this
+# port (0: it does not); on the address below, which only the scraper should reach.
+HARNESS_WORKER_METRICS_PORT = env_int("HARNESS_WORKER_METRICS_PORT", 0, minimum=0, maximum=65535)
+HARNESS_WORKER_METRICS_ADDRESS = env_str("HARNESS_WORKER_METRICS_ADDRESS", "127.0.0.1")
+# Traces of runs over OTLP/HTTP (docs/deploy.md, Traces): off unless the collector's
+# traces URL is set (e.g. http://collector:4318/v1/traces).
+HARNESS_TRACES_URL = env_str("HARNESS_TRACES_URL", "")
+if HARNESS_TRACES_URL:
+    env_url("HARNESS_TRACES_URL", "", ("http", "https"))
+HARNESS_TRACES_SERVICE_NAME = env_str("HARNESS_TRACES_SERVICE_NAME", "harness")
+HARNESS_TRACES_TIMEOUT_SECONDS = env_float("HARNESS_TRACES_TIMEOUT_SECONDS", 10.0, minimum=0.5)
+# How long finished spans wait to be sent together.
+HARNESS_TRACES_DELAY_MS = env_int("HARNESS_TRACES_DELAY_MS", 1000, minimum=10)

@@ -7,8 +7,9 @@ from django.urls import include, path
 
 from api import token_pages
 from common.signin import LimitedAuthenticationForm
+from monitoring import views as monitoring_views
 from pages import approvals as approval_views
-from pages import control, new_run, projects, run_detail, runs_list
+from pages import control, new_run, overview, projects, run_detail, runs_list
 
 run_patterns = (
     [
@@ -47,6 +48,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("runs/", include(run_patterns)),
     path("approvals/", include(approval_patterns)),
+    path("overview/", overview.overview_page, name="overview"),
     path("control/", control.global_switch, name="control"),
     path("control/projects/<slug:slug>/", control.project_switch, name="project-switch"),
     path("projects/<slug:slug>/audit/", projects.audit, name="project-audit"),
@@ -54,4 +56,5 @@ urlpatterns = [
     path("tokens/<int:token_id>/revoke/", token_pages.revoke, name="token-revoke"),
     path("admin/", admin.site.urls),
     path("api/", include("api.urls")),
+    path("metrics", monitoring_views.metrics, name="metrics"),
 ]

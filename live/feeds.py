@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -35,6 +36,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Count, Sum
 
+from common.metrics import LIVE_LAG
 from live import fanout
 from live.trace import REPLAY_PAGE, present
 from runs.broadcast import LISTS_GROUP, run_group
@@ -60,6 +62,7 @@ class Page:
     first: int
     parts: list[str]  # each event's JSON text
     full: bool  # the read was cut at its limit: more may follow
+    newest: float = 0.0  # the time of its last event (the live delivery lag's start)
     _texts: dict[int, str] = field(default_factory=dict, repr=False)
 
     @property
@@ -74,7 +77,7 @@ class Page:
         """This page followed by ``page`` (which must start where this one ends),
         cut to its last ``keep`` events."""
         parts = (self.parts + page.parts)[-keep:]
-        return Page(page.last - len(parts) + 1, parts, full=page.full)
+        return Page(page.last - len(parts) + 1, parts, full=page.full, newest=page.newest)
 
     def text_after(self, cursor: int) -> str:
         """The ``events`` message of this page's events after ``cursor``, which
@@ -115,7 +118,7 @@ def read_page(run_id: str, after: int) -> Page | None:
         json.dumps(present({"run_id": run, "seq": seq, "type": kind, "call_id": call, "ts": ts.isoformat(), "payload": payload}))
         for _, seq, kind, call, ts, payload in rows[:count]
     ]
-    return Page(after + 1, parts, full=len(rows) == REPLAY_PAGE)
+    return Page(after + 1, parts, full=len(rows) == REPLAY_PAGE, newest=rows[count - 1][4].timestamp())
 
 
 _RUN = Event._meta.get_field("run")
@@ -340,6 +343,8 @@ class RunFeed(Feed[RunViewer]):
         window = self.window
         if window is not None:
             await self.each_viewer(lambda viewer: viewer.offer(window))
+        if page is not None:
+            LIVE_LAG.observe(max(0.0, time.time() - page.newest))
 
 
 class ListsFeed(Feed[ListsViewer]):

@@ -20,6 +20,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from common.metrics import DELIVERIES_FAILED
 from common.redact import redact
 from notifications import messages
 from notifications.destinations import Destination, DestinationRefused, DestinationUnresolved, check_destination
@@ -181,6 +182,8 @@ def record_attempt(delivery: Delivery, status_code: int | None, error: str, dura
             next_retry_at=now + timedelta(seconds=retry_in) if retry_in is not None else None,
             delivered_at=now if ok else None,
         )
+    if status == Delivery.Status.FAILED:
+        DELIVERIES_FAILED.labels("webhook").inc()
     if not ok:
         log.warning("webhook %s to %s: attempt %d got %s", delivery.pk, delivery.endpoint.url, number, status_code or error)
     return Outcome(outcome, retry_in)

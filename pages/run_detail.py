@@ -17,6 +17,8 @@ from django.views.decorators.http import require_GET
 from common.permissions import VIEW_RUNS
 from live.artifacts import run_has_artifact, stream_masked
 from live.trace import events_before, timeline
+from monitoring import tracing
+from monitoring.spans import trace_id_text
 from pages.access import require, visible
 from pages.summary import run_summary
 from runs.admission import places
@@ -35,7 +37,13 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     run = visible(request, Run.objects.select_related("policy", "created_by", "project"), VIEW_RUNS, pk=run_id)
     # A queued run has not started: the page says where it stands in its project's queue.
     place = places([run]).get(str(run.pk)) if run.queued else None
-    return render(request, "runs/detail.html", {"run": run, "queue_place": place, "summary": run_summary(run), **timeline(str(run.pk))})
+    # The run's trace id (its UUID's 128 bits: monitoring.spans), for the company's tracing tool.
+    trace_id = trace_id_text(str(run.pk)) if tracing.enabled() else None
+    return render(
+        request,
+        "runs/detail.html",
+        {"run": run, "queue_place": place, "summary": run_summary(run), "trace_id": trace_id, **timeline(str(run.pk))},
+    )
 
 
 class OlderEvents(forms.Form):

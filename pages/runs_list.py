@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
@@ -14,6 +15,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from common.permissions import VIEW_RUNS
+from monitoring.overview import REFUSALS, runs_with_events
 from pages.access import require
 from projects.access import scoped
 from runs.admission import places
@@ -28,6 +30,16 @@ class RunFilter(forms.Form):
     status = forms.ChoiceField(required=False, choices=[("", "any status"), *Run.Status.choices])
     outcome = forms.CharField(required=False, max_length=40)
     mine = forms.BooleanField(required=False, label="started by me")
+    # What the overview's marks link to (pages/overview.py): a project, a period (of the
+    # run's end, or of the event ``had`` names), queued runs, runs that had an event
+    # (a wait, a refusal of ``tool``, a request to ``model``).
+    project = forms.SlugField(required=False, max_length=60)
+    after = forms.DateTimeField(required=False)
+    before = forms.DateTimeField(required=False)
+    queued = forms.BooleanField(required=False)
+    had = forms.ChoiceField(required=False, choices=[("", "any"), *((t, t) for t in ("wait_ended", *REFUSALS, "model_note"))])
+    tool = forms.CharField(required=False, max_length=100)
+    model = forms.CharField(required=False, max_length=200)
 
 
 def filter_runs(query: dict[str, Any], user: User | AnonymousUser) -> QuerySet[Run]:
@@ -48,7 +60,21 @@ def filter_runs(query: dict[str, Any], user: User | AnonymousUser) -> QuerySet[R
         runs = runs.filter(outcome=query["outcome"])
     if query.get("mine") and user.is_authenticated:  # the page admits only signed-in users
         runs = runs.filter(created_by=user)
-    return runs.order_by("-created_at")
+    if query.get("project"):
+        runs = runs.filter(project__slug=query["project"])
+    if query.get("queued"):
+        runs = runs.filter(queued=True)
+    return _in_period(runs, query).order_by("-created_at")
+
+
+def _in_period(runs: QuerySet[Run], query: dict[str, Any]) -> QuerySet[Run]:
+    after, before = query.get("after") or datetime.min.replace(tzinfo=UTC), query.get("before") or datetime.max.replace(tzinfo=UTC)
+    if query.get("had"):
+        return runs_with_events(runs, [query["had"]], after, before, tool=query.get("tool", ""), model=query.get("model", ""))
+    if query.get("after") or query.get("before"):
+        # An ended run changes no more: its last change is its end.
+        return runs.filter(updated_at__gte=after, updated_at__lt=before)
+    return runs
 
 
 def runs_page(query: dict[str, Any], user: User | AnonymousUser, number: str | None) -> Page:

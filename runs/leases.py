@@ -11,6 +11,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from common.metrics import LEASE_TAKEOVERS
 from runs.models import Run
 
 
@@ -19,15 +20,16 @@ def acquire(run_id: str, owner: str, seconds: int | None = None, *, idle_seconds
     return the new fencing token."""
     now = timezone.now()
     ttl = timedelta(seconds=seconds or settings.HARNESS_LEASE_SECONDS)
+    claim = {"lease_owner": owner, "lease_expires_at": now + ttl, "lease_token": F("lease_token") + 1}
     # The UPDATE and the read of the token it wrote must see the same row version.
     with transaction.atomic():
-        claimed = (
-            Run.objects.filter(pk=run_id)
-            .filter(lease_free(idle_seconds))
-            .update(lease_owner=owner, lease_expires_at=now + ttl, lease_token=F("lease_token") + 1)
-        )
-        if claimed != 1:
-            return None
+        # A lease nobody holds first; only if there is none, one that ran out: that
+        # claim is a takeover from a worker that stalled or died (counted), and the
+        # common claim stays one statement.
+        if Run.objects.filter(pk=run_id, lease_expires_at__isnull=True).update(**claim) != 1:
+            if Run.objects.filter(pk=run_id).filter(lease_free(idle_seconds)).update(**claim) != 1:
+                return None
+            LEASE_TAKEOVERS.inc()
         return int(Run.objects.filter(pk=run_id).values_list("lease_token", flat=True).get())
 
 

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row, load_policy, newest_version
+from common.metrics import remember_project
 from core import storable
 from core.contract import Contract, check_contract
 from core.environment import Environment
@@ -158,6 +159,7 @@ def drive_run(
     ``proposer`` and ``store`` replace the run's own (a test's model, a crashing store)."""
     policies = CurrentPolicy(run.project_id)
     policy = policies.current()
+    remember_project(str(run.pk), run.project.slug)
     state = load_state(run)
     now = (clock or SystemClock()).now()
     tools = registry().with_tools(environment.tools)

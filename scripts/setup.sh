@@ -5,7 +5,8 @@
 # - the system packages the tests use beyond Python: the Docker engine, debootstrap
 #   (the sandbox image's root filesystem), Chromium (the browser tests), docker-compose
 #   (the deployment tests), gVisor's runsc (the sandbox under both runtimes), OpenSSH's
-#   server (the ssh:// remote tests), and Redis;
+#   server (the ssh:// remote tests), Redis, and Prometheus (the metrics tests scrape
+#   the web server and a worker with a real one);
 # - the Python packages of requirements-dev.txt (which includes requirements.txt),
 #   installed only when one of the pinned versions is not;
 # - the services: Redis, PostgreSQL and the Docker engine (scripts/services.sh);
@@ -29,6 +30,7 @@ have docker-compose || missing+=(docker-compose)
 have ssh-keygen || missing+=(openssh-client)
 have redis-server || missing+=(redis-server)
 have redis-cli || missing+=(redis-tools)
+have prometheus || missing+=(prometheus)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
         log "cannot continue: missing ${missing[*]}; install them as root (apt-get install ${missing[*]}) and run this again"

@@ -1,0 +1,44 @@
+"""The metrics and the traces hang off the event log like the notifications: every
+stored event passes here, and is counted (and traced) once its transaction commits."""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.dispatch import receiver
+
+from core import events as ev
+from monitoring import tracing
+from monitoring.event_metrics import observe
+from runs.models import Event
+from runs.signals import events_stored
+
+log = logging.getLogger(__name__)
+
+
+@receiver(events_stored, sender=Event, dispatch_uid="monitoring.on_events")
+def on_events(sender: type[Event], rows: list[Event], events: list[ev.AnyEvent], **_: Any) -> None:
+    if settings.HARNESS_METRICS_ENABLED:
+        stored = [(row.seq, event) for row, event in zip(rows, events, strict=True)]
+        transaction.on_commit(partial(_observe_safely, stored))
+    if tracing.enabled():
+        # The rows as stored: masked.
+        transaction.on_commit(partial(_trace_safely, list(rows)))
+
+
+def _observe_safely(stored: list[tuple[int, ev.AnyEvent]]) -> None:
+    try:
+        observe(stored)
+    except Exception:  # noqa: BLE001 - a figure must never break the run that wrote the events
+        log.exception("could not count %d events in the metrics", len(stored))
+
+
+def _trace_safely(rows: list[Event]) -> None:
+    try:
+        tracing.export(rows)
+    except Exception:  # noqa: BLE001 - a trace must never break the run that wrote the events
+        log.exception("could not trace %d events", len(rows))
