@@ -50,4 +50,4 @@ def problems(screening: Screening) -> list[dict[str, str]]:
         {"field": f"{f.get('path')}:{f.get('line')}", "message": f"looks like a secret ({f.get('kind')}); take it out of the change"}
         for f in screening.findings
     ]
-    return [*told, {"field": "publish", "message": f"nothing was published: {screening.reason}"}]
+    return [*told, {"field": "change", "message": f"nothing was published: {screening.reason}"}]

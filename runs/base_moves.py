@@ -33,7 +33,7 @@ def base_branch(contract: dict[str, object]) -> str | None:
 def base_move(request: ApprovalRequest) -> BaseMove | None:
     """How the base branch of a push's request moved, None if it did not (or the
     request is no push). RemoteError when the remote cannot be asked."""
-    if request.tool != "publish" or not isinstance(request.effect, dict) or request.effect.get("kind") != "push":
+    if not isinstance(request.effect, dict) or request.effect.get("kind") != "push":
         return None
     effect = parse_effect(request.effect)
     assert isinstance(effect, PushEffect)  # by its kind
