@@ -331,9 +331,12 @@
     const message = field("stop_message");
     message.textContent = s.stop_message;
     message.hidden = !s.stop_message;
-    const report = field("report");
-    report.hidden = !s.report_href;
-    report.href = s.report_href ? H.safeHref(s.report_href) : "#";
+    ["report", "result"].forEach(function (name) {
+      const link = field(name);
+      const href = s[name + "_href"];
+      link.hidden = !href;
+      link.href = href ? H.safeHref(href) : "#";
+    });
     const kill = field("kill");
     if (kill) kill.hidden = !s.active;
     s.budgets.forEach(function (budget) {
