@@ -6,8 +6,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from common.signin import LimitedAdminAuthenticationForm, LimitedAuthenticationForm
+from pages import again, control, new_run, projects, result, run_detail, runs_list
 from pages import approvals as approval_views
-from pages import control, new_run, projects, result, run_detail, runs_list
 
 run_patterns = (
     [
@@ -19,6 +19,7 @@ run_patterns = (
         path("<uuid:run_id>/summary/", run_detail.run_summary_json, name="summary"),
         path("<uuid:run_id>/report.json", run_detail.run_report, name="report"),
         path("<uuid:run_id>/result/", result.run_result, name="result"),
+        path("<uuid:run_id>/rerun/", again.rerun_view, name="rerun"),
         path("<uuid:run_id>/artifacts/<str:ref>/", run_detail.run_artifact, name="artifact"),
         path("<uuid:run_id>/kill/", control.kill_run, name="kill"),
     ],

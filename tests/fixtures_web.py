@@ -207,15 +207,17 @@ class Scene:
     request: ApprovalRequest
 
 
-def waiting_scene(starter: Any, script: list[Any] | None = None, project_id: int | None = None) -> Scene:
+def waiting_scene(
+    starter: Any, script: list[Any] | None = None, project_id: int | None = None, contract: dict[str, Any] | None = None
+) -> Scene:
     from approvals.models import ApprovalRequest
     from runs.approval_gate import DjangoApprovals
     from runs.services import drive_run
-    from tests.helpers import SCRIPT, World
+    from tests.helpers import CONTRACT, SCRIPT, World
 
     world = World()
     script = SCRIPT if script is None else script
-    run = world.create(actor=starter, script=script, project_id=project_id)
+    run = world.create(actor=starter, script=script, contract=contract or CONTRACT, project_id=project_id)
     state = drive_run(run, world.environment(), DjangoApprovals(run))
     assert state.status == "waiting_approval", state.outcome
     run.refresh_from_db()
