@@ -34,6 +34,7 @@ approval_patterns = (
         path("<uuid:request_id>/grant/", approval_views.grant_view, name="grant"),
         path("<uuid:request_id>/deny/", approval_views.deny_view, name="deny"),
         path("<uuid:request_id>/changes/", approval_views.changes_view, name="changes"),
+        path("<uuid:request_id>/ask-again/", again.ask_again_view, name="ask-again"),
     ],
     "approvals",
 )

@@ -1,5 +1,6 @@
-"""Going again from the pages: an operator re-runs an ended run (runs.rerun). The
-services check the permission and the run again; a refusal comes back in words."""
+"""Going again from the pages: an operator re-runs an ended run, a reviewer or
+operator asks again for an out-of-date request (runs.rerun). The services check the
+permission and the run again; a refusal comes back in words."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from common.permissions import OPERATE_RUNS
+from approvals.models import ApprovalRequest
+from common.permissions import OPERATE_RUNS, VIEW_APPROVALS
 from core.errors import InputError
 from pages.access import require, visible
 from runs.control import ControlRefused
 from runs.models import Run
-from runs.rerun import rerun
+from runs.rerun import ask_again, rerun
 
 
 @require_POST
@@ -31,3 +33,16 @@ def rerun_view(request: HttpRequest, run_id: str) -> HttpResponse:
         return redirect("runs:detail", run.pk)
     messages.success(request, f"Re-running {run.task_id} with the same contract under policy v{run.policy.version}.")
     return redirect("runs:detail", new.pk)
+
+
+@require_POST
+@require(VIEW_APPROVALS)
+def ask_again_view(request: HttpRequest, request_id: str) -> HttpResponse:
+    approval = visible(request, ApprovalRequest.objects.select_related("run"), VIEW_APPROVALS, "run__project_id", pk=request_id)
+    try:
+        ask_again(approval, request.user)
+    except ControlRefused as exc:
+        messages.error(request, f"Not asked again: {exc}.")
+        return redirect("approvals:detail", approval.pk)
+    messages.success(request, f"Asked again: {approval.run.task_id} takes {approval.tool} back through the gates and files a new request.")
+    return redirect("runs:detail", approval.run_id)

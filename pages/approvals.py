@@ -25,7 +25,9 @@ from pages.summary import shown_clocks
 from pages.templatetags.diffs import masked_lines
 from projects.access import scoped
 from runs.approval_flow import check_decision_now, deny, grant, pending_requests, request_changes, staleness_now
+from runs.control import ControlRefused
 from runs.models import Evidence
+from runs.rerun import check_ask_again
 from runs.store import load_state
 
 Status = ApprovalRequest.Status
@@ -63,6 +65,7 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "grants": list(request.grants.select_related("user")),
         "stale": out_of_date(request),
         "asked_again": asked_again(request),
+        "ask_again_blocker": ask_again_blocker(request, user),
         "revision_current": run.revision == request.revision,
         "evidence": Evidence.objects.filter(run=run, revision=request.revision).order_by("recorded_at"),
         "empty_output": EMPTY_OUTPUT_REF,
@@ -93,6 +96,18 @@ def asked_again(request: ApprovalRequest) -> ApprovalRequest | None:
         return None
     later = ApprovalRequest.objects.filter(run_id=request.run_id, call_id=request.call_id, created_at__gt=request.created_at)
     return later.order_by("created_at").first()
+
+
+def ask_again_blocker(request: ApprovalRequest, user: User | AnonymousUser) -> str | None:
+    """Why this user cannot ask again for this request ("" when they can), or None for
+    a request that is current or decided, where asking again is no question."""
+    if request.status not in (Status.STALE, Status.EXPIRED) and not (request.status == Status.PENDING and out_of_date(request)):
+        return None
+    try:
+        check_ask_again(request, user)
+    except ControlRefused as exc:
+        return str(exc)
+    return ""
 
 
 def reviewer_summary(tool: str, effect: object) -> str:

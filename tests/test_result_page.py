@@ -29,9 +29,8 @@ SCRIPT = [
 ]
 
 
-def ended_scene(operator: User, reviewer: User, monkeypatch: pytest.MonkeyPatch, project_id: int | None = None) -> Scene:
-    """A run whose publish a reviewer granted, driven here to its end."""
-    monkeypatch.setattr("runs.queue.enqueue_resume", lambda run_id: None)  # this test drives it
+def ended_scene(operator: User, reviewer: User, project_id: int | None = None) -> Scene:
+    """A run whose publish a reviewer granted, driven here to its end (``resumes``)."""
     scene = waiting_scene(operator, SCRIPT, project_id=project_id)
     grant(scene.request, reviewer, "checked the guard")
     scene.run.refresh_from_db()
@@ -48,10 +47,8 @@ def signed_in(user: User) -> Client:
 
 
 @pytest.mark.django_db
-def test_it_shows_what_an_ended_run_did_and_the_models_words_escaped(
-    operator: User, reviewer: User, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    scene = ended_scene(operator, reviewer, monkeypatch)
+def test_it_shows_what_an_ended_run_did_and_the_models_words_escaped(operator: User, reviewer: User, resumes: list[str]) -> None:
+    scene = ended_scene(operator, reviewer)
     page = signed_in(reviewer).get(reverse("runs:result", args=[scene.run.pk])).content.decode()
     assert "The run completed: finished with passing checks on the current revision." in page
     assert "Rejected &lt;b&gt;negative&lt;/b&gt; quantities &amp; added a test." in page and "<b>negative" not in page
@@ -67,11 +64,11 @@ def test_it_shows_what_an_ended_run_did_and_the_models_words_escaped(
 
 @pytest.mark.django_db
 def test_it_has_no_result_for_a_live_run_nor_for_another_projects(
-    operator: User, reviewer: User, other_member: User, other_project: Project, monkeypatch: pytest.MonkeyPatch
+    operator: User, reviewer: User, other_member: User, other_project: Project, resumes: list[str]
 ) -> None:
     waiting = waiting_scene(operator)
     assert signed_in(reviewer).get(reverse("runs:result", args=[waiting.run.pk])).status_code == 404
-    ended = ended_scene(operator, reviewer, monkeypatch)
+    ended = ended_scene(operator, reviewer)
     assert signed_in(other_member).get(reverse("runs:result", args=[ended.run.pk])).status_code == 404
     assert signed_in(reviewer).get(reverse("runs:result", args=[ended.run.pk])).status_code == 200
 
@@ -93,9 +90,9 @@ def test_it_says_a_stopped_run_stopped_and_what_it_left_undone(operator: User, r
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
 def test_it_shows_the_result_at_both_sizes_axe_clean(
-    live_server_asgi: AsgiServer, context: BrowserContext, size: str, operator: User, reviewer: User, monkeypatch: pytest.MonkeyPatch
+    live_server_asgi: AsgiServer, context: BrowserContext, size: str, operator: User, reviewer: User, resumes: list[str]
 ) -> None:
-    scene = ended_scene(operator, reviewer, monkeypatch)
+    scene = ended_scene(operator, reviewer)
     page = context.new_page()
     sign_in(page, live_server_asgi, operator.username)
     page.goto(f"{live_server_asgi.url}/runs/{scene.run.pk}/")
