@@ -21,8 +21,9 @@ from core.effects import parse_effect, summary
 from core.tools import builtin_registry
 from live.trace import EMPTY_OUTPUT_REF, text_args, timeline
 from pages.access import require, visible
+from pages.diff_review import FEEDBACK_CHARS, check_line_comments, feedback_text
 from pages.summary import shown_clocks
-from pages.templatetags.diffs import masked_lines
+from pages.templatetags.diffs import files_of, masked_lines, parse
 from projects.access import scoped
 from runs.approval_flow import check_decision_now, deny, grant, pending_requests, request_changes, staleness_now
 from runs.control import ControlRefused
@@ -77,6 +78,7 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         # the run works with the masked value (arguments) or ships the original (a diff).
         "masked_args": is_masked(request.args),
         "masked_lines": masked_lines(request.diff),
+        "diff_files": files_of(parse(request.diff or "")),
         **timeline(str(run.pk)),
     }
 
@@ -202,12 +204,28 @@ def deny_view(request: HttpRequest, request_id: str) -> HttpResponse:
     return redirect("runs:detail", approval.run_id)
 
 
+def _feedback(request: HttpRequest, approval: ApprovalRequest) -> tuple[str, list[str]]:
+    """The reviewer's words with their line comments (pages.diff_review), or the problems."""
+    post = request.POST
+    files = files_of(parse(approval.diff or ""))
+    comments, problems = check_line_comments(
+        post.getlist("comment_path"), post.getlist("comment_line"), post.getlist("comment_text"), files
+    )
+    text = feedback_text(post.get("message", ""), comments)
+    if len(text) > FEEDBACK_CHARS:
+        problems.append(f"the words and line comments together: at most {FEEDBACK_CHARS} characters (they have {len(text)})")
+    return text, problems
+
+
 @require_POST
 @require(DECIDE_APPROVALS)
 def changes_view(request: HttpRequest, request_id: str) -> HttpResponse:
     approval = _approval(request, request_id)
+    text, problems = _feedback(request, approval)
+    if problems:
+        return _refused(request, approval, "Changes not requested: " + "; ".join(problems) + ".")
     try:
-        request_changes(approval, request.user, request.POST.get("message", "")[:4000])
+        request_changes(approval, request.user, text)
     except DecisionRefused as exc:
         return _refused(request, approval, str(exc))
     messages.info(request, f"Changes requested: {approval.tool} is not performed; {approval.run.task_id} goes on with your words.")

@@ -141,6 +141,17 @@ window.Harness = (function () {
       buttons.forEach(function (button) {
         button.addEventListener("click", function () { show(button.dataset.diffView); });
       });
+      // The file tree's links name the unified table's header row; side by side,
+      // the same file's header is the split table's.
+      diff.querySelectorAll("[data-diff-file]").forEach(function (link) {
+        link.addEventListener("click", function (event) {
+          if (diff.dataset.view !== "split") return;
+          const row = document.getElementById("diff-file-" + link.dataset.diffFile + "-split");
+          if (!row) return;
+          event.preventDefault();
+          row.scrollIntoView();
+        });
+      });
       if (diff.dataset.view === "split" && diff.clientWidth < SPLIT_MIN_WIDTH) show("unified");
     });
   }
