@@ -56,6 +56,7 @@
     setTone(step, solo ? "step solo" : "step", view.tone);
     step.dataset.seq = String(event.seq);
     step.dataset.type = event.type;
+    step.dataset.tool = view.tool || "";
     const detail = el("details", "step-detail");
     const line = el("summary", "step-line");
     const time = el("time", "step-time", String(event.ts).slice(11, 19));
