@@ -22,6 +22,7 @@ from core.tools import builtin_registry
 from live.trace import EMPTY_OUTPUT_REF, text_args, timeline
 from pages.access import require, visible
 from pages.diff_review import FEEDBACK_CHARS, check_line_comments, feedback_text
+from pages.inbox import inbox_context, remember_next
 from pages.summary import shown_clocks
 from pages.templatetags.diffs import files_of, masked_lines, parse
 from projects.access import scoped
@@ -33,11 +34,6 @@ from runs.store import load_state
 
 Status = ApprovalRequest.Status
 RECENT_DECISIONS = 30
-
-
-def inbox_rows(user: User | AnonymousUser) -> list[ApprovalRequest]:
-    """What reviewers can decide, in the user's projects; a stale request is not among them (pending_requests)."""
-    return list(scoped(pending_requests(), user, VIEW_APPROVALS, "run__project_id").select_related("run", "requested_by"))
 
 
 def decision_blocker(request: ApprovalRequest, user: User | AnonymousUser, *, granting: bool = False) -> str | None:
@@ -132,7 +128,7 @@ def _approval(request: HttpRequest, request_id: str) -> ApprovalRequest:
 def inbox(request: HttpRequest) -> HttpResponse:
     decided = scoped(ApprovalRequest.objects.exclude(status=Status.PENDING), request.user, VIEW_APPROVALS, "run__project_id")
     recent = decided.select_related("run", "decided_by").order_by("-created_at")
-    return render(request, "approvals/inbox.html", {"rows": inbox_rows(request.user), "recent": recent[:RECENT_DECISIONS]})
+    return render(request, "approvals/inbox.html", {**inbox_context(request), "recent": recent[:RECENT_DECISIONS]})
 
 
 @require_GET
@@ -185,6 +181,7 @@ def grant_view(request: HttpRequest, request_id: str) -> HttpResponse:
         granted = approval.grants.count()
         messages.success(request, f"Your grant counts: {granted} of {approval.needed} needed; the request waits for the others.")
         return redirect("approvals:detail", approval.pk)
+    remember_next(request, approval)
     messages.success(request, f"Granted {approval.tool} for {approval.run.task_id}; the run continues.")
     return redirect("runs:detail", approval.run_id)
 
@@ -200,6 +197,7 @@ def deny_view(request: HttpRequest, request_id: str) -> HttpResponse:
         deny(approval, request.user, form.cleaned_data["reason"])
     except DecisionRefused as exc:
         return _refused(request, approval, str(exc))
+    remember_next(request, approval)
     messages.warning(request, f"Denied {approval.tool} for {approval.run.task_id}; the run stops.")
     return redirect("runs:detail", approval.run_id)
 
@@ -228,5 +226,6 @@ def changes_view(request: HttpRequest, request_id: str) -> HttpResponse:
         request_changes(approval, request.user, text)
     except DecisionRefused as exc:
         return _refused(request, approval, str(exc))
+    remember_next(request, approval)
     messages.info(request, f"Changes requested: {approval.tool} is not performed; {approval.run.task_id} goes on with your words.")
     return redirect("runs:detail", approval.run_id)

@@ -18,6 +18,7 @@ from common.permissions import VIEW_RUNS
 from live.artifacts import run_has_artifact, stream_masked
 from live.trace import events_before, timeline
 from pages.access import require, visible
+from pages.inbox import take_next
 from pages.summary import run_summary
 from runs.admission import places
 from runs.artifact_backends import hexdigest_of
@@ -35,7 +36,8 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     run = visible(request, Run.objects.select_related("policy", "created_by", "project"), VIEW_RUNS, pk=run_id)
     # A queued run has not started: the page says where it stands in its project's queue.
     place = places([run]).get(str(run.pk)) if run.queued else None
-    return render(request, "runs/detail.html", {"run": run, "queue_place": place, "summary": run_summary(run), **timeline(str(run.pk))})
+    context = {"run": run, "queue_place": place, "summary": run_summary(run), "next_request": take_next(request), **timeline(str(run.pk))}
+    return render(request, "runs/detail.html", context)
 
 
 class OlderEvents(forms.Form):
