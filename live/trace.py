@@ -140,7 +140,7 @@ def _gate_view(e: _GateEvent) -> tuple[str, str, str]:
         case ev.DuplicateEffect():
             return "Already done", "warn", f"{e.tool} was already {e.status} by call {e.of_call}: nothing performed again"
         case ev.CheckRequired():
-            return "Check required", "warn", f"{e.for_tool} needs a passing {', '.join(e.missing)} on revision {short(e.revision)}"
+            return "Check required", "warn", f"{e.for_tool} needs {' and '.join(e.missing)} to pass on revision {short(e.revision)} first"
         case ev.WriteBlocked():
             return "Write blocked", "warn", f"{e.tool} waits for unresolved effects: {', '.join(e.pending)}"
         case _:

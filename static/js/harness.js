@@ -77,7 +77,7 @@ window.Harness = (function () {
     const now = Date.now();
     document.querySelectorAll("time.countdown[data-expires]").forEach(function (node) {
       const left = Date.parse(node.dataset.expires) - now;
-      node.textContent = left > 0 ? duration(left) : "now";
+      node.textContent = left > 0 ? duration(left) : "0s (expired)";
       node.classList.toggle("soon", left > 0 && left < 5 * 60 * 1000);
       node.classList.toggle("gone", left <= 0);
       // The server decides what an expired request can still do: ask it once.

@@ -68,9 +68,11 @@
     full.href = eventUrl(event.seq);
     detail.append(line, el("pre", "json", prettyJson(event.payload)), full);
     step.append(detail);
-    if (view.links.length) {
+    // A link to the page being read (the approval page's own request) is left out.
+    const elsewhere = view.links.filter(function (link) { return link.href !== window.location.pathname; });
+    if (elsewhere.length) {
       const links = el("div", "step-links");
-      view.links.forEach(function (link) {
+      elsewhere.forEach(function (link) {
         const a = el("a", "", link.label);
         a.href = H.safeHref(link.href);
         links.append(a);
