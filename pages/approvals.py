@@ -162,12 +162,6 @@ def _refused(request: HttpRequest, approval: ApprovalRequest, error: str) -> Htt
     return redirect("approvals:detail", approval.pk)
 
 
-def _bad_denial(request: HttpRequest, approval: ApprovalRequest, form: DenyForm) -> HttpResponse:
-    context = approval_context(approval, request.user)
-    context["deny_form"] = form
-    return render(request, "approvals/detail.html", context, status=400)
-
-
 @require_POST
 @require(DECIDE_APPROVALS)
 def grant_view(request: HttpRequest, request_id: str) -> HttpResponse:
@@ -192,7 +186,8 @@ def deny_view(request: HttpRequest, request_id: str) -> HttpResponse:
     approval = _approval(request, request_id)
     form = DenyForm(request.POST)
     if not form.is_valid():
-        return _bad_denial(request, approval, form)
+        # Back to the request's own URL (not /deny/), the problem in the decision panel.
+        return _refused(request, approval, " ".join(form.errors["reason"]))
     try:
         deny(approval, request.user, form.cleaned_data["reason"])
     except DecisionRefused as exc:

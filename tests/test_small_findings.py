@@ -72,3 +72,13 @@ def test_it_lands_the_skip_link_below_the_top_bar_and_keeps_the_muted_flag_reada
     assert heading["y"] >= top_bar["y"] + top_bar["height"], (heading, top_bar)
     screenshot(page, f"skip_to_decision_{size}")
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.django_db
+def test_it_names_a_refused_denial_on_the_requests_own_url(operator: User, reviewer: User) -> None:
+    scene = waiting_scene(operator)
+    response = signed_in(reviewer).post(reverse("approvals:deny", args=[scene.request.pk]), {"reason": "  "}, follow=True)
+    assert response.redirect_chain == [(reverse("approvals:detail", args=[scene.request.pk]), 302)]
+    assert "Reason for denying: write why; the run stops with it and the trace keeps it." in response.content.decode()
+    scene.request.refresh_from_db()
+    assert scene.request.status == "pending"
