@@ -187,7 +187,7 @@ def deny_view(request: HttpRequest, request_id: str) -> HttpResponse:
     form = DenyForm(request.POST)
     if not form.is_valid():
         # Back to the request's own URL (not /deny/), the problem in the decision panel.
-        return _refused(request, approval, " ".join(form.errors["reason"]))
+        return _refused(request, approval, " ".join(str(problem) for problem in form.errors["reason"]))
     try:
         deny(approval, request.user, form.cleaned_data["reason"])
     except DecisionRefused as exc:
