@@ -82,3 +82,17 @@ def test_it_names_a_refused_denial_on_the_requests_own_url(operator: User, revie
     assert "Reason for denying: write why; the run stops with it and the trace keeps it." in response.content.decode()
     scene.request.refresh_from_db()
     assert scene.request.status == "pending"
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_it_moves_the_focus_to_the_problems_of_a_refused_new_run(
+    live_server_asgi: AsgiServer, context: BrowserContext, size: str, operator: User
+) -> None:
+    page = context.new_page()
+    sign_in(page, live_server_asgi, operator.username)
+    page.goto(f"{live_server_asgi.url}/runs/new/")
+    page.fill("#id_contract", '{"task_id": 5}')
+    page.locator("#new-run-form button[type=submit]").click()
+    expect(page.locator("#form-problems")).to_be_focused()
+    expect(page.locator("#form-problems")).to_contain_text("The run was not started.")
