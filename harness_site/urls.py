@@ -8,8 +8,8 @@ from django.urls import include, path
 from api import token_pages
 from common.signin import LimitedAuthenticationForm
 from monitoring import views as monitoring_views
+from pages import again, control, new_run, overview, projects, result, run_detail, runs_list
 from pages import approvals as approval_views
-from pages import control, new_run, overview, projects, run_detail, runs_list
 
 run_patterns = (
     [
@@ -20,6 +20,8 @@ run_patterns = (
         path("<uuid:run_id>/events/<int:seq>/", run_detail.run_event, name="event"),
         path("<uuid:run_id>/summary/", run_detail.run_summary_json, name="summary"),
         path("<uuid:run_id>/report.json", run_detail.run_report, name="report"),
+        path("<uuid:run_id>/result/", result.run_result, name="result"),
+        path("<uuid:run_id>/rerun/", again.rerun_view, name="rerun"),
         path("<uuid:run_id>/artifacts/<str:ref>/", run_detail.run_artifact, name="artifact"),
         path("<uuid:run_id>/kill/", control.kill_run, name="kill"),
     ],
@@ -34,6 +36,7 @@ approval_patterns = (
         path("<uuid:request_id>/grant/", approval_views.grant_view, name="grant"),
         path("<uuid:request_id>/deny/", approval_views.deny_view, name="deny"),
         path("<uuid:request_id>/changes/", approval_views.changes_view, name="changes"),
+        path("<uuid:request_id>/ask-again/", again.ask_again_view, name="ask-again"),
     ],
     "approvals",
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
-from typing import Any, assert_never
+from typing import Any, assert_never, get_args
 
 from django.conf import settings
 from django.urls import reverse
@@ -148,7 +148,7 @@ def _gate_view(e: _GateEvent) -> tuple[str, str, str]:
         case ev.DuplicateEffect():
             return "Already done", "warn", f"{e.tool} was already {e.status} by call {e.of_call}: nothing performed again"
         case ev.CheckRequired():
-            return "Check required", "warn", f"{e.for_tool} needs a passing {', '.join(e.missing)} on revision {short(e.revision)}"
+            return "Check required", "warn", f"{e.for_tool} needs {' and '.join(e.missing)} to pass on revision {short(e.revision)} first"
         case ev.WriteBlocked():
             return "Write blocked", "warn", f"{e.tool} waits for unresolved effects: {', '.join(e.pending)}"
         case _:
@@ -366,11 +366,16 @@ def events_before(run_id: str, before_seq: int | None, limit: int) -> list[dict[
     return [present(row.as_dict()) for row in reversed(rows)]
 
 
+# The trace's filter offers every type an event can have (static/js/trace_filters.js).
+EVENT_TYPES = sorted(ev.type_name(cls) for cls in get_args(ev.AnyEvent))
+
+
 def timeline(run_id: str) -> dict[str, Any]:
     """The latest window of a run's trace as timeline items, and the seq range it covers
     (the page loads older events before ``first_seq`` and streams after ``last_seq``)."""
     window = events_before(run_id, None, settings.HARNESS_TRACE_WINDOW)
     return {
+        "event_types": EVENT_TYPES,
         "items": group_cards(window),
         "first_seq": window[0]["seq"] if window else 1,
         "last_seq": window[-1]["seq"] if window else 0,

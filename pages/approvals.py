@@ -23,21 +23,20 @@ from core.state import RunState
 from core.tools import builtin_registry
 from live.trace import EMPTY_OUTPUT_REF, text_args, timeline
 from pages.access import require, visible
+from pages.diff_review import FEEDBACK_CHARS, check_line_comments, feedback_text
+from pages.inbox import inbox_context, remember_next
 from pages.summary import egress_text, shown_clocks
-from pages.templatetags.diffs import masked_lines
+from pages.templatetags.diffs import files_of, masked_lines, parse
 from projects.access import scoped
 from runs.approval_flow import check_decision_now, deny, grant, pending_requests, request_changes, staleness_now
 from runs.base_moves import base_move_now
+from runs.control import ControlRefused
 from runs.models import Event, Evidence
+from runs.rerun import check_ask_again
 from runs.store import load_state
 
 Status = ApprovalRequest.Status
 RECENT_DECISIONS = 30
-
-
-def inbox_rows(user: User | AnonymousUser) -> list[ApprovalRequest]:
-    """What reviewers can decide, in the user's projects; a stale request is not among them (pending_requests)."""
-    return list(scoped(pending_requests(), user, VIEW_APPROVALS, "run__project_id").select_related("run", "requested_by"))
 
 
 def decision_blocker(request: ApprovalRequest, user: User | AnonymousUser, *, granting: bool = False) -> str | None:
@@ -67,6 +66,7 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "grants": list(request.grants.select_related("user")),
         "stale": out_of_date(request),
         "asked_again": asked_again(request),
+        "ask_again_blocker": ask_again_blocker(request, user),
         "revision_current": run.revision == request.revision,
         "evidence": with_network(Evidence.objects.filter(run=run, revision=request.revision).order_by("recorded_at"), state),
         "empty_output": EMPTY_OUTPUT_REF,
@@ -80,6 +80,7 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "masked_lines": masked_lines(request.diff),
         "secret_findings": secret_findings(request),
         "base_move": base_move_now(request),
+        "diff_files": files_of(parse(request.diff or "")),
         **timeline(str(run.pk)),
     }
 
@@ -118,6 +119,18 @@ def asked_again(request: ApprovalRequest) -> ApprovalRequest | None:
     return later.order_by("created_at").first()
 
 
+def ask_again_blocker(request: ApprovalRequest, user: User | AnonymousUser) -> str | None:
+    """Why this user cannot ask again for this request ("" when they can), or None for
+    a request that is current or decided, where asking again is no question."""
+    if request.status not in (Status.STALE, Status.EXPIRED) and not (request.status == Status.PENDING and out_of_date(request)):
+        return None
+    try:
+        check_ask_again(request, user)
+    except ControlRefused as exc:
+        return str(exc)
+    return ""
+
+
 def reviewer_summary(tool: str, effect: object) -> str:
     """What granting this call does: for an external effect, in the words of where its
     fixed effect goes (the outbox, a branch of a remote, a forge); else the tool's
@@ -138,7 +151,7 @@ def _approval(request: HttpRequest, request_id: str) -> ApprovalRequest:
 def inbox(request: HttpRequest) -> HttpResponse:
     decided = scoped(ApprovalRequest.objects.exclude(status=Status.PENDING), request.user, VIEW_APPROVALS, "run__project_id")
     recent = decided.select_related("run", "decided_by").order_by("-created_at")
-    return render(request, "approvals/inbox.html", {"rows": inbox_rows(request.user), "recent": recent[:RECENT_DECISIONS]})
+    return render(request, "approvals/inbox.html", {**inbox_context(request), "recent": recent[:RECENT_DECISIONS]})
 
 
 @require_GET
@@ -172,12 +185,6 @@ def _refused(request: HttpRequest, approval: ApprovalRequest, error: str) -> Htt
     return redirect("approvals:detail", approval.pk)
 
 
-def _bad_denial(request: HttpRequest, approval: ApprovalRequest, form: DenyForm) -> HttpResponse:
-    context = approval_context(approval, request.user)
-    context["deny_form"] = form
-    return render(request, "approvals/detail.html", context, status=400)
-
-
 @require_POST
 @require(DECIDE_APPROVALS)
 def grant_view(request: HttpRequest, request_id: str) -> HttpResponse:
@@ -191,6 +198,7 @@ def grant_view(request: HttpRequest, request_id: str) -> HttpResponse:
         granted = approval.grants.count()
         messages.success(request, f"Your grant counts: {granted} of {approval.needed} needed; the request waits for the others.")
         return redirect("approvals:detail", approval.pk)
+    remember_next(request, approval)
     messages.success(request, f"Granted {approval.tool} for {approval.run.task_id}; the run continues.")
     return redirect("runs:detail", approval.run_id)
 
@@ -201,22 +209,41 @@ def deny_view(request: HttpRequest, request_id: str) -> HttpResponse:
     approval = _approval(request, request_id)
     form = DenyForm(request.POST)
     if not form.is_valid():
-        return _bad_denial(request, approval, form)
+        # Back to the request's own URL (not /deny/), the problem in the decision panel.
+        return _refused(request, approval, " ".join(str(problem) for problem in form.errors["reason"]))
     try:
         deny(approval, request.user, form.cleaned_data["reason"])
     except DecisionRefused as exc:
         return _refused(request, approval, str(exc))
+    remember_next(request, approval)
     messages.warning(request, f"Denied {approval.tool} for {approval.run.task_id}; the run stops.")
     return redirect("runs:detail", approval.run_id)
+
+
+def _feedback(request: HttpRequest, approval: ApprovalRequest) -> tuple[str, list[str]]:
+    """The reviewer's words with their line comments (pages.diff_review), or the problems."""
+    post = request.POST
+    files = files_of(parse(approval.diff or ""))
+    comments, problems = check_line_comments(
+        post.getlist("comment_path"), post.getlist("comment_line"), post.getlist("comment_text"), files
+    )
+    text = feedback_text(post.get("message", ""), comments)
+    if len(text) > FEEDBACK_CHARS:
+        problems.append(f"the words and line comments together: at most {FEEDBACK_CHARS} characters (they have {len(text)})")
+    return text, problems
 
 
 @require_POST
 @require(DECIDE_APPROVALS)
 def changes_view(request: HttpRequest, request_id: str) -> HttpResponse:
     approval = _approval(request, request_id)
+    text, problems = _feedback(request, approval)
+    if problems:
+        return _refused(request, approval, "Changes not requested: " + "; ".join(problems) + ".")
     try:
-        request_changes(approval, request.user, request.POST.get("message", "")[:4000])
+        request_changes(approval, request.user, text)
     except DecisionRefused as exc:
         return _refused(request, approval, str(exc))
+    remember_next(request, approval)
     messages.info(request, f"Changes requested: {approval.tool} is not performed; {approval.run.task_id} goes on with your words.")
     return redirect("runs:detail", approval.run_id)

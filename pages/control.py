@@ -87,7 +87,9 @@ def global_switch(request: HttpRequest) -> HttpResponse:
             messages.error(request, str(exc))
         else:
             said = SWITCH_MESSAGES[form.cleaned_data["action"]]
-            messages.success(request, f"{said}; {killed} active run(s) killed." if killed else f"{said}.")
+            # Stopping every run is a warning, never a green success.
+            notice = messages.warning if form.cleaned_data["action"] == "stop_all" else messages.success
+            notice(request, f"{said}; {killed} active run(s) killed." if killed else f"{said}.")
             broadcast_lists_changed("switch")
         return redirect("control")
     active = scoped(Run.objects.filter(status__in=ACTIVE), request.user, OPERATE_RUNS).order_by("-created_at")
@@ -164,6 +166,6 @@ def project_switch(request: HttpRequest, slug: str) -> HttpResponse:
             "resume": f"Project {project.slug} admits new runs again",
             "stop_all": f"Every active run of project {project.slug} is being stopped ({killed} killed)",
         }[action]
-        messages.success(request, said + ".")
+        (messages.warning if action == "stop_all" else messages.success)(request, said + ".")
         broadcast_lists_changed("switch")
     return redirect("control")

@@ -20,6 +20,7 @@ from live.trace import events_before, timeline
 from monitoring import tracing
 from monitoring.spans import trace_id_text
 from pages.access import require, visible
+from pages.inbox import take_next
 from pages.summary import run_summary
 from runs.admission import places
 from runs.artifact_backends import hexdigest_of
@@ -39,11 +40,15 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     place = places([run]).get(str(run.pk)) if run.queued else None
     # The run's trace id (its UUID's 128 bits: monitoring.spans), for the company's tracing tool.
     trace_id = trace_id_text(str(run.pk)) if tracing.enabled() else None
-    return render(
-        request,
-        "runs/detail.html",
-        {"run": run, "queue_place": place, "summary": run_summary(run), "trace_id": trace_id, **timeline(str(run.pk))},
-    )
+    context = {
+        "run": run,
+        "queue_place": place,
+        "summary": run_summary(run),
+        "trace_id": trace_id,
+        "next_request": take_next(request),
+        **timeline(str(run.pk)),
+    }
+    return render(request, "runs/detail.html", context)
 
 
 class OlderEvents(forms.Form):

@@ -1,4 +1,5 @@
-"""The runs list: newest first, filtered by status, outcome, owner and a search."""
+"""The runs list: newest first, filtered by status, outcome, owner and a search, each
+filter in the URL (``?status=waiting``); a filter the page cannot apply is named."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from common.permissions import VIEW_RUNS
@@ -20,14 +22,19 @@ from pages.access import require
 from projects.access import scoped
 from runs.admission import places
 from runs.approval_flow import pending_requests
+from runs.control import ACTIVE
 from runs.models import Run
 
 PAGE_SIZE = 50
 
 
+# Short names a person types into the URL for a status.
+STATUS_ALIASES = {"waiting": Run.Status.WAITING, "done": Run.Status.COMPLETE, "completed": Run.Status.COMPLETE}
+
+
 class RunFilter(forms.Form):
     q = forms.CharField(required=False, max_length=200, label="Search")
-    status = forms.ChoiceField(required=False, choices=[("", "any status"), *Run.Status.choices])
+    status = forms.CharField(required=False, max_length=40)
     outcome = forms.CharField(required=False, max_length=40)
     mine = forms.BooleanField(required=False, label="started by me")
     # What the overview's marks link to (pages/overview.py): a project, a period (of the
@@ -40,6 +47,14 @@ class RunFilter(forms.Form):
     had = forms.ChoiceField(required=False, choices=[("", "any"), *((t, t) for t in ("wait_ended", *REFUSALS, "model_note"))])
     tool = forms.CharField(required=False, max_length=100)
     model = forms.CharField(required=False, max_length=200)
+
+    def clean_status(self) -> str:
+        value = str(self.cleaned_data.get("status") or "").strip()
+        value = STATUS_ALIASES.get(value, value)
+        if value and value not in Run.Status.values:
+            known = ", ".join([*Run.Status.values, *STATUS_ALIASES])
+            raise forms.ValidationError(f"no status {value[:40]!r}: one of {known}")
+        return value
 
 
 def filter_runs(query: dict[str, Any], user: User | AnonymousUser) -> QuerySet[Run]:
@@ -85,17 +100,29 @@ def runs_page(query: dict[str, Any], user: User | AnonymousUser, number: str | N
 @require(VIEW_RUNS)
 def run_list(request: HttpRequest) -> HttpResponse:
     form = RunFilter(request.GET)
-    query = form.cleaned_data if form.is_valid() else {}
+    form.is_valid()
+    # The filters that are valid apply; one that is not is named on the page.
+    query = form.cleaned_data
     page = runs_page(query, request.user, request.GET.get("page"))
     # Each queued run on the page with its place in its project's queue and why it waits.
     queue = places(list(page.object_list))
+    now = timezone.now()
     for run in page.object_list:
         run.queue_place = queue.get(str(run.pk))
+        # From its start to its end (or now): working and waiting together.
+        run.took_seconds = ((now if run.status in ACTIVE else run.updated_at) - run.created_at).total_seconds()
     mine = scoped(Run.objects.all(), request.user, VIEW_RUNS)
     counts = dict(mine.values_list("status").annotate(n=Count("pk")))
     outcomes = mine.order_by("outcome").values_list("outcome", flat=True).distinct()
     return render(
         request,
         "runs/list.html",
-        {"form": form, "page": page, "counts": counts, "outcomes": outcomes, "statuses": Run.Status.choices},
+        {
+            "form": form,
+            "status": query.get("status", ""),
+            "page": page,
+            "counts": counts,
+            "outcomes": outcomes,
+            "statuses": Run.Status.choices,
+        },
     )

@@ -158,5 +158,6 @@ def run_summary(run: Run) -> dict[str, Any]:
         "approvals": _approvals(run),
         "published": published(run),
         "report_href": reverse("runs:report", args=[run.pk]) if finished else "",
+        "result_href": reverse("runs:result", args=[run.pk]) if finished else "",
         "last_seq": run.last_seq,
     }

@@ -182,6 +182,21 @@ def screenshot(page: Page, name: str) -> None:
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=False)
 
 
+def serious_problems(page: Page, name: str, width: int) -> list[str]:
+    """axe-core's serious and critical findings on the page, and whether it is wider
+    than the screen, each a line naming the page."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    problems = [
+        f"{name}: {v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes']][:3]}"
+        for v in Axe().run(page).response["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]
+    if page.evaluate("document.documentElement.scrollWidth") > width:
+        problems.append(f"{name}: wider than the {width} px screen")
+    return problems
+
+
 @dataclass
 class Scene:
     """A run waiting for a reviewer to approve its publish, driven through the real
@@ -192,15 +207,17 @@ class Scene:
     request: ApprovalRequest
 
 
-def waiting_scene(starter: Any, script: list[Any] | None = None, project_id: int | None = None) -> Scene:
+def waiting_scene(
+    starter: Any, script: list[Any] | None = None, project_id: int | None = None, contract: dict[str, Any] | None = None
+) -> Scene:
     from approvals.models import ApprovalRequest
     from runs.approval_gate import DjangoApprovals
     from runs.services import drive_run
-    from tests.helpers import SCRIPT, World
+    from tests.helpers import CONTRACT, SCRIPT, World
 
     world = World()
     script = SCRIPT if script is None else script
-    run = world.create(actor=starter, script=script, project_id=project_id)
+    run = world.create(actor=starter, script=script, contract=contract or CONTRACT, project_id=project_id)
     state = drive_run(run, world.environment(), DjangoApprovals(run))
     assert state.status == "waiting_approval", state.outcome
     run.refresh_from_db()

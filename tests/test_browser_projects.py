@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
-from playwright.sync_api import BrowserContext, Page, expect
+from playwright.sync_api import BrowserContext, expect
 
 from projects.models import Membership, Project, Role
 from runs.approval_flow import grant
-from tests.fixtures_web import SIZES, AsgiServer, screenshot, sign_in, waiting_scene
+from tests.fixtures_web import SIZES, AsgiServer, screenshot, serious_problems, sign_in, waiting_scene
 from tests.helpers import edited_policy, new_policy_version
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -24,19 +24,6 @@ def publish_needs_two() -> None:
     rules = edited_policy()["rules"]
     assert isinstance(rules, list)
     new_policy_version(rules=[{**rule, "reviewers": {"count": 2}} if rule["tool"] == "publish" else rule for rule in rules])
-
-
-def serious_problems(page: Page, name: str, width: int) -> list[str]:
-    from axe_playwright_python.sync_playwright import Axe
-
-    problems = [
-        f"{name}: {v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes']][:3]}"
-        for v in Axe().run(page).response["violations"]
-        if v["impact"] in ("serious", "critical")
-    ]
-    if page.evaluate("document.documentElement.scrollWidth") > width:
-        problems.append(f"{name}: wider than the {width} px screen")
-    return problems
 
 
 def test_it_shows_a_member_of_two_projects_both_and_a_quorums_progress(

@@ -1,7 +1,8 @@
 """Unified diffs for people: line numbers, added / removed colouring, the changed
-part of a modified line marked, and a side-by-side layout. The table rows are built
-here, not in a template loop (which took seconds for tens of thousands of lines),
-and every piece of text is escaped as it goes in."""
+part of a modified line marked, syntax colours and the list of files
+(pages.diff_review), and a side-by-side layout. The table rows are built here, not
+in a template loop (which took seconds for tens of thousands of lines), and every
+piece of text is escaped as it goes in."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from django import template
 from django.utils.safestring import mark_safe
 
 from common.redact import MASK
-from core.patchtext import DEV_NULL, PatchRefused, header_name
+from core.patchtext import DEV_NULL
+from pages import diff_review
+from pages.diff_review import DiffFile, file_status, header_path, highlighted, lexed_lines, lexer_for
 
 register = template.Library()
 
@@ -31,6 +34,8 @@ class Line:
     old_no: int | None = None
     new_no: int | None = None
     segments: list[tuple[str, bool]] = field(default_factory=list)
+    path: str = ""  # the file the line is in
+    pieces: list[tuple[str, str]] = field(default_factory=list)  # its syntax colours, when known
 
 
 def _mark_changes(old: Line, new: Line) -> None:
@@ -143,21 +148,40 @@ def _unified(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def files_of(rows: list[dict[str, Any]]) -> list[DiffFile]:
+    """The files the diff's headers name, each with its counts; each line learns its
+    file, and each file's ``+++`` row its place (``anchor``), which the tree links to."""
+    files: list[DiffFile] = []
+    old = ""
+    current: DiffFile | None = None
+    for row in rows:
+        if row["type"] == "file" and row["text"].startswith("--- "):
+            old = header_path(row["text"])
+        elif row["type"] == "file" and row["text"].startswith("+++ "):
+            new = header_path(row["text"])
+            current = DiffFile(len(files), old if new == DEV_NULL else new, old, file_status(old, new))
+            row["anchor"] = current.index
+            files.append(current)
+        elif row["type"] == "pair" and current is not None:
+            for side in {id(row["old"]): row["old"], id(row["new"]): row["new"]}.values():
+                if side is not None:
+                    side.path = current.path
+            current.added += row["new"] is not None and row["new"].kind == "add"
+            current.removed += row["old"] is not None and row["old"].kind == "del"
+    return files
+
+
 def masked_lines(diff: str) -> list[tuple[str, int]]:
     """(file, number of its diff lines showing MASK), for each file that has any."""
     counts: dict[str, int] = {}
-    path = ""
-    for row in parse(diff or ""):
-        if row["type"] == "file" and row["text"].startswith(("--- ", "+++ ")):
-            try:
-                name = header_name(row["text"][4:])
-            except PatchRefused:
-                name = row["text"][4:]
-            path = path if name == DEV_NULL else name.removeprefix("a/").removeprefix("b/")
-        elif row["type"] == "pair":
+    rows = parse(diff or "")
+    files_of(rows)
+    for row in rows:
+        if row["type"] == "pair":
             sides = [row["old"]] if row["old"] is row["new"] else [row["old"], row["new"]]
             masked = sum(1 for line in sides if line is not None and MASK in line.text)
             if masked:
+                path = (row["old"] or row["new"]).path
                 counts[path] = counts.get(path, 0) + masked
     return list(counts.items())
 
@@ -168,16 +192,51 @@ def diff_rows(diff: str) -> dict[str, Any]:
     of thousands of lines took the template seconds per page (docs/performance.md).
     Every piece of text is escaped on its way in (``_code``, ``escape``)."""
     rows = parse(diff or "")
+    files = files_of(rows)
     added = sum(1 for r in rows if r["type"] == "pair" and r["new"] is not None and r["new"].kind == "add")
     removed = sum(1 for r in rows if r["type"] == "pair" and r["old"] is not None and r["old"].kind == "del")
-    return {"split": mark_safe(_split_html(rows)), "unified": mark_safe(_unified_html(_unified(rows))), "added": added, "removed": removed}  # noqa: S308 - built from escaped text
+    if len(rows) <= diff_review.HIGHLIGHT_MAX_LINES:
+        colour(rows)
+    return {
+        "split": mark_safe(_split_html(rows)),  # noqa: S308 - built from escaped text
+        "unified": mark_safe(_unified_html(_unified(rows))),  # noqa: S308 - as above
+        "added": added,
+        "removed": removed,
+        "files": files,
+    }
 
 
 MARKS = {"add": "+", "del": "\u2212", "ctx": ""}
 
 
+def colour(rows: list[dict[str, Any]]) -> None:
+    """Give each line of a file whose language Pygments knows its pieces: each side
+    of the file (old: context and removed lines, new: context and added) lexed once."""
+    sides: dict[tuple[str, str], list[Line]] = {}
+    for row in rows:
+        if row["type"] != "pair":
+            continue
+        old, new = row["old"], row["new"]
+        if old is not None and old is not new:
+            sides.setdefault((old.path, "old"), []).append(old)
+        if new is not None:
+            sides.setdefault((new.path, "new"), []).append(new)
+    for (path, _), lines in sides.items():
+        lexer = lexer_for(path) if path else None
+        if lexer is not None:
+            for line, pieces in zip(lines, lexed_lines(lexer, [line.text for line in lines]), strict=True):
+                line.pieces = pieces
+
+
 def _code(line: Line) -> str:
+    """A line's code cell: coloured when its pieces are known, the changed parts marked."""
+    if line.pieces:
+        return highlighted(line.pieces, line.segments)
     return "".join(f'<span class="x">{escape(text)}</span>' if changed else escape(text) for text, changed in line.segments)
+
+
+def _anchor(row: dict[str, Any], suffix: str = "") -> str:
+    return f' id="diff-file-{row["anchor"]}{suffix}"' if "anchor" in row else ""
 
 
 def _number(value: int | None) -> str:
@@ -195,7 +254,7 @@ def _unified_html(rows: list[dict[str, Any]]) -> str:
             )
         else:
             out.append(
-                f'<tr class="d-{row["type"]}"><td class="ln"></td><td class="ln"></td><td class="mark"></td>'
+                f'<tr class="d-{row["type"]}"{_anchor(row)}><td class="ln"></td><td class="ln"></td><td class="mark"></td>'
                 f'<td class="code">{escape(row["text"])}</td></tr>\n'
             )
     return "".join(out)
@@ -214,5 +273,7 @@ def _split_html(rows: list[dict[str, Any]]) -> str:
             old, new = row["old"], row["new"]
             out.append(f"<tr>{_side(old, old.old_no if old else None)}{_side(new, new.new_no if new else None)}</tr>\n")
         else:
-            out.append(f'<tr class="d-{row["type"]}"><td class="ln"></td><td class="code" colspan="3">{escape(row["text"])}</td></tr>\n')
+            out.append(
+                f'<tr class="d-{row["type"]}"{_anchor(row, "-split")}><td class="ln"></td><td class="code" colspan="3">{escape(row["text"])}</td></tr>\n'
+            )
     return "".join(out)

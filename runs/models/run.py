@@ -53,6 +53,8 @@ class Run(models.Model):
     # (Project.active_runs) until it ends.
     queued = models.BooleanField(default=False)
     holds_slot = models.BooleanField(default=False)
+    # The ended run this one re-runs (same contract, proposer, project and policy: runs.rerun).
+    rerun_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns")
 
     class Meta:
         ordering = ["-created_at"]

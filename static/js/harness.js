@@ -77,7 +77,7 @@ window.Harness = (function () {
     const now = Date.now();
     document.querySelectorAll("time.countdown[data-expires]").forEach(function (node) {
       const left = Date.parse(node.dataset.expires) - now;
-      node.textContent = left > 0 ? duration(left) : "now";
+      node.textContent = left > 0 ? duration(left) : "0s (expired)";
       node.classList.toggle("soon", left > 0 && left < 5 * 60 * 1000);
       node.classList.toggle("gone", left <= 0);
       // The server decides what an expired request can still do: ask it once.
@@ -140,6 +140,17 @@ window.Harness = (function () {
       }
       buttons.forEach(function (button) {
         button.addEventListener("click", function () { show(button.dataset.diffView); });
+      });
+      // The file tree's links name the unified table's header row; side by side,
+      // the same file's header is the split table's.
+      diff.querySelectorAll("[data-diff-file]").forEach(function (link) {
+        link.addEventListener("click", function (event) {
+          if (diff.dataset.view !== "split") return;
+          const row = document.getElementById("diff-file-" + link.dataset.diffFile + "-split");
+          if (!row) return;
+          event.preventDefault();
+          row.scrollIntoView();
+        });
       });
       if (diff.dataset.view === "split" && diff.clientWidth < SPLIT_MIN_WIDTH) show("unified");
     });

@@ -3,6 +3,9 @@
 "use strict";
 
 document.addEventListener("DOMContentLoaded", function () {
+  // A refused form: the keyboard and the screen reader start at the list of problems.
+  const problems = document.getElementById("form-problems");
+  if (problems) problems.focus();
   const source = document.getElementById("contract-templates");
   const picker = document.getElementById("id_template");
   if (!source || !picker) return;

@@ -56,6 +56,7 @@
     setTone(step, solo ? "step solo" : "step", view.tone);
     step.dataset.seq = String(event.seq);
     step.dataset.type = event.type;
+    step.dataset.tool = view.tool || "";
     const detail = el("details", "step-detail");
     const line = el("summary", "step-line");
     const time = el("time", "step-time", String(event.ts).slice(11, 19));
@@ -67,9 +68,11 @@
     full.href = eventUrl(event.seq);
     detail.append(line, el("pre", "json", prettyJson(event.payload)), full);
     step.append(detail);
-    if (view.links.length) {
+    // A link to the page being read (the approval page's own request) is left out.
+    const elsewhere = view.links.filter(function (link) { return link.href !== window.location.pathname; });
+    if (elsewhere.length) {
       const links = el("div", "step-links");
-      view.links.forEach(function (link) {
+      elsewhere.forEach(function (link) {
         const a = el("a", "", link.label);
         a.href = H.safeHref(link.href);
         links.append(a);
@@ -331,9 +334,12 @@
     const message = field("stop_message");
     message.textContent = s.stop_message;
     message.hidden = !s.stop_message;
-    const report = field("report");
-    report.hidden = !s.report_href;
-    report.href = s.report_href ? H.safeHref(s.report_href) : "#";
+    ["report", "result"].forEach(function (name) {
+      const link = field(name);
+      const href = s[name + "_href"];
+      link.hidden = !href;
+      link.href = href ? H.safeHref(href) : "#";
+    });
     const kill = field("kill");
     if (kill) kill.hidden = !s.active;
     s.budgets.forEach(function (budget) {

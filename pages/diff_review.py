@@ -1,0 +1,177 @@
+"""What a diff is reviewed with beyond its lines: the files it touches (each with its
+status and counts, for the file tree) and syntax highlighting, done here on the server
+with Pygments, every piece of text escaped as it goes into the HTML."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from html import escape
+from pathlib import PurePosixPath
+
+from pygments.lexer import Lexer
+from pygments.lexers import get_lexer_by_name
+from pygments.lexers._mapping import LEXERS
+from pygments.token import STANDARD_TYPES, _TokenType
+from pygments.util import ClassNotFound
+
+from core.patchtext import DEV_NULL, PatchRefused, header_name
+
+# Past this many lines a diff is shown without colours, so that the page of a long
+# diff still comes at once (docs/performance.md, "Diff colours").
+HIGHLIGHT_MAX_LINES = 1000
+
+
+@dataclass
+class DiffFile:
+    """One file of the diff: ``status`` added, deleted, renamed or modified; ``index``
+    its place in the diff, which its header row's id names."""
+
+    index: int
+    path: str
+    old_path: str
+    status: str
+    added: int = 0
+    removed: int = 0
+
+
+def header_path(text: str) -> str:
+    """The path a ``--- ``/``+++ `` header names, without its ``a/``/``b/`` prefix."""
+    try:
+        name = header_name(text[4:])
+    except PatchRefused:
+        name = text[4:]
+    return name if name == DEV_NULL else name.removeprefix("a/").removeprefix("b/")
+
+
+def file_status(old: str, new: str) -> str:
+    if old == DEV_NULL:
+        return "added"
+    if new == DEV_NULL:
+        return "deleted"
+    return "modified" if old == new else "renamed"
+
+
+@lru_cache(maxsize=256)
+def lexer_for(path: str) -> Lexer | None:
+    """The lexer for a file's name, or None (no colours) for a name Pygments does not
+    know. Looked up in Pygments' own table only: its ``get_lexer_for_filename`` also
+    scans every installed package for plugins, seconds on a first page."""
+    name = PurePosixPath(path).name
+    for _module, _title, aliases, patterns, _mimetypes in LEXERS.values():
+        if aliases and any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns):
+            try:
+                return get_lexer_by_name(aliases[0], stripnl=False, ensurenl=False, tabsize=0)
+            except ClassNotFound:
+                return None
+    return None
+
+
+def _css_class(token: _TokenType) -> str:
+    """The short class of a token type (Pygments' own names), or "" for plain text
+    and white space (no colour, fewer bytes)."""
+    kind: _TokenType | None = token
+    while kind is not None and kind not in STANDARD_TYPES:
+        kind = kind.parent
+    name = STANDARD_TYPES[kind] if kind is not None else ""
+    return "" if name == "w" else name
+
+
+def lexed_lines(lexer: Lexer, texts: list[str]) -> list[list[tuple[str, str]]]:
+    """Each line's (class, text) pieces, the lines lexed together as one text (one
+    pass a side of a file, and a string or comment that spans lines is read as one);
+    plain pieces when the lexer changed the text, so what is shown is always exactly
+    the diff's lines."""
+    whole = "\n".join(texts)
+    lines: list[list[tuple[str, str]]] = [[]]
+    for kind, value in lexer.get_tokens(whole):
+        name = _css_class(kind)
+        first, *rest = value.split("\n")
+        if first:
+            lines[-1].append((name, first))
+        for part in rest:
+            lines.append([(name, part)] if part else [])
+    if len(lines) != len(texts) or any("".join(v for _, v in pieces) != text for pieces, text in zip(lines, texts, strict=True)):
+        return [[("", text)] for text in texts]
+    return lines
+
+
+def _cut(pieces: list[tuple[str, str]], segments: list[tuple[str, bool]]) -> Iterator[tuple[str, str, bool]]:
+    """The line as (class, text, changed) runs: the tokens cut where a changed part
+    (a modified line's intraline mark) begins or ends."""
+    queue = list(pieces)
+    for text, changed in segments:
+        left = len(text)
+        while left and queue:
+            kind, value = queue[0]
+            if len(value) <= left:
+                queue.pop(0)
+                yield kind, value, changed
+                left -= len(value)
+            else:
+                yield kind, value[:left], changed
+                queue[0] = (kind, value[left:])
+                left = 0
+
+
+def highlighted(pieces: list[tuple[str, str]], segments: list[tuple[str, bool]]) -> str:
+    """One line's HTML: token classes (``tok-…``) inside the changed-part marks."""
+    html = []
+    for kind, value, changed in _cut(pieces, segments):
+        piece = f'<span class="tok-{kind}">{escape(value)}</span>' if kind else escape(value)
+        html.append(f'<span class="x">{piece}</span>' if changed else piece)
+    return "".join(html)
+
+
+# -- line comments ---------------------------------------------------------------------
+
+MAX_LINE_COMMENTS = 50
+LINE_COMMENT_CHARS = 1000
+# The reviewer's whole message to the model, their words and line comments together.
+FEEDBACK_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class LineComment:
+    path: str
+    line: int
+    text: str
+
+
+def check_line_comments(paths: list[str], lines: list[str], texts: list[str], files: list[DiffFile]) -> tuple[list[LineComment], list[str]]:
+    """The comments a reviewer left on lines of the diff (the form's three parallel
+    lists), and every problem with them at once: a file the diff does not change, a
+    line that is not a number, an empty or overlong comment, too many."""
+    problems: list[str] = []
+    if not len(paths) == len(lines) == len(texts):
+        return [], ["the line comments came incomplete: each needs its file, line and words"]
+    if len(paths) > MAX_LINE_COMMENTS:
+        problems.append(f"at most {MAX_LINE_COMMENTS} line comments (there are {len(paths)})")
+    known = {f.path for f in files}
+    comments = []
+    for number, (path, line, text) in enumerate(zip(paths, lines, texts, strict=True), start=1):
+        text = text.strip()
+        where = f"line comment {number}"
+        if path not in known:
+            problems.append(f"{where}: {path[:200]!r} is not a file this diff changes")
+        if not line.isdigit() or int(line) < 1:
+            problems.append(f"{where}: the line must be a number from 1 (it is {line[:20]!r})")
+        if not text:
+            problems.append(f"{where}: write the words for the model")
+        elif len(text) > LINE_COMMENT_CHARS:
+            problems.append(f"{where}: at most {LINE_COMMENT_CHARS} characters (it has {len(text)})")
+        if not problems:
+            comments.append(LineComment(path, int(line), text))
+    return (comments if not problems else []), problems
+
+
+def feedback_text(message: str, comments: list[LineComment]) -> str:
+    """What the model reads: the reviewer's words, then each line comment naming its
+    file and line (the diff's new side), in the order they were left."""
+    parts = [message.strip()] if message.strip() else []
+    if comments:
+        listed = "\n".join(f"- {c.path}, line {c.line}: {c.text}" for c in comments)
+        parts.append(f"Comments on lines of the diff:\n{listed}")
+    return "\n\n".join(parts)

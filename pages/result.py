@@ -1,0 +1,119 @@
+"""An ended run's result, the page GitHub Actions calls a job summary: how it ended in
+words, what changed (files and diff), where it went (branch, change request or the
+outbox patch), who approved what and when, the evidence and its revision, what was
+not performed, the limitations, cost and time, and the model's own summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+
+from approvals.models import ApprovalRequest
+from common.permissions import VIEW_RUNS
+from core import events as ev
+from live.wording import duration, human
+from pages.access import require, visible
+from pages.summary import run_summary
+from runs.control import ACTIVE
+from runs.models import Event, PublishedPatch, Run
+from runs.services import report_of
+
+
+def final_stop(run: Run) -> dict[str, Any]:
+    """The run's last ``stopped`` event's payload: how it ended, in the loop's words,
+    and for a completed run the finish call as recorded (already masked)."""
+    stopped = Event.objects.filter(run=run, type=ev.type_name(ev.Stopped)).order_by("-seq").first()
+    return stopped.payload if stopped is not None and isinstance(stopped.payload, dict) else {}
+
+
+def finish_summary(stop: dict[str, Any]) -> str:
+    """What the model said when it finished (``finish``'s summary), or ""."""
+    call = stop.get("call") if stop.get("status") == "complete" else None
+    args = call.get("args") if isinstance(call, dict) else None
+    return str(args.get("summary", "")) if isinstance(args, dict) else ""
+
+
+def changed_diff(run: Run) -> str:
+    """The diff of the run's changes as a reviewer last saw it: the newest request
+    that carried one (the one used, if any was)."""
+    requests = ApprovalRequest.objects.filter(run=run).exclude(diff="")
+    used = requests.filter(status=ApprovalRequest.Status.CONSUMED).order_by("-created_at").first()
+    latest = used or requests.order_by("-created_at").first()
+    return latest.diff if latest is not None else ""
+
+
+def outbox_patches(run: Run) -> list[dict[str, Any]]:
+    """The patches this run published into the outbox, each a download."""
+    return [
+        {
+            "file": patch.file,
+            "size": patch.size,
+            "at": patch.created_at,
+            "href": reverse("runs:artifact", args=[run.pk, patch.ref]) + "?download=1",
+        }
+        for patch in PublishedPatch.objects.filter(run_id=str(run.pk)).order_by("created_at")
+    ]
+
+
+def decisions(run: Run) -> list[dict[str, Any]]:
+    """Every request the run filed: who granted (each grant, with its comment), who
+    decided otherwise, and when; in the order they were filed."""
+    rows = []
+    for request in run.approval_requests.select_related("decided_by").prefetch_related("grants__user").order_by("created_at"):
+        rows.append(
+            {
+                "request": request,
+                "label": human(request.status),
+                "grants": list(request.grants.all()),
+                "href": reverse("approvals:detail", args=[request.pk]),
+            }
+        )
+    return rows
+
+
+def outcome_sentence(run: Run, message: str) -> str:
+    """The outcome in one sentence a person reads first; ``message``: the report's."""
+    said = f": {message}" if message else ""
+    if run.status == Run.Status.COMPLETE:
+        return f"The run completed{said}."
+    return f"The run stopped ({human(run.outcome)}){said}" + ("" if said.endswith(".") else ".")
+
+
+def result_context(run: Run) -> dict[str, Any]:
+    report = report_of(run)
+    summary = run_summary(run)
+    stop = final_stop(run)
+    return {
+        "run": run,
+        "report": report,
+        "outcome_sentence": outcome_sentence(run, str(stop.get("message") or run.stop_message)),
+        "model_summary": finish_summary(stop),
+        "changed_files": report.get("changed_files", []),
+        "diff": changed_diff(run),
+        "published": summary["published"],
+        "outbox": outbox_patches(run),
+        "decisions": decisions(run),
+        "evidence": summary["evidence"],
+        "evidence_current": summary["evidence_current"],
+        "revision": summary["revision"],
+        "base_revision": summary["base_revision"],
+        "not_performed": report.get("not_performed", []),
+        "limitations": report.get("limitations", []),
+        "budgets": summary["budgets"],
+        "working": duration(summary["working_seconds"]),
+        "waited": duration(summary["waited_seconds"]),
+        "report_href": reverse("runs:report", args=[run.pk]),
+    }
+
+
+@require_GET
+@require(VIEW_RUNS)
+def run_result(request: HttpRequest, run_id: str) -> HttpResponse:
+    run = visible(request, Run.objects.select_related("policy", "created_by", "project"), VIEW_RUNS, pk=run_id)
+    if run.status in ACTIVE:
+        raise Http404("this run has not ended: its result comes when it does")
+    return render(request, "runs/result.html", result_context(run))

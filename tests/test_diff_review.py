@@ -1,0 +1,130 @@
+"""A diff reviewed like a change: the files it touches with their status and counts,
+syntax colours from Pygments (escaped, the text exactly the diff's), and comments on
+lines that go with "request changes" to the model as the reviewer's words; in a real
+browser at a laptop's and a phone's width, axe clean."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+from playwright.sync_api import BrowserContext, expect
+
+from approvals.models import ApprovalRequest
+from pages.diff_review import HIGHLIGHT_MAX_LINES, check_line_comments, feedback_text
+from pages.templatetags.diffs import diff_rows, files_of, parse
+from runs.models import Event
+from tests.fixtures_web import SIZES, AsgiServer, Scene, screenshot, serious_problems, sign_in, waiting_scene
+
+THREE_FILES = """diff --git a/src/calc.py b/src/calc.py
+--- a/src/calc.py
++++ b/src/calc.py
+@@ -1,2 +1,4 @@
+ def total(q):
+-    return q
++    if q < 0:
++        raise ValueError("<script>alert(1)</script>")
++    return q
+diff --git a/tests/test_calc.py b/tests/test_calc.py
+--- /dev/null
++++ b/tests/test_calc.py
+@@ -0,0 +1,2 @@
++def test_negative():
++    assert True
+diff --git a/src/old.py b/src/old.py
+--- a/src/old.py
++++ /dev/null
+@@ -1 +0,0 @@
+-OLD = 1
+"""
+
+
+def reviewing(operator: User) -> Scene:
+    """A run waiting for its publish, the request showing a three-file diff."""
+    scene = waiting_scene(operator)
+    ApprovalRequest.objects.filter(pk=scene.request.pk).update(diff=THREE_FILES)
+    scene.request.refresh_from_db()
+    return scene
+
+
+def test_it_lists_each_file_with_its_status_and_counts() -> None:
+    files = [(f.path, f.status, f.added, f.removed) for f in files_of(parse(THREE_FILES))]
+    assert files == [("src/calc.py", "modified", 3, 1), ("tests/test_calc.py", "added", 2, 0), ("src/old.py", "deleted", 0, 1)]
+
+
+def test_it_colours_the_code_escaped_and_keeps_the_text_exact() -> None:
+    unified = str(diff_rows(THREE_FILES)["unified"])
+    assert '<span class="tok-k">raise</span>' in unified
+    assert "<script>" not in unified and "&lt;script&gt;alert(1)&lt;/script&gt;" in unified
+    assert 'id="diff-file-1"' in unified  # the tree's link target
+    long = f"--- a/a.py\n+++ b/a.py\n@@ -1,0 +1,{HIGHLIGHT_MAX_LINES + 1} @@\n" + "+x = 1\n" * (HIGHLIGHT_MAX_LINES + 1)
+    assert "tok-" not in str(diff_rows(long)["unified"])  # past the limit: plain, at once
+
+
+def test_it_names_every_problem_of_the_line_comments_at_once() -> None:
+    files = files_of(parse(THREE_FILES))
+    comments, problems = check_line_comments(["src/calc.py", "nope.py", "src/calc.py"], ["3", "1", "x"], ["why?", "a", " "], files)
+    assert comments == [] and problems == [
+        "line comment 2: 'nope.py' is not a file this diff changes",
+        "line comment 3: the line must be a number from 1 (it is 'x')",
+        "line comment 3: write the words for the model",
+    ]
+    comments, problems = check_line_comments(["src/calc.py"], ["3"], ["say which quantity"], files)
+    assert problems == [] and feedback_text("", comments) == "Comments on lines of the diff:\n- src/calc.py, line 3: say which quantity"
+
+
+@pytest.mark.django_db
+def test_it_sends_line_comments_with_a_request_for_changes_to_the_model(operator: User, reviewer: User) -> None:
+    scene = reviewing(operator)
+    client = Client()
+    client.force_login(reviewer)
+    url = reverse("approvals:changes", args=[scene.request.pk])
+    refused = client.post(url, {"message": "x", "comment_path": "nope.py", "comment_line": "1", "comment_text": "hm"}, follow=True)
+    assert "Changes not requested: line comment 1: &#x27;nope.py&#x27; is not a file this diff changes." in refused.content.decode()
+    client.post(
+        url,
+        {
+            "message": "Close, two things.",
+            "comment_path": ["src/calc.py", "tests/test_calc.py"],
+            "comment_line": ["3", "2"],
+            "comment_text": ["name the quantity", "assert the error"],
+        },
+    )
+    scene.request.refresh_from_db()
+    words = "Close, two things.\n\nComments on lines of the diff:\n- src/calc.py, line 3: name the quantity\n- tests/test_calc.py, line 2: assert the error"
+    assert scene.request.status == "changes_requested" and scene.request.reason == words
+    decided = Event.objects.get(run=scene.run, type="approval_decided")
+    assert decided.payload["reason"] == words
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_it_reviews_a_three_file_diff_and_comments_on_a_line(
+    live_server_asgi: AsgiServer, context: BrowserContext, size: str, operator: User, reviewer: User
+) -> None:
+    scene = reviewing(operator)
+    page = context.new_page()
+    sign_in(page, live_server_asgi, reviewer.username)
+    page.goto(f"{live_server_asgi.url}/approvals/{scene.request.pk}/")
+    tree = page.locator(".diff-files li")
+    expect(tree).to_have_count(3)
+    expect(tree.nth(1)).to_contain_text("added")
+    expect(tree.nth(2)).to_contain_text("deleted")
+    expect(page.locator(".diff-unified .tok-k").first).to_be_visible()
+    screenshot(page, f"diff_review_{size}")
+    problems = serious_problems(page, "diff review", SIZES[size]["width"])
+    tree.nth(1).get_by_role("link").click()
+    expect(page.locator("#diff-file-1")).to_be_in_viewport()
+    page.locator(".diff-unified tr.d-add td.ln:nth-child(2)", has_text="3").first.click()
+    expect(page.locator("#lc-path")).to_have_value("src/calc.py")
+    expect(page.locator("#lc-line")).to_have_value("3")
+    page.fill("#lc-text", "name the quantity in the message")
+    page.click("#lc-add")
+    expect(page.locator("#line-comments li")).to_contain_text("src/calc.py, line 3: name the quantity in the message")
+    problems += serious_problems(page, "line comment", SIZES[size]["width"])
+    page.click("#request-changes")
+    page.wait_for_url(f"**/runs/{scene.run.pk}/")
+    scene.request.refresh_from_db()
+    assert scene.request.reason == "Comments on lines of the diff:\n- src/calc.py, line 3: name the quantity in the message"
+    assert not problems, "\n".join(problems)
