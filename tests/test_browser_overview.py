@@ -11,10 +11,9 @@ from playwright.sync_api import BrowserContext, expect
 
 from core.scenarios import call
 from projects.models import Project
-from tests.fixtures_web import SIZES, AsgiServer, screenshot, sign_in
+from tests.fixtures_web import SIZES, AsgiServer, screenshot, serious_problems, sign_in
 from tests.helpers import World
 from tests.overview_scene import drive, overview_scene
-from tests.test_browser_projects import serious_problems
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -13,9 +13,8 @@ from api.models import ApiToken
 from projects.models import AuditEntry, Membership, Project, Role
 from runs.models import Run
 from runs.runtime import create_run
-from tests.fixtures_web import SIZES, AsgiServer, screenshot, sign_in
+from tests.fixtures_web import SIZES, AsgiServer, screenshot, serious_problems, sign_in
 from tests.test_api import SCRIPT, SMALL_CONTRACT
-from tests.test_browser_projects import serious_problems
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
