@@ -116,3 +116,19 @@ def env_identity(name: str, default: str, env: Mapping[str, str] | None = None) 
     if match is None:
         raise SettingError(f"{name} must look like 'Name <email@host>', got {value!r}")
     return match.group(1), match.group(2)
+
+
+def env_secret_file(name: str, env: Mapping[str, str] | None = None) -> str:
+    """The secret held in the file ``name`` points at (a mounted secret), trailing
+    newline removed; "" when the variable is unset. A named file that is missing,
+    unreadable or empty fails at start."""
+    path = _raw(name, env)
+    if path is None:
+        return ""
+    try:
+        value = open(path, encoding="utf-8").read().strip()  # noqa: SIM115 - read once at start
+    except OSError as exc:
+        raise SettingError(f"{name} names {path!r}, which cannot be read: {exc.strerror}") from None
+    if not value:
+        raise SettingError(f"{name} names {path!r}, which is empty")
+    return value

@@ -12,7 +12,18 @@ from typing import Literal
 
 import dj_database_url
 
-from harness_site.env import SettingError, env_bool, env_choice, env_float, env_identity, env_int, env_list, env_str, env_url
+from harness_site.env import (
+    SettingError,
+    env_bool,
+    env_choice,
+    env_float,
+    env_identity,
+    env_int,
+    env_list,
+    env_secret_file,
+    env_str,
+    env_url,
+)
 from sandbox.allowlist import UnsafeURL, allowlist
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -47,11 +58,48 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "api",
     "notifications",
+    "signin",
 ]
 
+# Sign-in (issue 31): local passwords (Django's ModelBackend, on unless
+# HARNESS_PASSWORD_SIGNIN=0) and/or the company's OpenID provider (signin.backend, on
+# when HARNESS_OIDC_ISSUER is set). mozilla-django-oidc reads the OIDC_* names below;
+# the endpoints come from the issuer's discovery document unless set one by one.
+HARNESS_PASSWORD_SIGNIN = env_bool("HARNESS_PASSWORD_SIGNIN", True)
+HARNESS_OIDC_ISSUER = env_url("HARNESS_OIDC_ISSUER", "http://unset", ("http", "https")).rstrip("/")
+HARNESS_OIDC_ENABLED = HARNESS_OIDC_ISSUER != "http://unset"
+HARNESS_OIDC_NAME = env_str("HARNESS_OIDC_NAME", "your company account")
+OIDC_RP_CLIENT_ID = env_str("HARNESS_OIDC_CLIENT_ID", "" if not HARNESS_OIDC_ENABLED else None)
+OIDC_RP_CLIENT_SECRET = env_secret_file("HARNESS_OIDC_CLIENT_SECRET_FILE")
+if HARNESS_OIDC_ENABLED and not OIDC_RP_CLIENT_SECRET:
+    raise SettingError("HARNESS_OIDC_ISSUER is set: HARNESS_OIDC_CLIENT_SECRET_FILE must name the client secret's file")
+if not HARNESS_PASSWORD_SIGNIN and not HARNESS_OIDC_ENABLED:
+    raise SettingError("HARNESS_PASSWORD_SIGNIN=0 leaves no way to sign in: set HARNESS_OIDC_ISSUER too")
+OIDC_RP_SCOPES = " ".join(env_list("HARNESS_OIDC_SCOPES", ["openid", "email", "profile"])).replace(",", " ")
+OIDC_RP_SIGN_ALGO = env_choice("HARNESS_OIDC_SIGN_ALGO", "RS256", ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256"))
+HARNESS_OIDC_GROUPS_CLAIM = env_str("HARNESS_OIDC_GROUPS_CLAIM", "groups")
+HARNESS_OIDC_USERNAME_CLAIM = env_str("HARNESS_OIDC_USERNAME_CLAIM", "preferred_username")
+# Empty: everyone the provider signs in may enter (with no role until a group gives one).
+HARNESS_OIDC_ALLOWED_GROUPS = env_list("HARNESS_OIDC_ALLOWED_GROUPS", [])
+HARNESS_OIDC_ENDPOINTS = {
+    key: env_url(f"HARNESS_OIDC_{key.upper()}_ENDPOINT", "", ("http", "https"))
+    if env_str(f"HARNESS_OIDC_{key.upper()}_ENDPOINT", "")
+    else ""
+    for key in ("authorization", "token", "userinfo", "jwks")
+}
+OIDC_TIMEOUT = env_float("HARNESS_OIDC_TIMEOUT_SECONDS", 10.0, minimum=0.5)
+OIDC_USE_PKCE = True
+OIDC_USE_NONCE = True
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc-callback"
 # Passwords and global roles (Django's own), then roles held in a project (projects.access):
-# an object of a project is checked against its project's roles alone.
-AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend", "projects.access.ProjectBackend"]
+# an object of a project is checked against its project's roles alone. The provider's
+# backend also answers global permissions (it is a ModelBackend), so with passwords off
+# the roles still hold.
+AUTHENTICATION_BACKENDS = [
+    *(["django.contrib.auth.backends.ModelBackend"] if HARNESS_PASSWORD_SIGNIN else []),
+    *(["signin.backend.ProviderBackend"] if HARNESS_OIDC_ENABLED else []),
+    "projects.access.ProjectBackend",
+]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

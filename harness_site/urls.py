@@ -5,9 +5,10 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from common.signin import LimitedAdminAuthenticationForm, LimitedAuthenticationForm
+from common.signin import LimitedAdminAuthenticationForm
 from pages import approvals as approval_views
 from pages import control, new_run, projects, run_detail, runs_list
+from signin import views as signin_views
 
 run_patterns = (
     [
@@ -40,11 +41,9 @@ admin.site.login_form = LimitedAdminAuthenticationForm
 
 urlpatterns = [
     path("", control.home, name="home"),
-    path(
-        "accounts/login/",
-        auth_views.LoginView.as_view(redirect_authenticated_user=True, authentication_form=LimitedAuthenticationForm, next_page="home"),
-        name="login",
-    ),
+    path("accounts/login/", signin_views.SignInPage.as_view(), name="login"),
+    path("oidc/start/", signin_views.StartView.as_view(), name="oidc-start"),
+    path("oidc/callback/", signin_views.CallbackView.as_view(), name="oidc-callback"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("runs/", include(run_patterns)),
     path("approvals/", include(approval_patterns)),

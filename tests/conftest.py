@@ -8,7 +8,13 @@ from django.contrib.auth.models import Group, User
 from projects.models import Membership, Project, Role
 from runs.roles import ROLE_PERMISSIONS, ensure_roles
 
-pytest_plugins = ["tests.fixtures_services", "tests.fixtures_runtimes", "tests.fixtures_sandbox", "tests.fixtures_web"]
+pytest_plugins = [
+    "tests.fixtures_services",
+    "tests.fixtures_runtimes",
+    "tests.fixtures_sandbox",
+    "tests.fixtures_web",
+    "tests.fixtures_oidc",
+]
 
 
 def _persona(username: str, *groups: str, staff: bool = False) -> User:
