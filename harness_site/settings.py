@@ -204,6 +204,7 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-leases": {"task": "runs.sweep_leases", "schedule": env_float("HARNESS_BEAT_SWEEP_SECONDS", 5.0, minimum=1)},
     "sweep-containers": {"task": "sandbox.sweep", "schedule": env_float("HARNESS_BEAT_CONTAINERS_SECONDS", 60.0, minimum=1)},
     "notifications-sweep": {"task": "notifications.sweep", "schedule": env_float("HARNESS_BEAT_NOTIFY_SECONDS", 30.0, minimum=1)},
+    "mail-reminders": {"task": "notifications.remind", "schedule": env_float("HARNESS_BEAT_REMIND_SECONDS", 60.0, minimum=1)},
     "artifact-retention": {
         "task": "runs.delete_expired_artifacts",
         "schedule": env_float("HARNESS_BEAT_RETENTION_SECONDS", 3600.0, minimum=1),
@@ -492,5 +493,24 @@ HARNESS_WEBHOOK_MAX_ATTEMPTS = env_int("HARNESS_WEBHOOK_MAX_ATTEMPTS", 8, minimu
 # Attempt n waits base * 2**(n-1) seconds, capped; about 20 minutes over 8 attempts.
 HARNESS_WEBHOOK_RETRY_BASE_SECONDS = env_float("HARNESS_WEBHOOK_RETRY_BASE_SECONDS", 10.0, minimum=0.01)
 HARNESS_WEBHOOK_RETRY_MAX_SECONDS = env_float("HARNESS_WEBHOOK_RETRY_MAX_SECONDS", 3600.0, minimum=0.01)
+# Email to reviewers and requesters (notifications/mail.py) through an SMTP relay.
+EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+EMAIL_HOST = env_str("HARNESS_SMTP_HOST", "localhost")
+EMAIL_PORT = env_int("HARNESS_SMTP_PORT", 25, minimum=1, maximum=65535)
+EMAIL_HOST_USER = env_str("HARNESS_SMTP_USER", "")
+EMAIL_HOST_PASSWORD = env_secret_file("HARNESS_SMTP_PASSWORD_FILE")
+_smtp_security = env_choice("HARNESS_SMTP_SECURITY", "starttls", ("none", "starttls", "tls"))
+EMAIL_USE_TLS = _smtp_security == "starttls"
+EMAIL_USE_SSL = _smtp_security == "tls"
+EMAIL_TIMEOUT = env_int("HARNESS_SMTP_TIMEOUT_SECONDS", 20, minimum=1)
+DEFAULT_FROM_EMAIL = env_str("HARNESS_MAIL_FROM", "Harness <harness@localhost>")
+HARNESS_MAIL_ENABLED = env_bool("HARNESS_MAIL", False)
+# Requests for one person within this window go out as one mail.
+HARNESS_MAIL_DIGEST_SECONDS = env_float("HARNESS_MAIL_DIGEST_SECONDS", 60.0, minimum=0.0)
+# A reviewer who has not decided is reminded this long before a request expires.
+HARNESS_MAIL_REMIND_BEFORE_SECONDS = env_float("HARNESS_MAIL_REMIND_BEFORE_SECONDS", 3600.0, minimum=0.0)
+HARNESS_MAIL_MAX_ATTEMPTS = env_int("HARNESS_MAIL_MAX_ATTEMPTS", 8, minimum=1, maximum=50)
+HARNESS_MAIL_RETRY_BASE_SECONDS = env_float("HARNESS_MAIL_RETRY_BASE_SECONDS", 30.0, minimum=0.01)
+HARNESS_MAIL_RETRY_MAX_SECONDS = env_float("HARNESS_MAIL_RETRY_MAX_SECONDS", 3600.0, minimum=0.01)
 # Deliveries go to their own queue when set, so a slow receiver never delays runs.
 CELERY_TASK_ROUTES = {"notifications.*": {"queue": env_str("HARNESS_NOTIFY_QUEUE", CELERY_TASK_DEFAULT_QUEUE)}}

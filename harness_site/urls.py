@@ -7,7 +7,7 @@ from django.urls import include, path
 
 from common.signin import LimitedAdminAuthenticationForm
 from pages import approvals as approval_views
-from pages import control, new_run, projects, run_detail, runs_list
+from pages import control, mail_settings, new_run, projects, run_detail, runs_list
 from signin import views as signin_views
 
 run_patterns = (
@@ -47,6 +47,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("runs/", include(run_patterns)),
     path("approvals/", include(approval_patterns)),
+    path("mail/", mail_settings.mail_settings, name="mail-settings"),
     path("control/", control.global_switch, name="control"),
     path("control/projects/<slug:slug>/", control.project_switch, name="project-switch"),
     path("projects/<slug:slug>/audit/", projects.audit, name="project-audit"),

@@ -14,6 +14,7 @@ pytest_plugins = [
     "tests.fixtures_sandbox",
     "tests.fixtures_web",
     "tests.fixtures_oidc",
+    "tests.fixtures_smtp",
 ]
 
 
