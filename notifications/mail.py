@@ -6,7 +6,8 @@
   before it leaves; requests for the same person filed meanwhile join it: one digest
   instead of a flood.
 - **Reminder**: the beat mails the eligible reviewers of a request that expires
-  within ``HARNESS_MAIL_REMIND_BEFORE_SECONDS``, once per request and person.
+  within ``HARNESS_MAIL_REMIND_BEFORE_SECONDS`` and has lived half its life, once per
+  request and person.
 - **Outcome**: the requester (the run's starter) is told when the request is decided,
   expires or is cancelled.
 
@@ -145,6 +146,10 @@ def record_reminders() -> list[str]:
     ).select_related("run")
     new = []
     for request in soon:
+        # A request filed with less life than the window is reminded of at half its life,
+        # not at once: its first mail has only just gone.
+        if now - request.created_at < (request.expires_at - request.created_at) / 2:
+            continue
         reminded = _reminded(request)
         for user in eligible_reviewers(request):
             if user.pk in reminded or not wants(user, request):
