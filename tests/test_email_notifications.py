@@ -229,3 +229,18 @@ def test_it_sends_through_the_worker_retrying_a_refusal_once(smtp_inbox: Inbox, 
     (row,) = Mail.objects.filter(user=rita)
     assert (row.status, row.attempts) == (Mail.Status.DELIVERED, 2)
     assert_clean(smtp_inbox)
+
+
+def test_it_shows_mails_and_their_attempts_to_admins_only(smtp_inbox: Inbox, admin_user: User, client: Any) -> None:
+    rita, starter = person("rita", "reviewer"), person("otto", "operator")
+    smtp_inbox.refusals = 1
+    filed(starter)
+    send_due()
+    (row,) = Mail.objects.filter(user=rita)
+    client.force_login(admin_user)
+    listed = client.get("/admin/notifications/mail/")
+    assert listed.status_code == 200 and str(row.pk) in listed.content.decode()
+    shown = client.get(f"/admin/notifications/mail/{row.pk}/change/").content.decode()
+    assert "451 4.3.0 Try again later" in shown and SECRET not in shown
+    client.force_login(rita)
+    assert client.get("/admin/notifications/mail/").status_code == 302  # no admin: to the admin's sign-in

@@ -113,8 +113,10 @@ def test_it_maps_the_providers_groups_onto_project_roles(oidc_site: OidcSite, ac
     oidc_site.provider.set_account("alice", [ALLOWED_GROUP, REVIEWERS, "not-in-harness"])
     page = browser_context.new_page()
     page.goto(f"{oidc_site.server.url}/accounts/login/")
-    assert serious_problems(page, "sign-in with provider", 1366) == []
-    screenshot(page, "signin-provider-laptop")
+    for size, viewport in SIZES.items():
+        page.set_viewport_size(viewport)
+        assert serious_problems(page, f"sign-in with provider ({size})", viewport["width"]) == []
+        screenshot(page, f"signin-provider-{size}")
     sign_in(page, oidc_site, "alice")
 
     alice = User.objects.get(identity__subject="alice", identity__issuer=oidc_site.provider.issuer)
@@ -138,8 +140,10 @@ def test_it_refuses_someone_outside_the_allowed_groups_with_a_clear_page(
     sign_in(page, oidc_site, "mallory")
     assert responses == [403]
     assert "not in a group that may sign in" in refusal(page)
-    assert serious_problems(page, "refused", 1366) == []
-    screenshot(page, "signin-refused-laptop")
+    for size, viewport in SIZES.items():
+        page.set_viewport_size(viewport)
+        assert serious_problems(page, f"refused ({size})", viewport["width"]) == []
+        screenshot(page, f"signin-refused-{size}")
     assert signed_in_as(page, oidc_site) is None
     assert not User.objects.filter(username="mallory").exists()
 
