@@ -130,3 +130,19 @@ def env_networks(
         except ValueError as error:
             raise SettingError(f"{name} must list networks such as 10.0.0.0/8 or ::1; {item!r}: {error}") from None
     return networks
+
+
+def env_secret_file(name: str, env: Mapping[str, str] | None = None) -> str:
+    """The secret held in the file ``name`` points at (a mounted secret), trailing
+    newline removed; "" when the variable is unset. A named file that is missing,
+    unreadable or empty fails at start."""
+    path = _raw(name, env)
+    if path is None:
+        return ""
+    try:
+        value = open(path, encoding="utf-8").read().strip()  # noqa: SIM115 - read once at start
+    except OSError as exc:
+        raise SettingError(f"{name} names {path!r}, which cannot be read: {exc.strerror}") from None
+    if not value:
+        raise SettingError(f"{name} names {path!r}, which is empty")
+    return value

@@ -12,7 +12,19 @@ from typing import Literal
 
 import dj_database_url
 
-from harness_site.env import SettingError, env_bool, env_choice, env_float, env_identity, env_int, env_list, env_networks, env_str, env_url
+from harness_site.env import (
+    SettingError,
+    env_bool,
+    env_choice,
+    env_float,
+    env_identity,
+    env_int,
+    env_list,
+    env_networks,
+    env_secret_file,
+    env_str,
+    env_url,
+)
 from sandbox.allowlist import UnsafeURL, allowlist
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -48,11 +60,48 @@ INSTALLED_APPS = [
     "api",
     "notifications",
     "monitoring",
+    "signin",
 ]
 
+# Sign-in (issue 31): local passwords (Django's ModelBackend, on unless
+# HARNESS_PASSWORD_SIGNIN=0) and/or the company's OpenID provider (signin.backend, on
+# when HARNESS_OIDC_ISSUER is set). mozilla-django-oidc reads the OIDC_* names below;
+# the endpoints come from the issuer's discovery document unless set one by one.
+HARNESS_PASSWORD_SIGNIN = env_bool("HARNESS_PASSWORD_SIGNIN", True)
+HARNESS_OIDC_ISSUER = env_url("HARNESS_OIDC_ISSUER", "http://unset", ("http", "https")).rstrip("/")
+HARNESS_OIDC_ENABLED = HARNESS_OIDC_ISSUER != "http://unset"
+HARNESS_OIDC_NAME = env_str("HARNESS_OIDC_NAME", "your company account")
+OIDC_RP_CLIENT_ID = env_str("HARNESS_OIDC_CLIENT_ID", "" if not HARNESS_OIDC_ENABLED else None)
+OIDC_RP_CLIENT_SECRET = env_secret_file("HARNESS_OIDC_CLIENT_SECRET_FILE")
+if HARNESS_OIDC_ENABLED and not OIDC_RP_CLIENT_SECRET:
+    raise SettingError("HARNESS_OIDC_ISSUER is set: HARNESS_OIDC_CLIENT_SECRET_FILE must name the client secret's file")
+if not HARNESS_PASSWORD_SIGNIN and not HARNESS_OIDC_ENABLED:
+    raise SettingError("HARNESS_PASSWORD_SIGNIN=0 leaves no way to sign in: set HARNESS_OIDC_ISSUER too")
+OIDC_RP_SCOPES = " ".join(env_list("HARNESS_OIDC_SCOPES", ["openid", "email", "profile"])).replace(",", " ")
+OIDC_RP_SIGN_ALGO = env_choice("HARNESS_OIDC_SIGN_ALGO", "RS256", ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256"))
+HARNESS_OIDC_GROUPS_CLAIM = env_str("HARNESS_OIDC_GROUPS_CLAIM", "groups")
+HARNESS_OIDC_USERNAME_CLAIM = env_str("HARNESS_OIDC_USERNAME_CLAIM", "preferred_username")
+# Empty: everyone the provider signs in may enter (with no role until a group gives one).
+HARNESS_OIDC_ALLOWED_GROUPS = env_list("HARNESS_OIDC_ALLOWED_GROUPS", [])
+HARNESS_OIDC_ENDPOINTS = {
+    key: env_url(f"HARNESS_OIDC_{key.upper()}_ENDPOINT", "", ("http", "https"))
+    if env_str(f"HARNESS_OIDC_{key.upper()}_ENDPOINT", "")
+    else ""
+    for key in ("authorization", "token", "userinfo", "jwks")
+}
+OIDC_TIMEOUT = env_float("HARNESS_OIDC_TIMEOUT_SECONDS", 10.0, minimum=0.5)
+OIDC_USE_PKCE = True
+OIDC_USE_NONCE = True
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc-callback"
 # Passwords and global roles (Django's own), then roles held in a project (projects.access):
-# an object of a project is checked against its project's roles alone.
-AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend", "projects.access.ProjectBackend"]
+# an object of a project is checked against its project's roles alone. The provider's
+# backend also answers global permissions (it is a ModelBackend), so with passwords off
+# the roles still hold.
+AUTHENTICATION_BACKENDS = [
+    *(["django.contrib.auth.backends.ModelBackend"] if HARNESS_PASSWORD_SIGNIN else []),
+    *(["signin.backend.ProviderBackend"] if HARNESS_OIDC_ENABLED else []),
+    "projects.access.ProjectBackend",
+]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -157,6 +206,7 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-leases": {"task": "runs.sweep_leases", "schedule": env_float("HARNESS_BEAT_SWEEP_SECONDS", 5.0, minimum=1)},
     "sweep-containers": {"task": "sandbox.sweep", "schedule": env_float("HARNESS_BEAT_CONTAINERS_SECONDS", 60.0, minimum=1)},
     "notifications-sweep": {"task": "notifications.sweep", "schedule": env_float("HARNESS_BEAT_NOTIFY_SECONDS", 30.0, minimum=1)},
+    "mail-reminders": {"task": "notifications.remind", "schedule": env_float("HARNESS_BEAT_REMIND_SECONDS", 60.0, minimum=1)},
     "artifact-retention": {
         "task": "runs.delete_expired_artifacts",
         "schedule": env_float("HARNESS_BEAT_RETENTION_SECONDS", 3600.0, minimum=1),
@@ -453,6 +503,25 @@ HARNESS_WEBHOOK_MAX_ATTEMPTS = env_int("HARNESS_WEBHOOK_MAX_ATTEMPTS", 8, minimu
 # Attempt n waits base * 2**(n-1) seconds, capped; about 20 minutes over 8 attempts.
 HARNESS_WEBHOOK_RETRY_BASE_SECONDS = env_float("HARNESS_WEBHOOK_RETRY_BASE_SECONDS", 10.0, minimum=0.01)
 HARNESS_WEBHOOK_RETRY_MAX_SECONDS = env_float("HARNESS_WEBHOOK_RETRY_MAX_SECONDS", 3600.0, minimum=0.01)
+# Email to reviewers and requesters (notifications/mail.py) through an SMTP relay.
+EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+EMAIL_HOST = env_str("HARNESS_SMTP_HOST", "localhost")
+EMAIL_PORT = env_int("HARNESS_SMTP_PORT", 25, minimum=1, maximum=65535)
+EMAIL_HOST_USER = env_str("HARNESS_SMTP_USER", "")
+EMAIL_HOST_PASSWORD = env_secret_file("HARNESS_SMTP_PASSWORD_FILE")
+_smtp_security = env_choice("HARNESS_SMTP_SECURITY", "starttls", ("none", "starttls", "tls"))
+EMAIL_USE_TLS = _smtp_security == "starttls"
+EMAIL_USE_SSL = _smtp_security == "tls"
+EMAIL_TIMEOUT = env_int("HARNESS_SMTP_TIMEOUT_SECONDS", 20, minimum=1)
+DEFAULT_FROM_EMAIL = env_str("HARNESS_MAIL_FROM", "Harness <harness@localhost>")
+HARNESS_MAIL_ENABLED = env_bool("HARNESS_MAIL", False)
+# Requests for one person within this window go out as one mail.
+HARNESS_MAIL_DIGEST_SECONDS = env_float("HARNESS_MAIL_DIGEST_SECONDS", 60.0, minimum=0.0)
+# A reviewer who has not decided is reminded this long before a request expires.
+HARNESS_MAIL_REMIND_BEFORE_SECONDS = env_float("HARNESS_MAIL_REMIND_BEFORE_SECONDS", 3600.0, minimum=0.0)
+HARNESS_MAIL_MAX_ATTEMPTS = env_int("HARNESS_MAIL_MAX_ATTEMPTS", 8, minimum=1, maximum=50)
+HARNESS_MAIL_RETRY_BASE_SECONDS = env_float("HARNESS_MAIL_RETRY_BASE_SECONDS", 30.0, minimum=0.01)
+HARNESS_MAIL_RETRY_MAX_SECONDS = env_float("HARNESS_MAIL_RETRY_MAX_SECONDS", 3600.0, minimum=0.01)
 # Deliveries go to their own queue when set, so a slow receiver never delays runs.
 CELERY_TASK_ROUTES = {"notifications.*": {"queue": env_str("HARNESS_NOTIFY_QUEUE", CELERY_TASK_DEFAULT_QUEUE)}}
 

@@ -6,10 +6,10 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from api import token_pages
-from common.signin import LimitedAuthenticationForm
 from monitoring import views as monitoring_views
-from pages import again, control, new_run, overview, projects, result, run_detail, runs_list
+from pages import again, control, mail_settings, new_run, overview, projects, result, run_detail, runs_list
 from pages import approvals as approval_views
+from signin import views as signin_views
 
 run_patterns = (
     [
@@ -43,15 +43,14 @@ approval_patterns = (
 
 urlpatterns = [
     path("", control.home, name="home"),
-    path(
-        "accounts/login/",
-        auth_views.LoginView.as_view(redirect_authenticated_user=True, authentication_form=LimitedAuthenticationForm, next_page="home"),
-        name="login",
-    ),
+    path("accounts/login/", signin_views.SignInPage.as_view(), name="login"),
+    path("oidc/start/", signin_views.StartView.as_view(), name="oidc-start"),
+    path("oidc/callback/", signin_views.CallbackView.as_view(), name="oidc-callback"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("runs/", include(run_patterns)),
     path("approvals/", include(approval_patterns)),
     path("overview/", overview.overview_page, name="overview"),
+    path("mail/", mail_settings.mail_settings, name="mail-settings"),
     path("control/", control.global_switch, name="control"),
     path("control/projects/<slug:slug>/", control.project_switch, name="project-switch"),
     path("projects/<slug:slug>/audit/", projects.audit, name="project-audit"),

@@ -19,7 +19,7 @@ from django.http import HttpRequest
 from common import permissions
 from common.times import zoned_times
 from notifications.destinations import DestinationRefused, DestinationUnresolved, check_destination
-from notifications.models import Delivery, DeliveryAttempt, WebhookEndpoint
+from notifications.models import Delivery, DeliveryAttempt, Mail, MailAttempt, WebhookEndpoint
 from projects.access import is_site_admin, permissions_in, project_ids_with, scoped
 from projects.admin_scope import InProjects
 from projects.audit import record
@@ -148,6 +148,63 @@ class DeliveryAdmin(admin.ModelAdmin):
             return self.has_module_permission(request)
         project_id = obj.endpoint.project_id
         return project_id is not None and permissions.VIEW_DELIVERIES in permissions_in(request.user, project_id)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@zoned_times(MailAttempt)
+class MailAttemptInline(admin.TabularInline):
+    model = MailAttempt
+    extra = 0
+    can_delete = False
+    fields = readonly_fields = ("number", "at", "duration_ms", "error")
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Mail)
+@zoned_times(Mail)
+class MailAdmin(admin.ModelAdmin):
+    """Mails as webhook deliveries are shown: each with its attempts, never edited."""
+
+    list_display = ["created_at", "kind", "user", "project", "status", "attempts", "delivered_at", "send_after"]
+    list_filter = ["status", "kind", ("project", admin.RelatedOnlyFieldListFilter)]
+    search_fields = ["user__username", "to"]
+    list_select_related = ["user", "project"]
+    inlines = [MailAttemptInline]
+    readonly_fields = [
+        "id",
+        "user",
+        "project",
+        "kind",
+        "request_ids",
+        "outcome",
+        "to",
+        "subject",
+        "body",
+        "status",
+        "attempts",
+        "last_error",
+        "send_after",
+        "delivered_at",
+        "created_at",
+    ]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Mail]:
+        return scoped(super().get_queryset(request), request.user, permissions.VIEW_DELIVERIES)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return is_site_admin(request.user) or bool(project_ids_with(request.user, permissions.VIEW_DELIVERIES))
+
+    def has_view_permission(self, request: HttpRequest, obj: Mail | None = None) -> bool:
+        if obj is None or is_site_admin(request.user):
+            return self.has_module_permission(request)
+        return obj.project_id is not None and permissions.VIEW_DELIVERIES in permissions_in(request.user, obj.project_id)
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -107,3 +107,76 @@ class DeliveryAttempt(models.Model):
     class Meta:
         ordering = ["delivery", "number"]
         constraints = [models.UniqueConstraint(fields=["delivery", "number"], name="attempt_unique_number")]
+
+
+class MailPreference(models.Model):
+    """Which of a project's approval requests a person is mailed about. No row: all."""
+
+    class Choice(models.TextChoices):
+        ALL = "all", "every request I may decide"
+        NAMED = "named", "only requests whose rule names me or my group"
+        NONE = "none", "none"
+
+    user = models.ForeignKey("auth.User", on_delete=models.CASCADE, related_name="mail_preferences")
+    project = models.ForeignKey("projects.Project", on_delete=models.CASCADE, related_name="mail_preferences")
+    choice = models.CharField(max_length=10, choices=Choice.choices, default=Choice.ALL)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "project"], name="mail_preference_once")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} in {self.project_id}: {self.choice}"
+
+
+class Mail(models.Model):
+    """One email to one person: recorded with the event it is about (or by the beat's
+    reminder), sent and retried by a worker. Requests for the same person that arrive
+    before it is sent join it (a digest); its text is written when it is sent, from
+    the requests as they are then."""
+
+    class Kind(models.TextChoices):
+        REQUESTED = "requested", "approval requested (or a digest of several)"
+        REMINDER = "reminder", "a request expires soon"
+        OUTCOME = "outcome", "the requester's notice: decided, expired or cancelled"
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"
+        SKIPPED = "skipped"  # every request it was about was decided before it left
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey("auth.User", on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey("projects.Project", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    request_ids = models.JSONField(default=list, help_text="the approval requests it is about")
+    outcome = models.CharField(max_length=20, blank=True, default="", help_text="for a requester's notice: what happened")
+    to = models.EmailField(blank=True, default="", help_text="the address it went to (set when sent)")
+    subject = RedactedTextField(blank=True, default="")
+    body = RedactedTextField(blank=True, default="", help_text="the text sent (set when sent)")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = RedactedTextField(blank=True, default="")
+    send_after = models.DateTimeField(db_index=True, help_text="not before (a digest waits for more requests)")
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} to {self.user_id} ({self.status})"
+
+
+class MailAttempt(models.Model):
+    """Each handing of a mail to the SMTP server, as it went."""
+
+    mail = models.ForeignKey(Mail, on_delete=models.CASCADE, related_name="attempt_log")
+    number = models.PositiveIntegerField()
+    at = models.DateTimeField()
+    error = RedactedTextField(blank=True, default="")
+    duration_ms = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["mail", "number"]
+        constraints = [models.UniqueConstraint(fields=["mail", "number"], name="mail_attempt_unique_number")]

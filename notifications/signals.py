@@ -1,5 +1,6 @@
 """Notifications hang off the event log: every stored event passes here, in the
-transaction that stores it."""
+transaction that stores it, and each channel (notifications.channels) records what
+it will send."""
 
 from __future__ import annotations
 
@@ -11,9 +12,7 @@ from django.db import transaction
 from django.dispatch import receiver
 
 from core import events as ev
-from notifications.messages import kind_of
-from notifications.services import record_deliveries
-from notifications.tasks import enqueue
+from notifications.channels import CHANNELS
 from runs.models import Event
 from runs.signals import events_stored
 
@@ -22,18 +21,19 @@ log = logging.getLogger(__name__)
 
 @receiver(events_stored, sender=Event, dispatch_uid="notifications.on_events")
 def on_events(sender: type[Event], rows: list[Event], events: list[ev.AnyEvent], **_: Any) -> None:
-    for event, typed in zip(rows, events, strict=True):
-        # Most events call for no notification; they cost the step no savepoint (and
-        # no parse of the stored row: the typed event it was written from is at hand).
-        if kind_of(typed) is None:
-            continue
-        try:
-            # A savepoint: a failure here is rolled back alone and never costs the run
-            # its event, which is the audit record.
-            with transaction.atomic():
-                delivery_ids = record_deliveries(event)
-        except Exception:  # noqa: BLE001 - a notification must never break the event writer
-            log.exception("could not record webhook deliveries for event %s", event)
-            continue
-        for delivery_id in delivery_ids:
-            transaction.on_commit(partial(enqueue, delivery_id))
+    for row, typed in zip(rows, events, strict=True):
+        for channel in CHANNELS:
+            # Most events call for no notification; they cost the step no savepoint (and
+            # no parse of the stored row: the typed event it was written from is at hand).
+            if not channel.interested(typed):
+                continue
+            try:
+                # A savepoint: a failure here is rolled back alone and never costs the run
+                # its event, which is the audit record.
+                with transaction.atomic():
+                    ids = channel.record(row, typed)
+            except Exception:  # noqa: BLE001 - a notification must never break the event writer
+                log.exception("could not record %s notifications for event %s", channel.name, row)
+                continue
+            for row_id in ids:
+                transaction.on_commit(partial(channel.enqueue, row_id))

@@ -7,8 +7,10 @@ import logging
 from typing import Any
 
 from celery import shared_task
+from django.utils import timezone
 
-from notifications import services
+from notifications import mail, services
+from notifications.models import Mail
 
 log = logging.getLogger(__name__)
 SWEEP_GRACE_SECONDS = 60.0
@@ -39,3 +41,31 @@ def sweep() -> int:
     for delivery_id in due:
         enqueue(delivery_id)
     return len(due)
+
+
+@shared_task(name="notifications.send_mail", bind=True, acks_late=True, max_retries=None)
+def send_mail(self: Any, mail_id: str) -> str:
+    outcome = mail.attempt(mail_id)
+    if outcome.retry_in is not None:
+        raise self.retry(countdown=outcome.retry_in)
+    return outcome.status
+
+
+def enqueue_mail(mail_id: str) -> None:
+    """Hand a mail to a worker for its time (a digest waits for more requests)."""
+    send_after = Mail.objects.filter(pk=mail_id).values_list("send_after", flat=True).first()
+    countdown = max(0.0, (send_after - timezone.now()).total_seconds()) if send_after else 0.0
+    try:
+        send_mail.apply_async((mail_id,), countdown=countdown)
+    except Exception:  # noqa: BLE001 - the database holds the mail; the sweep sends it
+        log.warning("could not enqueue mail %s", mail_id, exc_info=True)
+
+
+@shared_task(name="notifications.remind")
+def remind() -> int:
+    """Reminders of requests that expire soon, and every mail whose time has come
+    without its task (a lost message)."""
+    new = mail.record_reminders()
+    for mail_id in [*new, *mail.due()]:
+        send_mail.delay(mail_id)
+    return len(new)

@@ -9,6 +9,8 @@
 #   the web server and a worker with a real one);
 # - the Python packages of requirements-dev.txt (which includes requirements.txt),
 #   installed only when one of the pinned versions is not;
+# - the OpenID provider the sign-in tests start (tests/oidc: `npm ci` from its
+#   package-lock.json, only when its node_modules is missing or older than the lock);
 # - the services: Redis, PostgreSQL and the Docker engine (scripts/services.sh);
 # - the sandbox image (sandbox/image/build.sh, cached by content).
 #
@@ -31,6 +33,7 @@ have ssh-keygen || missing+=(openssh-client)
 have redis-server || missing+=(redis-server)
 have redis-cli || missing+=(redis-tools)
 have prometheus || missing+=(prometheus)
+have npm || missing+=(nodejs npm)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
         log "cannot continue: missing ${missing[*]}; install them as root (apt-get install ${missing[*]}) and run this again"
@@ -70,6 +73,11 @@ PY
 then
     log "installing requirements-dev.txt"
     python3 -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+fi
+
+if [ ! -d tests/oidc/node_modules/oidc-provider ] || [ tests/oidc/package-lock.json -nt tests/oidc/node_modules/.package-lock.json ]; then
+    log "installing the test OpenID provider (tests/oidc)"
+    (cd tests/oidc && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
 bash scripts/services.sh

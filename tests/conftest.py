@@ -14,6 +14,8 @@ pytest_plugins = [
     "tests.fixtures_sandbox",
     "tests.fixtures_web",
     "tests.fixtures_prometheus",
+    "tests.fixtures_oidc",
+    "tests.fixtures_smtp",
 ]
 
 

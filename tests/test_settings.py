@@ -57,6 +57,23 @@ def start(**env: str) -> subprocess.CompletedProcess[str]:
             "HARNESS_S3_ADDRESSING_STYLE must be one of",
         ),
         ({"DEBUG": "1", "HARNESS_ARTIFACT_RETENTION_DAYS": "-1"}, "HARNESS_ARTIFACT_RETENTION_DAYS must be at least 0"),
+        ({"DEBUG": "1", "HARNESS_PASSWORD_SIGNIN": "0"}, "HARNESS_PASSWORD_SIGNIN=0 leaves no way to sign in"),
+        ({"DEBUG": "1", "HARNESS_OIDC_ISSUER": "https://id.example.com"}, "HARNESS_OIDC_CLIENT_ID is required"),
+        (
+            {"DEBUG": "1", "HARNESS_OIDC_ISSUER": "https://id.example.com", "HARNESS_OIDC_CLIENT_ID": "h"},
+            "HARNESS_OIDC_CLIENT_SECRET_FILE must name",
+        ),
+        (
+            {
+                "DEBUG": "1",
+                "HARNESS_OIDC_ISSUER": "https://id.example.com",
+                "HARNESS_OIDC_CLIENT_ID": "h",
+                "HARNESS_OIDC_CLIENT_SECRET_FILE": "/nonexistent",
+            },
+            "HARNESS_OIDC_CLIENT_SECRET_FILE names '/nonexistent', which cannot be read",
+        ),
+        ({"DEBUG": "1", "HARNESS_OIDC_ISSUER": "id.example.com"}, "HARNESS_OIDC_ISSUER must be a URL"),
+        ({"DEBUG": "1", "HARNESS_SMTP_SECURITY": "ssl"}, "HARNESS_SMTP_SECURITY must be one of none, starttls, tls"),
     ],
 )
 def test_it_fails_at_start_naming_the_bad_variable(env: dict[str, str], named: str) -> None:
