@@ -13,8 +13,7 @@ from playwright.sync_api import BrowserContext
 
 from notifications.models import MailPreference
 from projects.models import DEFAULT_PROJECT, Project
-from tests.fixtures_web import SIZES, AsgiServer, screenshot, sign_in
-from tests.test_browser_projects import serious_problems
+from tests.fixtures_web import SIZES, AsgiServer, screenshot, serious_problems, sign_in
 from tests.test_session_sockets import signed_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -23,9 +23,8 @@ from projects.access import permissions_in
 from projects.models import Membership, Project, Role
 from signin.models import Identity
 from tests.fixtures_oidc import ALLOWED_GROUP, OidcSite
-from tests.fixtures_web import SIZES, screenshot
+from tests.fixtures_web import SIZES, screenshot, serious_problems
 from tests.helpers import World
-from tests.test_browser_projects import serious_problems
 from tests.test_session_sockets import CLOSE_WITHIN_SECONDS, closed_within, watch
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
