@@ -34,6 +34,7 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from common import permissions
+from common.metrics import DELIVERIES_FAILED
 from common.redact import redact_text, secret_values
 from notifications import messages
 from notifications.models import Mail, MailAttempt, MailPreference
@@ -287,6 +288,8 @@ def _record(mail: Mail, error: str, duration_ms: int, final: bool) -> Outcome:
             send_after=now + timedelta(seconds=retry_in) if retry_in is not None else now,
             delivered_at=now if not error else None,
         )
+    if status == Mail.Status.FAILED:
+        DELIVERIES_FAILED.labels("email").inc()
     if error:
         log.warning("mail %s: attempt %d failed: %s", mail.pk, number, error)
     return Outcome(outcome, retry_in)

@@ -17,12 +17,13 @@ from tests.fixtures_web import free_port
 class Inbox:
     def __init__(self) -> None:
         self.messages: list[Message] = []
-        self.refusals = 0  # how many of the next mails get "451 try again later"
+        self.refusals = 0  # how many of the next mails get ``refusal``
+        self.refusal = "451 4.3.0 Try again later"
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd's hook name
         if self.refusals > 0:
             self.refusals -= 1
-            return "451 4.3.0 Try again later"
+            return self.refusal
         message = email.message_from_bytes(envelope.content)
         message["X-Envelope-To"] = ", ".join(envelope.rcpt_tos)
         self.messages.append(message)

@@ -18,6 +18,7 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
+from common.metrics import host_registry
 from core.scenarios import FIXED, call
 from notifications import mail
 from notifications.models import Mail, MailAttempt, MailPreference
@@ -182,6 +183,21 @@ def test_it_retries_a_refused_mail_and_delivers_it_once(smtp_inbox: Inbox, setti
     assert (row.status, row.attempts) == (Mail.Status.DELIVERED, 2)
     errors = list(MailAttempt.objects.filter(mail=row).values_list("error", flat=True))
     assert errors[0].startswith("451") and errors[1] == ""
+
+
+def test_it_gives_up_on_a_permanent_refusal_and_counts_it_failed(smtp_inbox: Inbox) -> None:
+    def failed_mails() -> float:
+        return host_registry().get_sample_value("harness_notification_deliveries_failed_total", {"channel": "email"}) or 0.0
+
+    before = failed_mails()
+    person("rita", "reviewer")
+    smtp_inbox.refusals, smtp_inbox.refusal = 1, "550 5.7.1 Not accepted here"
+    filed(person("otto", "operator"))
+    (row,) = Mail.objects.all()
+    assert mail.attempt(str(row.pk)).status == "failed"
+    row.refresh_from_db()
+    assert (row.status, row.attempts) == (Mail.Status.FAILED, 1) and row.last_error.startswith("550")
+    assert failed_mails() == before + 1
 
 
 @pytest.fixture
