@@ -163,6 +163,7 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
         forge=change_requests(run, target),
         live_output=lambda call_id: LiveOutput(run_id, call_id),
         review_limits=ReviewLimits(settings.HARNESS_REVIEW_DIFF_MAX_BYTES, settings.HARNESS_REVIEW_DIFF_MAX_LINES),
+        egress_max_events=settings.HARNESS_EGRESS_MAX_EVENTS_PER_CALL,
     )
     if placed.rebuilt:
         # A publish the run's last host started is looked up here as it would have been there.

@@ -19,6 +19,7 @@ from core.state import PendingEffect
 from sandbox import fileops
 from sandbox.container import SandboxContainer
 from sandbox.container_spec import DEFAULT_SCOPE, ROLE_MAIN, ContainerSpec, pinned_role
+from sandbox.egress import MAX_EVENTS
 from sandbox.engine import ENGINE_ERRORS, SandboxUnavailable, wait_for_engine
 from sandbox.forges import ChangeRequests
 from sandbox.output_capture import OutputListener
@@ -60,6 +61,7 @@ class SandboxExecutor:
         forge: ChangeRequests | None = None,
         live_output: Callable[[str], OutputListener] | None = None,
         review_limits: ReviewLimits = ReviewLimits(),
+        egress_max_events: int = MAX_EVENTS,
     ) -> None:
         self.run_id = run_id
         self.workspace = workspace
@@ -91,6 +93,7 @@ class SandboxExecutor:
             cancelled=lambda: self._killed,
             review_limits=review_limits,
             notify=lambda cls, call_id, fields: self._tell(cls, call_id, **fields),
+            egress_max_events=egress_max_events,
         )
 
     # -- Workspace ----------------------------------------------------------------

@@ -14,6 +14,7 @@ from core import events as ev
 from core.jsonutil import JSON
 from core.ports import ArtifactStore, Call
 from sandbox.container import SandboxContainer
+from sandbox.egress import MAX_EVENTS
 from sandbox.forges import ChangeRequests
 from sandbox.output_capture import OutputListener
 from sandbox.publishing import ReviewLimits
@@ -98,6 +99,8 @@ class ToolContext:
     review_limits: ReviewLimits = ReviewLimits()
     # Writes an event for a call while it runs (a check's egress connections).
     notify: Callable[[type[ev.Event], str, dict[str, JSON]], None] | None = None
+    # Egress connection events per check call before the rest are only counted.
+    egress_max_events: int = MAX_EVENTS
 
 
 def error_result(message: str, **data: JSON) -> ToolResult:
