@@ -302,6 +302,21 @@ class EgressConnection(Event):
     duration_ms: int
 
 
+class EgressConnectionsOmitted(Event):
+    """The connections of one check call past the per-call bound on events
+    (HARNESS_EGRESS_MAX_EVENTS_PER_CALL), counted rather than recorded one by one,
+    written once when the call ends; ``limit`` is the bound that applied."""
+
+    type: Literal["egress_connections_omitted"] = "egress_connections_omitted"
+    check_id: str
+    limit: int
+    connections: int
+    allowed: int
+    refused: int
+    bytes_out: int
+    bytes_in: int
+
+
 class EgressSummary(BaseModel):
     """What one check reached through the proxy, per destination: the evidence shows
     it, so a reviewer sees which destinations a check that passed depended on."""
@@ -427,6 +442,7 @@ AnyEvent = (
     | SandboxWaiting
     | SandboxWaitOver
     | EgressConnection
+    | EgressConnectionsOmitted
     | EvidenceRecorded
     | EvidenceCleared
     | WorkspaceChanged

@@ -108,6 +108,7 @@ _Silent = (
     # Written by the executor while a check runs, beside the loop's own events; what
     # the check reached is on its evidence (EvidenceRecorded.egress).
     | ev.EgressConnection
+    | ev.EgressConnectionsOmitted
     | ev.CheckRequired
     | ev.WriteBlocked
     | ev.ModelNote

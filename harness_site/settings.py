@@ -229,6 +229,8 @@ HARNESS_DISK_RESERVE_MB = env_int("HARNESS_DISK_RESERVE_MB", 1024, minimum=0)
 # What one check may store of its output (the rest is counted, not kept), and what one
 # run's artifacts may hold together: past it the run runs no more checks.
 HARNESS_CHECK_OUTPUT_MAX_MB = env_int("HARNESS_CHECK_OUTPUT_MAX_MB", 8, minimum=1, maximum=4096)
+# Egress connection events recorded per check call; past it one event counts the rest.
+HARNESS_EGRESS_MAX_EVENTS_PER_CALL = env_int("HARNESS_EGRESS_MAX_EVENTS_PER_CALL", 200, minimum=1, maximum=100_000)
 HARNESS_RUN_ARTIFACTS_MAX_MB = env_int("HARNESS_RUN_ARTIFACTS_MAX_MB", 512, minimum=1)
 HARNESS_KILL_POLL_SECONDS = env_float("HARNESS_KILL_POLL_SECONDS", 0.25, minimum=0.05)
 # The most of a publish's diff a reviewer is shown; a larger one lists what is too

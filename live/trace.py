@@ -206,6 +206,7 @@ _ExecutionEvent = (
     | ev.SandboxWaiting
     | ev.SandboxWaitOver
     | ev.EgressConnection
+    | ev.EgressConnectionsOmitted
     | ev.PendingEffectRecorded
     | ev.EffectReconciled
     | ev.EvidenceRecorded
@@ -231,6 +232,9 @@ def _execution_view(e: _ExecutionEvent) -> tuple[str, str, str]:
             return "Gave up waiting for the sandbox engine", "bad", f"after {e.waited_seconds}s: {e.detail}"
         case ev.EgressConnection():
             return _egress_view(e)
+        case ev.EgressConnectionsOmitted():
+            moved = f"{e.allowed} allowed, {e.refused} refused, {e.bytes_out} bytes out, {e.bytes_in} bytes in"
+            return f"Network: {e.connections} more connections", "warn", f"check {e.check_id}, past {e.limit} recorded: {moved}"
         case ev.PendingEffectRecorded():
             return "Pending effect", "bad", f"{e.tool} ({e.kind}): {e.reason}"
         case ev.EffectReconciled():

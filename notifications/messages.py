@@ -50,6 +50,7 @@ def kind_of(event: ev.AnyEvent) -> str | None:
             | ev.SandboxWaiting()
             | ev.SandboxWaitOver()
             | ev.EgressConnection()
+            | ev.EgressConnectionsOmitted()
             | ev.EvidenceRecorded()
             | ev.EvidenceCleared()
             | ev.WorkspaceChanged()

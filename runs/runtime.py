@@ -172,6 +172,7 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
         base_branch=base_branch(run.contract),
         moved_base=policy.publish_checks.moved_base,
         mcp=mcp,
+        egress_max_events=settings.HARNESS_EGRESS_MAX_EVENTS_PER_CALL,
     )
     if placed.rebuilt:
         # A publish the run's last host started is looked up here as it would have been there.

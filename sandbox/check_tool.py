@@ -50,7 +50,7 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
     except SandboxUnavailable as exc:
         return infrastructure_result(exc.reason, **base)
     # No network unless the policy names where: then only through a proxy for this call.
-    proxy = EgressProxy(check, lambda fields: tell(ctx, ev.EgressConnection, call.call_id, fields)) if check.egress else None
+    proxy = EgressProxy(check, lambda cls, fields: tell(ctx, cls, call.call_id, fields), ctx.egress_max_events) if check.egress else None
     try:
         environment = proxy.start(container.attach) if proxy is not None else None
     except (SandboxUnavailable, EgressRefused) as exc:

@@ -43,6 +43,8 @@ CONNECT_SECONDS = 10.0
 READY_SECONDS = 20.0
 MAX_HEAD = 64 * 1024
 CHUNK = 64 * 1024
+# Connection events per call before the rest are only counted (HARNESS_EGRESS_MAX_EVENTS_PER_CALL).
+MAX_EVENTS = 200
 # Dropped from a plain request before it leaves: they are for the proxy, and a
 # connection is used for one request only (its destination was checked once).
 HOP_HEADERS = (b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive")
@@ -158,9 +160,15 @@ class EgressProxy:
     and gives the environment the check needs; ``close`` after the check ends every
     connection and returns what the check reached, per destination."""
 
-    def __init__(self, check: CheckDef, record: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, check: CheckDef, record: Callable[[type[ev.Event], dict[str, Any]], None], max_events: int = MAX_EVENTS) -> None:
         self._check = check
         self._record = record
+        # A check that opens thousands of connections (a crawler, a retry loop) must
+        # not flood the run's log: past this many events per call, the rest are
+        # counted and told in one EgressConnectionsOmitted when the call ends.
+        self._max_events = max_events
+        self._recorded = 0
+        self._omitted = {"connections": 0, "allowed": 0, "refused": 0, "bytes_out": 0, "bytes_in": 0}
         self._conns: dict[int, Connection] = {}
         self._finished: list[Connection] = []
         self._lock = threading.Lock()
@@ -204,6 +212,10 @@ class EgressProxy:
             self._end(conn)
         for thread in self._threads:
             thread.join(5.0)
+        with self._lock:
+            omitted = dict(self._omitted)
+        if omitted["connections"]:
+            self._record(ev.EgressConnectionsOmitted, {"check_id": self._check.check_id, "limit": self._max_events, **omitted})
         return summarise(self._finished)
 
     def _shut(self) -> None:
@@ -333,7 +345,19 @@ class EgressProxy:
         self._to_check(conn.cid, CLOSE)
         if not conn.host and refused is None:
             return  # no request came: there is no destination to record
+        with self._lock:
+            over = self._recorded >= self._max_events
+            if over:
+                self._omitted["connections"] += 1
+                self._omitted["allowed" if refused is None else "refused"] += 1
+                self._omitted["bytes_out"] += conn.bytes_out
+                self._omitted["bytes_in"] += conn.bytes_in
+            else:
+                self._recorded += 1
+        if over:
+            return
         self._record(
+            ev.EgressConnection,
             {
                 "check_id": self._check.check_id,
                 "host": conn.host,
@@ -344,7 +368,7 @@ class EgressProxy:
                 "bytes_out": conn.bytes_out,
                 "bytes_in": conn.bytes_in,
                 "duration_ms": int((time.monotonic() - conn.started) * 1000),
-            }
+            },
         )
 
 

@@ -21,6 +21,7 @@ from core.state import PendingEffect
 from sandbox import fileops
 from sandbox.container import SandboxContainer
 from sandbox.container_spec import DEFAULT_SCOPE, ROLE_MAIN, ContainerSpec, pinned_role
+from sandbox.egress import MAX_EVENTS
 from sandbox.engine import ENGINE_ERRORS, SandboxUnavailable, wait_for_engine
 from sandbox.forges import ChangeRequests
 from sandbox.mcp_tools import McpTools
@@ -67,6 +68,7 @@ class SandboxExecutor:
         base_branch: str | None = None,
         moved_base: Literal["show", "stale"] = "show",
         mcp: McpTools | None = None,
+        egress_max_events: int = MAX_EVENTS,
     ) -> None:
         self.run_id = run_id
         # The tools of the run's MCP servers, beside the built-in ones (sandbox.mcp_tools).
@@ -103,6 +105,7 @@ class SandboxExecutor:
             scanner=scanner,
             base_branch=base_branch,
             moved_base=moved_base,
+            egress_max_events=egress_max_events,
         )
 
     # -- Workspace ----------------------------------------------------------------

@@ -15,6 +15,7 @@ from core import events as ev
 from core.jsonutil import JSON
 from core.ports import ArtifactStore, Call
 from sandbox.container import SandboxContainer
+from sandbox.egress import MAX_EVENTS
 from sandbox.forges import ChangeRequests
 from sandbox.output_capture import OutputListener
 from sandbox.publishing import ReviewLimits
@@ -105,6 +106,8 @@ class ToolContext:
     # cannot move), and whether the policy makes a push on a moved base stale.
     base_branch: str | None = None
     moved_base: Literal["show", "stale"] = "show"
+    # Egress connection events per check call before the rest are only counted.
+    egress_max_events: int = MAX_EVENTS
 
 
 def error_result(message: str, **data: JSON) -> ToolResult:

@@ -123,7 +123,7 @@ class Driven:
         return calls[0]
 
 
-def run_checks(box: EgressSandbox, tmp_path: Path, *checks: CheckDef) -> Driven:
+def run_checks(box: EgressSandbox, tmp_path: Path, *checks: CheckDef, egress_max_events: int = 200) -> Driven:
     """The real loop runs each check once, then finishes; what the executor told
     while the checks ran (their connections) is kept beside the loop's events."""
     from runs.artifacts import ArtifactStorage
@@ -141,6 +141,7 @@ def run_checks(box: EgressSandbox, tmp_path: Path, *checks: CheckDef) -> Driven:
         write_paths=WRITE_PATHS,
         spool_dir=tmp_path / "spool",
         notify=told.append,
+        egress_max_events=egress_max_events,
     )
     script = [*(step("run_check", check_id=c.check_id) for c in checks), step("finish", summary="checked")]
     contract = sandbox_contract(targets=[c.check_id for c in checks])
@@ -287,6 +288,42 @@ def test_it_refuses_other_hosts_raw_addresses_its_own_dns_and_the_metadata_addre
     assert "metadata" in seen[("169.254.169.254", 80, "GET")].reason
 
 
+# One connection after another: three to the allowed index, two to a host not listed.
+MANY = """
+import urllib.request, sys
+port = int(sys.argv[1])
+for host in ["localhost", "localhost", "localhost", "pypi.internal", "pypi.internal"]:
+    try:
+        print(urllib.request.urlopen(f"http://{host}:{port}/simple/tinydep/", timeout=10).status)
+    except Exception as exc:
+        print("failed", exc)
+"""
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_it_counts_the_connections_past_the_bound_in_one_event(egress_sandbox: EgressSandbox, tmp_path: Path, db: None) -> None:
+    box = egress_sandbox
+    port = box.index.port
+    many = CheckDef(check_id="many", command=["python3", "-c", MANY, str(port)], egress=[Destination(host="localhost", port=port)])
+    driven = run_checks(box, tmp_path, many, egress_max_events=2)
+    receipt = driven.outcome.receipt("run_check", "many")
+    lines = receipt["data"]["output"].strip().splitlines()
+    assert lines[:3] == ["200"] * 3 and all("403" in line for line in lines[3:]) and len(lines) == 5, lines
+    call_id = driven.check_call("many")
+    recorded = driven.connections()
+    assert [(c.call_id, c.host, c.allowed) for c in recorded] == [(call_id, "localhost", True)] * 2
+    [omitted] = [e for e in driven.told if isinstance(e, ev.EgressConnectionsOmitted)]
+    assert (omitted.call_id, omitted.check_id, omitted.limit) == (call_id, "many", 2)
+    assert (omitted.connections, omitted.allowed, omitted.refused) == (3, 1, 2)
+    # Nothing is lost from the totals: the evidence's per-destination sums are the
+    # recorded connections plus the counted ones.
+    reached = {(d["host"], d["allowed"]): d for d in receipt["data"]["egress"]}
+    assert reached[("localhost", True)]["connections"] == 3 and reached[("pypi.internal", False)]["connections"] == 2
+    assert omitted.bytes_in == sum(d["bytes_in"] for d in reached.values()) - sum(c.bytes_in for c in recorded) > 0
+    assert omitted.bytes_out == sum(d["bytes_out"] for d in reached.values()) - sum(c.bytes_out for c in recorded)
+
+
 def test_it_refuses_a_raw_address_or_a_bad_name_as_a_policy_destination() -> None:
     document = sandbox_policy().model_dump()
     document["checks"][0]["egress"] = [{"host": "Mirror_Internal", "port": 3128}, {"host": "10.0.0.8", "port": 3128}]
@@ -339,12 +376,22 @@ def test_it_shows_each_connection_in_the_trace_beside_its_check(client: Client, 
         bytes_out=0,
         bytes_in=0,
     )
-    append_events(run_id, [reached, refused], fence=RowLock("a test's writer"))
+    omitted = ev.EgressConnectionsOmitted(
+        **{k: v for k, v in common.items() if k != "duration_ms"},
+        limit=200,
+        connections=12,
+        allowed=10,
+        refused=2,
+        bytes_out=5120,
+        bytes_in=40960,
+    )
+    append_events(run_id, [reached, refused, omitted], fence=RowLock("a test's writer"))
     client.force_login(reviewer)
     page = client.get(f"/runs/{run_id}/").content.decode()
     assert 'data-call-id="c7"' in page
     assert "Network: pypi.internal:443" in page and "700 bytes out, 9000 bytes in" in page
     assert "Network refused: 169.254.169.254:80" in page and "169.254.169.254 is link-local" in page
+    assert "Network: 12 more connections" in page and "past 200 recorded: 10 allowed, 2 refused" in page
 
 
 @pytest.mark.django_db
