@@ -159,6 +159,11 @@ def create_container(client: docker.DockerClient, run_id: str, role: str, source
         working_dir=WORKDIR,
         environment=dict(SANDBOX_ENV),
         network_mode=spec.network,
+        # Names resolve nowhere but the container's own loopback, where a check with
+        # egress has the relay refusing (and reporting) each lookup; the sandbox user
+        # may bind that port in the container's own network namespace alone.
+        dns=["127.0.0.1"],
+        sysctls={"net.ipv4.ip_unprivileged_port_start": "0"},
         read_only=True,
         cap_drop=["ALL"],
         # The project's own profile, not the engine's default (sandbox/seccomp.py).

@@ -35,7 +35,7 @@ from docker.utils.socket import frames_iter
 
 from core import events as ev
 from core.policy import CheckDef
-from sandbox.egress_relay import CLOSE, DATA, FRAME, MAX_FRAME, OPEN, READY, RELAY
+from sandbox.egress_relay import CLOSE, DATA, DNS, FRAME, MAX_FRAME, OPEN, READY, RELAY
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +255,9 @@ class EgressProxy:
             self.port = int(payload) if payload.isdigit() else None
             ready.set()
             return
+        if kind == DNS:
+            self._lookup(payload)
+            return
         with self._lock:
             conn = self._conns.get(cid)
             if kind == OPEN and conn is None and cid not in {c.cid for c in self._finished}:
@@ -272,6 +275,12 @@ class EgressProxy:
                     conn.upstream.shutdown(socket.SHUT_WR)
                 except OSError:
                     pass
+
+    def _lookup(self, query: bytes) -> None:
+        """A name the check tried to resolve itself: refused (the relay answered
+        REFUSED) and recorded like a connection refused, its port 53."""
+        conn = Connection(0, host=dns_name(query) or "?", port=53, method="DNS", bytes_out=len(query))
+        self._end(conn, "names resolve only through the proxy: a check's own DNS lookup is refused")
 
     def _from_check(self, conn: Connection, data: bytes) -> None:
         if conn.upstream is not None:
@@ -370,6 +379,18 @@ class EgressProxy:
                 "duration_ms": int((time.monotonic() - conn.started) * 1000),
             },
         )
+
+
+def dns_name(query: bytes) -> str:
+    """The name a DNS query asks about (its first question), "" when it cannot be read."""
+    labels, at = [], 12
+    while at < len(query) and query[at] and len(labels) < 128:
+        size = query[at]
+        if size > 63:
+            return ""  # a pointer or a reserved form: no query of a resolver's uses one here
+        labels.append(query[at + 1 : at + 1 + size].decode("ascii", "replace"))
+        at += 1 + size
+    return ".".join(labels)[:253]
 
 
 def summarise(conns: list[Connection]) -> list[ev.EgressSummary]:

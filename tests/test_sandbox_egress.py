@@ -268,14 +268,19 @@ def test_it_refuses_other_hosts_raw_addresses_its_own_dns_and_the_metadata_addre
     assert "403" in got["other_host"] and "403" in got["other_host_tls"], got
     assert "403" in got["raw_address"] and "403" in got["metadata"], got
     # What never reaches the proxy goes nowhere at all: no interface but loopback,
-    # no resolver.
+    # and the only resolver refuses.
     assert "no route to host" in got["metadata_direct"].lower() or "unreachable" in got["metadata_direct"].lower(), got
     assert "name resolution" in got["own_dns"] or "Name or service not known" in got["own_dns"], got
     # The index itself, bypassing the proxy: "localhost" in the container is its own
     # loopback, where nothing listens (refused under runc; gVisor has no ::1 either).
     assert got["index_direct"].startswith("failed: [Errno"), got
     call_id = driven.check_call("probe")
-    seen = {(c.host, c.port, c.method): c for c in driven.connections()}
+    # Its own lookup went to the container's only resolver, the relay, which refused
+    # it and told the proxy: recorded like a connection refused, against the call.
+    lookups = [c for c in driven.connections() if c.method == "DNS"]
+    assert lookups and {c.host for c in lookups} == {"pypi.org"}, lookups
+    assert all(c.call_id == call_id and not c.allowed and c.port == 53 and "DNS lookup is refused" in c.reason for c in lookups)
+    seen = {(c.host, c.port, c.method): c for c in driven.connections() if c.method != "DNS"}
     assert set(seen) == {
         ("pypi.internal", port, "GET"),
         ("pypi.org", 443, "CONNECT"),
