@@ -383,7 +383,8 @@ class EgressProxy:
 
 def dns_name(query: bytes) -> str:
     """The name a DNS query asks about (its first question), "" when it cannot be read."""
-    labels, at = [], 12
+    labels: list[str] = []
+    at = 12
     while at < len(query) and query[at] and len(labels) < 128:
         size = query[at]
         if size > 63:
