@@ -36,13 +36,13 @@ REFUSED_INPUT = "Harness answers no elicitation: a run's tool calls get no input
 class McpServerConfig:
     name: str
     url: str = ""
-    # A server over stdio in the run's sandbox: its argv (the url is then empty).
-    command: tuple[str, ...] = ()
     credential_env: str = ""
     idempotency_arg: str | None = None
     lookup_tool: str | None = None
     timeout_seconds: float = 30.0
     max_response_bytes: int = 8 * 2**20
+    # A server over stdio in the run's sandbox: its argv (the url is then empty).
+    command: tuple[str, ...] = ()
 
 
 class McpFailure(Exception):
