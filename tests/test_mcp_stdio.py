@@ -14,6 +14,7 @@ import pytest
 from django.contrib.auth.models import User
 from pytest_django import Settings
 
+from approvals.policies import current_policy_row
 from projects.models import McpServer, default_project_id
 from runs.models import Event, Run
 from runs.runtime import advance, create_run
@@ -36,8 +37,10 @@ def search(tmp_path: Path, settings: Settings, docker_engine: Any) -> Iterator[N
         yield
 
 
-def policy(*rules: dict[str, Any]) -> None:
+def policy(*rules: dict[str, Any], runtime: str = "runc") -> None:
+    sandbox = {**current_policy_row().document["sandbox"], "runtime": runtime}
     new_policy_version(
+        sandbox=sandbox,
         rules=[
             {"name": "finishing", "tool": "finish", "decision": "allow"},
             {"name": "the env check", "tool": "run_check", "decision": "allow"},
@@ -59,8 +62,9 @@ def events(run: Run, kind: str) -> list[dict[str, Any]]:
     return [{"type": e.type, **e.payload} for e in Event.objects.filter(run=run, type=kind).order_by("seq")]
 
 
-def test_it_searches_the_workspace_with_a_server_run_in_the_sandbox_without_network(search: None, operator: User) -> None:
-    policy({"name": "search", "tool": "search.*", "decision": "allow"})
+@pytest.mark.parametrize("runtime", ["runc", "runsc"])
+def test_it_searches_the_workspace_with_a_server_run_in_the_sandbox_without_network(search: None, operator: User, runtime: str) -> None:
+    policy({"name": "search", "tool": "search.*", "decision": "allow"}, runtime=runtime)
     run = start(
         operator,
         {"tool": "search.find", "args": {"text": "def order_total"}},
@@ -78,7 +82,10 @@ def test_it_searches_the_workspace_with_a_server_run_in_the_sandbox_without_netw
         }
     ]
     # The server shares the run's container, which has no network: loopback alone.
-    assert received["search.interfaces"]["structured"]["interfaces"] == ["lo"]
+    seen = received["search.interfaces"]["structured"]
+    assert seen["interfaces"] == ["lo"]
+    # Under runsc the server runs on gVisor's kernel, not the host's.
+    assert (seen["kernel"] == Path("/proc/version").read_text()) == (runtime == "runc")
 
 
 def test_it_denies_a_tool_of_a_stdio_server_the_policy_does_not_allow(search: None, operator: User) -> None:

@@ -35,8 +35,9 @@ def find(text: str) -> dict[str, object]:
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
 def interfaces() -> dict[str, object]:
-    """The network interfaces the server sees: what its container can reach."""
-    return {"interfaces": sorted(p.name for p in Path("/sys/class/net").iterdir())}
+    """The network interfaces the server sees (what its container can reach) and the
+    kernel it runs on (gVisor's own under runsc)."""
+    return {"interfaces": sorted(p.name for p in Path("/sys/class/net").iterdir()), "kernel": Path("/proc/version").read_text()}
 
 
 if __name__ == "__main__":
