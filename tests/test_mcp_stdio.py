@@ -33,7 +33,7 @@ def search(tmp_path: Path, settings: Settings, docker_engine: Any) -> Iterator[N
     settings.SPOOL_DIR = tmp_path / "spool"
     with search_image(str(settings.SANDBOX_IMAGE)) as image:
         settings.SANDBOX_IMAGE = image
-        McpServer.objects.create(project_id=default_project_id(), name="search", command=COMMAND, timeout_seconds=30)
+        McpServer.objects.create(project_id=default_project_id(), name="search", command=COMMAND, timeout_seconds=30, max_response_mb=1)
         yield
 
 
@@ -46,7 +46,7 @@ def policy(*rules: dict[str, Any], runtime: str = "runc") -> None:
             {"name": "the env check", "tool": "run_check", "decision": "allow"},
             *rules,
         ],
-        read_only_tools=["search.find", "search.interfaces"],
+        read_only_tools=["search.find", "search.interfaces", "search.flood"],
         checks=[ENV_CHECK],
     )
 
@@ -100,3 +100,13 @@ def test_it_denies_a_tool_of_a_stdio_server_the_policy_does_not_allow(search: No
     assert advance(str(unnamed.pk)) == "tool_denied"
     [refusal] = events(unnamed, "denied")
     assert refusal["rule"] == "default: no rule matched"
+
+
+def test_it_cuts_off_a_stdio_server_that_sends_more_than_its_cap(search: None, operator: User) -> None:
+    policy({"name": "search", "tool": "search.*", "decision": "allow"})
+    run = start(operator, {"tool": "search.flood", "args": {"megabytes": 3}}, {"tool": "search.find", "args": {"text": "def order_total"}})
+    assert advance(str(run.pk)) == "complete"
+    received = {e["tool"]: e["receipt"]["data"] for e in events(run, "receipt_recorded")}
+    assert "sent more than 1048576 bytes" in received["search.flood"]["error"]
+    # The next conversation starts its server afresh: the flood left nothing behind.
+    assert [hit["path"] for hit in received["search.find"]["structured"]["hits"]] == ["orders/total.py"]

@@ -40,5 +40,11 @@ def interfaces() -> dict[str, object]:
     return {"interfaces": sorted(p.name for p in Path("/sys/class/net").iterdir()), "kernel": Path("/proc/version").read_text()}
 
 
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def flood(megabytes: int) -> str:
+    """An answer of ``megabytes`` MB: what the byte cap must cut off."""
+    return "x" * (megabytes * 2**20)
+
+
 if __name__ == "__main__":
     server.run("stdio")
