@@ -127,15 +127,25 @@ class AuditEntry(models.Model):
 
 class McpServer(models.Model):
     """A Model Context Protocol server whose tools a project's runs may be allowed
-    (docs/design.md, Outside tools). Configured by site admins alone, never by a contract
-    or a model: where the server is (a URL on HARNESS_MCP_ALLOWED_URLS, reached from
-    the worker), the name of the worker's environment variable holding its bearer
-    token (the token itself is stored nowhere), the argument Harness fills with an
-    effect's idempotency key and the tool that looks an effect up by that key."""
+        (docs/design.md, Outside tools). Configured by site admins alone, never by a contract
+        or a model: where the server is (a URL on HARNESS_MCP_ALLOWED_URLS, reached from
+        the worker), the name of the worker's environment variable holding its bearer
+        token (the token itself is stored nowhere); or, for a server over stdio, the command
+    that runs it inside each run's sandbox container; the argument Harness fills with an
+        effect's idempotency key and the tool that looks an effect up by that key."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="mcp_servers")
     name = models.SlugField(max_length=40, help_text="Its tools are named <name>.<tool>: lowercase letters, digits, '_' or '-'.")
-    url = models.URLField(max_length=500, help_text="Its streamable HTTP endpoint; must be on HARNESS_MCP_ALLOWED_URLS.")
+    url = models.URLField(
+        max_length=500,
+        blank=True,
+        help_text="Its streamable HTTP endpoint; must be on HARNESS_MCP_ALLOWED_URLS. Empty for a server over stdio.",
+    )
+    # A server over stdio runs in each run's sandbox container, as the sandbox user,
+    # without network: its argv, e.g. ["python3", "/opt/harness-mcp/servers/search.py"].
+    command = models.JSONField(
+        default=list, blank=True, help_text="For a server over stdio in the run's sandbox: its command as a JSON list of strings."
+    )
     credential_env = models.CharField(
         max_length=100,
         blank=True,

@@ -20,12 +20,15 @@ from runs.project_admin import SiteAdminsOnly
 from sandbox.allowlist import UnsafeURL
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,99}$")
-AUDITED = ("name", "url", "credential_env", "idempotency_arg", "lookup_tool", "timeout_seconds", "max_response_mb", "enabled")
+AUDITED = ("name", "url", "command", "credential_env", "idempotency_arg", "lookup_tool", "timeout_seconds", "max_response_mb", "enabled")
 
 
 class McpServerForm(forms.ModelForm):
     url = forms.URLField(
-        max_length=500, assume_scheme="https", help_text="Its streamable HTTP endpoint; must be on HARNESS_MCP_ALLOWED_URLS."
+        max_length=500,
+        required=False,
+        assume_scheme="https",
+        help_text="Its streamable HTTP endpoint; must be on HARNESS_MCP_ALLOWED_URLS. Empty for a server over stdio.",
     )
 
     class Meta:
@@ -39,12 +42,26 @@ class McpServerForm(forms.ModelForm):
         return name
 
     def clean_url(self) -> str:
-        url = str(self.cleaned_data["url"])
+        url = str(self.cleaned_data["url"] or "")
         try:
-            check_mcp_url(url)
+            if url:
+                check_mcp_url(url)
         except UnsafeURL as exc:
             raise forms.ValidationError(str(exc)) from None
         return url
+
+    def clean_command(self) -> list[str]:
+        command = self.cleaned_data["command"] or []
+        if not isinstance(command, list) or not all(isinstance(part, str) and part for part in command):
+            raise forms.ValidationError('a JSON list of non-empty strings, e.g. ["python3", "/opt/harness-mcp/servers/search.py"]')
+        return command
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        # Exactly one transport: a URL reached from the worker, or a command run in the sandbox.
+        if bool(cleaned.get("url")) == bool(cleaned.get("command")) and not self.errors:
+            raise forms.ValidationError("give either a URL (streamable HTTP) or a command (stdio in the sandbox), not both or neither")
+        return cleaned
 
     def clean_credential_env(self) -> str:
         name = str(self.cleaned_data["credential_env"])

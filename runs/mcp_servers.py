@@ -28,6 +28,7 @@ def server_config(row: McpServer) -> McpServerConfig:
     return McpServerConfig(
         name=row.name,
         url=row.url,
+        command=tuple(str(part) for part in row.command),
         credential_env=row.credential_env,
         idempotency_arg=row.idempotency_arg or None,
         lookup_tool=row.lookup_tool or None,
@@ -40,7 +41,8 @@ def mcp_tools_for(project_id: int) -> McpTools:
     configs = []
     for row in McpServer.objects.filter(project_id=project_id, enabled=True):
         try:
-            check_mcp_url(row.url)
+            if not row.command:
+                check_mcp_url(row.url)
         except UnsafeURL as exc:
             log.warning("MCP server %s of project %s left out: %s", row.name, project_id, exc)
             continue

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from common.secret_scan import SecretScanner
 from core import events as ev
@@ -73,6 +73,8 @@ class SandboxExecutor:
         self.run_id = run_id
         # The tools of the run's MCP servers, beside the built-in ones (sandbox.mcp_tools).
         self.mcp = mcp
+        if mcp is not None:
+            mcp.attach = self._attach_mcp
         self.workspace = workspace
         self.container = container
         self._spec = container.spec if container is not None else spec
@@ -199,6 +201,17 @@ class SandboxExecutor:
                 self._starting = None
                 if self.container is None:
                     self.container = self._started_early
+
+    def _attach_mcp(self, argv: list[str]) -> Any:
+        """An MCP server over stdio, started in the run's main container: the same
+        limits, user, read-only root and no network as its checks. A container lost
+        meanwhile is replaced by the next check, not here (the call would be unsent)."""
+        self.wait_for_start()
+        with self._lock:
+            container = self.container
+        if container is None or container.lost is not None:
+            raise SandboxUnavailable("the run's sandbox container is not running")
+        return container.attach(argv)
 
     def _container_for(self, call: Call) -> SandboxContainer:
         if self._spec is None:

@@ -18,9 +18,11 @@ import anyio
 import httpx2
 import mcp_types as types
 from mcp import Client
+from mcp.client._transport import Transport
 from mcp.client.streamable_http import streamable_http_client
 
 from core.jsonutil import JSON
+from sandbox.mcp_stdio import Attach, exec_stdio
 
 T = TypeVar("T")
 # Why a conversation ended without an answer: it could not be started (nothing was
@@ -33,12 +35,14 @@ REFUSED_INPUT = "Harness answers no elicitation: a run's tool calls get no input
 @dataclass(frozen=True)
 class McpServerConfig:
     name: str
-    url: str
+    url: str = ""
     credential_env: str = ""
     idempotency_arg: str | None = None
     lookup_tool: str | None = None
     timeout_seconds: float = 30.0
     max_response_bytes: int = 8 * 2**20
+    # A server over stdio in the run's sandbox: its argv (the url is then empty).
+    command: tuple[str, ...] = ()
 
 
 class McpFailure(Exception):
@@ -118,9 +122,10 @@ def credential(config: McpServerConfig, environ: Mapping[str, str]) -> str | Non
 class Conversation:
     """One connection to ``config``'s server; ``run`` drives ``work`` over it."""
 
-    def __init__(self, config: McpServerConfig, environ: Mapping[str, str]) -> None:
+    def __init__(self, config: McpServerConfig, environ: Mapping[str, str], attach: Attach | None = None) -> None:
         self.config = config
         self._environ = environ
+        self._attach = attach
         self._budget = _Budget(config.max_response_bytes)
         self.refused: list[str] = []
         self._token: str | None = None
@@ -139,21 +144,32 @@ class Conversation:
 
     @asynccontextmanager
     async def _client(self) -> AsyncIterator[Client]:
+        if self.config.command:
+            if self._attach is None:
+                raise McpFailure("not_sent", f"MCP server {self.config.name} runs in the sandbox, and this run has none")
+            async with self._session(exec_stdio(self._attach, list(self.config.command), self._budget)) as client:
+                yield client
+            return
         self._token = credential(self.config, self._environ)
         headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
         timeout = httpx2.Timeout(self.config.timeout_seconds)
         # trust_env off: no proxy or netrc from the worker's environment decides where the token goes.
         async with httpx2.AsyncClient(headers=headers, timeout=timeout, transport=_CappedTransport(self._budget), trust_env=False) as http:
             transport = streamable_http_client(self.config.url, http_client=http, max_sse_event_size=self.config.max_response_bytes)
-            async with Client(
-                transport,
-                mode="legacy",
-                cache=None,
-                read_timeout_seconds=self.config.timeout_seconds,
-                elicitation_callback=self._refuse_elicitation,
-                sampling_callback=self._refuse_sampling,
-            ) as client:
+            async with self._session(transport) as client:
                 yield client
+
+    @asynccontextmanager
+    async def _session(self, transport: Transport) -> AsyncIterator[Client]:
+        async with Client(
+            transport,
+            mode="legacy",
+            cache=None,
+            read_timeout_seconds=self.config.timeout_seconds,
+            elicitation_callback=self._refuse_elicitation,
+            sampling_callback=self._refuse_sampling,
+        ) as client:
+            yield client
 
     def run(self, work: Callable[[Client], Awaitable[T]]) -> T:
         """``work``'s value, or McpFailure saying whether anything reached the server:
@@ -199,7 +215,7 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def list_tools(config: McpServerConfig, environ: Mapping[str, str]) -> tuple[str, list[types.Tool]]:
+def list_tools(config: McpServerConfig, environ: Mapping[str, str], attach: Attach | None = None) -> tuple[str, list[types.Tool]]:
     """The server's version and every tool it lists (all pages)."""
 
     async def work(client: Client) -> tuple[str, list[types.Tool]]:
@@ -207,11 +223,13 @@ def list_tools(config: McpServerConfig, environ: Mapping[str, str]) -> tuple[str
         listed = await client.list_tools()
         return (info.version if info is not None else ""), list(listed.tools)
 
-    return Conversation(config, environ).run(work)
+    return Conversation(config, environ, attach).run(work)
 
 
-def call_tool(config: McpServerConfig, environ: Mapping[str, str], tool: str, arguments: Mapping[str, JSON]) -> Answer:
-    conversation = Conversation(config, environ)
+def call_tool(
+    config: McpServerConfig, environ: Mapping[str, str], tool: str, arguments: Mapping[str, JSON], attach: Attach | None = None
+) -> Answer:
+    conversation = Conversation(config, environ, attach)
 
     async def work(client: Client) -> Answer:
         result = await client.call_tool(tool, dict(arguments), read_timeout_seconds=config.timeout_seconds)

@@ -18,6 +18,7 @@ from core.ports import Call, Reconciliation
 from core.state import PendingEffect
 from core.tools import ToolSpec
 from sandbox.mcp_client import Answer, McpFailure, McpServerConfig, call_tool, list_tools
+from sandbox.mcp_stdio import Attach
 from sandbox.tool_context import ToolResult, error_result
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,8 @@ class McpTools:
     def __init__(self, configs: Sequence[McpServerConfig], environ: Mapping[str, str]) -> None:
         self.configs = {config.name: config for config in configs}
         self._environ = environ
+        # How a server over stdio is started in the run's container: set by the executor.
+        self.attach: Attach | None = None
         self._tools: dict[str, Listed] = {}
         # The tools the policy took as effects when they were listed: never sent without a fixed effect.
         self._effectful: set[str] = set()
@@ -48,7 +51,7 @@ class McpTools:
         specs = []
         for config in self.configs.values():
             try:
-                version, tools = list_tools(config, self._environ)
+                version, tools = list_tools(config, self._environ, self.attach)
             except McpFailure as exc:
                 self.problems.append(exc.message)
                 continue
@@ -89,7 +92,7 @@ class McpTools:
             arguments[config.idempotency_arg] = key
         effect = McpEffect(
             server=config.name,
-            endpoint=config.url,
+            endpoint=config.url or "stdio: " + " ".join(config.command),
             tool=tool.name,
             version=tool.version,
             arguments=arguments,
@@ -117,7 +120,7 @@ class McpTools:
                 base["idempotency_key"] = call.idempotency_key
         effectful = call.effect is not None
         try:
-            answer = call_tool(config, self._environ, tool.name, arguments)
+            answer = call_tool(config, self._environ, tool.name, arguments, self.attach)
         except McpFailure as exc:
             return _failed(exc, effectful, base)
         return _answered(answer, effectful, base)
@@ -130,7 +133,7 @@ class McpTools:
         if config is None or not config.lookup_tool or not config.idempotency_arg or not effect.idempotency_key:
             return Reconciliation(False, None, False, f"MCP server {server} offers no lookup by idempotency key")
         try:
-            answer = call_tool(config, self._environ, config.lookup_tool, {config.idempotency_arg: effect.idempotency_key})
+            answer = call_tool(config, self._environ, config.lookup_tool, {config.idempotency_arg: effect.idempotency_key}, self.attach)
         except McpFailure as exc:
             return Reconciliation(False, None, False, f"the lookup failed: {exc.message}")
         found = answer.structured.get("found") if isinstance(answer.structured, dict) else None

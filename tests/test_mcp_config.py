@@ -171,3 +171,26 @@ def test_it_keeps_an_interrupted_call_of_a_tool_its_server_no_longer_lists_pendi
     assert (pending.tool, pending.kind, pending.idempotency_key) == ("tracker.create_issue", "external", key)
     [resumed] = [e for e in rig.store.events if isinstance(e, ev.RunResumed)]
     assert resumed.recovery == "pending"
+
+
+@pytest.mark.django_db
+def test_it_takes_a_server_over_stdio_as_a_command_list_and_refuses_both_or_neither_transport(admin_user: User, settings: Settings) -> None:
+    settings.MCP_ALLOWED_URLS = ["https://mcp.example.com/tracker/"]
+    client = Client()
+    client.force_login(admin_user)
+    add = reverse("admin:projects_mcpserver_add")
+    command = '["python3", "/opt/harness-mcp/servers/workspace_search.py"]'
+    for bad, said in (
+        ({"command": command}, "not both or neither"),
+        ({"url": ""}, "not both or neither"),
+        ({"url": "", "command": '"python3 server.py"'}, "a JSON list of non-empty strings"),
+        ({"url": "", "command": '["python3", ""]'}, "a JSON list of non-empty strings"),
+    ):
+        page = client.post(add, server_form(**bad))
+        assert page.status_code == 200 and said in page.content.decode(), bad
+    assert not McpServer.objects.exists()
+    assert client.post(add, server_form(name="search", url="", credential_env="", command=command)).status_code == 302
+    server = McpServer.objects.get()
+    assert server.command == ["python3", "/opt/harness-mcp/servers/workspace_search.py"] and server.url == ""
+    [entry] = AuditEntry.objects.filter(action="mcp_server_saved")
+    assert entry.detail["command"] == server.command
