@@ -38,11 +38,9 @@ from approvals.policy_editor import (
     CheckFormSet,
     PolicyMainForm,
     RuleFormSet,
-    compose,
     error_summary,
     initial_data,
-    kept_forms,
-    place_problems,
+    judged_document,
 )
 from common.permissions import ADD_POLICIES, VIEW_APPROVALS, VIEW_POLICIES
 from common.times import zoned_times
@@ -201,20 +199,13 @@ class PolicyVersionAdmin(admin.ModelAdmin):
             main = PolicyMainForm(request.POST)
             rules = RuleFormSet(request.POST, prefix="rules")
             checks = CheckFormSet(request.POST, prefix="checks")
-            if main.is_valid() and rules.is_valid() and checks.is_valid():
-                rule_forms = list(rules.ordered_forms)  # the order of rules matters: first match wins
-                check_forms = kept_forms(checks)
-                document = compose(main, rule_forms, check_forms, base)
-                try:
-                    check_policy({**document, "version": 1})
-                except InputError as exc:
-                    place_problems(exc.problems, main, rule_forms, check_forms)
-                else:
-                    obj = PolicyVersion(project=project, note=main.cleaned_data["note"])
-                    self.save_version(request, obj, document)
-                    self.log_addition(request, obj, [{"added": {}}])
-                    self.message_user(request, f"Saved {obj}.", messages.SUCCESS)
-                    return HttpResponseRedirect(reverse("admin:approvals_policyversion_change", args=[obj.pk]))
+            document = judged_document(main, rules, checks, base)
+            if document is not None:
+                obj = PolicyVersion(project=project, note=main.cleaned_data["note"])
+                self.save_version(request, obj, document)
+                self.log_addition(request, obj, [{"added": {}}])
+                self.message_user(request, f"Saved {obj}.", messages.SUCCESS)
+                return HttpResponseRedirect(reverse("admin:approvals_policyversion_change", args=[obj.pk]))
         else:
             main = PolicyMainForm(initial=main_initial)
             rules = RuleFormSet(initial=rules_initial, prefix="rules")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -55,3 +56,56 @@ def test_it_names_a_lone_branch_even_when_the_rest_is_fine(admin_user: User) -> 
     # The same form without the branch starts the run.
     response = signed_in(admin_user).post(reverse("runs:new"), {**form, "repository_ref": ""})
     assert response.status_code == 302 and Run.objects.count() == 1
+
+
+def policy_form(**changes: Any) -> dict[str, Any]:
+    """The row editor's post for the project's current policy, with ``changes``."""
+    from approvals.policies import current_policy_row
+    from approvals.policy_editor import initial_data
+
+    main, rules, checks = initial_data(current_policy_row().document)
+    data: dict[str, Any] = {key: "" if value is None else value for key, value in main.items()}
+    for prefix, rows in (("rules", rules), ("checks", checks)):
+        data.update({f"{prefix}-TOTAL_FORMS": len(rows), f"{prefix}-INITIAL_FORMS": 0, f"{prefix}-MIN_NUM_FORMS": 0})
+        data[f"{prefix}-MAX_NUM_FORMS"] = 1000
+        for index, row in enumerate(rows):
+            data.update({f"{prefix}-{index}-{name}": value for name, value in row.items() if value is not False})
+            if prefix == "rules":
+                data[f"{prefix}-{index}-ORDER"] = index + 1
+    data.update(changes)
+    return data
+
+
+@pytest.mark.django_db
+def test_it_names_every_policy_problem_beside_a_malformed_constraint(admin_user: User) -> None:
+    data = policy_form(approval_ttl_seconds=0, sandbox_memory="lots", **{"rules-0-when": "no equals sign", "rules-1-decision": "maybe"})
+    data["checks-0-check_id"] = "Bad ID!"
+    data.pop("allow_self_approval", None)
+    response = signed_in(admin_user).post(reverse("admin:approvals_policyversion_add"), data)
+    page = response.content.decode()
+    assert response.status_code == 200 and 'id="policy-problems"' in page
+    for said in (
+        "Rule row 1, argument constraints: &#x27;no equals sign&#x27;: each line must look like arg=glob1,glob2",
+        "Approval TTL (seconds): must be at least 1",
+        "Sandbox memory: must be a number followed by k, m or g",
+        "Rule row 2, decision:",
+        "Check row 1, check id: must be 1 to 64 lowercase letters",
+    ):
+        assert said in page, said
+
+
+@pytest.mark.django_db
+def test_it_refuses_a_check_id_used_twice(admin_user: User) -> None:
+    from approvals.models import PolicyVersion
+
+    data = policy_form()
+    before = PolicyVersion.objects.count()
+    count = int(data["checks-TOTAL_FORMS"])
+    assert count >= 1
+    copied = {key.replace("checks-0-", f"checks-{count}-"): value for key, value in data.items() if key.startswith("checks-0-")}
+    data.update(copied, **{"checks-TOTAL_FORMS": count + 1})
+    response = signed_in(admin_user).post(reverse("admin:approvals_policyversion_add"), data)
+    page = response.content.decode()
+    assert response.status_code == 200 and 'id="policy-problems"' in page, page[-3000:]
+    assert f"Check row {count + 1}, check id: &#x27;{data['checks-0-check_id']}&#x27; is already the id of check row 1" in page
+    assert PolicyVersion.objects.count() == before
