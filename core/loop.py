@@ -437,4 +437,4 @@ def _execute(run: RunContext, gates: Gates, admitted: Execute) -> None:
     if stopped is not None:
         return act(run, gates, stopped)
     checkpoint(run)
-    guard(run, "after the receipt")
+    guard(run, "once the call had run and its receipt was recorded")
