@@ -129,3 +129,11 @@ def test_it_says_the_kill_switch_stopped_the_run_once_the_call_had_run() -> None
     assert rig.state.outcome == "killed"
     assert rig.state.stop_message == "stopped by the kill switch once the call had run and its receipt was recorded"
     assert "(" not in rig.state.stop_message
+
+
+def test_it_says_a_blocked_call_when_the_proposer_ends_after_a_check_refused_it() -> None:
+    rig = build_rig([call("write_file", path="src/calc.py", content=FIXED), call("publish", message="ship it")])
+    rig.harness.run()
+    assert rig.state.outcome == "proposals_exhausted"
+    assert rig.state.stop_message.startswith("the proposer has no further proposals; its last call was blocked: it needs ")
+    assert "to pass on revision" in rig.state.stop_message
