@@ -41,10 +41,11 @@ from approvals.policy_editor import (
     error_summary,
     initial_data,
     judged_document,
+    place_problems,
 )
 from common.permissions import ADD_POLICIES, VIEW_APPROVALS, VIEW_POLICIES
 from common.times import zoned_times
-from core.errors import InputError, json_message
+from core.errors import FieldProblem, InputError, json_message
 from core.policy import check_policy
 from projects.access import permissions_in, project_ids_with, projects_with, scoped
 from projects.models import DEFAULT_PROJECT, Project
@@ -121,6 +122,11 @@ class PolicyVersionAdmin(admin.ModelAdmin):
         """Save ``row`` with ``document`` as the newest version; the ids of the pending
         requests it made stale."""
         raise NotImplementedError("the admin for policy versions is registered by runs.admin, which saves through runs")
+
+    def engine_problems(self, document: dict[str, Any]) -> list[FieldProblem]:
+        """What the sandbox engine lacks for ``document`` (a runtime it has not
+        registered); asked by runs.admin, which may reach the sandbox layer."""
+        return []
 
     @admin.display(description="edit")
     def new_from_this(self, obj: PolicyVersion) -> str:
@@ -200,7 +206,10 @@ class PolicyVersionAdmin(admin.ModelAdmin):
             rules = RuleFormSet(request.POST, prefix="rules")
             checks = CheckFormSet(request.POST, prefix="checks")
             document = judged_document(main, rules, checks, base)
-            if document is not None:
+            missing = self.engine_problems(document) if document is not None else []
+            if missing:
+                place_problems(missing, main, [], [])
+            elif document is not None:
                 obj = PolicyVersion(project=project, note=main.cleaned_data["note"])
                 self.save_version(request, obj, document)
                 self.log_addition(request, obj, [{"added": {}}])

@@ -109,3 +109,20 @@ def test_it_refuses_a_check_id_used_twice(admin_user: User) -> None:
     assert response.status_code == 200 and 'id="policy-problems"' in page, page[-3000:]
     assert f"Check row {count + 1}, check id: &#x27;{data['checks-0-check_id']}&#x27; is already the id of check row 1" in page
     assert PolicyVersion.objects.count() == before
+
+
+@pytest.mark.docker
+def test_it_asks_the_sandbox_engine_for_the_policys_runtime() -> None:
+    # The policy admits runc and runsc only; a runtime the engine has not registered
+    # stands in for runsc on an engine without gVisor (this one has both).
+    from django.contrib import admin as site
+
+    from approvals.admin import PolicyVersionAdmin
+    from approvals.models import PolicyVersion
+
+    policy_admin = site.site._registry[PolicyVersion]
+    assert isinstance(policy_admin, PolicyVersionAdmin)
+    (problem,) = policy_admin.engine_problems({"sandbox": {"runtime": "nosuchruntime"}})
+    assert problem.field == "sandbox.runtime"
+    assert problem.message.startswith("the Docker engine has no runtime 'nosuchruntime'")
+    assert policy_admin.engine_problems({"sandbox": {"runtime": "runc"}}) == []
