@@ -12,7 +12,8 @@ from django import forms
 from django.conf import settings
 from django.forms.utils import pretty_name
 
-from core.errors import FieldProblem
+from core.errors import FieldProblem, InputError
+from core.policy import check_policy
 
 DECISIONS = [("allow", "allow"), ("deny", "deny"), ("ask", "ask")]
 RUNTIMES = [("runc", "runc (the engine's default)"), ("runsc", "runsc (gVisor: a user-space kernel)")]
@@ -228,18 +229,52 @@ def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[st
     return main, rules, checks
 
 
+# What a row field whose text could not be converted stands for while the policy is
+# judged as a whole: a value the policy accepts, so its one problem is named once.
+ROW_FALLBACKS: dict[str, Any] = {"when": {}, "timeout_seconds": None, "egress": [], "ORDER": None}
+
+
 def kept_forms(formset: forms.BaseFormSet) -> list[Any]:
-    """The rows of a valid formset that make the document: neither deleted nor untouched extras."""
-    deleted = formset.deleted_forms
-    return [form for form in formset.forms if form.cleaned_data and form not in deleted]
+    """The rows that make the document, valid or not: neither deleted nor untouched
+    extras; rules in their chosen order (unnumbered last), as Django orders them."""
+    formset.is_valid()  # cleans every row, so each has its cleaned_data
+    kept = [form for form in formset.forms if form.cleaned_data and not form.cleaned_data.get("DELETE")]
+    if formset.can_order:
+        kept.sort(key=lambda form: (form.cleaned_data.get("ORDER") is None, form.cleaned_data.get("ORDER") or 0))
+    return kept
 
 
-def compose(main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[CheckForm], base: dict[str, Any]) -> dict[str, Any]:
-    """The policy document (without its version) from valid forms, rows in order."""
-    data = main.cleaned_data
+def row_values(form: forms.Form) -> dict[str, Any]:
+    return {**ROW_FALLBACKS, **form.cleaned_data}
+
+
+def main_values(main: PolicyMainForm, base: dict[str, Any]) -> dict[str, Any]:
+    """The main form's values, those it could not convert taken from ``base``."""
+    initial, _, _ = initial_data(base)
+    allowed = base.get("publish_checks", {}).get("allowed_secrets", [])
+    fallback = {**initial, "note": "", "publish_allowed_secrets": [{"path": a["path"], "fingerprint": a["fingerprint"]} for a in allowed]}
+    return {**fallback, **main.cleaned_data}
+
+
+def duplicate_checks(check_rows: list[dict[str, Any]]) -> list[FieldProblem]:
+    """A check id given to a second row, named on that row with the first row's number."""
+    first: dict[str, int] = {}
+    problems = []
+    for index, row in enumerate(check_rows):
+        check_id = row.get("check_id")
+        if check_id in first:
+            problems.append(FieldProblem(f"checks[{index}].check_id", f"{check_id!r} is already the id of check row {first[check_id] + 1}"))
+        elif check_id:
+            first[check_id] = index
+    return problems
+
+
+def compose(
+    data: dict[str, Any], rule_rows: list[dict[str, Any]], check_rows: list[dict[str, Any]], base: dict[str, Any]
+) -> dict[str, Any]:
+    """The policy document (without its version) from the forms' values, rows in order."""
     rules = []
-    for form in rule_forms:
-        row = form.cleaned_data
+    for row in rule_rows:
         rule: dict[str, Any] = {"name": row["name"], "tool": row["tool"], "decision": row["decision"]}
         if row["when"]:
             rule["when"] = row["when"]
@@ -247,8 +282,7 @@ def compose(main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[
             rule["requires_evidence"] = True
         rules.append(rule)
     checks = []
-    for check_form in check_forms:
-        row = check_form.cleaned_data
+    for row in check_rows:
         check: dict[str, Any] = {"check_id": row["check_id"], "command": row["command"], "version": row["version"] or "1"}
         if row["timeout_seconds"] is not None:
             check["timeout_seconds"] = row["timeout_seconds"]
@@ -296,6 +330,30 @@ def publish_checks(data: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]
     if "publish_checks" not in base and checks == {"secrets": "refuse", "allowed_secrets": [], "moved_base": "show"}:
         return {}
     return {"publish_checks": checks}
+
+
+def judged_document(
+    main: PolicyMainForm, rules: forms.BaseFormSet, checks: forms.BaseFormSet, base: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The policy document the posted forms make, or None with every problem put on
+    the field or row it names. The policy is judged even when some text did not
+    convert (standing in for it: ``base``'s value or a neutral one), so one answer
+    names every problem."""
+    converted = all([main.is_valid(), rules.is_valid(), checks.is_valid()])
+    rule_forms = kept_forms(rules)
+    check_forms = kept_forms(checks)
+    check_rows = [row_values(form) for form in check_forms]
+    document = compose(main_values(main, base), [row_values(form) for form in rule_forms], check_rows, base)
+    try:
+        check_policy({**document, "version": 1})
+        problems = []
+    except InputError as exc:
+        problems = exc.problems
+    # Named on the repeated row; the policy's own message ("checks: ...") would not say which.
+    repeated = duplicate_checks(check_rows)
+    problems = [p for p in problems if not (repeated and p.field == "checks")] + repeated
+    place_problems(problems, main, rule_forms, check_forms)
+    return document if converted and not problems else None
 
 
 def place_problems(problems: list[FieldProblem], main: PolicyMainForm, rule_forms: list[RuleForm], check_forms: list[CheckForm]) -> None:

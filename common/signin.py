@@ -145,6 +145,22 @@ def _release(keys: tuple[str, str, str], cleared: bool) -> None:
         log.warning("could not give back a sign-in attempt", exc_info=True)
 
 
+def attempts_left(username: str, address: str) -> int | None:
+    """How many more failures the tightest limit admits for this user and address
+    (None when the count cannot be read: the refusal then says nothing of it)."""
+    limits = (
+        settings.HARNESS_SIGNIN_MAX_FAILURES,
+        settings.HARNESS_SIGNIN_MAX_FAILURES_PER_USER,
+        settings.HARNESS_SIGNIN_MAX_FAILURES_PER_ADDRESS,
+    )
+    try:
+        counts = _redis().mget(_keys(username, address))
+    except CACHE_ERRORS:
+        return None
+    # A sync client's reply is a list, though redis-py types it as possibly awaitable.
+    return min(limit - int(count or 0) for limit, count in zip(limits, counts, strict=True))  # type: ignore[arg-type]
+
+
 def limited_sign_in(username: str, address: str, attempt: Callable[[], T], failed: type[Exception]) -> T:
     """Reserve an attempt for this user and address (SignInLocked when one of the limits
     is used up, SignInUnavailable when it cannot be counted), then run ``attempt`` (a
@@ -182,6 +198,18 @@ class LimitedSignInMixin(_SignInForm):
         address = client_address(self.request) if self.request is not None else ""
         try:
             return limited_sign_in(username, address, super().clean, forms.ValidationError)
+        except forms.ValidationError as exc:
+            # Warned before the lockout, not only after it.
+            left = attempts_left(username, address)
+            if left is None or left > 1:
+                raise
+            minutes = -(-settings.HARNESS_SIGNIN_WINDOW_SECONDS // 60)
+            warning = (
+                f"One more failed attempt locks sign-in for this user from your address for up to {minutes} minute(s)."
+                if left == 1
+                else f"Sign-in is now locked for this user from your address for up to {minutes} minute(s)."
+            )
+            raise forms.ValidationError([*exc.error_list, forms.ValidationError(warning, code="last_attempt")]) from None
         except SignInLocked as exc:
             raise forms.ValidationError(str(exc).capitalize() + ".", code="locked") from None
         except SignInUnavailable as exc:

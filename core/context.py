@@ -75,7 +75,7 @@ def no_retry(reason: str, message: str, infrastructure: str | None) -> Stop:
 def guard(run: RunContext, where: str, infrastructure: str | None = None) -> None:
     """The kill switch and the deadline, checked wherever the run could go on."""
     if run.controls.kill_requested():
-        raise StopRun(Stop("killed", f"kill switch ({where})"))
+        raise StopRun(Stop("killed", f"stopped by the kill switch {where}"))
     now = run.clock.now()
     # A wait in progress is not working time (core.waits).
     if now >= run.state.deadline_at(now):

@@ -160,7 +160,7 @@ def _before_retry(run: RunContext, gates: Gates, record: CallRecord, receipt: Re
     state = run.state
     infrastructure = gates.infrastructure_failure(receipt)
     error = receipt.data.get("error")
-    guard(run, "after the receipt", infrastructure)
+    guard(run, "once the call had run and its receipt was recorded", infrastructure)
     backoff = min(run.config.retry_base_seconds * 2 ** (record.attempts - 1), run.config.retry_max_seconds)
     if not gates.attempts_left(state, record):
         return no_retry("attempt_limit", f"{record.call_id} failed transiently {record.attempts} times", infrastructure)

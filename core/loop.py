@@ -225,7 +225,7 @@ def _step(run: RunContext, gates: Gates) -> None:
             return act(run, gates, Stop(exc.reason, exc.message))
         emit_model_notes(run)
         if raw is None:
-            return act(run, gates, Stop("proposals_exhausted", "the proposer has no further proposals"))
+            return act(run, gates, Stop("proposals_exhausted", _out_of_proposals(state)))
         call_id = f"c{state.next_call}"
         # Gates 1-3 (parse, resolve, validate) read nothing outside the run, so they decide before anything
         # holding the proposal is stored: only a proposal they let through is kept
@@ -437,4 +437,16 @@ def _execute(run: RunContext, gates: Gates, admitted: Execute) -> None:
     if stopped is not None:
         return act(run, gates, stopped)
     checkpoint(run)
-    guard(run, "after the receipt")
+    guard(run, "once the call had run and its receipt was recorded")
+
+
+def _out_of_proposals(state: RunState) -> str:
+    """Why the proposer's end stopped the run, naming a call the checks blocked last
+    (a publish refused for a failing check would otherwise read as a plain end)."""
+    said = "the proposer has no further proposals"
+    feedback = state.feedback or {}
+    if feedback.get("kind") != "check_required":
+        return said
+    missing = feedback.get("missing")
+    checks = " and ".join(str(m) for m in missing) if isinstance(missing, list) else "a check"
+    return f"{said}; its last call was blocked: it needs {checks} to pass on revision {str(feedback.get('revision'))[:12]} first"

@@ -109,7 +109,7 @@ def resume(run: RunContext) -> KeepWaiting | Regate | ChangesRequested | Stop:
     record = state.ledger[waiting.call_id]
     spec = run.registry.get(record.tool)
     assert spec is not None
-    guard(run, "resuming a wait")
+    guard(run, "while resuming a wait")
     approvals = run.approvals
     if key_now(run, record) != waiting.approval_key:
         reason = _stale_reason(run, waiting)

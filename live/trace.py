@@ -87,8 +87,13 @@ def _receipt_view(e: ev.ReceiptRecorded) -> tuple[str, str, str]:
     status, effect = receipt.get("status", "?"), receipt.get("effect", "?")
     if not e.valid:
         return "Receipt rejected", "bad", e.problem or "invalid receipt"
-    tone = "ok" if status == "ok" else "warn"
-    return f"Receipt {status}", tone, f"effect {effect}, revision {short(receipt.get('revision'))}"
+    detail = f"effect {effect}, revision {short(receipt.get('revision'))}"
+    data = receipt.get("data") if isinstance(receipt.get("data"), dict) else {}
+    if status == "ok" and isinstance(data.get("exit_code"), int):
+        # A check's receipt says it ran, not that it passed: the verdict is the next
+        # event's, so a failing check is not announced in green first.
+        return "Receipt: the check ran", "info", f"{detail}, exit {data['exit_code']}"
+    return f"Receipt {status}", "ok" if status == "ok" else "warn", detail
 
 
 _RunEvent = ev.RunStarted | ev.RunResumed | ev.PolicyChanged | ev.InvariantRepaired | ev.KillRequested | ev.ModelNote | ev.Stopped

@@ -19,7 +19,7 @@ from core.errors import FieldProblem, InputError, json_message
 from pages.access import require
 from projects.access import default_start_slug, projects_with
 from runs.proposers import PROPOSER_KINDS
-from runs.runtime import create_run
+from runs.runtime import check_run, create_run
 
 # Which form field shows the problems of each kind of refused input.
 FIELD_FOR = {
@@ -153,7 +153,12 @@ class NewRunForm(forms.Form):
 def new_run(request: HttpRequest) -> HttpResponse:
     form = NewRunForm(request.POST or None, user=request.user)
     if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
+        data = dict(form.cleaned_data)  # add_error below drops the field from cleaned_data
+        # A branch alone would be dropped silently (only a repository URL replaces the
+        # workspace): refused, alongside whatever else is wrong with the run.
+        lone_ref = bool(data["repository_ref"].strip()) and not data["repository_url"].strip()
+        if lone_ref:
+            form.add_error("repository_ref", "a branch, tag or commit needs a repository URL; clear it, or fill in the URL above")
         try:
             contract, proposer = run_inputs(
                 data["template"],
@@ -163,10 +168,11 @@ def new_run(request: HttpRequest) -> HttpResponse:
                 data["repository_url"],
                 data["repository_ref"],
             )
-            run = create_run(contract, proposer, request.user, project=data["project"] or None)
+            if lone_ref:
+                check_run(contract, proposer, request.user, project=data["project"] or None)
+            else:
+                return redirect("runs:detail", create_run(contract, proposer, request.user, project=data["project"] or None).pk)
         except InputError as exc:
             form.add_problems(exc)
-        else:
-            return redirect("runs:detail", run.pk)
     status = 400 if form.is_bound else 200
     return render(request, "runs/new.html", {"form": form, "templates": template_documents()}, status=status)

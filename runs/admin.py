@@ -8,14 +8,21 @@ down, with nothing for approvals to look up. Projects' admin is registered by ru
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.contrib import admin
 
 from approvals.admin import PolicyVersionAdmin
 from approvals.models import PolicyVersion
+from core.errors import FieldProblem
 from runs import mcp_admin, project_admin  # noqa: F401 - registers projects, their members, their MCP servers and the audit
 from runs.approval_flow import save_policy_version
+from sandbox.container_spec import RuntimeMissing, check_runtime
+from sandbox.docker_client import shared_client
+from sandbox.engine import ENGINE_ERRORS
+
+log = logging.getLogger(__name__)
 
 
 @admin.register(PolicyVersion)
@@ -30,3 +37,14 @@ class PolicyVersionWithRunsAdmin(PolicyVersionAdmin):
 
     def store_version(self, row: PolicyVersion, document: dict[str, Any]) -> list[str]:
         return save_policy_version(row, document)
+
+    def engine_problems(self, document: dict[str, Any]) -> list[FieldProblem]:
+        runtime = document.get("sandbox", {}).get("runtime", "runc")
+        try:
+            check_runtime(shared_client(), runtime)
+        except RuntimeMissing as exc:
+            return [FieldProblem("sandbox.runtime", exc.reason)]
+        except ENGINE_ERRORS as exc:
+            # No engine to ask now: the save goes ahead; a run names a missing runtime when it starts.
+            log.warning("could not ask the sandbox engine for runtime %r (%s)", runtime, exc)
+        return []

@@ -16,10 +16,12 @@ from django.conf import settings
 
 from common.redact import redact
 from core.contract import Contract
+from core.decisions import Refuse
 from core.environment import RepositoryContext
 from core.errors import FieldProblem, InputError
 from core.jsonutil import JSON
 from core.ports import Clock, Proposer, ProposerStopped
+from core.proposals import parse
 from core.scripted import ScriptedProposer
 from core.tools import ToolSpec
 
@@ -57,14 +59,28 @@ def check_proposer_config(config: object) -> dict[str, Any]:
                 else "required: the scripted proposer plays a JSON list of proposals"
             )
             raise InputError("proposer", [FieldProblem("proposer.script", said)])
-        extra = set(config) - {"kind", "script"}
-        if extra:
-            raise InputError("proposer", [FieldProblem(f"proposer.{sorted(extra)[0]}", "unexpected field")])
+        # Every entry is held to gate 1's shape now, so a typo is named before the run
+        # starts instead of becoming a refused proposal mid-run.
+        problems = [FieldProblem(f"proposer.{name}", "unexpected field") for name in sorted(set(config) - {"kind", "script"})]
+        problems += script_problems(script)
+        if problems:
+            raise InputError("proposer", problems)
         return config
     problems = _model_config_problems(str(kind), config)
     if problems:
         raise InputError("proposer", problems)
     return {name: config[name] for name in MODEL_FIELDS if name in config}
+
+
+def script_problems(script: list[object]) -> list[FieldProblem]:
+    """Each scripted proposal that is not exactly {tool: string, args: object}."""
+    problems = []
+    for index, entry in enumerate(script):
+        refused = parse(f"script[{index}]", entry)
+        if isinstance(refused, Refuse):
+            where = f"proposer.script[{index}]"
+            problems += [FieldProblem(where if p.field == "(root)" else f"{where}.{p.field}", p.message) for p in refused.problems]
+    return problems
 
 
 def _model_config_problems(kind: str, config: dict[str, Any]) -> list[FieldProblem]:

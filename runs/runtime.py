@@ -38,7 +38,7 @@ from core.policy import Policy
 from core.ports import RevisionMismatch
 from core.storable import escaped_text
 from projects.access import check_start_project
-from projects.models import default_project_id
+from projects.models import Project, default_project_id
 from runs import admission, hosts, invariants, leases, placement, queue
 from runs.approval_flow import cancel_open_requests
 from runs.approval_gate import DjangoApprovals
@@ -51,7 +51,7 @@ from runs.mcp_servers import mcp_tools_for
 from runs.models import Run
 from runs.outbox import DatabaseOutbox
 from runs.queue import enqueue_dispatch, enqueue_start
-from runs.services import CurrentPolicy, check_new_run, do_create_run, drive_run, registry
+from runs.services import CurrentPolicy, NewRun, check_new_run, do_create_run, drive_run, registry
 from runs.store import DjangoStore, LeaseLost, Unstorable, load_state
 from sandbox.container_spec import ContainerSpec
 from sandbox.effect_tools import remember_pushes
@@ -219,17 +219,23 @@ def check_admission() -> None:
         raise InputError("run", [FieldProblem("(run)", "the global switch admits no new runs right now")])
 
 
-def create_run(contract: object, proposer: object, actor: Any, *, project: str | None = None, enqueue: bool = True) -> Run:
-    """Validate (the project, the switches, the workspace source too), create the run
-    in ``project`` (a slug; by default the only project where ``actor`` may start
-    runs, else the default project) and (by default) hand it to a worker; the worker
-    that first drives it prepares its workspace (see advance)."""
+def check_run(contract: object, proposer: object, actor: Any, *, project: str | None = None) -> tuple[Project, NewRun]:
+    """Everything ``create_run`` checks, without creating anything: where the run
+    would start and the run as checked there."""
     place = check_start_project(actor, project)
     check_admission()
     if place.paused:
         # The project's own switch: its operators paused it (runs.control).
         raise InputError("run", [FieldProblem("(run)", f"project {place.slug} is paused: its operators admit no new runs right now")])
-    new = check_new_run(contract, proposer, place.pk)
+    return place, check_new_run(contract, proposer, place.pk)
+
+
+def create_run(contract: object, proposer: object, actor: Any, *, project: str | None = None, enqueue: bool = True) -> Run:
+    """Validate (the project, the switches, the workspace source too), create the run
+    in ``project`` (a slug; by default the only project where ``actor`` may start
+    runs, else the default project) and (by default) hand it to a worker; the worker
+    that first drives it prepares its workspace (see advance)."""
+    place, new = check_run(contract, proposer, actor, project=project)
     run = do_create_run(new, actor, check_workspace_for, project_id=place.pk)
     admitted = admission.admit_new(run)
     if enqueue:

@@ -81,7 +81,7 @@ def test_it_checks_the_deadline_after_each_receipt() -> None:
 
     rig.harness.context.executor.execute = slow_execute  # type: ignore[method-assign, assignment]  # this instance's only; mypy keeps a protocol method's self
     rig.harness.run()
-    assert rig.state.outcome == "deadline" and "after the receipt" in rig.state.stop_message
+    assert rig.state.outcome == "deadline" and "once the call had run and its receipt was recorded" in rig.state.stop_message
     # The write's receipt was still recorded before stopping.
     assert rig.store.ledger["c1"].state == "completed"
 
@@ -107,3 +107,33 @@ def test_it_stops_instead_of_sleeping_when_a_retry_backoff_would_cross_the_deadl
     rig.harness.run()
     assert rig.state.outcome == "deadline" and "backoff would cross the deadline" in rig.state.stop_message
     assert rig.clock.slept == []
+
+
+def test_it_says_the_kill_switch_stopped_the_run_once_the_call_had_run() -> None:
+    rig = build_rig([call("write_file", path="src/calc.py", content=FIXED), call("finish")])
+    inner = rig.harness.context.executor.execute
+    killed: list[bool] = []
+
+    class Switch:
+        def kill_requested(self) -> bool:
+            return bool(killed)
+
+    def execute_then_kill(c: Call) -> object:
+        receipt = inner(c)
+        killed.append(True)
+        return receipt
+
+    rig.harness.context.controls = Switch()
+    rig.harness.context.executor.execute = execute_then_kill  # type: ignore[method-assign, assignment]  # this instance's only
+    rig.harness.run()
+    assert rig.state.outcome == "killed"
+    assert rig.state.stop_message == "stopped by the kill switch once the call had run and its receipt was recorded"
+    assert "(" not in rig.state.stop_message
+
+
+def test_it_says_a_blocked_call_when_the_proposer_ends_after_a_check_refused_it() -> None:
+    rig = build_rig([call("write_file", path="src/calc.py", content=FIXED), call("publish", message="ship it")])
+    rig.harness.run()
+    assert rig.state.outcome == "proposals_exhausted"
+    assert rig.state.stop_message.startswith("the proposer has no further proposals; its last call was blocked: it needs ")
+    assert "to pass on revision" in rig.state.stop_message

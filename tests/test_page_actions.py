@@ -204,3 +204,20 @@ def test_it_names_the_field_of_every_problem_in_the_policy_editor(admin_user: Us
         f"{reverse('admin:approvals_policyversion_add')}?json=1", {"note": "", "document_text": '{"rules": ['}
     ).content.decode()
     assert "not valid JSON: expecting value at line 1, column 12" in refused
+
+
+@pytest.mark.django_db
+def test_it_lets_the_keyboard_reach_every_scrollable_block_of_arguments_and_events(operator: User, reviewer: User) -> None:
+    import re
+
+    scene = waiting_scene(operator)
+    for client, url in (
+        (signed_in(reviewer), reverse("approvals:detail", args=[scene.request.pk])),
+        (signed_in(operator), reverse("runs:detail", args=[scene.run.pk])),
+    ):
+        page = client.get(url).content.decode()
+        blocks = re.findall(r"<pre[^>]*>", page)
+        assert blocks, url
+        for block in blocks:
+            # axe's scrollable-region-focusable: a block that may scroll takes the focus and has a name.
+            assert 'tabindex="0"' in block and 'role="region"' in block and "aria-label=" in block, (url, block)

@@ -85,6 +85,15 @@ def test_it_refuses_the_sign_in_page_after_too_many_failures(limits: Settings, p
     assert "_auth_user_id" not in client.session
 
 
+def test_it_warns_before_the_last_attempt_that_the_next_failure_locks_sign_in(limits: Settings, person: User) -> None:
+    client = Client(REMOTE_ADDR="10.0.0.9")
+    pages = [client.post(reverse("login"), {"username": person.username, "password": "guess"}).content for _ in range(3)]
+    assert b"One more failed attempt" not in pages[0]
+    assert b"One more failed attempt locks sign-in for this user from your address for up to 10 minute(s)." in pages[1]
+    assert b"Sign-in is now locked for this user from your address for up to 10 minute(s)." in pages[2]
+    assert all(b"Please enter a correct username and password" in page for page in pages)
+
+
 def test_it_limits_one_address_trying_many_accounts_and_one_account_from_many_addresses(limits: Settings, person: User) -> None:
     limits.HARNESS_SIGNIN_MAX_FAILURES_PER_ADDRESS = 4
     limits.HARNESS_SIGNIN_MAX_FAILURES_PER_USER = 5

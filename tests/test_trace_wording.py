@@ -125,3 +125,13 @@ def test_it_links_no_empty_output() -> None:
         },
     )["view"]
     assert view["links"] == []
+
+
+def test_it_does_not_show_a_failing_checks_receipt_as_a_success() -> None:
+    receipt = {"status": "ok", "effect": "none", "revision": "abcdef123456", "data": {"exit_code": 1}}
+    shown = step(5, "receipt_recorded", "c1", tool="run_check", attempt=1, valid=True, receipt=receipt, harness_revision="x")
+    assert shown["view"]["label"] == "Receipt: the check ran" and shown["view"]["tone"] == "info"
+    assert "exit 1" in shown["view"]["summary"]
+    write = {"status": "ok", "effect": "workspace", "revision": "abcdef123456", "data": {}}
+    shown = step(7, "receipt_recorded", "c2", tool="write_file", attempt=1, valid=True, receipt=write, harness_revision="x")
+    assert shown["view"]["label"] == "Receipt ok" and shown["view"]["tone"] == "ok"
