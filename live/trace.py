@@ -88,8 +88,8 @@ def _receipt_view(e: ev.ReceiptRecorded) -> tuple[str, str, str]:
     if not e.valid:
         return "Receipt rejected", "bad", e.problem or "invalid receipt"
     detail = f"effect {effect}, revision {short(receipt.get('revision'))}"
-    data = receipt.get("data") if isinstance(receipt.get("data"), dict) else {}
-    if status == "ok" and isinstance(data.get("exit_code"), int):
+    data = receipt.get("data")
+    if status == "ok" and isinstance(data, dict) and isinstance(data.get("exit_code"), int):
         # A check's receipt says it ran, not that it passed: the verdict is the next
         # event's, so a failing check is not announced in green first.
         return "Receipt: the check ran", "info", f"{detail}, exit {data['exit_code']}"
