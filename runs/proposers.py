@@ -59,7 +59,7 @@ def check_proposer_config(config: object) -> dict[str, Any]:
                 else "required: the scripted proposer plays a JSON list of proposals"
             )
             raise InputError("proposer", [FieldProblem("proposer.script", said)])
-        # Every entry is held to gate 1's (parse) shape now, so a typo is named before the run
+        # Every entry is held to the shape gate 1 (parse) wants now, so a typo is named before the run
         # starts instead of becoming a refused proposal mid-run.
         problems = [FieldProblem(f"proposer.{name}", "unexpected field") for name in sorted(set(config) - {"kind", "script"})]
         problems += script_problems(script)
