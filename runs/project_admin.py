@@ -32,22 +32,6 @@ from projects.models import AuditEntry, Membership, Project
 from runs.queue import enqueue_dispatch
 from sandbox.allowlist import UnsafeURL, allowlist
 
-# What the audit says of a project's settings; its switch is named apart.
-AUDITED = (
-    "name",
-    "slug",
-    "workspace_sources",
-    "git_remotes",
-    "max_active_runs",
-    "run_limits",
-    "daily_max_tokens",
-    "monthly_max_tokens",
-    "daily_max_cost_usd",
-    "monthly_max_cost_usd",
-    "reserve_tokens",
-    "reserve_cost_usd",
-)
-
 
 def _strings(value: object, what: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
@@ -125,6 +109,10 @@ class ProjectForm(forms.ModelForm):
         except UnsafeURL as exc:
             raise forms.ValidationError(str(exc).replace("HARNESS_GIT_ALLOWED_REMOTES entry", "entry")) from None
         return remotes
+
+
+# What the audit says of a project's settings: every field of its form; its switch is named apart.
+AUDITED = tuple(name for name in ProjectForm.Meta.fields if name != "paused")
 
 
 class AuditedMemberships(BaseInlineFormSet):
