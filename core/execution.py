@@ -161,6 +161,8 @@ def _before_retry(run: RunContext, gates: Gates, record: CallRecord, receipt: Re
     infrastructure = gates.infrastructure_failure(receipt)
     error = receipt.data.get("error")
     guard(run, "once the call had run and its receipt was recorded", infrastructure)
+    if infrastructure is not None and receipt.infrastructure_lasting:
+        return Stop("sandbox_unavailable", f"the sandbox cannot run {record.call_id}: {infrastructure}; retrying would fail the same way")
     backoff = min(run.config.retry_base_seconds * 2 ** (record.attempts - 1), run.config.retry_max_seconds)
     if not gates.attempts_left(state, record):
         return no_retry("attempt_limit", f"{record.call_id} failed transiently {record.attempts} times", infrastructure)

@@ -32,6 +32,12 @@ class Receipt(BaseModel):
         reason = self.data.get("infrastructure")
         return reason if self.status == "transient" and isinstance(reason, str) and reason else None
 
+    @property
+    def infrastructure_lasting(self) -> bool:
+        """The infrastructure's failure lasts until an operator acts (a runtime the
+        engine has not registered): another attempt would fail the same way."""
+        return self.infrastructure is not None and self.data.get("infrastructure_lasting") is True
+
 
 class ReceiptInvalid(Exception):
     pass

@@ -48,7 +48,7 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
     try:
         container = ctx.container_for(call)
     except SandboxUnavailable as exc:
-        return infrastructure_result(exc.reason, **base)
+        return infrastructure_result(exc.reason, lasting=exc.lasting, **base)
     # No network unless the policy names where: then only through a proxy for this call.
     proxy = EgressProxy(check, lambda cls, fields: tell(ctx, cls, call.call_id, fields), ctx.egress_max_events) if check.egress else None
     try:
@@ -56,14 +56,16 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
     except (SandboxUnavailable, EgressRefused) as exc:
         if proxy is not None:
             proxy.close()
-        return infrastructure_result(exc.reason if isinstance(exc, SandboxUnavailable) else str(exc), **base)
+        if isinstance(exc, SandboxUnavailable):
+            return infrastructure_result(exc.reason, lasting=exc.lasting, **base)
+        return infrastructure_result(str(exc), **base)
     listener = ctx.live_output(call.call_id) if ctx.live_output is not None else None
     capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir, listener=listener, store_limit=store_limit)
     try:
         result = _run_read_only(ctx, container, check, capture, environment)
     except SandboxUnavailable as exc:
         capture.discard()
-        return infrastructure_result(exc.reason, **base)
+        return infrastructure_result(exc.reason, lasting=exc.lasting, **base)
     except BaseException:
         capture.discard()
         raise

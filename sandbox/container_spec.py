@@ -55,6 +55,9 @@ while True:
 class RuntimeMissing(SandboxUnavailable):
     """The policy asks for a container runtime the engine does not have."""
 
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, lasting=True)
+
 
 # Under gVisor the host cgroup counts the sandbox's own threads, and the sandbox's
 # kernel dies when it cannot make one. Measured with runsc's ptrace platform: about

@@ -26,12 +26,16 @@ PING_SECONDS = 0.5
 class SandboxUnavailable(Exception):
     """The engine or the container failed the attempt: no command ran to its end, so
     nothing it did counts. ``engine_down``: the engine itself did not answer (worth
-    waiting for), rather than answering that something is missing."""
+    waiting for), rather than answering that something is missing. ``lasting``: what
+    is missing stays missing until an operator changes the engine's configuration
+    (a runtime it has not registered), so another attempt would fail the same way.
+    An image is not: it may be built or tagged between attempts."""
 
-    def __init__(self, reason: str, *, engine_down: bool = False) -> None:
+    def __init__(self, reason: str, *, engine_down: bool = False, lasting: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.engine_down = engine_down
+        self.lasting = lasting
 
 
 def unavailable(exc: BaseException, doing: str) -> SandboxUnavailable:

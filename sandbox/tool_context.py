@@ -114,12 +114,14 @@ def error_result(message: str, **data: JSON) -> ToolResult:
     return ToolResult("ok", "none", {**data, "error": message})
 
 
-def infrastructure_result(reason: str, artifacts: list[str] | None = None, **data: JSON) -> ToolResult:
+def infrastructure_result(reason: str, artifacts: list[str] | None = None, *, lasting: bool = False, **data: JSON) -> ToolResult:
     """The sandbox failed, not the call: a transient attempt with no effect, which
-    the harness retries and never takes as evidence."""
-    return ToolResult(
-        "transient", "none", {**data, "error": f"the check did not run to its end: {reason}", "infrastructure": reason}, artifacts or []
-    )
+    the harness retries and never takes as evidence, unless the failure is
+    ``lasting`` (sandbox.engine.SandboxUnavailable): then the run stops at once."""
+    failure: dict[str, JSON] = {"error": f"the check did not run to its end: {reason}", "infrastructure": reason}
+    if lasting:
+        failure["infrastructure_lasting"] = True
+    return ToolResult("transient", "none", {**data, **failure}, artifacts or [])
 
 
 def killed_result(**data: JSON) -> ToolResult:

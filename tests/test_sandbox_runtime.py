@@ -4,6 +4,7 @@ error naming it; the run page shows the runtime a run used; checks report it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -64,6 +65,35 @@ def test_it_refuses_a_runtime_the_engine_has_not_registered_naming_it(docker_eng
     message = str(refused.value)
     assert "the Docker engine has no runtime 'harness-absent'" in message and "sandbox.runtime" in message
     assert not docker_engine.containers.list(all=True, filters={"name": "no-runtime"})
+
+
+@pytest.mark.docker
+def test_it_stops_a_run_at_once_naming_a_runtime_the_engine_lacks(docker_engine: docker.DockerClient, tmp_path: Path, db: None) -> None:
+    """A missing runtime stays missing until an operator acts: the run stops at its
+    first check with sandbox_unavailable naming it, not after retries as if the
+    failure were transient."""
+    from runs.artifacts import ArtifactStorage
+    from runs.outbox import DatabaseOutbox
+    from sandbox.executor import SandboxExecutor
+
+    spec = dataclasses.replace(ContainerSpec.from_limits(TEST_LIMITS, settings.SANDBOX_IMAGE), runtime="harness-absent")
+    executor = SandboxExecutor(
+        "absent-runtime",
+        example_workspace(tmp_path / "ws"),
+        None,
+        ArtifactStorage(),
+        DatabaseOutbox(),
+        write_paths=("orders/*",),
+        spec=spec,
+        scope=SCOPE,
+    )
+    outcome = drive(executor, sandbox_policy(), [step("run_check", check_id=SMOKE.check_id), step("finish")])
+    assert outcome.state.outcome == "sandbox_unavailable", outcome.summary()
+    assert "the Docker engine has no runtime 'harness-absent'" in outcome.state.stop_message
+    assert "retrying would fail the same way" in outcome.state.stop_message
+    assert not outcome.of_type("retry"), "a lasting failure is not retried"
+    assert len(outcome.receipts("run_check")) == 1 and outcome.state.evidence == []
+    assert not docker_engine.containers.list(all=True, filters={"name": "absent-runtime"})
 
 
 @pytest.mark.docker
