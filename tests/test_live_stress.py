@@ -118,6 +118,16 @@ def finish(writers: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
     return outs
 
 
+def database_sessions() -> int:
+    """How many sessions the database server holds: a server short of connections
+    (sessions leaked by earlier tests) fails the viewers' replays."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity")
+        return int(cursor.fetchone()[0])
+
+
 def test_it_gives_every_viewer_every_event_once_in_order_with_two_writers_lost_broadcasts_and_reconnects(
     reviewer: User, tmp_path: Path
 ) -> None:
@@ -171,7 +181,10 @@ def test_it_gives_every_viewer_every_event_once_in_order_with_two_writers_lost_b
     assert sum(viewer.connections for viewer in viewers) > 2 * VIEWERS, "the viewers dropped and came back"
     short = {n: last_seq - len(viewer.seqs) for n, viewer in enumerate(viewers) if viewer.seqs != list(range(1, last_seq + 1))}
     problems = [problem for viewer in viewers for problem in viewer.problems]
-    assert not short and not problems, f"{len(short)} of {VIEWERS} viewers short {short}; {len(problems)} out of order: {problems[:10]}"
+    assert not short and not problems, (
+        f"{len(short)} of {VIEWERS} viewers short {short}; {len(problems)} out of order: {problems[:10]}; "
+        f"{database_sessions()} database sessions open; the server's log ends: {server.log()[-4000:]}"
+    )
     lags = sorted(round(viewer.complete_at - last_write, 2) for viewer in viewers if viewer.complete_at is not None)
     late = lags[-1]
     assert late < SETTLE_SECONDS, f"the last viewer had everything {late:.1f} s after the last write"
