@@ -59,6 +59,14 @@ def outbox_patches(run: Run) -> list[dict[str, Any]]:
     ]
 
 
+def external_effects(run: Run) -> list[dict[str, str]]:
+    """The calls whose receipts say they applied an effect outside the workspace: where
+    the page knows no destination for them (an executor that records none, such as the
+    simulated one), it names them rather than saying nothing went anywhere."""
+    rows = Event.objects.filter(run=run, type=ev.type_name(ev.ReceiptRecorded), payload__external=True).order_by("seq")
+    return [{"call_id": str(row.call_id), "tool": str(row.payload.get("tool", ""))} for row in rows]
+
+
 def decisions(run: Run) -> list[dict[str, Any]]:
     """Every request the run filed: who granted (each grant, with its comment), who
     decided otherwise, and when; in the order they were filed."""
@@ -96,6 +104,7 @@ def result_context(run: Run) -> dict[str, Any]:
         "diff": changed_diff(run),
         "published": summary["published"],
         "outbox": outbox_patches(run),
+        "external_effects": external_effects(run),
         "decisions": decisions(run),
         "evidence": summary["evidence"],
         "evidence_current": summary["evidence_current"],

@@ -57,6 +57,8 @@ def test_it_shows_what_an_ended_run_did_and_the_models_words_escaped(operator: U
     assert "tests passed on" in page and "Every required check passed on the final revision" in page
     assert reverse("runs:report", args=[scene.run.pk]) in page
     assert "none: every call admitted was performed" in page
+    # The simulated executor records no destination: the page names the effect, not "nowhere".
+    assert "applied an effect outside the workspace" in page and "Nowhere: nothing was published." not in page
     # The run page links to it once the run has ended.
     run_page = signed_in(operator).get(reverse("runs:detail", args=[scene.run.pk])).content.decode()
     assert f'href="{reverse("runs:result", args=[scene.run.pk])}"' in run_page
