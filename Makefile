@@ -35,12 +35,12 @@ test-fast:
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n 2 -m "not docker and not browser and not celery and not sshd and not compose and not deploy and not postgres_only and not slow"
 
 test-sqlite:
-	$(PY) -m pytest -q -p no:cacheprovider -m "not postgres_only and not deploy"
+	$(PY) -m pytest -q -p no:cacheprovider --durations=30 -m "not postgres_only and not deploy"
 
 # Behaviour that depends on the database (locking, concurrent consumption, constraints)
 # runs again against the local PostgreSQL server.
 test-postgres:
-	DATABASE_URL=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider -m "postgres or postgres_only"
+	DATABASE_URL=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider --durations=15 -m "postgres or postgres_only"
 
 # The deployment: docker-compose.yml from images built without a registry
 # (deploy/images/build.sh), a run through the published port, down and up again.
