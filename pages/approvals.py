@@ -12,6 +12,7 @@ from django.contrib import messages
 from django.contrib.auth.models import AnonymousUser, User
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals.checks import DecisionRefused
@@ -30,9 +31,9 @@ from pages.templatetags.diffs import ContextRefused, context_rows, files_of, mas
 from projects.access import scoped
 from runs.approval_flow import check_decision_now, deny, grant, pending_requests, request_changes, staleness_now
 from runs.base_moves import base_move_now
-from runs.control import ControlRefused
-from runs.models import Event, Evidence
-from runs.rerun import check_ask_again
+from runs.control import ACTIVE, ControlRefused
+from runs.models import Event, Evidence, Run
+from runs.rerun import check_ask_again, check_rerun
 from runs.store import load_state
 
 Status = ApprovalRequest.Status
@@ -67,6 +68,7 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "stale": out_of_date(request),
         "asked_again": asked_again(request),
         "ask_again_blocker": ask_again_blocker(request, user),
+        "expiry": after_expiry(request, run, user),
         "revision_current": run.revision == request.revision,
         "evidence": with_network(Evidence.objects.filter(run=run, revision=request.revision).order_by("recorded_at"), state),
         "empty_output": EMPTY_OUTPUT_REF,
@@ -129,6 +131,24 @@ def ask_again_blocker(request: ApprovalRequest, user: User | AnonymousUser) -> s
     except ControlRefused as exc:
         return str(exc)
     return ""
+
+
+def after_expiry(request: ApprovalRequest, run: Run, user: User | AnonymousUser) -> dict[str, Any] | None:
+    """For a request that expired (recorded, or due and not yet): whether its run has
+    stopped, and once it has, whether this user can re-run it ("" when they can, else
+    why not). None for any other request."""
+    due = request.status in (Status.PENDING, Status.GRANTED) and request.expires_at <= timezone.now()
+    if request.status != Status.EXPIRED and not due:
+        return None
+    ended = run.status not in ACTIVE
+    rerun_blocker = None
+    if ended:
+        try:
+            check_rerun(run, user)
+            rerun_blocker = ""
+        except ControlRefused as exc:
+            rerun_blocker = str(exc)
+    return {"ended": ended, "rerun_blocker": rerun_blocker}
 
 
 def reviewer_summary(tool: str, effect: object) -> str:

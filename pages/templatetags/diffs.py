@@ -187,7 +187,7 @@ def masked_lines(diff: str) -> list[tuple[str, int]]:
 
 
 @register.filter
-def diff_rows(diff: str, sources: dict[str, str] | None = None) -> dict[str, Any]:
+def diff_rows(diff: str, sources: dict[str, str] | str = "") -> dict[str, Any]:
     """The diff's tables, rendered here rather than in a template loop: a diff of tens
     of thousands of lines took the template seconds per page (docs/performance.md).
     Every piece of text is escaped on its way in (``_code``, ``escape``). With the
@@ -199,7 +199,7 @@ def diff_rows(diff: str, sources: dict[str, str] | None = None) -> dict[str, Any
     removed = sum(1 for r in rows if r["type"] == "pair" and r["old"] is not None and r["old"].kind == "del")
     if len(rows) <= diff_review.HIGHLIGHT_MAX_LINES:
         colour(rows)
-    if sources:
+    if isinstance(sources, dict) and sources:
         rows = with_gaps(rows, files, sources)
     return {
         "split": mark_safe(_split_html(rows)),  # noqa: S308 - built from escaped text
