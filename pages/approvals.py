@@ -27,7 +27,7 @@ from pages.access import require, visible
 from pages.diff_review import FEEDBACK_CHARS, check_line_comments, feedback_text
 from pages.inbox import inbox_context, remember_next
 from pages.summary import egress_text, shown_clocks
-from pages.templatetags.diffs import ContextRefused, context_rows, files_of, masked_lines, parse
+from pages.templatetags.diffs import ContextRefused, context_lines, files_of, masked_lines, parse
 from projects.access import scoped
 from runs.approval_flow import check_decision_now, deny, grant, pending_requests, request_changes, staleness_now
 from runs.base_moves import base_move_now
@@ -189,19 +189,19 @@ def detail(request: HttpRequest, request_id: str) -> HttpResponse:
 @require_GET
 @require(VIEW_APPROVALS)
 def diff_context(request: HttpRequest, request_id: str) -> HttpResponse:
-    """Lines of a file the request's diff leaves out, as rows of both layouts: read
-    from what the request kept of the file at its revision (``sources``), never from
-    the run's workspace, which has moved on since."""
+    """Lines of a file the request's diff leaves out, with their numbers and syntax
+    pieces: read from what the request kept of the file at its revision
+    (``sources``), never from the run's workspace, which has moved on since."""
     approval = _approval(request, request_id)
     path = request.GET.get("path", "")
     start, end = request.GET.get("start", ""), request.GET.get("end", "")
     if not (start.isdigit() and end.isdigit()):
         return JsonResponse({"error": "start and end must be line numbers"}, status=400)
     try:
-        rows = context_rows(approval.diff, approval.sources, path, int(start), int(end))
+        lines = context_lines(approval.diff, approval.sources, path, int(start), int(end))
     except ContextRefused as exc:
         return JsonResponse({"error": str(exc)}, status=400)
-    return JsonResponse(rows)
+    return JsonResponse({"lines": lines})
 
 
 class DenyForm(forms.Form):

@@ -13,7 +13,7 @@ from playwright.sync_api import BrowserContext, expect
 
 from approvals.models import ApprovalRequest
 from pages.diff_review import HIGHLIGHT_MAX_LINES, check_line_comments, feedback_text
-from pages.templatetags.diffs import ContextRefused, context_rows, diff_rows, files_of, gaps_of, parse
+from pages.templatetags.diffs import ContextRefused, context_lines, diff_rows, files_of, gaps_of, parse
 from runs.models import Event
 from tests.fixtures_web import SIZES, AsgiServer, Scene, screenshot, serious_problems, sign_in, waiting_scene
 
@@ -96,19 +96,19 @@ def test_it_finds_the_stretches_a_diff_leaves_out_and_shows_them_from_the_source
     shown = diff_rows(TWO_HUNKS, {"calc.py": SOURCE})
     assert str(shown["unified"]).count('class="d-expand"') == 3 and str(shown["split"]).count('class="d-expand"') == 3
     assert 'class="d-expand"' not in str(diff_rows(TWO_HUNKS)["unified"])  # no source, nothing to expand
-    between = context_rows(TWO_HUNKS, {"calc.py": SOURCE}, "calc.py", 24, 26)
-    # Old numbers and the new side's (one line more above), coloured and escaped.
-    assert '<td class="ln">24</td><td class="ln">25</td>' in between["unified"]
-    assert '<span class="tok-n">v24</span>' in between["unified"] and "&lt;b&gt;" in between["unified"] and "<b>" not in between["unified"]
-    assert between["split"].count("<tr>") == 3
+    between = context_lines(TWO_HUNKS, {"calc.py": SOURCE}, "calc.py", 24, 26)
+    # Old numbers and the new side's (one line more above), coloured, the text exact
+    # (the page sets it as text).
+    assert [(line["old"], line["new"]) for line in between] == [(24, 25), (25, 26), (26, 27)]
+    assert between[0]["pieces"][0] == ["n", "v24"] and "".join(text for _, text in between[0]["pieces"]) == "v24 = 24  # <b>"
     for path, start, end in [("calc.py", 5, 8), ("calc.py", 35, 41), ("other.py", 1, 2), ("calc.py", 3, 2)]:
         with pytest.raises(ContextRefused):
-            context_rows(TWO_HUNKS, {"calc.py": SOURCE}, path, start, end)
+            context_lines(TWO_HUNKS, {"calc.py": SOURCE}, path, start, end)
     # A source that is not what the diff was made from is never shown around it.
     moved = SOURCE.replace("v8 = 8", "v8 = 88")
     assert gaps_of(rows, files_of(rows), {"calc.py": moved}) == []
     with pytest.raises(ContextRefused):
-        context_rows(TWO_HUNKS, {"calc.py": moved}, "calc.py", 1, 3)
+        context_lines(TWO_HUNKS, {"calc.py": moved}, "calc.py", 1, 3)
 
 
 def expandable(operator: User) -> Scene:
@@ -126,7 +126,7 @@ def test_it_gives_the_context_only_to_who_may_see_the_request(operator: User, re
     assert client.get(url, {"path": "calc.py", "start": "1", "end": "6"}).status_code == 302  # to sign in
     client.force_login(reviewer)
     shown = client.get(url, {"path": "calc.py", "start": "1", "end": "6"})
-    assert shown.status_code == 200 and shown.json()["unified"].count("<tr") == 6
+    assert shown.status_code == 200 and [line["old"] for line in shown.json()["lines"]] == [1, 2, 3, 4, 5, 6]
     refused = client.get(url, {"path": "calc.py", "start": "5", "end": "9"})
     assert refused.status_code == 400 and refused.json() == {"error": "lines 5 to 9 of 'calc.py' are not lines this diff leaves out"}
     assert client.get(url, {"path": "calc.py", "start": "x", "end": "2"}).status_code == 400
@@ -223,6 +223,8 @@ def test_it_expands_the_context_around_a_hunk_by_keyboard(
     # The whole stretch between the hunks fits in one step: its row goes, the lines come.
     expect(unified.locator("tr.d-expand")).to_have_count(2)
     expect(unified.locator("tr", has_text="v20 = 20")).to_contain_text("21")  # the new side's number
+    expect(unified.locator("tr", has_text="v20 = 20")).to_contain_text("# <b>")  # text, never markup
+    expect(unified.locator("td.code b")).to_have_count(0)
     expect(page.locator(".diff-unified td.code:focus")).to_contain_text("v14 = 14")
     down = unified.get_by_role("button", name="Show lines 34 to 40 of calc.py, below the previous lines")
     down.focus()

@@ -299,9 +299,10 @@ class ContextRefused(Exception):
 EXPAND_MAX_LINES = 500
 
 
-def context_rows(diff: str, sources: dict[str, str], path: str, start: int, end: int) -> dict[str, str]:
+def context_lines(diff: str, sources: dict[str, str], path: str, start: int, end: int) -> list[dict[str, Any]]:
     """Lines ``start`` to ``end`` of ``path``'s old side, inside one gap of the diff,
-    as rows of both layouts: from the request's own sources, coloured and escaped."""
+    from the request's own sources: each with its old and new number and its syntax
+    pieces ``[class, text]`` (the page sets them as text: it parses no markup)."""
     rows = parse(diff or "")
     files = files_of(rows)
     gap = next((g for _, g in gaps_of(rows, files, sources) if g.path == path and g.start <= start <= end <= g.end), None)
@@ -310,15 +311,12 @@ def context_rows(diff: str, sources: dict[str, str], path: str, start: int, end:
     if end - start >= EXPAND_MAX_LINES:
         raise ContextRefused(f"at most {EXPAND_MAX_LINES} lines at a time")
     texts = source_lines(sources[path])[start - 1 : end]
-    lines = [Line("ctx", text, old_no=n, new_no=n + gap.offset, segments=[(text, False)], path=path) for n, text in enumerate(texts, start)]
     lexer = lexer_for(path)
-    if lexer is not None and len(lines) <= diff_review.HIGHLIGHT_MAX_LINES:
-        for line, pieces in zip(lines, lexed_lines(lexer, texts), strict=True):
-            line.pieces = pieces
-    return {
-        "unified": _unified_html([{"type": "line", "line": line} for line in lines]),
-        "split": _split_html([{"type": "pair", "old": line, "new": line} for line in lines]),
-    }
+    pieces = lexed_lines(lexer, texts) if lexer is not None else [[("", text)] for text in texts]
+    return [
+        {"old": number, "new": number + gap.offset, "pieces": [[kind, value] for kind, value in line]}
+        for number, line in enumerate(pieces, start)
+    ]
 
 
 def _expand_html(gap: Gap, columns: int) -> str:

@@ -1,15 +1,44 @@
 // Expanding the context around a hunk: each row of unchanged lines the diff leaves
 // out (tr.d-expand, pages/templatetags/diffs.py) asks the server for the next lines
 // of that stretch, read from what the request kept of the file at its revision, and
-// puts them into both layouts, so switching between them shows the same lines.
+// puts them into both layouts, so switching between them shows the same lines. The
+// lines come as numbers and text, set with textContent: no markup is parsed.
 (function () {
   "use strict";
   const STEP = 20;
 
-  function rowsOf(html) {
-    const holder = document.createElement("template");
-    holder.innerHTML = html;
-    return Array.from(holder.content.children);
+  function cell(className, text) {
+    const td = document.createElement("td");
+    td.className = className;
+    td.textContent = text;
+    return td;
+  }
+
+  // A line's code cell from its syntax pieces, each set as text (the same classes
+  // the server gives the diff's own lines).
+  function code(className, pieces) {
+    const td = cell(className, "");
+    pieces.forEach(function (piece) {
+      if (!piece[0]) { td.append(piece[1]); return; }
+      const span = document.createElement("span");
+      span.className = "tok-" + piece[0];
+      span.textContent = piece[1];
+      td.append(span);
+    });
+    return td;
+  }
+
+  function rowsOf(lines, layout) {
+    return lines.map(function (line) {
+      const tr = document.createElement("tr");
+      if (layout === "unified") {
+        tr.className = "d-ctx";
+        tr.append(cell("ln", String(line.old)), cell("ln", String(line.new)), cell("mark", ""), code("code", line.pieces));
+      } else {
+        tr.append(cell("ln", String(line.old)), code("code d-ctx", line.pieces), cell("ln", String(line.new)), code("code d-ctx", line.pieces));
+      }
+      return tr;
+    });
   }
 
   function label(row) {
@@ -47,7 +76,7 @@
         let first = null;
         diff.querySelectorAll('tr.d-expand[data-gap="' + gap + '"]').forEach(function (twin) {
           const layout = twin.closest("table").classList.contains("diff-split") ? "split" : "unified";
-          const rows = rowsOf(answer.body[layout]);
+          const rows = rowsOf(answer.body.lines, layout);
           if (up) twin.after.apply(twin, rows);
           else twin.before.apply(twin, rows);
           if (twin === row) first = rows[0];
