@@ -23,7 +23,7 @@ from pages.diff_review import DiffFile, file_status, header_path, highlighted, l
 register = template.Library()
 
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
-# Past this a changed pair of lines is shown whole instead of diffed character-wise.
+# Past this a changed pair of lines is shown whole instead of diffed word by word.
 INTRALINE_LIMIT = 500
 
 
@@ -38,17 +38,45 @@ class Line:
     pieces: list[tuple[str, str]] = field(default_factory=list)  # its syntax colours, when known
 
 
+# Words, runs of white space, and each other character: what a changed part is made
+# of, so a changed number or name is marked whole, never a character inside it.
+WORD = re.compile(r"\w+|\s+|[^\w\s]")
+# Below this likeness a removed line and the added one beside it are not one line
+# edited but two different lines: neither is marked inside, the line's colour says it.
+INTRALINE_LIKENESS = 0.5
+
+
+def _joined(segments: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    """Neighbouring parts of the same kind as one, and a gap of only white space
+    between two changed parts changed too (one mark over "was  here", not two)."""
+    out: list[tuple[str, bool]] = []
+    for index, (text, changed) in enumerate(segments):
+        between = 0 < index < len(segments) - 1 and segments[index - 1][1] and segments[index + 1][1]
+        if not changed and between and text.isspace():
+            changed = True
+        if out and out[-1][1] == changed:
+            out[-1] = (out[-1][0] + text, changed)
+        else:
+            out.append((text, changed))
+    return out
+
+
 def _mark_changes(old: Line, new: Line) -> None:
-    """Mark the characters that differ between a removed line and its replacement."""
+    """Mark the words that differ between a removed line and its replacement."""
     if len(old.text) > INTRALINE_LIMIT or len(new.text) > INTRALINE_LIMIT:
         return
-    matcher = difflib.SequenceMatcher(None, old.text, new.text, autojunk=False)
-    old.segments, new.segments = [], []
+    a, b = WORD.findall(old.text), WORD.findall(new.text)
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    if matcher.ratio() < INTRALINE_LIKENESS:
+        return
+    old_parts: list[tuple[str, bool]] = []
+    new_parts: list[tuple[str, bool]] = []
     for op, a1, a2, b1, b2 in matcher.get_opcodes():
         if a2 > a1:
-            old.segments.append((old.text[a1:a2], op != "equal"))
+            old_parts.append(("".join(a[a1:a2]), op != "equal"))
         if b2 > b1:
-            new.segments.append((new.text[b1:b2], op != "equal"))
+            new_parts.append(("".join(b[b1:b2]), op != "equal"))
+    old.segments, new.segments = _joined(old_parts), _joined(new_parts)
 
 
 def _pair_block(removed: list[Line], added: list[Line]) -> list[tuple[Line | None, Line | None]]:
