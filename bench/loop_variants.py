@@ -41,6 +41,9 @@ def noop_parts(steps: int) -> tuple[Any, Any, Any, Any]:
         def preview(self, tool: str, args: Any) -> None:
             return None
 
+        def sources(self, tool: str, args: Any) -> dict[str, str]:
+            return {}
+
         def plan(self, tool: str, args: Any, idempotency_key: str, at: float) -> None:
             return None
 

@@ -75,6 +75,11 @@ class Workspace(Protocol):
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
         """A unified diff of what a write would change, for reviewers."""
 
+    def sources(self, tool: str, args: Mapping[str, JSON]) -> Mapping[str, str]:
+        """The text of each file a write would change, as it is now (the old side of
+        ``preview``'s diff), for reviewers to read around its hunks; a file too large
+        or not text is left out."""
+
     def plan(self, tool: str, args: Mapping[str, JSON], idempotency_key: str, at: float) -> Plan | None:
         """The effect an external call would have, fixed now and dated ``at`` (epoch
         seconds; core.effects), and what a reviewer is shown of it; None for a
@@ -94,6 +99,9 @@ class ApprovalAsk:
     actor: str
     diff: str | None
     evidence: Sequence[Mapping[str, JSON]] = field(default_factory=tuple)
+    # The old side of each file the diff changes, read at ``revision`` with the diff:
+    # what a reviewer expands the context around a hunk from.
+    sources: Mapping[str, str] = field(default_factory=dict)
     # The external effect granting performs, fixed when the request is filed.
     effect: Mapping[str, JSON] | None = None
     # The core bounds the request's life by the policy's TTL and what is left of the

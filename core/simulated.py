@@ -45,6 +45,10 @@ class SimWorkspace:
         entry = SIM_TOOLS.get(tool)
         return entry.preview(self, args) if entry is not None and entry.preview is not None else None
 
+    def sources(self, tool: str, args: Mapping[str, JSON]) -> Mapping[str, str]:
+        path = str(args.get("path", ""))
+        return {path: self.files[path]} if tool == "write_file" and path in self.files else {}
+
     def plan(self, tool: str, args: Mapping[str, JSON], idempotency_key: str, at: float) -> Plan | None:
         """A publish into the simulated outbox, fixed as the sandbox fixes one."""
         if tool != "publish":

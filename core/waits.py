@@ -81,6 +81,8 @@ def ask(run: RunContext, record: CallRecord, spec: ToolSpec, authorization: Auth
         shown: str | None = plan.shown
     else:
         shown = run.workspace.preview(spec.name, record.args) if spec.has_effect else None
+    # Read with the diff, at the same revision: what the reviewer expands it from.
+    sources = run.workspace.sources(spec.name, record.args) if shown else {}
     # Fixing an effect or making a preview can take long; a kill meanwhile asks nobody.
     guard(run, "after the preview")
     filed = run.approvals.request(
@@ -89,6 +91,7 @@ def ask(run: RunContext, record: CallRecord, spec: ToolSpec, authorization: Auth
             call_id=record.call_id,
             actor=state.actor,
             diff=shown,
+            sources=sources,
             evidence=[state.evidence[i].model_dump() for i in state.current_evidence.values()],
             expires_in_seconds=wait_left,
             reviewers=authorization.reviewers,

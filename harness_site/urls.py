@@ -33,6 +33,7 @@ approval_patterns = (
         path("", approval_views.inbox, name="inbox"),
         path("count/", approval_views.pending_count, name="count"),
         path("<uuid:request_id>/", approval_views.detail, name="detail"),
+        path("<uuid:request_id>/context/", approval_views.diff_context, name="context"),
         path("<uuid:request_id>/grant/", approval_views.grant_view, name="grant"),
         path("<uuid:request_id>/deny/", approval_views.deny_view, name="deny"),
         path("<uuid:request_id>/changes/", approval_views.changes_view, name="changes"),

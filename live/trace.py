@@ -123,7 +123,7 @@ def _run_view(e: _RunEvent) -> tuple[str, str, str]:
         case ev.Stopped():
             if e.status == "complete":
                 return "Complete", "ok", e.message
-            return f"Stopped: {human(e.status)}", "bad", e.message
+            return f"Stopped: {human(e.status)}", "bad", _stop_message(e)
         case _:
             assert_never(e)
 
@@ -198,10 +198,38 @@ def _approval_view(e: _ApprovalEvent) -> tuple[str, str, str]:
         case ev.WaitEnded():
             after = f"after {duration(e.waited_seconds)} waiting; " if e.waited_seconds else ""
             goes_on = "the run continues" if e.run == "running" else "the run stops"
-            reason = f": {e.reason}" if e.reason else ""
-            return f"Wait over: {human(e.exit)}", "ok" if e.run == "running" else "bad", f"{after}{goes_on}{reason}"
+            return f"Wait over: {human(e.exit)}", "ok" if e.run == "running" else "bad", f"{after}{goes_on}{_wait_reason(e)}"
         case _:
             assert_never(e)
+
+
+# The ways out of a wait whose reason an earlier event of the run already says: a
+# reviewer's decision (approval_decided) or the request's lapse (approval_lapsed). A
+# stale exit keeps its words: a grant used by another call has no lapse to say them.
+_SAID_BY = {
+    "granted": "the reviewer's decision",
+    "denied": "the reviewer's decision",
+    "changes_requested": "the reviewer's decision",
+    "expired": "the request's lapse",
+    "cancelled": "the request's lapse",
+}
+
+
+def _wait_reason(e: ev.WaitEnded) -> str:
+    """The reason once, where it was decided: the wait's end refers to it."""
+    if not e.reason:
+        return ""
+    said = _SAID_BY.get(e.exit)
+    return f" (the reason is in {said})" if said else f": {e.reason}"
+
+
+def _stop_message(e: ev.Stopped) -> str:
+    """A stop that a wait's end caused says ``approval <exit>: <reason>``
+    (core.waits); its reason was said where it was decided, so the stop refers to it."""
+    for exit, said in _SAID_BY.items():
+        if e.message.startswith(f"approval {exit}: "):
+            return f"approval {human(exit)} (the reason is in {said})"
+    return e.message
 
 
 _ExecutionEvent = (

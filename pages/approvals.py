@@ -12,6 +12,7 @@ from django.contrib import messages
 from django.contrib.auth.models import AnonymousUser, User
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals.checks import DecisionRefused
@@ -26,13 +27,13 @@ from pages.access import require, visible
 from pages.diff_review import FEEDBACK_CHARS, check_line_comments, feedback_text
 from pages.inbox import inbox_context, remember_next
 from pages.summary import egress_text, shown_clocks
-from pages.templatetags.diffs import files_of, masked_lines, parse
+from pages.templatetags.diffs import ContextRefused, context_lines, files_of, masked_lines, parse
 from projects.access import scoped
 from runs.approval_flow import check_decision_now, deny, grant, pending_requests, request_changes, staleness_now
 from runs.base_moves import base_move_now
-from runs.control import ControlRefused
-from runs.models import Event, Evidence
-from runs.rerun import check_ask_again
+from runs.control import ACTIVE, ControlRefused
+from runs.models import Event, Evidence, Run
+from runs.rerun import check_ask_again, check_rerun
 from runs.store import load_state
 
 Status = ApprovalRequest.Status
@@ -67,6 +68,7 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "stale": out_of_date(request),
         "asked_again": asked_again(request),
         "ask_again_blocker": ask_again_blocker(request, user),
+        "expiry": after_expiry(request, run, user),
         "revision_current": run.revision == request.revision,
         "evidence": with_network(Evidence.objects.filter(run=run, revision=request.revision).order_by("recorded_at"), state),
         "empty_output": EMPTY_OUTPUT_REF,
@@ -131,6 +133,24 @@ def ask_again_blocker(request: ApprovalRequest, user: User | AnonymousUser) -> s
     return ""
 
 
+def after_expiry(request: ApprovalRequest, run: Run, user: User | AnonymousUser) -> dict[str, Any] | None:
+    """For a request that expired (recorded, or due and not yet): whether its run has
+    stopped, and once it has, whether this user can re-run it ("" when they can, else
+    why not). None for any other request."""
+    due = request.status in (Status.PENDING, Status.GRANTED) and request.expires_at <= timezone.now()
+    if request.status != Status.EXPIRED and not due:
+        return None
+    ended = run.status not in ACTIVE
+    rerun_blocker = None
+    if ended:
+        try:
+            check_rerun(run, user)
+            rerun_blocker = ""
+        except ControlRefused as exc:
+            rerun_blocker = str(exc)
+    return {"ended": ended, "rerun_blocker": rerun_blocker}
+
+
 def reviewer_summary(tool: str, effect: object) -> str:
     """What granting this call does: for an external effect, in the words of where its
     fixed effect goes (the outbox, a branch of a remote, a forge); else the tool's
@@ -164,6 +184,24 @@ def pending_count(request: HttpRequest) -> JsonResponse:
 @require(VIEW_APPROVALS)
 def detail(request: HttpRequest, request_id: str) -> HttpResponse:
     return render(request, "approvals/detail.html", approval_context(_approval(request, request_id), request.user))
+
+
+@require_GET
+@require(VIEW_APPROVALS)
+def diff_context(request: HttpRequest, request_id: str) -> HttpResponse:
+    """Lines of a file the request's diff leaves out, with their numbers and syntax
+    pieces: read from what the request kept of the file at its revision
+    (``sources``), never from the run's workspace, which has moved on since."""
+    approval = _approval(request, request_id)
+    path = request.GET.get("path", "")
+    start, end = request.GET.get("start", ""), request.GET.get("end", "")
+    if not (start.isdigit() and end.isdigit()):
+        return JsonResponse({"error": "start and end must be line numbers"}, status=400)
+    try:
+        lines = context_lines(approval.diff, approval.sources, path, int(start), int(end))
+    except ContextRefused as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    return JsonResponse({"lines": lines})
 
 
 class DenyForm(forms.Form):

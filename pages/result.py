@@ -37,13 +37,12 @@ def finish_summary(stop: dict[str, Any]) -> str:
     return str(args.get("summary", "")) if isinstance(args, dict) else ""
 
 
-def changed_diff(run: Run) -> str:
-    """The diff of the run's changes as a reviewer last saw it: the newest request
-    that carried one (the one used, if any was)."""
+def shown_request(run: Run) -> ApprovalRequest | None:
+    """The request whose diff shows the run's changes as a reviewer last saw them:
+    the newest that carried one (the one used, if any was)."""
     requests = ApprovalRequest.objects.filter(run=run).exclude(diff="")
     used = requests.filter(status=ApprovalRequest.Status.CONSUMED).order_by("-created_at").first()
-    latest = used or requests.order_by("-created_at").first()
-    return latest.diff if latest is not None else ""
+    return used or requests.order_by("-created_at").first()
 
 
 def outbox_patches(run: Run) -> list[dict[str, Any]]:
@@ -101,7 +100,8 @@ def result_context(run: Run) -> dict[str, Any]:
         "outcome_sentence": outcome_sentence(run, str(stop.get("message") or run.stop_message)),
         "model_summary": finish_summary(stop),
         "changed_files": report.get("changed_files", []),
-        "diff": changed_diff(run),
+        # Its context expands from what the request kept, as on the request's page.
+        "diff_request": shown_request(run),
         "published": summary["published"],
         "outbox": outbox_patches(run),
         "external_effects": external_effects(run),

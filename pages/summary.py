@@ -131,6 +131,15 @@ def _approvals(run: Run) -> list[dict[str, Any]]:
     ]
 
 
+def base_note(base: str, revision: str, finished: bool) -> str:
+    """Words beside (or instead of) the base revision: a run that has not written
+    since its workspace was prepared is unchanged; a run whose workspace is not
+    prepared yet, or never was, has no base."""
+    if base:
+        return "unchanged" if base == revision else ""
+    return "no workspace: the run ended before one was prepared" if finished else "no workspace yet"
+
+
 def run_summary(run: Run) -> dict[str, Any]:
     state = load_state(run)
     finished = run.status not in ACTIVE
@@ -147,6 +156,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         "sandbox_waiting": sandbox_waiting(run) if not finished else "",
         "revision": short(state.revision),
         "base_revision": short(state.base_revision),
+        "base_note": base_note(state.base_revision, state.revision, finished),
         "evidence_current": not state.missing_checks(),
         "missing_checks": state.missing_checks(),
         "budgets": _budgets(run, state, working, waited),

@@ -44,6 +44,7 @@ class DjangoApprovals:
             key=ask.key,
             rule=ask.rule,
             diff=ask.diff or "",
+            sources=dict(ask.sources),
             effect=dict(ask.effect) if ask.effect is not None else None,
             evidence=[dict(e) for e in ask.evidence],
             requested_by=self.run.created_by,

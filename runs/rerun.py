@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
+from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.policies import current_policy_row
@@ -55,14 +56,16 @@ def check_ask_again(request: ApprovalRequest, user: User | AnonymousUser) -> str
     decided, not asked again."""
     if not user.is_authenticated or not {DECIDE_APPROVALS, OPERATE_RUNS} & permissions_in(user, request.run.project_id):
         raise ControlRefused("only a reviewer or an operator of this run's project may ask again")
+    if request.status == Status.EXPIRED or (request.status in (Status.PENDING, Status.GRANTED) and request.expires_at <= timezone.now()):
+        # The lead's choice (core.lifecycle.WAIT_EXITS): an expiry ends the wait with
+        # a stop, so no new request for this call could ever be used.
+        raise ControlRefused("an expired request stops its run: the run cannot use a new one; an operator can re-run it")
     if request.status == Status.PENDING:
         why = staleness_now(request)
         if why is None:
             raise ControlRefused("this request is still current: grant, deny or request changes instead")
     elif request.status == Status.STALE:
         why = request.reason
-    elif request.status == Status.EXPIRED:
-        raise ControlRefused("an expired request stops its run: the run cannot use a new one; an operator can re-run it")
     else:
         raise ControlRefused(f"this request is {request.get_status_display().lower().replace('_', ' ')}: there is nothing to ask again")
     run = Run.objects.get(pk=request.run_id)

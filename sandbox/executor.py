@@ -122,6 +122,10 @@ class SandboxExecutor:
         entry = TOOLS.get(tool)
         return entry.preview(self.context, args) if entry is not None and entry.preview is not None else None
 
+    def sources(self, tool: str, args: Mapping[str, JSON]) -> Mapping[str, str]:
+        entry = TOOLS.get(tool)
+        return entry.sources(self.context, args) if entry is not None and entry.sources is not None else {}
+
     def plan(self, tool: str, args: Mapping[str, JSON], idempotency_key: str, at: float) -> Plan | None:
         entry = TOOLS.get(tool)
         if entry is None and self.mcp is not None and self.mcp.handles(tool):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from core.jsonutil import JSON
-from core.ports import Call
+from core.ports import Call, RevisionMismatch
 from sandbox import fileops, patches
 from sandbox.tool_context import KILLED_PREVIEW, ToolContext, ToolResult, error_result, would_refuse
 from sandbox.workspace import RunWorkspace
@@ -52,6 +52,61 @@ def preview_write_file(ctx: ToolContext, args: Mapping[str, JSON]) -> str:
         return would_refuse("write_file", exc)
     except patches.DiffCancelled:
         return KILLED_PREVIEW
+
+
+# What a request keeps of the files its diff changes, all together: past it the
+# files that do not fit are left out, and their hunks are shown without expanding.
+SOURCES_MAX_BYTES = 1_000_000
+
+
+def _bounded(texts: Mapping[str, str | None]) -> dict[str, str]:
+    """The texts that fit, in order; one that is not storable text (a NUL, bytes that
+    are not UTF-8) is left out too."""
+    kept: dict[str, str] = {}
+    left = SOURCES_MAX_BYTES
+    for path, text in texts.items():
+        if text is None or "\x00" in text:
+            continue
+        try:
+            size = len(text.encode())
+        except UnicodeEncodeError:
+            continue
+        if size <= left:
+            kept[path] = text
+            left -= size
+    return kept
+
+
+def sources_write_file(ctx: ToolContext, args: Mapping[str, JSON]) -> dict[str, str]:
+    """The file as it is now (the old side of ``preview_write_file``'s diff)."""
+    path = str(args["path"])
+    try:
+        current = fileops.read_bytes(ctx.workspace.dir, path)
+    except fileops.FileRefused:
+        return {}
+    if current is None or fileops.is_binary(current):
+        return {}
+    return _bounded({path: fileops.decode(current)})
+
+
+def sources_apply_patch(ctx: ToolContext, args: Mapping[str, JSON]) -> dict[str, str]:
+    """Each file the patch changes as it is now, read as the applier plans it."""
+    try:
+        planned = fileops.plan_patch(ctx.workspace.dir, str(args["patch"]))
+    except (fileops.FileRefused, patches.PatchRefused):
+        return {}
+    return _bounded({c.path: c.old for c in planned})
+
+
+def sources_changed(ctx: ToolContext, args: Mapping[str, JSON]) -> dict[str, str]:
+    """The base side of each text file the workspace changed: what a publish's diff
+    is made against (``RunWorkspace.diff``)."""
+    try:
+        changes = ctx.workspace.changes()
+    except (fileops.FileRefused, RevisionMismatch):
+        return {}
+    texts = {c.path: fileops.decode(c.old) for c in changes if c.old_kind == "file" and c.old is not None and not fileops.is_binary(c.old)}
+    return _bounded(texts)
 
 
 def apply_patch(ctx: ToolContext, call: Call) -> ToolResult:

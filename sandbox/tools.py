@@ -24,14 +24,26 @@ from sandbox.effect_tools import (
     plan_publish,
     publish,
 )
-from sandbox.file_tools import apply_patch, list_files, preview_apply_patch, preview_write_file, read_file, search, write_file
+from sandbox.file_tools import (
+    apply_patch,
+    list_files,
+    preview_apply_patch,
+    preview_write_file,
+    read_file,
+    search,
+    sources_apply_patch,
+    sources_changed,
+    sources_write_file,
+    write_file,
+)
 from sandbox.tool_context import ToolContext, ToolResult
 
 
 @dataclass(frozen=True)
 class SandboxTool:
     """What the sandbox does for one tool of the registry. ``preview`` shows a reviewer
-    what granting a workspace write would do (a call that would be refused says so);
+    what granting a workspace write would do (a call that would be refused says so),
+    and ``sources`` the files it changes as they are now, to read around its hunks;
     ``plan`` fixes an external call's effect and what a reviewer is shown of it
     (core.effects); ``reconcile`` finds whether an external effect of unknown
     outcome happened."""
@@ -40,16 +52,17 @@ class SandboxTool:
     preview: Callable[[ToolContext, Mapping[str, JSON]], str] | None = None
     reconcile: Callable[[ToolContext, PendingEffect], Reconciliation] | None = None
     plan: Callable[[ToolContext, Mapping[str, JSON], str, float], Plan] | None = None
+    sources: Callable[[ToolContext, Mapping[str, JSON]], dict[str, str]] | None = None
 
 
 TOOLS: dict[str, SandboxTool] = {
     "list_files": SandboxTool(list_files),
     "read_file": SandboxTool(read_file),
     "search": SandboxTool(search),
-    "write_file": SandboxTool(write_file, preview_write_file),
-    "apply_patch": SandboxTool(apply_patch, preview_apply_patch),
+    "write_file": SandboxTool(write_file, preview_write_file, sources=sources_write_file),
+    "apply_patch": SandboxTool(apply_patch, preview_apply_patch, sources=sources_apply_patch),
     "run_check": SandboxTool(run_check),
-    "publish": SandboxTool(publish, reconcile=find_publish, plan=plan_publish),
+    "publish": SandboxTool(publish, reconcile=find_publish, plan=plan_publish, sources=sources_changed),
     "lookup_publish": SandboxTool(lookup_publish),
     "open_change_request": SandboxTool(open_change_request, reconcile=find_change_request, plan=plan_change_request),
 }

@@ -33,6 +33,9 @@ CONTRACT = {
     "verification_targets": ["tests"],
     "limits": {"max_proposals": 20, "max_tool_calls": 20, "max_attempts": 3, "wall_time_seconds": 600, "max_output_bytes_per_call": 65536},
 }
+# A workspace a new run may start from (HARNESS_WORKSPACE_SOURCES): a re-run is
+# checked as any new run is.
+STARTABLE = {**CONTRACT, "workspace": {"kind": "path", "path": "examples/orders"}}
 SCRIPT = [
     call("read_file", path="src/calc.py"),
     call("write_file", path="src/calc.py", content=FIXED),

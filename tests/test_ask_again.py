@@ -21,7 +21,7 @@ from runs.approval_gate import DjangoApprovals
 from runs.models import Run
 from runs.services import drive_run
 from tests.fixtures_web import SIZES, AsgiServer, Scene, screenshot, serious_problems, sign_in, waiting_scene
-from tests.helpers import new_policy_version
+from tests.helpers import STARTABLE, new_policy_version
 
 
 def stale_scene(operator: User) -> Scene:
@@ -71,13 +71,36 @@ def test_it_refuses_to_ask_again_for_an_expired_or_current_request_or_anothers(
     assert "Not asked again: this request is still current" in answer
     assert signed_in(other_member).post(reverse("approvals:ask-again", args=[current.request.pk])).status_code == 404
     ApprovalRequest.objects.filter(pk=current.request.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    # Due but its lapse not recorded yet: already an expired request, not a current one.
+    answer = signed_in(reviewer).post(reverse("approvals:ask-again", args=[current.request.pk]), follow=True).content.decode()
+    assert "Not asked again: an expired request stops its run" in answer
     expire_due()
     woken = len(resumes)
     page = signed_in(reviewer).get(reverse("approvals:detail", args=[current.request.pk])).content.decode()
     assert "Cannot be asked again: an expired request stops its run" in page and 'id="ask-again"' not in page
+    assert "the expiry ends the run's wait, and the run stops when it next resumes" in page and 'id="rerun-expired"' not in page
     answer = signed_in(reviewer).post(reverse("approvals:ask-again", args=[current.request.pk]), follow=True).content.decode()
     assert "Not asked again: an expired request stops its run" in answer
     assert len(resumes) == woken
+
+
+@pytest.mark.django_db
+def test_it_offers_a_re_run_for_an_expired_request_once_its_run_stopped(operator: User, reviewer: User) -> None:
+    scene = waiting_scene(reviewer, contract=STARTABLE)
+    ApprovalRequest.objects.filter(pk=scene.request.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    expire_due()
+    run = Run.objects.get(pk=scene.run.pk)
+    assert drive_run(run, scene.world.environment(), DjangoApprovals(run)).outcome == "approval_expired"
+    url = reverse("approvals:detail", args=[scene.request.pk])
+    page = signed_in(operator).get(url).content.decode()
+    assert "This request can no longer be used: its run has stopped (approval expired)." in page
+    assert 'id="rerun-expired"' in page and reverse("runs:rerun", args=[run.pk]) in page
+    # A reviewer who is not an operator is told why no re-run is offered.
+    page = signed_in(reviewer).get(url).content.decode()
+    assert 'id="rerun-expired"' not in page and "Not offered a re-run: you are not an operator of this run&#x27;s project." in page
+    response = signed_in(operator).post(reverse("runs:rerun", args=[run.pk]))
+    again = Run.objects.get(rerun_of=run)
+    assert response.status_code == 302 and response["Location"] == reverse("runs:detail", args=[again.pk])
 
 
 @pytest.mark.browser
@@ -95,4 +118,26 @@ def test_it_asks_again_from_the_approval_page_at_both_sizes(
     page.locator("#ask-again").click()
     page.wait_for_url(f"**/runs/{scene.run.pk}/")
     expect(page.locator(".flash")).to_contain_text("Asked again")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_it_re_runs_from_an_expired_request_at_both_sizes(
+    live_server_asgi: AsgiServer, context: BrowserContext, size: str, operator: User, reviewer: User
+) -> None:
+    scene = waiting_scene(reviewer, contract=STARTABLE)
+    ApprovalRequest.objects.filter(pk=scene.request.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    expire_due()
+    run = Run.objects.get(pk=scene.run.pk)
+    drive_run(run, scene.world.environment(), DjangoApprovals(run))
+    page = context.new_page()
+    sign_in(page, live_server_asgi, operator.username)
+    page.goto(f"{live_server_asgi.url}/approvals/{scene.request.pk}/")
+    expect(page.locator("#expired-use")).to_contain_text("can no longer be used: its run has stopped (approval expired)")
+    problems = serious_problems(page, "expired request", SIZES[size]["width"])
+    page.locator("#rerun-expired").click()
+    page.wait_for_url("**/runs/*/")
+    again = Run.objects.get(rerun_of=run)
+    assert page.url.endswith(f"/runs/{again.pk}/")
     assert not problems, "\n".join(problems)

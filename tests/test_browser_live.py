@@ -478,3 +478,29 @@ def test_it_keeps_the_reason_of_a_kill_and_the_comment_of_a_grant_in_the_trace(
         expect(review.locator("#timeline")).to_contain_text("checked the diff with the team", timeout=LIVE)
     finally:
         decider.close()
+
+
+def test_it_fills_in_the_base_revision_once_the_workspace_is_prepared(
+    web: AsgiServer, context: BrowserContext, size: str, admin_user: User
+) -> None:
+    from runs import leases
+    from runs.approval_gate import DjangoApprovals
+    from runs.models import Run
+    from runs.runtime import create_run, record_base_revision
+    from runs.services import drive_run
+    from tests.helpers import STARTABLE, World
+
+    # Made by the web process: no workspace until a worker prepares one.
+    run = create_run(STARTABLE, {"kind": "scripted", "script": []}, admin_user)
+    page = signed_in(context, web, admin_user, f"/runs/{run.pk}/")
+    base = page.locator('#summary [data-field="base"]')
+    expect(base).to_have_text("no workspace yet")
+    world = World()
+    token = leases.acquire(str(run.pk), "test-worker")
+    assert token is not None
+    record_base_revision(run, world.workspace.revision, token)
+    leases.release(str(run.pk), token)
+    # The run ends without writing: its events bring the page its base, unchanged.
+    drive_run(Run.objects.get(pk=run.pk), world.environment(), DjangoApprovals(run))
+    expect(base).to_have_text(f"{world.workspace.revision()[:12]} unchanged", timeout=LIVE)
+    expect(base.locator("code")).to_have_count(1)

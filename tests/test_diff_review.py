@@ -13,7 +13,7 @@ from playwright.sync_api import BrowserContext, expect
 
 from approvals.models import ApprovalRequest
 from pages.diff_review import HIGHLIGHT_MAX_LINES, check_line_comments, feedback_text
-from pages.templatetags.diffs import diff_rows, files_of, parse
+from pages.templatetags.diffs import ContextRefused, context_lines, diff_rows, files_of, gaps_of, parse
 from runs.models import Event
 from tests.fixtures_web import SIZES, AsgiServer, Scene, screenshot, serious_problems, sign_in, waiting_scene
 
@@ -60,6 +60,80 @@ def test_it_colours_the_code_escaped_and_keeps_the_text_exact() -> None:
     assert 'id="diff-file-1"' in unified  # the tree's link target
     long = f"--- a/a.py\n+++ b/a.py\n@@ -1,0 +1,{HIGHLIGHT_MAX_LINES + 1} @@\n" + "+x = 1\n" * (HIGHLIGHT_MAX_LINES + 1)
     assert "tok-" not in str(diff_rows(long)["unified"])  # past the limit: plain, at once
+
+
+# A 40-line file changed at line 10 and line 30: three stretches are left out (above
+# the first hunk, between the two, after the last), each expandable from the source.
+SOURCE = "".join(f"v{n} = {n}  # <b>\n" for n in range(1, 41))
+TWO_HUNKS = """diff --git a/calc.py b/calc.py
+--- a/calc.py
++++ b/calc.py
+@@ -7,7 +7,8 @@
+ v7 = 7  # <b>
+ v8 = 8  # <b>
+ v9 = 9  # <b>
+-v10 = 10  # <b>
++v10 = 100  # <b>
++v10b = 101  # <b>
+ v11 = 11  # <b>
+ v12 = 12  # <b>
+ v13 = 13  # <b>
+@@ -27,7 +28,6 @@
+ v27 = 27  # <b>
+ v28 = 28  # <b>
+ v29 = 29  # <b>
+-v30 = 30  # <b>
+ v31 = 31  # <b>
+ v32 = 32  # <b>
+ v33 = 33  # <b>
+"""
+
+
+def test_it_finds_the_stretches_a_diff_leaves_out_and_shows_them_from_the_source() -> None:
+    rows = parse(TWO_HUNKS)
+    gaps = [(g.start, g.end, g.offset, g.where) for _, g in gaps_of(rows, files_of(rows), {"calc.py": SOURCE})]
+    assert gaps == [(1, 6, 0, "above"), (14, 26, 1, "between"), (34, 40, 0, "below")]
+    shown = diff_rows(TWO_HUNKS, {"calc.py": SOURCE})
+    assert str(shown["unified"]).count('class="d-expand"') == 3 and str(shown["split"]).count('class="d-expand"') == 3
+    assert 'class="d-expand"' not in str(diff_rows(TWO_HUNKS)["unified"])  # no source, nothing to expand
+    between = context_lines(TWO_HUNKS, {"calc.py": SOURCE}, "calc.py", 24, 26)
+    # Old numbers and the new side's (one line more above), coloured, the text exact
+    # (the page sets it as text).
+    assert [(line["old"], line["new"]) for line in between] == [(24, 25), (25, 26), (26, 27)]
+    assert between[0]["pieces"][0] == ["n", "v24"] and "".join(text for _, text in between[0]["pieces"]) == "v24 = 24  # <b>"
+    for path, start, end in [("calc.py", 5, 8), ("calc.py", 35, 41), ("other.py", 1, 2), ("calc.py", 3, 2)]:
+        with pytest.raises(ContextRefused):
+            context_lines(TWO_HUNKS, {"calc.py": SOURCE}, path, start, end)
+    # A source that is not what the diff was made from is never shown around it.
+    moved = SOURCE.replace("v8 = 8", "v8 = 88")
+    assert gaps_of(rows, files_of(rows), {"calc.py": moved}) == []
+    with pytest.raises(ContextRefused):
+        context_lines(TWO_HUNKS, {"calc.py": moved}, "calc.py", 1, 3)
+
+
+def expandable(operator: User) -> Scene:
+    scene = waiting_scene(operator)
+    ApprovalRequest.objects.filter(pk=scene.request.pk).update(diff=TWO_HUNKS, sources={"calc.py": SOURCE})
+    scene.request.refresh_from_db()
+    return scene
+
+
+@pytest.mark.django_db
+def test_it_gives_the_context_only_to_who_may_see_the_request(operator: User, reviewer: User, outsider: User, other_member: User) -> None:
+    scene = expandable(operator)
+    url = reverse("approvals:context", args=[scene.request.pk])
+    client = Client()
+    assert client.get(url, {"path": "calc.py", "start": "1", "end": "6"}).status_code == 302  # to sign in
+    client.force_login(reviewer)
+    shown = client.get(url, {"path": "calc.py", "start": "1", "end": "6"})
+    assert shown.status_code == 200 and [line["old"] for line in shown.json()["lines"]] == [1, 2, 3, 4, 5, 6]
+    refused = client.get(url, {"path": "calc.py", "start": "5", "end": "9"})
+    assert refused.status_code == 400 and refused.json() == {"error": "lines 5 to 9 of 'calc.py' are not lines this diff leaves out"}
+    assert client.get(url, {"path": "calc.py", "start": "x", "end": "2"}).status_code == 400
+    client.force_login(outsider)
+    assert client.get(url, {"path": "calc.py", "start": "1", "end": "6"}).status_code == 403
+    client.force_login(other_member)
+    assert client.get(url, {"path": "calc.py", "start": "1", "end": "6"}).status_code == 404
 
 
 def test_it_names_every_problem_of_the_line_comments_at_once() -> None:
@@ -127,4 +201,39 @@ def test_it_reviews_a_three_file_diff_and_comments_on_a_line(
     page.wait_for_url(f"**/runs/{scene.run.pk}/")
     scene.request.refresh_from_db()
     assert scene.request.reason == "Comments on lines of the diff:\n- src/calc.py, line 3: name the quantity in the message"
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_it_expands_the_context_around_a_hunk_by_keyboard(
+    live_server_asgi: AsgiServer, context: BrowserContext, size: str, operator: User, reviewer: User
+) -> None:
+    scene = expandable(operator)
+    page = context.new_page()
+    sign_in(page, live_server_asgi, reviewer.username)
+    page.goto(f"{live_server_asgi.url}/approvals/{scene.request.pk}/")
+    unified = page.locator(".diff-unified")
+    expect(unified.locator("tr.d-expand")).to_have_count(3)
+    expect(unified.locator("tr.d-expand").nth(1)).to_contain_text("13 unchanged lines hidden")
+    problems = serious_problems(page, "diff with context rows", SIZES[size]["width"])
+    up = unified.get_by_role("button", name="Show lines 14 to 26 of calc.py, above the next hunk")
+    up.focus()
+    page.keyboard.press("Enter")
+    # The whole stretch between the hunks fits in one step: its row goes, the lines come.
+    expect(unified.locator("tr.d-expand")).to_have_count(2)
+    expect(unified.locator("tr", has_text="v20 = 20")).to_contain_text("21")  # the new side's number
+    expect(unified.locator("tr", has_text="v20 = 20")).to_contain_text("# <b>")  # text, never markup
+    expect(unified.locator("td.code b")).to_have_count(0)
+    expect(page.locator(".diff-unified td.code:focus")).to_contain_text("v14 = 14")
+    down = unified.get_by_role("button", name="Show lines 34 to 40 of calc.py, below the previous lines")
+    down.focus()
+    page.keyboard.press("Enter")
+    expect(unified.locator("tr", has_text="v40 = 40")).to_be_visible()
+    # The other layout shows the same lines.
+    page.get_by_role("button", name="Side by side").click()
+    split = page.locator(".diff-split")
+    expect(split.locator("tr.d-expand")).to_have_count(1)
+    expect(split.locator("tr", has_text="v20 = 20").first).to_be_visible()
+    problems += serious_problems(page, "diff with expanded context", SIZES[size]["width"])
     assert not problems, "\n".join(problems)

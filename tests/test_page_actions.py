@@ -221,3 +221,25 @@ def test_it_lets_the_keyboard_reach_every_scrollable_block_of_arguments_and_even
         for block in blocks:
             # axe's scrollable-region-focusable: a block that may scroll takes the focus and has a name.
             assert 'tabindex="0"' in block and 'role="region"' in block and "aria-label=" in block, (url, block)
+
+
+@pytest.mark.django_db
+def test_it_names_the_base_revision_or_says_why_there_is_none(operator: User, admin_user: User) -> None:
+    from pages.summary import base_note, run_summary
+    from runs.runtime import create_run
+    from tests.helpers import STARTABLE
+
+    # Created by the web process: its workspace is prepared by a worker, later.
+    fresh = create_run(STARTABLE, {"kind": "scripted", "script": []}, admin_user)
+    summary = run_summary(fresh)
+    assert (summary["base_revision"], summary["base_note"]) == ("", "no workspace yet")
+    page = signed_in(admin_user).get(reverse("runs:detail", args=[fresh.pk])).content.decode()
+    assert '<span data-field="base"><span class="muted">no workspace yet</span></span>' in page
+    assert base_note("", "", finished=True) == "no workspace: the run ended before one was prepared"
+    assert base_note("e2f6", "e2f6", finished=False) == "unchanged"
+    # A run that wrote: its base, and nothing beside it.
+    scene = waiting_scene(operator)
+    summary = run_summary(Run.objects.get(pk=scene.run.pk))
+    assert summary["base_revision"] and summary["base_note"] == "" and summary["base_revision"] != summary["revision"]
+    page = signed_in(operator).get(reverse("runs:detail", args=[scene.run.pk])).content.decode()
+    assert f'<span data-field="base"><code>{summary["base_revision"]}</code></span>' in page

@@ -62,6 +62,11 @@ def scene(operator: User) -> ArtifactScene:
     Receipt.objects.create(
         run=scene.run, call_id="c3", attempt=9, valid=True, body={"artifacts": [ref]}, harness_revision=scene.run.revision, event_seq=1
     )
+    # A diff with lines it leaves out, and the file it was made from: its context can be read.
+    ApprovalRequest.objects.filter(pk=scene.request.pk).update(
+        diff="--- a/src/calc.py\n+++ b/src/calc.py\n@@ -2 +2 @@\n-    return q\n+    return abs(q)\n",
+        sources={"src/calc.py": "def total(q):\n    return q\n"},
+    )
     return ArtifactScene(scene.world, scene.run, scene.request, ref)
 
 
@@ -113,6 +118,7 @@ def pages(scene: ArtifactScene) -> list[tuple[str, set[str], bool]]:
         (reverse("approvals:inbox"), VIEWERS, False),
         (reverse("approvals:count"), VIEWERS, False),
         (reverse("approvals:detail", args=[approval]), VIEWERS, True),
+        (reverse("approvals:context", args=[approval]) + "?path=src/calc.py&start=1&end=1", VIEWERS, True),
         # The default project's audit: its admins'.
         (reverse("project-audit", args=["default"]), {"project_admin", "admin_user"}, False),
         # One's own API tokens: everyone's who is signed in.

@@ -85,6 +85,24 @@ def test_it_shows_a_version_with_its_difference_and_compares_two(client: Client,
     assert client.get(url.replace(f"new={newest.version}", "new=999")).status_code == 404
 
 
+def test_it_marks_what_changed_by_line_and_word_never_single_characters(client: Client, admin_user: User) -> None:
+    client.force_login(admin_user)
+    base = current_policy_row()
+    rules = [dict(rule) for rule in base.document["rules"]]
+    rules[0]["name"] = "listing is cheap"  # was "reading is free"
+    add(client, document_text(approval_ttl_seconds=600, rules=rules), "shorter ttl, renamed rule")
+    newest = current_policy_row()
+    page = client.get(f"/admin/approvals/policyversion/compare/?project=default&old={base.version}&new={newest.version}").content.decode()
+    # 3600 → 600 is one number replaced, not a "3" taken away.
+    assert '<span class="x">3600</span>' in page and '<span class="x">600</span>' in page and '<span class="x">3</span>' not in page
+    # Words are marked whole, and a word both keep ("is") is not marked.
+    assert '<span class="x">reading</span> is <span class="x">free</span>' in page
+    assert '<span class="x">listing</span> is <span class="x">cheap</span>' in page
+    # Every mark is a whole word (the version's number, 1 → 2, is one too).
+    marks = re.findall(r'<span class="x">([^<]*)</span>', page)
+    assert set(marks) == {"3600", "600", "reading", "free", "listing", "cheap", "1", "2"}, marks
+
+
 def test_it_starts_a_new_version_from_any_version(client: Client, admin_user: User) -> None:
     client.force_login(admin_user)
     first = current_policy_row()

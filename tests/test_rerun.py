@@ -16,11 +16,7 @@ from runs.approval_gate import DjangoApprovals
 from runs.models import Run
 from runs.services import drive_run
 from tests.fixtures_web import SIZES, AsgiServer, Scene, screenshot, serious_problems, sign_in, waiting_scene
-from tests.helpers import CONTRACT, new_policy_version
-
-# A workspace a new run may start from (HARNESS_WORKSPACE_SOURCES): a re-run is
-# checked as any new run is.
-STARTABLE = {**CONTRACT, "workspace": {"kind": "path", "path": "examples/orders"}}
+from tests.helpers import STARTABLE, new_policy_version
 
 
 def denied_scene(operator: User, reviewer: User) -> Scene:

@@ -106,3 +106,15 @@ def test_it_shows_the_result_at_both_sizes_axe_clean(
     screenshot(page, f"result_{size}")
     problems = serious_problems(page, "result", SIZES[size]["width"])
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.django_db
+def test_it_expands_the_shown_diff_from_the_request_that_carried_it(operator: User, reviewer: User, resumes: list[str]) -> None:
+    from approvals.models import ApprovalRequest
+
+    scene = ended_scene(operator, reviewer)
+    diff = "--- a/src/calc.py\n+++ b/src/calc.py\n@@ -2 +2 @@\n-    return q\n+    return abs(q)\n"
+    ApprovalRequest.objects.filter(pk=scene.request.pk).update(diff=diff, sources={"src/calc.py": "def total(q):\n    return q\n"})
+    page = signed_in(reviewer).get(reverse("runs:result", args=[scene.run.pk])).content.decode()
+    assert f'data-context-url="{reverse("approvals:context", args=[scene.request.pk])}"' in page
+    assert page.count('class="d-expand"') == 2 and "js/diff_context.js" in page  # line 1, in both layouts

@@ -267,13 +267,24 @@ def test_it_previews_writes_for_reviewers(host_executor: SandboxExecutor) -> Non
         "# this apply_patch would be refused: x: the file does not exist"
     )
     assert host_executor.preview("read_file", {"path": "x"}) is None
+    # Beside the diff, the files it changes as they are now: what a reviewer expands
+    # the context around a hunk from (the new file has no old side).
+    current = (host_executor.workspace.dir / "orders/total.py").read_text()
+    assert host_executor.sources("apply_patch", {"patch": FIX}) == {"orders/total.py": current}
+    assert host_executor.sources("write_file", {"path": "orders/total.py", "content": "A = 1\n"}) == {"orders/total.py": current}
+    assert host_executor.sources("write_file", {"path": "orders/new.py", "content": "A = 1\n"}) == {}
+    assert host_executor.sources("apply_patch", {"patch": "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"}) == {}
+    assert host_executor.sources("read_file", {"path": "x"}) == {}
 
 
 # -- publishing --------------------------------------------------------------------------
 
 
 def test_it_publishes_the_diff_once_per_idempotency_key(host_executor: SandboxExecutor, tmp_path: Path) -> None:
+    base = (host_executor.workspace.dir / "orders/total.py").read_text()
     run(host_executor, "apply_patch", patch=FIX)
+    # A publish's diff is made against the base: that side is what its context expands from.
+    assert host_executor.sources("publish", {"message": "m"}) == {"orders/total.py": base}
     key = "0123456789abcdef0123456789abcdef"
     first = run(host_executor, "publish", message="Reject negative quantities\n\nThey made refunds.", _key=key)
     assert first["effect"] == "applied" and first["data"]["duplicate"] is False and first["data"]["files"] == ["orders/total.py"]

@@ -82,6 +82,35 @@ def test_it_describes_waits_and_self_approval_in_words() -> None:
     assert alone["label"] == "Granted by ada" and alone["tone"] == "warn" and "self-approved" in alone["summary"]
 
 
+def test_it_says_a_denials_reason_once_where_it_was_decided() -> None:
+    request = "00000000-0000-0000-0000-00000000000a"
+    reason = "not this week, the freeze is on"
+    events = [
+        step(5, "approval_decided", None, request_id=request, decision="denied", by="rita", reason=reason),
+        step(
+            6,
+            "wait_ended",
+            "c4",
+            request_id=request,
+            exit="denied",
+            run="stopped",
+            reason=reason,
+            waited_seconds=12,
+            total_waited_seconds=12,
+        ),
+        step(7, "approval_refused", "c4", key="k", request_id=request, reason=reason),
+        step(8, "stopped", "c4", status="denied", message=f"approval denied: {reason}"),
+    ]
+    summaries = [e["view"]["summary"] for e in events]
+    assert [reason in summary for summary in summaries] == [True, False, False, False], summaries
+    assert summaries[1] == "after 12s waiting; the run stops (the reason is in the reviewer's decision)"
+    assert summaries[3] == "approval denied (the reason is in the reviewer's decision)"
+    # An expiry's reason is its lapse's; another stop keeps its own words.
+    lapsed = step(9, "stopped", "c4", status="approval_expired", message="approval expired: no decision before the deadline")
+    assert lapsed["view"]["summary"] == "approval expired (the reason is in the request's lapse)"
+    assert step(10, "stopped", "c4", status="killed", message="killed by otto")["view"]["summary"] == "killed by otto"
+
+
 def test_it_words_the_stop_reasons_and_request_statuses_of_issues_11_and_20() -> None:
     for raw in ("approval_expired", "approval_cancelled", "sandbox_unavailable", "workspace_error", "revision_mismatch", "cancelled"):
         assert raw in LABELS, raw

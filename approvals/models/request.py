@@ -32,6 +32,10 @@ class ApprovalRequest(models.Model):
     key = models.CharField(max_length=64, db_index=True)
     rule = models.CharField(max_length=200)
     diff = RedactedTextField(blank=True, default="")
+    # The old side of each file the diff changes ({path: text}), read at ``revision``
+    # together with the diff: a reviewer expands the context around a hunk from
+    # this, never from the workspace, which moves on (pages.diff_review).
+    sources = RedactedJSONField(default=dict, blank=True)
     # An external call's effect, fixed when the request was filed (core.effects):
     # what granting performs, bound into the key; null for workspace writes.
     effect = RedactedJSONField(null=True, blank=True, default=None)

@@ -23,7 +23,7 @@ from pages.diff_review import DiffFile, file_status, header_path, highlighted, l
 register = template.Library()
 
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
-# Past this a changed pair of lines is shown whole instead of diffed character-wise.
+# Past this a changed pair of lines is shown whole instead of diffed word by word.
 INTRALINE_LIMIT = 500
 
 
@@ -38,17 +38,45 @@ class Line:
     pieces: list[tuple[str, str]] = field(default_factory=list)  # its syntax colours, when known
 
 
+# Words, runs of white space, and each other character: what a changed part is made
+# of, so a changed number or name is marked whole, never a character inside it.
+WORD = re.compile(r"\w+|\s+|[^\w\s]")
+# Below this likeness a removed line and the added one beside it are not one line
+# edited but two different lines: neither is marked inside, the line's colour says it.
+INTRALINE_LIKENESS = 0.5
+
+
+def _joined(segments: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+    """Neighbouring parts of the same kind as one, and a gap of only white space
+    between two changed parts changed too (one mark over "was  here", not two)."""
+    out: list[tuple[str, bool]] = []
+    for index, (text, changed) in enumerate(segments):
+        between = 0 < index < len(segments) - 1 and segments[index - 1][1] and segments[index + 1][1]
+        if not changed and between and text.isspace():
+            changed = True
+        if out and out[-1][1] == changed:
+            out[-1] = (out[-1][0] + text, changed)
+        else:
+            out.append((text, changed))
+    return out
+
+
 def _mark_changes(old: Line, new: Line) -> None:
-    """Mark the characters that differ between a removed line and its replacement."""
+    """Mark the words that differ between a removed line and its replacement."""
     if len(old.text) > INTRALINE_LIMIT or len(new.text) > INTRALINE_LIMIT:
         return
-    matcher = difflib.SequenceMatcher(None, old.text, new.text, autojunk=False)
-    old.segments, new.segments = [], []
+    a, b = WORD.findall(old.text), WORD.findall(new.text)
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    if matcher.ratio() < INTRALINE_LIKENESS:
+        return
+    old_parts: list[tuple[str, bool]] = []
+    new_parts: list[tuple[str, bool]] = []
     for op, a1, a2, b1, b2 in matcher.get_opcodes():
         if a2 > a1:
-            old.segments.append((old.text[a1:a2], op != "equal"))
+            old_parts.append(("".join(a[a1:a2]), op != "equal"))
         if b2 > b1:
-            new.segments.append((new.text[b1:b2], op != "equal"))
+            new_parts.append(("".join(b[b1:b2]), op != "equal"))
+    old.segments, new.segments = _joined(old_parts), _joined(new_parts)
 
 
 def _pair_block(removed: list[Line], added: list[Line]) -> list[tuple[Line | None, Line | None]]:
@@ -107,7 +135,7 @@ def parse(diff: str) -> list[dict[str, Any]]:
             old_no, new_no = int(hunk.group(1)), int(hunk.group(3))
             old_left = int(hunk.group(2)) if hunk.group(2) is not None else 1
             new_left = int(hunk.group(4)) if hunk.group(4) is not None else 1
-            rows.append({"type": "hunk", "text": raw})
+            rows.append({"type": "hunk", "text": raw, "span": (old_no, old_left, new_no, new_left)})
         elif raw.startswith(("--- ", "+++ ", "diff ")):
             rows.append({"type": "file", "text": raw})
         else:
@@ -187,16 +215,20 @@ def masked_lines(diff: str) -> list[tuple[str, int]]:
 
 
 @register.filter
-def diff_rows(diff: str) -> dict[str, Any]:
+def diff_rows(diff: str, sources: dict[str, str] | str = "") -> dict[str, Any]:
     """The diff's tables, rendered here rather than in a template loop: a diff of tens
     of thousands of lines took the template seconds per page (docs/performance.md).
-    Every piece of text is escaped on its way in (``_code``, ``escape``)."""
+    Every piece of text is escaped on its way in (``_code``, ``escape``). With the
+    request's ``sources``, each stretch of a file the diff leaves out gets a row to
+    expand it (``with_gaps``)."""
     rows = parse(diff or "")
     files = files_of(rows)
     added = sum(1 for r in rows if r["type"] == "pair" and r["new"] is not None and r["new"].kind == "add")
     removed = sum(1 for r in rows if r["type"] == "pair" and r["old"] is not None and r["old"].kind == "del")
     if len(rows) <= diff_review.HIGHLIGHT_MAX_LINES:
         colour(rows)
+    if isinstance(sources, dict) and sources:
+        rows = with_gaps(rows, files, sources)
     return {
         "split": mark_safe(_split_html(rows)),  # noqa: S308 - built from escaped text
         "unified": mark_safe(_unified_html(_unified(rows))),  # noqa: S308 - as above
@@ -207,6 +239,128 @@ def diff_rows(diff: str) -> dict[str, Any]:
 
 
 MARKS = {"add": "+", "del": "\u2212", "ctx": ""}
+
+
+# -- context around the hunks ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gap:
+    """A stretch of a file's old side the diff does not show: lines ``start`` to
+    ``end``, each shown at its number plus ``offset`` on the new side. ``where``:
+    above the first hunk, between two, or after the last."""
+
+    index: int
+    path: str
+    start: int
+    end: int
+    offset: int
+    where: str
+
+
+def source_lines(text: str) -> list[str]:
+    """A file's lines as the diff numbers them (split at "\n" only, as ``parse``)."""
+    lines = text.split("\n")
+    return lines[:-1] if lines[-1] == "" else lines
+
+
+def agreeing(rows: list[dict[str, Any]], sources: dict[str, str]) -> dict[str, list[str]]:
+    """The sources whose every context and removed line is the diff's, line for line:
+    a file that disagrees (it is not what the diff was made from) is not expanded."""
+    lines = {path: source_lines(text) for path, text in sources.items() if isinstance(text, str)}
+    for row in rows:
+        if row["type"] != "pair" or row["old"] is None:
+            continue
+        old: Line = row["old"]
+        known = lines.get(old.path)
+        if known is not None and (old.old_no is None or not 0 < old.old_no <= len(known) or known[old.old_no - 1] != old.text):
+            del lines[old.path]
+    return lines
+
+
+def gaps_of(rows: list[dict[str, Any]], files: list[DiffFile], sources: dict[str, str]) -> list[tuple[int, Gap]]:
+    """Each gap of a file whose source agrees with the diff, with the place among
+    ``rows`` it sits before (above its hunk's header, or after its file's last row)."""
+    known = agreeing(rows, sources)
+    paths = {f.index: f.path for f in files}
+    found: list[tuple[int, Gap]] = []
+    path: str | None = None
+    in_body = False
+    old_last = new_last = 0
+
+    def add(at: int, start: int, end: int, offset: int, where: str) -> None:
+        if path is not None and start <= end:
+            found.append((at, Gap(len(found), path, start, end, offset, where)))
+
+    for at, row in enumerate(rows):
+        if row["type"] == "file" and in_body and path in known:
+            add(at, old_last + 1, len(known[path]), new_last - old_last, "below")
+        if row["type"] == "file":
+            in_body = False
+        if "anchor" in row:
+            path, old_last, new_last = paths[row["anchor"]], 0, 0
+        elif row["type"] == "hunk" and path in known:
+            old_start, old_count, new_start, new_count = row["span"]
+            first_old = old_start if old_count else old_start + 1
+            first_new = new_start if new_count else new_start + 1
+            add(at, old_last + 1, first_old - 1, first_new - first_old, "above" if not in_body else "between")
+            old_last = old_start + old_count - 1 if old_count else old_start
+            new_last = new_start + new_count - 1 if new_count else new_start
+            in_body = True
+    if in_body and path in known:
+        add(len(rows), old_last + 1, len(known[path]), new_last - old_last, "below")
+    return found
+
+
+def with_gaps(rows: list[dict[str, Any]], files: list[DiffFile], sources: dict[str, str]) -> list[dict[str, Any]]:
+    out = list(rows)
+    for at, gap in reversed(gaps_of(rows, files, sources)):
+        out.insert(at, {"type": "expand", "gap": gap})
+    return out
+
+
+class ContextRefused(Exception):
+    """Lines that cannot be shown around this diff, in words."""
+
+
+# How many lines one request reveals at most (the page asks for 20 at a time).
+EXPAND_MAX_LINES = 500
+
+
+def context_lines(diff: str, sources: dict[str, str], path: str, start: int, end: int) -> list[dict[str, Any]]:
+    """Lines ``start`` to ``end`` of ``path``'s old side, inside one gap of the diff,
+    from the request's own sources: each with its old and new number and its syntax
+    pieces ``[class, text]`` (the page sets them as text: it parses no markup)."""
+    rows = parse(diff or "")
+    files = files_of(rows)
+    gap = next((g for _, g in gaps_of(rows, files, sources) if g.path == path and g.start <= start <= end <= g.end), None)
+    if gap is None:
+        raise ContextRefused(f"lines {start} to {end} of {path[:200]!r} are not lines this diff leaves out")
+    if end - start >= EXPAND_MAX_LINES:
+        raise ContextRefused(f"at most {EXPAND_MAX_LINES} lines at a time")
+    texts = source_lines(sources[path])[start - 1 : end]
+    lexer = lexer_for(path)
+    pieces = lexed_lines(lexer, texts) if lexer is not None else [[("", text)] for text in texts]
+    return [
+        {"old": number, "new": number + gap.offset, "pieces": [[kind, value] for kind, value in line]}
+        for number, line in enumerate(pieces, start)
+    ]
+
+
+def _expand_html(gap: Gap, columns: int) -> str:
+    """The row that reveals a gap: its buttons (above a hunk: the lines nearest to it
+    first; after the last: the next ones down; between: both), drawn by the page's
+    script (static/js/diff_context.js), which shows the buttons and names what each
+    reveals; without it the row says only how many lines are hidden."""
+    ways = {"above": ["up"], "below": ["down"], "between": ["down", "up"]}[gap.where]
+    buttons = "".join(
+        f'<button type="button" class="btn btn-ghost btn-small" data-expand="{way}" hidden>{"↓" if way == "down" else "↑"} Show more</button>'
+        for way in ways
+    )
+    return (
+        f'<tr class="d-expand" data-gap="{gap.index}" data-path="{escape(gap.path)}" data-start="{gap.start}" data-end="{gap.end}">'
+        f'<td class="code" colspan="{columns}">{buttons} <span class="expand-left" aria-live="polite">{gap.end - gap.start + 1} unchanged lines hidden</span></td></tr>\n'
+    )
 
 
 def colour(rows: list[dict[str, Any]]) -> None:
@@ -246,7 +400,9 @@ def _number(value: int | None) -> str:
 def _unified_html(rows: list[dict[str, Any]]) -> str:
     out = []
     for row in rows:
-        if row["type"] == "line":
+        if row["type"] == "expand":
+            out.append(_expand_html(row["gap"], 4))
+        elif row["type"] == "line":
             line = row["line"]
             out.append(
                 f'<tr class="d-{line.kind}"><td class="ln">{_number(line.old_no)}</td><td class="ln">{_number(line.new_no)}</td>'
@@ -269,7 +425,9 @@ def _side(line: Line | None, number: int | None) -> str:
 def _split_html(rows: list[dict[str, Any]]) -> str:
     out = []
     for row in rows:
-        if row["type"] == "pair":
+        if row["type"] == "expand":
+            out.append(_expand_html(row["gap"], 4))
+        elif row["type"] == "pair":
             old, new = row["old"], row["new"]
             out.append(f"<tr>{_side(old, old.old_no if old else None)}{_side(new, new.new_no if new else None)}</tr>\n")
         else:

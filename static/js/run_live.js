@@ -351,6 +351,11 @@
     });
     H.tickClocks(); // a time budget follows its clock (harness.js), in the same tick
     field("revision").textContent = s.revision;
+    // The base is known once the worker has prepared the workspace, after the page came.
+    const base = field("base");
+    base.replaceChildren();
+    if (s.base_revision) base.append(el("code", "", s.base_revision));
+    if (s.base_note) base.append(s.base_revision ? " " : "", el("span", "muted", s.base_note));
     const current = field("evidence_current");
     current.textContent = s.evidence_current ? "evidence is current" : "no passing check on this revision: " + s.missing_checks.join(", ");
     setTone(current, "flag", s.evidence_current ? "ok" : "warn");
