@@ -68,18 +68,25 @@ def test_it_says_offline_and_when_the_server_stops_talking(web: AsgiServer, cont
     expect(conn).to_have_text("live", timeout=LIVE)
     expect(page.locator("#conn-retry")).to_be_hidden()
 
+    waited = page.locator('#summary [data-field="waited"]')
     context.set_offline(True)
     expect(conn).to_have_attribute("data-state", "offline", timeout=LIVE)
     expect(conn).to_contain_text(re.compile(r"offline, no updates since \d\d:\d\d:\d\d"))
+    expect(waited).to_have_attribute("data-clock-held", re.compile(r"^\d+$"))
+    expect(page.locator('#summary [data-field="outcome"]')).to_have_text("last known: waiting for approval")
     context.set_offline(False)
     expect(conn).to_have_text("live", timeout=LIVE)
+    expect(page.locator('#summary [data-field="outcome"]')).to_have_text("waiting for approval")
+    expect(waited).not_to_have_attribute("data-clock-held", re.compile(".*"))
 
     web.pause()  # the server stops sending; the socket stays open
     expect(conn).to_have_attribute("data-state", "quiet", timeout=LIVE)
     expect(conn).to_contain_text(re.compile(r"^no updates since \d\d:\d\d:\d\d$"))
     expect(page.locator("#conn-retry")).to_be_visible()
+    expect(waited).to_have_attribute("data-clock-held", re.compile(r"^\d+$"))
     web.resume()
     expect(conn).to_have_text("live", timeout=LIVE)
+    expect(waited).not_to_have_attribute("data-clock-held", re.compile(".*"), timeout=LIVE)
 
     web.stop()
     expect(conn).to_have_attribute("data-state", re.compile("reconnecting|disconnected"), timeout=LIVE)
@@ -101,6 +108,65 @@ def test_it_says_offline_and_when_the_server_stops_talking(web: AsgiServer, cont
     except PlaywrightTimeoutError:
         pass
     expect(conn).to_have_text("live", timeout=LIVE)
+    assert not_reloaded(page)
+
+
+def test_it_holds_the_status_and_the_clocks_while_offline_and_shows_a_stop_made_meanwhile(
+    web: AsgiServer, context: BrowserContext, size: str, operator: User
+) -> None:
+    from core.scenarios import FIXED, call
+    from pages.summary import run_summary
+    from pages.templatetags.harness import duration
+    from runs.approval_gate import DjangoApprovals
+    from runs.services import drive_run
+    from tests.helpers import World
+
+    world = World()
+    script = [
+        call("write_file", path="src/calc.py", content=FIXED),
+        call("run_check", check_id="tests"),
+        call("finish", summary="fixed"),
+    ]
+    run = world.create(actor=operator, script=script)  # running, and no worker yet: its clocks tick
+    page = signed_in(context, web, operator, f"/runs/{run.pk}/")
+    conn = page.locator("#conn")
+    outcome = page.locator('#summary [data-field="outcome"]')
+    clock = page.locator('#summary [data-field="working"]')
+    budget = page.locator('[data-budget="time"] [data-part="text"]')
+    held = page.locator("#summary [data-clocks-held]")
+    expect(conn).to_have_text("live", timeout=LIVE)
+    expect(outcome).to_have_text("running")
+    expect(held).to_be_hidden()
+
+    web.stop()
+    expect(conn).to_have_attribute("data-state", re.compile("reconnecting|disconnected"), timeout=LIVE)
+    # Not "running" with a ticking clock: the last known, held, and said so.
+    expect(outcome).to_have_text("last known: running")
+    expect(held).to_contain_text(re.compile(r"No word from the server since \d\d:\d\d:\d\d: the status and times shown are the last known"))
+    shown = clock.text_content(), budget.text_content()
+    time.sleep(2.5)
+    assert (clock.text_content(), budget.text_content()) == shown, "the clocks go on counting while offline"
+    screenshot(page, f"run_offline_{size}")
+
+    # The run ends while the page cannot hear of it.
+    state = drive_run(run, world.environment(), DjangoApprovals(run))
+    assert state.status == "complete", state.outcome
+    run.refresh_from_db()
+    final = run_summary(run)
+    web.start()
+    try:  # the countdown may reconnect first (test_it_says_offline_and_when_the_server_stops_talking)
+        page.locator("#conn-retry").click(timeout=2000)
+    except PlaywrightTimeoutError:
+        pass
+    expect(conn).to_have_text("live", timeout=LIVE)
+    expect(outcome).to_have_text(final["outcome_label"], timeout=LIVE)
+    expect(held).to_be_hidden()
+    expect(clock).to_have_text(duration(final["working_seconds"]))
+    expect(clock).not_to_have_attribute("data-clock-held", re.compile(".*"))
+    expect(page.locator("#timeline")).to_contain_text("fixed")
+    time.sleep(1.5)  # stopped: the final time stays
+    expect(clock).to_have_text(duration(final["working_seconds"]))
+    screenshot(page, f"run_back_after_stop_{size}")
     assert not_reloaded(page)
 
 
@@ -146,6 +212,14 @@ def test_it_follows_the_request_on_the_approval_page(
     expect(watching.locator("#conn")).to_have_text("live", timeout=LIVE)
     expect(watching.locator("#grant")).to_be_enabled()
     expect(watching.locator("#request-status")).to_have_text("waiting for a decision")
+    # Its clocks hold while the server is not heard, and go on once it is again.
+    watching.context.set_offline(True)
+    expect(watching.locator('#run-clocks [data-field="waited"]')).to_have_attribute("data-clock-held", re.compile(r"^\d+$"), timeout=LIVE)
+    expect(watching.locator("#run-clocks [data-clocks-held]")).to_contain_text("No word from the server since")
+    watching.context.set_offline(False)
+    expect(watching.locator("#conn")).to_have_text("live", timeout=LIVE)
+    expect(watching.locator("#run-clocks [data-clocks-held]")).to_be_hidden(timeout=LIVE)
+    expect(watching.locator('#run-clocks [data-field="waited"]')).not_to_have_attribute("data-clock-held", re.compile(".*"))
 
     deciding.fill("#id_reason", "not this week")
     deciding.click("#deny")
