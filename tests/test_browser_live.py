@@ -331,49 +331,8 @@ def test_it_shows_the_switches_on_every_page_and_refuses_new_runs(
     expect(page.locator("#switch-changed")).to_contain_text(f"Last changed by {admin_user.username}")
 
 
-def admin_scene(admin_user: User) -> dict[str, str]:
-    """A second policy version, an API token and a webhook endpoint with a delivery:
-    something on every admin page."""
-    from api.models import ApiToken
-    from approvals.models import PolicyVersion
-    from notifications.models import Delivery, DeliveryAttempt, WebhookEndpoint
-    from runs.models import Event
-    from tests.helpers import new_policy_version
-
-    new_policy_version(approval_ttl_seconds=900)
-    first, latest = PolicyVersion.objects.order_by("version")[:2]
-    token, _ = ApiToken.issue(admin_user)
-    endpoint = WebhookEndpoint.objects.create(
-        name="ops channel", url="https://hooks.example.com/harness", event_kinds=["approval_requested"]
-    )
-    event = Event.objects.order_by("-seq").first()
-    assert event is not None
-    delivery = Delivery.objects.create(endpoint=endpoint, event=event, kind="approval_requested", payload={"text": "publish waits"})
-    DeliveryAttempt.objects.create(delivery=delivery, number=1, at=timezone.now(), status_code=503, duration_ms=41)
-    return {
-        "admin home": "/admin/",
-        "policies": "/admin/approvals/policyversion/",
-        "new policy version": "/admin/approvals/policyversion/add/",
-        "new policy version as JSON": "/admin/approvals/policyversion/add/?json=1",
-        "policy version": f"/admin/approvals/policyversion/{latest.pk}/change/",
-        "policy compare": f"/admin/approvals/policyversion/compare/?old={first.version}&new={latest.version}",
-        "approval requests": "/admin/approvals/approvalrequest/",
-        "api tokens": "/admin/api/apitoken/",
-        "api token": f"/admin/api/apitoken/{token.pk}/change/",
-        "webhook endpoints": "/admin/notifications/webhookendpoint/",
-        "webhook endpoint": f"/admin/notifications/webhookendpoint/{endpoint.pk}/change/",
-        "new webhook endpoint": "/admin/notifications/webhookendpoint/add/",
-        "deliveries": "/admin/notifications/delivery/",
-        "delivery": f"/admin/notifications/delivery/{delivery.pk}/change/",
-    }
-
-
-PHONE_PICTURES = {
-    "output": "check_output_phone",
-    "policies": "policies_phone",
-    "policy version": "policy_version_phone",
-    "api tokens": "api_tokens_phone",
-}
+# The admin's pages: test_browser_admin.
+PHONE_PICTURES = {"output": "check_output_phone"}
 
 
 def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(
@@ -389,7 +348,6 @@ def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(
     assert evidence is not None
     evidence.output_ref = ArtifactStorage().put(b"collected 3 items\n3 passed in 0.02s\n", "text/plain")
     evidence.save()
-    admin_pages = admin_scene(admin_user)
     axe = Axe()
     page = context.new_page()
     width = SIZES[size]["width"]
@@ -422,7 +380,6 @@ def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(
         "new run": "/runs/new/",
         "control": "/control/",
         "kill": f"/runs/{scene.run.pk}/kill/",
-        **admin_pages,
     }.items():
         page.goto(f"{web.url}{path}")
         check(name)
