@@ -13,5 +13,6 @@ def name_row_fields(form: forms.BaseForm, noun: str, index: int | None) -> None:
     row = "new row" if index is None else f"{noun} {index + 1}"
     for name, field in form.fields.items():
         # The admin's wrapper of a related object's select renders the widget it wraps.
-        widget = getattr(field.widget, "widget", field.widget)
+        wrapped = getattr(field.widget, "widget", None)
+        widget = wrapped if isinstance(wrapped, forms.Widget) else field.widget
         widget.attrs["aria-label"] = f"{field.label or pretty_name(name)}, {row}"
