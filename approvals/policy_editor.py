@@ -10,8 +10,8 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
-from django.forms.utils import pretty_name
 
+from common.row_labels import name_row_fields
 from core.errors import FieldProblem, InputError
 from core.policy import check_policy
 
@@ -156,16 +156,13 @@ class CheckForm(forms.Form):
 
 
 class Rows(forms.BaseFormSet):
-    """A table of rows whose column headings are the only visible labels: each input
-    is named for screen readers by its column and row ("Tool, rule 2")."""
+    """A table of rows whose column headings label no field (common.row_labels)."""
 
     noun = "row"
 
     def add_fields(self, form: forms.Form, index: int | None) -> None:
         super().add_fields(form, index)
-        row = "new row" if index is None else f"{self.noun} {index + 1}"
-        for name, field in form.fields.items():
-            field.widget.attrs["aria-label"] = f"{field.label or pretty_name(name)}, {row}"
+        name_row_fields(form, self.noun, index)
 
 
 class RuleRows(Rows):

@@ -23,6 +23,7 @@ from django.forms import BaseInlineFormSet
 from django.http import HttpRequest
 
 from common.permissions import CHANGE_MEMBERS, VIEW_AUDIT, VIEW_MEMBERS
+from common.row_labels import name_row_fields
 from common.times import zoned_times
 from core.contract import LIMIT_NAMES
 from projects.access import is_site_admin
@@ -117,6 +118,10 @@ AUDITED = tuple(name for name in ProjectForm.Meta.fields if name != "paused")
 
 class AuditedMemberships(BaseInlineFormSet):
     """The project page's members; ProjectAdmin.save_formset audits what it saves."""
+
+    def add_fields(self, form: forms.Form, index: int | None) -> None:
+        super().add_fields(form, index)
+        name_row_fields(form, "member", index)
 
 
 class MembershipInline(admin.TabularInline):

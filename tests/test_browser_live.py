@@ -68,18 +68,25 @@ def test_it_says_offline_and_when_the_server_stops_talking(web: AsgiServer, cont
     expect(conn).to_have_text("live", timeout=LIVE)
     expect(page.locator("#conn-retry")).to_be_hidden()
 
+    waited = page.locator('#summary [data-field="waited"]')
     context.set_offline(True)
     expect(conn).to_have_attribute("data-state", "offline", timeout=LIVE)
     expect(conn).to_contain_text(re.compile(r"offline, no updates since \d\d:\d\d:\d\d"))
+    expect(waited).to_have_attribute("data-clock-held", re.compile(r"^\d+$"))
+    expect(page.locator('#summary [data-field="outcome"]')).to_have_text("last known: waiting for approval")
     context.set_offline(False)
     expect(conn).to_have_text("live", timeout=LIVE)
+    expect(page.locator('#summary [data-field="outcome"]')).to_have_text("waiting for approval")
+    expect(waited).not_to_have_attribute("data-clock-held", re.compile(".*"))
 
     web.pause()  # the server stops sending; the socket stays open
     expect(conn).to_have_attribute("data-state", "quiet", timeout=LIVE)
     expect(conn).to_contain_text(re.compile(r"^no updates since \d\d:\d\d:\d\d$"))
     expect(page.locator("#conn-retry")).to_be_visible()
+    expect(waited).to_have_attribute("data-clock-held", re.compile(r"^\d+$"))
     web.resume()
     expect(conn).to_have_text("live", timeout=LIVE)
+    expect(waited).not_to_have_attribute("data-clock-held", re.compile(".*"), timeout=LIVE)
 
     web.stop()
     expect(conn).to_have_attribute("data-state", re.compile("reconnecting|disconnected"), timeout=LIVE)
@@ -101,6 +108,65 @@ def test_it_says_offline_and_when_the_server_stops_talking(web: AsgiServer, cont
     except PlaywrightTimeoutError:
         pass
     expect(conn).to_have_text("live", timeout=LIVE)
+    assert not_reloaded(page)
+
+
+def test_it_holds_the_status_and_the_clocks_while_offline_and_shows_a_stop_made_meanwhile(
+    web: AsgiServer, context: BrowserContext, size: str, operator: User
+) -> None:
+    from core.scenarios import FIXED, call
+    from pages.summary import run_summary
+    from pages.templatetags.harness import duration
+    from runs.approval_gate import DjangoApprovals
+    from runs.services import drive_run
+    from tests.helpers import World
+
+    world = World()
+    script = [
+        call("write_file", path="src/calc.py", content=FIXED),
+        call("run_check", check_id="tests"),
+        call("finish", summary="fixed"),
+    ]
+    run = world.create(actor=operator, script=script)  # running, and no worker yet: its clocks tick
+    page = signed_in(context, web, operator, f"/runs/{run.pk}/")
+    conn = page.locator("#conn")
+    outcome = page.locator('#summary [data-field="outcome"]')
+    clock = page.locator('#summary [data-field="working"]')
+    budget = page.locator('[data-budget="time"] [data-part="text"]')
+    held = page.locator("#summary [data-clocks-held]")
+    expect(conn).to_have_text("live", timeout=LIVE)
+    expect(outcome).to_have_text("running")
+    expect(held).to_be_hidden()
+
+    web.stop()
+    expect(conn).to_have_attribute("data-state", re.compile("reconnecting|disconnected"), timeout=LIVE)
+    # Not "running" with a ticking clock: the last known, held, and said so.
+    expect(outcome).to_have_text("last known: running")
+    expect(held).to_contain_text(re.compile(r"No word from the server since \d\d:\d\d:\d\d: the status and times shown are the last known"))
+    shown = clock.text_content(), budget.text_content()
+    time.sleep(2.5)
+    assert (clock.text_content(), budget.text_content()) == shown, "the clocks go on counting while offline"
+    screenshot(page, f"run_offline_{size}")
+
+    # The run ends while the page cannot hear of it.
+    state = drive_run(run, world.environment(), DjangoApprovals(run))
+    assert state.status == "complete", state.outcome
+    run.refresh_from_db()
+    final = run_summary(run)
+    web.start()
+    try:  # the countdown may reconnect first (test_it_says_offline_and_when_the_server_stops_talking)
+        page.locator("#conn-retry").click(timeout=2000)
+    except PlaywrightTimeoutError:
+        pass
+    expect(conn).to_have_text("live", timeout=LIVE)
+    expect(outcome).to_have_text(final["outcome_label"], timeout=LIVE)
+    expect(held).to_be_hidden()
+    expect(clock).to_have_text(duration(final["working_seconds"]))
+    expect(clock).not_to_have_attribute("data-clock-held", re.compile(".*"))
+    expect(page.locator("#timeline")).to_contain_text("fixed")
+    time.sleep(1.5)  # stopped: the final time stays
+    expect(clock).to_have_text(duration(final["working_seconds"]))
+    screenshot(page, f"run_back_after_stop_{size}")
     assert not_reloaded(page)
 
 
@@ -146,6 +212,14 @@ def test_it_follows_the_request_on_the_approval_page(
     expect(watching.locator("#conn")).to_have_text("live", timeout=LIVE)
     expect(watching.locator("#grant")).to_be_enabled()
     expect(watching.locator("#request-status")).to_have_text("waiting for a decision")
+    # Its clocks hold while the server is not heard, and go on once it is again.
+    watching.context.set_offline(True)
+    expect(watching.locator('#run-clocks [data-field="waited"]')).to_have_attribute("data-clock-held", re.compile(r"^\d+$"), timeout=LIVE)
+    expect(watching.locator("#run-clocks [data-clocks-held]")).to_contain_text("No word from the server since")
+    watching.context.set_offline(False)
+    expect(watching.locator("#conn")).to_have_text("live", timeout=LIVE)
+    expect(watching.locator("#run-clocks [data-clocks-held]")).to_be_hidden(timeout=LIVE)
+    expect(watching.locator('#run-clocks [data-field="waited"]')).not_to_have_attribute("data-clock-held", re.compile(".*"))
 
     deciding.fill("#id_reason", "not this week")
     deciding.click("#deny")
@@ -257,49 +331,8 @@ def test_it_shows_the_switches_on_every_page_and_refuses_new_runs(
     expect(page.locator("#switch-changed")).to_contain_text(f"Last changed by {admin_user.username}")
 
 
-def admin_scene(admin_user: User) -> dict[str, str]:
-    """A second policy version, an API token and a webhook endpoint with a delivery:
-    something on every admin page."""
-    from api.models import ApiToken
-    from approvals.models import PolicyVersion
-    from notifications.models import Delivery, DeliveryAttempt, WebhookEndpoint
-    from runs.models import Event
-    from tests.helpers import new_policy_version
-
-    new_policy_version(approval_ttl_seconds=900)
-    first, latest = PolicyVersion.objects.order_by("version")[:2]
-    token, _ = ApiToken.issue(admin_user)
-    endpoint = WebhookEndpoint.objects.create(
-        name="ops channel", url="https://hooks.example.com/harness", event_kinds=["approval_requested"]
-    )
-    event = Event.objects.order_by("-seq").first()
-    assert event is not None
-    delivery = Delivery.objects.create(endpoint=endpoint, event=event, kind="approval_requested", payload={"text": "publish waits"})
-    DeliveryAttempt.objects.create(delivery=delivery, number=1, at=timezone.now(), status_code=503, duration_ms=41)
-    return {
-        "admin home": "/admin/",
-        "policies": "/admin/approvals/policyversion/",
-        "new policy version": "/admin/approvals/policyversion/add/",
-        "new policy version as JSON": "/admin/approvals/policyversion/add/?json=1",
-        "policy version": f"/admin/approvals/policyversion/{latest.pk}/change/",
-        "policy compare": f"/admin/approvals/policyversion/compare/?old={first.version}&new={latest.version}",
-        "approval requests": "/admin/approvals/approvalrequest/",
-        "api tokens": "/admin/api/apitoken/",
-        "api token": f"/admin/api/apitoken/{token.pk}/change/",
-        "webhook endpoints": "/admin/notifications/webhookendpoint/",
-        "webhook endpoint": f"/admin/notifications/webhookendpoint/{endpoint.pk}/change/",
-        "new webhook endpoint": "/admin/notifications/webhookendpoint/add/",
-        "deliveries": "/admin/notifications/delivery/",
-        "delivery": f"/admin/notifications/delivery/{delivery.pk}/change/",
-    }
-
-
-PHONE_PICTURES = {
-    "output": "check_output_phone",
-    "policies": "policies_phone",
-    "policy version": "policy_version_phone",
-    "api tokens": "api_tokens_phone",
-}
+# The admin's pages: test_browser_admin.
+PHONE_PICTURES = {"output": "check_output_phone"}
 
 
 def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(
@@ -315,7 +348,6 @@ def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(
     assert evidence is not None
     evidence.output_ref = ArtifactStorage().put(b"collected 3 items\n3 passed in 0.02s\n", "text/plain")
     evidence.save()
-    admin_pages = admin_scene(admin_user)
     axe = Axe()
     page = context.new_page()
     width = SIZES[size]["width"]
@@ -348,7 +380,6 @@ def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(
         "new run": "/runs/new/",
         "control": "/control/",
         "kill": f"/runs/{scene.run.pk}/kill/",
-        **admin_pages,
     }.items():
         page.goto(f"{web.url}{path}")
         check(name)

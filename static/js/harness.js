@@ -92,7 +92,9 @@ window.Harness = (function () {
   // was first seen here, plus, for the clock that runs now, the time since. A time
   // budget (data-budget-clock) shows its clock's whole seconds: one count, one
   // rounding (down, as a stopwatch does), so the clock and the budget always agree.
+  // A held clock (holdClocks) shows the count it had when it was held.
   function clockWholeSeconds(node, now) {
+    if (node.dataset.clockHeld) return Number(node.dataset.clockHeld);
     if (!node.dataset.clockAt) node.dataset.clockAt = String(now);
     const since = node.dataset.clockTicks === "1" ? now - Number(node.dataset.clockAt) : 0;
     return Math.max(0, Math.floor(Number(node.dataset.clockSeconds) + since / 1000));
@@ -120,7 +122,20 @@ window.Harness = (function () {
     if (!node) return;
     node.dataset.clockSeconds = String(seconds);
     node.dataset.clockAt = String(Date.now());
+    delete node.dataset.clockHeld;
     if (ticking) node.dataset.clockTicks = "1"; else delete node.dataset.clockTicks;
+    tickClocks();
+  }
+
+  // While the page cannot hear the server, a clock that ticked here would count past
+  // a stop it has not heard of: the clocks stop where they are and say so. Let go,
+  // a clock the server did not set again goes on from its own count, as if never held.
+  function holdClocks(held) {
+    const now = Date.now();
+    document.querySelectorAll("[data-clock-seconds]").forEach(function (node) {
+      if (held && !node.dataset.clockHeld) node.dataset.clockHeld = String(clockWholeSeconds(node, now));
+      if (!held) delete node.dataset.clockHeld;
+    });
     tickClocks();
   }
 
@@ -162,7 +177,9 @@ window.Harness = (function () {
   // countdown that ticks, goes "offline" with the browser, says "no updates since"
   // when two heartbeats are missed, offers "retry now". opts.onOpen(ws) runs on each
   // open, opts.onMessage(data) for each message other than live/heartbeat/error,
-  // opts.onLive(data) when the server says the stream is live.
+  // opts.onLive(data) when the server says the stream is live, opts.onState(state,
+  // lastHeard) when the indicator's state changes (lastHeard: when the server was
+  // last heard, in ms).
   function liveSocket(opts) {
     const conn = opts.indicator;
     const retry = opts.retryButton;
@@ -176,7 +193,13 @@ window.Harness = (function () {
     let lastHeard = Date.now();
     let live = false;
 
+    let shownState = "connecting";
+
     function set(state, text) {
+      if (state !== shownState) {
+        shownState = state;
+        if (opts.onState) opts.onState(state, lastHeard);
+      }
       if (!conn) return;
       if (conn.dataset.state !== state || conn.textContent !== text) {
         conn.dataset.state = state;
@@ -334,5 +357,5 @@ window.Harness = (function () {
     document.addEventListener("harness:regions", syncDecisionButtons);
   });
 
-  return { el: el, safeHref: safeHref, duration: duration, formatTimes: formatTimes, tickCountdowns: tickCountdowns, setClock: setClock, tickClocks: tickClocks, liveSocket: liveSocket };
+  return { el: el, safeHref: safeHref, duration: duration, formatTimes: formatTimes, tickCountdowns: tickCountdowns, setClock: setClock, holdClocks: holdClocks, tickClocks: tickClocks, clockText: clockText, liveSocket: liveSocket };
 })();

@@ -2,7 +2,9 @@
 // page, appends events as they arrive in seq order (consecutive events of a tool
 // call share a card), reconnects with backoff and resumes from the last seq, loads
 // older events on demand, shows a running call's latest output and elapsed time,
-// and refreshes the run summary. Every piece of run data is set with textContent.
+// and refreshes the run summary. While the socket is away the page says what it
+// shows is the last known (the clocks stop), until the server has caught it up.
+// Every piece of run data is set with textContent.
 "use strict";
 
 (function () {
@@ -171,11 +173,70 @@
 
   // -- connection -----------------------------------------------------------------
 
+  // -- while the server is not heard: the last known, never "running" and counting ---
+
+  // A stop during an outage is not heard of: a clock that went on ticking would count
+  // past it, and "running" would be a guess. From the moment the socket is away the
+  // status reads "last known" and the clocks hold, until the page has caught up: the
+  // summary answered after the server said the stream is live (events up to date).
+  let stale = false;
+  let staleSince = 0;
+  let outages = 0;
+  let freshAfterAsk = Infinity;
+  const AWAY = ["offline", "reconnecting", "disconnected", "quiet"];
+
+  function showStale() {
+    H.holdClocks(true);
+    const note = "No word from the server since " + H.clockText(new Date(staleSince)) + ": the status and times shown are the last known; they update when it is back.";
+    document.querySelectorAll("[data-clocks-held]").forEach(function (node) {
+      node.textContent = note;
+      node.hidden = false;
+    });
+    if (!summary) return;
+    const outcome = field("outcome");
+    if (!outcome.dataset.lastKnown) {
+      outcome.dataset.lastKnown = "1";
+      outcome.textContent = "last known: " + outcome.textContent;
+      setTone(outcome, "chip chip-big", "muted");
+    }
+  }
+
+  function showFresh() {
+    stale = false;
+    freshAfterAsk = Infinity;
+    H.holdClocks(false);
+    document.querySelectorAll("[data-clocks-held]").forEach(function (node) { node.hidden = true; });
+  }
+
+  function onState(state, lastHeard) {
+    if (AWAY.includes(state)) {
+      if (!stale) {
+        staleSince = lastHeard;
+        outages += 1;
+      }
+      stale = true;
+      freshAfterAsk = Infinity;
+      showStale();
+    } else if (state === "live" && stale) {
+      if (summary) {
+        freshAfterAsk = summaryAsked + 1;
+        refreshSummarySoon();
+        return;
+      }
+      // The approval page: its clocks are a live region, fetched again (live_regions.js)
+      // after the events of the catch-up; they are let go once it has been.
+      const outage = outages;
+      document.addEventListener("harness:regions", function () { if (stale && outage === outages) showFresh(); }, { once: true });
+      document.dispatchEvent(new CustomEvent("harness:changed", { detail: { reason: "reconnected" } }));
+    }
+  }
+
   function connect() {
     H.liveSocket({
       path: timeline.dataset.wsPath,
       indicator: conn,
       retryButton: document.getElementById("conn-retry"),
+      onState: onState,
       onOpen: function (ws) {
         socket = ws;
         ws.send(JSON.stringify({ type: "subscribe", after_seq: lastSeq }));
@@ -212,6 +273,7 @@
   }
 
   function tickRunning() {
+    if (stale) return; // a call's clock holds too: it may have ended meanwhile
     timeline.querySelectorAll("li.card[data-call-id]").forEach(function (card) {
       // Only a call's latest card can be running; an earlier one was interrupted.
       const running = cards.get(card.dataset.callId) === card && isRunning(card);
@@ -281,6 +343,8 @@
           if (!data || asked < summaryShown) return;
           summaryShown = asked;
           applySummary(data);
+          if (stale && asked >= freshAfterAsk) showFresh();
+          else if (stale) showStale();
         })
         .catch(function () { refreshSummarySoon(2000); });
     }, delay || 300);
@@ -320,6 +384,7 @@
 
   function applySummary(s) {
     const outcome = field("outcome");
+    delete outcome.dataset.lastKnown;
     outcome.textContent = s.outcome_label;
     outcome.title = s.outcome;
     setTone(outcome, "chip chip-big", s.tone);
