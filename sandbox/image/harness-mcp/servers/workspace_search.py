@@ -17,7 +17,7 @@ MAX_HITS = 50
 # Larger files are generated or binary: skipped rather than read whole into memory.
 MAX_FILE_BYTES = 2 * 2**20
 
-server = MCPServer("search", version="1.0")
+server = MCPServer("workspace-search", version="1.0")
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
