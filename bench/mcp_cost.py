@@ -117,7 +117,8 @@ def gated(operator: Any, step: dict[str, Any], calls: int, rounds: int) -> list[
 
     def run(n: int) -> float:
         tools = sorted({"run_check", step["tool"]})
-        contract = {**DEMO_CONTRACT, "allowed_tools": tools, "verification_targets": ["env"]}
+        limits = {**DEMO_CONTRACT["limits"], "max_proposals": n + 5, "max_tool_calls": n + 5}
+        contract = {**DEMO_CONTRACT, "allowed_tools": tools, "verification_targets": ["env"], "limits": limits}
         script = [{"tool": "run_check", "args": {"check_id": "env"}}, *[step] * n, {"tool": "finish", "args": {"summary": "done"}}]
         began = time.perf_counter()
         made = create_run(contract, {"kind": "scripted", "script": script}, operator, enqueue=False)
