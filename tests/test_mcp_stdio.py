@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
 from django.contrib.auth.models import User
 from pytest_django import Settings
@@ -31,6 +32,12 @@ PROBE = (Path(__file__).parent / "mcp_servers" / "sandbox_probe.py").read_text()
 def search(tmp_path: Path, settings: Settings, docker_engine: Any) -> Iterator[None]:
     settings.WORKSPACE_ROOT = tmp_path / "workspaces"
     settings.SPOOL_DIR = tmp_path / "spool"
+    try:
+        # Through a shell: a missing program would fail the start and leave the container.
+        probe = ["sh", "-c", "test -x /opt/harness-mcp/bin/python && /opt/harness-mcp/bin/python -c 'import mcp'"]
+        docker_engine.containers.run(settings.SANDBOX_IMAGE, probe, network_mode="none", remove=True)
+    except docker.errors.ContainerError:
+        pytest.fail(f"the sandbox image {settings.SANDBOX_IMAGE} has no MCP SDK; build it with: bash sandbox/image/build.sh")
     project = default_project_id()
     McpServer.objects.create(project_id=project, name="search", command=["/opt/harness-mcp/bin/workspace-search"], timeout_seconds=30)
     McpServer.objects.create(
