@@ -100,6 +100,14 @@ class RuleForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 2, "cols": 30}),
     )
 
+    # Not checked here: check_policy judges the value and names the field.
+    version = forms.CharField(
+        label="Tool version",
+        required=False,
+        help_text="only this version (as an approval page shows it); empty for any",
+        widget=forms.TextInput(attrs={"size": 16}),
+    )
+
     def clean_when(self) -> dict[str, list[str]]:
         when: dict[str, list[str]] = {}
         for line in self.cleaned_data["when"].splitlines():
@@ -208,6 +216,7 @@ def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[st
             "decision": rule.get("decision", "allow"),
             "requires_evidence": rule.get("requires_evidence", False),
             "when": "\n".join(f"{arg}={','.join(globs)}" for arg, globs in rule.get("when", {}).items()),
+            "version": rule.get("version") or "",
         }
         for rule in document.get("rules", [])
     ]
@@ -277,6 +286,8 @@ def compose(
             rule["when"] = row["when"]
         if row["requires_evidence"]:
             rule["requires_evidence"] = True
+        if row["version"]:
+            rule["version"] = row["version"]
         rules.append(rule)
     checks = []
     for row in check_rows:

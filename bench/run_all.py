@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "host_throughput": ([], ["--runs", "6", "--rounds", "1"]),
     "egress_cost": ([], ["--rounds", "3", "--fetches", "10"]),
     "observability_cost": ([], ["--steps", "50", "--trials", "1"]),
+    "mcp_cost": ([], ["--rounds", "2", "--calls", "5", "--stdio-calls", "2"]),
 }
 
 
@@ -125,6 +126,16 @@ def side_by_side(results: dict[str, Any]) -> str:
                     f"{row['cpu_ratio_to_off']}x",
                 )
             )
+    for transport, found in results.get("mcp_cost", {}).get("results", {}).items():
+        gated, sdk = found["harness_gated"]["median_ms"], found["sdk_session_per_call"]["median_ms"]
+        rows.append(
+            (
+                f"MCP call, {transport.split(' ')[0]}, gated",
+                f"{gated:.1f} ms",
+                f"SDK, a session per call {sdk:.1f} ms",
+                f"{found['harness_gated / sdk_session_per_call']}x; the gates {found['added_ms_per_call_by_the_gates']} ms",
+            )
+        )
     hosts = results.get("host_throughput")
     if hosts:
         rows.append(

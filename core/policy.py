@@ -44,7 +44,11 @@ class Rule(_Frozen):
     reviewers: Reviewers = Field(default_factory=Reviewers)
     # The rule matches only this version of the tool (an MCP tool's version is a digest
     # of its server and schema, core.mcp): a tool whose schema changed is not matched.
-    version: str | None = Field(default=None, min_length=1, max_length=64)
+    version: str | None = Field(
+        default=None,
+        max_length=64,
+        pattern=described(r"^[A-Za-z0-9._-]+$", "a tool's version as its approval page shows it: letters, digits, '.', '_' or '-'"),
+    )
 
     @field_validator("when")
     @classmethod

@@ -142,7 +142,7 @@ class McpServer(models.Model):
         help_text="Its streamable HTTP endpoint; must be on HARNESS_MCP_ALLOWED_URLS. Empty for a server over stdio.",
     )
     # A server over stdio runs in each run's sandbox container, as the sandbox user,
-    # without network: its argv, e.g. ["python3", "/opt/harness-mcp/servers/search.py"].
+    # without network: its argv, e.g. ["/opt/harness-mcp/bin/workspace-search"].
     command = models.JSONField(
         default=list, blank=True, help_text="For a server over stdio in the run's sandbox: its command as a JSON list of strings."
     )

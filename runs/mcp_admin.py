@@ -53,7 +53,7 @@ class McpServerForm(forms.ModelForm):
     def clean_command(self) -> list[str]:
         command = self.cleaned_data["command"] or []
         if not isinstance(command, list) or not all(isinstance(part, str) and part for part in command):
-            raise forms.ValidationError('a JSON list of non-empty strings, e.g. ["python3", "/opt/harness-mcp/servers/search.py"]')
+            raise forms.ValidationError('a JSON list of non-empty strings, e.g. ["/opt/harness-mcp/bin/workspace-search"]')
         return command
 
     def clean(self) -> dict[str, Any]:

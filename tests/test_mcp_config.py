@@ -179,7 +179,7 @@ def test_it_takes_a_server_over_stdio_as_a_command_list_and_refuses_both_or_neit
     client = Client()
     client.force_login(admin_user)
     add = reverse("admin:projects_mcpserver_add")
-    command = '["python3", "/opt/harness-mcp/servers/workspace_search.py"]'
+    command = '["/opt/harness-mcp/bin/workspace-search"]'
     for bad, said in (
         ({"command": command}, "not both or neither"),
         ({"url": ""}, "not both or neither"),
@@ -191,6 +191,6 @@ def test_it_takes_a_server_over_stdio_as_a_command_list_and_refuses_both_or_neit
     assert not McpServer.objects.exists()
     assert client.post(add, server_form(name="search", url="", credential_env="", command=command)).status_code == 302
     server = McpServer.objects.get()
-    assert server.command == ["python3", "/opt/harness-mcp/servers/workspace_search.py"] and server.url == ""
+    assert server.command == ["/opt/harness-mcp/bin/workspace-search"] and server.url == ""
     [entry] = AuditEntry.objects.filter(action="mcp_server_saved")
     assert entry.detail["command"] == server.command

@@ -1,7 +1,7 @@
-"""An MCP server over stdio inside the run's sandbox container (docs/design.md, Outside
-tools): the workspace search written with the official SDK
-(tests/mcp_servers/workspace_search.py), in an image derived from the sandbox image
-with the SDK in it (tests/mcp_servers/sandbox_image.py), named by the admin's
+"""MCP servers over stdio inside the run's sandbox container (docs/design.md, Outside
+tools), from the sandbox image as built (sandbox/image/build.sh): its workspace search
+(/opt/harness-mcp/bin/workspace-search) and a probe of the tests' own run by the image's
+Python with the SDK (tests/mcp_servers/sandbox_probe.py), each named by an admin's
 McpServer row; whole runs driven in this process (runs.runtime.advance)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
 from django.contrib.auth.models import User
 from pytest_django import Settings
@@ -19,22 +20,30 @@ from projects.models import McpServer, default_project_id
 from runs.models import Event, Run
 from runs.runtime import advance, create_run
 from tests.helpers import new_policy_version
-from tests.mcp_servers.sandbox_image import COMMAND, search_image
 from tests.runs_waiting import DEMO_CONTRACT
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 ENV_CHECK = {"check_id": "env", "command": ["env"], "version": "1", "timeout_seconds": 60}
+PROBE = (Path(__file__).parent / "mcp_servers" / "sandbox_probe.py").read_text()
 
 
 @pytest.fixture
 def search(tmp_path: Path, settings: Settings, docker_engine: Any) -> Iterator[None]:
     settings.WORKSPACE_ROOT = tmp_path / "workspaces"
     settings.SPOOL_DIR = tmp_path / "spool"
-    with search_image(str(settings.SANDBOX_IMAGE)) as image:
-        settings.SANDBOX_IMAGE = image
-        McpServer.objects.create(project_id=default_project_id(), name="search", command=COMMAND, timeout_seconds=30, max_response_mb=1)
-        yield
+    try:
+        # Through a shell: a missing program would fail the start and leave the container.
+        probe = ["sh", "-c", "test -x /opt/harness-mcp/bin/python && /opt/harness-mcp/bin/python -c 'import mcp'"]
+        docker_engine.containers.run(settings.SANDBOX_IMAGE, probe, network_mode="none", remove=True)
+    except docker.errors.ContainerError:
+        pytest.fail(f"the sandbox image {settings.SANDBOX_IMAGE} has no MCP SDK; build it with: bash sandbox/image/build.sh")
+    project = default_project_id()
+    McpServer.objects.create(project_id=project, name="search", command=["/opt/harness-mcp/bin/workspace-search"], timeout_seconds=30)
+    McpServer.objects.create(
+        project_id=project, name="probe", command=["/opt/harness-mcp/bin/python", "-c", PROBE], timeout_seconds=30, max_response_mb=1
+    )
+    yield
 
 
 def policy(*rules: dict[str, Any], runtime: str = "runc") -> None:
@@ -46,7 +55,7 @@ def policy(*rules: dict[str, Any], runtime: str = "runc") -> None:
             {"name": "the env check", "tool": "run_check", "decision": "allow"},
             *rules,
         ],
-        read_only_tools=["search.find", "search.interfaces", "search.flood"],
+        read_only_tools=["search.find", "probe.interfaces", "probe.flood"],
         checks=[ENV_CHECK],
     )
 
@@ -64,11 +73,11 @@ def events(run: Run, kind: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("runtime", ["runc", "runsc"])
 def test_it_searches_the_workspace_with_a_server_run_in_the_sandbox_without_network(search: None, operator: User, runtime: str) -> None:
-    policy({"name": "search", "tool": "search.*", "decision": "allow"}, runtime=runtime)
+    policy({"name": "servers", "tool": "*.*", "decision": "allow"}, runtime=runtime)
     run = start(
         operator,
         {"tool": "search.find", "args": {"text": "def order_total"}},
-        {"tool": "search.interfaces", "args": {}},
+        {"tool": "probe.interfaces", "args": {}},
     )
     assert advance(str(run.pk)) == "complete"
     received = {e["tool"]: e["receipt"]["data"] for e in events(run, "receipt_recorded")}
@@ -81,8 +90,9 @@ def test_it_searches_the_workspace_with_a_server_run_in_the_sandbox_without_netw
             "text": "def order_total(lines: Iterable[Mapping[str, int]], discount_percent: int = 0) -> int:",
         }
     ]
+    assert found["structured"]["truncated"] is False
     # The server shares the run's container, which has no network: loopback alone.
-    seen = received["search.interfaces"]["structured"]
+    seen = received["probe.interfaces"]["structured"]
     assert seen["interfaces"] == ["lo"]
     # Under runsc the server runs on gVisor's kernel, not the host's.
     assert (seen["kernel"] == Path("/proc/version").read_text()) == (runtime == "runc")
@@ -96,17 +106,17 @@ def test_it_denies_a_tool_of_a_stdio_server_the_policy_does_not_allow(search: No
     assert refusal["rule"] == "no search"
     assert not [e for e in events(denied, "receipt_recorded") if e["tool"] == "search.find"]
 
-    unnamed = start(operator, {"tool": "search.interfaces", "args": {}})
+    unnamed = start(operator, {"tool": "probe.interfaces", "args": {}})
     assert advance(str(unnamed.pk)) == "tool_denied"
     [refusal] = events(unnamed, "denied")
     assert refusal["rule"] == "default: no rule matched"
 
 
 def test_it_cuts_off_a_stdio_server_that_sends_more_than_its_cap(search: None, operator: User) -> None:
-    policy({"name": "search", "tool": "search.*", "decision": "allow"})
-    run = start(operator, {"tool": "search.flood", "args": {"megabytes": 3}}, {"tool": "search.find", "args": {"text": "def order_total"}})
+    policy({"name": "servers", "tool": "*.*", "decision": "allow"})
+    run = start(operator, {"tool": "probe.flood", "args": {"megabytes": 3}}, {"tool": "probe.interfaces", "args": {}})
     assert advance(str(run.pk)) == "complete"
     received = {e["tool"]: e["receipt"]["data"] for e in events(run, "receipt_recorded")}
-    assert "sent more than 1048576 bytes" in received["search.flood"]["error"]
+    assert "sent more than 1048576 bytes" in received["probe.flood"]["error"]
     # The next conversation starts its server afresh: the flood left nothing behind.
-    assert [hit["path"] for hit in received["search.find"]["structured"]["hits"]] == ["orders/total.py"]
+    assert received["probe.interfaces"]["structured"]["interfaces"] == ["lo"]

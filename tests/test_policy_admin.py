@@ -289,3 +289,28 @@ def test_it_sets_the_publish_checks_inline_and_keeps_them_on_the_next_save(clien
     again["note"] = "another edit"
     assert client.post(ADD, again).status_code == 302
     assert current_policy_row().document["publish_checks"] == saved
+
+
+def test_it_pins_a_rule_to_a_tool_version_inline_and_refuses_a_malformed_one(client: Client, admin_user: User) -> None:
+    client.force_login(admin_user)
+    data = inline_form(client)
+    n = len(current_policy_row().document["rules"])
+    data.update({f"rules-{n}-name": "reviewed schema", f"rules-{n}-tool": "tracker.create_issue", f"rules-{n}-decision": "ask"})
+    data[f"rules-{n}-version"] = "223b5c94 00feea73"
+    before = PolicyVersion.objects.count()
+    response = client.post(ADD, data)
+    assert response.status_code == 200 and PolicyVersion.objects.count() == before
+    assert f"Rule row {n + 1}, tool version: must be a tool&#x27;s version as its approval page shows it" in response.content.decode()
+    assert "version" in response.context["rules"].forms[n].errors
+    data[f"rules-{n}-version"] = " 223b5c9400feea73 "
+    assert client.post(ADD, data).status_code == 302
+    pinned = {"name": "reviewed schema", "tool": "tracker.create_issue", "decision": "ask", "version": "223b5c9400feea73"}
+    assert current_policy_row().document["rules"][n] == pinned
+    # The row shows it, and a save that leaves it alone keeps it; emptied, the rule matches any version.
+    data = inline_form(client)
+    assert data[f"rules-{n}-version"] == "223b5c9400feea73"
+    assert client.post(ADD, {**data, "note": "again"}).status_code == 302
+    assert current_policy_row().document["rules"][n] == pinned
+    data[f"rules-{n}-version"] = ""
+    assert client.post(ADD, data).status_code == 302
+    assert "version" not in current_policy_row().document["rules"][n]

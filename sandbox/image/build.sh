@@ -4,10 +4,17 @@
 #
 # The image is tagged harness-sandbox:<digest> (and harness-sandbox:latest), where
 # <digest> is the first 16 hex digits of sha256 over the build inputs: this script,
-# scripts/debian_image.sh, the package list, the Dockerfile and the suite name.
+# scripts/debian_image.sh, the package list, the Dockerfile, the suite name, the MCP
+# SDK's wheels (names and SHA-256) and the files under ./harness-mcp.
 # If that tag already exists the script prints it and exits at once; the rootfs
 # tarball is cached in ${HARNESS_CACHE_DIR:-/var/cache/harness} under the same
 # digest, so re-importing after `docker rmi` downloads nothing.
+#
+# The image carries the official MCP SDK for servers run in the sandbox over stdio
+# (docs/design.md, Outside tools): the wheels of `mcp` at the worker's own version
+# (requirements.txt), downloaded once with pip into
+# ${HARNESS_CACHE_DIR}/mcp-wheels/<version> and unpacked into /opt/harness-mcp/site,
+# with ./harness-mcp (its Python wrapper and the workspace search server) beside them.
 #
 # All progress goes to stderr; the last line of stdout is the image tag.
 #
@@ -27,16 +34,57 @@ IMAGE=${HARNESS_SANDBOX_IMAGE_NAME:-harness-sandbox}
 # Keep in sync with the apt-get line in ./Dockerfile (both feed the digest).
 PACKAGES="python3 python3-pytest git coreutils procps findutils grep"
 DOCKERFILE="$SCRIPT_DIR/Dockerfile"
+MCP_TREE="$SCRIPT_DIR/harness-mcp"
+MCP_VERSION=$(sed -n 's/^mcp==\([^ #]*\).*/\1/p' "$SCRIPT_DIR/../../requirements.txt")
+# bookworm's python3: the interpreter the wheels must fit.
+MCP_PYTHON=3.11
 
 [ -f "$DOCKERFILE" ] || di_die "missing $DOCKERFILE"
 for pkg in $PACKAGES; do
     grep -qw -- "$pkg" "$DOCKERFILE" || di_log "warning: package '$pkg' not in Dockerfile"
 done
-DIGEST=$(content_digest "$SCRIPT_DIR/build.sh" "packages=$PACKAGES" "$DOCKERFILE")
+[ -n "$MCP_VERSION" ] || di_die "no mcp==<version> in requirements.txt"
+grep -qx "ARG MCP_VERSION=$MCP_VERSION" "$DOCKERFILE" || di_die "Dockerfile's ARG MCP_VERSION is not requirements.txt's mcp==$MCP_VERSION"
 
-sandbox_rootfs() {  # the workspace every run container mounts its run's workspace on
+# mcp_wheels: the directory holding the SDK's wheels for the image, downloaded on the
+# first build (PyPI, binary wheels only: nothing is compiled) and kept; the directory
+# appears whole or not at all.
+mcp_wheels() {
+    local dir="$HARNESS_CACHE_DIR/mcp-wheels/$MCP_VERSION" tmp
+    if ! compgen -G "$dir/mcp-*.whl" >/dev/null; then
+        di_log "downloading the wheels of mcp==$MCP_VERSION for CPython $MCP_PYTHON"
+        mkdir -p "$(dirname "$dir")"
+        tmp=$(mktemp -d "$dir.tmp.XXXXXX")
+        python3 -m pip download -q --disable-pip-version-check --no-cache-dir -d "$tmp" \
+            --only-binary=:all: --python-version "$MCP_PYTHON" --platform "manylinux2014_$(uname -m)" \
+            "mcp==$MCP_VERSION" >&2 || { rm -rf "$tmp"; di_die "pip download mcp==$MCP_VERSION failed"; }
+        mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"  # another build got there first
+    fi
+    echo "$dir"
+}
+MCP_WHEELS=$(mcp_wheels)
+# Digest inputs by name and content, wherever the checkout or the cache is.
+MCP_INPUTS=$(cd "$MCP_WHEELS" && sha256sum -- *.whl; cd "$MCP_TREE" && find . -name __pycache__ -prune -o -type f -print0 | sort -z | xargs -0 sha256sum --)
+DIGEST=$(content_digest "$SCRIPT_DIR/build.sh" "packages=$PACKAGES" "$DOCKERFILE" "mcp=$MCP_INPUTS")
+
+sandbox_rootfs() {
+    # the workspace every run container mounts its run's workspace on
     mkdir -p "$1/workspace"
     chown 65534:65534 "$1/workspace"
+    # a wheel's files are its installed form: unpacked, the SDK is importable from site
+    local wheel
+    mkdir -p "$1/opt/harness-mcp/site"
+    cp -R "$MCP_TREE/." "$1/opt/harness-mcp/"
+    find "$1/opt/harness-mcp" -name __pycache__ -prune -exec rm -rf {} +
+    for wheel in "$MCP_WHEELS"/*.whl; do
+        python3 -m zipfile -e "$wheel" "$1/opt/harness-mcp/site"
+    done
+    chown -R 0:0 "$1/opt/harness-mcp"
+    chmod -R u=rwX,go=rX "$1/opt/harness-mcp"
+    chmod 755 "$1"/opt/harness-mcp/bin/*
+    # compiled now: the root is read-only at run time, and each conversation starts
+    # its server afresh
+    chroot "$1" /usr/bin/python3 -m compileall -q /opt/harness-mcp >/dev/null
 }
 
 ensure_docker
