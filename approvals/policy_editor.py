@@ -108,6 +108,31 @@ class RuleForm(forms.Form):
         widget=forms.TextInput(attrs={"size": 16}),
     )
 
+    reviewers = forms.CharField(
+        label="Reviewers",
+        required=False,
+        help_text="who decides an ask, one per line: count=2, users=ana,bo, groups=release; empty: any one of the project's reviewers",
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 24}),
+    )
+
+    def clean_reviewers(self) -> dict[str, Any]:
+        reviewers: dict[str, Any] = {}
+        for line in self.cleaned_data["reviewers"].splitlines():
+            if not line.strip():
+                continue
+            key, sep, value = (part.strip() for part in line.partition("="))
+            if not sep or key not in ("count", "users", "groups"):
+                raise forms.ValidationError(f"{line.strip()!r}: each line must be count=N, users=name,name or groups=name,name")
+            if key in reviewers:
+                raise forms.ValidationError(f"{key} is given twice")
+            if key == "count":
+                if not value.isdigit():
+                    raise forms.ValidationError(f"count={value}: the number of distinct people who must grant, a whole number")
+                reviewers[key] = int(value)
+            else:
+                reviewers[key] = [name.strip() for name in value.split(",") if name.strip()]
+        return reviewers
+
     def clean_when(self) -> dict[str, list[str]]:
         when: dict[str, list[str]] = {}
         for line in self.cleaned_data["when"].splitlines():
@@ -217,6 +242,7 @@ def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[st
             "requires_evidence": rule.get("requires_evidence", False),
             "when": "\n".join(f"{arg}={','.join(globs)}" for arg, globs in rule.get("when", {}).items()),
             "version": rule.get("version") or "",
+            "reviewers": reviewer_lines(rule.get("reviewers") or {}),
         }
         for rule in document.get("rules", [])
     ]
@@ -235,9 +261,16 @@ def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[st
     return main, rules, checks
 
 
+def reviewer_lines(reviewers: dict[str, Any]) -> str:
+    """A rule's reviewers as the row editor's lines, the default (any one reviewer) as none."""
+    lines = [f"count={reviewers['count']}"] if reviewers.get("count", 1) != 1 else []
+    lines += [f"{key}={','.join(reviewers[key])}" for key in ("users", "groups") if reviewers.get(key)]
+    return "\n".join(lines)
+
+
 # What a row field whose text could not be converted stands for while the policy is
 # judged as a whole: a value the policy accepts, so its one problem is named once.
-ROW_FALLBACKS: dict[str, Any] = {"when": {}, "timeout_seconds": None, "egress": [], "ORDER": None}
+ROW_FALLBACKS: dict[str, Any] = {"when": {}, "reviewers": {}, "timeout_seconds": None, "egress": [], "ORDER": None}
 
 
 def kept_forms(formset: forms.BaseFormSet) -> list[Any]:
@@ -288,6 +321,8 @@ def compose(
             rule["requires_evidence"] = True
         if row["version"]:
             rule["version"] = row["version"]
+        if row["reviewers"]:
+            rule["reviewers"] = row["reviewers"]
         rules.append(rule)
     checks = []
     for row in check_rows:

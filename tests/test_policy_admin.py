@@ -314,3 +314,28 @@ def test_it_pins_a_rule_to_a_tool_version_inline_and_refuses_a_malformed_one(cli
     data[f"rules-{n}-version"] = ""
     assert client.post(ADD, data).status_code == 302
     assert "version" not in current_policy_row().document["rules"][n]
+
+
+def test_it_keeps_a_rules_reviewers_through_the_row_editor_and_refuses_malformed_ones(client: Client, admin_user: User) -> None:
+    """A quorum set in the JSON editor survives a save from the rows, and can be set there."""
+    client.force_login(admin_user)
+    document = dict(current_policy_row().document)
+    asks = next(i for i, rule in enumerate(document["rules"]) if rule["decision"] == "ask")
+    quorum = {"count": 2, "users": ["ana", "bo"], "groups": ["release"]}
+    document["rules"][asks] = {**document["rules"][asks], "reviewers": quorum}
+    assert add(client, json.dumps(document)).status_code == 302
+    data = inline_form(client)
+    assert data[f"rules-{asks}-reviewers"] == "count=2\nusers=ana,bo\ngroups=release"
+    assert client.post(ADD, {**data, "note": "another edit"}).status_code == 302
+    assert current_policy_row().document["rules"][asks]["reviewers"] == quorum
+    for wrong, named in (
+        ("count=two", "count=two: the number of distinct people"),
+        ("quorum=2", "each line must be count=N"),
+        ("count=11", "count"),
+    ):
+        before = PolicyVersion.objects.count()
+        response = client.post(ADD, {**data, f"rules-{asks}-reviewers": wrong})
+        assert response.status_code == 200 and PolicyVersion.objects.count() == before, wrong
+        assert named in response.content.decode(), wrong
+    assert client.post(ADD, {**data, f"rules-{asks}-reviewers": "users=cy"}).status_code == 302
+    assert current_policy_row().document["rules"][asks]["reviewers"] == {"users": ["cy"]}
