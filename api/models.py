@@ -98,7 +98,7 @@ class ApiToken(models.Model):
         token = secrets.token_hex(32)
         with transaction.atomic():
             row = cls.objects.create(
-                user=user,
+                user_id=user.pk,
                 prefix=token[:PREFIX_CHARS],
                 digest=digest_of(token),
                 password_mark=password_mark(user),

@@ -102,7 +102,8 @@ def append_events(
 def _stored_row(columns: Mapping[str, object]) -> Event:
     """The model instance of a row just written, built as Django builds one it has
     read (positional values, no keyword handling): a step stores several."""
-    row = Event(*(columns[name] for name in _EVENT_COLUMNS))
+    values: list[Any] = [columns[name] for name in _EVENT_COLUMNS]
+    row = Event(*values)
     row._state.adding = False
     return row
 
