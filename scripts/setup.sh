@@ -22,6 +22,14 @@ log() { echo "[setup] $*" >&2; }
 # A command that runs (bash's `command -v` also names a file it could not run).
 have() { local path; path=$(command -v "$1") && [ -x "$path" ]; }
 
+# Seen once here in the middle of a test run: /dev/null replaced by an empty regular
+# file owned by nobody, after which git (GIT_CONFIG_GLOBAL=/dev/null) refused to start.
+# The tests now fail the test during which that happens (tests/conftest.py).
+if [ ! -c /dev/null ] && [ "$(id -u)" -eq 0 ]; then
+    log "/dev/null is not the null device: making it again"
+    rm -f /dev/null && mknod -m 666 /dev/null c 1 3
+fi
+
 missing=()
 have dockerd || missing+=(docker.io iptables ca-certificates)
 have debootstrap || missing+=(debootstrap)

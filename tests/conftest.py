@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import stat
+import subprocess
+from collections.abc import Iterator
+
 import pytest
 from django.contrib.auth.models import Group, User
 
@@ -17,6 +22,20 @@ pytest_plugins = [
     "tests.fixtures_oidc",
     "tests.fixtures_smtp",
 ]
+
+
+@pytest.fixture(autouse=True)
+def dev_null_stays_the_null_device() -> Iterator[None]:
+    """Once, mid-suite, /dev/null became an empty regular file owned by nobody, and
+    every later git command failed reading it as its config. The test during which it
+    happens fails, naming it, and the device is made again for the tests after it."""
+    yield
+    if stat.S_ISCHR(os.stat("/dev/null").st_mode):
+        return
+    found = os.stat("/dev/null")
+    os.unlink("/dev/null")
+    subprocess.run(["mknod", "-m", "666", "/dev/null", "c", "1", "3"], check=True)
+    pytest.fail(f"/dev/null was replaced during this test by a regular file (uid {found.st_uid}, {found.st_size} bytes); made again")
 
 
 def _persona(username: str, *groups: str, staff: bool = False) -> User:
