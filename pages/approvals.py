@@ -12,7 +12,6 @@ from django.contrib import messages
 from django.contrib.auth.models import AnonymousUser, User
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals.checks import DecisionRefused
@@ -137,8 +136,7 @@ def after_expiry(request: ApprovalRequest, run: Run, user: User | AnonymousUser)
     """For a request that expired (recorded, or due and not yet): whether its run has
     stopped, and once it has, whether this user can re-run it ("" when they can, else
     why not). None for any other request."""
-    due = request.status in (Status.PENDING, Status.GRANTED) and request.expires_at <= timezone.now()
-    if request.status != Status.EXPIRED and not due:
+    if not request.has_expired():
         return None
     ended = run.status not in ACTIVE
     rerun_blocker = None

@@ -11,7 +11,6 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from core.fences import driver_fence
-from core.lifecycle import OPEN_STATUSES
 from core.ports import ApprovalAsk, Filed, RequestState
 from runs.approval_flow import cancel_open_requests, do_consume, do_lapse
 from runs.models import Run
@@ -57,9 +56,8 @@ class DjangoApprovals:
 
     def state(self, request_id: str) -> RequestState:
         row = ApprovalRequest.objects.select_related("decided_by").get(pk=request_id)
-        due = row.status in OPEN_STATUSES and row.expires_at <= timezone.now()
         by = row.decided_by.get_username() if row.decided_by is not None else ""
-        return RequestState(str(row.pk), row.status, row.reason, row.consumed_by_call, due, by)
+        return RequestState(str(row.pk), row.status, row.reason, row.consumed_by_call, row.expiry_due(), by)
 
     def consume(self, request_id: str, call_id: str) -> bool:
         return do_consume(request_id, call_id)

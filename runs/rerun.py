@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
-from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.policies import current_policy_row
@@ -56,7 +55,7 @@ def check_ask_again(request: ApprovalRequest, user: User | AnonymousUser) -> str
     decided, not asked again."""
     if not user.is_authenticated or not {DECIDE_APPROVALS, OPERATE_RUNS} & permissions_in(user, request.run.project_id):
         raise ControlRefused("only a reviewer or an operator of this run's project may ask again")
-    if request.status == Status.EXPIRED or (request.status in (Status.PENDING, Status.GRANTED) and request.expires_at <= timezone.now()):
+    if request.has_expired():
         # The lead's choice (core.lifecycle.WAIT_EXITS): an expiry ends the wait with
         # a stop, so no new request for this call could ever be used.
         raise ControlRefused("an expired request stops its run: the run cannot use a new one; an operator can re-run it")

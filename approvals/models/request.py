@@ -2,8 +2,10 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from common.redact import RedactedJSONField, RedactedTextField
+from core.lifecycle import OPEN_STATUSES
 
 
 class ApprovalRequest(models.Model):
@@ -62,6 +64,14 @@ class ApprovalRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} for {self.run_id} ({self.status})"
+
+    def expiry_due(self) -> bool:
+        """Open past its expiry: expired, though not yet recorded as such."""
+        return self.status in OPEN_STATUSES and self.expires_at <= timezone.now()
+
+    def has_expired(self) -> bool:
+        """Expired, recorded or due."""
+        return self.status == self.Status.EXPIRED or self.expiry_due()
 
 
 class ApprovalGrant(models.Model):
