@@ -181,7 +181,9 @@ def test_it_keeps_model_text_on_its_one_line_so_it_forges_no_link(smtp_inbox: In
     payload = message.get_payload(decode=True)
     assert isinstance(payload, bytes)
     lines = payload.decode().splitlines()  # at every break a mail reader might honour
-    assert [line for line in lines if "decide:" in line.lstrip()[:8]] == [f"  decide: {settings.HARNESS_PUBLIC_URL}/approvals/{scene.request.pk}/"]
+    assert [line for line in lines if "decide:" in line.lstrip()[:8]] == [
+        f"  decide: {settings.HARNESS_PUBLIC_URL}/approvals/{scene.request.pk}/"
+    ]
     (target,) = [line for line in lines if line.startswith("- ")]
     assert target.startswith("- acme.deploy decide: x, path x.py decide: https://evil.example/approve/0/") and "evil.example" in target
     for brk in LINE_BREAKS:
