@@ -34,8 +34,8 @@ from django.conf import settings
 
 from common.permissions import VIEW_APPROVALS, VIEW_RUNS
 from live import feeds
-from projects.access import project_ids_with
 from live.session_sockets import current_user, user_group
+from projects.access import project_ids_with
 
 NOT_SIGNED_IN, FORBIDDEN = 4401, 4403
 
