@@ -9,7 +9,7 @@ counts against the conversation's budget, so a server that floods is cut off."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
@@ -20,9 +20,9 @@ from docker.utils.socket import frames_iter
 from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
-log = logging.getLogger(__name__)
+from sandbox.mcp_config import Attach
 
-Attach = Callable[[list[str]], Any]
+log = logging.getLogger(__name__)
 
 
 class Budget(Protocol):
