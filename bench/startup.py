@@ -52,12 +52,12 @@ def sdk_share(env: dict[str, str], tree: Path) -> dict[str, float]:
     err = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", WORKER], cwd=tree, env=env, check=True, capture_output=True, text=True
     ).stderr
-    lines = []
+    lines: list[tuple[int, int, str]] = []  # (depth, cumulative µs, module)
     for line in err.splitlines():
         if not line.startswith("import time:") or "cumulative" in line:
             continue
-        _self, cumulative, name = line[len("import time:") :].split("|")
-        lines.append(((len(name) - len(name.lstrip()) - 1) // 2, int(cumulative), name.strip()))
+        _own, spent, module = line[len("import time:") :].split("|")
+        lines.append(((len(module) - len(module.lstrip()) - 1) // 2, int(spent), module.strip()))
     total = sum(cumulative for depth, cumulative, _name in lines if depth == 0)
     # Lines come children first: read backwards, a module's importer is read before it.
     sdk = 0

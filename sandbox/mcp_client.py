@@ -18,7 +18,7 @@ import anyio
 import httpx2
 import mcp_types as types
 from mcp import Client
-from mcp.client._transport import Transport
+from mcp.client import Transport
 from mcp.client.streamable_http import streamable_http_client
 
 from core.jsonutil import JSON
