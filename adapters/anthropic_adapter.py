@@ -13,7 +13,7 @@ from typing import Any, Literal, cast
 
 import anthropic
 
-from adapters.calls import ModelReply, ToolCall, ToolResult
+from adapters.calls import ModelReply, ToolCall, ToolResult, parse_arguments
 from adapters.context import task_message
 from adapters.conversation import ToolCallingProposer
 from adapters.retries import Failure, SdkErrors
@@ -71,8 +71,10 @@ class AnthropicProposer(ToolCallingProposer[anthropic.Anthropic]):
                 texts.append(block.text)
                 content.append({"type": "text", "text": block.text})
             elif block.type == "tool_use":
-                calls.append(ToolCall(block.id, block.name, block.input))
-                content.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
+                args, error = parse_arguments(block.input)
+                calls.append(ToolCall(block.id, block.name, args, error))
+                # The API wants the input back as an object; one not read goes back empty.
+                content.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input if error is None else {}})
         if not content:  # the API refuses an empty assistant turn in the next request
             content.append({"type": "text", "text": "(no content)"})
         usage = response.usage

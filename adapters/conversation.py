@@ -28,12 +28,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
-from adapters.calls import ModelReply, ToolCall, ToolResult
+from adapters.calls import ModelReply, ToolCall, ToolResult, unreadable_reply
 from adapters.context import SYSTEM_PROMPT, TaskContext, ToolDef
 from adapters.feedback import render_feedback, skipped_result
 from adapters.pricing import Budget, Price, UsageTotals, estimate_tokens
 from adapters.retries import Failure, RetryPolicy
 from core import feedback as fb
+from core import storable
 from core.jsonutil import JSON
 from core.ports import Clock, ProposerStopped, SystemClock
 
@@ -158,7 +159,7 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
         self.messages = outgoing + [reply.assistant]
         self.results, self.user_texts = [], []
         if not reply.calls:
-            self.awaiting = ToolCall("", "", None)
+            self.awaiting = ToolCall("", "", None, reply.unread)
             return {"text": reply.text}
         self.queue = list(reply.calls)
         return self._take_next()
@@ -325,6 +326,10 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
                 timeout = min(timeout, left)
             try:
                 reply = self._send(messages, max_output, timeout)
+            except RecursionError:
+                # The client's JSON parse of the response gave up: nested deeper than
+                # Python's parser goes. An answer like any other (it used the model).
+                reply = unreadable_reply(f"nested more than {storable.MAX_DEPTH} levels deep")
             except Exception as exc:
                 failure = self._classify(exc)
                 if failure is None:

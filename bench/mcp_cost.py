@@ -243,7 +243,9 @@ def measure(url: str, token: str, token_env: str, args: argparse.Namespace) -> d
         search_config = McpServerConfig(name="search", command=tuple(SEARCH), timeout_seconds=60)
 
         def docker_exec() -> Any:
-            return StdioServerParameters(command="docker", args=["exec", "-i", container.id, *SEARCH])
+            # The SDK gives its child only HOME, PATH, SHELL, TERM and USER unless told:
+            # the docker CLI would then miss DOCKER_HOST (an engine not on the default socket).
+            return StdioServerParameters(command="docker", args=["exec", "-i", container.id, *SEARCH], env=dict(os.environ))
 
         each, transport = [], []
         for _ in range(args.rounds):

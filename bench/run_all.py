@@ -2,7 +2,11 @@
 tails and ratios, each measured within its own run). ``make bench`` calls this;
 the results are recorded in docs/performance.md.
 
-    python bench/run_all.py [--quick]"""
+    python bench/run_all.py [--quick]
+
+``--quick`` (``make bench QUICK=1``, run by .ci/run) runs every benchmark briefly: its
+figures mean little, but a benchmark that no longer runs fails CI instead of rotting
+until the next full run."""
 
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "redaction_overhead": ([], ["--steps", "100", "--rounds", "3"]),
     "repo_scale": ([], ["--sizes", "10,5000", "--rounds", "1", "--calls", "50,50,2"]),
     "diff_cost": ([], ["--difflib-cuts", "250,500"]),
+    "diff_colours": ([], ["--lines", "250"]),
     "rebuild_cost": ([], ["--rounds", "1"]),
     "host_throughput": ([], ["--runs", "6", "--rounds", "1"]),
     "egress_cost": ([], ["--rounds", "3", "--fetches", "10"]),
