@@ -136,6 +136,10 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
         """One request through the official client (its own retries off)."""
 
     @abstractmethod
+    def _echo_refused(self, call_id: str, kept: dict[str, JSON]) -> None:
+        """Put ``kept`` in place of call ``call_id``'s arguments in the last reply."""
+
+    @abstractmethod
     def _classify(self, exc: Exception) -> Failure | None:
         """A provider error as a Failure; None for anything that is not one."""
 
@@ -191,18 +195,34 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
         notes, self._notes = self._notes, []
         return notes
 
+    def refused(self) -> None:
+        """The call awaiting its answer was refused by the gates: when what the model
+        sent for it is larger than the run keeps whole, the call and the conversation's
+        copy of the reply keep its summary (size, digest, head) instead, so neither
+        the checkpoint nor the next request carries it (a refused 6 MB answer stored
+        twice in the proposer's state was 12.6 MB)."""
+        call = self.awaiting
+        if call is None or not call.id:
+            return
+        found = storable.summary(call.args)
+        if found.bytes <= storable.HEAD_CHARS and not storable.problems(call.args):
+            return
+        kept: dict[str, JSON] = {"refused_arguments": found.model_dump()}
+        self.awaiting = ToolCall(call.id, call.name, kept, call.args_error)
+        self._echo_refused(call.id, kept)
+
     # -- internals -------------------------------------------------------------------
 
     def _restore(self, snap: Mapping[str, JSON]) -> None:
         system = snap.get("system")
         if isinstance(system, str):
             self.system = system
-        self.messages = [m for m in _list(snap.get("messages")) if isinstance(m, dict)]
-        self.queue = [ToolCall.from_json(c) for c in _list(snap.get("queue")) if isinstance(c, dict)]
+        self.messages = [m for m in json_list(snap.get("messages")) if isinstance(m, dict)]
+        self.queue = [ToolCall.from_json(c) for c in json_list(snap.get("queue")) if isinstance(c, dict)]
         awaiting = snap.get("awaiting")
         self.awaiting = ToolCall.from_json(awaiting) if isinstance(awaiting, dict) else None
-        self.results = [ToolResult.from_json(r) for r in _list(snap.get("results")) if isinstance(r, dict)]
-        self.user_texts = [str(t) for t in _list(snap.get("user_texts"))]
+        self.results = [ToolResult.from_json(r) for r in json_list(snap.get("results")) if isinstance(r, dict)]
+        self.user_texts = [str(t) for t in json_list(snap.get("user_texts"))]
         self.usage = UsageTotals.from_json(snap.get("usage"))
         self.closing = snap.get("closing") is True
 
@@ -395,7 +415,7 @@ CLOSING_NOTICE = (
 )
 
 
-def _list(value: object) -> list[JSON]:
+def json_list(value: object) -> list[JSON]:
     return list(value) if isinstance(value, list) else []
 
 

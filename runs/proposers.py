@@ -137,6 +137,9 @@ class RefusingProposer:
     def snapshot(self) -> dict[str, JSON]:
         return {"kind": "refused", "message": self.message}
 
+    def refused(self) -> None:
+        """It never proposes."""
+
     def notes(self) -> list[dict[str, JSON]]:
         notes, self._notes = self._notes, []
         return notes
@@ -156,6 +159,9 @@ class MaskingProposer:
 
     def snapshot(self) -> dict[str, JSON]:
         return self.inner.snapshot()
+
+    def refused(self) -> None:
+        self.inner.refused()
 
     def notes(self) -> list[dict[str, JSON]]:
         return self.inner.notes()
