@@ -39,8 +39,8 @@ from runs.models import CallLedgerEntry, Event, PendingEffect, Receipt, Report, 
 from runs.services import check_new_run, do_create_run, drive_run
 from runs.store import load_state
 from sandbox.executor import SandboxExecutor
-from tests.fixtures_sandbox import ALL_TOOLS, WRITE_PATHS
 from tests.fake_providers import API_KEY, FakeAnthropic, FakeOpenAI, FakeProvider, anthropic_tools, openai_tools
+from tests.fixtures_sandbox import ALL_TOOLS, WRITE_PATHS
 from tests.helpers import CONTRACT, World
 from tests.test_api import SMALL_CONTRACT, client_for
 
