@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
@@ -80,6 +80,7 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
         deadline: float | None = None,
         base_url: str | None = None,
         client: ClientT | None = None,
+        bound: Callable[[], Budget] | None = None,
     ) -> None:
         self.model = model
         self.base_url = base_url
@@ -87,7 +88,10 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
         self._api_key = api_key or None
         self.context = context
         self.tools = list(tools)
-        self.budget = budget
+        # The run's own budget, and what bounds it beyond (its project's: what the
+        # project's other runs left), read again before every request.
+        self.own_budget = self.budget = budget
+        self.bound = bound
         self.price = price
         self.settings = settings or AdapterSettings()
         self.clock = clock or SystemClock()
@@ -153,6 +157,10 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
             self.user_texts.append(self._render(feedback, None)[0])
         if self.queue:
             return self._take_next()
+        if self.bound is not None:
+            # Read before every request, not once per run: runs of one project started
+            # together each saw the whole budget left and together used it twice over.
+            self.budget = self.own_budget.intersect(self.bound())
         if not self.closing and self._working_budget_used():
             self._enter_closing()
         base = self.messages or self._initial_messages()
