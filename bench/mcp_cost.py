@@ -193,7 +193,8 @@ def measure(url: str, token: str, token_env: str, args: argparse.Namespace) -> d
     from projects.models import McpServer, default_project_id
     from sandbox.container import SandboxContainer
     from sandbox.container_spec import ContainerSpec
-    from sandbox.mcp_client import McpServerConfig, call_tool
+    from sandbox.mcp_client import call_tool
+    from sandbox.mcp_config import McpServerConfig
     from sandbox.orphans import sweep_orphans
     from tests.helpers import new_policy_version
 
