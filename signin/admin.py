@@ -25,14 +25,19 @@ admin.site.unregister(User)
 admin.site.unregister(Group)
 
 
+# Plain multiple selects, and the user's dates shown rather than edited: Django's
+# two-box selector and split date-time fields are not labelled for assistive technology.
 @admin.register(User)
+@zoned_times(User)
 class SiteUserAdmin(SiteAdminsOnly, UserAdmin):
-    pass
+    filter_horizontal = ()
+    readonly_fields = ("last_login", "date_joined")
+    fieldsets = (*(UserAdmin.fieldsets or ())[:-1], ("Important dates", {"fields": ("last_login_zoned", "date_joined_zoned")}))
 
 
 @admin.register(Group)
 class SiteGroupAdmin(SiteAdminsOnly, GroupAdmin):
-    pass
+    filter_horizontal = ()
 
 
 @admin.register(Identity)

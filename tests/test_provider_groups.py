@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from pytest_django import Settings
 
@@ -164,3 +166,29 @@ def test_it_puts_users_groups_and_the_mappings_on_the_admin_home_for_site_admins
     assert theirs.get("/admin/").status_code == 200
     for path in ("/admin/auth/user/", "/admin/signin/groupmapping/", "/admin/signin/identity/"):
         assert theirs.get(path).status_code == 403, path
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_migrates_what_matched_by_name_except_the_built_in_groups() -> None:
+    before, after = [("signin", "0001_initial")], [("signin", "0002_identity_granted_groups_groupmapping")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    people, groups = old.get_model("auth", "User"), old.get_model("auth", "Group")
+    alice = people.objects.create(username="alice")
+    held = [groups.objects.get_or_create(name=name)[0] for name in ("admin", "acme-reviewers")]
+    alice.groups.set(held)
+    groups.objects.create(name="release")  # a Harness group no provider group matched
+    old.get_model("signin", "Identity").objects.create(
+        user=alice, issuer=ISSUER, subject="alice", groups=[ALLOWED, "admin", "acme-reviewers"]
+    )
+    try:
+        MigrationExecutor(connection).migrate(after)
+        assert list(GroupMapping.objects.values_list("provider_group", "group__name", "role")) == [("acme-reviewers", "acme-reviewers", "")]
+        identity = User.objects.get(username="alice").identity
+        assert sorted(identity.granted_groups) == sorted(g.pk for g in held)
+        # Her next sign-in keeps the mapped group and takes the built-in one away.
+        user = sign_in(claims("alice", "admin", "acme-reviewers"))
+        assert list(user.groups.values_list("name", flat=True)) == ["acme-reviewers"]
+    finally:
+        MigrationExecutor(connection).migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
