@@ -42,7 +42,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "egress_cost": ([], ["--rounds", "1", "--fetches", "3", "--runtimes", "runc"]),
     "observability_cost": ([], ["--steps", "50", "--trials", "1"]),
     "mcp_cost": ([], ["--rounds", "2", "--calls", "5", "--stdio-calls", "2"]),
-    "startup": ([], ["--rounds", "2"]),
+    "startup": ([], ["--rounds", "1"]),
     "checkpoint_cursor": ([], ["--statements", "100", "--trials", "2"]),
 }
 
