@@ -15,7 +15,7 @@ import anthropic
 
 from adapters.calls import ModelReply, ToolCall, ToolResult, parse_arguments
 from adapters.context import task_message
-from adapters.conversation import ToolCallingProposer
+from adapters.conversation import ToolCallingProposer, json_list
 from adapters.retries import Failure, SdkErrors
 from core.jsonutil import JSON
 
@@ -87,6 +87,11 @@ class AnthropicProposer(ToolCallingProposer[anthropic.Anthropic]):
             usage.output_tokens,
             response.stop_reason,
         )
+
+    def _echo_refused(self, call_id: str, kept: dict[str, JSON]) -> None:
+        for block in json_list(self.messages[-1].get("content")):
+            if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id") == call_id:
+                block["input"] = kept
 
     def _classify(self, exc: Exception) -> Failure | None:
         return ERRORS.classify(exc)
