@@ -25,7 +25,7 @@ WORDS = {
     "partial": "completed, not all as asked",
     "stopped": "stopped",
     "killed": "killed",
-    "denied": "denied by a reviewer",
+    "denied": "denied",
     "tool_denied": "tool not allowed",
     "deadline": "out of time",
     "attempt_limit": "out of attempts",
@@ -47,6 +47,14 @@ WORDS = {
     "secret_found": "secret found before publishing",
     "checks_missing": "no passing check on the final revision",
     "effects_unresolved": "effects of unknown outcome",
+}
+# Why a call was not performed (core.fold_calls.REFUSALS), in words.
+REFUSED_WORDS = {
+    "changes_requested": "the reviewer requested changes",
+    "secret_found": "refused: a secret was found",
+    "check_required": "refused: a check had not passed",
+    "write_blocked": "blocked by an effect of unknown outcome",
+    "tool_denied": "denied by the policy",
 }
 # What ``finish`` accepted means (the loop's words for it).
 FINISHED = "finished with passing checks on the current revision"
