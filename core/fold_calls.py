@@ -140,7 +140,14 @@ def found_where(findings: list[dict[str, JSON]]) -> str:
     return "; ".join(named) + (f"; and {more} more" if more > 0 else "")
 
 
-def _unmet(state: RunState, event: ev.SecretsFound | ev.ChangesRequested, reason: Literal["changes_requested", "secret_found"], detail: str, *, external: bool) -> None:
+def _unmet(
+    state: RunState,
+    event: ev.SecretsFound | ev.ChangesRequested,
+    reason: Literal["changes_requested", "secret_found"],
+    detail: str,
+    *,
+    external: bool,
+) -> None:
     """Something asked of the run that this call did not do; the first of its kind for a
     tool is the one told (the model insisting changes nothing of what was asked)."""
     call_id, tool = _id(event), event.tool

@@ -153,14 +153,16 @@ def outcome_of(state: RunState, *, queued: str = "") -> Outcome:
     )
 
 
+def at_stop(status: str, message: str, unmet: Sequence[Unmet] = (), applied: bool = False) -> Outcome:
+    """The outcome a ``stopped`` event of ``status`` (``complete`` or a stop reason)
+    and ``message`` tells; without ``unmet``, as a stop recorded before outcomes were
+    told is read."""
+    finished = status == "complete"
+    return describe("complete" if finished else "stopped", None if finished else status, message, unmet=unmet, applied=applied)
+
+
 def said_at_stop(state: RunState, status: str, message: str) -> dict[str, str]:
     """What the ``stopped`` event about to be recorded tells (its ``outcome`` and
     ``said``), so every reader of that event tells the same words."""
-    told = describe(
-        "complete" if status == "complete" else "stopped",
-        None if status == "complete" else status,
-        message,
-        unmet=state.unmet,
-        applied=bool(state.effects_applied),
-    )
+    told = at_stop(status, message, state.unmet, bool(state.effects_applied))
     return {"outcome": told.code, "said": told.sentence}

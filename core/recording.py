@@ -12,8 +12,8 @@ from core import storable
 from core.context import RunContext
 from core.fold import apply
 from core.jsonutil import JSON
-from core.outcome import said_at_stop
 from core.lifecycle import WAIT_EXITS, WaitExit
+from core.outcome import said_at_stop
 from core.state import CallRecord
 
 E = TypeVar("E", bound=ev.Event)

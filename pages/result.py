@@ -98,7 +98,9 @@ def first_failure(run: Run) -> dict[str, Any] | None:
 def not_performed(report: dict[str, Any]) -> list[dict[str, str]]:
     """Each call not performed, with what refused it in words (a reviewer's request
     for changes, the secret scan, a missing check) rather than a bare "failed"."""
-    return [{**call, "why": REFUSED_WORDS.get(str(call.get("reason")), human(call.get("state")))} for call in report.get("not_performed", [])]
+    return [
+        {**call, "why": REFUSED_WORDS.get(str(call.get("reason")), human(call.get("state")))} for call in report.get("not_performed", [])
+    ]
 
 
 def result_context(run: Run) -> dict[str, Any]:

@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from core.effects import Plan
+from core.jsonutil import JSON
 from core.outcome import describe, outcome_of
 from core.policy import Rule
 from core.report import build_report
 from core.scenarios import FIXED, Rig, build_rig, call, demo_policy
 from core.simulated import SimWorkspace
-from core.jsonutil import JSON
 
 ASKS = demo_policy(rules=[Rule(name="publishing asks", tool="publish", decision="ask"), Rule(name="rest", tool="*", decision="allow")])
 WORDS = "Name the ticket, ORD-12, in the commit message."
