@@ -100,8 +100,8 @@ def apply_to_calls(state: RunState, event: ev.AnyEvent) -> None:
         case ev.RunResumed():
             _recovered(state, event)
         case ev.Stopped():
-            if (record := _put(state, event.call)) is not None:
-                record.state = "completed" if event.status == "complete" else "failed"
+            if (settled := _put(state, event.call)) is not None:
+                settled.state = "completed" if event.status == "complete" else "failed"
             if event.status == "complete":
                 state.feedback = fb.Complete(call_id=_id(event)).to_json()
             state.current_call, state.current_proposal = None, None
