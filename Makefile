@@ -54,7 +54,7 @@ openapi:
 	DEBUG=1 $(PY) manage.py spectacular --validate --fail-on-warn --file docs/openapi.yaml
 
 # The peers the benchmarks compare against come from bench/requirements.txt, never
-# from the product's requirements.
+# from the product's requirements. QUICK=1: every benchmark briefly (CI), so none rots.
 bench:
 	$(PY) -c "import langgraph.checkpoint.sqlite, langgraph.checkpoint.postgres" 2>/dev/null || $(PY) -m pip install -q -r bench/requirements.txt
-	$(PY) bench/run_all.py
+	$(PY) bench/run_all.py $(if $(QUICK),--quick)

@@ -13,9 +13,9 @@ from typing import Any, Literal, cast
 
 import anthropic
 
-from adapters.calls import ModelReply, ToolCall, ToolResult
+from adapters.calls import ModelReply, ToolCall, ToolResult, parse_arguments
 from adapters.context import task_message
-from adapters.conversation import ToolCallingProposer
+from adapters.conversation import ToolCallingProposer, json_list
 from adapters.retries import Failure, SdkErrors
 from core.jsonutil import JSON
 
@@ -71,8 +71,10 @@ class AnthropicProposer(ToolCallingProposer[anthropic.Anthropic]):
                 texts.append(block.text)
                 content.append({"type": "text", "text": block.text})
             elif block.type == "tool_use":
-                calls.append(ToolCall(block.id, block.name, block.input))
-                content.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
+                args, error = parse_arguments(block.input)
+                calls.append(ToolCall(block.id, block.name, args, error))
+                # The API wants the input back as an object; one not read goes back empty.
+                content.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input if error is None else {}})
         if not content:  # the API refuses an empty assistant turn in the next request
             content.append({"type": "text", "text": "(no content)"})
         usage = response.usage
@@ -85,6 +87,11 @@ class AnthropicProposer(ToolCallingProposer[anthropic.Anthropic]):
             usage.output_tokens,
             response.stop_reason,
         )
+
+    def _echo_refused(self, call_id: str, kept: dict[str, JSON]) -> None:
+        for block in json_list(self.messages[-1].get("content")):
+            if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id") == call_id:
+                block["input"] = kept
 
     def _classify(self, exc: Exception) -> Failure | None:
         return ERRORS.classify(exc)

@@ -7,7 +7,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from core import storable
 from core.jsonutil import JSON
+from core.proposals import MAX_PROPOSAL_BYTES
 
 
 @dataclass(frozen=True)
@@ -44,16 +46,38 @@ class ToolResult:
         return cls(str(raw["call_id"]), str(raw["content"]), bool(raw.get("is_error")))
 
 
+UNREAD = "(arguments Harness could not read)"
+
+
 def parse_arguments(raw: object) -> tuple[JSON, str | None]:
-    """Arguments as the model wrote them: parsed JSON, or the raw text plus the reason."""
-    if not isinstance(raw, str):
-        return raw, None
-    if not raw.strip():
-        return {}, None
-    try:
-        return json.loads(raw, parse_constant=_refuse_constant), None
-    except ValueError as exc:
-        return raw, f"the arguments are not valid JSON ({exc})"
+    """Arguments as the model wrote them (text, or the object a client parsed): the
+    JSON value, or text plus the reason it is not read. Not read: text that is not JSON,
+    a value nested deeper than a stored one may be (``storable.MAX_DEPTH``; Python's
+    parser gives up near 1,000 levels with RecursionError) or larger than a proposal
+    may be. Either would otherwise stop the run far from here (the checkpoint refuses
+    it): the model is told instead, and the answer uses a proposal. Text too large is
+    cut to its head, an object that cannot be kept is replaced by ``UNREAD``."""
+    if isinstance(raw, str):
+        if len(raw) > MAX_PROPOSAL_BYTES:
+            return raw[: storable.HEAD_CHARS], _not_json(f"{len(raw)} characters; at most {MAX_PROPOSAL_BYTES}")
+        if not raw.strip():
+            return {}, None
+        try:
+            value = json.loads(raw, parse_constant=_refuse_constant)
+        except RecursionError:
+            return raw, _not_json(f"nested more than {storable.MAX_DEPTH} levels deep")
+        except ValueError as exc:
+            return raw, _not_json(str(exc))
+    else:
+        value = raw
+    found = storable.problems(value, max_bytes=MAX_PROPOSAL_BYTES)
+    if found:
+        return raw if isinstance(raw, str) else UNREAD, _not_json(found[0].message)
+    return value, None
+
+
+def _not_json(reason: str) -> str:
+    return f"the arguments are not valid JSON ({reason})"
 
 
 def _refuse_constant(name: str) -> float:
@@ -70,3 +94,14 @@ class ModelReply:
     input_tokens: int | None
     output_tokens: int | None
     stop_reason: str | None = None
+    # Why the response could not be read at all (the client's parse gave up), if so.
+    unread: str | None = None
+
+
+UNREAD_REPLY = "(an answer Harness could not read)"
+
+
+def unreadable_reply(reason: str) -> ModelReply:
+    """What stands for a response the provider's client could not parse: no tool call
+    (its ids are in what was not read), its tokens estimated, and why, for the model."""
+    return ModelReply({"role": "assistant", "content": UNREAD_REPLY}, UNREAD_REPLY, [], None, None, unread=reason)

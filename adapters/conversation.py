@@ -24,16 +24,17 @@ from __future__ import annotations
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
-from adapters.calls import ModelReply, ToolCall, ToolResult
+from adapters.calls import ModelReply, ToolCall, ToolResult, unreadable_reply
 from adapters.context import SYSTEM_PROMPT, TaskContext, ToolDef
 from adapters.feedback import render_feedback, skipped_result
 from adapters.pricing import Budget, Price, UsageTotals, estimate_tokens
 from adapters.retries import Failure, RetryPolicy
 from core import feedback as fb
+from core import storable
 from core.jsonutil import JSON
 from core.ports import Clock, ProposerStopped, SystemClock
 
@@ -79,6 +80,7 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
         deadline: float | None = None,
         base_url: str | None = None,
         client: ClientT | None = None,
+        bound: Callable[[], Budget] | None = None,
     ) -> None:
         self.model = model
         self.base_url = base_url
@@ -86,7 +88,10 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
         self._api_key = api_key or None
         self.context = context
         self.tools = list(tools)
-        self.budget = budget
+        # The run's own budget, and what bounds it beyond (its project's: what the
+        # project's other runs left), read again before every request.
+        self.own_budget = self.budget = budget
+        self.bound = bound
         self.price = price
         self.settings = settings or AdapterSettings()
         self.clock = clock or SystemClock()
@@ -135,6 +140,10 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
         """One request through the official client (its own retries off)."""
 
     @abstractmethod
+    def _echo_refused(self, call_id: str, kept: dict[str, JSON]) -> None:
+        """Put ``kept`` in place of call ``call_id``'s arguments in the last reply."""
+
+    @abstractmethod
     def _classify(self, exc: Exception) -> Failure | None:
         """A provider error as a Failure; None for anything that is not one."""
 
@@ -148,6 +157,10 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
             self.user_texts.append(self._render(feedback, None)[0])
         if self.queue:
             return self._take_next()
+        if self.bound is not None:
+            # Read before every request, not once per run: runs of one project started
+            # together each saw the whole budget left and together used it twice over.
+            self.budget = self.own_budget.intersect(self.bound())
         if not self.closing and self._working_budget_used():
             self._enter_closing()
         base = self.messages or self._initial_messages()
@@ -158,7 +171,7 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
         self.messages = outgoing + [reply.assistant]
         self.results, self.user_texts = [], []
         if not reply.calls:
-            self.awaiting = ToolCall("", "", None)
+            self.awaiting = ToolCall("", "", None, reply.unread)
             return {"text": reply.text}
         self.queue = list(reply.calls)
         return self._take_next()
@@ -190,18 +203,34 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
         notes, self._notes = self._notes, []
         return notes
 
+    def refused(self) -> None:
+        """The call awaiting its answer was refused by the gates: when what the model
+        sent for it is larger than the run keeps whole, the call and the conversation's
+        copy of the reply keep its summary (size, digest, head) instead, so neither
+        the checkpoint nor the next request carries it (a refused 6 MB answer stored
+        twice in the proposer's state was 12.6 MB)."""
+        call = self.awaiting
+        if call is None or not call.id:
+            return
+        found = storable.summary(call.args)
+        if found.bytes <= storable.HEAD_CHARS and not storable.problems(call.args):
+            return
+        kept: dict[str, JSON] = {"refused_arguments": found.model_dump()}
+        self.awaiting = ToolCall(call.id, call.name, kept, call.args_error)
+        self._echo_refused(call.id, kept)
+
     # -- internals -------------------------------------------------------------------
 
     def _restore(self, snap: Mapping[str, JSON]) -> None:
         system = snap.get("system")
         if isinstance(system, str):
             self.system = system
-        self.messages = [m for m in _list(snap.get("messages")) if isinstance(m, dict)]
-        self.queue = [ToolCall.from_json(c) for c in _list(snap.get("queue")) if isinstance(c, dict)]
+        self.messages = [m for m in json_list(snap.get("messages")) if isinstance(m, dict)]
+        self.queue = [ToolCall.from_json(c) for c in json_list(snap.get("queue")) if isinstance(c, dict)]
         awaiting = snap.get("awaiting")
         self.awaiting = ToolCall.from_json(awaiting) if isinstance(awaiting, dict) else None
-        self.results = [ToolResult.from_json(r) for r in _list(snap.get("results")) if isinstance(r, dict)]
-        self.user_texts = [str(t) for t in _list(snap.get("user_texts"))]
+        self.results = [ToolResult.from_json(r) for r in json_list(snap.get("results")) if isinstance(r, dict)]
+        self.user_texts = [str(t) for t in json_list(snap.get("user_texts"))]
         self.usage = UsageTotals.from_json(snap.get("usage"))
         self.closing = snap.get("closing") is True
 
@@ -325,6 +354,10 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
                 timeout = min(timeout, left)
             try:
                 reply = self._send(messages, max_output, timeout)
+            except RecursionError:
+                # The client's JSON parse of the response gave up: nested deeper than
+                # Python's parser goes. An answer like any other (it used the model).
+                reply = unreadable_reply(f"nested more than {storable.MAX_DEPTH} levels deep")
             except Exception as exc:
                 failure = self._classify(exc)
                 if failure is None:
@@ -390,7 +423,7 @@ CLOSING_NOTICE = (
 )
 
 
-def _list(value: object) -> list[JSON]:
+def json_list(value: object) -> list[JSON]:
     return list(value) if isinstance(value, list) else []
 
 

@@ -26,7 +26,7 @@ def render_feedback(
         case None:
             return "[harness] No result was recorded for this call; it did not run.", True
         case fb.InvalidInput() if call is not None and call.id == "":
-            return _no_tool_call(), True
+            return _no_tool_call(call.args_error), True
         case fb.Result():
             return _result(feedback, limit, feedback.tool in evidence_tools), False
         case fb.InvalidInput():
@@ -114,8 +114,9 @@ def skipped_result(after: ToolCall) -> str:
     )
 
 
-def _no_tool_call() -> str:
+def _no_tool_call(unread: str | None) -> str:
+    said = f"was not valid JSON ({unread})" if unread else "contained no tool call"
     return (
-        "[harness] Your last reply contained no tool call, so nothing happened (it still used one proposal). "
+        f"[harness] Your last reply {said}, so nothing happened (it still used one proposal). "
         f"Act only by calling one of the tools; call `{FINISH}` when the task is done."
     )

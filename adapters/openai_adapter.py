@@ -8,6 +8,7 @@ response's calls together in the next request."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, Literal, cast
 from urllib.parse import urlsplit
@@ -16,7 +17,7 @@ import openai
 
 from adapters.calls import ModelReply, ToolCall, ToolResult, parse_arguments
 from adapters.context import task_message
-from adapters.conversation import ToolCallingProposer
+from adapters.conversation import ToolCallingProposer, json_list
 from adapters.retries import Failure, SdkErrors
 from core.jsonutil import JSON
 
@@ -99,6 +100,11 @@ class OpenAIProposer(ToolCallingProposer[openai.OpenAI]):
         if echoed:
             assistant["tool_calls"] = echoed
         return ModelReply(assistant, text, calls, _tokens(usage, "prompt"), _tokens(usage, "completion"), choice.finish_reason)
+
+    def _echo_refused(self, call_id: str, kept: dict[str, JSON]) -> None:
+        for echoed in json_list(self.messages[-1].get("tool_calls")):
+            if isinstance(echoed, dict) and echoed.get("id") == call_id and isinstance(echoed.get("function"), dict):
+                echoed["function"]["arguments"] = json.dumps(kept)
 
     def _classify(self, exc: Exception) -> Failure | None:
         return ERRORS.classify(exc)

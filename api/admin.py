@@ -19,14 +19,14 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_select_related = ["user", "project"]  # each row's state compares the user's password
     search_fields = ["user__username", "prefix"]
     # What a token may do is fixed when it is made: widening one here would be a grant nobody asked for.
-    readonly_fields = ["user", "project", "role", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["user", "project", "role", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at", "revoked_reason"]
     exclude = ["digest", "password_mark"]
     actions = ["revoke"]
 
     @admin.display(description="state")
     def state(self, obj: ApiToken) -> str:
         if obj.revoked_at is not None:
-            return "revoked"
+            return f"revoked: {obj.revoked_reason}" if obj.revoked_reason else "revoked"
         if obj.password_changed:
             return "void: the password changed"
         return "usable" if obj.usable else "expired"

@@ -58,6 +58,8 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField()
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Why, when it was not its holder's own doing (shown on their token list).
+    revoked_reason = models.CharField(max_length=200, blank=True, default="")
     last_used_at = models.DateTimeField(null=True, blank=True)
     password_mark = models.CharField(max_length=64, help_text="a digest of the user's password hash when the token was made")
     # CASCADE, not SET_NULL: a narrowed token whose project went must not wake up unnarrowed.
@@ -152,13 +154,19 @@ def check_narrowing(user: Any, slug: str | None, role: str | None) -> Project | 
     return project
 
 
-def revoke_tokens(tokens: QuerySet[ApiToken], actor: Any) -> int:
-    """Revoke the usable ones among ``tokens``; how many were. A narrowed token's end is
-    in its project's audit, as its issue is."""
+def revoke_tokens(tokens: QuerySet[ApiToken], actor: Any, reason: str = "") -> int:
+    """Revoke the usable ones among ``tokens`` (saying ``reason`` on their holder's
+    list); how many were. A narrowed token's end is in its project's audit, as its issue is."""
     with transaction.atomic():
         revoking = list(tokens.filter(revoked_at__isnull=True).select_related("user", "project"))
-        count = ApiToken.objects.filter(pk__in=[row.pk for row in revoking]).update(revoked_at=timezone.now())
+        count = ApiToken.objects.filter(pk__in=[row.pk for row in revoking]).update(revoked_at=timezone.now(), revoked_reason=reason)
         for row in revoking:
             if row.project is not None:
-                record(row.project, actor, "token_revoked", prefix=row.prefix, role=row.role, user=str(row.user))
+                said = {"reason": reason} if reason else {}
+                record(row.project, actor, "token_revoked", prefix=row.prefix, role=row.role, user=str(row.user), **said)
     return count
+
+
+def revoke_when_offboarded(sender: Any, user: Any, reason: str, **_: Any) -> int:
+    """Receiver of ``common.offboarding.offboarded``: the person's tokens end with them."""
+    return revoke_tokens(ApiToken.objects.filter(user_id=user.pk), None, reason)

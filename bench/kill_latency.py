@@ -49,7 +49,7 @@ def main() -> None:
 
     django.setup()
     import docker
-    from django.contrib.auth.models import User
+    from django.contrib.auth.models import Group, User
     from django.core.management import call_command
 
     from approvals.models import PolicyVersion
@@ -62,8 +62,10 @@ def main() -> None:
     row = current_policy_row()
     document = {**row.document, "version": row.version + 1}
     document["checks"] = [*document["checks"], {"check_id": "slow", "command": ["sleep", "300"], "timeout_seconds": 600}]
-    PolicyVersion.objects.create(version=row.version + 1, document=document, note="bench")
+    PolicyVersion.objects.create(project_id=row.project_id, version=row.version + 1, document=document, note="bench")
+    # Roles are held in projects: the global operator group is the default project's operators.
     operator = User.objects.create_user("bench-operator")
+    operator.groups.add(Group.objects.get(name="operator"))
     contract = json.loads((ROOT / "examples/demo/contract.json").read_text())
     contract["verification_targets"] = ["slow"]
     script = {"kind": "scripted", "script": [{"tool": "run_check", "args": {"check_id": "slow"}}]}

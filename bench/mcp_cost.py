@@ -193,7 +193,8 @@ def measure(url: str, token: str, token_env: str, args: argparse.Namespace) -> d
     from projects.models import McpServer, default_project_id
     from sandbox.container import SandboxContainer
     from sandbox.container_spec import ContainerSpec
-    from sandbox.mcp_client import McpServerConfig, call_tool
+    from sandbox.mcp_client import call_tool
+    from sandbox.mcp_config import McpServerConfig
     from sandbox.orphans import sweep_orphans
     from tests.helpers import new_policy_version
 
@@ -242,7 +243,9 @@ def measure(url: str, token: str, token_env: str, args: argparse.Namespace) -> d
         search_config = McpServerConfig(name="search", command=tuple(SEARCH), timeout_seconds=60)
 
         def docker_exec() -> Any:
-            return StdioServerParameters(command="docker", args=["exec", "-i", container.id, *SEARCH])
+            # The SDK gives its child only HOME, PATH, SHELL, TERM and USER unless told:
+            # the docker CLI would then miss DOCKER_HOST (an engine not on the default socket).
+            return StdioServerParameters(command="docker", args=["exec", "-i", container.id, *SEARCH], env=dict(os.environ))
 
         each, transport = [], []
         for _ in range(args.rounds):

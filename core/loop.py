@@ -311,6 +311,7 @@ def act(run: RunContext, gates: Gates, decision: Decision) -> None:
     state = run.state
     match decision:
         case Refuse():
+            run.proposer.refused()
             listed = [{"field": p.field, "message": p.message} for p in bounded(decision.problems)]
             emit(run, ev.InvalidInput, call_id=decision.call_id, gate=decision.gate, problems=listed)
             checkpoint(run)

@@ -179,6 +179,11 @@ class Proposer(Protocol):
     def snapshot(self) -> dict[str, JSON]:
         """Position/conversation to persist so a reload continues exactly here."""
 
+    def refused(self) -> None:
+        """The proposal just returned was refused by the gates (parse, resolve,
+        validate): keep of it no more than the run does (a summary when it is large,
+        core.proposals.kept), before the checkpoint that records the refusal."""
+
     def notes(self) -> list[dict[str, JSON]]:
         """What happened talking to the model since the last call (usage, retries,
         errors); each becomes a ``model`` event. Drained on read."""

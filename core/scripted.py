@@ -30,5 +30,8 @@ class ScriptedProposer:
     def snapshot(self) -> dict[str, JSON]:
         return {"kind": "scripted", "position": self.position}
 
+    def refused(self) -> None:
+        """A script keeps its proposals (they are the test's, not stored with the run)."""
+
     def notes(self) -> list[dict[str, JSON]]:
         return []

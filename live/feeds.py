@@ -167,12 +167,24 @@ def stored_last_seq(run_id: str) -> int:
     return int(Run.objects.filter(pk=run_id).values_list("last_seq", flat=True).first() or 0)
 
 
-def lists_version() -> tuple[int, int, str]:
-    """What moves with every change the list pages show: a run's events (a request's
-    filing, decision, lapse and use are events of its run) and the global switch."""
-    runs = Run.objects.aggregate(count=Count("pk"), seqs=Sum("last_seq"))
+@dataclass(frozen=True)
+class ListsVersion:
+    """What moves with every change the list pages show, project by project: a run's
+    events (a request's filing, decision, lapse and use are events of its run), its
+    creation and deletion; and the global switch, which every list page shows."""
+
+    switched: str
+    projects: tuple[tuple[int, int, int], ...]  # (project id, runs, sum of their last_seq), by id
+
+    def seen_by(self, project_ids: frozenset[int] | None) -> Hashable:
+        """The part of the version a viewer of ``project_ids`` (None: every project) sees."""
+        return self.switched, tuple(p for p in self.projects if project_ids is None or p[0] in project_ids)
+
+
+def lists_version() -> ListsVersion:
+    rows = Run.objects.order_by("project_id").values("project_id").annotate(count=Count("pk"), seqs=Sum("last_seq"))
     switched = GlobalSwitch.objects.filter(pk=1).values_list("changed_at", flat=True).first()
-    return int(runs["count"]), int(runs["seqs"] or 0), str(switched)
+    return ListsVersion(str(switched), tuple((int(r["project_id"]), int(r["count"]), int(r["seqs"] or 0)) for r in rows))
 
 
 # The feeds' reads, and the viewers' replays, run on a thread each of their own that
@@ -219,7 +231,7 @@ class RunViewer(Protocol):
 
 
 class ListsViewer(Protocol):
-    async def changed(self, version: Hashable) -> None: ...
+    async def changed(self, version: ListsVersion) -> None: ...
 
 
 V = TypeVar("V")
@@ -352,7 +364,7 @@ class ListsFeed(Feed[ListsViewer]):
 
     def __init__(self, layer: Any, key: str) -> None:
         self.recheck_seconds = float(settings.HARNESS_TRACE_RECHECK_SECONDS)
-        self.version: Hashable = None
+        self.version: ListsVersion | None = None
         super().__init__(layer, key)
 
     async def start(self) -> None:

@@ -11,8 +11,10 @@ no data: the page refetches itself with the viewer's own permissions, and it als
 refetches on every (re)connect, so a change made while it was away is never missed.
 What it is told comes from the database too: the process's lists feed (live.feeds)
 reads the lists' version on a doorbell and after an interval without one, and each
-socket says "changed" when the version moved past what its page was last told, so
-a lost doorbell delays a refetch, never skips it.
+socket says "changed" when the part of the version its viewer may see (the projects
+where they may view runs or approvals, and the global switch) moved past what its
+page was last told, so a lost doorbell delays a refetch, never skips it, and another
+project's busy runs are never heard of.
 Like the trace socket, it follows its session (live.session_sockets): told that its
 user changed, it re-reads the session and closes when the user may no longer see the
 lists."""
@@ -33,6 +35,7 @@ from django.conf import settings
 from common.permissions import VIEW_APPROVALS, VIEW_RUNS
 from live import feeds
 from live.session_sockets import current_user, user_group
+from projects.access import project_ids_with
 
 NOT_SIGNED_IN, FORBIDDEN = 4401, 4403
 
@@ -85,6 +88,14 @@ class HeartbeatMixin(AsyncWebsocketConsumer):
             await self.send(text_data=json.dumps({"type": "heartbeat"}))
 
 
+def lists_projects(user: Any) -> frozenset[int] | None:
+    """The projects whose runs or approvals ``user`` may see (None: every project)."""
+    runs, approvals = project_ids_with(user, VIEW_RUNS), project_ids_with(user, VIEW_APPROVALS)
+    if runs is None or approvals is None:
+        return None
+    return frozenset(runs) | frozenset(approvals)
+
+
 def lists_access_problem(user: Any) -> tuple[int, str] | None:
     if not user.is_authenticated:
         return NOT_SIGNED_IN, "sign in to watch runs"
@@ -95,18 +106,24 @@ def lists_access_problem(user: Any) -> tuple[int, str] | None:
 
 class ListsConsumer(HeartbeatMixin):
     user_group = ""
-    seen: Hashable = None  # the lists' version this socket's page was last told of
+    # The projects whose changes this socket hears of (None: all), read again at every
+    # recheck of its session; and the part of the lists' version its page was last told of.
+    projects: frozenset[int] | None = frozenset()
+    seen: Hashable = None
 
     async def connect(self) -> None:
         await self.accept()
-        problem = await database_sync_to_async(lists_access_problem)(self.scope["user"])
+        user = self.scope["user"]
+        problem = await database_sync_to_async(lists_access_problem)(user)
         if problem is not None:
             await self.refuse(problem)
             return
-        self.user_group = user_group(self.scope["user"].pk)
+        self.projects = await database_sync_to_async(lists_projects)(user)
+        self.user_group = user_group(user.pk)
         await self.channel_layer.group_add(self.user_group, self.channel_name)
         # The page was rendered before this: it refetches on a reconnect, not on this first "live".
-        self.seen = (await feeds.join(feeds.ListsFeed, self.channel_layer, "", self)).version
+        version = (await feeds.join(feeds.ListsFeed, self.channel_layer, "", self)).version
+        self.seen = version.seen_by(self.projects) if version is not None else None
         self.start_heartbeat()
         await self.send(text_data=json.dumps({"type": "live", "heartbeat_seconds": self.heartbeat_seconds()}))
 
@@ -125,7 +142,13 @@ class ListsConsumer(HeartbeatMixin):
         """Close the socket unless its session still belongs to a user who may see
         the lists (re-read from the database, not the user the socket opened with)."""
         key = getattr(self.scope.get("session"), "session_key", None)
-        problem = await database_sync_to_async(lambda: lists_access_problem(current_user(key)))()
+
+        def read() -> tuple[tuple[int, str] | None, frozenset[int] | None]:
+            user = current_user(key)
+            problem = lists_access_problem(user)
+            return problem, (lists_projects(user) if problem is None else frozenset())
+
+        problem, self.projects = await database_sync_to_async(read)()
         if problem is None:
             return True
         if problem[0] == NOT_SIGNED_IN:
@@ -133,8 +156,10 @@ class ListsConsumer(HeartbeatMixin):
         await self.refuse(problem)
         return False
 
-    async def changed(self, version: Hashable) -> None:
-        """The lists' version the feed read, on the feed's task."""
-        if version != self.seen:
-            self.seen = version
+    async def changed(self, version: feeds.ListsVersion) -> None:
+        """The lists' version the feed read, on the feed's task: "changed" only when
+        what moved is in a project this viewer sees (another's busy runs stay unsaid)."""
+        seen = version.seen_by(self.projects)
+        if seen != self.seen:
+            self.seen = seen
             await self.send(text_data=json.dumps({"type": "changed"}))

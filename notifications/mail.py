@@ -29,7 +29,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.mail import EmailMessage
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
@@ -57,15 +57,18 @@ class Outcome:
     retry_in: float | None = None
 
 
+def reviewers_of(project_id: int) -> QuerySet[User]:
+    """The project's active reviewers, in person or through a group: who may be mailed
+    about its requests (with an address)."""
+    memberships = Membership.objects.filter(project_id=project_id, role__in=DECIDING_ROLES)
+    return User.objects.filter(Q(pk__in=memberships.values("user_id")) | Q(groups__in=memberships.values("group_id")), is_active=True)
+
+
 def eligible_reviewers(request: ApprovalRequest) -> list[User]:
-    """Who may decide ``request``: its project's reviewers (in person or through a
-    group), narrowed to the rule's named users and groups, never the run's starter;
-    only active people with an address."""
+    """Who may decide ``request``: its project's reviewers, narrowed to the rule's named
+    users and groups, never the run's starter; only those with an address."""
     run = request.run
-    memberships = Membership.objects.filter(project=run.project, role__in=DECIDING_ROLES)
-    people = User.objects.filter(
-        Q(pk__in=memberships.values("user_id")) | Q(groups__in=memberships.values("group_id")), is_active=True
-    ).exclude(email="")
+    people = reviewers_of(run.project.pk).exclude(email="")
     if run.created_by_id is not None:
         people = people.exclude(pk=run.created_by_id)
     if request.eligible_users or request.eligible_groups:
@@ -169,6 +172,13 @@ def _reminded(request: ApprovalRequest) -> set[int]:
     return {user_id for user_id, ids in rows if str(request.pk) in ids}
 
 
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace one space: a line break of any kind (``\\r``,
+    U+0085, U+2028, the file separators...) in text a model or a tool wrote would start
+    a line of its own in the mail, e.g. a forged "decide:" link above the real one."""
+    return " ".join(text.split())
+
+
 def target_of(request: ApprovalRequest) -> str:
     """What the call acts on, in one short line: the effect's remote or project, else
     the argument naming a path or check. Credentials in a URL are cut out."""
@@ -176,7 +186,7 @@ def target_of(request: ApprovalRequest) -> str:
         for key in TARGET_KEYS:
             value = source.get(key) if isinstance(source, dict) else None
             if isinstance(value, str) and value:
-                return f"{key} {CREDENTIALS_IN_URL.sub('', value)[:TARGET_CHARS]}"
+                return f"{key} {one_line(CREDENTIALS_IN_URL.sub('', value))[:TARGET_CHARS]}"
     return "(no target)"
 
 
@@ -184,9 +194,9 @@ def _described(request: ApprovalRequest) -> str:
     run = request.run
     return "\n".join(
         [
-            f"- {request.tool}, {target_of(request)}",
-            f"  project: {run.project.name} ({run.project.slug})",
-            f"  run: {run.task_id} ({str(run.pk)[:8]})",
+            f"- {one_line(request.tool)}, {target_of(request)}",
+            f"  project: {one_line(run.project.name)} ({run.project.slug})",
+            f"  run: {one_line(run.task_id)} ({str(run.pk)[:8]})",
             f"  revision: {request.revision[:REVISION_CHARS]}",
             f"  expires: {request.expires_at:%Y-%m-%d %H:%M} UTC",
             f"  decide: {settings.HARNESS_PUBLIC_URL}/approvals/{request.pk}/",
@@ -210,15 +220,15 @@ def render(mail: Mail) -> tuple[str, str] | None:
     if not requests:
         return None
     first = requests[0]
-    where = first.run.project.name
+    where, tool = one_line(first.run.project.name), one_line(first.tool)
     if mail.kind == Mail.Kind.OUTCOME:
-        subject = f"[Harness] {where}: your request for {first.tool} was {mail.outcome.replace('_', ' ')}"
+        subject = f"[Harness] {where}: your request for {tool} was {mail.outcome.replace('_', ' ')}"
         body = f"The approval request below was {mail.outcome.replace('_', ' ')}.\n\n{_described(first)}"
     elif mail.kind == Mail.Kind.REMINDER:
-        subject = f"[Harness] {where}: approval for {first.tool} expires soon"
+        subject = f"[Harness] {where}: approval for {tool} expires soon"
         body = f"This request still waits for a decision and expires soon.\n\n{_described(first)}"
     elif len(requests) == 1:
-        subject = f"[Harness] {where}: approval needed for {first.tool}"
+        subject = f"[Harness] {where}: approval needed for {tool}"
         body = f"A run asks for your approval.\n\n{_described(first)}"
     else:
         subject = f"[Harness] {len(requests)} approvals needed"

@@ -24,11 +24,11 @@ from core.tools import builtin_registry
 from live.trace import EMPTY_OUTPUT_REF, text_args, timeline
 from pages.access import require, visible
 from pages.diff_review import FEEDBACK_CHARS, check_line_comments, feedback_text
-from pages.inbox import inbox_context, remember_next
+from pages.inbox import inbox_context, remember_next, waiting_for
 from pages.summary import egress_text, shown_clocks
 from pages.templatetags.diffs import ContextRefused, context_lines, files_of, masked_lines, parse
 from projects.access import scoped
-from runs.approval_flow import check_decision_now, deny, grant, pending_requests, request_changes, staleness_now
+from runs.approval_flow import check_decision_now, deny, grant, request_changes, staleness_now
 from runs.base_moves import base_move_now
 from runs.control import ACTIVE, ControlRefused
 from runs.models import Event, Evidence, Run
@@ -168,14 +168,14 @@ def _approval(request: HttpRequest, request_id: str) -> ApprovalRequest:
 @require(VIEW_APPROVALS)
 def inbox(request: HttpRequest) -> HttpResponse:
     decided = scoped(ApprovalRequest.objects.exclude(status=Status.PENDING), request.user, VIEW_APPROVALS, "run__project_id")
-    recent = decided.select_related("run", "decided_by").order_by("-created_at")
+    recent = decided.select_related("run", "run__project", "decided_by").order_by("-created_at")
     return render(request, "approvals/inbox.html", {**inbox_context(request), "recent": recent[:RECENT_DECISIONS]})
 
 
 @require_GET
 @require(VIEW_APPROVALS)
 def pending_count(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"pending": scoped(pending_requests(), request.user, VIEW_APPROVALS, "run__project_id").count()})
+    return JsonResponse({"pending": waiting_for(request.user).count()})
 
 
 @require_GET

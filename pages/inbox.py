@@ -8,7 +8,7 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, QueryDict
 from django.urls import reverse
 
@@ -35,13 +35,21 @@ class InboxFilter(forms.Form):
     sort = forms.ChoiceField(required=False, choices=[(name, label) for name, (_, label) in SORTS.items()])
 
 
+def waiting_for(user: User | AnonymousUser) -> QuerySet[ApprovalRequest]:
+    """What waits for a decision in the user's projects (a stale request is not among
+    them: pending_requests): the one query behind every count of waiting requests (the
+    header's badge, its live refresh, the inbox and its "left in your queue"), so no
+    count tells how busy a project the user cannot see is."""
+    return scoped(pending_requests(), user, VIEW_APPROVALS, "run__project_id")
+
+
 def queue(user: User | AnonymousUser, query: QueryDict) -> tuple[InboxFilter, QuerySet[ApprovalRequest]]:
-    """What waits for the user's decision in their projects (a stale request is not
-    among them: pending_requests), narrowed and ordered by the valid filters."""
+    """What waits for the user's decision (``waiting_for``), narrowed and ordered by the
+    valid filters, each with its grants so far (a quorum's progress)."""
     form = InboxFilter(query)
     form.is_valid()
     wanted = form.cleaned_data
-    rows = scoped(pending_requests(), user, VIEW_APPROVALS, "run__project_id").select_related("run", "run__project", "requested_by")
+    rows = waiting_for(user).select_related("run", "run__project", "requested_by").annotate(granted=Count("grants"))
     if wanted.get("project"):
         rows = rows.filter(run__project__slug=wanted["project"])
     if wanted.get("tool"):
@@ -56,7 +64,7 @@ def inbox_context(request: HttpRequest) -> dict[str, Any]:
     user = request.user
     request.session[QUERY_KEY] = request.GET.urlencode()
     form, rows = queue(user, request.GET)
-    everything = scoped(pending_requests(), user, VIEW_APPROVALS, "run__project_id")
+    everything = waiting_for(user)
     return {
         "form": form,
         "rows": list(rows),

@@ -92,6 +92,10 @@ class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="memberships")
     group = models.ForeignKey(Group, null=True, blank=True, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=20, choices=Role.choices)
+    # Given at sign-in by an admin's mapping of a provider group onto this role
+    # (signin.GroupMapping): a later sign-in without that group takes it away, and one
+    # the provider refuses too. A role given in person is never touched by a sign-in.
+    via_provider = models.BooleanField(default=False, editable=False, help_text="given at sign-in by a provider group's mapping")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

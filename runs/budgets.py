@@ -1,8 +1,8 @@
 """A project's model budgets per UTC day and month: what its runs started in the day (or
 the month) used, from each run's own usage totals (the proposer's, as checkpointed),
 and so what is left for one run. A run's model budget is bounded by what its project
-has left, less what its other runs of the window used: its own use counts against it
-as it goes, so the project's runs together stay within the project's budget (save for
+has left, less what its other runs of the window used (as they checkpointed it), read
+again before every model request: its own use counts against it as it goes, so the project's runs together stay within the project's budget (save for
 one request in flight in each run at once). Of that, the project's reserve is kept
 back for verification and the report: once the rest is used, the model is told so and
 may only run checks and finish (adapters.conversation). A run that would cross the

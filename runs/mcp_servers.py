@@ -12,7 +12,7 @@ from django.conf import settings
 
 from projects.models import McpServer
 from sandbox.allowlist import UnsafeURL, admitted, allowlist
-from sandbox.mcp_client import McpServerConfig
+from sandbox.mcp_config import McpServerConfig
 from sandbox.mcp_tools import McpTools
 
 log = logging.getLogger(__name__)

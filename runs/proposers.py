@@ -137,6 +137,9 @@ class RefusingProposer:
     def snapshot(self) -> dict[str, JSON]:
         return {"kind": "refused", "message": self.message}
 
+    def refused(self) -> None:
+        """It never proposes."""
+
     def notes(self) -> list[dict[str, JSON]]:
         notes, self._notes = self._notes, []
         return notes
@@ -156,6 +159,9 @@ class MaskingProposer:
 
     def snapshot(self) -> dict[str, JSON]:
         return self.inner.snapshot()
+
+    def refused(self) -> None:
+        self.inner.refused()
 
     def notes(self) -> list[dict[str, JSON]]:
         return self.inner.notes()
@@ -243,8 +249,6 @@ def _model_proposer(
     api_key, default_url, _, _ = _provider_settings(kind)
     max_tokens, max_cost = server_budget()
     budget = Budget(config.get("max_tokens"), config.get("max_cost_usd")).intersect(Budget(max_tokens, max_cost))
-    if bound is not None:
-        budget = budget.intersect(bound())
     common: dict[str, Any] = {
         "model": config["model"],
         "api_key": api_key,
@@ -257,6 +261,7 @@ def _model_proposer(
         ),
         "tools": [ToolDef.from_spec(spec) for spec in tools],
         "budget": budget,
+        "bound": bound,
         "price": price_for(config["model"], parse_price_table(settings.HARNESS_MODEL_PRICES)),
         "snapshot": snapshot,
         "settings": AdapterSettings(

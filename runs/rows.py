@@ -129,8 +129,11 @@ def checkpoint_cursor(connection: Any) -> Any:
     connection.ensure_connection()
     with connection.wrap_database_errors:
         if connection.vendor == "sqlite":
-            return connection._prepare_cursor(connection.connection.cursor(factory=_SQLiteCursor))
-        return connection._prepare_cursor(_ServerBindingCursor(connection.connection))
+            cursor = connection.connection.cursor(factory=_SQLiteCursor)
+        else:
+            cursor = _ServerBindingCursor(connection.connection)
+    connection.validate_thread_sharing()
+    return connection.make_debug_cursor(cursor) if connection.queries_logged else connection.make_cursor(cursor)
 
 
 class _SQLiteCursor(SQLiteCursorWrapper):
@@ -154,9 +157,16 @@ _converted: dict[str, str] = {}
 
 
 class _ServerBindingCursor(psycopg.Cursor[Any]):
+    """psycopg's own cursor, which binds on the server, with the one use of a private
+    API in the project's database code: psycopg records the query it sent (``_query``)
+    only when it is not prepared, and Django's query log (``last_executed_query``,
+    and so the tests' statement counts and DEBUG's log) reads that record back, so a
+    prepared statement would be logged as the last one that was not. Kept because
+    binding on the server saves the client about a third of the CPU of each
+    checkpoint statement (bench/checkpoint_cursor.py, docs/performance.md);
+    tests/test_checkpoint_cursor.py fails on a psycopg that no longer calls it."""
+
     def _send_query_prepared(self, name: bytes, pgq: PostgresQuery, *, binary: bool | None = None) -> None:
-        # psycopg records the query it sent only when it is not prepared, and Django's
-        # query log (and the tests' statement counts) read that record back.
         self._query = pgq
         super()._send_query_prepared(name, pgq, binary=binary)
 

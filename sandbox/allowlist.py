@@ -6,7 +6,8 @@ host for ``file://``) and either a path prefix ending in ``/`` (everything under
 directory) or one exact repository path. A remote is allowed when its scheme, host,
 port and user are the entry's and its path lies under the prefix (or is the exact
 path). Before that comparison a path must be plain: no empty, ``.`` or ``..``
-segment, no backslash, no percent-escape that decodes to a separator, a dot segment
+segment, no ``;`` (a path parameter: ``..;`` is ``..`` to servers of the Tomcat
+kind), no backslash, no percent-escape that decodes to a separator, a dot segment
 or another escape; a ``file://`` path is then compared by its resolved real path, so
 neither ``..``, its encodings nor a symlink reach outside the prefix. (fnmatch over
 the whole URL let ``*`` match ``/..``: docs/design.md, Trust boundaries.)
@@ -83,6 +84,10 @@ def plain_segments(path: str, what: str, directory: bool = False) -> list[str]:
         if name in ("", ".", ".."):
             shown = "an empty" if name == "" else f"a {name!r}"
             raise UnsafeURL(f"{what}: {shown} path segment{' (percent-encoded)' if raw != name else ''}")
+        if ";" in name:
+            # A path parameter: servers of the Tomcat/Jetty kind drop ";..." from a
+            # segment, so "..;" (or "%2e%2e%3b") is ".." to them.
+            raise UnsafeURL(f"{what}: the segment {raw!r} holds a ';' (a path parameter, which some servers read as a dot segment)")
         if any(c in name for c in "/\\%") or any(ord(c) < 32 or ord(c) == 127 for c in name):
             raise UnsafeURL(f"{what}: the segment {raw!r} decodes to a separator, an escape or a control character")
         segments.append(name)

@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
-from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from docker.utils.socket import frames_iter
+from docker.errors import APIError, ImageNotFound, NotFound
 
 from sandbox.cgroups import ContainerCgroup
 from sandbox.container_spec import (
@@ -56,6 +55,7 @@ from sandbox.container_spec import (
 )
 from sandbox.docker_client import new_client, shared_client
 from sandbox.engine import ENGINE_ERRORS, SandboxUnavailable, unavailable
+from sandbox.exec_stream import frames
 from sandbox.execution import (
     DEADLINE_GRACE_SECONDS,
     KILL_ALL,
@@ -239,9 +239,9 @@ class SandboxContainer:
             if hasattr(raw, "settimeout"):
                 raw.settimeout(None)  # the deadline bounds the wait, not the socket
             if not already_killed:
-                for _stream, data in frames_iter(sock, False):
+                for _stream, data in frames(sock):
                     capture.write(data)
-        except (OSError, DockerException) as exc:
+        except OSError as exc:
             if not self._killed:
                 return f"the output stream broke off: {exc}"
         finally:

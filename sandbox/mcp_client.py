@@ -11,55 +11,23 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import anyio
 import httpx2
 import mcp_types as types
 from mcp import Client
-from mcp.client._transport import Transport
+from mcp.client import Transport
 from mcp.client.streamable_http import streamable_http_client
 
 from core.jsonutil import JSON
-from sandbox.mcp_stdio import Attach, exec_stdio
+from sandbox.mcp_config import Answer, Attach, McpFailure, McpServerConfig
+from sandbox.mcp_stdio import exec_stdio
 
 T = TypeVar("T")
-# Why a conversation ended without an answer: it could not be started (nothing was
-# sent), the server did not answer in time, its answer was too large, or it failed.
-Failure = Literal["not_sent", "no_answer", "too_large", "failed"]
 # What the server is told to say, in error data, when it asks for what Harness refuses.
 REFUSED_INPUT = "Harness answers no elicitation: a run's tool calls get no input from a person or a model mid-call"
-
-
-@dataclass(frozen=True)
-class McpServerConfig:
-    name: str
-    url: str = ""
-    credential_env: str = ""
-    idempotency_arg: str | None = None
-    lookup_tool: str | None = None
-    timeout_seconds: float = 30.0
-    max_response_bytes: int = 8 * 2**20
-    # A server over stdio in the run's sandbox: its argv (the url is then empty).
-    command: tuple[str, ...] = ()
-
-
-class McpFailure(Exception):
-    def __init__(self, failure: Failure, message: str) -> None:
-        super().__init__(message)
-        self.failure = failure
-        self.message = message
-
-
-@dataclass
-class Answer:
-    """A tool's result as the server sent it, and what it asked for that was refused."""
-
-    is_error: bool
-    content: list[dict[str, JSON]]
-    structured: JSON
-    refused_requests: list[str] = field(default_factory=list)
 
 
 class _TooLarge(httpx2.ReadError):

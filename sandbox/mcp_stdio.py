@@ -9,20 +9,23 @@ counts against the conversation's budget, so a server that floods is cut off."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
 import mcp_types as types
-from docker.utils.socket import frames_iter
-from mcp.client._transport import TransportStreams
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
+
+from sandbox.exec_stream import frames
+from sandbox.mcp_config import Attach
 
 log = logging.getLogger(__name__)
 
-Attach = Callable[[list[str]], Any]
+# What the SDK's ``Client`` reads and writes (its transport's pair of streams).
+Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
 
 
 class Budget(Protocol):
@@ -39,21 +42,21 @@ def _next(frames: Iterator[tuple[int, bytes]]) -> tuple[int, bytes] | None:
 
 
 @asynccontextmanager
-async def exec_stdio(attach: Attach, command: list[str], budget: Budget) -> AsyncIterator[TransportStreams]:
+async def exec_stdio(attach: Attach, command: list[str], budget: Budget) -> AsyncIterator[Streams]:
     """The SDK's pair of streams over ``command`` run in the container; leaving closes
     the socket, which ends the server's input (it exits on end of input)."""
     sock = attach(command)
     raw: Any = getattr(sock, "_sock", sock)
     incoming, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, outgoing = anyio.create_memory_object_stream[SessionMessage](0)
-    frames = frames_iter(sock, False)
+    stream_frames = frames(sock)
 
     async def read() -> None:
         buffer = b""
         async with incoming:
             while True:
                 # A blocking read in a thread: closing the socket on the way out ends it.
-                frame = await anyio.to_thread.run_sync(_next, frames, abandon_on_cancel=True)
+                frame = await anyio.to_thread.run_sync(_next, stream_frames, abandon_on_cancel=True)
                 if frame is None:
                     return
                 stream, data = frame

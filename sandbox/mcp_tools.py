@@ -17,8 +17,7 @@ from core.mcp import McpTool, check_tool, mcp_spec
 from core.ports import Call, Reconciliation
 from core.state import PendingEffect
 from core.tools import ToolSpec
-from sandbox.mcp_client import Answer, McpFailure, McpServerConfig, call_tool, list_tools
-from sandbox.mcp_stdio import Attach
+from sandbox.mcp_config import Answer, Attach, McpFailure, McpServerConfig
 from sandbox.tool_context import ToolResult, error_result
 
 log = logging.getLogger(__name__)
@@ -48,6 +47,9 @@ class McpTools:
     def discover(self, read_only: Sequence[str]) -> list[ToolSpec]:
         """Each server's tools as registry entries; a server that cannot be reached
         or a tool that cannot be registered is left out and named in ``problems``."""
+        # The SDK is imported here, by the runs that talk to a server, not at start.
+        from sandbox.mcp_client import list_tools
+
         specs = []
         for config in self.configs.values():
             try:
@@ -119,6 +121,8 @@ class McpTools:
             if config.idempotency_arg:
                 base["idempotency_key"] = call.idempotency_key
         effectful = call.effect is not None
+        from sandbox.mcp_client import call_tool
+
         try:
             answer = call_tool(config, self._environ, tool.name, arguments, self.attach)
         except McpFailure as exc:
@@ -132,6 +136,8 @@ class McpTools:
         config = self.configs.get(server)
         if config is None or not config.lookup_tool or not config.idempotency_arg or not effect.idempotency_key:
             return Reconciliation(False, None, False, f"MCP server {server} offers no lookup by idempotency key")
+        from sandbox.mcp_client import call_tool
+
         try:
             answer = call_tool(config, self._environ, config.lookup_tool, {config.idempotency_arg: effect.idempotency_key}, self.attach)
         except McpFailure as exc:

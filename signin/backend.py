@@ -7,9 +7,10 @@ this backend decides who that is in Harness.
 - The person is found by (issuer, subject) in signin.Identity and created at their
   first sign-in; email and username never match an existing account.
 - Their groups (the ID token's and userinfo's ``HARNESS_OIDC_GROUPS_CLAIM``) must meet
-  ``HARNESS_OIDC_ALLOWED_GROUPS``, and become their Harness groups at every sign-in
-  (and so their project roles). Someone refused loses their groups too, so sockets
-  they still hold from an earlier sign-in close."""
+  ``HARNESS_OIDC_ALLOWED_GROUPS``; at every sign-in they give what the admins mapped
+  them onto (signin.GroupMapping: a Harness group or a project role), never a
+  Harness group by its name. A known person refused is offboarded
+  (signin.groups.offboard): their sessions, tokens and mapped roles end."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from django.db import transaction
 from django.utils import timezone
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
-from signin.groups import SignInRefused, check_allowed, do_sync_groups, groups_in
+from signin.groups import SignInRefused, check_allowed, do_sync_groups, groups_in, offboard
 from signin.models import Identity
 from signin.provider import endpoint, oidc_setting
 
@@ -80,7 +81,7 @@ def sign_in(claims: dict[str, Any]) -> User:
         check_allowed(groups, settings.HARNESS_OIDC_ALLOWED_GROUPS)
     except SignInRefused:
         for known in Identity.objects.select_related("user").filter(issuer=issuer, subject=subject):
-            do_sync_groups(known.user, [])
+            offboard(known)
         raise
     # One transaction: the identity, the user and their groups change together or not at all.
     with transaction.atomic():
@@ -94,7 +95,7 @@ def sign_in(claims: dict[str, Any]) -> User:
         user.email = str(claims.get("email", user.email))[:254]
         user.first_name = str(claims.get("given_name", claims.get("name", user.first_name)))[:150]
         user.save(update_fields=["email", "first_name"])
-        do_sync_groups(user, groups)
+        do_sync_groups(identity, groups)
         identity.groups = groups
         identity.last_signed_in_at = timezone.now()
         identity.save(update_fields=["groups", "last_signed_in_at"])

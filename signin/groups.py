@@ -1,11 +1,20 @@
-"""The provider's groups as Harness groups: plain checks and one write."""
+"""The provider's groups as Harness groups and roles, through the admins' mappings
+only; and what a refused sign-in ends (offboarding)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from django.contrib.auth.models import Group, User
+from django.db import transaction
+from django.utils import timezone
+
+from common.offboarding import offboarded
+from projects.access import forget
+from projects.audit import record
+from projects.models import Membership
+from signin.models import GroupMapping, Identity
 
 MAX_GROUPS = 1000  # a claim longer than this is cut (Entra ID sends at most 200)
 MAX_NAME = 150  # Group.name's length
@@ -36,9 +45,74 @@ def check_allowed(groups: Iterable[str], allowed: Iterable[str]) -> None:
         )
 
 
-def do_sync_groups(user: User, names: Iterable[str]) -> None:
-    """Make ``user``'s Harness groups exactly those of ``names`` that exist in Harness
-    (a provider group with no Harness group of its name gives nothing). ``set`` changes
-    only what differs, and a removal fires the m2m signal that makes the user's open
-    live sockets check their permissions again (live.session_sockets)."""
-    user.groups.set(Group.objects.filter(name__in=list(names)))
+@dataclass(frozen=True)
+class Changes:
+    """What a sign-in changed of a person's groups and roles (names, for the audit)."""
+
+    groups_added: list[str] = field(default_factory=list)
+    groups_removed: list[str] = field(default_factory=list)
+    roles_added: list[dict[str, str]] = field(default_factory=list)
+    roles_removed: list[dict[str, str]] = field(default_factory=list)
+
+    def audit(self) -> dict[str, Any]:
+        return {name: value for name, value in asdict(self).items() if value}
+
+
+def do_sync_groups(identity: Identity, names: Iterable[str]) -> Changes:
+    """Give ``identity``'s user what the admins mapped the provider groups ``names``
+    onto (signin.GroupMapping), and take back what an earlier sign-in gave that they
+    no longer map to; audited when anything changed. Never by a group's name: a
+    provider group without a mapping gives nothing. A group or role the person holds in
+    person is neither given nor taken here. A removal fires the m2m signal that makes
+    the user's open live sockets check their permissions again (live.session_sockets)."""
+    user = identity.user
+    mappings = list(GroupMapping.objects.filter(provider_group__in=sorted(set(names))).select_related("group", "project"))
+    wanted = {m.group for m in mappings if m.group is not None}
+    held = set(user.groups.all())
+    given_before = {g for g in held if g.pk in set(identity.granted_groups)}
+    adding, removing = wanted - held, given_before - wanted
+    user.groups.remove(*removing)
+    user.groups.add(*adding)
+    identity.granted_groups = sorted(g.pk for g in (given_before & wanted) | adding)
+    identity.save(update_fields=["granted_groups"])
+
+    roles = {(m.project, m.role) for m in mappings if m.project is not None}
+    mine = list(Membership.objects.filter(user=user).select_related("project"))
+    dropped = [m for m in mine if m.via_provider and (m.project, m.role) not in roles]
+    Membership.objects.filter(pk__in=[m.pk for m in dropped]).delete()
+    kept = {(m.project, m.role) for m in mine if m not in dropped}
+    given = sorted(roles - kept, key=lambda pair: (pair[0].slug, pair[1]))
+    Membership.objects.bulk_create([Membership(project=p, user=user, role=r, via_provider=True) for p, r in given])
+
+    changes = Changes(
+        sorted(g.name for g in adding),
+        sorted(g.name for g in removing),
+        [{"project": p.slug, "role": r} for p, r in given],
+        sorted(({"project": m.project.slug, "role": m.role} for m in dropped), key=lambda r: (r["project"], r["role"])),
+    )
+    if changes.audit():
+        record(None, None, "signin_groups_changed", user=user.username, **changes.audit())
+        forget(user)
+    return changes
+
+
+REFUSED_REASON = "the identity provider refused your sign-in on {day}: you were offboarded; make a new token once you are let in again"
+
+
+def offboard(identity: Identity) -> None:
+    """What a refused sign-in of a known person ends at once, in one transaction and
+    audited: every session of theirs (a new unusable password changes the hash each
+    session is signed with, so Django ends them at their next request and their live
+    sockets close), their API tokens (revoked with the reason on their token list),
+    and what the provider's groups gave them (do_sync_groups with none). Roles and
+    groups given in person stay (the sessions and tokens that could use them are gone,
+    and the next sign-in is refused while the provider refuses it)."""
+    user = identity.user
+    with transaction.atomic():
+        changes = do_sync_groups(identity, [])
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+        reason = REFUSED_REASON.format(day=timezone.now().strftime("%Y-%m-%d"))
+        ended: list[Any] = [count for _receiver, count in offboarded.send(sender=Identity, user=user, reason=reason)]
+        revoked = sum(count for count in ended if isinstance(count, int))
+        record(None, None, "offboarded", user=user.username, sessions="ended", tokens_revoked=revoked, **changes.audit())

@@ -21,6 +21,9 @@ class Reply:
     status: int
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
+    # Sent instead of ``body`` as JSON: a body Python's encoder would not write (nested
+    # deeper than it recurses).
+    raw: bytes | None = None
 
 
 @dataclass
@@ -56,7 +59,7 @@ class FakeProvider:
                 except json.JSONDecodeError:
                     body = {"unparsable": raw.decode("utf-8", "replace")}
                 reply = provider._record(self.command, self.path, dict(self.headers.items()), body)
-                data = json.dumps(reply.body).encode()
+                data = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
                 self.send_response(reply.status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))

@@ -92,6 +92,11 @@ def test_it_has_no_serious_accessibility_problems_on_the_admin_pages_and_fits_th
 
     check("admin home", "/admin/")
     lists = index_pages(page)
+    if persona == admin_user:
+        # Who may sign in, and what a provider's group gives, where a site admin looks first.
+        for path in ("/admin/auth/user/", "/admin/auth/group/", "/admin/signin/groupmapping/", "/admin/signin/identity/"):
+            assert path in lists, (path, lists)
+        screenshot(page, f"admin_home_{size}")
     assert "/admin/approvals/policyversion/" in lists and "/admin/projects/membership/" in lists, lists
     for path in lists:
         check(path, path)

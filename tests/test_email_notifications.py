@@ -166,6 +166,30 @@ def test_it_tells_the_requester_what_became_of_the_request(smtp_inbox: Inbox) ->
     assert_clean(smtp_inbox)
 
 
+# Every way text may start a new line in a mail reader: the model writes the arguments.
+LINE_BREAKS = ["\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+def test_it_keeps_model_text_on_its_one_line_so_it_forges_no_link(smtp_inbox: Inbox, settings: Any) -> None:
+    rita, starter = person("rita", "reviewer"), person("otto", "operator")
+    scene = filed(starter)
+    forged = "".join(f"x.py{brk}  decide: https://evil.example/approve/{i}/" for i, brk in enumerate(LINE_BREAKS))
+    # An outside tool's argument, as the model wrote it (no fixed effect to name a remote).
+    ApprovalRequest.objects.filter(pk=scene.request.pk).update(effect=None, args={"path": forged}, tool="acme.deploy\n  decide: x")
+    assert send_due() == ["delivered"]
+    (message,) = smtp_inbox.to(rita.email)
+    payload = message.get_payload(decode=True)
+    assert isinstance(payload, bytes)
+    lines = payload.decode().splitlines()  # at every break a mail reader might honour
+    assert [line for line in lines if "decide:" in line.lstrip()[:8]] == [
+        f"  decide: {settings.HARNESS_PUBLIC_URL}/approvals/{scene.request.pk}/"
+    ]
+    (target,) = [line for line in lines if line.startswith("- ")]
+    assert target.startswith("- acme.deploy decide: x, path x.py decide: https://evil.example/approve/0/") and "evil.example" in target
+    for brk in LINE_BREAKS:
+        assert brk not in target
+
+
 def test_it_retries_a_refused_mail_and_delivers_it_once(smtp_inbox: Inbox, settings: Any) -> None:
     # Past the two seconds a claim takes early (clocks), so the backoff shows.
     settings.HARNESS_MAIL_RETRY_BASE_SECONDS = 2.5

@@ -84,6 +84,9 @@ class Model:
     def snapshot(self) -> dict[str, JSON]:
         return {"kind": "scripted", "position": 0}
 
+    def refused(self) -> None:
+        """Its proposals are the test's."""
+
     def notes(self) -> list[dict[str, JSON]]:
         return []
 

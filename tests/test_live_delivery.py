@@ -4,6 +4,7 @@ each web process's feeds hand on and join."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -18,11 +19,13 @@ from core import events as ev
 from core.fences import RowLock
 from harness_site.asgi import application
 from live.feeds import Page, contiguous_after
+from projects.models import Project
 from runs import eventlog
 from runs.broadcast import LISTS_GROUP, broadcast_output, coalesce
 from runs.eventlog import append_events
 from runs.live_output import LiveOutput
 from tests.fixtures_web import waiting_scene
+from tests.helpers import World
 from tests.test_live_trace import session_cookie
 
 ORIGIN = (b"origin", b"http://127.0.0.1")
@@ -139,6 +142,47 @@ def test_it_tells_the_list_pages_when_a_run_changes(operator: User, reviewer: Us
     live, beat, changed = async_to_sync(watch)()
     assert live["heartbeat_seconds"] == quick_beats and beat["type"] == "heartbeat"
     assert changed == {"type": "changed"}
+
+
+def waiting_now(communicator: WebsocketCommunicator) -> list[dict[str, Any]]:
+    """The messages already sent to ``communicator`` (heartbeats left out), without waiting."""
+    queue = communicator.output_queue
+    sent = [queue.get_nowait() for _ in range(queue.qsize())]
+    return [m for m in (json.loads(s["text"]) for s in sent if s["type"] == "websocket.send") if m["type"] != "heartbeat"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_tells_a_list_socket_nothing_of_runs_its_viewer_cannot_see(
+    admin_user: User, other_member: User, other_project: Project, quick_beats: float
+) -> None:
+    mine, theirs = World().create(project_id=other_project.pk), World().create()
+    member = lists_socket(session_cookie(other_member))
+    # A site admin sees both projects' runs; told after the member (a feed tells its
+    # viewers one after the other, in the order they joined).
+    witness = lists_socket(session_cookie(admin_user))
+
+    @database_sync_to_async  # type: ignore[untyped-decorator]  # channels ships no types
+    def note(run_id: str) -> None:
+        append_events(
+            run_id, [ev.ModelNote(run_id=run_id, seq=0, ts=time.time(), kind="note", detail={})], fence=RowLock("a test's writer")
+        )
+
+    async def watch() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        await opened(member)
+        await opened(witness)
+        await note(str(theirs.pk))  # the default project's run: not the member's
+        await next_of(witness, "changed")
+        after_theirs = waiting_now(member)
+        await note(str(mine.pk))
+        await next_of(witness, "changed")
+        after_mine = waiting_now(member)
+        await member.disconnect()
+        await witness.disconnect()
+        return after_theirs, after_mine
+
+    after_theirs, after_mine = async_to_sync(watch)()
+    assert after_theirs == [], "a change in another project reached the member's lists socket"
+    assert after_mine == [{"type": "changed"}]
 
 
 @pytest.mark.django_db(transaction=True)

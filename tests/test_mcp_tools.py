@@ -22,7 +22,7 @@ from projects.models import McpServer, default_project_id
 from runs.artifacts import ArtifactStorage
 from runs.models import Event, Evidence, Run
 from runs.runtime import advance, create_run
-from sandbox.mcp_client import McpServerConfig
+from sandbox.mcp_config import McpServerConfig
 from sandbox.mcp_tools import McpTools
 from tests.helpers import new_policy_version
 from tests.mcp_servers.running import TOKEN, TOKEN_ENV, Tracker, tracker

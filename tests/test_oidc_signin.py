@@ -18,10 +18,12 @@ import requests
 from django.contrib.auth.models import Group, User
 from playwright.sync_api import Browser, BrowserContext, Page
 
+from api.models import ApiToken
 from common import permissions
-from projects.access import permissions_in
-from projects.models import Membership, Project, Role
-from signin.models import Identity
+from projects.access import is_site_admin, permissions_in
+from projects.models import DEFAULT_PROJECT, AuditEntry, Membership, Project, Role
+from projects.roles import PROJECT_ROLES
+from signin.models import GroupMapping, Identity
 from tests.fixtures_oidc import ALLOWED_GROUP, OidcSite
 from tests.fixtures_web import SIZES, screenshot, serious_problems
 from tests.helpers import World
@@ -33,9 +35,12 @@ REVIEWERS = "acme-reviewers"
 
 @pytest.fixture
 def acme() -> Project:
-    """A project whose reviewers are the provider's group of that name."""
+    """A project whose reviewers are a Harness group an admin mapped the provider's
+    group of that name onto."""
     project = Project.objects.create(slug="acme", name="Acme")
-    Membership.objects.create(project=project, group=Group.objects.create(name=REVIEWERS), role=Role.REVIEWER)
+    group = Group.objects.create(name=REVIEWERS)
+    Membership.objects.create(project=project, group=group, role=Role.REVIEWER)
+    GroupMapping.objects.create(provider_group=REVIEWERS, group=group)
     return project
 
 
@@ -234,6 +239,80 @@ def test_it_takes_a_role_removed_at_the_provider_away_at_the_next_sign_in(
     code, _error, took = closed_within(socket, CLOSE_WITHIN_SECONDS)
     assert code != 1006, "the server closed the socket, not the network"
     assert took < CLOSE_WITHIN_SECONDS
+
+
+def new_browser(chromium: Browser) -> BrowserContext:
+    context = chromium.new_context(viewport=SIZES["laptop"])
+    context.route(re.compile(r"^https://fonts\.(googleapis|gstatic)\.com/"), lambda route: route.abort())
+    return context
+
+
+def test_it_grants_nothing_for_a_provider_group_named_admin_reviewer_or_operator_until_an_admin_maps_it(
+    oidc_site: OidcSite, acme: Project, chromium: Browser, browser_context: BrowserContext
+) -> None:
+    oidc_site.provider.set_account("mallory", [ALLOWED_GROUP, "admin", "reviewer", "operator"])
+    page = browser_context.new_page()
+    sign_in(page, oidc_site, "mallory")
+    mallory = User.objects.get(username="mallory")
+    default = Project.objects.get(slug=DEFAULT_PROJECT)
+    assert list(mallory.groups.all()) == [] and not is_site_admin(mallory)
+    assert permissions_in(mallory, default.pk) == frozenset() and permissions_in(mallory, acme.pk) == frozenset()
+    answer = page.goto(f"{oidc_site.server.url}/admin/")
+    assert answer is not None and "/admin/login/" in page.url, "the provider's 'admin' group opened the admin"
+
+    # An admin maps the provider's "admin" group onto one role in one project: exactly that, at her next sign-in.
+    GroupMapping.objects.create(provider_group="admin", project=acme, role=Role.REVIEWER)
+    again = new_browser(chromium)
+    try:
+        sign_in(again.new_page(), oidc_site, "mallory")
+    finally:
+        again.close()
+    mallory = User.objects.get(username="mallory")
+    assert list(mallory.groups.all()) == [] and not is_site_admin(mallory)
+    assert permissions_in(mallory, acme.pk) == PROJECT_ROLES[Role.REVIEWER]
+    assert permissions_in(mallory, default.pk) == frozenset()
+    entry = AuditEntry.objects.get(action="signin_groups_changed")
+    assert entry.detail == {"user": "mallory", "roles_added": [{"project": "acme", "role": "reviewer"}]}
+
+
+def test_it_ends_the_sessions_and_tokens_of_someone_removed_at_the_provider(
+    oidc_site: OidcSite, acme: Project, chromium: Browser, browser_context: BrowserContext
+) -> None:
+    oidc_site.provider.set_account("alice", [ALLOWED_GROUP, REVIEWERS])
+    page = browser_context.new_page()
+    sign_in(page, oidc_site, "alice")
+    alice = User.objects.get(username="alice")
+    page.goto(f"{oidc_site.server.url}/tokens/")
+    page.click("#make-token")
+    token = page.locator("#token-value").inner_text().strip()
+    api = requests.Session()
+    api.headers["Authorization"] = f"Token {token}"
+    assert api.get(f"{oidc_site.server.url}/api/runs/").status_code == 200
+    run = World().create(project_id=acme.pk)
+    http = requests.Session()
+    for cookie in browser_context.cookies(oidc_site.server.url):
+        http.cookies.set(cookie["name"], cookie["value"])
+    socket = watch(oidc_site.server, http, str(run.id))
+
+    oidc_site.provider.set_account("alice", ["contractors"])  # removed at the provider
+    other = new_browser(chromium)
+    try:
+        refused_page = other.new_page()
+        sign_in(refused_page, oidc_site, "alice")
+        assert "not in a group that may sign in" in refusal(refused_page)
+    finally:
+        other.close()
+
+    assert signed_in_as(page, oidc_site) is None, "her open session still works"
+    assert api.get(f"{oidc_site.server.url}/api/runs/").status_code == 401, "her token still works"
+    code, _error, _took = closed_within(socket, CLOSE_WITHIN_SECONDS)
+    assert code != 1006, "the server closed the socket, not the network"
+    alice = User.objects.get(username="alice")
+    assert list(alice.groups.all()) == [] and permissions_in(alice, acme.pk) == frozenset()
+    (revoked,) = ApiToken.objects.filter(user=alice)
+    assert revoked.revoked_at is not None and "the identity provider refused your sign-in" in revoked.revoked_reason
+    entry = AuditEntry.objects.get(action="offboarded")
+    assert entry.detail["tokens_revoked"] == 1 and entry.detail["groups_removed"] == [REVIEWERS]
 
 
 def test_it_refuses_passwords_when_switched_off(oidc_site_with: Callable[..., OidcSite], reviewer: User) -> None:

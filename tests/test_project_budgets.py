@@ -5,6 +5,7 @@ speaking OpenAI's Chat Completions, every reply a tool call costing 120 tokens."
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -18,9 +19,12 @@ from projects.models import Project
 from runs.approval_gate import DjangoApprovals
 from runs.models import Event, Report, Run
 from runs.project_admin import ProjectForm
+from runs.runtime import create_run
 from runs.services import check_new_run, do_create_run, drive_run
 from tests.fake_providers import API_KEY, FakeOpenAI, Reply, openai_tools
+from tests.fixtures_services import Worker, purge_queue
 from tests.helpers import CONTRACT, KillFlag, World
+from tests.test_api import SMALL_CONTRACT
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -137,3 +141,53 @@ def test_it_refuses_a_reserve_as_large_as_the_budget_it_is_kept_from() -> None:
     form = ProjectForm(data={**fields, "daily_max_tokens": 500, "reserve_tokens": 500})
     assert not form.is_valid() and "the reserve must be less than the daily max tokens (500)" in str(form.errors["reserve_tokens"])
     assert ProjectForm(data={**fields, "daily_max_tokens": 500, "reserve_tokens": 100}).is_valid()
+
+
+# -- the race: runs of one project together, through a real worker ------------------
+
+RACE_BUDGET = 200
+# Each reply a read costing 20 tokens: a run alone could use its whole figure 10 times over.
+PER_REPLY = (10, 10)
+RACE_CONTRACT = {**SMALL_CONTRACT, "limits": {**SMALL_CONTRACT["limits"], "max_proposals": 30, "max_tool_calls": 30}}
+
+
+def cheap_reads(body: dict[str, Any], number: int) -> Reply:
+    return openai_tools((f"call_{number}", "read_file", {"path": "orders/total.py"}), usage=PER_REPLY)
+
+
+@pytest.mark.celery
+@pytest.mark.docker
+def test_it_keeps_six_runs_started_together_within_their_projects_budget_plus_one_request_each(
+    tmp_path_factory: pytest.TempPathFactory, settings: Settings, operator: User
+) -> None:
+    Project.objects.filter(slug="default").update(daily_max_tokens=RACE_BUDGET)
+    purge_queue()
+    with FakeOpenAI(responder=cheap_reads) as fake:
+        settings.OPENAI_API_KEY = API_KEY
+        settings.OPENAI_ALLOWED_BASE_URLS = [fake.base_url]
+        worker = Worker(
+            tmp_path_factory.mktemp("worker"),
+            concurrency=2,
+            env={"OPENAI_API_KEY": API_KEY, "HARNESS_OPENAI_ALLOWED_BASE_URLS": fake.base_url},
+        )
+        worker.start()
+        try:
+            model = {"kind": "openai", "model": "gpt-4o-mini", "base_url": fake.base_url}
+            runs = [create_run({**RACE_CONTRACT, "task_id": f"race-{i}"}, model, operator, project="default") for i in range(6)]
+            # Bounded by the runs' own wall time (RACE_CONTRACT), and a minute to be picked up.
+            deadline = time.monotonic() + RACE_CONTRACT["limits"]["wall_time_seconds"] + 60
+            while Run.objects.filter(pk__in=[r.pk for r in runs], status__in=("queued", "running")).exists():
+                assert time.monotonic() < deadline, worker.log()[-4000:]
+                time.sleep(0.2)
+        finally:
+            worker.stop()
+            purge_queue()
+    used = [Run.objects.get(pk=r.pk).state["proposer_state"].get("usage", {}) for r in runs]
+    total = sum(u.get("input_tokens", 0) + u.get("output_tokens", 0) for u in used)
+    per_request = sum(PER_REPLY)
+    print(f"\nbudget race: 6 runs, {RACE_BUDGET}-token daily budget, {len(fake.requests)} requests, {total} tokens used")
+    assert total <= RACE_BUDGET + 6 * per_request, f"{total} tokens used of a {RACE_BUDGET}-token budget"
+    assert total >= RACE_BUDGET - per_request, "the runs stopped before the budget was used"
+    for run in runs:
+        run.refresh_from_db()
+        assert run.outcome == "budget_exhausted", (run.task_id, run.outcome, run.stop_message)

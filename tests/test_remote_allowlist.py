@@ -69,6 +69,32 @@ def test_it_reads_old_fnmatch_entries_as_prefixes_and_refuses_other_wildcards() 
             allowed_entry(bad)
 
 
+# Path parameters (issue 39, finding 4): servers of the Tomcat/Jetty kind drop ";..."
+# from a segment, so "..;" is ".." to them, whatever the allowlist made of it.
+PARAMETER_ESCAPES = [
+    "{base}/allowed/..;/private/other.git",
+    "{base}/allowed/.;/../private/other.git",
+    "{base}/allowed/%2e%2e;/private/other.git",
+    "{base}/allowed/..%3b/private/other.git",
+    "{base}/allowed/%2e%2e%3B/private/other.git",
+    "{base}/allowed/..;jsessionid=x/private/other.git",
+]
+
+
+def test_it_refuses_path_parameters_in_every_spelling() -> None:
+    allowed = ["http://127.0.0.1:8080/allowed/*"]
+    for shape in PARAMETER_ESCAPES:
+        url = shape.format(base="http://127.0.0.1:8080")
+        with pytest.raises(RemoteError) as caught:
+            check_remote_url(url, allowed)
+        assert caught.value.cause == "malformed", url
+        assert "';'" in caught.value.message, url
+    with pytest.raises(UnsafeURL, match="';'"):
+        allowed_entry("https://git.example.com/team;x/")
+    with pytest.raises(UnsafeURL, match="';'"):
+        check_project("acme/..;", "gitlab")
+
+
 def test_it_fails_at_start_naming_a_wildcard_entry() -> None:
     from tests.test_settings import start
 
@@ -108,6 +134,9 @@ SEGMENTS = st.sampled_from(
         "%5c",
         "~",
         "link",
+        "..;",
+        "%2e%2e%3b",
+        ".;x",
     ]
 )
 SEPARATORS = st.sampled_from(["/", "//", "/./", "\\", "/%2f"])
@@ -118,9 +147,10 @@ def hostile_path(parts: list[str], seps: list[str]) -> str:
 
 
 def resolved_http(path: str) -> str:
-    """The most a server could make of a path: decoded twice, dot segments removed,
-    backslashes read as separators."""
-    return posixpath.normpath(unquote(unquote(path)).replace("\\", "/"))
+    """The most a server could make of a path: decoded twice, path parameters dropped,
+    dot segments removed, backslashes read as separators."""
+    decoded = unquote(unquote(path)).replace("\\", "/")
+    return posixpath.normpath("/".join(segment.split(";", 1)[0] for segment in decoded.split("/")))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

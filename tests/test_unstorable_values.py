@@ -7,14 +7,17 @@ the API refuses such input with a 400 naming the field and can list every run.""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import random
 import time
 from collections.abc import Mapping
 from typing import Any, cast
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +39,7 @@ from runs.models import CallLedgerEntry, Event, PendingEffect, Receipt, Report, 
 from runs.services import check_new_run, do_create_run, drive_run
 from runs.store import load_state
 from sandbox.executor import SandboxExecutor
+from tests.fake_providers import API_KEY, FakeAnthropic, FakeOpenAI, FakeProvider, anthropic_tools, openai_tools
 from tests.fixtures_sandbox import ALL_TOOLS, WRITE_PATHS
 from tests.helpers import CONTRACT, World
 from tests.test_api import SMALL_CONTRACT, client_for
@@ -130,6 +134,58 @@ def test_it_stores_a_refused_multi_megabyte_proposal_bounded(proposal: dict[str,
     assert summary["sha256"] == digest(proposal) and summary["bytes"] == len(json.dumps(proposal, separators=(",", ":")))
     assert len(summary["head"]) == HEAD_CHARS
     api_reads_back(run, operator)
+
+
+def database_bytes() -> int:
+    """How much of the database is taken: SQLite's pages in use (the file keeps the
+    pages an earlier test freed, and reuses them), PostgreSQL's database (dead row
+    versions included, until a vacuum: what a checkpoint wrote and the next replaced)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("SELECT (SELECT page_count FROM pragma_page_count()) - (SELECT freelist_count FROM pragma_freelist_count())")
+            pages = cursor.fetchone()[0]
+            cursor.execute("PRAGMA page_size")
+            return int(pages * cursor.fetchone()[0])
+        cursor.execute("SELECT pg_database_size(current_database())")
+        return int(cursor.fetchone()[0])
+
+
+SIX_MB = 6_000_000
+# What the run keeps of a refused answer is a summary (HEAD_CHARS, a digest and a size)
+# in its events and the proposer's state; the rest of the step's rows are a few KB.
+# The database is measured in pages (4 KB on SQLite, 8 KB on PostgreSQL; more for the
+# indexes a row touches): 1 MB is 1/6 of the refused answer, which stored whole once is 6 MB.
+BOUND_BYTES = 1_000_000
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_it_stores_a_refused_6_mb_model_answer_as_a_head_and_a_digest(kind: str, settings: Any, operator: User) -> None:
+    # Refused at validate (not a writable path); text no database compresses away.
+    big = {"path": "/etc/passwd", "content": base64.b64encode(random.Random(39).randbytes(SIX_MB * 3 // 4)).decode()}
+    read = {"path": "src/calc.py"}
+    if kind == "openai":
+        fake: FakeProvider = FakeOpenAI([openai_tools(("call_1", "write_file", big)), openai_tools(("call_2", "read_file", read))])
+        settings.OPENAI_API_KEY = API_KEY
+        settings.OPENAI_ALLOWED_BASE_URLS = [fake.base_url]  # type: ignore[attr-defined]
+        model = {"kind": "openai", "model": "gpt-4o-mini", "base_url": fake.base_url}  # type: ignore[attr-defined]
+    else:
+        fake = FakeAnthropic([anthropic_tools(("toolu_1", "write_file", big)), anthropic_tools(("toolu_2", "read_file", read))])
+        settings.ANTHROPIC_API_KEY = API_KEY
+        settings.ANTHROPIC_ALLOWED_BASE_URLS = [fake.base_url]
+        model = {"kind": "anthropic", "model": "claude-sonnet-4-6", "base_url": fake.base_url}
+    world = World()
+    two = {**CONTRACT, "limits": {**CONTRACT["limits"], "max_proposals": 2}}  # type: ignore[dict-item]
+    run = do_create_run(check_new_run(two, model), operator, lambda run: world.workspace.revision())
+    rows, size = stored_bytes(run), database_bytes()
+    with fake:
+        state = drive_run(run, world.environment(), DjangoApprovals(run))
+    assert state.proposals == 2 and [c.tool for c in world.executor.calls] == ["read_file"]
+    grew_rows, grew_db = stored_bytes(run) - rows, database_bytes() - size
+    print(f"{connection.vendor} {kind}: a refused answer of {SIX_MB} bytes: rows +{grew_rows} bytes, database +{grew_db} bytes")
+    assert grew_rows < 40_000, f"{grew_rows} bytes of rows stored for a refused answer of {SIX_MB} bytes"
+    assert grew_db < BOUND_BYTES, f"the database grew by {grew_db} bytes for a refused answer of {SIX_MB} bytes"
+    summary = Event.objects.get(run=run, type="proposed", payload__accepted=False).payload["summary"]
+    assert summary["bytes"] > SIX_MB and len(summary["head"]) == HEAD_CHARS
 
 
 def test_it_keeps_a_small_refused_proposal_whole() -> None:

@@ -14,8 +14,8 @@ from live.trace import TONES, outcome_tone
 from live.trace import short as short_revision
 from live.wording import duration as duration_text
 from live.wording import human as human_word
+from pages.inbox import waiting_for
 from projects.access import roles_shown
-from runs.approval_flow import pending_requests
 from runs.models import GlobalSwitch, Run
 from runs.outcome import code_of, label_of
 
@@ -66,10 +66,11 @@ def percent(ratio: float) -> int:
 
 @register.simple_tag
 def pending_approvals(user: User | AnonymousUser) -> int:
-    """Requests waiting for a decision, for the reviewer's badge."""
+    """Requests waiting for a decision in the reviewer's projects, for the badge: the
+    inbox's count (``waiting_for``), never another project's."""
     if not user.is_authenticated or not user.has_perm(DECIDE_APPROVALS):
         return 0
-    return pending_requests().count()
+    return waiting_for(user).count()
 
 
 @register.simple_tag
