@@ -2,10 +2,16 @@
 PY ?= python3
 PG_URL ?= postgres://postgres@127.0.0.1:5432/harness
 
-.PHONY: up test test-fast setup lint typecheck test-sqlite test-postgres test-deploy bench selftest openapi
+.PHONY: up down test test-fast setup lint typecheck test-sqlite test-postgres test-deploy bench selftest openapi
 
+# RESET=1: empty the database and give new demo passwords; otherwise a second `make up`
+# keeps what the first made.
 up:
-	bash scripts/up.sh
+	RESET=$(RESET) bash scripts/up.sh
+
+# Stops what `make up` started (the pids it recorded in var/up.pids).
+down:
+	bash scripts/down.sh
 
 test: setup lint typecheck test-sqlite test-postgres
 

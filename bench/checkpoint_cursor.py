@@ -94,6 +94,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--statements", type=int, default=500)
     parser.add_argument("--trials", type=int, default=7)
+    parser.add_argument("--json", action="store_true", help="JSON (what it always prints), as run_all asks every benchmark")
     parser.add_argument("--callgrind", action="store_true")
     parser.add_argument("--once", nargs=2, metavar=("KIND", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -38,7 +39,17 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "egress_cost": ([], ["--rounds", "3", "--fetches", "10"]),
     "observability_cost": ([], ["--steps", "50", "--trials", "1"]),
     "mcp_cost": ([], ["--rounds", "2", "--calls", "5", "--stdio-calls", "2"]),
+    "startup": ([], ["--rounds", "2"]),
+    "checkpoint_cursor": ([], ["--statements", "100", "--trials", "2"]),
 }
+
+
+def environment(name: str) -> dict[str, str]:
+    """checkpoint_cursor measures PostgreSQL's binding on a temporary table: any
+    database will do, by default the server's own (as loop_overhead's BENCH_PG_URL)."""
+    if name == "checkpoint_cursor" and "DATABASE_URL" not in os.environ:
+        return {**os.environ, "DATABASE_URL": os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres")}
+    return dict(os.environ)
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -175,7 +186,7 @@ def main() -> None:
     for name, (full, quick) in BENCHMARKS.items():
         started = time.monotonic()
         command = [sys.executable, str(HERE / f"{name}.py"), "--json", *(quick if args.quick else full)]
-        result = subprocess.run(command, capture_output=True, text=True)
+        result = subprocess.run(command, capture_output=True, text=True, env=environment(name))
         if result.returncode != 0:
             failed.append(name)
             print(f"{name:18} FAILED ({result.returncode}): {result.stderr.strip().splitlines()[-1:]}")

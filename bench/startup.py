@@ -76,6 +76,7 @@ def sdk_share(env: dict[str, str], tree: Path) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--json", action="store_true", help="JSON (what it always prints), as run_all asks every benchmark")
     parser.add_argument("--importtime", action="store_true")
     parser.add_argument("--tree", type=Path, action="append", help="a checkout to start from (default: this one)")
     args = parser.parse_args()

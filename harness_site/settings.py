@@ -517,6 +517,9 @@ EMAIL_USE_SSL = _smtp_security == "tls"
 EMAIL_TIMEOUT = env_int("HARNESS_SMTP_TIMEOUT_SECONDS", 20, minimum=1)
 DEFAULT_FROM_EMAIL = env_str("HARNESS_MAIL_FROM", "Harness <harness@localhost>")
 HARNESS_MAIL_ENABLED = env_bool("HARNESS_MAIL", False)
+# A local mail catcher's page of what it received (`make up` starts one and sets this):
+# the mail settings page links to it. Empty: no catcher, no link.
+HARNESS_MAIL_CATCHER_URL = env_str("HARNESS_MAIL_CATCHER_URL", "")
 # Requests for one person within this window go out as one mail.
 HARNESS_MAIL_DIGEST_SECONDS = env_float("HARNESS_MAIL_DIGEST_SECONDS", 60.0, minimum=0.0)
 # A reviewer who has not decided is reminded this long before a request expires.

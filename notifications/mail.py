@@ -29,7 +29,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.mail import EmailMessage
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
@@ -57,15 +57,18 @@ class Outcome:
     retry_in: float | None = None
 
 
+def reviewers_of(project_id: int) -> QuerySet[User]:
+    """The project's active reviewers, in person or through a group: who may be mailed
+    about its requests (with an address)."""
+    memberships = Membership.objects.filter(project_id=project_id, role__in=DECIDING_ROLES)
+    return User.objects.filter(Q(pk__in=memberships.values("user_id")) | Q(groups__in=memberships.values("group_id")), is_active=True)
+
+
 def eligible_reviewers(request: ApprovalRequest) -> list[User]:
-    """Who may decide ``request``: its project's reviewers (in person or through a
-    group), narrowed to the rule's named users and groups, never the run's starter;
-    only active people with an address."""
+    """Who may decide ``request``: its project's reviewers, narrowed to the rule's named
+    users and groups, never the run's starter; only those with an address."""
     run = request.run
-    memberships = Membership.objects.filter(project=run.project, role__in=DECIDING_ROLES)
-    people = User.objects.filter(
-        Q(pk__in=memberships.values("user_id")) | Q(groups__in=memberships.values("group_id")), is_active=True
-    ).exclude(email="")
+    people = reviewers_of(run.project.pk).exclude(email="")
     if run.created_by_id is not None:
         people = people.exclude(pk=run.created_by_id)
     if request.eligible_users or request.eligible_groups:

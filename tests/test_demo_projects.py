@@ -4,6 +4,7 @@ project with its own member, so a newcomer sees that each project's runs are its
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import User
 from django.test import Client
 
 from projects.models import AuditEntry, Membership, Project
@@ -22,10 +23,15 @@ def test_it_creates_the_demo_users_in_a_demo_project_and_a_second_project_with_i
         ("operator", "demo", "operator"),
         ("payments", "payments", "reviewer"),
         ("payments", "payments", "operator"),
+        # The payments run is started by payments, who may not decide it: a second
+        # reviewer there, or its request is a dead end nobody may decide.
+        ("treasurer", "payments", "reviewer"),
     }
+    # Every demo user is reachable on the local mail catcher.
+    assert not User.objects.filter(email="").exists()
     assert AuditEntry.objects.filter(project__slug="demo", action="membership_added").count() == 2
     assert run_command("create_demo_users", "--password=demo-pass-123")[0] == 0, "run again: reset, nothing doubled"
-    assert Membership.objects.filter(user__isnull=False).count() == 4
+    assert Membership.objects.filter(user__isnull=False).count() == 5
     code, demo_run, _ = run_command("create_demo_run")
     code, payments_run, _ = run_command("create_demo_run", "--user", "payments")
     assert Run.objects.get(pk=demo_run.strip()).project.slug == "demo"

@@ -3,10 +3,14 @@ cannot install what is missing (no root, no apt), says exactly what to install."
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
+
+import pytest
 
 from tests.fixtures_services import ROOT
 
@@ -43,3 +47,76 @@ def test_it_names_a_var_dir_it_cannot_create(tmp_path: Path) -> None:
     blocker.write_text("")
     result = up(tmp_path, {"docker": "exit 1", "id": "echo 1000"}, HARNESS_VAR_DIR=str(blocker / "var"))
     assert result.returncode == 1 and f"HARNESS_VAR_DIR={blocker / 'var'} cannot be created" in result.stderr
+
+
+def demo_runs(var: Path) -> list[str]:
+    found = subprocess.run(
+        ["python3", "manage.py", "shell", "-c", "from runs.models import Run; print(sorted(str(r.pk) for r in Run.objects.all()))"],
+        cwd=ROOT,
+        env={**os.environ, "HARNESS_VAR_DIR": str(var), "DJANGO_SETTINGS_MODULE": "harness_site.settings", "DEBUG": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return found.stdout.strip().splitlines()[-1:]
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_it_stops_what_it_started_and_keeps_what_is_there_on_a_second_up(tmp_path: Path) -> None:
+    """make up, make down, make up again, make down: the same passwords, no second
+    pair of demo runs, nothing it started still running after make down."""
+    from tests.fixtures_web import free_port
+
+    var = tmp_path / "var"
+    scope = f"up-{uuid.uuid4().hex[:8]}"
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")},
+        "HARNESS_VAR_DIR": str(var),
+        "HARNESS_UP_DETACH": "1",
+        "PORT": str(free_port()),
+        "MAIL_PORT": str(free_port()),
+        "MAIL_PAGE_PORT": str(free_port()),
+        "HARNESS_QUEUE": scope,
+        "HARNESS_SANDBOX_SCOPE": scope,
+        "WORKER_CONCURRENCY": "1",
+    }
+
+    def make(target: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["make", "-s", target], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+    def recorded() -> list[int]:
+        return [int(line.split()[1]) for line in (var / "up.pids").read_text().splitlines()]
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    try:
+        first = make("up")
+        assert first.returncode == 0, first.stderr[-3000:]
+        passwords = json.loads((var / "demo_passwords").read_text())
+        assert set(passwords) >= {"reviewer", "operator", "admin", "payments", "treasurer"}
+        pids = recorded()
+        assert len(pids) >= 3, "the mail catcher, the worker and the web server at least"
+        runs = demo_runs(var)
+        again = make("up")
+        assert again.returncode != 0 and "already up" in again.stderr, "a second make up while up changes nothing"
+        down = make("down")
+        assert down.returncode == 0, down.stderr
+        assert [pid for pid in pids if alive(pid)] == [], "make down stops every process make up recorded"
+        assert not (var / "up.pids").exists()
+
+        second = make("up")
+        assert second.returncode == 0, second.stderr[-3000:]
+        assert json.loads((var / "demo_passwords").read_text()) == passwords
+        for name, password in passwords.items():
+            assert f"{name:<9} password: {password}" in second.stdout, "the kept password is printed again"
+        assert demo_runs(var) == runs, "no second pair of demo runs"
+        pids = recorded()
+    finally:
+        make("down")
+    assert [pid for pid in pids if alive(pid)] == []
