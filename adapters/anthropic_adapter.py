@@ -8,6 +8,7 @@ together."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, Literal, cast
 
@@ -88,7 +89,13 @@ class AnthropicProposer(ToolCallingProposer[anthropic.Anthropic]):
             response.stop_reason,
         )
 
+    def _reply_text(self) -> str:
+        blocks = json_list(self.messages[-1].get("content"))
+        return "\n".join(str(b.get("text", "")) for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+
     def _echo_refused(self, call_id: str, kept: dict[str, JSON]) -> None:
+        if not call_id:
+            self.messages[-1]["content"] = [{"type": "text", "text": json.dumps(kept)}]
         for block in json_list(self.messages[-1].get("content")):
             if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id") == call_id:
                 block["input"] = kept

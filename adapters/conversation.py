@@ -140,8 +140,13 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
         """One request through the official client (its own retries off)."""
 
     @abstractmethod
+    def _reply_text(self) -> str:
+        """The text of the last reply."""
+
+    @abstractmethod
     def _echo_refused(self, call_id: str, kept: dict[str, JSON]) -> None:
-        """Put ``kept`` in place of call ``call_id``'s arguments in the last reply."""
+        """Put ``kept`` in place of call ``call_id``'s arguments in the last reply (of
+        its text, for "")."""
 
     @abstractmethod
     def _classify(self, exc: Exception) -> Failure | None:
@@ -204,19 +209,21 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
         return notes
 
     def refused(self) -> None:
-        """The call awaiting its answer was refused by the gates: when what the model
-        sent for it is larger than the run keeps whole, the call and the conversation's
-        copy of the reply keep its summary (size, digest, head) instead, so neither
-        the checkpoint nor the next request carries it (a refused 6 MB answer stored
-        twice in the proposer's state was 12.6 MB)."""
+        """The call awaiting its answer (or a reply of text alone) was refused by the
+        gates: when what the model sent is larger than the run keeps whole, the call and
+        the conversation's copy of the reply keep its summary (size, digest, head)
+        instead, so neither the checkpoint nor the next request carries it (a refused
+        6 MB answer stored twice in the proposer's state was 12.6 MB)."""
         call = self.awaiting
-        if call is None or not call.id:
+        if call is None:
             return
-        found = storable.summary(call.args)
-        if found.bytes <= storable.HEAD_CHARS and not storable.problems(call.args):
+        raw = call.args if call.id else self._reply_text()
+        found = storable.summary(raw)
+        if found.bytes <= storable.HEAD_CHARS and not storable.problems(raw):
             return
-        kept: dict[str, JSON] = {"refused_arguments": found.model_dump()}
-        self.awaiting = ToolCall(call.id, call.name, kept, call.args_error)
+        kept: dict[str, JSON] = {"refused_arguments" if call.id else "refused_text": found.model_dump()}
+        if call.id:
+            self.awaiting = ToolCall(call.id, call.name, kept, call.args_error)
         self._echo_refused(call.id, kept)
 
     # -- internals -------------------------------------------------------------------

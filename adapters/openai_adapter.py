@@ -101,7 +101,13 @@ class OpenAIProposer(ToolCallingProposer[openai.OpenAI]):
             assistant["tool_calls"] = echoed
         return ModelReply(assistant, text, calls, _tokens(usage, "prompt"), _tokens(usage, "completion"), choice.finish_reason)
 
+    def _reply_text(self) -> str:
+        content = self.messages[-1].get("content")
+        return content if isinstance(content, str) else ""
+
     def _echo_refused(self, call_id: str, kept: dict[str, JSON]) -> None:
+        if not call_id:
+            self.messages[-1]["content"] = json.dumps(kept)
         for echoed in json_list(self.messages[-1].get("tool_calls")):
             if isinstance(echoed, dict) and echoed.get("id") == call_id and isinstance(echoed.get("function"), dict):
                 echoed["function"]["arguments"] = json.dumps(kept)

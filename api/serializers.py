@@ -16,6 +16,7 @@ from core import storable
 from projects.models import Role
 from runs.admission import places
 from runs.models import Event, GlobalSwitch, Run
+from runs.outcome import code_of, status_of, told
 from runs.published import published
 
 # Bounds that keep numbers inside what every database column and index can hold.
@@ -72,6 +73,17 @@ class RunSerializer(serializers.ModelSerializer):
     published = serializers.SerializerMethodField(
         help_text="The branch publish pushed and the change request opened, with links to the configured forge's pages."
     )
+    status = serializers.SerializerMethodField(
+        help_text="`queued` (waiting in its project's queue, not started: see `queue`), `running`, `waiting_approval`,"
+        " `complete` or `stopped`."
+    )
+    outcome = serializers.SerializerMethodField(
+        help_text="The outcome's machine name: `queued`, `running`, `waiting_approval`, `complete`, `unpublished` or `partial`"
+        " (finished with something the reviewer or the contract asked left undone), or the stop reason."
+    )
+    said = serializers.SerializerMethodField(
+        help_text="The outcome in words, as every page, report, webhook and trace tells it: what happened and what did not."
+    )
 
     class Meta:
         model = Run
@@ -82,6 +94,7 @@ class RunSerializer(serializers.ModelSerializer):
             "project",
             "status",
             "outcome",
+            "said",
             "stop_message",
             "revision",
             "proposals",
@@ -98,6 +111,15 @@ class RunSerializer(serializers.ModelSerializer):
             "published",
         ]
         read_only_fields = fields
+
+    def get_status(self, run: Run) -> str:
+        return status_of(run)
+
+    def get_outcome(self, run: Run) -> str:
+        return code_of(run)
+
+    def get_said(self, run: Run) -> str:
+        return told(run).sentence
 
     @extend_schema_field(QueuePlaceSerializer(allow_null=True))
     def get_queue(self, run: Run) -> dict[str, Any] | None:
@@ -131,7 +153,11 @@ class RunCreateSerializer(serializers.Serializer):
 
 
 class RunFilterSerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=Run.Status.choices, required=False, help_text="Only runs with this status.")
+    status = serializers.ChoiceField(
+        choices=[("queued", "Queued"), *Run.Status.choices],
+        required=False,
+        help_text="Only runs with this status (`queued`: not admitted yet).",
+    )
     task_id = serializers.CharField(max_length=100, required=False, help_text="Only runs of this task.")
     project = serializers.CharField(
         source="project__slug", max_length=60, required=False, help_text="Only runs of this project (its slug)."

@@ -137,6 +137,12 @@ class RunList(ApiView):
     )
     def get(self, request: Request) -> Response:
         filters = self.query()
+        # ``status`` as told (runs.outcome.status_of): a queued run is not running.
+        told = filters.pop("status", None)
+        if told is not None:
+            filters |= {"status": Run.Status.RUNNING, "queued": True} if told == "queued" else {"status": told}
+            if told == Run.Status.RUNNING:
+                filters["queued"] = False
         runs = (
             scoped(Run.objects.select_related("policy", "created_by", "project"), request.user, permissions.VIEW_RUNS)
             .filter(**filters)

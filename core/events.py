@@ -415,6 +415,11 @@ class Stopped(Event):
     message: str
     # The call that fails with the stop (or, for ``complete``, finish), as it leaves it.
     call: dict[str, JSON] | None = None
+    # The outcome as every reader tells it (core.outcome): its machine name (``status``
+    # unless the run finished with something asked of it undone) and its words. Empty
+    # on a stop recorded before outcomes were told.
+    outcome: str = ""
+    said: str = ""
 
 
 AnyEvent = (

@@ -16,13 +16,13 @@ to change (the wait a ``wait_ended`` ends, the pending effect an
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from core import events as ev
 from core import feedback as fb
 from core.jsonutil import JSON
 from core.lifecycle import WAIT_EXITS
-from core.state import TERMINAL_STATES, CallRecord, Operation, OperationStatus, RunState
+from core.state import TERMINAL_STATES, CallRecord, Operation, OperationStatus, RunState, Unmet
 
 
 def apply_to_calls(state: RunState, event: ev.AnyEvent) -> None:
@@ -36,25 +36,27 @@ def apply_to_calls(state: RunState, event: ev.AnyEvent) -> None:
             _end_step(state, fb.InvalidInput(call_id=_id(event), problems=problems))
         case ev.SecretsFound():
             if event.decision == "refuse":
-                _refused(state, event.call)
+                _refused(state, event.call, "secret_found")
+                _unmet(state, event, "secret_found", found_where(event.findings), external=True)
                 problems = [fb.Problem(field=p["field"], message=p["message"]) for p in event.problems]
                 _end_step(state, fb.InvalidInput(call_id=_id(event), problems=problems))
         case ev.Denied():
-            if (record := _put(state, event.call)) is not None:
-                record.state = "failed"
+            _refused(state, event.call, "tool_denied")
         case ev.DuplicateEffect():
             _duplicate(state, event)
         case ev.ChangesRequested():
-            _refused(state, event.call)
+            _refused(state, event.call, "changes_requested")
+            external = isinstance(event.call, dict) and event.call.get("idempotency_key") is not None
+            _unmet(state, event, "changes_requested", f"{event.by}, on {event.tool} {event.call_id}", external=external)
             state.changes_requested[event.key] = {"message": event.message, "by": event.by, "request_id": event.request_id}
             changes = fb.ChangesRequested(call_id=_id(event), tool=event.tool, message=event.message, by=event.by)
             _end_step(state, changes)
         case ev.WriteBlocked():
-            _refused(state, event.call)
+            _refused(state, event.call, "write_blocked")
             pending = [p for p in state.unresolved_effects() if p.call_id in event.pending]
             _end_step(state, fb.WriteBlocked(call_id=_id(event), pending=pending))
         case ev.CheckRequired():
-            _refused(state, event.call)
+            _refused(state, event.call, "check_required")
             _end_step(state, fb.CheckRequired(call_id=_id(event), revision=event.revision, missing=list(event.missing)))
         case ev.CallAdmitted():
             _admitted(state, event)
@@ -98,8 +100,8 @@ def apply_to_calls(state: RunState, event: ev.AnyEvent) -> None:
         case ev.RunResumed():
             _recovered(state, event)
         case ev.Stopped():
-            if (record := _put(state, event.call)) is not None:
-                record.state = "completed" if event.status == "complete" else "failed"
+            if (settled := _put(state, event.call)) is not None:
+                settled.state = "completed" if event.status == "complete" else "failed"
             if event.status == "complete":
                 state.feedback = fb.Complete(call_id=_id(event)).to_json()
             state.current_call, state.current_proposal = None, None
@@ -122,9 +124,40 @@ def _put(state: RunState, call: dict[str, JSON] | None) -> CallRecord | None:
     return record
 
 
-def _refused(state: RunState, call: dict[str, JSON] | None) -> None:
+# Why a call settled before it was performed, kept on its line in ``not_performed``.
+REFUSALS = ("secret_found", "tool_denied", "changes_requested", "write_blocked", "check_required")
+
+
+def _refused(state: RunState, call: dict[str, JSON] | None, reason: str) -> None:
     if (record := _put(state, call)) is not None:
-        record.state = "failed"
+        record.state, record.last_status = "failed", reason
+
+
+def found_where(findings: list[dict[str, JSON]]) -> str:
+    """The secret scan's findings as the outcome quotes them: kind, file and line (never the value)."""
+    named = [f"{f.get('kind') or 'a secret'} in {f.get('path')}, line {f.get('line')}" for f in findings[:3]]
+    more = len(findings) - len(named)
+    return "; ".join(named) + (f"; and {more} more" if more > 0 else "")
+
+
+def _unmet(
+    state: RunState,
+    event: ev.SecretsFound | ev.ChangesRequested,
+    reason: Literal["changes_requested", "secret_found"],
+    detail: str,
+    *,
+    external: bool,
+) -> None:
+    """Something asked of the run that this call did not do; the first of its kind for a
+    tool is the one told (the model insisting changes nothing of what was asked)."""
+    call_id, tool = _id(event), event.tool
+    if not any(u.tool == tool and u.reason == reason for u in state.unmet):
+        state.unmet.append(Unmet(call_id=call_id, tool=tool, reason=reason, detail=detail, external=external))
+
+
+def _taken_up(state: RunState, tool: str) -> None:
+    """A call of ``tool`` went through: what was asked of an earlier one is done."""
+    state.unmet = [u for u in state.unmet if u.tool != tool]
 
 
 def _record_for(run: RunState, call_id: str, tool: str, args: dict[str, JSON], **fields: Any) -> CallRecord:
@@ -150,7 +183,10 @@ def _clear_settled(state: RunState) -> None:
         if record.state not in TERMINAL_STATES or call_id == state.current_call:
             continue
         if record.state == "failed":
-            state.not_performed.append({"call_id": call_id, "tool": record.tool, "state": record.state})
+            line = {"call_id": call_id, "tool": record.tool, "state": record.state}
+            if record.last_status in REFUSALS:
+                line["reason"] = record.last_status
+            state.not_performed.append(line)
         del state.ledger[call_id]
 
 
@@ -229,6 +265,8 @@ def _receipt(state: RunState, event: ev.ReceiptRecorded) -> None:
             earlier_attempts=list(record.transient_reasons) or None,
         )
         outcome = "applied" if receipt["effect"] == "applied" else "not_applied"
+        if outcome == "applied" or not event.external:
+            _taken_up(state, event.tool)
     operation = _set_operation(state, record.idempotency_key, record.call_id, outcome)
     if operation is not None:
         operation.outcome = feedback.to_json()
@@ -253,6 +291,8 @@ def _reconciled(state: RunState, event: ev.EffectReconciled) -> None:
         return
     if (record := state.ledger.get(effect.call_id)) is not None:
         record.state = "completed" if event.applied else "failed"
+    if event.applied:
+        _taken_up(state, effect.tool)
     operation = _set_operation(state, effect.idempotency_key, effect.call_id, "applied" if event.applied else "not_applied")
     if operation is not None:
         operation.outcome = {"reconciled": event.detail}

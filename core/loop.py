@@ -42,6 +42,7 @@ from core.effects import Plan
 from core.execution import attempts_left, execute, infrastructure_failure, receipt_check
 from core.fold import LOG_VERSION
 from core.gates import Gates
+from core.outcome import FINISHED, said_at_stop
 from core.pending import reconcile_pending, recover_in_flight
 from core.policy import Policy
 from core.ports import (
@@ -373,8 +374,8 @@ def act(run: RunContext, gates: Gates, decision: Decision) -> None:
             _execute(run, gates, decision)
         case Complete():
             record = decision.record
-            message = "finished with passing checks on the current revision"
-            emit(run, ev.Stopped, call_id=record.call_id, status="complete", message=message, call=as_recorded(record))
+            told = said_at_stop(state, "complete", FINISHED)
+            emit(run, ev.Stopped, call_id=record.call_id, status="complete", message=FINISHED, call=as_recorded(record), **told)
             checkpoint(run)
             close_requests(run, "the run completed")
         case Stop():

@@ -13,6 +13,7 @@ from core.context import RunContext
 from core.fold import apply
 from core.jsonutil import JSON
 from core.lifecycle import WAIT_EXITS, WaitExit
+from core.outcome import said_at_stop
 from core.state import CallRecord
 
 E = TypeVar("E", bound=ev.Event)
@@ -55,7 +56,7 @@ def stop(run: RunContext, reason: str, message: str, fails: CallRecord | None = 
     if state.waiting is not None:
         emit_wait_ended(run, "cancelled", message)
     call = as_recorded(fails) if fails is not None else None
-    emit(run, ev.Stopped, call_id=state.current_call, status=reason, message=message, call=call)
+    emit(run, ev.Stopped, call_id=state.current_call, status=reason, message=message, call=call, **said_at_stop(state, reason, message))
     checkpoint(run)
     close_requests(run, f"the run stopped: {reason}")
 

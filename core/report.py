@@ -1,9 +1,10 @@
 """The final report (docs/design.md, Events): what happened, as data, never claiming
-completion for a run that stopped."""
+completion for a run that stopped or left undone what it was asked (core.outcome)."""
 
 from __future__ import annotations
 
 from core.jsonutil import JSON
+from core.outcome import outcome_of
 from core.state import RunState
 
 NOT_PERFORMED_STATES = ("proposed", "validated", "allowed", "failed")
@@ -15,20 +16,17 @@ def build_report(state: RunState) -> dict[str, JSON]:
     ]
     evidence = [e.model_dump() for e in state.evidence]
     current = {check: state.evidence[i].model_dump() for check, i in state.current_evidence.items()}
-    limitations = []
-    if state.status != "complete":
-        limitations.append(f"the run did not complete: {state.outcome} ({state.stop_message or 'no message'})")
-    if state.missing_checks():
-        limitations.append(f"no passing check on the final revision for: {', '.join(state.missing_checks())}")
     pending = [p.model_dump() for p in state.unresolved_effects()]
-    if pending:
-        limitations.append(f"{len(pending)} effect(s) of unknown outcome were never reconciled")
+    told = outcome_of(state)
     return {
         "run_id": state.run_id,
         "task_id": state.contract.task_id,
         "status": state.outcome,
-        "completed": state.status == "complete",
+        # Done as asked: a run that finished with something asked of it undone is not.
+        "completed": told.plain_success,
         "message": state.stop_message,
+        # The outcome in words, and each limitation's machine name beside its words.
+        "outcome": told.as_json(),
         "proposals": state.proposals,
         "calls": state.calls,
         "limits": state.limits.model_dump(),
@@ -45,5 +43,5 @@ def build_report(state: RunState) -> dict[str, JSON]:
         "current_evidence": current,
         "not_performed": state.not_performed + open_calls,
         "pending": pending,
-        "limitations": limitations,
+        "limitations": [limitation.text for limitation in told.limitations],
     }

@@ -9,7 +9,7 @@ release is refused, never guessed at (docs/design.md, Recovery)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -99,6 +99,28 @@ class Operation(_State):
     outcome: dict[str, JSON] = Field(default_factory=dict)
 
 
+class Unmet(_State):
+    """Something asked of the run that a call of ``tool`` did not do: the reviewer's
+    requested changes (``changes_requested``) or a publish the secret scan refused
+    (``secret_found``). A later call of the same tool that completes takes it up; what
+    is left when the run ends is told in its outcome (core.outcome)."""
+
+    call_id: str
+    tool: str
+    reason: Literal["changes_requested", "secret_found"]
+    # Who asked, or what was found where: the words the outcome quotes.
+    detail: str
+    # The call would have had an effect outside the workspace (a publish).
+    external: bool
+
+
+def completed_as(unmet: Sequence[Unmet], applied: bool) -> str:
+    """The outcome of a run that finished: ``complete`` only with nothing left undone."""
+    if not unmet:
+        return "complete"
+    return "unpublished" if not applied and any(u.external for u in unmet) else "partial"
+
+
 class Waiting(_State):
     call_id: str
     request_id: str
@@ -107,11 +129,11 @@ class Waiting(_State):
     policy_version: int = 0
 
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """1: the shape before versions (no ``schema_version`` key); 2: the same, versioned;
 3: ``run_started`` in place of ``next_seq`` (the store numbers the events); 4: a call
 record's fixed ``effect`` and the state's ``proposed_at``; 5: ``changes_requested``;
-6: each evidence record's ``egress``."""
+6: each evidence record's ``egress``; 7: ``unmet``."""
 
 
 class RunState(_State):
@@ -162,6 +184,8 @@ class RunState(_State):
     # exactly that call (message, by, request_id): the identical call is shown the same
     # words, never asked again.
     changes_requested: dict[str, dict[str, str]] = Field(default_factory=dict)
+    # What was asked of the run and not done (yet): see Unmet.
+    unmet: list[Unmet] = Field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -169,9 +193,14 @@ class RunState(_State):
 
     @property
     def outcome(self) -> str:
-        """``complete``, ``waiting_approval``, ``running`` or the stop reason."""
+        """``complete``, ``waiting_approval``, ``running`` or the stop reason; a run that
+        finished with something asked of it undone is ``unpublished`` (nothing went
+        outside the workspace, and a publish was among what was not done) or
+        ``partial``, never ``complete``."""
         if self.status == "stopped":
             return self.stop_reason or "stopped"
+        if self.status == "complete":
+            return completed_as(self.unmet, bool(self.effects_applied))
         return self.status
 
     def deadline_at(self, now: float) -> float:
@@ -230,8 +259,14 @@ def _from_5(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "schema_version": 6, "evidence": evidence}
 
 
+def _from_6(data: dict[str, Any]) -> dict[str, Any]:
+    """What earlier runs left undone was not kept apart: their outcome says what their
+    stop did, as it did before."""
+    return {**data, "schema_version": 7, "unmet": []}
+
+
 # version N -> the step that turns a version-N state into version N+1.
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4, 5: _from_5}
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_1, 2: _from_2, 3: _from_3, 4: _from_4, 5: _from_5, 6: _from_6}
 
 
 def load_stored_state(data: Mapping[str, Any]) -> RunState:

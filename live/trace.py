@@ -30,8 +30,12 @@ REPLAY_PAGE = 500
 # Colour of each run and approval status; events carry their own tone.
 TONES = {
     "running": "info",
+    "queued": "muted",
     "waiting_approval": "warn",
     "complete": "ok",
+    # Finished, with something asked of the run undone: never the green of success.
+    "unpublished": "warn",
+    "partial": "warn",
     "stopped": "bad",
     "pending": "warn",
     "granted": "ok",
@@ -41,6 +45,13 @@ TONES = {
     "stale": "muted",
     "cancelled": "muted",
 }
+
+
+def outcome_tone(code: str) -> str:
+    """A run outcome's tone: each stop reason is a stop."""
+    return TONES.get(code, "bad")
+
+
 # A string argument is also shown as text (its line breaks as breaks) when it is
 # longer than this or spans lines; the exact JSON stays beside it.
 TEXT_ARG_CHARS = 60
@@ -121,6 +132,9 @@ def _run_view(e: _RunEvent) -> tuple[str, str, str]:
         case ev.ModelNote():
             return f"Model {e.kind}", "muted", ", ".join(f"{k}={v}" for k, v in e.detail.items())[:300]
         case ev.Stopped():
+            if e.status == "complete" and e.outcome not in ("", "complete"):
+                # finish was accepted with something asked of the run undone: said as such.
+                return f"Finished: {human(e.outcome)}", outcome_tone(e.outcome), e.said
             if e.status == "complete":
                 return "Complete", "ok", e.message
             return f"Stopped: {human(e.status)}", "bad", _stop_message(e)
@@ -144,8 +158,9 @@ def _gate_view(e: _GateEvent) -> tuple[str, str, str]:
             return f"Invalid input ({e.gate})", "warn", problems
         case ev.SecretsFound():
             where = ", ".join(f"{f.get('path')}:{f.get('line')} ({f.get('kind')})" for f in e.findings)
-            title = "Secrets found: refused" if e.decision == "refuse" else "Secrets found: shown to the reviewer"
-            return title, "bad" if e.decision == "refuse" else "warn", f"{e.tool}: {where}"
+            if e.decision == "refuse":
+                return "Secrets found: publish refused", "bad", f"{e.tool}: {where}; nothing was published: {e.reason}"
+            return "Secrets found: shown to the reviewer", "warn", f"{e.tool}: {where}"
         case ev.Denied():
             return "Denied", "bad", f"{e.tool} by rule '{e.rule}': {e.reason}"
         case ev.CallAdmitted():
@@ -316,6 +331,9 @@ def _describe(e: ev.AnyEvent) -> tuple[str, str, str]:
 # their approval request.
 _CALL_EVENTS = (ev.CallAdmitted, ev.ApprovalRequired)
 _REQUEST_EVENTS = (ev.ApprovalRequired, ev.ApprovalDecided, ev.ApprovalLapsed, ev.WaitEnded, ev.ChangesRequested)
+# A call refused (warned of, not failed in red: the run goes on), which "jump to the
+# first failure" finds as it finds what failed or was denied: often the root cause.
+_REFUSALS = (ev.InvalidInput, ev.ChangesRequested, ev.CheckRequired, ev.WriteBlocked, ev.SecretsFound)
 
 
 def describe(event: dict[str, Any]) -> dict[str, Any]:
@@ -345,7 +363,17 @@ def describe(event: dict[str, Any]) -> dict[str, Any]:
     ]
     if isinstance(typed, _REQUEST_EVENTS) and typed.request_id:
         links.append({"label": "open approval", "href": reverse("approvals:detail", args=[typed.request_id])})
-    return {"label": label, "tone": tone, "summary": summary, "tool": tool, "args": args, "text_args": text_args(args), "links": links}
+    failure = tone == "bad" or isinstance(typed, _REFUSALS)
+    return {
+        "label": label,
+        "tone": tone,
+        "summary": summary,
+        "failure": failure,
+        "tool": tool,
+        "args": args,
+        "text_args": text_args(args),
+        "links": links,
+    }
 
 
 def text_args(args: Any) -> list[dict[str, str]]:

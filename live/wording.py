@@ -3,38 +3,19 @@ id stays in the API, the event log and the tooltip (``title``) beside each word.
 
 from __future__ import annotations
 
+from core.outcome import WORDS
+
+# A run's outcomes and stop reasons are core.outcome's words, told the same on every
+# surface; an approval request's statuses are these.
 LABELS = {
-    # runs
-    "running": "running",
-    "waiting_approval": "waiting for approval",
-    "complete": "complete",
-    "stopped": "stopped",
-    # why a run stopped
-    "killed": "killed",
-    "denied": "denied",
-    "tool_denied": "tool not allowed",
-    "deadline": "out of time",
-    "attempt_limit": "out of attempts",
-    "budget_exhausted": "out of budget",
-    "proposals_exhausted": "out of proposals",
-    "calls_exhausted": "out of tool calls",
-    "receipt_invalid": "invalid receipt",
-    "unresolved": "unresolved effect",
-    "model_error": "model error",
-    "approval_expired": "approval expired",
-    "approval_cancelled": "approval cancelled",
-    "sandbox_unavailable": "sandbox unavailable",
-    "workspace_error": "workspace could not be prepared",
-    "revision_mismatch": "workspace revision did not verify",
-    "workspace_lost": "workspace could not be rebuilt",
-    "unstorable": "a value could not be stored",
-    # approval requests
+    **WORDS,
     "pending": "waiting for a decision",
     "granted": "granted",
     "consumed": "granted and used",
     "expired": "expired",
     "stale": "out of date",
     "cancelled": "cancelled",
+    "changes_requested": "changes requested",
 }
 
 

@@ -24,7 +24,7 @@ PERIODS: dict[str, tuple[timedelta, timedelta]] = {
     "30d": (timedelta(days=30), timedelta(days=1)),
 }
 # The outcomes drawn apart; every other stop is "stopped".
-OUTCOMES = ("complete", "tool_denied", "denied", "approval_expired", "killed")
+OUTCOMES = ("complete", "unpublished", "partial", "tool_denied", "denied", "approval_expired", "killed")
 REFUSALS = ("denied", "duplicate_effect", "write_blocked", "check_required")
 # The most events one plot reads: a period with more is drawn from its newest ones
 # (and says so).

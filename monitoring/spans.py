@@ -24,6 +24,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from common.redact import redact
+from core.outcome import at_stop
 from runs.models import Event, Run
 
 SCOPE = InstrumentationScope("harness")
@@ -132,7 +133,11 @@ def _event(name: str, row: Event, attributes: Attributes) -> SpanEvent:
 
 def _run_span(run_id: str, stopped: Event, payload: Mapping[str, Any], resource: Resource) -> ReadableSpan:
     run = Run.objects.select_related("project", "policy").get(pk=run_id)
-    outcome = str(payload.get("status", ""))
+    # The outcome as every surface tells it (core.outcome): a run that finished with
+    # something asked of it undone is no success here either.
+    status_said = str(payload.get("status", ""))
+    outcome = str(payload.get("outcome") or status_said)
+    said = str(payload.get("said") or at_stop(status_said, str(payload.get("message", ""))).sentence)
     marks = list(Event.objects.filter(run_id=run_id, type__in=["run_started", "invalid_input", "kill_requested"]).order_by("seq"))
     started = next((row.ts for row in marks if row.type == "run_started"), run.created_at)
     events = [_run_event(row) for row in marks if row.type != "run_started"]
@@ -145,9 +150,10 @@ def _run_span(run_id: str, stopped: Event, payload: Mapping[str, Any], resource:
         "harness.policy.version": run.policy.version,
         "harness.outcome": outcome,
         "harness.stop.message": str(payload.get("message", ""))[:VALUE_CHARS],
+        "harness.outcome.said": said[:VALUE_CHARS],
         "error.type": None if outcome == "complete" else outcome,
     }
-    status = Status(StatusCode.OK) if outcome == "complete" else Status(StatusCode.ERROR, outcome)
+    status = Status(StatusCode.OK) if outcome == "complete" else Status(StatusCode.ERROR, said[:VALUE_CHARS])
     return _span(f"invoke_agent {run.task_id}", _context(run_id, "run"), None, started, stopped.ts, attributes, resource, events, status)
 
 

@@ -10,6 +10,7 @@ import json
 from typing import Any, assert_never
 
 from core import events as ev
+from core.outcome import at_stop
 
 APPROVAL_REQUESTED = "approval_requested"
 APPROVAL_EXPIRED = "approval_expired"
@@ -101,7 +102,14 @@ def notice(
             approval |= {"reason": typed.reason}
         body["approval"] = approval
     elif isinstance(typed, ev.Stopped):
-        body["stop"] = {"status": typed.status, "message": typed.message}
+        # The outcome as every surface tells it (core.outcome); a stop recorded before
+        # outcomes were told has its status for both.
+        body["stop"] = {
+            "status": typed.status,
+            "message": typed.message,
+            "outcome": typed.outcome or typed.status,
+            "said": typed.said or at_stop(typed.status, typed.message).sentence,
+        }
     else:
         raise ValueError(f"a {typed.type} event calls for no notification")
     body["text"] = summary(body)
@@ -116,10 +124,7 @@ def summary(body: dict[str, Any]) -> str:
         return f"Approval needed: {approval['tool']} in {where}, because {approval['rule']}."
     if body["kind"] == APPROVAL_EXPIRED:
         return f"An approval request in {where} expired without a decision."
-    stop = body["stop"]
-    if stop["status"] == "complete":
-        return f"{where.capitalize()} completed: {stop['message']}."
-    return f"{where.capitalize()} stopped ({stop['status']}): {stop['message']}."
+    return f"{where.capitalize()}: {body['stop']['said']}."
 
 
 def slack(body: dict[str, Any]) -> dict[str, Any]:

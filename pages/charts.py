@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from core.outcome import words
+
 WIDTH = 360
 # Colours with at least 3:1 against the page's white, told apart by the legend too.
 PALETTE = ("#1b7f3b", "#b3261e", "#8a4b00", "#5b3cc4", "#0b6a8a", "#6b6b6b", "#a3127a", "#3d5a00")
@@ -61,7 +63,7 @@ def columns(
             marks.append(
                 _link(
                     href(name, i),
-                    f"{name}, {label}: {unit(value)}",
+                    f"{words(name)}, {label}: {unit(value)}",
                     f'<rect x="{x:.1f}" y="{y:.1f}" width="{slot * 0.76:.1f}" height="{max(h, 1):.1f}" fill="{colour(name, index, colours or {})}"/>',
                 )
             )
@@ -110,9 +112,7 @@ def bars(
 def legend(names: Sequence[str], colours: Colours | None = None) -> SafeString:
     # The swatch is SVG (a fill attribute): the Content-Security-Policy allows no inline style.
     swatch = '<svg class="swatch" viewBox="0 0 10 10" aria-hidden="true"><rect width="10" height="10" rx="2" fill="{}"/></svg>'
-    items = "".join(
-        f"<li>{swatch.format(colour(name, i, colours or {}))}{escape(name.replace('_', ' '))}</li>" for i, name in enumerate(names)
-    )
+    items = "".join(f"<li>{swatch.format(colour(name, i, colours or {}))}{escape(words(name))}</li>" for i, name in enumerate(names))
     return mark_safe(f'<ul class="legend">{items}</ul>')  # noqa: S308 - every text escaped above
 
 

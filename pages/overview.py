@@ -22,6 +22,9 @@ STATES = ("running", "waiting", "queued")
 # One colour per meaning, the same in every plot and its legend.
 COLOURS = {
     "complete": "#1b7f3b",
+    # Finished with something asked undone: not the colour of success.
+    "unpublished": "#a3127a",
+    "partial": "#3d5a00",
     "tool_denied": "#b3261e",
     "denied": "#b3261e",
     "approval_expired": "#8a4b00",

@@ -15,11 +15,14 @@ from django.views.decorators.http import require_GET
 from approvals.models import ApprovalRequest
 from common.permissions import VIEW_RUNS
 from core import events as ev
+from core.outcome import REFUSED_WORDS
+from live.trace import outcome_tone, present
 from live.wording import duration, human
 from pages.access import require, visible
 from pages.summary import run_summary
 from runs.control import ACTIVE
 from runs.models import Event, PublishedPatch, Run
+from runs.outcome import told
 from runs.services import report_of
 
 
@@ -82,22 +85,35 @@ def decisions(run: Run) -> list[dict[str, Any]]:
     return rows
 
 
-def outcome_sentence(run: Run, message: str) -> str:
-    """The outcome in one sentence a person reads first; ``message``: the report's."""
-    said = f": {message}" if message else ""
-    if run.status == Run.Status.COMPLETE:
-        return f"The run completed{said}."
-    return f"The run stopped ({human(run.outcome)}){said}" + ("" if said.endswith(".") else ".")
+def first_failure(run: Run) -> dict[str, Any] | None:
+    """The first refused, denied or failed event of the run, in order (as the trace's
+    "jump to the first failure" finds it): where a failed or partial run went wrong."""
+    for row in Event.objects.filter(run=run).order_by("seq").iterator(chunk_size=500):
+        shown = present(row.as_dict())
+        if shown["view"]["failure"]:
+            return shown
+    return None
+
+
+def not_performed(report: dict[str, Any]) -> list[dict[str, str]]:
+    """Each call not performed, with what refused it in words (a reviewer's request
+    for changes, the secret scan, a missing check) rather than a bare "failed"."""
+    return [
+        {**call, "why": REFUSED_WORDS.get(str(call.get("reason")), human(call.get("state")))} for call in report.get("not_performed", [])
+    ]
 
 
 def result_context(run: Run) -> dict[str, Any]:
     report = report_of(run)
     summary = run_summary(run)
     stop = final_stop(run)
+    outcome = told(run)
     return {
         "run": run,
         "report": report,
-        "outcome_sentence": outcome_sentence(run, str(stop.get("message") or run.stop_message)),
+        "outcome": outcome,
+        "outcome_tone": outcome_tone(outcome.code),
+        "root_cause": None if outcome.plain_success else first_failure(run),
         "model_summary": finish_summary(stop),
         "changed_files": report.get("changed_files", []),
         # Its context expands from what the request kept, as on the request's page.
@@ -110,8 +126,8 @@ def result_context(run: Run) -> dict[str, Any]:
         "evidence_current": summary["evidence_current"],
         "revision": summary["revision"],
         "base_revision": summary["base_revision"],
-        "not_performed": report.get("not_performed", []),
-        "limitations": report.get("limitations", []),
+        "not_performed": not_performed(report),
+        "limitations": outcome.limitations,
         "budgets": summary["budgets"],
         "working": duration(summary["working_seconds"]),
         "waited": duration(summary["waited_seconds"]),

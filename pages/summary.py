@@ -13,10 +13,11 @@ from django.urls import reverse
 from approvals.policies import current_policy_row, load_policy
 from core import events as ev
 from core.state import RunState
-from live.trace import EMPTY_OUTPUT_REF, TONES, short
+from live.trace import EMPTY_OUTPUT_REF, TONES, outcome_tone, short
 from live.wording import human
 from runs.control import ACTIVE
 from runs.models import Event, Run
+from runs.outcome import status_of, told
 from runs.proposers import proposer_usage
 from runs.published import published
 from runs.store import load_state
@@ -59,6 +60,9 @@ def run_clocks(run: Run, state: RunState) -> tuple[float, float]:
     """(working, waited) seconds: the run's own working time (what wall_time limits)
     and the time it waited for reviewers, counted apart (bounded by expiry and the
     policy's limit). A finished run's clocks stopped at its last checkpoint."""
+    if status_of(run) == "queued":
+        # Time in the queue is not the run's: its clocks start when it is admitted.
+        return 0.0, 0.0
     finished = run.status not in ACTIVE
     until = run.updated_at.timestamp() if finished else time.time()
     waited = state.waited_seconds if finished else state.waited_at(until)
@@ -144,14 +148,18 @@ def run_summary(run: Run) -> dict[str, Any]:
     state = load_state(run)
     finished = run.status not in ACTIVE
     working, waited = shown_clocks(run, state)
+    outcome = told(run)
     return {
         "id": str(run.pk),
-        "status": run.status,
-        "tone": TONES.get(run.status, "muted"),
-        "outcome": run.outcome,
-        "outcome_label": human(run.outcome),
+        # ``queued`` for a run not admitted yet: its clocks do not tick.
+        "status": status_of(run),
+        "tone": outcome_tone(outcome.code),
+        "outcome": outcome.code,
+        "outcome_label": outcome.label,
+        # What happened and what did not, where there is more to say than the chip.
+        "said": outcome.sentence if outcome.sentence != outcome.label else "",
+        "limitations": [limitation.text for limitation in outcome.limitations],
         "active": not finished,
-        "stop_message": run.stop_message,
         "kill_requested": run.kill_requested,
         "sandbox_waiting": sandbox_waiting(run) if not finished else "",
         "revision": short(state.revision),

@@ -34,6 +34,7 @@ from core.errors import FieldProblem, InputError
 from core.faults import Fault, FaultyExecutor
 from core.fences import Lease
 from core.fold import apply
+from core.outcome import said_at_stop
 from core.policy import Policy
 from core.ports import RevisionMismatch
 from core.storable import escaped_text
@@ -262,7 +263,7 @@ def stop_undriven(run: Run, reason: str, message: str, lease_token: int) -> str:
     commit, a malformed archive) or whose revision fails its verification stops the
     run, saying why, instead of leaving it running or waiting."""
     state = load_state(run)
-    stop = ev.Stopped(run_id=str(run.pk), seq=0, ts=time.time(), status=reason, message=message)
+    stop = ev.Stopped(run_id=str(run.pk), seq=0, ts=time.time(), status=reason, message=message, **said_at_stop(state, reason, message))
     apply(state, stop)  # a stopped run waits for nothing
     DjangoStore(Lease(lease_token)).checkpoint(state, [stop])
     # Its requests leave the reviewers' queue, as with any stop.

@@ -40,16 +40,10 @@ SCRATCH = "/tmp"
 # writing it where it cannot (and a PYTHONPYCACHEPREFIX would hide the image's own
 # compiled stdlib, making every check compile it again).
 SANDBOX_ENV = {"HOME": SCRATCH, "TMPDIR": SCRATCH, "XDG_CACHE_HOME": f"{SCRATCH}/.cache"}
-# PID 1: reaps every orphan. Signals from inside the container cannot kill it
-# (the kernel protects a namespace's init), so ``kill -9 -1`` spares it.
-REAPER = """
-import os, time
-while True:
-    try:
-        os.wait()
-    except ChildProcessError:
-        time.sleep(0.2)
-"""
+# The programs every container runs, files of the image (sandbox/image/harness):
+# PID 1 reaps every orphan.
+PROGRAMS = "/opt/harness"
+REAPER = f"{PROGRAMS}/reaper.py"
 
 
 class RuntimeMissing(SandboxUnavailable):
@@ -155,7 +149,7 @@ def create_container(client: docker.DockerClient, run_id: str, role: str, source
     ``source`` mounted read-only."""
     return client.containers.create(
         spec.image,
-        command=["python3", "-c", REAPER],
+        command=["python3", REAPER],
         name=container_name(scope, run_id, role),
         labels={LABEL_MANAGED: "1", LABEL_RUN: run_id, LABEL_ROLE: role, LABEL_SCOPE: scope, LABEL_SPEC: spec.digest},
         user=SANDBOX_USER,

@@ -52,7 +52,7 @@ def test_it_folds_every_part_of_a_run_with_refusals_retries_and_settled_calls() 
     assert differences(state, log) == []
     assert NOT_EXPLAINED == {"proposer_state"}
     # The next proposal cleared each settled call; the refused publish left its line.
-    assert folded.not_performed == [{"call_id": "c3", "tool": "publish", "state": "failed"}]
+    assert folded.not_performed == [{"call_id": "c3", "tool": "publish", "state": "failed", "reason": "check_required"}]
     assert sorted(folded.ledger) == ["c6"] and folded.ledger["c6"].state == "completed"
     assert folded.feedback == {"kind": "complete", "call_id": "c6"}
     assert (folded.current_call, folded.current_proposal) == (None, None)

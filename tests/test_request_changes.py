@@ -52,7 +52,7 @@ def test_it_shows_the_model_the_reviewers_words_and_never_asks_for_the_identical
     assert len(rig.approvals.requests) == 2
     repeated = [e.repeated for e in rig.store.events if isinstance(e, ev.ChangesRequested)]
     assert repeated == [False, True]
-    assert {"call_id": "c3", "tool": "publish", "state": "failed"} in state.not_performed
+    assert {"call_id": "c3", "tool": "publish", "state": "failed", "reason": "changes_requested"} in state.not_performed
 
 
 def test_it_marks_the_words_as_a_reviewers_and_as_data_for_the_model() -> None:

@@ -50,7 +50,7 @@ def signed_in(user: User) -> Client:
 def test_it_shows_what_an_ended_run_did_and_the_models_words_escaped(operator: User, reviewer: User, resumes: list[str]) -> None:
     scene = ended_scene(operator, reviewer)
     page = signed_in(reviewer).get(reverse("runs:result", args=[scene.run.pk])).content.decode()
-    assert "The run completed: finished with passing checks on the current revision." in page
+    assert "Completed: finished with passing checks on the current revision." in page
     assert "Rejected &lt;b&gt;negative&lt;/b&gt; quantities &amp; added a test." in page and "<b>negative" not in page
     assert '<span class="mono">src/calc.py</span>' in page and "# publish of 1 file(s)" in page  # the simulated publish's diff
     assert f"granted by <strong>{reviewer.username}</strong>" in page and "checked the guard" in page
@@ -84,8 +84,8 @@ def test_it_says_a_stopped_run_stopped_and_what_it_left_undone(operator: User, r
     run = Run.objects.get(pk=scene.run.pk)
     drive_run(run, scene.world.environment(), DjangoApprovals(run))
     page = signed_in(operator).get(reverse("runs:result", args=[run.pk])).content.decode()
-    assert "The run stopped (denied)" in page and "release freeze" in page
-    assert "the run did not complete" in page
+    assert "Stopped: denied (approval denied: release freeze)." in page
+    assert "The run did not complete: denied" in page
     assert "Nowhere: nothing was published." in page
 
 
@@ -99,7 +99,7 @@ def test_it_shows_the_result_at_both_sizes_axe_clean(
     sign_in(page, live_server_asgi, operator.username)
     page.goto(f"{live_server_asgi.url}/runs/{scene.run.pk}/")
     page.locator('[data-field="result"]').click()
-    expect(page.locator("#outcome-sentence")).to_contain_text("The run completed")
+    expect(page.locator("#outcome-sentence")).to_contain_text("Completed: finished with passing checks")
     expect(page.locator("#model-summary")).to_contain_text(SUMMARY)
     expect(page.locator("#changed-files")).to_contain_text("src/calc.py")
     expect(page.locator("#result-decisions")).to_contain_text(reviewer.username)

@@ -26,15 +26,16 @@ CHANGED_IN_3 = {"schema_version", "next_seq", "run_started"}
 
 
 def without_4(dumped: dict[str, Any]) -> dict[str, Any]:
-    """A current state without what versions 4 to 6 added: ``proposed_at``, each call
-    record's fixed ``effect``, ``changes_requested`` and each evidence record's
-    ``egress`` (none before them)."""
+    """A current state without what versions 4 to 7 added: ``proposed_at``, each call
+    record's fixed ``effect``, ``changes_requested``, each evidence record's
+    ``egress`` and ``unmet`` (none before them)."""
     assert dumped["proposed_at"] is None and all(r["effect"] is None for r in dumped["ledger"].values())
     assert dumped["changes_requested"] == {}
     assert dumped["evidence"] and all(e["egress"] == [] for e in dumped["evidence"])
     ledger = {c: {k: v for k, v in r.items() if k != "effect"} for c, r in dumped["ledger"].items()}
     evidence = [{k: v for k, v in e.items() if k != "egress"} for e in dumped["evidence"]]
-    kept = {k: v for k, v in dumped.items() if k not in ("proposed_at", "changes_requested")}
+    assert dumped["unmet"] == []
+    kept = {k: v for k, v in dumped.items() if k not in ("proposed_at", "changes_requested", "unmet")}
     return {**kept, "ledger": ledger, "evidence": evidence}
 
 

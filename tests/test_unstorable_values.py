@@ -39,7 +39,16 @@ from runs.models import CallLedgerEntry, Event, PendingEffect, Receipt, Report, 
 from runs.services import check_new_run, do_create_run, drive_run
 from runs.store import load_state
 from sandbox.executor import SandboxExecutor
-from tests.fake_providers import API_KEY, FakeAnthropic, FakeOpenAI, FakeProvider, anthropic_tools, openai_tools
+from tests.fake_providers import (
+    API_KEY,
+    FakeAnthropic,
+    FakeOpenAI,
+    FakeProvider,
+    anthropic_text,
+    anthropic_tools,
+    openai_text,
+    openai_tools,
+)
 from tests.fixtures_sandbox import ALL_TOOLS, WRITE_PATHS
 from tests.helpers import CONTRACT, World
 from tests.test_api import SMALL_CONTRACT, client_for
@@ -158,18 +167,22 @@ SIX_MB = 6_000_000
 BOUND_BYTES = 1_000_000
 
 
-@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "openai text", "anthropic text"])
 def test_it_stores_a_refused_6_mb_model_answer_as_a_head_and_a_digest(kind: str, settings: Any, operator: User) -> None:
-    # Refused at validate (not a writable path); text no database compresses away.
+    # Refused at validate (not a writable path), or text with no tool call (refused at
+    # parse); text no database compresses away.
     big = {"path": "/etc/passwd", "content": base64.b64encode(random.Random(39).randbytes(SIX_MB * 3 // 4)).decode()}
     read = {"path": "src/calc.py"}
-    if kind == "openai":
-        fake: FakeProvider = FakeOpenAI([openai_tools(("call_1", "write_file", big)), openai_tools(("call_2", "read_file", read))])
+    text = kind.endswith(" text")
+    if kind.startswith("openai"):
+        first = openai_text(big["content"]) if text else openai_tools(("call_1", "write_file", big))
+        fake: FakeProvider = FakeOpenAI([first, openai_tools(("call_2", "read_file", read))])
         settings.OPENAI_API_KEY = API_KEY
         settings.OPENAI_ALLOWED_BASE_URLS = [fake.base_url]  # type: ignore[attr-defined]
         model = {"kind": "openai", "model": "gpt-4o-mini", "base_url": fake.base_url}  # type: ignore[attr-defined]
     else:
-        fake = FakeAnthropic([anthropic_tools(("toolu_1", "write_file", big)), anthropic_tools(("toolu_2", "read_file", read))])
+        start = anthropic_text(big["content"]) if text else anthropic_tools(("toolu_1", "write_file", big))
+        fake = FakeAnthropic([start, anthropic_tools(("toolu_2", "read_file", read))])
         settings.ANTHROPIC_API_KEY = API_KEY
         settings.ANTHROPIC_ALLOWED_BASE_URLS = [fake.base_url]
         model = {"kind": "anthropic", "model": "claude-sonnet-4-6", "base_url": fake.base_url}

@@ -10,13 +10,14 @@ from django.contrib.auth.models import AnonymousUser, User
 
 from common.permissions import DECIDE_APPROVALS
 from common.times import when
-from live.trace import TONES
+from live.trace import TONES, outcome_tone
 from live.trace import short as short_revision
 from live.wording import duration as duration_text
 from live.wording import human as human_word
 from pages.inbox import waiting_for
 from projects.access import roles_shown
-from runs.models import GlobalSwitch
+from runs.models import GlobalSwitch, Run
+from runs.outcome import code_of, label_of
 
 register = template.Library()
 
@@ -40,6 +41,22 @@ def short(value: Any) -> str:
 @register.filter
 def tone(status: str) -> str:
     return TONES.get(status, "muted")
+
+
+@register.filter
+def run_label(run: Run) -> str:
+    """A run's outcome in words, as every page tells it (runs.outcome)."""
+    return label_of(run)
+
+
+@register.filter
+def run_code(run: Run) -> str:
+    return code_of(run)
+
+
+@register.filter
+def run_tone(run: Run) -> str:
+    return outcome_tone(code_of(run))
 
 
 @register.filter

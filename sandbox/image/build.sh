@@ -5,7 +5,8 @@
 # The image is tagged harness-sandbox:<digest> (and harness-sandbox:latest), where
 # <digest> is the first 16 hex digits of sha256 over the build inputs: this script,
 # scripts/debian_image.sh, the package list, the Dockerfile, the suite name, the MCP
-# SDK's wheels (names and SHA-256) and the files under ./harness-mcp.
+# SDK's wheels (names and SHA-256), the files under ./harness-mcp and the programs
+# every container runs (./harness: PID 1's reaper).
 # If that tag already exists the script prints it and exits at once; the rootfs
 # tarball is cached in ${HARNESS_CACHE_DIR:-/var/cache/harness} under the same
 # digest, so re-importing after `docker rmi` downloads nothing.
@@ -35,6 +36,9 @@ IMAGE=${HARNESS_SANDBOX_IMAGE_NAME:-harness-sandbox}
 PACKAGES="python3 python3-pytest git coreutils procps findutils grep"
 DOCKERFILE="$SCRIPT_DIR/Dockerfile"
 MCP_TREE="$SCRIPT_DIR/harness-mcp"
+# Copied to /opt/harness (sandbox/container_spec.py PROGRAMS); the README stays here.
+PROGRAMS_TREE="$SCRIPT_DIR/harness"
+PROGRAMS="reaper.py"
 MCP_VERSION=$(sed -n 's/^mcp==\([^ #]*\).*/\1/p' "$SCRIPT_DIR/../../requirements.txt")
 # bookworm's python3: the interpreter the wheels must fit.
 MCP_PYTHON=3.11
@@ -65,12 +69,19 @@ mcp_wheels() {
 MCP_WHEELS=$(mcp_wheels)
 # Digest inputs by name and content, wherever the checkout or the cache is.
 MCP_INPUTS=$(cd "$MCP_WHEELS" && sha256sum -- *.whl; cd "$MCP_TREE" && find . -name __pycache__ -prune -o -type f -print0 | sort -z | xargs -0 sha256sum --)
-DIGEST=$(content_digest "$SCRIPT_DIR/build.sh" "packages=$PACKAGES" "$DOCKERFILE" "mcp=$MCP_INPUTS")
+PROGRAM_INPUTS=$(cd "$PROGRAMS_TREE" && sha256sum -- $PROGRAMS)
+DIGEST=$(content_digest "$SCRIPT_DIR/build.sh" "packages=$PACKAGES" "$DOCKERFILE" "mcp=$MCP_INPUTS" "programs=$PROGRAM_INPUTS")
 
 sandbox_rootfs() {
     # the workspace every run container mounts its run's workspace on
     mkdir -p "$1/workspace"
     chown 65534:65534 "$1/workspace"
+    # PID 1, root's and read-only like the rest of the image
+    local program
+    mkdir -p "$1/opt/harness"
+    for program in $PROGRAMS; do
+        install -m 644 -o 0 -g 0 "$PROGRAMS_TREE/$program" "$1/opt/harness/$program"
+    done
     # a wheel's files are its installed form: unpacked, the SDK is importable from site
     local wheel
     mkdir -p "$1/opt/harness-mcp/site"

@@ -59,6 +59,7 @@
     step.dataset.seq = String(event.seq);
     step.dataset.type = event.type;
     step.dataset.tool = view.tool || "";
+    if (view.failure) step.dataset.failure = "1";
     const detail = el("details", "step-detail");
     const line = el("summary", "step-line");
     const time = el("time", "step-time", String(event.ts).slice(11, 19));
@@ -396,9 +397,9 @@
     }
     H.setClock(field("working"), s.working_seconds, s.status === "running");
     H.setClock(field("waited"), s.waited_seconds, s.status === "waiting_approval");
-    const message = field("stop_message");
-    message.textContent = s.stop_message;
-    message.hidden = !s.stop_message;
+    const message = field("said");
+    message.textContent = s.said;
+    message.hidden = !s.said;
     ["report", "result"].forEach(function (name) {
       const link = field(name);
       const href = s[name + "_href"];

@@ -102,7 +102,9 @@
   new MutationObserver(refresh).observe(timeline, { childList: true, subtree: true });
 
   document.getElementById("jump-failure").addEventListener("click", function () {
-    const failure = timeline.querySelector("li.step.tone-bad");
+    // The first refused, denied or failed step in order (live.trace marks them), so a
+    // refused patch is found before the failed tests that followed it.
+    const failure = timeline.querySelector("li.step[data-failure]");
     if (!failure) {
       count.textContent = "no failure among the loaded events";
       return;
