@@ -244,7 +244,7 @@ def test_it_stops_the_run_when_a_reviewer_denies(
         page.wait_for_timeout(100)
     assert len(failed) == 2
     expect(outcome(page)).to_have_text("denied", timeout=LIVE)
-    expect(page.locator('[data-field="stop_message"]')).to_contain_text("publishing is frozen until the release")
+    expect(page.locator('[data-field="said"]')).to_contain_text("publishing is frozen until the release")
     expect(page.locator("#timeline")).to_contain_text(f"Denied by {reviewer.username}")
     expect(page.locator("#timeline .step-label", has_text="Denied by")).to_have_count(1)
     screenshot(page, "run_denied")

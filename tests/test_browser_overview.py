@@ -26,7 +26,7 @@ def test_it_draws_the_overview_readably_and_follows_changes(
     sign_in(page, live_server_asgi, operator.username)
     page.goto(f"{live_server_asgi.url}/overview/?period=24h")
     expect(page.locator("#plot-outcomes")).to_be_visible()
-    denied = page.locator('#overview-plots a[aria-label^="tool_denied,"]')
+    denied = page.locator('#overview-plots a[aria-label^="tool not allowed,"]')
     expect(denied).to_have_count(1)
     assert (denied.get_attribute("aria-label") or "").endswith(": 1")
     assert serious_problems(page, "overview", SIZES[size]["width"]) == []
@@ -35,7 +35,7 @@ def test_it_draws_the_overview_readably_and_follows_changes(
     # Another run is denied while the page is open: the lists socket's "changed" redraws the plot.
     world = World()
     drive(world, world.create(actor=operator, script=[call("search", pattern="again")]))
-    expect(page.locator('#overview-plots a[aria-label^="tool_denied,"][aria-label$=": 2"]')).to_have_count(1, timeout=20_000)
+    expect(page.locator('#overview-plots a[aria-label^="tool not allowed,"][aria-label$=": 2"]')).to_have_count(1, timeout=20_000)
 
     # The mark leads to the runs behind it.
     page.locator('#overview-plots a[aria-label^="complete,"]').first.click()

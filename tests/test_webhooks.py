@@ -196,7 +196,7 @@ def test_it_sends_a_slack_message_when_a_run_stops(worker: Worker, receiver: Rec
     (request,) = receiver.wait_for(1)
     body = json.loads(request.body)
     assert set(body) == {"text", "blocks"}
-    assert body["text"].startswith(f"Run calc-fix ({str(run.pk)[:8]}) completed")
+    assert body["text"].startswith(f"Run calc-fix ({str(run.pk)[:8]}): completed: finished with passing checks")
     assert body["blocks"][0]["type"] == "section" and body["blocks"][1]["type"] == "context"
     assert f"/runs/{run.pk}/" in body["blocks"][1]["elements"][0]["text"]
     assert request.headers["X-Harness-Signature"] == expected_signature(hook.secret, request)
