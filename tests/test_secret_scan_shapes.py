@@ -27,10 +27,10 @@ AWS_ID = "AKIA" + "Q7RZ3MXK2VNB8PLD"
 GITHUB = "ghp_" + "R8d2Kq7Lm4Nx9Pz3Vt6Wb1Yc5Hs0Jf2Ga7Qe"
 CONFIGURED_VALUE = "cfg-Vt92LmQx-smtp-relay"
 HEX_KEY = "9f2c4e7a1b3d5f60" + "c8e2a4b6d8f0a1c3"
-URL_PASSWORD = "Zq8vN3xLp2Rt"
+URL_SECRET = "Zq8vN3xLp2Rt"
 JWT = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9" + ".eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
 B64_AWS = base64.b64encode(AWS_ID.encode()).decode()
-PLANTED = [AWS_ID, GITHUB, CONFIGURED_VALUE, HEX_KEY, URL_PASSWORD, JWT, B64_AWS, AWS_ID[::-1]]
+PLANTED = [AWS_ID, GITHUB, CONFIGURED_VALUE, HEX_KEY, URL_SECRET, JWT, B64_AWS, AWS_ID[::-1]]
 
 
 def scan(content: str, message: str = "") -> list[SecretFinding]:
@@ -56,7 +56,7 @@ def test_it_finds_a_hex_api_key() -> None:
 
 
 def test_it_finds_credentials_in_a_url() -> None:
-    content = f'db = "postgres://app:{URL_PASSWORD}@db.internal:5432/app"\n'
+    content = f'db = "postgres://app:{URL_SECRET}@db.internal:5432/app"\n'
     assert where(scan(content)) == [("app/settings.py", 1, "password in a URL")]
 
 
