@@ -9,11 +9,14 @@ every run on this server, so a policy can list a known false positive by file an
 fingerprint, and never the secret itself, which a plain digest of a short configured
 password could give back to anyone who tries candidates.
 
-Only what a change adds is read: a removed line leaves with the change. A secret
-the model wrote was masked when it was proposed (common.redact), so the workspace
-holds ``[redacted]`` in its place: such a line is a finding too (``masked secret``),
-as is a private key whose body was masked (its markers stay). Django-free,
-so the sandbox's publish uses it as it is."""
+Only what a change adds is read: a removed line leaves with the change. Each line is
+read by the detector's rules as written and for what it hides (split, reversed,
+base64, ...), and each two consecutive lines of a file or of the message as one. A
+secret the model wrote was masked when it was proposed (common.redact), with the
+kind found in the unmasked proposal in the mask (``[redacted](AWS access key id)``):
+such a line is a finding of that kind (``masked secret`` when the mask names none),
+as is a private key whose body was masked (its markers stay). Django-free, so the
+sandbox's publish uses it as it is."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from common.secret_detector import MASK, MASKED, PRIVATE_KEY, hits, key_marker
+from common.secret_detector import PRIVATE_KEY, hidden, hits, key_marker, masked_kinds, split_across
 
 MESSAGE = "(message)"  # the file name a finding in the message is given
 _HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -61,33 +64,37 @@ class SecretScanner:
     def scan(self, diff: str, message: str = "") -> list[SecretFinding]:
         """The findings in ``message`` and in the lines ``diff`` adds, in order."""
         lines = enumerate(message.split("\n"), start=1)
-        return self._found(((MESSAGE, number, line) for number, line in lines)) + self._found(added_lines(diff))
+        return self._found([(MESSAGE, number, line) for number, line in lines]) + self._found(list(added_lines(diff)))
 
-    def _found(self, lines: Iterator[tuple[str, int, str]]) -> list[SecretFinding]:
-        out: list[SecretFinding] = []
-        key: tuple[str, int, list[str]] | None = None  # a private key being read: where, and its lines
-        for path, number, line in lines:
-            if key is not None and (key[0] != path or _KEY_END.search(line)):
-                key[2].append(line)
-                out.append(SecretFinding(key[0], key[1], PRIVATE_KEY, self.fingerprint(PRIVATE_KEY, "\n".join(key[2]))))
+    def _found(self, lines: Sequence[tuple[str, int, str]]) -> list[SecretFinding]:
+        out: list[tuple[int, SecretFinding]] = []  # with the index of the line it is on
+        key: tuple[int, str, int, list[str]] | None = None  # a private key being read: where, and its lines
+        for at, (path, number, line) in enumerate(lines):
+            if key is not None and (key[1] != path or _KEY_END.search(line)):
+                key[3].append(line)
+                out.append((key[0], self._finding(key[1], key[2], PRIVATE_KEY, "\n".join(key[3]))))
                 key = None
                 continue
             if key is not None:
-                key[2].append(line)
+                key[3].append(line)
                 continue
-            out += [
-                SecretFinding(path, number, hit.kind, self.fingerprint(hit.kind, line[hit.start : hit.end]))
-                for hit in hits(line, self.values)
-            ]
-            if MASK in line:
-                # A secret the model wrote, masked when it was proposed: the change
-                # holds the mask in its place, which is no file anyone meant to ship.
-                out.append(SecretFinding(path, number, MASKED, self.fingerprint(MASKED, line)))
+            found = [(hit.kind, line[hit.start : hit.end]) for hit in hits(line, self.values)]
+            # A secret the model wrote was masked when it was proposed, the mask
+            # naming its kind: the change holds the mask, no file anyone meant to ship.
+            found += [(kind, line) for kind in masked_kinds(line)]
+            found += hidden(line, self.values)
+            out += [(at, self._finding(path, number, kind, secret)) for kind, secret in found]
+            if at > 0 and lines[at - 1][0] == path and lines[at - 1][1] == number - 1:
+                between = split_across(lines[at - 1][2], line, self.values)
+                out += [(at - 1, self._finding(path, number - 1, kind, secret)) for kind, secret in between]
             if key_marker(line):
-                key = (path, number, [line])
+                key = (at, path, number, [line])
         if key is not None:
-            out.append(SecretFinding(key[0], key[1], PRIVATE_KEY, self.fingerprint(PRIVATE_KEY, "\n".join(key[2]))))
-        return out
+            out.append((key[0], self._finding(key[1], key[2], PRIVATE_KEY, "\n".join(key[3]))))
+        return [finding for _, finding in sorted(out, key=lambda pair: pair[0])]
+
+    def _finding(self, path: str, line: int, kind: str, secret: str) -> SecretFinding:
+        return SecretFinding(path, line, kind, self.fingerprint(kind, secret))
 
 
 def added_lines(diff: str) -> Iterator[tuple[str, int, str]]:
