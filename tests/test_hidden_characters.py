@@ -35,10 +35,7 @@ def test_it_marks_every_kind_of_hidden_character_with_its_code_point() -> None:
 
 def test_it_escapes_and_names_each_mark_in_html() -> None:
     html = visible_html('<b title="x">\u202e&')
-    assert html == (
-        "&lt;b title=&quot;x&quot;&gt;"
-        '<span class="hidden-char" title="U+202E RIGHT-TO-LEFT OVERRIDE">⟨U+202E⟩</span>&amp;'
-    )
+    assert html == ('&lt;b title=&quot;x&quot;&gt;<span class="hidden-char" title="U+202E RIGHT-TO-LEFT OVERRIDE">⟨U+202E⟩</span>&amp;')
     assert 'title="U+DC80, the byte 0x80, which is not UTF-8"' in visible_html("\udc80")
     assert 'title="U+001B, a control character"' in visible_html("\x1b")
 
