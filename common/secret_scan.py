@@ -23,14 +23,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from common.secret_detector import PRIVATE_KEY, hidden, hits, key_marker, masked_kinds, might_hold, split_across, suspicious
+from core.patchtext import read_patch
 
 MESSAGE = "(message)"  # the file name a finding in the message is given
 _BLOCK = 32  # lines looked at together first
-_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
 
 
@@ -65,7 +65,7 @@ class SecretScanner:
     def scan(self, diff: str, message: str = "") -> list[SecretFinding]:
         """The findings in ``message`` and in the lines ``diff`` adds, in order."""
         lines = enumerate(message.split("\n"), start=1)
-        return self._found([(MESSAGE, number, line) for number, line in lines]) + self._found(list(added_lines(diff)))
+        return self._found([(MESSAGE, number, line) for number, line in lines]) + self._found(added_lines(diff))
 
     def _found(self, lines: Sequence[tuple[str, int, str]]) -> list[SecretFinding]:
         out: list[tuple[int, SecretFinding]] = []  # with the index of the line it is on
@@ -108,31 +108,8 @@ class SecretScanner:
         return SecretFinding(path, line, kind, self.fingerprint(kind, secret))
 
 
-def added_lines(diff: str) -> Iterator[tuple[str, int, str]]:
-    """(file, line number in the changed file, text) of each line a git-style diff
-    adds. Hunk headers give the counts, so an added line that itself begins with
-    "++ " is never read as a file header."""
-    path, new_line, old_left, new_left = "", 0, 0, 0
-    for row in diff.split("\n"):
-        if old_left > 0 or new_left > 0:
-            if row.startswith("+"):
-                yield path, new_line, row[1:]
-                new_line, new_left = new_line + 1, new_left - 1
-            elif row.startswith("-"):
-                old_left -= 1
-            elif row.startswith(" "):
-                new_line, old_left, new_left = new_line + 1, old_left - 1, new_left - 1
-            continue  # "\ No newline at end of file" counts for neither side
-        if row.startswith("+++ "):
-            path = _name(row[4:])
-        elif (hunk := _HUNK.match(row)) is not None:
-            old_left = int(hunk[1]) if hunk[1] is not None else 1
-            new_line = int(hunk[2])
-            new_left = int(hunk[3]) if hunk[3] is not None else 1
-
-
-def _name(header: str) -> str:
-    """The file a "+++" header names, as a reviewer reads it (git's quoting kept)."""
-    if header.startswith('"b/'):
-        return '"' + header[3:]
-    return header[2:] if header.startswith("b/") else header
+def added_lines(diff: str) -> list[tuple[str, int, str]]:
+    """(file, line number in the changed file, text) of each line a diff adds, as the
+    applier reads it (core.patchtext.read_patch, the one reader of diff text): what
+    is scanned is what is shown and what is applied."""
+    return [(line.path, line.new_no or 0, line.text) for line in read_patch(diff) if line.kind == "added"]
