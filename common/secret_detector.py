@@ -57,6 +57,14 @@ class Shape:
     # of masking's cost on a large state.
     prefixes: tuple[str, ...]
     folded: bool = False
+    # Instead of prefixes: an expression every match's text matches, searched first
+    # (a literal at its start makes that one fast scan).
+    gate: re.Pattern[str] | None = None
+
+    def may_match(self, line: str, folded: str) -> bool:
+        if self.gate is not None:
+            return self.gate.search(line) is not None
+        return any(prefix in (folded if self.folded else line) for prefix in self.prefixes)
 
     def spans(self, line: str) -> Iterable[tuple[int, int]]:
         for found in self.pattern.finditer(line):
@@ -114,7 +122,8 @@ SHAPES: tuple[Shape, ...] = (
     Shape(
         URL_CREDENTIALS,
         re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,20}://[^\s:/?#@\"'`<>]{1,64}:(?!\*+@)([^\s/?#@\"'`<>{}$()\[\]]{6,128})@"),
-        ("://",),
+        (),
+        gate=re.compile(r"://[^\s:/?#@\"'`<>]{1,64}:[^\s/?#@\"'`<>{}$()\[\]]{6,128}@"),
     ),
 )
 KEY_MARKERS = tuple(
@@ -183,6 +192,7 @@ class Hit:
 # Each prefix once (several rules share theirs): a substring test is one fast scan
 # of a large text, faster than one expression of them all (measured: Python's
 # expressions try every position whose letter starts some prefix).
+_GATED = tuple(shape for shape in SHAPES if shape.gate is not None)
 _PREFIXES = tuple(dict.fromkeys(p for shape in SHAPES if not shape.folded for p in shape.prefixes))
 _FOLDED_PREFIXES = (*dict.fromkeys(p for shape in SHAPES if shape.folded for p in shape.prefixes), "-----begin", "putty-user-key")
 
@@ -196,6 +206,8 @@ def might_hold(text: str, values: Sequence[str] = ()) -> bool:
         return True
     folded = text.lower()
     if any(prefix in folded for prefix in _FOLDED_PREFIXES):
+        return True
+    if any(shape.gate.search(text) for shape in _GATED if shape.gate is not None):
         return True
     return any(looks_random(m["value"]) for m in _named(text, folded))
 
@@ -211,7 +223,7 @@ def hits(line: str, values: Sequence[str] = ()) -> list[Hit]:
             start = line.find(value, start + len(value))
     folded = line.lower()
     for shape in SHAPES:
-        if any(prefix in (folded if shape.folded else line) for prefix in shape.prefixes):
+        if shape.may_match(line, folded):
             found += [Hit(start, end, shape.kind) for start, end in shape.spans(line)]
     found += [Hit(*m.span("value"), NAMED_VALUE) for m in _named(line, folded) if looks_random(m["value"])]
     return _merged(found)
@@ -285,6 +297,9 @@ def masked_kinds(line: str) -> list[str]:
 # value found this way is rarely the run's own. Each finding names the rule's kind
 # and how it was hidden.
 
+_REVERSED_PREFIXES = tuple(prefix[::-1] for prefix in _PREFIXES)
+_FOLDED_REVERSED_PREFIXES = tuple(prefix[::-1] for prefix in _FOLDED_PREFIXES)
+_SEAM = 256
 SPLIT = " (split)"
 SPLIT_ACROSS = " (split across lines)"
 REVERSED = " (reversed)"
@@ -305,18 +320,23 @@ _BASE64_RUN = re.compile(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_-]{16,}={0,2}(?![A-
 _QUOTED_BASE64 = re.compile(r"""(["'])(?!sha(?:256|384|512)-)([A-Za-z0-9+/_-]{32,}={0,2})\1""")
 
 
-def hidden(line: str, values: Sequence[str] = ()) -> list[tuple[str, str]]:
+def hidden(line: str, values: Sequence[str] = (), plain: Sequence[str] = ()) -> list[tuple[str, str]]:
     """(kind, secret) of what ``line`` hides from ``hits``: literals split in two, a
     reversed token, base64 of a secret, a random base64 literal, a hex value next to
-    a credential name. What ``hits`` finds as it is, is left to it."""
-    plain = [line[hit.start : hit.end] for hit in hits(line, values)]
+    a credential name. What ``hits`` finds as it is (``plain``: its secrets), is left
+    to it."""
     found: list[tuple[str, str]] = []
     joined = _JOINS.sub("", line)
     if joined != line:
         found += [(kind + SPLIT, secret) for kind, secret in _secrets(joined, values) if secret not in line]
-    reverse = line[::-1]
-    if might_hold(reverse, values):
-        found += [(kind + REVERSED, secret) for kind, secret in _secrets(reverse, values) if kind != NAMED_VALUE]
+    folded = line.lower()
+    # A reversed secret holds a rule's prefix reversed (a name next to a value reversed says nothing).
+    if (
+        any(prefix in line for prefix in _REVERSED_PREFIXES)
+        or any(prefix in folded for prefix in _FOLDED_REVERSED_PREFIXES)
+        or any(value[::-1] in line for value in values)
+    ):
+        found += [(kind + REVERSED, secret) for kind, secret in _secrets(line[::-1], values) if kind != NAMED_VALUE]
     for run in _BASE64_RUN.finditer(line):
         text = _decoded(run.group())
         if text is not None and might_hold(text, values):
@@ -325,7 +345,6 @@ def hidden(line: str, values: Sequence[str] = ()) -> list[tuple[str, str]]:
         value = quoted[2]
         if _decoded(value) is None and _mixed(value) and entropy(value) >= RANDOM_BASE64_ENTROPY:
             found.append((RANDOM_BASE64, value))
-    folded = line.lower()
     for named in _named(line, folded):
         value = named["value"]
         digits = value.replace("-", "")
@@ -339,7 +358,8 @@ def split_across(first: str, second: str, values: Sequence[str] = ()) -> list[tu
     """(kind, secret) of what two consecutive lines hide between them: the end of
     ``first`` and the start of ``second`` read as one (a continuation's backslash,
     the indentation and a concatenation of literals taken out)."""
-    head, tail = first.rstrip().removesuffix("\\").rstrip(), second.lstrip()
+    # A secret is shorter than this on each side of the seam.
+    head, tail = first.rstrip().removesuffix("\\").rstrip()[-_SEAM:], second.lstrip()[:_SEAM]
     joined = _JOINS.sub("", head + tail)
     if not might_hold(joined, values):
         return []
@@ -353,8 +373,24 @@ def split_across(first: str, second: str, values: Sequence[str] = ()) -> list[tu
     ]
 
 
+# Where a line ends, read as the seam ``split_across`` joins.
+_LINE_SEAM = re.compile(r"[ \t]*\\?[ \t]*\n[ \t]*")
+
+
+def suspicious(text: str, values: Sequence[str] = ()) -> bool:
+    """Whether some line of ``text`` (lines joined by "\\n") or two consecutive ones
+    may hold something ``hits``, ``hidden`` or ``split_across`` find, or a mask; False
+    is exact (each rule's cheap part reads the lines together), True may be a false
+    alarm that costs a look at each line."""
+    if MASK in text or might_hold(text, values) or might_hold(_JOINS.sub("", text), values):
+        return True
+    if might_hold(_JOINS.sub("", _LINE_SEAM.sub("", text)), values):
+        return True
+    return bool(hidden(text, values))
+
+
 def _secrets(text: str, values: Sequence[str]) -> list[tuple[str, str]]:
-    return [(hit.kind, text[hit.start : hit.end]) for hit in hits(text, values)]
+    return [(hit.kind, text[hit.start : hit.end]) for hit in hits(text, values)] if might_hold(text, values) else []
 
 
 def _mixed(value: str, upper: bool = True) -> bool:
