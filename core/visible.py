@@ -100,6 +100,18 @@ def visible_text(text: str) -> str:
     return "".join(mark(piece) if hidden else piece for piece, hidden in split_hidden(text))
 
 
+def visible_data(value: object) -> object:
+    """A JSON value with ``visible_text`` applied to every string in it, keys too: for
+    data shown to a person (the trace's events, set as text by the page's script)."""
+    if isinstance(value, str):
+        return visible_text(value)
+    if isinstance(value, dict):
+        return {visible_text(str(key)): visible_data(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [visible_data(item) for item in value]
+    return value
+
+
 def visible_html(text: str) -> str:
     """``text`` escaped for HTML, each hidden character a ``hidden-char`` span holding
     its mark, named in full in its title (static/css/harness.css styles it apart from
@@ -110,6 +122,11 @@ def visible_html(text: str) -> str:
         f'<span class="hidden-char" title="{escape(char_name(piece))}">{mark(piece)}</span>' if hidden else escape(piece)
         for piece, hidden in split_hidden(text)
     )
+
+
+# The kind of a publish finding of hidden characters (core.publish_gate), beside the
+# secret scan's kinds, by which the trace and the outcome tell the two apart.
+HIDDEN_KIND = "hidden characters"
 
 
 @dataclass(frozen=True)

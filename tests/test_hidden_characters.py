@@ -7,9 +7,38 @@ publish; and the diff shown is the applier's own reading (core.patchtext.read_pa
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
+import docker
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from playwright.sync_api import Browser, expect
+from pytest_django import Settings
+from rest_framework.test import APIClient
+
+from approvals.models import ApprovalRequest
+from approvals.policies import default_policy_document
+from core.errors import InputError
 from core.patchtext import parse_patch, read_patch
-from core.visible import hidden_in_patch, visible_html, visible_text
+from core.policy import check_policy
+from core.scenarios import call
+from core.visible import HIDDEN_KIND, hidden_in_patch, visible_html, visible_text
+from notifications.mail import one_line
+from notifications.messages import RUN_STOPPED, notice, slack
 from pages.diff_view import diff_tables
+from runs.approval_flow import deny, grant
+from runs.approval_gate import DjangoApprovals
+from runs.models import Event
+from runs.outcome import told
+from runs.runtime import advance, create_run
+from runs.services import drive_run
+from tests.fixtures_services import ROOT
+from tests.fixtures_web import SIZES, AsgiServer, Scene, screenshot, serious_problems, sign_in, waiting_scene
+from tests.helpers import World, new_policy_version, published_patches
+from tests.overview_scene import drive
+from tests.runs_waiting import DEMO_CONTRACT, DEMO_SCRIPT
 
 # The Trojan Source line: on screen the end reads as a comment, to Python it is a string.
 TROJAN = 'if access != "user\u202e \u2066# admin only\u2069 \u2066":'
@@ -77,3 +106,153 @@ def test_it_shows_the_marks_in_every_layout_of_the_diff() -> None:
         assert html.count('<span class="hidden-char" title="U+2066 LEFT-TO-RIGHT ISOLATE">⟨U+2066⟩</span>') == 2
         assert "⟨U+202E⟩" in html and "⟨U+2069⟩" in html
     assert [h.where for h in tables.hidden] == ["auth.py: line 2"]
+
+
+# -- pages, mail, webhooks, the API and the publish gate --------------------------------
+
+CALC = (
+    "def total(q):\n    if q < 0:\n        raise ValueError(q)\n    return q\n\n\ndef check(access):\n    "
+    + TROJAN
+    + "\n        return False\n"
+)
+TROJAN_SCRIPT = [
+    call("write_file", path="src/calc.py", content=CALC),
+    call("run_check", check_id="tests"),
+    call("publish", message="reject negative quantities"),
+    call("finish", summary="fixed"),
+]
+# A reviewer's words holding an override, a terminal escape and a line separator.
+WORDS = "looks fine\u202e enod \x1b[31mred\u2028next"
+
+
+def showing_trojan(world: World) -> None:
+    """The simulated workspace shows a publish as a one-line summary; here it shows
+    the Trojan Source diff, as the sandbox's workspace shows the change it publishes."""
+    own = world.workspace.preview
+    world.workspace.preview = lambda tool, args: TROJAN_DIFF if tool == "publish" else own(tool, args)  # type: ignore[method-assign]
+
+
+def trojan_scene(operator: User) -> Scene:
+    scene = waiting_scene(operator, script=TROJAN_SCRIPT)
+    ApprovalRequest.objects.filter(pk=scene.request.pk).update(diff=TROJAN_DIFF)
+    scene.request.refresh_from_db()
+    return scene
+
+
+@pytest.mark.django_db
+def test_it_warns_above_the_diff_and_shows_every_mark_on_the_approval_page(operator: User, reviewer: User, client: Client) -> None:
+    scene = trojan_scene(operator)
+    assert TROJAN in scene.request.diff  # what is kept, and published, is the exact text
+    client.force_login(reviewer)
+    page = client.get(f"/approvals/{scene.request.pk}/").content.decode()
+    warning = page[page.index("data-hidden-warning") : page.index("</div>", page.index("data-hidden-warning"))]
+    assert "characters that are invisible or reorder text" in warning
+    assert "auth.py: line 2: U+202E, U+2066, U+2069" in warning
+    # Nowhere on the page (diff, arguments, trace) is one of them left raw.
+    assert not any(char in page for char in "\u202e\u2066\u2069")
+    assert page.count('title="U+202E RIGHT-TO-LEFT OVERRIDE">⟨U+202E⟩</span>') >= 2  # both layouts
+
+
+@pytest.mark.django_db
+def test_it_marks_a_reviewers_words_on_pages_in_the_api_mail_and_webhooks(operator: User, reviewer: User, client: Client) -> None:
+    scene = trojan_scene(operator)
+    deny(scene.request, reviewer, WORDS)
+    drive(scene.world, scene.run)
+    marked = "looks fine⟨U+202E⟩ enod ⟨U+001B⟩[31mred⟨U+2028⟩next"
+    client.force_login(reviewer)
+    for url in (f"/approvals/{scene.request.pk}/", f"/runs/{scene.run.pk}/", f"/runs/{scene.run.pk}/result/"):
+        page = client.get(url).content.decode()
+        assert not any(char in page for char in "\u202e\x1b\u2028"), url
+        assert "⟨U+202E⟩" in page, url
+    api = APIClient()
+    api.force_login(reviewer)
+    approval = api.get(f"/api/approvals/{scene.request.pk}/").json()
+    assert approval["reason"] == marked
+    assert TROJAN in approval["diff"]  # data keeps its bytes
+    run = api.get(f"/api/runs/{scene.run.pk}/").json()
+    assert "\u202e" not in run["said"] + (run["stop_message"] or "")
+    stopped = Event.objects.filter(run=scene.run, type="stopped").get().as_dict()
+    body = notice(
+        delivery_id="d",
+        kind=RUN_STOPPED,
+        run={"id": str(scene.run.pk), "task_id": "t", "objective": "o"},
+        event=stopped,
+        base_url="http://h",
+    )
+    assert "\u202e" not in body["text"] and "\u202e" not in slack(body)["text"]
+    assert one_line(f"path {WORDS}\ndecide: http://evil") == "path looks fine⟨U+202E⟩ enod ⟨U+001B⟩[31mred next decide: http://evil"
+
+
+@pytest.mark.django_db
+def test_it_refuses_a_publish_adding_hidden_characters_when_the_policy_says_so(operator: User) -> None:
+    with pytest.raises(InputError, match="hidden_characters"):
+        check_policy({**default_policy_document(), "version": 1, "publish_checks": {"hidden_characters": "hide"}})
+    new_policy_version(publish_checks={"hidden_characters": "refuse"})
+    world = World()
+    showing_trojan(world)
+    run = world.create(actor=operator, script=TROJAN_SCRIPT)
+    drive_run(run, world.environment(), DjangoApprovals(run))
+    found = Event.objects.get(run=run, type="secrets_found").payload
+    assert found["decision"] == "refuse"
+    assert found["findings"] == [{"path": "auth.py", "line": 2, "kind": HIDDEN_KIND, "chars": "U+202E, U+2066, U+2069"}]
+    assert {
+        "field": "auth.py:2",
+        "message": "holds characters that hide or reorder text (U+202E, U+2066, U+2069); take them out of the change",
+    } in found["problems"]
+    assert not ApprovalRequest.objects.filter(run=run).exists(), "refused before anyone is asked"
+    assert not world.executor.outbox, "nothing was published"
+    run.refresh_from_db()
+    assert "hidden characters" in told(run).sentence and "secret" not in told(run).sentence
+
+
+# -- in a real browser, through the real sandbox and outbox -----------------------------
+
+ACCESS = f"def allowed(access):\n    {TROJAN}\n        return False\n    return True\n"
+
+
+@pytest.mark.browser
+@pytest.mark.docker
+@pytest.mark.django_db(transaction=True)
+def test_it_shows_the_trojan_source_line_marked_and_warned_and_publishes_its_exact_bytes(
+    live_server_asgi: AsgiServer,
+    chromium: Browser,
+    tmp_path: Path,
+    settings: Settings,
+    operator: User,
+    reviewer: User,
+    docker_engine: docker.DockerClient,
+) -> None:
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "examples" / "orders", source)
+    settings.WORKSPACE_SOURCES = [*settings.WORKSPACE_SOURCES, tmp_path]
+    script = [{"tool": "write_file", "args": {"path": "orders/access.py", "content": ACCESS}}, *DEMO_SCRIPT[1:]]
+    contract = {**DEMO_CONTRACT, "workspace": {"kind": "path", "path": str(source)}}
+    run = create_run(contract, {"kind": "scripted", "script": script}, operator, enqueue=False)
+    assert advance(str(run.pk)) == "waiting_approval"
+    request = ApprovalRequest.objects.get(run=run, status="pending")
+    for size, viewport in SIZES.items():
+        context = chromium.new_context(viewport=viewport)
+        try:
+            page = context.new_page()
+            sign_in(page, live_server_asgi, reviewer.username)
+            page.goto(f"{live_server_asgi.url}/approvals/{request.pk}/")
+            warning = page.locator("[data-hidden-warning]")
+            expect(warning).to_be_visible()
+            expect(warning).to_contain_text("orders/access.py: line 2: U+202E, U+2066, U+2069")
+            marks = page.locator(".diff-unified .hidden-char")
+            expect(marks).to_have_count(4)  # U+202E, U+2066, U+2069, U+2066 on the one added line
+            assert marks.first.text_content() == "⟨U+202E⟩"
+            assert marks.first.get_attribute("title") == "U+202E RIGHT-TO-LEFT OVERRIDE"
+            assert serious_problems(page, f"hidden characters ({size})", viewport["width"]) == []
+            warning.scroll_into_view_if_needed()
+            screenshot(page, f"hidden_characters_warning_{size}")
+            marks.first.scroll_into_view_if_needed()
+            expect(marks.first).to_be_in_viewport()
+            screenshot(page, f"hidden_characters_marks_{size}")
+        finally:
+            context.close()
+    grant(request, reviewer)
+    assert advance(str(run.pk)) == "complete"
+    [published] = published_patches(str(run.pk)).values()
+    assert f"+    {TROJAN}\n".encode() in published  # the exact bytes, never the marks
+    assert "⟨".encode() not in published
