@@ -13,6 +13,7 @@ from rest_framework.authtoken.serializers import AuthTokenSerializer
 
 from approvals.models import ApprovalRequest
 from core import storable
+from core.visible import visible_text
 from projects.models import Role
 from runs.admission import places
 from runs.models import Event, GlobalSwitch, Run
@@ -56,12 +57,29 @@ class ObjectField(serializers.JSONField):
             return {"summary": storable.summary(value).model_dump()}
 
 
+class VisibleWords:
+    """The human-readable fields a serializer names (``words``) with every hidden
+    character a mark naming it (core.visible, DESIGN 15); fields returned as data
+    (arguments, diffs, effects) keep their exact bytes."""
+
+    words: tuple[str, ...] = ()
+
+    def to_representation(self, instance: Any) -> Any:
+        data = super().to_representation(instance)  # type: ignore[misc]
+        for name in self.words:
+            if isinstance(data.get(name), str):
+                data[name] = visible_text(data[name])
+        return data
+
+
 class QueuePlaceSerializer(serializers.Serializer):
     position = serializers.IntegerField(help_text="1: the next run of the project to start.")
     reason = serializers.CharField(help_text="Why it waits: the project's cap, or its switch.")
 
 
-class RunSerializer(serializers.ModelSerializer):
+class RunSerializer(VisibleWords, serializers.ModelSerializer):
+    words = ("said", "stop_message", "objective")
+
     created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True)
     project = serializers.CharField(source="project.slug", read_only=True, help_text="The slug of the project the run belongs to.")
     policy_version = serializers.IntegerField(source="policy.version", read_only=True)
@@ -193,7 +211,9 @@ class EventPageSerializer(serializers.Serializer):
     run_status = serializers.ChoiceField(choices=Run.Status.choices)
 
 
-class ApprovalSerializer(serializers.ModelSerializer):
+class ApprovalSerializer(VisibleWords, serializers.ModelSerializer):
+    words = ("reason",)
+
     run = serializers.UUIDField(source="run_id", read_only=True)
     args = ObjectField(read_only=True)
     evidence = serializers.ListField(child=ObjectField(), read_only=True)

@@ -19,6 +19,7 @@ DECISIONS = [("allow", "allow"), ("deny", "deny"), ("ask", "ask")]
 RUNTIMES = [("runc", "runc (the engine's default)"), ("runsc", "runsc (gVisor: a user-space kernel)")]
 SECRET_ACTIONS = [("refuse", "refuse the publish (the model is told file and line)"), ("ask", "ask a reviewer, showing the findings")]
 MOVED_BASE = [("show", "show it to the reviewer"), ("stale", "make the approval stale")]
+HIDDEN_CHARACTERS = [("show", "mark them and name them above the diff"), ("refuse", "refuse the publish (the model is told file and line)")]
 BUDGET_FIELDS = ("max_proposals", "max_tool_calls", "max_attempts", "wall_time_seconds", "max_output_bytes_per_call")
 _ROW_PATH = re.compile(r"^(rules|checks)\[(\d+)\](?:\.(\w+))?")
 
@@ -62,6 +63,12 @@ class PolicyMainForm(forms.Form):
         help_text="known false positives, one per line as file#fingerprint (the fingerprint as a finding shows it)",
     )
     publish_moved_base = forms.CharField(label="Base branch moved", initial="show", widget=forms.Select(choices=MOVED_BASE))
+    publish_hidden_characters = forms.CharField(
+        label="Hidden characters added",
+        initial="show",
+        widget=forms.Select(choices=HIDDEN_CHARACTERS),
+        help_text="bidirectional controls, zero-width, tag or control characters in a line the change adds",
+    )
 
     def clean_publish_allowed_secrets(self) -> list[dict[str, str]]:
         allowed = []
@@ -233,6 +240,7 @@ def initial_data(document: dict[str, Any]) -> tuple[dict[str, Any], list[dict[st
         "publish_secrets": publish.get("secrets", "refuse"),
         "publish_allowed_secrets": "\n".join(f"{a['path']}#{a['fingerprint']}" for a in publish.get("allowed_secrets", [])),
         "publish_moved_base": publish.get("moved_base", "show"),
+        "publish_hidden_characters": publish.get("hidden_characters", "show"),
     }
     rules = [
         {
@@ -369,8 +377,14 @@ def publish_checks(data: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]
         "secrets": data["publish_secrets"],
         "allowed_secrets": [{**reasons.get((a["path"], a["fingerprint"]), {}), **a} for a in data["publish_allowed_secrets"]],
         "moved_base": data["publish_moved_base"],
+        "hidden_characters": data["publish_hidden_characters"],
     }
-    if "publish_checks" not in base and checks == {"secrets": "refuse", "allowed_secrets": [], "moved_base": "show"}:
+    if "publish_checks" not in base and checks == {
+        "secrets": "refuse",
+        "allowed_secrets": [],
+        "moved_base": "show",
+        "hidden_characters": "show",
+    }:
         return {}
     return {"publish_checks": checks}
 

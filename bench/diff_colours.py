@@ -1,5 +1,5 @@
 """What syntax colours cost on the reviewer's page: the diff tables
-(pages.templatetags.diffs.diff_rows) for a Python diff of N added lines, coloured and
+(pages.diff_view.diff_tables) for a Python diff of N added lines, coloured and
 plain, in one run (the ratio is the result; the machine sets the seconds), and the
 first lexer lookup of a process.
 
@@ -45,8 +45,7 @@ def main() -> None:
     import django
 
     django.setup()
-    from pages import diff_review
-    from pages.templatetags import diffs
+    from pages import diff_review, diff_view
 
     start = time.process_time()
     diff_review.lexer_for("first.py")
@@ -55,9 +54,9 @@ def main() -> None:
     for lines in (int(n) for n in options.lines.split(",")):
         text = python_diff(lines)
         diff_review.HIGHLIGHT_MAX_LINES = 10**9
-        coloured = best_of(3, functools.partial(diffs.diff_rows, text))
+        coloured = best_of(3, functools.partial(diff_view.diff_tables, text))
         diff_review.HIGHLIGHT_MAX_LINES = 0
-        plain = best_of(3, functools.partial(diffs.diff_rows, text))
+        plain = best_of(3, functools.partial(diff_view.diff_tables, text))
         cases.append({"lines": lines, "coloured_s": round(coloured, 3), "plain_s": round(plain, 3), "ratio": round(coloured / plain, 1)})
     if options.json:
         print(json.dumps(results))

@@ -44,6 +44,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "mcp_cost": ([], ["--rounds", "2", "--calls", "5", "--stdio-calls", "2"]),
     "startup": ([], ["--rounds", "1"]),
     "checkpoint_cursor": ([], ["--statements", "100", "--trials", "2"]),
+    "secret_scan_cost": ([], ["--lines", "1000", "--rounds", "1", "--callgrind-lines", "0"]),
 }
 
 
@@ -131,6 +132,16 @@ def side_by_side(results: dict[str, Any]) -> str:
                 f"{redaction['step_ms_masked']} ms",
                 f"unmasked {redaction['step_ms_unmasked']} ms",
                 f"{redaction['masked_over_unmasked']}x",
+            )
+        )
+    scan = results.get("secret_scan_cost")
+    if scan:
+        rows.append(
+            (
+                f"secret scan, {scan['lines']}-line diff",
+                f"{scan['harness_cpu_ms']} ms CPU",
+                f"detect-secrets scan_diff {scan['detect_secrets_cpu_ms']} ms",
+                f"{scan['harness / detect_secrets']}x",
             )
         )
     observed = results.get("observability_cost", {}).get("variants")

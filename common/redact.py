@@ -37,7 +37,7 @@ from django.conf import settings
 from django.db import models
 
 from common.secret_detector import MASK as MASK
-from common.secret_detector import credential_name, looks_random, masked_line, might_hold
+from common.secret_detector import NAMED_VALUE, credential_name, kind_mask, looks_random, masked_line, might_hold
 
 # What counts as a secret is common.secret_detector's, the publish scan's too. Every
 # rule stays inside one line, so masking changes what a line says, never how many
@@ -69,10 +69,12 @@ def secret_values() -> list[str]:
     return sorted((v for v in lines if len(v) >= 8), key=len, reverse=True)
 
 
-def redact_text(text: str, secrets: list[str]) -> str:
+def redact_text(text: str, secrets: list[str], kinds: bool = False) -> str:
+    """``text`` masked; with ``kinds``, each mask names the kind of what it hides
+    (``common.secret_detector.kind_mask``)."""
     if not might_hold(text, secrets):
         return text
-    text = "\n".join(masked_line(line, secrets, MASK) for line in text.split("\n"))
+    text = "\n".join(masked_line(line, secrets, MASK, kinds) for line in text.split("\n"))
     if "-----BEGIN" in text:
         text = "\n".join(_mask_keys(text.split("\n")))
     return text
@@ -137,21 +139,21 @@ def _inside_key(line: str) -> tuple[str, bool]:
     return line, False
 
 
-def redact(value: Any, secrets: list[str] | None = None) -> Any:
-    """``value`` with every string (keys and values) masked. A value with nothing to
-    mask, nearly every one, is returned as it is: one look at its JSON text tells,
-    where walking every string of a run's state at each checkpoint was a quarter of
-    a durable step's CPU."""
+def redact(value: Any, secrets: list[str] | None = None, kinds: bool = False) -> Any:
+    """``value`` with every string (keys and values) masked (``kinds``: as
+    ``redact_text``). A value with nothing to mask, nearly every one, is returned as
+    it is: one look at its JSON text tells, where walking every string of a run's
+    state at each checkpoint was a quarter of a durable step's CPU."""
     secrets = secret_values() if secrets is None else secrets
     if isinstance(value, str):
-        return redact_text(value, secrets)
+        return redact_text(value, secrets, kinds)
     if isinstance(value, dict | list):
         try:
             if _nothing_to_mask(_dumps(value), secrets):
                 return value
         except (TypeError, ValueError):
             pass  # not JSON: walked like any other value
-    return _walk(value, secrets)
+    return _walk(value, secrets, kinds)
 
 
 class MaskedJSON:
@@ -199,22 +201,22 @@ def _needs_escaping(secret: str) -> bool:
     return '"' in secret or "\\" in secret or any(ord(c) < 0x20 for c in secret)
 
 
-def _walk(value: Any, secrets: list[str]) -> Any:
+def _walk(value: Any, secrets: list[str], kinds: bool = False) -> Any:
     if isinstance(value, str):
-        return redact_text(value, secrets)
+        return redact_text(value, secrets, kinds)
     if isinstance(value, dict):
-        return {redact_text(str(k), secrets): _named(str(k), v, secrets) for k, v in value.items()}
+        return {redact_text(str(k), secrets, kinds): _named(str(k), v, secrets, kinds) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_walk(v, secrets) for v in value]
+        return [_walk(v, secrets, kinds) for v in value]
     return value
 
 
-def _named(name: str, value: Any, secrets: list[str]) -> Any:
+def _named(name: str, value: Any, secrets: list[str], kinds: bool) -> Any:
     """A value under a credential-like key (``{"client_secret": "..."}``) is masked
     whole when it looks random, as it would be after ``client_secret=`` in a line."""
     if isinstance(value, str) and credential_name(name) and looks_random(value):
-        return MASK
-    return _walk(value, secrets)
+        return kind_mask(NAMED_VALUE) if kinds else MASK
+    return _walk(value, secrets, kinds)
 
 
 def redact_bytes(content: bytes) -> bytes:

@@ -9,24 +9,28 @@ every run on this server, so a policy can list a known false positive by file an
 fingerprint, and never the secret itself, which a plain digest of a short configured
 password could give back to anyone who tries candidates.
 
-Only what a change adds is read: a removed line leaves with the change. A secret
-the model wrote was masked when it was proposed (common.redact), so the workspace
-holds ``[redacted]`` in its place: such a line is a finding too (``masked secret``),
-as is a private key whose body was masked (its markers stay). Django-free,
-so the sandbox's publish uses it as it is."""
+Only what a change adds is read: a removed line leaves with the change. Each line is
+read by the detector's rules as written and for what it hides (split, reversed,
+base64, ...), and each two consecutive lines of a file or of the message as one. A
+secret the model wrote was masked when it was proposed (common.redact), with the
+kind found in the unmasked proposal in the mask (``[redacted](AWS access key id)``):
+such a line is a finding of that kind (``masked secret`` when the mask names none),
+as is a private key whose body was masked (its markers stay). Django-free, so the
+sandbox's publish uses it as it is."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from common.secret_detector import MASK, MASKED, PRIVATE_KEY, hits, key_marker
+from common.secret_detector import PRIVATE_KEY, hidden, hits, key_marker, masked_kinds, might_hold, split_across, suspicious
+from core.patchtext import read_patch
 
 MESSAGE = "(message)"  # the file name a finding in the message is given
-_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_BLOCK = 32  # lines looked at together first
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
 
 
@@ -61,60 +65,51 @@ class SecretScanner:
     def scan(self, diff: str, message: str = "") -> list[SecretFinding]:
         """The findings in ``message`` and in the lines ``diff`` adds, in order."""
         lines = enumerate(message.split("\n"), start=1)
-        return self._found(((MESSAGE, number, line) for number, line in lines)) + self._found(added_lines(diff))
+        return self._found([(MESSAGE, number, line) for number, line in lines]) + self._found(added_lines(diff))
 
-    def _found(self, lines: Iterator[tuple[str, int, str]]) -> list[SecretFinding]:
-        out: list[SecretFinding] = []
-        key: tuple[str, int, list[str]] | None = None  # a private key being read: where, and its lines
-        for path, number, line in lines:
-            if key is not None and (key[0] != path or _KEY_END.search(line)):
-                key[2].append(line)
-                out.append(SecretFinding(key[0], key[1], PRIVATE_KEY, self.fingerprint(PRIVATE_KEY, "\n".join(key[2]))))
-                key = None
+    def _found(self, lines: Sequence[tuple[str, int, str]]) -> list[SecretFinding]:
+        out: list[tuple[int, SecretFinding]] = []  # with the index of the line it is on
+        key: tuple[int, str, int, list[str]] | None = None  # a private key being read: where, and its lines
+        for first in range(0, len(lines), _BLOCK):
+            block = range(first, min(first + _BLOCK, len(lines)))
+            # A block (with the line after it, for the seam) in which nothing may
+            # be found is passed over whole: most of a large change.
+            if key is None and not suspicious("\n".join(line for _, _, line in lines[first : block.stop + 1]), self.values):
                 continue
-            if key is not None:
-                key[2].append(line)
-                continue
-            out += [
-                SecretFinding(path, number, hit.kind, self.fingerprint(hit.kind, line[hit.start : hit.end]))
-                for hit in hits(line, self.values)
-            ]
-            if MASK in line:
-                # A secret the model wrote, masked when it was proposed: the change
-                # holds the mask in its place, which is no file anyone meant to ship.
-                out.append(SecretFinding(path, number, MASKED, self.fingerprint(MASKED, line)))
-            if key_marker(line):
-                key = (path, number, [line])
+            for at in block:
+                path, number, line = lines[at]
+                if key is not None and (key[1] != path or _KEY_END.search(line)):
+                    key[3].append(line)
+                    out.append((key[0], self._finding(key[1], key[2], PRIVATE_KEY, "\n".join(key[3]))))
+                    key = None
+                    continue
+                if key is not None:
+                    key[3].append(line)
+                    continue
+                out += [(at, self._finding(path, number, kind, secret)) for kind, secret in self._in_line(line)]
+                if at + 1 < len(lines) and lines[at + 1][0] == path and lines[at + 1][1] == number + 1:
+                    between = split_across(line, lines[at + 1][2], self.values)
+                    out += [(at, self._finding(path, number, kind, secret)) for kind, secret in between]
+                if key_marker(line):
+                    key = (at, path, number, [line])
         if key is not None:
-            out.append(SecretFinding(key[0], key[1], PRIVATE_KEY, self.fingerprint(PRIVATE_KEY, "\n".join(key[2]))))
-        return out
+            out.append((key[0], self._finding(key[1], key[2], PRIVATE_KEY, "\n".join(key[3]))))
+        return [finding for _, finding in sorted(out, key=lambda pair: pair[0])]
+
+    def _in_line(self, line: str) -> list[tuple[str, str]]:
+        """(kind, secret) of each finding within ``line``."""
+        found = [(hit.kind, line[hit.start : hit.end]) for hit in hits(line, self.values)] if might_hold(line, self.values) else []
+        plain = [secret for _, secret in found]
+        # A secret the model wrote was masked when it was proposed, the mask naming
+        # its kind: the change holds the mask, no file anyone meant to ship.
+        return found + [(kind, line) for kind in masked_kinds(line)] + hidden(line, self.values, plain)
+
+    def _finding(self, path: str, line: int, kind: str, secret: str) -> SecretFinding:
+        return SecretFinding(path, line, kind, self.fingerprint(kind, secret))
 
 
-def added_lines(diff: str) -> Iterator[tuple[str, int, str]]:
-    """(file, line number in the changed file, text) of each line a git-style diff
-    adds. Hunk headers give the counts, so an added line that itself begins with
-    "++ " is never read as a file header."""
-    path, new_line, old_left, new_left = "", 0, 0, 0
-    for row in diff.split("\n"):
-        if old_left > 0 or new_left > 0:
-            if row.startswith("+"):
-                yield path, new_line, row[1:]
-                new_line, new_left = new_line + 1, new_left - 1
-            elif row.startswith("-"):
-                old_left -= 1
-            elif row.startswith(" "):
-                new_line, old_left, new_left = new_line + 1, old_left - 1, new_left - 1
-            continue  # "\ No newline at end of file" counts for neither side
-        if row.startswith("+++ "):
-            path = _name(row[4:])
-        elif (hunk := _HUNK.match(row)) is not None:
-            old_left = int(hunk[1]) if hunk[1] is not None else 1
-            new_line = int(hunk[2])
-            new_left = int(hunk[3]) if hunk[3] is not None else 1
-
-
-def _name(header: str) -> str:
-    """The file a "+++" header names, as a reviewer reads it (git's quoting kept)."""
-    if header.startswith('"b/'):
-        return '"' + header[3:]
-    return header[2:] if header.startswith("b/") else header
+def added_lines(diff: str) -> list[tuple[str, int, str]]:
+    """(file, line number in the changed file, text) of each line a diff adds, as the
+    applier reads it (core.patchtext.read_patch, the one reader of diff text): what
+    is scanned is what is shown and what is applied."""
+    return [(line.path, line.new_no or 0, line.text) for line in read_patch(diff) if line.kind == "added"]

@@ -23,6 +23,7 @@ from core import feedback as fb
 from core.jsonutil import JSON
 from core.lifecycle import WAIT_EXITS
 from core.state import TERMINAL_STATES, CallRecord, Operation, OperationStatus, RunState, Unmet
+from core.visible import HIDDEN_KIND
 
 
 def apply_to_calls(state: RunState, event: ev.AnyEvent) -> None:
@@ -36,8 +37,11 @@ def apply_to_calls(state: RunState, event: ev.AnyEvent) -> None:
             _end_step(state, fb.InvalidInput(call_id=_id(event), problems=problems))
         case ev.SecretsFound():
             if event.decision == "refuse":
-                _refused(state, event.call, "secret_found")
-                _unmet(state, event, "secret_found", found_where(event.findings), external=True)
+                reason: Literal["secret_found", "hidden_characters"] = (
+                    "secret_found" if any(f.get("kind") != HIDDEN_KIND for f in event.findings) else "hidden_characters"
+                )
+                _refused(state, event.call, reason)
+                _unmet(state, event, reason, found_where(event.findings), external=True)
                 problems = [fb.Problem(field=p["field"], message=p["message"]) for p in event.problems]
                 _end_step(state, fb.InvalidInput(call_id=_id(event), problems=problems))
         case ev.Denied():
@@ -125,7 +129,7 @@ def _put(state: RunState, call: dict[str, JSON] | None) -> CallRecord | None:
 
 
 # Why a call settled before it was performed, kept on its line in ``not_performed``.
-REFUSALS = ("secret_found", "tool_denied", "changes_requested", "write_blocked", "check_required")
+REFUSALS = ("secret_found", "hidden_characters", "tool_denied", "changes_requested", "write_blocked", "check_required")
 
 
 def _refused(state: RunState, call: dict[str, JSON] | None, reason: str) -> None:
@@ -135,7 +139,10 @@ def _refused(state: RunState, call: dict[str, JSON] | None, reason: str) -> None
 
 def found_where(findings: list[dict[str, JSON]]) -> str:
     """The secret scan's findings as the outcome quotes them: kind, file and line (never the value)."""
-    named = [f"{f.get('kind') or 'a secret'} in {f.get('path')}, line {f.get('line')}" for f in findings[:3]]
+    named = [
+        f"{f.get('kind') or 'a secret'}{f' ({chars})' if (chars := f.get('chars')) else ''} in {f.get('path')}, line {f.get('line')}"
+        for f in findings[:3]
+    ]
     more = len(findings) - len(named)
     return "; ".join(named) + (f"; and {more} more" if more > 0 else "")
 
@@ -143,7 +150,7 @@ def found_where(findings: list[dict[str, JSON]]) -> str:
 def _unmet(
     state: RunState,
     event: ev.SecretsFound | ev.ChangesRequested,
-    reason: Literal["changes_requested", "secret_found"],
+    reason: Literal["changes_requested", "secret_found", "hidden_characters"],
     detail: str,
     *,
     external: bool,

@@ -61,7 +61,7 @@ from core.ports import (
     Workspace,
 )
 from core.proposals import bounded, kept, parse, resolve, validate
-from core.publish_gate import problems, screen
+from core.publish_gate import hidden_findings, problems, screen
 from core.recording import as_recorded, checkpoint, close_requests, emit, emit_model_notes, read_workspace, stop
 from core.state import CallRecord, RunState
 from core.tools import Registry, ToolSpec
@@ -390,10 +390,14 @@ def act(run: RunContext, gates: Gates, decision: Decision) -> None:
 
 def _secrets_refused(run: RunContext, record: CallRecord, plan: Plan | None, asks_reviewer: bool) -> bool:
     """The secret gate (core.publish_gate) on the findings the workspace handed in
-    with the fixed effect: what it found is recorded, and a refusal settles the call."""
-    if plan is None or not plan.findings:
+    with the fixed effect, and on the hidden characters of the change shown: what it
+    found is recorded, and a refusal settles the call."""
+    if plan is None:
         return False
-    screening = screen(run.policy.publish_checks, plan.findings, asks_reviewer)
+    findings = [*plan.findings, *hidden_findings(run.policy.publish_checks, plan.shown)]
+    if not findings:
+        return False
+    screening = screen(run.policy.publish_checks, findings, asks_reviewer)
     if screening.decision == "clear":
         return False
     refused = screening.decision == "refuse"

@@ -45,6 +45,7 @@ WORDS = {
     "unstorable": "a value could not be stored",
     "changes_not_taken_up": "requested changes not taken up",
     "secret_found": "secret found before publishing",
+    "hidden_characters": "hidden characters found before publishing",
     "checks_missing": "no passing check on the final revision",
     "effects_unresolved": "effects of unknown outcome",
 }
@@ -52,6 +53,7 @@ WORDS = {
 REFUSED_WORDS = {
     "changes_requested": "the reviewer requested changes",
     "secret_found": "refused: a secret was found",
+    "hidden_characters": "refused: the change adds hidden characters",
     "check_required": "refused: a check had not passed",
     "write_blocked": "blocked by an effect of unknown outcome",
     "tool_denied": "denied by the policy",
@@ -59,7 +61,7 @@ REFUSED_WORDS = {
 # What ``finish`` accepted means (the loop's words for it).
 FINISHED = "finished with passing checks on the current revision"
 # What a finished run may have left undone, by Unmet.reason: the limitation's machine name.
-_UNMET_REASON = {"changes_requested": "changes_not_taken_up", "secret_found": "secret_found"}
+_UNMET_REASON = {"changes_requested": "changes_not_taken_up", "secret_found": "secret_found", "hidden_characters": "hidden_characters"}
 
 
 def words(code: object) -> str:
@@ -93,6 +95,8 @@ class Outcome:
 def _undone(unmet: Unmet) -> str:
     if unmet.reason == "secret_found":
         return f"a secret was found before publishing ({unmet.detail})"
+    if unmet.reason == "hidden_characters":
+        return f"the change adds characters that hide or reorder text ({unmet.detail})"
     return f"the reviewer's requested changes were not taken up ({unmet.detail})"
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from core.paths import PathRefused, canonical_path
 
@@ -143,54 +144,202 @@ def header_name(text: str) -> str:
     raise PatchRefused(f"the quoted name {text[:80]!r} has no closing quote")
 
 
-def _header_path(line: str, number: int) -> str | None:
+class PatchLine(NamedTuple):
+    """One line of a diff as the applier reads it (``read_patch``).
+
+    ``kind``: ``added``, ``removed`` or ``context`` (a hunk's line; ``text`` without its
+    first character), ``no_newline`` (the marker after a hunk's line), ``hunk`` (its
+    header; ``span`` is its old start and count and new start and count),
+    ``old_header``/``new_header`` (``named``: the path that header names, as the
+    applier writes it, None for /dev/null), or ``other`` (commentary, ``diff --git``,
+    ``index`` and the like, which the applier passes over). ``path``: the file the line
+    belongs to ("" before the first). ``old_no``/``new_no``: its number in the old and
+    new file, on the sides it is on. ``problem``: why the applier refuses the patch
+    at this line, in the words ``parse_patch`` raises."""
+
+    number: int
+    kind: str
+    text: str
+    path: str = ""
+    old_no: int | None = None
+    new_no: int | None = None
+    named: str | None = None
+    span: tuple[int, int, int, int] | None = None
+    problem: str | None = None
+
+
+_OP_OF = {"context": " ", "removed": "-", "added": "+"}
+
+
+def _read_header(line: str, number: int) -> tuple[str | None, str | None]:
+    """The path a ``---``/``+++`` line names (None: /dev/null), and why the applier
+    refuses it, if it does; a refused name is still read as far as it goes, to show."""
     try:
         name = header_name(line[4:])
     except PatchRefused as exc:
-        raise PatchRefused(f"line {number}: {exc}") from None
+        return line[4:].split("\t", 1)[0].strip(" "), f"line {number}: {exc}"
     if name == DEV_NULL:
-        return None
+        return None, None
     if name.startswith(("a/", "b/")):
         name = name[2:]
     try:
-        return canonical_path(name)
+        return canonical_path(name), None
     except PathRefused as exc:
-        raise PatchRefused(f"line {number}: {exc}") from None
+        return name, f"line {number}: {exc}"
 
 
-def parse_patch(text: str) -> list[FilePatch]:
+def read_patch(text: str) -> list[PatchLine]:
+    """Every line of a unified diff as the applier reads it: the one reader of diff
+    text. ``parse_patch`` (what the applier writes and the validator checks) is built
+    on it; the reviewer's diff view (pages.diff_view), the hidden-character warning
+    (core.visible) and any scan of a change read it too, so what is shown, scanned
+    and applied cannot disagree about which line is a header, a hunk's line or mere
+    commentary, or which file and line number a line has.
+
+    It never refuses: a line where the applier would refuse the patch carries the
+    reason (``problem``), and reading goes on as far as it can, so a refused diff can
+    still be shown. Lines end at ``"\\n"`` only."""
     raw = text.split("\n")
     if raw and raw[-1] == "":
         raw.pop()
-    patches: list[FilePatch] = []
+    out: list[PatchLine] = []
     seen: set[str] = set()
+    path = ""
     i = 0
     while i < len(raw):
-        line = raw[i]
-        for prefix, what in _UNSUPPORTED.items():
-            if line.startswith(prefix):
-                raise PatchRefused(f"line {i + 1}: {what} are not supported ({line.strip()[:80]!r})")
+        line, number = raw[i], i + 1
+        unsupported = next((what for prefix, what in _UNSUPPORTED.items() if line.startswith(prefix)), None)
+        if unsupported is not None:
+            out.append(
+                PatchLine(number, "other", line, path, problem=f"line {number}: {unsupported} are not supported ({line.strip()[:80]!r})")
+            )
+            i += 1
+            continue
         if not line.startswith("--- "):
-            i += 1  # commentary, "diff --git", "index ..." and the like
+            out.append(PatchLine(number, "other", line, path))  # commentary, "diff --git", "index ..." and the like
+            i += 1
             continue
         if i + 1 >= len(raw) or not raw[i + 1].startswith("+++ "):
-            raise PatchRefused(f"line {i + 1}: '--- ' header is not followed by a '+++ ' header")
-        old_path, new_path = _header_path(line, i + 1), _header_path(raw[i + 1], i + 2)
-        if old_path is None and new_path is None:
-            raise PatchRefused(f"line {i + 1}: both sides are /dev/null")
-        if old_path is not None and new_path is not None and old_path != new_path:
-            raise PatchRefused(f"line {i + 1}: renames are not supported ({old_path} -> {new_path})")
-        patch = FilePatch(old_path, new_path)
-        if patch.path in seen:
-            raise PatchRefused(f"{patch.path}: the patch changes this file twice")
-        seen.add(patch.path)
-        i += 2
-        while i < len(raw) and raw[i].startswith("@@"):
-            hunk, i = _parse_hunk(raw, i, patch.path, len(patch.hunks) + 1)
-            patch.hunks.append(hunk)
-        if not patch.hunks:
-            raise PatchRefused(f"{patch.path}: no hunks ('@@ -a,b +c,d @@') after the file headers")
-        patches.append(patch)
+            out.append(PatchLine(number, "other", line, path, problem=f"line {number}: '--- ' header is not followed by a '+++ ' header"))
+            i += 1
+            continue
+        i = _read_file(raw, i, out, seen)
+        path = out[-1].path if out else path
+    return out
+
+
+def _read_file(raw: list[str], i: int, out: list[PatchLine], seen: set[str]) -> int:
+    """A file's two header lines at ``i`` and the hunks after them; where reading
+    goes on."""
+    number = i + 1
+    old, old_problem = _read_header(raw[i], number)
+    new, new_problem = _read_header(raw[i + 1], number + 1)
+    path = new if new is not None else old if old is not None else ""
+    problem = new_problem
+    if old is None and new is None:
+        problem = problem or f"line {number}: both sides are /dev/null"
+    elif old is not None and new is not None and old != new:
+        problem = problem or f"line {number}: renames are not supported ({old} -> {new})"
+    elif path in seen:
+        problem = problem or f"{path}: the patch changes this file twice"
+    seen.add(path)
+    i += 2
+    if not (i < len(raw) and raw[i].startswith("@@")):
+        problem = problem or f"{path}: no hunks ('@@ -a,b +c,d @@') after the file headers"
+    out.append(PatchLine(number, "old_header", raw[number - 1], path, named=old, problem=old_problem))
+    out.append(PatchLine(number + 1, "new_header", raw[number], path, named=new, problem=problem))
+    hunks = 0
+    while i < len(raw) and raw[i].startswith("@@"):
+        hunks += 1
+        i, whole = _read_hunk(raw, i, path, hunks, out)
+        if not whole:
+            break
+    return i
+
+
+def _read_hunk(raw: list[str], i: int, path: str, number: int, out: list[PatchLine]) -> tuple[int, bool]:
+    """The hunk at ``i``: where reading goes on, and whether the hunk was whole (a
+    refused line ends it, and is left to be read as commentary)."""
+    match = _HUNK_HEADER.match(raw[i])
+    if match is None:
+        out.append(PatchLine(i + 1, "other", raw[i], path, problem=f"{path}: hunk {number} has a malformed header {raw[i]!r}"))
+        return i + 1, False
+    old_start, new_start = int(match.group(1)), int(match.group(3))
+    old_count = 1 if match.group(2) is None else int(match.group(2))
+    new_count = 1 if match.group(4) is None else int(match.group(4))
+    header = f"@@ -{old_start},{old_count} +{new_start},{new_count} @@"
+    out.append(PatchLine(i + 1, "hunk", raw[i], path, old_start, new_start, span=(old_start, old_count, new_start, new_count)))
+    i += 1
+    old_seen = new_seen = 0
+    first = len(out)
+    while old_seen < old_count or new_seen < new_count:
+        if i >= len(raw):
+            if out[-1].problem is None:
+                out[-1] = out[-1]._replace(problem=f"{path}: hunk {number} ({header}) ends early: the patch is truncated")
+            return i, False
+        line = raw[i]
+        op, text = (line[0], line[1:]) if line else (" ", "")  # editors strip a blank context line's space
+        if op == "\\":
+            out.append(_no_newline(i, line, path, number, len(out) > first))
+            i += 1
+            continue
+        if op not in " -+":
+            problem = f"{path}: hunk {number} ({header}) line {i + 1} starts with {op!r}; expected ' ', '-' or '+' (the hunk's line counts may be wrong)"
+            return i + 1, _refused(out, i, line, path, problem)
+        # One branch a kind, the commonest first: this loop is most of a large patch's reading.
+        if op == "+" and new_seen < new_count:
+            out.append(PatchLine(i + 1, "added", text, path, None, new_start + new_seen))
+            new_seen += 1
+        elif op == "-" and old_seen < old_count:
+            out.append(PatchLine(i + 1, "removed", text, path, old_start + old_seen))
+            old_seen += 1
+        elif op == " " and old_seen < old_count and new_seen < new_count:
+            out.append(PatchLine(i + 1, "context", text, path, old_start + old_seen, new_start + new_seen))
+            old_seen += 1
+            new_seen += 1
+        else:
+            return i + 1, _refused(out, i, line, path, f"{path}: hunk {number} ({header}) has more lines than its header counts")
+        i += 1
+    while i < len(raw) and raw[i].startswith("\\"):
+        out.append(_no_newline(i, raw[i], path, number, len(out) > first))
+        i += 1
+    return i, True
+
+
+def _no_newline(i: int, line: str, path: str, number: int, after_a_line: bool) -> PatchLine:
+    problem = None if after_a_line else f"{path}: hunk {number} starts with a 'No newline' marker"
+    return PatchLine(i + 1, "no_newline", line, path, problem=problem)
+
+
+def _refused(out: list[PatchLine], i: int, line: str, path: str, problem: str) -> bool:
+    out.append(PatchLine(i + 1, "other", line, path, problem=problem))
+    return False
+
+
+def parse_patch(text: str) -> list[FilePatch]:
+    """The files a patch changes and their hunks, as the applier writes them;
+    PatchRefused with the first problem ``read_patch`` found."""
+    lines = read_patch(text)
+    problem = next((line.problem for line in lines if line.problem is not None), None)
+    if problem is not None:
+        raise PatchRefused(problem)
+    patches: list[FilePatch] = []
+    old: str | None = None
+    hunk: list[tuple[str, str, bool]] = []
+    for line in lines:
+        op = _OP_OF.get(line.kind)
+        if op is not None:
+            hunk.append((op, line.text, True))
+        elif line.kind == "old_header":
+            old = line.named
+        elif line.kind == "new_header":
+            patches.append(FilePatch(old, line.named))
+        elif line.kind == "hunk":
+            assert line.span is not None
+            patches[-1].hunks.append(Hunk(len(patches[-1].hunks) + 1, *line.span))
+            hunk = patches[-1].hunks[-1].lines
+        elif line.kind == "no_newline":
+            hunk[-1] = (hunk[-1][0], hunk[-1][1], False)
     if not patches:
         raise PatchRefused("no '--- a/...' / '+++ b/...' file headers found")
     return patches
@@ -199,51 +348,6 @@ def parse_patch(text: str) -> list[FilePatch]:
 def patch_targets(text: str) -> list[str]:
     """The files a patch touches, in order, exactly as the applier will write them."""
     return [patch.path for patch in parse_patch(text)]
-
-
-def _parse_hunk(raw: list[str], i: int, path: str, number: int) -> tuple[Hunk, int]:
-    match = _HUNK_HEADER.match(raw[i])
-    if match is None:
-        raise PatchRefused(f"{path}: hunk {number} has a malformed header {raw[i]!r}")
-    old_start, new_start = int(match.group(1)), int(match.group(3))
-    old_count = 1 if match.group(2) is None else int(match.group(2))
-    new_count = 1 if match.group(4) is None else int(match.group(4))
-    hunk = Hunk(number, old_start, old_count, new_start, new_count)
-    i += 1
-    old_seen = new_seen = 0
-    while old_seen < old_count or new_seen < new_count:
-        if i >= len(raw):
-            raise PatchRefused(f"{path}: hunk {number} ({hunk.header}) ends early: the patch is truncated")
-        line = raw[i]
-        op, text = (line[0], line[1:]) if line else (" ", "")  # editors strip a blank context line's space
-        if op == "\\":
-            _mark_no_newline(hunk, path)
-            i += 1
-            continue
-        if op not in " -+":
-            raise PatchRefused(
-                f"{path}: hunk {number} ({hunk.header}) line {i + 1} starts with {op!r}; "
-                f"expected ' ', '-' or '+' (the hunk's line counts may be wrong)"
-            )
-        if op in " -":
-            old_seen += 1
-        if op in " +":
-            new_seen += 1
-        if old_seen > old_count or new_seen > new_count:
-            raise PatchRefused(f"{path}: hunk {number} ({hunk.header}) has more lines than its header counts")
-        hunk.lines.append((op, text, True))
-        i += 1
-    while i < len(raw) and raw[i].startswith("\\"):
-        _mark_no_newline(hunk, path)
-        i += 1
-    return hunk, i
-
-
-def _mark_no_newline(hunk: Hunk, path: str) -> None:
-    if not hunk.lines:
-        raise PatchRefused(f"{path}: hunk {hunk.number} starts with a 'No newline' marker")
-    op, text, _ = hunk.lines[-1]
-    hunk.lines[-1] = (op, text, False)
 
 
 # A preview that leaves out a file's changes says so on a line of its own (outside

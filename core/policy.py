@@ -157,6 +157,10 @@ class PublishChecks(_Frozen):
     # The remote's base branch moved since the run started: the reviewer is told
     # ("show"), or a grant made before the move cannot be used ("stale").
     moved_base: Literal["show", "stale"] = "show"
+    # Added lines holding characters that hide or reorder text (core.visible): the
+    # reviewer is shown them marked and named above the diff ("show"), or the publish
+    # is refused as a secret finding is, the model told each file and line ("refuse").
+    hidden_characters: Literal["show", "refuse"] = "show"
 
 
 class Policy(_Frozen):

@@ -107,7 +107,7 @@ class Unmet(_State):
 
     call_id: str
     tool: str
-    reason: Literal["changes_requested", "secret_found"]
+    reason: Literal["changes_requested", "secret_found", "hidden_characters"]
     # Who asked, or what was found where: the words the outcome quotes.
     detail: str
     # The call would have had an effect outside the workspace (a publish).

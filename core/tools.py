@@ -19,6 +19,7 @@ from core.jsonschemas import schema_checked
 from core.jsonutil import JSON
 from core.patchtext import patch_targets
 from core.paths import PathRefused, canonical_path, path_allowed
+from core.visible import char_name, holds_hidden, is_hidden
 
 
 class Args(BaseModel):
@@ -85,11 +86,9 @@ class RunCheckArgs(Args):
     check_id: str = Field(min_length=1, max_length=64)
 
 
-# Characters that would let one line of text pass for several, hide text, reorder
-# it on screen, or not be storable (NUL): C0/C1 controls, DEL, Unicode's line and
-# paragraph separators, the bidirectional controls, and lone surrogates.
-_HIDING = {chr(c) for c in (*range(0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029, 0x200E, 0x200F)}
-_HIDING |= {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+# Line breaks and tabs, which the pages show as they are (core.visible) but which
+# would let a one-line value pass for several.
+_BREAKS = "\n\r\t"
 # Git's trailer parser stops at a line starting with "---" (a patch divider), so a
 # message holding one would end before Harness's own trailers; and the "Harness-"
 # trailer names are Harness's alone.
@@ -98,12 +97,16 @@ _OWN_TRAILER = re.compile(r"^[ \t]*harness-[A-Za-z0-9-]*[ \t]*:", re.MULTILINE |
 
 
 def refuse_hiding(value: str, allowed: str = "") -> str:
-    """``value`` unless it holds a character of ``_HIDING`` (other than ``allowed``),
-    named with its position so the model can correct it."""
+    """``value`` unless it holds a character that would hide text, reorder it on
+    screen or not be storable (core.visible's one definition: controls, format
+    characters, tags, separators, lone surrogates), or a line break or tab, other than
+    ``allowed``; named with its position so the model can correct it."""
+    if not holds_hidden(value) and not any(char in value for char in _BREAKS if char not in allowed):
+        return value
     for at, char in enumerate(value):
-        if (char in _HIDING and char not in allowed) or 0xD800 <= ord(char) <= 0xDFFF:
+        if char not in allowed and (char in _BREAKS or is_hidden(char)):
             kept = " other than " + ", ".join(repr(c) for c in allowed) if allowed else ""
-            raise ValueError(f"holds the control character {char!r} at position {at}; no control characters{kept}")
+            raise ValueError(f"holds the control character {char!r} ({char_name(char)}) at position {at}; no control characters{kept}")
     return value
 
 

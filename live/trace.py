@@ -16,6 +16,7 @@ from django.urls import reverse
 from pydantic import ValidationError
 
 from core import events as ev
+from core.visible import HIDDEN_KIND, visible_data
 from live.wording import duration, human
 from runs.models import Event
 
@@ -157,10 +158,13 @@ def _gate_view(e: _GateEvent) -> tuple[str, str, str]:
             problems = "; ".join(f"{x.get('field')}: {x.get('message')}" for x in e.problems)
             return f"Invalid input ({e.gate})", "warn", problems
         case ev.SecretsFound():
-            where = ", ".join(f"{f.get('path')}:{f.get('line')} ({f.get('kind')})" for f in e.findings)
+            where = ", ".join(
+                f"{f.get('path')}:{f.get('line')} ({f.get('kind')}{f': {c}' if (c := f.get('chars')) else ''})" for f in e.findings
+            )
+            found = "Secrets found" if any(f.get("kind") != HIDDEN_KIND for f in e.findings) else "Hidden characters found"
             if e.decision == "refuse":
-                return "Secrets found: publish refused", "bad", f"{e.tool}: {where}; nothing was published: {e.reason}"
-            return "Secrets found: shown to the reviewer", "warn", f"{e.tool}: {where}"
+                return f"{found}: publish refused", "bad", f"{e.tool}: {where}; nothing was published: {e.reason}"
+            return f"{found}: shown to the reviewer", "warn", f"{e.tool}: {where}"
         case ev.Denied():
             return "Denied", "bad", f"{e.tool} by rule '{e.rule}': {e.reason}"
         case ev.CallAdmitted():
@@ -389,7 +393,10 @@ def text_args(args: Any) -> list[dict[str, str]]:
 
 
 def present(event: dict[str, Any]) -> dict[str, Any]:
-    return {**event, "view": describe(event)}
+    """An event as the trace shows it (pages, result page, live feed): its payload and
+    its view with every hidden character a mark naming it (core.visible), marked here
+    once, so the page's script, which sets text only, shows what is there."""
+    return {**event, "payload": visible_data(event.get("payload")), "view": visible_data(describe(event))}
 
 
 def group_cards(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

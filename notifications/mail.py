@@ -36,6 +36,7 @@ from approvals.models import ApprovalRequest
 from common import permissions
 from common.metrics import DELIVERIES_FAILED
 from common.redact import redact_text, secret_values
+from core.visible import visible_text
 from notifications import messages
 from notifications.models import Mail, MailAttempt, MailPreference
 from projects.models import Membership
@@ -175,8 +176,9 @@ def _reminded(request: ApprovalRequest) -> set[int]:
 def one_line(text: str) -> str:
     """``text`` with every run of whitespace one space: a line break of any kind (``\\r``,
     U+0085, U+2028, the file separators...) in text a model or a tool wrote would start
-    a line of its own in the mail, e.g. a forged "decide:" link above the real one."""
-    return " ".join(text.split())
+    a line of its own in the mail, e.g. a forged "decide:" link above the real one;
+    and every other hidden character a mark naming it (core.visible)."""
+    return visible_text(" ".join(text.split()))
 
 
 def target_of(request: ApprovalRequest) -> str:

@@ -11,6 +11,7 @@ from typing import Any, assert_never
 
 from core import events as ev
 from core.outcome import at_stop
+from core.visible import visible_text
 
 APPROVAL_REQUESTED = "approval_requested"
 APPROVAL_EXPIRED = "approval_expired"
@@ -112,7 +113,9 @@ def notice(
         }
     else:
         raise ValueError(f"a {typed.type} event calls for no notification")
-    body["text"] = summary(body)
+    # The text is words for a person (plain webhooks and Slack alike): every hidden
+    # character a mark naming it (core.visible); the fields above stay data.
+    body["text"] = visible_text(summary(body))
     return body
 
 

@@ -24,9 +24,9 @@ from core.tools import builtin_registry
 from live.trace import EMPTY_OUTPUT_REF, text_args, timeline
 from pages.access import require, visible
 from pages.diff_review import FEEDBACK_CHARS, check_line_comments, feedback_text
+from pages.diff_view import ContextRefused, context_lines, files_of, masked_lines, parse
 from pages.inbox import inbox_context, remember_next, waiting_for
 from pages.summary import egress_text, shown_clocks
-from pages.templatetags.diffs import ContextRefused, context_lines, files_of, masked_lines, parse
 from projects.access import scoped
 from runs.approval_flow import check_decision_now, deny, grant, request_changes, staleness_now
 from runs.base_moves import base_move_now

@@ -8,16 +8,18 @@ import fnmatch
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from html import escape
 from pathlib import PurePosixPath
 
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_by_name
 from pygments.lexers._mapping import LEXERS
 from pygments.token import STANDARD_TYPES, _TokenType
 from pygments.util import ClassNotFound
 
-from core.patchtext import DEV_NULL, PatchRefused, header_name
+from core.patchtext import DEV_NULL
+from core.visible import visible_html
 
 # Past this many lines a diff is shown without colours, so that the page of a long
 # diff still comes at once (docs/performance.md, "Diff colours").
@@ -35,15 +37,6 @@ class DiffFile:
     status: str
     added: int = 0
     removed: int = 0
-
-
-def header_path(text: str) -> str:
-    """The path a ``--- ``/``+++ `` header names, without its ``a/``/``b/`` prefix."""
-    try:
-        name = header_name(text[4:])
-    except PatchRefused:
-        name = text[4:]
-    return name if name == DEV_NULL else name.removeprefix("a/").removeprefix("b/")
 
 
 def file_status(old: str, new: str) -> str:
@@ -116,13 +109,15 @@ def _cut(pieces: list[tuple[str, str]], segments: list[tuple[str, bool]]) -> Ite
                 left = 0
 
 
-def highlighted(pieces: list[tuple[str, str]], segments: list[tuple[str, bool]]) -> str:
-    """One line's HTML: token classes (``tok-…``) inside the changed-part marks."""
+def highlighted(pieces: list[tuple[str, str]], segments: list[tuple[str, bool]]) -> SafeString:
+    """One line's HTML: token classes (``tok-…``) inside the changed-part marks, the
+    text escaped and its hidden characters marked (core.visible)."""
     html = []
     for kind, value, changed in _cut(pieces, segments):
-        piece = f'<span class="tok-{kind}">{escape(value)}</span>' if kind else escape(value)
-        html.append(f'<span class="x">{piece}</span>' if changed else piece)
-    return "".join(html)
+        text = SafeString(visible_html(value))  # escaped, hidden characters marked
+        piece = format_html('<span class="tok-{}">{}</span>', kind, text) if kind else text
+        html.append(format_html('<span class="x">{}</span>', piece) if changed else piece)
+    return SafeString("".join(html))  # each part is safe HTML
 
 
 # -- line comments ---------------------------------------------------------------------

@@ -13,6 +13,7 @@ from django.urls import reverse
 from approvals.policies import current_policy_row, load_policy
 from core import events as ev
 from core.state import RunState
+from core.visible import visible_text
 from live.trace import EMPTY_OUTPUT_REF, TONES, outcome_tone, short
 from live.wording import human
 from runs.control import ACTIVE
@@ -157,7 +158,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         "outcome": outcome.code,
         "outcome_label": outcome.label,
         # What happened and what did not, where there is more to say than the chip.
-        "said": outcome.sentence if outcome.sentence != outcome.label else "",
+        "said": visible_text(outcome.sentence) if outcome.sentence != outcome.label else "",  # set as text by the live page
         "limitations": [limitation.text for limitation in outcome.limitations],
         "active": not finished,
         "kill_requested": run.kill_requested,

@@ -154,7 +154,10 @@ class MaskingProposer:
         self.inner = inner
 
     def propose(self, feedback: Any) -> object | None:
-        masked: object | None = redact(self.inner.propose(feedback))
+        # Each mask names the kind it hides: the proposal is read here, unmasked and
+        # in memory only, and a later scan of the workspace (common.secret_scan)
+        # reads the kind back from the mask.
+        masked: object | None = redact(self.inner.propose(feedback), kinds=True)
         return masked
 
     def snapshot(self) -> dict[str, JSON]:

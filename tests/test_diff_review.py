@@ -13,7 +13,7 @@ from playwright.sync_api import BrowserContext, expect
 
 from approvals.models import ApprovalRequest
 from pages.diff_review import HIGHLIGHT_MAX_LINES, check_line_comments, feedback_text
-from pages.templatetags.diffs import ContextRefused, context_lines, diff_rows, files_of, gaps_of, parse
+from pages.diff_view import ContextRefused, context_lines, diff_tables, files_of, gaps_of, parse
 from runs.models import Event
 from tests.fixtures_web import SIZES, AsgiServer, Scene, screenshot, serious_problems, sign_in, waiting_scene
 
@@ -54,12 +54,12 @@ def test_it_lists_each_file_with_its_status_and_counts() -> None:
 
 
 def test_it_colours_the_code_escaped_and_keeps_the_text_exact() -> None:
-    unified = str(diff_rows(THREE_FILES)["unified"])
+    unified = str(diff_tables(THREE_FILES).unified)
     assert '<span class="tok-k">raise</span>' in unified
     assert "<script>" not in unified and "&lt;script&gt;alert(1)&lt;/script&gt;" in unified
     assert 'id="diff-file-1"' in unified  # the tree's link target
     long = f"--- a/a.py\n+++ b/a.py\n@@ -1,0 +1,{HIGHLIGHT_MAX_LINES + 1} @@\n" + "+x = 1\n" * (HIGHLIGHT_MAX_LINES + 1)
-    assert "tok-" not in str(diff_rows(long)["unified"])  # past the limit: plain, at once
+    assert "tok-" not in str(diff_tables(long).unified)  # past the limit: plain, at once
 
 
 # A 40-line file changed at line 10 and line 30: three stretches are left out (above
@@ -93,9 +93,9 @@ def test_it_finds_the_stretches_a_diff_leaves_out_and_shows_them_from_the_source
     rows = parse(TWO_HUNKS)
     gaps = [(g.start, g.end, g.offset, g.where) for _, g in gaps_of(rows, files_of(rows), {"calc.py": SOURCE})]
     assert gaps == [(1, 6, 0, "above"), (14, 26, 1, "between"), (34, 40, 0, "below")]
-    shown = diff_rows(TWO_HUNKS, {"calc.py": SOURCE})
-    assert str(shown["unified"]).count('class="d-expand"') == 3 and str(shown["split"]).count('class="d-expand"') == 3
-    assert 'class="d-expand"' not in str(diff_rows(TWO_HUNKS)["unified"])  # no source, nothing to expand
+    shown = diff_tables(TWO_HUNKS, {"calc.py": SOURCE})
+    assert str(shown.unified).count('class="d-expand"') == 3 and str(shown.split).count('class="d-expand"') == 3
+    assert 'class="d-expand"' not in str(diff_tables(TWO_HUNKS).unified)  # no source, nothing to expand
     between = context_lines(TWO_HUNKS, {"calc.py": SOURCE}, "calc.py", 24, 26)
     # Old numbers and the new side's (one line more above), coloured, the text exact
     # (the page sets it as text).

@@ -275,7 +275,12 @@ def test_it_sets_the_publish_checks_inline_and_keeps_them_on_the_next_save(clien
     response = client.post(ADD, data)
     assert response.status_code == 200 and "publish_allowed_secrets" in response.context["main_form"].errors
     data.update(
-        {"publish_secrets": "ask", "publish_moved_base": "stale", "publish_allowed_secrets": "tests/fixtures/fake.pem#0123456789abcdef\n"}
+        {
+            "publish_secrets": "ask",
+            "publish_moved_base": "stale",
+            "publish_hidden_characters": "refuse",
+            "publish_allowed_secrets": "tests/fixtures/fake.pem#0123456789abcdef\n",
+        }
     )
     assert client.post(ADD, data).status_code == 302
     saved = current_policy_row().document["publish_checks"]
@@ -283,9 +288,10 @@ def test_it_sets_the_publish_checks_inline_and_keeps_them_on_the_next_save(clien
         "secrets": "ask",
         "allowed_secrets": [{"path": "tests/fixtures/fake.pem", "fingerprint": "0123456789abcdef"}],
         "moved_base": "stale",
+        "hidden_characters": "refuse",
     }
     again = inline_form(client)
-    assert (again["publish_secrets"], again["publish_moved_base"]) == ("ask", "stale")
+    assert (again["publish_secrets"], again["publish_moved_base"], again["publish_hidden_characters"]) == ("ask", "stale", "refuse")
     again["note"] = "another edit"
     assert client.post(ADD, again).status_code == 302
     assert current_policy_row().document["publish_checks"] == saved

@@ -23,7 +23,7 @@ from rest_framework.test import APIClient
 from approvals.models import ApprovalRequest
 from common.redact import MASK, redact_text, secret_values
 from core.patchtext import preview_problem
-from pages.templatetags.diffs import diff_rows
+from pages.diff_view import diff_tables
 from runs.artifacts import ArtifactStorage
 from runs.models import PublishedPatch, Run
 from runs.outbox import DatabaseOutbox, published_patch
@@ -115,9 +115,10 @@ def test_it_finds_a_diff_whose_structure_masking_changed() -> None:
 
 def test_it_shows_a_line_holding_a_unicode_separator_as_one_line() -> None:
     diff = patches.unified_diff("orders/a.py", "a\n", "a\u2028+forged\rline\n")
-    shown = diff_rows(diff)
-    assert (shown["added"], shown["removed"]) == (1, 1)
-    assert "a\u2028+forged\rline</td></tr>" in str(shown["unified"])
+    shown = diff_tables(diff)
+    assert (shown.added, shown.removed) == (1, 1)
+    # One line, its separator and carriage return shown as marks (core.visible), never as breaks.
+    assert 'a<span class="hidden-char" title="U+2028 LINE SEPARATOR">⟨U+2028⟩</span>+forged<span class="hidden-char"' in str(shown.unified)
 
 
 # Hostile changes: names with spaces, quotes, backslashes (refused by the path
@@ -205,8 +206,8 @@ def test_it_shows_the_reviewer_every_changed_file_and_line_of_what_ships(
     assert preview_problem(stored, MASK) is None
     assert published.endswith("\n\n" + preview)  # what ships is what was previewed, byte for byte
     assert shape(stored) == shape(preview)  # and masking kept every file, hunk and line of it
-    rows = diff_rows(stored)
-    assert (rows["added"], rows["removed"]) == (
+    rows = diff_tables(stored)
+    assert (rows.added, rows.removed) == (
         published.count("\n+") - published.count("\n+++ "),
         published.count("\n-") - published.count("\n--- "),
     )

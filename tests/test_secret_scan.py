@@ -343,7 +343,9 @@ def test_it_refuses_a_publish_holding_secrets_telling_the_model_where_and_keeps_
     found = Event.objects.get(run=run, type="secrets_found")
     assert found.payload["decision"] == "refuse"
     where = {(f["path"], f["line"], f["kind"]) for f in found.payload["findings"]}
-    # Masked when proposed, the values are [redacted] in the workspace: each such line is a finding, and the key's marker too.
+    # A script is stored (masked, as every column is) before it proposes anything, so these masks name no kind (a
+    # model's proposals are masked in memory naming it: test_secret_scan_shapes); each such line is a finding, and
+    # the key's marker too.
     assert {("config/app.ini", n, MASKED) for n in (2, 3, 4, 5, 7)} <= where and ("deploy/id_rsa", 1, PRIVATE_KEY) in where
     assert ("(message)", 3, MASKED) in where
     refused = Event.objects.filter(run=run, type="secrets_found").values_list("payload", flat=True)[0]

@@ -7,9 +7,11 @@ from typing import Any
 
 from django import template
 from django.contrib.auth.models import AnonymousUser, User
+from django.utils.safestring import SafeString, mark_safe
 
 from common.permissions import DECIDE_APPROVALS
 from common.times import when
+from core.visible import visible_html
 from live.trace import TONES, outcome_tone
 from live.trace import short as short_revision
 from live.wording import duration as duration_text
@@ -31,6 +33,13 @@ def pretty_json(value: Any) -> str:
     if len(text) <= JSON_SHOWN_CHARS:
         return text
     return f"{text[:JSON_SHOWN_CHARS]}\n… {len(text) - JSON_SHOWN_CHARS} more characters"
+
+
+@register.filter(is_safe=True)
+def visible(value: Any) -> SafeString:
+    """Text a model, a tool or a person wrote, escaped, with each character that hides
+    or reorders text shown as a mark naming it (core.visible, DESIGN 15)."""
+    return mark_safe(visible_html("" if value is None else str(value)))  # noqa: S308 - escaped by visible_html
 
 
 @register.filter

@@ -1,5 +1,5 @@
 // Expanding the context around a hunk: each row of unchanged lines the diff leaves
-// out (tr.d-expand, pages/templatetags/diffs.py) asks the server for the next lines
+// out (tr.d-expand, pages/diff_view.py) asks the server for the next lines
 // of that stretch, read from what the request kept of the file at its revision, and
 // puts them into both layouts, so switching between them shows the same lines. The
 // lines come as numbers and text, set with textContent: no markup is parsed.
@@ -15,14 +15,16 @@
   }
 
   // A line's code cell from its syntax pieces, each set as text (the same classes
-  // the server gives the diff's own lines).
+  // the server gives the diff's own lines). A hidden character comes as a piece of
+  // its own, already marked by the server (core.visible): ["hidden", mark, name].
   function code(className, pieces) {
     const td = cell(className, "");
     pieces.forEach(function (piece) {
       if (!piece[0]) { td.append(piece[1]); return; }
       const span = document.createElement("span");
-      span.className = "tok-" + piece[0];
+      span.className = piece[0] === "hidden" ? "hidden-char" : "tok-" + piece[0];
       span.textContent = piece[1];
+      if (piece[0] === "hidden") span.title = piece[2];
       td.append(span);
     });
     return td;
