@@ -2,7 +2,7 @@
 PY ?= python3
 PG_URL ?= postgres://postgres@127.0.0.1:5432/harness
 
-.PHONY: up down test test-fast setup lint typecheck test-sqlite test-postgres test-deploy bench selftest openapi
+.PHONY: up down test test-fast test-busy setup lint typecheck test-sqlite test-postgres test-deploy bench selftest openapi
 
 # RESET=1: empty the database and give new demo passwords; otherwise a second `make up`
 # keeps what the first made.
@@ -39,6 +39,13 @@ typecheck:
 # assertions again on every run is a quarter of this loop's time.
 test-fast:
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -p no:cacheprovider -n 2 -m "not docker and not browser and not celery and not sshd and not compose and not deploy and not postgres_only and not slow"
+
+# The suites that depend most on scheduling (Docker, Celery, the browser) with the CPUs
+# deliberately busy: two spinning processes beside them (BUSY=N for another count),
+# started and always stopped by tests/busy.py, and each bounded in time on its own.
+BUSY ?= 2
+test-busy:
+	$(PY) -m tests.busy $(BUSY) $(PY) -m pytest -q -p no:cacheprovider --durations=15 -m "(docker or celery or browser) and not postgres_only and not deploy"
 
 test-sqlite:
 	$(PY) -m pytest -q -p no:cacheprovider --durations=30 -m "not postgres_only and not deploy"

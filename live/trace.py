@@ -313,7 +313,8 @@ def _egress_view(e: ev.EgressConnection) -> tuple[str, str, str]:
     if not e.allowed:
         return f"Network refused: {where}", "bad", f"check {e.check_id}, {e.method}: {e.reason}"
     moved = f"{e.bytes_out} bytes out, {e.bytes_in} bytes in, {e.duration_ms} ms"
-    return f"Network: {where}", "info", f"check {e.check_id}, {e.method}: {moved}"
+    cut = f"; {e.reason}" if e.reason else ""  # let through, but not all of it (a pipelined request)
+    return f"Network: {where}", "info", f"check {e.check_id}, {e.method}: {moved}{cut}"
 
 
 def _describe(e: ev.AnyEvent) -> tuple[str, str, str]:

@@ -16,9 +16,15 @@ tunnel, or a plain HTTP request with an absolute URL), then refuses, answering 4
 with the reason, or connects from the worker and relays bytes both ways. Refused:
 a raw address (names only; the container resolves nothing itself), a destination
 not on the check's list, and a name that resolves to a link-local address (the cloud
-metadata service at 169.254.169.254 and its IPv6 kin). Each connection is an
-``EgressConnection`` event for the call when it ends, and the check's receipt
-carries the summary per destination (``EgressSummary``) that its evidence keeps."""
+metadata service at 169.254.169.254 and its IPv6 kin). A plain request is one
+request: its Host header is the destination that was checked (the check's own is
+dropped), a head a server could read as a different request is refused (folded
+lines, Transfer-Encoding, a Content-Length that is not one number), and no byte
+past its Content-Length is forwarded, so a second, pipelined request never reaches
+the destination and the connection's event says so. Each connection is an
+``EgressConnection`` event for the call when it ends, written once both directions
+are over and counted (its byte counts are final), and the check's receipt carries
+the summary per destination (``EgressSummary``) that its evidence keeps."""
 
 from __future__ import annotations
 
@@ -46,8 +52,11 @@ CHUNK = 64 * 1024
 # Connection events per call before the rest are only counted (HARNESS_EGRESS_MAX_EVENTS_PER_CALL).
 MAX_EVENTS = 200
 # Dropped from a plain request before it leaves: they are for the proxy, and a
-# connection is used for one request only (its destination was checked once).
-HOP_HEADERS = (b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive")
+# connection is used for one request only (its destination was checked once). Host
+# is the checked destination's, written by the proxy: the check's own could name
+# another virtual host on the same address.
+HOP_HEADERS = (b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive", b"host")
+PIPELINED = "a second request on the connection was not forwarded (one request per plain connection)"
 
 
 class EgressRefused(Exception):
@@ -63,11 +72,21 @@ class Connection:
     port: int = 0
     method: str = ""
     upstream: socket.socket | None = None
+    # What is left of a plain request's body; None for a tunnel, whose bytes all go.
+    body_left: int | None = None
     bytes_out: int = 0
     bytes_in: int = 0
     allowed: bool = False
     refused: str = ""
+    # Why bytes of a connection let through were not forwarded (PIPELINED).
+    cut: str = ""
     done: bool = False
+    # Held across each send to the destination and its count, and taken by the end
+    # before it reads the counts: a send the destination already answered is
+    # counted before the event is written, however the threads are scheduled.
+    sending: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # No more bytes go to the destination (the check closed, a send failed, the end).
+    sent_all: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,11 +97,13 @@ class Request:
     # What goes to the destination first: nothing for a tunnel, the rewritten head of
     # a plain request.
     forward: bytes
+    # The length of a plain request's body (its Content-Length); None for a tunnel.
+    body: int | None = None
 
 
 def parse_head(head: bytes) -> Request:
     """The destination a request head asks for; raises EgressRefused for a head that
-    is not a proxy request."""
+    is not a proxy request, or a plain one a server could read differently."""
     lines = head.split(b"\r\n")
     parts = lines[0].decode("latin-1").split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/"):
@@ -96,9 +117,40 @@ def parse_head(head: bytes) -> Request:
     rest = target[len("http://") :]
     authority, slash, path = rest.partition("/")
     host, port = split_host_port(authority, 80)
-    kept = [line for line in lines[1:] if line and line.split(b":", 1)[0].strip().lower() not in HOP_HEADERS]
+    headers = [header_line(line) for line in lines[1:]]
+    body = body_length(
+        [value for name, value in headers if name == b"content-length"], [n for n, _ in headers if n == b"transfer-encoding"]
+    )
+    kept = [line for line, (name, _value) in zip(lines[1:], headers, strict=True) if name not in HOP_HEADERS]
     first = f"{method} /{path if slash else ''} {version}".encode("latin-1")
-    return Request(method, host, port, b"\r\n".join([first, *kept, b"Connection: close", b"", b""]))
+    named = f"Host: {host}{'' if port == 80 else f':{port}'}".encode("latin-1")
+    return Request(method, host, port, b"\r\n".join([first, named, *kept, b"Connection: close", b"", b""]), body)
+
+
+def header_line(line: bytes) -> tuple[bytes, bytes]:
+    """(lowercase name, value) of a plain request's header line, refusing the forms
+    servers disagree about: a folded continuation line and a name with spaces."""
+    if line[:1] in (b" ", b"\t"):
+        raise EgressRefused("a folded header line (obs-fold) is refused")
+    name, colon, value = line.partition(b":")
+    if not colon or not name or name != name.strip() or b" " in name:
+        raise EgressRefused(f"a malformed header line is refused: {line[:80]!r}")
+    return name.lower(), value.strip()
+
+
+def body_length(lengths: list[bytes], encodings: list[bytes]) -> int:
+    """How many bytes of body follow a plain request's head. Transfer-Encoding is
+    refused, with or without a Content-Length: a server and this proxy could end the
+    body at different bytes, and what follows would reach the server unchecked."""
+    if encodings and lengths:
+        raise EgressRefused("Transfer-Encoding and Content-Length together are refused")
+    if encodings:
+        raise EgressRefused("Transfer-Encoding on a plain request is refused: send a Content-Length (or use CONNECT)")
+    if not lengths:
+        return 0
+    if len(set(lengths)) != 1 or not lengths[0].isdigit():
+        raise EgressRefused(f"a Content-Length that is not one number is refused: {b', '.join(lengths)[:80]!r}")
+    return int(lengths[0])
 
 
 def split_host_port(authority: str, default: int | None) -> tuple[str, int]:
@@ -209,9 +261,15 @@ class EgressProxy:
         with self._lock:
             open_now = list(self._conns.values())
         for conn in open_now:
-            self._end(conn)
+            if conn.upstream is not None:
+                # Its destination thread wakes, ends it and writes its event.
+                stop(conn.upstream)
         for thread in self._threads:
             thread.join(5.0)
+        with self._lock:
+            left = list(self._conns.values())
+        for conn in left:
+            self._end(conn)
         with self._lock:
             omitted = dict(self._omitted)
         if omitted["connections"]:
@@ -271,6 +329,8 @@ class EgressProxy:
             if conn.upstream is None:
                 self._end(conn)  # closed before a whole request: it went nowhere
             else:
+                with conn.sending:
+                    conn.sent_all = True
                 try:
                     conn.upstream.shutdown(socket.SHUT_WR)
                 except OSError:
@@ -284,11 +344,7 @@ class EgressProxy:
 
     def _from_check(self, conn: Connection, data: bytes) -> None:
         if conn.upstream is not None:
-            try:
-                conn.upstream.sendall(data)
-                conn.bytes_out += len(data)
-            except OSError:
-                self._end(conn)
+            self._send_out(conn, conn.upstream, data)
             return
         conn.head += data
         end = conn.head.find(b"\r\n\r\n")
@@ -310,9 +366,36 @@ class EgressProxy:
         thread = threading.Thread(target=self._from_destination, args=(conn,), name=f"egress-{conn.cid}", daemon=True)
         self._threads.append(thread)
         thread.start()
-        self._from_check(conn, request.forward + rest)
+        self._send_out(conn, conn.upstream, request.forward)
+        conn.body_left = request.body
+        self._from_check(conn, rest)
+
+    def _send_out(self, conn: Connection, upstream: socket.socket, data: bytes) -> None:
+        """Bytes from the check to its destination, counted as the socket takes them.
+        Of a plain request, only its body: what follows it is another request."""
+        with conn.sending:
+            if conn.sent_all:
+                return
+            if conn.body_left is not None:
+                data, extra = data[: conn.body_left], data[conn.body_left :]
+                conn.body_left -= len(data)
+                if extra:
+                    conn.cut = PIPELINED
+                    conn.sent_all = True
+            view = memoryview(data)
+            try:
+                while view:
+                    sent = upstream.send(view)
+                    conn.bytes_out += sent
+                    view = view[sent:]
+                return
+            except OSError:
+                conn.sent_all = True
+        stop(upstream)  # the destination is gone: its thread ends the connection
 
     def _from_destination(self, conn: Connection) -> None:
+        """The destination's bytes to the check; when they end, so does the
+        connection, and this thread, the last one on it, writes its event."""
         upstream = conn.upstream
         assert upstream is not None
         try:
@@ -340,7 +423,10 @@ class EgressProxy:
         self._end(conn, reason)
 
     def _end(self, conn: Connection, refused: str | None = None) -> None:
-        """The connection's end, recorded once (an end from each side may race)."""
+        """The connection's end, recorded once (an end from each side may race), with
+        final counts: a send under way finishes and is counted first."""
+        with conn.sending:
+            conn.sent_all = True
         with self._lock:
             if conn.done:
                 return
@@ -372,13 +458,22 @@ class EgressProxy:
                 "host": conn.host,
                 "port": conn.port,
                 "allowed": refused is None,
-                "reason": refused or "",
+                "reason": refused or conn.cut,
                 "method": conn.method or "?",
                 "bytes_out": conn.bytes_out,
                 "bytes_in": conn.bytes_in,
                 "duration_ms": int((time.monotonic() - conn.started) * 1000),
             },
         )
+
+
+def stop(upstream: socket.socket) -> None:
+    """Both directions of a destination's socket shut: a thread blocked reading it
+    wakes (closing it would not wake it)."""
+    try:
+        upstream.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def dns_name(query: bytes) -> str:

@@ -137,11 +137,11 @@ def test_it_lets_prometheus_count_a_denied_call_an_approval_that_waited_and_a_ki
     prometheus.wait_for('sum(harness_runs_ended_total{outcome="killed"})', 1)
     prometheus.wait_for('sum(harness_approval_wait_seconds_count{project="default",exit="granted"})', 1)
     waited = prometheus.query('sum(harness_approval_wait_seconds_sum{exit="granted"})')
-    assert waited is not None and 2 <= waited < 60, waited
+    assert waited is not None and waited >= 2, waited  # it waited at least the test's own pause
     prometheus.wait_for('sum(harness_approval_wait_seconds_bucket{exit="granted",le="1.0"})', 0)
     prometheus.wait_for('sum(harness_kill_latency_seconds_count{scope="run"})', 1)
     latency = prometheus.query("sum(harness_kill_latency_seconds_sum)")
-    assert latency is not None and 0 < latency < 30, latency
+    assert latency is not None and latency > 0, latency  # how small: bench/kill_latency.py
     assert (prometheus.query('sum(harness_sandbox_execution_seconds_count{tool="run_check"})') or 0) >= 2
     assert (prometheus.query('sum(harness_gate_decisions_total{tool="publish",decision="ask"})') or 0) == 1
     # The web server's own: the reviewer's decision and the kill were written there.

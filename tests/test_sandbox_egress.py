@@ -9,10 +9,17 @@ runsc (gVisor)."""
 from __future__ import annotations
 
 import json
+import os
+import queue
 import shutil
 import socket
+import struct
+import subprocess
+import sys
+import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,11 +36,14 @@ from core.errors import InputError
 from core.fences import RowLock
 from core.policy import CheckDef, Destination, check_policy
 from core.report import build_report
+from sandbox import egress
 from sandbox.container import SandboxContainer
-from sandbox.egress import EgressRefused, do_connect, parse_head
+from sandbox.egress import PIPELINED, EgressProxy, EgressRefused, do_connect, parse_head
+from sandbox.egress_relay import RELAY
 from sandbox.executor import SandboxExecutor
 from sandbox.preparation import prepare_workspace
 from sandbox.workspace import RunWorkspace
+from tests.busy import spinning
 from tests.fixtures_runtimes import RuntimeEngine
 from tests.fixtures_sandbox import (
     ROOT,
@@ -210,6 +220,24 @@ def test_it_tunnels_to_an_allowed_destination_with_connect(egress_sandbox: Egres
         port,
     )
     assert connection.allowed and connection.bytes_out > 0 and connection.bytes_in > 0
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_it_records_a_tunnels_final_counts_with_the_cpus_busy(egress_sandbox: EgressSandbox, tmp_path: Path, db: None) -> None:
+    # Under load the event was once written before the request's bytes were counted
+    # (bytes_out=0 for a request that fetched the wheel).
+    box = egress_sandbox
+    port = box.index.port
+    tunnel = CheckDef(check_id="tunnel", command=["python3", "-c", TUNNEL, str(port)], egress=[Destination(host="localhost", port=port)])
+    with spinning(2):
+        driven = run_checks(box, tmp_path, tunnel)
+    receipt = driven.outcome.receipt("run_check", "tunnel")
+    assert receipt["data"]["output"].startswith("200 "), receipt["data"]["output"]
+    [connection] = driven.connections()
+    [summary] = receipt["data"]["egress"]
+    assert connection.bytes_out > 0 and connection.bytes_in > 0
+    assert (summary["bytes_out"], summary["bytes_in"]) == (connection.bytes_out, connection.bytes_in)
 
 
 @pytest.mark.docker
@@ -464,3 +492,211 @@ def test_it_refuses_a_listed_name_that_resolves_to_a_link_local_address(monkeypa
     monkeypatch.setattr(socket, "getaddrinfo", lambda *args, **kwargs: answer)
     with pytest.raises(EgressRefused, match="a link-local or unusable address"):
         do_connect("mirror.internal", 80)
+
+
+@dataclass
+class Served:
+    """What a destination on loopback received on each connection, in order."""
+
+    port: int
+    received: queue.Queue[bytes]
+
+
+@contextmanager
+def destination(answer: bytes) -> Iterator[Served]:
+    """A server on loopback that reads one request (its head, and the body its
+    Content-Length names), answers ``answer``, shuts its side, and then keeps what
+    else arrives until the proxy closes: everything the proxy forwarded is kept."""
+    server = socket.create_server(("127.0.0.1", 0))
+    received: queue.Queue[bytes] = queue.Queue()
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            got = b""
+            while b"\r\n\r\n" not in got and (data := conn.recv(65536)):
+                got += data
+            head = got.split(b"\r\n\r\n", 1)[0].lower()
+            length = int(head.split(b"content-length:", 1)[1].split(b"\r\n", 1)[0]) if b"content-length:" in head else 0
+            while len(got) < len(head) + 4 + length and (data := conn.recv(65536)):
+                got += data
+            conn.sendall(answer)
+            conn.shutdown(socket.SHUT_WR)
+            while data := conn.recv(65536):
+                got += data
+            received.put(got)
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return  # the server was closed: the test is over
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield Served(server.getsockname()[1], received)
+    finally:
+        server.close()
+
+
+@dataclass
+class LocalProxy:
+    proxy: EgressProxy
+    relay: subprocess.Popen[bytes]
+    events: list[tuple[type[ev.Event], dict[str, Any]]]
+
+    def exchange(self, request: bytes) -> bytes:
+        """``request`` sent through the relay as a check would; what came back, to the end."""
+        assert self.proxy.port is not None
+        with socket.create_connection(("127.0.0.1", self.proxy.port), timeout=30) as conn:
+            conn.sendall(request)
+            got = b""
+            while data := conn.recv(65536):
+                got += data
+            return got
+
+    def finish(self) -> list[dict[str, Any]]:
+        """The relay gone (as when the check ends), the proxy closed: its connection events."""
+        self.relay.kill()
+        self.relay.wait()
+        self.proxy.close()
+        return [fields for cls, fields in self.events if cls is ev.EgressConnection]
+
+
+@contextmanager
+def local_proxy(check: CheckDef, recorded: threading.Event | None = None) -> Iterator[LocalProxy]:
+    """The proxy with the real relay program beside it as a local process rather than
+    in a container: the relay's output reaches the proxy framed as Docker's attach
+    stream frames it, and the proxy's frames reach the relay's input. ``recorded`` is
+    set at each event the proxy writes."""
+    ours, theirs = socket.socketpair()
+    relay = subprocess.Popen([sys.executable, "-c", RELAY], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert relay.stdin is not None and relay.stdout is not None
+    relay_in, relay_out = relay.stdin, relay.stdout
+
+    def up() -> None:
+        while data := os.read(relay_out.fileno(), 65536):
+            theirs.sendall(struct.pack(">BxxxL", 1, len(data)) + data)
+        theirs.shutdown(socket.SHUT_WR)
+
+    def down() -> None:
+        try:
+            while data := theirs.recv(65536):
+                relay_in.write(data)
+                relay_in.flush()
+        except OSError:
+            pass  # the relay is gone: the check is over
+
+    threads = [threading.Thread(target=up, daemon=True), threading.Thread(target=down, daemon=True)]
+    for thread in threads:
+        thread.start()
+    events: list[tuple[type[ev.Event], dict[str, Any]]] = []
+
+    def record(cls: type[ev.Event], fields: dict[str, Any]) -> None:
+        events.append((cls, fields))
+        if recorded is not None:
+            recorded.set()
+
+    proxy = EgressProxy(check, record)
+    try:
+        proxy.start(lambda command: ours)
+        yield LocalProxy(proxy, relay, events)
+    finally:
+        relay.kill()
+        relay.wait()
+        proxy.close()
+        theirs.close()
+        for thread in threads:
+            thread.join(30)
+
+
+ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 6\r\nConnection: close\r\n\r\nfine.\n"
+
+
+def allowing(port: int) -> CheckDef:
+    return CheckDef(check_id="fetch", command=["true"], egress=[Destination(host="localhost", port=port)])
+
+
+def test_it_counts_the_bytes_a_destination_answered_before_the_send_returned(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The destination reads the tunnelled request, answers and closes while the send
+    # that carried the request has not yet returned in the proxy (a slowed sender,
+    # as a loaded machine schedules it): the event still counts the bytes sent.
+    real_connect = egress.do_connect
+    recorded = threading.Event()
+
+    class SlowSender(socket.socket):
+        def send(self, data: Any, flags: int = 0, /) -> int:
+            sent = super().send(data, flags)
+            recorded.wait(2.0)  # the end is written first unless it waits for this send
+            return sent
+
+        def sendall(self, data: Any, flags: int = 0, /) -> None:
+            super().sendall(data, flags)
+            recorded.wait(2.0)
+
+    def slow_connect(host: str, port: int) -> socket.socket:
+        plain = real_connect(host, port)
+        return SlowSender(plain.family, plain.type, plain.proto, fileno=plain.detach())
+
+    monkeypatch.setattr(egress, "do_connect", slow_connect)
+    request = b"GET /simple/tinydep/ HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    with destination(ANSWER) as server, local_proxy(allowing(server.port), recorded) as local:
+        answer = local.exchange(f"CONNECT localhost:{server.port} HTTP/1.1\r\n\r\n".encode() + request)
+        assert answer.endswith(ANSWER)
+        assert server.received.get(timeout=30) == request
+        [event] = local.finish()
+    assert [event["bytes_out"], event["bytes_in"]] == [len(request), len(ANSWER)]
+
+
+def test_it_counts_every_tunnelled_byte_with_the_cpus_busy() -> None:
+    request = b"GET /simple/tinydep/ HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    with spinning(2), destination(ANSWER) as server, local_proxy(allowing(server.port)) as local:
+        for _ in range(20):
+            assert local.exchange(f"CONNECT localhost:{server.port} HTTP/1.1\r\n\r\n".encode() + request).endswith(ANSWER)
+        events = local.finish()
+    assert [(e["allowed"], e["bytes_out"], e["bytes_in"]) for e in events] == [(True, len(request), len(ANSWER))] * 20
+
+
+def test_it_sends_a_plain_request_to_the_checked_host_whatever_host_the_check_named() -> None:
+    with destination(ANSWER) as server, local_proxy(allowing(server.port)) as local:
+        sent = f"GET http://localhost:{server.port}/simple/ HTTP/1.1\r\nHost: admin.internal\r\nAccept: */*\r\n\r\n".encode()
+        assert local.exchange(sent).endswith(ANSWER)
+        got = server.received.get(timeout=30)
+        [event] = local.finish()
+    assert got == f"GET /simple/ HTTP/1.1\r\nHost: localhost:{server.port}\r\nAccept: */*\r\nConnection: close\r\n\r\n".encode()
+    assert b"admin.internal" not in got
+    assert (event["allowed"], event["reason"], event["bytes_out"]) == (True, "", len(got))
+
+
+def test_it_forwards_one_plain_request_per_connection_and_nothing_past_its_body() -> None:
+    with destination(ANSWER) as server, local_proxy(allowing(server.port)) as local:
+        first = f"POST http://localhost:{server.port}/upload HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello".encode()
+        second = f"GET http://localhost:{server.port}/admin HTTP/1.1\r\nHost: admin.internal\r\n\r\n".encode()
+        # The second request rides in the same write as the first's body: the first is
+        # answered, the second never reaches the destination, and the event says so.
+        assert local.exchange(first + second).endswith(ANSWER)
+        got = server.received.get(timeout=30)
+        [event] = local.finish()
+    assert got == f"POST /upload HTTP/1.1\r\nHost: localhost:{server.port}\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello".encode()
+    assert (event["allowed"], event["reason"], event["bytes_out"]) == (True, PIPELINED, len(got))
+
+
+@pytest.mark.parametrize(
+    ("headers", "problem"),
+    [
+        (b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", "Transfer-Encoding and Content-Length together are refused"),
+        (b"Transfer-Encoding: chunked\r\n", "Transfer-Encoding on a plain request is refused"),
+        (b"Content-Length: 5\r\nContent-Length: 7\r\n", "a Content-Length that is not one number is refused"),
+        (b"Content-Length: +5\r\n", "a Content-Length that is not one number is refused"),
+        (b"X-Note: a\r\n folded: Host: admin.internal\r\n", "a folded header line (obs-fold) is refused"),
+        (b"Host : admin.internal\r\n", "a malformed header line is refused"),
+    ],
+)
+def test_it_refuses_a_plain_request_a_server_could_read_as_another(headers: bytes, problem: str) -> None:
+    with destination(ANSWER) as server, local_proxy(allowing(server.port)) as local:
+        answer = local.exchange(f"POST http://localhost:{server.port}/x HTTP/1.1\r\n".encode() + headers + b"\r\nhello")
+        [event] = local.finish()
+        assert server.received.empty()
+    assert answer.startswith(b"HTTP/1.1 403 Forbidden") and problem.encode() in answer
+    assert (event["allowed"], event["bytes_out"], event["bytes_in"]) == (False, 0, 0) and problem in event["reason"]

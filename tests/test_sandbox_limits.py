@@ -50,14 +50,15 @@ def test_it_stops_a_fork_bomb_with_the_pids_limit(sandbox: SandboxExecutor, modu
     data = receipt["data"]
     assert receipt["status"] == "ok"
     assert "Resource temporarily unavailable" in data["output"]
+    # The bomb never ends by itself: that the check returned is the limits' doing.
+    # How fast the kill lands depends on the machine's load and is not asserted.
     if module_sandbox.engine.runtime == "runsc" and data["oom_killed"]:
         # Under gVisor every sandboxed process's memory is its kernel's, so the memory
         # limit may end the bomb before the time limit does, by killing that kernel.
-        assert data["timed_out"] is False and data["duration_ms"] < 4000, data
+        assert data["timed_out"] is False, data
     else:
         assert data["timed_out"] is True and data["exit_code"] is None, data
-        # Under gVisor killing a hundred sandboxed processes takes a few seconds more.
-        assert 4000 <= data["duration_ms"] < (9000 if module_sandbox.engine.runtime == "runc" else 15000)
+        assert data["duration_ms"] >= FORK_BOMB.timeout_seconds * 1000, data  # not cut before its time
     evidence = outcome.of_type("evidence_recorded")[0]
     assert evidence.check_id == "fork_bomb" and evidence.passed is False
     assert len(leftover_processes(module_sandbox)) == 1  # only the reaper, PID 1
@@ -121,7 +122,8 @@ def test_it_kills_a_check_that_sleeps_past_its_timeout(sandbox: SandboxExecutor,
     data = receipt["data"]
     assert receipt["status"] == "ok" and receipt["effect"] == "none"
     assert data["timed_out"] is True and data["exit_code"] is None and data["timeout_seconds"] == 2
-    assert 2000 <= data["duration_ms"] < 4500
+    # Not before its timeout, and well before its own end (sleep 300): at any load.
+    assert 2000 <= data["duration_ms"] < 300_000
     assert data["output"].startswith("started")
     evidence = outcome.state.evidence[0]
     assert evidence.check_id == "sleeper" and evidence.timed_out is True and evidence.passed is False

@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import tarfile
-import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -189,11 +188,11 @@ def test_it_refuses_symlinks_git_and_dotdot_on_the_host(host_executor: SandboxEx
 
 
 def test_it_does_not_hang_on_a_fifo(host_executor: SandboxExecutor) -> None:
+    # Opening a FIFO to read blocks until a writer comes, and none will: that the
+    # calls return at all is the outcome.
     os.mkfifo(host_executor.workspace.dir / "orders" / "pipe")
-    started = time.monotonic()
     assert "special file" in run(host_executor, "read_file", path="orders/pipe")["data"]["error"]
     assert "pipe" not in str(run(host_executor, "search", pattern="x")["data"]["matches"])
-    assert time.monotonic() - started < 1
 
 
 # -- patches ---------------------------------------------------------------------------
@@ -316,6 +315,11 @@ def test_it_publishes_the_diff_once_per_idempotency_key(host_executor: SandboxEx
 # -- the workspace and its revision ---------------------------------------------------
 
 
+class CannotWalk:
+    def tree(self, *args: object) -> str:
+        raise AssertionError("the maintained revision was read by walking the tree")
+
+
 def test_it_keeps_the_revision_equal_to_git_and_stable(host_executor: SandboxExecutor, tmp_path: Path) -> None:
     """The full walk, which verifies the maintained revision, after edits behind the
     harness's back (which only a walk can see)."""
@@ -323,11 +327,10 @@ def test_it_keeps_the_revision_equal_to_git_and_stable(host_executor: SandboxExe
     ws.index.hasher = TreeHasher(racy_ns=0)  # cache even files written a moment ago, to test the cache key
     revision = ws.reread()
     assert revision == git_tree(ws.dir, tmp_path) == ws.base_revision()
+    # Maintained, not walked: with a hasher that cannot walk, the revision is still read.
+    hasher, ws.index.hasher = ws.index.hasher, CannotWalk()  # type: ignore[assignment]
     assert all(ws.revision() == revision for _ in range(20))
-    started = time.perf_counter()
-    for _ in range(100):
-        ws.revision()
-    assert (time.perf_counter() - started) / 100 < 0.005
+    ws.index.hasher = hasher
     (ws.dir / "empty-dir").mkdir()
     assert ws.reread() == revision  # git does not record empty directories either
 

@@ -372,11 +372,9 @@ def test_it_never_wedges_a_run_and_the_api_reads_back_every_value_stored(operato
     proposal, output = example
     world = World()
     run = world.create(script=[])
-    started = time.monotonic()
     state = drive_with(run, world, [proposal, READ, READ], Hostile(world, output))
     assert state.status == "stopped", state.status  # the script ran out, or the output stopped it; never left running
     assert state.outcome in ("proposals_exhausted", "receipt_invalid"), (state.outcome, state.stop_message)
-    assert time.monotonic() - started < 60
     run.refresh_from_db()
     assert run.status == "stopped" and load_state(run).proposals == state.proposals
     api_reads_back(run, operator)
