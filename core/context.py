@@ -18,6 +18,7 @@ from core.ports import (
     NoControls,
     PolicySource,
     Proposer,
+    SaysWhoKilled,
     Store,
     SystemClock,
     Workspace,
@@ -75,7 +76,8 @@ def no_retry(reason: str, message: str, infrastructure: str | None) -> Stop:
 def guard(run: RunContext, where: str, infrastructure: str | None = None) -> None:
     """The kill switch and the deadline, checked wherever the run could go on."""
     if run.controls.kill_requested():
-        raise StopRun(Stop("killed", f"stopped by the kill switch {where}"))
+        who = run.controls.killed_by() if isinstance(run.controls, SaysWhoKilled) else ""
+        raise StopRun(Stop("killed", f"{who}; stopped {where}" if who else f"stopped by the kill switch {where}"))
     now = run.clock.now()
     # A wait in progress is not working time (core.waits).
     if now >= run.state.deadline_at(now):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from core.effects import Plan
 from core.events import Event
@@ -191,6 +191,16 @@ class Proposer(Protocol):
 
 class Controls(Protocol):
     def kill_requested(self) -> bool: ...
+
+
+@runtime_checkable
+class SaysWhoKilled(Controls, Protocol):
+    """Controls that know who asked for the kill and why: the stop then says so (an
+    operator's kill is a decision, told with its author like any other)."""
+
+    def killed_by(self) -> str:
+        """E.g. "killed by rita: wrong branch"; empty when nobody is known."""
+        ...
 
 
 class Clock(Protocol):

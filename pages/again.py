@@ -16,13 +16,14 @@ from core.errors import InputError
 from pages.access import require, visible
 from runs.control import ControlRefused
 from runs.models import Run
-from runs.rerun import ask_again, rerun
+from runs.rerun import ask_again, rerun, rerun_policy
 
 
 @require_POST
 @require(OPERATE_RUNS)
 def rerun_view(request: HttpRequest, run_id: str) -> HttpResponse:
     run = visible(request, Run.objects.select_related("project", "policy"), OPERATE_RUNS, pk=run_id)
+    under = rerun_policy(run)
     try:
         new = rerun(run, request.user)
     except (ControlRefused, PermissionDenied) as exc:
@@ -31,7 +32,7 @@ def rerun_view(request: HttpRequest, run_id: str) -> HttpResponse:
     except InputError as exc:
         messages.error(request, "Not re-run: " + "; ".join(str(problem) for problem in exc.problems) + ".")
         return redirect("runs:detail", run.pk)
-    messages.success(request, f"Re-running {run.task_id} with the same contract under policy v{run.policy.version}.")
+    messages.success(request, f"Re-running {run.task_id} with the same contract under {under}.")
     return redirect("runs:detail", new.pk)
 
 

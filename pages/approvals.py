@@ -5,6 +5,7 @@ The services decide; a refused decision re-renders the page with the reason."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
@@ -18,7 +19,7 @@ from approvals.checks import DecisionRefused
 from approvals.models import ApprovalRequest
 from common.permissions import DECIDE_APPROVALS, VIEW_APPROVALS
 from common.redact import is_masked
-from core.effects import parse_effect, summary
+from core.effects import PushEffect, parse_effect, summary
 from core.state import RunState
 from core.tools import builtin_registry
 from live.trace import EMPTY_OUTPUT_REF, text_args, timeline
@@ -73,6 +74,7 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "empty_output": EMPTY_OUTPUT_REF,
         "deny_form": DenyForm(),
         "what_it_does": reviewer_summary(request.tool, request.effect),
+        "commit_times": commit_times(request.effect),
         "text_args": text_args(request.args),
         # Masking happened before the request was filed (common.redact): say so, so the
         # reviewer knows the [redacted] they read stands for a credential, and whether
@@ -147,6 +149,16 @@ def after_expiry(request: ApprovalRequest, run: Run, user: User | AnonymousUser)
         except ControlRefused as exc:
             rerun_blocker = str(exc)
     return {"ended": ended, "rerun_blocker": rerun_blocker}
+
+
+def commit_times(effect: object) -> list[tuple[str, datetime]]:
+    """When a push's commit says it was authored and committed: its bytes hold both
+    (the commit id binds them), and the page shows them in the viewer's zone, as every
+    time on it, rather than in the diff's text."""
+    fixed = parse_effect(effect) if effect is not None else None
+    if not isinstance(fixed, PushEffect):
+        return []
+    return [(verb, datetime.fromtimestamp(who.date, tz=UTC)) for verb, who in (("authored", fixed.author), ("committed", fixed.committer))]
 
 
 def reviewer_summary(tool: str, effect: object) -> str:

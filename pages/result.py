@@ -19,10 +19,12 @@ from core.outcome import REFUSED_WORDS
 from live.trace import outcome_tone, present
 from live.wording import duration, human
 from pages.access import require, visible
+from pages.approvals import commit_times
 from pages.summary import run_summary
 from runs.control import ACTIVE
 from runs.models import Event, PublishedPatch, Run
 from runs.outcome import told
+from runs.rerun import rerun_policy
 from runs.services import report_of
 
 
@@ -108,6 +110,7 @@ def result_context(run: Run) -> dict[str, Any]:
     summary = run_summary(run)
     stop = final_stop(run)
     outcome = told(run)
+    diff_request = shown_request(run)
     return {
         "run": run,
         "report": report,
@@ -117,7 +120,8 @@ def result_context(run: Run) -> dict[str, Any]:
         "model_summary": finish_summary(stop),
         "changed_files": report.get("changed_files", []),
         # Its context expands from what the request kept, as on the request's page.
-        "diff_request": shown_request(run),
+        "diff_request": diff_request,
+        "commit_times": commit_times(diff_request.effect) if diff_request is not None else [],
         "published": summary["published"],
         "outbox": outbox_patches(run),
         "external_effects": external_effects(run),
@@ -132,6 +136,7 @@ def result_context(run: Run) -> dict[str, Any]:
         "working": duration(summary["working_seconds"]),
         "waited": duration(summary["waited_seconds"]),
         "report_href": reverse("runs:report", args=[run.pk]),
+        "rerun_policy": rerun_policy(run),
     }
 
 

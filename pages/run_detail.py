@@ -27,6 +27,7 @@ from runs.artifact_backends import hexdigest_of
 from runs.artifacts import masked_chunks
 from runs.cli import full_report
 from runs.models import Artifact, Event, Evidence, Receipt, Run
+from runs.rerun import rerun_policy
 
 # Past this the output page shows the start and offers the whole file as a download.
 SHOWN_OUTPUT_BYTES = 2_000_000
@@ -46,6 +47,7 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         "summary": run_summary(run),
         "trace_id": trace_id,
         "next_request": take_next(request),
+        "rerun_policy": rerun_policy(run),
         **timeline(str(run.pk)),
     }
     return render(request, "runs/detail.html", context)

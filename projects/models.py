@@ -139,7 +139,14 @@ class McpServer(models.Model):
         effect's idempotency key and the tool that looks an effect up by that key."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="mcp_servers")
-    name = models.SlugField(max_length=40, help_text="Its tools are named <name>.<tool>: lowercase letters, digits, '_' or '-'.")
+    name = models.SlugField(
+        max_length=40,
+        help_text=(
+            # Plain words: the admin shows help texts as HTML, where "<name>" would vanish as a tag.
+            "1 to 40 lowercase letters, digits, '_' or '-', starting with a letter. Its tools are named after it: a server named"
+            " 'github' offers its tool 'search' as 'github.search'."
+        ),
+    )
     url = models.URLField(
         max_length=500,
         blank=True,

@@ -21,7 +21,7 @@ from projects.audit import record
 from projects.models import Project
 from runs.approval_flow import cancel_open_requests
 from runs.eventlog import append_event
-from runs.models import GlobalSwitch, Run
+from runs.models import Event, GlobalSwitch, Run
 from runs.queue import enqueue_dispatch, enqueue_resume
 
 log = logging.getLogger(__name__)
@@ -54,13 +54,18 @@ def check_project_operator(user: User | AnonymousUser, project: Project) -> None
         raise ControlRefused("you are not an operator of this project")
 
 
-def stopping_reason(by: str, scope: str, reason: str) -> str:
-    """Why a kill cancelled a run's open requests, as the inbox and the audit say it."""
+def kill_words(by: str, scope: str, reason: str) -> str:
+    """Who killed a run and why, as its stop, the inbox and the audit say it."""
     if scope == "global":
-        return f"the run is being stopped: {by} turned on Stop all runs"
+        return f"{by} turned on Stop all runs"
     if scope == "project":
-        return f"the run is being stopped: {by} stopped all runs of its project"
-    return f"the run is being stopped: killed by {by}" + (f": {reason}" if reason else "")
+        return f"{by} stopped all runs of its project"
+    return f"killed by {by}" + (f": {reason}" if reason else "")
+
+
+def stopping_reason(by: str, scope: str, reason: str) -> str:
+    """Why a kill cancelled a run's open requests."""
+    return f"the run is being stopped: {kill_words(by, scope, reason)}"
 
 
 def do_kill(run: Run, by: str, scope: str = "run", reason: str = "") -> bool:
@@ -120,6 +125,15 @@ def set_project_switch(user: User | AnonymousUser, project: Project, *, paused: 
     return killed
 
 
+def killed_by(run_id: str) -> str:
+    """Who asked for the run's kill and why (the newest kill's words: the kill form's
+    reason, the operator's name), as its stop says it; empty if nobody did."""
+    kill = Event.objects.filter(run_id=run_id, type="kill_requested").order_by("-seq").values_list("payload", flat=True).first()
+    if kill is None:
+        return ""
+    return kill_words(str(kill.get("by") or "an operator"), str(kill.get("scope") or "run"), str(kill.get("reason") or ""))
+
+
 def kill_requested(run_id: str) -> bool:
     flagged = Run.objects.filter(pk=run_id).values_list("kill_requested", flat=True).first()
     return bool(flagged) or stopping_all_runs()
@@ -149,6 +163,9 @@ class Watchdog:
 
     def kill_requested(self) -> bool:
         return self._killed.is_set()
+
+    def killed_by(self) -> str:
+        return killed_by(self.run_id)
 
     def __enter__(self) -> Watchdog:
         # A run woken only to be killed (it was waiting) must see the flag at its

@@ -1,6 +1,7 @@
 """Going again: an operator re-runs an ended run as a new run with the same contract
-and proposer, in the same project, under the same policy version, linked to the old
-one (``Run.rerun_of``); the old run and its log stay as they were. And a reviewer or
+and proposer, in the same project, linked to the old one (``Run.rerun_of``), under the
+project's policy as it is now (which the offer and the confirmation name); the old run
+and its log stay as they were. And a reviewer or
 operator asks again for an out-of-date request while its run still waits on it: the
 run is woken and its call goes back through the gates, filing a new request for
 where the run and its policy are now (core.waits)."""
@@ -17,6 +18,7 @@ from projects.access import permissions_in
 from runs.approval_flow import DECIDING, do_lapse, staleness_now, wake_after_commit
 from runs.control import ACTIVE, ControlRefused, check_operator
 from runs.models import Run
+from runs.outcome import label_of
 from runs.runtime import create_run
 from runs.store import load_state
 
@@ -24,17 +26,21 @@ Status = ApprovalRequest.Status
 
 
 def check_rerun(run: Run, user: User | AnonymousUser) -> None:
-    """Refuse, naming why, a re-run this user may not start or that would not be the
-    same run: one still going, or one whose project has since changed its policy."""
+    """Refuse, naming why, a re-run this user may not start: one still going."""
     check_operator(user, run)
     if run.status in ACTIVE:
         raise ControlRefused(f"{run.task_id} is still {run.get_status_display().lower()}: a run is re-run once it has ended")
+
+
+def rerun_policy(run: Run) -> str:
+    """The policy a re-run of ``run`` would run under, in words: its project's current
+    one, as any new run there. A re-run is for going again as things are now (the
+    project's admins changed the policy for a reason), so a changed policy is said, not
+    refused."""
     current = current_policy_row(run.project_id)
-    if current.pk != run.policy_id:
-        raise ControlRefused(
-            f"project {run.project.slug}'s policy is now v{current.version}, not v{run.policy.version} this run had:"
-            " a re-run would not be the same run; start a new one instead"
-        )
+    if current.pk == run.policy_id:
+        return f"policy v{current.version}, as before"
+    return f"policy v{current.version}, the project's current (this run had v{run.policy.version})"
 
 
 def rerun(run: Run, user: User | AnonymousUser) -> Run:
@@ -70,7 +76,7 @@ def check_ask_again(request: ApprovalRequest, user: User | AnonymousUser) -> str
     run = Run.objects.get(pk=request.run_id)
     waiting = load_state(run).waiting if run.status in ACTIVE else None
     if waiting is None or waiting.call_id != request.call_id:
-        raise ControlRefused(f"the run no longer waits on this call (it is {run.outcome.replace('_', ' ')}): it cannot use a new request")
+        raise ControlRefused(f"the run no longer waits on this call (it is {label_of(run)}): it cannot use a new request")
     if ApprovalRequest.objects.filter(run_id=run.pk, call_id=request.call_id, created_at__gt=request.created_at).exists():
         raise ControlRefused("the run has already asked again: see the newer request")
     return why

@@ -45,7 +45,7 @@ from runs.approval_flow import cancel_open_requests
 from runs.approval_gate import DjangoApprovals
 from runs.artifacts import ArtifactStorage, line_secrets
 from runs.base_moves import base_branch
-from runs.control import Watchdog, admitting_new_runs, kill_requested, stopping_all_runs
+from runs.control import Watchdog, admitting_new_runs, kill_requested, killed_by, stopping_all_runs
 from runs.eventlog import append_events
 from runs.live_output import LiveOutput
 from runs.mcp_servers import mcp_tools_for
@@ -228,7 +228,7 @@ def check_run(contract: object, proposer: object, actor: Any, *, project: str | 
     if place.paused:
         # The project's own switch: its operators paused it (runs.control).
         raise InputError("run", [FieldProblem("(run)", f"project {place.slug} is paused: its operators admit no new runs right now")])
-    return place, check_new_run(contract, proposer, place.pk)
+    return place, check_new_run(contract, proposer, place.pk, known_script_tools=True)
 
 
 def create_run(contract: object, proposer: object, actor: Any, *, project: str | None = None, enqueue: bool = True) -> Run:
@@ -308,7 +308,9 @@ def drive_leased(run_id: str, token: int, faults: Sequence[Fault]) -> str:
             # Not admitted yet: nothing of it runs, no workspace, no container. A kill
             # stops it where it stands; otherwise its project's queue starts it.
             if kill_requested(run_id):
-                return stop_undriven(run, "killed", "killed while queued in its project, before it started", token)
+                return stop_undriven(
+                    run, "killed", f"{killed_by(run_id) or 'killed'} while queued in its project, before it started", token
+                )
             return "queued"
         try:
             environment = environment_for(run, Lease(token), faults)  # prepares, keeps or rebuilds the workspace

@@ -66,6 +66,10 @@ class KnownTools:
         self.builtin = builtin
         self.servers = servers
 
+    def said(self) -> str:
+        servers = f", or <server>.<tool> of this project's MCP servers ({', '.join(sorted(self.servers))})" if self.servers else ""
+        return f"the tools are {', '.join(sorted(self.builtin))}{servers}"
+
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str):
             return False
@@ -73,9 +77,25 @@ class KnownTools:
         return name in self.builtin or (bool(dot) and server in self.servers and bool(TOOL_NAME.match(tool)))
 
 
-def check_new_run(contract_raw: object, proposer_config: object, project_id: int | None = None) -> NewRun:
+def script_tool_problems(proposer: dict[str, Any], known: KnownTools) -> list[FieldProblem]:
+    """Each scripted proposal naming a tool that does not exist here: a script is
+    written ahead, so a typo is named when the run is started by a person, rather than
+    found as a refusal at the resolve gate mid-run."""
+    script = proposer.get("script") if proposer.get("kind") == "scripted" else None
+    return [
+        FieldProblem(f"proposer.script[{index}].tool", f"unknown tool {entry['tool']!r}: {known.said()}")
+        for index, entry in enumerate(script or [])
+        if entry["tool"] not in known
+    ]
+
+
+def check_new_run(
+    contract_raw: object, proposer_config: object, project_id: int | None = None, *, known_script_tools: bool = False
+) -> NewRun:
     """The run checked against the policy in force in its project (``project_id``,
-    else the default project), under which it starts."""
+    else the default project), under which it starts; with ``known_script_tools`` (a
+    run a person starts), a scripted proposer's tools must exist too. Without it a
+    script may name any tool, to drive the gates' refusals of one (tests, benchmarks)."""
     # A value no database takes would make a run that cannot be listed or driven
     # (core.storable): refused first, naming where it is, before any other check
     # reads it (a value nested thousands deep breaks those too).
@@ -87,14 +107,17 @@ def check_new_run(contract_raw: object, proposer_config: object, project_id: int
     policy = load_policy(row)
     problems = []
     # Both halves are checked so one answer names every bad field.
+    known = KnownTools(registry().names, mcp_server_names(row.project_id))
     try:
-        contract = check_contract(contract_raw, KnownTools(registry().names, mcp_server_names(row.project_id)), policy.check_ids)
+        contract = check_contract(contract_raw, known, policy.check_ids)
     except InputError as exc:
         problems += [FieldProblem("contract" if p.field == "(root)" else f"contract.{p.field}", p.message) for p in exc.problems]
     try:
         proposer = check_proposer_config(proposer_config)
     except InputError as exc:
         problems += exc.problems
+    else:
+        problems += script_tool_problems(proposer, known) if known_script_tools else []
     if problems:
         raise InputError("new run", problems)
     return NewRun(contract, proposer, row, policy)

@@ -21,7 +21,6 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -448,17 +447,15 @@ class RemoteTarget:
 
 
 def describe_push(effect: PushEffect) -> str:
-    """What a reviewer is shown above the diff of a push: every part of the commit."""
-
-    def when(who: Identity) -> str:
-        return datetime.fromtimestamp(who.date, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
+    """What a reviewer is shown above the diff of a push: every part of the commit but
+    its dates, which the commit id binds and the page shows beside it as it shows every
+    time, in the viewer's zone (pages.approvals.commit_times)."""
     message = "".join(f"#   {shown_line(line)}".rstrip() + "\n" for line in effect.message.splitlines())
     return (
         f"# push to {effect.remote}\n# branch {effect.branch}, one commit on {effect.base[:12]}\n"
         f"# commit {effect.commit}, tree {effect.tree}\n"
-        f"# author: {shown_line(effect.author.line())}, {when(effect.author)}\n"
-        f"# committer: {shown_line(effect.committer.line())}, {when(effect.committer)}\n"
+        f"# author: {shown_line(effect.author.line())}\n"
+        f"# committer: {shown_line(effect.committer.line())}\n"
         f"# message:\n{message}"
     )
 

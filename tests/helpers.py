@@ -17,7 +17,7 @@ from core.fences import RowLock
 from core.scenarios import FIXED, call
 from core.simulated import MemoryApprovals, SimExecutor, SimWorkspace
 from core.state import RunState
-from runs.control import kill_requested
+from runs.control import kill_requested, killed_by
 from runs.models import PublishedPatch, Run
 from runs.outbox import published_patch
 from runs.services import check_new_run, do_create_run
@@ -127,6 +127,9 @@ class KillFlag:
 
     def kill_requested(self) -> bool:
         return kill_requested(self.run_id)
+
+    def killed_by(self) -> str:
+        return killed_by(self.run_id)
 
 
 def published_patches(run_id: str) -> dict[str, bytes]:

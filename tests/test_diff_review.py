@@ -183,6 +183,7 @@ def test_it_reviews_a_three_file_diff_and_comments_on_a_line(
     page.goto(f"{live_server_asgi.url}/approvals/{scene.request.pk}/")
     tree = page.locator(".diff-files li")
     expect(tree).to_have_count(3)
+    expect(page.locator("#diff-title")).to_have_text("What this publish call changes if granted")
     expect(tree.nth(1)).to_contain_text("added")
     expect(tree.nth(2)).to_contain_text("deleted")
     expect(page.locator(".diff-unified .tok-k").first).to_be_visible()
@@ -217,7 +218,7 @@ def test_it_expands_the_context_around_a_hunk_by_keyboard(
     expect(unified.locator("tr.d-expand")).to_have_count(3)
     expect(unified.locator("tr.d-expand").nth(1)).to_contain_text("13 unchanged lines hidden")
     problems = serious_problems(page, "diff with context rows", SIZES[size]["width"])
-    up = unified.get_by_role("button", name="Show lines 14 to 26 of calc.py, above the next hunk")
+    up = unified.get_by_role("button", name="Show more: lines 14 to 26 of calc.py, above the next hunk")
     up.focus()
     page.keyboard.press("Enter")
     # The whole stretch between the hunks fits in one step: its row goes, the lines come.
@@ -226,7 +227,7 @@ def test_it_expands_the_context_around_a_hunk_by_keyboard(
     expect(unified.locator("tr", has_text="v20 = 20")).to_contain_text("# <b>")  # text, never markup
     expect(unified.locator("td.code b")).to_have_count(0)
     expect(page.locator(".diff-unified td.code:focus")).to_contain_text("v14 = 14")
-    down = unified.get_by_role("button", name="Show lines 34 to 40 of calc.py, below the previous lines")
+    down = unified.get_by_role("button", name="Show more: lines 34 to 40 of calc.py, below the previous lines")
     down.focus()
     page.keyboard.press("Enter")
     expect(unified.locator("tr", has_text="v40 = 40")).to_be_visible()

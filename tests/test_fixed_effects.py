@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from html import unescape
 from pathlib import Path
 
@@ -247,13 +248,15 @@ def test_it_pushes_byte_for_byte_the_commit_shown_when_another_worker_with_other
             "Filing Bot <filing@harness.example>",
         )
         assert f"# commit {fixed.commit}, tree {request.revision}\n" in request.diff
-        assert "# author: Filing Bot <filing@harness.example>, " in request.diff
+        assert "# author: Filing Bot <filing@harness.example>\n" in request.diff
         assert request.key == approval_key("publish", request.args, request.revision, request.policy_version, request.effect)
         page = Client()
         page.force_login(reviewer)
         html = page.get(f"/approvals/{request.pk}/").content.decode()
         words = unescape(html.split('id="what-it-does"', 1)[1].split("</p>", 1)[0])
         assert f"Pushes one commit, {fixed.commit[:12]}, to branch {branch} on {rig.url}" in words and "outbox" not in words
+        authored = datetime.fromtimestamp(fixed.author.date, tz=UTC).isoformat()
+        assert f'id="commit-times">The commit: authored <time class="" datetime="{authored}" data-when="full"' in html
 
         # The filing worker goes; one configured otherwise does the push.
         rig.worker.stop()

@@ -126,3 +126,19 @@ def test_it_asks_the_sandbox_engine_for_the_policys_runtime() -> None:
     assert problem.field == "sandbox.runtime"
     assert problem.message.startswith("the Docker engine has no runtime 'nosuchruntime'")
     assert policy_admin.engine_problems({"sandbox": {"runtime": "runc"}}) == []
+
+
+@pytest.mark.django_db
+def test_it_refuses_a_script_naming_a_tool_that_does_not_exist(admin_user: User) -> None:
+    script = [{"tool": "read_file", "args": {"path": "a"}}, {"tool": "teleport", "args": {}}]
+    form = {
+        "template": "demo",
+        "contract": "",
+        "repository_ref": "",
+        "proposer_kind": "scripted",
+        "proposer_options": json.dumps({"script": script}),
+    }
+    response = signed_in(admin_user).post(reverse("runs:new"), form)
+    page = response.content.decode()
+    assert response.status_code == 400 and "script[1].tool: unknown tool &#x27;teleport&#x27;: the tools are " in page
+    assert "script[0]" not in page and not Run.objects.exists()

@@ -113,10 +113,12 @@ def test_it_lets_site_admins_alone_add_a_server_on_the_allowlist_naming_its_toke
     client = Client()
     client.force_login(admin_user)
     add = reverse("admin:projects_mcpserver_add")
+    # The name's help reads whole: the admin shows help as HTML, where "<name>" vanished ("named .:").
+    assert "a server named 'github' offers its tool 'search' as 'github.search'" in client.get(add).content.decode()
     for bad, said in (
         ({"url": "https://evil.example.com/mcp"}, "is not on HARNESS_MCP_ALLOWED_URLS"),
         ({"credential_env": "sk-live-1234"}, "not the token itself"),
-        ({"name": "Tracker.v2"}, "lowercase"),
+        ({"name": "Tracker"}, "starting with a letter</li>"),  # the error, not the help beside it
     ):
         page = client.post(add, server_form(**bad))
         assert page.status_code == 200 and said in page.content.decode(), bad

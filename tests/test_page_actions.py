@@ -104,6 +104,21 @@ def test_it_keeps_an_optional_comment_on_a_grant_and_reason_on_a_kill(operator: 
     signed_in(operator).post(reverse("runs:kill", args=[killed.run.pk]), {"reason": "wrong repository"})
     event = present(Event.objects.get(run=killed.run, type="kill_requested").as_dict())
     assert event["view"]["summary"] == f"by {operator.username} for this run: wrong repository"
+    # The stop says who and why too, wherever the run's end is told.
+    from runs.approval_gate import DjangoApprovals
+    from runs.services import drive_run
+    from tests.helpers import KillFlag
+
+    drive_run(
+        Run.objects.get(pk=killed.run.pk), killed.world.environment(), DjangoApprovals(killed.run), controls=KillFlag(str(killed.run.pk))
+    )
+    said = f"killed by {operator.username}: wrong repository"
+    stopped = present(Event.objects.get(run=killed.run, type="stopped").as_dict())
+    assert said in stopped["payload"]["said"] and said in stopped["view"]["summary"], stopped
+    for page in ("runs:detail", "runs:result"):
+        assert said in signed_in(operator).get(reverse(page, args=[killed.run.pk])).content.decode(), page
+    api = signed_in(operator).get(f"/api/runs/{killed.run.pk}/").json()
+    assert api["outcome"] == "killed" and said in api["said"], api
 
 
 @pytest.mark.django_db(transaction=True)

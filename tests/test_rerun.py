@@ -1,6 +1,6 @@
 """Re-running an ended run: an operator of its project starts a new run with the same
-contract, proposer, project and policy, linked to the old; the server refuses anyone
-else, a run still going and a run whose project's policy has changed since."""
+contract, proposer and project, linked to the old, under the project's current policy
+(said when it changed since); the server refuses anyone else and a run still going."""
 
 from __future__ import annotations
 
@@ -49,19 +49,27 @@ def test_it_reruns_an_ended_run_with_the_same_contract_and_policy_linked_to_the_
 
 
 @pytest.mark.django_db
-def test_it_refuses_a_rerun_to_others_to_a_live_run_and_after_a_policy_change(
-    operator: User, reviewer: User, other_member: User, other_project: Project
-) -> None:
+def test_it_refuses_a_rerun_to_others_and_to_a_live_run(operator: User, reviewer: User, other_member: User, other_project: Project) -> None:
     old = denied_scene(operator, reviewer).run
     assert signed_in(reviewer).post(reverse("runs:rerun", args=[old.pk])).status_code == 403
     assert signed_in(other_member).post(reverse("runs:rerun", args=[old.pk])).status_code in (403, 404)
     live = waiting_scene(operator).run
     page = signed_in(operator).post(reverse("runs:rerun", args=[live.pk]), follow=True).content.decode()
     assert "Not re-run: calc-fix is still waiting" in page
-    new_policy_version(approval_ttl_seconds=600)
-    page = signed_in(operator).post(reverse("runs:rerun", args=[old.pk]), follow=True).content.decode()
-    assert "a re-run would not be the same run" in page
     assert Run.objects.count() == 2  # the old run and the live one: nothing was started
+
+
+@pytest.mark.django_db
+def test_it_reruns_after_a_policy_change_under_the_current_policy_saying_so(operator: User, reviewer: User) -> None:
+    old = denied_scene(operator, reviewer).run
+    current = new_policy_version(approval_ttl_seconds=600)
+    result = signed_in(operator).get(reverse("runs:result", args=[old.pk])).content.decode()
+    offer = f"under policy v{current.version}, the project&#x27;s current (this run had v{old.policy.version})"
+    assert offer in result and offer in signed_in(operator).get(reverse("runs:detail", args=[old.pk])).content.decode()
+    page = signed_in(operator).post(reverse("runs:rerun", args=[old.pk]), follow=True).content.decode()
+    new = Run.objects.get(rerun_of=old)
+    assert new.policy_id == current.pk != old.policy_id
+    assert f"Re-running calc-fix with the same contract under policy v{current.version}, the project&#x27;s current" in page
 
 
 @pytest.mark.browser

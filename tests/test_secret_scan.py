@@ -384,7 +384,7 @@ def test_it_holds_a_publish_holding_secrets_for_a_reviewer_who_sees_the_findings
     request = ApprovalRequest.objects.get(run=run)
     client.force_login(reviewer)
     html = client.get(f"/approvals/{request.pk}/").content.decode()
-    assert 'id="secret-findings"' in html and html.index('id="secret-findings"') < html.index("Changes against the current content")
+    assert 'id="secret-findings"' in html and html.index('id="secret-findings"') < html.index('id="diff-title"')
     assert (
         "<strong>config/app.ini</strong>, line 2: masked secret" in html and "<strong>deploy/id_rsa</strong>, line 1: private key" in html
     )

@@ -52,7 +52,9 @@
       const up = button.dataset.expand === "up";
       const from = up ? Math.max(start, end - STEP + 1) : start;
       const to = up ? end : Math.min(end, start + STEP - 1);
-      button.setAttribute("aria-label", "Show lines " + from + " to " + to + " of " + path + (up ? ", above the next hunk" : ", below the previous lines"));
+      // The name begins with the button's visible words, so one who says them (voice
+      // control) reaches it (WCAG 2.5.3); the rest names the lines it shows.
+      button.setAttribute("aria-label", "Show more: lines " + from + " to " + to + " of " + path + (up ? ", above the next hunk" : ", below the previous lines"));
     });
     const left = row.querySelector(".expand-left");
     if (left) left.textContent = (end - start + 1) + " unchanged lines hidden";
