@@ -24,7 +24,7 @@ from core.state import RunState
 from core.tools import builtin_registry
 from live.trace import EMPTY_OUTPUT_REF, text_args, timeline
 from pages.access import require, visible
-from pages.diff_review import FEEDBACK_CHARS, check_line_comments, feedback_text
+from pages.diff_review import FEEDBACK_CHARS, LineComment, check_line_comments, feedback_text, requested_changes, stored_comments
 from pages.diff_view import ContextRefused, context_lines, files_of, masked_lines, parse
 from pages.inbox import inbox_context, remember_next, waiting_for
 from pages.summary import egress_text, shown_clocks
@@ -67,6 +67,16 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "grants": list(request.grants.select_related("user")),
         "stale": out_of_date(request),
         "asked_again": asked_again(request),
+        "changes": told_changes(request) if request.status == Status.CHANGES_REQUESTED else None,
+        # What reviewers asked of this run before, so the next request is read beside it.
+        "asked_before": [
+            told_changes(earlier)
+            for earlier in ApprovalRequest.objects.filter(
+                run_id=request.run_id, status=Status.CHANGES_REQUESTED, created_at__lt=request.created_at
+            )
+            .select_related("decided_by")
+            .order_by("created_at")
+        ],
         "ask_again_blocker": ask_again_blocker(request, user),
         "expiry": after_expiry(request, run, user),
         "revision_current": run.revision == request.revision,
@@ -149,6 +159,11 @@ def after_expiry(request: ApprovalRequest, run: Run, user: User | AnonymousUser)
         except ControlRefused as exc:
             rerun_blocker = str(exc)
     return {"ended": ended, "rerun_blocker": rerun_blocker}
+
+
+def told_changes(request: ApprovalRequest) -> dict[str, Any]:
+    """A request for changes, its words and line comments apart, with who and when."""
+    return {"request": request, **requested_changes(request.reason, list(request.comments or []))}
 
 
 def commit_times(effect: object) -> list[tuple[str, datetime]]:
@@ -268,7 +283,7 @@ def deny_view(request: HttpRequest, request_id: str) -> HttpResponse:
     return redirect("runs:detail", approval.run_id)
 
 
-def _feedback(request: HttpRequest, approval: ApprovalRequest) -> tuple[str, list[str]]:
+def _feedback(request: HttpRequest, approval: ApprovalRequest) -> tuple[str, list[LineComment], list[str]]:
     """The reviewer's words with their line comments (pages.diff_review), or the problems."""
     post = request.POST
     files = files_of(parse(approval.diff or ""))
@@ -278,18 +293,18 @@ def _feedback(request: HttpRequest, approval: ApprovalRequest) -> tuple[str, lis
     text = feedback_text(post.get("message", ""), comments)
     if len(text) > FEEDBACK_CHARS:
         problems.append(f"the words and line comments together: at most {FEEDBACK_CHARS} characters (they have {len(text)})")
-    return text, problems
+    return text, comments, problems
 
 
 @require_POST
 @require(DECIDE_APPROVALS)
 def changes_view(request: HttpRequest, request_id: str) -> HttpResponse:
     approval = _approval(request, request_id)
-    text, problems = _feedback(request, approval)
+    text, comments, problems = _feedback(request, approval)
     if problems:
         return _refused(request, approval, "Changes not requested: " + "; ".join(problems) + ".")
     try:
-        request_changes(approval, request.user, text)
+        request_changes(approval, request.user, text, stored_comments(comments))
     except DecisionRefused as exc:
         return _refused(request, approval, str(exc))
     remember_next(request, approval)

@@ -162,6 +162,26 @@ def check_line_comments(paths: list[str], lines: list[str], texts: list[str], fi
     return (comments if not problems else []), problems
 
 
+def stored_comments(comments: list[LineComment]) -> list[dict[str, object]]:
+    """The comments as a request for changes keeps them (ApprovalRequest.comments)."""
+    return [{"file": c.path, "line": c.line, "text": c.text} for c in comments]
+
+
+def requested_changes(reason: str, comments: list[dict[str, object]]) -> dict[str, object]:
+    """A request for changes as the pages show it: the reviewer's own words and each
+    line comment on its own, anchored to its file and line. ``reason`` holds both as the
+    model read them (feedback_text); a request decided before comments were kept apart
+    has none, and its reason is shown whole."""
+    kept = [LineComment(str(c.get("file", "")), int(str(c.get("line", 0))), str(c.get("text", ""))) for c in comments]
+    listed = feedback_text("", kept) if kept else ""
+    words = reason
+    if listed and reason == listed:
+        words = ""
+    elif listed and reason.endswith("\n\n" + listed):
+        words = reason[: -len(listed) - 2]
+    return {"words": words, "comments": kept}
+
+
 def feedback_text(message: str, comments: list[LineComment]) -> str:
     """What the model reads: the reviewer's words, then each line comment naming its
     file and line (the diff's new side), in the order they were left."""

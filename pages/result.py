@@ -19,7 +19,7 @@ from core.outcome import REFUSED_WORDS
 from live.trace import outcome_tone, present
 from live.wording import duration, human
 from pages.access import require, visible
-from pages.approvals import commit_times
+from pages.approvals import commit_times, told_changes
 from pages.summary import run_summary
 from runs.control import ACTIVE
 from runs.models import Event, PublishedPatch, Run
@@ -126,6 +126,10 @@ def result_context(run: Run) -> dict[str, Any]:
         "outbox": outbox_patches(run),
         "external_effects": external_effects(run),
         "decisions": decisions(run),
+        "requested_changes": [
+            told_changes(r)
+            for r in run.approval_requests.filter(status="changes_requested").select_related("decided_by").order_by("created_at")
+        ],
         "evidence": summary["evidence"],
         "evidence_current": summary["evidence_current"],
         "revision": summary["revision"],

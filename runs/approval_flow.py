@@ -8,6 +8,7 @@ Approvals): the dependency is an import pointing down, with no port or signal ba
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from django.contrib.auth.models import AnonymousUser, User
@@ -21,6 +22,7 @@ from approvals.models import ApprovalGrant, ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row, default_policy_document
 from core import events as ev
 from core.fences import Fence, RowLock
+from core.jsonutil import JSON
 from core.lifecycle import OPEN_STATUSES, check_lapse, check_request_transition, sources_of
 from projects import audit
 from projects.models import default_project_id
@@ -81,13 +83,20 @@ def check_decision_recording_lapse(request: ApprovalRequest, user: User | Anonym
         raise
 
 
-def _decide(request: ApprovalRequest, user: User | AnonymousUser, status: Decided, reason: str, grants: int) -> None:
+def _decide(
+    request: ApprovalRequest,
+    user: User | AnonymousUser,
+    status: Decided,
+    reason: str,
+    grants: int,
+    comments: Sequence[dict[str, JSON]] = (),
+) -> None:
     # Only a still-pending row can be decided: a concurrent decision, expiry or
     # cancellation wins or loses as a whole, never half.
     check_request_transition(Status.PENDING, status)
     with transaction.atomic():
         updated = ApprovalRequest.objects.filter(pk=request.pk, status=Status.PENDING).update(
-            status=status, decided_by=user, decided_at=timezone.now(), reason=reason
+            status=status, decided_by=user, decided_at=timezone.now(), reason=reason, comments=list(comments)
         )
         if updated != 1:
             raise DecisionRefused("this request was decided by someone else a moment ago")
@@ -142,12 +151,13 @@ def deny(request: ApprovalRequest, user: User | AnonymousUser, reason: str) -> N
     _decide(request, user, "denied", reason, grants=request.grants.count())
 
 
-def request_changes(request: ApprovalRequest, user: User | AnonymousUser, message: str) -> None:
-    """Instead of the call, the reviewer's words to the model: the call is not
+def request_changes(request: ApprovalRequest, user: User | AnonymousUser, message: str, comments: Sequence[dict[str, JSON]] = ()) -> None:
+    """Instead of the call, the reviewer's words to the model (``message``, holding
+    the line ``comments`` too, each also kept as {file, line, text}): the call is not
     performed, the run goes on, and the identical call is not asked for again."""
     message = check_reason(message, "a request for changes needs the words the model is to read")
     check_decision_recording_lapse(request, user)
-    _decide(request, user, "changes_requested", message, grants=request.grants.count())
+    _decide(request, user, "changes_requested", message, grants=request.grants.count(), comments=comments)
 
 
 def do_consume(request_id: Any, call_id: str) -> bool:

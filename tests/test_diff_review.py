@@ -5,6 +5,8 @@ browser at a laptop's and a phone's width, axe clean."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -12,10 +14,14 @@ from django.urls import reverse
 from playwright.sync_api import BrowserContext, expect
 
 from approvals.models import ApprovalRequest
+from core.scenarios import call
 from pages.diff_review import HIGHLIGHT_MAX_LINES, check_line_comments, feedback_text
 from pages.diff_view import ContextRefused, context_lines, diff_tables, files_of, gaps_of, parse
-from runs.models import Event
+from runs.approval_gate import DjangoApprovals
+from runs.models import Event, Run
+from runs.services import drive_run
 from tests.fixtures_web import SIZES, AsgiServer, Scene, screenshot, serious_problems, sign_in, waiting_scene
+from tests.helpers import SCRIPT
 
 THREE_FILES = """diff --git a/src/calc.py b/src/calc.py
 --- a/src/calc.py
@@ -40,9 +46,9 @@ diff --git a/src/old.py b/src/old.py
 """
 
 
-def reviewing(operator: User) -> Scene:
+def reviewing(operator: User, script: list[Any] | None = None) -> Scene:
     """A run waiting for its publish, the request showing a three-file diff."""
-    scene = waiting_scene(operator)
+    scene = waiting_scene(operator, script)
     ApprovalRequest.objects.filter(pk=scene.request.pk).update(diff=THREE_FILES)
     scene.request.refresh_from_db()
     return scene
@@ -170,6 +176,58 @@ def test_it_sends_line_comments_with_a_request_for_changes_to_the_model(operator
     assert scene.request.status == "changes_requested" and scene.request.reason == words
     decided = Event.objects.get(run=scene.run, type="approval_decided")
     assert decided.payload["reason"] == words
+    assert scene.request.comments == [
+        {"file": "src/calc.py", "line": 3, "text": "name the quantity"},
+        {"file": "tests/test_calc.py", "line": 2, "text": "assert the error"},
+    ]
+
+
+LISTED = (
+    '<li><span class="mono">src/calc.py, line 3</span>: name the quantity</li>',
+    '<li><span class="mono">tests/test_calc.py, line 2</span>: assert the error</li>',
+)
+
+
+def changes_with_comments(client: Client, scene: Scene) -> None:
+    client.post(
+        reverse("approvals:changes", args=[scene.request.pk]),
+        {
+            "message": "Close, two things.",
+            "comment_path": ["src/calc.py", "tests/test_calc.py"],
+            "comment_line": ["3", "2"],
+            "comment_text": ["name the quantity", "assert the error"],
+        },
+    )
+
+
+@pytest.mark.django_db
+def test_it_keeps_requested_changes_a_list_on_the_request_the_next_request_and_the_result(operator: User, reviewer: User) -> None:
+    client = Client()
+    client.force_login(reviewer)
+    # A run that asks to publish again after the changes: its new request shows them as asked before.
+    again = [*SCRIPT[:4], call("publish", message="ORD-12: reject negative quantities"), call("finish", summary="done")]
+    scene = reviewing(operator, again)
+    changes_with_comments(client, scene)
+    page = client.get(reverse("approvals:detail", args=[scene.request.pk])).content.decode()
+    decided = page.split('id="requested-changes"', 1)[1].split("The call was not performed", 1)[0]
+    assert "Close, two things." in decided and all(item in decided for item in LISTED)
+    assert "Comments on lines of the diff" not in decided, "the comments are a list, not a paragraph"
+    drive_run(Run.objects.get(pk=scene.run.pk), scene.world.environment(), DjangoApprovals(scene.run))
+    following = ApprovalRequest.objects.get(run=scene.run, status="pending")
+    page = client.get(reverse("approvals:detail", args=[following.pk])).content.decode()
+    asked = page.split('id="asked-before"', 1)[1].split("</section>", 1)[0]
+    assert "Close, two things." in asked and all(item in asked for item in LISTED)
+    # A run that finishes without taking them up: its result lists them.
+    ignored = reviewing(operator)
+    changes_with_comments(client, ignored)
+    drive_run(Run.objects.get(pk=ignored.run.pk), ignored.world.environment(), DjangoApprovals(ignored.run))
+    result = client.get(reverse("runs:result", args=[ignored.run.pk])).content.decode()
+    listed = result.split('id="requested-changes"', 1)[1].split("</section>", 1)[0]
+    assert "Close, two things." in listed and all(item in listed for item in LISTED)
+    # A request decided before comments were kept apart shows its words whole.
+    ApprovalRequest.objects.filter(pk=ignored.request.pk).update(comments=[], reason="old words\n- a.py, line 1: x")
+    result = client.get(reverse("runs:result", args=[ignored.run.pk])).content.decode()
+    assert "old words<br>- a.py, line 1: x" in result
 
 
 @pytest.mark.browser

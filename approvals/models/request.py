@@ -49,6 +49,10 @@ class ApprovalRequest(models.Model):
     decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     decided_at = models.DateTimeField(null=True, blank=True)  # or when it expired, went stale or was cancelled
     reason = RedactedTextField(blank=True, default="")
+    # A request for changes' line comments, each {file, line, text} anchored to a line
+    # of the diff's new side; ``reason`` holds them too, as the model read them. Empty
+    # for a request decided before comments were kept apart: its reason alone tells it.
+    comments = RedactedJSONField(default=list, blank=True)
     consumed_at = models.DateTimeField(null=True, blank=True)
     consumed_by_call = models.CharField(max_length=40, blank=True, default="")
     # The asking rule's reviewers (core.policy.Reviewers): how many distinct people must
