@@ -57,11 +57,11 @@ class ObjectField(serializers.JSONField):
             return {"summary": storable.summary(value).model_dump()}
 
 
+# The human-readable fields a serializer names (``words``) with every hidden character
+# a mark naming it (core.visible, DESIGN 15); fields returned as data (arguments,
+# diffs, effects) keep their exact bytes. A comment, not a docstring: the schema would
+# take a docstring for the description of every serializer using it.
 class VisibleWords:
-    """The human-readable fields a serializer names (``words``) with every hidden
-    character a mark naming it (core.visible, DESIGN 15); fields returned as data
-    (arguments, diffs, effects) keep their exact bytes."""
-
     words: tuple[str, ...] = ()
 
     def to_representation(self, instance: Any) -> Any:

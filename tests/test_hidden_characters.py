@@ -27,7 +27,7 @@ from core.scenarios import call
 from core.visible import HIDDEN_KIND, hidden_in_patch, visible_html, visible_text
 from notifications.mail import one_line
 from notifications.messages import RUN_STOPPED, notice, slack
-from pages.diff_view import diff_tables
+from pages.diff_view import context_lines, diff_tables
 from runs.approval_flow import deny, grant
 from runs.approval_gate import DjangoApprovals
 from runs.models import Event
@@ -106,6 +106,15 @@ def test_it_shows_the_marks_in_every_layout_of_the_diff() -> None:
         assert html.count('<span class="hidden-char" title="U+2066 LEFT-TO-RIGHT ISOLATE">⟨U+2066⟩</span>') == 2
         assert "⟨U+202E⟩" in html and "⟨U+2069⟩" in html
     assert [h.where for h in tables.hidden] == ["auth.py: line 2"]
+
+
+def test_it_sends_expanded_context_with_each_hidden_character_already_marked() -> None:
+    source = "".join(f"line {n}\n" for n in range(1, 10)).replace("line 2", "li\u200bne 2")
+    diff = "--- a/notes.txt\n+++ b/notes.txt\n@@ -8,2 +8,2 @@\n line 8\n-line 9\n+line nine\n"
+    [first, second] = context_lines(diff, {"notes.txt": source}, "notes.txt", 1, 2)
+    assert first["pieces"] == [["", "line 1"]]
+    # The page's script sets pieces as text: the mark and its name come from here (core.visible).
+    assert second["pieces"] == [["", "li"], ["hidden", "⟨U+200B⟩", "U+200B ZERO WIDTH SPACE"], ["", "ne 2"]]
 
 
 # -- pages, mail, webhooks, the API and the publish gate --------------------------------
