@@ -47,8 +47,12 @@ BUSY ?= 2
 test-busy:
 	$(PY) -m tests.busy $(BUSY) $(PY) -m pytest -q -p no:cacheprovider --durations=15 -m "(docker or celery or browser) and not postgres_only and not deploy"
 
+# XDIST workers side by side (each a session of its own: harness_site/test_settings.py),
+# a module's tests on one worker (--dist loadscope: a module's fixtures start its
+# servers once). XDIST=0 runs them one after another.
+XDIST ?= 2
 test-sqlite:
-	$(PY) -m pytest -q -p no:cacheprovider --durations=30 -m "not postgres_only and not deploy"
+	$(PY) -m pytest -q -p no:cacheprovider --durations=30 -n $(XDIST) --dist loadscope -m "not postgres_only and not deploy"
 
 # Behaviour that depends on the database (locking, concurrent consumption, constraints)
 # runs again against the local PostgreSQL server.

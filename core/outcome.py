@@ -31,7 +31,6 @@ WORDS = {
     "attempt_limit": "out of attempts",
     "budget_exhausted": "out of budget",
     "proposals_exhausted": "out of proposals",
-    "calls_exhausted": "out of tool calls",
     "receipt_invalid": "invalid receipt",
     "unresolved": "unresolved effect",
     "effect_conflict": "the remote branch holds another commit",
@@ -49,6 +48,29 @@ WORDS = {
     "checks_missing": "no passing check on the final revision",
     "effects_unresolved": "effects of unknown outcome",
 }
+# Every reason a run stops for short of completing (a ``stopped`` event's ``status``):
+# the loop's, the gates', the waits', and those the worker records when it cannot
+# drive a run (runs.runtime.stop_undriven). tests/test_told_everywhere.py walks each.
+STOP_REASONS = (
+    "killed",
+    "denied",
+    "tool_denied",
+    "deadline",
+    "attempt_limit",
+    "budget_exhausted",
+    "proposals_exhausted",
+    "receipt_invalid",
+    "unresolved",
+    "effect_conflict",
+    "model_error",
+    "approval_expired",
+    "approval_cancelled",
+    "sandbox_unavailable",
+    "workspace_error",
+    "revision_mismatch",
+    "workspace_lost",
+    "unstorable",
+)
 # Why a call was not performed (core.fold_calls.REFUSALS), in words.
 REFUSED_WORDS = {
     "changes_requested": "the reviewer requested changes",

@@ -101,11 +101,8 @@ def append_events(
 
 def _stored_row(columns: Mapping[str, object]) -> Event:
     """The model instance of a row just written, built as Django builds one it has
-    read (positional values, no keyword handling): a step stores several."""
-    values: list[Any] = [columns[name] for name in _EVENT_COLUMNS]
-    row = Event(*values)
-    row._state.adding = False
-    return row
+    read (Model.from_db: positional values, no keyword handling): a step stores several."""
+    return Event.from_db(None, _EVENT_COLUMNS, [columns[name] for name in _EVENT_COLUMNS])
 
 
 _EVENT_COLUMNS = [field.attname for field in Event._meta.concrete_fields]

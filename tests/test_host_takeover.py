@@ -318,6 +318,25 @@ def git_remote(root: Path) -> Path:
     return bare
 
 
+def hold_first_push(bare: Path, hook: str) -> Path:
+    """The remote holds the first push inside ``hook`` (pre-receive: nothing landed yet;
+    post-receive: the branch is there, the pusher not yet told) so the test kills host A
+    at that moment whatever the machine's load; later pushes pass. The hold is bounded
+    (120 s) and dies with host A's process group, which the push runs in. Returns the
+    path that appears once the first push is held."""
+    held = bare / "held"
+    script = bare / "hooks" / hook
+    script.write_text(
+        "#!/bin/sh\n"
+        "cat >/dev/null\n"
+        f"if mkdir '{held}' 2>/dev/null; then\n"
+        "  n=0; while [ $n -lt 1200 ]; do sleep 0.1; n=$((n+1)); done\n"
+        "fi\n"
+    )
+    script.chmod(0o755)
+    return held
+
+
 @pytest.mark.parametrize("moment", ["publish_started", "branch_pushed"])
 def test_it_publishes_to_a_git_remote_at_most_once_when_host_a_dies_during_the_publish(
     hosts_up: tuple[Host, Host], operator: User, reviewer: User, settings: Settings, moment: str
@@ -329,16 +348,13 @@ def test_it_publishes_to_a_git_remote_at_most_once_when_host_a_dies_during_the_p
     run = start_on(a, PUBLISH, operator, {"kind": "git", "url": f"file://{bare}", "ref": "main"})
     run = wait_for(run, ("waiting_approval", "complete", "stopped"), timeout=120, log=a.log)
     assert run.status == "waiting_approval" and run.host == "host-a", (run.outcome, run.stop_message)
-    grant(ApprovalRequest.objects.get(run=run, status="pending"), reviewer)
     branch = f"refs/heads/harness/{run.task_id}-{str(run.pk)[:8]}"
-    if moment == "publish_started":
-        until("the publish", lambda: Event.objects.filter(run=run, type="call_started", payload__tool="publish").exists(), log=a.log)
-    else:  # the push reached the remote; its receipt may not be recorded yet
-        until(
-            "the push",
-            lambda: subprocess.run(["git", "rev-parse", "--verify", "--quiet", branch], cwd=bare, capture_output=True).returncode == 0,
-            log=a.log,
-        )
+    held = hold_first_push(bare, "pre-receive" if moment == "publish_started" else "post-receive")
+    grant(ApprovalRequest.objects.get(run=run, status="pending"), reviewer)
+    until("host A's push at the remote", held.exists, log=a.log)
+    on_remote = subprocess.run(["git", "rev-parse", "--verify", "--quiet", branch], cwd=bare, capture_output=True).returncode == 0
+    # publish_started: the push is in flight, not landed; branch_pushed: landed, its receipt not recorded.
+    assert on_remote == (moment == "branch_pushed")
     killed_at = a.die()
     taken_over(run, killed_at, a, b, moment)
     run = finish(run, reviewer, b.log)

@@ -5,11 +5,14 @@ machine name beside them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from pathlib import Path
 
 from core.effects import Plan
 from core.jsonutil import JSON
-from core.outcome import describe, outcome_of
+from core.outcome import STOP_REASONS, describe, outcome_of
+from core.outcome import WORDS as TOLD
 from core.policy import Rule
 from core.report import build_report
 from core.scenarios import FIXED, Rig, build_rig, call, demo_policy
@@ -102,9 +105,24 @@ def test_it_leads_a_stopped_runs_words_with_the_root_cause_and_keeps_the_stop_be
 
 
 def test_it_has_words_for_every_status_and_stop_reason_and_no_raw_names() -> None:
-    for reason in ("budget_exhausted", "proposals_exhausted", "calls_exhausted", "tool_denied", "killed", "unresolved", "effect_conflict"):
+    for reason in STOP_REASONS:
         told = describe("stopped", reason, "the message", unmet=[], applied=False)
         assert told.code == reason and "_" not in told.label and told.sentence.startswith(f"stopped: {told.label} (the message)")
         assert [lim.reason for lim in told.limitations] == [reason] and "_" not in told.limitations[0].text
     assert describe("running", None, "", unmet=[], applied=False).sentence == "running"
     assert describe("waiting_approval", None, "", unmet=[], applied=False).sentence == "waiting for approval"
+
+
+def test_it_lists_every_stop_reason_the_code_records() -> None:
+    """A reason written where a run is stopped (Stop, no_retry, stop_undriven) that
+    STOP_REASONS lacks would go untold by tests/test_told_everywhere.py."""
+    root = Path(__file__).resolve().parent.parent
+    shape = re.compile(r"\b(?:Stop|no_retry|_stop|stop_undriven)\(\s*(?:run,\s*)?\"([a-z_]+)\"")
+    written = {
+        m.group(1)
+        for package in ("core", "runs", "adapters", "sandbox")
+        for f in (root / package).rglob("*.py")
+        for m in shape.finditer(f.read_text())
+    }
+    assert written and written <= set(STOP_REASONS), written - set(STOP_REASONS)
+    assert all(reason in TOLD for reason in STOP_REASONS)

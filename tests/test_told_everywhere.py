@@ -15,15 +15,17 @@ from django.test import Client
 from django.urls import reverse
 from django.utils.text import capfirst
 
-from core.outcome import WORDS
+from core.outcome import STOP_REASONS, WORDS, Outcome
 from core.scenarios import call
 from notifications.messages import notice, summary
 from pages.templatetags.harness import visible
+from runs import leases
 from runs.approval_flow import deny, grant, request_changes
 from runs.approval_gate import DjangoApprovals
 from runs.control import kill
 from runs.models import Event, Run
 from runs.outcome import told
+from runs.runtime import stop_undriven
 from runs.services import drive_run, report_of
 from tests.fixtures_web import Scene, waiting_scene
 from tests.helpers import CONTRACT, KillFlag, World
@@ -82,12 +84,32 @@ def test_it_has_words_for_every_ending_walked_here() -> None:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("code", list(ENDINGS))
 def test_it_tells_each_ending_the_same_on_every_surface(code: str, operator: User, reviewer: User) -> None:
-    run = _ending(code, operator, reviewer)
+    told_everywhere(_ending(code, operator, reviewer), code, operator)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("code", list(STOP_REASONS))
+def test_it_tells_every_stop_reason_the_same_on_every_surface(code: str, operator: User) -> None:
+    """Every reason the core and the worker stop a run for, recorded as the worker
+    records a stop it reaches outside the loop (runs.runtime.stop_undriven)."""
+    run = World().create()
+    token = leases.acquire(str(run.pk), "test")
+    assert token is not None
+    stop_undriven(run, code, f"what stopped it: {code}", token)
+    leases.release(str(run.pk), token)
+    run.refresh_from_db()
+    outcome = told_everywhere(run, code, operator)
+    assert outcome.sentence == f"stopped: {WORDS[code]} (what stopped it: {code})"
+
+
+def told_everywhere(run: Run, code: str, viewer: User) -> Outcome:
+    """The run page, result page, API, stored report and notification text say
+    ``code``'s outcome in the same words; anything but complete names its limitations."""
     outcome = told(run)
     assert outcome.code == code, outcome
     said = outcome.sentence
     client = Client()
-    client.force_login(operator)
+    client.force_login(viewer)
     run_page = client.get(reverse("runs:detail", args=[run.pk])).content.decode()
     assert f'data-field="said">{visible(said)}</p>' in run_page
     result = client.get(reverse("runs:result", args=[run.pk])).content.decode()
@@ -113,3 +135,4 @@ def test_it_tells_each_ending_the_same_on_every_surface(code: str, operator: Use
         assert 'id="result-limitations"' in result and '<li class="faint">none</li>' not in result.split('id="result-limitations"')[1][:400]
     if code == "unpublished":
         assert "requested changes were not taken up" in result and "nothing was published" in result.lower()
+    return outcome
