@@ -85,7 +85,10 @@ class Page:
         text = self._texts.get(cursor)
         if text is None:
             events = ",".join(self.parts[cursor + 1 - self.first :])
-            text = self._texts[cursor] = f'{{"type": "events", "events": [{events}]}}'
+            text = f'{{"type": "events", "events": [{events}]}}'
+            if cursor + 1 == self.first:
+                # Kept only whole: a shared replay page is sent from many cursors.
+                self._texts[cursor] = text
         return text
 
 
@@ -141,25 +144,34 @@ def _page_statement(connection: Any) -> tuple[str, Any, Any]:
     return found
 
 
-# (run, after) -> the full page of events after it. Only a page of exactly
-# REPLAY_PAGE events is kept: seqs after+1 .. after+REPLAY_PAGE, read without a gap,
-# so what a key names cannot be short or holed, and stored events never change.
+# (run, start) -> the full page of events after ``start``, a multiple of REPLAY_PAGE.
+# Only a page of exactly REPLAY_PAGE events is kept: seqs start+1 .. start+REPLAY_PAGE,
+# read without a gap, so what a key names cannot be short or holed, and stored events
+# never change.
 _replays: OrderedDict[tuple[str, int], Page] = OrderedDict()
 
 
 async def replay_page(run_id: str, after: int) -> Page | None:
-    """``read_page`` for a viewer catching up, sharing full pages between viewers.
-    On the event loop (the cache is the loop's)."""
-    key = (run_id, after)
-    kept = _replays.get(key)
-    if kept is not None:
+    """A page holding the events after ``after`` (sent from there: Page.text_after),
+    for a viewer catching up; None if none is stored yet. Pages start at multiples of
+    REPLAY_PAGE, so viewers catching up from different seqs read, mark (core.visible)
+    and encode each stored event once between them, not once each: with two dozen
+    viewers reconnecting at random seqs, reads from each viewer's own seq kept the
+    replay thread busy past what the viewers could wait. On the event loop (the
+    cache is the loop's)."""
+    start = after - after % REPLAY_PAGE
+    key = (run_id, start)
+    page = _replays.get(key)
+    if page is not None:
         _replays.move_to_end(key)
-        return kept
-    page = await on_replay_thread(read_page, run_id, after)
-    if page is not None and page.full:
-        _replays[key] = page
-        if len(_replays) > REPLAY_PAGES:
-            _replays.popitem(last=False)
+    else:
+        page = await on_replay_thread(read_page, run_id, start)
+        if page is not None and page.full:
+            _replays[key] = page
+            if len(_replays) > REPLAY_PAGES:
+                _replays.popitem(last=False)
+    if page is None or page.last <= after:
+        return None  # nothing stored after ``after`` yet: the feed brings it when it is
     return page
 
 

@@ -1,8 +1,9 @@
-"""A writer OS process for the live-trace stress test: appends notes to one run,
-singles and batches of up to eight, as fast as it can for a number of seconds,
-while a share of its broadcasts is thrown away on the way to Redis.
+"""A writer OS process for the live-trace stress test: appends a number of notes to
+one run, singles and batches of up to eight, as fast as it can, while a share of its
+broadcasts is thrown away on the way to Redis. A count, not a duration: the viewers'
+work is then the same however busy the machine is.
 
-    python -m tests.live_writer <run-id> <seconds> <seed> <share lost>
+    python -m tests.live_writer <run-id> <events> <seed> <share lost>
 
 Run with the test's service environment (tests.fixtures_services.service_env):
 it prints "ready" once Django is set up, starts writing on a line from stdin, and
@@ -34,7 +35,7 @@ def lossy(layer: Any, rng: random.Random, share: float, dropped: list[int]) -> A
 
 
 def main() -> None:
-    run_id, seconds, seed, share = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+    run_id, count, seed, share = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     import django
 
     django.setup()
@@ -52,9 +53,8 @@ def main() -> None:
     print("ready", flush=True)
     sys.stdin.readline()
     written = 0
-    until = time.monotonic() + seconds
-    while time.monotonic() < until:
-        size = 1 if rng.random() < 0.5 else rng.randint(2, 8)
+    while written < count:
+        size = min(count - written, 1 if rng.random() < 0.5 else rng.randint(2, 8))
         notes = [
             ev.ModelNote(run_id=run_id, seq=0, ts=time.time(), kind="stress", detail={"writer": seed, "n": written + i})
             for i in range(size)
