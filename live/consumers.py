@@ -168,7 +168,7 @@ class RunTraceConsumer(HeartbeatMixin):
                 continue
             page = await replay_page(self.run_id, self.cursor)
             if page is None:
-                return  # not stored after all (the run's log was deleted): nothing to send
+                return  # nothing readable after the cursor yet (or the log was deleted): the feed's next page or recheck comes back here
             await self.send_page(page)
 
     async def let_go(self) -> None:
