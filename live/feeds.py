@@ -63,7 +63,9 @@ class Page:
     parts: list[str]  # each event's JSON text
     full: bool  # the read was cut at its limit: more may follow
     newest: float = 0.0  # the time of its last event (the live delivery lag's start)
-    _texts: dict[int, str] = field(default_factory=dict, repr=False)
+    # The message of all its events, kept: a feed's page goes whole to every viewer
+    # that is up to date. From other cursors (a shared replay page) it is built each time.
+    _whole: str | None = field(default=None, repr=False)
 
     @property
     def last(self) -> int:
@@ -82,13 +84,13 @@ class Page:
     def text_after(self, cursor: int) -> str:
         """The ``events`` message of this page's events after ``cursor``, which
         must be in ``first - 1 .. last - 1``."""
-        text = self._texts.get(cursor)
-        if text is None:
-            events = ",".join(self.parts[cursor + 1 - self.first :])
-            text = f'{{"type": "events", "events": [{events}]}}'
-            if cursor + 1 == self.first:
-                # Kept only whole: a shared replay page is sent from many cursors.
-                self._texts[cursor] = text
+        whole = cursor + 1 == self.first
+        if whole and self._whole is not None:
+            return self._whole
+        events = ",".join(self.parts[cursor + 1 - self.first :])
+        text = f'{{"type": "events", "events": [{events}]}}'
+        if whole:
+            self._whole = text
         return text
 
 
