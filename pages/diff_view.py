@@ -24,7 +24,7 @@ from common.redact import MASK
 from core.patchtext import DEV_NULL, PatchLine, read_patch
 from core.visible import HiddenLine, char_name, hidden_lines, mark, split_hidden, visible_html
 from pages import diff_review
-from pages.diff_review import DiffFile, file_status, highlighted, lexed_lines, lexer_for
+from pages.diff_review import DiffFile, LineComment, file_status, highlighted, lexed_lines, lexer_for
 
 # Past this a changed pair of lines is shown whole instead of diffed word by word.
 INTRALINE_LIMIT = 500
@@ -39,6 +39,7 @@ class Line:
     segments: list[tuple[str, bool]] = field(default_factory=list)
     path: str = ""  # the file the line is in
     pieces: list[tuple[str, str]] = field(default_factory=list)  # its syntax colours, when known
+    comments: list[LineComment] = field(default_factory=list)  # a reviewer's, on this line of the new side
 
 
 # Words, runs of white space, and each other character: what a changed part is made
@@ -205,14 +206,16 @@ class Tables:
     hidden: list[HiddenLine]
 
 
-def diff_tables(diff: str, sources: dict[str, str] | str = "") -> Tables:
+def diff_tables(diff: str, sources: dict[str, str] | str = "", comments: Iterable[LineComment] = ()) -> Tables:
     """The diff's tables, rendered here rather than in a template loop: a diff of tens
     of thousands of lines took the template seconds per page (docs/performance.md).
     With the request's ``sources``, each stretch of a file the diff leaves out gets a
-    row to expand it (``with_gaps``)."""
+    row to expand it (``with_gaps``); a reviewer's line ``comments`` are drawn under
+    their lines (``place_comments``)."""
     lines = read_patch(diff or "")
     rows = parse(diff, lines)
     files = files_of(rows)
+    place_comments(rows, comments)
     added = sum(1 for r in rows if r["type"] == "pair" and r["new"] is not None and r["new"].kind == "add")
     removed = sum(1 for r in rows if r["type"] == "pair" and r["old"] is not None and r["old"].kind == "del")
     if len(rows) <= diff_review.HIGHLIGHT_MAX_LINES:
@@ -220,6 +223,40 @@ def diff_tables(diff: str, sources: dict[str, str] | str = "") -> Tables:
     if isinstance(sources, dict) and sources:
         rows = with_gaps(rows, files, sources)
     return Tables(_split_html(rows), _unified_html(_unified(rows)), added, removed, files, hidden_lines(lines))
+
+
+def place_comments(rows: list[dict[str, Any]], comments: Iterable[LineComment]) -> None:
+    """Each comment under the line it names (its file, the new side's number), as the
+    reviewer left it; one whose line the diff does not show goes under its file's
+    header, saying so, so that no comment is dropped from the diff."""
+    at: dict[tuple[str, int], Line] = {}
+    headers: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        new = row.get("new")
+        if row["type"] == "pair" and new is not None and new.new_no is not None:
+            at.setdefault((new.path, new.new_no), new)
+        elif "anchor" in row:
+            headers.setdefault(row["path"], row)
+    for comment in comments:
+        line = at.get((comment.path, comment.line))
+        if line is not None:
+            line.comments.append(comment)
+        elif comment.path in headers:
+            headers[comment.path].setdefault("comments", []).append(comment)
+
+
+def _comments_html(comments: list[LineComment], columns: int, placed: bool) -> SafeString:
+    """The row under a line (or a file's header, ``placed`` False) holding its comments."""
+    items = format_html_join(
+        "",
+        '<li><span class="lc-where">{}</span> {}</li>',
+        ((f"Line {c.line}:" if placed else f"Line {c.line} (not shown in this diff):", _shown(c.text)) for c in comments),
+    )
+    return format_html(
+        '<tr class="d-comment"><td class="code" colspan="{}"><ul class="diff-comments" aria-label="Reviewer\'s comments">{}</ul></td></tr>\n',
+        columns,
+        items,
+    )
 
 
 MARKS = {"add": mark_safe("+"), "del": mark_safe("\u2212"), "ctx": mark_safe("")}  # noqa: S308 - constants
@@ -430,6 +467,8 @@ def _unified_html(rows: list[dict[str, Any]]) -> SafeString:
                     _code(line),
                 )
             )
+            if line.comments:
+                out.append(_comments_html(line.comments, 4, placed=True))
         else:
             out.append(
                 format_html(
@@ -439,6 +478,8 @@ def _unified_html(rows: list[dict[str, Any]]) -> SafeString:
                     _shown(row["text"]),
                 )
             )
+            if row.get("comments"):
+                out.append(_comments_html(row["comments"], 4, placed=False))
     return _joined_html(out)
 
 
@@ -464,6 +505,8 @@ def _split_html(rows: list[dict[str, Any]]) -> SafeString:
                     *_side(new, new.new_no if new else None),
                 )
             )
+            if new is not None and new.comments:
+                out.append(_comments_html(new.comments, 4, placed=True))
         else:
             out.append(
                 format_html(
@@ -473,4 +516,6 @@ def _split_html(rows: list[dict[str, Any]]) -> SafeString:
                     _shown(row["text"]),
                 )
             )
+            if row.get("comments"):
+                out.append(_comments_html(row["comments"], 4, placed=False))
     return _joined_html(out)

@@ -122,6 +122,10 @@ def result_context(run: Run) -> dict[str, Any]:
         # Its context expands from what the request kept, as on the request's page.
         "diff_request": diff_request,
         "commit_times": commit_times(diff_request.effect) if diff_request is not None else [],
+        # Drawn on their lines when that diff is the one the reviewer asked changes of.
+        "diff_comments": told_changes(diff_request)["comments"]
+        if diff_request is not None and diff_request.status == ApprovalRequest.Status.CHANGES_REQUESTED
+        else [],
         "published": summary["published"],
         "outbox": outbox_patches(run),
         "external_effects": external_effects(run),

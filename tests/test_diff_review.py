@@ -15,7 +15,7 @@ from playwright.sync_api import BrowserContext, expect
 
 from approvals.models import ApprovalRequest
 from core.scenarios import call
-from pages.diff_review import HIGHLIGHT_MAX_LINES, check_line_comments, feedback_text
+from pages.diff_review import HIGHLIGHT_MAX_LINES, LineComment, check_line_comments, feedback_text
 from pages.diff_view import ContextRefused, context_lines, diff_tables, files_of, gaps_of, parse
 from runs.approval_gate import DjangoApprovals
 from runs.models import Event, Run
@@ -182,6 +182,22 @@ def test_it_sends_line_comments_with_a_request_for_changes_to_the_model(operator
     ]
 
 
+def test_it_draws_each_line_comment_under_its_line_in_both_layouts() -> None:
+    comments = [
+        LineComment("src/calc.py", 3, "say <which> quantity"),
+        LineComment("src/calc.py", 3, "and why"),
+        LineComment("tests/test_calc.py", 9, "a line the diff does not show"),
+    ]
+    shown = diff_tables(THREE_FILES, comments=comments)
+    unified, split = str(shown.unified), str(shown.split)
+    under = unified.split("raise</span>", 1)[1].split("</tr>", 2)[1]
+    assert 'class="d-comment"' in under and "Line 3:</span> say &lt;which&gt; quantity" in under and "and why" in under
+    assert unified.count('class="d-comment"') == split.count('class="d-comment"') == 2
+    header = unified.split('id="diff-file-1"', 1)[1].split("d-hunk", 1)[0]
+    assert "Line 9 (not shown in this diff):</span> a line the diff does not show" in header
+    assert 'class="d-comment"' not in str(diff_tables(THREE_FILES).unified)
+
+
 LISTED = (
     '<li><span class="mono">src/calc.py, line 3</span>: name the quantity</li>',
     '<li><span class="mono">tests/test_calc.py, line 2</span>: assert the error</li>',
@@ -212,6 +228,8 @@ def test_it_keeps_requested_changes_a_list_on_the_request_the_next_request_and_t
     decided = page.split('id="requested-changes"', 1)[1].split("The call was not performed", 1)[0]
     assert "Close, two things." in decided and all(item in decided for item in LISTED)
     assert "Comments on lines of the diff" not in decided, "the comments are a list, not a paragraph"
+    drawn = page.split('class="diff-table diff-unified"', 1)[1].split("</table>", 1)[0]
+    assert "Line 3:</span> name the quantity" in drawn and "Line 2:</span> assert the error" in drawn
     drive_run(Run.objects.get(pk=scene.run.pk), scene.world.environment(), DjangoApprovals(scene.run))
     following = ApprovalRequest.objects.get(run=scene.run, status="pending")
     page = client.get(reverse("approvals:detail", args=[following.pk])).content.decode()
@@ -224,6 +242,7 @@ def test_it_keeps_requested_changes_a_list_on_the_request_the_next_request_and_t
     result = client.get(reverse("runs:result", args=[ignored.run.pk])).content.decode()
     listed = result.split('id="requested-changes"', 1)[1].split("</section>", 1)[0]
     assert "Close, two things." in listed and all(item in listed for item in LISTED)
+    assert "Line 3:</span> name the quantity" in result.split('class="diff-table diff-unified"', 1)[1], "drawn on the diff it was asked of"
     # A request decided before comments were kept apart shows its words whole.
     ApprovalRequest.objects.filter(pk=ignored.request.pk).update(comments=[], reason="old words\n- a.py, line 1: x")
     result = client.get(reverse("runs:result", args=[ignored.run.pk])).content.decode()
@@ -260,6 +279,15 @@ def test_it_reviews_a_three_file_diff_and_comments_on_a_line(
     page.wait_for_url(f"**/runs/{scene.run.pk}/")
     scene.request.refresh_from_db()
     assert scene.request.reason == "Comments on lines of the diff:\n- src/calc.py, line 3: name the quantity in the message"
+    # The request now shows the comment on its line, in either layout.
+    page.goto(f"{live_server_asgi.url}/approvals/{scene.request.pk}/")
+    drawn = page.locator(".diff-unified tr.d-comment")
+    expect(drawn).to_have_count(1)
+    expect(drawn).to_contain_text("Line 3: name the quantity in the message")
+    expect(page.locator(".diff-unified tr.d-add:has(td.ln:text-is('3')) + tr.d-comment")).to_have_count(1)
+    drawn.scroll_into_view_if_needed()
+    screenshot(page, f"diff_review_commented_{size}")
+    problems += serious_problems(page, "comments drawn on the diff", SIZES[size]["width"])
     assert not problems, "\n".join(problems)
 
 
