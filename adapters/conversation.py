@@ -264,13 +264,15 @@ class ToolCallingProposer(ABC, Generic[ClientT]):
         """Whether the next request would reach into the reserve (the budget less the
         reserve is what the model works with)."""
         used, next_input, budget = self.usage, self.usage.last_input_tokens, self.budget
-        if budget.reserve_tokens > 0 and budget.max_tokens is not None:
-            if budget.max_tokens - budget.reserve_tokens - used.tokens - next_input < 1:
-                return True
-        if budget.reserve_cost_usd > 0 and budget.max_cost_usd is not None and self.price is not None:
-            if budget.max_cost_usd - budget.reserve_cost_usd - used.cost_usd - self.price.cost(next_input, 0) <= 0:
-                return True
-        return False
+        tokens_left = None if budget.max_tokens is None else budget.max_tokens - budget.reserve_tokens - used.tokens - next_input
+        if budget.reserve_tokens > 0 and tokens_left is not None and tokens_left < 1:
+            return True
+        return (
+            budget.reserve_cost_usd > 0
+            and budget.max_cost_usd is not None
+            and self.price is not None
+            and budget.max_cost_usd - budget.reserve_cost_usd - used.cost_usd - self.price.cost(next_input, 0) <= 0
+        )
 
     def _enter_closing(self) -> None:
         self.closing = True

@@ -20,7 +20,7 @@ def start_worker(
         [*command, "--without-gossip", "--without-mingle", "-l", "warning", *extra],
         cwd=ROOT,
         env=dict(env),
-        stdout=open(log, "wb") if log else subprocess.DEVNULL,  # noqa: SIM115 - closed with the process
+        stdout=open(log, "wb") if log else subprocess.DEVNULL,  # closed with the process
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )

@@ -99,10 +99,10 @@ async def watch(
         stop.add_done_callback(stopped)
 
     class Viewer(WebSocketClientProtocol):
-        def onOpen(self) -> None:  # noqa: N802 - autobahn's name
+        def onOpen(self) -> None:
             self.sendMessage(json.dumps({"type": "subscribe", "after_seq": after}).encode())  # type: ignore[no-untyped-call]  # autobahn is unannotated
 
-        def onMessage(self, payload: bytes, is_binary: bool) -> None:  # noqa: N802
+        def onMessage(self, payload: bytes, is_binary: bool) -> None:
             now = time.time()
             message = json.loads(payload)
             if message["type"] == "live":

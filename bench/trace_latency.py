@@ -302,10 +302,7 @@ def write_doc(r: dict[str, Any]) -> None:
     )
     text = DOC.read_text() if DOC.exists() else "# Performance\n"
     heading = "## Live trace\n\n"
-    if heading in text:
-        text = text.replace(heading, heading + section, 1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + heading + section
+    text = text.replace(heading, heading + section, 1) if heading in text else text.rstrip("\n") + "\n\n" + heading + section
     DOC.write_text(text.rstrip("\n") + "\n")
 
 

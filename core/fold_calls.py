@@ -32,6 +32,57 @@ def apply_to_calls(state: RunState, event: ev.AnyEvent) -> None:
             _clear_settled(state)
             state.current_call = event.call_id
             state.current_proposal = event.proposal if event.accepted else None
+        case (
+            ev.InvalidInput()
+            | ev.SecretsFound()
+            | ev.Denied()
+            | ev.DuplicateEffect()
+            | ev.ChangesRequested()
+            | ev.WriteBlocked()
+            | ev.CheckRequired()
+        ):
+            _not_performed(state, event)
+        case ev.CallAdmitted():
+            _admitted(state, event)
+        case ev.ApprovalRequired():
+            _record_for(
+                state,
+                _id(event),
+                event.tool,
+                event.args,
+                decision="ask",
+                rule=event.rule,
+                policy_version=event.policy_version,
+                approval_key=event.key,
+                effect=event.effect,
+                idempotency_key=event.idempotency_key,
+            )
+        case ev.ApprovalConsumed() | ev.WaitEnded() | ev.CallStarted() | ev.Retry() | ev.PendingEffectRecorded():
+            _performing(state, event)
+        case ev.ReceiptRecorded():
+            _receipt(state, event)
+        case ev.EffectReconciled():
+            _reconciled(state, event)
+        case ev.RunResumed():
+            _recovered(state, event)
+        case ev.Stopped():
+            if (settled := _put(state, event.call)) is not None:
+                settled.state = "completed" if event.status == "complete" else "failed"
+            if event.status == "complete":
+                state.feedback = fb.Complete(call_id=_id(event)).to_json()
+            state.current_call, state.current_proposal = None, None
+        case _:
+            # Every other event leaves the calls as they are.
+            pass
+
+
+def _not_performed(
+    state: RunState,
+    event: ev.InvalidInput | ev.SecretsFound | ev.Denied | ev.DuplicateEffect | ev.ChangesRequested | ev.WriteBlocked | ev.CheckRequired,
+) -> None:
+    """A call settled before it was performed: refused by a gate, a reviewer or the
+    scan, and what the model reads next."""
+    match event:
         case ev.InvalidInput():
             problems = [fb.Problem(field=p["field"], message=p["message"]) for p in event.problems]
             _end_step(state, fb.InvalidInput(call_id=_id(event), problems=problems))
@@ -62,21 +113,12 @@ def apply_to_calls(state: RunState, event: ev.AnyEvent) -> None:
         case ev.CheckRequired():
             _refused(state, event.call, "check_required")
             _end_step(state, fb.CheckRequired(call_id=_id(event), revision=event.revision, missing=list(event.missing)))
-        case ev.CallAdmitted():
-            _admitted(state, event)
-        case ev.ApprovalRequired():
-            _record_for(
-                state,
-                _id(event),
-                event.tool,
-                event.args,
-                decision="ask",
-                rule=event.rule,
-                policy_version=event.policy_version,
-                approval_key=event.key,
-                effect=event.effect,
-                idempotency_key=event.idempotency_key,
-            )
+
+
+def _performing(state: RunState, event: ev.ApprovalConsumed | ev.WaitEnded | ev.CallStarted | ev.Retry | ev.PendingEffectRecorded) -> None:
+    """An admitted call on its way: its grant used, its wait over, an attempt started or
+    retried, or its effect's outcome unknown."""
+    match event:
         case ev.ApprovalConsumed():
             state.ledger[_id(event)].granted_key = event.key
         case ev.WaitEnded():
@@ -88,8 +130,6 @@ def apply_to_calls(state: RunState, event: ev.AnyEvent) -> None:
         case ev.CallStarted():
             record = state.ledger[_id(event)]
             record.attempts, record.state, record.revision_before = event.attempt, "started", state.revision
-        case ev.ReceiptRecorded():
-            _receipt(state, event)
         case ev.Retry():
             if event.transient_reason is not None:
                 record = state.ledger[_id(event)]
@@ -99,19 +139,6 @@ def apply_to_calls(state: RunState, event: ev.AnyEvent) -> None:
             record = state.ledger[_id(event)]
             record.state = "unknown"
             _set_operation(state, event.idempotency_key, record.call_id, "unknown")
-        case ev.EffectReconciled():
-            _reconciled(state, event)
-        case ev.RunResumed():
-            _recovered(state, event)
-        case ev.Stopped():
-            if (settled := _put(state, event.call)) is not None:
-                settled.state = "completed" if event.status == "complete" else "failed"
-            if event.status == "complete":
-                state.feedback = fb.Complete(call_id=_id(event)).to_json()
-            state.current_call, state.current_proposal = None, None
-        case _:
-            # Every other event leaves the calls as they are.
-            pass
 
 
 def _id(event: ev.Event) -> str:

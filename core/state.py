@@ -275,7 +275,7 @@ def load_stored_state(data: Mapping[str, Any]) -> RunState:
     the current shape)."""
     version = data.get("schema_version", 1)
     run = data.get("run_id", "?")
-    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version:
+    if isinstance(version, bool) or not isinstance(version, int) or not version >= 1:
         raise StateVersionError(f"run {run}: the stored state's schema_version {version!r} is not a version (1 to {SCHEMA_VERSION})")
     if version > SCHEMA_VERSION:
         raise StateVersionError(

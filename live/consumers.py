@@ -197,7 +197,7 @@ class RunTraceConsumer(HeartbeatMixin):
     async def fill(self) -> None:
         try:
             await self.let_go()
-        except Exception:  # noqa: BLE001 - the feed's next page or recheck tries again
+        except Exception:  # the feed's next page or recheck tries again
             log.warning("catching up the trace of run %s failed", self.run_id, exc_info=True)
 
     async def show_output(self, output: dict[str, Any]) -> None:

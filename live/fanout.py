@@ -50,7 +50,7 @@ class _Hub:
         while True:
             try:
                 message = await self.layer.receive(self.channel)
-            except Exception:  # noqa: BLE001 - the listeners fill what is lost meanwhile
+            except Exception:  # the listeners fill what is lost meanwhile
                 log.warning("receiving %s failed; retrying", self.group, exc_info=True)
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
@@ -59,7 +59,7 @@ class _Hub:
                     continue
                 try:
                     await listener.hear(message)
-                except Exception:  # noqa: BLE001 - one socket's failure must not stop the others' stream
+                except Exception:  # one socket's failure must not stop the others' stream
                     log.exception("a listener of %s failed on %s", self.group, message.get("type"))
 
     async def close(self) -> None:

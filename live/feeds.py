@@ -306,7 +306,7 @@ class Feed(Generic[V]):
                 await self.read()
                 if not self.again:
                     return
-        except Exception:  # noqa: BLE001 - the next doorbell or recheck reads again
+        except Exception:  # the next doorbell or recheck reads again
             log.warning("reading the feed of %s failed", self.group, exc_info=True)
 
     async def _recheck(self) -> None:
@@ -325,7 +325,7 @@ class Feed(Generic[V]):
                 continue
             try:
                 await hand(viewer)
-            except Exception:  # noqa: BLE001 - one socket's failure must not stop the others' stream
+            except Exception:  # one socket's failure must not stop the others' stream
                 log.exception("a viewer of %s failed", self.group)
 
     async def close(self) -> None:

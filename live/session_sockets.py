@@ -55,7 +55,7 @@ def notify(user_ids: Iterable[Any]) -> None:
         for pk in ids:
             try:
                 async_to_sync(layer.group_send)(user_group(pk), RECHECK)
-            except Exception:  # noqa: BLE001 - the sockets' periodic recheck still closes them
+            except Exception:  # the sockets' periodic recheck still closes them
                 log.warning("could not notify the live sockets of user %s", pk, exc_info=True)
 
     transaction.on_commit(send)

@@ -33,12 +33,12 @@ def on_events(sender: type[Event], rows: list[Event], events: list[ev.AnyEvent],
 def _observe_safely(stored: list[tuple[int, ev.AnyEvent]]) -> None:
     try:
         observe(stored)
-    except Exception:  # noqa: BLE001 - a figure must never break the run that wrote the events
+    except Exception:  # a figure must never break the run that wrote the events
         log.exception("could not count %d events in the metrics", len(stored))
 
 
 def _trace_safely(rows: list[Event]) -> None:
     try:
         tracing.export(rows)
-    except Exception:  # noqa: BLE001 - a trace must never break the run that wrote the events
+    except Exception:  # a trace must never break the run that wrote the events
         log.exception("could not trace %d events", len(rows))

@@ -32,7 +32,7 @@ def on_events(sender: type[Event], rows: list[Event], events: list[ev.AnyEvent],
                 # its event, which is the audit record.
                 with transaction.atomic():
                     ids = channel.record(row, typed)
-            except Exception:  # noqa: BLE001 - a notification must never break the event writer
+            except Exception:  # a notification must never break the event writer
                 log.exception("could not record %s notifications for event %s", channel.name, row)
                 continue
             for row_id in ids:

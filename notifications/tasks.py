@@ -31,7 +31,7 @@ def enqueue(delivery_id: str) -> None:
     there and the sweep sends it."""
     try:
         deliver.delay(delivery_id)
-    except Exception:  # noqa: BLE001 - the database holds the delivery; the sweep retries
+    except Exception:  # the database holds the delivery; the sweep retries
         log.warning("could not enqueue webhook delivery %s", delivery_id, exc_info=True)
 
 
@@ -57,7 +57,7 @@ def enqueue_mail(mail_id: str) -> None:
     countdown = max(0.0, (send_after - timezone.now()).total_seconds()) if send_after else 0.0
     try:
         send_mail.apply_async((mail_id,), countdown=countdown)
-    except Exception:  # noqa: BLE001 - the database holds the mail; the sweep sends it
+    except Exception:  # the database holds the mail; the sweep sends it
         log.warning("could not enqueue mail %s", mail_id, exc_info=True)
 
 

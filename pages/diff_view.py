@@ -259,7 +259,7 @@ def _comments_html(comments: list[LineComment], columns: int, placed: bool) -> S
     )
 
 
-MARKS = {"add": mark_safe("+"), "del": mark_safe("\u2212"), "ctx": mark_safe("")}  # noqa: S308 - constants
+MARKS = {"add": mark_safe("+"), "del": mark_safe("\u2212"), "ctx": mark_safe("")}
 
 
 # -- context around the hunks ------------------------------------------------------------
@@ -483,7 +483,7 @@ def _unified_html(rows: list[dict[str, Any]]) -> SafeString:
     return _joined_html(out)
 
 
-_NONE = ("", mark_safe("none"), "")  # noqa: S308 - a constant
+_NONE = ("", mark_safe("none"), "")
 
 
 def _side(line: Line | None, number: int | None) -> tuple[SafeString | str, SafeString, SafeString | str]:

@@ -3,6 +3,7 @@ filter in the URL (``?status=waiting``); a filter the page cannot apply is named
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -64,10 +65,9 @@ def filter_runs(query: dict[str, Any], user: User | AnonymousUser) -> QuerySet[R
     )
     if text := query.get("q", "").strip():
         match = Q(task_id__icontains=text) | Q(objective__icontains=text) | Q(outcome__icontains=text)
-        try:
+        # A text that is not a run id searches the text fields only.
+        with contextlib.suppress(ValueError):
             match |= Q(pk=uuid.UUID(text))
-        except ValueError:
-            pass  # not a run id; search the text fields only
         runs = runs.filter(match)
     if query.get("status"):
         runs = runs.filter(status=query["status"])

@@ -60,7 +60,7 @@ class ArtifactStorage:
                 size += len(block)
         ref = "sha256:" + digest.hexdigest()
         try:
-            self._store(ref, size, media_type, lambda: open(source, "rb"))
+            self._store(ref, size, media_type, lambda: open(source, "rb"))  # noqa: SIM115 - _store closes what it opens
         finally:
             source.unlink()
         return ref

@@ -98,7 +98,7 @@ class _Sender:
                 layer = get_channel_layer()
                 if layer is not None:
                     await layer.group_send(group, message)
-            except Exception:  # noqa: BLE001 - the stream is best effort; replay fills gaps
+            except Exception:  # the stream is best effort; replay fills gaps
                 log.warning("broadcast of %s to %s failed", message.get("type"), group, exc_info=True)
         with self._idle:
             self._pending -= len(batches)

@@ -182,7 +182,7 @@ class Watchdog:
     def _kill_in_flight(self) -> None:
         try:
             self._on_kill()
-        except Exception:  # noqa: BLE001 - this thread must live on to renew the lease
+        except Exception:  # this thread must live on to renew the lease
             # The loop still stops at its next guard; the sweeper removes a container
             # the engine would not remove now.
             log.exception("run %s: killing the execution in flight failed", self.run_id)

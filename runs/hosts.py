@@ -88,7 +88,7 @@ class Heartbeat:
                 try:
                     close_old_connections()
                     beat(self.name)
-                except Exception:  # noqa: BLE001 - a database blip must not end the heartbeat; the next one retries
+                except Exception:  # a database blip must not end the heartbeat; the next one retries
                     log.warning("host %s: heartbeat not recorded", self.name, exc_info=True)
                 if self._stop.wait(every):
                     return

@@ -76,10 +76,8 @@ def place(run: Run, lease_token: int) -> Placed:
         if run.workspace_source is None:
             _hold(run, lease_token, kept, me)  # a run from before hosts were recorded
         return Placed(kept, rebuilt=False)
-    if not state.base_revision:
-        workspace = prepare(run)  # the first preparation; the caller records the base revision
-    else:
-        workspace = _rebuild(run, lease_token, state.base_revision, state.revision, me)
+    # The first preparation (the caller records the base revision), or a rebuild of what the log says is there.
+    workspace = prepare(run) if not state.base_revision else _rebuild(run, lease_token, state.base_revision, state.revision, me)
     _hold(run, lease_token, workspace, me)
     return Placed(workspace, rebuilt=bool(state.base_revision))
 

@@ -220,7 +220,7 @@ def _build(
     if repository is not None and not snapshot.get("messages"):
         try:
             context = repository()
-        except Exception:  # noqa: BLE001 - the model can still list and read files itself
+        except Exception:  # the model can still list and read files itself
             log.warning("could not read the repository for the first message", exc_info=True)
     return _model_proposer(
         config, snapshot, contract, tools, deadline=deadline, clock=clock, revision=revision, repository=context, bound=bound

@@ -27,7 +27,7 @@ def enqueue_resume(run_id: str) -> None:
     beat's sweep wakes waiting runs that have a decision."""
     try:
         current_app.send_task("runs.resume_run", args=[run_id], queue=hosts.queue_for(run_id))
-    except Exception:  # noqa: BLE001 - the database holds the decision; the sweep retries
+    except Exception:  # the database holds the decision; the sweep retries
         log.warning("could not enqueue resume of run %s", run_id, exc_info=True)
 
 
@@ -36,5 +36,5 @@ def enqueue_dispatch(project_id: int) -> None:
     is down the slot is still free: the beat's sweep dispatches every queue."""
     try:
         current_app.send_task("runs.dispatch", args=[project_id])
-    except Exception:  # noqa: BLE001 - the database holds the slots; the sweep retries
+    except Exception:  # the database holds the slots; the sweep retries
         log.warning("could not enqueue the dispatch of project %s", project_id, exc_info=True)

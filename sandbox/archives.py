@@ -42,7 +42,7 @@ def extract_archive(location: Path, dest: Path) -> None:
 
 def _extract_tar(location: Path, dest: Path) -> None:
     try:
-        archive = tarfile.open(location, "r:*")
+        archive = tarfile.open(location, "r:*")  # noqa: SIM115 - opened apart to tell a bad archive from a bad member
     except (tarfile.TarError, OSError) as exc:
         raise WorkspaceSourceError(f"{location.name}: not a readable tar archive ({exc})") from None
     with archive:

@@ -24,6 +24,7 @@ Afterwards the host verifies from the container's cgroup that only PID 1 is left
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
@@ -395,10 +396,9 @@ class SandboxContainer:
             # Under the lock: the driving thread closes the socket only after it has
             # cleared _stream under the same lock, so this never hits a reused fd.
             if self._stream is not None:
-                try:
+                # already shut: the execution ended on its own
+                with contextlib.suppress(OSError):
                     self._stream.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass  # already shut: the execution ended on its own
 
     def _kill_processes_from_another_thread(self) -> None:
         # Its own client: the driving thread's is busy streaming the execution.
@@ -420,10 +420,8 @@ class SandboxContainer:
         except ENGINE_ERRORS as exc:
             log.warning("sandbox %s: kill -9 -1 failed (%s); restarting the container", self.id[:12], exc)
         self._restarted_by_us = True
-        try:
+        with contextlib.suppress(*ENGINE_ERRORS):
             api.kill(self.id)
-        except ENGINE_ERRORS:
-            pass
         try:
             api.start(self.id)
         except ENGINE_ERRORS as exc:

@@ -28,6 +28,7 @@ the summary per destination (``EgressSummary``) that its evidence keeps."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import socket
@@ -278,10 +279,8 @@ class EgressProxy:
 
     def _shut(self) -> None:
         if self._sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self._sock.close()
-            except OSError:
-                pass
 
     # -- the relay's stream ------------------------------------------------------
 
@@ -331,10 +330,8 @@ class EgressProxy:
             else:
                 with conn.sending:
                     conn.sent_all = True
-                try:
+                with contextlib.suppress(OSError):
                     conn.upstream.shutdown(socket.SHUT_WR)
-                except OSError:
-                    pass
 
     def _lookup(self, query: bytes) -> None:
         """A name the check tried to resolve itself: refused (the relay answered
@@ -410,11 +407,10 @@ class EgressProxy:
         self._end(conn)
 
     def _to_check(self, cid: int, kind: int, data: bytes = b"") -> None:
-        with self._send_lock:
-            try:
-                self._raw.sendall(FRAME.pack(cid, kind, len(data)) + data)
-            except OSError:
-                pass  # the relay is gone with the check
+        # The lock keeps each frame whole between the threads sending on the one
+        # socket; an OSError means the relay is gone with the check.
+        with self._send_lock, contextlib.suppress(OSError):
+            self._raw.sendall(FRAME.pack(cid, kind, len(data)) + data)
 
     def _refuse(self, conn: Connection, reason: str) -> None:
         body = f"Harness egress refused: {reason}\n".encode()
@@ -470,10 +466,8 @@ class EgressProxy:
 def stop(upstream: socket.socket) -> None:
     """Both directions of a destination's socket shut: a thread blocked reading it
     wakes (closing it would not wake it)."""
-    try:
+    with contextlib.suppress(OSError):
         upstream.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
 
 
 def dns_name(query: bytes) -> str:

@@ -76,7 +76,7 @@ class ExecWatcher:
         while not self._done.wait(self._seconds):
             try:
                 reason = self._watch()
-            except Exception:  # noqa: BLE001 - one failed look must not end the watch
+            except Exception:  # one failed look must not end the watch
                 log.exception("sandbox: watching an execution failed")
                 continue
             with self._lock:

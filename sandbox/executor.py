@@ -4,6 +4,7 @@ of published keys is the database's, runs.outbox)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -191,7 +192,7 @@ class SandboxExecutor:
             self._started_early = SandboxContainer.start(self.run_id, self.workspace.dir, spec, scope=self._scope)
         except SandboxUnavailable as exc:
             log.warning("run %s: no sandbox container yet (%s)", self.run_id, exc.reason)
-        except Exception:  # noqa: BLE001 - the first check starts one and meets the failure itself
+        except Exception:  # the first check starts one and meets the failure itself
             log.exception("run %s: the sandbox container did not start", self.run_id)
 
     def wait_for_start(self) -> None:
@@ -246,10 +247,9 @@ class SandboxExecutor:
         wait limit, whichever comes first, or a kill."""
         if failed is not None:
             log.warning("sandbox %s: replacing the container (%s)", failed.id[:12], failed.lost)
-            try:
+            # starting the fresh one removes it, or the sweeper does
+            with contextlib.suppress(*ENGINE_ERRORS):
                 failed.remove()
-            except ENGINE_ERRORS:
-                pass  # starting the fresh one removes it, or the sweeper does
         until = time.time() + self._engine_wait_seconds
         if call.deadline is not None:
             until = min(until, call.deadline)

@@ -19,7 +19,7 @@ import os
 import secrets
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
@@ -384,10 +384,8 @@ def _atomic_write(root_fd: int, dir_fd: int, name: str, data: bytes, mode: int) 
         # check included) and never writes through it.
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        try:
+        with suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=dir_fd)
-        except FileNotFoundError:
-            pass
         raise
 
 

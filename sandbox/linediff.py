@@ -125,10 +125,7 @@ def _myers(a: list[int], b: list[int], alo: int, ahi: int, blo: int, bhi: int, w
     for d in range(limit + 1):
         trace.append(v[offset - d - 1 : offset + d + 2])
         for k in range(-d, d + 1, 2):
-            if k == -d or (k != d and v[offset + k - 1] < v[offset + k + 1]):
-                x = v[offset + k + 1]
-            else:
-                x = v[offset + k - 1] + 1
+            x = v[offset + k + 1] if k == -d or k != d and v[offset + k - 1] < v[offset + k + 1] else v[offset + k - 1] + 1
             y, start = x - k, x
             while x < n and y < m and a[alo + x] == b[blo + y]:
                 x, y = x + 1, y + 1

@@ -69,7 +69,7 @@ class _CappedTransport(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self._inner.handle_async_request(request)
         stream = response.stream
-        assert isinstance(stream, httpx2.AsyncByteStream)  # noqa: S101 - the async transport gives async streams
+        assert isinstance(stream, httpx2.AsyncByteStream)
         return httpx2.Response(
             response.status_code, headers=response.headers, stream=_CappedStream(stream, self._budget), extensions=response.extensions
         )

@@ -8,6 +8,7 @@ counts against the conversation's budget, so a server that floods is cut off."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -88,10 +89,9 @@ async def exec_stdio(attach: Attach, command: list[str], budget: Budget) -> Asyn
             finally:
                 tasks.cancel_scope.cancel()
     finally:
-        try:
+        # already shut: the server ended on its own
+        with contextlib.suppress(OSError):
             sock.close()
-        except OSError:
-            pass  # already shut: the server ended on its own
 
 
 def _parsed(line: bytes) -> SessionMessage | Exception:

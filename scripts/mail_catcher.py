@@ -84,7 +84,7 @@ class Keeper:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
 
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd's hook name
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         keep(self.folder, envelope.content, list(envelope.rcpt_tos))
         return "250 OK: caught, not delivered"
 
@@ -100,7 +100,7 @@ def serve(folder: Path, smtp_port: int, http_port: int) -> None:
     smtp.start()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's hook name
+        def do_GET(self) -> None:  # http.server's hook name
             if self.path.split("?")[0] != "/":
                 self.send_error(404, "only / is here: the mails caught")
                 return
@@ -111,7 +111,7 @@ def serve(folder: Path, smtp_port: int, http_port: int) -> None:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
+        def log_message(self, format: str, *args: Any) -> None:
             pass  # the page is read often; its requests are no news
 
     web = ThreadingHTTPServer(("127.0.0.1", http_port), Handler)

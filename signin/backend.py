@@ -45,15 +45,15 @@ class ProviderBackend(OIDCAuthenticationBackend):
     get_settings = staticmethod(oidc_setting)
 
     @property
-    def OIDC_OP_TOKEN_ENDPOINT(self) -> str:  # noqa: N802 - the library's name
+    def OIDC_OP_TOKEN_ENDPOINT(self) -> str:
         return endpoint("OIDC_OP_TOKEN_ENDPOINT")
 
     @property
-    def OIDC_OP_USER_ENDPOINT(self) -> str:  # noqa: N802
+    def OIDC_OP_USER_ENDPOINT(self) -> str:
         return endpoint("OIDC_OP_USER_ENDPOINT")
 
     @property
-    def OIDC_OP_JWKS_ENDPOINT(self) -> str:  # noqa: N802
+    def OIDC_OP_JWKS_ENDPOINT(self) -> str:
         return endpoint("OIDC_OP_JWKS_ENDPOINT")
 
     def verify_token(self, token: str, **kwargs: Any) -> dict[str, Any]:

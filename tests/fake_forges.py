@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 from urllib.parse import parse_qs, quote, urlsplit
 
-FORGE_TOKEN = "ghp-loopback-forge-token-7d1e"  # noqa: S105 - a test server's token
+FORGE_TOKEN = "ghp-loopback-forge-token-7d1e"
 
 
 @dataclass
@@ -44,13 +44,13 @@ class FakeForge:
         forge = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_GET(self) -> None:
                 forge._serve(self)
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 forge._serve(self)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+            def log_message(self, format: str, *args: Any) -> None:
                 return
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

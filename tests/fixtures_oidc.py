@@ -21,7 +21,7 @@ from tests.fixtures_web import AsgiServer
 
 PROVIDER_DIR = ROOT / "tests" / "oidc"
 CLIENT_ID = "harness"
-CLIENT_SECRET = "client-secret-9f2c1e"  # noqa: S105 - the test provider's own
+CLIENT_SECRET = "client-secret-9f2c1e"
 ALLOWED_GROUP = "harness-users"
 
 

@@ -20,7 +20,7 @@ class Inbox:
         self.refusals = 0  # how many of the next mails get ``refusal``
         self.refusal = "451 4.3.0 Try again later"
 
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd's hook name
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         if self.refusals > 0:
             self.refusals -= 1
             return self.refusal

@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 USER = "harness-bot"
-TOKEN = "tok-3f9a1c-loopback-secret"  # noqa: S105 - a test server's password
+TOKEN = "tok-3f9a1c-loopback-secret"
 HOOK_MESSAGE = "protected: branches under harness/ need a ticket number"
 
 
@@ -96,10 +96,10 @@ class GitHttpServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:
                 server.serve(self)
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 server.serve(self)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -194,10 +194,10 @@ class FaultProxy:
             def log_message(self, *args: object) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 proxy.forward(self, upstream)
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 proxy.forward(self, upstream)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -174,7 +174,7 @@ def test_it_lets_exactly_one_of_many_concurrent_publishers_of_a_key_win() -> Non
             ref = ArtifactStorage(f"run-{number}").put(b"# Harness publish\nthe one patch\n", "text/x-diff")
             ready.wait(30)
             won.append(DatabaseOutbox().publish(key, f"run-{number}", ref, 32))
-        except BaseException as exc:  # noqa: BLE001 - reported below, with the thread's failure
+        except BaseException as exc:
             failed.append(exc)
         finally:
             connection.close()
@@ -204,7 +204,7 @@ def test_it_stores_one_content_written_by_concurrent_writers_once() -> None:
         try:
             ready.wait(30)
             refs.append(ArtifactStorage(f"run-{number}", DatabaseContent()).put(content, "text/plain"))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             failed.append(exc)
         finally:
             connection.close()
@@ -291,7 +291,7 @@ def test_it_publishes_a_key_once_from_workers_on_different_hosts(tmp_path: Path)
             receipt = executor.execute(call)
             assert isinstance(receipt, dict)
             receipts.append(receipt)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             failed.append(exc)
         finally:
             connection.close()

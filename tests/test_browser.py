@@ -8,6 +8,7 @@ import json
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -120,7 +121,7 @@ def test_it_lets_a_reviewer_read_the_diff_approve_and_watch_the_run_complete(
 
     with page.expect_download() as download:
         page.click('[data-field="report"]')
-    report = json.loads(open(download.value.path()).read())
+    report = json.loads(Path(download.value.path()).read_text())
     assert report["status"] == "complete" and report["completed"] is True
 
     page.locator("#timeline a", has_text="show full output").first.click()

@@ -6,6 +6,7 @@ zone, the global switch's banner and an accessibility pass with axe-core."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Iterator
@@ -103,10 +104,8 @@ def test_it_says_offline_and_when_the_server_stops_talking(web: AsgiServer, cont
     web.start()
     # The server takes seconds to come back on a loaded machine; the countdown may
     # reconnect first, and then there is no "Retry now" left to press.
-    try:
+    with contextlib.suppress(PlaywrightTimeoutError):
         page.locator("#conn-retry").click(timeout=2000)
-    except PlaywrightTimeoutError:
-        pass
     expect(conn).to_have_text("live", timeout=LIVE)
     assert not_reloaded(page)
 
@@ -154,10 +153,9 @@ def test_it_holds_the_status_and_the_clocks_while_offline_and_shows_a_stop_made_
     run.refresh_from_db()
     final = run_summary(run)
     web.start()
-    try:  # the countdown may reconnect first (test_it_says_offline_and_when_the_server_stops_talking)
+    # the countdown may reconnect first (test_it_says_offline_and_when_the_server_stops_talking)
+    with contextlib.suppress(PlaywrightTimeoutError):
         page.locator("#conn-retry").click(timeout=2000)
-    except PlaywrightTimeoutError:
-        pass
     expect(conn).to_have_text("live", timeout=LIVE)
     expect(outcome).to_have_text(final["outcome_label"], timeout=LIVE)
     expect(held).to_be_hidden()

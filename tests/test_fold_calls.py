@@ -50,7 +50,7 @@ def test_it_folds_every_part_of_a_run_with_refusals_retries_and_settled_calls() 
     log = cast(list[ev.AnyEvent], rig.store.events)
     folded = fold(log, state)
     assert differences(state, log) == []
-    assert NOT_EXPLAINED == {"proposer_state"}
+    assert {"proposer_state"} == NOT_EXPLAINED
     # The next proposal cleared each settled call; the refused publish left its line.
     assert folded.not_performed == [{"call_id": "c3", "tool": "publish", "state": "failed", "reason": "check_required"}]
     assert sorted(folded.ledger) == ["c6"] and folded.ledger["c6"].state == "completed"

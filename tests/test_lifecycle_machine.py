@@ -9,6 +9,7 @@ Lifecycle), a gap-free event log, and that the log explains the stored state
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import Counter
@@ -108,7 +109,7 @@ class Lifecycle(RuleBasedStateMachine):
 
     def drive(self, run_id: str, store: DjangoStore | None = None) -> None:
         run = Run.objects.get(pk=run_id)
-        try:
+        with contextlib.suppress(Idle):
             drive_run(
                 run,
                 self.worlds[run_id].environment(),
@@ -117,8 +118,6 @@ class Lifecycle(RuleBasedStateMachine):
                 proposer=self.models[run_id],
                 store=store,
             )
-        except Idle:
-            pass
 
     def new_run(self) -> str:
         world = World()

@@ -10,6 +10,7 @@ delivery lag is measured in bench/trace_latency.py and bench/trace_clients.py)."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import subprocess
@@ -61,10 +62,9 @@ class Viewer:
     async def watch(self, chaos: asyncio.Event, total: asyncio.Future[int]) -> None:
         await asyncio.sleep(self.rng.random() * 2)  # some join mid-stream
         while not (total.done() and self.last >= total.result()):
-            try:
+            # dropped by the network or the server: come back as a page does
+            with contextlib.suppress(WebSocketException, OSError):
                 await self.connection(chaos, total)
-            except (WebSocketException, OSError):
-                pass  # dropped by the network or the server: come back as a page does
             if chaos.is_set():
                 await asyncio.sleep(self.rng.random() * 0.3)
 

@@ -31,4 +31,4 @@ def test_it_grants_only_named_permissions_in_the_roles() -> None:
 @pytest.mark.django_db
 def test_it_names_only_permissions_that_exist() -> None:
     existing = {f"{app}.{codename}" for app, codename in Permission.objects.values_list("content_type__app_label", "codename")}
-    assert permissions.ALL <= existing, sorted(permissions.ALL - existing)
+    assert existing >= permissions.ALL, sorted(permissions.ALL - existing)

@@ -132,7 +132,7 @@ def test_it_never_admits_more_than_the_cap_when_dispatchers_race(capped: Project
         try:
             barrier.wait()
             admitted.extend(admission.dispatch(capped.pk))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             failures.append(exc)
         finally:
             connection.close()

@@ -3,6 +3,7 @@ the middle of a run loses no event and no approval, and the run finishes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -26,10 +27,9 @@ def restart_redis() -> None:
     """Stop Redis without saving (this machine's Redis keeps nothing on disk, so
     every queued message is gone) and start it again."""
     client = redis.Redis.from_url(settings.REDIS_URL)
-    try:
+    # it closes the connection as it goes down
+    with contextlib.suppress(redis.ConnectionError):
         client.shutdown(nosave=True)
-    except redis.ConnectionError:
-        pass  # it closes the connection as it goes down
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:

@@ -87,7 +87,7 @@ def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_containe
     from runs.outbox import DatabaseOutbox
 
     class StallingClient:
-        class api:  # noqa: N801 - mirrors docker.DockerClient.api
+        class api:
             @staticmethod
             def remove_container(container_id: str, force: bool = False) -> None:
                 returned.wait(600)

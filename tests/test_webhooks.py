@@ -69,7 +69,7 @@ def receiver() -> Iterator[Receiver]:
     state = Receiver()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             state.requests.append(Received(dict(self.headers.items()), body, time.monotonic()))
             status = state.statuses.pop(0) if state.statuses else 200
