@@ -11,7 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# git: workspaces can be prepared from a git source (sandbox/workspace.py). A base
+# git: workspaces can be prepared from a git source (sandbox/workspace/run_workspace.py). A base
 # that has it already (deploy/images/build.sh's, built with no network) skips apt.
 RUN if ! command -v git >/dev/null; then \
         apt-get update \

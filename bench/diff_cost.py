@@ -1,4 +1,4 @@
-"""What a diff costs: the publish diff (sandbox.patches.unified_diff, bounded work)
+"""What a diff costs: the publish diff (sandbox.workspace.patches.unified_diff, bounded work)
 on the input of issue 26 #4 (a 3,000-line file rewritten as 130 KB of alternating
 blank lines) and on the largest diffs a publish handles, against difflib's
 SequenceMatcher (what it used before) on growing cuts of the same input; and what
@@ -44,7 +44,7 @@ def one_case(case: str, cut: int) -> dict[str, Any]:
     from django.template.loader import render_to_string
 
     from core.patchtext import split_lines
-    from sandbox.patches import unified_diff
+    from sandbox.workspace.patches import unified_diff
 
     if case == "difflib":
         a, b = split_lines(OLD), split_lines(NEW[: 3 * cut])

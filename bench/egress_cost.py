@@ -39,11 +39,11 @@ from core.contract import WorkspaceSource  # noqa: E402
 from core.policy import CheckDef, Destination, SandboxLimits  # noqa: E402
 from core.ports import Call  # noqa: E402
 from core.simulated import MemoryArtifacts  # noqa: E402
-from sandbox.container import SandboxContainer  # noqa: E402
-from sandbox.container_spec import ContainerSpec  # noqa: E402
+from sandbox.container.sandbox_container import SandboxContainer  # noqa: E402
+from sandbox.container.spec import ContainerSpec  # noqa: E402
 from sandbox.executor import SandboxExecutor  # noqa: E402
-from sandbox.preparation import prepare_workspace  # noqa: E402
-from sandbox.tool_context import MemoryOutbox  # noqa: E402
+from sandbox.tools.context import MemoryOutbox  # noqa: E402
+from sandbox.workspace.preparation import prepare_workspace  # noqa: E402
 from tests.package_index import PIP_ZIPAPP, build_pip_zipapp, pip_install, serve_index  # noqa: E402
 
 SMALL = "small.bin"

@@ -319,7 +319,7 @@ def cleanup(engine: Any) -> None:
     keys, the database, the directories."""
     import docker
 
-    from sandbox.orphans import sweep_orphans
+    from sandbox.container.orphans import sweep_orphans
 
     try:
         client = docker.from_env()

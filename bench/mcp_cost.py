@@ -191,11 +191,11 @@ def measure(url: str, token: str, token_env: str, args: argparse.Namespace) -> d
 
     from core.policy import SandboxLimits
     from projects.models import McpServer, default_project_id
-    from sandbox.container import SandboxContainer
-    from sandbox.container_spec import ContainerSpec
-    from sandbox.mcp_client import call_tool
-    from sandbox.mcp_config import McpServerConfig
-    from sandbox.orphans import sweep_orphans
+    from sandbox.container.orphans import sweep_orphans
+    from sandbox.container.sandbox_container import SandboxContainer
+    from sandbox.container.spec import ContainerSpec
+    from sandbox.mcp.client import call_tool
+    from sandbox.mcp.config import McpServerConfig
     from tests.helpers import new_policy_version
 
     call_command("migrate", verbosity=0)

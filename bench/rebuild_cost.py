@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.repo_scale import GIT_ENV, generate  # noqa: E402
 from core.contract import WorkspaceSource  # noqa: E402
-from sandbox.preparation import prepare_workspace  # noqa: E402
 from sandbox.rebuild import RecordedWrite, rebuild_workspace  # noqa: E402
+from sandbox.workspace.preparation import prepare_workspace  # noqa: E402
 
 PG_URL = "postgres://postgres@127.0.0.1:5432/harness_bench_takeover"
 

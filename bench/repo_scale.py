@@ -45,14 +45,14 @@ from core.contract import WorkspaceSource  # noqa: E402
 from core.policy import CheckDef  # noqa: E402
 from core.ports import Call  # noqa: E402
 from core.simulated import MemoryArtifacts  # noqa: E402
-from sandbox.container import SandboxContainer  # noqa: E402
-from sandbox.container_spec import ContainerSpec  # noqa: E402
-from sandbox.docker_client import shared_client  # noqa: E402
+from sandbox.container.client import shared_client  # noqa: E402
+from sandbox.container.quota import DiskQuota  # noqa: E402
+from sandbox.container.sandbox_container import SandboxContainer  # noqa: E402
+from sandbox.container.spec import ContainerSpec  # noqa: E402
 from sandbox.executor import SandboxExecutor  # noqa: E402
-from sandbox.preparation import prepare_workspace  # noqa: E402
-from sandbox.quota import DiskQuota  # noqa: E402
-from sandbox.tool_context import MemoryOutbox  # noqa: E402
-from sandbox.workspace import RunWorkspace  # noqa: E402
+from sandbox.tools.context import MemoryOutbox  # noqa: E402
+from sandbox.workspace.preparation import prepare_workspace  # noqa: E402
+from sandbox.workspace.run_workspace import RunWorkspace  # noqa: E402
 
 TRIVIAL = CheckDef(
     check_id="trivial", command=["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_trivial.py"], timeout_seconds=120

@@ -49,12 +49,12 @@ from core.policy import CheckDef, Policy, SandboxLimits  # noqa: E402
 from core.scripted import ScriptedProposer  # noqa: E402
 from core.simulated import MemoryApprovals, MemoryArtifacts, MemoryStore  # noqa: E402
 from core.tools import builtin_registry  # noqa: E402
-from sandbox.container import SandboxContainer  # noqa: E402
-from sandbox.container_spec import SANDBOX_USER, WORKDIR, ContainerSpec  # noqa: E402
-from sandbox.docker_client import docker_host, shared_client  # noqa: E402
+from sandbox.container.client import docker_host, shared_client  # noqa: E402
+from sandbox.container.sandbox_container import SandboxContainer  # noqa: E402
+from sandbox.container.spec import SANDBOX_USER, WORKDIR, ContainerSpec  # noqa: E402
 from sandbox.executor import SandboxExecutor  # noqa: E402
-from sandbox.preparation import prepare_workspace  # noqa: E402
-from sandbox.tool_context import MemoryOutbox  # noqa: E402
+from sandbox.tools.context import MemoryOutbox  # noqa: E402
+from sandbox.workspace.preparation import prepare_workspace  # noqa: E402
 
 TESTS = CheckDef(check_id="tests", command=["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"], timeout_seconds=120)
 LIMITS = SandboxLimits()  # the default policy's: 512m, 1 CPU, 128 pids

@@ -252,7 +252,7 @@ def measure(
                 os.killpg(process.pid, signal.SIGTERM)
                 process.wait(30)
         if worker is not None:
-            from sandbox.orphans import sweep_orphans
+            from sandbox.container.orphans import sweep_orphans
 
             sweep_orphans([], scope=PREFIX)  # the container of a run the worker was still driving
     return {

@@ -286,7 +286,7 @@ class SandboxWaitOver(Event):
 
 class EgressConnection(Event):
     """One connection a check made, or tried to make, through the egress proxy
-    (sandbox/egress.py), recorded when it ends: where to, whether the check's policy
+    (sandbox/egress/proxy.py), recorded when it ends: where to, whether the check's policy
     let it through (``reason`` says why not), and the bytes each way."""
 
     type: Literal["egress_connection"] = "egress_connection"

@@ -73,7 +73,7 @@ class Rule(_Frozen):
 
 
 class Destination(_Frozen):
-    """A place a check may reach through the egress proxy (sandbox/egress.py): a host
+    """A place a check may reach through the egress proxy (sandbox/egress/proxy.py): a host
     by name and one port. Names only: the proxy refuses raw addresses, so a policy
     naming one could never be used."""
 

@@ -160,7 +160,7 @@ def _preview_publish(workspace: SimWorkspace, args: Mapping[str, JSON]) -> str:
 
 @dataclass(frozen=True)
 class SimTool:
-    """What the simulation does for one tool of the registry, as sandbox.tools.SandboxTool
+    """What the simulation does for one tool of the registry, as sandbox.tools.registry.SandboxTool
     is for the sandbox: its handler (the effect and the receipt's data) and, for a tool
     with an effect, what a reviewer is shown."""
 

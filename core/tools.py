@@ -3,7 +3,7 @@ world. The harness decides gates from these entries, never from the model's clai
 never from a tool's name: what a tool writes, whether it has an effect outside the
 workspace, whether it needs or produces evidence, whether it ends the run, all is in its
 entry. What runs it, and what a reviewer is shown of it, sits beside its handler in
-``sandbox.tools``; adding a tool is one entry here and one there."""
+``sandbox.tools.registry``; adding a tool is one entry here and one there."""
 
 from __future__ import annotations
 
@@ -183,7 +183,7 @@ class ToolSpec:
     # has passing checks.
     finishes: bool = False
     # What of the workspace the model can see through it; the task message shows as
-    # much up front and never more (sandbox.workspace.RunWorkspace.repository_context).
+    # much up front and never more (sandbox.workspace.run_workspace.RunWorkspace.repository_context).
     shows: Literal["file_contents", "file_list"] | None = None
     # One line for the reviewer: what happens if this call is granted (effectful tools).
     reviewer_summary: str = ""

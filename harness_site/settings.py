@@ -25,7 +25,7 @@ from harness_site.env import (
     env_str,
     env_url,
 )
-from sandbox.allowlist import UnsafeURL, allowlist
+from sandbox.public import UnsafeURL, allowlist
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("HARNESS_VAR_DIR", str(BASE_DIR / "var")))
@@ -302,7 +302,7 @@ WORKSPACE_ROOT = Path(env_str("HARNESS_WORKSPACE_ROOT", str(VAR_DIR / "workspace
 # archives); anything else is refused, so starting a run cannot read server files.
 WORKSPACE_SOURCES = [Path(p) for p in env_list("HARNESS_WORKSPACE_SOURCES", [str(BASE_DIR / "examples")])]
 # Git remotes a run may clone from and publish to: URL prefixes ending in "/" or exact
-# repository URLs, compared part by part (sandbox/allowlist.py, docs/deploy.md); none
+# repository URLs, compared part by part (sandbox/vcs/allowlist.py, docs/deploy.md); none
 # by default. The token or SSH key is read by the worker's git process only.
 GIT_ALLOWED_REMOTES = env_list("HARNESS_GIT_ALLOWED_REMOTES", [])
 try:

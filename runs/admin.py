@@ -18,9 +18,7 @@ from approvals.models import PolicyVersion
 from core.errors import FieldProblem
 from runs import mcp_admin, project_admin  # noqa: F401 - registers projects, their members, their MCP servers and the audit
 from runs.approval_flow import save_policy_version
-from sandbox.container_spec import RuntimeMissing, check_runtime
-from sandbox.docker_client import shared_client
-from sandbox.engine import ENGINE_ERRORS
+from sandbox.public import ENGINE_ERRORS, RuntimeMissing, check_runtime, shared_client
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ class RunsConfig(AppConfig):
         from django.conf import settings
 
         from runs.roles import ensure_roles
-        from sandbox.docker_client import use_engine_host
+        from sandbox.public import use_engine_host
 
         post_migrate.connect(ensure_roles, sender=self)
         use_engine_host(lambda: str(settings.DOCKER_HOST))

@@ -1,9 +1,9 @@
 """A push's base branch, compared with the run's base commit where a reviewer decides:
 the approval page says how far the branch moved and whether the change still
-applies (sandbox.base_check), and under a policy whose ``publish_checks.moved_base``
+applies (sandbox.vcs.base_check), and under a policy whose ``publish_checks.moved_base``
 is ``stale`` a grant of a request whose base moved is refused as stale, like one
 made stale by a policy save. The worker asks the same again just before the push
-(sandbox.effect_tools)."""
+(sandbox.tools.effects)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from django.conf import settings
 from approvals.models import ApprovalRequest
 from approvals.policies import current_policy_row, load_policy
 from core.effects import PushEffect, parse_effect
-from sandbox.base_check import BaseMove, check_base
-from sandbox.remote import HEX_REF, RemoteAccess, RemoteError
+from sandbox.public import HEX_REF, BaseMove, RemoteAccess, RemoteError, check_base
 
 PAGE_TIMEOUT_SECONDS = 10.0
 

@@ -1,6 +1,6 @@
 """The beat's sweep of sandbox containers (docs/design.md, Recovery): which runs'
 containers may go. It decides by run, never by role: every container of a run
-carries the run's id (``sandbox.orphans``), so a pinned image's container is kept
+carries the run's id (``sandbox.container.orphans``), so a pinned image's container is kept
 exactly as long as the run's main one.
 
 - A run that ended (or a label that is no run's) keeps nothing: an ended run is
@@ -29,7 +29,7 @@ from django.utils import timezone
 from runs import leases
 from runs.models import Run
 from runs.runtime import worker_identity
-from sandbox.orphans import containers_by_run, remove_containers
+from sandbox.public import containers_by_run, remove_containers
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ MAX_CHARS = 4000
 
 
 class LiveOutput:
-    """Receives a call's output bytes (``sandbox.output_capture.OutputListener``) and
+    """Receives a call's output bytes (``sandbox.container.output.OutputListener``) and
     publishes the tail: at once for the first chunk, then at most every
     ``interval``; a chunk that arrives inside the interval is sent when it ends, so
     the last lines before a quiet spell are never held back."""

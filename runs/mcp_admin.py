@@ -17,7 +17,7 @@ from projects.audit import record
 from projects.models import McpServer
 from runs.mcp_servers import check_mcp_url
 from runs.project_admin import SiteAdminsOnly
-from sandbox.allowlist import UnsafeURL
+from sandbox.public import UnsafeURL
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,99}$")
 AUDITED = ("name", "url", "command", "credential_env", "idempotency_arg", "lookup_tool", "timeout_seconds", "max_response_mb", "enabled")

@@ -11,9 +11,7 @@ import os
 from django.conf import settings
 
 from projects.models import McpServer
-from sandbox.allowlist import UnsafeURL, admitted, allowlist
-from sandbox.mcp_config import McpServerConfig
-from sandbox.mcp_tools import McpTools
+from sandbox.public import McpServerConfig, McpTools, UnsafeURL, admitted, allowlist
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from runs.models import Artifact, PublishedPatch
 
 
 class DatabaseOutbox:
-    """The sandbox's ``Outbox`` port (sandbox.tool_context), handed in by runs.runtime."""
+    """The sandbox's ``Outbox`` port (sandbox.tools.context), handed in by runs.runtime."""
 
     def publish(self, key: str, run_id: str, ref: str, size: int) -> bool:
         try:

@@ -33,10 +33,7 @@ from runs import hosts
 from runs.eventlog import LeaseLost, append_events
 from runs.models import Event, Run
 from runs.store import load_state
-from sandbox.preparation import open_workspace, prepare_workspace
-from sandbox.rebuild import RecordedWrite, rebuild_workspace, recorded_writes
-from sandbox.remote import RemoteAccess
-from sandbox.workspace import RunWorkspace
+from sandbox.public import RecordedWrite, RemoteAccess, RunWorkspace, open_workspace, prepare_workspace, rebuild_workspace, recorded_writes
 
 # The events a rebuild reads: the writes, their arguments, and what came around the tools.
 # Beside the workspace: the lease token under which this host made it.
@@ -132,7 +129,7 @@ def writes_of(run: Run) -> list[RecordedWrite]:
 def fixed_pushes(run: Run) -> dict[str, dict[str, JSON]]:
     """The publishes the run started, by idempotency key, with the effect each fixed
     (``call_admitted``): what a rebuilt clone must know as the run's own commits
-    (sandbox.effect_tools.remember_pushes)."""
+    (sandbox.tools.effects.remember_pushes)."""
     effects: dict[str, dict[str, JSON]] = {}
     keys: dict[str, str] = {}
     rows = Event.objects.filter(run=run, type__in=("call_admitted", "call_started")).order_by("seq").iterator()

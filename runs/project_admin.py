@@ -31,7 +31,7 @@ from projects.admin_scope import InProjects
 from projects.audit import record
 from projects.models import AuditEntry, Membership, Project
 from runs.queue import enqueue_dispatch
-from sandbox.allowlist import UnsafeURL, allowlist
+from sandbox.public import UnsafeURL, allowlist
 
 
 def _strings(value: object, what: str) -> list[str]:

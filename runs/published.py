@@ -15,7 +15,7 @@ from django.conf import settings
 
 from core.tools import BUILTIN_TOOLS
 from runs.models import Event, Receipt, Run
-from sandbox.forges import ForgeAccess
+from sandbox.public import ForgeAccess
 
 OUTSIDE_EFFECTS = tuple(spec.name for spec in BUILTIN_TOOLS if spec.external_effect)
 

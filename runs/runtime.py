@@ -54,16 +54,25 @@ from runs.outbox import DatabaseOutbox
 from runs.queue import enqueue_dispatch, enqueue_start
 from runs.services import CurrentPolicy, NewRun, check_new_run, do_create_run, drive_run, registry
 from runs.store import DjangoStore, LeaseLost, Unstorable, load_state
-from sandbox.container_spec import ContainerSpec
-from sandbox.effect_tools import remember_pushes
-from sandbox.executor import SandboxExecutor
-from sandbox.forges import ChangeRequests, ForgeAccess
-from sandbox.publishing import ReviewLimits
-from sandbox.quota import MB, DiskQuota
-from sandbox.rebuild import RebuildFailed
-from sandbox.remote import HEX_REF, RemoteAccess, RemoteError, RemoteTarget
-from sandbox.sources import WorkspaceSourceError, check_narrowed, check_source
-from sandbox.workspace import RunWorkspace
+from sandbox.public import (
+    HEX_REF,
+    MB,
+    ChangeRequests,
+    ContainerSpec,
+    DiskQuota,
+    ForgeAccess,
+    RebuildFailed,
+    RemoteAccess,
+    RemoteError,
+    RemoteTarget,
+    ReviewLimits,
+    RunWorkspace,
+    SandboxExecutor,
+    WorkspaceSourceError,
+    check_narrowed,
+    check_source,
+    remember_pushes,
+)
 
 log = logging.getLogger(__name__)
 

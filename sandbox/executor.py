@@ -19,20 +19,20 @@ from core.effects import Plan
 from core.jsonutil import JSON
 from core.ports import ArtifactStore, Call, Reconciliation
 from core.state import PendingEffect
-from sandbox import fileops
-from sandbox.container import SandboxContainer
-from sandbox.container_spec import DEFAULT_SCOPE, ROLE_MAIN, ContainerSpec, pinned_role
-from sandbox.egress import MAX_EVENTS
-from sandbox.engine import ENGINE_ERRORS, SandboxUnavailable, wait_for_engine
-from sandbox.forges import ChangeRequests
-from sandbox.mcp_tools import McpTools
-from sandbox.output_capture import OutputListener
-from sandbox.publishing import ReviewLimits
-from sandbox.quota import DiskQuota
-from sandbox.remote import RemoteTarget
-from sandbox.tool_context import Outbox, ToolContext, ToolResult
-from sandbox.tools import TOOLS
-from sandbox.workspace import RunWorkspace
+from sandbox.container.engine import ENGINE_ERRORS, SandboxUnavailable, wait_for_engine
+from sandbox.container.output import OutputListener
+from sandbox.container.quota import DiskQuota
+from sandbox.container.sandbox_container import SandboxContainer
+from sandbox.container.spec import DEFAULT_SCOPE, ROLE_MAIN, ContainerSpec, pinned_role
+from sandbox.egress.proxy import MAX_EVENTS
+from sandbox.tools.context import Outbox, ToolContext, ToolResult
+from sandbox.tools.mcp import McpTools
+from sandbox.tools.publishing import ReviewLimits
+from sandbox.tools.registry import TOOLS
+from sandbox.vcs.forges import ChangeRequests
+from sandbox.vcs.remote import RemoteTarget
+from sandbox.workspace import fileops
+from sandbox.workspace.run_workspace import RunWorkspace
 
 log = logging.getLogger(__name__)
 # How long one attempt waits for an engine that does not answer, at most (the run's
@@ -72,7 +72,7 @@ class SandboxExecutor:
         egress_max_events: int = MAX_EVENTS,
     ) -> None:
         self.run_id = run_id
-        # The tools of the run's MCP servers, beside the built-in ones (sandbox.mcp_tools).
+        # The tools of the run's MCP servers, beside the built-in ones (sandbox.tools.mcp).
         self.mcp = mcp
         if mcp is not None:
             mcp.attach = self._attach_mcp

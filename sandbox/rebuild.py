@@ -9,7 +9,7 @@ log records as applied, in log order: the receipts of ``write_file`` and
 writes of unknown outcome later found applied (``effect_reconciled``), and last,
 only if the workspace is not yet at the run's revision, a write of unknown outcome
 still unresolved (the revision its receipt recorded may include it). Each is
-applied again through the workspace's own writers (``file_tools.replay``), and the
+applied again through the workspace's own writers (``sandbox.tools.files.replay``), and the
 revision after each must be the one the log recorded after it; the rebuilt
 workspace, walked in full, must be at the run's revision. Anything else (a source
 that no longer gives the base revision, a source that cannot be read, a write that
@@ -30,12 +30,12 @@ from core import events as ev
 from core.contract import WorkspaceSource
 from core.jsonutil import JSON
 from core.ports import RevisionMismatch
-from sandbox import fileops, patches
-from sandbox.file_tools import REPLAYABLE, replay
-from sandbox.preparation import prepare_workspace
-from sandbox.remote import RemoteAccess, RemoteError
-from sandbox.sources import WorkspaceSourceError
-from sandbox.workspace import RunWorkspace
+from sandbox.tools.files import REPLAYABLE, replay
+from sandbox.vcs.remote import RemoteAccess, RemoteError
+from sandbox.workspace import fileops, patches
+from sandbox.workspace.preparation import prepare_workspace
+from sandbox.workspace.run_workspace import RunWorkspace
+from sandbox.workspace.sources import WorkspaceSourceError
 
 
 class RebuildFailed(Exception):

@@ -28,9 +28,9 @@ from django.test import override_settings
 from docker.errors import DockerException, ImageNotFound
 
 from core.policy import SandboxLimits
-from sandbox.container_spec import RUNSC_CONFIG
-from sandbox.docker_client import docker_host, new_client
-from sandbox.orphans import sweep_orphans
+from sandbox.container.client import docker_host, new_client
+from sandbox.container.orphans import sweep_orphans
+from sandbox.container.spec import RUNSC_CONFIG
 
 RUNTIMES = ("runc", "runsc")
 ENGINE_START_SECONDS = 60

@@ -33,14 +33,14 @@ from core.scripted import ScriptedProposer, ScriptFn
 from core.simulated import MemoryApprovals, MemoryStore
 from core.state import RunState
 from core.tools import builtin_registry
-from sandbox.container import SandboxContainer
-from sandbox.container_spec import ContainerSpec
-from sandbox.docker_client import docker_host, new_client
-from sandbox.engine import engine_answers
+from sandbox.container.client import docker_host, new_client
+from sandbox.container.engine import engine_answers
+from sandbox.container.orphans import sweep_orphans
+from sandbox.container.sandbox_container import SandboxContainer
+from sandbox.container.spec import ContainerSpec
 from sandbox.executor import SandboxExecutor
-from sandbox.orphans import sweep_orphans
-from sandbox.preparation import prepare_workspace
-from sandbox.workspace import RunWorkspace
+from sandbox.workspace.preparation import prepare_workspace
+from sandbox.workspace.run_workspace import RunWorkspace
 from tests.fixtures_runtimes import RuntimeEngine
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from sandbox.workspace import RunWorkspace
+from sandbox.workspace.run_workspace import RunWorkspace
 
 GIT_ENV = {
     "PATH": os.environ.get("PATH", "/usr/bin:/bin"),

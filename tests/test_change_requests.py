@@ -20,9 +20,9 @@ from core.contract import WorkspaceSource
 from core.policy import authorize, check_policy
 from core.state import PendingEffect
 from sandbox.executor import SandboxExecutor
-from sandbox.forges import ChangeRequests, ForgeAccess
-from sandbox.preparation import prepare_workspace
-from sandbox.remote import RemoteAccess, RemoteTarget
+from sandbox.vcs.forges import ChangeRequests, ForgeAccess
+from sandbox.vcs.remote import RemoteAccess, RemoteTarget
+from sandbox.workspace.preparation import prepare_workspace
 from tests.fake_forges import FORGE_TOKEN, FakeForge
 from tests.fixtures_sandbox import ROOT, fixed_call, shown
 from tests.gitserver import TOKEN, USER, GitHttpServer, make_bare_repository, serving

@@ -24,8 +24,8 @@ from runs.container_sweep import sweep
 from runs.models import Event, Run
 from runs.runtime import create_run, prepare_workspace_for
 from runs.services import check_new_run, do_create_run
-from sandbox.container_spec import ROLE_MAIN, ContainerSpec, create_container, pinned_role
-from sandbox.orphans import containers_by_run, sweep_orphans
+from sandbox.container.orphans import containers_by_run, sweep_orphans
+from sandbox.container.spec import ROLE_MAIN, ContainerSpec, create_container, pinned_role
 from tests.fixtures_sandbox import SCOPE
 from tests.fixtures_services import Worker
 from tests.helpers import new_policy_version

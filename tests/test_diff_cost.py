@@ -26,8 +26,8 @@ from runs.artifacts import ArtifactStorage
 from runs.models import Run
 from runs.outbox import DatabaseOutbox
 from runs.runtime import advance, create_run, workspace_for
-from sandbox import linediff, patches
 from sandbox.executor import SandboxExecutor
+from sandbox.workspace import linediff, patches
 from tests.fixtures_sandbox import example_workspace, fixed_call
 from tests.git_apply import git_applies_to_source, patch_applies_to_source
 from tests.helpers import published_patches

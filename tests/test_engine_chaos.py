@@ -37,8 +37,8 @@ from docker.errors import DockerException
 from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row
 from runs.models import Event, Run
-from sandbox.container_spec import LABEL_RUN
-from sandbox.orphans import sweep_orphans
+from sandbox.container.orphans import sweep_orphans
+from sandbox.container.spec import LABEL_RUN
 from tests.fixtures_services import service_env
 from tests.two_hosts import Engine
 

@@ -31,8 +31,8 @@ from core.policy import Rule
 from core.scenarios import FIXED, Rig, build_rig, call, demo_policy
 from core.tools import builtin_registry
 from core.waits import approval_key
-from sandbox.forges import describe_change_request
-from sandbox.remote import RemoteAccess, RemoteTarget
+from sandbox.vcs.forges import describe_change_request
+from sandbox.vcs.remote import RemoteAccess, RemoteTarget
 from tests.gitserver import make_bare_repository
 
 # -- validation before anything is filed ------------------------------------------

@@ -20,9 +20,9 @@ from core.contract import WorkspaceSource
 from core.errors import InputError
 from core.state import PendingEffect
 from sandbox.executor import SandboxExecutor
-from sandbox.preparation import prepare_workspace
-from sandbox.remote import GitRun, RemoteAccess, RemoteError, RemoteTarget, check_remote_url, passing_failure
-from sandbox.workspace import RunWorkspace
+from sandbox.vcs.remote import GitRun, RemoteAccess, RemoteError, RemoteTarget, check_remote_url, passing_failure
+from sandbox.workspace.preparation import prepare_workspace
+from sandbox.workspace.run_workspace import RunWorkspace
 from tests.fixtures_sandbox import ROOT, fixed_call, make_call, shown
 from tests.gitserver import HOOK_MESSAGE, TOKEN, USER, FaultProxy, GitHttpServer, make_bare_repository, reject_pushes, serving, sh
 

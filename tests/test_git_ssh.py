@@ -13,8 +13,8 @@ import pytest
 from pytest_django import Settings
 
 from core.contract import WorkspaceSource
-from sandbox.preparation import prepare_workspace
-from sandbox.remote import RemoteAccess, RemoteError, RemoteTarget
+from sandbox.vcs.remote import RemoteAccess, RemoteError, RemoteTarget
+from sandbox.workspace.preparation import prepare_workspace
 from tests.fixtures_sandbox import FIXED_AT, ROOT
 from tests.gitserver import make_bare_repository, sh
 from tests.sshserver import SshServer, ssh_server

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 from core.contract import WorkspaceSource
 from core.ports import RevisionMismatch
-from sandbox import fileops, hashing, patches
 from sandbox.executor import SandboxExecutor
-from sandbox.hashing import TreeHasher, TreeSink
-from sandbox.preparation import prepare_workspace
-from sandbox.workspace import RunWorkspace
+from sandbox.workspace import fileops, hashing, patches
+from sandbox.workspace.hashing import TreeHasher, TreeSink
+from sandbox.workspace.preparation import prepare_workspace
+from sandbox.workspace.run_workspace import RunWorkspace
 from tests.fixtures_sandbox import ROOT, drive, make_call, sandbox_policy, step
 
 NAMES = st.sampled_from(["orders", "a", "b", "total.py", "x.py", "y.txt"])

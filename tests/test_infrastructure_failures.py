@@ -25,8 +25,8 @@ from core.ports import Call
 from core.receipts import Receipt, Status
 from core.scenarios import FIXED, build_rig, call
 from runs.cli import EXIT_ERROR
-from sandbox.container_spec import remove_container
-from sandbox.engine import unavailable
+from sandbox.container.engine import unavailable
+from sandbox.container.spec import remove_container
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX_AND_CHECK = [

@@ -22,8 +22,8 @@ from projects.models import McpServer, default_project_id
 from runs.artifacts import ArtifactStorage
 from runs.models import Event, Evidence, Run
 from runs.runtime import advance, create_run
-from sandbox.mcp_config import McpServerConfig
-from sandbox.mcp_tools import McpTools
+from sandbox.mcp.config import McpServerConfig
+from sandbox.tools.mcp import McpTools
 from tests.helpers import new_policy_version
 from tests.mcp_servers.running import TOKEN, TOKEN_ENV, Tracker, tracker
 from tests.runs_waiting import DEMO_CONTRACT

@@ -33,9 +33,9 @@ from runs.artifacts import ArtifactStorage, line_secrets, masked_blocks
 from runs.eventlog import append_events
 from runs.models import Receipt, Run
 from runs.outbox import DatabaseOutbox
+from sandbox.container.output import OutputCapture
+from sandbox.container.quota import MB, DiskQuota
 from sandbox.executor import SandboxExecutor
-from sandbox.output_capture import OutputCapture
-from sandbox.quota import MB, DiskQuota
 from tests.fixtures_sandbox import WRITE_PATHS, drive, example_workspace, sandbox_policy, start_container, step
 from tests.fixtures_web import AsgiServer, waiting_scene
 
@@ -368,7 +368,7 @@ def rss(pid: int) -> int:
 def test_it_ships_a_seccomp_profile_that_denies_io_uring_and_allows_clone_only_without_namespaces() -> None:
     import json
 
-    from sandbox.seccomp import DENIED, NOT_IMPLEMENTED, PROFILE_PATH, build_profile
+    from sandbox.container.seccomp import DENIED, NOT_IMPLEMENTED, PROFILE_PATH, build_profile
 
     profile = json.loads(PROFILE_PATH.read_text())
     assert profile["defaultAction"] == "SCMP_ACT_ERRNO"

@@ -1,4 +1,4 @@
-"""The full walk with helper processes (sandbox/hashing.py, sandbox/walker.py) gives
+"""The full walk with helper processes (sandbox/workspace/hashing.py, sandbox/workspace/walker.py) gives
 what the walk alone gives, and git: the same tree hash, tree objects, allocation
 and blob cache, on trees large enough to take the parallel path; an error a helper
 meets fails the walk exactly as it fails the walk alone."""
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import fileops, hashing
-from sandbox.hashing import TreeHasher
+from sandbox.workspace import fileops, hashing
+from sandbox.workspace.hashing import TreeHasher
 from tests.test_sandbox_tools import git_tree
 
 

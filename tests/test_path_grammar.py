@@ -19,7 +19,7 @@ from core.errors import InputError
 from core.patchtext import PatchRefused, parse_patch, patch_targets
 from core.paths import REFUSED_CATEGORIES, PathRefused, canonical_path, path_allowed
 from core.tools import builtin_registry
-from sandbox import fileops
+from sandbox.workspace import fileops
 
 WRITE_PATHS = ["orders/*"]
 # Every C0 control, DEL and the C1 controls, the separators str.splitlines() splits

@@ -1,8 +1,8 @@
 """A workspace prepared without a full walk: a git source checked out as the sandbox's
-uid with the commit's tree objects as its revision (``sandbox/checkout.py``), the cases
+uid with the commit's tree objects as its revision (``sandbox/workspace/checkout.py``), the cases
 where the checkout is walked instead because git may not have written the tree
 verbatim, and a directory source copied, hashed and linked in one pass
-(``sandbox/copying.py``)."""
+(``sandbox/workspace/copying.py``)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import pytest
 
 from core.contract import WorkspaceSource
 from core.ports import RevisionMismatch
-from sandbox import checkout
-from sandbox.fileops import MAX_DEPTH
-from sandbox.hashing import TreeHasher
-from sandbox.preparation import SANDBOX_UID, prepare_workspace
-from sandbox.workspace import RunWorkspace
+from sandbox.workspace import checkout
+from sandbox.workspace.fileops import MAX_DEPTH
+from sandbox.workspace.hashing import TreeHasher
+from sandbox.workspace.preparation import SANDBOX_UID, prepare_workspace
+from sandbox.workspace.run_workspace import RunWorkspace
 
 ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}
 

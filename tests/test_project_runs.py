@@ -18,7 +18,7 @@ from api.models import ApiToken
 from core.errors import InputError
 from projects.models import DEFAULT_PROJECT, Membership, Project, Role
 from runs.runtime import create_run, workspace_for
-from sandbox.sources import WorkspaceSourceError
+from sandbox.workspace.sources import WorkspaceSourceError
 from tests.test_api import SCRIPT, SMALL_CONTRACT
 
 pytestmark = pytest.mark.django_db

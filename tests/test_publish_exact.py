@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from core.contract import WorkspaceSource
 from core.ports import RevisionMismatch
 from runs import outbox
-from sandbox import patches
 from sandbox.executor import SandboxExecutor
-from sandbox.preparation import prepare_workspace
-from sandbox.publishing import PublishRefused, publication
-from sandbox.sources import WorkspaceSourceError
+from sandbox.tools.publishing import PublishRefused, publication
+from sandbox.workspace import patches
+from sandbox.workspace.preparation import prepare_workspace
+from sandbox.workspace.sources import WorkspaceSourceError
 from tests.fixtures_sandbox import ROOT, fixed_call, make_call, shown
 from tests.git_apply import git_applies_to_source, patch_applies_to_source
 

@@ -12,10 +12,10 @@ from typing import Any
 from core.contract import WorkspaceSource
 from runs.artifacts import ArtifactStorage
 from runs.outbox import DatabaseOutbox
-from sandbox.effect_tools import remember_pushes
 from sandbox.executor import SandboxExecutor
 from sandbox.rebuild import RecordedWrite, rebuild_workspace
-from sandbox.remote import RemoteTarget
+from sandbox.tools.effects import remember_pushes
+from sandbox.vcs.remote import RemoteTarget
 from tests.fixtures_sandbox import ROOT, fixed_call
 from tests.test_git_remote import FIX, Remote, changed_run, pending, remote
 

@@ -31,7 +31,7 @@ from runs.approval_flow import grant
 from runs.approval_gate import DjangoApprovals
 from runs.models import Artifact, Run
 from runs.services import check_new_run, do_create_run, drive_run
-from sandbox.patches import unified_diff
+from sandbox.workspace.patches import unified_diff
 from tests.helpers import CONTRACT
 
 ENV_SECRET = "server-env-secret-4f9c1e7a55"

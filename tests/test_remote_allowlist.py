@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.contract import WorkspaceSource
-from sandbox.allowlist import UnsafeURL, allowed_entry, check_project, place_of
-from sandbox.forges import ChangeRequests, ForgeAccess, ForgeError
-from sandbox.preparation import prepare_workspace
-from sandbox.remote import RemoteAccess, RemoteError, check_remote_url
+from sandbox.vcs.allowlist import UnsafeURL, allowed_entry, check_project, place_of
+from sandbox.vcs.forges import ChangeRequests, ForgeAccess, ForgeError
+from sandbox.vcs.remote import RemoteAccess, RemoteError, check_remote_url
+from sandbox.workspace.preparation import prepare_workspace
 from tests.fake_forges import FORGE_TOKEN, FakeForge
 from tests.fixtures_sandbox import ROOT
 from tests.gitserver import TOKEN, USER, FaultProxy, GitHttpServer, make_bare_repository, serving

@@ -28,8 +28,8 @@ from runs.artifacts import ArtifactStorage
 from runs.models import PublishedPatch, Run
 from runs.outbox import DatabaseOutbox, published_patch
 from runs.runtime import advance, create_run
-from sandbox import patches
 from sandbox.executor import SandboxExecutor
+from sandbox.workspace import patches
 from tests.fixtures_sandbox import example_workspace, fixed_call, make_call, shown
 from tests.git_apply import git_applies_to_source, patch_applies_to_source
 from tests.helpers import published_patches

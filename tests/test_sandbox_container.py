@@ -16,11 +16,11 @@ from docker.errors import NotFound
 from core.policy import SandboxLimits
 from core.simulated import MemoryApprovals
 from runs.outbox import published_patch
-from sandbox.container import SandboxContainer
-from sandbox.container_spec import LABEL_MANAGED, LABEL_RUN, LABEL_SCOPE, SANDBOX_ENV
-from sandbox.orphans import sweep_orphans
-from sandbox.output_capture import OutputCapture
-from sandbox.seccomp import security_option
+from sandbox.container.orphans import sweep_orphans
+from sandbox.container.output import OutputCapture
+from sandbox.container.sandbox_container import SandboxContainer
+from sandbox.container.seccomp import security_option
+from sandbox.container.spec import LABEL_MANAGED, LABEL_RUN, LABEL_SCOPE, SANDBOX_ENV
 from tests.fixtures_sandbox import ROOT, SCOPE, example_workspace, start_container
 
 pytestmark = [pytest.mark.docker]

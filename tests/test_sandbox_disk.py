@@ -12,9 +12,9 @@ import docker
 import pytest
 
 from core.policy import CheckDef, SandboxLimits
+from sandbox.container.quota import DiskQuota
 from sandbox.executor import SandboxExecutor
-from sandbox.hashing import TreeHasher, TreeSink
-from sandbox.quota import DiskQuota
+from sandbox.workspace.hashing import TreeHasher, TreeSink
 from tests.fixtures_runtimes import RuntimeEngine
 from tests.fixtures_sandbox import (
     SURVIVE,
@@ -87,7 +87,7 @@ def test_it_bounds_what_a_check_writes_by_its_scratch_and_leaves_the_workspace_u
     """Stronger than the old quota on the workspace (measured every half second while
     the check wrote into it): the check cannot write the workspace at all, and the
     kernel stops it at the scratch tmpfs's size, which is emptied after the check."""
-    from sandbox.quota import MB
+    from sandbox.container.quota import MB
 
     limits = runtime_engine.limits(TEST_LIMITS).model_copy(update={"scratch_mb": 20})
     executor = quota_executor(tmp_path, "disk-fill", DiskQuota(workspace_max_bytes=20 * MB), limits)
@@ -206,7 +206,7 @@ def test_it_runs_a_check_in_a_workspace_of_300000_files(
 
     from runs.artifacts import ArtifactStorage
     from runs.outbox import DatabaseOutbox
-    from sandbox import hashing
+    from sandbox.workspace import hashing
 
     base = Path(tempfile.mkdtemp(prefix="harness-huge-", dir="/dev/shm"))
     try:
@@ -248,7 +248,7 @@ def test_it_runs_a_check_in_a_workspace_of_300000_files(
 
 
 def test_it_runs_no_check_in_a_workspace_over_its_quota(runtime_engine: RuntimeEngine, tmp_path: Path, db: None) -> None:
-    from sandbox.quota import MB
+    from sandbox.container.quota import MB
 
     executor = quota_executor(tmp_path, "disk-quota", DiskQuota(workspace_max_bytes=1 * MB), runtime_engine.limits(TEST_LIMITS))
     try:
@@ -264,7 +264,7 @@ def test_it_runs_no_check_in_a_workspace_over_its_quota(runtime_engine: RuntimeE
 def test_it_runs_no_check_when_the_workers_disk_is_short_of_its_reserve(runtime_engine: RuntimeEngine, tmp_path: Path, db: None) -> None:
     import shutil
 
-    from sandbox.quota import MB
+    from sandbox.container.quota import MB
 
     free = shutil.disk_usage(tmp_path).free
     executor = quota_executor(tmp_path, "disk-reserve", DiskQuota(reserve_bytes=free + 1024 * MB), runtime_engine.limits(TEST_LIMITS))

@@ -1,6 +1,6 @@
 """Egress for checks: off by default; a policy may let one check reach named
 host:port destinations, only through the per-call proxy in the worker
-(sandbox/egress.py). A check installs a package with pip from an index the test
+(sandbox/egress/proxy.py). A check installs a package with pip from an index the test
 serves on loopback; the same check is refused when the index is not on its list; a
 check that tries another host, a raw address, its own DNS lookup and the metadata
 address gets nowhere; every connection is an event for its call. Under runc and
@@ -36,13 +36,13 @@ from core.errors import InputError
 from core.fences import RowLock
 from core.policy import CheckDef, Destination, check_policy
 from core.report import build_report
-from sandbox import egress
-from sandbox.container import SandboxContainer
-from sandbox.egress import PIPELINED, EgressProxy, EgressRefused, do_connect, parse_head
-from sandbox.egress_relay import RELAY
+from sandbox.container.sandbox_container import SandboxContainer
+from sandbox.egress import proxy as egress
+from sandbox.egress.proxy import PIPELINED, EgressProxy, EgressRefused, do_connect, parse_head
+from sandbox.egress.relay import RELAY
 from sandbox.executor import SandboxExecutor
-from sandbox.preparation import prepare_workspace
-from sandbox.workspace import RunWorkspace
+from sandbox.workspace.preparation import prepare_workspace
+from sandbox.workspace.run_workspace import RunWorkspace
 from tests.busy import spinning
 from tests.fixtures_runtimes import RuntimeEngine
 from tests.fixtures_sandbox import (

@@ -175,7 +175,7 @@ def test_it_gives_checks_none_of_the_workers_environment(
     assert_survived(outcome)
 
 
-# The sandbox's own seccomp profile (sandbox/seccomp.py): the engine's default lets
+# The sandbox's own seccomp profile (sandbox/container/seccomp.py): the engine's default lets
 # io_uring through; ours answers ENOSYS under runc. gVisor keeps its own rules.
 SYSCALLS = check(
     "syscalls",
@@ -197,7 +197,7 @@ SYSCALLS = check(
 def test_it_denies_io_uring_and_new_namespaces_and_still_runs_ordinary_checks(
     sandbox: SandboxExecutor, module_sandbox: ModuleSandbox
 ) -> None:
-    from sandbox.seccomp import security_option
+    from sandbox.container.seccomp import security_option
 
     outcome = drive(
         sandbox, sandbox_policy(SYSCALLS), [step("run_check", check_id="syscalls"), step("run_check", check_id="tests"), *SURVIVE]

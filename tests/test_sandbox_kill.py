@@ -82,7 +82,7 @@ def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_containe
 ) -> None:
     """The kill switch must not wait on the engine: here removal stalls until the
     loop has returned (as a busy engine's can), and the loop stops all the same."""
-    import sandbox.container
+    import sandbox.container.sandbox_container
     from runs.artifacts import ArtifactStorage
     from runs.outbox import DatabaseOutbox
 
@@ -95,7 +95,7 @@ def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_containe
     workspace = example_workspace(tmp_path / "slow-engine")
     container = start_container("slow-engine", workspace, runtime_engine.limits(TEST_LIMITS))
     executor = SandboxExecutor("slow-engine", workspace, container, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS)
-    monkeypatch.setattr(sandbox.container, "new_client", lambda timeout: StallingClient())
+    monkeypatch.setattr(sandbox.container.sandbox_container, "new_client", lambda timeout: StallingClient())
     returned = threading.Event()
     try:
         kill_during_long_check(executor, returned)

@@ -8,8 +8,8 @@ import hashlib
 import pytest
 
 from runs.artifacts import ArtifactStorage
+from sandbox.container.quota import MB
 from sandbox.executor import SandboxExecutor
-from sandbox.quota import MB
 from tests.fixtures_sandbox import (
     SURVIVE,
     ModuleSandbox,
@@ -100,7 +100,7 @@ def test_it_caps_a_100mb_output_and_stores_its_start_and_end(sandbox: SandboxExe
     assert data["output"].startswith("0123456789abcdef\n") and "bytes omitted; stored output (cut): sha256:" in data["output"]
     assert receipt["artifacts"] == [data["output_ref"]]
     # Stored: the first bytes, a notice of the cut and the last bytes, within the
-    # per-check cap (sandbox.quota.DiskQuota.output_max_bytes), never all 100 MB.
+    # per-check cap (sandbox.container.quota.DiskQuota.output_max_bytes), never all 100 MB.
     assert data["output_cut"] is True and data["output_stored_bytes"] < 8 * MB
     stored = ArtifactStorage().get(data["output_ref"])
     assert len(stored) <= 8 * MB and stored.startswith(b"0123456789abcdef\n")

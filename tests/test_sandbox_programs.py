@@ -11,9 +11,9 @@ import docker
 import pytest
 from django.conf import settings
 
-from sandbox.container_spec import PROGRAMS, REAPER, SCRATCH, WORKDIR
-from sandbox.execution import ExecResult
-from sandbox.output_capture import OutputCapture
+from sandbox.container.exec_watch import ExecResult
+from sandbox.container.output import OutputCapture
+from sandbox.container.spec import PROGRAMS, REAPER, SCRATCH, WORKDIR
 from tests.fixtures_sandbox import ModuleSandbox
 
 SOURCE = Path(__file__).resolve().parent.parent / "sandbox" / "image" / "harness"

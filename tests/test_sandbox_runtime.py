@@ -17,8 +17,8 @@ from django.test import Client
 from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row
 from core.policy import SandboxLimits
-from sandbox.container import SandboxContainer
-from sandbox.container_spec import ContainerSpec, RuntimeMissing
+from sandbox.container.sandbox_container import SandboxContainer
+from sandbox.container.spec import ContainerSpec, RuntimeMissing
 from tests.fixtures_runtimes import RuntimeEngine
 from tests.fixtures_sandbox import SCOPE, SMOKE, TEST_LIMITS, drive, example_workspace, sandbox_policy, start_container, step
 from tests.helpers import World

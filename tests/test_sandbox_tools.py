@@ -22,13 +22,13 @@ from core.contract import WorkspaceSource
 from core.ports import RevisionMismatch
 from core.state import PendingEffect
 from runs.outbox import published_patch
-from sandbox import fileops, patches
 from sandbox.executor import SandboxExecutor
-from sandbox.hashing import TreeHasher
-from sandbox.preparation import prepare_workspace
-from sandbox.publishing import publication
-from sandbox.sources import WorkspaceSourceError
-from sandbox.workspace import RunWorkspace
+from sandbox.tools.publishing import publication
+from sandbox.workspace import fileops, patches
+from sandbox.workspace.hashing import TreeHasher
+from sandbox.workspace.preparation import prepare_workspace
+from sandbox.workspace.run_workspace import RunWorkspace
+from sandbox.workspace.sources import WorkspaceSourceError
 from tests.fixtures_sandbox import ROOT, fixed_call, make_call
 
 CACHES = {"__pycache__", ".pytest_cache", ".benchmarks", ".hypothesis"}

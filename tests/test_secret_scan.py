@@ -40,11 +40,11 @@ from runs.approval_flow import grant
 from runs.approval_gate import DjangoApprovals
 from runs.models import Event, Run
 from runs.services import check_new_run, do_create_run, drive_run
-from sandbox.container import SandboxContainer
+from sandbox.container.sandbox_container import SandboxContainer
 from sandbox.executor import SandboxExecutor
-from sandbox.patches import unified_diff
-from sandbox.preparation import prepare_workspace
-from sandbox.remote import RemoteAccess, RemoteTarget
+from sandbox.vcs.remote import RemoteAccess, RemoteTarget
+from sandbox.workspace.patches import unified_diff
+from sandbox.workspace.preparation import prepare_workspace
 from tests.fixtures_sandbox import FIXED_AT, ROOT, SMOKE, fixed_call, make_call, start_container
 from tests.gitserver import TOKEN, USER, GitHttpServer, make_bare_repository, serving, sh
 

@@ -21,7 +21,7 @@ from core.scenarios import call
 from core.scripted import ScriptedProposer
 from core.state import Unmet
 from runs.proposers import MaskingProposer
-from sandbox.patches import unified_diff
+from sandbox.workspace.patches import unified_diff
 
 AWS_ID = "AKIA" + "Q7RZ3MXK2VNB8PLD"
 GITHUB = "ghp_" + "R8d2Kq7Lm4Nx9Pz3Vt6Wb1Yc5Hs0Jf2Ga7Qe"

@@ -2,7 +2,7 @@
 beat, every command and test session) and the worker's tasks module import no
 Model Context Protocol SDK. The SDK is about a third of the worker's import time
 (bench/startup.py); only a run whose project names an MCP server loads it, on its
-first conversation (sandbox/mcp_tools.py)."""
+first conversation (sandbox/tools/mcp.py)."""
 
 from __future__ import annotations
 
@@ -42,4 +42,4 @@ def test_it_starts_without_the_mcp_sdk(code: str) -> None:
 
 def test_it_loads_the_sdk_for_a_conversation() -> None:
     # The check above is only worth something if the probe sees the SDK when it is there.
-    assert "mcp" in loaded_after("import django; django.setup(); import sandbox.mcp_client")
+    assert "mcp" in loaded_after("import django; django.setup(); import sandbox.mcp.client")

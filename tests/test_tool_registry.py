@@ -1,5 +1,5 @@
 """Each tool's knowledge is in its registry entry (core.tools) and, for what
-runs it, in its sandbox entry beside its handler (sandbox.tools): the loop, the
+runs it, in its sandbox entry beside its handler (sandbox.tools.registry): the loop, the
 adapters and the executor ask the entries, never a tool's name."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from core.simulated import SIM_TOOLS
 from core.tools import BUILTIN_TOOLS, builtin_registry
-from sandbox.tools import TOOLS
+from sandbox.tools.registry import TOOLS
 
 ROOT = Path(__file__).resolve().parent.parent
 # Where tool names may be spelled: the two registries (the sandbox's with the handlers
@@ -18,10 +18,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # in-memory stand-ins that play a model and a sandbox.
 REGISTRIES = {
     "core/tools.py",
-    "sandbox/tools.py",
-    "sandbox/file_tools.py",
-    "sandbox/check_tool.py",
-    "sandbox/effect_tools.py",
+    "sandbox/tools/registry.py",
+    "sandbox/tools/files.py",
+    "sandbox/tools/check.py",
+    "sandbox/tools/effects.py",
     "core/scenarios.py",
     "core/simulated.py",
 }

@@ -26,9 +26,9 @@ from runs.models import Run
 from runs.outbox import DatabaseOutbox
 from runs.runtime import advance, create_run, workspace_root
 from sandbox.executor import SandboxExecutor
-from sandbox.preparation import prepare_workspace
 from sandbox.rebuild import RebuildFailed, RecordedWrite, rebuild_workspace, recorded_writes
-from sandbox.workspace import RunWorkspace
+from sandbox.workspace.preparation import prepare_workspace
+from sandbox.workspace.run_workspace import RunWorkspace
 from tests.fixtures_sandbox import WRITE_PATHS, Outcome, drive, sandbox_policy, step
 from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO
 

@@ -18,7 +18,7 @@ import docker
 from django.conf import settings
 from docker.errors import DockerException
 
-from sandbox.orphans import sweep_orphans
+from sandbox.container.orphans import sweep_orphans
 from tests.fixtures_services import Worker
 
 ENGINE_START_SECONDS = 60

@@ -36,7 +36,7 @@ IMAGE=${HARNESS_SANDBOX_IMAGE_NAME:-harness-sandbox}
 PACKAGES="python3 python3-pytest git coreutils procps findutils grep"
 DOCKERFILE="$SCRIPT_DIR/Dockerfile"
 MCP_TREE="$SCRIPT_DIR/harness-mcp"
-# Copied to /opt/harness (sandbox/container_spec.py PROGRAMS); the README stays here.
+# Copied to /opt/harness (sandbox/container/spec.py PROGRAMS); the README stays here.
 PROGRAMS_TREE="$SCRIPT_DIR/harness"
 PROGRAMS="reaper.py"
 MCP_VERSION=$(sed -n 's/^mcp==\([^ #]*\).*/\1/p' "$SCRIPT_DIR/../../requirements.txt")

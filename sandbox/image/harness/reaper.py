@@ -1,4 +1,4 @@
-"""PID 1 of every sandbox container (``sandbox.container_spec``): it reaps every
+"""PID 1 of every sandbox container (``sandbox.container.spec``): it reaps every
 orphan, so a check's processes that outlive it (a fork bomb's, a daemon's) leave no
 zombie holding a slot of the container's pids limit. Signals from inside the
 container cannot kill it (the kernel protects a namespace's init), so the wrapper's

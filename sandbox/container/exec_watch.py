@@ -1,0 +1,105 @@
+"""One execution in a sandbox container, apart from the container itself: the shell
+wrapper every command runs under (its timeout, the kill of whatever it left behind,
+scratch emptied before and after), the result, the watch that may stop it, and how
+the engine's account tells the command's own end from the container's failure."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sandbox.container.spec import SCRATCH, WORKDIR
+
+log = logging.getLogger(__name__)
+
+DEADLINE_GRACE_SECONDS = 2.0
+STREAM_GRACE_SECONDS = 1.0
+# The engine's own tmpfs for shared memory: writable too, bounded by the kernel at the
+# engine's shm size (64 MB by default), and emptied with scratch.
+SHM = "/dev/shm"
+# Empties scratch, so no check sees what an earlier one left there.
+SCRATCH_RESET = (
+    f"find {SCRATCH} {SHM} -mindepth 1 -type d -exec chmod u+rwx {{}} + 2>/dev/null; find {SCRATCH} {SHM} -mindepth 1 -delete 2>/dev/null"
+)
+# $0 is the timeout; $1 where the check runs: "workspace" (read-only) or "copy", a
+# throwaway copy of it in scratch for a check that must write into its tree; the
+# rest, "$@" after the shift, is the check's argv (never a shell string).
+WRAPPER = (
+    f"{SCRATCH_RESET}; "
+    f'if [ "$1" = copy ]; then cp -R {WORKDIR}/. {SCRATCH}/tree || exit 125; cd {SCRATCH}/tree || exit 125; fi; shift; '
+    'timeout -s KILL "$0" "$@"; rc=$?; kill -9 -1 2>/dev/null; '
+    f"{SCRATCH_RESET}; exit $rc"
+)
+KILL_ALL = ["sh", "-c", "kill -9 -1 2>/dev/null; exit 0"]
+# A command killed by a signal that was none of ours: how long the engine may take to
+# report that the container itself died (a removal or kill from outside).
+SETTLE_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int | None
+    timed_out: bool
+    duration_ms: int
+    oom_killed: bool | None  # None: not detectable on this host
+    killed: bool  # by kill() (the kill switch)
+    error: str | None = None  # the output stream broke off
+    stopped_for: str | None = None  # why ``watch`` had the execution's processes killed
+    # The container or the engine failed during the execution (not our kill, not our
+    # limits): the exit status is not the command's own and proves nothing.
+    lost: str | None = None
+
+
+class ExecWatcher:
+    """Asks ``watch`` every ``seconds`` on its own thread until stopped; the first
+    reason it gives is kept and ``stop_execution`` is called once.
+
+    ``stop`` does not wait for a ``watch`` call under way (a measurement can take a
+    while, and a kill must not wait for it); the lock makes sure that once ``stop``
+    has returned, the thread can no longer stop anything, not the next execution."""
+
+    def __init__(self, watch: Callable[[], str | None] | None, seconds: float, stop_execution: Callable[[], None]) -> None:
+        self.reason: str | None = None
+        self._watch = watch
+        self._seconds = seconds
+        self._stop_execution = stop_execution
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        if watch is not None:
+            threading.Thread(target=self._run, name="exec-watch", daemon=True).start()
+
+    def _run(self) -> None:
+        assert self._watch is not None
+        while not self._done.wait(self._seconds):
+            try:
+                reason = self._watch()
+            except Exception:  # one failed look must not end the watch
+                log.exception("sandbox: watching an execution failed")
+                continue
+            with self._lock:
+                if self._done.is_set():
+                    return
+                if reason is not None:
+                    self.reason = reason
+                    log.warning("sandbox execution stopped: %s", reason)
+                    self._stop_execution()
+                    return
+
+    def stop(self) -> None:
+        with self._lock:
+            self._done.set()
+
+
+def changed_from_outside(before: dict[str, Any], after: dict[str, Any], restarted_by_us: bool) -> str | None:
+    """Compare docker's account of the container before and after an execution."""
+    if not after.get("Running"):
+        if after.get("OOMKilled") and not before.get("OOMKilled"):
+            return None  # our memory limit ended it: the check's own result
+        status, code = after.get("Status"), after.get("ExitCode")
+        return f"the sandbox container was stopped during the check, not by the harness (status {status}, exit code {code})"
+    if after.get("StartedAt") != before.get("StartedAt") and not restarted_by_us:
+        return "the sandbox container was restarted during the check, not by the harness"
+    return None

@@ -1,0 +1,66 @@
+"""What the rest of Harness may use of the sandbox (.importlinter: no other package
+imports a module inside it). The runs app builds a run's executor from these parts
+(runs.runtime), places and rebuilds its workspace, checks sources, forges and bases,
+and sweeps containers; the settings and the admin check URLs against the allowlist
+and the engine's runtimes. Nothing here loads the MCP SDK: a run that talks to a
+server loads it then (sandbox/mcp)."""
+
+from __future__ import annotations
+
+from sandbox.container.client import shared_client, use_engine_host
+from sandbox.container.engine import ENGINE_ERRORS
+from sandbox.container.orphans import containers_by_run, remove_containers
+from sandbox.container.quota import MB, DiskQuota
+from sandbox.container.spec import ContainerSpec, RuntimeMissing, check_runtime
+from sandbox.executor import SandboxExecutor
+from sandbox.mcp.config import McpServerConfig
+from sandbox.rebuild import RebuildFailed, RecordedWrite, rebuild_workspace, recorded_writes
+from sandbox.tools.effects import remember_pushes
+from sandbox.tools.mcp import McpTools
+from sandbox.tools.publishing import ReviewLimits
+from sandbox.vcs.allowlist import UnsafeURL, admitted, allowlist
+from sandbox.vcs.base_check import BaseMove, check_base
+from sandbox.vcs.forges import ChangeRequests, ForgeAccess
+from sandbox.vcs.remote import HEX_REF, RemoteAccess, RemoteError, RemoteTarget
+from sandbox.workspace.preparation import open_workspace, prepare_workspace
+from sandbox.workspace.run_workspace import RunWorkspace
+from sandbox.workspace.sources import WorkspaceSourceError, check_narrowed, check_source
+
+__all__ = [
+    "ENGINE_ERRORS",
+    "HEX_REF",
+    "MB",
+    "BaseMove",
+    "ChangeRequests",
+    "ContainerSpec",
+    "DiskQuota",
+    "ForgeAccess",
+    "McpServerConfig",
+    "McpTools",
+    "RebuildFailed",
+    "RecordedWrite",
+    "RemoteAccess",
+    "RemoteError",
+    "RemoteTarget",
+    "ReviewLimits",
+    "RunWorkspace",
+    "RuntimeMissing",
+    "SandboxExecutor",
+    "UnsafeURL",
+    "WorkspaceSourceError",
+    "admitted",
+    "allowlist",
+    "check_base",
+    "check_narrowed",
+    "check_runtime",
+    "check_source",
+    "containers_by_run",
+    "open_workspace",
+    "prepare_workspace",
+    "rebuild_workspace",
+    "recorded_writes",
+    "remember_pushes",
+    "remove_containers",
+    "shared_client",
+    "use_engine_host",
+]

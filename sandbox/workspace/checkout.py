@@ -1,0 +1,189 @@
+"""A git source checked out as the sandbox's uid, its revision read from git's own
+tree objects instead of a walk that hashes every file.
+
+Preparing a large repository used to cost, beyond ``git clone --local``, a pass that
+handed every file to the sandbox's uid and a full walk that hashed every file to learn
+whether the checkout was exactly the commit's tree. Here git writes the files as that
+uid (``setpriv``, keeping only the capability to read and search whatever the worker
+can, so the source's objects and the run's root stay readable whatever their modes),
+so they are born owned correctly; and the revision index is made of the commit's tree
+objects, read with ``git cat-file``.
+
+Why the checkout is the commit's tree without reading it back: git writes every blob
+of the tree verbatim into an empty directory unless something converts it on the way,
+and each way is ruled out before the index is trusted:
+
+- conversions (end of line, ``filter``, ``ident``, ``working-tree-encoding``) need an
+  attribute or ``core.autocrlf``: the tree holds no ``.gitattributes`` anywhere, the
+  clone's git directory no ``info/attributes``, no system or global configuration is
+  read (``remote.git_environment``) and ``core.autocrlf`` is off;
+- what git stores but cannot write as a file the walk would hash the same: a gitlink
+  (a submodule checks out as an empty directory), an empty tree, a mode other than
+  the four git writes, a symlink target git cannot pass to ``symlink()`` (empty, with
+  a NUL, longer than a path), a tree not in git's canonical order or with a name twice,
+  a name that is ``.``, ``..``, ``.git`` or holds a ``/``, or nesting deeper than the
+  walk descends: any of them and the checkout is made and walked as before;
+- the executable bit comes from the umask, which is set (022) for git;
+- git's own refusals (a path it will not write) fail the checkout, which then is made
+  and walked as before.
+
+And it is never the last word: the full walk runs when a worker picks the run up,
+before any step, so a checkout that differed all the same stops the run with
+``revision_mismatch`` before its revision vouched for anything. What this saves is the
+second of those two walks, not the verification."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from sandbox.vcs.remote import RemoteAccess, git_environment
+from sandbox.workspace.fileops import MAX_DEPTH
+from sandbox.workspace.hashing import EMPTY_TREE, LINK_MODE, TREE_MODE, git_hash
+from sandbox.workspace.revision import parse_tree, tree_body
+from sandbox.workspace.sources import git
+
+BLOB_MODES = {b"100644", b"100755", LINK_MODE}
+REFUSED_NAMES = {b"", b".", b".."}
+SYMLINK_MAX = 4095
+GIT_TIMEOUT = 600
+
+
+class NotTrusted(Exception):
+    """The checkout cannot be trusted to be the commit's tree without a walk."""
+
+
+def commit_trees(git_dir: Path, commit: str) -> tuple[str, dict[bytes, bytes]]:
+    """The commit's root tree and all its tree objects (sha -> body), each checked to
+    be in the form whose checkout the walk hashes the same (NotTrusted otherwise)."""
+    if (git_dir / "info" / "attributes").exists():
+        raise NotTrusted("the clone has attributes of its own")
+    root = git(["rev-parse", f"{commit}^{{tree}}"], cwd=git_dir)
+    if root == EMPTY_TREE:
+        return root, {}
+    trees: dict[bytes, bytes] = {}
+    level = [bytes.fromhex(root)]
+    depth = 0
+    while level:
+        if depth > MAX_DEPTH:
+            raise NotTrusted(f"directories nested deeper than {MAX_DEPTH} levels")
+        below: list[bytes] = []
+        links: list[bytes] = []
+        for sha, body in _objects(git_dir, level, b"tree"):
+            entries = _checked(sha, body)
+            trees[sha] = body
+            below += [child for mode, child in entries.values() if mode == TREE_MODE and child not in trees]
+            links += [child for mode, child in entries.values() if mode == LINK_MODE]
+        for _sha, target in _objects(git_dir, links, b"blob"):
+            if not target or b"\0" in target or len(target) > SYMLINK_MAX:
+                raise NotTrusted("a symlink's target cannot be written as git stores it")
+        level = list(dict.fromkeys(below))
+        depth += 1
+    # A tree met again deeper down was read at its shallowest place: the deepest
+    # path is measured over the trees, as the walk will descend it.
+    try:
+        deepest = _height(bytes.fromhex(root), trees, {}) - 1
+    except RecursionError:
+        deepest = MAX_DEPTH + 1
+    if deepest > MAX_DEPTH:
+        raise NotTrusted(f"directories nested deeper than {MAX_DEPTH} levels")
+    return root, trees
+
+
+def _height(sha: bytes, trees: dict[bytes, bytes], known: dict[bytes, int]) -> int:
+    if sha not in known:
+        children = [child for mode, child in parse_tree(trees[sha]).values() if mode == TREE_MODE]
+        known[sha] = 1 + max((_height(child, trees, known) for child in children), default=0)
+    return known[sha]
+
+
+def _checked(sha: bytes, body: bytes) -> dict[bytes, tuple[bytes, bytes]]:
+    try:
+        entries = parse_tree(body)
+    except ValueError:
+        raise NotTrusted(f"tree {sha.hex()} is malformed") from None
+    if not entries or git_hash(b"tree", body) != sha or tree_body(entries) != body:
+        raise NotTrusted(f"tree {sha.hex()} is empty or not in git's canonical form")
+    for name, (mode, _child) in entries.items():
+        if mode not in BLOB_MODES and mode != TREE_MODE:
+            raise NotTrusted(f"tree {sha.hex()} holds an entry of mode {mode.decode(errors='replace')}")
+        if name in REFUSED_NAMES or b"/" in name or name.lower() in (b".git", b".gitattributes"):
+            raise NotTrusted(f"tree {sha.hex()} holds the name {name!r}")
+    return entries
+
+
+def _objects(git_dir: Path, shas: list[bytes], kind: bytes) -> list[tuple[bytes, bytes]]:
+    """The bodies of ``shas``, which must all be objects of ``kind``."""
+    if not shas:
+        return []
+    env = git_environment(RemoteAccess(), "file")
+    done = subprocess.run(
+        ["git", "cat-file", "--batch"],
+        cwd=git_dir,
+        env=env,
+        input=b"".join(sha.hex().encode() + b"\n" for sha in shas),
+        capture_output=True,
+        timeout=GIT_TIMEOUT,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise NotTrusted(f"git cat-file failed: {done.stderr.decode(errors='replace')[:300]}")
+    out, at = [], 0
+    data = done.stdout
+    for sha in shas:
+        newline = data.index(b"\n", at)
+        header = data[at:newline].split(b" ")
+        if len(header) != 3 or header[1] != kind:
+            raise NotTrusted(f"object {sha.hex()} is not a {kind.decode()}")
+        size = int(header[2])
+        out.append((sha, data[newline + 1 : newline + 1 + size]))
+        at = newline + 1 + size + 1
+    return out
+
+
+def checkout_as(uid: int, gid: int, git_dir: Path, commit: str, dest: Path) -> None:
+    """``commit``'s tree written into the empty ``dest`` by git running as ``uid``:
+    no file needs handing over after. NotTrusted when it cannot be done that way (no
+    ``setpriv``, a worker that is not root, a path git refuses); ``dest`` is then
+    empty again."""
+    scratch = dest.parent / f".{dest.name}.checkout-index"
+    scratch.mkdir()
+    try:
+        for owned in (dest, scratch):
+            os.chown(owned, uid, gid)
+        # Paths relative to the staging directory: git checks its directory with
+        # access(), which ignores the capability, so it must not climb the worker's
+        # private directories above (the staging directory is made searchable by all
+        # under the usual umask; where it is not, the checkout is walked instead).
+        env = git_environment(RemoteAccess(), "file", {"GIT_INDEX_FILE": os.path.relpath(scratch / "index", dest.parent)})
+        done = subprocess.run(
+            [
+                *("setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"),
+                *("--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", "--"),
+                *("git", "-c", "core.autocrlf=false", "-c", "core.symlinks=true"),
+                f"--git-dir={os.path.relpath(git_dir, dest.parent)}",
+                *(f"--work-tree={dest.name}", "read-tree", "--reset", "-u", commit),
+            ],
+            cwd=dest.parent,
+            env=env,
+            capture_output=True,
+            timeout=GIT_TIMEOUT,
+            check=False,
+            umask=0o022,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        empty(dest)
+        raise NotTrusted(f"git could not run as uid {uid}: {exc}") from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if done.returncode != 0:
+        empty(dest)
+        raise NotTrusted(f"git read-tree as uid {uid} failed: {done.stderr.decode(errors='replace').strip()[:300]}")
+
+
+def empty(dest: Path) -> None:
+    """``dest`` emptied of a checkout, for the fallback to write it again."""
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir()
