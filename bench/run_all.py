@@ -1,6 +1,7 @@
 """Run every benchmark in one go and print one table of their figures (medians,
 tails and ratios, each measured within its own run). ``make bench`` calls this;
-the results are recorded in docs/performance.md.
+a run is recorded in docs/performance-history.md, and its figures replace their rows
+in docs/performance.md.
 
     python bench/run_all.py [--quick]
 

@@ -21,7 +21,7 @@ records the machine's load beside its figures.
 
 Uses its own SQLite database (``--postgres``: its own PostgreSQL database on
 127.0.0.1, created and dropped by the bench), variable directory, channel prefix,
-Celery queue and container scope. ``--write-doc`` puts the table into docs/performance.md under "Live trace"."""
+Celery queue and container scope. ``--write-doc`` puts the table into docs/performance-history.md under "Live trace"."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ ENV = {
     "LOG_LEVEL": "ERROR",
 }
 os.environ.update(ENV)
-DOC = ROOT / "docs" / "performance.md"
+DOC = ROOT / "docs" / "performance-history.md"
 # A viewer that lacks an event this long after the last write is taken to have lost it.
 GRACE_SECONDS = 15
 POSTGRES = "postgres://postgres@127.0.0.1:5432"
@@ -284,7 +284,7 @@ def measure(
 
 
 def write_doc(r: dict[str, Any]) -> None:
-    """Add this run to docs/performance.md under "Live trace", above the earlier runs,
+    """Add this run to docs/performance-history.md under "Live trace", above the earlier runs,
     which stay for comparison."""
     section = (
         f"### {r['date']}\n\n"
@@ -300,7 +300,7 @@ def write_doc(r: dict[str, Any]) -> None:
         f"{GRACE_SECONDS} s after the last write.\n\n"
         f"{table(r)}\n\n"
     )
-    text = DOC.read_text() if DOC.exists() else "# Performance\n"
+    text = DOC.read_text() if DOC.exists() else "# Performance history\n"
     heading = "## Live trace\n\n"
     text = text.replace(heading, heading + section, 1) if heading in text else text.rstrip("\n") + "\n\n" + heading + section
     DOC.write_text(text.rstrip("\n") + "\n")

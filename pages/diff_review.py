@@ -22,7 +22,7 @@ from core.patchtext import DEV_NULL
 from core.visible import visible_html
 
 # Past this many lines a diff is shown without colours, so that the page of a long
-# diff still comes at once (docs/performance.md, "Diff colours").
+# diff still comes at once (docs/performance-history.md, "Diff colours").
 HIGHLIGHT_MAX_LINES = 1000
 
 

@@ -208,7 +208,7 @@ class Tables:
 
 def diff_tables(diff: str, sources: dict[str, str] | str = "", comments: Iterable[LineComment] = ()) -> Tables:
     """The diff's tables, rendered here rather than in a template loop: a diff of tens
-    of thousands of lines took the template seconds per page (docs/performance.md).
+    of thousands of lines took the template seconds per page (docs/performance-history.md, Diff cost).
     With the request's ``sources``, each stretch of a file the diff leaves out gets a
     row to expand it (``with_gaps``); a reviewer's line ``comments`` are drawn under
     their lines (``place_comments``)."""
