@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "notifications",
     "monitoring",
     "signin",
+    "site_admin",
 ]
 
 # Sign-in (issue 31): local passwords (Django's ModelBackend, on unless

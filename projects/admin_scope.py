@@ -55,3 +55,22 @@ def _holds(request: HttpRequest, permission: str, obj: Any) -> bool:
     # A site admin also holds it for a row of no project (a site-wide webhook endpoint),
     # which no project's role reaches.
     return is_site_admin(request.user) or bool(request.user.has_perm(permission, obj))
+
+
+class SiteAdminsOnly:
+    """Projects (their settings, budgets and switches) are the site admins'."""
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return is_site_admin(request.user)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_site_admin(request.user)
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return is_site_admin(request.user)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_site_admin(request.user)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_site_admin(request.user)

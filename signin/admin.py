@@ -17,8 +17,8 @@ from django.db import transaction
 from django.http import HttpRequest
 
 from common.times import zoned_times
+from projects.admin_scope import SiteAdminsOnly
 from projects.audit import record
-from runs.project_admin import SiteAdminsOnly
 from signin.models import GroupMapping, Identity
 
 admin.site.unregister(User)

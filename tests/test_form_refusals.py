@@ -117,8 +117,8 @@ def test_it_asks_the_sandbox_engine_for_the_policys_runtime() -> None:
     # stands in for runsc on an engine without gVisor (this one has both).
     from django.contrib import admin as site
 
-    from approvals.admin import PolicyVersionAdmin
     from approvals.models import PolicyVersion
+    from site_admin.policies import PolicyVersionAdmin
 
     policy_admin = site.site._registry[PolicyVersion]
     assert isinstance(policy_admin, PolicyVersionAdmin)

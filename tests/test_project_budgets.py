@@ -18,9 +18,9 @@ from core.scenarios import call
 from projects.models import Project
 from runs.approval_gate import DjangoApprovals
 from runs.models import Event, Report, Run
-from runs.project_admin import ProjectForm
 from runs.runtime import create_run
 from runs.services import check_new_run, do_create_run, drive_run
+from site_admin.projects import ProjectForm
 from tests.fake_providers import API_KEY, FakeOpenAI, Reply, openai_tools
 from tests.fixtures_services import Worker, purge_queue
 from tests.helpers import CONTRACT, KillFlag, World

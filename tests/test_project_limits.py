@@ -9,8 +9,8 @@ import pytest
 from projects.models import Project
 from runs.approval_gate import DjangoApprovals
 from runs.models import Event
-from runs.project_admin import ProjectForm
 from runs.services import drive_run
+from site_admin.projects import ProjectForm
 from tests.helpers import KillFlag, World
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]

@@ -26,8 +26,7 @@ from common.permissions import CHANGE_MEMBERS, VIEW_AUDIT, VIEW_MEMBERS
 from common.row_labels import name_row_fields
 from common.times import zoned_times
 from core.contract import LIMIT_NAMES
-from projects.access import is_site_admin
-from projects.admin_scope import InProjects
+from projects.admin_scope import InProjects, SiteAdminsOnly
 from projects.audit import record
 from projects.models import AuditEntry, Membership, Project
 from runs.queue import enqueue_dispatch
@@ -138,25 +137,6 @@ def _membership(membership: Membership) -> dict[str, Any]:
 
 def record_membership(membership: Membership, actor: Any, action: str, **more: Any) -> None:
     record(membership.project, actor, action, **_membership(membership), **more)
-
-
-class SiteAdminsOnly:
-    """Projects (their settings, budgets and switches) are the site admins'."""
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return is_site_admin(request.user)
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return is_site_admin(request.user)
-
-    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
-        return is_site_admin(request.user)
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return is_site_admin(request.user)
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return is_site_admin(request.user)
 
 
 @admin.register(Project)

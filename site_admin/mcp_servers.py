@@ -13,10 +13,10 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from core.mcp import SERVER_NAME, TOOL_NAME
+from projects.admin_scope import SiteAdminsOnly
 from projects.audit import record
 from projects.models import McpServer
 from runs.mcp_servers import check_mcp_url
-from runs.project_admin import SiteAdminsOnly
 from sandbox.public import UnsafeURL
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,99}$")
