@@ -15,10 +15,10 @@ from approvals.models import ApprovalRequest
 from core import storable
 from core.visible import visible_text
 from projects.models import Role
-from runs.admission import places
 from runs.models import Event, GlobalSwitch, Run
 from runs.outcome import code_of, status_of, told
-from runs.published import published
+from runs.persistence.published import published
+from runs.project_queue import places
 
 # Bounds that keep numbers inside what every database column and index can hold.
 MAX_SEQ = 2**31 - 1

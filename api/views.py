@@ -48,7 +48,7 @@ from live.artifacts import run_has_artifact, stream_masked
 from live.trace import ARTIFACT_REF
 from projects.access import scoped
 from runs import control
-from runs.approval_flow import deny, grant, request_changes
+from runs.approval_flow.flow import deny, grant, request_changes
 from runs.models import Artifact, GlobalSwitch, Run
 from runs.runtime import create_run
 from runs.services import report_of

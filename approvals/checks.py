@@ -2,7 +2,7 @@
 and whether it still describes what would run. They read the request row and what the
 caller hands them (where its run stands, as plain values; the policy in force) and write
 nothing: recording a lapse, deciding and waking the run are the orchestration's
-(runs.approval_flow), above. A request's status changes are the core's table
+(runs.approval_flow.flow), above. A request's status changes are the core's table
 (core.lifecycle: check_request_transition, check_lapse)."""
 
 from __future__ import annotations

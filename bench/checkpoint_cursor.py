@@ -1,4 +1,4 @@
-"""What the checkpoint's own cursor (runs/rows.py ``checkpoint_cursor``: psycopg's
+"""What the checkpoint's own cursor (runs/persistence/rows.py ``checkpoint_cursor``: psycopg's
 cursor, binding on the server, statements kept prepared) saves the client over
 Django's default cursor (binding on the client: every value quoted into the SQL text
 in Python), per statement of a checkpoint's shape: one row of an event, a dozen
@@ -46,7 +46,7 @@ def row(seq: int) -> list[object]:
 def cursors(kind: str) -> Any:
     from django.db import connection
 
-    from runs.rows import checkpoint_cursor
+    from runs.persistence.rows import checkpoint_cursor
 
     return checkpoint_cursor(connection) if kind == "checkpoint" else connection.cursor()
 

@@ -169,7 +169,7 @@ def drive(runs: list[Any], reviewer: Any, hosts: list[Host]) -> None:
     """Grant every publish as soon as it is asked, until every run has stopped."""
     from approvals.checks import DecisionRefused
     from approvals.models import ApprovalRequest
-    from runs.approval_flow import grant
+    from runs.approval_flow.flow import grant
     from runs.models import Run
 
     ids = [run.pk for run in runs]
@@ -198,8 +198,8 @@ def warm_up(host: Host, operator: Any, reviewer: Any, contract: dict[str, Any], 
     its imports and its first container."""
     from celery import current_app
 
-    from runs import hosts
     from runs.runtime import create_run
+    from runs.scheduling import hosts
 
     run = create_run(contract, script, operator, enqueue=False)
     current_app.send_task("runs.start_run", args=[str(run.pk)], queue=hosts.host_queue(host.name))

@@ -64,7 +64,7 @@ def database_trials(kind: str, steps: int, trials: int, peer_url: str) -> dict[s
     from approvals.policies import current_policy_row
     from core.fences import Lease
     from runs.models import Run
-    from runs.store import DjangoStore
+    from runs.persistence.store import DjangoStore
 
     call_command("migrate", verbosity=0)
     policy = current_policy_row()

@@ -69,8 +69,8 @@ def trials(steps: int, count: int, traces_url: str) -> dict[str, Any]:
     from core.fences import Lease
     from monitoring import signals, tracing
     from runs.models import Event, Run
-    from runs.signals import events_stored
-    from runs.store import DjangoStore
+    from runs.persistence.signals import events_stored
+    from runs.persistence.store import DjangoStore
 
     call_command("migrate", verbosity=0)
     policy = current_policy_row()

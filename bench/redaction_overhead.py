@@ -43,20 +43,20 @@ def main() -> None:
     from common import redact
     from core.fences import RowLock
     from runs.models import Run
-    from runs.store import DjangoStore
+    from runs.persistence.store import DjangoStore
 
     # A few configured secrets, as a server with provider keys and a database password has.
     settings.HARNESS_SECRET_VALUES = [f"secret-value-{n:02d}-{'x' * 24}" for n in range(6)]
     call_command("migrate", verbosity=0)
-    import runs.eventlog
-    import runs.store
+    import runs.persistence.eventlog
+    import runs.persistence.store
 
     # Masking happens where a checkpoint serialises its values (events and state, once
     # each) and, for the other redacted columns, in the column. Off: the same
     # serialisation with nothing looked for.
     masking = (
-        runs.eventlog.masked,  # type: ignore[attr-defined]  # the name runs.eventlog imported, swapped below
-        runs.store.masked_text,  # type: ignore[attr-defined]  # the name runs.store imported, swapped below
+        runs.persistence.eventlog.masked,  # type: ignore[attr-defined]  # the name runs.persistence.eventlog imported, swapped below
+        runs.persistence.store.masked_text,  # type: ignore[attr-defined]  # the name runs.persistence.store imported, swapped below
         redact.RedactedJSONField.get_db_prep_value,
         redact.RedactedTextField.get_prep_value,
     )
@@ -75,7 +75,7 @@ def main() -> None:
 
     def switch(on: bool) -> None:
         chosen = masking if on else unmasked
-        runs.eventlog.masked, runs.store.masked_text = chosen[0], chosen[1]  # type: ignore[attr-defined]  # the names they imported
+        runs.persistence.eventlog.masked, runs.persistence.store.masked_text = chosen[0], chosen[1]  # type: ignore[attr-defined]  # the names they imported
         redact.RedactedJSONField.get_db_prep_value, redact.RedactedTextField.get_prep_value = chosen[2], chosen[3]  # type: ignore[method-assign]  # swapped for the measurement, put back after
 
     per_step: dict[bool, list[float]] = {True: [], False: []}

@@ -44,8 +44,8 @@ def write_events(run_id: str, rate: float, count: int, batch: int, out: Path) ->
     from django.db import transaction
 
     from core.fences import RowLock
-    from runs.broadcast import flush_broadcasts
-    from runs.eventlog import append_events
+    from runs.persistence.broadcast import flush_broadcasts
+    from runs.persistence.eventlog import append_events
 
     committed: dict[int, float] = {}
     # Set up, then start when told: the writers of a pair write at the same time.
@@ -135,7 +135,7 @@ def session_cookie(user: Any) -> str:
 
 def fill(run_id: str, count: int) -> None:
     from core.fences import RowLock
-    from runs.eventlog import append_events
+    from runs.persistence.eventlog import append_events
 
     for start in range(0, count, 500):
         append_events(run_id, [note(run_id, n) for n in range(start, min(count, start + 500))], fence=RowLock("the bench's writer"))

@@ -53,7 +53,7 @@ class SecretFinding:
 
 @dataclass(frozen=True)
 class SecretScanner:
-    # Each line of each configured secret value (runs.artifacts.line_secrets).
+    # Each line of each configured secret value (runs.persistence.artifacts.line_secrets).
     values: Sequence[str] = ()
     # The server's key for the fingerprints (its SECRET_KEY).
     key: bytes = field(default=b"harness", repr=False)

@@ -1,5 +1,5 @@
 """Who writes a run's event log, and what keeps out a writer that may no longer
-(docs/design.md, Recovery). Every write names one of these; ``runs.eventlog.append_events``
+(docs/design.md, Recovery). Every write names one of these; ``runs.persistence.eventlog.append_events``
 turns it into the WHERE clause of the UPDATE that numbers the events. Plain values, so
 the approvals side (which imports only the core of runs) can carry the one its caller
 holds."""

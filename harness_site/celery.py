@@ -34,12 +34,12 @@ _drives_runs = False
 @celeryd_after_setup.connect
 def consume_host_queue(sender: str, instance: Any, **_: object) -> None:
     """A run worker consumes its host's own queue beside the shared one: the wake-ups
-    of the runs whose workspace is on this host's disk (runs/hosts.py). The notifier,
+    of the runs whose workspace is on this host's disk (runs/scheduling/hosts.py). The notifier,
     which consumes only the webhook queue, drives no runs and does neither."""
     global _drives_runs
     from django.conf import settings
 
-    from runs import hosts
+    from runs.scheduling import hosts
 
     queues = instance.app.amqp.queues
     if settings.CELERY_TASK_DEFAULT_QUEUE in queues.consume_from:
@@ -51,7 +51,7 @@ def consume_host_queue(sender: str, instance: Any, **_: object) -> None:
 def start_host_heartbeat(**_: object) -> None:
     """The host is alive while one of its run workers renews its heartbeat."""
     if _drives_runs:
-        from runs import hosts
+        from runs.scheduling import hosts
 
         hosts.Heartbeat().start()
 

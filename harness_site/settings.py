@@ -156,7 +156,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 else:
-    # The checkpoint's statements bind their values on the server (runs.rows) and come
+    # The checkpoint's statements bind their values on the server (runs.persistence.rows) and come
     # in a few shapes a step repeats; prepared once a shape is seen twice, the server
     # skips parsing and planning them (a third of a durable step's time on the server).
     # Django's own statements bind on the client and are never prepared. A connection
@@ -216,7 +216,7 @@ CELERY_BEAT_SCHEDULE = {
 # How long a worker's claim on a run lasts without renewal; the driving worker
 # renews it several times per period, so only a dead worker's lease runs out.
 HARNESS_LEASE_SECONDS = env_int("HARNESS_LEASE_SECONDS", 30, minimum=2)
-# Every checkpoint compares the stored state with the fold of the stored log (runs.store:
+# Every checkpoint compares the stored state with the fold of the stored log (runs.persistence.store:
 # a test-suite setting, costing a read of the run's whole log per checkpoint).
 HARNESS_VERIFY_FOLD = env_bool("HARNESS_VERIFY_FOLD", False)
 # The name of this worker's host: the runs it prepares keep their workspace on its disk
@@ -259,7 +259,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 HARNESS_ARTIFACT_STORE: Literal["database", "s3"] = env_choice("HARNESS_ARTIFACT_STORE", "database", ("database", "s3"))
 SPOOL_DIR = Path(env_str("HARNESS_SPOOL_DIR", str(VAR_DIR / "spool")))
 # Artifacts of runs that ended more than this many days ago are deleted by the beat
-# (runs.retention), unless a newer run stored the same content; 0 keeps them all.
+# (runs.persistence.retention), unless a newer run stored the same content; 0 keeps them all.
 HARNESS_ARTIFACT_RETENTION_DAYS = env_int("HARNESS_ARTIFACT_RETENTION_DAYS", 0, minimum=0)
 STORAGES: dict[str, dict[str, object]] = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

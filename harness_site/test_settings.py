@@ -18,7 +18,7 @@ if os.environ.get("HARNESS_TEST_WORKER", "") != WORKER:
 
 os.environ.setdefault("DEBUG", "1")
 # Every run the suite makes, in this process or any it starts, is checked at each
-# checkpoint against the fold of its log (runs.store.check_stored).
+# checkpoint against the fold of its log (runs.persistence.store.check_stored).
 os.environ.setdefault("HARNESS_VERIFY_FOLD", "1")
 os.environ.setdefault("HARNESS_QUEUE", f"harness-test-{os.getpid()}")
 os.environ.setdefault("HARNESS_SANDBOX_SCOPE", os.environ["HARNESS_QUEUE"])

@@ -3,6 +3,6 @@ process's feeds and their fan-out, the sessions the sockets follow, and the trac
 presentation (what a viewer is sent, and what the pages render on load).
 
 Delivery is a doorbell (docs/live_trace.md): the event writer rings "run R has
-events up to seq N" after the commit (runs.broadcast, which stays below with the
+events up to seq N" after the commit (runs.persistence.broadcast, which stays below with the
 writer: runs never imports this package), and the feeds here read from the database
 what their viewers are sent."""

@@ -1,5 +1,5 @@
 """A run's artifacts as the pages and the API deliver them: only those the run's
-records name, masked and streamed a piece at a time from the store (runs.artifacts),
+records name, masked and streamed a piece at a time from the store (runs.persistence.artifacts),
 never from a worker's disk."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, StreamingHttpResponse
 
 from live.trace import artifact_refs
-from runs.artifacts import masked_chunks
 from runs.models import Evidence, Receipt, Run
+from runs.persistence.artifacts import masked_chunks
 
 
 def run_has_artifact(run: Run, ref: str) -> bool:

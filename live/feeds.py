@@ -1,6 +1,6 @@
 """What live viewers are sent, read from the database once per process.
 
-A broadcast is a doorbell (runs.broadcast): "run R has events up to seq N", or "the
+A broadcast is a doorbell (runs.persistence.broadcast): "run R has events up to seq N", or "the
 lists changed". It carries nothing a viewer is sent. Each web process keeps one
 feed per run that has viewers here, and one for the list pages; a feed hears its
 group's doorbells through the process's hub (live.fanout), reads what is new
@@ -39,9 +39,9 @@ from django.db.models import Count, Sum
 from common.metrics import LIVE_LAG
 from live import fanout
 from live.trace import REPLAY_PAGE, present
-from runs.broadcast import LISTS_GROUP, run_group
 from runs.models import Event, GlobalSwitch, Run
-from runs.rows import checkpoint_cursor, db_value
+from runs.persistence.broadcast import LISTS_GROUP, run_group
+from runs.persistence.rows import checkpoint_cursor, db_value
 
 log = logging.getLogger(__name__)
 # The lists' version is an aggregate over every run: read at most this often, the

@@ -15,7 +15,7 @@ from core import events as ev
 from monitoring import tracing
 from monitoring.event_metrics import observe
 from runs.models import Event
-from runs.signals import events_stored
+from runs.persistence.signals import events_stored
 
 log = logging.getLogger(__name__)
 

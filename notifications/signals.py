@@ -14,7 +14,7 @@ from django.dispatch import receiver
 from core import events as ev
 from notifications.channels import CHANNELS
 from runs.models import Event
-from runs.signals import events_stored
+from runs.persistence.signals import events_stored
 
 log = logging.getLogger(__name__)
 

@@ -29,12 +29,12 @@ from pages.diff_view import ContextRefused, context_lines, files_of, masked_line
 from pages.inbox import inbox_context, remember_next, waiting_for
 from pages.summary import egress_text, shown_clocks
 from projects.access import scoped
-from runs.approval_flow import check_decision_now, deny, grant, request_changes, staleness_now
-from runs.base_moves import base_move_now
+from runs.approval_flow.base_moves import base_move_now
+from runs.approval_flow.flow import check_decision_now, deny, grant, request_changes, staleness_now
 from runs.control import ACTIVE, ControlRefused
 from runs.models import Event, Evidence, Run
+from runs.persistence.store import load_state
 from runs.rerun import check_ask_again, check_rerun
-from runs.store import load_state
 
 Status = ApprovalRequest.Status
 RECENT_DECISIONS = 30

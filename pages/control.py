@@ -17,9 +17,9 @@ from common.permissions import DECIDE_APPROVALS, OPERATE_RUNS, VIEW_AUDIT
 from pages.access import require, visible
 from projects.access import holds_globally, projects_with, scoped
 from projects.models import Project
-from runs.broadcast import broadcast_lists_changed
 from runs.control import ACTIVE, ControlRefused, kill, set_global, set_project_switch
 from runs.models import GlobalSwitch, Run
+from runs.persistence.broadcast import broadcast_lists_changed
 
 # Each action turns one of the two switches and leaves the other as it is; the
 # message says which switch and what it does now.

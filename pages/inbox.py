@@ -15,7 +15,7 @@ from django.urls import reverse
 from approvals.models import ApprovalRequest
 from common.permissions import VIEW_APPROVALS
 from projects.access import projects_with, scoped
-from runs.approval_flow import pending_requests
+from runs.approval_flow.flow import pending_requests
 
 SORTS = {
     "oldest": ("created_at", "oldest request first"),

@@ -22,11 +22,11 @@ from monitoring.spans import trace_id_text
 from pages.access import require, visible
 from pages.inbox import take_next
 from pages.summary import run_summary
-from runs.admission import places
-from runs.artifact_backends import hexdigest_of
-from runs.artifacts import masked_chunks
 from runs.cli import full_report
 from runs.models import Artifact, Event, Evidence, Receipt, Run
+from runs.persistence.artifact_backends import hexdigest_of
+from runs.persistence.artifacts import masked_chunks
+from runs.project_queue import places
 from runs.rerun import rerun_policy
 
 # Past this the output page shows the start and offers the whole file as a download.
@@ -129,7 +129,7 @@ def run_artifact(request: HttpRequest, run_id: str, ref: str) -> HttpResponseBas
     if not run_has_artifact(run, ref):
         raise PermissionDenied("this run did not produce that artifact")
     artifact = get_object_or_404(Artifact, ref=ref)
-    # Tool output is stored as it came (runs.artifacts); credentials in it
+    # Tool output is stored as it came (runs.persistence.artifacts); credentials in it
     # are masked whenever it is shown or downloaded, a line at a time, never read whole.
     if request.GET.get("download"):
         return stream_masked(request, ref)

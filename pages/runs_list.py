@@ -21,10 +21,10 @@ from common.permissions import VIEW_RUNS
 from monitoring.overview import REFUSALS, runs_with_events
 from pages.access import require
 from projects.access import scoped
-from runs.admission import places
-from runs.approval_flow import pending_requests
+from runs.approval_flow.flow import pending_requests
 from runs.control import ACTIVE
 from runs.models import Run
+from runs.project_queue import places
 
 PAGE_SIZE = 50
 

@@ -19,9 +19,9 @@ from live.wording import human
 from runs.control import ACTIVE
 from runs.models import Event, Run
 from runs.outcome import status_of, told
+from runs.persistence.published import published
+from runs.persistence.store import load_state
 from runs.proposers import proposer_usage
-from runs.published import published
-from runs.store import load_state
 
 
 def _budget(name: str, used: float, limit: float, unit: str = "", digits: int = 0, clock: str = "") -> dict[str, Any]:

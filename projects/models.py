@@ -28,7 +28,7 @@ class Project(models.Model):
     git_remotes = models.JSONField(default=list, blank=True)
     # Runs active at once (more wait in the project's queue, first in first out); null: no cap.
     max_active_runs = models.PositiveIntegerField(null=True, blank=True)
-    # The slots taken: the project's runs admitted and not ended (runs.admission claims
+    # The slots taken: the project's runs admitted and not ended (runs.project_queue claims
     # one with a conditional UPDATE of this column, and the run's end gives it back).
     active_runs = models.PositiveIntegerField(default=0, editable=False)
     # The most a run of the project may ask for, by limit name (core.contract.LIMIT_NAMES,

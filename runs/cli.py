@@ -11,7 +11,7 @@ from typing import Any
 from django.core.management.base import OutputWrapper
 
 from core.faults import Fault
-from runs.approval_flow import pending_requests
+from runs.approval_flow.flow import pending_requests
 from runs.models import Event, Run
 from runs.runtime import advance
 from runs.services import report_of

@@ -26,9 +26,9 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from runs import leases
 from runs.models import Run
 from runs.runtime import worker_identity
+from runs.scheduling import leases
 from sandbox.public import containers_by_run, remove_containers
 
 log = logging.getLogger(__name__)

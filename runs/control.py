@@ -19,10 +19,10 @@ from core.fences import RowLock
 from projects.access import holds_globally, permissions_in
 from projects.audit import record
 from projects.models import Project
-from runs.approval_flow import cancel_open_requests
-from runs.eventlog import append_event
+from runs.approval_flow.flow import cancel_open_requests
 from runs.models import Event, GlobalSwitch, Run
-from runs.queue import enqueue_dispatch, enqueue_resume
+from runs.persistence.eventlog import append_event
+from runs.scheduling.queue import enqueue_dispatch, enqueue_resume
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from approvals.models import ApprovalRequest
 from core import events as ev
 from core.fences import RowLock
 from core.lifecycle import OPEN_STATUSES
-from runs import leases
-from runs.approval_flow import do_lapse, lapse_stale, newest_in_run_project
-from runs.eventlog import append_event
+from runs.approval_flow.flow import do_lapse, lapse_stale, newest_in_run_project
 from runs.models import Event, Run
+from runs.persistence.eventlog import append_event
+from runs.scheduling import leases
 
 Status = ApprovalRequest.Status
 BELONGS = "an open request belongs to a run waiting for it"
@@ -70,7 +70,7 @@ def _record_repair(request: ApprovalRequest, invariant: str, repair: str) -> Non
 def lapse_stale_requests() -> int:
     """Lapse the pending requests asked under a policy older than the one in force in
     their run's project. Saving a version lapses them at once
-    (runs.approval_flow.save_policy_version); these are the ones that missed it: a
+    (runs.approval_flow.flow.save_policy_version); these are the ones that missed it: a
     version saved some other way, or a request filed by a worker that read the policy
     just before the save. ``waits_to_end`` then wakes their runs, so each call goes
     back through the gates."""

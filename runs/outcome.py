@@ -6,9 +6,9 @@ row says ``running``, but nothing of it runs and no clock of it ticks)."""
 from __future__ import annotations
 
 from core.outcome import Outcome, describe, outcome_of, words
-from runs.admission import Place, places
 from runs.models import Run
-from runs.store import load_state
+from runs.persistence.store import load_state
+from runs.project_queue import Place, places
 
 
 def status_of(run: Run) -> str:

@@ -29,10 +29,10 @@ from core import events as ev
 from core.contract import WorkspaceSource
 from core.fences import Lease
 from core.jsonutil import JSON
-from runs import hosts
-from runs.eventlog import LeaseLost, append_events
 from runs.models import Event, Run
-from runs.store import load_state
+from runs.persistence.eventlog import LeaseLost, append_events
+from runs.persistence.store import load_state
+from runs.scheduling import hosts
 from sandbox.public import RecordedWrite, RemoteAccess, RunWorkspace, open_workspace, prepare_workspace, rebuild_workspace, recorded_writes
 
 # The events a rebuild reads: the writes, their arguments, and what came around the tools.

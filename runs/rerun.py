@@ -15,12 +15,12 @@ from approvals.models import ApprovalRequest
 from approvals.policies import current_policy_row
 from common.permissions import DECIDE_APPROVALS, OPERATE_RUNS
 from projects.access import permissions_in
-from runs.approval_flow import DECIDING, do_lapse, staleness_now, wake_after_commit
+from runs.approval_flow.flow import DECIDING, do_lapse, staleness_now, wake_after_commit
 from runs.control import ACTIVE, ControlRefused, check_operator
 from runs.models import Run
 from runs.outcome import label_of
+from runs.persistence.store import load_state
 from runs.runtime import create_run
-from runs.store import load_state
 
 Status = ApprovalRequest.Status
 

@@ -40,20 +40,22 @@ from core.ports import RevisionMismatch
 from core.storable import escaped_text
 from projects.access import check_start_project
 from projects.models import Project, default_project_id
-from runs import admission, hosts, invariants, leases, placement, queue
-from runs.approval_flow import cancel_open_requests
-from runs.approval_gate import DjangoApprovals
-from runs.artifacts import ArtifactStorage, line_secrets
-from runs.base_moves import base_branch
+from runs import invariants, placement
+from runs import project_queue as admission
+from runs.approval_flow.base_moves import base_branch
+from runs.approval_flow.flow import cancel_open_requests
+from runs.approval_flow.gate import DjangoApprovals
 from runs.control import Watchdog, admitting_new_runs, kill_requested, killed_by, stopping_all_runs
-from runs.eventlog import append_events
-from runs.live_output import LiveOutput
 from runs.mcp_servers import mcp_tools_for
 from runs.models import Run
-from runs.outbox import DatabaseOutbox
-from runs.queue import enqueue_dispatch, enqueue_start
+from runs.persistence.artifacts import ArtifactStorage, line_secrets
+from runs.persistence.eventlog import append_events
+from runs.persistence.live_output import LiveOutput
+from runs.persistence.outbox import DatabaseOutbox
+from runs.persistence.store import DjangoStore, LeaseLost, Unstorable, load_state
+from runs.scheduling import hosts, leases, queue
+from runs.scheduling.queue import enqueue_dispatch, enqueue_start
 from runs.services import CurrentPolicy, NewRun, check_new_run, do_create_run, drive_run, registry
-from runs.store import DjangoStore, LeaseLost, Unstorable, load_state
 from sandbox.public import (
     HEX_REF,
     MB,
@@ -250,7 +252,7 @@ def create_run(contract: object, proposer: object, actor: Any, *, project: str |
     admitted = admission.admit_new(run)
     if enqueue:
         run_id = str(run.pk)
-        # Queued, it starts when its project's queue reaches it (runs.admission); a
+        # Queued, it starts when its project's queue reaches it (runs.project_queue); a
         # dispatch now admits it if a slot is free after all (one freed meanwhile).
         transaction.on_commit(lambda: enqueue_start(run_id) if admitted else enqueue_dispatch(place.pk))
     return run
@@ -289,7 +291,7 @@ def advance(run_id: str, faults: Sequence[Fault] = ()) -> str:
     outcome, or why it was not driven."""
     holder = hosts.live_holder(run_id)
     if holder is not None:
-        # Its workspace is on a live host's disk: that host resumes it (runs/hosts.py).
+        # Its workspace is on a live host's disk: that host resumes it (runs/scheduling/hosts.py).
         queue.enqueue_resume(run_id)
         return "held_by_host"
     token = leases.acquire(run_id, worker_identity())

@@ -32,11 +32,11 @@ from core.report import build_report
 from core.state import RunState
 from core.tools import Registry, builtin_registry
 from projects.models import default_project_id, mcp_server_names
-from runs.artifacts import ArtifactStorage
 from runs.budgets import project_bound
 from runs.models import Run
+from runs.persistence.artifacts import ArtifactStorage
+from runs.persistence.store import DjangoStore, load_state
 from runs.proposers import build_proposer, check_proposer_config
-from runs.store import DjangoStore, load_state
 
 
 @dataclass(frozen=True)

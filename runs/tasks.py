@@ -8,10 +8,13 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from runs import admission, container_sweep, invariants, leases, queue, retention
-from runs.approval_flow import expire_due
+from runs import container_sweep, invariants
+from runs import project_queue as admission
+from runs.approval_flow.flow import expire_due
 from runs.models import Run
+from runs.persistence import retention
 from runs.runtime import advance
+from runs.scheduling import leases, queue
 
 
 @shared_task(name="runs.start_run", acks_late=True, reject_on_worker_lost=True)
@@ -26,7 +29,7 @@ def resume_run(run_id: str) -> str:
 
 @shared_task(name="runs.dispatch")
 def dispatch(project_id: int) -> list[str]:
-    """Admit a project's queued runs while it has free slots (runs.admission)."""
+    """Admit a project's queued runs while it has free slots (runs.project_queue)."""
     return admission.dispatch(project_id)
 
 
@@ -51,14 +54,14 @@ def sweep_leases() -> list[str]:
     admission.sweep()
     targets = sorted(set(orphans) | set(killed) | set(invariants.waits_to_end()))
     for run_id in targets:
-        # To the host that holds the run's workspace while it lives (runs/hosts.py).
+        # To the host that holds the run's workspace while it lives (runs/scheduling/hosts.py).
         queue.enqueue_resume(run_id)
     return targets
 
 
 @shared_task(name="approvals.expire")
 def expire_approvals() -> int:
-    """Lapse the requests past their deadline and wake their runs (runs.approval_flow)."""
+    """Lapse the requests past their deadline and wake their runs (runs.approval_flow.flow)."""
     return expire_due()
 
 

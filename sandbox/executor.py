@@ -1,6 +1,6 @@
 """``SandboxExecutor``: the core's Executor and Workspace for one run, backed by the
 run's workspace directory, its Docker container and the outbox (a port: the record
-of published keys is the database's, runs.outbox)."""
+of published keys is the database's, runs.persistence.outbox)."""
 
 from __future__ import annotations
 

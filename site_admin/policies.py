@@ -11,7 +11,7 @@ as one that does not exist.
 
 Registered here rather than in approvals: saving a version ends the waits it makes
 stale at once (docs/design.md, Approvals), which is runs' orchestration
-(runs.approval_flow.save_policy_version), and a runtime the policy names is asked of
+(runs.approval_flow.flow.save_policy_version), and a runtime the policy names is asked of
 the sandbox engine; both are above approvals."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from core.errors import FieldProblem, InputError, json_message
 from core.policy import check_policy
 from projects.access import permissions_in, project_ids_with, projects_with, scoped
 from projects.models import DEFAULT_PROJECT, Project
-from runs.approval_flow import save_policy_version
+from runs.approval_flow.flow import save_policy_version
 from sandbox.public import ENGINE_ERRORS, RuntimeMissing, check_runtime, shared_client
 
 log = logging.getLogger(__name__)

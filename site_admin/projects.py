@@ -5,7 +5,7 @@ change in the project's audit (docs/design.md, Trust boundaries).
 Registered here rather than in projects: a project's lists are checked with the
 sandbox's rules (its remotes as the server's allowlist reads them, its sources under
 the server's roots) and a project resumed or given more room moves its queue on
-(runs.queue), both above projects. Memberships change here alone (the project's page
+(runs.scheduling.queue), both above projects. Memberships change here alone (the project's page
 and the memberships' own), so the audit is written where the change is saved, in its
 transaction, with who made it."""
 
@@ -29,7 +29,7 @@ from core.contract import LIMIT_NAMES
 from projects.admin_scope import InProjects, SiteAdminsOnly
 from projects.audit import record
 from projects.models import AuditEntry, Membership, Project
-from runs.queue import enqueue_dispatch
+from runs.scheduling.queue import enqueue_dispatch
 from sandbox.public import UnsafeURL, allowlist
 
 

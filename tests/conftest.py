@@ -49,10 +49,10 @@ def _persona(username: str, *groups: str, staff: bool = False) -> User:
 
 @pytest.fixture
 def resumes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The runs woken (``runs.queue.enqueue_resume``), kept here instead of sent to a
+    """The runs woken (``runs.scheduling.queue.enqueue_resume``), kept here instead of sent to a
     broker nobody reads in these tests (the test drives the run itself)."""
     woken: list[str] = []
-    monkeypatch.setattr("runs.queue.enqueue_resume", woken.append)
+    monkeypatch.setattr("runs.scheduling.queue.enqueue_resume", woken.append)
     return woken
 
 

@@ -127,8 +127,8 @@ def module_sandbox(runtime_engine: RuntimeEngine, tmp_path_factory: pytest.TempP
 
 @pytest.fixture
 def sandbox(module_sandbox: ModuleSandbox, tmp_path: Path, db: None) -> SandboxExecutor:
-    from runs.artifacts import ArtifactStorage
-    from runs.outbox import DatabaseOutbox
+    from runs.persistence.artifacts import ArtifactStorage
+    from runs.persistence.outbox import DatabaseOutbox
 
     reset_workspace(module_sandbox.workspace)
     module_sandbox.container.kill_processes()
@@ -146,8 +146,8 @@ def sandbox(module_sandbox: ModuleSandbox, tmp_path: Path, db: None) -> SandboxE
 @pytest.fixture
 def host_executor(tmp_path: Path, db: None) -> SandboxExecutor:
     """The example workspace with no container: file tools and publishing only."""
-    from runs.artifacts import ArtifactStorage
-    from runs.outbox import DatabaseOutbox
+    from runs.persistence.artifacts import ArtifactStorage
+    from runs.persistence.outbox import DatabaseOutbox
 
     workspace = example_workspace(tmp_path / "run")
     return SandboxExecutor(f"host-{uuid.uuid4().hex[:8]}", workspace, None, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS)
@@ -246,7 +246,7 @@ def drive(
     **harness_options: Any,
 ) -> Outcome:
     """The real Harness with in-memory state and approvals, the real executor."""
-    from runs.artifacts import ArtifactStorage
+    from runs.persistence.artifacts import ArtifactStorage
 
     state = new_state(
         run_id=executor.run_id,

@@ -213,7 +213,7 @@ def waiting_scene(
     starter: Any, script: list[Any] | None = None, project_id: int | None = None, contract: dict[str, Any] | None = None
 ) -> Scene:
     from approvals.models import ApprovalRequest
-    from runs.approval_gate import DjangoApprovals
+    from runs.approval_flow.gate import DjangoApprovals
     from runs.services import drive_run
     from tests.helpers import CONTRACT, SCRIPT, World
 

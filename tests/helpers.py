@@ -19,9 +19,9 @@ from core.simulated import MemoryApprovals, SimExecutor, SimWorkspace
 from core.state import RunState
 from runs.control import kill_requested, killed_by
 from runs.models import PublishedPatch, Run
-from runs.outbox import published_patch
+from runs.persistence.outbox import published_patch
+from runs.persistence.store import DjangoStore
 from runs.services import check_new_run, do_create_run
-from runs.store import DjangoStore
 
 CONTRACT = {
     "task_id": "calc-fix",
@@ -92,7 +92,7 @@ def edited_policy(publish: str | None = None, **fields: object) -> dict[str, obj
 
 
 def new_policy_version(publish: str | None = None, **fields: object) -> PolicyVersion:
-    """An admin's edit, written straight to the table (around runs.approval_flow, so
+    """An admin's edit, written straight to the table (around runs.approval_flow.flow, so
     nothing it makes stale is lapsed until the sweep): the current policy edited as
     ``edited_policy`` says becomes the newest version."""
     version = current_policy_row().version + 1

@@ -43,13 +43,13 @@ def main() -> None:
 
     from core import events as ev
     from core.fences import RowLock
-    from runs import broadcast
-    from runs.eventlog import append_events
+    from runs.persistence import broadcast
+    from runs.persistence.eventlog import append_events
 
     rng = random.Random(seed)
     dropped: list[int] = []
     real = get_channel_layer()
-    broadcast.get_channel_layer = lambda: lossy(real, rng, share, dropped)  # type: ignore[attr-defined]  # the name runs.broadcast imported
+    broadcast.get_channel_layer = lambda: lossy(real, rng, share, dropped)  # type: ignore[attr-defined]  # the name runs.persistence.broadcast imported
     print("ready", flush=True)
     sys.stdin.readline()
     written = 0

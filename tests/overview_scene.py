@@ -14,10 +14,10 @@ from core import events as ev
 from core.fences import RowLock
 from core.scenarios import call
 from projects.models import Project
-from runs.approval_flow import grant
-from runs.approval_gate import DjangoApprovals
-from runs.eventlog import append_event
+from runs.approval_flow.flow import grant
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Run
+from runs.persistence.eventlog import append_event
 from runs.services import drive_run
 from tests.helpers import World
 

@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from api.models import ApiToken
 from approvals.models import ApprovalRequest
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Event, GlobalSwitch, Run
 from runs.services import drive_run
 from tests.fixtures_services import Worker

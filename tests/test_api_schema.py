@@ -23,7 +23,7 @@ from schemathesis.specs.openapi.schemas import OpenApiSchema
 from api.models import ApiToken
 from approvals.models import ApprovalRequest
 from harness_site.wsgi import application
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.gate import DjangoApprovals
 from runs.services import drive_run
 from tests.helpers import World
 

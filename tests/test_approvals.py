@@ -15,8 +15,8 @@ from django.utils import timezone
 from approvals.checks import DecisionRefused
 from approvals.models import ApprovalRequest
 from core.state import RunState
-from runs.approval_flow import deny, do_consume, expire_due, grant
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.flow import deny, do_consume, expire_due, grant
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Event, Run
 from runs.services import drive_run
 from tests.helpers import World
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 @pytest.fixture
 def resumes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     woken: list[str] = []
-    monkeypatch.setattr("runs.queue.enqueue_resume", woken.append)
+    monkeypatch.setattr("runs.scheduling.queue.enqueue_resume", woken.append)
     return woken
 
 

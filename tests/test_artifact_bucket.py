@@ -25,10 +25,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from harness_site.bucket import s3_storage
-from runs.artifact_backends import BucketContent, content_backend
-from runs.artifacts import ArtifactStorage, masked_chunks
 from runs.models import Artifact, ArtifactChunk, Run
-from runs.retention import delete_expired_artifacts
+from runs.persistence.artifact_backends import BucketContent, content_backend
+from runs.persistence.artifacts import ArtifactStorage, masked_chunks
+from runs.persistence.retention import delete_expired_artifacts
 from tests.fixtures_web import free_port
 from tests.helpers import World
 from tests.test_artifact_storage import MB, spooled_output, streamed

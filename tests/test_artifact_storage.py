@@ -26,11 +26,11 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
-from runs.artifact_backends import CHUNK_BYTES, DatabaseContent
-from runs.artifacts import ArtifactStorage, masked_chunks
 from runs.models import Artifact, ArtifactChunk, Evidence, PublishedPatch, Run, RunArtifact
-from runs.outbox import DatabaseOutbox, published_patch
-from runs.retention import delete_expired_artifacts
+from runs.persistence.artifact_backends import CHUNK_BYTES, DatabaseContent
+from runs.persistence.artifacts import ArtifactStorage, masked_chunks
+from runs.persistence.outbox import DatabaseOutbox, published_patch
+from runs.persistence.retention import delete_expired_artifacts
 from runs.runtime import advance, create_run
 from sandbox.executor import SandboxExecutor
 from tests.fixtures_sandbox import example_workspace, fixed_call

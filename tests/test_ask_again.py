@@ -16,8 +16,8 @@ from playwright.sync_api import BrowserContext, expect
 
 from approvals.models import ApprovalRequest
 from projects.models import Project
-from runs.approval_flow import expire_due, staleness_now
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.flow import expire_due, staleness_now
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Run
 from runs.services import drive_run
 from tests.fixtures_web import SIZES, AsgiServer, Scene, screenshot, serious_problems, sign_in, waiting_scene

@@ -21,8 +21,8 @@ from approvals.policies import current_policy_row
 from core import events as ev
 from core.fences import RowLock
 from harness_site.celery import app as celery_app
-from runs.eventlog import append_events
 from runs.models import Event, Run
+from runs.persistence.eventlog import append_events
 from runs.runtime import create_run
 from tests.fixtures_services import ROOT, Worker
 from tests.fixtures_web import AsgiServer, screenshot, sign_in, waiting_scene

@@ -10,7 +10,7 @@ from django.contrib.auth.models import Group, User
 from playwright.sync_api import BrowserContext, expect
 
 from projects.models import Project
-from runs.approval_flow import deny, grant
+from runs.approval_flow.flow import deny, grant
 from tests.fixtures_web import SIZES, AsgiServer, screenshot, serious_problems, sign_in, waiting_scene
 from tests.test_browser_projects import publish_needs_two
 

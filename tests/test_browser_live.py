@@ -19,7 +19,7 @@ from playwright.sync_api import BrowserContext, FloatRect, Locator, Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from approvals.models import ApprovalRequest
-from runs.approval_flow import expire_due
+from runs.approval_flow.flow import expire_due
 from runs.control import kill, set_global
 from tests.fixtures_web import SIZES, AsgiServer, screenshot, sign_in, waiting_scene
 
@@ -116,7 +116,7 @@ def test_it_holds_the_status_and_the_clocks_while_offline_and_shows_a_stop_made_
     from core.scenarios import FIXED, call
     from pages.summary import run_summary
     from pages.templatetags.harness import duration
-    from runs.approval_gate import DjangoApprovals
+    from runs.approval_flow.gate import DjangoApprovals
     from runs.services import drive_run
     from tests.helpers import World
 
@@ -338,8 +338,8 @@ def test_it_has_no_serious_accessibility_problems_and_fits_the_screen(
 ) -> None:
     from axe_playwright_python.sync_playwright import Axe
 
-    from runs.artifacts import ArtifactStorage
     from runs.models import Evidence
+    from runs.persistence.artifacts import ArtifactStorage
 
     scene = waiting_scene(operator)
     evidence = Evidence.objects.filter(run=scene.run).first()
@@ -512,10 +512,10 @@ def test_it_keeps_the_reason_of_a_kill_and_the_comment_of_a_grant_in_the_trace(
 def test_it_fills_in_the_base_revision_once_the_workspace_is_prepared(
     web: AsgiServer, context: BrowserContext, size: str, admin_user: User
 ) -> None:
-    from runs import leases
-    from runs.approval_gate import DjangoApprovals
+    from runs.approval_flow.gate import DjangoApprovals
     from runs.models import Run
     from runs.runtime import create_run, record_base_revision
+    from runs.scheduling import leases
     from runs.services import drive_run
     from tests.helpers import STARTABLE, World
 

@@ -13,7 +13,7 @@ from django.contrib.auth.models import Group, User
 from playwright.sync_api import BrowserContext, expect
 
 from projects.models import Membership, Project, Role
-from runs.approval_flow import grant
+from runs.approval_flow.flow import grant
 from tests.fixtures_web import SIZES, AsgiServer, screenshot, serious_problems, sign_in, waiting_scene
 from tests.helpers import edited_policy, new_policy_version
 

@@ -11,7 +11,7 @@ from playwright.sync_api import BrowserContext, expect
 
 from core import events as ev
 from core.fences import RowLock
-from runs.eventlog import append_event
+from runs.persistence.eventlog import append_event
 from tests.fixtures_web import SIZES, AsgiServer, screenshot, serious_problems, sign_in, waiting_scene
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -12,7 +12,7 @@ from docker.models.containers import Container
 
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
-from runs.approval_flow import grant
+from runs.approval_flow.flow import grant
 from runs.control import kill
 from runs.models import Event, Run
 from runs.runtime import create_run

@@ -56,8 +56,8 @@ def forge_access(forge: FakeForge, token: str = FORGE_TOKEN, timeout: float = 10
 
 def run_for(tmp_path: Path, server: GitHttpServer, forge: FakeForge | None, target: str | None = "main") -> SandboxExecutor:
     """A run cloned from the git server with total.py fixed, its forge the fake one."""
-    from runs.artifacts import ArtifactStorage
-    from runs.outbox import DatabaseOutbox
+    from runs.persistence.artifacts import ArtifactStorage
+    from runs.persistence.outbox import DatabaseOutbox
 
     url = server.url(f"{PROJECT}.git")
     source = WorkspaceSource(kind="git", url=url, ref="main")
@@ -301,7 +301,7 @@ def test_it_opens_the_change_request_of_a_whole_run_after_two_approvals_and_link
     from django.test import Client
 
     from approvals.models import ApprovalRequest
-    from runs.approval_flow import grant
+    from runs.approval_flow.flow import grant
     from runs.models import Event
     from runs.runtime import create_run
     from tests.remote_runs import CHANGE_REQUEST, REPOSITORY, demo_script, parked, remote_rig

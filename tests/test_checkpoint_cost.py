@@ -20,10 +20,10 @@ from core.fences import Lease, RowLock
 from core.scenarios import call
 from core.simulated import MemoryApprovals
 from core.state import RunState
-from runs.eventlog import append_event
 from runs.models import Event, Receipt, Run
+from runs.persistence.eventlog import append_event
+from runs.persistence.store import DjangoStore, LeaseLost, load_state
 from runs.services import drive_run
-from runs.store import DjangoStore, LeaseLost, load_state
 from tests.helpers import World
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
@@ -62,7 +62,7 @@ def drive_reads(monkeypatch: pytest.MonkeyPatch) -> tuple[Run, CountingStore]:
     store = CountingStore()
     monkeypatch.setattr(services, "DjangoStore", lambda fence: store)
     # What a checkpoint sends is counted; the suite's own check after each (the fold
-    # of the log read back: runs.store.check_stored) is no part of it.
+    # of the log read back: runs.persistence.store.check_stored) is no part of it.
     monkeypatch.setattr(settings, "HARNESS_VERIFY_FOLD", False)
     drive_run(run, world.environment(), MemoryApprovals())
     return run, store

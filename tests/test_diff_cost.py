@@ -22,9 +22,9 @@ from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
 from core.patchtext import TOO_LARGE, preview_problem
-from runs.artifacts import ArtifactStorage
 from runs.models import Run
-from runs.outbox import DatabaseOutbox
+from runs.persistence.artifacts import ArtifactStorage
+from runs.persistence.outbox import DatabaseOutbox
 from runs.runtime import advance, create_run, workspace_for
 from sandbox.executor import SandboxExecutor
 from sandbox.workspace import linediff, patches

@@ -17,7 +17,7 @@ from approvals.models import ApprovalRequest
 from core.scenarios import call
 from pages.diff_review import HIGHLIGHT_MAX_LINES, LineComment, check_line_comments, feedback_text
 from pages.diff_view import ContextRefused, context_lines, diff_tables, files_of, gaps_of, parse
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Event, Run
 from runs.services import drive_run
 from tests.fixtures_web import SIZES, AsgiServer, Scene, screenshot, serious_problems, sign_in, waiting_scene

@@ -14,8 +14,8 @@ from core.ports import Store
 from core.simulated import MemoryApprovals
 from core.state import RunState
 from runs.models import CallLedgerEntry, Event, Evidence, Receipt, Report, Run
+from runs.persistence.store import DjangoStore
 from runs.services import drive_run
-from runs.store import DjangoStore
 from tests.helpers import SCRIPT, Crash, CrashingStore, World
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]

@@ -15,7 +15,7 @@ from core.faults import Fault
 from core.policy import Rule
 from core.scenarios import FIXED, build_rig, call, demo_policy
 from runs.models import PublishedPatch
-from runs.outbox import published_patch
+from runs.persistence.outbox import published_patch
 from tests.helpers import new_policy_version, run_command
 from tests.runs_waiting import DEMO_CONTRACT, DEMO_SCRIPT
 

@@ -23,7 +23,7 @@ from core.scenarios import FIXED, call
 from notifications import mail
 from notifications.models import Mail, MailAttempt, MailPreference
 from projects.models import DEFAULT_PROJECT, Project
-from runs.approval_flow import deny, expire_due
+from runs.approval_flow.flow import deny, expire_due
 from tests.fixtures_services import Worker, purge_queue
 from tests.fixtures_smtp import Inbox
 from tests.fixtures_web import Scene, waiting_scene

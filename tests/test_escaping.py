@@ -17,9 +17,9 @@ from playwright.sync_api import Page
 from core import events as ev
 from core.fences import RowLock
 from core.scenarios import call
-from runs.artifacts import ArtifactStorage
-from runs.eventlog import append_events
 from runs.models import Evidence
+from runs.persistence.artifacts import ArtifactStorage
+from runs.persistence.eventlog import append_events
 from tests.fixtures_services import ROOT
 from tests.fixtures_web import AsgiServer, Scene, sign_in, waiting_scene
 

@@ -19,7 +19,7 @@ from core import events as ev
 from core.fences import RowLock
 from live.trace import present
 from notifications import messages
-from runs.eventlog import append_events
+from runs.persistence.eventlog import append_events
 from tests.event_examples import EXAMPLES, record
 from tests.helpers import World
 

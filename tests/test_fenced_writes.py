@@ -20,11 +20,12 @@ from core.fences import Lease, RowLock
 from core.ports import Call, Reconciliation
 from core.scenarios import call
 from core.state import PendingEffect
-from runs import leases, runtime
-from runs.approval_flow import cancel_open_requests, do_lapse
-from runs.approval_gate import DjangoApprovals
-from runs.eventlog import LeaseLost, append_event
+from runs import runtime
+from runs.approval_flow.flow import cancel_open_requests, do_lapse
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Event, Run
+from runs.persistence.eventlog import LeaseLost, append_event
+from runs.scheduling import leases
 from runs.services import drive_run
 from tests.helpers import World
 

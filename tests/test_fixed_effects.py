@@ -228,7 +228,7 @@ def test_it_pushes_byte_for_byte_the_commit_shown_when_another_worker_with_other
     from django.test import Client
 
     from approvals.models import ApprovalRequest
-    from runs.approval_flow import grant
+    from runs.approval_flow.flow import grant
     from runs.runtime import create_run
     from tests.fixtures_services import Worker
     from tests.remote_runs import demo_script, parked, remote_rig

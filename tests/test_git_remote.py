@@ -71,8 +71,8 @@ def clone_run(tmp_path: Path, url: str, ref: str | None, access: RemoteAccess) -
 
 def changed_run(remote: Remote, url: str, tmp_path: Path) -> SandboxExecutor:
     """A run cloned from ``url`` at main with total.py fixed, publishing to that remote."""
-    from runs.artifacts import ArtifactStorage
-    from runs.outbox import DatabaseOutbox
+    from runs.persistence.artifacts import ArtifactStorage
+    from runs.persistence.outbox import DatabaseOutbox
 
     workspace = clone_run(tmp_path, url, "main", remote.access())
     workspace.write_file("total.py", FIX)
@@ -397,8 +397,8 @@ def test_it_names_the_runs_branch_on_the_commit_it_was_cloned_at(operator: User,
 
 
 def test_it_keeps_the_git_directory_for_pushing_when_the_checkout_differs_from_the_commit(remote: Remote, tmp_path: Path, db: None) -> None:
-    from runs.artifacts import ArtifactStorage
-    from runs.outbox import DatabaseOutbox
+    from runs.persistence.artifacts import ArtifactStorage
+    from runs.persistence.outbox import DatabaseOutbox
 
     # An eol attribute makes the checkout's bytes differ from the commit's blobs: the
     # commit's objects cannot be the pristine side, but pushes still need the git dir.

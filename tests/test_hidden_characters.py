@@ -28,8 +28,8 @@ from core.visible import HIDDEN_KIND, hidden_in_patch, visible_html, visible_tex
 from notifications.mail import one_line
 from notifications.messages import RUN_STOPPED, notice, slack
 from pages.diff_view import context_lines, diff_tables
-from runs.approval_flow import deny, grant
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.flow import deny, grant
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Event
 from runs.outcome import told
 from runs.runtime import advance, create_run

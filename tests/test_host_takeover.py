@@ -37,10 +37,10 @@ from rest_framework.test import APIClient
 from api.models import ApiToken
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
-from runs import hosts
-from runs.approval_flow import grant
+from runs.approval_flow.flow import grant
 from runs.models import Event, Evidence, PublishedPatch, Run, WorkerHost
 from runs.runtime import create_run
+from runs.scheduling import hosts
 from runs.services import report_of
 from tests.gitserver import sh
 from tests.runs_waiting import DEMO_CONTRACT, DEMO_SCRIPT, assert_gap_free, wait_for

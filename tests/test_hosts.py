@@ -1,4 +1,4 @@
-"""Worker hosts (runs/hosts.py): a heartbeat that runs out, the queue a run's wake-up
+"""Worker hosts (runs/scheduling/hosts.py): a heartbeat that runs out, the queue a run's wake-up
 goes to, and a worker of another host passing a run on to the live host that holds
 its workspace instead of driving it."""
 
@@ -10,8 +10,9 @@ import pytest
 from django.utils import timezone
 from pytest_django import Settings
 
-from runs import hosts, runtime
+from runs import runtime
 from runs.models import Run, WorkerHost
+from runs.scheduling import hosts
 from tests.helpers import World
 
 pytestmark = pytest.mark.django_db
@@ -47,7 +48,7 @@ def test_it_sends_a_wake_up_to_the_runs_host_while_it_lives_else_to_the_shared_q
 def test_it_passes_a_run_on_to_the_live_host_that_holds_it_without_claiming_it(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     settings.HARNESS_WORKER_HOST = "host-me"
     woken: list[str] = []
-    monkeypatch.setattr("runs.queue.enqueue_resume", woken.append)
+    monkeypatch.setattr("runs.scheduling.queue.enqueue_resume", woken.append)
     run = World().create()
     Run.objects.filter(pk=run.pk).update(host="host-x")
     hosts.beat("host-x")

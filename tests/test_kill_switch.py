@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from core.errors import InputError
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.gate import DjangoApprovals
 from runs.control import ControlRefused, Watchdog, kill, set_global
 from runs.models import Event, GlobalSwitch, Run
 from runs.runtime import create_run

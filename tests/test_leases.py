@@ -13,12 +13,13 @@ from core.fences import Lease
 from core.ports import Call, Reconciliation
 from core.scenarios import call
 from core.state import PendingEffect
-from runs import leases, runtime
-from runs.approval_gate import DjangoApprovals
+from runs import runtime
+from runs.approval_flow.gate import DjangoApprovals
 from runs.control import Watchdog, do_kill
 from runs.models import Event, Run
+from runs.persistence.store import DjangoStore, LeaseLost, load_state
+from runs.scheduling import leases
 from runs.services import drive_run
-from runs.store import DjangoStore, LeaseLost, load_state
 from tests.helpers import World
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]

@@ -32,13 +32,13 @@ from core.lifecycle import OPEN_STATUSES, REQUEST_TRANSITIONS
 from core.scenarios import FIXED, call
 from core.waits import approval_key
 from runs import invariants
-from runs.approval_flow import deny, expire_due, grant, request_changes, save_policy_version
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.flow import deny, expire_due, grant, request_changes, save_policy_version
+from runs.approval_flow.gate import DjangoApprovals
 from runs.control import do_kill, set_global
 from runs.models import Event, Run
+from runs.persistence.statecheck import state_problems
+from runs.persistence.store import DjangoStore
 from runs.services import drive_run
-from runs.statecheck import state_problems
-from runs.store import DjangoStore
 from tests.helpers import CONTRACT, Crash, CrashingStore, KillFlag, World, edited_policy, new_policy_version
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres, pytest.mark.slow]
@@ -206,7 +206,7 @@ class Lifecycle(RuleBasedStateMachine):
 
     def save_policy(self, publish: str) -> None:
         woken: list[str] = []
-        with mock.patch("runs.queue.enqueue_resume", woken.append):
+        with mock.patch("runs.scheduling.queue.enqueue_resume", woken.append):
             save_policy_version(PolicyVersion(note="saved by the machine"), edited_policy(publish=publish))
         for run_id in woken:  # what the workers do with the wake-ups (earlier examples' runs are left)
             if run_id in self.worlds:

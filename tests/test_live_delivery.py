@@ -20,10 +20,10 @@ from core.fences import RowLock
 from harness_site.asgi import application
 from live.feeds import Page, contiguous_after
 from projects.models import Project
-from runs import eventlog
-from runs.broadcast import LISTS_GROUP, broadcast_output, coalesce
-from runs.eventlog import append_events
-from runs.live_output import LiveOutput
+from runs.persistence import eventlog
+from runs.persistence.broadcast import LISTS_GROUP, broadcast_output, coalesce
+from runs.persistence.eventlog import append_events
+from runs.persistence.live_output import LiveOutput
 from tests.fixtures_web import waiting_scene
 from tests.helpers import World
 from tests.test_live_trace import session_cookie

@@ -22,10 +22,10 @@ from core import events as ev
 from core.fences import RowLock
 from harness_site.asgi import application
 from live import fanout, feeds
-from runs import eventlog
-from runs.broadcast import run_group
-from runs.eventlog import append_events
 from runs.models import Run
+from runs.persistence import eventlog
+from runs.persistence.broadcast import run_group
+from runs.persistence.eventlog import append_events
 from tests.fixtures_web import Scene, waiting_scene
 
 pytestmark = pytest.mark.django_db(transaction=True)

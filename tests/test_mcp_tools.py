@@ -19,8 +19,8 @@ from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
 from projects.models import McpServer, default_project_id
-from runs.artifacts import ArtifactStorage
 from runs.models import Event, Evidence, Run
+from runs.persistence.artifacts import ArtifactStorage
 from runs.runtime import advance, create_run
 from sandbox.mcp.config import McpServerConfig
 from sandbox.tools.mcp import McpTools

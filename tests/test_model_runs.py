@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from pytest_django import Settings
 
 from approvals.models import ApprovalRequest
-from runs.approval_flow import grant
+from runs.approval_flow.flow import grant
 from runs.models import Run
 from runs.runtime import advance, create_run, workspace_for
 from tests.fake_providers import API_KEY, FakeOpenAI, openai_tools

@@ -28,11 +28,11 @@ from common.redact import MASK, redact_lines
 from core import events as ev
 from core.fences import RowLock
 from core.policy import CheckDef
-from runs import artifacts
-from runs.artifacts import ArtifactStorage, line_secrets, masked_blocks
-from runs.eventlog import append_events
 from runs.models import Receipt, Run
-from runs.outbox import DatabaseOutbox
+from runs.persistence import artifacts
+from runs.persistence.artifacts import ArtifactStorage, line_secrets, masked_blocks
+from runs.persistence.eventlog import append_events
+from runs.persistence.outbox import DatabaseOutbox
 from sandbox.container.output import OutputCapture
 from sandbox.container.quota import MB, DiskQuota
 from sandbox.executor import SandboxExecutor

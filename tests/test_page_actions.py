@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from live.trace import present
-from runs.approval_flow import deny
+from runs.approval_flow.flow import deny
 from runs.control import set_global
 from runs.models import Run
 from tests.fixtures_web import waiting_scene
@@ -77,8 +77,8 @@ def test_it_lands_each_role_on_its_own_page(reviewer: User, operator: User) -> N
 
 @pytest.mark.django_db(transaction=True)
 def test_it_shows_a_checks_output_with_line_numbers_and_what_produced_it(operator: User) -> None:
-    from runs.artifacts import ArtifactStorage
     from runs.models import Evidence
+    from runs.persistence.artifacts import ArtifactStorage
 
     scene = waiting_scene(operator)
     evidence = Evidence.objects.filter(run=scene.run).first()
@@ -105,7 +105,7 @@ def test_it_keeps_an_optional_comment_on_a_grant_and_reason_on_a_kill(operator: 
     event = present(Event.objects.get(run=killed.run, type="kill_requested").as_dict())
     assert event["view"]["summary"] == f"by {operator.username} for this run: wrong repository"
     # The stop says who and why too, wherever the run's end is told.
-    from runs.approval_gate import DjangoApprovals
+    from runs.approval_flow.gate import DjangoApprovals
     from runs.services import drive_run
     from tests.helpers import KillFlag
 
@@ -126,10 +126,10 @@ def test_it_rounds_the_working_clock_and_the_time_budget_alike(operator: User, r
     from datetime import UTC, datetime
 
     from pages.summary import run_summary
-    from runs.approval_flow import grant
-    from runs.approval_gate import DjangoApprovals
+    from runs.approval_flow.flow import grant
+    from runs.approval_flow.gate import DjangoApprovals
+    from runs.persistence.store import load_state
     from runs.services import drive_run
-    from runs.store import load_state
 
     scene = waiting_scene(operator)
     grant(scene.request, reviewer)

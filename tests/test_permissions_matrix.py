@@ -23,8 +23,8 @@ from django.urls import reverse
 from approvals.models import ApprovalRequest
 from harness_site.asgi import application
 from projects.models import Project
-from runs.artifacts import ArtifactStorage
 from runs.models import GlobalSwitch, Receipt, Run
+from runs.persistence.artifacts import ArtifactStorage
 from tests.fixtures_web import Scene, waiting_scene
 
 if TYPE_CHECKING:

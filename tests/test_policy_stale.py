@@ -24,8 +24,8 @@ from core.faults import Fault
 from core.lifecycle import IllegalTransition
 from core.state import RunState
 from runs import invariants, runtime, tasks
-from runs.approval_flow import EXPIRING, do_lapse, grant
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.flow import EXPIRING, do_lapse, grant
+from runs.approval_flow.gate import DjangoApprovals
 from runs.cli import full_report
 from runs.models import Event, Run
 from runs.runtime import create_run
@@ -48,7 +48,7 @@ LIVE = 20_000  # ms a live update may take to show up on a loaded machine
 def resumes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The wake-ups sent, instead of to a broker nobody reads in these tests."""
     woken: list[str] = []
-    monkeypatch.setattr("runs.queue.enqueue_resume", woken.append)
+    monkeypatch.setattr("runs.scheduling.queue.enqueue_resume", woken.append)
     monkeypatch.setattr(tasks.resume_run, "delay", woken.append)
     return woken
 
@@ -288,7 +288,7 @@ def test_it_repairs_a_lost_wake_up_in_the_sweep(
     first = ApprovalRequest.objects.get(run=run, status="pending")
     if lost == "the wake-up":
         # The broker took the save's wake-up and lost it.
-        monkeypatch.setattr("runs.queue.enqueue_resume", lambda run_id: None)
+        monkeypatch.setattr("runs.scheduling.queue.enqueue_resume", lambda run_id: None)
         save_as_admin(client, admin_user, approval_ttl_seconds=900)
         first.refresh_from_db()
         assert first.status == "stale"

@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 
 from approvals.models import ApprovalRequest
-from runs.approval_flow import grant
+from runs.approval_flow.flow import grant
 from runs.models import Event
 from runs.runtime import create_run
 from tests.fixtures_services import Worker, database_url

@@ -16,7 +16,7 @@ from pytest_django import Settings
 
 from core.scenarios import call
 from projects.models import Project
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Event, Report, Run
 from runs.runtime import create_run
 from runs.services import check_new_run, do_create_run, drive_run

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from projects.models import Project
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Event
 from runs.services import drive_run
 from site_admin.projects import ProjectForm

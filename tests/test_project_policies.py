@@ -16,8 +16,8 @@ from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row, default_policy_document
 from projects.models import DEFAULT_PROJECT, AuditEntry, Membership, Project, Role
 from runs import invariants
-from runs.approval_flow import check_decision_now, pending_requests, save_policy_version, staleness_now
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.flow import check_decision_now, pending_requests, save_policy_version, staleness_now
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Run
 from runs.runtime import create_run
 from runs.services import CurrentPolicy, drive_run
@@ -33,7 +33,7 @@ ADD = "/admin/approvals/policyversion/add/"
 def resumes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The wake-ups sent, instead of to a broker nobody reads in these tests."""
     woken: list[str] = []
-    monkeypatch.setattr("runs.queue.enqueue_resume", woken.append)
+    monkeypatch.setattr("runs.scheduling.queue.enqueue_resume", woken.append)
     return woken
 
 

@@ -1,4 +1,4 @@
-"""A project's cap and queue (runs.admission): runs beyond ``max_active_runs`` wait,
+"""A project's cap and queue (runs.project_queue): runs beyond ``max_active_runs`` wait,
 first in first out, visible with their place and why; a slot is claimed with a
 conditional UPDATE and given back with the run's end; a run killed while queued stops
 unstarted. The same with real workers: tests/test_project_queue_workers.py."""
@@ -18,11 +18,11 @@ from core import events as ev
 from core.fences import RowLock
 from core.fold import apply
 from projects.models import Project
-from runs import admission
+from runs import project_queue as admission
 from runs.control import kill
 from runs.models import Run
+from runs.persistence.store import DjangoStore, load_state
 from runs.runtime import advance, create_run
-from runs.store import DjangoStore, load_state
 from tests.test_api import SCRIPT, SMALL_CONTRACT
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]

@@ -16,8 +16,8 @@ from django.urls import reverse
 
 from projects.models import Project
 from runs.models import Event, Run
+from runs.persistence.store import load_state
 from runs.runtime import create_run
-from runs.store import load_state
 from tests.fixtures_services import Worker, purge_queue
 from tests.test_api import FIXED_TOTAL, SMALL_CONTRACT
 

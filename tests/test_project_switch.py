@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 from api.models import ApiToken
 from core.errors import InputError
 from projects.models import DEFAULT_PROJECT, AuditEntry, Project
-from runs import admission
+from runs import project_queue as admission
 from runs.control import ControlRefused, set_project_switch
 from runs.models import Run
 from runs.runtime import create_run
@@ -71,7 +71,7 @@ def test_it_holds_the_queue_while_the_project_is_paused(other_member: User, othe
     assert second.queued
     set_project_switch(other_member, other_project, paused=True)
     Run.objects.filter(pk=first.pk).update(status="stopped", outcome="killed")
-    from runs.slots import run_ended
+    from runs.scheduling.slots import run_ended
 
     run_ended(str(first.pk))
     assert admission.dispatch(other_project.pk) == [], "paused: the queue holds"

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from core.contract import WorkspaceSource
 from core.ports import RevisionMismatch
-from runs import outbox
+from runs.persistence import outbox
 from sandbox.executor import SandboxExecutor
 from sandbox.tools.publishing import PublishRefused, publication
 from sandbox.workspace import patches
@@ -102,8 +102,8 @@ def test_it_never_shows_or_publishes_a_file_name_that_could_forge_a_header(host_
 def test_it_publishes_a_name_with_a_space_that_git_apply_and_patch_both_write_to_that_file(tmp_path: Path) -> None:
     """Issue 26 #6: ``tests/conftest.py z.md`` (allowed by ``*.md``) was published as
     ``+++ b/tests/conftest.py z.md``, which GNU patch applies to tests/conftest.py."""
-    from runs.artifacts import ArtifactStorage
-    from runs.outbox import DatabaseOutbox
+    from runs.persistence.artifacts import ArtifactStorage
+    from runs.persistence.outbox import DatabaseOutbox
     from tests.fixtures_sandbox import example_workspace
 
     workspace = example_workspace(tmp_path / "run")
@@ -149,9 +149,9 @@ contents = st.lists(st.sampled_from(["x", "", "  y", "é", "\\ No newline", "---
 def test_it_publishes_patches_git_accepts_for_any_name_and_content(
     tmp_path_factory: pytest.TempPathFactory, name: str, lines: list[str], final_newline: bool
 ) -> None:
-    from runs.artifacts import ArtifactStorage
     from runs.models import PublishedPatch
-    from runs.outbox import DatabaseOutbox
+    from runs.persistence.artifacts import ArtifactStorage
+    from runs.persistence.outbox import DatabaseOutbox
     from tests.fixtures_sandbox import example_workspace
 
     tmp = tmp_path_factory.mktemp("pub")

@@ -16,7 +16,7 @@ from playwright.sync_api import BrowserContext, expect
 
 from approvals.models import ApprovalRequest
 from projects.models import Membership, Project, Role
-from runs.approval_flow import deny
+from runs.approval_flow.flow import deny
 from tests.fixtures_web import SIZES, AsgiServer, screenshot, serious_problems, sign_in, waiting_scene
 
 
@@ -32,7 +32,7 @@ def test_it_filters_the_runs_list_by_a_status_in_the_url_and_names_a_bad_one(ope
     stopped = waiting_scene(operator)
     deny(stopped.request, reviewer, "no")
     stopped.run.refresh_from_db()
-    from runs.approval_gate import DjangoApprovals
+    from runs.approval_flow.gate import DjangoApprovals
     from runs.services import drive_run
 
     drive_run(stopped.run, stopped.world.environment(), DjangoApprovals(stopped.run))

@@ -17,8 +17,8 @@ from django.urls import reverse
 from approvals.checks import DecisionForbidden, DecisionRefused
 from approvals.models import ApprovalGrant, ApprovalRequest
 from core.simulated import SimExecutor
-from runs.approval_flow import deny, grant
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.flow import deny, grant
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Event, Run
 from runs.services import drive_run
 from tests.helpers import KillFlag, World, edited_policy, new_policy_version

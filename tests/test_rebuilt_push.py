@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from core.contract import WorkspaceSource
-from runs.artifacts import ArtifactStorage
-from runs.outbox import DatabaseOutbox
+from runs.persistence.artifacts import ArtifactStorage
+from runs.persistence.outbox import DatabaseOutbox
 from sandbox.executor import SandboxExecutor
 from sandbox.rebuild import RecordedWrite, rebuild_workspace
 from sandbox.tools.effects import remember_pushes

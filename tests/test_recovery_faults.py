@@ -18,9 +18,9 @@ from django.contrib.auth.models import User
 from pytest_django import Settings
 
 from approvals.models import ApprovalRequest
-from runs.approval_flow import grant
+from runs.approval_flow.flow import grant
 from runs.models import Event, Receipt, Run
-from runs.outbox import published_patch
+from runs.persistence.outbox import published_patch
 from runs.runtime import create_run
 from tests.fixtures_services import Worker
 from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO, assert_gap_free, wait_for

@@ -27,8 +27,8 @@ from core.jsonutil import JSON
 from core.scenarios import FIXED, call
 from core.simulated import SimExecutor, SimWorkspace
 from notifications.models import WebhookEndpoint
-from runs.approval_flow import grant
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.flow import grant
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Artifact, Run
 from runs.services import check_new_run, do_create_run, drive_run
 from sandbox.workspace.patches import unified_diff

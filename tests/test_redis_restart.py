@@ -14,7 +14,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 
 from approvals.models import ApprovalRequest
-from runs.approval_flow import grant
+from runs.approval_flow.flow import grant
 from runs.models import Event
 from runs.runtime import create_run
 from tests.fixtures_services import ROOT, Worker

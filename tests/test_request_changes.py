@@ -17,8 +17,8 @@ from core import events as ev
 from core import feedback as fb
 from core.policy import Rule
 from core.scenarios import FIXED, build_rig, call, demo_policy
-from runs.approval_flow import request_changes
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.flow import request_changes
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Event
 from runs.services import drive_run
 from tests.helpers import KillFlag, World

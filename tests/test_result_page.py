@@ -13,8 +13,8 @@ from playwright.sync_api import BrowserContext, expect
 
 from core.scenarios import FIXED, call
 from projects.models import Project
-from runs.approval_flow import grant
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.flow import grant
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Run
 from runs.services import drive_run
 from tests.fixtures_web import SIZES, AsgiServer, Scene, screenshot, serious_problems, sign_in, waiting_scene
@@ -77,7 +77,7 @@ def test_it_has_no_result_for_a_live_run_nor_for_another_projects(
 
 @pytest.mark.django_db
 def test_it_says_a_stopped_run_stopped_and_what_it_left_undone(operator: User, reviewer: User) -> None:
-    from runs.approval_flow import deny
+    from runs.approval_flow.flow import deny
 
     scene = waiting_scene(operator, SCRIPT)
     deny(scene.request, reviewer, "release freeze")

@@ -24,9 +24,9 @@ from approvals.models import ApprovalRequest
 from common.redact import MASK, redact_text, secret_values
 from core.patchtext import preview_problem
 from pages.diff_view import diff_tables
-from runs.artifacts import ArtifactStorage
 from runs.models import PublishedPatch, Run
-from runs.outbox import DatabaseOutbox, published_patch
+from runs.persistence.artifacts import ArtifactStorage
+from runs.persistence.outbox import DatabaseOutbox, published_patch
 from runs.runtime import advance, create_run
 from sandbox.executor import SandboxExecutor
 from sandbox.workspace import patches

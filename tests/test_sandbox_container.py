@@ -15,7 +15,7 @@ from docker.errors import NotFound
 
 from core.policy import SandboxLimits
 from core.simulated import MemoryApprovals
-from runs.outbox import published_patch
+from runs.persistence.outbox import published_patch
 from sandbox.container.orphans import sweep_orphans
 from sandbox.container.output import OutputCapture
 from sandbox.container.sandbox_container import SandboxContainer

@@ -73,8 +73,8 @@ def tree_files(root: Path) -> dict[str, bytes]:
 
 
 def quota_executor(tmp_path: Path, run_id: str, quota: DiskQuota, limits: SandboxLimits) -> SandboxExecutor:
-    from runs.artifacts import ArtifactStorage
-    from runs.outbox import DatabaseOutbox
+    from runs.persistence.artifacts import ArtifactStorage
+    from runs.persistence.outbox import DatabaseOutbox
 
     workspace = example_workspace(tmp_path / run_id)
     container = start_container(run_id, workspace, limits)
@@ -204,8 +204,8 @@ def test_it_runs_a_check_in_a_workspace_of_300000_files(
     runs under runc (gVisor's ptrace platform takes minutes to list them)."""
     import tempfile
 
-    from runs.artifacts import ArtifactStorage
-    from runs.outbox import DatabaseOutbox
+    from runs.persistence.artifacts import ArtifactStorage
+    from runs.persistence.outbox import DatabaseOutbox
     from sandbox.workspace import hashing
 
     base = Path(tempfile.mkdtemp(prefix="harness-huge-", dir="/dev/shm"))

@@ -136,8 +136,8 @@ class Driven:
 def run_checks(box: EgressSandbox, tmp_path: Path, *checks: CheckDef, egress_max_events: int = 200) -> Driven:
     """The real loop runs each check once, then finishes; what the executor told
     while the checks ran (their connections) is kept beside the loop's events."""
-    from runs.artifacts import ArtifactStorage
-    from runs.outbox import DatabaseOutbox
+    from runs.persistence.artifacts import ArtifactStorage
+    from runs.persistence.outbox import DatabaseOutbox
 
     reset_workspace(box.workspace)
     box.container.kill_processes()
@@ -391,7 +391,7 @@ def test_it_reads_where_a_proxy_request_goes_and_refuses_what_is_not_one() -> No
 
 @pytest.mark.django_db
 def test_it_shows_each_connection_in_the_trace_beside_its_check(client: Client, reviewer: User) -> None:
-    from runs.eventlog import append_events
+    from runs.persistence.eventlog import append_events
 
     run_id = str(World().create().pk)
     now = timezone.now().timestamp()
@@ -432,7 +432,7 @@ def test_it_shows_the_reviewer_and_the_run_page_where_a_check_connected(
     client: Client, reviewer: User, operator: User, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from approvals.models import ApprovalRequest
-    from runs.approval_gate import DjangoApprovals
+    from runs.approval_flow.gate import DjangoApprovals
     from runs.services import drive_run, report_of
 
     world = World()

@@ -161,8 +161,8 @@ def test_it_gives_checks_none_of_the_workers_environment(
     workspace = example_workspace(tmp_path / "env-run")
     container = start_container("env-run", workspace, runtime_engine.limits(TEST_LIMITS))  # created after the canary is set
     try:
-        from runs.artifacts import ArtifactStorage
-        from runs.outbox import DatabaseOutbox
+        from runs.persistence.artifacts import ArtifactStorage
+        from runs.persistence.outbox import DatabaseOutbox
 
         executor = SandboxExecutor("env-run", workspace, container, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS)
         outcome = drive(executor, sandbox_policy(ENV), [step("run_check", check_id="env"), *SURVIVE])

@@ -66,8 +66,8 @@ def kill_during_long_check(executor: SandboxExecutor, returned: threading.Event 
 
 
 def test_it_kills_an_execution_in_flight_and_removes_the_container(runtime_engine: RuntimeEngine, tmp_path: Path, db: None) -> None:
-    from runs.artifacts import ArtifactStorage
-    from runs.outbox import DatabaseOutbox
+    from runs.persistence.artifacts import ArtifactStorage
+    from runs.persistence.outbox import DatabaseOutbox
 
     workspace = example_workspace(tmp_path / "kill-run")
     container = start_container("kill-run", workspace, runtime_engine.limits(TEST_LIMITS))
@@ -83,8 +83,8 @@ def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_containe
     """The kill switch must not wait on the engine: here removal stalls until the
     loop has returned (as a busy engine's can), and the loop stops all the same."""
     import sandbox.container.sandbox_container
-    from runs.artifacts import ArtifactStorage
-    from runs.outbox import DatabaseOutbox
+    from runs.persistence.artifacts import ArtifactStorage
+    from runs.persistence.outbox import DatabaseOutbox
 
     class StallingClient:
         class api:

@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 
-from runs.artifacts import ArtifactStorage
+from runs.persistence.artifacts import ArtifactStorage
 from sandbox.container.quota import MB
 from sandbox.executor import SandboxExecutor
 from tests.fixtures_sandbox import (

@@ -72,8 +72,8 @@ def test_it_stops_a_run_at_once_naming_a_runtime_the_engine_lacks(docker_engine:
     """A missing runtime stays missing until an operator acts: the run stops at its
     first check with sandbox_unavailable naming it, not after retries as if the
     failure were transient."""
-    from runs.artifacts import ArtifactStorage
-    from runs.outbox import DatabaseOutbox
+    from runs.persistence.artifacts import ArtifactStorage
+    from runs.persistence.outbox import DatabaseOutbox
     from sandbox.executor import SandboxExecutor
 
     spec = dataclasses.replace(ContainerSpec.from_limits(TEST_LIMITS, settings.SANDBOX_IMAGE), runtime="harness-absent")
@@ -98,8 +98,8 @@ def test_it_stops_a_run_at_once_naming_a_runtime_the_engine_lacks(docker_engine:
 
 @pytest.mark.docker
 def test_it_runs_checks_under_each_runtime_and_reports_it(runtime_engine: RuntimeEngine, tmp_path: Path, db: None) -> None:
-    from runs.artifacts import ArtifactStorage
-    from runs.outbox import DatabaseOutbox
+    from runs.persistence.artifacts import ArtifactStorage
+    from runs.persistence.outbox import DatabaseOutbox
     from sandbox.executor import SandboxExecutor
 
     limits: SandboxLimits = runtime_engine.limits(TEST_LIMITS)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from core.contract import WorkspaceSource
 from core.ports import RevisionMismatch
 from core.state import PendingEffect
-from runs.outbox import published_patch
+from runs.persistence.outbox import published_patch
 from sandbox.executor import SandboxExecutor
 from sandbox.tools.publishing import publication
 from sandbox.workspace import fileops, patches

@@ -36,8 +36,8 @@ from core.policy import AllowedSecret, PublishChecks, check_policy
 from core.publish_gate import problems, screen
 from core.scenarios import call
 from notifications.models import WebhookEndpoint
-from runs.approval_flow import grant
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.flow import grant
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Event, Run
 from runs.services import check_new_run, do_create_run, drive_run
 from sandbox.container.sandbox_container import SandboxContainer
@@ -170,8 +170,8 @@ def executor_for(
 ) -> SandboxExecutor:
     """A run's executor on a clone of the shop's main, pushing to BRANCH; with a
     sandbox container (added to ``containers``) when one is given."""
-    from runs.artifacts import ArtifactStorage
-    from runs.outbox import DatabaseOutbox
+    from runs.persistence.artifacts import ArtifactStorage
+    from runs.persistence.outbox import DatabaseOutbox
 
     url = server.url("shop.git")
     workspace = prepare_workspace(workdir, WorkspaceSource(kind="git", url=url, ref="main"), ROOT, (ROOT,), access_to(server))

@@ -21,8 +21,8 @@ from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import SELF_APPROVAL_NOT_PERMITTED, current_policy_row
 from approvals.policy_diff import SELF_APPROVAL_ON, previous_of, version_diff
 from live.trace import present
-from runs.approval_flow import grant
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.flow import grant
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Event
 from runs.services import drive_run
 from tests.helpers import World

@@ -14,8 +14,8 @@ from playwright.sync_api import BrowserContext, expect
 
 from core import events as ev
 from live.trace import _describe
-from runs.approval_flow import grant
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.flow import grant
+from runs.approval_flow.gate import DjangoApprovals
 from runs.services import drive_run
 from tests.fixtures_web import SIZES, AsgiServer, screenshot, serious_problems, sign_in, waiting_scene
 from tests.helpers import World

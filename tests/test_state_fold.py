@@ -13,11 +13,11 @@ from core.fences import RowLock
 from core.fold import fold
 from core.simulated import MemoryApprovals
 from core.state import RunState
-from runs.eventlog import append_event
 from runs.models import Event, Run
+from runs.persistence.eventlog import append_event
+from runs.persistence.statecheck import state_problems
+from runs.persistence.store import load_state
 from runs.services import drive_run
-from runs.statecheck import state_problems
-from runs.store import load_state
 from tests.helpers import KillFlag, World, run_command
 from tests.test_durable_state import create, drive, finish
 

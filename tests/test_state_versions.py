@@ -11,8 +11,8 @@ import pytest
 
 from core.state import SCHEMA_VERSION, UPGRADES, RunState, StateVersionError, load_stored_state
 from runs.models import Event, Run
-from runs.statecheck import state_problems
-from runs.store import load_state
+from runs.persistence.statecheck import state_problems
+from runs.persistence.store import load_state
 from tests.helpers import World
 from tests.test_durable_state import create, drive, finish
 

@@ -19,13 +19,13 @@ from core.outcome import STOP_REASONS, WORDS, Outcome
 from core.scenarios import call
 from notifications.messages import notice, summary
 from pages.templatetags.harness import visible
-from runs import leases
-from runs.approval_flow import deny, grant, request_changes
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.flow import deny, grant, request_changes
+from runs.approval_flow.gate import DjangoApprovals
 from runs.control import kill
 from runs.models import Event, Run
 from runs.outcome import told
 from runs.runtime import stop_undriven
+from runs.scheduling import leases
 from runs.services import drive_run, report_of
 from tests.fixtures_web import Scene, waiting_scene
 from tests.helpers import CONTRACT, KillFlag, World

@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import BrowserContext, expect
 
 from projects.models import Project
-from runs.approval_flow import request_changes
+from runs.approval_flow.flow import request_changes
 from runs.control import kill
 from runs.runtime import create_run
 from tests.fixtures_web import SIZES, AsgiServer, screenshot, serious_problems, sign_in, waiting_scene

@@ -23,8 +23,8 @@ from approvals.models import ApprovalRequest
 from core.scenarios import FIXED, call
 from monitoring import tracing
 from monitoring.spans import span_id_of, trace_id_text
-from runs.approval_flow import grant
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.flow import grant
+from runs.approval_flow.gate import DjangoApprovals
 from runs.services import drive_run
 from tests.helpers import World, new_policy_version
 

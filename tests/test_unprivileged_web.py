@@ -16,8 +16,8 @@ from django.contrib.auth.models import User
 from pytest_django import Settings
 
 from core.errors import InputError
-from runs.artifacts import ArtifactStorage
 from runs.models import Artifact, Run
+from runs.persistence.artifacts import ArtifactStorage
 from runs.runtime import advance, create_run, workspace_root
 from tests.fixtures_services import ROOT
 from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO

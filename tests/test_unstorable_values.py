@@ -33,11 +33,11 @@ from core.state import RunState
 from core.storable import HEAD_CHARS, MAX_DEPTH
 from runs import runtime
 from runs import services as run_services
-from runs.approval_gate import DjangoApprovals
-from runs.artifacts import ArtifactStorage
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import CallLedgerEntry, Event, PendingEffect, Receipt, Report, Run
+from runs.persistence.artifacts import ArtifactStorage
+from runs.persistence.store import load_state
 from runs.services import check_new_run, do_create_run, drive_run
-from runs.store import load_state
 from sandbox.executor import SandboxExecutor
 from tests.fake_providers import (
     API_KEY,

@@ -25,8 +25,8 @@ from core.simulated import FakeClock
 from core.state import RunState
 from pages.summary import run_summary
 from runs import invariants
-from runs.approval_flow import deny, grant, pending_requests
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.flow import deny, grant, pending_requests
+from runs.approval_flow.gate import DjangoApprovals
 from runs.control import do_kill, kill, set_global
 from runs.models import Event, Run
 from runs.runtime import create_run, workspace_for
@@ -49,7 +49,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def resumes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     woken: list[str] = []
-    monkeypatch.setattr("runs.queue.enqueue_resume", woken.append)
+    monkeypatch.setattr("runs.scheduling.queue.enqueue_resume", woken.append)
     monkeypatch.setattr("runs.control.enqueue_resume", woken.append)
     return woken
 

@@ -13,7 +13,7 @@ from pytest_django import Settings
 
 from notifications.models import Delivery, WebhookEndpoint
 from projects.models import DEFAULT_PROJECT, AuditEntry, Membership, Project, Role
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Run
 from runs.services import drive_run
 from tests.fixtures_services import Worker

@@ -25,8 +25,8 @@ from core import events as ev
 from core.scenarios import FIXED, call
 from notifications import messages
 from notifications.models import Delivery, WebhookEndpoint
-from runs.approval_flow import expire_due
-from runs.approval_gate import DjangoApprovals
+from runs.approval_flow.flow import expire_due
+from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Event, Run
 from runs.services import drive_run
 from tests.event_examples import example

@@ -20,10 +20,10 @@ from pytest_django import Settings
 from approvals.models import ApprovalRequest
 from core.contract import WorkspaceSource
 from core.events import ReceiptRecorded
-from runs.approval_flow import grant
-from runs.artifacts import ArtifactStorage
+from runs.approval_flow.flow import grant
 from runs.models import Run
-from runs.outbox import DatabaseOutbox
+from runs.persistence.artifacts import ArtifactStorage
+from runs.persistence.outbox import DatabaseOutbox
 from runs.runtime import advance, create_run, workspace_root
 from sandbox.executor import SandboxExecutor
 from sandbox.rebuild import RebuildFailed, RecordedWrite, rebuild_workspace, recorded_writes

@@ -5,7 +5,7 @@ from django.utils import timezone
 class Artifact(models.Model):
     """Large outputs, content-addressed: ``ref`` is ``sha256:<hex>`` of the bytes; a
     second identical output is the same artifact. The row exists only once its bytes
-    are stored (in ``ArtifactChunk`` rows or the bucket: runs.artifact_backends), so a
+    are stored (in ``ArtifactChunk`` rows or the bucket: runs.persistence.artifact_backends), so a
     reader never finds a row without its content."""
 
     ref = models.CharField(max_length=80, primary_key=True)
@@ -13,7 +13,7 @@ class Artifact(models.Model):
     media_type = models.CharField(max_length=100)
     created_at = models.DateTimeField(auto_now_add=True)
     # Moved on by every store of the same content, so retention never deletes an
-    # artifact that a run is storing again at that moment (runs.retention).
+    # artifact that a run is storing again at that moment (runs.persistence.retention).
     stored_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     def __str__(self) -> str:

@@ -6,7 +6,7 @@ from core.events import AnyEvent, parse_event
 
 class Event(models.Model):
     """The append-only event log. ``seq`` is per run, gap-free and assigned under the
-    run row's lock by ``runs.eventlog.append_events``, the only writer.
+    run row's lock by ``runs.persistence.eventlog.append_events``, the only writer.
 
     Its one index besides the key is (run, seq): every read of the log names the run,
     which that index's leading column serves, so ``run`` and ``type`` have no index of

@@ -43,12 +43,12 @@ class Run(models.Model):
     lease_token = models.PositiveBigIntegerField(default=0)
     kill_requested = models.BooleanField(default=False)
     # Where the run's workspace lives: the worker host that prepared or last rebuilt it
-    # (its HARNESS_WORKER_HOST), which resumes the run while it lives (runs/hosts.py),
+    # (its HARNESS_WORKER_HOST), which resumes the run while it lives (runs/scheduling/hosts.py),
     # and what it was made from (kind, path or url, ref and the commit checked out), so
     # another host can rebuild it at the same commit (runs/placement.py).
     host = models.CharField(max_length=200, blank=True, default="")
     workspace_source = models.JSONField(null=True, blank=True)
-    # The project's queue (runs.admission): a queued run waits for a slot and no
+    # The project's queue (runs.project_queue): a queued run waits for a slot and no
     # worker drives it; an admitted run holds one of its project's slots
     # (Project.active_runs) until it ends.
     queued = models.BooleanField(default=False)

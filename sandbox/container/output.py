@@ -22,7 +22,7 @@ DEFAULT_STORE_LIMIT = 8 << 20
 
 
 class OutputListener(Protocol):
-    """Watches an execution's output as it arrives (runs.live_output): it must be
+    """Watches an execution's output as it arrives (runs.persistence.live_output): it must be
     quick and must not fail; the capture stays the record."""
 
     def write(self, data: bytes) -> None: ...

@@ -43,7 +43,7 @@ class FileArtifactSink(Protocol):
 
 class Outbox(Protocol):
     """Where a publish without a remote puts its patch: the key is taken once, by the
-    first publisher, wherever it runs (``runs.outbox.DatabaseOutbox``); the patch's bytes
+    first publisher, wherever it runs (``runs.persistence.outbox.DatabaseOutbox``); the patch's bytes
     are an artifact."""
 
     def publish(self, key: str, run_id: str, ref: str, size: int) -> bool:
@@ -72,7 +72,7 @@ class MemoryOutbox:
 
 def run_stored_bytes(artifacts: ArtifactStore) -> int:
     """What the run's artifacts hold so far, from a store that counts them per run
-    (``runs.artifacts.ArtifactStorage`` given a run); 0 from one that does not."""
+    (``runs.persistence.artifacts.ArtifactStorage`` given a run); 0 from one that does not."""
     counted = getattr(artifacts, "stored_bytes", None)
     return int(counted()) if callable(counted) else 0
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from approvals.checks import DecisionRefused
 from approvals.models import ApprovalRequest
-from runs.approval_flow import deny, grant, staleness_now
+from runs.approval_flow.flow import deny, grant, staleness_now
 
 
 def describe(request: ApprovalRequest) -> dict[str, Any]:

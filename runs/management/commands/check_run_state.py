@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from runs.cli import EXIT_BAD_INPUT, EXIT_STOPPED, run_by_id
 from runs.models import Run
-from runs.statecheck import state_problems
+from runs.persistence.statecheck import state_problems
 
 
 class Command(BaseCommand):

@@ -9,7 +9,7 @@ from core.events import AnyEvent
 from core.fold import differences
 from core.state import StateVersionError
 from runs.models import Event, Run
-from runs.store import load_state
+from runs.persistence.store import load_state
 
 
 def state_problems(run: Run) -> list[str]:

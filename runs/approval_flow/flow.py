@@ -26,10 +26,10 @@ from core.jsonutil import JSON
 from core.lifecycle import OPEN_STATUSES, check_lapse, check_request_transition, sources_of
 from projects import audit
 from projects.models import default_project_id
-from runs import queue
-from runs.base_moves import moved_base_staleness
-from runs.eventlog import append_event
+from runs.approval_flow.base_moves import moved_base_staleness
 from runs.models import Run
+from runs.persistence.eventlog import append_event
+from runs.scheduling import queue
 
 Status = ApprovalRequest.Status
 # What a person's decision makes of a pending request (and says in approval_decided).
@@ -64,7 +64,7 @@ def staleness_now(request: ApprovalRequest) -> str | None:
 
 def check_decision_now(request: ApprovalRequest, user: User | AnonymousUser, *, granting: bool = False) -> None:
     """``approvals.checks.check_decision`` against where the run and its project's policy
-    are now; a grant also against where the push's base branch is now (runs.base_moves)."""
+    are now; a grant also against where the push's base branch is now (runs.approval_flow.base_moves)."""
     run = standing(str(request.run_id))
     check_decision(request, user, run, current_policy_row(run.project_id), granting=granting)
     if granting and (moved := moved_base_staleness(request)) is not None:

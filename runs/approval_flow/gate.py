@@ -1,6 +1,6 @@
 """The loop's approval gate (core.ports.ApprovalGate) over ApprovalRequest rows, built
 for each run by the composition root (runs.runtime): it files the run's requests and
-uses, lapses and cancels them through runs.approval_flow."""
+uses, lapses and cancels them through runs.approval_flow.flow."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest
 from core.fences import driver_fence
 from core.ports import ApprovalAsk, Filed, RequestState
-from runs.approval_flow import cancel_open_requests, do_consume, do_lapse
+from runs.approval_flow.flow import cancel_open_requests, do_consume, do_lapse
 from runs.models import Run
 
 Status = ApprovalRequest.Status

@@ -20,10 +20,10 @@ from common.redact import masked, secret_values
 from core.events import Event as CoreEvent
 from core.events import type_name
 from core.fences import Fence, Lease
-from runs.broadcast import ring_doorbell
 from runs.models import Event, Run
-from runs.rows import LAST_SEQ, RESERVED, Rows, SeqOf, checkpoint_cursor, db_value, insert, insert_rows, numbered_insert
-from runs.signals import events_stored
+from runs.persistence.broadcast import ring_doorbell
+from runs.persistence.rows import LAST_SEQ, RESERVED, Rows, SeqOf, checkpoint_cursor, db_value, insert, insert_rows, numbered_insert
+from runs.persistence.signals import events_stored
 
 
 class LeaseLost(Exception):

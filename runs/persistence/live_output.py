@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from common.redact import redact_text, secret_values
-from runs.broadcast import broadcast_output
+from runs.persistence.broadcast import broadcast_output
 
 INTERVAL_SECONDS = 0.5
 MAX_LINES = 20

@@ -3,7 +3,7 @@ of its runs are active at once (running or waiting for approval: a waiting run k
 its workspace and its place); the rest wait, first in first out, and start when a
 slot frees.
 
-The slots themselves are runs.slots'.
+The slots themselves are runs.scheduling.slots'.
 
 A queued run is never driven (``runs.runtime.advance`` leaves it); ``dispatch``
 admits the oldest queued runs while slots are free and hands each to a worker. It
@@ -21,9 +21,9 @@ from django.db import transaction
 from core.fences import RowLock
 from projects.models import Project
 from runs.models import Run
-from runs.queue import enqueue_start
-from runs.slots import claim_slot, run_ended
-from runs.store import DjangoStore, load_state
+from runs.persistence.store import DjangoStore, load_state
+from runs.scheduling.queue import enqueue_start
+from runs.scheduling.slots import claim_slot, run_ended
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ the approval flow's wake-ups) free of the task module, which imports the composi
 root.
 
 A wake-up goes to the queue of the host that holds the run's workspace while that host
-is alive, so it resumes its own runs; otherwise to the shared queue (runs/hosts.py). A
+is alive, so it resumes its own runs; otherwise to the shared queue (runs/scheduling/hosts.py). A
 new run has no host yet: any worker may prepare it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import logging
 
 from celery import current_app
 
-from runs import hosts
+from runs.scheduling import hosts
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def enqueue_resume(run_id: str) -> None:
 
 
 def enqueue_dispatch(project_id: int) -> None:
-    """Move the project's queue on (runs.admission.dispatch) on a worker. If the broker
+    """Move the project's queue on (runs.project_queue.dispatch) on a worker. If the broker
     is down the slot is still free: the beat's sweep dispatches every queue."""
     try:
         current_app.send_task("runs.dispatch", args=[project_id])

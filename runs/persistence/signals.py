@@ -2,7 +2,7 @@
 
 from django.dispatch import Signal
 
-# Sent by runs.eventlog.append_events inside the transaction that stores the events,
+# Sent by runs.persistence.eventlog.append_events inside the transaction that stores the events,
 # with ``rows``: the stored runs.models.Event rows, seq assigned, and ``events``: the
 # same events as the typed core.events objects they were stored from (unmasked).
 events_stored = Signal()

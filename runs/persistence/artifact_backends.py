@@ -14,8 +14,8 @@ from django.core.files import File
 from django.core.files.storage import Storage, storages
 from django.db import IntegrityError, connection, transaction
 
-from runs import rows
 from runs.models import Artifact, ArtifactChunk
+from runs.persistence import rows
 
 if TYPE_CHECKING:
     from storages.backends.s3 import S3File
@@ -58,7 +58,7 @@ class DatabaseContent:
                 return
             index = 0
             while block := source.read(CHUNK_BYTES):
-                # Bound on the server (runs.rows): Django's own cursor would quote the
+                # Bound on the server (runs.persistence.rows): Django's own cursor would quote the
                 # piece into the statement's text, which psycopg keeps for preparing.
                 rows.insert(connection, ArtifactChunk, [{"artifact": ref, "index": index, "data": block}])
                 index += 1

@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
-from runs.artifact_backends import ContentBackend, content_backend
 from runs.models import Artifact, Run, RunArtifact
+from runs.persistence.artifact_backends import ContentBackend, content_backend
 
 BATCH = 500
 

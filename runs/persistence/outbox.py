@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 
-from runs.artifacts import ArtifactStorage
 from runs.models import Artifact, PublishedPatch
+from runs.persistence.artifacts import ArtifactStorage
 
 
 class DatabaseOutbox:

@@ -1,5 +1,5 @@
 """Content-addressed artifact storage: a row per distinct content, its bytes in the
-configured backend (the database, or an S3-compatible bucket: runs.artifact_backends).
+configured backend (the database, or an S3-compatible bucket: runs.persistence.artifact_backends).
 Writing the same output twice stores it once. A store given a run also records what
 that run stored (``RunArtifact``), which its quota counts and retention follows.
 
@@ -21,8 +21,8 @@ from django.utils import timezone
 from common.redact import redact_lines, redact_text, secret_values
 from common.secret_detector import hits
 from core.jsonutil import sha256_bytes
-from runs.artifact_backends import ContentBackend, content_backend, hexdigest_of
 from runs.models import Artifact, RunArtifact
+from runs.persistence.artifact_backends import ContentBackend, content_backend, hexdigest_of
 
 READ_BYTES = 1 << 16
 # Masking holds one line at a time. Every credential pattern and configured secret is

@@ -136,7 +136,7 @@ def ring_doorbell(run_id: str, last_seq: int) -> None:
 
 
 def broadcast_output(run_id: str, output: dict[str, Any]) -> None:
-    """A running call's latest output (``runs.live_output``): shown, never stored."""
+    """A running call's latest output (``runs.persistence.live_output``): shown, never stored."""
     _sender.submit(run_group(run_id), {"type": "run.output", "output": output})
 
 

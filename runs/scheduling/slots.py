@@ -1,4 +1,4 @@
-"""A project's slots (runs.admission): one unit of ``Project.active_runs`` each. A slot
+"""A project's slots (runs.project_queue): one unit of ``Project.active_runs`` each. A slot
 is claimed with a conditional UPDATE whose row count says whether the claim won
 (``claim_slot``), so any number of processes may admit runs at once and the cap still
 holds; it is given back in the transaction that writes the run's end (``run_ended``,
@@ -12,7 +12,7 @@ from django.db.models import F, Q
 
 from projects.models import Project
 from runs.models import Run
-from runs.queue import enqueue_dispatch
+from runs.scheduling.queue import enqueue_dispatch
 
 
 def claim_slot(project_id: int) -> bool:

@@ -27,10 +27,10 @@ from core.fold import check_explained
 from core.report import build_report
 from core.state import RunState, load_stored_state
 from core.storable import Unstorable
-from runs.eventlog import LeaseLost, append_events
 from runs.models import CallLedgerEntry, Event, Evidence, PendingEffect, Receipt, Report, Run
-from runs.rows import Rows, SeqOf
-from runs.slots import run_ended
+from runs.persistence.eventlog import LeaseLost, append_events
+from runs.persistence.rows import Rows, SeqOf
+from runs.scheduling.slots import run_ended
 
 __all__ = ["DjangoStore", "LeaseLost", "Unstorable", "load_state", "state_columns"]
 
