@@ -1,5 +1,5 @@
 """The Docker Engine API's multiplexed stream of an execution without a terminal
-(sandbox/container/exec_stream.py), read by Harness itself rather than through docker-py's
+(sandbox/exec_stream.py), read by Harness itself rather than through docker-py's
 undocumented ``docker.utils.socket.frames_iter``: each frame an 8-byte header (the
 stream, three zero bytes, the payload's size big-endian) and its payload. Pure logic
 over a socket pair; the container tests read real executions through it."""
@@ -10,7 +10,7 @@ import socket
 import struct
 import threading
 
-from sandbox.container.exec_stream import frames
+from sandbox.exec_stream import frames
 
 
 def frame(stream: int, payload: bytes) -> bytes:

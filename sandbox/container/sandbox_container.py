@@ -39,7 +39,6 @@ from docker.errors import APIError, ImageNotFound, NotFound
 from sandbox.container.cgroups import ContainerCgroup
 from sandbox.container.client import new_client, shared_client
 from sandbox.container.engine import ENGINE_ERRORS, SandboxUnavailable, unavailable
-from sandbox.container.exec_stream import frames
 from sandbox.container.exec_watch import (
     DEADLINE_GRACE_SECONDS,
     KILL_ALL,
@@ -68,6 +67,7 @@ from sandbox.container.spec import (
     remove_container,
     writable_mounts,
 )
+from sandbox.exec_stream import frames
 
 log = logging.getLogger(__name__)
 

@@ -38,11 +38,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from docker.utils.socket import frames_iter
-
 from core import events as ev
 from core.policy import CheckDef
 from sandbox.egress.relay import CLOSE, DATA, DNS, FRAME, MAX_FRAME, OPEN, READY, RELAY
+from sandbox.exec_stream import frames
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +286,7 @@ class EgressProxy:
     def _read(self, ready: threading.Event) -> None:
         buffer = b""
         try:
-            for stream, data in frames_iter(self._sock, False):
+            for stream, data in frames(self._sock):
                 if stream != 1:
                     log.warning("egress relay: %s", data[:500].decode(errors="replace"))
                     continue

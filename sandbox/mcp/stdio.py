@@ -20,7 +20,7 @@ import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-from sandbox.container.exec_stream import frames
+from sandbox.exec_stream import frames
 from sandbox.mcp.config import Attach
 
 log = logging.getLogger(__name__)
