@@ -39,7 +39,6 @@ from core.report import build_report
 from sandbox.container.sandbox_container import SandboxContainer
 from sandbox.egress import proxy as egress
 from sandbox.egress.proxy import PIPELINED, EgressProxy, EgressRefused, do_connect, parse_head
-from sandbox.egress.relay import RELAY
 from sandbox.executor import SandboxExecutor
 from sandbox.workspace.preparation import prepare_workspace
 from sandbox.workspace.run_workspace import RunWorkspace
@@ -89,6 +88,9 @@ attempt("index_direct", lambda: direct("localhost", port))
 print(json.dumps(got))
 sys.exit(0 if all(v.startswith("failed") for v in got.values()) else 1)
 """
+
+# The relay as the image ships it (sandbox/image/harness), run here as a local process.
+RELAY_SOURCE = Path(__file__).resolve().parent.parent / "sandbox" / "image" / "harness" / "relay.py"
 
 
 @dataclass
@@ -571,7 +573,7 @@ def local_proxy(check: CheckDef, recorded: threading.Event | None = None) -> Ite
     stream frames it, and the proxy's frames reach the relay's input. ``recorded`` is
     set at each event the proxy writes."""
     ours, theirs = socket.socketpair()
-    relay = subprocess.Popen([sys.executable, "-c", RELAY], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    relay = subprocess.Popen([sys.executable, str(RELAY_SOURCE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert relay.stdin is not None and relay.stdout is not None
     relay_in, relay_out = relay.stdin, relay.stdout
 

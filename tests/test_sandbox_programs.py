@@ -1,10 +1,12 @@
 """The programs every sandbox container runs are files of the image
 (sandbox/image/harness, copied to /opt/harness by build.sh and the Dockerfile), no
-longer strings in the worker's code: PID 1's reaper, and the wrapper every check runs
-under behaves as it did. Read here in a container of the image as built, under each runtime."""
+longer strings in the worker's code: PID 1's reaper, the wrapper every check runs
+under and the egress relay (tests/test_sandbox_egress.py runs it against the proxy). Read here in a container of the image as built, under each runtime."""
 
 from __future__ import annotations
 
+import runpy
+import subprocess
 from pathlib import Path
 
 import docker
@@ -13,7 +15,8 @@ from django.conf import settings
 
 from sandbox.container.exec_watch import ExecResult
 from sandbox.container.output import OutputCapture
-from sandbox.container.spec import PROGRAMS, REAPER, SCRATCH, WORKDIR
+from sandbox.container.spec import CHECK_WRAPPER, PROGRAMS, REAPER, SCRATCH, WORKDIR
+from sandbox.egress import protocol
 from tests.fixtures_sandbox import ModuleSandbox
 
 SOURCE = Path(__file__).resolve().parent.parent / "sandbox" / "image" / "harness"
@@ -30,9 +33,27 @@ def run(module_sandbox: ModuleSandbox, argv: list[str], *, timeout: int = 20, on
 
 @pytest.mark.docker
 def test_it_runs_the_image_s_copy_of_each_program(docker_engine: docker.DockerClient) -> None:
-    for program in ("reaper.py",):
+    for program in ("reaper.py", "relay.py", "check.sh"):
         shipped = docker_engine.containers.run(settings.SANDBOX_IMAGE, ["cat", f"{PROGRAMS}/{program}"], remove=True, network_mode="none")
         assert shipped == (SOURCE / program).read_bytes(), f"{settings.SANDBOX_IMAGE} was not built from this checkout's {program}"
+
+
+def test_it_keeps_the_programs_and_the_worker_to_the_same_values() -> None:
+    # The programs run with nothing but the image's standard library: they keep their
+    # own copies of what the worker's code names, which must agree.
+    relay = runpy.run_path(str(SOURCE / "relay.py"), run_name="relay")
+    assert relay["FRAME"].format == protocol.FRAME.format
+    kinds = ("READY", "OPEN", "DATA", "CLOSE", "DNS")
+    assert [relay[kind] for kind in kinds] == [getattr(protocol, kind) for kind in kinds]
+    assert f"{PROGRAMS}/relay.py" == protocol.RELAY and f"{PROGRAMS}/check.sh" == CHECK_WRAPPER
+    wrapper = (SOURCE / "check.sh").read_text()
+    assert f"SCRATCH={SCRATCH}\n" in wrapper and f"WORKDIR={WORKDIR}\n" in wrapper
+
+
+def test_it_lints_the_wrapper_as_a_posix_shell_script() -> None:
+    # sh -n parses without running: a syntax error fails here, not in every check.
+    done = subprocess.run(["sh", "-n", str(SOURCE / "check.sh")], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.docker

@@ -1,7 +1,8 @@
-"""One execution in a sandbox container, apart from the container itself: the shell
-wrapper every command runs under (its timeout, the kill of whatever it left behind,
-scratch emptied before and after), the result, the watch that may stop it, and how
-the engine's account tells the command's own end from the container's failure."""
+"""One execution in a sandbox container, apart from the container itself: the
+command that runs it under the image's wrapper (its timeout, the kill of whatever it
+left behind, scratch emptied before and after: sandbox/image/harness/check.sh), the
+result, the watch that may stop it, and how the engine's account tells the command's
+own end from the container's failure."""
 
 from __future__ import annotations
 
@@ -11,28 +12,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox.container.spec import SCRATCH, WORKDIR
+from sandbox.container.spec import CHECK_WRAPPER
 
 log = logging.getLogger(__name__)
 
 DEADLINE_GRACE_SECONDS = 2.0
 STREAM_GRACE_SECONDS = 1.0
-# The engine's own tmpfs for shared memory: writable too, bounded by the kernel at the
-# engine's shm size (64 MB by default), and emptied with scratch.
-SHM = "/dev/shm"
-# Empties scratch, so no check sees what an earlier one left there.
-SCRATCH_RESET = (
-    f"find {SCRATCH} {SHM} -mindepth 1 -type d -exec chmod u+rwx {{}} + 2>/dev/null; find {SCRATCH} {SHM} -mindepth 1 -delete 2>/dev/null"
-)
-# $0 is the timeout; $1 where the check runs: "workspace" (read-only) or "copy", a
-# throwaway copy of it in scratch for a check that must write into its tree; the
-# rest, "$@" after the shift, is the check's argv (never a shell string).
-WRAPPER = (
-    f"{SCRATCH_RESET}; "
-    f'if [ "$1" = copy ]; then cp -R {WORKDIR}/. {SCRATCH}/tree || exit 125; cd {SCRATCH}/tree || exit 125; fi; shift; '
-    'timeout -s KILL "$0" "$@"; rc=$?; kill -9 -1 2>/dev/null; '
-    f"{SCRATCH_RESET}; exit $rc"
-)
+
+
+def wrapped(argv: list[str], timeout_seconds: int, *, on_copy: bool) -> list[str]:
+    """The command that runs ``argv`` under the wrapper, in the workspace or in a
+    throwaway copy of it."""
+    return ["sh", CHECK_WRAPPER, str(timeout_seconds), "copy" if on_copy else "workspace", *argv]
+
+
 KILL_ALL = ["sh", "-c", "kill -9 -1 2>/dev/null; exit 0"]
 # A command killed by a signal that was none of ours: how long the engine may take to
 # report that the container itself died (a removal or kill from outside).

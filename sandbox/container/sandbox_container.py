@@ -44,10 +44,10 @@ from sandbox.container.exec_watch import (
     KILL_ALL,
     SETTLE_SECONDS,
     STREAM_GRACE_SECONDS,
-    WRAPPER,
     ExecResult,
     ExecWatcher,
     changed_from_outside,
+    wrapped,
 )
 from sandbox.container.output import OutputCapture
 from sandbox.container.spec import (
@@ -201,7 +201,7 @@ class SandboxContainer:
             raise SandboxUnavailable("the sandbox was killed")
         if self.lost is not None:
             raise SandboxUnavailable(self.lost)
-        command = ["sh", "-c", WRAPPER, str(timeout_seconds), "copy" if on_copy else "workspace", *argv]
+        command = wrapped(argv, timeout_seconds, on_copy=on_copy)
         exec_id = self._create_exec(command, environment)
         before = self._read_only_state()
         self._restarted_by_us = False

@@ -41,9 +41,11 @@ SCRATCH = "/tmp"
 # compiled stdlib, making every check compile it again).
 SANDBOX_ENV = {"HOME": SCRATCH, "TMPDIR": SCRATCH, "XDG_CACHE_HOME": f"{SCRATCH}/.cache"}
 # The programs every container runs, files of the image (sandbox/image/harness):
-# PID 1 reaps every orphan.
+# PID 1 reaps every orphan; every check runs under the wrapper (a check with egress
+# has the relay beside it too: sandbox.egress.protocol.RELAY).
 PROGRAMS = "/opt/harness"
 REAPER = f"{PROGRAMS}/reaper.py"
+CHECK_WRAPPER = f"{PROGRAMS}/check.sh"
 
 
 class RuntimeMissing(SandboxUnavailable):

@@ -5,7 +5,7 @@ Why a proxy of our own in the worker rather than squid or tinyproxy: the contain
 keeps ``network=none`` (under runsc, gVisor is registered with ``--network=none``, so
 no network the engine could attach would reach it), and the only channel into such
 a container is an execution's standard input and output. A relay beside the check
-(``sandbox.egress.relay``) carries each connection over that channel to this proxy,
+(sandbox/image/harness/relay.py) carries each connection over that channel to this proxy,
 which therefore knows by construction which call every byte belongs to: no
 per-call ports, credentials or log correlation, and nothing the check can reach but
 the relay. squid would still need this relay, and would add a process to run and a
@@ -40,7 +40,7 @@ from typing import Any
 
 from core import events as ev
 from core.policy import CheckDef
-from sandbox.egress.relay import CLOSE, DATA, DNS, FRAME, MAX_FRAME, OPEN, READY, RELAY
+from sandbox.egress.protocol import CLOSE, DATA, DNS, FRAME, MAX_FRAME, OPEN, READY, RELAY
 from sandbox.exec_stream import frames
 
 log = logging.getLogger(__name__)
@@ -234,7 +234,7 @@ class EgressProxy:
     def start(self, attach: Callable[[list[str]], Any]) -> dict[str, str]:
         """Start the relay through ``attach`` (an execution with its standard input
         open, ``SandboxContainer.attach``) and wait until it listens."""
-        self._sock = attach(["python3", "-c", RELAY])
+        self._sock = attach(["python3", RELAY])
         self._raw = getattr(self._sock, "_sock", self._sock)
         ready = threading.Event()
         self._reader = threading.Thread(target=self._read, args=(ready,), name="egress-relay", daemon=True)

@@ -6,7 +6,7 @@
 # <digest> is the first 16 hex digits of sha256 over the build inputs: this script,
 # scripts/debian_image.sh, the package list, the Dockerfile, the suite name, the MCP
 # SDK's wheels (names and SHA-256), the files under ./harness-mcp and the programs
-# every container runs (./harness: PID 1's reaper).
+# every container runs (./harness: PID 1's reaper, the checks' wrapper, the egress relay).
 # If that tag already exists the script prints it and exits at once; the rootfs
 # tarball is cached in ${HARNESS_CACHE_DIR:-/var/cache/harness} under the same
 # digest, so re-importing after `docker rmi` downloads nothing.
@@ -38,7 +38,7 @@ DOCKERFILE="$SCRIPT_DIR/Dockerfile"
 MCP_TREE="$SCRIPT_DIR/harness-mcp"
 # Copied to /opt/harness (sandbox/container/spec.py PROGRAMS); the README stays here.
 PROGRAMS_TREE="$SCRIPT_DIR/harness"
-PROGRAMS="reaper.py"
+PROGRAMS="reaper.py relay.py check.sh"
 MCP_VERSION=$(sed -n 's/^mcp==\([^ #]*\).*/\1/p' "$SCRIPT_DIR/../../requirements.txt")
 # bookworm's python3: the interpreter the wheels must fit.
 MCP_PYTHON=3.11
