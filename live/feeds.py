@@ -25,6 +25,7 @@ import json
 import logging
 import time
 import uuid
+from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
@@ -278,18 +279,18 @@ class Feed(Shared[V]):
         if self.again:
             self.read_soon()
 
+    @abstractmethod
     async def start(self) -> None:
         """Read the high-water mark to start from."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def read(self) -> None:
         """Read what is new and hand it to the viewers."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def hear(self, message: dict[str, Any]) -> None:
         """A message to the group, from the hub's task (live.fanout): must not wait
         for the database (it calls ``rang``)."""
-        raise NotImplementedError
 
     def rang(self) -> None:
         self.heard = self.again = True
