@@ -5,13 +5,12 @@ limits a run actually gets are the contract's intersected with policy."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Container, Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from core.errors import FieldProblem, InputError, described, json_message, problems_from
+from core.errors import FieldProblem, InputError, described, problems_from
 from core.paths import PathRefused, canonical_path
 
 LIMIT_NAMES = (
@@ -128,11 +127,3 @@ def check_contract(raw: object, known_tools: Container[str], known_checks: set[s
     if problems:
         raise InputError("contract", problems)
     return contract
-
-
-def parse_contract_json(text: str, known_tools: Container[str], known_checks: set[str]) -> Contract:
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError("contract", [FieldProblem("(root)", json_message(exc))]) from None
-    return check_contract(raw, known_tools, known_checks)

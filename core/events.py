@@ -257,6 +257,11 @@ class ReceiptRecorded(Event):
     wrote: list[str] = Field(default_factory=list)
     external: bool = False
 
+    def receipt_status(self) -> JSON:
+        """The status the receipt states (None if it states none). An invalid receipt
+        is kept as it came, so its status may be anything."""
+        return self.receipt.get("status") if isinstance(self.receipt, dict) else None
+
 
 class Retry(Event):
     type: Literal["retry"] = "retry"

@@ -116,17 +116,7 @@ def _checked_receipt(run: RunContext, gates: Gates, raw: object, problem_detail:
         if isinstance(exc, storable.Unstorable) or found.bytes > run.state.limits.max_output_bytes_per_call:
             kept = {"summary": found.model_dump()}
         before = run.state.revision
-        emit(
-            run,
-            ev.ReceiptRecorded,
-            call_id=record.call_id,
-            tool=spec.name,
-            attempt=record.attempts,
-            valid=False,
-            problem=problem,
-            receipt=kept,
-            harness_revision=harness_revision,
-        )
+        _record_receipt(run, record, spec, harness_revision, kept, problem=problem)
         if spec.has_effect:
             record_pending(run, record, spec, f"receipt invalid: {problem}")
         clear_evidence(run, before, harness_revision, by_write=spec.writes_workspace)
@@ -135,19 +125,40 @@ def _checked_receipt(run: RunContext, gates: Gates, raw: object, problem_detail:
     # its head and the artifact holding the whole (observe), not twice in full
     # (event and receipt row).
     observed = observe(run, receipt.data)
+    _record_receipt(run, record, spec, harness_revision, {**receipt.model_dump(), "data": observed}, checked=receipt)
+    return receipt
+
+
+def _record_receipt(
+    run: RunContext,
+    record: CallRecord,
+    spec: ToolSpec,
+    harness_revision: str,
+    kept: JSON,
+    *,
+    checked: Receipt | None = None,
+    problem: str | None = None,
+) -> None:
+    """The attempt's receipt on the record, as ``kept``: valid when it passed the check
+    (``checked``), and then what it wrote and whether it applied an external effect;
+    otherwise invalid for ``problem``, having settled neither."""
+    assert (checked is None) != (problem is None)
     emit(
         run,
         ev.ReceiptRecorded,
         call_id=record.call_id,
         tool=spec.name,
         attempt=record.attempts,
-        valid=True,
-        receipt={**receipt.model_dump(), "data": observed},
+        valid=checked is not None,
+        problem=problem,
+        receipt=kept,
         harness_revision=harness_revision,
-        wrote=spec.written_paths(record.args) if _wrote(spec, receipt) else [],
-        external=spec.external_effect and receipt.status not in ("transient", "unknown") and receipt.effect == "applied",
+        wrote=spec.written_paths(record.args) if checked is not None and _wrote(spec, checked) else [],
+        external=checked is not None
+        and spec.external_effect
+        and checked.status not in ("transient", "unknown")
+        and checked.effect == "applied",
     )
-    return receipt
 
 
 def _wrote(spec: ToolSpec, receipt: Receipt) -> bool:

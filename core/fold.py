@@ -186,9 +186,8 @@ def _apply_workspace(state: RunState, event: ev.RunResumed | ev.WorkspaceChanged
         case ev.WorkspaceChanged():
             state.revision = event.revision
         case ev.ReceiptRecorded():
-            status = event.receipt.get("status") if isinstance(event.receipt, dict) else None
             # A transient failure had no effect: the revision stays.
-            if not event.valid or status != "transient":
+            if not event.valid or event.receipt_status() != "transient":
                 state.revision = event.harness_revision
             _add_paths(state, event.wrote)
             if event.external:

@@ -22,6 +22,8 @@ import asyncio
 import logging
 from typing import Any, Protocol
 
+from live.sharing import Registry, Shared
+
 log = logging.getLogger(__name__)
 
 # After a failed receive (Redis gone), wait this long before trying again.
@@ -32,13 +34,13 @@ class Listener(Protocol):
     async def hear(self, message: dict[str, Any]) -> None: ...
 
 
-class _Hub:
+class _Hub(Shared[Listener]):
     def __init__(self, layer: Any, group: str) -> None:
+        super().__init__()
         self.layer = layer
         self.group = group
-        self.listeners: dict[Listener, None] = {}  # a set that keeps joining order
         self.channel = ""
-        self.joined = asyncio.ensure_future(self._join())
+        self.ready = asyncio.ensure_future(self._join())
         self.pump: asyncio.Task[None] | None = None
 
     async def _join(self) -> None:
@@ -54,51 +56,29 @@ class _Hub:
                 log.warning("receiving %s failed; retrying", self.group, exc_info=True)
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
-            for listener in list(self.listeners):
-                if listener not in self.listeners:  # left during an earlier listener's turn
-                    continue
-                try:
-                    await listener.hear(message)
-                except Exception:  # one socket's failure must not stop the others' stream
-                    log.exception("a listener of %s failed on %s", self.group, message.get("type"))
+            await self._tell(message)
+
+    async def _tell(self, message: dict[str, Any]) -> None:
+        await self.each(lambda listener: listener.hear(message))
 
     async def close(self) -> None:
-        self.joined.cancel()
+        self.ready.cancel()
         if self.pump is not None:
             self.pump.cancel()  # cancelling the receive also drops the pub/sub subscription
         if self.channel:
             await self.layer.group_discard(self.group, self.channel)
 
 
-# (layer, loop, group) -> hub. Daphne runs one loop; tests start one per call.
-_hubs: dict[tuple[int, asyncio.AbstractEventLoop, str], _Hub] = {}
+# (layer, group) -> hub.
+_hubs: Registry[tuple[int, str], _Hub] = Registry()
 
 
 async def join(layer: Any, group: str, listener: Listener) -> None:
     """Have ``listener.hear`` called with the group's messages. Returns once the
     process is in the group: whatever is sent to it from now on reaches the listener
     (as far as the layer delivers)."""
-    key = (id(layer), asyncio.get_running_loop(), group)
-    hub = _hubs.get(key)
-    if hub is None:
-        hub = _hubs[key] = _Hub(layer, group)
-    hub.listeners[listener] = None
-    try:
-        # Shielded: one joiner cancelled (its socket closed) must not undo the others' join.
-        await asyncio.shield(hub.joined)
-    except BaseException:
-        # The join failed (Redis down) or this socket closed meanwhile: the last one
-        # out removes the hub, so the next joiner starts afresh.
-        await leave(layer, group, listener)
-        raise
+    await _hubs.join((id(layer), group), lambda: _Hub(layer, group), listener)
 
 
 async def leave(layer: Any, group: str, listener: Listener) -> None:
-    key = (id(layer), asyncio.get_running_loop(), group)
-    hub = _hubs.get(key)
-    if hub is None or listener not in hub.listeners:
-        return
-    del hub.listeners[listener]
-    if not hub.listeners:
-        del _hubs[key]
-        await hub.close()
+    await _hubs.leave((id(layer), group), listener)

@@ -25,11 +25,12 @@ import json
 import logging
 import time
 import uuid
+from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -38,6 +39,7 @@ from django.db.models import Count, Sum
 
 from common.metrics import LIVE_LAG
 from live import fanout
+from live.sharing import Registry, Shared
 from live.trace import REPLAY_PAGE, present
 from runs.models import Event, GlobalSwitch, Run
 from runs.persistence.broadcast import LISTS_GROUP, run_group
@@ -251,18 +253,18 @@ class ListsViewer(Protocol):
 V = TypeVar("V")
 
 
-class Feed(Generic[V]):
-    """One group's doorbells for this process's viewers: joins the group once,
-    reads the database on a doorbell (one read at a time; another if one rang
-    meanwhile) and after an interval without any, and hands what it read to each
-    viewer in turn."""
+class Feed(Shared[V]):
+    """One group's doorbells for this process's viewers (its members): joins the
+    group once, reads the database on a doorbell (one read at a time; another if one
+    rang meanwhile) and after an interval without any, and hands what it read to
+    each viewer in turn."""
 
     group: str
     recheck_seconds: float
 
     def __init__(self, layer: Any, key: str) -> None:
+        super().__init__()
         self.layer, self.key = layer, key
-        self.viewers: dict[V, None] = {}  # a set that keeps joining order
         self.heard = False  # a doorbell rang since the last recheck
         self.again = False  # a doorbell rang during the read under way
         self.reading: asyncio.Task[None] | None = None
@@ -277,18 +279,18 @@ class Feed(Generic[V]):
         if self.again:
             self.read_soon()
 
+    @abstractmethod
     async def start(self) -> None:
         """Read the high-water mark to start from."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def read(self) -> None:
         """Read what is new and hand it to the viewers."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def hear(self, message: dict[str, Any]) -> None:
         """A message to the group, from the hub's task (live.fanout): must not wait
         for the database (it calls ``rang``)."""
-        raise NotImplementedError
 
     def rang(self) -> None:
         self.heard = self.again = True
@@ -319,15 +321,6 @@ class Feed(Generic[V]):
                 continue
             self.read_soon()
 
-    async def each_viewer(self, hand: Any) -> None:
-        for viewer in list(self.viewers):
-            if viewer not in self.viewers:  # left during an earlier viewer's turn
-                continue
-            try:
-                await hand(viewer)
-            except Exception:  # one socket's failure must not stop the others' stream
-                log.exception("a viewer of %s failed", self.group)
-
     async def close(self) -> None:
         for task in (self.ready, self.rechecks, self.reading):
             if task is not None:
@@ -356,7 +349,7 @@ class RunFeed(Feed[RunViewer]):
         elif message["type"] == "run.output":
             # Ephemeral, and the page shows it only on a call it has: not held back.
             output = message["output"]
-            await self.each_viewer(lambda viewer: viewer.show_output(output))
+            await self.each(lambda viewer: viewer.show_output(output))
 
     async def read(self) -> None:
         page = await on_feed_thread(read_page, self.key, self.mark)
@@ -368,7 +361,7 @@ class RunFeed(Feed[RunViewer]):
         # failed) takes the window as its cue to catch up.
         window = self.window
         if window is not None:
-            await self.each_viewer(lambda viewer: viewer.offer(window))
+            await self.each(lambda viewer: viewer.offer(window))
         if page is not None:
             LIVE_LAG.observe(max(0.0, time.time() - page.newest))
 
@@ -392,45 +385,25 @@ class ListsFeed(Feed[ListsViewer]):
         version = await on_feed_thread(lists_version)
         if version != self.version:
             self.version = version
-            await self.each_viewer(lambda viewer: viewer.changed(version))
+            await self.each(lambda viewer: viewer.changed(version))
         await asyncio.sleep(LISTS_ROUND_SECONDS)
 
 
 F = TypeVar("F", bound=Feed[Any])
-# (feed class, layer, loop, key) -> feed. Daphne runs one loop; tests start one per call.
-_feeds: dict[tuple[type[Feed[Any]], int, asyncio.AbstractEventLoop, str], Feed[Any]] = {}
+# (feed class, layer, key) -> feed.
+_feeds: Registry[tuple[type[Feed[Any]], int, str], Feed[Any]] = Registry()
 
 
 async def join(kind: type[F], layer: Any, key: str, viewer: Any) -> F:
     """The process's feed of ``kind`` for ``key``, with ``viewer`` among its viewers.
     Returns once the feed has its starting mark: whatever commits from now on
     reaches the viewer through it."""
-    at = (kind, id(layer), asyncio.get_running_loop(), key)
-    feed = _feeds.get(at)
-    if feed is None:
-        feed = _feeds[at] = kind(layer, key)
-    feed.viewers[viewer] = None
-    try:
-        # Shielded: one joiner cancelled (its socket closed) must not undo the others' join.
-        await asyncio.shield(feed.ready)
-    except BaseException:
-        # The join failed (Redis or the database down) or this socket closed
-        # meanwhile: the last one out removes the feed, so the next joiner starts afresh.
-        await leave(kind, layer, key, viewer)
-        raise
+    feed = await _feeds.join((kind, id(layer), key), lambda: kind(layer, key), viewer)
     assert isinstance(feed, kind)
     return feed
 
 
 async def leave(kind: type[Feed[Any]], layer: Any, key: str, viewer: Any) -> None:
-    at = (kind, id(layer), asyncio.get_running_loop(), key)
-    feed = _feeds.get(at)
-    if feed is None or viewer not in feed.viewers:
-        return
-    del feed.viewers[viewer]
-    if not feed.viewers:
-        del _feeds[at]
-        await feed.close()
-        if not _feeds:
-            await on_feed_thread(close_connection)
-            await on_replay_thread(close_connection)
+    if await _feeds.leave((kind, id(layer), key), viewer) and not _feeds:
+        await on_feed_thread(close_connection)
+        await on_replay_thread(close_connection)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Hashable
 from typing import Any
 
@@ -40,7 +41,7 @@ from projects.access import project_ids_with
 NOT_SIGNED_IN, FORBIDDEN = 4401, 4403
 
 
-class HeartbeatMixin(AsyncWebsocketConsumer):
+class HeartbeatMixin(AsyncWebsocketConsumer, ABC):
     heartbeats: asyncio.Task[None] | None = None
 
     async def dispatch(self, message: dict[str, Any]) -> None:
@@ -76,10 +77,11 @@ class HeartbeatMixin(AsyncWebsocketConsumer):
             await self.channel_layer.send(self.channel_name, {"type": "live.heartbeat"})
             await asyncio.sleep(self.heartbeat_seconds())
 
+    @abstractmethod
     async def session_recheck(self, message: dict[str, Any] | None = None) -> bool:
         """Close the socket unless its session still allows what it shows; True if
-        it stays open."""
-        raise NotImplementedError
+        it stays open. Also the handler of the notice that its user changed
+        (live.session_sockets)."""
 
     async def live_heartbeat(self, message: dict[str, Any]) -> None:
         # Each beat re-reads the session too: the per-user notice (session_sockets)

@@ -8,12 +8,12 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
 
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
+from core import events as ev
 from monitoring.spans import tool_of
 from runs.models import Event, Run
 
@@ -85,9 +85,9 @@ def overview(runs: QuerySet[Run], period: str, now: datetime | None = None) -> O
     result = Overview(span)
     result.outcomes = _outcomes(runs, span)
     events = Event.objects.filter(run__in=runs, ts__gte=span.start, ts__lt=span.end)
-    waits = _newest(events.filter(type="wait_ended"), ("run__project__slug", "payload"))
-    refusals = _newest(events.filter(type__in=REFUSALS), ("type", "payload"))
-    usage = _newest(events.filter(type="model_note"), ("ts", "payload"))
+    waits = _newest(events.filter(type=ev.type_name(ev.WaitEnded)))
+    refusals = _newest(events.filter(type__in=REFUSALS))
+    usage = _newest(events.filter(type=ev.type_name(ev.ModelNote)))
     result.clipped = any(len(rows) == MAX_EVENTS for rows in (waits, refusals, usage))
     result.waits = _waits(waits)
     result.refusals = _refusals(refusals)
@@ -96,8 +96,15 @@ def overview(runs: QuerySet[Run], period: str, now: datetime | None = None) -> O
     return result
 
 
-def _newest(events: QuerySet[Event], columns: Sequence[str]) -> list[tuple[Any, ...]]:
-    return list(events.order_by("-ts").values_list(*columns)[:MAX_EVENTS])
+# A stored event's fields, as core.events.parse_event reads them.
+_RECORD = ("run_id", "seq", "type", "call_id", "ts", "payload")
+
+
+def _newest(events: QuerySet[Event]) -> list[tuple[ev.AnyEvent, str]]:
+    """The newest ``MAX_EVENTS`` of ``events``, each read as its typed event (the
+    fold's reading), with its run's project."""
+    rows = events.order_by("-ts").values_list(*_RECORD, "run__project__slug")[:MAX_EVENTS]
+    return [(ev.parse_event(dict(zip(_RECORD, row[:-1], strict=True))), row[-1]) for row in rows]
 
 
 def outcome_group(outcome: str) -> str:
@@ -121,12 +128,11 @@ def percentile(values: Sequence[float], share: float) -> float:
     return values[rank - 1]
 
 
-def _waits(rows: Iterable[tuple[Any, ...]]) -> dict[str, tuple[float, float, int]]:
+def _waits(rows: Iterable[tuple[ev.AnyEvent, str]]) -> dict[str, tuple[float, float, int]]:
     waited: dict[str, list[float]] = defaultdict(list)
-    for slug, payload in rows:
-        seconds = payload.get("waited_seconds") if isinstance(payload, dict) else None
-        if isinstance(seconds, int | float):
-            waited[slug].append(float(seconds))
+    for event, slug in rows:
+        if isinstance(event, ev.WaitEnded):
+            waited[slug].append(event.waited_seconds)
     result = {}
     for slug in sorted(waited):
         values = sorted(waited[slug])
@@ -134,22 +140,21 @@ def _waits(rows: Iterable[tuple[Any, ...]]) -> dict[str, tuple[float, float, int
     return result
 
 
-def _refusals(rows: Iterable[tuple[Any, ...]]) -> dict[str, dict[str, int]]:
+def _refusals(rows: Iterable[tuple[ev.AnyEvent, str]]) -> dict[str, dict[str, int]]:
     counts: dict[str, Counter[str]] = defaultdict(Counter)
-    for kind, payload in rows:
-        counts[tool_of(payload) or "unknown"][kind] += 1
+    for event, _ in rows:
+        counts[tool_of(event) or "unknown"][event.type] += 1
     ordered = sorted(counts, key=lambda tool: (-sum(counts[tool].values()), tool))
     return {tool: dict(counts[tool]) for tool in ordered}
 
 
-def _costs(rows: Iterable[tuple[Any, ...]], span: Window) -> dict[str, list[float]]:
+def _costs(rows: Iterable[tuple[ev.AnyEvent, str]], span: Window) -> dict[str, list[float]]:
     costs: dict[str, list[float]] = {}
-    for moment, payload in rows:
-        detail = payload.get("detail") if isinstance(payload, dict) and payload.get("kind") == "usage" else None
-        if not isinstance(detail, dict) or not isinstance(detail.get("cost_usd"), int | float):
+    for event, _ in rows:
+        if not isinstance(event, ev.ModelNote) or event.kind != "usage" or not isinstance(event.detail.get("cost_usd"), int | float):
             continue
-        bars = costs.setdefault(str(detail.get("model") or "unknown"), [0.0] * len(span.buckets))
-        bars[span.bucket_of(moment)] += float(detail["cost_usd"])
+        bars = costs.setdefault(str(event.detail.get("model") or "unknown"), [0.0] * len(span.buckets))
+        bars[span.bucket_of(datetime.fromtimestamp(event.ts, tz=UTC))] += float(event.detail["cost_usd"])
     return dict(sorted(costs.items()))
 
 
@@ -174,13 +179,10 @@ def runs_with_events(
 ) -> QuerySet[Run]:
     """The runs behind a bar of the refusals or the costs: those with such an event in
     the period (for this tool, or a request to this model)."""
-    rows = _newest(Event.objects.filter(run__in=runs, type__in=types, ts__gte=start, ts__lt=end), ("run_id", "payload"))
+    rows = _newest(Event.objects.filter(run__in=runs, type__in=types, ts__gte=start, ts__lt=end))
     ids = {
-        run_id
-        for run_id, payload in rows
-        if (not tool or tool_of(payload) == tool)
-        and (
-            not model or (isinstance(payload, dict) and isinstance(payload.get("detail"), dict) and payload["detail"].get("model") == model)
-        )
+        event.run_id
+        for event, _ in rows
+        if (not tool or tool_of(event) == tool) and (not model or (isinstance(event, ev.ModelNote) and event.detail.get("model") == model))
     }
     return runs.filter(pk__in=ids)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, assert_never
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event as SpanEvent
@@ -24,6 +24,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from common.redact import redact
+from core import events as ev
 from core.outcome import at_stop
 from runs.models import Event, Run
 
@@ -33,9 +34,34 @@ SCOPE = InstrumentationScope("harness")
 VALUE_CHARS = 4000
 # The events that end a call's span: the call was refused (never executed), or its
 # attempt's receipt is final (a transient one is followed by a retry).
-REFUSING = {"denied", "duplicate_effect", "write_blocked", "check_required", "changes_requested"}
-# The events of a call that are its gates' decisions and the reviewers' part.
-DECIDING = {"call_admitted", "approval_required", "approval_consumed", "approval_refused", "approval_decided", "approval_lapsed", *REFUSING}
+_Refusing = ev.Denied | ev.DuplicateEffect | ev.WriteBlocked | ev.CheckRequired | ev.ChangesRequested
+# The events a call's span shows as its own: its gates' decisions, the reviewers'
+# part, and its attempts' ends.
+_Shown = (
+    ev.CallAdmitted
+    | ev.ApprovalRequired
+    | ev.ApprovalConsumed
+    | ev.ApprovalRefused
+    | ev.ApprovalDecided
+    | ev.ApprovalLapsed
+    | _Refusing
+    | ev.ReceiptRecorded
+    | ev.Retry
+)
+# The events naming their tool, and those carrying the call's record, which names it.
+_NamingTool = (
+    ev.SecretsFound
+    | ev.Denied
+    | ev.CallAdmitted
+    | ev.ApprovalRequired
+    | ev.DuplicateEffect
+    | ev.ChangesRequested
+    | ev.CallStarted
+    | ev.ReceiptRecorded
+    | ev.PendingEffectRecorded
+    | ev.WriteBlocked
+)
+_CarryingCall = ev.SecretsFound | ev.Denied | ev.DuplicateEffect | ev.ChangesRequested | ev.CheckRequired | ev.WriteBlocked | ev.Stopped
 
 Attributes = dict[str, Any]
 
@@ -55,37 +81,41 @@ def span_id_of(run_id: str, kind: str, key: object = "") -> int:
 
 
 def spans_for(rows: Sequence[Event], resource: Resource, *, values: bool | None = None) -> list[ReadableSpan]:
-    """The spans the stored ``rows`` end. ``values``: whether arguments and results
-    go into the trace (None: as the run's policy says)."""
+    """The spans the stored ``rows`` end, each read as its typed event (the fold's
+    reading, runs.models.Event.typed). ``values``: whether arguments and results go
+    into the trace (None: as the run's policy says)."""
     spans: list[ReadableSpan] = []
-    for row in rows:
-        spans.extend(_ending(row, resource, values))
+    for event in _typed(rows):
+        spans.extend(_ending(event, resource, values))
     return spans
 
 
-def _ending(row: Event, resource: Resource, values: bool | None) -> Iterator[ReadableSpan]:
-    payload: Mapping[str, Any] = row.payload if isinstance(row.payload, dict) else {}
-    run_id = str(row.run_id)
-    kind = row.type
-    if kind == "model_note" and payload.get("kind") == "usage":
-        yield _model_span(row, payload, resource)
-    elif kind == "evidence_recorded":
-        yield _check_span(row, payload, resource)
-    elif kind == "wait_ended":
-        yield _wait_span(row, payload, resource)
-    if row.call_id and _ends_call(row, payload):
-        call = _call_span(row, resource, values)
+def _typed(rows: Iterable[Event]) -> list[ev.AnyEvent]:
+    return [row.typed() for row in rows]
+
+
+def _ending(event: ev.AnyEvent, resource: Resource, values: bool | None) -> Iterator[ReadableSpan]:
+    if isinstance(event, ev.ModelNote) and event.kind == "usage":
+        yield _model_span(event, resource)
+    elif isinstance(event, ev.EvidenceRecorded):
+        yield _check_span(event, resource)
+    elif isinstance(event, ev.WaitEnded):
+        yield _wait_span(event, resource)
+    if event.call_id and _ends_call(event):
+        call = _call_span(event, resource, values)
         if call is not None:
             yield call
-    if kind == "stopped":
-        yield _run_span(run_id, row, payload, resource)
+    if isinstance(event, ev.Stopped):
+        yield _run_span(event, resource)
 
 
-def _ends_call(row: Event, payload: Mapping[str, Any]) -> bool:
-    if row.type in REFUSING or row.type == "stopped":
-        return True
-    receipt = payload.get("receipt")
-    return row.type == "receipt_recorded" and not (isinstance(receipt, dict) and receipt.get("status") == "transient")
+def _settles(event: ev.AnyEvent) -> bool:
+    """The call was refused, or its attempt's receipt is final."""
+    return isinstance(event, _Refusing) or (isinstance(event, ev.ReceiptRecorded) and event.receipt_status() != "transient")
+
+
+def _ends_call(event: ev.AnyEvent) -> bool:
+    return isinstance(event, ev.Stopped) or _settles(event)
 
 
 def _context(run_id: str, kind: str, key: object = "") -> SpanContext:
@@ -127,20 +157,21 @@ def _span(
     )
 
 
-def _event(name: str, row: Event, attributes: Attributes) -> SpanEvent:
-    return SpanEvent(name, {k: v for k, v in redact(attributes).items() if v is not None}, timestamp=_nanos(row.ts))
+def _event(name: str, event: ev.AnyEvent, attributes: Attributes) -> SpanEvent:
+    return SpanEvent(name, {k: v for k, v in redact(attributes).items() if v is not None}, timestamp=_nanos(event.ts))
 
 
-def _run_span(run_id: str, stopped: Event, payload: Mapping[str, Any], resource: Resource) -> ReadableSpan:
+def _run_span(stopped: ev.Stopped, resource: Resource) -> ReadableSpan:
+    run_id = stopped.run_id
     run = Run.objects.select_related("project", "policy").get(pk=run_id)
     # The outcome as every surface tells it (core.outcome): a run that finished with
     # something asked of it undone is no success here either.
-    status_said = str(payload.get("status", ""))
-    outcome = str(payload.get("outcome") or status_said)
-    said = str(payload.get("said") or at_stop(status_said, str(payload.get("message", ""))).sentence)
-    marks = list(Event.objects.filter(run_id=run_id, type__in=["run_started", "invalid_input", "kill_requested"]).order_by("seq"))
-    started = next((row.ts for row in marks if row.type == "run_started"), run.created_at)
-    events = [_run_event(row) for row in marks if row.type != "run_started"]
+    outcome = stopped.outcome or stopped.status
+    said = stopped.said or at_stop(stopped.status, stopped.message).sentence
+    kinds = [ev.type_name(kind) for kind in (ev.RunStarted, ev.InvalidInput, ev.KillRequested)]
+    marks = _typed(Event.objects.filter(run_id=run_id, type__in=kinds).order_by("seq"))
+    started = next((mark.ts for mark in marks if isinstance(mark, ev.RunStarted)), run.created_at)
+    events = [_run_event(mark) for mark in marks if isinstance(mark, ev.InvalidInput | ev.KillRequested)]
     attributes: Attributes = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": run.task_id,
@@ -149,7 +180,7 @@ def _run_span(run_id: str, stopped: Event, payload: Mapping[str, Any], resource:
         "harness.project": run.project.slug,
         "harness.policy.version": run.policy.version,
         "harness.outcome": outcome,
-        "harness.stop.message": str(payload.get("message", ""))[:VALUE_CHARS],
+        "harness.stop.message": stopped.message[:VALUE_CHARS],
         "harness.outcome.said": said[:VALUE_CHARS],
         "error.type": None if outcome == "complete" else outcome,
     }
@@ -157,21 +188,23 @@ def _run_span(run_id: str, stopped: Event, payload: Mapping[str, Any], resource:
     return _span(f"invoke_agent {run.task_id}", _context(run_id, "run"), None, started, stopped.ts, attributes, resource, events, status)
 
 
-def _run_event(row: Event) -> SpanEvent:
-    payload = row.payload if isinstance(row.payload, dict) else {}
-    if row.type == "invalid_input":
-        # Refused by gates 1-3 (parse, resolve, validate) before it was a call: what the model sent is not repeated.
-        return _event("harness.gate.decision", row, {"harness.decision": "invalid_input", "harness.gate": payload.get("gate")})
-    return _event("harness.kill", row, {"harness.kill.by": payload.get("by"), "harness.kill.scope": payload.get("scope")})
+def _run_event(mark: ev.InvalidInput | ev.KillRequested) -> SpanEvent:
+    match mark:
+        case ev.InvalidInput():
+            # Refused by gates 1-3 (parse, resolve, validate) before it was a call: what the model sent is not repeated.
+            return _event("harness.gate.decision", mark, {"harness.decision": "invalid_input", "harness.gate": mark.gate})
+        case ev.KillRequested():
+            return _event("harness.kill", mark, {"harness.kill.by": mark.by, "harness.kill.scope": mark.scope})
+        case _:
+            assert_never(mark)
 
 
-def _model_span(row: Event, payload: Mapping[str, Any], resource: Resource) -> ReadableSpan:
-    run_id = str(row.run_id)
-    detail = payload.get("detail") if isinstance(payload.get("detail"), dict) else {}
-    assert isinstance(detail, dict)
+def _model_span(note: ev.ModelNote, resource: Resource) -> ReadableSpan:
+    run_id = note.run_id
+    detail = note.detail
     # The request began when the run's previous event was written: the model is asked
     # right after a step ends.
-    before = Event.objects.filter(run_id=run_id, seq__lt=row.seq).order_by("-seq").values_list("ts", flat=True).first()
+    before = Event.objects.filter(run_id=run_id, seq__lt=note.seq).order_by("-seq").values_list("ts", flat=True).first()
     model = str(detail.get("model") or "unknown")
     attributes: Attributes = {
         "gen_ai.operation.name": "chat",
@@ -185,89 +218,93 @@ def _model_span(row: Event, payload: Mapping[str, Any], resource: Resource) -> R
     }
     return _span(
         f"chat {model}",
-        _context(run_id, "model", row.seq),
+        _context(run_id, "model", note.seq),
         _context(run_id, "run"),
-        before or row.ts,
-        row.ts,
+        before or note.ts,
+        note.ts,
         attributes,
         resource,
         kind=SpanKind.CLIENT,
     )
 
 
-def _parent_of(row: Event) -> SpanContext:
-    run_id = str(row.run_id)
-    return _context(run_id, "call", row.call_id) if row.call_id else _context(run_id, "run")
+def _parent_of(event: ev.AnyEvent) -> SpanContext:
+    return _context(event.run_id, "call", event.call_id) if event.call_id else _context(event.run_id, "run")
 
 
-def _check_span(row: Event, payload: Mapping[str, Any], resource: Resource) -> ReadableSpan:
-    run_id = str(row.run_id)
-    check_id = str(payload.get("check_id", ""))
-    started = row.ts.timestamp() - float(payload.get("duration_ms") or 0) / 1000
+def _check_span(evidence: ev.EvidenceRecorded, resource: Resource) -> ReadableSpan:
+    run_id = evidence.run_id
+    started = evidence.ts - evidence.duration_ms / 1000
     attributes: Attributes = {
-        "harness.check.id": check_id,
-        "harness.check.version": payload.get("check_version"),
-        "harness.check.passed": payload.get("passed"),
-        "harness.check.exit_code": payload.get("exit_code"),
-        "harness.check.timed_out": payload.get("timed_out"),
-        "harness.check.current": payload.get("current"),
-        "harness.revision": payload.get("revision"),
-        "harness.policy.version": payload.get("policy_version"),
+        "harness.check.id": evidence.check_id,
+        "harness.check.version": evidence.check_version,
+        "harness.check.passed": evidence.passed,
+        "harness.check.exit_code": evidence.exit_code,
+        "harness.check.timed_out": evidence.timed_out,
+        "harness.check.current": evidence.current,
+        "harness.revision": evidence.revision,
+        "harness.policy.version": evidence.policy_version,
     }
-    status = Status(StatusCode.UNSET) if payload.get("passed") else Status(StatusCode.ERROR, "check failed")
+    status = Status(StatusCode.UNSET) if evidence.passed else Status(StatusCode.ERROR, "check failed")
     return _span(
-        f"check {check_id}", _context(run_id, "check", row.seq), _parent_of(row), started, row.ts, attributes, resource, status=status
+        f"check {evidence.check_id}",
+        _context(run_id, "check", evidence.seq),
+        _parent_of(evidence),
+        started,
+        evidence.ts,
+        attributes,
+        resource,
+        status=status,
     )
 
 
-def _wait_span(row: Event, payload: Mapping[str, Any], resource: Resource) -> ReadableSpan:
-    run_id = str(row.run_id)
-    request_id = str(payload.get("request_id", ""))
-    started = row.ts.timestamp() - float(payload.get("waited_seconds") or 0)
+def _wait_span(ended: ev.WaitEnded, resource: Resource) -> ReadableSpan:
+    run_id = ended.run_id
+    kinds = [ev.type_name(kind) for kind in (ev.ApprovalRequired, ev.ApprovalDecided, ev.ApprovalLapsed)]
     decided = [
-        r
-        for r in Event.objects.filter(
-            run_id=run_id, call_id=row.call_id, type__in=["approval_required", "approval_decided", "approval_lapsed"]
-        )
-        if isinstance(r.payload, dict) and r.payload.get("request_id") == request_id
+        event
+        for event in _typed(Event.objects.filter(run_id=run_id, call_id=ended.call_id, type__in=kinds))
+        if isinstance(event, ev.ApprovalRequired | ev.ApprovalDecided | ev.ApprovalLapsed) and event.request_id == ended.request_id
     ]
-    granted_by = [str(r.payload.get("by")) for r in decided if r.type == "approval_decided" and r.payload.get("decision") == "granted"]
-    key = next((r.payload.get("key") for r in decided if r.type == "approval_required"), None)
+    granted_by = [event.by for event in decided if isinstance(event, ev.ApprovalDecided) and event.decision == "granted"]
+    key = next((event.key for event in decided if isinstance(event, ev.ApprovalRequired)), None)
     attributes: Attributes = {
-        "harness.approval.request_id": request_id,
+        "harness.approval.request_id": ended.request_id,
         "harness.approval.key": key,
-        "harness.approval.exit": payload.get("exit"),
+        "harness.approval.exit": ended.exit,
         "harness.approval.granted_by": granted_by or None,
-        "harness.approval.waited_seconds": payload.get("waited_seconds"),
+        "harness.approval.waited_seconds": ended.waited_seconds,
     }
-    events = [_call_event(r) for r in decided]
-    return _span("wait for reviewer", _context(run_id, "wait", request_id), _parent_of(row), started, row.ts, attributes, resource, events)
+    events = [_call_event(event) for event in decided]
+    started = ended.ts - ended.waited_seconds
+    return _span(
+        "wait for reviewer", _context(run_id, "wait", ended.request_id), _parent_of(ended), started, ended.ts, attributes, resource, events
+    )
 
 
-def _call_span(end: Event, resource: Resource, values: bool | None) -> ReadableSpan | None:
-    run_id = str(end.run_id)
-    rows = list(Event.objects.filter(run_id=run_id, call_id=end.call_id, seq__lte=end.seq).order_by("seq"))
-    if end.type == "stopped" and any(r.type in REFUSING or (r.type == "receipt_recorded" and _ends_call(r, r.payload)) for r in rows[:-1]):
+def _call_span(end: ev.AnyEvent, resource: Resource, values: bool | None) -> ReadableSpan | None:
+    run_id = end.run_id
+    log = _typed(Event.objects.filter(run_id=run_id, call_id=end.call_id, seq__lte=end.seq).order_by("seq"))
+    if isinstance(end, ev.Stopped) and any(_settles(event) for event in log[:-1]):
         return None  # its span ended with its own settling event; the stop only names it
-    payloads = [r.payload if isinstance(r.payload, dict) else {} for r in rows]
-    tool = next((name for name in map(tool_of, payloads) if name), "")
+    tool = next((name for name in map(tool_of, log) if name), "")
     attributes: Attributes = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": tool,
         "gen_ai.tool.call.id": end.call_id,
         "gen_ai.tool.type": "function",
         "harness.call.ended_by": end.type,
-        "harness.call.executed": any(r.type == "call_started" for r in rows),
+        "harness.call.executed": any(isinstance(event, ev.CallStarted) for event in log),
     }
     if values if values is not None else _policy_allows_values(run_id):
-        attributes.update(_values(rows, payloads))
-    events = [_call_event(r) for r in rows if r.type in DECIDING or r.type in ("receipt_recorded", "retry")]
-    status = Status(StatusCode.ERROR, "receipt invalid") if end.type == "receipt_recorded" and end.payload.get("valid") is False else None
+        attributes.update(_values(log))
+    events = [_call_event(event) for event in log if isinstance(event, _Shown)]
+    status = Status(StatusCode.ERROR, "receipt invalid") if isinstance(end, ev.ReceiptRecorded) and not end.valid else None
     return _span(
         f"execute_tool {tool}",
         _context(run_id, "call", end.call_id),
         _context(run_id, "run"),
-        rows[0].ts,
+        log[0].ts,
         end.ts,
         attributes,
         resource,
@@ -276,19 +313,19 @@ def _call_span(end: Event, resource: Resource, values: bool | None) -> ReadableS
     )
 
 
-def tool_of(payload: object) -> str:
+def tool_of(event: ev.AnyEvent) -> str:
     """The tool an event of a call names: its own field, or the call's record a
     refusal or a stop carries."""
-    if not isinstance(payload, dict):
-        return ""
-    call = payload.get("call")
-    name = payload.get("tool") or payload.get("for_tool") or (call.get("tool") if isinstance(call, dict) else None)
-    return str(name or "")
+    name = event.for_tool if isinstance(event, ev.CheckRequired) else event.tool if isinstance(event, _NamingTool) else ""
+    if not name and isinstance(event, _CarryingCall) and event.call is not None:
+        return str(event.call.get("tool") or "")
+    return name
 
 
-def _values(rows: Sequence[Event], payloads: Sequence[Mapping[str, Any]]) -> Attributes:
-    args = next((p["args"] for p in payloads if isinstance(p.get("args"), dict)), None)
-    result = next((p["receipt"].get("data") for p in reversed(payloads) if isinstance(p.get("receipt"), dict)), None)
+def _values(log: Sequence[ev.AnyEvent]) -> Attributes:
+    args = next((event.args for event in log if isinstance(event, ev.CallAdmitted | ev.ApprovalRequired | ev.PendingEffectRecorded)), None)
+    receipts = (event.receipt for event in reversed(log) if isinstance(event, ev.ReceiptRecorded) and isinstance(event.receipt, dict))
+    result = next((receipt.get("data") for receipt in receipts), None)
     return {
         "gen_ai.tool.call.arguments": _clipped(args) if args is not None else None,
         "gen_ai.tool.call.result": _clipped(result) if result is not None else None,
@@ -304,51 +341,64 @@ def _policy_allows_values(run_id: str) -> bool:
     return isinstance(document, dict) and document.get("trace_values") is True
 
 
-def _call_event(row: Event) -> SpanEvent:
+def _call_event(event: _Shown) -> SpanEvent:
     """A gate's decision or a reviewer's, as the call's span tells it: which rule,
-    which policy version, which approval key, who decided."""
-    p = row.payload if isinstance(row.payload, dict) else {}
-    if row.type == "call_admitted":
-        attributes = {"harness.decision": "admitted", "harness.rule": p.get("rule"), "harness.policy.version": p.get("policy_version")}
-    elif row.type == "approval_required":
-        attributes = {
-            "harness.decision": "ask",
-            "harness.rule": p.get("rule"),
-            "harness.policy.version": p.get("policy_version"),
-            "harness.approval.key": p.get("key"),
-            "harness.approval.request_id": p.get("request_id"),
-        }
-    elif row.type == "denied":
-        attributes = {
-            "harness.decision": "denied",
-            "harness.rule": p.get("rule"),
-            "harness.policy.version": p.get("policy_version"),
-            "harness.reason": p.get("reason"),
-        }
-    elif row.type in REFUSING:
-        attributes = {"harness.decision": row.type}
-    elif row.type == "approval_decided":
-        return _event(
-            "harness.approval.decision",
-            row,
-            {
-                "harness.approval.request_id": p.get("request_id"),
-                "harness.approval.decision": p.get("decision"),
-                "harness.approval.by": p.get("by"),
-            },
-        )
-    elif row.type in ("approval_consumed", "approval_refused", "approval_lapsed"):
-        return _event(
-            f"harness.{row.type}",
-            row,
-            {
-                "harness.approval.request_id": p.get("request_id"),
-                "harness.approval.key": p.get("key"),
-                "harness.approval.status": p.get("status"),
-            },
-        )
-    else:
-        receipt = p.get("receipt") if isinstance(p.get("receipt"), dict) else {}
-        assert isinstance(receipt, dict)
-        return _event(f"harness.{row.type}", row, {"harness.attempt": p.get("attempt"), "harness.receipt.status": receipt.get("status")})
-    return _event("harness.gate.decision", row, attributes)
+    which policy version, which approval key, who decided; or an attempt's end."""
+    match event:
+        case ev.CallAdmitted():
+            return _decision(
+                event, {"harness.decision": "admitted", "harness.rule": event.rule, "harness.policy.version": event.policy_version}
+            )
+        case ev.ApprovalRequired():
+            return _decision(
+                event,
+                {
+                    "harness.decision": "ask",
+                    "harness.rule": event.rule,
+                    "harness.policy.version": event.policy_version,
+                    "harness.approval.key": event.key,
+                    "harness.approval.request_id": event.request_id,
+                },
+            )
+        case ev.Denied():
+            return _decision(
+                event,
+                {
+                    "harness.decision": "denied",
+                    "harness.rule": event.rule,
+                    "harness.policy.version": event.policy_version,
+                    "harness.reason": event.reason,
+                },
+            )
+        case ev.DuplicateEffect() | ev.WriteBlocked() | ev.CheckRequired() | ev.ChangesRequested():
+            return _decision(event, {"harness.decision": event.type})
+        case ev.ApprovalDecided():
+            return _event(
+                "harness.approval.decision",
+                event,
+                {
+                    "harness.approval.request_id": event.request_id,
+                    "harness.approval.decision": event.decision,
+                    "harness.approval.by": event.by,
+                },
+            )
+        case ev.ApprovalConsumed() | ev.ApprovalRefused():
+            return _event(
+                f"harness.{event.type}", event, {"harness.approval.request_id": event.request_id, "harness.approval.key": event.key}
+            )
+        case ev.ApprovalLapsed():
+            return _event(
+                f"harness.{event.type}", event, {"harness.approval.request_id": event.request_id, "harness.approval.status": event.status}
+            )
+        case ev.ReceiptRecorded():
+            return _event(
+                f"harness.{event.type}", event, {"harness.attempt": event.attempt, "harness.receipt.status": event.receipt_status()}
+            )
+        case ev.Retry():
+            return _event(f"harness.{event.type}", event, {"harness.attempt": event.attempt})
+        case _:
+            assert_never(event)
+
+
+def _decision(event: _Shown, attributes: Attributes) -> SpanEvent:
+    return _event("harness.gate.decision", event, attributes)

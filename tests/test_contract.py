@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from core.contract import Limits, check_contract, parse_contract_json
+from core.contract import Limits, check_contract
 from core.errors import InputError
+from pages.new_run import run_inputs
 
 TOOLS = {"read_file", "write_file", "run_check", "publish"}
 CHECKS = {"tests"}
@@ -66,9 +67,11 @@ def test_it_names_unknown_tools_and_checks() -> None:
 
 def test_it_refuses_non_objects_and_bad_json_with_a_message() -> None:
     assert fields([1, 2]) == {"(root)"}
+    # A contract's text is read by the new-run form (the API's is JSON already).
     with pytest.raises(InputError, match="not valid JSON"):
-        parse_contract_json("{nope", TOOLS, CHECKS)
-    assert parse_contract_json(json.dumps(GOOD), TOOLS, CHECKS).limits.max_attempts == 3
+        run_inputs("", "{nope", "scripted", "")
+    contract, _ = run_inputs("", json.dumps(GOOD), "scripted", "")
+    assert check_contract(contract, TOOLS, CHECKS).limits.max_attempts == 3
 
 
 def test_it_intersects_limits_with_policy_so_a_contract_cannot_grant_itself_more() -> None:

@@ -225,9 +225,7 @@ def test_it_streams_to_many_viewers_of_a_run_through_one_subscription_and_one_re
         rest = [await receive_until(viewer, start + 12) for viewer in viewers[1:]]
         for viewer in viewers[1:]:
             await viewer.disconnect()
-        left = not any(group == run_group(run_id) for _, _, group in fanout._hubs) and not any(
-            key == run_id for _, _, _, key in feeds._feeds
-        )
+        left = not any(group == run_group(run_id) for _, group in fanout._hubs) and not any(key == run_id for _, _, key in feeds._feeds)
         return [seqs for seqs, _ in rest], first, members, left
 
     rest, first, members, left = async_to_sync(watch)()

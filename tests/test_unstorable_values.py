@@ -28,13 +28,12 @@ from core.jsonutil import JSON, digest
 from core.ports import Call, Executor, Reconciliation
 from core.scenarios import call
 from core.scripted import ScriptedProposer
-from core.state import PendingEffect as LoopPendingEffect
-from core.state import RunState
+from core.state import PendingEffect, RunState
 from core.storable import HEAD_CHARS, MAX_DEPTH
 from runs import runtime
 from runs import services as run_services
 from runs.approval_flow.gate import DjangoApprovals
-from runs.models import CallLedgerEntry, Event, PendingEffect, Receipt, Report, Run
+from runs.models import Event, Receipt, Report, Run
 from runs.persistence.artifacts import ArtifactStorage
 from runs.persistence.store import load_state
 from runs.services import check_new_run, do_create_run, drive_run
@@ -111,10 +110,10 @@ def test_it_feeds_an_unstorable_proposal_back_naming_it_and_goes_on(name: str, o
 
 
 def stored_bytes(run: Run) -> int:
-    """Everything stored for the run as its rows' text: the run row, its events, ledger,
-    receipts, pending effects, report and approval requests."""
+    """Everything stored for the run as its rows' text: the run row, its events,
+    receipts, report and approval requests."""
     rows: list[Mapping[str, object]] = [Run.objects.filter(pk=run.pk).values().get()]
-    for model in (Event, CallLedgerEntry, Receipt, PendingEffect, Report, ApprovalRequest):
+    for model in (Event, Receipt, Report, ApprovalRequest):
         rows += list(model.objects.filter(run=run).values())
     return sum(len(json.dumps(row, default=str, ensure_ascii=False).encode()) for row in rows)
 
@@ -223,7 +222,7 @@ class Hostile:
             receipt = {**cast(dict[str, object], receipt), "data": {"text": self.data}}  # the simulated receipt is an object
         return receipt
 
-    def reconcile(self, effect: LoopPendingEffect) -> Reconciliation:
+    def reconcile(self, effect: PendingEffect) -> Reconciliation:
         return self.world.executor.reconcile(effect)
 
 

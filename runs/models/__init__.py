@@ -1,9 +1,8 @@
 from runs.models.artifact import Artifact, ArtifactChunk, PublishedPatch, RunArtifact
-from runs.models.effects import PendingEffect
 from runs.models.event import Event
 from runs.models.evidence import Evidence
 from runs.models.host import WorkerHost
-from runs.models.ledger import CallLedgerEntry, Receipt
+from runs.models.receipt import Receipt
 from runs.models.report import Report
 from runs.models.run import Run
 from runs.models.switch import GlobalSwitch
@@ -11,11 +10,9 @@ from runs.models.switch import GlobalSwitch
 __all__ = [
     "Artifact",
     "ArtifactChunk",
-    "CallLedgerEntry",
     "Event",
     "Evidence",
     "GlobalSwitch",
-    "PendingEffect",
     "PublishedPatch",
     "Receipt",
     "Report",

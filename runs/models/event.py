@@ -10,8 +10,8 @@ class Event(models.Model):
 
     Its one index besides the key is (run, seq): every read of the log names the run,
     which that index's leading column serves, so ``run`` and ``type`` have no index of
-    their own (each cost every checkpoint another page written). The ledger, receipts,
-    evidence and pending effects likewise rely on unique constraints led by ``run``."""
+    their own (each cost every checkpoint another page written). Receipts and evidence
+    likewise rely on unique constraints led by ``run``."""
 
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="events", db_index=False)
     seq = models.PositiveIntegerField()

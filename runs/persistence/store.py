@@ -1,6 +1,6 @@
 """Persisting the core's state: ``DjangoStore.checkpoint`` writes the run state, the
-step's events and the relational copies (ledger, receipts, evidence, pending
-effects, report) in one transaction.
+step's events and the relational copies (receipts, evidence, report) in one
+transaction.
 
 On PostgreSQL a checkpoint is one statement: the UPDATE of the run row that fences,
 locks, numbers the events and writes the state, as a common table expression of the
@@ -27,7 +27,7 @@ from core.fold import check_explained
 from core.report import build_report
 from core.state import RunState, load_stored_state
 from core.storable import Unstorable
-from runs.models import CallLedgerEntry, Event, Evidence, PendingEffect, Receipt, Report, Run
+from runs.models import Event, Evidence, Receipt, Report, Run
 from runs.persistence.eventlog import LeaseLost, append_events
 from runs.persistence.rows import Rows, SeqOf
 from runs.scheduling.slots import run_ended
@@ -100,44 +100,13 @@ class DjangoStore:
 
 
 def _project(state: RunState, events: Sequence[CoreEvent]) -> list[Rows]:
-    """The relational copies of what this step changed: rows for each table it
-    touched (upserted where a row changes over the call's life)."""
+    """The relational copies of what this step changed: its receipts and evidence,
+    and the report of a run that ended."""
     now = timezone.now()
-    touched = sorted({e.call_id for e in events if e.call_id})
-    projections = [
-        Rows(CallLedgerEntry, _ledger_rows(state, touched, now), ("run", "call_id"), LEDGER_UPDATES),
-        Rows(Receipt, _receipt_rows(state.run_id, events)),
-        Rows(Evidence, _evidence_rows(state, events, now)),
-        Rows(PendingEffect, _pending_rows(state, touched), ("run", "call_id"), PENDING_UPDATES),
-    ]
+    projections = [Rows(Receipt, _receipt_rows(state.run_id, events)), Rows(Evidence, _evidence_rows(state, events, now))]
     if state.finished:
         projections.append(Rows(Report, [{"run": state.run_id, "data": build_report(state), "created_at": now}], ("run",), ("data",)))
     return projections
-
-
-LEDGER_UPDATES = ("state", "attempts", "idempotency_key", "decision", "rule", "updated_at")
-PENDING_UPDATES = ("tool", "args", "kind", "idempotency_key", "reason", "resolved", "applied", "resolution")
-
-
-def _ledger_rows(state: RunState, touched: list[str], now: datetime) -> list[dict[str, object]]:
-    """The touched calls still in the state's ledger (a settled call leaves it once
-    this checkpoint stores its final entry)."""
-    return [
-        {
-            "run": state.run_id,
-            "call_id": record.call_id,
-            "tool": record.tool,
-            "args": record.args,
-            "state": record.state,
-            "attempts": record.attempts,
-            "idempotency_key": record.idempotency_key,
-            "decision": record.decision or "",
-            "rule": record.rule or "",
-            "updated_at": now,
-        }
-        for call_id in touched
-        if (record := state.ledger.get(call_id)) is not None
-    ]
 
 
 def _receipt_rows(run_id: str, events: Sequence[CoreEvent]) -> list[dict[str, object]]:
@@ -184,25 +153,6 @@ def _evidence_rows(state: RunState, events: Sequence[CoreEvent], now: datetime) 
             }
         )
     return rows
-
-
-def _pending_rows(state: RunState, touched: list[str]) -> list[dict[str, object]]:
-    return [
-        {
-            "run": state.run_id,
-            "call_id": effect.call_id,
-            "tool": effect.tool,
-            "args": effect.args,
-            "kind": effect.kind,
-            "idempotency_key": effect.idempotency_key,
-            "reason": effect.reason,
-            "resolved": effect.resolved,
-            "applied": effect.applied,
-            "resolution": effect.resolution or "",
-        }
-        for effect in state.pending_effects
-        if effect.call_id in touched
-    ]
 
 
 def check_stored(run_id: str) -> None:
