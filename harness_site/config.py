@@ -52,8 +52,8 @@ class Shown:
     write: Callable[[Any], str] = str
 
 
-# Each reader takes the variable's text (stripped, never empty) and passes on a typed
-# value: the defaults are validated too, and they are typed already.
+# Each reader takes a variable's text (stripped, never empty) and passes anything else
+# on as it is: the defaults are validated too, and they are typed already.
 
 
 def _boolean(value: object) -> object:
@@ -195,7 +195,7 @@ HostName = Annotated[str, AfterValidator(_host_name), Shown("name (letters, digi
 
 def shown(text: str) -> dict[str, Any]:
     """The default as the settings table writes it, for one the model computes (from
-    other settings, or this machine) or one that is not worth printing whole."""
+    other settings or this machine), one under this checkout, or one too long to print."""
     return {"shown_default": text}
 
 
@@ -841,7 +841,7 @@ def with_table(document: str) -> str:
     before, start, rest = document.partition(TABLE_START)
     _old, end, after = rest.partition(TABLE_END)
     if not start or not end:
-        raise SettingError(f"{DEPLOY_MD} has no settings table's markers")
+        raise ValueError(f"{DEPLOY_MD} has no settings table's markers")
     return f"{before}{start}\n{table()}{end}{after}"
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
 
 import dj_database_url
 
 from harness_site.config import load
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# A bad value stops the start here, with SettingError naming each variable that is wrong.
 config = load()
 VAR_DIR = config.HARNESS_VAR_DIR
 
@@ -223,7 +223,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # SHA-256, live in the database (the default) or an S3-compatible bucket; no page reads
 # a worker's disk (docs/design.md, Storage). A worker spools a check's output in flight
 # under HARNESS_SPOOL_DIR, its own disk, and hands it to the store when the check ends.
-HARNESS_ARTIFACT_STORE: Literal["database", "s3"] = config.HARNESS_ARTIFACT_STORE
+HARNESS_ARTIFACT_STORE = config.HARNESS_ARTIFACT_STORE
 SPOOL_DIR = config.HARNESS_SPOOL_DIR
 # Artifacts of runs that ended more than this many days ago are deleted by the beat
 # (runs.retention), unless a newer run stored the same content; 0 keeps them all.
@@ -319,7 +319,7 @@ OPENAI_ALLOWED_BASE_URLS = sorted({OPENAI_BASE_URL, *config.HARNESS_OPENAI_ALLOW
 ANTHROPIC_ALLOWED_BASE_URLS = sorted({ANTHROPIC_BASE_URL, *config.HARNESS_ANTHROPIC_ALLOWED_BASE_URLS})
 # The Chat Completions field that caps a reply: "auto" sends max_completion_tokens to
 # api.openai.com (its reasoning models refuse max_tokens) and max_tokens elsewhere.
-HARNESS_OPENAI_OUTPUT_LIMIT: Literal["auto", "max_tokens", "max_completion_tokens"] = config.HARNESS_OPENAI_OUTPUT_LIMIT
+HARNESS_OPENAI_OUTPUT_LIMIT = config.HARNESS_OPENAI_OUTPUT_LIMIT
 
 # Server-wide caps per run; a run's own max_tokens / max_cost_usd are intersected with them.
 HARNESS_MODEL_MAX_TOKENS = config.HARNESS_MODEL_MAX_TOKENS
