@@ -5,6 +5,7 @@ through its HTTP API."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import time
 import urllib.error
@@ -18,7 +19,7 @@ from django.test import override_settings
 
 from api.models import ApiToken
 from approvals.models import ApprovalRequest
-from harness_site.env import SettingError, env_networks
+from harness_site.config import SettingError, load
 from monitoring.scrape import check_scraper
 from runs.models import Event
 from runs.runtime import create_run
@@ -174,7 +175,7 @@ def check_refusals(url: str) -> None:
     assert status == 200 and "# TYPE harness_runs gauge" in text
 
 
-@override_settings(HARNESS_METRICS_TOKEN="", HARNESS_METRICS_NETWORKS=env_networks("N", [], {"N": "10.1.0.0/16,::1"}))
+@override_settings(HARNESS_METRICS_TOKEN="", HARNESS_METRICS_NETWORKS=[ipaddress.ip_network("10.1.0.0/16"), ipaddress.ip_network("::1")])
 def test_it_admits_a_scraper_by_network_when_no_token_is_set() -> None:
     assert check_scraper("", "10.1.200.3")
     assert check_scraper("", "::1")
@@ -183,6 +184,7 @@ def test_it_admits_a_scraper_by_network_when_no_token_is_set() -> None:
     assert not check_scraper("", "not an address")
 
 
-def test_it_names_a_bad_network_setting() -> None:
+def test_it_names_a_bad_network_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARNESS_METRICS_NETWORKS", "127.0.0.1/32,10.0.0.1/8")
     with pytest.raises(SettingError, match=r"HARNESS_METRICS_NETWORKS .*'10.0.0.1/8'"):
-        env_networks("HARNESS_METRICS_NETWORKS", [], {"HARNESS_METRICS_NETWORKS": "127.0.0.1/32,10.0.0.1/8"})
+        load()

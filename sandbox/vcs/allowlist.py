@@ -131,9 +131,10 @@ def place_of(url: str, what: str = "", directory: bool = False) -> Place:
     return Place(parts.scheme, parts.username, parts.hostname.lower(), port, path.rstrip("/") + "/" if directory else path)
 
 
-def allowed_entry(entry: str) -> AllowedRemote:
-    """One configured entry, read as described above; ``UnsafeURL`` says how to fix it."""
-    what = f"HARNESS_GIT_ALLOWED_REMOTES entry {entry!r}"
+def allowed_entry(entry: str, setting: str = "HARNESS_GIT_ALLOWED_REMOTES") -> AllowedRemote:
+    """One entry of the list ``setting`` names, read as described above; ``UnsafeURL``
+    says how to fix it."""
+    what = f"{setting} entry {entry!r}"
     text = entry
     if text.endswith("*"):
         text = text.rstrip("*")
@@ -148,8 +149,8 @@ def allowed_entry(entry: str) -> AllowedRemote:
     return AllowedRemote(entry, place_of(text, what, directory=prefix), prefix)
 
 
-def allowlist(entries: Iterable[str]) -> tuple[AllowedRemote, ...]:
-    return tuple(allowed_entry(e) for e in entries)
+def allowlist(entries: Iterable[str], setting: str = "HARNESS_GIT_ALLOWED_REMOTES") -> tuple[AllowedRemote, ...]:
+    return tuple(allowed_entry(e, setting) for e in entries)
 
 
 def admitted(url: str, allowed: Sequence[AllowedRemote]) -> bool:
