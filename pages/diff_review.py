@@ -7,15 +7,14 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import PurePosixPath
 
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from pygments.lexer import Lexer
-from pygments.lexers import get_lexer_by_name
-from pygments.lexers._mapping import LEXERS
-from pygments.token import STANDARD_TYPES, _TokenType
+from pygments.lexers import get_all_lexers, get_lexer_by_name
+from pygments.token import STANDARD_TYPES
 from pygments.util import ClassNotFound
 
 from core.patchtext import DEV_NULL
@@ -53,7 +52,7 @@ def lexer_for(path: str) -> Lexer | None:
     know. Looked up in Pygments' own table only: its ``get_lexer_for_filename`` also
     scans every installed package for plugins, seconds on a first page."""
     name = PurePosixPath(path).name
-    for _module, _title, aliases, patterns, _mimetypes in LEXERS.values():
+    for _name, aliases, patterns, _mimetypes in get_all_lexers(plugins=False):
         if aliases and any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns):
             try:
                 return get_lexer_by_name(aliases[0], stripnl=False, ensurenl=False, tabsize=0)
@@ -62,13 +61,16 @@ def lexer_for(path: str) -> Lexer | None:
     return None
 
 
-def _css_class(token: _TokenType) -> str:
-    """The short class of a token type (Pygments' own names), or "" for plain text
-    and white space (no colour, fewer bytes)."""
-    kind: _TokenType | None = token
-    while kind is not None and kind not in STANDARD_TYPES:
-        kind = kind.parent
-    name = STANDARD_TYPES[kind] if kind is not None else ""
+# Pygments' short class names by token type, a token type being the tuple of its
+# names (Token.Name.Function is ("Name", "Function")).
+_CLASSES: dict[tuple[str, ...], str] = {tuple(kind): name for kind, name in STANDARD_TYPES.items()}
+
+
+@cache  # a language has a few dozen token types; a diff has thousands of tokens
+def _css_class(token: tuple[str, ...]) -> str:
+    """The short class of a token type or of its nearest ancestor that has one, or ""
+    for plain text and white space (no colour, fewer bytes)."""
+    name = next((_CLASSES[token[:end]] for end in range(len(token), -1, -1) if token[:end] in _CLASSES), "")
     return "" if name == "w" else name
 
 
