@@ -44,7 +44,7 @@ test-fast:
 # deliberately busy: two spinning processes beside them (BUSY=N for another count),
 # started and always stopped by tests/busy.py, and each bounded in time on its own.
 BUSY ?= 2
-test-busy:
+test-busy: setup
 	$(PY) -m tests.busy $(BUSY) $(PY) -m pytest -q -p no:cacheprovider --durations=15 -m "(docker or celery or browser) and not postgres_only and not deploy"
 
 # XDIST workers side by side (each a session of its own: harness_site/test_settings.py),
