@@ -318,10 +318,10 @@ DIRECTED: dict[str, tuple[str, dict[str, object]]] = {
 }
 
 
-def directed(rule: str, arguments: dict[str, object]) -> None:
+def directed(name: str, arguments: dict[str, object]) -> None:
     machine = Lifecycle()
     machine.first_run()
-    getattr(machine, rule)(pick=0, **arguments)
+    getattr(machine, name)(pick=0, **arguments)
     machine.invariants_hold()
 
 
@@ -342,8 +342,8 @@ def test_it_keeps_every_invariant_through_random_interleavings(operator: User, r
     )
     seconds = time.monotonic() - started
     exits = Counter(Event.objects.filter(type="wait_ended").values_list("payload__exit", flat=True))
-    for rule, arguments in DIRECTED.values():
-        directed(rule, arguments)
+    for name, arguments in DIRECTED.values():
+        directed(name, arguments)
     reached = Counter(Event.objects.filter(type="wait_ended").values_list("payload__exit", flat=True)) - exits
     outcomes = Counter(Run.objects.exclude(status__in=["running", "waiting_approval"]).values_list("outcome", flat=True))
     duplicates = Event.objects.filter(type="duplicate_effect").count()
