@@ -2,7 +2,7 @@
 # beat all run from it; docker-compose.yml picks the command. The agent's code
 # never runs here: it runs in the sandbox image (sandbox/image/). Without a
 # registry, deploy/images/build.sh builds this file on a local Debian base whose
-# virtualenv already holds requirements.txt, so nothing here needs the network.
+# virtualenv already holds requirements.lock, so nothing here needs the network.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE}
 
@@ -22,8 +22,9 @@ RUN if ! command -v git >/dev/null; then \
  && install -d -o harness /var/lib/harness-beat
 
 WORKDIR /app
-COPY requirements.txt .
-RUN pip install -r requirements.txt
+# The lock's hashes make pip check every file it installs (--require-hashes).
+COPY requirements.lock .
+RUN pip install -r requirements.lock
 COPY . .
 
 # Processes that need no privilege run as this user (the web server included);

@@ -2,7 +2,7 @@
 PY ?= python3
 PG_URL ?= postgres://postgres@127.0.0.1:5432/harness
 
-.PHONY: up down test test-fast test-busy setup lint typecheck test-sqlite test-postgres test-deploy bench selftest openapi
+.PHONY: up down test test-fast test-busy setup lint typecheck test-sqlite test-postgres test-deploy bench selftest openapi lock
 
 # RESET=1: empty the database and give new demo passwords; otherwise a second `make up`
 # keeps what the first made.
@@ -16,10 +16,17 @@ down:
 test: setup lint typecheck test-sqlite test-postgres
 
 # What the tests need beyond this checkout: system packages (Docker, Chromium, runsc,
-# sshd, docker-compose...), the Python packages of requirements-dev.txt, the services
+# sshd, docker-compose...), the Python packages of requirements-dev.lock, the services
 # and the sandbox image; only what is missing, so it takes seconds once done.
 setup:
 	bash scripts/setup.sh
+
+# requirements.lock and requirements-dev.lock again from requirements.txt and
+# requirements-dev.txt (the pins people edit), with hashes, by uv (scripts/lock.sh).
+# A lock keeps the versions it has unless a pin moved; UPGRADE=1 moves every package
+# no pin holds to its newest release.
+lock:
+	UPGRADE=$(UPGRADE) bash scripts/lock.sh
 
 # The layers (.importlinter): what each package may import.
 lint:

@@ -7,8 +7,9 @@
 #   (the deployment tests), gVisor's runsc (the sandbox under both runtimes), OpenSSH's
 #   server (the ssh:// remote tests), Redis, and Prometheus (the metrics tests scrape
 #   the web server and a worker with a real one);
-# - the Python packages of requirements-dev.txt (which includes requirements.txt),
-#   installed only when one of the pinned versions is not;
+# - the Python packages of requirements-dev.lock (requirements-dev.txt's pins, which
+#   include requirements.txt's, and everything they need, with hashes; make lock),
+#   installed only when one of the locked versions is not;
 # - the OpenID provider the sign-in tests start (tests/oidc: `npm ci` from its
 #   package-lock.json, only when its node_modules is missing or older than the lock);
 # - the services: Redis, PostgreSQL and the Docker engine (scripts/services.sh);
@@ -53,34 +54,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 # pip takes many seconds even when there is nothing to do; reading the installed
-# versions takes a fraction of one.
-if ! python3 - requirements-dev.txt <<'PY'
-import re, sys
-from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
-
-def pins(path: Path):
-    for line in path.read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line.startswith("-r "):
-            yield from pins(path.parent / line[3:].strip())
-        elif (pin := re.fullmatch(r"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==(\S+)", line)) is not None:
-            yield pin.group(1), pin.group(2)
-
-def installed(name: str) -> str | None:
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
-
-wrong = [f"{name}=={wanted}" for name, wanted in pins(Path(sys.argv[1])) if installed(name) != wanted]
-if wrong:
-    print(f"[setup] not installed as pinned: {' '.join(wrong)}", file=sys.stderr)
-sys.exit(1 if wrong else 0)
-PY
-then
-    log "installing requirements-dev.txt"
-    python3 -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+# versions takes a fraction of one. The lock has every package, hashes included, so
+# pip installs exactly those files (--require-hashes, implied by the hashes).
+if ! python3 scripts/locked.py check requirements-dev.lock; then
+    log "installing requirements-dev.lock"
+    python3 -m pip install -q --disable-pip-version-check -r requirements-dev.lock
 fi
 
 if [ ! -d tests/oidc/node_modules/oidc-provider ] || [ tests/oidc/package-lock.json -nt tests/oidc/node_modules/.package-lock.json ]; then

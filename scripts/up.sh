@@ -54,10 +54,12 @@ apt_install() {
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
+# From the lock, hashes included: every package at the version the tests and the
+# images have.
 if ! python3 -c "import django, celery, channels, daphne, docker, redis" 2>/dev/null; then
-    say "installing the Python packages of requirements.txt"
-    python3 -m pip install -q --disable-pip-version-check -r requirements.txt \
-        || need "pip could not install requirements.txt; run: python3 -m pip install -r requirements.txt (in a virtualenv if you are not root)"
+    say "installing the Python packages of requirements.lock"
+    python3 -m pip install -q --disable-pip-version-check -r requirements.lock \
+        || need "pip could not install requirements.lock; run: python3 -m pip install -r requirements.lock (in a virtualenv if you are not root)"
 fi
 
 # Redis: one that already answers (REDIS_URL or the local default) is used as it is.
@@ -110,7 +112,11 @@ trap cleanup EXIT INT TERM
 
 # Mail goes to a local catcher (unless a relay is configured): nothing leaves the machine.
 if [ -z "${HARNESS_SMTP_HOST:-}" ]; then
-    python3 -c "import aiosmtpd" 2>/dev/null || python3 -m pip install -q --disable-pip-version-check "$(grep '^aiosmtpd==' requirements-dev.txt)"
+    # Only the catcher's part of the dev lock (aiosmtpd and what it needs), with its hashes.
+    if ! python3 -c "import aiosmtpd" 2>/dev/null; then
+        python3 scripts/locked.py part requirements-dev.lock aiosmtpd >"$HARNESS_VAR_DIR/mail-catcher.lock"
+        python3 -m pip install -q --disable-pip-version-check -r "$HARNESS_VAR_DIR/mail-catcher.lock"
+    fi
     setsid python3 scripts/mail_catcher.py --smtp-port "$MAIL_PORT" --http-port "$MAIL_PAGE_PORT" --dir "$HARNESS_VAR_DIR/mail" >"$LOGS/mail.log" 2>&1 &
     started mail-catcher $!
     export HARNESS_MAIL=1 HARNESS_SMTP_HOST=127.0.0.1 HARNESS_SMTP_PORT="$MAIL_PORT" HARNESS_SMTP_SECURITY=none

@@ -80,7 +80,7 @@ def test_it_runs_the_web_service_unprivileged_in_compose_and_in_the_image() -> N
     dockerfile = (ROOT / "Dockerfile").read_text()
     users = [line.split()[1] for line in dockerfile.splitlines() if line.startswith("USER ")]
     assert users[-1] == "harness" and "useradd --system --uid 10001" in dockerfile
-    assert "requirements-dev" not in dockerfile and "pip install -r requirements.txt" in dockerfile
+    assert "requirements-dev" not in dockerfile and "pip install -r requirements.lock" in dockerfile
     product = (ROOT / "requirements.txt").read_text().lower()
     for tool in ("pytest", "playwright", "mypy", "ruff", "hypothesis", "schemathesis"):
         assert tool not in product

@@ -3,9 +3,10 @@
 #
 #   harness-postgres:<digest>  Debian's postgresql (15) + postgres-entrypoint.sh
 #   harness-redis:<digest>     Debian's redis-server (7.0)
-#   harness-python:<digest>    Debian's python3 (3.11) and git, with requirements.txt
+#   harness-python:<digest>    Debian's python3 (3.11) and git, with requirements.lock
 #                              installed in /opt/harness-venv from wheels the host's
-#                              pip fetched (the image build itself has no network)
+#                              pip fetched (the image build itself has no network),
+#                              each checked against the lock's hashes
 #   harness-app:<image id>     the root Dockerfile on harness-python (PYTHON_IMAGE)
 #   harness-sandbox:<digest>   sandbox/image/build.sh
 #
@@ -34,7 +35,7 @@ case "${1:-}" in
 esac
 
 PG_ENTRYPOINT="$SCRIPT_DIR/postgres-entrypoint.sh"
-REQUIREMENTS="$REPO/requirements.txt"
+REQUIREMENTS="$REPO/requirements.lock"
 # Debian bookworm's PostgreSQL; its binaries (initdb, postgres, pg_isready) go first on PATH.
 PG_BIN=/usr/lib/postgresql/15/bin
 VENV=/opt/harness-venv
@@ -69,27 +70,32 @@ host_pip_wheel() {  # host_pip_wheel DIR ARGS...: the host's pip, without its pe
         { grep -v '^WARNING: Location .* is ignored' || true; } >&2
 }
 
-# The wheels requirements.txt resolves to, fetched once per requirements.txt by the
-# host's pip (its indexes, proxies and certificates); prints the directory.
+# The wheels of requirements.lock, fetched once per lock by the host's pip (its
+# indexes, proxies and certificates), which checks each against the lock's hashes;
+# prints the directory. Every package there has a wheel on PyPI: a wheel built here
+# from a source archive would not match the lock, and the image's pip would refuse it.
 wheelhouse() {
     local dir="$HARNESS_CACHE_DIR/wheels-$(content_digest "$REQUIREMENTS")"
-    if [ ! -f "$dir/requirements.txt" ]; then
+    if [ ! -f "$dir/requirements.lock" ]; then
         python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' ||
             di_die "the host's python3 must be 3.11 (Debian bookworm's) to fetch wheels for the image"
-        di_log "fetching wheels for requirements.txt into $dir"
+        di_log "fetching wheels for requirements.lock into $dir"
         find "$HARNESS_CACHE_DIR" -maxdepth 1 -name 'wheels-*' -exec rm -rf {} +
         rm -rf "$dir.tmp"
-        host_pip_wheel "$dir.tmp" -r "$REQUIREMENTS"
-        cp "$REQUIREMENTS" "$dir.tmp/requirements.txt"
+        host_pip_wheel "$dir.tmp" --only-binary=:all: -r "$REQUIREMENTS"
+        cp "$REQUIREMENTS" "$dir.tmp/requirements.lock"
         mv "$dir.tmp" "$dir"
     fi
     echo "$dir"
 }
 
-# python_image BASE: BASE with requirements.txt installed in a virtualenv, installed
-# in a container without network from the wheelhouse, committed as one layer.
+# python_image BASE: BASE with requirements.lock installed in a virtualenv, installed
+# in a container without network from the wheelhouse, committed as one layer. The
+# image's pip checks each wheel against the lock's hashes too. The lock was resolved
+# for Python 3.11.0's markers, so what the image's 3.11.2 needs beyond the host's
+# 3.11 (e.g. python_full_version < "3.11.3") is in it.
 python_image() {
-    local base=$1 tag wheels cid missing round
+    local base=$1 tag wheels cid
     tag="harness-python:$(content_digest "base=$base" "$(declare -f python_image)" "$REQUIREMENTS")"
     if image_exists "$tag"; then
         di_log "cache hit: $tag"
@@ -97,29 +103,20 @@ python_image() {
         return 0
     fi
     wheels=$(wheelhouse)
-    for round in 1 2 3 4 5; do
-        di_log "installing requirements.txt into $tag"
-        cid=$(docker create --network none --user root -v "$wheels:/wheels:ro" "$base" \
-            sh -c "python3 -m venv $VENV && $VENV/bin/pip install -q --no-index --no-cache-dir --disable-pip-version-check --find-links /wheels -r /wheels/requirements.txt")
-        if docker start -a "$cid" >&2; then
-            docker commit \
-                --change "ENV PATH=$VENV/bin:$BASE_PATH" \
-                --change "ENV VIRTUAL_ENV=$VENV" \
-                --change 'CMD ["python3"]' \
-                "$cid" "$tag" >/dev/null
-            docker rm "$cid" >/dev/null
-            echo "$tag"
-            return 0
-        fi
-        # The image's Python (3.11.2) can need what the host's resolved away by an
-        # environment marker (e.g. python_full_version < "3.11.3"): fetch it too.
-        missing=$(docker logs "$cid" 2>&1 | sed -n 's/.*No matching distribution found for \([^;]*\).*/\1/p' | head -n1)
+    di_log "installing requirements.lock into $tag"
+    cid=$(docker create --network none --user root -v "$wheels:/wheels:ro" "$base" \
+        sh -c "python3 -m venv $VENV && $VENV/bin/pip install -q --no-index --no-cache-dir --disable-pip-version-check --require-hashes --find-links /wheels -r /wheels/requirements.lock")
+    if ! docker start -a "$cid" >&2; then
         docker rm -f "$cid" >/dev/null
-        [ -n "$missing" ] || break
-        di_log "the image's Python also needs $missing (round $round)"
-        host_pip_wheel "$wheels" "$missing"
-    done
-    di_die "installing requirements.txt failed"
+        di_die "installing requirements.lock failed"
+    fi
+    docker commit \
+        --change "ENV PATH=$VENV/bin:$BASE_PATH" \
+        --change "ENV VIRTUAL_ENV=$VENV" \
+        --change 'CMD ["python3"]' \
+        "$cid" "$tag" >/dev/null
+    docker rm "$cid" >/dev/null
+    echo "$tag"
 }
 
 ensure_docker

@@ -13,9 +13,11 @@
 #
 # The image carries the official MCP SDK for servers run in the sandbox over stdio
 # (docs/design.md, Outside tools): the wheels of `mcp` at the worker's own version
-# (requirements.txt), downloaded once with pip into
-# ${HARNESS_CACHE_DIR}/mcp-wheels/<version> and unpacked into /opt/harness-mcp/site,
-# with ./harness-mcp (its Python wrapper and the workspace search server) beside them.
+# (requirements.txt), and of what it needs at the versions of requirements.lock,
+# downloaded once with pip, which checks them against the lock's hashes, into
+# ${HARNESS_CACHE_DIR}/mcp-wheels/<version>-<digest of that part of the lock> and
+# unpacked into /opt/harness-mcp/site, with ./harness-mcp (its Python wrapper and the
+# workspace search server) beside them.
 #
 # All progress goes to stderr; the last line of stdout is the image tag.
 #
@@ -40,6 +42,7 @@ MCP_TREE="$SCRIPT_DIR/harness-mcp"
 PROGRAMS_TREE="$SCRIPT_DIR/harness"
 PROGRAMS="reaper.py relay.py check.sh"
 MCP_VERSION=$(sed -n 's/^mcp==\([^ #]*\).*/\1/p' "$SCRIPT_DIR/../../requirements.txt")
+LOCK="$SCRIPT_DIR/../../requirements.lock"
 # bookworm's python3: the interpreter the wheels must fit.
 MCP_PYTHON=3.11
 
@@ -52,16 +55,22 @@ grep -qx "ARG MCP_VERSION=$MCP_VERSION" "$DOCKERFILE" || di_die "Dockerfile's AR
 
 # mcp_wheels: the directory holding the SDK's wheels for the image, downloaded on the
 # first build (PyPI, binary wheels only: nothing is compiled) and kept; the directory
-# appears whole or not at all.
+# appears whole or not at all. The SDK's part of the product's lock, so the image's SDK
+# runs on the versions the worker's does, and a change there downloads them again.
 mcp_wheels() {
-    local dir="$HARNESS_CACHE_DIR/mcp-wheels/$MCP_VERSION" tmp
+    local part dir tmp
+    part=$(python3 "$SCRIPT_DIR/../../scripts/locked.py" part "$LOCK" mcp) || di_die "no mcp in $LOCK"
+    grep -q "^mcp==$MCP_VERSION " <<<"$part" || di_die "requirements.lock's mcp is not requirements.txt's mcp==$MCP_VERSION: run make lock"
+    dir="$HARNESS_CACHE_DIR/mcp-wheels/$MCP_VERSION-$(printf '%s\n' "$part" | sha256sum | cut -c1-16)"
     if ! compgen -G "$dir/mcp-*.whl" >/dev/null; then
-        di_log "downloading the wheels of mcp==$MCP_VERSION for CPython $MCP_PYTHON"
+        di_log "downloading the wheels of mcp==$MCP_VERSION and what it needs (requirements.lock) for CPython $MCP_PYTHON"
         mkdir -p "$(dirname "$dir")"
         tmp=$(mktemp -d "$dir.tmp.XXXXXX")
+        printf '%s\n' "$part" >"$tmp.lock"
         python3 -m pip download -q --disable-pip-version-check --no-cache-dir -d "$tmp" \
             --only-binary=:all: --python-version "$MCP_PYTHON" --platform "manylinux2014_$(uname -m)" \
-            "mcp==$MCP_VERSION" >&2 || { rm -rf "$tmp"; di_die "pip download mcp==$MCP_VERSION failed"; }
+            --require-hashes -r "$tmp.lock" >&2 || { rm -rf "$tmp" "$tmp.lock"; di_die "pip download mcp==$MCP_VERSION failed"; }
+        rm -f "$tmp.lock"
         mv -T "$tmp" "$dir" 2>/dev/null || rm -rf "$tmp"  # another build got there first
     fi
     echo "$dir"
