@@ -1,3 +1,4 @@
+from runs.models.agent_token import AgentToken
 from runs.models.artifact import Artifact, ArtifactChunk, PublishedPatch, RunArtifact
 from runs.models.event import Event
 from runs.models.evidence import Evidence
@@ -8,6 +9,7 @@ from runs.models.run import Run
 from runs.models.switch import GlobalSwitch
 
 __all__ = [
+    "AgentToken",
     "Artifact",
     "ArtifactChunk",
     "Event",
