@@ -1,7 +1,8 @@
 """Harness settings. Everything deployment-specific comes from the environment,
 read once into the typed model ``harness_site.config.Settings`` (its variables, types,
 defaults and descriptions: docs/deploy.md, Every setting); a bad value stops the
-process at start with the variable named."""
+process at start with the variable named. A setting passed on as it is says what it
+means there, not in a comment here: comments here say what the mapping adds."""
 
 from __future__ import annotations
 
@@ -60,7 +61,6 @@ OIDC_RP_SCOPES = " ".join(config.HARNESS_OIDC_SCOPES)
 OIDC_RP_SIGN_ALGO = config.HARNESS_OIDC_SIGN_ALGO
 HARNESS_OIDC_GROUPS_CLAIM = config.HARNESS_OIDC_GROUPS_CLAIM
 HARNESS_OIDC_USERNAME_CLAIM = config.HARNESS_OIDC_USERNAME_CLAIM
-# Empty: everyone the provider signs in may enter (with no role until a group gives one).
 HARNESS_OIDC_ALLOWED_GROUPS = config.HARNESS_OIDC_ALLOWED_GROUPS
 HARNESS_OIDC_ENDPOINTS = {
     "authorization": config.HARNESS_OIDC_AUTHORIZATION_ENDPOINT,
@@ -159,7 +159,6 @@ CACHES = {
 }
 HARNESS_SIGNIN_MAX_FAILURES = config.HARNESS_SIGNIN_MAX_FAILURES
 HARNESS_SIGNIN_WINDOW_SECONDS = config.HARNESS_SIGNIN_WINDOW_SECONDS
-# Wider limits: one account guessed from many addresses, one address trying many accounts.
 HARNESS_SIGNIN_MAX_FAILURES_PER_USER = config.HARNESS_SIGNIN_MAX_FAILURES_PER_USER
 HARNESS_SIGNIN_MAX_FAILURES_PER_ADDRESS = config.HARNESS_SIGNIN_MAX_FAILURES_PER_ADDRESS
 CELERY_BROKER_URL = config.CELERY_BROKER_URL
@@ -183,27 +182,14 @@ CELERY_BEAT_SCHEDULE = {
     "mail-reminders": {"task": "notifications.remind", "schedule": config.HARNESS_BEAT_REMIND_SECONDS},
     "artifact-retention": {"task": "runs.delete_expired_artifacts", "schedule": config.HARNESS_BEAT_RETENTION_SECONDS},
 }
-# How long a worker's claim on a run lasts without renewal; the driving worker
-# renews it several times per period, so only a dead worker's lease runs out.
 HARNESS_LEASE_SECONDS = config.HARNESS_LEASE_SECONDS
-# Every checkpoint compares the stored state with the fold of the stored log (runs.persistence.store:
-# a test-suite setting, costing a read of the run's whole log per checkpoint).
 HARNESS_VERIFY_FOLD = config.HARNESS_VERIFY_FOLD
-# The name of this worker's host: the runs it prepares keep their workspace on its disk
-# and are resumed there while its heartbeat lasts (one lease period; docs/deploy.md).
-# Workers that share a disk may share a name; two hosts must never share one.
 HARNESS_WORKER_HOST = config.HARNESS_WORKER_HOST
-# Free space a worker's disk keeps: checks are refused, or stopped, below it.
 HARNESS_DISK_RESERVE_MB = config.HARNESS_DISK_RESERVE_MB
-# What one check may store of its output (the rest is counted, not kept), and what one
-# run's artifacts may hold together: past it the run runs no more checks.
 HARNESS_CHECK_OUTPUT_MAX_MB = config.HARNESS_CHECK_OUTPUT_MAX_MB
-# Egress connection events recorded per check call; past it one event counts the rest.
 HARNESS_EGRESS_MAX_EVENTS_PER_CALL = config.HARNESS_EGRESS_MAX_EVENTS_PER_CALL
 HARNESS_RUN_ARTIFACTS_MAX_MB = config.HARNESS_RUN_ARTIFACTS_MAX_MB
 HARNESS_KILL_POLL_SECONDS = config.HARNESS_KILL_POLL_SECONDS
-# The most of a publish's diff a reviewer is shown; a larger one lists what is too
-# large to show and cannot be granted as it is (docs/performance.md: what a page costs).
 HARNESS_REVIEW_DIFF_MAX_BYTES = config.HARNESS_REVIEW_DIFF_MAX_BYTES
 HARNESS_REVIEW_DIFF_MAX_LINES = config.HARNESS_REVIEW_DIFF_MAX_LINES
 
@@ -226,8 +212,6 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # under HARNESS_SPOOL_DIR, its own disk, and hands it to the store when the check ends.
 HARNESS_ARTIFACT_STORE = config.HARNESS_ARTIFACT_STORE
 SPOOL_DIR = config.HARNESS_SPOOL_DIR
-# Artifacts of runs that ended more than this many days ago are deleted by the beat
-# (runs.persistence.retention), unless a newer run stored the same content; 0 keeps them all.
 HARNESS_ARTIFACT_RETENTION_DAYS = config.HARNESS_ARTIFACT_RETENTION_DAYS
 STORAGES: dict[str, dict[str, object]] = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -248,11 +232,8 @@ if HARNESS_ARTIFACT_STORE == "s3":
         addressing_style=config.HARNESS_S3_ADDRESSING_STYLE,
     )
 
-# The first retry's backoff (core.context.HarnessConfig); the budget's upper bounds
-# are the policy's (approvals/default_policy.json until an admin edits one).
 HARNESS_RETRY_BASE_SECONDS = config.HARNESS_RETRY_BASE_SECONDS
 
-# Sandbox (Docker) settings; the engine address follows Docker's own DOCKER_HOST.
 DOCKER_HOST = config.DOCKER_HOST
 SANDBOX_IMAGE = config.HARNESS_SANDBOX_IMAGE
 # Container limits (memory, CPUs, pids) come from the run's policy, edited in the admin.
@@ -318,11 +299,8 @@ ANTHROPIC_BASE_URL = config.ANTHROPIC_BASE_URL
 # lists: the server's API key is sent to whatever URL a run names.
 OPENAI_ALLOWED_BASE_URLS = sorted({OPENAI_BASE_URL, *config.HARNESS_OPENAI_ALLOWED_BASE_URLS})
 ANTHROPIC_ALLOWED_BASE_URLS = sorted({ANTHROPIC_BASE_URL, *config.HARNESS_ANTHROPIC_ALLOWED_BASE_URLS})
-# The Chat Completions field that caps a reply: "auto" sends max_completion_tokens to
-# api.openai.com (its reasoning models refuse max_tokens) and max_tokens elsewhere.
 HARNESS_OPENAI_OUTPUT_LIMIT = config.HARNESS_OPENAI_OUTPUT_LIMIT
 
-# Server-wide caps per run; a run's own max_tokens / max_cost_usd are intersected with them.
 HARNESS_MODEL_MAX_TOKENS = config.HARNESS_MODEL_MAX_TOKENS
 HARNESS_MODEL_MAX_COST_USD = config.HARNESS_MODEL_MAX_COST_USD
 HARNESS_MODEL_MAX_OUTPUT_TOKENS = config.HARNESS_MODEL_MAX_OUTPUT_TOKENS
@@ -332,9 +310,6 @@ HARNESS_MODEL_RETRY_BASE_SECONDS = config.HARNESS_MODEL_RETRY_BASE_SECONDS
 HARNESS_MODEL_RETRY_MAX_SECONDS = config.HARNESS_MODEL_RETRY_MAX_SECONDS
 HARNESS_MODEL_MAX_RESULT_CHARS = config.HARNESS_MODEL_MAX_RESULT_CHARS
 
-# USD per million tokens, {"model": {"input": x, "output": y}}; a dated variant uses its
-# base model's entry, and "*" prices every model not listed (e.g. {"*": {"input": 0,
-# "output": 0}} for local models).
 HARNESS_MODEL_PRICES = config.HARNESS_MODEL_PRICES
 
 # Values that must never be stored in events or shown on pages (API keys and the
@@ -348,7 +323,6 @@ HARNESS_SECRET_VALUES = sorted(
 # Web dashboard (issue 5): static files, sign-in, cookies, Content-Security-Policy.
 # ---------------------------------------------------------------------------------
 STATICFILES_DIRS = [BASE_DIR / "static"]
-# Daphne serves the static files itself unless a front server does (production).
 HARNESS_SERVE_STATIC = config.HARNESS_SERVE_STATIC
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "runs:list"
@@ -376,11 +350,7 @@ if config.HARNESS_BEHIND_TLS_PROXY:
 X_FRAME_OPTIONS = "DENY"
 SECURE_REFERRER_POLICY = "same-origin"
 HARNESS_TRACE_WINDOW = config.HARNESS_TRACE_WINDOW
-# How long a web process's live feed (live.feeds) waits without a doorbell before it
-# reads the database anyway, for a doorbell that never came.
 HARNESS_TRACE_RECHECK_SECONDS = config.HARNESS_TRACE_RECHECK_SECONDS
-# Every live socket speaks at least this often, so a page can tell a quiet run from
-# a dead connection (live.lists).
 HARNESS_LIVE_HEARTBEAT_SECONDS = config.HARNESS_LIVE_HEARTBEAT_SECONDS
 
 # ---------------------------------------------------------------------------------
@@ -427,11 +397,8 @@ SPECTACULAR_SETTINGS = {
 # Links in notifications point here (the address people reach the web service at).
 HARNESS_PUBLIC_URL = config.HARNESS_PUBLIC_URL.rstrip("/")
 HARNESS_WEBHOOK_TIMEOUT_SECONDS = config.HARNESS_WEBHOOK_TIMEOUT_SECONDS
-# Host names and networks (CIDR) webhooks may reach although they are not public
-# addresses (a receiver on the private network); everything else must be public.
 HARNESS_WEBHOOK_ALLOWED_HOSTS = config.HARNESS_WEBHOOK_ALLOWED_HOSTS
 HARNESS_WEBHOOK_MAX_ATTEMPTS = config.HARNESS_WEBHOOK_MAX_ATTEMPTS
-# Attempt n waits base * 2**(n-1) seconds, capped; about 20 minutes over 8 attempts.
 HARNESS_WEBHOOK_RETRY_BASE_SECONDS = config.HARNESS_WEBHOOK_RETRY_BASE_SECONDS
 HARNESS_WEBHOOK_RETRY_MAX_SECONDS = config.HARNESS_WEBHOOK_RETRY_MAX_SECONDS
 # Email to reviewers and requesters (notifications/mail.py) through an SMTP relay.
@@ -445,12 +412,8 @@ EMAIL_USE_SSL = config.HARNESS_SMTP_SECURITY == "tls"
 EMAIL_TIMEOUT = config.HARNESS_SMTP_TIMEOUT_SECONDS
 DEFAULT_FROM_EMAIL = config.HARNESS_MAIL_FROM
 HARNESS_MAIL_ENABLED = config.HARNESS_MAIL
-# A local mail catcher's page of what it received (`make up` starts one and sets this):
-# the mail settings page links to it. Empty: no catcher, no link.
 HARNESS_MAIL_CATCHER_URL = config.HARNESS_MAIL_CATCHER_URL
-# Requests for one person within this window go out as one mail.
 HARNESS_MAIL_DIGEST_SECONDS = config.HARNESS_MAIL_DIGEST_SECONDS
-# A reviewer who has not decided is reminded this long before a request expires.
 HARNESS_MAIL_REMIND_BEFORE_SECONDS = config.HARNESS_MAIL_REMIND_BEFORE_SECONDS
 HARNESS_MAIL_MAX_ATTEMPTS = config.HARNESS_MAIL_MAX_ATTEMPTS
 HARNESS_MAIL_RETRY_BASE_SECONDS = config.HARNESS_MAIL_RETRY_BASE_SECONDS
@@ -458,28 +421,17 @@ HARNESS_MAIL_RETRY_MAX_SECONDS = config.HARNESS_MAIL_RETRY_MAX_SECONDS
 # Deliveries go to their own queue when set, so a slow receiver never delays runs.
 CELERY_TASK_ROUTES = {"notifications.*": {"queue": config.HARNESS_NOTIFY_QUEUE}}
 
-# Metrics (docs/deploy.md, Metrics). prometheus-client's multiprocess mode: every process
-# of this host (web server, workers, their pool's children) writes its figures into
-# files in this directory, and /metrics adds them up. It must be in the environment
-# before prometheus_client is first imported, which the apps do after these settings.
 PROMETHEUS_MULTIPROC_DIR = config.PROMETHEUS_MULTIPROC_DIR
 PROMETHEUS_MULTIPROC_DIR.mkdir(parents=True, exist_ok=True)
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(PROMETHEUS_MULTIPROC_DIR)
-# Off: no process counts the event log's figures (/metrics still answers, with the
-# database's gauges and the counters kept outside the log).
 HARNESS_METRICS_ENABLED = config.HARNESS_METRICS_ENABLED
 # Who may read /metrics: a bearer token (Authorization: Bearer <token>), or a client
 # address in one of these networks. Empty token: only the networks.
 HARNESS_METRICS_TOKEN = config.HARNESS_METRICS_TOKEN.get_secret_value()
 HARNESS_METRICS_NETWORKS = config.HARNESS_METRICS_NETWORKS
-# A worker on a host without a web server serves its host's figures itself on this
-# port (0: it does not); on the address below, which only the scraper should reach.
 HARNESS_WORKER_METRICS_PORT = config.HARNESS_WORKER_METRICS_PORT
 HARNESS_WORKER_METRICS_ADDRESS = config.HARNESS_WORKER_METRICS_ADDRESS
-# Traces of runs over OTLP/HTTP (docs/deploy.md, Traces): off unless the collector's
-# traces URL is set (e.g. http://collector:4318/v1/traces).
 HARNESS_TRACES_URL = config.HARNESS_TRACES_URL
 HARNESS_TRACES_SERVICE_NAME = config.HARNESS_TRACES_SERVICE_NAME
 HARNESS_TRACES_TIMEOUT_SECONDS = config.HARNESS_TRACES_TIMEOUT_SECONDS
-# How long finished spans wait to be sent together.
 HARNESS_TRACES_DELAY_MS = config.HARNESS_TRACES_DELAY_MS

@@ -1,14 +1,17 @@
 # Images from a Debian root filesystem, without any container registry. Sourced by
 # sandbox/image/build.sh and deploy/images/build.sh, never run on its own:
 #
-#   debootstrap --variant=minbase bookworm + packages  ->  trim  ->  the caller's
-#   customise step  ->  rootfs tarball (cached by content)  ->  docker import
+#   debootstrap --variant=minbase bookworm + packages  ->  trim  ->  base tarball
+#   (cached by this library, the suite and the packages)  ->  the caller's customise
+#   step  ->  rootfs tarball (cached by content)  ->  docker import
 #
 # An image is tagged <name>:<digest>, the digest being the first 16 hex digits of
 # sha256 over its inputs (content_digest). A tag that exists is used at once; the
 # rootfs tarball is kept in ${HARNESS_CACHE_DIR:-/var/cache/harness} under the same
-# digest, so re-importing after `docker rmi` downloads nothing. Progress goes to
-# stderr.
+# digest, so re-importing after `docker rmi` downloads nothing. The base is kept apart
+# because debootstrap is most of a build's time: a change to what the customise step
+# adds (a program, a wheel) unpacks the base again instead of downloading Debian.
+# Progress goes to stderr.
 #
 # Environment:
 #   HARNESS_CACHE_DIR      rootfs tarball cache (default /var/cache/harness)
@@ -148,10 +151,17 @@ CFG
     printf 'deb http://deb.debian.org/debian %s main\n' "$DEBIAN_SUITE" >"$r/etc/apt/sources.list"
 }
 
-# _di_build_rootfs_tar TAR PACKAGES CUSTOMISE: debootstrap, trim, run CUSTOMISE (a
-# function name, or "") with the rootfs directory as $1, write TAR.
-_di_build_rootfs_tar() {
-    local tar=$1 packages=$2 customise=$3 mirror rootfs
+# _di_base_rootfs ROOTFS PACKAGES: the trimmed debootstrap of PACKAGES in ROOTFS,
+# unpacked from its cached tarball, made (and cached) first when there is none.
+_di_base_rootfs() {
+    local rootfs=$1 packages=$2 mirror base
+    base="$HARNESS_CACHE_DIR/base-$DEBIAN_SUITE-$(content_digest "packages=$packages").tar"
+    if [ -s "$base" ]; then
+        di_log "unpacking cached base $base"
+        mkdir -p "$rootfs"
+        tar -C "$rootfs" --numeric-owner -xpf "$base"
+        return 0
+    fi
     [ "$(id -u)" -eq 0 ] || di_die "debootstrap needs root"
     if ! command -v debootstrap >/dev/null 2>&1; then
         di_log "installing debootstrap with apt-get"
@@ -159,8 +169,6 @@ _di_build_rootfs_tar() {
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
     fi
     mirror=$(debian_mirror)
-    _di_work=$(mktemp -d "${TMPDIR:-/var/tmp}/harness-rootfs.XXXXXX")
-    rootfs="$_di_work/rootfs"
     di_log "debootstrap --variant=minbase $DEBIAN_SUITE from $mirror (packages: $packages)"
     if ! debootstrap --variant=minbase --include="${packages// /,}" \
             "$DEBIAN_SUITE" "$rootfs" "$mirror" >"$_di_work/debootstrap.log" 2>&1; then
@@ -171,6 +179,20 @@ _di_build_rootfs_tar() {
     _di_unmount_under "$rootfs"
     di_log "trimming rootfs"
     _di_trim "$rootfs"
+    di_log "writing base tarball $base"
+    _di_tmp_tar="$base.tmp.$$"
+    tar -C "$rootfs" --numeric-owner --one-file-system -cf "$_di_tmp_tar" .
+    mv -f "$_di_tmp_tar" "$base"
+    _di_tmp_tar=""
+}
+
+# _di_build_rootfs_tar TAR PACKAGES CUSTOMISE: the base rootfs, CUSTOMISE (a function
+# name, or "") run with the rootfs directory as $1, written to TAR.
+_di_build_rootfs_tar() {
+    local tar=$1 packages=$2 customise=$3 rootfs
+    _di_work=$(mktemp -d "${TMPDIR:-/var/tmp}/harness-rootfs.XXXXXX")
+    rootfs="$_di_work/rootfs"
+    _di_base_rootfs "$rootfs" "$packages"
     [ -z "$customise" ] || "$customise" "$rootfs"
     di_log "writing rootfs tarball $tar"
     _di_tmp_tar="$tar.tmp.$$"
