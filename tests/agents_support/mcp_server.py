@@ -93,6 +93,8 @@ def workspace_mcp(root: Path, token: str) -> Iterator[WorkspaceMcp]:
 
 
 def main() -> None:  # pragma: no cover - runs as its own process
+    import logging
+
     import anyio
     import uvicorn
     from mcp.server import MCPServer
@@ -100,6 +102,8 @@ def main() -> None:  # pragma: no cover - runs as its own process
     from starlette.requests import Request
     from starlette.responses import PlainTextResponse, Response
 
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("mcp").setLevel(logging.WARNING)
     state = Path(sys.argv[1])
     token = os.environ[TOKEN_ENV]
     server = MCPServer("harness", version="1.0")

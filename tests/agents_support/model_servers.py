@@ -200,12 +200,20 @@ class ModelServer:
             events.append(
                 (
                     "content_block_delta",
-                    {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}},
+                    {
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
+                    },
                 )
             )
         else:
-            events.append(("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}))
-            events.append(("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": block["text"]}}))
+            events.append(
+                ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+            )
+            events.append(
+                ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": block["text"]}})
+            )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
         events.append(
             (
@@ -252,21 +260,41 @@ class ModelServer:
             return index, 200, "application/json", json.dumps({**base, "status": "completed", "output": [item], "usage": usage}).encode()
         seq = itertools.count()
         events: list[tuple[str | None, Any]] = [
-            ("response.created", {"type": "response.created", "sequence_number": next(seq), "response": {**base, "status": "in_progress", "output": []}}),
+            (
+                "response.created",
+                {"type": "response.created", "sequence_number": next(seq), "response": {**base, "status": "in_progress", "output": []}},
+            ),
         ]
         if item["type"] == "function_call":
             added = {**item, "arguments": "", "status": "in_progress"}
-            events.append(("response.output_item.added", {"type": "response.output_item.added", "sequence_number": next(seq), "output_index": 0, "item": added}))
+            events.append(
+                (
+                    "response.output_item.added",
+                    {"type": "response.output_item.added", "sequence_number": next(seq), "output_index": 0, "item": added},
+                )
+            )
             events.append(
                 (
                     "response.function_call_arguments.delta",
-                    {"type": "response.function_call_arguments.delta", "sequence_number": next(seq), "item_id": item["id"], "output_index": 0, "delta": item["arguments"]},
+                    {
+                        "type": "response.function_call_arguments.delta",
+                        "sequence_number": next(seq),
+                        "item_id": item["id"],
+                        "output_index": 0,
+                        "delta": item["arguments"],
+                    },
                 )
             )
             events.append(
                 (
                     "response.function_call_arguments.done",
-                    {"type": "response.function_call_arguments.done", "sequence_number": next(seq), "item_id": item["id"], "output_index": 0, "arguments": item["arguments"]},
+                    {
+                        "type": "response.function_call_arguments.done",
+                        "sequence_number": next(seq),
+                        "item_id": item["id"],
+                        "output_index": 0,
+                        "arguments": item["arguments"],
+                    },
                 )
             )
         else:
@@ -275,16 +303,30 @@ class ModelServer:
             part = {"type": "output_text", "text": "", "annotations": []}
             common = {"item_id": item["id"], "output_index": 0, "content_index": 0}
             events += [
-                ("response.output_item.added", {"type": "response.output_item.added", "sequence_number": next(seq), "output_index": 0, "item": added}),
-                ("response.content_part.added", {"type": "response.content_part.added", "sequence_number": next(seq), **common, "part": part}),
-                ("response.output_text.delta", {"type": "response.output_text.delta", "sequence_number": next(seq), **common, "delta": text}),
+                (
+                    "response.output_item.added",
+                    {"type": "response.output_item.added", "sequence_number": next(seq), "output_index": 0, "item": added},
+                ),
+                (
+                    "response.content_part.added",
+                    {"type": "response.content_part.added", "sequence_number": next(seq), **common, "part": part},
+                ),
+                (
+                    "response.output_text.delta",
+                    {"type": "response.output_text.delta", "sequence_number": next(seq), **common, "delta": text},
+                ),
                 ("response.output_text.done", {"type": "response.output_text.done", "sequence_number": next(seq), **common, "text": text}),
                 (
                     "response.content_part.done",
                     {"type": "response.content_part.done", "sequence_number": next(seq), **common, "part": {**part, "text": text}},
                 ),
             ]
-        events.append(("response.output_item.done", {"type": "response.output_item.done", "sequence_number": next(seq), "output_index": 0, "item": item}))
+        events.append(
+            (
+                "response.output_item.done",
+                {"type": "response.output_item.done", "sequence_number": next(seq), "output_index": 0, "item": item},
+            )
+        )
         completed = {**base, "status": "completed", "output": [item], "usage": usage}
         events.append(("response.completed", {"type": "response.completed", "sequence_number": next(seq), "response": completed}))
         return index, 200, "text/event-stream", _sse(events)
@@ -298,7 +340,11 @@ class ModelServer:
         usage_in = _tokens(body)
         message: dict[str, Any]
         if isinstance(turn, ToolCall):
-            call = {"id": self.new_id("call"), "type": "function", "function": {"name": turn.name, "arguments": json.dumps(dict(turn.args))}}
+            call = {
+                "id": self.new_id("call"),
+                "type": "function",
+                "function": {"name": turn.name, "arguments": json.dumps(dict(turn.args))},
+            }
             message = {"role": "assistant", "content": None, "tool_calls": [call]}
             finish = "tool_calls"
         else:
@@ -308,7 +354,12 @@ class ModelServer:
         usage = {"prompt_tokens": usage_in, "completion_tokens": usage_out, "total_tokens": usage_in + usage_out}
         base = {"id": chat_id, "created": int(time.time()), "model": model}
         if not body.get("stream"):
-            whole = {**base, "object": "chat.completion", "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
+            whole = {
+                **base,
+                "object": "chat.completion",
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "usage": usage,
+            }
             return index, 200, "application/json", json.dumps(whole).encode()
         chunk = {**base, "object": "chat.completion.chunk"}
         if "tool_calls" in message:
@@ -347,8 +398,16 @@ class ModelServer:
         return json.dumps(
             {
                 "object": "list",
-                "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "scripted", "type": "model", "display_name": self.model}],
-                "models": [{"name": f"models/{self.model}", "displayName": self.model, "supportedGenerationMethods": ["generateContent", "countTokens"]}],
+                "data": [
+                    {"id": self.model, "object": "model", "created": 0, "owned_by": "scripted", "type": "model", "display_name": self.model}
+                ],
+                "models": [
+                    {
+                        "name": f"models/{self.model}",
+                        "displayName": self.model,
+                        "supportedGenerationMethods": ["generateContent", "countTokens"],
+                    }
+                ],
                 "has_more": False,
             }
         ).encode()
