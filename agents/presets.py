@@ -46,7 +46,8 @@ MCP_SERVER = "harness"
 TOKEN_ENV = "HARNESS_TOKEN"  # noqa: S105 - the variable's name, not a token
 
 # Claude Code's built-in tools (2.1.197), denied by name besides `--tools ""`, which
-# already leaves none: a rule the CLI's next version does not know is ignored.
+# already leaves none. A name the CLI does not know is ignored with a warning on stderr
+# (2.1.197 knows no MultiEdit, NotebookRead, LS or SlashCommand).
 CLAUDE_BUILTIN_TOOLS: tuple[str, ...] = (
     "Agent",
     "Task",
@@ -54,19 +55,15 @@ CLAUDE_BUILTIN_TOOLS: tuple[str, ...] = (
     "BashOutput",
     "KillShell",
     "Edit",
-    "MultiEdit",
     "Write",
     "Read",
     "NotebookEdit",
-    "NotebookRead",
     "Glob",
     "Grep",
-    "LS",
     "WebFetch",
     "WebSearch",
     "TodoWrite",
     "ExitPlanMode",
-    "SlashCommand",
     "Skill",
     "PowerShell",
 )
