@@ -12,6 +12,8 @@
 #   installed only when one of the locked versions is not;
 # - the OpenID provider the sign-in tests start (tests/oidc: `npm ci` from its
 #   package-lock.json, only when its node_modules is missing or older than the lock);
+# - the agent CLIs the presets drive (agents/clis: `npm ci` from its package-lock.json,
+#   only when its node_modules is missing or older than the lock);
 # - the services: Redis, PostgreSQL and the Docker engine (scripts/services.sh);
 # - the sandbox image (sandbox/image/build.sh, cached by content).
 #
@@ -64,6 +66,12 @@ fi
 if [ ! -d tests/oidc/node_modules/oidc-provider ] || [ tests/oidc/package-lock.json -nt tests/oidc/node_modules/.package-lock.json ]; then
     log "installing the test OpenID provider (tests/oidc)"
     (cd tests/oidc && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+if [ ! -x agents/clis/node_modules/.bin/claude ] || [ ! -x agents/clis/node_modules/.bin/codex ] || [ ! -x agents/clis/node_modules/.bin/gemini ] \
+    || [ agents/clis/package-lock.json -nt agents/clis/node_modules/.package-lock.json ]; then
+    log "installing the agent CLIs (agents/clis)"
+    (cd agents/clis && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
 bash scripts/services.sh
