@@ -1,7 +1,7 @@
 """The scripted model servers (tests/agents_support/model_servers.py) read by the providers'
 own Python SDKs: Anthropic Messages and OpenAI Chat Completions streaming and not, OpenAI
 Responses streaming; Gemini's shapes are read by the Gemini CLI itself in
-tests/test_it_agent_clis.py. Each answer carries its usage, and each request is recorded."""
+tests/test_agent_clis.py. Each answer carries its usage, and each request is recorded."""
 
 from __future__ import annotations
 

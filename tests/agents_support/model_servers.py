@@ -1,4 +1,4 @@
-"""Scripted model servers on 127.0.0.1 for the agent CLIs' tests (tests/test_it_agent_clis.py):
+"""Scripted model servers on 127.0.0.1 for the agent CLIs' tests (tests/test_agent_clis.py):
 one server speaks each provider's API the CLIs use (docs/agents-protocols.md), and the
 model's turns are a script the test writes.
 
