@@ -278,14 +278,15 @@ class AgentContainer:
             sock = self._client.api.exec_start(exec_id, socket=True)
         except ENGINE_ERRORS as exc:
             raise unavailable(exc, "starting the agent") from None
-        hit = threading.Event()
-        deadline = threading.Timer(timeout_seconds, self._deadline, args=(hit,))
+        hit, ended = threading.Event(), threading.Event()
+        deadline = threading.Timer(timeout_seconds, self._deadline, args=(hit, ended))
         deadline.daemon = True
         started = time.monotonic()
         deadline.start()
         try:
             self._stream_output(sock, on_output)
         finally:
+            ended.set()
             deadline.cancel()
             deadline.join()
             sock.close()
@@ -345,7 +346,7 @@ class AgentContainer:
                 with contextlib.suppress(OSError):
                     self._stream.shutdown(socket.SHUT_RDWR)
 
-    def _deadline(self, hit: threading.Event) -> None:
+    def _deadline(self, hit: threading.Event, ended: threading.Event) -> None:
         """Every process of the agent's uid killed (not the relay's, not PID 1); the
         container removed when even that cannot run."""
         hit.set()
@@ -358,8 +359,9 @@ class AgentContainer:
             log.warning("agent %s: could not kill its processes (%s); removing the container", self.id[:12], exc)
             self.kill()
             return
-        time.sleep(STREAM_GRACE_SECONDS)
-        self._cut_stream()
+        # A stream normally ends with its processes; one that does not is cut.
+        if not ended.wait(STREAM_GRACE_SECONDS):
+            self._cut_stream()
 
     def _exit_code(self, exec_id: str) -> int | None:
         wait_until = time.monotonic() + 2
