@@ -10,7 +10,6 @@ a kill ends it within two seconds and a deadline stops it."""
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
 import uuid
@@ -29,20 +28,9 @@ from core import events as ev
 from sandbox.agent.container import AGENT_SPEC, GATEWAY_PORT, HOME_DIR, AgentContainer, AgentResult, Gateway
 from sandbox.container.orphans import containers_by_run
 from tests.fixtures_runtimes import RuntimeEngine
-from tests.fixtures_sandbox import ROOT, SCOPE
+from tests.fixtures_sandbox import SCOPE
 
-BUILD = ROOT / "sandbox" / "agent" / "image" / "build.sh"
 TOKEN = "hrn-agent-token-for-this-run-only"
-
-
-@pytest.fixture(scope="session")
-def agent_image(docker_engine: docker.DockerClient) -> str:
-    """The agent image built from this checkout (a cache hit when it is current: the
-    relay it carries must be this checkout's)."""
-    done = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, timeout=1800, check=False)
-    if done.returncode != 0:
-        pytest.fail(f"the agent image did not build (bash {BUILD}):\n{done.stderr[-3000:]}")
-    return done.stdout.strip().splitlines()[-1]
 
 
 class Server:
