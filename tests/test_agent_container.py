@@ -25,8 +25,9 @@ import pytest
 from docker.errors import NotFound
 
 from core import events as ev
-from sandbox.agent.container import AGENT_SPEC, GATEWAY_PORT, HOME_DIR, AgentContainer, AgentResult, Gateway
+from sandbox.agent.container import AGENT_SPEC, GATEWAY_PORT, HOME_DIR, AgentContainer, AgentResult, Gateway, home_archive
 from sandbox.container.orphans import containers_by_run
+from sandbox.egress.proxy import EgressRefused, Forward, forward_head
 from tests.fixtures_runtimes import RuntimeEngine
 from tests.fixtures_sandbox import SCOPE
 
@@ -470,3 +471,76 @@ def test_it_keeps_the_agent_to_the_gateway_under_each_runtime(
         assert got["provider_dns"].startswith("failed: ") and "403" in got["other_run"], got
         assert got["bridge"].startswith("failed: "), got
         assert ("DNS", "api.anthropic.com") in {(c["method"], c["host"]) for c in agent.connections()}
+
+
+FORWARD = Forward("web", 8000, "/agent/runs/r1/")
+
+
+def forwarded(target: str, *headers: str) -> bytes:
+    return forward_head("\r\n".join([f"POST {target} HTTP/1.1", "Host: 127.0.0.1:8787", *headers]).encode(), FORWARD).forward
+
+
+def test_it_forwards_a_request_under_the_run_s_prefix_to_the_gateway_as_it_is_named() -> None:
+    sent = forwarded("/agent/runs/r1/mcp/?session=a:b", "Content-Length: 2", "Connection: keep-alive", "Authorization: Bearer t")
+    assert sent == (
+        b"POST /agent/runs/r1/mcp/?session=a:b HTTP/1.1\r\nHost: web:8000\r\nContent-Length: 2\r\n"
+        b"Authorization: Bearer t\r\nConnection: close\r\n\r\n"
+    )
+    request = forward_head(b"GET /agent/runs/r1/gemini/v1beta/models/m:streamGenerateContent HTTP/1.1\r\nHost: x", FORWARD)
+    assert (request.method, request.host, request.port, request.body) == ("GET", "web", 8000, 0)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/agent/runs/r2/mcp/",
+        "/agent/runs/r1",
+        "/agent/runs/r10/mcp/",
+        "/api/runs/",
+        "/agent/runs/r1/../r2/mcp/",
+        "/agent/runs/r1/./mcp/",
+        "/agent/runs/r1/..",
+        "/agent/runs/r1/%2e%2E/r2/",
+        "/agent/runs/r1/%2F..%2Fr2/",
+        "/agent/runs/r1/..%5cr2/",
+        "/agent/runs/r1//mcp/",
+        "/agent/runs/r1/..;/r2/",
+        "/agent/runs/r1/\\../r2/",
+        "http://web:8000/agent/runs/r1/mcp/",
+        "*",
+        "/agent/runs/r1/\u00e9",
+    ],
+)
+def test_it_refuses_a_path_outside_the_run_s_prefix_in_any_spelling(target: str) -> None:
+    with pytest.raises(EgressRefused, match="only plain paths under /agent/runs/r1/"):
+        forwarded(target)
+
+
+def test_it_refuses_a_forwarded_head_a_server_could_read_differently() -> None:
+    for headers, why in [
+        (("Transfer-Encoding: chunked",), "Transfer-Encoding"),
+        (("Content-Length: 2", "Content-Length: 3"), "not one number"),
+        ((" folded",), "folded"),
+    ]:
+        with pytest.raises(EgressRefused, match=why):
+            forwarded("/agent/runs/r1/mcp/", *headers)
+    with pytest.raises(EgressRefused, match="not an HTTP/1 request"):
+        forward_head(b"POST /agent/runs/r1/mcp/ HTTP/2\r\n", FORWARD)
+    with pytest.raises(ValueError, match="plain path ending in '/'"):
+        Forward("web", 8000, "/agent/runs/r1")
+
+
+def test_it_takes_the_gateway_as_plain_http_and_the_run_s_paths() -> None:
+    gateway = Gateway.for_run("http://web:8000", "r1")
+    assert (gateway.host, gateway.port, gateway.prefix) == ("web", 8000, "/agent/runs/r1/")
+    assert gateway.local_url == f"http://127.0.0.1:{GATEWAY_PORT}/agent/runs/r1"
+    assert Gateway.for_run("http://harness.example/", "r1").port == 80
+    for wrong in ("https://web:8443", "http://web:8000/agent/", "web:8000", "http://web:8000?x=1"):
+        with pytest.raises(ValueError, match="must be http://host"):
+            Gateway.for_run(wrong, "r1")
+
+
+def test_it_writes_only_plain_paths_under_the_agent_s_home() -> None:
+    for wrong in ("../x", "/etc/passwd", "a/../../x", "", "./x", "a//b", "a/"):
+        with pytest.raises(ValueError, match="plain path under its home"):
+            home_archive({wrong: "x"})
