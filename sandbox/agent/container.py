@@ -68,7 +68,7 @@ from sandbox.container.spec import (
     labels,
     remove_container,
 )
-from sandbox.egress.proxy import EgressProxy, EgressRefused, Forward
+from sandbox.egress.proxy import MAX_EVENTS, EgressProxy, EgressRefused, Forward
 from sandbox.exec_stream import frames
 
 log = logging.getLogger(__name__)
@@ -161,17 +161,20 @@ class AgentContainer:
         spec: ContainerSpec = AGENT_SPEC,
         scope: str = DEFAULT_SCOPE,
         home_mb: int = HOME_MB,
+        max_events: int = MAX_EVENTS,
         client: docker.DockerClient | None = None,
     ) -> AgentContainer:
         """A new agent container for the run (one left by an earlier driver of the
         run is removed first) with its relay listening; SandboxUnavailable when the
-        engine, the image or the relay fails."""
+        engine, the image or the relay fails. Past ``max_events`` connection events
+        (each model or tool request is a connection) the rest are counted in one
+        ``egress_connections_omitted`` event at ``close``."""
         client = client or shared_client()
         try:
             container_id = cls._create(client, run_id, workspace_dir, spec, scope, home_mb)
         except ENGINE_ERRORS as exc:
             raise unavailable(exc, "starting the agent container") from None
-        proxy = EgressProxy(AGENT_EGRESS, record, forwards={GATEWAY_PORT: Forward(gateway.host, gateway.port, gateway.prefix)})
+        proxy = EgressProxy(AGENT_EGRESS, record, max_events, forwards={GATEWAY_PORT: Forward(gateway.host, gateway.port, gateway.prefix)})
         box = cls(client, container_id, run_id, gateway, proxy)
         try:
             proxy.start(box._attach_relay)
