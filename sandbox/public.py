@@ -2,11 +2,13 @@
 imports a module inside it). The runs app builds a run's executor from these parts
 (runs.runtime), places and rebuilds its workspace, checks sources, forges and bases,
 and sweeps containers; the settings and the admin check URLs against the allowlist
-and the engine's runtimes. Nothing here loads the MCP SDK: a run that talks to a
+and the engine's runtimes; an outside agent's driver (issue 41) starts, runs, kills
+and closes the run's agent container. Nothing here loads the MCP SDK: a run that talks to a
 server loads it then (sandbox/mcp)."""
 
 from __future__ import annotations
 
+from sandbox.agent.container import AGENT_IMAGE, AGENT_SPEC, HOME_DIR, AgentContainer, AgentResult, Gateway
 from sandbox.container.client import shared_client, use_engine_host
 from sandbox.container.engine import ENGINE_ERRORS
 from sandbox.container.orphans import containers_by_run, remove_containers
@@ -27,14 +29,20 @@ from sandbox.workspace.run_workspace import RunWorkspace
 from sandbox.workspace.sources import WorkspaceSourceError, check_narrowed, check_source
 
 __all__ = [
+    "AGENT_IMAGE",
+    "AGENT_SPEC",
+    "HOME_DIR",
     "ENGINE_ERRORS",
     "HEX_REF",
     "MB",
+    "AgentContainer",
+    "AgentResult",
     "BaseMove",
     "ChangeRequests",
     "ContainerSpec",
     "DiskQuota",
     "ForgeAccess",
+    "Gateway",
     "McpServerConfig",
     "McpTools",
     "RebuildFailed",

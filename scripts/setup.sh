@@ -15,7 +15,9 @@
 # - the agent CLIs the presets drive (agents/clis: `npm ci` from its package-lock.json,
 #   only when its node_modules is missing or older than the lock);
 # - the services: Redis, PostgreSQL and the Docker engine (scripts/services.sh);
-# - the sandbox image (sandbox/image/build.sh, cached by content).
+# - the sandbox image (sandbox/image/build.sh, cached by content);
+# - the agent image (sandbox/agent/image/build.sh, cached by content), once the agent
+#   CLIs are installed in agents/clis/node_modules.
 #
 # Installing needs root and apt-get; without them, it names what to install and stops.
 set -euo pipefail
@@ -76,3 +78,6 @@ fi
 
 bash scripts/services.sh
 log "sandbox image: $(bash sandbox/image/build.sh)"
+if [ -f agents/clis/node_modules/.package-lock.json ]; then
+    log "agent image: $(bash sandbox/agent/image/build.sh)"
+fi

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -44,6 +45,7 @@ from sandbox.workspace.run_workspace import RunWorkspace
 from tests.fixtures_runtimes import RuntimeEngine
 
 ROOT = Path(__file__).resolve().parent.parent
+AGENT_IMAGE_BUILD = ROOT / "sandbox" / "agent" / "image" / "build.sh"
 SCOPE = f"test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 WRITE_PATHS = ("orders/*",)
 TEST_LIMITS = SandboxLimits(memory="256m", cpus=1.0, pids_limit=64)
@@ -65,6 +67,16 @@ def docker_engine() -> Iterator[docker.DockerClient]:
         pytest.fail(f"sandbox image {settings.SANDBOX_IMAGE} is missing; build it with: bash sandbox/image/build.sh")
     yield client
     sweep_orphans([], scope=SCOPE, client=client)
+
+
+@pytest.fixture(scope="session")
+def agent_image(docker_engine: docker.DockerClient) -> str:
+    """The agent image (sandbox/agent) built from this checkout: a cache hit when it is
+    current, as the relay it carries must be this checkout's."""
+    done = subprocess.run(["bash", str(AGENT_IMAGE_BUILD)], capture_output=True, text=True, timeout=1800, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"the agent image did not build (bash {AGENT_IMAGE_BUILD}):\n{done.stderr[-3000:]}")
+    return done.stdout.strip().splitlines()[-1]
 
 
 @pytest.fixture(scope="session", autouse=True)

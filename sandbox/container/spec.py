@@ -153,34 +153,51 @@ def create_container(client: docker.DockerClient, run_id: str, role: str, source
         spec.image,
         command=["python3", REAPER],
         name=container_name(scope, run_id, role),
-        labels={LABEL_MANAGED: "1", LABEL_RUN: run_id, LABEL_ROLE: role, LABEL_SCOPE: scope, LABEL_SPEC: spec.digest},
-        user=SANDBOX_USER,
-        working_dir=WORKDIR,
+        labels=labels(run_id, role, scope, spec),
         environment=dict(SANDBOX_ENV),
-        network_mode=spec.network,
+        tmpfs=spec.tmpfs,
+        hostname="sandbox",
+        **hardening(spec, source),
+    )
+
+
+def labels(run_id: str, role: str, scope: str, spec: ContainerSpec) -> dict[str, str]:
+    """What finds a container again: managed, its run, its role, the installation's
+    scope (the orphan sweep's filter) and the spec it was made with."""
+    return {LABEL_MANAGED: "1", LABEL_RUN: run_id, LABEL_ROLE: role, LABEL_SCOPE: scope, LABEL_SPEC: spec.digest}
+
+
+def hardening(spec: ContainerSpec, source: str) -> dict[str, Any]:
+    """The options every container of the sandbox is created with (docs/design.md,
+    Trust boundaries), a run's check container and an agent's alike (sandbox/agent):
+    the sandbox user, no network, the project's seccomp profile, no capability, a
+    read-only root, the policy's limits and the workspace at ``source`` mounted
+    read-only. Its command, environment, scratch and name are the caller's."""
+    return {
+        "user": SANDBOX_USER,
+        "working_dir": WORKDIR,
+        "network_mode": spec.network,
         # Names resolve nowhere but the container's own loopback, where a check with
         # egress has the relay refusing (and reporting) each lookup; the sandbox user
         # may bind that port in the container's own network namespace alone.
-        dns=["127.0.0.1"],
-        sysctls={"net.ipv4.ip_unprivileged_port_start": "0"},
-        read_only=True,
-        cap_drop=["ALL"],
+        "dns": ["127.0.0.1"],
+        "sysctls": {"net.ipv4.ip_unprivileged_port_start": "0"},
+        "read_only": True,
+        "cap_drop": ["ALL"],
         # The project's own profile, not the engine's default (sandbox/container/seccomp.py).
-        security_opt=["no-new-privileges", security_option()],
-        mem_limit=spec.memory,
-        memswap_limit=spec.memory,
-        nano_cpus=int(spec.cpus * 1_000_000_000),
-        pids_limit=spec.host_pids_limit,
-        ulimits=spec.ulimits,
-        tmpfs=spec.tmpfs,
+        "security_opt": ["no-new-privileges", security_option()],
+        "mem_limit": spec.memory,
+        "memswap_limit": spec.memory,
+        "nano_cpus": int(spec.cpus * 1_000_000_000),
+        "pids_limit": spec.host_pids_limit,
+        "ulimits": spec.ulimits,
         # Read-only: only the harness's own file tools write the workspace, so a
         # check observes it and never changes it.
-        mounts=[Mount(target=WORKDIR, source=source, type="bind", read_only=True)],
-        runtime=spec.runtime,
-        hostname="sandbox",
-        stop_signal="SIGKILL",
-        detach=True,
-    )
+        "mounts": [Mount(target=WORKDIR, source=source, type="bind", read_only=True)],
+        "runtime": spec.runtime,
+        "stop_signal": "SIGKILL",
+        "detach": True,
+    }
 
 
 def remove_container(client: docker.DockerClient, container_id: str) -> bool:

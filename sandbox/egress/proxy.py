@@ -24,17 +24,25 @@ past its Content-Length is forwarded, so a second, pipelined request never reach
 the destination and the connection's event says so. Each connection is an
 ``EgressConnection`` event for the call when it ends, written once both directions
 are over and counted (its byte counts are final), and the check's receipt carries
-the summary per destination (``EgressSummary``) that its evidence keeps."""
+the summary per destination (``EgressSummary``) that its evidence keeps.
+
+An agent's container (sandbox/agent) has forwards besides: ports on its loopback the
+relay listens on, each sent to one destination the worker names (``Forward``: the
+run's gateway), so a client that knows no proxy (Node's fetch) reaches it by a base
+URL on 127.0.0.1. Each request on a forward is read like a plain one (one request a
+connection, its Host the destination's, nothing past its body) and refused unless its
+path is under the forward's prefix (the run's own gateway paths)."""
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
 import logging
+import re
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,9 +71,26 @@ class EgressRefused(Exception):
     """The proxy will not open this connection; the reason is the check's to read."""
 
 
+@dataclass(frozen=True)
+class Forward:
+    """Where the connections to one of the relay's forward ports go: one destination
+    set by the worker, never by the container, and the path every request sent there
+    must be under (ending in ``/``)."""
+
+    host: str
+    port: int
+    prefix: str = "/"
+
+    def __post_init__(self) -> None:
+        if not self.prefix.startswith("/") or not self.prefix.endswith("/") or not plain_path(self.prefix):
+            raise ValueError(f"a forward's prefix must be a plain path ending in '/': {self.prefix!r}")
+
+
 @dataclass
 class Connection:
     cid: int
+    # Set for a connection to a forward port: its destination is fixed.
+    forward: Forward | None = None
     started: float = field(default_factory=time.monotonic)
     head: bytes = b""
     host: str = ""
@@ -125,6 +150,40 @@ def parse_head(head: bytes) -> Request:
     first = f"{method} /{path if slash else ''} {version}".encode("latin-1")
     named = f"Host: {host}{'' if port == 80 else f':{port}'}".encode("latin-1")
     return Request(method, host, port, b"\r\n".join([first, named, *kept, b"Connection: close", b"", b""]), body)
+
+
+# What a forwarded request's path may not hold: an empty, "." or ".." segment, a
+# backslash, a ";" (a path parameter) or an escaped dot, slash or backslash, in any
+# case: a server could read such a path as one outside the prefix.
+_UNPLAIN = re.compile(r"//|/\.\.?(/|$)|\\|;|%(2e|2f|5c)", re.IGNORECASE)
+
+
+def plain_path(path: str) -> bool:
+    return path.startswith("/") and path.isascii() and path.isprintable() and _UNPLAIN.search(path) is None
+
+
+def forward_head(head: bytes, forward: Forward) -> Request:
+    """A request on a forward port, sent to its destination in origin form with that
+    destination as its Host and ``Connection: close``; refused unless its path is plain
+    and under the forward's prefix, or when a server could read it differently (the
+    rules of a plain proxy request)."""
+    lines = head.split(b"\r\n")
+    parts = lines[0].decode("latin-1").split(" ")
+    if len(parts) != 3 or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
+        raise EgressRefused("not an HTTP/1 request")
+    method, target, version = parts
+    path = target.partition("?")[0]
+    if not plain_path(path) or not path.startswith(forward.prefix):
+        raise EgressRefused(f"{method} {target[:200]}: only plain paths under {forward.prefix} are forwarded")
+    headers = [header_line(line) for line in lines[1:]]
+    body = body_length(
+        [value for name, value in headers if name == b"content-length"], [n for n, _ in headers if n == b"transfer-encoding"]
+    )
+    kept = [line for line, (name, _value) in zip(lines[1:], headers, strict=True) if name not in HOP_HEADERS]
+    host = f"[{forward.host}]" if ":" in forward.host else forward.host
+    named = f"Host: {host}:{forward.port}".encode("latin-1")
+    first = f"{method} {target} {version}".encode("latin-1")
+    return Request(method, forward.host, forward.port, b"\r\n".join([first, named, *kept, b"Connection: close", b"", b""]), body)
 
 
 def header_line(line: bytes) -> tuple[bytes, bytes]:
@@ -212,8 +271,16 @@ class EgressProxy:
     and gives the environment the check needs; ``close`` after the check ends every
     connection and returns what the check reached, per destination."""
 
-    def __init__(self, check: CheckDef, record: Callable[[type[ev.Event], dict[str, Any]], None], max_events: int = MAX_EVENTS) -> None:
+    def __init__(
+        self,
+        check: CheckDef,
+        record: Callable[[type[ev.Event], dict[str, Any]], None],
+        max_events: int = MAX_EVENTS,
+        forwards: Mapping[int, Forward] | None = None,
+    ) -> None:
         self._check = check
+        # The relay's forward ports (in the container) and where each one's connections go.
+        self._forwards = dict(forwards or {})
         self._record = record
         # A check that opens thousands of connections (a crawler, a retry loop) must
         # not flood the run's log: past this many events per call, the rest are
@@ -234,7 +301,7 @@ class EgressProxy:
     def start(self, attach: Callable[[list[str]], Any]) -> dict[str, str]:
         """Start the relay through ``attach`` (an execution with its standard input
         open, ``SandboxContainer.attach``) and wait until it listens."""
-        self._sock = attach(["python3", RELAY])
+        self._sock = attach(["python3", RELAY, *(str(port) for port in self._forwards)])
         self._raw = getattr(self._sock, "_sock", self._sock)
         ready = threading.Event()
         self._reader = threading.Thread(target=self._read, args=(ready,), name="egress-relay", daemon=True)
@@ -317,7 +384,10 @@ class EgressProxy:
         with self._lock:
             conn = self._conns.get(cid)
             if kind == OPEN and conn is None and cid not in {c.cid for c in self._finished}:
-                self._conns[cid] = Connection(cid)
+                # A port the worker did not name is no forward: its connection is a
+                # proxy request like any other, checked against the policy.
+                forward = self._forwards.get(int(payload)) if payload.isdigit() else None
+                self._conns[cid] = Connection(cid, forward=forward)
                 return
         if conn is None:
             return
@@ -350,9 +420,14 @@ class EgressProxy:
             return
         head, rest = conn.head[:end], conn.head[end + 4 :]
         try:
-            request = parse_head(head)
-            conn.host, conn.port, conn.method = request.host, request.port, request.method
-            check_destination(self._check, request.host, request.port)
+            if conn.forward is not None:
+                conn.host, conn.port = conn.forward.host, conn.forward.port
+                request = forward_head(head, conn.forward)
+                conn.method = request.method
+            else:
+                request = parse_head(head)
+                conn.host, conn.port, conn.method = request.host, request.port, request.method
+                check_destination(self._check, request.host, request.port)
             conn.upstream = do_connect(request.host, request.port)
         except EgressRefused as exc:
             self._refuse(conn, str(exc))

@@ -9,10 +9,17 @@ kinds are ``sandbox.egress.protocol``'s (tests/test_sandbox_programs.py holds th
 to the same values). It also answers DNS on the container's loopback port 53 (UDP,
 the container's only resolver): every lookup is refused, since names resolve only
 through the proxy, and each query goes to the proxy as a DNS frame, so the attempt
-is recorded. Runs as the image's python3 with nothing but the standard library."""
+is recorded. Runs as the image's python3 with nothing but the standard library.
+
+Each port given as an argument is a forward (an agent's container, sandbox/agent): the
+relay listens on it too, on the container's loopback, and a connection accepted there
+opens with that port as the OPEN frame's bytes, so the proxy sends it to the one
+destination the worker set for that port (and checks each request it carries there);
+a connection to the first port opens with no bytes and is a proxy request."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 import struct
 import sys
@@ -27,6 +34,8 @@ out, inp = sys.stdout.buffer, sys.stdin.buffer
 # One writer at a time on standard output: a frame is written whole or not at all.
 lock = threading.Lock()
 conns: dict[int, socket.socket] = {}
+# One numbering for every listener's connections (next() on a count is atomic).
+numbers = itertools.count(1)
 
 
 def send(cid: int, kind: int, data: bytes = b"") -> None:
@@ -46,13 +55,12 @@ def pump(cid: int, conn: socket.socket) -> None:
     conn.close()
 
 
-def accept(server: socket.socket) -> None:
-    number = 0
+def accept(server: socket.socket, forward: bytes = b"") -> None:
     while True:
         conn, _ = server.accept()
-        number += 1
+        number = next(numbers)
         conns[number] = conn
-        send(number, OPEN)
+        send(number, OPEN, forward)
         threading.Thread(target=pump, args=(number, conn), daemon=True).start()
 
 
@@ -82,10 +90,18 @@ def read(size: int) -> bytes:
     return data
 
 
-def main() -> None:
+def listen(port: int) -> socket.socket:
     server = socket.socket()
-    server.bind(("127.0.0.1", 0))
+    server.bind(("127.0.0.1", port))
     server.listen(64)
+    return server
+
+
+def main() -> None:
+    server = listen(0)
+    # The forwards first: a port that cannot be bound ends the relay before READY.
+    for port in map(int, sys.argv[1:]):
+        threading.Thread(target=accept, args=(listen(port), str(port).encode()), daemon=True).start()
     threading.Thread(target=accept, args=(server,), daemon=True).start()
     try:
         dns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
