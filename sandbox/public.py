@@ -9,6 +9,7 @@ server loads it then (sandbox/mcp)."""
 from __future__ import annotations
 
 from sandbox.agent.container import AGENT_IMAGE, AGENT_SPEC, HOME_DIR, AgentContainer, AgentResult, Gateway
+from sandbox.agent.presets import PRESETS, Launch, ModelProxy, Preset, RunEndpoints, launch, parse_version, version_argv
 from sandbox.container.client import shared_client, use_engine_host
 from sandbox.container.engine import ENGINE_ERRORS
 from sandbox.container.orphans import containers_by_run, remove_containers
@@ -32,6 +33,14 @@ __all__ = [
     "AGENT_IMAGE",
     "AGENT_SPEC",
     "HOME_DIR",
+    "PRESETS",
+    "Launch",
+    "ModelProxy",
+    "Preset",
+    "RunEndpoints",
+    "launch",
+    "parse_version",
+    "version_argv",
     "ENGINE_ERRORS",
     "HEX_REF",
     "MB",

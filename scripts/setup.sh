@@ -12,12 +12,12 @@
 #   installed only when one of the locked versions is not;
 # - the OpenID provider the sign-in tests start (tests/oidc: `npm ci` from its
 #   package-lock.json, only when its node_modules is missing or older than the lock);
-# - the agent CLIs the presets drive (agents/clis: `npm ci` from its package-lock.json,
+# - the agent CLIs the presets drive (sandbox/agent/clis: `npm ci` from its package-lock.json,
 #   only when its node_modules is missing or older than the lock);
 # - the services: Redis, PostgreSQL and the Docker engine (scripts/services.sh);
 # - the sandbox image (sandbox/image/build.sh, cached by content);
 # - the agent image (sandbox/agent/image/build.sh, cached by content), once the agent
-#   CLIs are installed in agents/clis/node_modules.
+#   CLIs are installed in sandbox/agent/clis/node_modules.
 #
 # Installing needs root and apt-get; without them, it names what to install and stops.
 set -euo pipefail
@@ -70,14 +70,14 @@ if [ ! -d tests/oidc/node_modules/oidc-provider ] || [ tests/oidc/package-lock.j
     (cd tests/oidc && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-if [ ! -x agents/clis/node_modules/.bin/claude ] || [ ! -x agents/clis/node_modules/.bin/codex ] || [ ! -x agents/clis/node_modules/.bin/gemini ] \
-    || [ agents/clis/package-lock.json -nt agents/clis/node_modules/.package-lock.json ]; then
-    log "installing the agent CLIs (agents/clis)"
-    (cd agents/clis && npm ci --no-audit --no-fund --loglevel=error)
+if [ ! -x sandbox/agent/clis/node_modules/.bin/claude ] || [ ! -x sandbox/agent/clis/node_modules/.bin/codex ] || [ ! -x sandbox/agent/clis/node_modules/.bin/gemini ] \
+    || [ sandbox/agent/clis/package-lock.json -nt sandbox/agent/clis/node_modules/.package-lock.json ]; then
+    log "installing the agent CLIs (sandbox/agent/clis)"
+    (cd sandbox/agent/clis && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
 bash scripts/services.sh
 log "sandbox image: $(bash sandbox/image/build.sh)"
-if [ -f agents/clis/node_modules/.package-lock.json ]; then
+if [ -f sandbox/agent/clis/node_modules/.package-lock.json ]; then
     log "agent image: $(bash sandbox/agent/image/build.sh)"
 fi

@@ -1,5 +1,5 @@
-"""The three agent CLIs (agents/clis, pinned), run for real and headless on this host by
-their presets (agents/presets.py) against a scripted model server speaking their
+"""The three agent CLIs (sandbox/agent/clis, pinned), run for real and headless on this host by
+their presets (sandbox/agent/presets.py) against a scripted model server speaking their
 provider's API (tests/agents_support/model_servers.py) and a real MCP server made with
 the official SDK that checks the run's bearer token (tests/agents_support/mcp_server.py).
 
@@ -26,14 +26,14 @@ from pathlib import Path
 
 import pytest
 
-from agents.presets import ModelProxy, Preset, RunEndpoints, launch, parse_version, version_argv
+from sandbox.agent.presets import ModelProxy, Preset, RunEndpoints, launch, parse_version, version_argv
 from tests.agents_support.mcp_server import FILE_TEXT, PATCH_RESULT, WorkspaceMcp, workspace_mcp
 from tests.agents_support.model_servers import ModelServer, Recorded, Text, ToolCall, Turn, model_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.agent_cli]
 
 ROOT = Path(__file__).resolve().parent.parent
-BIN = ROOT / "agents" / "clis" / "node_modules" / ".bin"
+BIN = ROOT / "sandbox" / "agent" / "clis" / "node_modules" / ".bin"
 TOKEN = "run-token-3f9b1c7e"
 PATCH = "--- a/src/app.py\n+++ b/src/app.py\n@@ -1,2 +1,2 @@\n def answer():\n-    return 41\n+    return 42\n"
 TIMEOUT_S = 120
@@ -103,7 +103,7 @@ CODEX_LEFTOVERS = {"list_mcp_resources", "list_mcp_resource_templates", "read_mc
 @pytest.fixture(scope="module", autouse=True)
 def _installed() -> None:
     if not BIN.is_dir():
-        raise RuntimeError("agents/clis has no node_modules: run `make setup` (it runs npm ci there)")
+        raise RuntimeError("sandbox/agent/clis has no node_modules: run `make setup` (it runs npm ci there)")
 
 
 @dataclass
@@ -208,7 +208,7 @@ def test_it_version_is_the_pinned_one(cli: Cli) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert parse_version(out.stdout) == cli.version
-    lock = json.loads((ROOT / "agents" / "clis" / "package-lock.json").read_text())
+    lock = json.loads((ROOT / "sandbox" / "agent" / "clis" / "package-lock.json").read_text())
     package = {"claude-code": "@anthropic-ai/claude-code", "codex": "@openai/codex", "gemini-cli": "@google/gemini-cli"}[cli.preset]
     assert lock["packages"][f"node_modules/{package}"]["version"] == cli.version
 

@@ -1,5 +1,5 @@
 """The agent image (sandbox/agent/image/build.sh): built once by content, a second
-build a cache hit; the pinned CLIs (agents/clis) run in it as the agent, in its
+build a cache hit; the pinned CLIs (sandbox/agent/clis) run in it as the agent, in its
 container, with nothing but their --version to do; what it carries is the root's and
 read-only to the agent."""
 
@@ -19,7 +19,7 @@ import pytest
 from sandbox.agent.container import AGENT_SPEC, HOME_DIR, AgentContainer, Gateway
 from tests.fixtures_sandbox import AGENT_IMAGE_BUILD, ROOT, SCOPE
 
-PINNED = json.loads((ROOT / "agents" / "clis" / "package.json").read_text())["dependencies"]
+PINNED = json.loads((ROOT / "sandbox" / "agent" / "clis" / "package.json").read_text())["dependencies"]
 CLIS = {"claude": "@anthropic-ai/claude-code", "codex": "@openai/codex", "gemini": "@google/gemini-cli"}
 
 

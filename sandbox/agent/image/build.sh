@@ -7,7 +7,7 @@
 # relay, the sandbox image's own programs from sandbox/image/harness) and libstdc++6;
 # the host's Node.js (bookworm's is too old for the CLIs: /usr/bin/node, NodeSource
 # v20, copied as it is, its SHA-256 and version in the digest); the agent CLIs'
-# node_modules from agents/clis (installed on the host by `npm ci` from its lock,
+# node_modules from sandbox/agent/clis (installed on the host by `npm ci` from its lock,
 # copied to /opt/agent-clis, root's and read-only; `claude`, `codex` and `gemini` on
 # PATH in /usr/local/bin); a non-root user `agent` (uid 1000) whose HOME,
 # /home/agent, is a small tmpfs at run time; no CA certificates (the container has no
@@ -15,7 +15,7 @@
 #
 # The image is tagged harness-agent:<digest> (and harness-agent:latest), <digest>
 # being the first 16 hex digits of SHA-256 over: this script, scripts/debian_image.sh,
-# the suite, the package list, Node's SHA-256 and version, agents/clis' package.json
+# the suite, the package list, Node's SHA-256 and version, sandbox/agent/clis' package.json
 # and package-lock.json, npm's record of the installed tree
 # (node_modules/.package-lock.json) and the tree's listing (every path, its type, size
 # and link target: npm ci checked each package against the lock's integrity hash, so
@@ -30,7 +30,7 @@
 #   HARNESS_AGENT_IMAGE_NAME  the image's name (default harness-agent)
 #   HARNESS_AGENT_NODE        the Node.js binary to copy (default /usr/bin/node)
 #   HARNESS_AGENT_CLIS        the directory holding the CLIs' package.json, lock and
-#                             node_modules (default agents/clis of this checkout)
+#                             node_modules (default sandbox/agent/clis of this checkout)
 #   HARNESS_CACHE_DIR, HARNESS_DEBIAN_MIRROR: see scripts/debian_image.sh
 set -euo pipefail
 
@@ -43,7 +43,7 @@ DEBIAN_IMAGE_LOG_NAME=agent-image
 IMAGE=${HARNESS_AGENT_IMAGE_NAME:-harness-agent}
 PACKAGES="python3-minimal libstdc++6"
 NODE=${HARNESS_AGENT_NODE:-/usr/bin/node}
-CLIS=${HARNESS_AGENT_CLIS:-$REPO/agents/clis}
+CLIS=${HARNESS_AGENT_CLIS:-$REPO/sandbox/agent/clis}
 COMMANDS="claude codex gemini"
 # The sandbox image's programs (sandbox/container/spec.py PROGRAMS): PID 1's reaper
 # and the egress relay, the same files, not copies.

@@ -34,7 +34,7 @@ from typing import Literal
 Preset = Literal["claude-code", "codex", "gemini-cli", "any"]
 PRESETS: tuple[Preset, ...] = ("claude-code", "codex", "gemini-cli", "any")
 
-# The npm package and the command each preset drives (agents/clis/package.json pins them).
+# The npm package and the command each preset drives (sandbox/agent/clis/package.json pins them).
 PACKAGES: Mapping[str, str] = {
     "claude-code": "@anthropic-ai/claude-code",
     "codex": "@openai/codex",
