@@ -28,7 +28,6 @@ def bearer(scope: Scope) -> str | None:
     return None
 
 
-@database_sync_to_async
 def _authenticate(token: str | None, run_id: uuid.UUID) -> tuple[int, str] | tuple[None, int | None]:
     """(status, reason) when refused, else (None, the run's project)."""
     from runs.agents.tokens import Refused, authenticate
@@ -41,7 +40,7 @@ def _authenticate(token: str | None, run_id: uuid.UUID) -> tuple[int, str] | tup
 
 async def mcp_service(run_id: uuid.UUID, rest: str, scope: Scope, receive: Receive, send: Send) -> None:
     global _endpoint
-    refused, detail = await _authenticate(bearer(scope), run_id)
+    refused, detail = await database_sync_to_async(_authenticate)(bearer(scope), run_id)
     if refused == 401:
         challenge = 'Bearer realm="harness", error="invalid_token"'
         await send_json(send, 401, {"error": f"not authorized: {detail}"}, {"WWW-Authenticate": challenge})

@@ -432,7 +432,7 @@ class Settings(BaseSettings):
         ge=1.0,
         le=3600.0,
         description="How long an outside agent's MCP call waits for its answer (a reviewer's decision) before it is told "
-        "\"still waiting; call again with the same arguments\" (the call stays one request); keep it below the agents' "
+        '"still waiting; call again with the same arguments" (the call stays one request); keep it below the agents\' '
         "own timeouts.",
     )
     HARNESS_DISK_RESERVE_MB: Int = Field(

@@ -98,7 +98,9 @@ def _agent_config_problems(config: dict[str, Any]) -> list[FieldProblem]:
     if preset not in PRESETS:
         problems.append(FieldProblem("proposer.preset", f"required: one of {', '.join(PRESETS)}"))
     elif not startable(str(preset)):
-        problems.append(FieldProblem("proposer.preset", f"the {preset} agent is not available on this server yet (its container is not built)"))
+        problems.append(
+            FieldProblem("proposer.preset", f"the {preset} agent is not available on this server yet (its container is not built)")
+        )
     model = config.get("model")
     if model is not None and (not isinstance(model, str) or not model.strip() or len(model) > 200 or any(c.isspace() for c in model)):
         problems.append(FieldProblem("proposer.model", "a model name (no spaces, at most 200 characters)"))

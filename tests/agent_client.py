@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import concurrent.futures
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx2
 import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import ProgressFnT
 
 
 @dataclass
@@ -28,9 +29,11 @@ def endpoint(base: str, run_id: object) -> str:
 
 async def _connected(url: str, token: str | None, work: Any, timeout: float) -> Any:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout)) as http:
-        async with Client(streamable_http_client(url, http_client=http), mode="legacy", cache=None, read_timeout_seconds=timeout) as client:
-            return await work(client)
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout)) as http,
+        Client(streamable_http_client(url, http_client=http), mode="legacy", cache=None, read_timeout_seconds=timeout) as client,
+    ):
+        return await work(client)
 
 
 def list_tools(url: str, token: str) -> list[types.Tool]:
@@ -51,7 +54,7 @@ def call(url: str, token: str, tool: str, args: dict[str, Any], timeout: float =
         # As agents do (the SDK checks a result against the tool's listed output schema,
         # listing the tools first if it has not: no longer possible once the call ended the run).
         await client.list_tools()
-        result = await client.call_tool(tool, args, read_timeout_seconds=timeout, progress_callback=on_progress)
+        result = await client.call_tool(tool, args, read_timeout_seconds=timeout, progress_callback=cast(ProgressFnT, on_progress))
         text = "\n".join(item.text for item in result.content if isinstance(item, types.TextContent))
         return Answer(text, bool(result.is_error), progress)
 

@@ -90,7 +90,7 @@ def test_it_lists_each_runs_own_tools_and_refuses_other_tokens(
     run, token = agent_run(operator, reading)
     tools = {tool.name: tool for tool in list_tools(endpoint(web.url, run.pk), token)}
     assert sorted(tools) == ["finish", "list_files", "read_file"]
-    assert tools["read_file"].input_schema["properties"]["path"]["type"] == "string"  # type: ignore[index]
+    assert tools["read_file"].input_schema["properties"]["path"]["type"] == "string"
     assert "sandboxed workspace" in (tools["read_file"].description or "")
     assert "allowed" in (tools["read_file"].description or "")
 

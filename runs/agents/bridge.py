@@ -34,7 +34,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import redis
 from django.conf import settings
@@ -232,7 +232,7 @@ class Bridge:
         return _submitted(found)
 
     def take(self) -> Taken | None:
-        found = self.redis.eval(_TAKE, 1, self.prefix + "queue", self.prefix, str(time.time()))
+        found = cast(list[bytes] | None, self.redis.eval(_TAKE, 1, self.prefix + "queue", self.prefix, str(time.time())))
         if not found:
             return None
         request_id, tool, args = (_decoded(part) for part in found)
@@ -251,8 +251,9 @@ class Bridge:
         self.redis.eval(_DELIVERED, 0, self.prefix, request_id)
 
     def request(self, request_id: str) -> Request | None:
-        fields = {_decoded(k): _decoded(v) for k, v in self.redis.hgetall(self.prefix + "req:" + request_id).items()}
-        queue = [_decoded(i) for i in self.redis.lrange(self.prefix + "queue", 0, MAX_QUEUED)]
+        raw = cast(dict[bytes, bytes], self.redis.hgetall(self.prefix + "req:" + request_id))
+        fields = {_decoded(k): _decoded(v) for k, v in raw.items()}
+        queue = [_decoded(i) for i in cast(list[bytes], self.redis.lrange(self.prefix + "queue", 0, MAX_QUEUED))]
         return _request(request_id, fields, queue)
 
     def publish_tools(self, tools: list[dict[str, JSON]]) -> None:
@@ -262,7 +263,7 @@ class Bridge:
         self.redis.set(self.prefix + "tools", text, ex=TTL)
 
     def queued(self) -> list[str]:
-        return [_decoded(i) for i in self.redis.lrange(self.prefix + "queue", 0, -1)]
+        return [_decoded(i) for i in cast(list[bytes], self.redis.lrange(self.prefix + "queue", 0, -1))]
 
 
 def _submitted(found: Any) -> Submitted:
