@@ -97,6 +97,7 @@ class Endpoint:
             submitted = await bridge.submit(names.get(tool, tool), dict(params.arguments or {}))
         except CallRefused as exc:
             return _result(f"[harness] Refused before it became a proposal: {exc}.", True)
+        # Progress is told only to a client that asked for it (a progress token in the call's _meta).
         token = (ctx.meta or {}).get("progress_token")
         deadline = time.monotonic() + float(settings.HARNESS_AGENT_CALL_WAIT_SECONDS)
         told, told_at, checked_at, steps = "", 0.0, 0.0, 0
@@ -115,7 +116,8 @@ class Endpoint:
                 why = status.why
             if token is not None and (why != told or now - told_at >= PROGRESS_SECONDS):
                 steps += 1
-                await ctx.session.send_progress_notification(token, steps, message=why)
+                # On this call's own response stream, against the client's token.
+                await ctx.session.report_progress(steps, None, why)
                 told, told_at = why, now
             if now >= deadline:
                 return _result(STILL_WAITING.format(why=why, tool=tool), True)
