@@ -73,11 +73,21 @@ def no_retry(reason: str, message: str, infrastructure: str | None) -> Stop:
     return Stop("sandbox_unavailable", f"the sandbox kept failing ({infrastructure}); {message}")
 
 
+def killed(controls: Controls, where: str) -> Stop | None:
+    """The stop a kill asks for, saying who asked and where it found the run; None
+    without one. ``guard`` checks it; so does a proposer that waits long (an outside
+    agent's next call: runs.agents.proposer), wording the stop the same."""
+    if not controls.kill_requested():
+        return None
+    who = controls.killed_by() if isinstance(controls, SaysWhoKilled) else ""
+    return Stop("killed", f"{who}; stopped {where}" if who else f"stopped by the kill switch {where}")
+
+
 def guard(run: RunContext, where: str, infrastructure: str | None = None) -> None:
     """The kill switch and the deadline, checked wherever the run could go on."""
-    if run.controls.kill_requested():
-        who = run.controls.killed_by() if isinstance(run.controls, SaysWhoKilled) else ""
-        raise StopRun(Stop("killed", f"{who}; stopped {where}" if who else f"stopped by the kill switch {where}"))
+    stop = killed(run.controls, where)
+    if stop is not None:
+        raise StopRun(stop)
     now = run.clock.now()
     # A wait in progress is not working time (core.waits).
     if now >= run.state.deadline_at(now):

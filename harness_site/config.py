@@ -427,6 +427,14 @@ class Settings(BaseSettings):
     HARNESS_KILL_POLL_SECONDS: Number = Field(
         0.25, ge=0.05, description="How often the driving worker looks at the kill switch while a run's step runs."
     )
+    HARNESS_AGENT_CALL_WAIT_SECONDS: Number = Field(
+        50.0,
+        ge=1.0,
+        le=3600.0,
+        description="How long an outside agent's MCP call waits for its answer (a reviewer's decision) before it is told "
+        '"still waiting; call again with the same arguments" (the call stays one request); keep it below the agents\' '
+        "own timeouts.",
+    )
     HARNESS_DISK_RESERVE_MB: Int = Field(
         1024, ge=0, description="Free space (MB) a worker keeps on its disk: below it, checks are refused or stopped."
     )

@@ -1,7 +1,8 @@
 """Building a run's proposer from its stored configuration and snapshot.
 
 Kinds: ``scripted`` (a fixed list of proposals), ``openai`` (Chat Completions, any
-OpenAI-compatible server on an allowed base URL) and ``anthropic`` (Messages API).
+OpenAI-compatible server on an allowed base URL), ``anthropic`` (Messages API) and
+``agent`` (an outside agent whose MCP calls are the proposals: runs.agents.proposer).
 A model run's configuration names the model and may ask for a smaller budget than the
 server's; it never carries credentials: API keys come from settings only."""
 
@@ -20,7 +21,7 @@ from core.decisions import Refuse
 from core.environment import RepositoryContext
 from core.errors import FieldProblem, InputError
 from core.jsonutil import JSON
-from core.ports import Clock, Proposer, ProposerStopped
+from core.ports import Clock, Controls, Proposer, ProposerStopped
 from core.proposals import parse
 from core.scripted import ScriptedProposer
 from core.tools import ToolSpec
@@ -30,9 +31,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PROPOSER_KINDS = ("scripted", "openai", "anthropic")
+PROPOSER_KINDS = ("scripted", "openai", "anthropic", "agent")
 MODEL_KINDS = ("openai", "anthropic")
 MODEL_FIELDS = ("kind", "model", "base_url", "max_tokens", "max_cost_usd", "tool_choice")
+AGENT_FIELDS = ("kind", "preset", "model")
 TOOL_CHOICES = {"openai": ("required", "auto"), "anthropic": ("any", "auto")}
 _SECRET_WORDS = ("key", "token", "secret", "password", "authorization")
 
@@ -66,6 +68,11 @@ def check_proposer_config(config: object) -> dict[str, Any]:
         if problems:
             raise InputError("proposer", problems)
         return config
+    if kind == "agent":
+        problems = _agent_config_problems(config)
+        if problems:
+            raise InputError("proposer", problems)
+        return {name: config[name] for name in AGENT_FIELDS if name in config}
     problems = _model_config_problems(str(kind), config)
     if problems:
         raise InputError("proposer", problems)
@@ -80,6 +87,23 @@ def script_problems(script: list[object]) -> list[FieldProblem]:
         if isinstance(refused, Refuse):
             where = f"proposer.script[{index}]"
             problems += [FieldProblem(where if p.field == "(root)" else f"{where}.{p.field}", p.message) for p in refused.problems]
+    return problems
+
+
+def _agent_config_problems(config: dict[str, Any]) -> list[FieldProblem]:
+    from runs.agents.proposer import PRESETS, startable
+
+    problems = [FieldProblem(f"proposer.{name}", "unexpected field") for name in sorted(set(config) - set(AGENT_FIELDS))]
+    preset = config.get("preset")
+    if preset not in PRESETS:
+        problems.append(FieldProblem("proposer.preset", f"required: one of {', '.join(PRESETS)}"))
+    elif not startable(str(preset)):
+        problems.append(
+            FieldProblem("proposer.preset", f"the {preset} agent is not available on this server yet (its container is not built)")
+        )
+    model = config.get("model")
+    if model is not None and (not isinstance(model, str) or not model.strip() or len(model) > 200 or any(c.isspace() for c in model)):
+        problems.append(FieldProblem("proposer.model", "a model name (no spaces, at most 200 characters)"))
     return problems
 
 
@@ -181,13 +205,34 @@ def build_proposer(
     revision: str | None = None,
     repository: Callable[[], RepositoryContext] | None = None,
     bound: Callable[[], Budget] | None = None,
+    run_id: str | None = None,
+    controls: Controls | None = None,
 ) -> Proposer:
     """The run's proposer, continuing from ``snapshot``. Model proposers need the
     contract and the visible tools for their first message, and the workspace's
     ``repository`` context while the conversation has not begun; ``deadline`` bounds
     their retries, ``bound`` their model budget beyond the run's and the server's (its
-    project's: runs.budgets; asked only for a model). Every proposal it gives is
-    masked (MaskingProposer)."""
+    project's: runs.budgets; asked only for a model). An agent's proposer needs the
+    ``run_id`` (its MCP calls are the run's) and the run's ``controls`` (a kill while it
+    waits for the agent's next call). Every proposal it gives is masked
+    (MaskingProposer)."""
+    if config["kind"] == "agent":
+        from runs.agents.proposer import build_agent_proposer
+
+        if run_id is None:
+            raise ValueError("an agent's proposer needs the run's id")
+        return MaskingProposer(
+            build_agent_proposer(
+                run_id,
+                config,
+                snapshot,
+                tools,
+                controls=controls,
+                clock=clock,
+                deadline=deadline,
+                result_chars=int(settings.HARNESS_MODEL_MAX_RESULT_CHARS),
+            )
+        )
     return MaskingProposer(
         _build(config, snapshot, contract, tools, deadline=deadline, clock=clock, revision=revision, repository=repository, bound=bound)
     )

@@ -201,6 +201,8 @@ def drive_run(
             revision=state.revision,
             repository=lambda: environment.repository(state.contract.allowed_write_paths, state.contract.allowed_tools),
             bound=lambda: project_bound(run, timezone.now()),
+            run_id=str(run.pk),
+            controls=controls,
         ),
         executor=environment.executor,
         workspace=environment.workspace,
