@@ -277,11 +277,12 @@ class ModelProxy:
         send: Send,
     ) -> int:
         events = response.headers.get("content-type", "").startswith("text/event-stream")
-        encoded = "content-encoding" in response.headers
+        # No content-length: the answer ends with its last chunk, after the call is on
+        # the record, not when the client has counted the bytes.
         head = [
             (name.encode("latin-1"), value.encode("latin-1"))
             for name, value in response.headers.multi_items()
-            if name.lower() not in _DROPPED_RESPONSE and not (name.lower() == "content-length" and encoded)
+            if name.lower() not in _DROPPED_RESPONSE and name.lower() != "content-length"
         ]
         await send({"type": "http.response.start", "status": response.status_code, "headers": head})
         reader = wire.EventStream(route.api, self.provider)
