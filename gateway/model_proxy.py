@@ -27,6 +27,7 @@ nor the run's token is logged or stored."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -310,10 +311,8 @@ class ModelProxy:
             found = reader.usage
             failure = failure or reader.error
         elif len(kept) <= wire.PARSE_LIMIT and kept:
-            try:
+            with contextlib.suppress(ValueError):  # not JSON: no usage numbers to read
                 wire.read_usage(route.api, self.provider, json.loads(bytes(kept)), found)
-            except ValueError:
-                pass
         status = response.status_code
         if not 200 <= status < 300 and not failure:
             failure = wire.error_message(bytes(kept)) if kept else f"the provider answered {status}"

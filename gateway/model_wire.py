@@ -168,7 +168,11 @@ def listing(provider: Provider, models: tuple[str, ...]) -> dict[str, Any]:
         return {"data": data, "has_more": False, "first_id": models[0] if models else None, "last_id": models[-1] if models else None}
     if provider == "openai":
         return {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "harness"} for m in models]}
-    return {"models": [{"name": f"models/{m}", "displayName": m, "supportedGenerationMethods": ["generateContent", "countTokens"]} for m in models]}
+    return {
+        "models": [
+            {"name": f"models/{m}", "displayName": m, "supportedGenerationMethods": ["generateContent", "countTokens"]} for m in models
+        ]
+    }
 
 
 @dataclass

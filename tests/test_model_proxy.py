@@ -84,7 +84,9 @@ def fresh(double: ProviderDouble) -> None:
 def agent_run(**config: object) -> tuple[Run, str]:
     """A run whose proposer is an external agent, and its token."""
     run = World().create()
-    Run.objects.filter(pk=run.pk).update(proposer={"kind": "agent", "agent": "claude-code", "model": "claude-test", "models": MODELS[1:], **config})
+    Run.objects.filter(pk=run.pk).update(
+        proposer={"kind": "agent", "agent": "claude-code", "model": "claude-test", "models": MODELS[1:], **config}
+    )
     run.refresh_from_db()
     return run, tokens.mint(run)
 
@@ -108,7 +110,12 @@ def check_recorded(run: Run, provider: str, api: str, model: str, stream: bool) 
     [note] = usage_notes(run)
     detail = note.detail
     assert (detail["via"], detail["provider"], detail["api"], detail["model"], detail["stream"]) == (VIA, provider, api, model, stream)
-    assert (detail["input_tokens"], detail["output_tokens"], detail["estimated"], detail["status"]) == (INPUT_TOKENS, OUTPUT_TOKENS, False, 200)
+    assert (detail["input_tokens"], detail["output_tokens"], detail["estimated"], detail["status"]) == (
+        INPUT_TOKENS,
+        OUTPUT_TOKENS,
+        False,
+        200,
+    )
     assert detail["cost_usd"] == cost(model)
     assert detail["total_tokens"] == INPUT_TOKENS + OUTPUT_TOKENS and detail["request"] == 1
     assert isinstance(detail["duration_ms"], int)
@@ -116,12 +123,18 @@ def check_recorded(run: Run, provider: str, api: str, model: str, stream: bool) 
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_it_forwards_anthropic_messages_with_the_servers_key_and_records_the_call(harness: AsgiServer, double: ProviderDouble, stream: bool) -> None:
+def test_it_forwards_anthropic_messages_with_the_servers_key_and_records_the_call(
+    harness: AsgiServer, double: ProviderDouble, stream: bool
+) -> None:
     run, token = agent_run()
     client = anthropic.Anthropic(api_key=token, base_url=base(harness, run, "anthropic"), max_retries=0)
     asked: dict[str, Any] = {"model": "claude-test", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
     if stream:
-        text = "".join(e.delta.text for e in client.messages.create(**asked, stream=True) if e.type == "content_block_delta" and e.delta.type == "text_delta")
+        text = "".join(
+            e.delta.text
+            for e in client.messages.create(**asked, stream=True)
+            if e.type == "content_block_delta" and e.delta.type == "text_delta"
+        )
     else:
         reply = client.messages.create(**asked)
         text = reply.content[0].text if reply.content[0].type == "text" else ""
@@ -145,7 +158,9 @@ def test_it_forwards_count_tokens_without_recording_a_model_call(harness: AsgiSe
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_it_forwards_openai_chat_completions_asking_a_stream_for_its_usage(harness: AsgiServer, double: ProviderDouble, stream: bool) -> None:
+def test_it_forwards_openai_chat_completions_asking_a_stream_for_its_usage(
+    harness: AsgiServer, double: ProviderDouble, stream: bool
+) -> None:
     run, token = agent_run()
     client = openai.OpenAI(api_key=token, base_url=f"{base(harness, run, 'openai')}/v1", max_retries=0)
     messages: Any = [{"role": "user", "content": "hi"}]
@@ -238,7 +253,9 @@ def test_it_refuses_a_spent_run_budget_in_each_providers_shape_forwarding_nothin
         gpt.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "hi"}])
     assert quota.value.code == "insufficient_quota" and quota.value.type == "insufficient_quota"
     gemini = httpx2.post(
-        f"{base(harness, run, 'gemini')}/v1beta/models/gemini-test:generateContent", json={"contents": []}, headers={"x-goog-api-key": token}
+        f"{base(harness, run, 'gemini')}/v1beta/models/gemini-test:generateContent",
+        json={"contents": []},
+        headers={"x-goog-api-key": token},
     )
     assert gemini.status_code == 429 and gemini.json()["error"]["status"] == "RESOURCE_EXHAUSTED" and gemini.json()["error"]["code"] == 429
     assert len(double.seen) == 1  # the first call only
@@ -285,11 +302,16 @@ def test_it_refuses_no_token_401_and_another_runs_404_audited_forwarding_nothing
     asked: dict[str, Any] = {"model": "claude-test", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
     none = httpx2.post(f"{base(harness, run, 'anthropic')}/v1/messages", json=asked)
     assert none.status_code == 401 and none.headers["x-should-retry"] == "false"
-    assert none.json() == {"type": "error", "error": {"type": "authentication_error", "message": "Harness model proxy: the run's token is required (no token)"}}
+    assert none.json() == {
+        "type": "error",
+        "error": {"type": "authentication_error", "message": "Harness model proxy: the run's token is required (no token)"},
+    }
     with pytest.raises(anthropic.NotFoundError):
         anthropic.Anthropic(api_key=other_token, base_url=base(harness, run, "anthropic"), max_retries=0).messages.create(**asked)
     with pytest.raises(openai.AuthenticationError) as wrong:
-        openai.OpenAI(api_key="harness-run-guess", base_url=f"{base(harness, run, 'openai')}/v1", max_retries=0).responses.create(model="gpt-test", input="x")
+        openai.OpenAI(api_key="harness-run-guess", base_url=f"{base(harness, run, 'openai')}/v1", max_retries=0).responses.create(
+            model="gpt-test", input="x"
+        )
     assert wrong.value.code == "invalid_api_key"
     gemini = httpx2.post(f"{base(harness, run, 'gemini')}/v1beta/models/gemini-test:generateContent", json={})
     assert gemini.status_code == 401 and gemini.json()["error"]["status"] == "UNAUTHENTICATED"

@@ -51,7 +51,9 @@ class ProviderDouble:
                 parts = urlsplit(self.path)
                 body = json.loads(raw or b"{}")
                 with double._lock:
-                    double.seen.append(Seen("POST", parts.path, parse_qs(parts.query), {k.lower(): v for k, v in self.headers.items()}, body))
+                    double.seen.append(
+                        Seen("POST", parts.path, parse_qs(parts.query), {k.lower(): v for k, v in self.headers.items()}, body)
+                    )
                 double._answer(self, parts.path, parse_qs(parts.query), body)
 
             def log_message(self, format: str, *args: Any) -> None:
@@ -126,7 +128,12 @@ class ProviderDouble:
         }
 
     def _anthropic_events(self, model: str) -> Iterator[tuple[str, object]]:
-        start = {**self._anthropic_message(model), "content": [], "stop_reason": None, "usage": {"input_tokens": self.input_tokens, "output_tokens": 1}}
+        start = {
+            **self._anthropic_message(model),
+            "content": [],
+            "stop_reason": None,
+            "usage": {"input_tokens": self.input_tokens, "output_tokens": 1},
+        }
         yield "message_start", {"type": "message_start", "message": start}
         yield "content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
         for piece in TEXT:
@@ -137,12 +144,23 @@ class ProviderDouble:
         yield "message_stop", {"type": "message_stop"}
 
     def _usage(self) -> dict[str, int]:
-        return {"prompt_tokens": self.input_tokens, "completion_tokens": self.output_tokens, "total_tokens": self.input_tokens + self.output_tokens}
+        return {
+            "prompt_tokens": self.input_tokens,
+            "completion_tokens": self.output_tokens,
+            "total_tokens": self.input_tokens + self.output_tokens,
+        }
 
     def _chat(self, model: str) -> dict[str, Any]:
         message = {"role": "assistant", "content": "".join(TEXT)}
         choice = {"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}
-        return {"id": "chatcmpl-double", "object": "chat.completion", "created": 0, "model": model, "choices": [choice], "usage": self._usage()}
+        return {
+            "id": "chatcmpl-double",
+            "object": "chat.completion",
+            "created": 0,
+            "model": model,
+            "choices": [choice],
+            "usage": self._usage(),
+        }
 
     def _chat_chunks(self, model: str, usage: bool) -> Iterator[tuple[str, object]]:
         head = {"id": "chatcmpl-double", "object": "chat.completion.chunk", "created": 0, "model": model}
@@ -179,7 +197,15 @@ class ProviderDouble:
     def _response_events(self, model: str) -> Iterator[tuple[str, object]]:
         yield "response.created", {"type": "response.created", "sequence_number": 0, "response": self._response(model, "", "in_progress")}
         for n, piece in enumerate(TEXT, start=1):
-            delta = {"type": "response.output_text.delta", "sequence_number": n, "item_id": "msg_double", "output_index": 0, "content_index": 0, "delta": piece, "logprobs": []}
+            delta = {
+                "type": "response.output_text.delta",
+                "sequence_number": n,
+                "item_id": "msg_double",
+                "output_index": 0,
+                "content_index": 0,
+                "delta": piece,
+                "logprobs": [],
+            }
             yield "response.output_text.delta", delta
         done = {"type": "response.completed", "sequence_number": len(TEXT) + 1, "response": self._response(model, "".join(TEXT))}
         yield "response.completed", done
