@@ -41,6 +41,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 
+from adapters.pricing import Budget
 from common import metrics
 from gateway import model_wire as wire
 from gateway.routing import Receive, Scope, Send, Service, send_json
@@ -211,6 +212,7 @@ class ModelProxy:
         base, key, key_name = _upstream(self.provider)
         if not key:
             return await self._refuse(send, "no_key", f"the server has no {key_name} configured")
+        budget = None
         if route.usage:
             budget, spent = await on_db(usage.check, run)
             if spent is not None:
@@ -221,7 +223,7 @@ class ModelProxy:
             raw = json.dumps(body).encode()
         stream = bool(body.get("stream")) or route.stream_in_path
         agent = wire.header(headers, b"user-agent") or ""
-        return await self._forward(run_id, route, model, stream, agent, token or "", base, key, headers, query, raw, receive, send)
+        return await self._forward(run_id, route, model, stream, agent, budget, token or "", base, key, headers, query, raw, receive, send)
 
     async def _forward(
         self,
@@ -230,6 +232,7 @@ class ModelProxy:
         model: str,
         stream: bool,
         agent: str,
+        budget: Budget | None,
         token: str,
         base: str,
         key: str,
@@ -258,10 +261,10 @@ class ModelProxy:
             said = f"the provider could not be reached ({type(exc).__name__})"
             if route.usage:
                 call = usage.ModelCall(self.provider, route.api, model, 0, _ms(began), stream, error=said, agent=agent)
-                await on_db(usage.record, run_id, call)
+                await on_db(usage.record, run_id, call, budget)
             return await self._refuse(send, "upstream", said)
         try:
-            return await self._relay(run_id, route, model, stream, agent, began, response, receive, send)
+            return await self._relay(run_id, route, model, stream, agent, budget, began, response, receive, send)
         finally:
             await response.aclose()
 
@@ -272,6 +275,7 @@ class ModelProxy:
         model: str,
         stream: bool,
         agent: str,
+        budget: Budget | None,
         began: float,
         response: httpx2.Response,
         receive: Receive,
@@ -321,7 +325,7 @@ class ModelProxy:
                 self.provider, route.api, model, status, _ms(began), stream, found.input_tokens, found.output_tokens, failure, agent
             )
             try:
-                await on_db(usage.record, run_id, call)
+                await on_db(usage.record, run_id, call, budget)
             except Exception:
                 log.exception("run %s: could not record a model call through the proxy", run_id)
         await send({"type": "http.response.body", "body": b"", "more_body": False})

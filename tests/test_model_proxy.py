@@ -20,6 +20,7 @@ import pytest
 from django.utils import timezone
 
 from core import events as ev
+from gateway.model_wire import EventStream
 from monitoring.overview import overview
 from projects.models import AuditEntry, Project
 from runs.agents import tokens
@@ -79,6 +80,7 @@ def fresh(double: ProviderDouble) -> None:
     double.seen.clear()
     double.hold.clear()
     double.release.clear()
+    double.failing = None
 
 
 def agent_run(**config: object) -> tuple[Run, str]:
@@ -341,3 +343,43 @@ def test_it_shows_the_calls_in_the_overview_and_counts_them_in_metrics(harness: 
         scraped = answer.read().decode()
     assert 'harness_model_proxy_requests_total{provider="openai",status="200"}' in scraped
     assert 'harness_model_requests_total{model="gpt-test",project="default"}' in scraped
+
+
+def test_it_records_a_providers_failure_and_passes_its_answer_on(harness: AsgiServer, double: ProviderDouble) -> None:
+    run, token = agent_run()
+    double.failing = (529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    client = anthropic.Anthropic(api_key=token, base_url=base(harness, run, "anthropic"), max_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as failed:
+        client.messages.create(model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    assert failed.value.status_code == 529 and failed.value.body == double.failing[1]
+    [note] = [n for n in notes_of(run.pk) if n.kind == "error"]
+    assert (note.detail["status"], note.detail["message"], note.detail["model"]) == (529, "Overloaded", "claude-test")
+    assert totals(run.pk).requests == 0
+
+
+def test_it_reads_usage_from_events_split_anywhere_in_the_stream() -> None:
+    events = [
+        (
+            "message_start",
+            {"type": "message_start", "message": {"usage": {"input_tokens": 7, "cache_read_input_tokens": 100, "output_tokens": 1}}},
+        ),
+        ("ping", {"type": "ping"}),
+        ("message_delta", {"type": "message_delta", "delta": {}, "usage": {"output_tokens": 42}}),
+    ]
+    raw = b"".join(f"event: {name}\r\ndata: {json.dumps(data)}\r\n\r\n".encode() for name, data in events)
+    reader = EventStream("messages", "anthropic")
+    for i in range(len(raw)):  # a byte at a time
+        reader.feed(raw[i : i + 1])
+    reader.close()
+    assert (reader.usage.input_tokens, reader.usage.output_tokens) == (107, 42)
+    responses = EventStream("responses", "openai")
+    done = {"type": "response.completed", "response": {"usage": {"input_tokens": 5, "output_tokens": 6}}}
+    responses.feed(b'event: response.created\ndata: {"type": "response.created", "response": {"usage": null}}\n\n')
+    responses.feed(f"event: response.completed\ndata: {json.dumps(done)}\n\n".encode())
+    assert (responses.usage.input_tokens, responses.usage.output_tokens) == (5, 6)
+    gemini = EventStream("generate_content", "gemini")
+    for n in (1, 9):
+        gemini.feed(
+            f"data: {json.dumps({'usageMetadata': {'promptTokenCount': 3, 'candidatesTokenCount': n, 'thoughtsTokenCount': 2}})}\n\n".encode()
+        )
+    assert (gemini.usage.input_tokens, gemini.usage.output_tokens) == (3, 11)

@@ -12,8 +12,8 @@ lock (``RowLock``, like a reviewer's decision), and the worker's next checkpoint
 numbers its own events after it: nothing is lost, and the live trace shows the call as
 soon as it is stored (the doorbell rings after the commit).
 
-The log is where an external agent's usage lives: the run's totals are the sum of its
-proxy notes (``totals``), and a project's budgets add them to what its built-in runs
+The log is where an external agent's usage lives: each proxy note carries the run's
+running totals, written under the run row's lock (``totals`` reads the newest), and a project's budgets add them to what its built-in runs
 checkpointed (runs.budgets.used_since, through ``proxy_used``). An AgentProposer
 therefore does not count model usage itself (it never sees the traffic) and must not
 put these totals under its snapshot's ``usage`` (they would be counted twice); it may
@@ -30,7 +30,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, FloatField, IntegerField, QuerySet, Sum
+from django.db.models import FloatField, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 
@@ -119,33 +119,42 @@ def _positive(value: object) -> Any:
 
 
 def _notes(events: QuerySet[Event]) -> QuerySet[Event]:
-    return events.filter(type=NOTE, payload__kind="usage", payload__detail__via=VIA)
-
-
-def _summed(events: QuerySet[Event]) -> UsageTotals:
-    found = _notes(events).aggregate(
-        requests=Count("pk"),
-        input_tokens=Sum(Cast(KT("payload__detail__input_tokens"), IntegerField())),
-        output_tokens=Sum(Cast(KT("payload__detail__output_tokens"), IntegerField())),
-        cost_usd=Sum(Cast(KT("payload__detail__cost_usd"), FloatField())),
-    )
-    return UsageTotals(
-        requests=int(found["requests"] or 0),
-        input_tokens=int(found["input_tokens"] or 0),
-        output_tokens=int(found["output_tokens"] or 0),
-        cost_usd=float(found["cost_usd"] or 0.0),
-    )
+    return events.filter(type=NOTE, payload__kind="usage", payload__detail__via=VIA).order_by("-seq")
 
 
 def totals(run_id: uuid.UUID | str) -> UsageTotals:
-    """What the run's external agent has used through the proxy so far."""
-    return _summed(Event.objects.filter(run_id=run_id))
+    """What the run's external agent has used through the proxy so far: the running
+    totals its newest proxy note carries (one read from the end of its log, whatever
+    its length)."""
+    newest = _notes(Event.objects.filter(run_id=run_id)).values_list("payload", flat=True).first()
+    detail = newest.get("detail") if isinstance(newest, dict) else None
+    if not isinstance(detail, dict):
+        return UsageTotals()
+    return UsageTotals(
+        requests=_count(detail.get("request")),
+        input_tokens=_count(detail.get("total_input_tokens")),
+        output_tokens=_count(detail.get("total_output_tokens")),
+        cost_usd=float(detail.get("total_cost_usd") or 0.0),
+    )
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def proxy_used(runs: QuerySet[Run]) -> tuple[int, float]:
-    """Tokens and cost the proxy recorded for ``runs`` (runs.budgets)."""
-    used = _summed(Event.objects.filter(run__in=runs))
-    return used.tokens, used.cost_usd
+    """Tokens and cost the proxy recorded for ``runs`` (runs.budgets): each run's
+    newest proxy note's totals."""
+    newest = _notes(Event.objects.filter(run=OuterRef("pk")))
+    found = runs.annotate(
+        proxy_tokens=Subquery(newest.annotate(n=Cast(KT("payload__detail__total_tokens"), IntegerField())).values("n")[:1]),
+        proxy_cost=Subquery(newest.annotate(c=Cast(KT("payload__detail__total_cost_usd"), FloatField())).values("c")[:1]),
+    ).values_list("proxy_tokens", "proxy_cost")
+    tokens, cost = 0, 0.0
+    for used_tokens, used_cost in found:
+        tokens += int(used_tokens or 0)
+        cost += float(used_cost or 0.0)
+    return tokens, cost
 
 
 def spent(run: Run, used: UsageTotals, budget: Budget) -> Spent | None:
@@ -175,10 +184,11 @@ def check(run: Run) -> tuple[Budget, Spent | None]:
     return budget, spent(run, totals(run.pk), budget)
 
 
-def record(run_id: uuid.UUID | str, call: ModelCall) -> dict[str, JSON]:
+def record(run_id: uuid.UUID | str, call: ModelCall, budget: Budget | None = None) -> dict[str, JSON]:
     """Store ``call`` as the run's ``model_note`` (kind ``usage``, or ``error`` for a
     call the provider did not answer with a success) and return its detail. Under the
-    run row's lock, so the totals it carries count every call before it."""
+    run row's lock, so the totals it carries count every call before it. ``budget`` is
+    the one the request was admitted under (read again if not given)."""
     cost_price = price(call.model)
     estimated = call.input_tokens is None or call.output_tokens is None
     input_tokens, output_tokens = call.input_tokens or 0, call.output_tokens or 0
@@ -203,7 +213,7 @@ def record(run_id: uuid.UUID | str, call: ModelCall) -> dict[str, JSON]:
         # The run row's lock first: two calls of one agent finishing at once each count the other.
         run = Run.objects.select_for_update().only("pk", "proposer", "project_id", "created_at").get(pk=run_id)
         before = totals(run_id)
-        budget = run_budget(run)
+        budget = budget or run_budget(run)
         detail = {
             **base,
             "request": before.requests + 1,
@@ -213,6 +223,8 @@ def record(run_id: uuid.UUID | str, call: ModelCall) -> dict[str, JSON]:
             "estimated": estimated,
             "total_tokens": before.tokens + input_tokens + output_tokens,
             "total_cost_usd": round(before.cost_usd + (cost or 0.0), 8),
+            "total_input_tokens": before.input_tokens + input_tokens,
+            "total_output_tokens": before.output_tokens + output_tokens,
             "max_tokens": budget.max_tokens,
             "max_cost_usd": budget.max_cost_usd,
         }

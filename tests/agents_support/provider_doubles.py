@@ -39,6 +39,7 @@ class ProviderDouble:
         self.hold = threading.Event()  # set: a stream waits after its first event...
         self.release = threading.Event()  # ...until this is set
         self.finished: list[float] = []  # when each stream's last byte was written (monotonic)
+        self.failing: tuple[int, dict[str, Any]] | None = None  # set: every request is answered with this
         self._lock = threading.Lock()
         double = self
 
@@ -75,6 +76,8 @@ class ProviderDouble:
 
     def _answer(self, handler: BaseHTTPRequestHandler, path: str, query: dict[str, list[str]], body: dict[str, Any]) -> None:
         model = str(body.get("model", ""))
+        if self.failing is not None:
+            return _json(handler, self.failing[1], self.failing[0])
         if path == "/v1/messages/count_tokens":
             return _json(handler, {"input_tokens": self.input_tokens})
         if path == "/v1/messages":
