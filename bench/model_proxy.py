@@ -7,7 +7,9 @@ proxy's: the token's check, the model and budget checks (the run's, the server's
 project's daily budget), the extra hop, reading the usage on the side and the call's
 event written in the database. Daphne serves the app (as in production) on its own
 SQLite database; one client (httpx2, keep-alive) sends Anthropic Messages requests,
-non-streamed and streamed, alternating direct and proxied request by request.
+non-streamed and streamed, alternating direct and proxied request by request. Beside
+the wall times, Daphne's CPU time per proxied request (from /proc), which the machine's
+load does not change.
 
     python bench/model_proxy.py [--requests N] [--rounds N] [--json]
 """
@@ -57,6 +59,12 @@ def per_request(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
     tail = ordered[math.ceil(0.9 * len(ordered)) - 1]
     return {"median_ms": round(statistics.median(ordered) * 1000, 2), "p90_ms": round(tail * 1000, 2), "n": len(ordered)}
+
+
+def cpu_seconds(pid: int) -> float:
+    """The user and system CPU time of a process so far (its children's left out)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -153,16 +161,20 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     once(proxied_base, token)
                 direct: list[float] = []
                 proxied: list[float] = []
+                cpu = cpu_seconds(proc.pid)
                 for _ in range(args.rounds):
                     for _ in range(args.requests):
                         direct.append(once(double.url, SERVER_KEY))
                         proxied.append(once(proxied_base, token))
+                cpu = cpu_seconds(proc.pid) - cpu
                 d, p = per_request(direct), per_request(proxied)
                 results[kind] = {
                     "direct": d,
                     "through_proxy": p,
                     "overhead_median_ms": round(p["median_ms"] - d["median_ms"], 2),
                     "ratio": round(p["median_ms"] / d["median_ms"], 2),
+                    # Daphne's CPU per proxied request (only proxied requests reach it): what load does not change.
+                    "proxy_cpu_ms_per_request": round(cpu / len(proxied) * 1000, 2),
                 }
         recorded = totals(run.pk).requests
         results["recorded"] = {"model_notes": recorded, "requests_through_proxy": 20 + 2 * args.rounds * args.requests}
