@@ -43,6 +43,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "egress_cost": ([], ["--rounds", "1", "--fetches", "3", "--runtimes", "runc"]),
     "observability_cost": ([], ["--steps", "50", "--trials", "1"]),
     "mcp_cost": ([], ["--rounds", "2", "--calls", "5", "--stdio-calls", "2"]),
+    "model_proxy": ([], ["--requests", "10", "--rounds", "1"]),
     "startup": ([], ["--rounds", "1"]),
     "checkpoint_cursor": ([], ["--statements", "100", "--trials", "2"]),
     "secret_scan_cost": ([], ["--lines", "1000", "--rounds", "1", "--callgrind-lines", "0"]),

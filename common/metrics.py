@@ -42,6 +42,11 @@ KILL_LATENCY = Histogram("harness_kill_latency_seconds", "From a kill's request 
 MODEL_TOKENS = Counter("harness_model_tokens_total", "Tokens the model providers counted, by direction", ["model", "project", "direction"])
 MODEL_COST = Counter("harness_model_cost_usd_total", "What the model requests cost, from the price table", ["model", "project"])
 MODEL_REQUESTS = Counter("harness_model_requests_total", "Requests to a model provider that were answered", ["model", "project"])
+MODEL_PROXY_REQUESTS = Counter(
+    "harness_model_proxy_requests_total",
+    "Requests of external agents to the model proxy, by provider and the status answered (refusals included)",
+    ["provider", "status"],
+)
 EVENTS_WRITTEN = Counter("harness_events_written_total", "Run events stored, by type", ["type"])
 LIVE_LAG = Histogram("harness_live_delivery_lag_seconds", "From an event's time to its delivery to a live viewer", buckets=SHORT_BUCKETS)
 DELIVERIES_FAILED = Counter(

@@ -21,6 +21,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from django.urls import get_resolver, path, re_path  # noqa: E402
 
 from gateway.mcp_endpoint import mcp_service  # noqa: E402
+from gateway.model_proxy import services as model_services  # noqa: E402
 from gateway.routing import gateway  # noqa: E402
 from harness_site.sockets import NoSuchSocket, SameOriginSockets  # noqa: E402
 from live.consumers import RunTraceConsumer  # noqa: E402
@@ -36,7 +37,7 @@ application = ProtocolTypeRouter(
     {
         # The agents' gateway (/agent/...) beside the site: an MCP call that waits for a
         # reviewer is a coroutine, not one of Django's threads.
-        "http": gateway({"mcp": mcp_service}, ASGIStaticFilesHandler(django_http) if settings.HARNESS_SERVE_STATIC else django_http),
+        "http": gateway({"mcp": mcp_service, **model_services()}, ASGIStaticFilesHandler(django_http) if settings.HARNESS_SERVE_STATIC else django_http),
         "websocket": SameOriginSockets(AuthMiddlewareStack(URLRouter(websocket_urls))),
     }
 )

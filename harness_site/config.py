@@ -602,6 +602,18 @@ class Settings(BaseSettings):
     ANTHROPIC_BASE_URL: HttpUrl = Field(
         "https://api.anthropic.com", description="The Anthropic API a run uses unless it names another allowed one."
     )
+    GEMINI_API_KEY: Secret = Field(
+        SecretStr(""),
+        description="The key for Google's Gemini API, sent only to `GEMINI_BASE_URL` by the model proxy (an external "
+        "agent's Gemini traffic); empty: the proxy refuses Gemini requests.",
+    )
+    GEMINI_BASE_URL: HttpUrl = Field(
+        "https://generativelanguage.googleapis.com",
+        description="The Gemini API the model proxy forwards an external agent's Gemini requests to.",
+    )
+    HARNESS_MODEL_PROXY_MAX_REQUEST_MB: Int = Field(
+        32, ge=1, le=1024, description="The largest request body an external agent may send through the model proxy."
+    )
     HARNESS_OPENAI_ALLOWED_BASE_URLS: Names = Field(
         [],
         description="Other base URLs a run may name for OpenAI-compatible models (vLLM, Ollama, llama.cpp server); "

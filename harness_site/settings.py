@@ -296,6 +296,11 @@ OPENAI_API_KEY = config.OPENAI_API_KEY.get_secret_value()
 OPENAI_BASE_URL = config.OPENAI_BASE_URL
 ANTHROPIC_API_KEY = config.ANTHROPIC_API_KEY.get_secret_value()
 ANTHROPIC_BASE_URL = config.ANTHROPIC_BASE_URL
+# Gemini is reached by the model proxy only (gateway/model_proxy.py): an external agent's
+# traffic, with this key instead of the run's token.
+GEMINI_API_KEY = config.GEMINI_API_KEY.get_secret_value()
+GEMINI_BASE_URL = config.GEMINI_BASE_URL
+HARNESS_MODEL_PROXY_MAX_REQUEST_MB = config.HARNESS_MODEL_PROXY_MAX_REQUEST_MB
 # A run may pick another base URL (vLLM, Ollama, llama.cpp server...) only from these
 # lists: the server's API key is sent to whatever URL a run names.
 OPENAI_ALLOWED_BASE_URLS = sorted({OPENAI_BASE_URL, *config.HARNESS_OPENAI_ALLOWED_BASE_URLS})
@@ -317,7 +322,7 @@ HARNESS_MODEL_PRICES = config.HARNESS_MODEL_PRICES
 # like); redaction also catches common credential shapes without being told.
 HARNESS_SECRET_VALUES = sorted(
     {value for name, value in os.environ.items() if any(word in name for word in ("KEY", "TOKEN", "SECRET", "PASSWORD"))}
-    | {key for key in (OPENAI_API_KEY, ANTHROPIC_API_KEY) if key}
+    | {key for key in (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY) if key}
 )
 
 # ---------------------------------------------------------------------------------

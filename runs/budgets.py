@@ -24,14 +24,19 @@ class Used:
 
 
 def used_since(project_id: int, since: datetime, other_than: str) -> Used:
-    """What the project's runs started since ``since`` used, this run left out."""
+    """What the project's runs started since ``since`` used, this run left out: a
+    built-in model run's as it checkpointed it, an external agent's as the model proxy
+    recorded it in the run's log (runs.agents.usage)."""
+    from runs.agents.usage import proxy_used
+
     tokens, cost = 0, 0.0
     runs = Run.objects.filter(project_id=project_id, created_at__gte=since).exclude(pk=other_than)
     for usage in runs.values_list("state__proposer_state__usage", flat=True):
         if isinstance(usage, dict):
             tokens += int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
             cost += float(usage.get("cost_usd") or 0.0)
-    return Used(tokens, cost)
+    proxied_tokens, proxied_cost = proxy_used(runs)
+    return Used(tokens + proxied_tokens, cost + proxied_cost)
 
 
 def project_bound(run: Run, now: datetime) -> Budget:

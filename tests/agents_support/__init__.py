@@ -1,1 +1,1 @@
-"""Support for the agent CLIs' tests (tests/test_agent_clis.py): scripted model servers and an MCP server."""
+"""Support for the agent tests: scripted model servers and an MCP server for the CLIs' tests (tests/test_agent_clis.py), provider doubles for the model proxy's (tests/test_model_proxy.py)."""
