@@ -37,7 +37,9 @@ application = ProtocolTypeRouter(
     {
         # The agents' gateway (/agent/...) beside the site: an MCP call that waits for a
         # reviewer is a coroutine, not one of Django's threads.
-        "http": gateway({"mcp": mcp_service, **model_services()}, ASGIStaticFilesHandler(django_http) if settings.HARNESS_SERVE_STATIC else django_http),
+        "http": gateway(
+            {"mcp": mcp_service, **model_services()}, ASGIStaticFilesHandler(django_http) if settings.HARNESS_SERVE_STATIC else django_http
+        ),
         "websocket": SameOriginSockets(AuthMiddlewareStack(URLRouter(websocket_urls))),
     }
 )
