@@ -414,6 +414,28 @@ class ModelNote(Event):
     detail: dict[str, JSON]
 
 
+class AgentStarted(Event):
+    """An outside agent's process started in the run's agent container (issue 41):
+    which preset, which version of it said ``--version``, from which image."""
+
+    type: Literal["agent_started"] = "agent_started"
+    preset: str
+    version: str
+    image: str
+
+
+class AgentEnded(Event):
+    """The agent's process ended: its exit code (None when it was killed or timed out),
+    why, and the artifacts holding its transcript (stdout) and stderr."""
+
+    type: Literal["agent_ended"] = "agent_ended"
+    preset: str
+    exit_code: int | None
+    reason: Literal["exited", "killed", "deadline", "failed"]
+    duration_ms: int
+    artifacts: list[str] = []
+
+
 class Stopped(Event):
     type: Literal["stopped"] = "stopped"
     status: str
@@ -461,6 +483,8 @@ AnyEvent = (
     | EffectReconciled
     | WriteBlocked
     | ModelNote
+    | AgentStarted
+    | AgentEnded
     | Stopped
 )
 """Every event type. Readers ``match`` on it and end with ``assert_never``, so a new

@@ -112,6 +112,10 @@ _Silent = (
     | ev.CheckRequired
     | ev.WriteBlocked
     | ev.ModelNote
+    # Written by the agent's driver beside the loop's events: the calls it made are the
+    # loop's own proposals.
+    | ev.AgentStarted
+    | ev.AgentEnded
 )
 
 

@@ -108,7 +108,17 @@ def _receipt_view(e: ev.ReceiptRecorded) -> tuple[str, str, str]:
     return f"Receipt {status}", "ok" if status == "ok" else "warn", detail
 
 
-_RunEvent = ev.RunStarted | ev.RunResumed | ev.PolicyChanged | ev.InvariantRepaired | ev.KillRequested | ev.ModelNote | ev.Stopped
+_RunEvent = (
+    ev.RunStarted
+    | ev.RunResumed
+    | ev.PolicyChanged
+    | ev.InvariantRepaired
+    | ev.KillRequested
+    | ev.ModelNote
+    | ev.AgentStarted
+    | ev.AgentEnded
+    | ev.Stopped
+)
 
 
 def _run_view(e: _RunEvent) -> tuple[str, str, str]:
@@ -132,6 +142,11 @@ def _run_view(e: _RunEvent) -> tuple[str, str, str]:
             return "Budget reserve", "warn", str(e.detail.get("message", ""))
         case ev.ModelNote():
             return f"Model {e.kind}", "muted", ", ".join(f"{k}={v}" for k, v in e.detail.items())[:300]
+        case ev.AgentStarted():
+            return "Agent started", "info", f"{e.preset} {e.version}"
+        case ev.AgentEnded():
+            said = {"exited": f"exit {e.exit_code}", "killed": "killed", "deadline": "stopped at the deadline", "failed": "could not run"}[e.reason]
+            return "Agent ended", "ok" if e.reason == "exited" and e.exit_code == 0 else "warn", f"{e.preset}: {said} after {e.duration_ms / 1000:.1f} s"
         case ev.Stopped():
             if e.status == "complete" and e.outcome not in ("", "complete"):
                 # finish was accepted with something asked of the run undone: said as such.

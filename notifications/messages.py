@@ -61,6 +61,8 @@ def kind_of(event: ev.AnyEvent) -> str | None:
             | ev.EffectReconciled()
             | ev.WriteBlocked()
             | ev.ModelNote()
+            | ev.AgentStarted()
+            | ev.AgentEnded()
         ):
             return None
         case _:

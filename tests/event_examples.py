@@ -110,6 +110,8 @@ _FIELDS: dict[type[ev.Event], dict[str, Any]] = {
     ev.EffectReconciled: {"applied": False, "detail": "the write did not happen"},
     ev.WriteBlocked: {"tool": "write_file", "pending": ["c2"]},
     ev.ModelNote: {"kind": "usage", "detail": {"tokens": 120}},
+    ev.AgentStarted: {"preset": "claude-code", "version": "2.1.197", "image": "harness-agent:19939d691dee8b2b"},
+    ev.AgentEnded: {"preset": "claude-code", "exit_code": 0, "reason": "exited", "duration_ms": 8400, "artifacts": ["sha256:" + "a" * 64]},
     ev.Stopped: {"status": "killed", "message": "killed by otto"},
 }
 
