@@ -145,8 +145,14 @@ def _run_view(e: _RunEvent) -> tuple[str, str, str]:
         case ev.AgentStarted():
             return "Agent started", "info", f"{e.preset} {e.version}"
         case ev.AgentEnded():
-            said = {"exited": f"exit {e.exit_code}", "killed": "killed", "deadline": "stopped at the deadline", "failed": "could not run"}[e.reason]
-            return "Agent ended", "ok" if e.reason == "exited" and e.exit_code == 0 else "warn", f"{e.preset}: {said} after {e.duration_ms / 1000:.1f} s"
+            said = {"exited": f"exit {e.exit_code}", "killed": "killed", "deadline": "stopped at the deadline", "failed": "could not run"}[
+                e.reason
+            ]
+            return (
+                "Agent ended",
+                "ok" if e.reason == "exited" and e.exit_code == 0 else "warn",
+                f"{e.preset}: {said} after {e.duration_ms / 1000:.1f} s",
+            )
         case ev.Stopped():
             if e.status == "complete" and e.outcome not in ("", "complete"):
                 # finish was accepted with something asked of the run undone: said as such.
