@@ -149,11 +149,10 @@ def verify(entries: Sequence[Mapping[str, Any]], head: Head | None = None) -> Pr
 
 def _self_checks(entries: Sequence[Mapping[str, Any]]) -> Problem | None:
     """Each entry's digest over its own fields, and its content's over the content."""
-    seqs = [entry.get("seq") for entry in entries]
     for entry in entries:
         recorded = entry.get("digest")
         if entry_digest(entry) != recorded:
-            return _explain_altered(entry, seqs)
+            return _explain_altered(entry, entries)
         content = entry.get("content")
         if content is not None and sha256(str(content).encode("utf-8")) != entry.get("shown"):
             return Problem(
@@ -165,10 +164,12 @@ def _self_checks(entries: Sequence[Mapping[str, Any]]) -> Problem | None:
     return None
 
 
-def _explain_altered(entry: Mapping[str, Any], seqs: Sequence[Any]) -> Problem:
+def _explain_altered(entry: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -> Problem:
     """An entry whose fields do not give its digest. When they would at another seq, the
-    entry was moved there: renumbered after an insertion or a removal, or swapped."""
+    entry was moved there: swapped with the entry now at that seq (which would be
+    valid at this one), or renumbered after an insertion or a removal."""
     seq = entry.get("seq")
+    seqs = [e.get("seq") for e in entries]
     if isinstance(seq, int):
         for other in sorted({s for s in seqs if isinstance(s, int)} | {seq - 1, seq + 1}, key=lambda s: abs(s - seq)):
             if other == seq or other < 1:
@@ -176,6 +177,9 @@ def _explain_altered(entry: Mapping[str, Any], seqs: Sequence[Any]) -> Problem:
             moved = {**entry, "seq": other}
             if entry_digest(moved) != entry.get("digest"):
                 continue
+            swapped = [e for e in entries if e.get("seq") == other and entry_digest({**e, "seq": seq}) == e.get("digest")]
+            if swapped:
+                return Problem("reordered", GLOBAL.name, other, f"entry {other} was moved to position {seq} (reordered)")
             if other == seq - 1:
                 return Problem(
                     "inserted",

@@ -121,8 +121,9 @@ def _decision(row: Event) -> dict[str, Any] | None:
 
 def _reviewer(payload: Mapping[str, Any]) -> Actor:
     by = str(payload.get("by", ""))
-    token = payload.get("token")
-    return Actor("token", by, str(token)) if token else Actor("user", by)
+    via = payload.get("via")
+    # As ledger.writer.person names a person deciding through a token.
+    return Actor("token", f"{by} ({via})") if via else Actor("user", by)
 
 
 def _gate(
