@@ -216,7 +216,7 @@ HARNESS_ARTIFACT_STORE = config.HARNESS_ARTIFACT_STORE
 SPOOL_DIR = config.HARNESS_SPOOL_DIR
 HARNESS_ARTIFACT_RETENTION_DAYS = config.HARNESS_ARTIFACT_RETENTION_DAYS
 # The decision ledger's head, published on the beat (ledger.publish), and how long it
-# keeps what deciders were shown (docs/design.md, The decision ledger).
+# keeps what deciders were shown (docs/design.md, Decision ledger).
 HARNESS_LEDGER_HEAD_DESTINATION = config.HARNESS_LEDGER_HEAD_DESTINATION
 HARNESS_LEDGER_CONTENT_RETENTION_DAYS = config.HARNESS_LEDGER_CONTENT_RETENTION_DAYS
 STORAGES: dict[str, dict[str, object]] = {

@@ -1,4 +1,4 @@
-"""The decision ledger (docs/design.md, The decision ledger): every decision, who or
+"""The decision ledger (docs/design.md, Decision ledger): every decision, who or
 which rule made it and the digest of exactly what they were shown, chained by digests
 in one global chain and one per project. ``ledger.verify`` is plain Python (an export
 is checked offline with it alone); the rest is the Django app that writes and exports

@@ -1,6 +1,6 @@
 """The ledger out of the database: the export's lines (ledger.verify reads them), the
 check of the stored chain ("verify now"), the head as published, and the retention
-of what deciders were shown (docs/design.md, The decision ledger)."""
+of what deciders were shown (docs/design.md, Decision ledger)."""
 
 from __future__ import annotations
 

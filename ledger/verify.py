@@ -1,6 +1,5 @@
 """The decision ledger's chain, in plain Python: the canonical encoding of an entry,
-its digest, and the offline verification of an export (docs/design.md, The decision
-ledger). Nothing here imports Django, the project's settings or anything outside the
+its digest, and the offline verification of an export (docs/design.md, Decision ledger). Nothing here imports Django, the project's settings or anything outside the
 standard library, so whoever holds an export checks it with this one file:
 
     python3 -m ledger.verify ledger.jsonl [--head DIGEST | --head SEQ:DIGEST]

@@ -1,4 +1,4 @@
-"""The one writer of the decision ledger: ``record`` (docs/design.md, The decision ledger).
+"""The one writer of the decision ledger: ``record`` (docs/design.md, Decision ledger).
 
 Called by the code that makes a decision, inside the transaction that makes it, so the
 entry commits or rolls back with the decision: a decision not in the ledger did not
@@ -15,6 +15,7 @@ a run's row, and the heads cannot close a cycle of waits."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -25,6 +26,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
+from common.metrics import LEDGER_ENTRIES
 from ledger.models import GLOBAL_CHAIN, Content, Entry, Head, project_chain
 from ledger.verify import GENESIS, VERSION, canonical, entry_digest, sha256
 
@@ -125,6 +127,8 @@ class Decision:
     at: datetime | None = field(default=None, compare=False)
 
 
+log = logging.getLogger(__name__)
+
 _pending: ContextVar[list[Decision] | None] = ContextVar("ledger_pending", default=None)
 
 
@@ -199,7 +203,18 @@ def _write(decisions: Sequence[Decision]) -> list[Entry]:
             # The head moves to the last entry written; its row lock, taken by _claim,
             # is still this transaction's.
             Head.objects.filter(chain=chain).update(seq=seq, digest=digest)
+        transaction.on_commit(lambda: _count(decisions))
     return rows
+
+
+def _count(decisions: Sequence[Decision]) -> None:
+    """The Prometheus counters (docs/design.md, Metrics), once the entries are committed;
+    a failure to count never fails a decision."""
+    try:
+        for decision in decisions:
+            LEDGER_ENTRIES.labels(decision.kind).inc()
+    except Exception:
+        log.exception("counting the ledger's entries failed")
 
 
 def _claim(connection: Any, chain: str, count: int) -> list[Any]:

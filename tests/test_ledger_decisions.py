@@ -1,5 +1,5 @@
 """Every decision is an entry of the decision ledger, written in the decision's own
-transaction (docs/design.md, The decision ledger): each gate's on each call (allowed,
+transaction (docs/design.md, Decision ledger): each gate's on each call (allowed,
 asked, denied by rule, refused) with the rule's inputs as what it was shown; each
 reviewer's, with the quorum so far; each consumption, expiry and cancellation; each
 operator's kill and switch; each admin's change. A decision whose transaction rolls

@@ -1,5 +1,5 @@
 """A reviewer's ledger entry records the digest of exactly what the approval page
-showed them (runs.approval_flow.shown; docs/design.md, The decision ledger): the page
+showed them (runs.approval_flow.shown; docs/design.md, Decision ledger): the page
 rendered to the reviewer, fetched as the reviewer, gives the digest the grant's entry
 holds, the entry's content is those bytes, and a decision posted from a page whose
 content has changed since is refused."""

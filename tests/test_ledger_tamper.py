@@ -1,5 +1,5 @@
-"""The decision ledger's chain finds any change to the record (docs/design.md, The
-decision ledger): an entry altered, removed, inserted or reordered, in the database
+"""The decision ledger's chain finds any change to the record (docs/design.md, Decision
+ledger): an entry altered, removed, inserted or reordered, in the database
 (the stored chain checked, and its export) or in an export, is found and named by
 ``verify``; the offline verifier runs as ``python3 -m ledger.verify`` with no Django
 and no settings; a removed end is found against the published head."""

@@ -4,7 +4,7 @@ words "If granted" says of it, the evidence for its revision and what the secret
 found. The page (pages.approvals) renders these pieces from this value, and a decision
 records the digest of its canonical bytes (``Review.digest``) in its event and in the
 decision ledger, so the entry names exactly the content the decider had in front of
-them (docs/design.md, The decision ledger). A page posts back the digest it showed;
+them (docs/design.md, Decision ledger). A page posts back the digest it showed;
 a decision whose content has changed since is refused."""
 
 from __future__ import annotations

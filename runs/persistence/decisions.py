@@ -1,5 +1,5 @@
-"""The decisions a run's events record, as the ledger's entries (docs/design.md, The
-decision ledger). ``append_events``, the one writer of events, hands every batch it
+"""The decisions a run's events record, as the ledger's entries (docs/design.md, Decision
+ledger). ``append_events``, the one writer of events, hands every batch it
 stores here, in its transaction, so each decision event (a gate's on a call, a
 reviewer's, a consumption, a lapse, a kill) has its entry exactly when it is stored.
 
