@@ -48,6 +48,14 @@ def record_decisions(run_id: str, rows: Sequence[Event]) -> None:
     record(*(Decision(**{**d, "project_id": project_id, "run_id": str(run_id)}) for d in decisions))
 
 
+def remember_project(run_id: str, project_id: int | None) -> None:
+    """What the driver of a run knows of it (runs.services.drive_run): its decisions'
+    entries name the project without reading it in the checkpoint."""
+    if len(_projects) > 4096:
+        _projects.clear()
+    _projects[str(run_id)] = project_id
+
+
 def _project_of(run_id: str) -> int | None:
     """A run's project, which never changes: read once per process and run."""
     key = str(run_id)
