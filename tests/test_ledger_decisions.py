@@ -134,6 +134,7 @@ def test_it_records_kills_cancellations_expiry_and_switches(operator: User, admi
 def test_it_records_an_admins_policy_save_with_the_requests_it_made_stale(operator: User, admin_user: User, resumes: list[str]) -> None:
     world = World()
     run, request = waiting(world, operator)
+    assert run.project_id is not None
     row = PolicyVersion(project_id=run.project_id, created_by=admin_user, note="stricter")
     save_policy_version(row, edited_policy())
     stale = Entry.objects.get(kind="approval.stale")

@@ -35,7 +35,7 @@ def waiting(operator: User) -> tuple[Run, ApprovalRequest]:
 def posted_digest(html: str) -> str:
     found = set(re.findall(r'name="shown" value="([0-9a-f]{64})"', html))
     assert len(found) == 1, found
-    return found.pop()
+    return str(found.pop())
 
 
 def test_it_records_for_a_grant_the_digest_of_the_page_the_reviewer_was_shown(operator: User, reviewer: User, resumes: list[str]) -> None:
