@@ -4,7 +4,7 @@
     manage.py ledger verify FILE [--head DIGEST]  the export checked offline (ledger.verify)
     manage.py ledger check                        the stored chain checked now, against its head
     manage.py ledger head                         the head, as the beat publishes it
-    manage.py ledger publish                      publish the head now
+    manage.py ledger publish-head                 publish the head now
 
 ``verify`` needs no database: it is ``python3 -m ledger.verify``, which anyone holding
 an export runs with that one file."""
@@ -36,7 +36,7 @@ class Command(BaseCommand):
         check.add_argument("--head", help="the published head: DIGEST or SEQ:DIGEST")
         commands.add_parser("check", help="verify the stored chain now")
         commands.add_parser("head", help="print the head")
-        commands.add_parser("publish", help="publish the head now")
+        commands.add_parser("publish-head", help="publish the head now")
 
     def handle(self, *args: Any, **options: Any) -> None:
         command = options["command"]
