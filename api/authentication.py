@@ -8,6 +8,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 
 from api.models import ApiToken
+from ledger.writer import through_token
 from projects.access import narrow
 
 # How often a token's "last used" time is written (not on every request).
@@ -32,4 +33,6 @@ class HashedTokenAuthentication(authentication.TokenAuthentication):
             # On this request's user object alone: every check of projects.access
             # (lists, objects, decisions, kills, new runs) then answers for the token.
             narrow(row.user, row.project_id, row.role)
+        # What this request decides is recorded as decided through this token (ledger.writer).
+        through_token(row.user, f"token {row.prefix}…", row.pk)
         return row.user, row

@@ -52,6 +52,11 @@ LIVE_LAG = Histogram("harness_live_delivery_lag_seconds", "From an event's time 
 DELIVERIES_FAILED = Counter(
     "harness_notification_deliveries_failed_total", "Notification delivery attempts that failed, by channel", ["channel"]
 )
+LEDGER_ENTRIES = Counter(
+    "harness_ledger_entries_total",
+    "Decisions recorded in the decision ledger, by kind (gate.allowed, approval.granted, admin.policy_saved...)",
+    ["kind"],
+)
 LEASE_TAKEOVERS = Counter("harness_lease_takeovers_total", "Runs claimed from a worker whose lease ran out")
 
 

@@ -160,6 +160,12 @@ class ApprovalDecided(Event):
     # needed; the request is granted only once ``grants`` reaches ``needed``.
     grants: int = 1
     needed: int = 1
+    # The digest of exactly what the approval page showed the decider (the canonical
+    # bytes of runs.approval_flow.shown), which the decision's ledger entry records;
+    # "" for a decision recorded before the ledger.
+    shown: str = ""
+    # The API token the decider decided through (its prefix), "" for the page.
+    via: str = ""
 
 
 class ApprovalLapsed(Event):

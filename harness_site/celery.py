@@ -14,7 +14,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
 
 app = Celery("harness")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["runs"])
+app.autodiscover_tasks(["runs", "ledger"])
 
 
 @worker_init.connect

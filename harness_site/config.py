@@ -400,6 +400,12 @@ class Settings(BaseSettings):
     HARNESS_BEAT_RETENTION_SECONDS: Number = Field(
         3600.0, ge=1, description="How often the beat deletes the artifacts past `HARNESS_ARTIFACT_RETENTION_DAYS`."
     )
+    HARNESS_BEAT_LEDGER_HEAD_SECONDS: Number = Field(
+        3600.0,
+        ge=1,
+        description="How often the beat publishes the decision ledger's head to `HARNESS_LEDGER_HEAD_DESTINATION` "
+        "(and forgets the content past `HARNESS_LEDGER_CONTENT_RETENTION_DAYS`).",
+    )
 
     # Runs and the workers that drive them
     HARNESS_LEASE_SECONDS: Int = Field(
@@ -489,6 +495,20 @@ class Settings(BaseSettings):
         ge=0,
         description="The beat deletes the artifacts of runs that ended more than this many days ago, unless a newer "
         "run stored the same content; 0 keeps them all.",
+    )
+    HARNESS_LEDGER_HEAD_DESTINATION: Text = Field(
+        "log",
+        description="Where the beat publishes the decision ledger's head (the last entry's seq and digest), so that "
+        "a truncated or rewritten chain is found by `ledger verify --head`: `log` (a line in the beat's log), "
+        "`file:<path>` (a JSON line appended, best a file another account owns and this one may only append to), "
+        "an `http://` or `https://` URL (the JSON POSTed, a webhook), or `off`.",
+    )
+    HARNESS_LEDGER_CONTENT_RETENTION_DAYS: Int = Field(
+        0,
+        ge=0,
+        description="The beat forgets what the decision ledger kept of what each decider was shown (diffs, arguments, "
+        "evidence) once no entry newer than this many days names it; the entries and their digests stay, so the "
+        "chain still verifies. 0 keeps it all.",
     )
     HARNESS_S3_BUCKET: Text = Field("", description="The bucket, required with `HARNESS_ARTIFACT_STORE=s3`; Harness creates no bucket.")
     HARNESS_S3_PREFIX: Text = Field(

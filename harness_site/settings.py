@@ -33,6 +33,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "ledger",
     "projects",
     "runs",
     "approvals",
@@ -181,6 +182,7 @@ CELERY_BEAT_SCHEDULE = {
     "notifications-sweep": {"task": "notifications.sweep", "schedule": config.HARNESS_BEAT_NOTIFY_SECONDS},
     "mail-reminders": {"task": "notifications.remind", "schedule": config.HARNESS_BEAT_REMIND_SECONDS},
     "artifact-retention": {"task": "runs.delete_expired_artifacts", "schedule": config.HARNESS_BEAT_RETENTION_SECONDS},
+    "ledger-head": {"task": "ledger.publish_head", "schedule": config.HARNESS_BEAT_LEDGER_HEAD_SECONDS},
 }
 HARNESS_LEASE_SECONDS = config.HARNESS_LEASE_SECONDS
 HARNESS_VERIFY_FOLD = config.HARNESS_VERIFY_FOLD
@@ -214,6 +216,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 HARNESS_ARTIFACT_STORE = config.HARNESS_ARTIFACT_STORE
 SPOOL_DIR = config.HARNESS_SPOOL_DIR
 HARNESS_ARTIFACT_RETENTION_DAYS = config.HARNESS_ARTIFACT_RETENTION_DAYS
+# The decision ledger's head, published on the beat (ledger.publish), and how long it
+# keeps what deciders were shown (docs/design.md, Decision ledger).
+HARNESS_LEDGER_HEAD_DESTINATION = config.HARNESS_LEDGER_HEAD_DESTINATION
+HARNESS_LEDGER_CONTENT_RETENTION_DAYS = config.HARNESS_LEDGER_CONTENT_RETENTION_DAYS
 STORAGES: dict[str, dict[str, object]] = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

@@ -7,7 +7,7 @@ from django.urls import include, path
 
 from api import token_pages
 from monitoring import views as monitoring_views
-from pages import again, control, mail_settings, new_run, overview, projects, result, run_detail, runs_list
+from pages import again, control, ledger, mail_settings, new_run, overview, projects, result, run_detail, runs_list
 from pages import approvals as approval_views
 from signin import views as signin_views
 
@@ -55,6 +55,8 @@ urlpatterns = [
     path("control/", control.global_switch, name="control"),
     path("control/projects/<slug:slug>/", control.project_switch, name="project-switch"),
     path("projects/<slug:slug>/audit/", projects.audit, name="project-audit"),
+    path("projects/<slug:slug>/ledger/", ledger.project_ledger, name="project-ledger"),
+    path("ledger/verify/", ledger.verify_now, name="ledger-verify"),
     path("tokens/", token_pages.tokens, name="tokens"),
     path("tokens/<int:token_id>/revoke/", token_pages.revoke, name="token-revoke"),
     path("admin/", admin.site.urls),

@@ -4,7 +4,6 @@ The services decide; a refused decision re-renders the page with the reason."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,9 +18,7 @@ from approvals.checks import DecisionRefused
 from approvals.models import ApprovalRequest
 from common.permissions import DECIDE_APPROVALS, VIEW_APPROVALS
 from common.redact import is_masked
-from core.effects import PushEffect, parse_effect, summary
-from core.state import RunState
-from core.tools import builtin_registry
+from core.effects import PushEffect, parse_effect
 from live.trace import EMPTY_OUTPUT_REF, text_args, timeline
 from pages.access import require, visible
 from pages.diff_review import FEEDBACK_CHARS, LineComment, check_line_comments, feedback_text, requested_changes, stored_comments
@@ -31,8 +28,9 @@ from pages.summary import egress_text, shown_clocks
 from projects.access import scoped
 from runs.approval_flow.base_moves import base_move_now
 from runs.approval_flow.flow import check_decision_now, deny, grant, request_changes, staleness_now
+from runs.approval_flow.shown import Review, review_of
 from runs.control import ACTIVE, ControlRefused
-from runs.models import Event, Evidence, Run
+from runs.models import Evidence, Run
 from runs.persistence.store import load_state
 from runs.rerun import check_ask_again, check_rerun
 
@@ -57,6 +55,11 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
     run.refresh_from_db()
     state = load_state(run)
     working, waited = shown_clocks(run, state)
+    # What the page shows of the request, as the one value a decision's ledger entry
+    # records the digest of (runs.approval_flow.shown): the evidence, "If granted" and
+    # the secret scan's findings are rendered from it; the diff and arguments are the
+    # request's own, which it holds as they are.
+    review = review_of(request, run)
     return {
         "req": request,
         "run": run,
@@ -80,10 +83,11 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         "ask_again_blocker": ask_again_blocker(request, user),
         "expiry": after_expiry(request, run, user),
         "revision_current": run.revision == request.revision,
-        "evidence": with_network(Evidence.objects.filter(run=run, revision=request.revision).order_by("recorded_at"), state),
+        "evidence": with_network(review),
+        "review": review,
         "empty_output": EMPTY_OUTPUT_REF,
         "deny_form": DenyForm(),
-        "what_it_does": reviewer_summary(request.tool, request.effect),
+        "what_it_does": review.what_it_does,
         "commit_times": commit_times(request.effect),
         "text_args": text_args(request.args),
         # Masking happened before the request was filed (common.redact): say so, so the
@@ -91,28 +95,19 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
         # the run works with the masked value (arguments) or ships the original (a diff).
         "masked_args": is_masked(request.args),
         "masked_lines": masked_lines(request.diff),
-        "secret_findings": secret_findings(request),
+        "secret_findings": review.secret_findings,
         "base_move": base_move_now(request),
         "diff_files": files_of(parse(request.diff or "")),
         **timeline(str(run.pk)),
     }
 
 
-def with_network(rows: Iterable[Evidence], state: RunState) -> list[Evidence]:
+def with_network(review: Review) -> list[Evidence]:
     """The evidence rows, each with where its check connected (``network``, from the
     run's evidence records), so the reviewer sees what a passing check depended on."""
-    egress = {record.call_id: record.egress for record in state.evidence}
-    shown = list(rows)
-    for row in shown:
-        row.network = egress_text(egress.get(row.call_id, []))  # type: ignore[attr-defined]
-    return shown
-
-
-def secret_findings(request: ApprovalRequest) -> list[dict[str, Any]]:
-    """What the secret scan found in the change this request asks about (the run's
-    secrets_found event for its call): file, line, kind, fingerprint."""
-    found = Event.objects.filter(run_id=request.run_id, call_id=request.call_id, type="secrets_found").order_by("-seq").first()
-    return list(found.payload.get("findings", [])) if found is not None else []
+    for row in review.evidence:
+        row.network = egress_text(review.egress.get(row.call_id, []))  # type: ignore[attr-defined]
+    return review.evidence
 
 
 def out_of_date(request: ApprovalRequest) -> str | None:
@@ -176,16 +171,6 @@ def commit_times(effect: object) -> list[tuple[str, datetime]]:
     return [(verb, datetime.fromtimestamp(who.date, tz=UTC)) for verb, who in (("authored", fixed.author), ("committed", fixed.committer))]
 
 
-def reviewer_summary(tool: str, effect: object) -> str:
-    """What granting this call does: for an external effect, in the words of where its
-    fixed effect goes (the outbox, a branch of a remote, a forge); else the tool's
-    registry entry."""
-    if effect is not None:
-        return summary(parse_effect(effect))
-    spec = builtin_registry().get(tool)
-    return spec.reviewer_summary if spec is not None else ""
-
-
 def _approval(request: HttpRequest, request_id: str) -> ApprovalRequest:
     found = ApprovalRequest.objects.select_related("run", "run__policy", "requested_by", "decided_by")
     return visible(request, found, VIEW_APPROVALS, "run__project_id", pk=request_id)
@@ -241,6 +226,12 @@ class DenyForm(forms.Form):
     )
 
 
+def _shown(request: HttpRequest) -> str | None:
+    """The digest of what the page showed the decider, which its forms post back: the
+    decision is refused if the request shows something else now (runs.approval_flow.flow)."""
+    return request.POST.get("shown", "").strip()[:64] or None
+
+
 def _refused(request: HttpRequest, approval: ApprovalRequest, error: str) -> HttpResponse:
     """Back to the request's page (GET), so a reload does not send the decision again;
     the refusal is shown in the decision panel."""
@@ -253,7 +244,7 @@ def _refused(request: HttpRequest, approval: ApprovalRequest, error: str) -> Htt
 def grant_view(request: HttpRequest, request_id: str) -> HttpResponse:
     approval = _approval(request, request_id)
     try:
-        grant(approval, request.user, request.POST.get("comment", "")[:2000])
+        grant(approval, request.user, request.POST.get("comment", "")[:2000], shown=_shown(request))
     except DecisionRefused as exc:
         return _refused(request, approval, str(exc))
     approval.refresh_from_db()
@@ -275,7 +266,7 @@ def deny_view(request: HttpRequest, request_id: str) -> HttpResponse:
         # Back to the request's own URL (not /deny/), the problem in the decision panel.
         return _refused(request, approval, " ".join(str(problem) for problem in form.errors["reason"]))
     try:
-        deny(approval, request.user, form.cleaned_data["reason"])
+        deny(approval, request.user, form.cleaned_data["reason"], shown=_shown(request))
     except DecisionRefused as exc:
         return _refused(request, approval, str(exc))
     remember_next(request, approval)
@@ -304,7 +295,7 @@ def changes_view(request: HttpRequest, request_id: str) -> HttpResponse:
     if problems:
         return _refused(request, approval, "Changes not requested: " + "; ".join(problems) + ".")
     try:
-        request_changes(approval, request.user, text, stored_comments(comments))
+        request_changes(approval, request.user, text, stored_comments(comments), shown=_shown(request))
     except DecisionRefused as exc:
         return _refused(request, approval, str(exc))
     remember_next(request, approval)

@@ -16,6 +16,7 @@ from django.utils import timezone
 from common import permissions
 from core import events as ev
 from core.fences import RowLock
+from ledger.writer import batch as ledger_batch
 from projects.access import holds_globally, permissions_in
 from projects.audit import record
 from projects.models import Project
@@ -73,7 +74,9 @@ def do_kill(run: Run, by: str, scope: str = "run", reason: str = "") -> bool:
     they leave the reviewers' queue whether or not a worker is about. A run waiting
     for approval has no driver to notice, so it is resumed: the loop's first guard
     then stops it ``killed``."""
-    with transaction.atomic():
+    # The kill's and the cancellations' ledger entries are written at the end, after the
+    # run's and its requests' rows are locked (ledger.writer).
+    with ledger_batch():
         flagged = Run.objects.filter(pk=run.pk, status__in=ACTIVE, kill_requested=False).update(kill_requested=True)
         if flagged:
             # An operator does not drive the run: the conditional UPDATE above (it
@@ -94,9 +97,12 @@ def set_global(user: User | AnonymousUser, *, stop_all: bool, admit_new: bool) -
     """Turn the global switch; with stop_all, every active run is killed now."""
     check_global_operator(user)
     switch = GlobalSwitch.get()
-    GlobalSwitch.objects.filter(pk=switch.pk).update(
-        stop_all=stop_all, admit_new=admit_new, changed_by=user.get_username(), changed_at=timezone.now()
-    )
+    with transaction.atomic():
+        GlobalSwitch.objects.filter(pk=switch.pk).update(
+            stop_all=stop_all, admit_new=admit_new, changed_by=user.get_username(), changed_at=timezone.now()
+        )
+        # Who turned the global switch, in the audit and so in the decision ledger.
+        record(None, user, "global_switch_set", stop_all=stop_all, admit_new=admit_new)
     killed = 0
     if stop_all:
         for run in Run.objects.filter(status__in=ACTIVE):
@@ -110,7 +116,8 @@ def set_project_switch(user: User | AnonymousUser, project: Project, *, paused: 
     too) now. Each change is in the project's audit. Returns the runs killed."""
     check_project_operator(user, project)
     killed = 0
-    with transaction.atomic():
+    # Its runs' rows first, the ledger's heads at the end (ledger.writer).
+    with ledger_batch():
         # Conditional: a click that changes nothing (already paused) records nothing.
         if paused is not None and Project.objects.filter(pk=project.pk).exclude(paused=paused).update(paused=paused):
             record(project, user, "project_paused" if paused else "project_resumed")

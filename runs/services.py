@@ -35,6 +35,7 @@ from projects.models import default_project_id, mcp_server_names
 from runs.budgets import project_bound
 from runs.models import Run
 from runs.persistence.artifacts import ArtifactStorage
+from runs.persistence.decisions import remember_project as remember_ledger_project
 from runs.persistence.store import DjangoStore, load_state
 from runs.proposers import build_proposer, check_proposer_config
 
@@ -183,6 +184,8 @@ def drive_run(
     policies = CurrentPolicy(run.project_id)
     policy = policies.current()
     remember_project(str(run.pk), run.project.slug)
+    # The ledger's entries of this run's decisions name its project without a read.
+    remember_ledger_project(str(run.pk), run.project_id)
     state = load_state(run)
     now = (clock or SystemClock()).now()
     tools = registry().with_tools(environment.tools)

@@ -24,9 +24,12 @@ from core import events as ev
 from core.fences import Fence, RowLock
 from core.jsonutil import JSON
 from core.lifecycle import OPEN_STATUSES, check_lapse, check_request_transition, sources_of
+from ledger.writer import batch as ledger_batch
+from ledger.writer import keep, token_of
 from projects import audit
 from projects.models import default_project_id
 from runs.approval_flow.base_moves import moved_base_staleness
+from runs.approval_flow.shown import Review, review_of
 from runs.models import Run
 from runs.persistence.eventlog import append_event
 from runs.scheduling import queue
@@ -90,6 +93,7 @@ def _decide(
     reason: str,
     grants: int,
     comments: Sequence[dict[str, JSON]] = (),
+    shown: str | None = None,
 ) -> None:
     # Only a still-pending row can be decided: a concurrent decision, expiry or
     # cancellation wins or loses as a whole, never half.
@@ -100,11 +104,27 @@ def _decide(
         )
         if updated != 1:
             raise DecisionRefused("this request was decided by someone else a moment ago")
-        _record_decision(request, user, status, reason, grants)
+        _record_decision(request, user, status, reason, grants, shown)
         wake_after_commit(str(request.run_id))
 
 
-def _record_decision(request: ApprovalRequest, user: User | AnonymousUser, decision: Decided, reason: str, grants: int) -> None:
+def reviewed(request: ApprovalRequest, shown: str | None) -> Review:
+    """What the approval page shows of ``request`` now (runs.approval_flow.shown), kept
+    for the decision's ledger entry; refused when the page the decider saw (the digest
+    it posted, ``shown``) showed something else."""
+    review = review_of(request)
+    if shown and shown != review.digest:
+        raise DecisionRefused("what this request shows has changed since your page was loaded: reload it and decide on what it shows now")
+    keep(review.shown)
+    return review
+
+
+def _record_decision(
+    request: ApprovalRequest, user: User | AnonymousUser, decision: Decided, reason: str, grants: int, shown: str | None
+) -> None:
+    # The digest of what the decider was shown goes into the event and, with it, into
+    # the decision's ledger entry (runs.persistence.decisions).
+    review = reviewed(request, shown)
     append_event(
         str(request.run_id),
         ev.ApprovalDecided,
@@ -117,12 +137,15 @@ def _record_decision(request: ApprovalRequest, user: User | AnonymousUser, decis
         self_approved=request.run.created_by_id == user.pk,
         grants=grants,
         needed=request.needed,
+        shown=review.digest,
+        via=token_of(user),
     )
 
 
-def grant(request: ApprovalRequest, user: User | AnonymousUser, comment: str = "") -> None:
+def grant(request: ApprovalRequest, user: User | AnonymousUser, comment: str = "", shown: str | None = None) -> None:
     """One person's grant; the request is granted (and the run woken) once the rule's
-    number of distinct people have granted."""
+    number of distinct people have granted. ``shown``: the digest of what the page
+    showed the decider (runs.approval_flow.shown), when a page posted it."""
     check_decision_recording_lapse(request, user, granting=True)
     assert isinstance(user, User)  # the check admits signed-in reviewers only
     comment = comment.strip()
@@ -140,24 +163,26 @@ def grant(request: ApprovalRequest, user: User | AnonymousUser, comment: str = "
             raise DecisionRefused("you granted this request already; another reviewer must grant too") from None
         grants = locked.grants.count()
         if grants < locked.needed:
-            _record_decision(locked, user, "granted", comment, grants)
+            _record_decision(locked, user, "granted", comment, grants, shown)
             return
-        _decide(locked, user, "granted", comment, grants)
+        _decide(locked, user, "granted", comment, grants, shown=shown)
 
 
-def deny(request: ApprovalRequest, user: User | AnonymousUser, reason: str) -> None:
+def deny(request: ApprovalRequest, user: User | AnonymousUser, reason: str, shown: str | None = None) -> None:
     reason = check_reason(reason)
     check_decision_recording_lapse(request, user)
-    _decide(request, user, "denied", reason, grants=request.grants.count())
+    _decide(request, user, "denied", reason, grants=request.grants.count(), shown=shown)
 
 
-def request_changes(request: ApprovalRequest, user: User | AnonymousUser, message: str, comments: Sequence[dict[str, JSON]] = ()) -> None:
+def request_changes(
+    request: ApprovalRequest, user: User | AnonymousUser, message: str, comments: Sequence[dict[str, JSON]] = (), shown: str | None = None
+) -> None:
     """Instead of the call, the reviewer's words to the model (``message``, holding
     the line ``comments`` too, each also kept as {file, line, text}): the call is not
     performed, the run goes on, and the identical call is not asked for again."""
     message = check_reason(message, "a request for changes needs the words the model is to read")
     check_decision_recording_lapse(request, user)
-    _decide(request, user, "changes_requested", message, grants=request.grants.count(), comments=comments)
+    _decide(request, user, "changes_requested", message, grants=request.grants.count(), comments=comments, shown=shown)
 
 
 def do_consume(request_id: Any, call_id: str) -> bool:
@@ -272,8 +297,9 @@ def save_policy_version(row: PolicyVersion, document: dict[str, Any]) -> list[st
         try:
             # Two admins saving at once both compute max+1; the version unique in its
             # project lets one win and the other retry with the next number. The lapses
-            # are in the same transaction, so a lost race undoes them too.
-            with transaction.atomic():
+            # are in the same transaction, so a lost race undoes them too. Their ledger
+            # entries are written at its end, after every run's row is locked (ledger.writer).
+            with ledger_batch():
                 latest = PolicyVersion.objects.filter(project_id=row.project_id).aggregate(v=Max("version"))["v"] or 0
                 row.version = latest + 1
                 row.document = {**document, "version": row.version}

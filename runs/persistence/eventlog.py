@@ -22,6 +22,7 @@ from core.events import type_name
 from core.fences import Fence, Lease
 from runs.models import Event, Run
 from runs.persistence.broadcast import ring_doorbell
+from runs.persistence.decisions import record_decisions
 from runs.persistence.rows import LAST_SEQ, RESERVED, Rows, SeqOf, checkpoint_cursor, db_value, insert, insert_rows, numbered_insert
 from runs.persistence.signals import events_stored
 
@@ -94,6 +95,9 @@ def append_events(
         # Listeners (webhook notifications) record what they need in this same
         # transaction, so it commits or rolls back with the events.
         events_stored.send(sender=Event, rows=rows, events=events)
+        # The decisions among them are the ledger's entries, in this same transaction
+        # (runs.persistence.decisions): a decision not in the ledger did not happen.
+        record_decisions(run_id, rows)
         last_seq = rows[-1].seq
         transaction.on_commit(lambda: ring_doorbell(str(run_id), last_seq))
     return rows

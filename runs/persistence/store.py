@@ -27,6 +27,7 @@ from core.fold import check_explained
 from core.report import build_report
 from core.state import RunState, load_stored_state
 from core.storable import Unstorable
+from ledger.writer import batch as ledger_batch
 from runs.models import Event, Evidence, Receipt, Report, Run
 from runs.persistence.eventlog import LeaseLost, append_events
 from runs.persistence.rows import Rows, SeqOf
@@ -72,7 +73,9 @@ class DjangoStore:
             columns = self._changed(state_columns(state))
             # State, events and their projections land together or not at all: a crash
             # between them would otherwise resume from a state the log does not explain.
-            with transaction.atomic(savepoint=False):
+            # The step's decisions are the ledger's in the same transaction, written at its
+            # end, after the run's and its project's rows are locked (ledger.writer).
+            with ledger_batch(savepoint=False):
                 # Fencing rides on the numbering UPDATE: a worker whose lease was taken
                 # over gets LeaseLost before it has written anything.
                 append_events(state.run_id, events, run_columns=columns, fence=self.fence, projections=_project(state, events))

@@ -1,0 +1,74 @@
+"""The ledger out of the database: the export's lines (ledger.verify reads them), the
+check of the stored chain ("verify now"), the head as published, and the retention
+of what deciders were shown (docs/design.md, Decision ledger)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from ledger.models import GLOBAL_CHAIN, Content, Entry, Head
+from ledger.verify import Head as PublishedHead
+from ledger.verify import Problem, verify
+from ledger.writer import exported
+
+CHUNK = 1000
+
+
+def lines() -> Iterator[dict[str, Any]]:
+    """Every entry in the global chain's order, each with the content its ``shown``
+    digest covers where retention kept it."""
+    last = 0
+    while True:
+        chunk = list(Entry.objects.filter(seq__gt=last).order_by("seq")[:CHUNK])
+        if not chunk:
+            return
+        kept = dict(Content.objects.filter(digest__in={entry.shown for entry in chunk}).values_list("digest", "body"))
+        for entry in chunk:
+            yield exported(entry, kept.get(entry.shown))
+        last = chunk[-1].seq
+
+
+def write_export(out: Any) -> int:
+    """The export as JSON Lines into ``out`` (a text stream); how many entries."""
+    count = 0
+    for line in lines():
+        out.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
+        count += 1
+    return count
+
+
+def head() -> dict[str, Any]:
+    """The global chain's head as the beat publishes it."""
+    row = Head.objects.filter(chain=GLOBAL_CHAIN).first()
+    return {
+        "chain": GLOBAL_CHAIN,
+        "seq": row.seq if row is not None else 0,
+        "digest": row.digest if row is not None else "",
+        "at": timezone.now().isoformat(),
+    }
+
+
+def verify_stored() -> Problem | None:
+    """The stored chain checked as an export of it would be, against its own head row
+    (which finds an entry removed from the end)."""
+    published = head()
+    return verify(list(lines()), PublishedHead(published["digest"], published["seq"]) if published["seq"] else None)
+
+
+def forget_shown_content() -> int:
+    """What deciders were shown, once no entry newer than the retention names it: the
+    entries and their digests stay, so the chain still verifies; an export then holds
+    the digest of what was shown, no longer the content. Returns how many were forgotten."""
+    days = int(settings.HARNESS_LEDGER_CONTENT_RETENTION_DAYS)
+    if days <= 0:
+        return 0
+    cutoff = timezone.now() - timedelta(days=days)
+    recent = Entry.objects.filter(at__gte=cutoff).values("shown")
+    deleted, _ = Content.objects.filter(kept_at__lt=cutoff).exclude(digest__in=recent).delete()
+    return deleted

@@ -1,0 +1,78 @@
+"""The ledger's rows: its entries, each chain's head, and the content each entry's
+``shown`` digest covers (kept until retention forgets it; the digests stay)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+GLOBAL_CHAIN = "global"
+
+
+def project_chain(project_id: int) -> str:
+    return f"project:{project_id}"
+
+
+class Head(models.Model):
+    """Where a chain ends: its last entry's seq and digest. Every writer of a chain
+    claims this row (a conditional UPDATE, which holds its row lock to the end of the
+    transaction) before numbering entries, so the chain's writers are ordered one
+    after another and each links to the entry the one before it wrote."""
+
+    chain = models.CharField(max_length=40, primary_key=True)
+    seq = models.BigIntegerField(default=0)
+    digest = models.CharField(max_length=64, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"{self.chain} at {self.seq}"
+
+
+class Entry(models.Model):
+    """One decision. ``seq``/``prev`` place it in the global chain, ``project_seq``/
+    ``project_prev`` in its project's (none for a decision of no project); ``digest`` is
+    over every field (ledger.verify.HASHED). Written once by ledger.writer.record and
+    never changed; runs and projects are named by id, so the entry outlives them."""
+
+    class ActorKind(models.TextChoices):
+        USER = "user"
+        TOKEN = "token"  # noqa: S105 - a kind of actor, no secret
+        RULE = "rule"
+        SYSTEM = "system"
+
+    seq = models.BigIntegerField(unique=True)
+    prev = models.CharField(max_length=64, blank=True)
+    project_id = models.BigIntegerField(null=True, blank=True)
+    project_seq = models.BigIntegerField(null=True, blank=True)
+    project_prev = models.CharField(max_length=64, null=True, blank=True)
+    at = models.DateTimeField()
+    actor_kind = models.CharField(max_length=10, choices=ActorKind.choices)
+    actor = models.CharField(max_length=200)
+    actor_id = models.CharField(max_length=80, blank=True, default="")
+    policy_version = models.PositiveIntegerField(null=True, blank=True)
+    run_id = models.CharField(max_length=36, blank=True, default="", db_index=True)
+    kind = models.CharField(max_length=60, db_index=True)
+    # What was decided, as the canonical JSON text the digest covers (no database's
+    # JSON type rewrites it).
+    decided = models.TextField()
+    shown = models.CharField(max_length=64)
+    digest = models.CharField(max_length=64, unique=True)
+
+    class Meta:
+        ordering = ["seq"]
+        constraints = [models.UniqueConstraint(fields=["project_id", "project_seq"], name="ledger_entry_unique_project_seq")]
+        indexes = [models.Index(fields=["project_id", "kind"])]
+        verbose_name_plural = "entries"
+
+    def __str__(self) -> str:
+        return f"{self.seq} {self.kind} by {self.actor}"
+
+
+class Content(models.Model):
+    """What a decider was shown, as the canonical bytes (UTF-8 text) its entries'
+    ``shown`` digest is over; one row per content, however many entries name it."""
+
+    digest = models.CharField(max_length=64, primary_key=True)
+    body = models.TextField()
+    kept_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return self.digest

@@ -1,0 +1,166 @@
+"""The decisions a run's events record, as the ledger's entries (docs/design.md, Decision
+ledger). ``append_events``, the one writer of events, hands every batch it
+stores here, in its transaction, so each decision event (a gate's on a call, a
+reviewer's, a consumption, a lapse, a kill) has its entry exactly when it is stored.
+
+An entry's ``shown`` is the digest of what the decider was shown: for a gate, the
+rule's inputs (tool, the digest of the canonical arguments, revision, policy version,
+the rule that matched, the decision); for a reviewer, the approval page's content
+(runs.approval_flow.shown), which the reviewer's event names; for the rest, the event
+as stored. Everything is taken from the rows as stored (masked), so an export can be
+checked against the run's log."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from core.jsonutil import digest
+from ledger.writer import Actor, Decision, Shown, record, rule, system
+from runs.models import Event, Run
+
+# A stored event type -> the ledger's kind of decision, for the gates' events.
+GATE_KINDS = {
+    "invalid_input": "gate.refused",
+    "denied": "gate.denied",
+    "call_admitted": "gate.allowed",
+    "approval_required": "gate.asked",
+    "duplicate_effect": "gate.refused",
+    "write_blocked": "gate.refused",
+    "check_required": "gate.refused",
+}
+# Who decided, for a gate's refusal that names no policy rule.
+GATE_RULES = {
+    "duplicate_effect": "effects already known",
+    "write_blocked": "effects already known",
+    "check_required": "evidence",
+}
+
+_projects: dict[str, int | None] = {}
+
+
+def record_decisions(run_id: str, rows: Sequence[Event]) -> None:
+    """The ledger's entries for the decision events among ``rows`` (just stored)."""
+    decisions = [d for row in rows if (d := _decision(row)) is not None]
+    if not decisions:
+        return
+    project_id = _project_of(run_id)
+    record(*(Decision(**{**d, "project_id": project_id, "run_id": str(run_id)}) for d in decisions))
+
+
+def remember_project(run_id: str, project_id: int | None) -> None:
+    """What the driver of a run knows of it (runs.services.drive_run): its decisions'
+    entries name the project without reading it in the checkpoint."""
+    if len(_projects) > 4096:
+        _projects.clear()
+    _projects[str(run_id)] = project_id
+
+
+def _project_of(run_id: str) -> int | None:
+    """A run's project, which never changes: read once per process and run."""
+    key = str(run_id)
+    if key not in _projects:
+        if len(_projects) > 4096:
+            _projects.clear()
+        _projects[key] = Run.objects.filter(pk=run_id).values_list("project_id", flat=True).first()
+    return _projects[key]
+
+
+def _decision(row: Event) -> dict[str, Any] | None:
+    payload: Mapping[str, Any] = row.payload if isinstance(row.payload, dict) else {}
+    kind = row.type
+    call = {"call": row.call_id, "seq": row.seq}
+    if kind in GATE_KINDS:
+        return _gate(row, payload, call)
+    if kind == "secrets_found" and payload.get("decision") == "refuse":
+        return _gate(row, payload, call, kind="gate.refused", by="secret scan")
+    if kind == "changes_requested" and payload.get("repeated"):
+        # The identical call proposed again after a reviewer asked for changes: the
+        # approval gate refuses it with the same words, asking nobody.
+        return _gate(row, payload, call, kind="gate.refused", by="changes requested before")
+    if kind == "approval_decided":
+        decided = {
+            **call,
+            "request": payload.get("request_id"),
+            "reason": payload.get("reason"),
+            "grants": payload.get("grants"),
+            "needed": payload.get("needed"),
+            "self_approved": payload.get("self_approved"),
+        }
+        shown = str(payload.get("shown") or "")
+        return {
+            "kind": f"approval.{payload.get('decision')}",
+            "actor": _reviewer(payload),
+            "decided": decided,
+            # The approval page's content, kept by the flow (runs.approval_flow.shown); the
+            # event names its digest.
+            "shown": Shown.kept_elsewhere(shown) if shown else Shown.of(payload),
+        }
+    if kind == "approval_consumed":
+        return {
+            "kind": "approval.consumed",
+            "actor": system("the run"),
+            "decided": {**call, "request": payload.get("request_id"), "key": payload.get("key")},
+            "shown": Shown.of(payload),
+        }
+    if kind == "approval_refused":
+        return {
+            "kind": "approval.refused",
+            "actor": system("the run"),
+            "decided": {**call, "request": payload.get("request_id"), "reason": payload.get("reason")},
+            "shown": Shown.of(payload),
+        }
+    if kind == "approval_lapsed":
+        return {
+            "kind": f"approval.{payload.get('status')}",
+            "actor": system("harness"),
+            "decided": {**call, "request": payload.get("request_id"), "reason": payload.get("reason")},
+            "shown": Shown.of(payload),
+        }
+    if kind == "kill_requested":
+        return {
+            "kind": "operator.kill",
+            "actor": Actor("user", str(payload.get("by", ""))),
+            "decided": {"scope": payload.get("scope"), "reason": payload.get("reason", ""), "seq": row.seq},
+            "shown": Shown.of(payload),
+        }
+    return None
+
+
+def _reviewer(payload: Mapping[str, Any]) -> Actor:
+    by = str(payload.get("by", ""))
+    via = payload.get("via")
+    # As ledger.writer.person names a person deciding through a token.
+    return Actor("token", f"{by} ({via})") if via else Actor("user", by)
+
+
+def _gate(
+    row: Event, payload: Mapping[str, Any], call: dict[str, Any], *, kind: str | None = None, by: str | None = None
+) -> dict[str, Any]:
+    """A gate's decision: the rule's inputs are what it was shown."""
+    found = payload.get("call")
+    record_of: Mapping[str, Any] = found if isinstance(found, dict) else {}
+    tool = payload.get("tool") or payload.get("for_tool") or record_of.get("tool")
+    args = payload.get("args", record_of.get("args"))
+    version = payload.get("policy_version", record_of.get("policy_version"))
+    matched = by or payload.get("rule") or GATE_RULES.get(row.type) or (f"gate {payload['gate']}" if "gate" in payload else row.type)
+    inputs = {
+        "tool": tool,
+        "args": digest(args) if args is not None else None,
+        "revision": payload.get("revision", record_of.get("revision_before")),
+        "policy_version": version,
+        "rule": matched,
+        "decision": row.type,
+        "effect": digest(payload["effect"]) if payload.get("effect") is not None else None,
+    }
+    decided = {**call, "tool": tool, "decision": row.type}
+    for name in ("request_id", "key", "reason", "problems", "missing", "idempotency_key"):
+        if name in payload:
+            decided[name] = payload[name]
+    return {
+        "kind": kind or GATE_KINDS[row.type],
+        "actor": rule(str(matched)),
+        "decided": decided,
+        "shown": Shown.of(inputs),
+        "policy_version": version if isinstance(version, int) else None,
+    }
