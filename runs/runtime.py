@@ -70,6 +70,7 @@ from sandbox.public import (
     ReviewLimits,
     RunWorkspace,
     SandboxExecutor,
+    ToolSettings,
     WorkspaceSourceError,
     check_narrowed,
     check_source,
@@ -158,13 +159,8 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
     spec = ContainerSpec.from_limits(policy.sandbox, str(settings.SANDBOX_IMAGE))
     target = remote_target(run, workspace)
     mcp = mcp_tools_for(run.project_id or default_project_id())
-    executor = SandboxExecutor(
-        run_id,
-        workspace,
-        None,
-        ArtifactStorage(run_id),
-        DatabaseOutbox(),
-        write_paths=run.contract["allowed_write_paths"],
+    tool_settings = ToolSettings(
+        write_paths=tuple(run.contract["allowed_write_paths"]),
         spool_dir=Path(settings.SPOOL_DIR),
         quota=DiskQuota(
             workspace_max_bytes=policy.sandbox.workspace_max_mb * MB,
@@ -172,19 +168,27 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
             output_max_bytes=settings.HARNESS_CHECK_OUTPUT_MAX_MB * MB,
             run_artifacts_max_bytes=settings.HARNESS_RUN_ARTIFACTS_MAX_MB * MB,
         ),
-        spec=spec,
-        scope=settings.SANDBOX_SCOPE,
-        engine_wait_seconds=settings.SANDBOX_ENGINE_WAIT_SECONDS,
-        notify=lambda event: notify(run_id, event, lease),
         remote=target,
         forge=change_requests(run, target),
-        live_output=lambda call_id: LiveOutput(run_id, call_id),
         review_limits=ReviewLimits(settings.HARNESS_REVIEW_DIFF_MAX_BYTES, settings.HARNESS_REVIEW_DIFF_MAX_LINES),
         scanner=SecretScanner(values=line_secrets(), key=settings.SECRET_KEY.encode()),
         base_branch=base_branch(run.contract),
         moved_base=policy.publish_checks.moved_base,
-        mcp=mcp,
         egress_max_events=settings.HARNESS_EGRESS_MAX_EVENTS_PER_CALL,
+    )
+    executor = SandboxExecutor(
+        run_id,
+        workspace,
+        None,
+        ArtifactStorage(run_id),
+        DatabaseOutbox(),
+        tool_settings,
+        spec=spec,
+        scope=settings.SANDBOX_SCOPE,
+        engine_wait_seconds=settings.SANDBOX_ENGINE_WAIT_SECONDS,
+        notify=lambda event: notify(run_id, event, lease),
+        live_output=lambda call_id: LiveOutput(run_id, call_id),
+        mcp=mcp,
     )
     if placed.rebuilt:
         # A publish the run's last host started is looked up here as it would have been there.

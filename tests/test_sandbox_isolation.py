@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.executor import SandboxExecutor
+from sandbox.tools.context import ToolSettings
 from tests.fixtures_runtimes import RuntimeEngine
 from tests.fixtures_sandbox import (
     SURVIVE,
@@ -164,7 +165,9 @@ def test_it_gives_checks_none_of_the_workers_environment(
         from runs.persistence.artifacts import ArtifactStorage
         from runs.persistence.outbox import DatabaseOutbox
 
-        executor = SandboxExecutor("env-run", workspace, container, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS)
+        executor = SandboxExecutor(
+            "env-run", workspace, container, ArtifactStorage(), DatabaseOutbox(), ToolSettings(write_paths=WRITE_PATHS)
+        )
         outcome = drive(executor, sandbox_policy(ENV), [step("run_check", check_id="env"), *SURVIVE])
     finally:
         container.remove()

@@ -42,6 +42,7 @@ from runs.models import Event, Run
 from runs.services import check_new_run, do_create_run, drive_run
 from sandbox.container.sandbox_container import SandboxContainer
 from sandbox.executor import SandboxExecutor
+from sandbox.tools.context import ToolSettings
 from sandbox.vcs.remote import RemoteAccess, RemoteTarget
 from sandbox.workspace.patches import unified_diff
 from sandbox.workspace.preparation import prepare_workspace
@@ -188,10 +189,7 @@ def executor_for(
         container,
         ArtifactStorage(run_id),
         DatabaseOutbox(),
-        write_paths=("*",),
-        remote=target,
-        base_branch="main",
-        **extra,
+        ToolSettings(write_paths=("*",), remote=target, base_branch="main", **extra),
     )
 
 
