@@ -31,7 +31,7 @@ from common.secret_scan import SecretScanner
 from core.contract import WorkspaceSource
 from core.effects import PushEffect, parse_effect
 from core.environment import Environment
-from core.errors import InputError
+from core.errors import FieldProblem, InputError
 from core.policy import AllowedSecret, PublishChecks, check_policy
 from core.publish_gate import problems, screen
 from core.scenarios import call
@@ -136,7 +136,7 @@ def test_it_decides_from_the_findings_as_the_policy_says() -> None:
     refused = screen(PublishChecks(), found, True)
     assert refused.decision == "refuse"
     told = problems(refused)
-    assert told[0] == {"field": "a.ini:3", "message": f"looks like a secret ({NAMED_VALUE}); take it out of the change"}
+    assert told[0] == FieldProblem("a.ini:3", f"looks like a secret ({NAMED_VALUE}); take it out of the change")
     assert screen(PublishChecks(secrets="ask"), found, True).decision == "ask"
     # A rule that asks nobody has nobody to show the findings to.
     assert screen(PublishChecks(secrets="ask"), found, False).decision == "refuse"
