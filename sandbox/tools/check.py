@@ -3,7 +3,6 @@ output spooled under a cap into an artifact, its receipt the evidence."""
 
 from __future__ import annotations
 
-from core import events as ev
 from core.jsonutil import JSON
 from core.policy import CheckDef
 from core.ports import ArtifactStore, Call
@@ -51,7 +50,7 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         return infrastructure_result(exc.reason, lasting=exc.lasting, **base)
     # No network unless the policy names where: then only through a proxy for this call.
     proxy = (
-        EgressProxy(check, lambda cls, fields: tell(ctx, cls, call.call_id, fields), ctx.settings.egress_max_events)
+        EgressProxy(check, lambda cls, fields: ctx.notify(cls, call.call_id, fields), ctx.settings.egress_max_events)
         if check.egress
         else None
     )
@@ -83,11 +82,6 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         # What it printed before the container failed is kept for the record only.
         return infrastructure_result(result.lost, [ref], **base, output_ref=ref, output=capture.excerpt(ref))
     return _check_outcome(container, check, result, capture, ref, base)
-
-
-def tell(ctx: ToolContext, cls: type[ev.Event], call_id: str, fields: dict[str, JSON]) -> None:
-    if ctx.notify is not None:
-        ctx.notify(cls, call_id, fields)
 
 
 def _run_read_only(

@@ -120,9 +120,9 @@ class ToolContext:
     # Given a call id, who watches that call's output while it runs (the live page).
     live_output: Callable[[str], OutputListener] | None
     # True once the run is killed: a long diff stops, and nothing is published after it.
-    cancelled: Callable[[], bool] | None
+    cancelled: Callable[[], bool]
     # Writes an event for a call while it runs (a check's egress connections).
-    notify: Callable[[type[ev.Event], str, dict[str, JSON]], None] | None
+    notify: Callable[[type[ev.Event], str, dict[str, JSON]], None]
 
 
 def error_result(message: str, **data: JSON) -> ToolResult:

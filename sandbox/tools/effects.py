@@ -146,7 +146,7 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
         return error_result(f"nothing was published: {exc}", idempotency_key=key)
     except patches.DiffCancelled:
         return killed_result(idempotency_key=key)
-    if ctx.cancelled is not None and ctx.cancelled():
+    if ctx.cancelled():
         return killed_result(idempotency_key=key)
     if (unshown := unshown_secrets(ctx, published, fixed, fixed.message)) is not None:
         return error_result(unshown, idempotency_key=key)
@@ -196,7 +196,7 @@ def push(ctx: ToolContext, target: RemoteTarget, fixed: PushEffect, key: str) ->
         return error_result(f"nothing was published: {exc}", **base)
     except patches.DiffCancelled:
         return killed_result(**base)
-    if ctx.cancelled is not None and ctx.cancelled():
+    if ctx.cancelled():
         return killed_result(**base)
     if (unshown := unshown_secrets(ctx, published, fixed, _model_message(fixed))) is not None:
         return error_result(unshown, **base)
