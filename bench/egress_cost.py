@@ -42,7 +42,7 @@ from core.simulated import MemoryArtifacts  # noqa: E402
 from sandbox.container.sandbox_container import SandboxContainer  # noqa: E402
 from sandbox.container.spec import ContainerSpec  # noqa: E402
 from sandbox.executor import SandboxExecutor  # noqa: E402
-from sandbox.tools.context import MemoryOutbox  # noqa: E402
+from sandbox.tools.context import MemoryOutbox, ToolSettings  # noqa: E402
 from sandbox.workspace.preparation import prepare_workspace  # noqa: E402
 from tests.package_index import PIP_ZIPAPP, build_pip_zipapp, pip_install, serve_index  # noqa: E402
 
@@ -113,7 +113,9 @@ def measure(runtime: str, rounds: int, fetches: int, image: str) -> dict[str, An
                 f"bench-egress-{runtime}", workspace.dir, ContainerSpec.from_limits(limits, image), scope="bench"
             )
             try:
-                executor = SandboxExecutor("bench", workspace, container, MemoryArtifacts(), MemoryOutbox(), write_paths=("x",))
+                executor = SandboxExecutor(
+                    "bench", workspace, container, MemoryArtifacts(), MemoryOutbox(), ToolSettings(write_paths=("x",))
+                )
                 run(executor, plain), run(executor, with_egress)  # warm-up
                 without: list[float] = []
                 egress: list[float] = []

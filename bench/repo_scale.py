@@ -50,7 +50,7 @@ from sandbox.container.quota import DiskQuota  # noqa: E402
 from sandbox.container.sandbox_container import SandboxContainer  # noqa: E402
 from sandbox.container.spec import ContainerSpec  # noqa: E402
 from sandbox.executor import SandboxExecutor  # noqa: E402
-from sandbox.tools.context import MemoryOutbox  # noqa: E402
+from sandbox.tools.context import MemoryOutbox, ToolSettings  # noqa: E402
 from sandbox.workspace.preparation import prepare_workspace  # noqa: E402
 from sandbox.workspace.run_workspace import RunWorkspace  # noqa: E402
 
@@ -134,7 +134,14 @@ def pickup(workspace: RunWorkspace, tmp: Path, image: str, r: int) -> tuple[floa
     workspace (Harness.run). Returns (until both are done, the walk alone)."""
     spec = ContainerSpec.from_limits(LIMITS, image)
     executor = SandboxExecutor(
-        f"bench-pickup-{r}", workspace, None, MemoryArtifacts(), MemoryOutbox(), write_paths=("src/*",), spec=spec, scope="bench"
+        f"bench-pickup-{r}",
+        workspace,
+        None,
+        MemoryArtifacts(),
+        MemoryOutbox(),
+        ToolSettings(write_paths=("src/*",)),
+        spec=spec,
+        scope="bench",
     )
     try:
         started = time.perf_counter()
@@ -173,7 +180,7 @@ def calls(tree: Path, tmp: Path, image: str, reads: int, writes: int, checks: in
         # The policy's default quota (1 GB) is smaller than 300,000 small files' blocks.
         quota = DiskQuota(workspace_max_bytes=1 << 40)
         executor = SandboxExecutor(
-            "bench-scale", workspace, container, MemoryArtifacts(), MemoryOutbox(), write_paths=("src/*",), quota=quota
+            "bench-scale", workspace, container, MemoryArtifacts(), MemoryOutbox(), ToolSettings(write_paths=("src/*",), quota=quota)
         )
         read = {"tool": "read_file", "args": {"path": "src/edited.py"}}
         step_times(executor, read, 20)  # warm-up

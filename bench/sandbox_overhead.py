@@ -53,7 +53,7 @@ from sandbox.container.client import docker_host, shared_client  # noqa: E402
 from sandbox.container.sandbox_container import SandboxContainer  # noqa: E402
 from sandbox.container.spec import SANDBOX_USER, WORKDIR, ContainerSpec  # noqa: E402
 from sandbox.executor import SandboxExecutor  # noqa: E402
-from sandbox.tools.context import MemoryOutbox  # noqa: E402
+from sandbox.tools.context import MemoryOutbox, ToolSettings  # noqa: E402
 from sandbox.workspace.preparation import prepare_workspace  # noqa: E402
 
 TESTS = CheckDef(check_id="tests", command=["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider"], timeout_seconds=120)
@@ -170,7 +170,9 @@ def measure(reads: int, checks: int, starts: int, image: str, runtime: str) -> d
         workspace = prepare_workspace(Path(tmp) / "run", WorkspaceSource(kind="path", path="examples/orders"), ROOT, (ROOT,))
         container = SandboxContainer.start("bench", workspace.dir, ContainerSpec.from_limits(limits, image), scope="bench")
         try:
-            executor = SandboxExecutor("bench", workspace, container, MemoryArtifacts(), MemoryOutbox(), write_paths=("orders/*",))
+            executor = SandboxExecutor(
+                "bench", workspace, container, MemoryArtifacts(), MemoryOutbox(), ToolSettings(write_paths=("orders/*",))
+            )
             read = {"tool": "read_file", "args": {"path": "orders/total.py"}}
             step_times(executor, read, 50)  # warm-up
             read_times = step_times(executor, read, reads)[10:]

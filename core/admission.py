@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from core.call_record import CallRecord
 from core.context import RunContext
 from core.decisions import Ask, Authorized, Blocked, ChangesRequested, Deny, Duplicate, Execute, NeedsEvidence, Proceed, Stop
 from core.effects import Plan
 from core.jsonutil import JSON, digest
 from core.policy import Authorization, authorize
-from core.state import CallRecord, Operation
+from core.state import Operation
 from core.tools import ToolSpec
 from core.waits import changes_key, key_now
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from core.call_record import CallRecord
 from core.errors import FieldProblem
 from core.jsonutil import JSON
 from core.policy import Authorization
-from core.state import CallRecord, Operation, PendingEffect
+from core.state import Operation, PendingEffect
 from core.tools import ToolSpec
 
 # -- passing a call on ----------------------------------------------------------------

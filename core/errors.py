@@ -12,6 +12,10 @@ from pydantic_core import ErrorDetails
 
 @dataclass(frozen=True)
 class FieldProblem:
+    """One thing wrong with an input, naming its field: what a refusal raises, what an
+    ``invalid_input`` (or a secret scan's refusal) records and what the proposer is
+    shown (core.events, core.feedback), stored as ``{"field": ..., "message": ...}``."""
+
     field: str
     message: str
 

@@ -10,9 +10,23 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, field_validator
 
+from core.call_record import CallRecord
+from core.errors import FieldProblem
 from core.jsonutil import JSON
+
+
+def _own_copy(call: object) -> object:
+    """The record handed in is copied: the fold goes on changing the ledger's, and the
+    event says what the record was when it was emitted. One read from a log is
+    validated into a record of its own."""
+    return call.model_copy(deep=True) if isinstance(call, CallRecord) else call
+
+
+# A call's record as the event that settles the call leaves it (``call``): stored as
+# the record dumps, read back as the record.
+SettledCall = Annotated[CallRecord, BeforeValidator(_own_copy)]
 
 
 class Event(BaseModel):
@@ -72,7 +86,7 @@ class Proposed(Event):
 class InvalidInput(Event):
     type: Literal["invalid_input"] = "invalid_input"
     gate: Literal["parse", "resolve", "validate"]
-    problems: list[dict[str, str]]
+    problems: list[FieldProblem]
 
 
 class SecretsFound(Event):
@@ -89,9 +103,9 @@ class SecretsFound(Event):
     decision: Literal["refuse", "ask"]
     reason: str
     policy_version: int
-    problems: list[dict[str, str]] = Field(default_factory=list)
+    problems: list[FieldProblem] = Field(default_factory=list)
     # For a refusal: the call's record as the refusal leaves it.
-    call: dict[str, JSON] | None = None
+    call: SettledCall | None = None
 
 
 class Denied(Event):
@@ -101,7 +115,7 @@ class Denied(Event):
     reason: str
     policy_version: int | None = None
     # The call's record as the denial leaves it (none for a tool outside the contract).
-    call: dict[str, JSON] | None = None
+    call: SettledCall | None = None
 
 
 class CallAdmitted(Event):
@@ -199,7 +213,7 @@ class DuplicateEffect(Event):
     idempotency_key: str
     of_call: str
     status: str
-    call: dict[str, JSON] | None = None
+    call: SettledCall | None = None
 
 
 class ChangesRequested(Event):
@@ -214,7 +228,7 @@ class ChangesRequested(Event):
     message: str
     by: str
     repeated: bool = False
-    call: dict[str, JSON] | None = None
+    call: SettledCall | None = None
 
 
 class PolicyChanged(Event):
@@ -385,7 +399,7 @@ class CheckRequired(Event):
     revision: str
     missing: list[str]
     for_tool: str
-    call: dict[str, JSON] | None = None
+    call: SettledCall | None = None
 
 
 class PendingEffectRecorded(Event):
@@ -411,7 +425,7 @@ class WriteBlocked(Event):
     type: Literal["write_blocked"] = "write_blocked"
     tool: str
     pending: list[str]
-    call: dict[str, JSON] | None = None
+    call: SettledCall | None = None
 
 
 class ModelNote(Event):
@@ -447,7 +461,7 @@ class Stopped(Event):
     status: str
     message: str
     # The call that fails with the stop (or, for ``complete``, finish), as it leaves it.
-    call: dict[str, JSON] | None = None
+    call: SettledCall | None = None
     # The outcome as every reader tells it (core.outcome): its machine name (``status``
     # unless the run finished with something asked of it undone) and its words. Empty
     # on a stop recorded before outcomes were told.

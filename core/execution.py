@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from core import events as ev
 from core import storable
+from core.call_record import CallRecord
 from core.context import RunContext, guard, no_retry
 from core.decisions import Stop
 from core.gates import Gates
@@ -19,7 +20,7 @@ from core.policy import CheckDef
 from core.ports import Call, RevisionMismatch
 from core.receipts import Receipt, ReceiptInvalid, check_receipt
 from core.recording import checkpoint, clear_evidence, emit
-from core.state import CallRecord, RunState
+from core.state import RunState
 from core.tools import ToolSpec
 
 

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, TypeAdapter, model_serializer
 
+from core.errors import FieldProblem
 from core.jsonutil import JSON
 from core.state import PendingEffect
 
@@ -23,13 +24,6 @@ class _Feedback(BaseModel):
     def to_json(self) -> dict[str, JSON]:
         dumped: dict[str, JSON] = self.model_dump(mode="json")
         return dumped
-
-
-class Problem(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    field: str
-    message: str
 
 
 class Result(_Feedback):
@@ -57,7 +51,7 @@ class InvalidInput(_Feedback):
 
     kind: Literal["invalid_input"] = "invalid_input"
     call_id: str
-    problems: list[Problem]
+    problems: list[FieldProblem]
 
 
 class CheckRequired(_Feedback):

@@ -20,9 +20,10 @@ from typing import Any, Literal
 
 from core import events as ev
 from core import feedback as fb
+from core.call_record import TERMINAL_STATES, CallRecord
 from core.jsonutil import JSON
 from core.lifecycle import WAIT_EXITS
-from core.state import TERMINAL_STATES, CallRecord, Operation, OperationStatus, RunState, Unmet
+from core.state import Operation, OperationStatus, RunState, Unmet
 from core.visible import HIDDEN_KIND
 
 
@@ -84,8 +85,7 @@ def _not_performed(
     scan, and what the model reads next."""
     match event:
         case ev.InvalidInput():
-            problems = [fb.Problem(field=p["field"], message=p["message"]) for p in event.problems]
-            _end_step(state, fb.InvalidInput(call_id=_id(event), problems=problems))
+            _end_step(state, fb.InvalidInput(call_id=_id(event), problems=event.problems))
         case ev.SecretsFound():
             if event.decision == "refuse":
                 reason: Literal["secret_found", "hidden_characters"] = (
@@ -93,15 +93,14 @@ def _not_performed(
                 )
                 _refused(state, event.call, reason)
                 _unmet(state, event, reason, found_where(event.findings), external=True)
-                problems = [fb.Problem(field=p["field"], message=p["message"]) for p in event.problems]
-                _end_step(state, fb.InvalidInput(call_id=_id(event), problems=problems))
+                _end_step(state, fb.InvalidInput(call_id=_id(event), problems=event.problems))
         case ev.Denied():
             _refused(state, event.call, "tool_denied")
         case ev.DuplicateEffect():
             _duplicate(state, event)
         case ev.ChangesRequested():
             _refused(state, event.call, "changes_requested")
-            external = isinstance(event.call, dict) and event.call.get("idempotency_key") is not None
+            external = event.call is not None and event.call.idempotency_key is not None
             _unmet(state, event, "changes_requested", f"{event.by}, on {event.tool} {event.call_id}", external=external)
             state.changes_requested[event.key] = {"message": event.message, "by": event.by, "request_id": event.request_id}
             changes = fb.ChangesRequested(call_id=_id(event), tool=event.tool, message=event.message, by=event.by)
@@ -146,12 +145,12 @@ def _id(event: ev.Event) -> str:
     return event.call_id
 
 
-def _put(state: RunState, call: dict[str, JSON] | None) -> CallRecord | None:
-    """The record an event carries (a call settled before it was admitted), in the ledger."""
+def _put(state: RunState, call: CallRecord | None) -> CallRecord | None:
+    """The record an event carries (a call settled before it was admitted), in the
+    ledger: a copy, which the fold changes next while the event stays as it was."""
     if call is None:
         return None
-    record = CallRecord.model_validate(call)
-    state.ledger[record.call_id] = record
+    record = state.ledger[call.call_id] = call.model_copy(deep=True)
     return record
 
 
@@ -159,7 +158,7 @@ def _put(state: RunState, call: dict[str, JSON] | None) -> CallRecord | None:
 REFUSALS = ("secret_found", "hidden_characters", "tool_denied", "changes_requested", "write_blocked", "check_required")
 
 
-def _refused(state: RunState, call: dict[str, JSON] | None, reason: str) -> None:
+def _refused(state: RunState, call: CallRecord | None, reason: str) -> None:
     if (record := _put(state, call)) is not None:
         record.state, record.last_status = "failed", reason
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from core.call_record import CallRecord
 from core.context import RunContext
 from core.decisions import (
     Accepted,
@@ -27,7 +28,7 @@ from core.decisions import (
 )
 from core.policy import Authorization
 from core.receipts import Receipt
-from core.state import CallRecord, RunState
+from core.state import RunState
 from core.tools import ToolSpec
 
 

@@ -19,6 +19,7 @@ from core import events as ev
 from core import feedback as fb
 from core import waits
 from core.admission import approval, authorize_call, evidence, fix_effect, known_effects, operation_key, unresolved
+from core.call_record import CallRecord
 from core.context import HarnessConfig, RunContext, StopRun, guard
 from core.contract import Contract
 from core.decisions import (
@@ -62,8 +63,8 @@ from core.ports import (
 )
 from core.proposals import bounded, kept, parse, resolve, validate
 from core.publish_gate import hidden_findings, problems, screen
-from core.recording import as_recorded, checkpoint, close_requests, emit, emit_model_notes, read_workspace, stop
-from core.state import CallRecord, RunState
+from core.recording import checkpoint, close_requests, emit, emit_model_notes, read_workspace, stop
+from core.state import RunState
 from core.tools import Registry, ToolSpec
 
 __all__ = ["GATES", "Harness", "HarnessConfig", "drive", "new_state"]
@@ -312,8 +313,7 @@ def act(run: RunContext, gates: Gates, decision: Decision) -> None:
     match decision:
         case Refuse():
             run.proposer.refused()
-            listed = [{"field": p.field, "message": p.message} for p in bounded(decision.problems)]
-            emit(run, ev.InvalidInput, call_id=decision.call_id, gate=decision.gate, problems=listed)
+            emit(run, ev.InvalidInput, call_id=decision.call_id, gate=decision.gate, problems=bounded(decision.problems))
             checkpoint(run)
         case Deny():
             emit(
@@ -324,7 +324,7 @@ def act(run: RunContext, gates: Gates, decision: Decision) -> None:
                 rule=decision.rule,
                 reason=decision.reason,
                 policy_version=decision.policy_version,
-                call=as_recorded(decision.record) if decision.record is not None else None,
+                call=decision.record,
             )
             raise StopRun(Stop("tool_denied", decision.message))
         case Duplicate():
@@ -337,18 +337,18 @@ def act(run: RunContext, gates: Gates, decision: Decision) -> None:
                 idempotency_key=done.key,
                 of_call=done.call_id,
                 status=done.status,
-                call=as_recorded(record),
+                call=record,
             )
             checkpoint(run)
         case Blocked():
             record = decision.record
             pending = [p.call_id for p in decision.pending]
-            emit(run, ev.WriteBlocked, call_id=record.call_id, tool=record.tool, pending=pending, call=as_recorded(record))
+            emit(run, ev.WriteBlocked, call_id=record.call_id, tool=record.tool, pending=pending, call=record)
             checkpoint(run)
         case NeedsEvidence():
             record = decision.record
-            missing, tool, call = decision.missing, record.tool, as_recorded(record)
-            emit(run, ev.CheckRequired, call_id=record.call_id, revision=state.revision, missing=missing, for_tool=tool, call=call)
+            missing, tool = decision.missing, record.tool
+            emit(run, ev.CheckRequired, call_id=record.call_id, revision=state.revision, missing=missing, for_tool=tool, call=record)
             checkpoint(run)
         case ChangesRequested():
             record = decision.record
@@ -362,7 +362,7 @@ def act(run: RunContext, gates: Gates, decision: Decision) -> None:
                 message=decision.message,
                 by=decision.by,
                 repeated=decision.repeated,
-                call=as_recorded(record),
+                call=record,
             )
             checkpoint(run)
         case Ask():
@@ -375,7 +375,7 @@ def act(run: RunContext, gates: Gates, decision: Decision) -> None:
         case Complete():
             record = decision.record
             told = said_at_stop(state, "complete", FINISHED)
-            emit(run, ev.Stopped, call_id=record.call_id, status="complete", message=FINISHED, call=as_recorded(record), **told)
+            emit(run, ev.Stopped, call_id=record.call_id, status="complete", message=FINISHED, call=record, **told)
             checkpoint(run)
             close_requests(run, "the run completed")
         case Stop():
@@ -412,7 +412,7 @@ def _secrets_refused(run: RunContext, record: CallRecord, plan: Plan | None, ask
         reason=screening.reason,
         policy_version=run.policy.version,
         problems=problems(screening) if refused else [],
-        call=as_recorded(record) if refused else None,
+        call=record if refused else None,
     )
     if refused:
         checkpoint(run)

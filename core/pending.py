@@ -4,10 +4,10 @@ after a crash (docs/design.md, Recovery)."""
 from __future__ import annotations
 
 from core import events as ev
+from core.call_record import CallRecord
 from core.context import RunContext, guard
 from core.decisions import Regate, Stop
 from core.recording import checkpoint, clear_evidence, emit
-from core.state import CallRecord
 from core.tools import ToolSpec
 
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from core.errors import FieldProblem
 from core.jsonutil import JSON
 from core.policy import PublishChecks
 from core.visible import HIDDEN_KIND, hidden_in_patch
@@ -59,16 +60,16 @@ def screen(rules: PublishChecks, findings: Sequence[Mapping[str, JSON]], asks_re
     return Screening("refuse", counted, excused, "the policy refuses a publish that holds a secret")
 
 
-def problems(screening: Screening) -> list[dict[str, str]]:
+def problems(screening: Screening) -> list[FieldProblem]:
     """What the model is told of a refusal: where each finding is and what it is
     (never the value: it wrote it, and the records must not hold it)."""
     told = [
-        {
-            "field": f"{f.get('path')}:{f.get('line')}",
-            "message": f"holds characters that hide or reorder text ({f.get('chars')}); take them out of the change"
+        FieldProblem(
+            f"{f.get('path')}:{f.get('line')}",
+            f"holds characters that hide or reorder text ({f.get('chars')}); take them out of the change"
             if f.get("kind") == HIDDEN_KIND
             else f"looks like a secret ({f.get('kind')}); take it out of the change",
-        }
+        )
         for f in screening.findings
     ]
-    return [*told, {"field": "change", "message": f"nothing was published: {screening.reason}"}]
+    return [*told, FieldProblem("change", f"nothing was published: {screening.reason}")]

@@ -9,12 +9,11 @@ from typing import Any, TypeVar, cast
 
 from core import events as ev
 from core import storable
+from core.call_record import CallRecord
 from core.context import RunContext
 from core.fold import apply
-from core.jsonutil import JSON
 from core.lifecycle import WAIT_EXITS, WaitExit
 from core.outcome import said_at_stop
-from core.state import CallRecord
 
 E = TypeVar("E", bound=ev.Event)
 
@@ -37,12 +36,6 @@ def checkpoint(run: RunContext) -> None:
     run.store.checkpoint(run.state, events)
 
 
-def as_recorded(record: CallRecord) -> dict[str, JSON]:
-    """A call's record as an event carries it (core.events: ``call``)."""
-    dumped: dict[str, JSON] = record.model_dump(mode="json")
-    return dumped
-
-
 def emit_model_notes(run: RunContext) -> None:
     for note in run.proposer.notes():
         kind = storable.escaped_text(str(note.get("kind", "note")))
@@ -55,8 +48,7 @@ def stop(run: RunContext, reason: str, message: str, fails: CallRecord | None = 
     state = run.state
     if state.waiting is not None:
         emit_wait_ended(run, "cancelled", message)
-    call = as_recorded(fails) if fails is not None else None
-    emit(run, ev.Stopped, call_id=state.current_call, status=reason, message=message, call=call, **said_at_stop(state, reason, message))
+    emit(run, ev.Stopped, call_id=state.current_call, status=reason, message=message, call=fails, **said_at_stop(state, reason, message))
     checkpoint(run)
     close_requests(run, f"the run stopped: {reason}")
 

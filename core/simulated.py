@@ -9,13 +9,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
+from core.call_record import CallRecord
 from core.effects import OutboxEffect, Plan
 from core.events import AnyEvent, Event
 from core.fold import check_explained
 from core.jsonutil import JSON, digest, sha256_bytes
 from core.lifecycle import OPEN_STATUSES, REQUEST_TRANSITIONS
 from core.ports import ApprovalAsk, Call, Filed, Reconciliation, RequestState
-from core.state import CallRecord, PendingEffect, RunState
+from core.state import PendingEffect, RunState
 
 
 class FakeClock:

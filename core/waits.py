@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core import events as ev
+from core.call_record import CallRecord
 from core.context import RunContext, guard
 from core.decisions import ChangesRequested, KeepWaiting, Regate, Stop
 from core.effects import Plan
@@ -16,7 +17,7 @@ from core.lifecycle import CANCELLED_OUTCOME, WAIT_EXITS, WaitExit, exit_of
 from core.policy import Authorization
 from core.ports import ApprovalAsk
 from core.recording import emit, emit_wait_ended
-from core.state import CallRecord, Waiting
+from core.state import Waiting
 from core.tools import ToolSpec
 
 

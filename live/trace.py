@@ -176,7 +176,7 @@ def _gate_view(e: _GateEvent) -> tuple[str, str, str]:
             tool, _ = _proposal_parts(e.proposal)
             return f"Proposal #{e.number}", "info", tool or "malformed proposal"
         case ev.InvalidInput():
-            problems = "; ".join(f"{x.get('field')}: {x.get('message')}" for x in e.problems)
+            problems = "; ".join(f"{x.field}: {x.message}" for x in e.problems)
             return f"Invalid input ({e.gate})", "warn", problems
         case ev.SecretsFound():
             where = ", ".join(

@@ -318,7 +318,7 @@ def tool_of(event: ev.AnyEvent) -> str:
     refusal or a stop carries."""
     name = event.for_tool if isinstance(event, ev.CheckRequired) else event.tool if isinstance(event, _NamingTool) else ""
     if not name and isinstance(event, _CarryingCall) and event.call is not None:
-        return str(event.call.get("tool") or "")
+        return event.call.tool
     return name
 
 

@@ -70,6 +70,7 @@ from sandbox.public import (
     ReviewLimits,
     RunWorkspace,
     SandboxExecutor,
+    ToolSettings,
     WorkspaceSourceError,
     check_narrowed,
     check_source,
@@ -124,6 +125,29 @@ def change_requests(run: Run, target: RemoteTarget | None) -> ChangeRequests | N
     return ChangeRequests(access, access.project_of(target.url), target.branch, into)
 
 
+def tool_settings(run: Run, policy: Policy, target: RemoteTarget | None) -> ToolSettings:
+    """What the run's tools may do and reach, for the whole run: the contract's write
+    paths, the policy's disk limit and moved-base rule, the server's limits and secret
+    scan, and where publish pushes (``target``) and opens its change request."""
+    return ToolSettings(
+        write_paths=tuple(run.contract["allowed_write_paths"]),
+        spool_dir=Path(settings.SPOOL_DIR),
+        quota=DiskQuota(
+            workspace_max_bytes=policy.sandbox.workspace_max_mb * MB,
+            reserve_bytes=settings.HARNESS_DISK_RESERVE_MB * MB,
+            output_max_bytes=settings.HARNESS_CHECK_OUTPUT_MAX_MB * MB,
+            run_artifacts_max_bytes=settings.HARNESS_RUN_ARTIFACTS_MAX_MB * MB,
+        ),
+        remote=target,
+        forge=change_requests(run, target),
+        review_limits=ReviewLimits(settings.HARNESS_REVIEW_DIFF_MAX_BYTES, settings.HARNESS_REVIEW_DIFF_MAX_LINES),
+        scanner=SecretScanner(values=line_secrets(), key=settings.SECRET_KEY.encode()),
+        base_branch=base_branch(run.contract),
+        moved_base=policy.publish_checks.moved_base,
+        egress_max_events=settings.HARNESS_EGRESS_MAX_EVENTS_PER_CALL,
+    )
+
+
 def prepare_workspace_for(run: Run) -> str:
     """For ``do_create_run(..., revision_of=...)``: prepare and return the revision."""
     return workspace_for(run).revision()
@@ -164,27 +188,13 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
         None,
         ArtifactStorage(run_id),
         DatabaseOutbox(),
-        write_paths=run.contract["allowed_write_paths"],
-        spool_dir=Path(settings.SPOOL_DIR),
-        quota=DiskQuota(
-            workspace_max_bytes=policy.sandbox.workspace_max_mb * MB,
-            reserve_bytes=settings.HARNESS_DISK_RESERVE_MB * MB,
-            output_max_bytes=settings.HARNESS_CHECK_OUTPUT_MAX_MB * MB,
-            run_artifacts_max_bytes=settings.HARNESS_RUN_ARTIFACTS_MAX_MB * MB,
-        ),
+        tool_settings(run, policy, target),
         spec=spec,
         scope=settings.SANDBOX_SCOPE,
         engine_wait_seconds=settings.SANDBOX_ENGINE_WAIT_SECONDS,
         notify=lambda event: notify(run_id, event, lease),
-        remote=target,
-        forge=change_requests(run, target),
         live_output=lambda call_id: LiveOutput(run_id, call_id),
-        review_limits=ReviewLimits(settings.HARNESS_REVIEW_DIFF_MAX_BYTES, settings.HARNESS_REVIEW_DIFF_MAX_LINES),
-        scanner=SecretScanner(values=line_secrets(), key=settings.SECRET_KEY.encode()),
-        base_branch=base_branch(run.contract),
-        moved_base=policy.publish_checks.moved_base,
         mcp=mcp,
-        egress_max_events=settings.HARNESS_EGRESS_MAX_EVENTS_PER_CALL,
     )
     if placed.rebuilt:
         # A publish the run's last host started is looked up here as it would have been there.

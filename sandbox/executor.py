@@ -9,11 +9,9 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from common.secret_scan import SecretScanner
 from core import events as ev
 from core.effects import Plan
 from core.jsonutil import JSON
@@ -21,16 +19,11 @@ from core.ports import ArtifactStore, Call, Reconciliation
 from core.state import PendingEffect
 from sandbox.container.engine import ENGINE_ERRORS, SandboxUnavailable, wait_for_engine
 from sandbox.container.output import OutputListener
-from sandbox.container.quota import DiskQuota
 from sandbox.container.sandbox_container import SandboxContainer
 from sandbox.container.spec import DEFAULT_SCOPE, ROLE_MAIN, ContainerSpec, pinned_role
-from sandbox.egress.proxy import MAX_EVENTS
-from sandbox.tools.context import Outbox, ToolContext, ToolResult
+from sandbox.tools.context import Outbox, ToolContext, ToolResult, ToolSettings
 from sandbox.tools.mcp import McpTools
-from sandbox.tools.publishing import ReviewLimits
 from sandbox.tools.registry import TOOLS
-from sandbox.vcs.forges import ChangeRequests
-from sandbox.vcs.remote import RemoteTarget
 from sandbox.workspace import fileops
 from sandbox.workspace.run_workspace import RunWorkspace
 
@@ -44,7 +37,10 @@ class SandboxExecutor:
     """``container`` is the run's container, or None to start one at the first check
     (from ``spec``; a run has none when both are None). A container that failed under
     a check is replaced by a fresh one at the next attempt; an engine that does not
-    answer is waited for, and ``notify`` receives the events of that wait."""
+    answer is waited for, and ``notify`` receives the events of that wait (and of a
+    check's egress connections). ``settings`` go to the tools as they are (their
+    ``ToolContext``); the rest is what the executor itself answers for: the
+    containers, the kill, the live output of a call and the run's MCP tools."""
 
     def __init__(
         self,
@@ -53,23 +49,14 @@ class SandboxExecutor:
         container: SandboxContainer | None,
         artifacts: ArtifactStore,
         outbox: Outbox,
+        settings: ToolSettings,
         *,
-        write_paths: Sequence[str],
-        spool_dir: Path | None = None,
-        quota: DiskQuota = DiskQuota(),
         spec: ContainerSpec | None = None,
         scope: str = DEFAULT_SCOPE,
         engine_wait_seconds: float = ENGINE_WAIT_SECONDS,
         notify: Callable[[ev.Event], None] | None = None,
-        remote: RemoteTarget | None = None,
-        forge: ChangeRequests | None = None,
         live_output: Callable[[str], OutputListener] | None = None,
-        review_limits: ReviewLimits = ReviewLimits(),
-        scanner: SecretScanner = SecretScanner(),
-        base_branch: str | None = None,
-        moved_base: Literal["show", "stale"] = "show",
         mcp: McpTools | None = None,
-        egress_max_events: int = MAX_EVENTS,
     ) -> None:
         self.run_id = run_id
         # The tools of the run's MCP servers, beside the built-in ones (sandbox.tools.mcp).
@@ -95,20 +82,11 @@ class SandboxExecutor:
             workspace=workspace,
             artifacts=artifacts,
             outbox=outbox,
+            settings=settings,
             container_for=self._container_for,
-            write_paths=tuple(write_paths),
-            spool_dir=spool_dir,
-            quota=quota,
-            remote=remote,
-            forge=forge,
             live_output=live_output,
             cancelled=lambda: self._killed,
-            review_limits=review_limits,
             notify=lambda cls, call_id, fields: self._tell(cls, call_id, **fields),
-            scanner=scanner,
-            base_branch=base_branch,
-            moved_base=moved_base,
-            egress_max_events=egress_max_events,
         )
 
     # -- Workspace ----------------------------------------------------------------

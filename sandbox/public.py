@@ -18,6 +18,7 @@ from sandbox.container.spec import ContainerSpec, RuntimeMissing, check_runtime
 from sandbox.executor import SandboxExecutor
 from sandbox.mcp.config import McpServerConfig
 from sandbox.rebuild import RebuildFailed, RecordedWrite, rebuild_workspace, recorded_writes
+from sandbox.tools.context import ToolSettings
 from sandbox.tools.effects import remember_pushes
 from sandbox.tools.mcp import McpTools
 from sandbox.tools.publishing import ReviewLimits
@@ -63,6 +64,7 @@ __all__ = [
     "RunWorkspace",
     "RuntimeMissing",
     "SandboxExecutor",
+    "ToolSettings",
     "UnsafeURL",
     "WorkspaceSourceError",
     "admitted",

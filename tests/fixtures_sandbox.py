@@ -40,6 +40,7 @@ from sandbox.container.orphans import sweep_orphans
 from sandbox.container.sandbox_container import SandboxContainer
 from sandbox.container.spec import ContainerSpec
 from sandbox.executor import SandboxExecutor
+from sandbox.tools.context import ToolSettings
 from sandbox.workspace.preparation import prepare_workspace
 from sandbox.workspace.run_workspace import RunWorkspace
 from tests.fixtures_runtimes import RuntimeEngine
@@ -150,8 +151,7 @@ def sandbox(module_sandbox: ModuleSandbox, tmp_path: Path, db: None) -> SandboxE
         module_sandbox.container,
         ArtifactStorage(),
         DatabaseOutbox(),
-        write_paths=WRITE_PATHS,
-        spool_dir=tmp_path / "spool",
+        ToolSettings(write_paths=WRITE_PATHS, spool_dir=tmp_path / "spool"),
     )
 
 
@@ -162,7 +162,9 @@ def host_executor(tmp_path: Path, db: None) -> SandboxExecutor:
     from runs.persistence.outbox import DatabaseOutbox
 
     workspace = example_workspace(tmp_path / "run")
-    return SandboxExecutor(f"host-{uuid.uuid4().hex[:8]}", workspace, None, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS)
+    return SandboxExecutor(
+        f"host-{uuid.uuid4().hex[:8]}", workspace, None, ArtifactStorage(), DatabaseOutbox(), ToolSettings(write_paths=WRITE_PATHS)
+    )
 
 
 def make_call(tool: str, args: dict[str, Any], *, check: CheckDef | None = None, key: str | None = None, cap: int = 100_000) -> Call:

@@ -33,6 +33,7 @@ from runs.persistence.outbox import DatabaseOutbox, published_patch
 from runs.persistence.retention import delete_expired_artifacts
 from runs.runtime import advance, create_run
 from sandbox.executor import SandboxExecutor
+from sandbox.tools.context import ToolSettings
 from tests.fixtures_sandbox import example_workspace, fixed_call
 from tests.helpers import World
 from tests.runs_waiting import DEMO_CONTRACT, SCRIPTED_DEMO
@@ -278,7 +279,9 @@ def test_it_publishes_a_key_once_from_workers_on_different_hosts(tmp_path: Path)
         workspace = example_workspace(tmp_path / f"host-{host}")
         workspace.write_file("orders/total.py", "TOTAL = 1\n")
         executors.append(
-            SandboxExecutor("run-on-hosts", workspace, None, ArtifactStorage("run-on-hosts"), DatabaseOutbox(), write_paths=("orders/*",))
+            SandboxExecutor(
+                "run-on-hosts", workspace, None, ArtifactStorage("run-on-hosts"), DatabaseOutbox(), ToolSettings(write_paths=("orders/*",))
+            )
         )
     call = fixed_call(executors[0], "publish", {"message": "one change"}, key)
     ready = threading.Barrier(hosts)

@@ -5,6 +5,7 @@ run's branch on a real git server (tests/gitserver.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -20,6 +21,7 @@ from core.contract import WorkspaceSource
 from core.policy import authorize, check_policy
 from core.state import PendingEffect
 from sandbox.executor import SandboxExecutor
+from sandbox.tools.context import ToolSettings
 from sandbox.vcs.forges import ChangeRequests, ForgeAccess
 from sandbox.vcs.remote import RemoteAccess, RemoteTarget
 from sandbox.workspace.preparation import prepare_workspace
@@ -71,8 +73,18 @@ def run_for(tmp_path: Path, server: GitHttpServer, forge: FakeForge | None, targ
         access = forge_access(forge)
         requests = ChangeRequests(access, access.project_of(url), BRANCH, target)
     return SandboxExecutor(
-        "run-1a2b3c4d", workspace, None, ArtifactStorage(), DatabaseOutbox(), write_paths=("*",), remote=remote, forge=requests
+        "run-1a2b3c4d",
+        workspace,
+        None,
+        ArtifactStorage(),
+        DatabaseOutbox(),
+        ToolSettings(write_paths=("*",), remote=remote, forge=requests),
     )
+
+
+def use_forge(executor: SandboxExecutor, requests: ChangeRequests) -> None:
+    """The run's forge from now on (a shorter timeout, another token), its tool settings otherwise the same."""
+    executor.context.settings = dataclasses.replace(executor.context.settings, forge=requests)
 
 
 def execute(executor: SandboxExecutor, tool: str, args: dict[str, Any], key: str) -> dict[str, Any]:
@@ -175,7 +187,7 @@ def test_it_takes_a_create_cut_off_by_its_timeout_as_unknown_and_an_absent_reque
         publish(executor)
         absent = executor.reconcile(pending())
         assert (absent.resolved, absent.applied) == (True, False) and "it was not opened" in absent.detail
-        executor.context.forge = ChangeRequests(forge_access(forge, timeout=2.0), PROJECT, BRANCH, "main")
+        use_forge(executor, ChangeRequests(forge_access(forge, timeout=2.0), PROJECT, BRANCH, "main"))
         forge.drop_create_answer, forge.hold_seconds = True, 6.0
         cut = open_request(executor)
         assert (cut["status"], cut["effect"]) == ("unknown", "unknown"), cut
@@ -194,8 +206,8 @@ def test_it_reports_a_refused_create_and_a_refused_token_as_failed_effects(git_s
         assert "the forge refused the request (422): Validation Failed" in refused["data"]["error"]
         assert forge.posts()[0].body["base"] == "release"
         forge.refuse = None
-        assert executor.context.forge is not None
-        executor.context.forge = ChangeRequests(forge_access(forge, token="revoked-forge-token"), PROJECT, BRANCH, "main")
+        assert executor.context.settings.forge is not None
+        use_forge(executor, ChangeRequests(forge_access(forge, token="revoked-forge-token"), PROJECT, BRANCH, "main"))
         unauthorised = open_request(executor)
         assert (unauthorised["status"], unauthorised["effect"]) == ("ok", "none")
         assert "refused the server's token (401)" in unauthorised["data"]["error"]
@@ -266,8 +278,8 @@ def test_it_reports_gitlab_refusals_as_failed_effects(git_server: GitHttpServer,
         assert ("GET", "/api/v4/projects/acme%2Fshop") in [(r.method, r.path) for r in forge.requests]
         assert forge.posts()[0].body["target_branch"] == "develop"
         forge.refuse = None
-        assert executor.context.forge is not None
-        executor.context.forge = ChangeRequests(forge_access(forge, token="wrong"), PROJECT, BRANCH, None)
+        assert executor.context.settings.forge is not None
+        use_forge(executor, ChangeRequests(forge_access(forge, token="wrong"), PROJECT, BRANCH, None))
         unauthorised = open_request(executor)
         assert "refused the server's token (401)" in unauthorised["data"]["error"] and forge.opened == []
 

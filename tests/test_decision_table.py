@@ -3,7 +3,10 @@ pure loop with the scripted proposer and the simulated executor."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from core import feedback as fb
+from core.errors import FieldProblem
 from core.faults import Fault
 from core.policy import Rule
 from core.scenarios import FIXED, Rig, build_rig, call, demo_policy
@@ -21,7 +24,7 @@ CHECKED = [
 def test_it_returns_a_malformed_proposal_as_invalid_input_naming_the_field() -> None:
     rig = build_rig([{"tool": "read_file"}, {"tool": "read_file", "args": {}, "extra": 1}, "not an object"])
     rig.harness.run()
-    problems = [[p.model_dump() for p in f.problems] for f in rig.feedbacks[1:] if isinstance(f, fb.InvalidInput)]
+    problems = [[asdict(p) for p in f.problems] for f in rig.feedbacks[1:] if isinstance(f, fb.InvalidInput)]
     assert problems[0] == [{"field": "args", "message": "required, must be an object"}]
     assert problems[1] == [{"field": "extra", "message": "unexpected field (a proposal is exactly {tool, args})"}]
     assert problems[2][0]["field"] == "(root)"
@@ -41,8 +44,8 @@ def test_it_rejects_extra_argument_fields_and_unknown_tools() -> None:
     rig = build_rig([call("read_file", path="a.py", follow=True), call("rm_rf", path=".")])
     rig.harness.run()
     assert isinstance(rig.feedbacks[1], fb.InvalidInput) and isinstance(rig.feedbacks[2], fb.InvalidInput)
-    assert rig.feedbacks[1].problems[0] == fb.Problem(field="args.follow", message="unexpected field (extra fields are rejected)")
-    assert rig.feedbacks[2].problems[0] == fb.Problem(field="tool", message="unknown tool 'rm_rf'")
+    assert rig.feedbacks[1].problems[0] == FieldProblem(field="args.follow", message="unexpected field (extra fields are rejected)")
+    assert rig.feedbacks[2].problems[0] == FieldProblem(field="tool", message="unknown tool 'rm_rf'")
 
 
 def test_it_refuses_writes_outside_the_allowed_write_paths() -> None:

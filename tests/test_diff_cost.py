@@ -27,6 +27,7 @@ from runs.persistence.artifacts import ArtifactStorage
 from runs.persistence.outbox import DatabaseOutbox
 from runs.runtime import advance, create_run, workspace_for
 from sandbox.executor import SandboxExecutor
+from sandbox.tools.context import ToolSettings
 from sandbox.workspace import linediff, patches
 from tests.fixtures_sandbox import example_workspace, fixed_call
 from tests.git_apply import git_applies_to_source, patch_applies_to_source
@@ -68,7 +69,7 @@ def test_it_publishes_nothing_when_the_run_is_killed_during_the_publish_diff(tmp
     workspace = example_workspace(tmp_path / "run")
     for n in range(60):  # many files, each a long diff: the kill comes in the middle
         workspace.write_file(f"orders/data{n:02d}.txt", NEW.replace("x", f"x{n}"))
-    executor = SandboxExecutor("kill", workspace, None, ArtifactStorage(), DatabaseOutbox(), write_paths=("orders/*",))
+    executor = SandboxExecutor("kill", workspace, None, ArtifactStorage(), DatabaseOutbox(), ToolSettings(write_paths=("orders/*",)))
     # Fixed when asked for, as the loop does before a reviewer sees it; the publish
     # makes the patch again from the workspace, and that is where the kill comes.
     call = fixed_call(executor, "publish", {"message": "m"}, KEY)

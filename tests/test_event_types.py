@@ -4,6 +4,7 @@ type, and the migration that renamed the six types stored under another name."""
 
 from __future__ import annotations
 
+import json
 import re
 from importlib import import_module
 from pathlib import Path
@@ -16,11 +17,13 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from core import events as ev
+from core.call_record import CallRecord
+from core.errors import FieldProblem
 from core.fences import RowLock
 from live.trace import present
 from notifications import messages
 from runs.persistence.eventlog import append_events
-from tests.event_examples import EXAMPLES, record
+from tests.event_examples import EXAMPLES, RUN, TS, record
 from tests.helpers import World
 
 CLASSES = get_args(ev.AnyEvent)
@@ -45,6 +48,25 @@ def test_it_reads_a_stored_record_back_as_the_event_written() -> None:
     for cls, event in EXAMPLES.items():
         typed = ev.parse_event(record(event))
         assert type(typed) is cls and typed == event, cls
+
+
+def test_it_stores_a_call_record_and_problems_as_the_logs_already_hold_them() -> None:
+    # Typed in the event, the JSON a log holds is what it held when they were dicts: the
+    # record's JSON dump, each problem's field and message, in the same order.
+    call = CallRecord(call_id="c1", tool="publish", args={"message": "fix"}, state="validated", idempotency_key="k" * 32)
+    denied = ev.Denied(run_id=RUN, seq=1, ts=TS, call_id="c1", tool="publish", rule="asks", reason="no", call=call)
+    held = {"tool": "publish", "rule": "asks", "reason": "no", "policy_version": None, "call": call.model_dump(mode="json")}
+    assert json.dumps(denied.payload()) == json.dumps(held)
+    invalid = ev.InvalidInput(run_id=RUN, seq=2, ts=TS, call_id="c1", gate="validate", problems=[FieldProblem("args.path", "required")])
+    assert json.dumps(invalid.payload()) == json.dumps({"gate": "validate", "problems": [{"field": "args.path", "message": "required"}]})
+    # The event keeps the record as it was emitted; the ledger's goes on changing.
+    call.state = "failed"
+    assert denied.call is not None and denied.call.state == "validated"
+    # A record stored before the record's later fields reads back with their defaults.
+    older = {"call_id": "c1", "tool": "read_file", "args": {"path": "a.py"}, "state": "failed", "attempts": 0}
+    stored = record(denied)
+    read = ev.parse_event({**stored, "payload": {**stored["payload"], "call": older}})
+    assert isinstance(read, ev.Denied) and read.call == CallRecord(call_id="c1", tool="read_file", args={"path": "a.py"}, state="failed")
 
 
 def test_it_refuses_a_record_of_an_unknown_type_or_missing_a_field() -> None:

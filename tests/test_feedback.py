@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from adapters.calls import ToolCall
 from adapters.feedback import render_feedback
 from core import feedback as fb
+from core.errors import FieldProblem
 from core.state import PendingEffect
 
 PENDING = PendingEffect(
@@ -37,7 +38,7 @@ STORED: list[tuple[fb.Feedback, dict[str, object]]] = [
         },
     ),
     (
-        fb.InvalidInput(call_id="c1", problems=[fb.Problem(field="args.path", message="required")]),
+        fb.InvalidInput(call_id="c1", problems=[FieldProblem(field="args.path", message="required")]),
         {"kind": "invalid_input", "call_id": "c1", "problems": [{"field": "args.path", "message": "required"}]},
     ),
     (

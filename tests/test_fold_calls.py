@@ -13,13 +13,13 @@ import pytest
 
 from core import events as ev
 from core import feedback as fb
+from core.call_record import CallRecord
 from core.context import RunContext
 from core.decisions import Blocked, Duplicate, Proceed
 from core.faults import Fault
 from core.fold import NOT_EXPLAINED, StateNotExplained, differences, fold
 from core.loop import GATES
 from core.scenarios import FIXED, build_rig, call
-from core.state import CallRecord
 from core.tools import ToolSpec
 
 

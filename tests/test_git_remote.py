@@ -20,6 +20,7 @@ from core.contract import WorkspaceSource
 from core.errors import InputError
 from core.state import PendingEffect
 from sandbox.executor import SandboxExecutor
+from sandbox.tools.context import ToolSettings
 from sandbox.vcs.remote import GitRun, RemoteAccess, RemoteError, RemoteTarget, check_remote_url, passing_failure
 from sandbox.workspace.preparation import prepare_workspace
 from sandbox.workspace.run_workspace import RunWorkspace
@@ -83,7 +84,9 @@ def changed_run(remote: Remote, url: str, tmp_path: Path) -> SandboxExecutor:
         git_dir=workspace.remote_git,
         access=remote.access(),
     )
-    return SandboxExecutor("run-1a2b3c4d", workspace, None, ArtifactStorage(), DatabaseOutbox(), write_paths=("*",), remote=target)
+    return SandboxExecutor(
+        "run-1a2b3c4d", workspace, None, ArtifactStorage(), DatabaseOutbox(), ToolSettings(write_paths=("*",), remote=target)
+    )
 
 
 def publish(executor: SandboxExecutor, key: str, message: str = "Refuse negative prices\n\nThey made refunds.") -> dict[str, Any]:
@@ -254,8 +257,8 @@ def test_it_reconciles_a_push_whose_answer_was_lost_as_applied(remote: Remote, t
 def test_it_takes_a_push_cut_off_by_its_timeout_as_unknown_and_looks_it_up(remote: Remote, tmp_path: Path, db: None) -> None:
     url = remote.proxy.url("shop.git")
     executor = changed_run(remote, url, tmp_path)
-    assert executor.context.remote is not None
-    executor.context.remote.access = RemoteAccess(**{**vars(remote.access()), "timeout_seconds": 3.0})
+    assert executor.context.settings.remote is not None
+    executor.context.settings.remote.access = RemoteAccess(**{**vars(remote.access()), "timeout_seconds": 3.0})
     remote.proxy.drop_push_answer, remote.proxy.hold_seconds = True, 8.0
     key = "e" * 32
     cut = publish(executor, key)
@@ -290,8 +293,8 @@ def test_it_reports_a_push_refused_by_a_hook_as_a_failed_effect(remote: Remote, 
     assert HOOK_MESSAGE in refused["data"]["error"] and "pre-receive hook declined" in refused["data"]["error"]
     listed = subprocess.run(["git", "branch", "--list", "harness/*"], cwd=remote.bare, capture_output=True, text=True, check=True)
     assert listed.stdout.strip() == ""
-    assert executor.context.remote is not None
-    executor.context.remote.access = remote.access(token="revoked-token")
+    assert executor.context.settings.remote is not None
+    executor.context.settings.remote.access = remote.access(token="revoked-token")
     unauthorised = publish(executor, "f" * 32)
     assert (unauthorised["status"], unauthorised["effect"]) == ("ok", "none"), unauthorised
     assert "refused the server's credentials" in unauthorised["data"]["error"] and "revoked-token" not in str(unauthorised)
@@ -418,7 +421,9 @@ def test_it_keeps_the_git_directory_for_pushing_when_the_checkout_differs_from_t
     target = RemoteTarget(
         url=url, base=str(workspace.source["commit"]), branch="harness/eol-1", git_dir=workspace.remote_git, access=remote.access()
     )
-    executor = SandboxExecutor("run-eol", workspace, None, ArtifactStorage(), DatabaseOutbox(), write_paths=("*",), remote=target)
+    executor = SandboxExecutor(
+        "run-eol", workspace, None, ArtifactStorage(), DatabaseOutbox(), ToolSettings(write_paths=("*",), remote=target)
+    )
     published = publish(executor, "b" * 32)
     assert (published["status"], published["effect"]) == ("ok", "applied"), published
     commit = published["data"]["commit"]

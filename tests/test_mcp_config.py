@@ -155,9 +155,9 @@ def test_it_offers_a_model_the_tool_under_a_name_its_api_takes_and_proposes_it_u
 
 def test_it_keeps_an_interrupted_call_of_a_tool_its_server_no_longer_lists_pending_not_failed() -> None:
     from core import events as ev
+    from core.call_record import CallRecord
     from core.pending import recover_in_flight
     from core.scenarios import build_rig
-    from core.state import CallRecord
 
     rig = build_rig([])
     # The ledger is set by hand here, not by events: the store's check that every

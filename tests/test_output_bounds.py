@@ -36,6 +36,7 @@ from runs.persistence.outbox import DatabaseOutbox
 from sandbox.container.output import OutputCapture
 from sandbox.container.quota import MB, DiskQuota
 from sandbox.executor import SandboxExecutor
+from sandbox.tools.context import ToolSettings
 from tests.fixtures_sandbox import WRITE_PATHS, drive, example_workspace, sandbox_policy, start_container, step
 from tests.fixtures_web import AsgiServer, waiting_scene
 
@@ -133,9 +134,7 @@ def runc_sandbox(docker_engine: docker.DockerClient, tmp_path: Path, db: None) -
             container,
             ArtifactStorage(run_id),
             DatabaseOutbox(),
-            write_paths=WRITE_PATHS,
-            spool_dir=tmp_path / "spool",
-            quota=quota,
+            ToolSettings(write_paths=WRITE_PATHS, spool_dir=tmp_path / "spool", quota=quota),
         )
 
     yield executor

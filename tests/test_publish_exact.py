@@ -19,6 +19,7 @@ from core.contract import WorkspaceSource
 from core.ports import RevisionMismatch
 from runs.persistence import outbox
 from sandbox.executor import SandboxExecutor
+from sandbox.tools.context import ToolSettings
 from sandbox.tools.publishing import PublishRefused, publication
 from sandbox.workspace import patches
 from sandbox.workspace.preparation import prepare_workspace
@@ -107,7 +108,7 @@ def test_it_publishes_a_name_with_a_space_that_git_apply_and_patch_both_write_to
     from tests.fixtures_sandbox import example_workspace
 
     workspace = example_workspace(tmp_path / "run")
-    executor = SandboxExecutor("names", workspace, None, ArtifactStorage(), DatabaseOutbox(), write_paths=("*.md",))
+    executor = SandboxExecutor("names", workspace, None, ArtifactStorage(), DatabaseOutbox(), ToolSettings(write_paths=("*.md",)))
     conftest = (workspace.pristine / "tests" / "test_total.py").read_text()
     workspace.write_file("tests/test_total.py z.md", conftest.replace("def ", "def evil_", 1))
     workspace.write_file('orders/q"uote é.md', "x\n")
@@ -156,7 +157,7 @@ def test_it_publishes_patches_git_accepts_for_any_name_and_content(
 
     tmp = tmp_path_factory.mktemp("pub")
     workspace = example_workspace(tmp / "run")
-    executor = SandboxExecutor("prop", workspace, None, ArtifactStorage(), DatabaseOutbox(), write_paths=("orders/*",))
+    executor = SandboxExecutor("prop", workspace, None, ArtifactStorage(), DatabaseOutbox(), ToolSettings(write_paths=("orders/*",)))
     PublishedPatch.objects.filter(key=KEY).delete()  # each example publishes into an empty outbox
     content = "\n".join(lines) + ("\n" if lines and final_newline else "")
     workspace.write_file(f"orders/{name}", content)

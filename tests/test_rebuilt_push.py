@@ -14,6 +14,7 @@ from runs.persistence.artifacts import ArtifactStorage
 from runs.persistence.outbox import DatabaseOutbox
 from sandbox.executor import SandboxExecutor
 from sandbox.rebuild import RecordedWrite, rebuild_workspace
+from sandbox.tools.context import ToolSettings
 from sandbox.tools.effects import remember_pushes
 from sandbox.vcs.remote import RemoteTarget
 from tests.fixtures_sandbox import ROOT, fixed_call
@@ -53,7 +54,9 @@ def test_it_finds_a_push_applied_from_a_rebuilt_workspace_once_it_remembers_the_
         git_dir=rebuilt.remote_git,
         access=remote.access(),
     )
-    host_b = SandboxExecutor("run-1a2b3c4d", rebuilt, None, ArtifactStorage(), DatabaseOutbox(), write_paths=("*",), remote=target)
+    host_b = SandboxExecutor(
+        "run-1a2b3c4d", rebuilt, None, ArtifactStorage(), DatabaseOutbox(), ToolSettings(write_paths=("*",), remote=target)
+    )
     forgotten = host_b.reconcile(pending(key))
     assert forgotten.conflict, "without the log's fixed commit the rebuilt clone cannot tell the push is the run's"
     assert remember_pushes(host_b.context, {key: dict(call.effect)}) == [key]

@@ -29,6 +29,7 @@ from runs.persistence.artifacts import ArtifactStorage
 from runs.persistence.outbox import DatabaseOutbox, published_patch
 from runs.runtime import advance, create_run
 from sandbox.executor import SandboxExecutor
+from sandbox.tools.context import ToolSettings
 from sandbox.workspace import patches
 from tests.fixtures_sandbox import example_workspace, fixed_call, make_call, shown
 from tests.git_apply import git_applies_to_source, patch_applies_to_source
@@ -186,7 +187,9 @@ def test_it_shows_the_reviewer_every_changed_file_and_line_of_what_ships(
     settings.HARNESS_SECRET_VALUES = [MULTILINE_SECRET]
     tmp = tmp_path_factory.mktemp("review")
     workspace = example_workspace(tmp / "run")
-    executor = SandboxExecutor("prop", workspace, None, ArtifactStorage(), DatabaseOutbox(), write_paths=("orders/*", "docs/*"))
+    executor = SandboxExecutor(
+        "prop", workspace, None, ArtifactStorage(), DatabaseOutbox(), ToolSettings(write_paths=("orders/*", "docs/*"))
+    )
     PublishedPatch.objects.filter(key=KEY).delete()  # each example publishes into an empty outbox
     total = (workspace.dir / "orders" / "total.py").read_text()
     writes = [("orders/total.py", total + "\n".join(total_lines))]

@@ -87,8 +87,8 @@ def test_it_refuses_separator_and_control_characters_in_patch_headers(sandbox: S
     before = sandbox.revision()
     outcome = drive(sandbox, sandbox_policy(), script)
     problems = [e.problems for e in outcome.of_type("invalid_input")]
-    assert [p[0]["field"] for p in problems] == ["args.patch", "args.patch", "args.patch", "args.path"]
-    messages = [p[0]["message"] for p in problems]
+    assert [p[0].field for p in problems] == ["args.patch", "args.patch", "args.patch", "args.path"]
+    messages = [p[0].message for p in problems]
     assert '"orders/total.py\\u2028.evil" contains U+2028 LINE SEPARATOR' in messages[0]
     assert '"orders/total.py\\x1c/conftest.py" contains U+001C' in messages[1]
     assert '"orders/new.py\\x0d" contains U+000D' in messages[2]

@@ -14,6 +14,7 @@ import pytest
 from core.policy import CheckDef, SandboxLimits
 from sandbox.container.quota import DiskQuota
 from sandbox.executor import SandboxExecutor
+from sandbox.tools.context import ToolSettings
 from sandbox.workspace.hashing import TreeHasher, TreeSink
 from tests.fixtures_runtimes import RuntimeEngine
 from tests.fixtures_sandbox import (
@@ -78,7 +79,9 @@ def quota_executor(tmp_path: Path, run_id: str, quota: DiskQuota, limits: Sandbo
 
     workspace = example_workspace(tmp_path / run_id)
     container = start_container(run_id, workspace, limits)
-    return SandboxExecutor(run_id, workspace, container, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS, quota=quota)
+    return SandboxExecutor(
+        run_id, workspace, container, ArtifactStorage(), DatabaseOutbox(), ToolSettings(write_paths=WRITE_PATHS, quota=quota)
+    )
 
 
 def test_it_bounds_what_a_check_writes_by_its_scratch_and_leaves_the_workspace_unchanged(
@@ -218,7 +221,7 @@ def test_it_runs_a_check_in_a_workspace_of_300000_files(
                 os.close(os.open(vendor / f"d{d}" / f"f{f}", os.O_CREAT | os.O_WRONLY, 0o644))
         workspace.reread()  # the tree was grown around the harness's tools, on purpose
         container = start_container("huge", workspace)
-        executor = SandboxExecutor("huge", workspace, container, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS)
+        executor = SandboxExecutor("huge", workspace, container, ArtifactStorage(), DatabaseOutbox(), ToolSettings(write_paths=WRITE_PATHS))
         counted = check("count", "sh", "-c", "find . -type f | wc -l", timeout=120)
         walks: list[str] = []
         real = hashing.TreeHasher.tree

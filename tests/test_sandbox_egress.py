@@ -40,6 +40,7 @@ from sandbox.container.sandbox_container import SandboxContainer
 from sandbox.egress import proxy as egress
 from sandbox.egress.proxy import PIPELINED, EgressProxy, EgressRefused, do_connect, parse_head
 from sandbox.executor import SandboxExecutor
+from sandbox.tools.context import ToolSettings
 from sandbox.workspace.preparation import prepare_workspace
 from sandbox.workspace.run_workspace import RunWorkspace
 from tests.busy import spinning
@@ -150,10 +151,8 @@ def run_checks(box: EgressSandbox, tmp_path: Path, *checks: CheckDef, egress_max
         box.container,
         ArtifactStorage(),
         DatabaseOutbox(),
-        write_paths=WRITE_PATHS,
-        spool_dir=tmp_path / "spool",
+        ToolSettings(write_paths=WRITE_PATHS, spool_dir=tmp_path / "spool", egress_max_events=egress_max_events),
         notify=told.append,
-        egress_max_events=egress_max_events,
     )
     script = [*(step("run_check", check_id=c.check_id) for c in checks), step("finish", summary="checked")]
     contract = sandbox_contract(targets=[c.check_id for c in checks])

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.executor import SandboxExecutor
+from sandbox.tools.context import ToolSettings
 from tests.fixtures_runtimes import RuntimeEngine
 from tests.fixtures_sandbox import (
     SURVIVE,
@@ -76,10 +77,10 @@ def test_it_refuses_writes_outside_the_workspace_and_the_allowed_paths(sandbox: 
     ]
     outcome = drive(sandbox, sandbox_policy(ESCAPE_WRITE), script)
     refusals = outcome.of_type("invalid_input")
-    assert [r.problems[0]["field"] for r in refusals] == ["args.path", "args.path", "args.path", "args.patch"]
-    assert "'..'" in refusals[0].problems[0]["message"]
-    assert "relative" in refusals[1].problems[0]["message"]
-    assert "outside allowed_write_paths" in refusals[2].problems[0]["message"]
+    assert [r.problems[0].field for r in refusals] == ["args.path", "args.path", "args.path", "args.patch"]
+    assert "'..'" in refusals[0].problems[0].message
+    assert "relative" in refusals[1].problems[0].message
+    assert "outside allowed_write_paths" in refusals[2].problems[0].message
     assert not outcome.receipts("write_file") and not outcome.receipts("apply_patch")  # nothing reached the executor
     data = outcome.receipt("run_check", "escape_write")["data"]
     # gVisor checks the permission before the read-only mount: either refusal will do.
@@ -128,7 +129,7 @@ def test_it_refuses_dotdot_and_symlink_escapes_even_when_a_check_planted_them(sa
         *SURVIVE,
     ]
     outcome = drive(sandbox, sandbox_policy(PLANT_LINKS), script)
-    assert outcome.of_type("invalid_input")[0].problems[0]["message"].endswith("must not contain '..'")
+    assert outcome.of_type("invalid_input")[0].problems[0].message.endswith("must not contain '..'")
     planted = outcome.receipt("run_check", "plant_links")["data"]
     assert planted["exit_code"] == 1 and "Read-only file system" in planted["output"]
     reads = [r["data"] for r in outcome.receipts("read_file")]
@@ -164,7 +165,9 @@ def test_it_gives_checks_none_of_the_workers_environment(
         from runs.persistence.artifacts import ArtifactStorage
         from runs.persistence.outbox import DatabaseOutbox
 
-        executor = SandboxExecutor("env-run", workspace, container, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS)
+        executor = SandboxExecutor(
+            "env-run", workspace, container, ArtifactStorage(), DatabaseOutbox(), ToolSettings(write_paths=WRITE_PATHS)
+        )
         outcome = drive(executor, sandbox_policy(ENV), [step("run_check", check_id="env"), *SURVIVE])
     finally:
         container.remove()

@@ -11,6 +11,7 @@ import pytest
 from docker.errors import NotFound
 
 from sandbox.executor import SandboxExecutor
+from sandbox.tools.context import ToolSettings
 from tests.fixtures_runtimes import RuntimeEngine
 from tests.fixtures_sandbox import (
     SURVIVE,
@@ -71,7 +72,7 @@ def test_it_kills_an_execution_in_flight_and_removes_the_container(runtime_engin
 
     workspace = example_workspace(tmp_path / "kill-run")
     container = start_container("kill-run", workspace, runtime_engine.limits(TEST_LIMITS))
-    executor = SandboxExecutor("kill-run", workspace, container, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS)
+    executor = SandboxExecutor("kill-run", workspace, container, ArtifactStorage(), DatabaseOutbox(), ToolSettings(write_paths=WRITE_PATHS))
     kill_during_long_check(executor)
     with pytest.raises(NotFound):
         runtime_engine.client.containers.get(container.id)
@@ -94,7 +95,9 @@ def test_it_stops_the_run_at_once_when_the_engine_is_slow_to_remove_the_containe
 
     workspace = example_workspace(tmp_path / "slow-engine")
     container = start_container("slow-engine", workspace, runtime_engine.limits(TEST_LIMITS))
-    executor = SandboxExecutor("slow-engine", workspace, container, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS)
+    executor = SandboxExecutor(
+        "slow-engine", workspace, container, ArtifactStorage(), DatabaseOutbox(), ToolSettings(write_paths=WRITE_PATHS)
+    )
     monkeypatch.setattr(sandbox.container.sandbox_container, "new_client", lambda timeout: StallingClient())
     returned = threading.Event()
     try:

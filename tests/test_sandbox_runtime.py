@@ -75,6 +75,7 @@ def test_it_stops_a_run_at_once_naming_a_runtime_the_engine_lacks(docker_engine:
     from runs.persistence.artifacts import ArtifactStorage
     from runs.persistence.outbox import DatabaseOutbox
     from sandbox.executor import SandboxExecutor
+    from sandbox.tools.context import ToolSettings
 
     spec = dataclasses.replace(ContainerSpec.from_limits(TEST_LIMITS, settings.SANDBOX_IMAGE), runtime="harness-absent")
     executor = SandboxExecutor(
@@ -83,7 +84,7 @@ def test_it_stops_a_run_at_once_naming_a_runtime_the_engine_lacks(docker_engine:
         None,
         ArtifactStorage(),
         DatabaseOutbox(),
-        write_paths=("orders/*",),
+        ToolSettings(write_paths=("orders/*",)),
         spec=spec,
         scope=SCOPE,
     )
@@ -101,6 +102,7 @@ def test_it_runs_checks_under_each_runtime_and_reports_it(runtime_engine: Runtim
     from runs.persistence.artifacts import ArtifactStorage
     from runs.persistence.outbox import DatabaseOutbox
     from sandbox.executor import SandboxExecutor
+    from sandbox.tools.context import ToolSettings
 
     limits: SandboxLimits = runtime_engine.limits(TEST_LIMITS)
     workspace = example_workspace(tmp_path / "ws")
@@ -108,7 +110,7 @@ def test_it_runs_checks_under_each_runtime_and_reports_it(runtime_engine: Runtim
     try:
         inspected = runtime_engine.client.containers.get(container.id).attrs["HostConfig"]
         assert inspected["Runtime"] == runtime_engine.runtime
-        executor = SandboxExecutor("rt", workspace, container, ArtifactStorage(), DatabaseOutbox(), write_paths=("orders/*",))
+        executor = SandboxExecutor("rt", workspace, container, ArtifactStorage(), DatabaseOutbox(), ToolSettings(write_paths=("orders/*",)))
         outcome = drive(executor, sandbox_policy(limits=limits), [step("run_check", check_id=SMOKE.check_id), step("finish")])
     finally:
         container.remove()

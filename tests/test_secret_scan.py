@@ -31,7 +31,7 @@ from common.secret_scan import SecretScanner
 from core.contract import WorkspaceSource
 from core.effects import PushEffect, parse_effect
 from core.environment import Environment
-from core.errors import InputError
+from core.errors import FieldProblem, InputError
 from core.policy import AllowedSecret, PublishChecks, check_policy
 from core.publish_gate import problems, screen
 from core.scenarios import call
@@ -42,6 +42,7 @@ from runs.models import Event, Run
 from runs.services import check_new_run, do_create_run, drive_run
 from sandbox.container.sandbox_container import SandboxContainer
 from sandbox.executor import SandboxExecutor
+from sandbox.tools.context import ToolSettings
 from sandbox.vcs.remote import RemoteAccess, RemoteTarget
 from sandbox.workspace.patches import unified_diff
 from sandbox.workspace.preparation import prepare_workspace
@@ -135,7 +136,7 @@ def test_it_decides_from_the_findings_as_the_policy_says() -> None:
     refused = screen(PublishChecks(), found, True)
     assert refused.decision == "refuse"
     told = problems(refused)
-    assert told[0] == {"field": "a.ini:3", "message": f"looks like a secret ({NAMED_VALUE}); take it out of the change"}
+    assert told[0] == FieldProblem("a.ini:3", f"looks like a secret ({NAMED_VALUE}); take it out of the change")
     assert screen(PublishChecks(secrets="ask"), found, True).decision == "ask"
     # A rule that asks nobody has nobody to show the findings to.
     assert screen(PublishChecks(secrets="ask"), found, False).decision == "refuse"
@@ -188,10 +189,7 @@ def executor_for(
         container,
         ArtifactStorage(run_id),
         DatabaseOutbox(),
-        write_paths=("*",),
-        remote=target,
-        base_branch="main",
-        **extra,
+        ToolSettings(write_paths=("*",), remote=target, base_branch="main", **extra),
     )
 
 

@@ -13,13 +13,14 @@ from dataclasses import replace
 import pytest
 
 from core import scenarios
+from core.call_record import CallRecord
 from core.context import RunContext
 from core.decisions import Accepted, Authorized, Proceed
 from core.gates import Gates
 from core.loop import GATES
 from core.policy import Authorization
 from core.receipts import Receipt
-from core.state import CallRecord, RunState
+from core.state import RunState
 from core.tools import ToolSpec
 
 

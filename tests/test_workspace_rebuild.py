@@ -27,6 +27,7 @@ from runs.persistence.outbox import DatabaseOutbox
 from runs.runtime import advance, create_run, workspace_root
 from sandbox.executor import SandboxExecutor
 from sandbox.rebuild import RebuildFailed, RecordedWrite, rebuild_workspace, recorded_writes
+from sandbox.tools.context import ToolSettings
 from sandbox.workspace.preparation import prepare_workspace
 from sandbox.workspace.run_workspace import RunWorkspace
 from tests.fixtures_sandbox import WRITE_PATHS, Outcome, drive, sandbox_policy, step
@@ -46,7 +47,7 @@ SCRIPT = [
 
 def driven(tmp_path: Path, source: WorkspaceSource) -> tuple[Outcome, RunWorkspace]:
     workspace = prepare_workspace(tmp_path / "host-a", source, ROOT, (tmp_path, ROOT))
-    executor = SandboxExecutor("rebuild", workspace, None, ArtifactStorage(), DatabaseOutbox(), write_paths=WRITE_PATHS)
+    executor = SandboxExecutor("rebuild", workspace, None, ArtifactStorage(), DatabaseOutbox(), ToolSettings(write_paths=WRITE_PATHS))
     return drive(executor, sandbox_policy(), SCRIPT), workspace
 
 

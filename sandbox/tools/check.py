@@ -3,7 +3,6 @@ output spooled under a cap into an artifact, its receipt the evidence."""
 
 from __future__ import annotations
 
-from core import events as ev
 from core.jsonutil import JSON
 from core.policy import CheckDef
 from core.ports import ArtifactStore, Call
@@ -33,7 +32,7 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
         return error_result("run_check reached the executor without a check definition from policy")
     base: dict[str, JSON] = {"check_id": check.check_id, "check_version": check.version}
     # The workspace's size as the index keeps it: no walk, whatever the tree's size.
-    over = ctx.quota.problem(ctx.workspace.index.usage(), ctx.workspace.dir)
+    over = ctx.settings.quota.problem(ctx.workspace.index.usage(), ctx.workspace.dir)
     if over is not None:
         # A short host disk is not the run's doing: retried like any transient failure.
         # An over-full workspace is: the check fails without running.
@@ -42,7 +41,7 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
     # What this check may store of its output: the per-check cap, within what is left
     # of the run's quota. A run that has used the quota up gets no more checks, and
     # says why, rather than a record with the outputs silently missing.
-    store_limit = ctx.quota.output_limit(run_stored_bytes(ctx.artifacts))
+    store_limit = ctx.settings.quota.output_limit(run_stored_bytes(ctx.artifacts))
     if isinstance(store_limit, QuotaProblem):
         return error_result(f"the check was not run: {store_limit.reason}", **base, artifact_quota=True)
     try:
@@ -50,7 +49,11 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
     except SandboxUnavailable as exc:
         return infrastructure_result(exc.reason, lasting=exc.lasting, **base)
     # No network unless the policy names where: then only through a proxy for this call.
-    proxy = EgressProxy(check, lambda cls, fields: tell(ctx, cls, call.call_id, fields), ctx.egress_max_events) if check.egress else None
+    proxy = (
+        EgressProxy(check, lambda cls, fields: ctx.notify(cls, call.call_id, fields), ctx.settings.egress_max_events)
+        if check.egress
+        else None
+    )
     try:
         environment = proxy.start(container.attach) if proxy is not None else None
     except (SandboxUnavailable, EgressRefused) as exc:
@@ -60,7 +63,9 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
             return infrastructure_result(exc.reason, lasting=exc.lasting, **base)
         return infrastructure_result(str(exc), **base)
     listener = ctx.live_output(call.call_id) if ctx.live_output is not None else None
-    capture = OutputCapture(inline_limit=call.max_output_bytes // 2, spool_dir=ctx.spool_dir, listener=listener, store_limit=store_limit)
+    capture = OutputCapture(
+        inline_limit=call.max_output_bytes // 2, spool_dir=ctx.settings.spool_dir, listener=listener, store_limit=store_limit
+    )
     try:
         result = _run_read_only(ctx, container, check, capture, environment)
     except SandboxUnavailable as exc:
@@ -79,11 +84,6 @@ def run_check(ctx: ToolContext, call: Call) -> ToolResult:
     return _check_outcome(container, check, result, capture, ref, base)
 
 
-def tell(ctx: ToolContext, cls: type[ev.Event], call_id: str, fields: dict[str, JSON]) -> None:
-    if ctx.notify is not None:
-        ctx.notify(cls, call_id, fields)
-
-
 def _run_read_only(
     ctx: ToolContext, container: SandboxContainer, check: CheckDef, capture: OutputCapture, environment: dict[str, str] | None
 ) -> ExecResult:
@@ -92,7 +92,7 @@ def _run_read_only(
     def watch() -> str | None:
         # The check cannot write the worker's disk, only its output does (spooled
         # here): one statvfs, never a walk. Scratch is bounded by the kernel.
-        problem = ctx.quota.host_problem(capture.path.parent)
+        problem = ctx.settings.quota.host_problem(capture.path.parent)
         return None if problem is None else problem.reason
 
     # The container proves its workspace mount read-only before the check runs

@@ -77,29 +77,24 @@ def run_stored_bytes(artifacts: ArtifactStore) -> int:
     return int(counted()) if callable(counted) else 0
 
 
-@dataclass
-class ToolContext:
-    run_id: str
-    workspace: RunWorkspace
-    artifacts: ArtifactStore
-    outbox: Outbox
-    # The container a call's check runs in (started, waiting for the engine, when needed).
-    container_for: Callable[[Call], SandboxContainer]
+@dataclass(frozen=True, kw_only=True)
+class ToolSettings:
+    """What a run's tools may do and where they reach, fixed for the whole run: built
+    once by whoever runs it (runs.runtime composes it from the run's contract, its
+    policy and the server's settings) and read by the tools through
+    ``ToolContext.settings``; the executor hands it on without reading it."""
+
+    # The workspace paths the contract lets the run write (and publish).
     write_paths: tuple[str, ...]
+    # Where a check's output is spooled before it is stored (None: the system's temp).
     spool_dir: Path | None = None
     quota: DiskQuota = DiskQuota()
     # Set for a workspace cloned from a git remote: publish pushes a branch there.
     remote: RemoteTarget | None = None
     # Set when the server has a forge for that remote: open_change_request opens there.
     forge: ChangeRequests | None = None
-    # Given a call id, who watches that call's output while it runs (the live page).
-    live_output: Callable[[str], OutputListener] | None = None
-    # True once the run is killed: a long diff stops, and nothing is published after it.
-    cancelled: Callable[[], bool] | None = None
     # The most of a publish's diff a reviewer is shown.
     review_limits: ReviewLimits = ReviewLimits()
-    # Writes an event for a call while it runs (a check's egress connections).
-    notify: Callable[[type[ev.Event], str, dict[str, JSON]], None] | None = None
     # The secret scan of a publish's change (the server's values and key).
     scanner: SecretScanner = SecretScanner()
     # The branch the run cloned (None: the remote's default; "": a commit id, which
@@ -108,6 +103,26 @@ class ToolContext:
     moved_base: Literal["show", "stale"] = "show"
     # Egress connection events per check call before the rest are only counted.
     egress_max_events: int = MAX_EVENTS
+
+
+@dataclass
+class ToolContext:
+    """What a tool's call runs with: the run's stores and settings, and what the
+    executor that runs it answers (its containers, whether it was killed, its events)."""
+
+    run_id: str
+    workspace: RunWorkspace
+    artifacts: ArtifactStore
+    outbox: Outbox
+    settings: ToolSettings
+    # The container a call's check runs in (started, waiting for the engine, when needed).
+    container_for: Callable[[Call], SandboxContainer]
+    # Given a call id, who watches that call's output while it runs (the live page).
+    live_output: Callable[[str], OutputListener] | None
+    # True once the run is killed: a long diff stops, and nothing is published after it.
+    cancelled: Callable[[], bool]
+    # Writes an event for a call while it runs (a check's egress connections).
+    notify: Callable[[type[ev.Event], str, dict[str, JSON]], None]
 
 
 def error_result(message: str, **data: JSON) -> ToolResult:

@@ -49,17 +49,19 @@ def plan_publish(ctx: ToolContext, args: Mapping[str, JSON], key: str, at: float
     (for a remote, every part of the commit above it)."""
     message = str(args.get("message", ""))
     try:
-        published = publication(ctx.workspace, ctx.write_paths, ctx.cancelled)
+        published = publication(ctx.workspace, ctx.settings.write_paths, ctx.cancelled)
     except PublishRefused as exc:
         return _refused_plan("publish", str(exc))
     except patches.DiffCancelled:
         return _refused_plan("publish", "the run was killed while its changes were read", KILLED_PREVIEW)
-    shown = published.shown(ctx.review_limits)
-    found = ctx.scanner.scan(shown, message)
+    shown = published.shown(ctx.settings.review_limits)
+    found = ctx.settings.scanner.scan(shown, message)
     bound = sorted({f.bound for f in found})
     findings = tuple(f.as_json() for f in found)
-    if ctx.remote is not None:
-        fixed = ctx.remote.plan(published.patch.text, message, _publish_trailers(ctx, key), at).model_copy(update={"secrets": bound})
+    if ctx.settings.remote is not None:
+        fixed = ctx.settings.remote.plan(published.patch.text, message, _publish_trailers(ctx, key), at).model_copy(
+            update={"secrets": bound}
+        )
         return Plan(fixed.model_dump(), describe_push(fixed) + shown, findings)
     content = _outbox_content(ctx, key, published, message)
     outbox = OutboxEffect(
@@ -77,7 +79,7 @@ def unshown_secrets(ctx: ToolContext, published: Publication, fixed: OutboxEffec
     """The scan again, just before the effect, over the diff as the reviewer was
     shown it: why nothing may be published when it finds what the approved effect
     does not list (core.effects: ``secrets``), else None."""
-    found = ctx.scanner.scan(published.shown(ctx.review_limits), message)
+    found = ctx.settings.scanner.scan(published.shown(ctx.settings.review_limits), message)
     unshown = [f for f in found if f.bound not in fixed.secrets]
     if not unshown:
         return None
@@ -89,12 +91,12 @@ def _moved_base(ctx: ToolContext, target: RemoteTarget, published: Publication) 
     """Just before a push: how the base branch moved since the run started (words for
     the receipt), None if it did not, or the transient result when the remote cannot
     be asked and the policy needs the answer."""
-    if ctx.base_branch == "":
+    if ctx.settings.base_branch == "":
         return None
     try:
-        moved = check_base(target.url, target.base, ctx.base_branch, published.shown(ctx.review_limits), target.access)
+        moved = check_base(target.url, target.base, ctx.settings.base_branch, published.shown(ctx.settings.review_limits), target.access)
     except RemoteError as exc:
-        if ctx.moved_base != "stale":
+        if ctx.settings.moved_base != "stale":
             return None
         return ToolResult("transient", "none", {"error": f"the base branch could not be compared: {exc.message}"})
     return moved.words() if moved is not None else None
@@ -126,11 +128,11 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
     key = call.idempotency_key
     if key is None or not KEY_PATTERN.match(key):
         return error_result("publish reached the executor without a valid idempotency key")
-    if ctx.remote is not None:
+    if ctx.settings.remote is not None:
         pushed = _fixed(call, PushEffect)
         if isinstance(pushed, str):
             return error_result(f"nothing was published: {pushed}", idempotency_key=key)
-        return push(ctx, ctx.remote, pushed, key)
+        return push(ctx, ctx.settings.remote, pushed, key)
     fixed = _fixed(call, OutboxEffect)
     if isinstance(fixed, str):
         return error_result(f"nothing was published: {fixed}", idempotency_key=key)
@@ -139,12 +141,12 @@ def publish(ctx: ToolContext, call: Call) -> ToolResult:
     if ctx.outbox.published(key):
         return duplicate
     try:
-        published = publication(ctx.workspace, ctx.write_paths, ctx.cancelled)
+        published = publication(ctx.workspace, ctx.settings.write_paths, ctx.cancelled)
     except PublishRefused as exc:
         return error_result(f"nothing was published: {exc}", idempotency_key=key)
     except patches.DiffCancelled:
         return killed_result(idempotency_key=key)
-    if ctx.cancelled is not None and ctx.cancelled():
+    if ctx.cancelled():
         return killed_result(idempotency_key=key)
     if (unshown := unshown_secrets(ctx, published, fixed, fixed.message)) is not None:
         return error_result(unshown, idempotency_key=key)
@@ -174,9 +176,9 @@ def find_publish(ctx: ToolContext, effect: PendingEffect) -> Reconciliation:
     file in the outbox (local, so the answer is authoritative)."""
     if effect.idempotency_key is None:
         return Reconciliation(False, None, False, "no idempotency key to look up")
-    if ctx.remote is not None:
+    if ctx.settings.remote is not None:
         try:
-            applied, detail = ctx.remote.lookup(effect.idempotency_key)
+            applied, detail = ctx.settings.remote.lookup(effect.idempotency_key)
         except PushConflict as exc:
             return Reconciliation(True, False, True, str(exc), conflict=True)
         return Reconciliation(True, applied, True, detail)
@@ -189,12 +191,12 @@ def push(ctx: ToolContext, target: RemoteTarget, fixed: PushEffect, key: str) ->
     """Publish to the run's remote: exactly the fixed commit, pushed to the run's branch."""
     base: dict[str, JSON] = {"idempotency_key": key, "remote": target.url, "branch": target.branch}
     try:
-        published = publication(ctx.workspace, ctx.write_paths, ctx.cancelled)
+        published = publication(ctx.workspace, ctx.settings.write_paths, ctx.cancelled)
     except PublishRefused as exc:
         return error_result(f"nothing was published: {exc}", **base)
     except patches.DiffCancelled:
         return killed_result(**base)
-    if ctx.cancelled is not None and ctx.cancelled():
+    if ctx.cancelled():
         return killed_result(**base)
     if (unshown := unshown_secrets(ctx, published, fixed, _model_message(fixed))) is not None:
         return error_result(unshown, **base)
@@ -202,7 +204,7 @@ def push(ctx: ToolContext, target: RemoteTarget, fixed: PushEffect, key: str) ->
     moved = _moved_base(ctx, target, published)
     if isinstance(moved, ToolResult):
         return moved
-    if moved is not None and ctx.moved_base == "stale":
+    if moved is not None and ctx.settings.moved_base == "stale":
         return error_result(f"nothing was published: {moved}; the policy makes an approval on a moved base stale", **base)
     if moved is not None:
         base["base_moved"] = moved
@@ -234,11 +236,11 @@ def push(ctx: ToolContext, target: RemoteTarget, fixed: PushEffect, key: str) ->
 
 def plan_change_request(ctx: ToolContext, args: Mapping[str, JSON], key: str, at: float) -> Plan:
     """The change request fixed: forge, project, both branches, title and body."""
-    if ctx.remote is None:
+    if ctx.settings.remote is None:
         return _refused_plan("open_change_request", "it needs a workspace cloned from a git remote; this run publishes to the outbox")
-    if ctx.forge is None:
+    if ctx.settings.forge is None:
         return _refused_plan("open_change_request", "no forge is configured on this server (HARNESS_FORGE)")
-    forge = ctx.forge
+    forge = ctx.settings.forge
     try:
         project = forge.checked_project()
     except ForgeError as exc:
@@ -266,24 +268,26 @@ def open_change_request(ctx: ToolContext, call: Call) -> ToolResult:
     fixed = _fixed(call, ChangeRequestEffect)
     if isinstance(fixed, str):
         return error_result(f"no change request was opened: {fixed}")
-    if ctx.remote is None or ctx.forge is None:
+    if ctx.settings.remote is None or ctx.settings.forge is None:
         return error_result("no change request was opened: this worker has no forge for the run's remote (HARNESS_FORGE)")
-    if (ctx.forge.access.kind, ctx.forge.access.web_url) != (fixed.forge, fixed.web_url):
+    if (ctx.settings.forge.access.kind, ctx.settings.forge.access.web_url) != (fixed.forge, fixed.web_url):
         return error_result(
-            f"no change request was opened: the approved forge is {fixed.web_url}, this worker's is {ctx.forge.access.web_url}"
+            f"no change request was opened: the approved forge is {fixed.web_url}, this worker's is {ctx.settings.forge.access.web_url}"
         )
     # The approved project and branches, whatever this worker's settings would derive.
-    forge = replace(ctx.forge, project=fixed.project, source=fixed.source, target=fixed.target, _client=None)
+    forge = replace(ctx.settings.forge, project=fixed.project, source=fixed.source, target=fixed.target, _client=None)
     branch = fixed.source
-    base: dict[str, JSON] = {"idempotency_key": key, "remote": ctx.remote.url, "branch": branch, "project": forge.project}
+    base: dict[str, JSON] = {"idempotency_key": key, "remote": ctx.settings.remote.url, "branch": branch, "project": forge.project}
     try:
-        head = ctx.remote.remote_head()
+        head = ctx.settings.remote.remote_head()
     except RemoteError as exc:
         if exc.cause == "auth":
             return error_result(f"the remote refused the server's credentials: {exc.message}", **base)
         return ToolResult("transient", "none", {**base, "error": f"the remote could not be reached: {exc.message}"})
     if head is None:
-        return error_result(f"branch {branch} is not on {ctx.remote.url}: publish the change first, then open its change request", **base)
+        return error_result(
+            f"branch {branch} is not on {ctx.settings.remote.url}: publish the change first, then open its change request", **base
+        )
     try:
         opened = forge.open(fixed.title, fixed.body)
     except ForgeError as exc:
@@ -299,7 +303,7 @@ def open_change_request(ctx: ToolContext, call: Call) -> ToolResult:
 def find_change_request(ctx: ToolContext, effect: PendingEffect) -> Reconciliation:
     """The forge's open requests from the run's branch are authoritative: one open
     means ours was opened; none means it was not."""
-    forge = ctx.forge
+    forge = ctx.settings.forge
     if forge is None:
         return Reconciliation(False, None, False, "no forge is configured to look the change request up")
     try:
@@ -314,9 +318,9 @@ def find_change_request(ctx: ToolContext, effect: PendingEffect) -> Reconciliati
 def lookup_publish(ctx: ToolContext, call: Call) -> ToolResult:
     # Without a key in the arguments the harness names the run's own publish.
     key = str(call.args.get("idempotency_key") or call.idempotency_key)
-    if ctx.remote is not None:
+    if ctx.settings.remote is not None:
         try:
-            found, detail = ctx.remote.lookup(key)
+            found, detail = ctx.settings.remote.lookup(key)
         except PushConflict as exc:
             return error_result(str(exc), idempotency_key=key)
         except RemoteError as exc:
@@ -333,10 +337,10 @@ def remember_pushes(ctx: ToolContext, fixed: Mapping[str, Mapping[str, JSON]]) -
     is looked up here as it would be on the worker that pushed it, not taken for
     somebody else's commit. A key whose commit the workspace no longer makes (settled at
     an earlier revision) is left out. The keys remembered."""
-    if ctx.remote is None or not fixed:
+    if ctx.settings.remote is None or not fixed:
         return []
     try:
-        patch = publication(ctx.workspace, ctx.write_paths, ctx.cancelled).patch.text
+        patch = publication(ctx.workspace, ctx.settings.write_paths, ctx.cancelled).patch.text
     except (PublishRefused, patches.DiffCancelled):
         return []
     remembered = []
@@ -345,7 +349,7 @@ def remember_pushes(ctx: ToolContext, fixed: Mapping[str, Mapping[str, JSON]]) -
         if not isinstance(effect, PushEffect):
             continue
         try:
-            ctx.remote.remember(key, effect, patch)
+            ctx.settings.remote.remember(key, effect, patch)
         except EffectDrift:
             continue
         remembered.append(key)
