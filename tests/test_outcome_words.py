@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from pathlib import Path
 
 from core.effects import Plan
 from core.jsonutil import JSON
@@ -17,6 +16,7 @@ from core.policy import Rule
 from core.report import build_report
 from core.scenarios import FIXED, Rig, build_rig, call, demo_policy
 from core.simulated import SimWorkspace
+from tests.source_files import python_files
 
 ASKS = demo_policy(rules=[Rule(name="publishing asks", tool="publish", decision="ask"), Rule(name="rest", tool="*", decision="allow")])
 WORDS = "Name the ticket, ORD-12, in the commit message."
@@ -116,12 +116,11 @@ def test_it_has_words_for_every_status_and_stop_reason_and_no_raw_names() -> Non
 def test_it_lists_every_stop_reason_the_code_records() -> None:
     """A reason written where a run is stopped (Stop, no_retry, stop_undriven) that
     STOP_REASONS lacks would go untold by tests/test_told_everywhere.py."""
-    root = Path(__file__).resolve().parent.parent
     shape = re.compile(r"\b(?:Stop|no_retry|_stop|stop_undriven)\(\s*(?:run,\s*)?\"([a-z_]+)\"")
     written = {
         m.group(1)
         for package in ("core", "runs", "adapters", "sandbox")
-        for f in (root / package).rglob("*.py")
+        for f in python_files(package)
         for m in shape.finditer(f.read_text())
     }
     assert written and written <= set(STOP_REASONS), written - set(STOP_REASONS)

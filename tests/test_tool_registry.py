@@ -11,6 +11,7 @@ from pathlib import Path
 from core.simulated import SIM_TOOLS
 from core.tools import BUILTIN_TOOLS, builtin_registry
 from sandbox.tools.registry import TOOLS
+from tests.source_files import python_files
 
 ROOT = Path(__file__).resolve().parent.parent
 # Where tool names may be spelled: the two registries (the sandbox's with the handlers
@@ -70,7 +71,7 @@ def test_it_spells_no_tool_name_outside_the_registries() -> None:
     names = {spec.name for spec in BUILTIN_TOOLS}
     found = []
     for package in product_packages():
-        for path in sorted((ROOT / package).rglob("*.py")):
+        for path in python_files(package):
             where = str(path.relative_to(ROOT))
             if where in REGISTRIES or "migrations" in path.parts:
                 continue
