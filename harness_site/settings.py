@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "monitoring",
     "signin",
     "site_admin",
+    "trials",
 ]
 
 # Sign-in (issue 31): local passwords (Django's ModelBackend, on unless
