@@ -97,7 +97,7 @@ class _Reader:
 
     def on_invalid_input(self, data: dict[str, Any], call_id: str | None) -> None:
         # A path outside the workspace or the write paths, refused.
-        if data.get("gate") == "validate" and any(p.get("field") == "path" for p in data.get("problems", [])):
+        if data.get("gate") == "validate" and any(str(p.get("field")).endswith("path") for p in data.get("problems", [])):
             self.unsafe += 1
 
     def on_approval_lapsed(self, data: dict[str, Any], call_id: str | None) -> None:

@@ -21,7 +21,7 @@ from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
 from core.errors import FieldProblem, InputError
 from core.policy import check_policy
-from projects.access import check_start_project
+from projects.access import check_start_project, forget
 from projects.models import Membership, Project, Role
 from runs.approval_flow.flow import deny, grant, request_changes, save_policy_version
 from runs.control import do_kill
@@ -80,6 +80,7 @@ def create_trial(
             suite=suite,
             created_by=actor if getattr(actor, "pk", None) else None,
         )
+        trial.created_by = actor if getattr(actor, "pk", None) else None
         for position, (variant, contract, own) in enumerate(resolved):
             where = _variant_project(trial, place, variant["name"], own)
             row = Variant.objects.create(
@@ -127,6 +128,8 @@ def _variant_project(trial: Trial, place: Project, name: str, policy: dict[str, 
     for membership in Membership.objects.filter(project=place):
         Membership.objects.create(project=made, user=membership.user, group=membership.group, role=membership.role)
     PolicyVersion.objects.create(project=made, version=1, document={**policy, "version": 1}, note=f"trial {trial.pk}, variant {name}")
+    if trial.created_by is not None:
+        forget(trial.created_by)  # what they hold was read before this project existed
     return made
 
 
