@@ -13,7 +13,7 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -57,6 +57,14 @@ class ComparisonQuerySerializer(serializers.Serializer):
 
 def trial_rows(request: Request) -> Any:
     return scoped(Trial.objects.select_related("project"), request.user, permissions.VIEW_RUNS)
+
+
+def trial_by_id(request: Request, raw: str) -> Trial:
+    """A malformed id is as unknown as a missing one: 404 either way."""
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+        raise NotFound()
+    trial: Trial = get_object_or_404(trial_rows(request), pk=int(raw))
+    return trial
 
 
 def trial_parameter() -> OpenApiParameter:
@@ -108,8 +116,8 @@ class TrialDetail(ApiView):
         parameters=[trial_parameter()],
         responses={200: TrialSerializer, 401: UNAUTHENTICATED, 403: FORBIDDEN, 404: NOT_FOUND},
     )
-    def get(self, request: Request, trial_id: int) -> Response:
-        return Response(TrialSerializer(tend(get_object_or_404(trial_rows(request), pk=trial_id))).data)
+    def get(self, request: Request, trial_id: str) -> Response:
+        return Response(TrialSerializer(tend(trial_by_id(request, trial_id))).data)
 
 
 class TrialComparison(ApiView):
@@ -133,8 +141,8 @@ class TrialComparison(ApiView):
             404: NOT_FOUND,
         },
     )
-    def get(self, request: Request, trial_id: int) -> Response | HttpResponse:
-        trial = tend(get_object_or_404(trial_rows(request), pk=trial_id))
+    def get(self, request: Request, trial_id: str) -> Response | HttpResponse:
+        trial = tend(trial_by_id(request, trial_id))
         result = figures(trial)
         if self.query()["format"] == "csv":
             response = HttpResponse(report.csv_text(result), content_type="text/csv; charset=utf-8")
@@ -153,8 +161,8 @@ class TrialStop(ApiView):
         request=None,
         responses={202: TrialSerializer, 401: UNAUTHENTICATED, 403: FORBIDDEN, 404: NOT_FOUND},
     )
-    def post(self, request: Request, trial_id: int) -> Response:
-        trial = get_object_or_404(trial_rows(request), pk=trial_id)
+    def post(self, request: Request, trial_id: str) -> Response:
+        trial = trial_by_id(request, trial_id)
         if permissions.OPERATE_RUNS not in permissions_in(request.user, trial.project_id):
             raise PermissionDenied("you are not an operator of this trial's project")
         stop_trial(trial, request.user.get_username())

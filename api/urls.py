@@ -21,7 +21,7 @@ urlpatterns = [
     path("approvals/<str:approval_id>/request-changes/", views.ApprovalRequestChanges.as_view(), name="approval-request-changes"),
     path("switch/", views.Switch.as_view(), name="switch"),
     path("trials/", trials.TrialList.as_view(), name="trials"),
-    path("trials/<int:trial_id>/", trials.TrialDetail.as_view(), name="trial"),
-    path("trials/<int:trial_id>/comparison/", trials.TrialComparison.as_view(), name="trial-comparison"),
-    path("trials/<int:trial_id>/stop/", trials.TrialStop.as_view(), name="trial-stop"),
+    path("trials/<str:trial_id>/", trials.TrialDetail.as_view(), name="trial"),
+    path("trials/<str:trial_id>/comparison/", trials.TrialComparison.as_view(), name="trial-comparison"),
+    path("trials/<str:trial_id>/stop/", trials.TrialStop.as_view(), name="trial-stop"),
 ]
