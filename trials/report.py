@@ -136,12 +136,11 @@ def bars_svg(result: dict[str, Any], link: RunsLink) -> SafeString:
         )
         marks.append(
             format_html(
-                '<a href="{}" aria-label="{}"><title>{}</title>'
+                '<a href="{}"><title>{}</title>'
                 '<text x="{}" y="{}" class="trial-label" text-anchor="end">{}</text>'
                 '<rect x="{}" y="{}" width="{}" height="20" class="trial-bar{}"/>{}'
                 '<text x="{}" y="{}" class="trial-value">{}</text></a>',
                 link(summary),
-                label,
                 label,
                 LEFT - 8,
                 y + 15,
@@ -165,7 +164,7 @@ def bars_svg(result: dict[str, Any], link: RunsLink) -> SafeString:
         ),
     )
     return format_html(
-        '<svg viewBox="0 0 {} {}" role="img" aria-labelledby="trial-bars-title" class="trial-plot">'
+        '<svg viewBox="0 0 {} {}" role="group" aria-labelledby="trial-bars-title" class="trial-plot">'
         '<title id="trial-bars-title">Success rate per variant, with 95% intervals</title>{}{}</svg>',
         WIDTH,
         height,
@@ -187,10 +186,9 @@ def scatter_svg(result: dict[str, Any], link: RunsLink) -> SafeString:
         label = f"{summary['variant']}: success {summary['success_rate']:.0%}, cost ${summary['cost_usd']:.4f}"
         points.append(
             format_html(
-                '<a href="{}" aria-label="{}"><title>{}</title><circle cx="{}" cy="{}" r="7" class="trial-point{}"/>'
+                '<a href="{}"><title>{}</title><circle cx="{}" cy="{}" r="7" class="trial-point{}"/>'
                 '<text x="{}" y="{}" class="trial-label">{}</text></a>',
                 link(summary),
-                label,
                 label,
                 x,
                 y,
@@ -201,7 +199,7 @@ def scatter_svg(result: dict[str, Any], link: RunsLink) -> SafeString:
             )
         )
     return format_html(
-        '<svg viewBox="0 0 {w} {h}" role="img" aria-labelledby="trial-scatter-title" class="trial-plot">'
+        '<svg viewBox="0 0 {w} {h}" role="group" aria-labelledby="trial-scatter-title" class="trial-plot">'
         '<title id="trial-scatter-title">Cost against success rate, per variant</title>'
         '<line x1="{l}" x2="{l}" y1="20" y2="{b}" class="trial-grid"/><line x1="{l}" x2="{r}" y1="{b}" y2="{b}" class="trial-grid"/>'
         '<text x="{l}" y="{t}" class="trial-tick">$0</text><text x="{r}" y="{t}" class="trial-tick" text-anchor="end">${most}</text>'
