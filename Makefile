@@ -36,7 +36,7 @@ lint:
 
 # Every package, the tests and the benchmarks, strict (mypy.ini; Django and DRF through django-stubs' plugins).
 typecheck:
-	$(PY) -m mypy core adapters common ledger projects sandbox approvals notifications live pages api runs harness_site site_admin signin monitoring gateway tests bench
+	$(PY) -m mypy core adapters common ledger projects sandbox approvals notifications live pages api runs harness_site site_admin signin monitoring gateway trials tests bench
 
 # The edit-test loop: what needs no Docker, Celery worker, browser, sshd or
 # docker-compose, and nothing marked slow, on SQLite, on two workers (each its own

@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from api import views
+from api import trials, views
 
 app_name = "api"
 
@@ -20,4 +20,8 @@ urlpatterns = [
     path("approvals/<str:approval_id>/deny/", views.ApprovalDeny.as_view(), name="approval-deny"),
     path("approvals/<str:approval_id>/request-changes/", views.ApprovalRequestChanges.as_view(), name="approval-request-changes"),
     path("switch/", views.Switch.as_view(), name="switch"),
+    path("trials/", trials.TrialList.as_view(), name="trials"),
+    path("trials/<str:trial_id>/", trials.TrialDetail.as_view(), name="trial"),
+    path("trials/<str:trial_id>/comparison/", trials.TrialComparison.as_view(), name="trial-comparison"),
+    path("trials/<str:trial_id>/stop/", trials.TrialStop.as_view(), name="trial-stop"),
 ]

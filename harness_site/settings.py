@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "monitoring",
     "signin",
     "site_admin",
+    "trials",
 ]
 
 # Sign-in (issue 31): local passwords (Django's ModelBackend, on unless

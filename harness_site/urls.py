@@ -7,7 +7,7 @@ from django.urls import include, path
 
 from api import token_pages
 from monitoring import views as monitoring_views
-from pages import again, control, ledger, mail_settings, new_run, overview, projects, result, run_detail, runs_list
+from pages import again, control, ledger, mail_settings, new_run, overview, projects, result, run_detail, runs_list, trials
 from pages import approvals as approval_views
 from signin import views as signin_views
 
@@ -42,6 +42,17 @@ approval_patterns = (
     "approvals",
 )
 
+trial_patterns = (
+    [
+        path("", trials.trial_list, name="list"),
+        path("<int:trial_id>/", trials.trial_detail, name="detail"),
+        path("<int:trial_id>/report.html", trials.trial_report, name="report"),
+        path("<int:trial_id>/export/", trials.trial_export, name="export"),
+        path("<int:trial_id>/stop/", trials.trial_stop, name="stop"),
+    ],
+    "trials",
+)
+
 urlpatterns = [
     path("", control.home, name="home"),
     path("accounts/login/", signin_views.SignInPage.as_view(), name="login"),
@@ -50,6 +61,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("runs/", include(run_patterns)),
     path("approvals/", include(approval_patterns)),
+    path("trials/", include(trial_patterns)),
     path("overview/", overview.overview_page, name="overview"),
     path("mail/", mail_settings.mail_settings, name="mail-settings"),
     path("control/", control.global_switch, name="control"),

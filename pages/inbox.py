@@ -8,7 +8,7 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 from django.http import HttpRequest, QueryDict
 from django.urls import reverse
 
@@ -49,7 +49,12 @@ def queue(user: User | AnonymousUser, query: QueryDict) -> tuple[InboxFilter, Qu
     form = InboxFilter(query)
     form.is_valid()
     wanted = form.cleaned_data
-    rows = waiting_for(user).select_related("run", "run__project", "requested_by").annotate(granted=Count("grants"))
+    # A trial's run says so (the trial it belongs to, trials.models.Repetition).
+    rows = (
+        waiting_for(user)
+        .select_related("run", "run__project", "requested_by")
+        .annotate(granted=Count("grants"), trial_id=F("run__trial_repetition__variant__trial_id"))
+    )
     if wanted.get("project"):
         rows = rows.filter(run__project__slug=wanted["project"])
     if wanted.get("tool"):

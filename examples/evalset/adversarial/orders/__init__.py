@@ -1,0 +1,5 @@
+"""A tiny order-pricing package: the example workspace for Harness runs."""
+
+from orders.total import order_total
+
+__all__ = ["order_total"]

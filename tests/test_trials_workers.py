@@ -1,0 +1,70 @@
+"""Trials on the real workers and Docker (docs/design.md, Trials): three lab 1
+variants x k on the orders example with the seeded stochastic proposer, each
+repetition an ordinary run driven by a Celery worker in the sandbox, the rule
+reviewer deciding through the workers' own task; the figures recounted from the
+runs' events; and the builtin evaluation set's expected outcomes on real runs."""
+
+from __future__ import annotations
+
+import time
+
+import docker
+import pytest
+from django.contrib.auth.models import User
+
+from approvals.policies import current_policy_row
+from tests.fixtures_services import Worker
+from tests.trial_scene import TASK, lab1_variants, recount
+from trials import service
+from trials.models import Trial
+from trials.suite import expectation_problems, start_suite
+
+pytestmark = [pytest.mark.celery, pytest.mark.docker]
+
+
+def wait_done(trials: list[Trial], worker: Worker, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while any(service.tend(t).status == Trial.Status.RUNNING for t in trials):
+        assert time.monotonic() < deadline, [service.progress(t) for t in trials] + [worker.log()[-3000:]]
+        time.sleep(0.5)
+
+
+def lab1_on_real_runs(k: int, operator: User, worker: Worker) -> None:
+    trial = service.create_trial(task=TASK, variants=lab1_variants(), k=k, actor=operator, seed=11)
+    wait_done([trial], worker, timeout=150 * k)
+    result = service.figures(trial)
+    reference_command = next(c["command"] for c in current_policy_row().document["checks"] if c["check_id"] == "tests")
+    by_name = {s["variant"]: s for s in result["variants"]}
+    for variant in trial.variants.all():
+        mine = [recount(rep.run, reference_command) for rep in variant.repetitions.select_related("run") if rep.run is not None]
+        summary = by_name[variant.name]
+        assert summary["ended"] == k
+        assert summary["successes"] == sum(m["success"] for m in mine), (variant.name, mine, summary["runs_detail"])
+        assert summary["unauthorized_effects"] == sum(m["unauthorized"] for m in mine), (variant.name, mine)
+        assert summary["corrections"] == sum(m["corrections"] for m in mine)
+    assert by_name["full"]["unauthorized_effects"] == 0
+    completed = [d for d in by_name["without permissions"]["runs_detail"] if d["outcome"] == "complete"]
+    assert completed and by_name["without permissions"]["unauthorized_effects"] == len(completed)
+    sloppy = [d for d in by_name["without current evidence"]["runs_detail"] if "checks did not pass" in " ".join(d["why"])]
+    assert by_name["without current evidence"]["unverified_accepted"] == len(sloppy)
+    print(service.figures(trial)["variants"][0]["working_seconds"])
+
+
+def test_it_runs_the_lab_1_variants_on_real_workers_and_recounts_them(
+    celery_worker: Worker, docker_engine: docker.DockerClient, operator: User
+) -> None:
+    lab1_on_real_runs(3, operator, celery_worker)
+
+
+@pytest.mark.slow
+def test_it_runs_the_lab_1_variants_ten_times_each(celery_worker: Worker, docker_engine: docker.DockerClient, operator: User) -> None:
+    lab1_on_real_runs(10, operator, celery_worker)
+
+
+def test_it_meets_every_expected_outcome_of_the_builtin_suite_on_real_runs(
+    celery_worker: Worker, docker_engine: docker.DockerClient, operator: User
+) -> None:
+    started = start_suite("builtin", operator, k=1)
+    wait_done([t for _, t in started], celery_worker, timeout=600)
+    problems = [p for task, trial in started for p in expectation_problems(task, service.figures(trial)["variants"][0])]
+    assert problems == []

@@ -1,0 +1,56 @@
+"""The trial's reviewer hears of its runs' requests from the event log, as the
+notifications do: an ``approval_required`` of a trial's run whose variant a rule or a
+script reviews is handed to a task once it commits; a run's ``stopped`` has its trial
+looked at (done once all its runs have ended). Runs send the signal for every event
+and know nothing of trials."""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+from django.dispatch import receiver
+
+from core import events as ev
+from runs.models import Event
+from runs.persistence.signals import events_stored
+
+log = logging.getLogger(__name__)
+
+
+@receiver(events_stored, sender=Event, dispatch_uid="trials.on_events")
+def on_events(sender: type[Event], rows: list[Event], events: list[ev.AnyEvent], **_: Any) -> None:
+    for typed in events:
+        if not isinstance(typed, ev.ApprovalRequired | ev.Stopped):
+            continue
+        from trials.models import Repetition
+
+        repetition = Repetition.objects.filter(run_id=typed.run_id).values_list("variant__trial_id", "variant__reviewer").first()
+        if repetition is None:
+            continue
+        trial_id, reviewer = repetition
+        if isinstance(typed, ev.ApprovalRequired):
+            if (reviewer or {}).get("kind") != "people":
+                transaction.on_commit(partial(_enqueue_review, typed.request_id))
+        else:
+            transaction.on_commit(partial(_enqueue_tend, int(trial_id)))
+
+
+def _enqueue_review(request_id: str) -> None:
+    from trials import tasks
+
+    try:
+        tasks.review.delay(request_id)
+    except Exception:  # the command's loop and the page's reading catch up with what is missed
+        log.exception("could not enqueue the review of request %s", request_id)
+
+
+def _enqueue_tend(trial_id: int) -> None:
+    from trials import tasks
+
+    try:
+        tasks.tend_trial.delay(trial_id)
+    except Exception:
+        log.exception("could not enqueue a look at trial %s", trial_id)
