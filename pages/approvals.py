@@ -28,6 +28,7 @@ from pages.diff_review import FEEDBACK_CHARS, LineComment, check_line_comments, 
 from pages.diff_view import ContextRefused, context_lines, files_of, masked_lines, parse
 from pages.inbox import inbox_context, remember_next, waiting_for
 from pages.summary import egress_text, shown_clocks
+from runs.agents.shown import agent_of
 from projects.access import scoped
 from runs.approval_flow.base_moves import base_move_now
 from runs.approval_flow.flow import check_decision_now, deny, grant, request_changes, staleness_now
@@ -57,9 +58,12 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
     run.refresh_from_db()
     state = load_state(run)
     working, waited = shown_clocks(run, state)
+    agent = agent_of(run)
     return {
         "req": request,
         "run": run,
+        # Which agent asked: an outside one named with its version (issue 41), or Harness's own loop.
+        "agent": agent.as_json() if agent is not None else None,
         "working_seconds": working,
         "waited_seconds": waited,
         "blocker": blocker,

@@ -21,7 +21,7 @@ from runs.models import Event, Run
 from runs.outcome import status_of, told
 from runs.persistence.published import published
 from runs.persistence.store import load_state
-from runs.proposers import proposer_usage
+from runs.agents.shown import agent_of, run_usage
 
 
 def _budget(name: str, used: float, limit: float, unit: str = "", digits: int = 0, clock: str = "") -> dict[str, Any]:
@@ -39,8 +39,9 @@ def _budget(name: str, used: float, limit: float, unit: str = "", digits: int = 
 
 
 def model_budgets(run: Run, snapshot: dict[str, Any]) -> list[dict[str, Any]]:
-    """Tokens and cost against the run's model budget (model proposers only)."""
-    usage = proposer_usage(run.proposer, snapshot)
+    """Tokens and cost against the run's model budget: Harness's own model loop's, or
+    an outside agent's calls through the model proxy (none for a scripted run)."""
+    usage = run_usage(run, snapshot)
     if usage is None:
         return []
     return [
@@ -150,8 +151,11 @@ def run_summary(run: Run) -> dict[str, Any]:
     finished = run.status not in ACTIVE
     working, waited = shown_clocks(run, state)
     outcome = told(run)
+    agent = agent_of(run)
     return {
         "id": str(run.pk),
+        # The outside agent that proposed the run's calls (null: Harness's own loop).
+        "agent": agent.as_json() if agent is not None else None,
         # ``queued`` for a run not admitted yet: its clocks do not tick.
         "status": status_of(run),
         "tone": outcome_tone(outcome.code),
