@@ -28,8 +28,8 @@ from pages.diff_review import FEEDBACK_CHARS, LineComment, check_line_comments, 
 from pages.diff_view import ContextRefused, context_lines, files_of, masked_lines, parse
 from pages.inbox import inbox_context, remember_next, waiting_for
 from pages.summary import egress_text, shown_clocks
-from runs.agents.shown import agent_of
 from projects.access import scoped
+from runs.agent_runs import agent_of
 from runs.approval_flow.base_moves import base_move_now
 from runs.approval_flow.flow import check_decision_now, deny, grant, request_changes, staleness_now
 from runs.control import ACTIVE, ControlRefused

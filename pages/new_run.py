@@ -2,7 +2,7 @@
 pasted, and who proposes its calls: Harness's own loop (a script or a model) or an
 outside agent (its preset and model; issue 41). Refused input comes back with every
 offending field named. An ``mcp-client`` run's creator is shown its MCP URL and
-token once, on the page the form's POST answers (runs.agents.shown)."""
+token once, on the page the form's POST answers (runs.agent_runs)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from common.permissions import ADD_RUNS
 from core.errors import FieldProblem, InputError, json_message
 from pages.access import require
 from projects.access import default_start_slug, projects_with
+from runs.agent_runs import start_run
 from runs.agents.names import CHOICES
 from runs.agents.proposer import PRESETS, startable
-from runs.agents.shown import start_run
 from runs.proposers import PROPOSER_KINDS
 from runs.runtime import check_run
 
@@ -53,8 +53,7 @@ KIND_LABELS = {
 def preset_choices() -> list[tuple[str, str]]:
     """Every preset a run may name, each saying whether this server can start it yet."""
     return [("", "(choose the outside agent)")] + [
-        (preset, CHOICES.get(preset, preset) + ("" if startable(preset) else ": not available on this server yet"))
-        for preset in PRESETS
+        (preset, CHOICES.get(preset, preset) + ("" if startable(preset) else ": not available on this server yet")) for preset in PRESETS
     ]
 
 

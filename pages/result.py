@@ -111,7 +111,8 @@ def result_context(run: Run) -> dict[str, Any]:
     stop = final_stop(run)
     outcome = told(run)
     diff_request = shown_request(run)
-    proposer = report.get("proposer") if isinstance(report.get("proposer"), dict) else {}
+    proposer = report.get("proposer")
+    proposer = proposer if isinstance(proposer, dict) else {}
     return {
         "run": run,
         "report": report,

@@ -16,12 +16,12 @@ from core.state import RunState
 from core.visible import visible_text
 from live.trace import EMPTY_OUTPUT_REF, TONES, outcome_tone, short
 from live.wording import human
+from runs.agent_runs import agent_of, run_usage
 from runs.control import ACTIVE
 from runs.models import Event, Run
 from runs.outcome import status_of, told
 from runs.persistence.published import published
 from runs.persistence.store import load_state
-from runs.agents.shown import agent_of, run_usage
 
 
 def _budget(name: str, used: float, limit: float, unit: str = "", digits: int = 0, clock: str = "") -> dict[str, Any]:

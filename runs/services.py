@@ -237,7 +237,7 @@ def report_of(run: Run) -> dict[str, Any]:
     """The stored final report, or the report so far for a run still going, with who
     proposed its calls (Harness's own loop or the outside agent, named) and their model
     usage: an outside agent's is on the run's log, not its state (runs.agents.usage)."""
-    from runs.agents.shown import proposer_report
+    from runs.agent_runs import proposer_report
 
     run.refresh_from_db()
     state = load_state(run)

@@ -32,7 +32,7 @@ def agent_name(preset: str) -> str:
 
 
 def agent_words(preset: str, version: str = "") -> str:
-    """"Claude Code 2.1.197", or the name alone when no version was read."""
+    """ "Claude Code 2.1.197", or the name alone when no version was read."""
     name = agent_name(preset)
     return f"{name} {version}" if version else name
 
