@@ -160,8 +160,8 @@ class Connection:
 
 
 NOTE = (
-    "Shown once: Harness keeps only the token's digest. It opens this run's MCP endpoint and model proxy while the run is"
-    " running or waiting for a reviewer, and nothing else; once the run ends it is refused."
+    "Shown once: Harness keeps only the token's digest. It works only while the run is active (running or waiting for a"
+    " reviewer): it opens this run's MCP endpoint and model proxy and nothing else, and is refused once the run ends."
 )
 
 
