@@ -45,7 +45,8 @@ def model_budgets(run: Run, snapshot: dict[str, Any]) -> list[dict[str, Any]]:
     if usage is None:
         return []
     return [
-        _budget("tokens", float(usage["tokens"]), float(usage["max_tokens"] or 0)),
+        # Tokens are counted whole: the limit is shown as one (2000000, not 2000000.0).
+        _budget("tokens", float(usage["tokens"]), int(float(usage["max_tokens"] or 0))),
         _budget("cost", float(usage["cost_usd"]), float(usage["max_cost_usd"] or 0), " USD", digits=4),
     ]
 

@@ -78,7 +78,10 @@ def test_it_offers_harness_own_loop_and_every_outside_agent(operator: User) -> N
             {"agent_preset": "codex", "proposer_kind": "scripted"},
             "Outside agent</span> · an outside agent is chosen with the proposer &#x27;agent&#x27;",
         ),
-        ({"agent_preset": "mcp-client", "proposer_options": '{"script": []}'}, "Proposer options (JSON object)</span> · script: unexpected field"),
+        (
+            {"agent_preset": "mcp-client", "proposer_options": '{"script": []}'},
+            "Proposer options (JSON object)</span> · script: unexpected field",
+        ),
     ],
 )
 def test_it_names_each_problem_of_the_agent_by_its_field(operator: User, fields: dict[str, str], said: str) -> None:
@@ -164,9 +167,15 @@ def test_it_answers_the_api_with_the_connection_in_the_creation_only(operator: U
     for later in (client.get(f"/api/runs/{body['id']}/"), client.get("/api/runs/"), client.get(f"/api/runs/{body['id']}/events/")):
         assert later.status_code == 200 and token not in later.content.decode() and "agent_connection" not in later.json()
 
-    other = client.post("/api/runs/", {"contract": STARTABLE, "proposer": {"kind": "agent", "preset": "codex", "model": "gpt-test"}}, format="json")
+    other = client.post(
+        "/api/runs/", {"contract": STARTABLE, "proposer": {"kind": "agent", "preset": "codex", "model": "gpt-test"}}, format="json"
+    )
     assert other.status_code == 201 and other.json()["agent_connection"] is None
-    assert other.json()["agent"]["name"] == "Codex" and other.json()["proposer"] == {"kind": "agent", "preset": "codex", "model": "gpt-test"}
+    assert other.json()["agent"]["name"] == "Codex" and other.json()["proposer"] == {
+        "kind": "agent",
+        "preset": "codex",
+        "model": "gpt-test",
+    }
     assert "Cache-Control" not in other or "no-store" not in other["Cache-Control"]
     assert not AgentToken.objects.filter(run_id=other.json()["id"]).exists()
 
