@@ -146,6 +146,8 @@ def _run_view(e: _RunEvent) -> tuple[str, str, str]:
             name = capitalized(agent_name(str(e.detail.get("agent", ""))))
             request = f" (its request {e.detail['request']})" if e.detail.get("request") else ""
             return f"Proposed by {name}", "info", f"the next call is the outside agent's{request}; the gates decide it as any proposal"
+        case ev.ModelNote() if e.detail.get("via") == "model proxy":
+            return _proxy_note_view(e)
         case ev.ModelNote():
             return f"Model {e.kind}", "muted", ", ".join(f"{k}={v}" for k, v in e.detail.items())[:300]
         case ev.AgentStarted():
@@ -168,6 +170,22 @@ def _run_view(e: _RunEvent) -> tuple[str, str, str]:
             return f"Stopped: {human(e.status)}", "bad", _stop_message(e)
         case _:
             assert_never(e)
+
+
+def _proxy_note_view(e: ev.ModelNote) -> tuple[str, str, str]:
+    """An outside agent's model request through Harness's model proxy (runs.agents.usage)."""
+    d = e.detail
+    where = f"{d.get('model', '?')} ({d.get('provider', '?')} {d.get('api', '')})".replace(" )", ")")
+    if e.kind == "usage":
+        cost = d.get("cost_usd")
+        priced = f", ${cost:.4f}" if isinstance(cost, int | float) else ", not priced"
+        total = d.get("total_cost_usd")
+        run_total = f"; the run's total {d.get('total_tokens', 0)} tokens" + (f", ${total:.4f}" if isinstance(total, int | float) else "")
+        said = f"{where}: {d.get('input_tokens', 0)} in + {d.get('output_tokens', 0)} out tokens{priced}{run_total}"
+        return f"Model request {d.get('request', '')} (model proxy)".replace("  ", " "), "muted", said
+    if e.kind == "error":
+        return "Model request failed (model proxy)", "warn", f"{where}: {d.get('message', '')}"
+    return f"Model request refused (model proxy): {human(e.kind)}", "warn", str(d.get("message", ""))
 
 
 _GateEvent = (
