@@ -15,6 +15,7 @@ from approvals.models import ApprovalRequest
 from core import storable
 from core.visible import visible_text
 from projects.models import Role
+from runs.agent_runs import agent_of
 from runs.models import Event, GlobalSwitch, Run
 from runs.outcome import code_of, status_of, told
 from runs.persistence.published import published
@@ -77,6 +78,21 @@ class QueuePlaceSerializer(serializers.Serializer):
     reason = serializers.CharField(help_text="Why it waits: the project's cap, or its switch.")
 
 
+class AgentSerializer(serializers.Serializer):
+    preset = serializers.CharField(help_text="`claude-code`, `codex`, `gemini-cli`, `mcp-client` or `custom`.")
+    name = serializers.CharField(help_text="The agent's name in words (`Claude Code`).")
+    version = serializers.CharField(allow_null=True, help_text="What its `--version` said when it started; null before.")
+    image = serializers.CharField(allow_null=True, help_text="The container image it started from; null before.")
+    model = serializers.CharField(allow_null=True, help_text="The model the run chose for it (the model proxy allows only it).")
+    ended = serializers.CharField(allow_null=True, help_text="How its process ended, in words; null while it runs.")
+    said = serializers.CharField(help_text="Its name and version in words (`Claude Code 2.1.197`).")
+
+
+def visible_words(data: dict[str, Any], words: tuple[str, ...]) -> dict[str, Any]:
+    """``data`` with its ``words`` shown with every hidden character a mark (core.visible)."""
+    return {k: visible_text(v) if k in words and isinstance(v, str) else v for k, v in data.items()}
+
+
 class RunSerializer(VisibleWords, serializers.ModelSerializer):
     words = ("said", "stop_message", "objective")
 
@@ -102,6 +118,10 @@ class RunSerializer(VisibleWords, serializers.ModelSerializer):
     said = serializers.SerializerMethodField(
         help_text="The outcome in words, as every page, report, webhook and trace tells it: what happened and what did not."
     )
+    agent = serializers.SerializerMethodField(
+        help_text="The outside agent that proposes the run's calls (proposer kind `agent`): its preset, name, and the version"
+        " and image it started with (null until it started, and for an `mcp-client`); null for Harness's own loop."
+    )
 
     class Meta:
         model = Run
@@ -126,9 +146,15 @@ class RunSerializer(VisibleWords, serializers.ModelSerializer):
             "updated_at",
             "contract",
             "proposer",
+            "agent",
             "published",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(AgentSerializer(allow_null=True))
+    def get_agent(self, run: Run) -> dict[str, Any] | None:
+        agent = agent_of(run)
+        return None if agent is None else visible_words(agent.as_json(), ("said", "version", "image", "model"))
 
     def get_status(self, run: Run) -> str:
         return status_of(run)
@@ -149,11 +175,45 @@ class RunSerializer(VisibleWords, serializers.ModelSerializer):
         return published(run)
 
 
+class ModelProxySerializer(serializers.Serializer):
+    anthropic = serializers.CharField(help_text="Base URL for Anthropic's Messages API (without `/v1`).")
+    openai = serializers.CharField(help_text="Base URL for OpenAI's Chat Completions and Responses (with `/v1`).")
+    gemini = serializers.CharField(help_text="Base URL for Gemini's API (without the version).")
+
+
+class AgentConnectionSerializer(serializers.Serializer):
+    mcp_url = serializers.CharField(help_text="The run's MCP endpoint (streamable HTTP).")
+    token = serializers.CharField(
+        help_text="The run's token, sent as `Authorization: Bearer <token>` (and as the model proxy's API key). Shown in this"
+        " answer only: Harness keeps its digest. Valid while the run is running or waiting for a reviewer."
+    )
+    model_proxy = ModelProxySerializer(help_text="Harness's model proxy for the run, one base URL per provider API.")
+    note = serializers.CharField(help_text="What the token opens, and for how long, in words.")
+
+
+class RunCreatedSerializer(RunSerializer):
+    agent_connection = serializers.SerializerMethodField(
+        help_text="For a run whose proposer is an outside agent of preset `mcp-client` (Harness starts nothing; the caller"
+        " connects any MCP client): its MCP URL and token, given in this answer only, never again. Null otherwise."
+    )
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "agent_connection"]
+        read_only_fields = fields
+
+    @extend_schema_field(AgentConnectionSerializer(allow_null=True))
+    def get_agent_connection(self, run: Run) -> dict[str, Any] | None:
+        connection = self.context.get("connection")
+        return None if connection is None else dict(connection.as_json())
+
+
 class RunCreateSerializer(serializers.Serializer):
     contract = serializers.DictField(help_text="The task contract (task_id, objective, workspace, tools, limits...).")
     proposer = serializers.DictField(
-        help_text='How proposals are made: {"kind": "scripted", "script": [...]}, or a model '
-        '({"kind": "openai" | "anthropic", "model": ...}).'
+        help_text='Who proposes the calls: Harness\'s own loop, {"kind": "scripted", "script": [...]} or a model '
+        '({"kind": "openai" | "anthropic", "model": ...}); or an outside agent, {"kind": "agent", "preset": "claude-code" | '
+        '"codex" | "gemini-cli" | "mcp-client" | "custom", "model": ...} (docs/agents.md). The contract does not name it: '
+        "one contract can be run by any proposer."
     )
     project = StrictCharField(
         required=False,

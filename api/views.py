@@ -33,6 +33,7 @@ from api.serializers import (
     EventPageSerializer,
     EventQuerySerializer,
     EventSerializer,
+    RunCreatedSerializer,
     RunCreateSerializer,
     RunFilterSerializer,
     RunSerializer,
@@ -48,9 +49,9 @@ from live.artifacts import run_has_artifact, stream_masked
 from live.trace import ARTIFACT_REF
 from projects.access import scoped
 from runs import control
+from runs.agent_runs import start_run
 from runs.approval_flow.flow import deny, grant, request_changes
 from runs.models import Artifact, GlobalSwitch, Run
-from runs.runtime import create_run
 from runs.services import report_of
 
 FIELD_MESSAGES = {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}}
@@ -155,8 +156,10 @@ class RunList(ApiView):
         operation_id="runs_create",
         summary="Create a run from a contract and start it",
         request=RunCreateSerializer,
+        description="A run whose proposer is an outside agent of preset `mcp-client` is answered with its MCP URL and token"
+        " (`agent_connection`), in this answer only.",
         responses={
-            201: RunSerializer,
+            201: RunCreatedSerializer,
             **COMMON,
             409: OpenApiResponse(DetailSerializer, description="The global switch admits no new runs."),
             413: TOO_LARGE,
@@ -166,9 +169,13 @@ class RunList(ApiView):
         data = body(RunCreateSerializer, request)
         # One transaction: a contract whose workspace cannot be prepared leaves no run
         # behind, and the worker is only told about a run that was committed.
+        # An mcp-client run's token is minted in it too (runs.agent_runs.start_run).
         with transaction.atomic():
-            run = create_run(data["contract"], data["proposer"], request.user, project=data.get("project"))
-        return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
+            run, connection = start_run(data["contract"], data["proposer"], request.user, project=data.get("project"))
+        response = Response(RunCreatedSerializer(run, context={"connection": connection}).data, status=status.HTTP_201_CREATED)
+        if connection is not None:
+            response["Cache-Control"] = "no-store"  # the token is in this answer only
+        return response
 
 
 class RunDetail(ApiView):

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from core import events as ev
 from core.visible import HIDDEN_KIND, visible_data
 from live.wording import duration, human
+from runs.agents.names import agent_name, agent_words, capitalized
 from runs.models import Event
 
 log = logging.getLogger(__name__)
@@ -140,10 +141,17 @@ def _run_view(e: _RunEvent) -> tuple[str, str, str]:
             return "Kill requested", "bad", f"by {e.by} for {whom}{why}"
         case ev.ModelNote() if e.kind == "budget_reserve":
             return "Budget reserve", "warn", str(e.detail.get("message", ""))
+        case ev.ModelNote() if e.kind == "agent_call":
+            # Written just before the proposal it took (runs.agents.proposer): the next call is the agent's.
+            name = capitalized(agent_name(str(e.detail.get("agent", ""))))
+            request = f" (its request {e.detail['request']})" if e.detail.get("request") else ""
+            return f"Proposed by {name}", "info", f"the next call is the outside agent's{request}; the gates decide it as any proposal"
+        case ev.ModelNote() if e.detail.get("via") == "model proxy":
+            return _proxy_note_view(e)
         case ev.ModelNote():
             return f"Model {e.kind}", "muted", ", ".join(f"{k}={v}" for k, v in e.detail.items())[:300]
         case ev.AgentStarted():
-            return "Agent started", "info", f"{e.preset} {e.version}"
+            return f"Agent started: {agent_words(e.preset, e.version)}", "info", f"{e.preset} {e.version}, image {e.image}"
         case ev.AgentEnded():
             said = {"exited": f"exit {e.exit_code}", "killed": "killed", "deadline": "stopped at the deadline", "failed": "could not run"}[
                 e.reason
@@ -151,7 +159,7 @@ def _run_view(e: _RunEvent) -> tuple[str, str, str]:
             return (
                 "Agent ended",
                 "ok" if e.reason == "exited" and e.exit_code == 0 else "warn",
-                f"{e.preset}: {said} after {e.duration_ms / 1000:.1f} s",
+                f"{capitalized(agent_name(e.preset))} ({e.preset}): {said} after {e.duration_ms / 1000:.1f} s",
             )
         case ev.Stopped():
             if e.status == "complete" and e.outcome not in ("", "complete"):
@@ -162,6 +170,22 @@ def _run_view(e: _RunEvent) -> tuple[str, str, str]:
             return f"Stopped: {human(e.status)}", "bad", _stop_message(e)
         case _:
             assert_never(e)
+
+
+def _proxy_note_view(e: ev.ModelNote) -> tuple[str, str, str]:
+    """An outside agent's model request through Harness's model proxy (runs.agents.usage)."""
+    d = e.detail
+    where = f"{d.get('model', '?')} ({d.get('provider', '?')} {d.get('api', '')})".replace(" )", ")")
+    if e.kind == "usage":
+        cost = d.get("cost_usd")
+        priced = f", ${cost:.4f}" if isinstance(cost, int | float) else ", not priced"
+        total = d.get("total_cost_usd")
+        run_total = f"; the run's total {d.get('total_tokens', 0)} tokens" + (f", ${total:.4f}" if isinstance(total, int | float) else "")
+        said = f"{where}: {d.get('input_tokens', 0)} in + {d.get('output_tokens', 0)} out tokens{priced}{run_total}"
+        return f"Model request {d.get('request', '')} (model proxy)".replace("  ", " "), "muted", said
+    if e.kind == "error":
+        return "Model request failed (model proxy)", "warn", f"{where}: {d.get('message', '')}"
+    return f"Model request refused (model proxy): {human(e.kind)}", "warn", str(d.get("message", ""))
 
 
 _GateEvent = (

@@ -26,6 +26,7 @@ from pages.diff_view import ContextRefused, context_lines, files_of, masked_line
 from pages.inbox import inbox_context, remember_next, waiting_for
 from pages.summary import egress_text, shown_clocks
 from projects.access import scoped
+from runs.agent_runs import agent_of
 from runs.approval_flow.base_moves import base_move_now
 from runs.approval_flow.flow import check_decision_now, deny, grant, request_changes, staleness_now
 from runs.approval_flow.shown import Review, review_of
@@ -60,9 +61,12 @@ def approval_context(request: ApprovalRequest, user: User | AnonymousUser) -> di
     # the secret scan's findings are rendered from it; the diff and arguments are the
     # request's own, which it holds as they are.
     review = review_of(request, run)
+    agent = agent_of(run)
     return {
         "req": request,
         "run": run,
+        # Which agent asked: an outside one named with its version (issue 41), or Harness's own loop.
+        "agent": agent.as_json() if agent is not None else None,
         "working_seconds": working,
         "waited_seconds": waited,
         "blocker": blocker,

@@ -111,9 +111,14 @@ def result_context(run: Run) -> dict[str, Any]:
     stop = final_stop(run)
     outcome = told(run)
     diff_request = shown_request(run)
+    proposer = report.get("proposer")
+    proposer = proposer if isinstance(proposer, dict) else {}
     return {
         "run": run,
         "report": report,
+        # Who proposed the calls (an outside agent, named; None: Harness's own loop) and their model usage.
+        "agent": summary["agent"],
+        "model_usage": proposer.get("model_usage"),
         "outcome": outcome,
         "outcome_tone": outcome_tone(outcome.code),
         "root_cause": None if outcome.plain_success else first_failure(run),

@@ -18,12 +18,15 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from common.permissions import VIEW_RUNS
+from core import events as ev
 from monitoring.overview import REFUSALS, runs_with_events
 from pages.access import require
 from projects.access import scoped
+from runs.agent_runs import is_agent_run
+from runs.agents.names import agent_words
 from runs.approval_flow.flow import pending_requests
 from runs.control import ACTIVE
-from runs.models import Run
+from runs.models import Event, Run
 from runs.project_queue import places
 
 PAGE_SIZE = 50
@@ -92,6 +95,18 @@ def _in_period(runs: QuerySet[Run], query: dict[str, Any]) -> QuerySet[Run]:
     return runs
 
 
+def agents_named(runs: list[Run]) -> dict[str, str]:
+    """Each outside agent's run on the page -> its agent in words ("Claude Code 2.1.197"),
+    the version its newest ``agent_started`` recorded: one query for the page."""
+    agent_runs = {str(run.pk): str(run.proposer.get("preset") or "") for run in runs if is_agent_run(run)}
+    versions: dict[str, str] = {}
+    started = Event.objects.filter(run_id__in=list(agent_runs), type=ev.type_name(ev.AgentStarted)).order_by("seq")
+    for run_id, payload in started.values_list("run_id", "payload"):
+        if isinstance(payload, dict):
+            versions[str(run_id)] = str(payload.get("version") or "")
+    return {run_id: agent_words(preset, versions.get(run_id, "")) for run_id, preset in agent_runs.items()}
+
+
 def runs_page(query: dict[str, Any], user: User | AnonymousUser, number: str | None) -> Page:
     return Paginator(filter_runs(query, user), PAGE_SIZE).get_page(number)
 
@@ -107,8 +122,10 @@ def run_list(request: HttpRequest) -> HttpResponse:
     # Each queued run on the page with its place in its project's queue and why it waits.
     queue = places(list(page.object_list))
     now = timezone.now()
+    agents = agents_named(list(page.object_list))
     for run in page.object_list:
         run.queue_place = queue.get(str(run.pk))
+        run.agent_said = agents.get(str(run.pk), "")
         # From its start to its end (or now): working and waiting together.
         run.took_seconds = ((now if run.status in ACTIVE else run.updated_at) - run.created_at).total_seconds()
     mine = scoped(Run.objects.all(), request.user, VIEW_RUNS)

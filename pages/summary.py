@@ -16,12 +16,12 @@ from core.state import RunState
 from core.visible import visible_text
 from live.trace import EMPTY_OUTPUT_REF, TONES, outcome_tone, short
 from live.wording import human
+from runs.agent_runs import agent_of, run_usage
 from runs.control import ACTIVE
 from runs.models import Event, Run
 from runs.outcome import status_of, told
 from runs.persistence.published import published
 from runs.persistence.store import load_state
-from runs.proposers import proposer_usage
 
 
 def _budget(name: str, used: float, limit: float, unit: str = "", digits: int = 0, clock: str = "") -> dict[str, Any]:
@@ -39,12 +39,14 @@ def _budget(name: str, used: float, limit: float, unit: str = "", digits: int = 
 
 
 def model_budgets(run: Run, snapshot: dict[str, Any]) -> list[dict[str, Any]]:
-    """Tokens and cost against the run's model budget (model proposers only)."""
-    usage = proposer_usage(run.proposer, snapshot)
+    """Tokens and cost against the run's model budget: Harness's own model loop's, or
+    an outside agent's calls through the model proxy (none for a scripted run)."""
+    usage = run_usage(run, snapshot)
     if usage is None:
         return []
     return [
-        _budget("tokens", float(usage["tokens"]), float(usage["max_tokens"] or 0)),
+        # Tokens are counted whole: the limit is shown as one (2000000, not 2000000.0).
+        _budget("tokens", float(usage["tokens"]), int(float(usage["max_tokens"] or 0))),
         _budget("cost", float(usage["cost_usd"]), float(usage["max_cost_usd"] or 0), " USD", digits=4),
     ]
 
@@ -150,8 +152,11 @@ def run_summary(run: Run) -> dict[str, Any]:
     finished = run.status not in ACTIVE
     working, waited = shown_clocks(run, state)
     outcome = told(run)
+    agent = agent_of(run)
     return {
         "id": str(run.pk),
+        # The outside agent that proposed the run's calls (null: Harness's own loop).
+        "agent": agent.as_json() if agent is not None else None,
         # ``queued`` for a run not admitted yet: its clocks do not tick.
         "status": status_of(run),
         "tone": outcome_tone(outcome.code),

@@ -237,8 +237,13 @@ class CurrentPolicy:
 
 
 def report_of(run: Run) -> dict[str, Any]:
-    """The stored final report, or the report so far for a run still going."""
+    """The stored final report, or the report so far for a run still going, with who
+    proposed its calls (Harness's own loop or the outside agent, named) and their model
+    usage: an outside agent's is on the run's log, not its state (runs.agents.usage)."""
+    from runs.agent_runs import proposer_report
+
     run.refresh_from_db()
-    if hasattr(run, "report"):
-        return dict(run.report.data)
-    return build_report(load_state(run))
+    state = load_state(run)
+    report = dict(run.report.data) if hasattr(run, "report") else build_report(state)
+    report["proposer"] = proposer_report(run, state.proposer_state)
+    return report

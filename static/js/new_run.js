@@ -6,6 +6,24 @@ document.addEventListener("DOMContentLoaded", function () {
   // A refused form: the keyboard and the screen reader start at the list of problems.
   const problems = document.getElementById("form-problems");
   if (problems) problems.focus();
+  // Who proposes: the outside agent's field only for the proposer "agent" (hidden and
+  // disabled otherwise, so a choice left in it is not sent), the model's not for a script.
+  const proposer = document.getElementById("id_proposer_kind");
+  const agentField = document.getElementById("agent-preset-field");
+  const agentPreset = document.getElementById("id_agent_preset");
+  const modelField = document.getElementById("model-field");
+  const modelInput = document.getElementById("id_model");
+  function showAgent() {
+    if (!proposer || !agentField || !agentPreset || !modelField || !modelInput) return;
+    const agent = proposer.value === "agent";
+    agentField.hidden = !agent;
+    agentPreset.disabled = !agent;
+    const scripted = proposer.value === "scripted";
+    modelField.hidden = scripted;
+    modelInput.disabled = scripted;
+  }
+  if (proposer) proposer.addEventListener("change", showAgent);
+  showAgent();
   const source = document.getElementById("contract-templates");
   const picker = document.getElementById("id_template");
   if (!source || !picker) return;
