@@ -20,9 +20,21 @@ from approvals.models import ApprovalRequest
 from approvals.policies import current_policy_row
 from core.errors import InputError
 from runs.approval_flow.gate import DjangoApprovals
-from runs.models import Event, Run
+from runs.models import Run
 from runs.services import drive_run
-from tests.trial_scene import CONTRACT, LOOPING, TASK, drive_until_ended, lab1_variants, orders_environment, recount
+from tests.trial_scene import (
+    CONTRACT,
+    LOOPING,
+    MODEL_PRICES,
+    TASK,
+    check_model_trial,
+    drive_until_ended,
+    lab1_variants,
+    model_variants,
+    orders_environment,
+    recount,
+    seeded_model,
+)
 from trials import comparison, report, service
 from trials.models import Repetition, Trial
 
@@ -98,15 +110,6 @@ def test_it_runs_three_variants_k_times_and_its_figures_match_a_recount_from_the
     assert "<script" not in html and "trial-alarm" in html and f"https://harness.example/runs/{runs[0].pk}/" in html
 
 
-def usage_recount(run: Run) -> tuple[int, float]:
-    """Tokens and cost of one run, read here from its model_note usage events."""
-    notes = [e.payload for e in Event.objects.filter(run=run, type="model_note").order_by("seq") if e.payload["kind"] == "usage"]
-    return (
-        sum(int(n["detail"]["input_tokens"]) + int(n["detail"]["output_tokens"]) for n in notes),
-        sum(float(n["detail"]["cost_usd"]) for n in notes),
-    )
-
-
 def test_it_shows_a_model_variant_against_a_scripted_one_with_tokens_and_cost_failed_attempts_included(
     operator: User, enqueued: list[str], settings: Settings
 ) -> None:
@@ -114,48 +117,14 @@ def test_it_shows_a_model_variant_against_a_scripted_one_with_tokens_and_cost_fa
     seeded scripted proposer: the model variant's tokens and cost, its failed runs'
     included, and its cost per accepted result agree with a recount from the runs'
     model_note usage events; the scripted variant spends none."""
-    from tests.seeded_model_server import SeededModel
-    from tests.trial_scene import CAREFUL, SLOPPY, STOCHASTIC
-
     k = 6
-    with SeededModel([(0.6, "careful", CAREFUL), (0.4, "sloppy", SLOPPY)]) as model:
+    with seeded_model() as model:
         settings.OPENAI_API_KEY = "sk-trials"
         settings.OPENAI_ALLOWED_BASE_URLS = [model.base_url]
-        settings.HARNESS_MODEL_PRICES = {"gpt-4o-mini": {"input": 0.15, "output": 0.6}}
-        grant = {"kind": "rule", "decision": "grant"}
-        variants = [
-            {"name": "model", "proposer": {"kind": "openai", "model": "gpt-4o-mini", "base_url": model.base_url}, "reviewer": grant},
-            {"name": "scripted", "proposer": STOCHASTIC, "reviewer": grant},
-        ]
-        trial = service.create_trial(task=TASK, variants=variants, k=k, actor=operator, seed=5, enqueue=False)
+        settings.HARNESS_MODEL_PRICES = MODEL_PRICES
+        trial = service.create_trial(task=TASK, variants=model_variants(model.base_url), k=k, actor=operator, seed=5, enqueue=False)
         run_trial(trial)
-    by_name = {s["variant"]: s for s in service.figures(service.tend(trial))["variants"]}
-    runs = [rep.run for rep in Repetition.objects.filter(variant__trial=trial, variant__name="model").select_related("run") if rep.run]
-    assert len(runs) == k
-    # Each repetition asked with its own seed, and did what its seed drew.
-    seeds = {run.pk: run.proposer["seed"] for run in runs}
-    assert set(model.drawn) == set(seeds.values()) and len(set(seeds.values())) == k
-    details = {d["run_id"]: d for d in by_name["model"]["runs_detail"]}
-    for run in runs:
-        assert details[str(run.pk)]["success"] == (model.drawn[seeds[run.pk]] == "careful"), (model.drawn, details[str(run.pk)])
-    failed = [run for run in runs if not details[str(run.pk)]["success"]]
-    assert failed and len(failed) < k, model.drawn  # the trial's seed draws both
-
-    spent = {run.pk: usage_recount(run) for run in runs}
-    assert all(tokens > 0 and cost > 0 for tokens, cost in spent.values())
-    tokens, cost = sum(t for t, _ in spent.values()), sum(c for _, c in spent.values())
-    summary = by_name["model"]
-    assert summary["tokens"] == tokens and summary["cost_usd"] == pytest.approx(cost, abs=1e-7)
-    assert sum(spent[run.pk][0] for run in failed) > 0  # failed attempts are counted
-    accepted = k - len(failed)
-    assert summary["successes"] == accepted
-    assert summary["cost_per_accepted_usd"] == pytest.approx(cost / accepted, abs=1e-7)
-    for run in runs:
-        assert details[str(run.pk)]["tokens"] == spent[run.pk][0]
-    assert by_name["scripted"]["tokens"] == 0 and by_name["scripted"]["cost_usd"] == 0
-    rows = list(csv.DictReader(io.StringIO(report.csv_text(service.figures(trial)))))
-    assert sum(int(r["tokens"]) for r in rows if r["variant"] == "model") == tokens
-    assert "$ per accepted" in report.text_table(service.figures(trial))
+    check_model_trial(service.tend(trial), model.drawn, k)
 
 
 def test_it_lets_a_loop_run_on_without_a_budget(operator: User, enqueued: list[str]) -> None:

@@ -6,15 +6,19 @@ runs' events; and the builtin evaluation set's expected outcomes on real runs.""
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Iterator
 
 import docker
 import pytest
 from django.contrib.auth.models import User
+from pytest_django import Settings
 
 from approvals.policies import current_policy_row
-from tests.fixtures_services import Worker
-from tests.trial_scene import TASK, lab1_variants, recount
+from tests.fixtures_services import Worker, purge_queue
+from tests.seeded_model_server import SeededModel
+from tests.trial_scene import MODEL_PRICES, TASK, check_model_trial, lab1_variants, model_variants, recount, seeded_model
 from trials import service
 from trials.models import Trial
 from trials.suite import expectation_problems, start_suite
@@ -59,6 +63,38 @@ def test_it_runs_the_lab_1_variants_on_real_workers_and_recounts_them(
 @pytest.mark.slow
 def test_it_runs_the_lab_1_variants_ten_times_each(celery_worker: Worker, docker_engine: docker.DockerClient, operator: User) -> None:
     lab1_on_real_runs(10, operator, celery_worker)
+
+
+@pytest.fixture
+def model_worker(transactional_db: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SeededModel, Worker]]:
+    """The seeded model on 127.0.0.1 and a worker whose server configuration allows it."""
+    purge_queue()
+    with seeded_model() as model:
+        env = {
+            "OPENAI_API_KEY": "sk-trials",
+            "HARNESS_OPENAI_ALLOWED_BASE_URLS": model.base_url,
+            "HARNESS_MODEL_PRICES": json.dumps(MODEL_PRICES),
+        }
+        worker = Worker(tmp_path_factory.mktemp("worker"), env=env)
+        worker.start()
+        try:
+            yield model, worker
+        finally:
+            worker.stop()
+            purge_queue()
+
+
+def test_it_runs_a_model_variant_against_a_scripted_one_on_real_workers_with_its_tokens_and_cost(
+    model_worker: tuple[SeededModel, Worker], docker_engine: docker.DockerClient, operator: User, settings: Settings
+) -> None:
+    model, worker = model_worker
+    settings.OPENAI_API_KEY = "sk-trials"
+    settings.OPENAI_ALLOWED_BASE_URLS = [model.base_url]
+    settings.HARNESS_MODEL_PRICES = MODEL_PRICES
+    k = 4
+    trial = service.create_trial(task=TASK, variants=model_variants(model.base_url), k=k, actor=operator, seed=5)
+    wait_done([trial], worker, timeout=150 * k)
+    check_model_trial(trial, model.drawn, k)
 
 
 def test_it_meets_every_expected_outcome_of_the_builtin_suite_on_real_runs(
