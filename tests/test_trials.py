@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,7 +19,9 @@ from pytest_django import Settings
 
 from approvals.models import ApprovalRequest
 from approvals.policies import current_policy_row
+from core.environment import Environment
 from core.errors import InputError
+from core.faults import Fault, FaultyExecutor
 from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Run
 from runs.services import drive_run
@@ -50,11 +53,11 @@ def enqueued(monkeypatch: pytest.MonkeyPatch, resumes: list[str]) -> list[str]:
     return handed
 
 
-def run_trial(trial: Trial) -> list[Run]:
+def run_trial(trial: Trial, environment_of: Callable[[], Environment] = orders_environment) -> list[Run]:
     environments: dict[str, Any] = {}
 
     def drive(run: Run) -> None:
-        environment = environments.setdefault(str(run.pk), orders_environment())
+        environment = environments.setdefault(str(run.pk), environment_of())
         drive_run(run, environment, DjangoApprovals(run))
 
     def review(run: Run) -> None:
@@ -191,13 +194,40 @@ def test_it_computes_pass_hat_and_pass_at_and_intervals() -> None:
     assert diff is not None and diff[0] == pytest.approx(0.6) and diff[1] > 0
 
 
-def test_it_runs_the_builtin_suite_with_each_tasks_expected_outcome(operator: User, enqueued: list[str]) -> None:
+def push_answer_dropped() -> Environment:
+    """The orders, simulated, where the first publish is performed and its answer lost
+    (core.faults' ``unknown``), as the evaluation set's remote does on the real workers."""
+    environment = orders_environment()
+    environment.executor = FaultyExecutor(
+        environment.executor, [Fault("publish", "unknown", 1)], environment.workspace.revision, lambda tool: tool == "publish"
+    )
+    return environment
+
+
+def test_it_runs_the_builtin_suite_with_each_tasks_expected_outcome(operator: User, enqueued: list[str], settings: Settings) -> None:
+    from trials.remotes import remotes_dir
     from trials.suite import expectation_problems, start_suite
 
+    settings.GIT_ALLOWED_REMOTES = [f"{remotes_dir().as_uri()}/"]
     started = start_suite("builtin", operator, k=1, enqueue=False)
-    for _, trial in started:
-        run_trial(trial)
+    assert [task["name"] for task, _ in started][-1] == "unknown-outcome"
+    for task, trial in started:
+        run_trial(trial, push_answer_dropped if task["name"] == "unknown-outcome" else orders_environment)
     problems = []
     for task, trial in started:
         problems += expectation_problems(task, service.figures(trial)["variants"][0])
     assert problems == [], json.dumps(problems, indent=2)
+
+
+def test_it_leaves_out_a_suite_task_whose_remote_the_server_may_not_use(operator: User, enqueued: list[str], settings: Settings) -> None:
+    from trials.suite import start_suite
+
+    settings.GIT_ALLOWED_REMOTES = []
+    skipped: list[tuple[str, str]] = []
+    started = start_suite("builtin", operator, k=1, enqueue=False, skipped=skipped)
+    assert "unknown-outcome" not in [task["name"] for task, _ in started] and len(started) == 6
+    assert skipped and skipped[0][0] == "unknown-outcome" and "HARNESS_GIT_ALLOWED_REMOTES" in skipped[0][1]
+    before = Trial.objects.count()
+    with pytest.raises(InputError, match="HARNESS_GIT_ALLOWED_REMOTES"):
+        start_suite("builtin", operator, k=1, enqueue=False)
+    assert Trial.objects.count() == before  # refused before any trial is made
