@@ -36,7 +36,12 @@ def test_it_draws_the_comparison_readably(
 
 
 def test_it_follows_the_trials_progress_live_and_marks_its_requests_in_the_inbox(
-    live_server_asgi: AsgiServer, context: BrowserContext, admin_user: User, monkeypatch: pytest.MonkeyPatch, resumes: list[str]
+    live_server_asgi: AsgiServer,
+    context: BrowserContext,
+    admin_user: User,
+    reviewer: User,
+    monkeypatch: pytest.MonkeyPatch,
+    resumes: list[str],
 ) -> None:
     """The trial's page follows its runs as the lists do (live/lists.py), without a
     reload; the inbox marks the requests of a trial whose reviewers are people."""
@@ -72,7 +77,7 @@ def test_it_follows_the_trials_progress_live_and_marks_its_requests_in_the_inbox
     assert badges.first.get_attribute("href") == f"/trials/{trial.pk}/"
 
     for run in runs:
-        grant(ApprovalRequest.objects.get(run=run, status="pending"), admin_user)
+        grant(ApprovalRequest.objects.get(run=run, status="pending"), reviewer)
         run.refresh_from_db()
         drive_run(run, environments[run.pk], DjangoApprovals(run))
     expect(progress).to_contain_text("2 of 2 runs ended", timeout=LIVE)
