@@ -22,7 +22,7 @@ from typing import Any
 
 from django.conf import settings
 
-from sandbox.vcs.remote import RemoteError, check_remote_url
+from sandbox.public import UnsafeURL, admitted, allowlist
 
 # Runs in the receiving process (git receive-pack) once the refs are written: the
 # first update of a run's branch ends that process, so the pushing side never hears
@@ -63,11 +63,14 @@ def make_remote(name: str, spec: dict[str, Any]) -> str:
     bare = remotes_dir() / f"{name}-{uuid.uuid4().hex[:12]}.git"
     url = bare.as_uri()
     try:
-        check_remote_url(url, settings.GIT_ALLOWED_REMOTES)
-    except RemoteError as exc:
+        allowed = admitted(url, allowlist(settings.GIT_ALLOWED_REMOTES))
+    except UnsafeURL:
+        allowed = False
+    if not allowed:
+        listed = ", ".join(settings.GIT_ALLOWED_REMOTES) or "none are configured"
         raise RemoteNotAllowed(
-            f"its git remote {url} is not allowed: add {remotes_dir().as_uri()}/ to HARNESS_GIT_ALLOWED_REMOTES ({exc.message})"
-        ) from None
+            f"its git remote {url} is not allowed: add {remotes_dir().as_uri()}/ to HARNESS_GIT_ALLOWED_REMOTES (now: {listed})"
+        )
     source = Path(settings.BASE_DIR) / str(spec["from"])
     bare.parent.mkdir(parents=True, exist_ok=True)
     _git("init", "--quiet", "--bare", "--initial-branch=main", str(bare))
