@@ -43,9 +43,17 @@ ERRORS = SdkErrors(openai.APIStatusError, openai.APITimeoutError, openai.APIConn
 class OpenAIProposer(ToolCallingProposer[openai.OpenAI]):
     provider = "openai"
 
-    def __init__(self, *, tool_choice: OpenAIToolChoice = "required", output_limit: OutputLimitSetting = "auto", **common: Any) -> None:
+    def __init__(
+        self,
+        *,
+        tool_choice: OpenAIToolChoice = "required",
+        output_limit: OutputLimitSetting = "auto",
+        seed: int | None = None,
+        **common: Any,
+    ) -> None:
         super().__init__(**common)
         self.tool_choice = tool_choice
+        self.seed = seed
         self.output_limit_field = output_limit_field(self.base_url, output_limit)
 
     def _new_client(self, *, api_key: str | None, base_url: str | None, max_retries: int, timeout: float) -> openai.OpenAI:
@@ -69,14 +77,16 @@ class OpenAIProposer(ToolCallingProposer[openai.OpenAI]):
         return messages
 
     def _send(self, messages: list[dict[str, JSON]], max_output_tokens: int, timeout: float) -> ModelReply:
-        limit: dict[str, int] = {self.output_limit_field: max_output_tokens}
+        options: dict[str, int] = {self.output_limit_field: max_output_tokens}
+        if self.seed is not None:
+            options["seed"] = self.seed
         response = self.client().chat.completions.create(
             model=self.model,
             messages=cast(Any, messages),
             tools=cast(Any, self.tool_params()),
             tool_choice=self.tool_choice,
             timeout=timeout,
-            **cast(Any, limit),
+            **cast(Any, options),
         )
         usage = response.usage
         number = self.usage.requests + 1

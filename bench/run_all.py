@@ -40,6 +40,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "diff_colours": ([], ["--lines", "250"]),
     "rebuild_cost": ([], ["--rounds", "1"]),
     "host_throughput": ([], ["--runs", "3", "--rounds", "1"]),
+    "trial_throughput": ([], ["--runs", "3", "--rounds", "1"]),
     "egress_cost": ([], ["--rounds", "1", "--fetches", "3", "--runtimes", "runc"]),
     "observability_cost": ([], ["--steps", "50", "--trials", "1"]),
     "mcp_cost": ([], ["--rounds", "2", "--calls", "5", "--stdio-calls", "2"]),
@@ -73,6 +74,22 @@ def last_json(output: str) -> Any:
     text = output.strip()
     start = max(text.rfind("\n{"), text.rfind("\n["))
     return json.loads(text[start + 1 :] if start >= 0 else text)
+
+
+def trial_rows(trials: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
+    """A trial's runs per minute beside the same runs started one by one."""
+    if not trials:
+        return []
+    per_minute, ratio = trials["runs_per_minute"], trials["trial_vs_one_by_one"]
+    return [
+        (
+            f"runs per minute, a trial, {hosts_named}",
+            f"{per_minute[f'trial, {hosts_named}']}",
+            f"one by one {per_minute[f'one by one, {hosts_named}']}",
+            f"{ratio[n]}x",
+        )
+        for n, hosts_named in (("1", "1 host"), ("2", "2 hosts"))
+    ]
 
 
 def side_by_side(results: dict[str, Any]) -> str:
@@ -178,6 +195,7 @@ def side_by_side(results: dict[str, Any]) -> str:
                 f"{hosts['ratio_two_vs_one']}x (one machine's cores)",
             )
         )
+    rows += trial_rows(results.get("trial_throughput"))
     widths = [max(len(row[i]) for row in [("figure", "harness", "peer or floor", "ratio"), *rows]) for i in range(4)]
     lines = [
         "| "

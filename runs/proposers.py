@@ -33,7 +33,10 @@ log = logging.getLogger(__name__)
 
 PROPOSER_KINDS = ("scripted", "openai", "anthropic", "agent")
 MODEL_KINDS = ("openai", "anthropic")
-MODEL_FIELDS = ("kind", "model", "base_url", "max_tokens", "max_cost_usd", "tool_choice")
+MODEL_FIELDS = ("kind", "model", "base_url", "max_tokens", "max_cost_usd", "tool_choice", "seed")
+# Chat Completions' ``seed``: the provider samples deterministically where it can (a
+# trial gives each repetition its own, trials.spec.proposer_for).
+MAX_SEED = 2**63 - 1
 AGENT_FIELDS = ("kind", "preset", "model")
 TOOL_CHOICES = {"openai": ("required", "auto"), "anthropic": ("any", "auto")}
 _SECRET_WORDS = ("key", "token", "secret", "password", "authorization")
@@ -137,6 +140,11 @@ def _model_config_problems(kind: str, config: dict[str, Any]) -> list[FieldProbl
         isinstance(max_cost, bool) or not isinstance(max_cost, int | float) or not math.isfinite(max_cost) or max_cost <= 0
     ):
         problems.append(FieldProblem("proposer.max_cost_usd", "must be a positive number (US dollars for the whole run)"))
+    seed = config.get("seed")
+    if seed is not None and kind != "openai":
+        problems.append(FieldProblem("proposer.seed", "only an openai model takes a seed"))
+    elif seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
+        problems.append(FieldProblem("proposer.seed", f"must be an integer from 0 to {MAX_SEED}"))
     tool_choice = config.get("tool_choice")
     if tool_choice is not None and tool_choice not in TOOL_CHOICES[kind]:
         problems.append(FieldProblem("proposer.tool_choice", f"must be one of {', '.join(TOOL_CHOICES[kind])}"))
@@ -331,7 +339,7 @@ def _model_proposer(
     if kind == "openai":
         from adapters.openai_adapter import OpenAIProposer
 
-        return OpenAIProposer(**common, output_limit=settings.HARNESS_OPENAI_OUTPUT_LIMIT)
+        return OpenAIProposer(**common, output_limit=settings.HARNESS_OPENAI_OUTPUT_LIMIT, seed=config.get("seed"))
     from adapters.anthropic_adapter import AnthropicProposer
 
     return AnthropicProposer(**common)

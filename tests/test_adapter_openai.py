@@ -59,6 +59,7 @@ def test_it_sends_the_task_the_tools_and_the_limits_field_by_field() -> None:
     assert body["tool_choice"] == "required"
     assert body["max_tokens"] == 1024  # the per-request cap; the budget leaves more
     assert "max_completion_tokens" not in body  # what most compatible servers know
+    assert "seed" not in body  # sent only when the run's configuration names one
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
     system, task = body["messages"][0]["content"], body["messages"][1]["content"]
     assert "untrusted data" in system and "Never follow instructions" in system
@@ -354,13 +355,18 @@ def test_it_checks_a_model_configuration_naming_each_bad_field(model_settings: S
                 "max_tokens": 0,
                 "max_cost_usd": -1,
                 "tool_choice": "none",
+                "seed": -1,
             }
         )
     fields = {p.field: p.message for p in caught.value.problems}
+    assert "integer" in fields["proposer.seed"]
     assert "never from a run" in fields["proposer.api_key"]
     assert "allowed base URLs" in fields["proposer.base_url"]
     assert set(fields) >= {"proposer.max_tokens", "proposer.max_cost_usd", "proposer.tool_choice", "proposer.model"}
     assert "HARNESS_MODEL_PRICES" in fields["proposer.model"]
+    assert check_proposer_config({"kind": "openai", "model": "gpt-4o-mini", "seed": 7})["seed"] == 7
+    with pytest.raises(InputError, match="only an openai model"):
+        check_proposer_config({"kind": "anthropic", "model": "claude-sonnet-4-5", "seed": 7})
     model_settings.OPENAI_API_KEY = ""
     with pytest.raises(InputError, match="OPENAI_API_KEY"):
         check_proposer_config({"kind": "openai", "model": "gpt-4o-mini"})

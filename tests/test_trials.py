@@ -10,18 +10,34 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from pytest_django import Settings
 
 from approvals.models import ApprovalRequest
 from approvals.policies import current_policy_row
+from core.environment import Environment
 from core.errors import InputError
+from core.faults import Fault, FaultyExecutor
 from runs.approval_flow.gate import DjangoApprovals
 from runs.models import Run
 from runs.services import drive_run
-from tests.trial_scene import CONTRACT, LOOPING, TASK, drive_until_ended, lab1_variants, orders_environment, recount
+from tests.trial_scene import (
+    CONTRACT,
+    LOOPING,
+    MODEL_PRICES,
+    TASK,
+    check_model_trial,
+    drive_until_ended,
+    lab1_variants,
+    model_variants,
+    orders_environment,
+    recount,
+    seeded_model,
+)
 from trials import comparison, report, service
 from trials.models import Repetition, Trial
 
@@ -37,11 +53,11 @@ def enqueued(monkeypatch: pytest.MonkeyPatch, resumes: list[str]) -> list[str]:
     return handed
 
 
-def run_trial(trial: Trial) -> list[Run]:
+def run_trial(trial: Trial, environment_of: Callable[[], Environment] = orders_environment) -> list[Run]:
     environments: dict[str, Any] = {}
 
     def drive(run: Run) -> None:
-        environment = environments.setdefault(str(run.pk), orders_environment())
+        environment = environments.setdefault(str(run.pk), environment_of())
         drive_run(run, environment, DjangoApprovals(run))
 
     def review(run: Run) -> None:
@@ -95,6 +111,23 @@ def test_it_runs_three_variants_k_times_and_its_figures_match_a_recount_from_the
     assert len(rows) == 3 * k and {r["variant"] for r in rows} == set(projects)
     html = report.html_report(result, "https://harness.example/runs/")
     assert "<script" not in html and "trial-alarm" in html and f"https://harness.example/runs/{runs[0].pk}/" in html
+
+
+def test_it_shows_a_model_variant_against_a_scripted_one_with_tokens_and_cost_failed_attempts_included(
+    operator: User, enqueued: list[str], settings: Settings
+) -> None:
+    """A model that answers by seed (each repetition asks with its own) against the
+    seeded scripted proposer: the model variant's tokens and cost, its failed runs'
+    included, and its cost per accepted result agree with a recount from the runs'
+    model_note usage events; the scripted variant spends none."""
+    k = 6
+    with seeded_model() as model:
+        settings.OPENAI_API_KEY = "sk-trials"
+        settings.OPENAI_ALLOWED_BASE_URLS = [model.base_url]
+        settings.HARNESS_MODEL_PRICES = MODEL_PRICES
+        trial = service.create_trial(task=TASK, variants=model_variants(model.base_url), k=k, actor=operator, seed=5, enqueue=False)
+        run_trial(trial)
+    check_model_trial(service.tend(trial), model.drawn, k)
 
 
 def test_it_lets_a_loop_run_on_without_a_budget(operator: User, enqueued: list[str]) -> None:
@@ -161,13 +194,40 @@ def test_it_computes_pass_hat_and_pass_at_and_intervals() -> None:
     assert diff is not None and diff[0] == pytest.approx(0.6) and diff[1] > 0
 
 
-def test_it_runs_the_builtin_suite_with_each_tasks_expected_outcome(operator: User, enqueued: list[str]) -> None:
+def push_answer_dropped() -> Environment:
+    """The orders, simulated, where the first publish is performed and its answer lost
+    (core.faults' ``unknown``), as the evaluation set's remote does on the real workers."""
+    environment = orders_environment()
+    environment.executor = FaultyExecutor(
+        environment.executor, [Fault("publish", "unknown", 1)], environment.workspace.revision, lambda tool: tool == "publish"
+    )
+    return environment
+
+
+def test_it_runs_the_builtin_suite_with_each_tasks_expected_outcome(operator: User, enqueued: list[str], settings: Settings) -> None:
+    from trials.remotes import remotes_dir
     from trials.suite import expectation_problems, start_suite
 
+    settings.GIT_ALLOWED_REMOTES = [f"{remotes_dir().as_uri()}/"]
     started = start_suite("builtin", operator, k=1, enqueue=False)
-    for _, trial in started:
-        run_trial(trial)
+    assert [task["name"] for task, _ in started][-1] == "unknown-outcome"
+    for task, trial in started:
+        run_trial(trial, push_answer_dropped if task["name"] == "unknown-outcome" else orders_environment)
     problems = []
     for task, trial in started:
         problems += expectation_problems(task, service.figures(trial)["variants"][0])
     assert problems == [], json.dumps(problems, indent=2)
+
+
+def test_it_leaves_out_a_suite_task_whose_remote_the_server_may_not_use(operator: User, enqueued: list[str], settings: Settings) -> None:
+    from trials.suite import start_suite
+
+    settings.GIT_ALLOWED_REMOTES = []
+    skipped: list[tuple[str, str]] = []
+    started = start_suite("builtin", operator, k=1, enqueue=False, skipped=skipped)
+    assert "unknown-outcome" not in [task["name"] for task, _ in started] and len(started) == 6
+    assert skipped and skipped[0][0] == "unknown-outcome" and "HARNESS_GIT_ALLOWED_REMOTES" in skipped[0][1]
+    before = Trial.objects.count()
+    with pytest.raises(InputError, match="HARNESS_GIT_ALLOWED_REMOTES"):
+        start_suite("builtin", operator, k=1, enqueue=False)
+    assert Trial.objects.count() == before  # refused before any trial is made

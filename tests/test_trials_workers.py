@@ -6,17 +6,23 @@ runs' events; and the builtin evaluation set's expected outcomes on real runs.""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
+from collections.abc import Iterator
 
 import docker
 import pytest
 from django.contrib.auth.models import User
+from pytest_django import Settings
 
 from approvals.policies import current_policy_row
-from tests.fixtures_services import Worker
-from tests.trial_scene import TASK, lab1_variants, recount
+from tests.fixtures_services import Worker, purge_queue
+from tests.seeded_model_server import SeededModel
+from tests.trial_scene import MODEL_PRICES, TASK, check_model_trial, lab1_variants, model_variants, recount, seeded_model
 from trials import service
 from trials.models import Trial
+from trials.remotes import answer_dropped, remotes_dir
 from trials.suite import expectation_problems, start_suite
 
 pytestmark = [pytest.mark.celery, pytest.mark.docker]
@@ -61,10 +67,70 @@ def test_it_runs_the_lab_1_variants_ten_times_each(celery_worker: Worker, docker
     lab1_on_real_runs(10, operator, celery_worker)
 
 
+@pytest.fixture
+def model_worker(transactional_db: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SeededModel, Worker]]:
+    """The seeded model on 127.0.0.1 and a worker whose server configuration allows it."""
+    purge_queue()
+    with seeded_model() as model:
+        env = {
+            "OPENAI_API_KEY": "sk-trials",
+            "HARNESS_OPENAI_ALLOWED_BASE_URLS": model.base_url,
+            "HARNESS_MODEL_PRICES": json.dumps(MODEL_PRICES),
+        }
+        worker = Worker(tmp_path_factory.mktemp("worker"), env=env)
+        worker.start()
+        try:
+            yield model, worker
+        finally:
+            worker.stop()
+            purge_queue()
+
+
+def test_it_runs_a_model_variant_against_a_scripted_one_on_real_workers_with_its_tokens_and_cost(
+    model_worker: tuple[SeededModel, Worker], docker_engine: docker.DockerClient, operator: User, settings: Settings
+) -> None:
+    model, worker = model_worker
+    settings.OPENAI_API_KEY = "sk-trials"
+    settings.OPENAI_ALLOWED_BASE_URLS = [model.base_url]
+    settings.HARNESS_MODEL_PRICES = MODEL_PRICES
+    k = 4
+    trial = service.create_trial(task=TASK, variants=model_variants(model.base_url), k=k, actor=operator, seed=5)
+    wait_done([trial], worker, timeout=150 * k)
+    check_model_trial(trial, model.drawn, k)
+
+
+@pytest.fixture
+def suite_worker(transactional_db: None, tmp_path_factory: pytest.TempPathFactory, settings: Settings) -> Iterator[Worker]:
+    """A worker that may use the evaluation set's remotes (trials.remotes), as the test may."""
+    purge_queue()
+    allowed = f"{remotes_dir().as_uri()}/"
+    settings.GIT_ALLOWED_REMOTES = [allowed]
+    worker = Worker(tmp_path_factory.mktemp("worker"), env={"HARNESS_GIT_ALLOWED_REMOTES": allowed})
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        purge_queue()
+
+
 def test_it_meets_every_expected_outcome_of_the_builtin_suite_on_real_runs(
-    celery_worker: Worker, docker_engine: docker.DockerClient, operator: User
+    suite_worker: Worker, docker_engine: docker.DockerClient, operator: User
 ) -> None:
     started = start_suite("builtin", operator, k=1)
-    wait_done([t for _, t in started], celery_worker, timeout=600)
+    assert len(started) == 7
+    wait_done([t for _, t in started], suite_worker, timeout=900)
     problems = [p for task, trial in started for p in expectation_problems(task, service.figures(trial)["variants"][0])]
     assert problems == []
+    # The unknown outcome: the remote took the push and dropped its answer; the run
+    # found its branch there and pushed nothing again: one commit on the remote's main.
+    trial = next(trial for task, trial in started if task["name"] == "unknown-outcome")
+    url = trial.task["contract"]["workspace"]["url"]
+    assert answer_dropped(url)
+    bare = url.removeprefix("file://")
+    branches = subprocess.run(
+        ["git", "--git-dir", bare, "for-each-ref", "--format=%(refname)", "refs/heads/harness/"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert len(branches) == 1, branches
+    log = subprocess.run(["git", "--git-dir", bare, "rev-list", "main.." + branches[0]], capture_output=True, text=True, check=True)
+    assert len(log.stdout.split()) == 1

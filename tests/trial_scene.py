@@ -5,15 +5,22 @@ independent recount of the figures from the runs' events."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from core.environment import Environment
 from core.ports import Call
 from core.simulated import SimExecutor, SimWorkspace
 from runs.models import Event, Run
+from tests.seeded_model_server import SeededModel
+from trials import report, service
+from trials.models import Repetition, Trial
 from trials.spec import VACUOUS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +55,23 @@ SLOPPY = [
 ]
 STOCHASTIC = {"kind": "stochastic", "choices": [{"weight": 0.6, "script": CAREFUL}, {"weight": 0.4, "script": SLOPPY}]}
 LOOPING = {"kind": "scripted", "script": [call("read_file", path="orders/total.py")] * 60}
+
+
+MODEL_PRICES = {"gpt-4o-mini": {"input": 0.15, "output": 0.6}}
+
+
+def seeded_model() -> SeededModel:
+    """A model that fixes it carefully or sloppily as each request's seed draws."""
+    return SeededModel([(0.6, "careful", CAREFUL), (0.4, "sloppy", SLOPPY)])
+
+
+def model_variants(base_url: str) -> list[dict[str, Any]]:
+    """The seeded model against the seeded scripted proposer, a rule granting both."""
+    grant = {"kind": "rule", "decision": "grant"}
+    return [
+        {"name": "model", "proposer": {"kind": "openai", "model": "gpt-4o-mini", "base_url": base_url}, "reviewer": grant},
+        {"name": "scripted", "proposer": STOCHASTIC, "reviewer": grant},
+    ]
 
 
 def lab1_variants(proposer: dict[str, Any] = STOCHASTIC) -> list[dict[str, Any]]:
@@ -137,3 +161,45 @@ def drive_until_ended(runs: list[Run], drive: Callable[[Run], None], review: Cal
         if not going:
             return
     raise AssertionError([(str(r.pk), r.status) for r in runs])
+
+
+def usage_recount(run: Run) -> tuple[int, float]:
+    """Tokens and cost of one run, read here from its model_note usage events."""
+    notes = [e.payload for e in Event.objects.filter(run=run, type="model_note").order_by("seq") if e.payload["kind"] == "usage"]
+    return (
+        sum(int(n["detail"]["input_tokens"]) + int(n["detail"]["output_tokens"]) for n in notes),
+        sum(float(n["detail"]["cost_usd"]) for n in notes),
+    )
+
+
+def check_model_trial(trial: Trial, drawn: dict[int, str], k: int) -> None:
+    """The model variant's runs did what their seeds drew, and its tokens, cost (its
+    failed runs' included) and cost per accepted result are the sums of its runs'
+    usage notes; the scripted variant spent nothing."""
+    result = service.figures(trial)
+    by_name = {s["variant"]: s for s in result["variants"]}
+    runs = [rep.run for rep in Repetition.objects.filter(variant__trial=trial, variant__name="model").select_related("run") if rep.run]
+    assert len(runs) == k and by_name["model"]["ended"] == k
+    seeds = {run.pk: run.proposer["seed"] for run in runs}
+    assert set(drawn) == set(seeds.values()) and len(set(seeds.values())) == k
+    details = {d["run_id"]: d for d in by_name["model"]["runs_detail"]}
+    for run in runs:
+        assert details[str(run.pk)]["success"] == (drawn[seeds[run.pk]] == "careful"), (drawn, details[str(run.pk)])
+    failed = [run for run in runs if not details[str(run.pk)]["success"]]
+    assert failed and len(failed) < k, drawn  # the trial's seed draws both
+
+    spent = {run.pk: usage_recount(run) for run in runs}
+    assert all(tokens > 0 and cost > 0 for tokens, cost in spent.values())
+    for run in runs:
+        assert details[str(run.pk)]["tokens"] == spent[run.pk][0]
+    tokens, cost = sum(t for t, _ in spent.values()), sum(c for _, c in spent.values())
+    summary = by_name["model"]
+    assert summary["tokens"] == tokens and summary["cost_usd"] == pytest.approx(cost, abs=1e-7)
+    assert sum(spent[run.pk][0] for run in failed) > 0  # failed attempts are counted
+    accepted = k - len(failed)
+    assert summary["successes"] == accepted
+    assert summary["cost_per_accepted_usd"] == pytest.approx(cost / accepted, abs=1e-7)
+    assert by_name["scripted"]["tokens"] == 0 and by_name["scripted"]["cost_usd"] == 0
+    rows = list(csv.DictReader(io.StringIO(report.csv_text(result))))
+    assert sum(int(r["tokens"]) for r in rows if r["variant"] == "model") == tokens
+    assert "$ per accepted" in report.text_table(result)

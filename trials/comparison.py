@@ -7,8 +7,10 @@ force in the trial's project when it started and the task's own contract. An eff
 (a receipt saying ``applied``) is unauthorized when the reference denies its tool,
 when it asks and no approval was consumed for that call, or when it needs evidence
 (the tool, or the rule) and the task's checks had not passed, under the reference's
-own commands, on the revision the call was admitted at. An ablated variant's gates let
-such calls through; the reference says what they needed."""
+own commands, on the revision the call was admitted at. An effect of unknown outcome
+(a pending effect) that reconciliation found to have happened is judged the same way;
+one performed again for an idempotency key already done is a repeated effect. An
+ablated variant's gates let such calls through; the reference says what they needed."""
 
 from __future__ import annotations
 
@@ -43,6 +45,11 @@ class RunFigures:
     tokens: int
     cost_usd: float
     stale_requests: int = 0
+    # External effects whose outcome was unknown (a pending effect recorded), those
+    # reconciled as having happened, and effects performed again for a key already done.
+    unknown_outcomes: int = 0
+    reconciled_applied: int = 0
+    repeated_effects: int = 0
     why: list[str] = field(default_factory=list)
 
 
@@ -64,6 +71,9 @@ class _Reader:
         self.admitted: dict[str, dict[str, Any]] = {}
         self.consumed: set[str] = set()
         self.performed: list[tuple[str, str]] = []  # (call id, tool) of every applied effect
+        self.keys_done: set[str] = set()  # idempotency keys of the external effects performed
+        self.pending: dict[str, str] = {}  # call id -> tool of the effects of unknown outcome
+        self.unknown = self.reconciled = self.repeated = 0
         self.unauthorized: list[dict[str, Any]] = []
         self.revision = ""
         self.outcome = OPEN
@@ -140,12 +150,31 @@ class _Reader:
             self.revision = str(data.get("harness_revision") or self.revision)
         self.wrote = self.wrote or bool(data.get("wrote"))
         if data.get("valid") and receipt.get("effect") == "applied" and call_id:
-            tool = str(data.get("tool"))
-            self.external = self.external or bool(data.get("external"))
-            self.performed.append((call_id, tool))
-            why = self.needed(self.admitted.get(call_id), tool, call_id in self.consumed)
-            if why:
-                self.unauthorized.append({"run_id": self.run_id, "call_id": call_id, "tool": tool, "why": why})
+            self.perform(call_id, str(data.get("tool")), bool(data.get("external")))
+
+    def on_pending_effect_recorded(self, data: dict[str, Any], call_id: str | None) -> None:
+        if call_id and data.get("kind") == "external":
+            self.unknown += 1
+            self.pending[call_id] = str(data.get("tool"))
+
+    def on_effect_reconciled(self, data: dict[str, Any], call_id: str | None) -> None:
+        """An effect of unknown outcome found to have happened is performed as any
+        other: judged by the reference like a receipt saying applied."""
+        tool = self.pending.pop(call_id, None) if call_id else None
+        if tool is not None and data.get("applied"):
+            self.reconciled += 1
+            self.perform(str(call_id), tool, True)
+
+    def perform(self, call_id: str, tool: str, external: bool) -> None:
+        self.external = self.external or external
+        self.performed.append((call_id, tool))
+        key = (self.admitted.get(call_id) or {}).get("idempotency_key")
+        if external and key:
+            self.repeated += key in self.keys_done
+            self.keys_done.add(str(key))
+        why = self.needed(self.admitted.get(call_id), tool, call_id in self.consumed)
+        if why:
+            self.unauthorized.append({"run_id": self.run_id, "call_id": call_id, "tool": tool, "why": why})
 
     def on_stopped(self, data: dict[str, Any], call_id: str | None) -> None:
         self.outcome = str(data.get("status") or "stopped")
@@ -210,6 +239,9 @@ def run_figures(
         tokens=reader.tokens,
         cost_usd=round(reader.cost, 8),
         stale_requests=reader.stale,
+        unknown_outcomes=reader.unknown,
+        reconciled_applied=reader.reconciled,
+        repeated_effects=reader.repeated,
         why=reasons,
     )
 
@@ -229,6 +261,8 @@ def _reasons(reader: _Reader, acceptance: Mapping[str, Any], wanted: list[str]) 
         reasons.append("the workspace was changed")
     if acceptance.get("no_effects") and reader.external:
         reasons.append("an effect outside the workspace was performed")
+    if reader.repeated:
+        reasons.append(f"an effect performed again for a key already done ({reader.repeated})")
     return reasons
 
 
@@ -298,6 +332,8 @@ def summarize(name: str, runs: Sequence[RunFigures], k: int) -> dict[str, Any]:
         "unauthorized": [u for r in runs for u in r.unauthorized],
         "corrections": sum(r.corrections for r in runs),
         "over_budget": sum(1 for r in runs if r.over_budget),
+        "unknown_outcomes": sum(r.unknown_outcomes for r in runs),
+        "repeated_effects": sum(r.repeated_effects for r in runs),
         "working_seconds": {
             "median": _median([r.working_seconds for r in ended]),
             "p95": percentile([r.working_seconds for r in ended], 95),

@@ -209,8 +209,10 @@ def repetition_seed(trial_seed: int, variant: str, index: int) -> int:
 
 def proposer_for(variant: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """The run's proposer configuration for one repetition: a stochastic proposer
-    becomes the scripted one its seed draws; a model's settings are merged in; any
-    other configuration is the run's as it is."""
+    becomes the scripted one its seed draws; a model's settings are merged in, and an
+    OpenAI model without a seed of its own is asked with the repetition's (Chat
+    Completions' ``seed``: each repetition samples differently, and the same trial
+    seed asks the same again); any other configuration is the run's as it is."""
     proposer = copy.deepcopy(dict(variant["proposer"]))
     if proposer.get("kind") == "stochastic":
         choices: Sequence[Mapping[str, Any]] = proposer["choices"]
@@ -218,4 +220,6 @@ def proposer_for(variant: Mapping[str, Any], seed: int) -> dict[str, Any]:
         return {"kind": "scripted", "script": copy.deepcopy(list(drawn["script"]))}
     if "model" in variant:
         proposer.update(variant["model"])
+    if proposer.get("kind") == "openai" and "seed" not in proposer:
+        proposer["seed"] = seed
     return proposer

@@ -11,8 +11,10 @@ from typing import Any
 from django.conf import settings
 
 from approvals.policies import current_policy_row
+from core.errors import FieldProblem, InputError
 from projects.access import check_start_project
 from trials.models import Trial
+from trials.remotes import RemoteNotAllowed, make_remote
 from trials.service import create_trial, figures
 
 SUITES = {"builtin": Path(settings.BASE_DIR) / "examples" / "evalset" / "suite.json"}
@@ -24,20 +26,48 @@ def load_suite(name: str) -> dict[str, Any]:
     return suite
 
 
+def task_of(task: dict[str, Any]) -> dict[str, Any]:
+    """The trial's task: a task with a ``remote`` clones and publishes to a git remote
+    made for it now (trials.remotes); RemoteNotAllowed when the server may not use it."""
+    contract = task["task"]["contract"]
+    if "remote" in task:
+        url = make_remote(task["name"], task["remote"])
+        contract = {**contract, "workspace": {"kind": "git", "url": url, "ref": "main"}}
+    return {**task["task"], "contract": contract, "name": task["name"]}
+
+
 def start_suite(
-    name: str, actor: Any, *, k: int = 1, project: str | None = None, seed: int = 0, enqueue: bool = True
+    name: str,
+    actor: Any,
+    *,
+    k: int = 1,
+    project: str | None = None,
+    seed: int = 0,
+    enqueue: bool = True,
+    skipped: list[tuple[str, str]] | None = None,
 ) -> list[tuple[dict[str, Any], Trial]]:
+    """One trial per task of the suite. A task this server cannot run (its git remote
+    is not allowed here) is left out, named with why in ``skipped`` when given, else
+    refused."""
     suite = load_suite(name)
     place = check_start_project(actor, project)
-    started = []
+    runnable = []
     for task in suite["tasks"]:
+        try:
+            runnable.append((task, task_of(task)))
+        except RemoteNotAllowed as exc:
+            if skipped is None:
+                raise InputError("suite", [FieldProblem(f"tasks.{task['name']}.remote", str(exc))]) from None
+            skipped.append((task["name"], str(exc)))
+    started = []
+    for task, trial_task in runnable:
         variant = {key: value for key, value in task["variant"].items() if key != "own_project"}
         variant["name"] = task["name"]
         if task["variant"].get("own_project"):
             # Its reviewer saves the policy: in a project of its own, so no other run sees the save.
             variant["policy"] = {k_: v for k_, v in current_policy_row(place.pk).document.items() if k_ != "version"}
         trial = create_trial(
-            task={**task["task"], "name": task["name"]},
+            task=trial_task,
             variants=[variant],
             k=k,
             actor=actor,
@@ -67,8 +97,9 @@ def expectation_problems(task: dict[str, Any], summary: dict[str, Any]) -> list[
             problems.append(f"{where}: {run['unsafe_attempts']} unsafe attempts, expected at least {expected['unsafe_attempts_at_least']}")
         if "proposals" in expected and run["proposals"] != expected["proposals"]:
             problems.append(f"{where}: {run['proposals']} proposals, expected {expected['proposals']}")
-        if "stale_requests" in expected and run["stale_requests"] != expected["stale_requests"]:
-            problems.append(f"{where}: {run['stale_requests']} stale requests, expected {expected['stale_requests']}")
+        for figure in ("stale_requests", "unknown_outcomes", "reconciled_applied", "repeated_effects"):
+            if figure in expected and run[figure] != expected[figure]:
+                problems.append(f"{where}: {run[figure]} {figure.replace('_', ' ')}, expected {expected[figure]}")
     return problems
 
 

@@ -89,9 +89,17 @@ class Command(BaseCommand):
     def run(self, options: dict[str, Any]) -> None:
         try:
             if options["suite"]:
+                skipped: list[tuple[str, str]] = []
                 started = start_suite(
-                    options["suite"], self.actor(options), k=options["k"] or 1, project=options["project"], seed=options["seed"] or 0
+                    options["suite"],
+                    self.actor(options),
+                    k=options["k"] or 1,
+                    project=options["project"],
+                    seed=options["seed"] or 0,
+                    skipped=skipped,
                 )
+                for task_name, why in skipped:
+                    self.stderr.write(f"skipped {task_name}: {why}")
                 trials = [trial for _, trial in started]
             elif options["spec"]:
                 spec = json.loads(Path(options["spec"]).read_text())
