@@ -207,14 +207,16 @@ def build_proposer(
     bound: Callable[[], Budget] | None = None,
     run_id: str | None = None,
     controls: Controls | None = None,
+    lease_token: int | None = None,
 ) -> Proposer:
     """The run's proposer, continuing from ``snapshot``. Model proposers need the
     contract and the visible tools for their first message, and the workspace's
     ``repository`` context while the conversation has not begun; ``deadline`` bounds
     their retries, ``bound`` their model budget beyond the run's and the server's (its
     project's: runs.budgets; asked only for a model). An agent's proposer needs the
-    ``run_id`` (its MCP calls are the run's) and the run's ``controls`` (a kill while it
-    waits for the agent's next call). Every proposal it gives is masked
+    ``run_id`` (its MCP calls are the run's), the run's ``controls`` (a kill while it
+    waits for the agent's next call) and the driver's ``lease_token`` (what starting
+    its agent writes to the run's log is fenced by it). Every proposal it gives is masked
     (MaskingProposer)."""
     if config["kind"] == "agent":
         from runs.agents.proposer import build_agent_proposer
@@ -231,6 +233,7 @@ def build_proposer(
                 clock=clock,
                 deadline=deadline,
                 result_chars=int(settings.HARNESS_MODEL_MAX_RESULT_CHARS),
+                lease_token=lease_token,
             )
         )
     return MaskingProposer(
