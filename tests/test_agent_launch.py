@@ -169,6 +169,10 @@ def events(run: Run, kind: str) -> list[dict[str, Any]]:
 
 
 def pending(run: Run) -> ApprovalRequest | None:
+    """The run's pending request; fails at once if the run ended instead of asking."""
+    if Run.objects.filter(pk=run.pk, status__in=(Run.Status.COMPLETE, Run.Status.STOPPED)).exists():
+        said = list(Event.objects.filter(run=run).order_by("seq").values_list("type", flat=True))
+        raise AssertionError(f"the run ended without asking: {Run.objects.get(pk=run.pk).stop_message}; events {said}")
     return ApprovalRequest.objects.filter(run=run, status="pending").first()
 
 

@@ -251,6 +251,11 @@ def _codex(run: RunEndpoints, prompt: str, executable: str) -> Launch:
         f"url = {_toml(run.mcp_url)}",
         f"bearer_token_env_var = {_toml(TOKEN_ENV)}",
         'default_tools_approval_mode = "approve"',
+        # Without it Codex may send its first turn before the server's tools are listed
+        # (a slow endpoint: through the agent container's relay), so the model's first
+        # calls name tools it was not offered; required, it starts only once they are.
+        "required = true",
+        "startup_timeout_sec = 60",
         "",
         "[analytics]",
         "enabled = false",
