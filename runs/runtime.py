@@ -390,6 +390,7 @@ def drive_leased(run_id: str, token: int, faults: Sequence[Fault]) -> str:
                 # worker's egress proxy: the run keeps its lease, container and
                 # agent while a reviewer decides, and drives on from the decision.
                 while agent and state.status == "waiting_approval" and wait_for_decision(run_id, token):
+                    watchdog.look()
                     run.refresh_from_db()
                     state = drive_run(run, environment, DjangoApprovals(run, token), lease_token=token, controls=watchdog)
         except Unstorable as exc:

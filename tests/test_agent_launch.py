@@ -23,9 +23,10 @@ from django.contrib.auth.models import User
 
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
+from runs import placement
 from runs.approval_flow.flow import deny, grant, request_changes, save_policy_version
 from runs.control import kill
-from runs.models import Event, PublishedPatch, Run
+from runs.models import AgentToken, Event, PublishedPatch, Run
 from runs.persistence.artifacts import ArtifactStorage
 from runs.runtime import create_run
 from sandbox.public import containers_by_run, remove_containers, shared_client
@@ -82,6 +83,15 @@ def demo_script(cli: Cli) -> list[Turn]:
     return [cli.tool(step["tool"], step["args"]) for step in DEMO_SCRIPT] + [Text("FINAL: done")]
 
 
+def up_to_publish(cli: Cli, message: str) -> list[Turn]:
+    """Patch, run the tests check (publish needs it to pass), ask to publish."""
+    return [
+        cli.tool("apply_patch", DEMO_SCRIPT[1]["args"]),
+        cli.tool("run_check", {"check_id": "tests"}),
+        cli.tool("publish", {"message": message}),
+    ]
+
+
 @dataclass
 class Rig:
     model: ModelServer
@@ -97,7 +107,15 @@ class Rig:
 
     def log(self) -> str:
         requests = [(r.method, r.path, r.turn) for r in self.model.requests]
-        return f"model requests: {requests}\n--- worker ---\n{self.worker.log()[-6000:]}\n--- web ---\n{self.web.log()[-3000:]}"
+        agents = []
+        for run in self.runs:
+            for end in events(run, "agent_ended"):
+                said = [ArtifactStorage().get(ref).decode(errors="replace")[-3000:] for ref in end["artifacts"]]
+                agents.append(f"{end}\n" + "\n--\n".join(said))
+        return (
+            f"model requests: {requests}\n--- agents ---\n{chr(10).join(agents)}\n"
+            f"--- worker ---\n{self.worker.log()[-6000:]}\n--- web ---\n{self.web.log()[-3000:]}"
+        )
 
 
 @pytest.fixture
@@ -150,7 +168,12 @@ def rig_for(
 
 def wait_until(predicate: Callable[[], object], rig: Rig, timeout: float = RUN_SECONDS) -> None:
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while True:
+        try:
+            if predicate():
+                return
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{rig.log()}") from None
         assert time.monotonic() < deadline, rig.log()
         time.sleep(0.2)
 
@@ -234,35 +257,55 @@ def test_it_runs_the_demo_task_through_the_gates_and_publishes_once(
     print(f"{cli.preset}: demo completed in {time.monotonic() - started:.1f}s, {len(rig.model.turn_requests())} model turns")
 
 
-def test_it_denied_call_never_reaches_the_sandbox_and_the_denial_reaches_the_model(
+def test_it_denied_publish_never_reaches_the_sandbox_and_the_agent_is_stopped(
     rig_for: Callable[[Sequence[Turn]], Rig], operator: User, reviewer: User
 ) -> None:
+    """A reviewer's denial stops the run (Approvals): the publish never reaches the
+    sandbox, the waiting call is answered with the reviewer's reason, the agent and its
+    container end, and its token opens nothing more."""
     cli = CLAUDE
-    rig = rig_for([cli.tool("publish", {"message": "Publish nothing"}), Text("FINAL: stopped")])
+    rig = rig_for([*up_to_publish(cli, "Publish nothing"), Text("FINAL: stopped")])
     run = rig.start(cli, operator=operator)
     wait_until(lambda: pending(run), rig)
     request = pending(run)
     assert request is not None
     deny(request, reviewer, "not this publish-7f3a")
     run = ended(run, rig)
-    assert run.outcome == "denied", run.stop_message
-    assert events(run, "call_admitted") == [] and events(run, "call_started") == []
+    assert run.outcome == "denied" and "publish-7f3a" in run.stop_message, run.stop_message
+    # The publish never reached the sandbox: only the patch and the check did.
+    assert [e["tool"] for e in events(run, "call_admitted")] == ["apply_patch", "run_check"]
+    assert [e["tool"] for e in events(run, "call_started")] == ["apply_patch", "run_check"]
     assert PublishedPatch.objects.filter(run_id=run.pk).count() == 0
-    # The endpoint answered the waiting call with the reviewer's reason; the CLI took it to its model.
-    wait_until(lambda: any("publish-7f3a" in r.text() for r in rig.model.turn_requests()), rig, 60)
-    agent_ended(run, rig)
+    end = agent_ended(run, rig)
+    assert end["reason"] in ("killed", "exited"), end
     wait_until(lambda: agent_containers(run) == [], rig, 30)
+    assert not AgentToken.objects.filter(run=run, revoked_at__isnull=True).exists() or run.status == Run.Status.STOPPED
+
+
+def test_it_refused_call_never_reaches_the_sandbox_and_the_refusal_reaches_the_model(
+    rig_for: Callable[[Sequence[Turn]], Rig], operator: User
+) -> None:
+    """A call the gates refuse (a write outside the contract's write paths) is not
+    performed, and the refusal is the tool's answer in the model's next request."""
+    cli = CLAUDE
+    rig = rig_for([cli.tool("write_file", {"path": "setup.cfg", "content": "[x]\n"}), Text("FINAL")])
+    run = rig.start(cli, operator=operator)
+    agent_ended(run, rig)
+    run = ended(run, rig, 120)
+    assert events(run, "call_admitted") == [] and events(run, "call_started") == []
+    turns = rig.model.turn_requests()
+    assert len(turns) >= 2, rig.log()
+    answer = turns[1].text()
+    assert "[harness]" in answer and "setup.cfg" in answer and '"is_error": true' in answer, answer[-3000:]
+    assert not (placement.workspace_root(run) / "workspace" / "setup.cfg").exists()
 
 
 def test_it_requested_changes_reach_the_model_and_the_agent_asks_again(
     rig_for: Callable[[Sequence[Turn]], Rig], operator: User, reviewer: User
 ) -> None:
     cli = CLAUDE
-    patch = DEMO_SCRIPT[1]["args"]
     script: list[Turn] = [
-        cli.tool("apply_patch", patch),
-        cli.tool("run_check", {"check_id": "tests"}),
-        cli.tool("publish", {"message": "first try"}),
+        *up_to_publish(cli, "first try"),
         cli.tool("publish", {"message": "Reject negative quantities"}),
         cli.tool("finish", {"summary": "published after the reviewer's changes"}),
         Text("FINAL"),
@@ -285,7 +328,7 @@ def test_it_requested_changes_reach_the_model_and_the_agent_asks_again(
 
 def test_it_kill_ends_the_agent_container_at_once(rig_for: Callable[[Sequence[Turn]], Rig], operator: User, reviewer: User) -> None:
     cli = CLAUDE
-    rig = rig_for([cli.tool("read_file", {"path": "orders/total.py"}), cli.tool("publish", {"message": "x"}), Text("FINAL")])
+    rig = rig_for([*up_to_publish(cli, "x"), Text("FINAL")])
     run = rig.start(cli, operator=operator)
     wait_until(lambda: pending(run), rig)
     assert agent_containers(run)
@@ -308,8 +351,10 @@ def test_it_builtin_shell_and_edit_tools_do_nothing_to_the_workspace(rig_for: Ca
     end = agent_ended(run, rig)
     run = ended(run, rig, 120)
     assert end["reason"] == "exited", (end, transcript(end)[-2000:])
-    read = after(rig, "def order_total")
-    assert "hacked" not in read.text()
+    assert "def order_total" in after(rig, "def order_total").text()
+    text = (placement.workspace_root(run) / "workspace" / "orders" / "total.py").read_text()
+    assert "hacked" not in text and "def order_total" in text
+    assert not list((placement.workspace_root(run) / "workspace").rglob("probe*"))
     # The CLI told its model the tools are not there, and nothing of the run was changed.
     assert "No such tool available: Bash" in rig.model.turn_requests()[1].text()
     assert [e["tool"] for e in events(run, "call_admitted")] == ["read_file"]

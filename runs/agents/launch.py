@@ -200,6 +200,11 @@ class AgentSession:
             return None
         return found.said
 
+    def failure(self) -> str | None:
+        """Why the agent could not start, once it is known that it could not."""
+        found = self._ended
+        return found.said if found is not None and found.reason == "failed" and self.version == "" else None
+
     def stop(self, why: Literal["killed", "deadline"] = "killed") -> None:
         """End the agent now: its container is removed (its process with it), the
         thread writes ``agent_ended`` (``killed``, or ``deadline`` when the run's

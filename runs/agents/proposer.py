@@ -170,6 +170,11 @@ class AgentProposer:
                 ended = self.agent.ended()
                 if ended is not None and self.bridge.take() is None:
                     log.info("run %s: the agent ended (%s)", self.run_id, ended)
+                    failure = getattr(self.agent, "failure", None)
+                    said = failure() if callable(failure) else None
+                    if said:
+                        # An agent that never ran (no image, no engine): the run says so.
+                        raise ProposerStopped("model_error", said)
                     return None
             self.bridge.wait(SLICE_SECONDS if self.deadline is None else max(0.0, min(SLICE_SECONDS, self.deadline - now)))
 

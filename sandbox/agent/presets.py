@@ -213,6 +213,13 @@ def _claude(run: RunEndpoints, prompt: str, executable: str) -> Launch:
         "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
         "CLAUDE_CODE_IDE_SKIP_AUTO_INSTALL": "1",
         "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1",
+        # Its first turn waits for the harness server's tools (headless, it connects MCP
+        # servers in the background and may ask its model before they are listed), and a
+        # slow endpoint (through the agent container's relay, on a loaded worker) is
+        # given a minute to connect, not 5 seconds.
+        "MCP_CONNECTION_NONBLOCKING": "false",
+        "MCP_CONNECT_TIMEOUT_MS": "60000",
+        "MCP_TIMEOUT": "60000",
     }
     return Launch(argv, env, files, "stream-json")
 
