@@ -98,9 +98,12 @@ def _agent_config_problems(config: dict[str, Any]) -> list[FieldProblem]:
     if preset not in PRESETS:
         problems.append(FieldProblem("proposer.preset", f"required: one of {', '.join(PRESETS)}"))
     elif not startable(str(preset)):
-        problems.append(
-            FieldProblem("proposer.preset", f"the {preset} agent is not available on this server yet (its container is not built)")
+        said = (
+            "the server has no command for the 'any' agent (HARNESS_AGENT_ANY_COMMAND)"
+            if preset == "any"
+            else f"the {preset} agent is not available on this server"
         )
+        problems.append(FieldProblem("proposer.preset", said))
     model = config.get("model")
     if model is not None and (not isinstance(model, str) or not model.strip() or len(model) > 200 or any(c.isspace() for c in model)):
         problems.append(FieldProblem("proposer.model", "a model name (no spaces, at most 200 characters)"))
