@@ -45,6 +45,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "observability_cost": ([], ["--steps", "50", "--trials", "1"]),
     "mcp_cost": ([], ["--rounds", "2", "--calls", "5", "--stdio-calls", "2"]),
     "model_proxy": ([], ["--requests", "10", "--rounds", "1"]),
+    "agent_start": ([], ["--rounds", "1", "--calls", "5"]),
     "startup": ([], ["--rounds", "1"]),
     "checkpoint_cursor": ([], ["--statements", "100", "--trials", "2"]),
     "secret_scan_cost": ([], ["--lines", "1000", "--rounds", "1", "--callgrind-lines", "0"]),

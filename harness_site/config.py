@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import re
+import shlex
 import socket
 import sys
 from collections.abc import Callable
@@ -93,6 +94,23 @@ def _split(value: str) -> list[str]:
 
 def _items(value: object) -> object:
     return _split(value) if isinstance(value, str) else value
+
+
+def _command(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    try:
+        return shlex.split(value)
+    except ValueError as error:
+        raise ValueError(f"must be a command line in shell words; {error}") from None
+
+
+def _agent_gateway(value: str) -> str:
+    if not value:
+        return value
+    if not re.fullmatch(r"http://[A-Za-z0-9_.:\[\]-]+(:[0-9]{1,5})?/?", value):
+        raise ValueError(f"must be http://host[:port] (plain HTTP, no path), got {value!r}")
+    return value.rstrip("/")
 
 
 def _networks(value: object) -> object:
@@ -186,6 +204,8 @@ Networks = Annotated[
     Shown("comma-separated networks (CIDR)", lambda v: ",".join(map(str, v))),
 ]
 HttpUrl = Annotated[str, AfterValidator(_url("http", "https")), Shown("`http(s)://` URL")]
+Command = Annotated[list[str], BeforeValidator(_command), Shown("command line (shell words)", shlex.join)]
+GatewayUrl = Annotated[str, AfterValidator(_agent_gateway), Shown("`http://host:port`")]
 RedisUrl = Annotated[str, AfterValidator(_url("redis", "rediss")), Shown("`redis://` or `rediss://` URL")]
 DatabaseUrl = Annotated[str, AfterValidator(_url("sqlite", "postgres", "postgresql")), Shown("`postgres://` or `sqlite://` URL")]
 Identity = Annotated[tuple[str, str], BeforeValidator(_identity), Shown("`Name <email>`", lambda v: f"{v[0]} <{v[1]}>")]
@@ -441,6 +461,23 @@ class Settings(BaseSettings):
         '"still waiting; call again with the same arguments" (the call stays one request); keep it below the agents\' '
         "own timeouts.",
     )
+    HARNESS_AGENT_GATEWAY_URL: GatewayUrl = Field(
+        "http://127.0.0.1:8000",
+        description="The web server (its MCP endpoint and model proxy, `/agent/runs/...`) as the workers reach it, plain HTTP: "
+        "a run's agent container has no network but a relay to its worker's egress proxy, which forwards only to this "
+        "address and only the run's own paths.",
+    )
+    HARNESS_AGENT_IMAGE: Text = Field(
+        "harness-agent:latest",
+        description="The image a run's agent container is made from (Claude Code, Codex and Gemini CLI; "
+        "built by `bash sandbox/agent/image/build.sh`).",
+    )
+    HARNESS_AGENT_ANY_COMMAND: Command = Field(
+        [],
+        description='The command of the "any" agent preset, run in the agent container with the run\'s MCP URL, token, '
+        "model, prompt and model base URLs in its environment (docs/agents-protocols.md); empty: the preset is not offered.",
+    )
+    HARNESS_AGENT_ANY_IMAGE: Text = Field("", description='The image of the "any" agent preset\'s container; empty: `HARNESS_AGENT_IMAGE`.')
     HARNESS_DISK_RESERVE_MB: Int = Field(
         1024, ge=0, description="Free space (MB) a worker keeps on its disk: below it, checks are refused or stopped."
     )

@@ -186,6 +186,14 @@ class Watchdog:
         self._stop.set()
         self._thread.join(timeout=5)
 
+    def look(self) -> None:
+        """Look at the kill flag now, not a poll later: the driver's own wait (an agent's
+        run waiting for a reviewer, runs.runtime.wait_for_decision) that a kill ended
+        (it cancels the run's requests) drives on knowing it was a kill."""
+        if not self._killed.is_set() and kill_requested(self.run_id):
+            self._killed.set()
+            self._kill_in_flight()
+
     def _kill_in_flight(self) -> None:
         try:
             self._on_kill()

@@ -101,9 +101,12 @@ def _agent_config_problems(config: dict[str, Any]) -> list[FieldProblem]:
     if preset not in PRESETS:
         problems.append(FieldProblem("proposer.preset", f"required: one of {', '.join(PRESETS)}"))
     elif not startable(str(preset)):
-        problems.append(
-            FieldProblem("proposer.preset", f"the {preset} agent is not available on this server yet (its container is not built)")
+        said = (
+            "the server has no command for the 'any' agent (HARNESS_AGENT_ANY_COMMAND)"
+            if preset == "any"
+            else f"the {preset} agent is not available on this server"
         )
+        problems.append(FieldProblem("proposer.preset", said))
     model = config.get("model")
     if model is not None and (not isinstance(model, str) or not model.strip() or len(model) > 200 or any(c.isspace() for c in model)):
         problems.append(FieldProblem("proposer.model", "a model name (no spaces, at most 200 characters)"))
@@ -215,14 +218,16 @@ def build_proposer(
     bound: Callable[[], Budget] | None = None,
     run_id: str | None = None,
     controls: Controls | None = None,
+    lease_token: int | None = None,
 ) -> Proposer:
     """The run's proposer, continuing from ``snapshot``. Model proposers need the
     contract and the visible tools for their first message, and the workspace's
     ``repository`` context while the conversation has not begun; ``deadline`` bounds
     their retries, ``bound`` their model budget beyond the run's and the server's (its
     project's: runs.budgets; asked only for a model). An agent's proposer needs the
-    ``run_id`` (its MCP calls are the run's) and the run's ``controls`` (a kill while it
-    waits for the agent's next call). Every proposal it gives is masked
+    ``run_id`` (its MCP calls are the run's), the run's ``controls`` (a kill while it
+    waits for the agent's next call) and the driver's ``lease_token`` (what starting
+    its agent writes to the run's log is fenced by it). Every proposal it gives is masked
     (MaskingProposer)."""
     if config["kind"] == "agent":
         from runs.agents.proposer import build_agent_proposer
@@ -239,6 +244,7 @@ def build_proposer(
                 clock=clock,
                 deadline=deadline,
                 result_chars=int(settings.HARNESS_MODEL_MAX_RESULT_CHARS),
+                lease_token=lease_token,
             )
         )
     return MaskingProposer(

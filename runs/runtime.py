@@ -292,6 +292,45 @@ def stop_undriven(run: Run, reason: str, message: str, lease_token: int) -> str:
     return reason
 
 
+def starts_an_agent(run: Run) -> bool:
+    """Whether the run's proposer is an outside agent Harness starts in a container
+    (runs.agents.launch), not one that connects by itself (``mcp-client``)."""
+    proposer = run.proposer or {}
+    return proposer.get("kind") == "agent" and proposer.get("preset", "mcp-client") != "mcp-client"
+
+
+def kill_with_agent(run_id: str, environment: Environment) -> None:
+    """A kill of an agent's run: the execution in flight and the agent, at once."""
+    from runs.agents.launch import kill
+
+    try:
+        environment.kill()
+    finally:
+        kill(run_id)
+
+
+def let_agent_go(run_id: str) -> None:
+    from runs.agents.launch import let_go
+
+    finished = Run.objects.filter(pk=run_id, status=Run.Status.COMPLETE).exists()
+    let_go(run_id, finished=finished)
+
+
+def wait_for_decision(run_id: str, token: int) -> bool:
+    """An agent's run waiting for a reviewer, under this worker's lease (which the
+    Watchdog renews): True once the wait is over (a decision, a lapse, an expiry or
+    a kill: ``invariants.wake_was_missed``), so the run is driven on at once; False
+    when the lease was taken over meanwhile. A run's deadline does not run while it
+    waits (core.waits)."""
+    poll = max(0.25, float(settings.HARNESS_KILL_POLL_SECONDS))
+    while True:
+        if not Run.objects.filter(pk=run_id, lease_token=token).exists():
+            return False
+        if invariants.wake_was_missed(run_id):
+            return True
+        time.sleep(poll)
+
+
 def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -347,15 +386,23 @@ def drive_leased(run_id: str, token: int, faults: Sequence[Fault]) -> str:
         except RevisionMismatch as exc:
             environment.close()  # the container started for the run it will not drive
             return stop_undriven(run, "revision_mismatch", str(exc), token)
+        agent = starts_an_agent(run)
         try:
             with Watchdog(
                 run_id,
                 renew=lambda: leases.renew(run_id, token),
-                on_kill=environment.kill,
+                on_kill=(lambda: kill_with_agent(run_id, environment)) if agent else environment.kill,
                 poll=settings.HARNESS_KILL_POLL_SECONDS,
                 renew_every=settings.HARNESS_LEASE_SECONDS / 3,
             ) as watchdog:
                 state = drive_run(run, environment, DjangoApprovals(run, token), lease_token=token, controls=watchdog)
+                # An agent's state is its process, whose only way out is this
+                # worker's egress proxy: the run keeps its lease, container and
+                # agent while a reviewer decides, and drives on from the decision.
+                while agent and state.status == "waiting_approval" and wait_for_decision(run_id, token):
+                    watchdog.look()
+                    run.refresh_from_db()
+                    state = drive_run(run, environment, DjangoApprovals(run, token), lease_token=token, controls=watchdog)
         except Unstorable as exc:
             # A value no database takes reached a checkpoint: driving the run again
             # would fail at the same step (and ask the model again, each time), so it
@@ -365,6 +412,11 @@ def drive_leased(run_id: str, token: int, faults: Sequence[Fault]) -> str:
             return stop_undriven(
                 run, "unstorable", f"a value could not be stored, so the run cannot go on: {escaped_text(str(exc))}", token
             )
+        finally:
+            if agent:
+                # The worker lets the run go (stopped, finished, its lease lost, a
+                # failure): its agent ends with it and its token stops working.
+                let_agent_go(run_id)
         if state.finished or state.status == "waiting_approval":
             # An approval can take hours: no container idles meanwhile; resuming
             # starts a fresh one on the same workspace.

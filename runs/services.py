@@ -206,6 +206,7 @@ def drive_run(
             bound=lambda: project_bound(run, timezone.now()),
             run_id=str(run.pk),
             controls=controls,
+            lease_token=lease_token,
         ),
         executor=environment.executor,
         workspace=environment.workspace,

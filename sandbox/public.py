@@ -13,6 +13,7 @@ from sandbox.agent.presets import PRESETS, Launch, ModelProxy, Preset, RunEndpoi
 from sandbox.container.client import shared_client, use_engine_host
 from sandbox.container.engine import ENGINE_ERRORS
 from sandbox.container.orphans import containers_by_run, remove_containers
+from sandbox.container.output import OutputCapture
 from sandbox.container.quota import MB, DiskQuota
 from sandbox.container.spec import ContainerSpec, RuntimeMissing, check_runtime
 from sandbox.executor import SandboxExecutor
@@ -55,6 +56,7 @@ __all__ = [
     "Gateway",
     "McpServerConfig",
     "McpTools",
+    "OutputCapture",
     "RebuildFailed",
     "RecordedWrite",
     "RemoteAccess",

@@ -28,17 +28,18 @@ from core import feedback as fb
 from core.context import StopRun, killed
 from core.decisions import Stop
 from core.jsonutil import JSON
-from core.ports import Clock, Controls, NoControls, SystemClock
+from core.ports import Clock, Controls, NoControls, ProposerStopped, SystemClock
 from core.tools import ToolSpec
 from runs.agents.bridge import Bridge
 
 log = logging.getLogger(__name__)
 
-# The presets a run's proposer may name (runs.proposers). Only ``mcp-client`` runs today:
-# Harness starts nothing and the agent is any MCP client given the run's token. The
-# others start the agent in a container of the run's (a later piece), through
-# ``LAUNCHERS``.
-PRESETS = ("mcp-client", "claude-code", "codex", "gemini-cli", "custom")
+# The presets a run's proposer may name (runs.proposers). With ``mcp-client`` Harness
+# starts nothing and the agent is any MCP client given the run's token; the others start
+# the agent in a container of the run's, through ``LAUNCHERS`` (runs.agents.launch):
+# Claude Code, Codex, Gemini CLI, and ``any``, the admin's own command and image
+# (sandbox.agent.presets names them alike).
+PRESETS = ("mcp-client", "claude-code", "codex", "gemini-cli", "any")
 SLICE_SECONDS = 1.0
 
 
@@ -61,15 +62,34 @@ class Launch:
     run_id: str
     config: dict[str, Any]
     tools: tuple[ToolSpec, ...]
+    # The lease of the worker driving the run: what the launcher writes to the run's
+    # log is fenced by it (runs.persistence.eventlog), as the executor's events are.
+    lease_token: int | None = None
+    # The run's deadline (the clock's seconds), which bounds the agent's process too.
+    deadline: float | None = None
 
 
-# preset -> what starts it. Registered by the agent container's module; a preset with
-# no launcher is refused when a run is created (runs.proposers.check_proposer_config).
+# preset -> what starts it. Registered by runs.agents.launch (imported by ``launchers``);
+# a preset with no launcher, or one whose launcher says it is not available (the ``any``
+# preset without the admin's command), is refused when a run is created
+# (runs.proposers.check_proposer_config).
 LAUNCHERS: dict[str, Callable[[Launch], AgentProcess]] = {}
 
 
+def launchers() -> dict[str, Callable[[Launch], AgentProcess]]:
+    import runs.agents.launch  # noqa: F401 - registers the presets' launchers
+
+    return LAUNCHERS
+
+
 def startable(preset: str) -> bool:
-    return preset == "mcp-client" or preset in LAUNCHERS
+    if preset == "mcp-client":
+        return True
+    launcher = launchers().get(preset)
+    if launcher is None:
+        return False
+    available = getattr(launcher, "available", None)
+    return bool(available()) if callable(available) else True
 
 
 def wire_name(spec: ToolSpec) -> str:
@@ -102,6 +122,7 @@ class AgentProposer:
         deadline: float | None = None,
         agent: AgentProcess | None = None,
         result_chars: int = 20_000,
+        budget: Callable[[], str | None] | None = None,
     ) -> None:
         self.run_id = run_id
         self.preset = preset
@@ -111,6 +132,8 @@ class AgentProposer:
         self.deadline = deadline
         self.agent = agent
         self.result_chars = result_chars
+        # What the run's model budget says: None while it is not spent, else why.
+        self.budget = budget
         self.evidence_tools = {spec.name for spec in tools if spec.runs_check is not None}
         # The agent calls a tool by its wire name; the gates know it by the registry's.
         self.names = {wire_name(spec): spec.name for spec in tools}
@@ -128,6 +151,7 @@ class AgentProposer:
             self.bridge.answer(self.awaiting, text, is_error, kind)
             self.awaiting = None
         while True:
+            self._check_budget()
             taken = self.bridge.take()
             if taken is not None:
                 # In the snapshot from the checkpoint that records this proposal on:
@@ -146,8 +170,22 @@ class AgentProposer:
                 ended = self.agent.ended()
                 if ended is not None and self.bridge.take() is None:
                     log.info("run %s: the agent ended (%s)", self.run_id, ended)
+                    failure = getattr(self.agent, "failure", None)
+                    said = failure() if callable(failure) else None
+                    if said:
+                        # An agent that never ran (no image, no engine): the run says so.
+                        raise ProposerStopped("model_error", said)
                     return None
             self.bridge.wait(SLICE_SECONDS if self.deadline is None else max(0.0, min(SLICE_SECONDS, self.deadline - now)))
+
+    def _check_budget(self) -> None:
+        """A spent budget (the model proxy's record: runs.agents.usage) stops the run
+        ``budget_exhausted``; the proxy already refuses the agent's next model call."""
+        if self.budget is None:
+            return
+        spent = self.budget()
+        if spent is not None:
+            raise ProposerStopped("budget_exhausted", spent)
 
     def snapshot(self) -> dict[str, JSON]:
         return {"kind": "agent", "preset": self.preset, "awaiting": self.awaiting, "taken": self.taken}
@@ -187,12 +225,13 @@ def build_agent_proposer(
     clock: Clock | None,
     deadline: float | None,
     result_chars: int,
+    lease_token: int | None = None,
 ) -> AgentProposer:
     preset = str(config.get("preset", "mcp-client"))
     agent = None
-    launcher = LAUNCHERS.get(preset)
+    launcher = launchers().get(preset) if preset != "mcp-client" else None
     if launcher is not None:
-        agent = launcher(Launch(run_id, dict(config), tuple(tools)))
+        agent = launcher(Launch(run_id, dict(config), tuple(tools), lease_token=lease_token, deadline=deadline))
     return AgentProposer(
         run_id,
         preset=preset,
@@ -203,4 +242,18 @@ def build_agent_proposer(
         deadline=deadline,
         agent=agent,
         result_chars=result_chars,
+        budget=lambda: spent_budget(run_id),
     )
+
+
+def spent_budget(run_id: str) -> str | None:
+    """Why the run's model budget is spent (its own, the server's, its project's), as
+    the model proxy records it; None while it is not."""
+    from runs.agents.usage import check
+    from runs.models import Run
+
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        return None
+    _budget, spent = check(run)
+    return spent.message if spent is not None else None

@@ -43,8 +43,13 @@ def mint(run: Run) -> str:
     return token
 
 
-def revoke(run_id: uuid.UUID | str) -> None:
-    AgentToken.objects.filter(run_id=run_id, revoked_at__isnull=True).update(revoked_at=timezone.now())
+def revoke(run_id: uuid.UUID | str, token: str | None = None) -> None:
+    """The run's tokens stop working (only ``token``, if given: a worker letting its
+    agent go must not revoke the one a worker that took the run over has minted)."""
+    held = AgentToken.objects.filter(run_id=run_id, revoked_at__isnull=True)
+    if token is not None:
+        held = held.filter(digest=_digest(token))
+    held.update(revoked_at=timezone.now())
 
 
 def authenticate(token: str | None, run_id: uuid.UUID | str, *, where: str) -> Run | Refused:

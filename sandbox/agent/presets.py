@@ -213,6 +213,13 @@ def _claude(run: RunEndpoints, prompt: str, executable: str) -> Launch:
         "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
         "CLAUDE_CODE_IDE_SKIP_AUTO_INSTALL": "1",
         "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1",
+        # Its first turn waits for the harness server's tools (headless, it connects MCP
+        # servers in the background and may ask its model before they are listed), and a
+        # slow endpoint (through the agent container's relay, on a loaded worker) is
+        # given a minute to connect, not 5 seconds.
+        "MCP_CONNECTION_NONBLOCKING": "false",
+        "MCP_CONNECT_TIMEOUT_MS": "60000",
+        "MCP_TIMEOUT": "60000",
     }
     return Launch(argv, env, files, "stream-json")
 
@@ -251,6 +258,11 @@ def _codex(run: RunEndpoints, prompt: str, executable: str) -> Launch:
         f"url = {_toml(run.mcp_url)}",
         f"bearer_token_env_var = {_toml(TOKEN_ENV)}",
         'default_tools_approval_mode = "approve"',
+        # Without it Codex may send its first turn before the server's tools are listed
+        # (a slow endpoint: through the agent container's relay), so the model's first
+        # calls name tools it was not offered; required, it starts only once they are.
+        "required = true",
+        "startup_timeout_sec = 60",
         "",
         "[analytics]",
         "enabled = false",
