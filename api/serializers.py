@@ -79,7 +79,7 @@ class QueuePlaceSerializer(serializers.Serializer):
 
 
 class AgentSerializer(serializers.Serializer):
-    preset = serializers.CharField(help_text="`claude-code`, `codex`, `gemini-cli`, `mcp-client` or `custom`.")
+    preset = serializers.CharField(help_text="`claude-code`, `codex`, `gemini-cli`, `mcp-client` or `any`.")
     name = serializers.CharField(help_text="The agent's name in words (`Claude Code`).")
     version = serializers.CharField(allow_null=True, help_text="What its `--version` said when it started; null before.")
     image = serializers.CharField(allow_null=True, help_text="The container image it started from; null before.")
@@ -212,7 +212,7 @@ class RunCreateSerializer(serializers.Serializer):
     proposer = serializers.DictField(
         help_text='Who proposes the calls: Harness\'s own loop, {"kind": "scripted", "script": [...]} or a model '
         '({"kind": "openai" | "anthropic", "model": ...}); or an outside agent, {"kind": "agent", "preset": "claude-code" | '
-        '"codex" | "gemini-cli" | "mcp-client" | "custom", "model": ...} (docs/agents.md). The contract does not name it: '
+        '"codex" | "gemini-cli" | "mcp-client" | "any", "model": ...} (docs/agents.md). The contract does not name it: '
         "one contract can be run by any proposer."
     )
     project = StrictCharField(

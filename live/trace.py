@@ -185,7 +185,9 @@ def _proxy_note_view(e: ev.ModelNote) -> tuple[str, str, str]:
         return f"Model request {d.get('request', '')} (model proxy)".replace("  ", " "), "muted", said
     if e.kind == "error":
         return "Model request failed (model proxy)", "warn", f"{where}: {d.get('message', '')}"
-    return f"Model request refused (model proxy): {human(e.kind)}", "warn", str(d.get("message", ""))
+    # The label stays short (it does not wrap); why it was refused is the detail's.
+    why = "" if e.kind == "refused" else f"{human(e.kind)}: "
+    return "Model request refused", "warn", f"by the model proxy: {why}{d.get('message', '')}"
 
 
 _GateEvent = (

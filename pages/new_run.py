@@ -53,7 +53,7 @@ KIND_LABELS = {
 def preset_choices() -> list[tuple[str, str]]:
     """Every preset a run may name, each saying whether this server can start it yet."""
     return [("", "(choose the outside agent)")] + [
-        (preset, CHOICES.get(preset, preset) + ("" if startable(preset) else ": not available on this server yet")) for preset in PRESETS
+        (preset, CHOICES.get(preset, preset) + ("" if startable(preset) else ": not available on this server")) for preset in PRESETS
     ]
 
 

@@ -53,7 +53,7 @@ def test_it_names_the_agent_on_the_run_page_and_each_of_its_calls_in_the_trace(o
     assert "Agent started: Codex 0.171.0" in page
     # Its model requests through the proxy, in words, and the one it refused.
     assert "Model request 1 (model proxy)" in page and "gpt-test (openai responses): 1200 in + 300 out tokens, $0.0045" in page
-    assert "Model request refused (model proxy)" in page and "the run did not choose the model gpt-other" in page
+    assert "Model request refused" in page and "by the model proxy" in page and "the run did not choose the model gpt-other" in page
     # The budget bar counts the proxy's calls, as a model run's.
     tokens = re.search(r'data-budget="tokens" data-limit="(\d+)"', page)
     assert tokens is not None and int(tokens.group(1)) > 0

@@ -58,7 +58,8 @@ def test_it_offers_harness_own_loop_and_every_outside_agent(operator: User) -> N
     for said in (
         "Harness&#x27;s own loop: a fixed script (scripted)",
         "An outside agent, chosen below (agent)",
-        "Claude Code (started by Harness in the run&#x27;s container): not available on this server yet",
+        "Claude Code (started by Harness in the run&#x27;s container)<",
+        "The admin&#x27;s custom agent (its image and command): not available on this server<",
         "Any MCP client (you connect it; Harness starts nothing)",
         'id="id_agent_preset"',
         'id="id_model"',
@@ -71,8 +72,11 @@ def test_it_offers_harness_own_loop_and_every_outside_agent(operator: User) -> N
 @pytest.mark.parametrize(
     ("fields", "said"),
     [
-        ({}, "Outside agent</span> · required: one of mcp-client, claude-code, codex, gemini-cli, custom"),
-        ({"agent_preset": "claude-code"}, "Outside agent</span> · the claude-code agent is not available on this server yet"),
+        ({}, "Outside agent</span> · required: one of mcp-client, claude-code, codex, gemini-cli, any"),
+        (
+            {"agent_preset": "any"},
+            "Outside agent</span> · the server has no command for the &#x27;any&#x27; agent (HARNESS_AGENT_ANY_COMMAND)",
+        ),
         ({"agent_preset": "mcp-client", "model": "two words"}, "Model</span> · a model name (no spaces, at most 200 characters)"),
         (
             {"agent_preset": "codex", "proposer_kind": "scripted"},
@@ -183,8 +187,12 @@ def test_it_answers_the_api_with_the_connection_in_the_creation_only(operator: U
 @pytest.mark.parametrize(
     ("proposer", "field", "said"),
     [
-        ({"kind": "agent"}, "proposer.preset", "required: one of mcp-client, claude-code, codex, gemini-cli, custom"),
-        ({"kind": "agent", "preset": "claude-code"}, "proposer.preset", "the claude-code agent is not available on this server yet"),
+        ({"kind": "agent"}, "proposer.preset", "required: one of mcp-client, claude-code, codex, gemini-cli, any"),
+        (
+            {"kind": "agent", "preset": "any"},
+            "proposer.preset",
+            "the server has no command for the 'any' agent (HARNESS_AGENT_ANY_COMMAND)",
+        ),
         ({"kind": "agent", "preset": "mcp-client", "model": ""}, "proposer.model", "a model name"),
         ({"kind": "agent", "preset": "mcp-client", "api_key": "sk-x"}, "proposer.api_key", "unexpected field"),
     ],

@@ -5,14 +5,12 @@ report): its human name beside its machine name, the preset a run's proposer nam
 
 from __future__ import annotations
 
-# preset -> the agent's name in words. ``any`` is the sandbox's name for the admin's
-# own agent (sandbox.agent.presets), ``custom`` the proposer's: either is told the same.
+# preset -> the agent's name in words.
 NAMES: dict[str, str] = {
     "claude-code": "Claude Code",
     "codex": "Codex",
     "gemini-cli": "Gemini CLI",
     "mcp-client": "an MCP client",
-    "custom": "the admin's agent",
     "any": "the admin's agent",
 }
 # How the New run form offers each preset.
@@ -21,7 +19,6 @@ CHOICES: dict[str, str] = {
     "codex": "Codex (started by Harness in the run's container)",
     "gemini-cli": "Gemini CLI (started by Harness in the run's container)",
     "mcp-client": "Any MCP client (you connect it; Harness starts nothing)",
-    "custom": "The admin's custom agent (its image and command)",
     "any": "The admin's custom agent (its image and command)",
 }
 
