@@ -49,7 +49,7 @@ def counting() -> Iterator[Requests]:
         seen.add(request.method or "?", request.url or "")
         return original(adapter, request, *args, **kwargs)
 
-    requests.adapters.HTTPAdapter.send = send  # type: ignore[method-assign]
+    requests.adapters.HTTPAdapter.send = send  # type: ignore[method-assign,assignment]
     try:
         yield seen
     finally:
