@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     # name: (full arguments, quick arguments)
     "loop_overhead": ([], ["--steps", "500", "--trials", "3"]),
     "sandbox_overhead": ([], ["--reads", "200", "--checks", "6", "--starts", "3"]),
+    "check_floor": ([], ["--pairs", "3", "--no-callgrind"]),
     "kill_latency": ([], ["--trials", "3"]),
     "trace_latency": (
         [],
@@ -93,6 +94,29 @@ def trial_rows(trials: dict[str, Any] | None) -> list[tuple[str, str, str, str]]
     ]
 
 
+def check_floor_rows(floor: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """run_check beside the SDK's raw exec: wall, requests and instructions."""
+    rows: list[tuple[str, str, str, str]] = []
+    for command in ("pass", "pytest"):
+        found = floor.get(command)
+        if not found:
+            continue
+        requests = found["requests_per_check"]
+        extra = f"; requests {requests['run_check']['total']} against {requests['raw']['total']}"
+        if "instructions_per_check" in found:
+            counts = found["instructions_per_check"]
+            extra += f"; instructions {counts['run_check'] / 1e6:.2f} M against {counts['raw'] / 1e6:.2f} M = {found['run_check / raw, instructions']}x"
+        rows.append(
+            (
+                f"run_check, {'`python3 -c pass`' if command == 'pass' else 'pytest'}",
+                f"{found['run_check_median_ms']:.0f} ms",
+                f"raw SDK exec {found['raw_median_ms']:.0f} ms",
+                f"{found['run_check / raw, wall']}x{extra}",
+            )
+        )
+    return rows
+
+
 def side_by_side(results: dict[str, Any]) -> str:
     """The headline figures in one table: the harness beside its peer or floor, each
     pair measured in the same run."""
@@ -120,6 +144,7 @@ def side_by_side(results: dict[str, Any]) -> str:
     for engine, found in results.get("sandbox_overhead", {}).get("results", {}).items():
         check, raw = found["run_check_through_harness"]["median_ms"], found["raw_docker_exec_sdk"]["median_ms"]
         rows.append((f"run_check, {engine}", f"{check:.0f} ms", f"raw SDK exec {raw:.0f} ms", f"{check / raw:.2f}x"))
+    rows += check_floor_rows(results.get("check_floor", {}))
     trace = results.get("trace_latency", {}).get("latency_ms")
     if trace:
         rows.append(

@@ -5,8 +5,9 @@
 # - the system packages the tests use beyond Python: the Docker engine, debootstrap
 #   (the sandbox image's root filesystem), Chromium (the browser tests), docker-compose
 #   (the deployment tests), gVisor's runsc (the sandbox under both runtimes), OpenSSH's
-#   server (the ssh:// remote tests), Redis, and Prometheus (the metrics tests scrape
-#   the web server and a worker with a real one);
+#   server (the ssh:// remote tests), Redis, Prometheus (the metrics tests scrape
+#   the web server and a worker with a real one), and valgrind (the instruction
+#   counts of make bench-check);
 # - the Python packages of requirements-dev.lock (requirements-dev.txt's pins, which
 #   include requirements.txt's, and everything they need, with hashes; make lock),
 #   installed only when one of the locked versions is not;
@@ -46,6 +47,7 @@ have ssh-keygen || missing+=(openssh-client)
 have redis-server || missing+=(redis-server)
 have redis-cli || missing+=(redis-tools)
 have prometheus || missing+=(prometheus)
+have valgrind || missing+=(valgrind)
 have npm || missing+=(nodejs npm)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from tests.fixtures_services import ROOT
 
-# The one program of bench/ that is not a benchmark: the runner itself.
-NOT_BENCHMARKS = {"run_all"}
+# The programs of bench/ that are not benchmarks: the runner, and the check of the
+# counts against their baseline (make bench-check), which runs benchmarks itself.
+NOT_BENCHMARKS = {"run_all", "bench_check"}
 
 
 def runs_as_a_program(path: Path) -> bool:
@@ -35,3 +36,19 @@ def test_it_lists_every_benchmark_for_the_quick_run() -> None:
 def test_it_makes_ci_run_the_quick_benchmarks() -> None:
     assert "make bench QUICK=1" in (ROOT / ".ci" / "run").read_text()
     assert "$(if $(QUICK),--quick)" in (ROOT / "Makefile").read_text()
+
+
+def test_it_makes_ci_check_the_counts_against_their_baseline() -> None:
+    assert "make bench-check" in (ROOT / ".ci" / "run").read_text()
+    assert "bench/bench_check.py" in (ROOT / "Makefile").read_text()
+
+
+def test_it_measures_every_baseline_row_with_a_listed_benchmark() -> None:
+    import json
+
+    rows = json.loads((ROOT / "bench" / "baseline.json").read_text())
+    assert rows
+    for row in rows:
+        assert row["benchmark"] in listed(), row
+        assert set(row) == {"figure", "benchmark", "args", "key", "value", "tolerance", "command"}, row
+        assert row["value"] > 0 and 0 <= row["tolerance"] < 1, row

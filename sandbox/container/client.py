@@ -30,10 +30,39 @@ def docker_host() -> str:
     return _host_source()
 
 
+class EngineAPIClient(docker.APIClient):  # type: ignore[misc]  # docker-py has no types
+    """docker-py's low-level client (a ``requests.Session``) that never reads the
+    environment for proxies, a netrc or a CA bundle (``trust_env``, requests' public
+    attribute), from its construction on: the SDK's constructor already sends a request
+    (the engine's API version), so setting the attribute afterwards would be too late
+    for that one, and a proxy meant for the outside would get it."""
+
+    @property
+    def trust_env(self) -> bool:
+        return False
+
+    @trust_env.setter
+    def trust_env(self, value: bool) -> None:
+        """requests.Session's constructor sets it; the engine is reached directly."""
+
+
 def new_client(timeout: int = DEFAULT_TIMEOUT) -> docker.DockerClient:
     """A client with its own connection pool: the kill switch uses one so it is
-    never queued behind a stream the driving thread is blocked on."""
-    return docker.DockerClient(base_url=docker_host(), timeout=timeout)
+    never queued behind a stream the driving thread is blocked on.
+
+    The engine is reached where ``docker_host`` says, directly (``EngineAPIClient``):
+    re-reading the environment cost every request about 1.3 million instructions
+    (bench/check_floor.py), and a worker's HTTP(S)_PROXY, meant for the outside, must
+    not carry its engine's API. TLS, when a client is given a ``docker.tls.TLSConfig``,
+    sets the session's own ``verify`` and ``cert``, which this leaves alone.
+    ``DockerClient.api`` is the SDK's documented low-level client: this one is it."""
+    api = EngineAPIClient(base_url=docker_host(), timeout=timeout)
+    # With the version given, the SDK's own low-level client sends nothing; it is
+    # replaced before any use.
+    client = docker.DockerClient(base_url=docker_host(), version=api.api_version, timeout=timeout)
+    client.api.close()
+    client.api = api
+    return client
 
 
 def shared_client() -> docker.DockerClient:

@@ -7,11 +7,13 @@ own end from the container's failure."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox.container.output import OutputCapture
 from sandbox.container.spec import CHECK_WRAPPER
 
 log = logging.getLogger(__name__)
@@ -26,7 +28,20 @@ def wrapped(argv: list[str], timeout_seconds: int, *, on_copy: bool) -> list[str
     return ["sh", CHECK_WRAPPER, str(timeout_seconds), "copy" if on_copy else "workspace", *argv]
 
 
-KILL_ALL = ["sh", "-c", "kill -9 -1 2>/dev/null; exit 0"]
+# The wrapper's last bytes on standard error: the command's exit status (check.sh).
+EXIT_TRAILER = re.compile(rb"\x1eharness-exit:(\d{1,3})\x1e\Z")
+TRAILER_START = b"\x1e"
+TRAILER_MARK = b"\x1eharness-exit:"
+PARTIAL_TRAILER = re.compile(rb"\x1eharness-exit:\d{0,3}\x1e?")
+# As many bytes as the longest trailer: what is held back of standard error until more
+# output follows or the stream ends.
+TRAILER_MAX = len(b"\x1eharness-exit:255\x1e")
+STDERR = 2
+
+# Every sandbox process but PID 1 killed, and the output that says the kill ran (an
+# execution that could not start prints nothing): no inspect needed to know.
+KILL_ALL = ["sh", "-c", "kill -9 -1 2>/dev/null; echo killed"]
+KILLED = b"killed\n"
 # A command killed by a signal that was none of ours: how long the engine may take to
 # report that the container itself died (a removal or kill from outside).
 SETTLE_SECONDS = 1.0
@@ -44,6 +59,52 @@ class ExecResult:
     # The container or the engine failed during the execution (not our kill, not our
     # limits): the exit status is not the command's own and proves nothing.
     lost: str | None = None
+
+
+class WrapperOutput:
+    """A wrapped execution's output as it arrives, into ``capture``, less the wrapper's
+    trailer. Standard output and standard error reach the worker through the engine
+    independently (a check's last standard output may come after the wrapper's
+    trailer), so what could be the trailer or its beginning at the end of standard
+    error (from a record separator in its last bytes on) is held back until more
+    standard error follows (then it was the command's) or the stream ends (then it is
+    read for the status). ``end`` gives the exit status the trailer carried, or None
+    when the stream ended without one (the wrapper did not finish: the engine is asked).
+
+    A check could print an imitation of the trailer on standard error: it counts only
+    if nothing follows it there, and the wrapper's own always does, unless the wrapper
+    itself was killed; the command's exit status is in its own hands anyway."""
+
+    def __init__(self, capture: OutputCapture) -> None:
+        self._capture = capture
+        self._held = b""
+
+    def write(self, stream: int, data: bytes) -> None:
+        if stream == STDERR:
+            data = self._held + data
+            start = data.find(TRAILER_START, max(0, len(data) - TRAILER_MAX))
+            while start >= 0 and not _could_be_trailer(data[start:]):
+                start = data.find(TRAILER_START, start + 1)
+            self._held = b""
+            if start >= 0:
+                data, self._held = data[:start], data[start:]
+        if data:
+            self._capture.write(data)
+
+    def end(self) -> int | None:
+        found = EXIT_TRAILER.search(self._held)
+        rest = self._held if found is None else self._held[: found.start()]
+        self._held = b""
+        if rest:
+            self._capture.write(rest)
+        return None if found is None else int(found.group(1))
+
+
+def _could_be_trailer(tail: bytes) -> bool:
+    """Whether ``tail`` is the wrapper's trailer or how one begins."""
+    if len(tail) <= len(TRAILER_MARK):
+        return TRAILER_MARK.startswith(tail)
+    return PARTIAL_TRAILER.fullmatch(tail) is not None
 
 
 class ExecWatcher:

@@ -17,10 +17,18 @@ debris) are collected and do not pin the pids limit. Every execution:
 The wrapper, the result and the watch are ``sandbox.container.exec_watch``; the cgroup readings
 ``sandbox.container.cgroups``; the sweep of containers left behind ``sandbox.container.orphans``.
 
-Before every execution the engine's account of the container must show the
+Before its first execution the engine's account of the container must show the
 workspace mounted read-only and nothing mounted writable (``writable_mounts``): the
-check observes the tree and cannot change it, which is why no walk follows it.
-Afterwards the host verifies from the container's cgroup that only PID 1 is left."""
+check observes the tree and cannot change it, which is why no walk follows it. A
+container's mounts are fixed when it is created, so the proof holds for every later
+execution in it; it is asked for again after the harness restarted the container.
+Afterwards the host verifies from the container's cgroup that only PID 1 is left.
+
+An execution that ends normally costs two requests to the engine, the floor: create
+the execution, and start it with its output streamed. Its exit status comes with the
+output, from the wrapper (``exec_watch.WrapperOutput``); the engine is asked about the
+execution and the container only when the stream ends without it, or when the status
+says the command was killed by a signal (which the container's death also does)."""
 
 from __future__ import annotations
 
@@ -42,10 +50,12 @@ from sandbox.container.engine import ENGINE_ERRORS, SandboxUnavailable, unavaila
 from sandbox.container.exec_watch import (
     DEADLINE_GRACE_SECONDS,
     KILL_ALL,
+    KILLED,
     SETTLE_SECONDS,
     STREAM_GRACE_SECONDS,
     ExecResult,
     ExecWatcher,
+    WrapperOutput,
     changed_from_outside,
     wrapped,
 )
@@ -94,6 +104,9 @@ class SandboxContainer:
         # Set once the container failed under an execution: it is not used again.
         self.lost: str | None = None
         self._restarted_by_us = False
+        # The engine's account of the container once it proved the workspace read-only
+        # (``_read_only_state``); None until then, and again after a restart of ours.
+        self._proved_state: dict[str, Any] | None = None
         self._cgroup = ContainerCgroup(container_id, spec.runtime)
         # The output stream of the execution in flight, so a kill can cut it locally.
         self._stream_lock = threading.Lock()
@@ -172,6 +185,7 @@ class SandboxContainer:
 
     def _revive(self) -> None:
         """Start the container again if it stopped (nothing in it survives)."""
+        self._proved_state = None
         try:
             self._client.api.start(self.id)
         except ENGINE_ERRORS as exc:
@@ -216,19 +230,21 @@ class SandboxContainer:
             raise self._lose(unavailable(exc, "starting the check")) from None
         deadline.start()
         watcher = ExecWatcher(watch, watch_seconds, self._kill_processes_from_another_thread)
+        output = WrapperOutput(capture)
         try:
-            error = self._stream_output(sock, capture)
+            error = self._stream_output(sock, output)
         finally:
             watcher.stop()
             deadline.cancel()
             deadline.join()  # a deadline kill already under way must not hit the next execution
+            reported = output.end()
             capture.close()
             sock.close()
         elapsed = time.monotonic() - started
-        return self._result(exec_id, before, oom_before, elapsed, timeout_seconds, hit.is_set(), watcher.reason, error)
+        return self._result(exec_id, before, oom_before, elapsed, timeout_seconds, hit.is_set(), watcher.reason, error, reported)
 
-    def _stream_output(self, sock: Any, capture: OutputCapture) -> str | None:
-        """Copy the execution's output into ``capture`` until it ends or a kill cuts
+    def _stream_output(self, sock: Any, output: WrapperOutput) -> str | None:
+        """Copy the execution's output into ``output`` until it ends or a kill cuts
         it; why the stream broke off, if it did of its own accord."""
         raw = getattr(sock, "_sock", sock)
         with self._stream_lock:
@@ -240,8 +256,8 @@ class SandboxContainer:
             if hasattr(raw, "settimeout"):
                 raw.settimeout(None)  # the deadline bounds the wait, not the socket
             if not already_killed:
-                for _stream, data in frames(sock):
-                    capture.write(data)
+                for stream, data in frames(sock):
+                    output.write(stream, data)
         except OSError as exc:
             if not self._killed:
                 return f"the output stream broke off: {exc}"
@@ -260,19 +276,29 @@ class SandboxContainer:
         deadline_hit: bool,
         stopped_for: str | None,
         error: str | None,
+        reported: int | None = None,
     ) -> ExecResult:
         """How the execution ended: by the command itself, by one of our own ends, or
-        by the container failing under it."""
+        by the container failing under it. ``reported``: the exit status the wrapper
+        gave at the end of the stream, if it did."""
         # A killed execution's exit code says nothing, and asking a slow engine for it
         # would hold the kill up.
-        exit_code = None if self._killed else self._exit_code(exec_id)
+        if self._killed:
+            exit_code = None
+        elif reported is not None and error is None:
+            exit_code = reported
+        else:
+            exit_code = self._exit_code(exec_id)
         oom_after = self._cgroup.oom_kills()
         oom = None if oom_before is None or oom_after is None else oom_after > oom_before
         timed_out = deadline_hit or (elapsed >= timeout_seconds and exit_code in (124, 137))
         # Our own ends (the kill switch, the timeout, the watch, the memory limit) are
         # the command's result; anything else that ended it is asked of the engine.
         ours = self._killed or timed_out or stopped_for is not None or bool(oom)
-        lost = None if ours else self._lost_during(before, exit_code)
+        # The wrapper ran to its end and the command was not killed by a signal: the
+        # container was up until the last byte, so there is nothing to ask the engine.
+        finished = exit_code is not None and exit_code == reported and exit_code < 128
+        lost = None if ours or finished else self._lost_during(before, exit_code)
         if not self._killed and lost is None:
             self._reap()
         return ExecResult(
@@ -307,12 +333,16 @@ class SandboxContainer:
         """The container's state before a check, once the engine has shown that the
         check cannot write the workspace: that proof is what lets the harness skip a
         walk of the tree after every check (``sandbox/workspace/revision.py``). A container
-        that fails it runs nothing and is not used again."""
+        that fails it runs nothing and is not used again. Asked once per container (its
+        mounts cannot change) and again after each restart of ours."""
+        if self._proved_state is not None:
+            return self._proved_state
         attrs = self._inspect("before the check")
         problem = writable_mounts(attrs)
         if problem is not None:
             raise self._lose(SandboxUnavailable(problem))
         state: dict[str, Any] = attrs["State"]
+        self._proved_state = state
         return state
 
     def _lost_during(self, before: dict[str, Any], exit_code: int | None) -> str | None:
@@ -412,14 +442,14 @@ class SandboxContainer:
         api = (client or self._client).api
         try:
             exec_id = api.exec_create(self.id, KILL_ALL, user=SANDBOX_USER)["Id"]
-            api.exec_start(exec_id)
-            if api.exec_inspect(exec_id).get("ExitCode") == 0:
+            if api.exec_start(exec_id) == KILLED:
                 return
         except NotFound:
             return
         except ENGINE_ERRORS as exc:
             log.warning("sandbox %s: kill -9 -1 failed (%s); restarting the container", self.id[:12], exc)
         self._restarted_by_us = True
+        self._proved_state = None
         with contextlib.suppress(*ENGINE_ERRORS):
             api.kill(self.id)
         try:
