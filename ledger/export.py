@@ -5,7 +5,7 @@ of what deciders were shown (docs/design.md, Decision ledger)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -19,6 +19,11 @@ from ledger.writer import exported
 
 CHUNK = 1000
 
+# What rebuilds the content entries' ``shown`` covers from the rows that recorded
+# their decisions (runs.persistence.decisions.shown_contents, registered by the runs
+# app): entries -> {seq: content}. Content the ledger itself keeps comes first.
+rebuilders: list[Callable[[Sequence[Entry]], Mapping[int, str]]] = []
+
 
 def lines() -> Iterator[dict[str, Any]]:
     """Every entry in the global chain's order, each with the content its ``shown``
@@ -29,8 +34,12 @@ def lines() -> Iterator[dict[str, Any]]:
         if not chunk:
             return
         kept = dict(Content.objects.filter(digest__in={entry.shown for entry in chunk}).values_list("digest", "body"))
+        rebuilt: dict[int, str] = {}
+        missing = [entry for entry in chunk if entry.shown not in kept]
+        for rebuild in rebuilders if missing else ():
+            rebuilt.update(rebuild(missing))
         for entry in chunk:
-            yield exported(entry, kept.get(entry.shown))
+            yield exported(entry, kept.get(entry.shown, rebuilt.get(entry.seq)))
         last = chunk[-1].seq
 
 
