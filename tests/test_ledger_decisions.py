@@ -159,6 +159,20 @@ def test_it_names_the_api_token_a_reviewer_decided_through(operator: User, revie
     assert event.payload["via"].startswith("token ")
 
 
+def test_it_names_the_api_token_an_operator_killed_through(operator: User, resumes: list[str]) -> None:
+    from api.models import ApiToken
+
+    world = World()
+    run, _request = waiting(world, operator)
+    _row, key = ApiToken.issue(operator)
+    answer = Client().post(f"/api/runs/{run.pk}/kill/", HTTP_AUTHORIZATION=f"Token {key}", content_type="application/json")
+    assert answer.status_code == 202, answer.content
+    kill = Entry.objects.get(kind="operator.kill")
+    assert kill.actor_kind == "token" and kill.actor.startswith(f"{operator.username} (token ")
+    assert Event.objects.get(type="kill_requested").payload["via"].startswith("token ")
+    assert verify_stored() is None
+
+
 def test_it_leaves_no_entry_for_a_decision_whose_transaction_rolls_back(operator: User, reviewer: User, resumes: list[str]) -> None:
     world = World()
     run, request = waiting(world, operator)

@@ -70,6 +70,13 @@ def _project_of(run_id: str) -> int | None:
     return _projects[key]
 
 
+def decision_of(row: Event) -> dict[str, Any] | None:
+    """The decision a stored event records, as its ledger entry names it (kind, actor,
+    decided, shown, policy version), or None; for the trace's span events too
+    (monitoring.spans)."""
+    return _decision(row)
+
+
 def _decision(row: Event) -> dict[str, Any] | None:
     payload: Mapping[str, Any] = row.payload if isinstance(row.payload, dict) else {}
     kind = row.type
@@ -124,7 +131,8 @@ def _decision(row: Event) -> dict[str, Any] | None:
     if kind == "kill_requested":
         return {
             "kind": "operator.kill",
-            "actor": Actor("user", str(payload.get("by", ""))),
+            # The operator, or the API token they killed through.
+            "actor": _reviewer(payload),
             "decided": {"scope": payload.get("scope"), "reason": payload.get("reason", ""), "seq": row.seq},
             "shown": _held(payload),
         }
@@ -152,10 +160,11 @@ def shown_contents(entries: Sequence[Entry]) -> dict[int, str]:
     runs = {run for run, _ in wanted}
     seqs = {seq for _, seq in wanted}
     for row in Event.objects.filter(run_id__in=runs, seq__in=seqs):
-        entry = wanted.get((str(row.run_id), row.seq))
-        decision = _decision(row) if entry is not None else None
-        if entry is None or decision is None:
+        found_entry = wanted.get((str(row.run_id), row.seq))
+        decision = _decision(row) if found_entry is not None else None
+        if found_entry is None or decision is None:
             continue
+        entry = found_entry
         shown: Shown = decision["shown"]
         if shown.canonical and shown.digest == entry.shown:
             found[entry.seq] = shown.canonical.decode("utf-8")
