@@ -94,6 +94,7 @@ def projected(*tables: str) -> list[str]:
     return ["WITH"] if connection.vendor == "postgresql" else ["UPDATE", "INSERT", *("INSERT" for _ in tables)]
 
 
+@pytest.mark.usefixtures("fresh_ledger")
 def test_it_stores_a_read_step_in_at_most_five_statements_and_two_on_postgresql(monkeypatch: pytest.MonkeyPatch) -> None:
     run, store = drive_reads(monkeypatch)
     # The first checkpoint records the run's start, the last its stop; in between,

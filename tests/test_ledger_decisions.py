@@ -238,6 +238,7 @@ def test_it_records_exactly_the_decisions_made_by_concurrent_reviewers(operator:
     assert verify_stored() is None
 
 
+@pytest.mark.usefixtures("fresh_ledger")
 def test_it_keeps_one_chain_under_concurrent_writers_of_several_projects(operator: User) -> None:
     from ledger.writer import Decision, Shown, record, system
     from projects.models import Project
@@ -276,4 +277,14 @@ def test_it_keeps_one_chain_under_concurrent_writers_of_several_projects(operato
         thread.join(60)
     assert Entry.objects.count() == 70
     assert sorted(Entry.objects.values_list("seq", flat=True)) == list(range(1, 71))
+    assert verify_stored() is None
+
+
+def test_it_records_the_default_projects_first_memberships() -> None:
+    from projects.models import GLOBAL_ROLES, default_project_id
+
+    # Made by the flush before this test, as after every migrate (ensure_default_project).
+    added = Entry.objects.filter(kind="admin.membership_added", project_id=default_project_id())
+    assert sorted(decided(entry)["detail"]["role"] for entry in added) == sorted(GLOBAL_ROLES)
+    assert {(entry.actor_kind, entry.actor) for entry in added} == {("system", "harness")}
     assert verify_stored() is None

@@ -29,7 +29,7 @@ from ledger.writer import Decision, Shown, person, record, system
 from projects.models import Project, default_project_id
 from tests.helpers import run_command
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres, pytest.mark.usefixtures("fresh_ledger")]
 
 ROOT = Path(__file__).resolve().parent.parent
 
