@@ -50,6 +50,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "startup": ([], ["--rounds", "1"]),
     "checkpoint_cursor": ([], ["--statements", "100", "--trials", "2"]),
     "secret_scan_cost": ([], ["--lines", "1000", "--rounds", "1", "--callgrind-lines", "0"]),
+    "ledger_cost": ([], ["--steps", "50", "--grants", "10", "--trials", "1"]),
 }
 
 

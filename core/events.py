@@ -178,7 +178,7 @@ class ApprovalDecided(Event):
     # bytes of runs.approval_flow.shown), which the decision's ledger entry records;
     # "" for a decision recorded before the ledger.
     shown: str = ""
-    # The API token the decider decided through (its prefix), "" for the page.
+    # The API token the decider decided through (its label), "" for the page.
     via: str = ""
 
 
@@ -255,6 +255,8 @@ class KillRequested(Event):
     # "project": the run's project's operators stopped all its runs.
     scope: Literal["run", "project", "global"]
     reason: str = ""  # the operator's words, optional
+    # The API token's label when the operator killed through the API ("" otherwise).
+    via: str = ""
 
 
 class CallStarted(Event):

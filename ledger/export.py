@@ -5,49 +5,64 @@ of what deciders were shown (docs/design.md, Decision ledger)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 
-from ledger.models import GLOBAL_CHAIN, Content, Entry, Head
+from ledger.models import GLOBAL_CHAIN, Content, Entry, Head, project_chain
 from ledger.verify import Head as PublishedHead
 from ledger.verify import Problem, verify
 from ledger.writer import exported
 
 CHUNK = 1000
 
+# What rebuilds the content entries' ``shown`` covers from the rows that recorded
+# their decisions (runs.persistence.decisions.shown_contents, registered by the runs
+# app): entries -> {seq: content}. Content the ledger itself keeps comes first.
+rebuilders: list[Callable[[Sequence[Entry]], Mapping[int, str]]] = []
 
-def lines() -> Iterator[dict[str, Any]]:
+
+def lines(project: int | None = None) -> Iterator[dict[str, Any]]:
     """Every entry in the global chain's order, each with the content its ``shown``
-    digest covers where retention kept it."""
+    digest covers where retention kept it; with ``project``, that project's entries
+    alone, in its chain's order."""
     last = 0
     while True:
-        chunk = list(Entry.objects.filter(seq__gt=last).order_by("seq")[:CHUNK])
+        if project is None:
+            chunk = list(Entry.objects.filter(seq__gt=last).order_by("seq")[:CHUNK])
+        else:
+            chunk = list(Entry.objects.filter(project_id=project, project_seq__gt=last).order_by("project_seq")[:CHUNK])
         if not chunk:
             return
         kept = dict(Content.objects.filter(digest__in={entry.shown for entry in chunk}).values_list("digest", "body"))
+        rebuilt: dict[int, str] = {}
+        missing = [entry for entry in chunk if entry.shown not in kept]
+        for rebuild in rebuilders if missing else ():
+            rebuilt.update(rebuild(missing))
         for entry in chunk:
-            yield exported(entry, kept.get(entry.shown))
-        last = chunk[-1].seq
+            yield exported(entry, kept.get(entry.shown, rebuilt.get(entry.seq)))
+        last = int(chunk[-1].seq if project is None else chunk[-1].project_seq or 0)
 
 
-def write_export(out: Any) -> int:
-    """The export as JSON Lines into ``out`` (a text stream); how many entries."""
+def write_export(out: Any, project: int | None = None) -> int:
+    """The export as JSON Lines into ``out`` (a text stream), of every entry or of one
+    project's chain; how many entries."""
     count = 0
-    for line in lines():
+    for line in lines(project):
         out.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
         count += 1
     return count
 
 
-def head() -> dict[str, Any]:
-    """The global chain's head as the beat publishes it."""
-    row = Head.objects.filter(chain=GLOBAL_CHAIN).first()
+def head(project: int | None = None) -> dict[str, Any]:
+    """The global chain's head as the beat publishes it (or a project's)."""
+    chain = GLOBAL_CHAIN if project is None else project_chain(project)
+    row = Head.objects.filter(chain=chain).first()
     return {
-        "chain": GLOBAL_CHAIN,
+        "chain": chain,
         "seq": row.seq if row is not None else 0,
         "digest": row.digest if row is not None else "",
         "at": timezone.now().isoformat(),

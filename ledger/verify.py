@@ -4,6 +4,7 @@ standard library, so whoever holds an export checks it with this one file:
 
     python3 -m ledger.verify ledger.jsonl [--head DIGEST | --head SEQ:DIGEST]
     python3 ledger/verify.py ledger.jsonl           # the file alone, copied anywhere
+    python3 -m ledger.verify project.jsonl --project ID   # one project's export
 
 An export is JSON Lines, one entry a line in the global chain's order. Each entry is
 in two chains at once: the global chain (``seq``, ``prev``) and its project's chain
@@ -134,11 +135,26 @@ def read_lines(lines: Iterable[str]) -> tuple[list[dict[str, Any]], Problem | No
     return entries, None
 
 
-def verify(entries: Sequence[Mapping[str, Any]], head: Head | None = None) -> Problem | None:
+def verify(entries: Sequence[Mapping[str, Any]], head: Head | None = None, project: Any = None) -> Problem | None:
     """The first problem with ``entries`` (a whole export, in its order), or None when
     every entry is what its digest says, every link holds in the global chain and in
     each project's chain, every kept content is what the entry says was shown and, with
-    ``head``, the chain ends at the published head."""
+    ``head``, the chain ends at the published head.
+
+    With ``project``, ``entries`` are one project's export (``manage.py ledger export
+    --project``): that project's chain alone, in its order, checked the same way (the
+    global chain's links run through other projects' entries, which it does not hold),
+    and ``head`` is that project's head."""
+    if project is not None:
+        chain = _project_chain(project)
+        stray = next((e for e in entries if e.get("project") != project), None)
+        if stray is not None:
+            return Problem("malformed", chain.name, None, f"{GLOBAL.label(stray)} is not of project {project}")
+        for check in (_self_checks, lambda found: _links(chain, found)):
+            problem = check(entries)
+            if problem is not None:
+                return problem
+        return _against_head(entries, head, chain) if head is not None else None
     for check in (_self_checks, _global_links, _project_links):
         problem = check(entries)
         if problem is not None:
@@ -270,7 +286,7 @@ def _links(chain: _Chain, entries: Sequence[Mapping[str, Any]]) -> Problem | Non
     return None
 
 
-def _against_head(entries: Sequence[Mapping[str, Any]], head: Head) -> Problem | None:
+def _against_head(entries: Sequence[Mapping[str, Any]], head: Head, chain: _Chain = GLOBAL) -> Problem | None:
     """The published head is the last entry's digest: an entry removed from the end (or
     the whole tail) no link shows, and one added after it, are found here."""
     last = entries[-1] if entries else None
@@ -278,18 +294,18 @@ def _against_head(entries: Sequence[Mapping[str, Any]], head: Head) -> Problem |
         return None
     found = next((e for e in entries if e.get("digest") == head.digest), None)
     if found is not None:
-        after = int(found["seq"]) + 1
+        after = int(found[chain.seq]) + 1
         return Problem(
-            "inserted", GLOBAL.name, after, f"entry {after} and any after it were added after the published head (entry {found['seq']})"
+            "inserted", chain.name, after, f"entry {after} and any after it were added after the published head (entry {found[chain.seq]})"
         )
-    last_seq = int(last["seq"]) if last is not None else 0
+    last_seq = int(last[chain.seq]) if last is not None else 0
     if head.seq is not None and head.seq > last_seq:
         span = f"entry {last_seq + 1}" if head.seq == last_seq + 1 else f"entries {last_seq + 1} to {head.seq}"
         return Problem(
-            "truncated", GLOBAL.name, last_seq + 1, f"{span} removed: the published head is entry {head.seq}, the export ends at {last_seq}"
+            "truncated", chain.name, last_seq + 1, f"{span} removed: the published head is entry {head.seq}, the export ends at {last_seq}"
         )
     return Problem(
-        "truncated", GLOBAL.name, None, f"the published head {head.digest[:16]}… is not in the export: its end was removed or altered"
+        "truncated", chain.name, None, f"the published head {head.digest[:16]}… is not in the export: its end was removed or altered"
     )
 
 
@@ -297,6 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m ledger.verify", description="Verify an export of Harness's decision ledger.")
     parser.add_argument("file", help="the export (JSON Lines), or - for standard input")
     parser.add_argument("--head", help="the published head: DIGEST or SEQ:DIGEST; the chain must end there")
+    parser.add_argument("--project", type=int, help="the export is this project's chain alone (its id): ledger export --project")
     args = parser.parse_args(argv)
     if args.file == "-":
         entries, problem = read_lines(sys.stdin)
@@ -304,13 +321,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(args.file, encoding="utf-8") as handle:
             entries, problem = read_lines(handle)
     if problem is None:
-        problem = verify(entries, Head.parse(args.head) if args.head else None)
+        problem = verify(entries, Head.parse(args.head) if args.head else None, args.project)
     if problem is not None:
         print(f"FAILED: {problem}")
         return 1
     last = entries[-1] if entries else None
-    ending = f", ending at entry {last['seq']} with digest {last['digest']}" if last is not None else ""
-    print(f"OK: {len(entries)} entries, every digest and link holds{ending}")
+    seq = "seq" if args.project is None else "project_seq"
+    ending = f", ending at entry {last[seq]} with digest {last['digest']}" if last is not None else ""
+    of = "" if args.project is None else f" of project {args.project}'s chain"
+    print(f"OK: {len(entries)} entries{of}, every digest and link holds{ending}")
     return 0
 
 

@@ -27,6 +27,7 @@ from common.redact import redact
 from core import events as ev
 from core.outcome import at_stop
 from runs.models import Event, Run
+from runs.persistence.decisions import decision_of
 
 SCOPE = InstrumentationScope("harness")
 # What one attribute may hold of an argument or a result, when the policy lets the
@@ -169,9 +170,11 @@ def _run_span(stopped: ev.Stopped, resource: Resource) -> ReadableSpan:
     outcome = stopped.outcome or stopped.status
     said = stopped.said or at_stop(stopped.status, stopped.message).sentence
     kinds = [ev.type_name(kind) for kind in (ev.RunStarted, ev.InvalidInput, ev.KillRequested)]
-    marks = _typed(Event.objects.filter(run_id=run_id, type__in=kinds).order_by("seq"))
+    rows = list(Event.objects.filter(run_id=run_id, type__in=kinds).order_by("seq"))
+    marks = _typed(rows)
+    ledger = ledger_attributes(rows)
     started = next((mark.ts for mark in marks if isinstance(mark, ev.RunStarted)), run.created_at)
-    events = [_run_event(mark) for mark in marks if isinstance(mark, ev.InvalidInput | ev.KillRequested)]
+    events = [_decided(_run_event(mark), ledger.get(mark.seq)) for mark in marks if isinstance(mark, ev.InvalidInput | ev.KillRequested)]
     attributes: Attributes = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": run.task_id,
@@ -261,9 +264,11 @@ def _check_span(evidence: ev.EvidenceRecorded, resource: Resource) -> ReadableSp
 def _wait_span(ended: ev.WaitEnded, resource: Resource) -> ReadableSpan:
     run_id = ended.run_id
     kinds = [ev.type_name(kind) for kind in (ev.ApprovalRequired, ev.ApprovalDecided, ev.ApprovalLapsed)]
+    rows = list(Event.objects.filter(run_id=run_id, call_id=ended.call_id, type__in=kinds))
+    ledger = ledger_attributes(rows)
     decided = [
         event
-        for event in _typed(Event.objects.filter(run_id=run_id, call_id=ended.call_id, type__in=kinds))
+        for event in _typed(rows)
         if isinstance(event, ev.ApprovalRequired | ev.ApprovalDecided | ev.ApprovalLapsed) and event.request_id == ended.request_id
     ]
     granted_by = [event.by for event in decided if isinstance(event, ev.ApprovalDecided) and event.decision == "granted"]
@@ -275,7 +280,7 @@ def _wait_span(ended: ev.WaitEnded, resource: Resource) -> ReadableSpan:
         "harness.approval.granted_by": granted_by or None,
         "harness.approval.waited_seconds": ended.waited_seconds,
     }
-    events = [_call_event(event) for event in decided]
+    events = [_decided(_call_event(event), ledger.get(event.seq)) for event in decided]
     started = ended.ts - ended.waited_seconds
     return _span(
         "wait for reviewer", _context(run_id, "wait", ended.request_id), _parent_of(ended), started, ended.ts, attributes, resource, events
@@ -284,7 +289,8 @@ def _wait_span(ended: ev.WaitEnded, resource: Resource) -> ReadableSpan:
 
 def _call_span(end: ev.AnyEvent, resource: Resource, values: bool | None) -> ReadableSpan | None:
     run_id = end.run_id
-    log = _typed(Event.objects.filter(run_id=run_id, call_id=end.call_id, seq__lte=end.seq).order_by("seq"))
+    rows = list(Event.objects.filter(run_id=run_id, call_id=end.call_id, seq__lte=end.seq).order_by("seq"))
+    log = _typed(rows)
     if isinstance(end, ev.Stopped) and any(_settles(event) for event in log[:-1]):
         return None  # its span ended with its own settling event; the stop only names it
     tool = next((name for name in map(tool_of, log) if name), "")
@@ -298,7 +304,8 @@ def _call_span(end: ev.AnyEvent, resource: Resource, values: bool | None) -> Rea
     }
     if values if values is not None else _policy_allows_values(run_id):
         attributes.update(_values(log))
-    events = [_call_event(event) for event in log if isinstance(event, _Shown)]
+    ledger = ledger_attributes(rows)
+    events = [_decided(_call_event(event), ledger.get(event.seq)) for event in log if _shown_in_call(event)]  # type: ignore[arg-type]  # _shown_in_call narrows
     status = Status(StatusCode.ERROR, "receipt invalid") if isinstance(end, ev.ReceiptRecorded) and not end.valid else None
     return _span(
         f"execute_tool {tool}",
@@ -341,7 +348,48 @@ def _policy_allows_values(run_id: str) -> bool:
     return isinstance(document, dict) and document.get("trace_values") is True
 
 
-def _call_event(event: _Shown) -> SpanEvent:
+def _shown_in_call(event: ev.AnyEvent) -> bool:
+    """A call's span tells its gates' decisions (a secret scan's refusal too), the reviewers' part and its attempts' ends."""
+    return isinstance(event, _Shown) or isinstance(event, ev.SecretsFound) and event.decision == "refuse"
+
+
+def ledger_attributes(rows: Iterable[Event]) -> dict[int, Attributes]:
+    """The decision ledger's account of each decision among ``rows``, by seq, as the
+    attributes of the span event that tells it (docs/design.md, Traces): the kind of
+    decision and its outcome, who decided (a policy rule, a person, a person through a
+    token, Harness itself), the rule, the policy version, and the digest of what the
+    decider was shown, as the decision's ledger entry holds them (runs.persistence.decisions)."""
+    found: dict[int, Attributes] = {}
+    for row in rows:
+        decision = decision_of(row)
+        if decision is None:
+            continue
+        kind = str(decision["kind"])
+        actor = decision["actor"]
+        decided = decision["decided"]
+        found[row.seq] = {
+            "harness.decision.kind": kind,
+            "harness.decision.outcome": kind.partition(".")[2],
+            "harness.decider.kind": actor.kind,
+            "harness.decider.name": actor.name,
+            "harness.decision.rule": actor.name if actor.kind == "rule" else None,
+            "harness.policy.version": decision.get("policy_version"),
+            "harness.decision.shown": decision["shown"].digest,
+            "gen_ai.tool.name": decided.get("tool"),
+            "gen_ai.tool.call.id": row.call_id or None,
+        }
+    return found
+
+
+def _decided(event: SpanEvent, ledger: Attributes | None) -> SpanEvent:
+    """``event`` with the ledger's account of the decision it tells, if it tells one."""
+    if not ledger:
+        return event
+    extra = {key: value for key, value in redact(ledger).items() if value is not None}
+    return SpanEvent(event.name, {**extra, **(event.attributes or {})}, timestamp=event.timestamp)
+
+
+def _call_event(event: _Shown | ev.SecretsFound) -> SpanEvent:
     """A gate's decision or a reviewer's, as the call's span tells it: which rule,
     which policy version, which approval key, who decided; or an attempt's end."""
     match event:
@@ -372,6 +420,8 @@ def _call_event(event: _Shown) -> SpanEvent:
             )
         case ev.DuplicateEffect() | ev.WriteBlocked() | ev.CheckRequired() | ev.ChangesRequested():
             return _decision(event, {"harness.decision": event.type})
+        case ev.SecretsFound():
+            return _decision(event, {"harness.decision": event.type, "harness.policy.version": event.policy_version})
         case ev.ApprovalDecided():
             return _event(
                 "harness.approval.decision",
@@ -400,5 +450,5 @@ def _call_event(event: _Shown) -> SpanEvent:
             assert_never(event)
 
 
-def _decision(event: _Shown, attributes: Attributes) -> SpanEvent:
+def _decision(event: _Shown | ev.SecretsFound, attributes: Attributes) -> SpanEvent:
     return _event("harness.gate.decision", event, attributes)

@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.core.validators import MinValueValidator
-from django.db import models
+from django.db import models, transaction
 
 DEFAULT_PROJECT = "default"
 # The global groups whose members are the default project's reviewers and operators:
@@ -66,13 +66,17 @@ class Project(models.Model):
 def ensure_default_project(**_: object) -> Project:
     """The default project, with the global groups' roles in it: after every migrate and
     flush (as runs.roles does for the groups), so a fresh database always has it."""
+    # The audit, and with it the decision ledger, sits on these rows (projects.audit).
+    from projects.audit import record
+
     project, _created = Project.objects.get_or_create(slug=DEFAULT_PROJECT, defaults={"name": "Default"})
     for role in GLOBAL_ROLES:
         group, _created = Group.objects.get_or_create(name=role)
-        _membership, created = Membership.objects.get_or_create(project=project, group=group, role=role)
-        if created:
-            # Every change of membership is audited, the server's own too.
-            AuditEntry.objects.create(project=project, action="membership_added", detail={"group": role, "role": role})
+        with transaction.atomic():
+            _membership, created = Membership.objects.get_or_create(project=project, group=group, role=role)
+            if created:
+                # Every change of membership is audited and in the ledger, the server's own too.
+                record(project, None, "membership_added", group=role, role=role)
     return project
 
 

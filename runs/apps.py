@@ -12,10 +12,15 @@ class RunsConfig(AppConfig):
         from channels.layers import get_channel_layer
         from django.conf import settings
 
+        from ledger.export import rebuilders
+        from runs.persistence.decisions import shown_contents
         from runs.roles import ensure_roles
         from sandbox.public import use_engine_host
 
         post_migrate.connect(ensure_roles, sender=self)
+        # An export rebuilds what the gates were shown from the run's events.
+        if shown_contents not in rebuilders:
+            rebuilders.append(shown_contents)
         use_engine_host(lambda: str(settings.DOCKER_HOST))
         # The channel layer's backend (redis.asyncio, msgpack: 40 ms of imports, more
         # on a busy machine) loads with the process, not on its first broadcast, which

@@ -17,6 +17,7 @@ from common import permissions
 from core import events as ev
 from core.fences import RowLock
 from ledger.writer import batch as ledger_batch
+from ledger.writer import token_of
 from projects.access import holds_globally, permissions_in
 from projects.audit import record
 from projects.models import Project
@@ -69,7 +70,7 @@ def stopping_reason(by: str, scope: str, reason: str) -> str:
     return f"the run is being stopped: {kill_words(by, scope, reason)}"
 
 
-def do_kill(run: Run, by: str, scope: str = "run", reason: str = "") -> bool:
+def do_kill(run: Run, by: str, scope: str = "run", reason: str = "", via: str = "") -> bool:
     """Flag a run for killing. Its open approval requests are cancelled at once, so
     they leave the reviewers' queue whether or not a worker is about. A run waiting
     for approval has no driver to notice, so it is resumed: the loop's first guard
@@ -82,7 +83,7 @@ def do_kill(run: Run, by: str, scope: str = "run", reason: str = "") -> bool:
             # An operator does not drive the run: the conditional UPDATE above (it
             # holds the run row's lock to the end of this transaction) decides, once.
             killing = RowLock("an operator's kill")
-            append_event(str(run.pk), ev.KillRequested, fence=killing, by=by, scope=scope, reason=reason)
+            append_event(str(run.pk), ev.KillRequested, fence=killing, by=by, scope=scope, reason=reason, via=via)
             cancel_open_requests(str(run.pk), stopping_reason(by, scope, reason), fence=killing)
             transaction.on_commit(lambda: enqueue_resume(str(run.pk)))
     return flagged == 1
@@ -90,7 +91,7 @@ def do_kill(run: Run, by: str, scope: str = "run", reason: str = "") -> bool:
 
 def kill(run: Run, user: User | AnonymousUser, reason: str = "") -> bool:
     check_operator(user, run)
-    return do_kill(run, user.get_username(), reason=reason.strip()[:KILL_REASON_CHARS])
+    return do_kill(run, user.get_username(), reason=reason.strip()[:KILL_REASON_CHARS], via=token_of(user))
 
 
 def set_global(user: User | AnonymousUser, *, stop_all: bool, admit_new: bool) -> int:
@@ -106,7 +107,7 @@ def set_global(user: User | AnonymousUser, *, stop_all: bool, admit_new: bool) -
     killed = 0
     if stop_all:
         for run in Run.objects.filter(status__in=ACTIVE):
-            killed += do_kill(run, user.get_username(), scope="global")
+            killed += do_kill(run, user.get_username(), scope="global", via=token_of(user))
     return killed
 
 
@@ -126,7 +127,7 @@ def set_project_switch(user: User | AnonymousUser, project: Project, *, paused: 
                 transaction.on_commit(lambda: enqueue_dispatch(project.pk))
         if stop_all:
             for run in Run.objects.filter(project=project, status__in=ACTIVE):
-                killed += do_kill(run, user.get_username(), scope="project")
+                killed += do_kill(run, user.get_username(), scope="project", via=token_of(user))
             record(project, user, "project_stopped_all", killed=killed)
     project.refresh_from_db(fields=["paused"])
     return killed

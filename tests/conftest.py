@@ -96,3 +96,15 @@ def other_member(other_project: Project) -> User:
     for role in (Role.REVIEWER, Role.OPERATOR):
         Membership.objects.create(project=other_project, user=user, role=role)
     return user
+
+
+@pytest.fixture
+def fresh_ledger(transactional_db: None) -> None:
+    """An empty decision ledger: the flush before each test leaves the default project's
+    membership entries (projects.models.ensure_default_project) in it, and a test that
+    numbers the chain from its start, or measures its first entry, wants none."""
+    from ledger.models import Content, Entry, Head
+
+    Entry.objects.all().delete()
+    Head.objects.all().delete()
+    Content.objects.all().delete()

@@ -1,4 +1,4 @@
-"""The checkpoint's cursor (runs/persistence/rows.py ``checkpoint_cursor``): wrapped by Django's
+"""The checkpoint's cursor (common/cursors.py ``checkpoint_cursor``, used by runs/persistence/rows.py): wrapped by Django's
 public cursor wrappers, so its statements are logged like all others; on PostgreSQL
 bound on the server and kept prepared, through the project's one override of a
 private psycopg method (``Cursor._send_query_prepared``, which alone can record a
@@ -51,8 +51,8 @@ def test_it_logs_a_prepared_statement_as_itself() -> None:
 def test_it_overrides_a_method_psycopg_still_has() -> None:
     method = getattr(psycopg.Cursor, "_send_query_prepared", None)
     assert method is not None, (
-        f"psycopg {psycopg.__version__} has no Cursor._send_query_prepared: runs/persistence/rows.py's _ServerBindingCursor is dead"
+        f"psycopg {psycopg.__version__} has no Cursor._send_query_prepared: common/cursors.py's _ServerBindingCursor is dead"
     )
     assert list(inspect.signature(method).parameters) == ["self", "name", "pgq", "binary"], (
-        f"psycopg {psycopg.__version__} changed Cursor._send_query_prepared's signature; see runs/persistence/rows.py _ServerBindingCursor"
+        f"psycopg {psycopg.__version__} changed Cursor._send_query_prepared's signature; see common/cursors.py _ServerBindingCursor"
     )

@@ -35,7 +35,7 @@ def test_it_stops_every_active_run_and_records_who(operator: User, monkeypatch: 
             state = drive_run(run, world.environment(), DjangoApprovals(run), controls=watchdog)
         assert state.outcome == "killed"
         event = Event.objects.get(run=run, type="kill_requested")
-        assert event.payload == {"by": operator.username, "scope": "global", "reason": ""}
+        assert event.payload == {"by": operator.username, "scope": "global", "reason": "", "via": ""}
 
 
 def test_it_admits_no_new_runs_when_told(operator: User) -> None:

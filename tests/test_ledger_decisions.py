@@ -159,6 +159,20 @@ def test_it_names_the_api_token_a_reviewer_decided_through(operator: User, revie
     assert event.payload["via"].startswith("token ")
 
 
+def test_it_names_the_api_token_an_operator_killed_through(operator: User, resumes: list[str]) -> None:
+    from api.models import ApiToken
+
+    world = World()
+    run, _request = waiting(world, operator)
+    _row, key = ApiToken.issue(operator)
+    answer = Client().post(f"/api/runs/{run.pk}/kill/", HTTP_AUTHORIZATION=f"Token {key}", content_type="application/json")
+    assert answer.status_code == 202, answer.content
+    kill = Entry.objects.get(kind="operator.kill")
+    assert kill.actor_kind == "token" and kill.actor.startswith(f"{operator.username} (token ")
+    assert Event.objects.get(type="kill_requested").payload["via"].startswith("token ")
+    assert verify_stored() is None
+
+
 def test_it_leaves_no_entry_for_a_decision_whose_transaction_rolls_back(operator: User, reviewer: User, resumes: list[str]) -> None:
     world = World()
     run, request = waiting(world, operator)
@@ -224,6 +238,7 @@ def test_it_records_exactly_the_decisions_made_by_concurrent_reviewers(operator:
     assert verify_stored() is None
 
 
+@pytest.mark.usefixtures("fresh_ledger")
 def test_it_keeps_one_chain_under_concurrent_writers_of_several_projects(operator: User) -> None:
     from ledger.writer import Decision, Shown, record, system
     from projects.models import Project
@@ -235,14 +250,21 @@ def test_it_keeps_one_chain_under_concurrent_writers_of_several_projects(operato
         try:
             barrier.wait()
             for i in range(10):
+                # The last writer's decisions are of both projects at once (as a
+                # policy save's or a project's "stop all" can be): written apart from
+                # the one statement a decision of one project is on PostgreSQL.
+                both = range(2) if n == 5 else (n + i,)
                 with transaction.atomic():
                     record(
-                        Decision(
-                            kind="admin.test_change",
-                            actor=system("a test"),
-                            decided={"writer": n, "i": i},
-                            shown=Shown.of({"writer": n, "i": i}),
-                            project_id=projects[(n + i) % 2],
+                        *(
+                            Decision(
+                                kind="admin.test_change",
+                                actor=system("a test"),
+                                decided={"writer": n, "i": i, "k": k},
+                                shown=Shown.of({"writer": n, "i": i, "k": k}),
+                                project_id=projects[k % 2],
+                            )
+                            for k in both
                         )
                     )
         finally:
@@ -253,6 +275,16 @@ def test_it_keeps_one_chain_under_concurrent_writers_of_several_projects(operato
         thread.start()
     for thread in threads:
         thread.join(60)
-    assert Entry.objects.count() == 60
-    assert sorted(Entry.objects.values_list("seq", flat=True)) == list(range(1, 61))
+    assert Entry.objects.count() == 70
+    assert sorted(Entry.objects.values_list("seq", flat=True)) == list(range(1, 71))
+    assert verify_stored() is None
+
+
+def test_it_records_the_default_projects_first_memberships() -> None:
+    from projects.models import GLOBAL_ROLES, default_project_id
+
+    # Made by the flush before this test, as after every migrate (ensure_default_project).
+    added = Entry.objects.filter(kind="admin.membership_added", project_id=default_project_id())
+    assert sorted(decided(entry)["detail"]["role"] for entry in added) == sorted(GLOBAL_ROLES)
+    assert {(entry.actor_kind, entry.actor) for entry in added} == {("system", "harness")}
     assert verify_stored() is None

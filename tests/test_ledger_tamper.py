@@ -29,7 +29,7 @@ from ledger.writer import Decision, Shown, person, record, system
 from projects.models import Project, default_project_id
 from tests.helpers import run_command
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres, pytest.mark.usefixtures("fresh_ledger")]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -281,3 +281,30 @@ def test_it_forgets_old_content_under_retention_while_the_chain_still_verifies(s
     # The digests stay: the chain verifies, and proves what was decided and the digest
     # of what was shown, no longer the content itself.
     assert verify.verify(entries) is None
+
+
+def test_it_exports_one_projects_chain_verifiable_alone(tmp_path: Path) -> None:
+    decisions(9)  # three each: the default project, "tamper-other", no project
+    other = Project.objects.get(slug="tamper-other")
+    export = tmp_path / "other.jsonl"
+    code, _out, err = run_command("ledger", "export", "--project", "tamper-other", "--output", str(export))
+    assert code == 0 and f"3 entries exported of project tamper-other (verify with --project {other.pk})" in err, err
+    entries, problem = verify.read_lines(export.read_text().splitlines())
+    assert problem is None and [e["project_seq"] for e in entries] == [1, 2, 3] and {e["project"] for e in entries} == {other.pk}
+    code, out, _err = run_command("ledger", "verify", str(export), "--project", str(other.pk))
+    assert code == 0 and out.startswith(f"OK: 3 entries of project {other.pk}'s chain"), out
+    # Checked as a whole export it is not one: the global chain's entries between are missing.
+    assert problem_in_export(entries).what == "removed"
+    # Against the project's head; an entry altered, removed or of another project is named.
+    project_head = json.loads(run_command("ledger", "head", "--project", "tamper-other")[1])
+    assert verify.verify(entries, verify.Head(project_head["digest"], project_head["seq"]), other.pk) is None
+    altered = [dict(e) for e in entries]
+    altered[1]["decided"] = {"n": 99}
+    found = verify.verify(altered, project=other.pk)
+    assert found is not None and found.what == "altered"
+    found = verify.verify([entries[0], entries[2]], project=other.pk)
+    assert found is not None and found.what == "removed" and found.seq == 2
+    found = verify.verify(entries[:2], verify.Head(project_head["digest"], project_head["seq"]), other.pk)
+    assert found is not None and found.what == "truncated"
+    found = verify.verify(exported()[:1], project=other.pk)
+    assert found is not None and found.what == "malformed"

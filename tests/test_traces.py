@@ -21,6 +21,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from approvals.models import ApprovalRequest
 from core.scenarios import FIXED, call
+from ledger.models import Entry
 from monitoring import tracing
 from monitoring.spans import span_id_of, trace_id_text
 from runs.approval_flow.flow import grant
@@ -180,6 +181,37 @@ def test_it_sends_a_span_tree_of_the_run_its_calls_check_and_wait_without_the_se
     arguments = str(attributes(write)["gen_ai.tool.call.arguments"])
     assert "src/calc.py" in arguments and "deploy token" in arguments
     assert attributes(finish)["harness.call.ended_by"] == "stopped"
+
+    # Each decision, refusals included, as its ledger entry names it: kind, outcome,
+    # decider, rule, policy version and the digest of what the decider was shown.
+    refusal = attributes(refused.events[0])
+    assert (refusal["harness.decision.kind"], refusal["harness.decision.outcome"]) == ("gate.refused", "refused")
+    assert (refusal["harness.decider.kind"], refusal["harness.decider.name"], refusal["harness.decision.rule"]) == (
+        "rule",
+        "evidence",
+        "evidence",
+    )
+    assert refusal["gen_ai.tool.name"] == "publish" and refusal["gen_ai.tool.call.id"]
+    assert (
+        ask["harness.decision.kind"] == "gate.asked"
+        and ask["harness.decider.kind"] == "rule"
+        and ask["harness.decision.rule"] == ask["harness.rule"]
+    )
+    [granted] = [a for name, a in decisions if name == "harness.approval.decision"]
+    assert (granted["harness.decision.kind"], granted["harness.decider.kind"], granted["harness.decider.name"]) == (
+        "approval.granted",
+        "user",
+        "rita-reviewer",
+    )
+    told = [
+        (a["harness.decision.kind"], a["harness.decider.name"], a["harness.decision.shown"])
+        for span in calls
+        for a in map(attributes, span.events)
+        if "harness.decision.kind" in a
+    ]
+    assert {"gate.allowed", "gate.asked", "gate.refused", "approval.granted", "approval.consumed"} <= {kind for kind, _, _ in told}
+    entries = set(Entry.objects.filter(run_id=run_id).values_list("kind", "actor", "shown"))
+    assert set(told) <= entries, set(told) - entries
     assert read.start_time_unix_nano < write.start_time_unix_nano
     for body in receiver.requests:
         assert SECRET.encode() not in body

@@ -7,15 +7,19 @@ An entry's ``shown`` is the digest of what the decider was shown: for a gate, th
 rule's inputs (tool, the digest of the canonical arguments, revision, policy version,
 the rule that matched, the decision); for a reviewer, the approval page's content
 (runs.approval_flow.shown), which the reviewer's event names; for the rest, the event
-as stored. Everything is taken from the rows as stored (masked), so an export can be
+as stored. What a decider was shown is rebuilt from the event (``shown_contents``),
+so the ledger keeps no copy of it beside the log (for a reviewer, the flow keeps the
+page's content). Everything is taken from the rows as stored (masked), so an export can be
 checked against the run's log."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.jsonutil import digest
+from ledger.models import Entry
 from ledger.writer import Actor, Decision, Shown, record, rule, system
 from runs.models import Event, Run
 
@@ -66,6 +70,13 @@ def _project_of(run_id: str) -> int | None:
     return _projects[key]
 
 
+def decision_of(row: Event) -> dict[str, Any] | None:
+    """The decision a stored event records, as its ledger entry names it (kind, actor,
+    decided, shown, policy version), or None; for the trace's span events too
+    (monitoring.spans)."""
+    return _decision(row)
+
+
 def _decision(row: Event) -> dict[str, Any] | None:
     payload: Mapping[str, Any] = row.payload if isinstance(row.payload, dict) else {}
     kind = row.type
@@ -94,37 +105,79 @@ def _decision(row: Event) -> dict[str, Any] | None:
             "decided": decided,
             # The approval page's content, kept by the flow (runs.approval_flow.shown); the
             # event names its digest.
-            "shown": Shown.kept_elsewhere(shown) if shown else Shown.of(payload),
+            "shown": Shown.kept_elsewhere(shown) if shown else _held(payload),
         }
     if kind == "approval_consumed":
         return {
             "kind": "approval.consumed",
             "actor": system("the run"),
             "decided": {**call, "request": payload.get("request_id"), "key": payload.get("key")},
-            "shown": Shown.of(payload),
+            "shown": _held(payload),
         }
     if kind == "approval_refused":
         return {
             "kind": "approval.refused",
             "actor": system("the run"),
             "decided": {**call, "request": payload.get("request_id"), "reason": payload.get("reason")},
-            "shown": Shown.of(payload),
+            "shown": _held(payload),
         }
     if kind == "approval_lapsed":
         return {
             "kind": f"approval.{payload.get('status')}",
             "actor": system("harness"),
             "decided": {**call, "request": payload.get("request_id"), "reason": payload.get("reason")},
-            "shown": Shown.of(payload),
+            "shown": _held(payload),
         }
     if kind == "kill_requested":
         return {
             "kind": "operator.kill",
-            "actor": Actor("user", str(payload.get("by", ""))),
+            # The operator, or the API token they killed through.
+            "actor": _reviewer(payload),
             "decided": {"scope": payload.get("scope"), "reason": payload.get("reason", ""), "seq": row.seq},
-            "shown": Shown.of(payload),
+            "shown": _held(payload),
         }
     return None
+
+
+def _held(value: Any) -> Shown:
+    """What a decider was shown, rebuilt from the event that records the decision: the
+    run's log holds it, so the ledger keeps no copy (an export rebuilds it: ``shown_contents``)."""
+    return Shown.of(value, keep=False)
+
+
+def shown_contents(entries: Sequence[Entry]) -> dict[int, str]:
+    """For an export (ledger.export): the content each entry's ``shown`` covers, rebuilt
+    from the event that recorded its decision, by the entry's seq; an entry whose event
+    retention removed, or whose rebuilt content does not give its ``shown``, has none."""
+    wanted: dict[tuple[str, int], Entry] = {}
+    for entry in entries:
+        seq = _decided_seq(entry.decided) if entry.run_id else None
+        if seq is not None:
+            wanted[(entry.run_id, seq)] = entry
+    if not wanted:
+        return {}
+    found: dict[int, str] = {}
+    runs = {run for run, _ in wanted}
+    seqs = {seq for _, seq in wanted}
+    for row in Event.objects.filter(run_id__in=runs, seq__in=seqs):
+        found_entry = wanted.get((str(row.run_id), row.seq))
+        decision = _decision(row) if found_entry is not None else None
+        if found_entry is None or decision is None:
+            continue
+        entry = found_entry
+        shown: Shown = decision["shown"]
+        if shown.canonical and shown.digest == entry.shown:
+            found[entry.seq] = shown.canonical.decode("utf-8")
+    return found
+
+
+def _decided_seq(decided: str) -> int | None:
+    try:
+        value = json.loads(decided)
+    except ValueError:
+        return None
+    seq = value.get("seq") if isinstance(value, dict) else None
+    return seq if isinstance(seq, int) else None
 
 
 def _reviewer(payload: Mapping[str, Any]) -> Actor:
@@ -161,6 +214,6 @@ def _gate(
         "kind": kind or GATE_KINDS[row.type],
         "actor": rule(str(matched)),
         "decided": decided,
-        "shown": Shown.of(inputs),
+        "shown": _held(inputs),
         "policy_version": version if isinstance(version, int) else None,
     }

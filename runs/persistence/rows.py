@@ -14,16 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import psycopg
 from django.db import models
 from django.db.backends.base.operations import BaseDatabaseOperations
-from django.db.backends.sqlite3.base import SQLiteCursorWrapper
 from django.db.models.options import Options
 
-if TYPE_CHECKING:
-    from psycopg._queries import PostgresQuery
+from common.cursors import checkpoint_cursor
+
+__all__ = ["LAST_SEQ", "RESERVED", "Rows", "SeqOf", "checkpoint_cursor", "db_value", "insert", "insert_rows", "numbered_insert"]
 
 
 def insert(
@@ -113,63 +112,6 @@ def _conflict_and_returning(
     if returning:
         tail += " RETURNING " + ", ".join(quote(_column(meta, name).column) for name in returning)
     return tail
-
-
-def checkpoint_cursor(connection: Any) -> Any:
-    """A cursor for the checkpoint's statements. On PostgreSQL it binds the values on
-    the server (psycopg's own cursor) where Django's default cursor quotes every value
-    into the SQL text in Python, about 100 µs of CPU per statement here, and so lets
-    the server keep the statement prepared (the connection's ``prepare_threshold``).
-    It is wrapped like any Django cursor, so database errors, execute wrappers and
-    query capture treat its statements as they treat all others."""
-    if connection.vendor not in ("sqlite", "postgresql"):
-        return connection.cursor()
-    # What Django's own cursor() does, with the database cursor made here.
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    with connection.wrap_database_errors:
-        if connection.vendor == "sqlite":
-            cursor = connection.connection.cursor(factory=_SQLiteCursor)
-        else:
-            cursor = _ServerBindingCursor(connection.connection)
-    connection.validate_thread_sharing()
-    return connection.make_debug_cursor(cursor) if connection.queries_logged else connection.make_cursor(cursor)
-
-
-class _SQLiteCursor(SQLiteCursorWrapper):
-    """Django's SQLite cursor, turning the few statement shapes a checkpoint sends from
-    ``%s`` to ``?`` placeholders once each rather than by a regular expression over the
-    whole statement on every execution."""
-
-    def convert_query(self, query: str, *, param_names: Any = None) -> str:
-        # convert_query is Django's, missing from django-stubs.
-        if param_names is not None:
-            return str(super().convert_query(query, param_names=param_names))  # type: ignore[misc]
-        found = _converted.get(query)
-        if found is None:
-            if len(_converted) > 256:
-                _converted.clear()
-            found = _converted[query] = str(super().convert_query(query))  # type: ignore[misc]
-        return found
-
-
-_converted: dict[str, str] = {}
-
-
-class _ServerBindingCursor(psycopg.Cursor[Any]):
-    """psycopg's own cursor, which binds on the server, with the one use of a private
-    API in the project's database code: psycopg records the query it sent (``_query``)
-    only when it is not prepared, and Django's query log (``last_executed_query``,
-    and so the tests' statement counts and DEBUG's log) reads that record back, so a
-    prepared statement would be logged as the last one that was not. Kept because
-    binding on the server saves the client a quarter of each checkpoint
-    statement's work (0.74x the instructions, 0.75x the CPU: bench/checkpoint_cursor.py,
-    docs/performance.md);
-    tests/test_checkpoint_cursor.py fails on a psycopg that no longer calls it."""
-
-    def _send_query_prepared(self, name: bytes, pgq: PostgresQuery, *, binary: bool | None = None) -> None:
-        self._query = pgq
-        super()._send_query_prepared(name, pgq, binary=binary)
 
 
 def db_value(connection: Any, field: models.Field[Any, Any], value: object) -> object:
