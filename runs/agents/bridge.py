@@ -195,6 +195,13 @@ def _checked_call(tool: str, args: JSON) -> tuple[str, str]:
     return text, digest(tool, args)
 
 
+def _submit_keys_and_args(prefix: str, tool: str, args: JSON) -> tuple[str, ...]:
+    """The submit script's three keys and its arguments, for either side of the bridge."""
+    text, key = _checked_call(tool, args)
+    keys = (prefix + "queue", prefix + "dedupe:" + key, prefix + "wake")
+    return (*keys, prefix, uuid.uuid4().hex, tool, text, key, str(time.time()), str(MAX_QUEUED), str(TTL))
+
+
 def _decoded(value: bytes | str | None) -> str:
     return value.decode() if isinstance(value, bytes) else (value or "")
 
@@ -213,22 +220,7 @@ class Bridge:
         self.redis = client or _client()
 
     def submit(self, tool: str, args: JSON) -> Submitted:
-        text, key = _checked_call(tool, args)
-        found = self.redis.eval(
-            _SUBMIT,
-            3,
-            self.prefix + "queue",
-            self.prefix + "dedupe:" + key,
-            self.prefix + "wake",
-            self.prefix,
-            uuid.uuid4().hex,
-            tool,
-            text,
-            key,
-            str(time.time()),
-            str(MAX_QUEUED),
-            str(TTL),
-        )
+        found = self.redis.eval(_SUBMIT, 3, *_submit_keys_and_args(self.prefix, tool, args))
         return _submitted(found)
 
     def take(self) -> Taken | None:
@@ -300,22 +292,7 @@ class AsyncBridge:
         self.redis = self._clients[loop]
 
     async def submit(self, tool: str, args: JSON) -> Submitted:
-        text, key = _checked_call(tool, args)
-        found = await self.redis.eval(  # type: ignore[misc]
-            _SUBMIT,
-            3,
-            self.prefix + "queue",
-            self.prefix + "dedupe:" + key,
-            self.prefix + "wake",
-            self.prefix,
-            uuid.uuid4().hex,
-            tool,
-            text,
-            key,
-            str(time.time()),
-            str(MAX_QUEUED),
-            str(TTL),
-        )
+        found = await self.redis.eval(_SUBMIT, 3, *_submit_keys_and_args(self.prefix, tool, args))  # type: ignore[misc]
         return _submitted(found)
 
     async def request(self, request_id: str) -> Request | None:

@@ -50,7 +50,7 @@ from core import events as ev
 from core.policy import CheckDef
 from sandbox.container.client import new_client, shared_client
 from sandbox.container.engine import ENGINE_ERRORS, SandboxUnavailable, unavailable
-from sandbox.container.exec_watch import KILL_ALL
+from sandbox.container.exec_watch import KILL_ALL, execution_exit_code
 from sandbox.container.spec import (
     DEFAULT_SCOPE,
     LABEL_MANAGED,
@@ -294,7 +294,7 @@ class AgentContainer:
             deadline.join()
             sock.close()
         elapsed = time.monotonic() - started
-        code = None if self._killed or hit.is_set() else self._exit_code(exec_id)
+        code = None if self._killed or hit.is_set() else execution_exit_code(self._client, exec_id)
         return AgentResult(exit_code=code, timed_out=hit.is_set(), killed=self._killed, duration_ms=int(elapsed * 1000))
 
     def write_files(self, files: Mapping[str, str]) -> None:
@@ -321,7 +321,7 @@ class AgentContainer:
             raise SandboxUnavailable(f"writing the agent's files: {exc}") from None
         finally:
             sock.close()
-        code = self._exit_code(exec_id)
+        code = execution_exit_code(self._client, exec_id)
         if code != 0:
             raise SandboxUnavailable(f"writing the agent's files failed ({code}): {said.decode(errors='replace').strip()}")
 
@@ -365,18 +365,6 @@ class AgentContainer:
         # A stream normally ends with its processes; one that does not is cut.
         if not ended.wait(STREAM_GRACE_SECONDS):
             self._cut_stream()
-
-    def _exit_code(self, exec_id: str) -> int | None:
-        wait_until = time.monotonic() + 2
-        while True:
-            try:
-                info = self._client.api.exec_inspect(exec_id)
-            except ENGINE_ERRORS:
-                return None
-            if not info.get("Running") or time.monotonic() > wait_until:
-                code = info.get("ExitCode")
-                return code if isinstance(code, int) else None
-            time.sleep(0.01)
 
 
 def home_archive(files: Mapping[str, str]) -> bytes:

@@ -9,10 +9,12 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox.container.engine import ENGINE_ERRORS
 from sandbox.container.output import OutputCapture
 from sandbox.container.spec import CHECK_WRAPPER
 
@@ -157,3 +159,19 @@ def changed_from_outside(before: dict[str, Any], after: dict[str, Any], restarte
     if after.get("StartedAt") != before.get("StartedAt") and not restarted_by_us:
         return "the sandbox container was restarted during the check, not by the harness"
     return None
+
+
+def execution_exit_code(client: Any, exec_id: str) -> int | None:
+    """An execution's exit code once its stream has ended: the engine may still say it
+    runs for a moment after, so it is asked again for up to 2 s; None when the engine
+    cannot tell."""
+    wait_until = time.monotonic() + 2
+    while True:
+        try:
+            info = client.api.exec_inspect(exec_id)
+        except ENGINE_ERRORS:
+            return None
+        if not info.get("Running") or time.monotonic() > wait_until:
+            code = info.get("ExitCode")
+            return code if isinstance(code, int) else None
+        time.sleep(0.01)

@@ -57,6 +57,7 @@ from sandbox.container.exec_watch import (
     ExecWatcher,
     WrapperOutput,
     changed_from_outside,
+    execution_exit_code,
     wrapped,
 )
 from sandbox.container.output import OutputCapture
@@ -288,7 +289,7 @@ class SandboxContainer:
         elif reported is not None and error is None:
             exit_code = reported
         else:
-            exit_code = self._exit_code(exec_id)
+            exit_code = execution_exit_code(self._client, exec_id)
         oom_after = self._cgroup.oom_kills()
         oom = None if oom_before is None or oom_after is None else oom_after > oom_before
         timed_out = deadline_hit or (elapsed >= timeout_seconds and exit_code in (124, 137))
@@ -399,18 +400,6 @@ class SandboxContainer:
                     raise self._lose(unavailable(exc, "creating the check's execution")) from None
                 self._revive()
         raise AssertionError("unreachable")
-
-    def _exit_code(self, exec_id: str) -> int | None:
-        wait_until = time.monotonic() + 2
-        while True:
-            try:
-                info = self._client.api.exec_inspect(exec_id)
-            except ENGINE_ERRORS:
-                return None
-            if not info.get("Running") or time.monotonic() > wait_until:
-                code = info.get("ExitCode")
-                return code if isinstance(code, int) else None
-            time.sleep(0.01)
 
     def _deadline(self, hit: threading.Event) -> None:
         hit.set()
