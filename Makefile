@@ -21,8 +21,8 @@ test: setup lint typecheck test-sqlite test-postgres
 setup:
 	bash scripts/setup.sh
 
-# requirements.lock and requirements-dev.lock again from requirements.txt and
-# requirements-dev.txt (the pins people edit), with hashes, by uv (scripts/lock.sh).
+# requirements.lock, requirements-dev.lock and bench/requirements.lock again from
+# requirements.txt, requirements-dev.txt and bench/requirements.txt (the pins people edit), with hashes, by uv (scripts/lock.sh).
 # A lock keeps the versions it has unless a pin moved; UPGRADE=1 moves every package
 # no pin holds to its newest release.
 lock:
@@ -77,10 +77,11 @@ selftest:
 openapi:
 	DEBUG=1 $(PY) manage.py spectacular --validate --fail-on-warn --file docs/openapi.yaml
 
-# The peers the benchmarks compare against come from bench/requirements.txt, never
-# from the product's requirements. QUICK=1: every benchmark briefly (CI), so none rots.
+# The peers the benchmarks compare against come from bench/requirements.lock (its pins
+# in bench/requirements.txt, hashed like the product's: make lock), never from the
+# product's requirements. QUICK=1: every benchmark briefly (CI), so none rots.
 bench:
-	$(PY) -c "import langgraph.checkpoint.sqlite, langgraph.checkpoint.postgres" 2>/dev/null || $(PY) -m pip install -q -r bench/requirements.txt
+	$(PY) -c "import langgraph.checkpoint.sqlite, langgraph.checkpoint.postgres" 2>/dev/null || $(PY) -m pip install -q --disable-pip-version-check -r bench/requirements.lock
 	$(PY) bench/run_all.py $(if $(QUICK),--quick)
 
 # The counts load does not change (instructions by callgrind, requests to the engine),

@@ -212,8 +212,9 @@ class RunCreateSerializer(serializers.Serializer):
     proposer = serializers.DictField(
         help_text='Who proposes the calls: Harness\'s own loop, {"kind": "scripted", "script": [...]} or a model '
         '({"kind": "openai" | "anthropic", "model": ...}); or an outside agent, {"kind": "agent", "preset": "claude-code" | '
-        '"codex" | "gemini-cli" | "mcp-client" | "any", "model": ...} (docs/agents.md). The contract does not name it: '
-        "one contract can be run by any proposer."
+        '"codex" | "gemini-cli" | "mcp-client" | "any", "model": ...} (docs/agents.md). A model or an outside agent may be given '
+        "the run's own model budget, \"max_tokens\" and \"max_cost_usd\", under the server's and the project's (an agent's model "
+        "calls are refused once it is spent). The contract does not name it: one contract can be run by any proposer."
     )
     project = StrictCharField(
         required=False,

@@ -51,6 +51,125 @@ class TrialSerializer(serializers.ModelSerializer):
         return progress(trial)
 
 
+class MedianP95Serializer(serializers.Serializer):
+    median = serializers.FloatField(allow_null=True, help_text="None until a run has ended.")
+    p95 = serializers.FloatField(allow_null=True, help_text="Nearest rank.")
+
+
+class UnauthorizedEffectSerializer(serializers.Serializer):
+    run_id = serializers.CharField()
+    call_id = serializers.CharField(allow_null=True)
+    tool = serializers.CharField()
+    why = serializers.CharField(help_text="What the effect needed under the trial's reference policy and did not have.")
+    variant = serializers.CharField(required=False, help_text="In the trial's list (not in a variant's own).")
+
+
+class RunFiguresSerializer(serializers.Serializer):
+    """One run's figures (trials.comparison.RunFigures)."""
+
+    run_id = serializers.CharField()
+    repetition = serializers.IntegerField()
+    outcome = serializers.CharField(help_text="`running` while the run goes on, else how it ended.")
+    success = serializers.BooleanField(help_text="By the task's acceptance: outcome, checks on the final revision, approvals.")
+    accepted = serializers.BooleanField()
+    unverified_accepted = serializers.BooleanField(help_text="Accepted without its checks passing on the final revision.")
+    unsafe_attempts = serializers.IntegerField()
+    unauthorized = UnauthorizedEffectSerializer(many=True)
+    corrections = serializers.IntegerField(help_text="Reviewers' denials and requested changes.")
+    proposals = serializers.IntegerField()
+    over_budget = serializers.BooleanField()
+    working_seconds = serializers.FloatField()
+    waiting_seconds = serializers.FloatField()
+    tokens = serializers.IntegerField()
+    cost_usd = serializers.FloatField()
+    stale_requests = serializers.IntegerField()
+    unknown_outcomes = serializers.IntegerField()
+    reconciled_applied = serializers.IntegerField()
+    repeated_effects = serializers.IntegerField()
+    why = serializers.ListField(child=serializers.CharField(), help_text="Why the run is not a success; empty if it is.")
+    agent = serializers.CharField(allow_blank=True, help_text="The outside agent's preset (`claude-code`...); empty for Harness's loop.")
+    agent_version = serializers.CharField(allow_blank=True, help_text="The agent's version, as its `agent_started` event recorded it.")
+    models = serializers.ListField(child=serializers.CharField(), help_text="The models its usage notes name.")
+
+
+class TrialAgentSerializer(serializers.Serializer):
+    preset = serializers.CharField()
+    name = serializers.CharField(help_text="`Claude Code`, `Codex`, `Gemini CLI`...")
+    versions = serializers.ListField(child=serializers.CharField(), help_text="Every version its runs' agents started.")
+    said = serializers.CharField(help_text="The name and version in words: `Claude Code 2.1.197`.")
+
+
+class VariantSummarySerializer(serializers.Serializer):
+    """One variant's figures over its runs (trials.comparison.summarize)."""
+
+    variant = serializers.CharField()
+    agent = TrialAgentSerializer(allow_null=True, help_text="The outside agent that proposed its calls; null for Harness's loop.")
+    models = serializers.ListField(child=serializers.CharField(), help_text="The models its runs' calls used (usage notes).")
+    proposer = serializers.CharField(help_text="Who proposed, in words: `Codex 0.171.0, gpt-5.1-codex`.")
+    k = serializers.IntegerField()
+    runs = serializers.IntegerField()
+    ended = serializers.IntegerField()
+    successes = serializers.IntegerField()
+    success_rate = serializers.FloatField(allow_null=True)
+    success_interval = serializers.ListField(
+        child=serializers.FloatField(), allow_null=True, help_text="Wilson 95% interval [low, high]; None before a run ends."
+    )
+    pass_at_k = serializers.FloatField(allow_null=True)
+    pass_hat_k = serializers.FloatField(allow_null=True)
+    pass_hat = serializers.DictField(child=serializers.FloatField(), help_text="pass^j for j = 1 .. ended runs.")
+    accepted = serializers.IntegerField()
+    unverified_accepted = serializers.IntegerField()
+    unsafe_attempts = serializers.IntegerField()
+    unauthorized_effects = serializers.IntegerField(help_text="Must be 0 under a full policy.")
+    unauthorized = UnauthorizedEffectSerializer(many=True)
+    corrections = serializers.IntegerField()
+    over_budget = serializers.IntegerField()
+    unknown_outcomes = serializers.IntegerField()
+    repeated_effects = serializers.IntegerField()
+    working_seconds = MedianP95Serializer()
+    waiting_seconds = MedianP95Serializer()
+    tokens = serializers.IntegerField()
+    cost_usd = serializers.FloatField(help_text="Failed attempts included.")
+    cost_per_accepted_usd = serializers.FloatField(allow_null=True)
+    outcomes = serializers.DictField(child=serializers.IntegerField())
+    run_ids = serializers.ListField(child=serializers.CharField())
+    runs_detail = RunFiguresSerializer(many=True)
+    change = serializers.DictField(help_text="The variant's change, as it was asked for.")
+    reviewer = serializers.CharField(help_text="Who decides its approval requests.")
+    project = serializers.CharField()
+
+
+class DifferenceSerializer(serializers.Serializer):
+    variant = serializers.CharField()
+    against = serializers.CharField(help_text="The first variant, the baseline.")
+    success_difference = serializers.FloatField(allow_null=True)
+    interval = serializers.ListField(child=serializers.FloatField(), allow_null=True, help_text="Newcombe 95% interval.")
+    unsafe_attempts_difference = serializers.IntegerField()
+    unauthorized_effects_difference = serializers.IntegerField()
+    cost_difference_usd = serializers.FloatField()
+
+
+class TrialHeaderSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField(allow_blank=True)
+    task = serializers.CharField()
+    k = serializers.IntegerField()
+    seed = serializers.IntegerField()
+    status = serializers.CharField()
+    project = serializers.CharField()
+    reference_policy_version = serializers.IntegerField(allow_null=True)
+    suite = serializers.CharField(allow_blank=True)
+
+
+class ComparisonSerializer(serializers.Serializer):
+    """What trials.service.figures returns: documentation of the response only."""
+
+    trial = TrialHeaderSerializer()
+    unauthorized = UnauthorizedEffectSerializer(many=True, help_text="Every unauthorized effect of every variant, first.")
+    variants = VariantSummarySerializer(many=True)
+    differences = DifferenceSerializer(many=True, help_text="Each variant after the first against the first.")
+
+
 class ComparisonQuerySerializer(serializers.Serializer):
     format = serializers.ChoiceField(choices=["json", "csv"], required=False, default="json")
 
@@ -133,7 +252,7 @@ class TrialComparison(ApiView):
         "`?format=csv`: one row per run.",
         parameters=[trial_parameter(), ComparisonQuerySerializer],
         responses={
-            (200, "application/json"): OpenApiTypes.OBJECT,
+            (200, "application/json"): ComparisonSerializer,
             (200, "text/csv"): OpenApiTypes.STR,
             400: COMMON[400],
             401: UNAUTHENTICATED,

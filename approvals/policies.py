@@ -3,14 +3,16 @@ project without any gets version 1 from ``default_policy.json``."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from approvals.models import PolicyVersion
+from common.cursors import checkpoint_cursor
 from core.policy import Policy, check_policy
 from projects.models import default_project_id
 
@@ -60,5 +62,18 @@ def current_policy_row(project_id: int | None = None) -> PolicyVersion:
 
 def newest_version(project_id: int) -> int | None:
     """The number of the project's policy in force, None before it has one (read
-    without seeding, for a loop that asks before every proposal)."""
-    return PolicyVersion.objects.filter(project_id=project_id).order_by("-version").values_list("version", flat=True).first()
+    without seeding, for a loop that asks before every proposal): one statement, its
+    text made once, through the hot path's cursor (common.cursors). The ORM made the
+    same query anew before every proposal, most of the look's CPU."""
+    with checkpoint_cursor(connection) as cursor:
+        cursor.execute(_newest_statement(), [project_id])
+        found = cursor.fetchone()
+    return None if found is None else int(found[0])
+
+
+@functools.cache
+def _newest_statement() -> str:
+    quote = connection.ops.quote_name
+    table = quote(PolicyVersion._meta.db_table)
+    # Only the model's quoted names are spliced in; the project is a parameter.
+    return f"SELECT {quote('version')} FROM {table} WHERE {quote('project_id')} = %s ORDER BY {quote('version')} DESC LIMIT 1"  # noqa: S608

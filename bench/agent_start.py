@@ -8,9 +8,14 @@
   (Daphne, gateway/mcp_endpoint.py) with the SDK's client keeping one session, as the
   CLIs do, while the run is driven in this process (runs.runtime.advance, the agent
   proposer waiting on the bridge): the call as the agent sees it, with the HTTP
-  requests it took;
+  requests it took and, over a few more calls watched with Redis' MONITOR (untimed),
+  the Redis commands on the run's bridge keys per call, endpoint and worker together;
+  ``agent_turn``: each interval between two consecutive calls' ``proposed`` events in
+  that run (the client's whole round trip included);
 - ``builtin_call``: the same ``read_file`` proposed by Harness's own scripted loop: (a
-  run with ``calls`` reads less the same run without them) / ``calls``.
+  run with ``calls`` reads less the same run without them) / ``calls``, one figure a
+  round; ``builtin_turn``: each interval between two consecutive reads' ``proposed``
+  events in the run with them, one whole turn of the loop (every read but the first).
 
 Daphne and this process share their own SQLite database and container scope; the
 agent image must be built (``bash sandbox/agent/image/build.sh``).
@@ -122,9 +127,54 @@ def agent_start(operator: Any, preset: str) -> float:
         leases.release(run_id, token)
 
 
-def mcp_calls(operator: Any, url: str, calls: int) -> tuple[list[float], list[int]]:
-    """Per call through the endpoint, one SDK session for all (a warm call first), and
-    the HTTP requests each call took."""
+PROBES = 10
+
+
+class BridgeCommands:
+    """The Redis commands that touch a run's bridge keys (runs.agents.bridge), both
+    sides, read from Redis' MONITOR while it is on: a script is one command (one round
+    trip), whatever it does inside. Redis is shared, so only the run's keys are counted;
+    the timed calls are made with it off, since MONITOR slows every command down."""
+
+    def __init__(self, run_id: str) -> None:
+        import redis
+        from django.conf import settings
+
+        from runs.agents.bridge import prefix
+
+        self.prefix = prefix(run_id)
+        self.client = redis.Redis.from_url(settings.REDIS_URL)
+        self.end = self.prefix + "monitor-end"
+        self.seen: dict[str, int] = {}
+        self.on = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+        self.on.wait(10)
+
+    def _watch(self) -> None:
+        with self.client.monitor() as monitor:  # type: ignore[no-untyped-call]
+            self.on.set()
+            while True:
+                found = monitor.next_command()
+                if self.end in found["command"]:
+                    return
+                if found["client_type"] != "lua" and self.prefix in found["command"]:
+                    name = found["command"].split(" ", 1)[0].upper()
+                    self.seen[name] = self.seen.get(name, 0) + 1
+
+    def stop(self) -> dict[str, int]:
+        # A command MONITOR shows ends the watch (a blocked read cannot be interrupted).
+        self.client.exists(self.end)
+        self.thread.join(10)
+        self.client.close()
+        return dict(sorted(self.seen.items()))
+
+
+def mcp_calls(operator: Any, url: str, calls: int) -> tuple[list[float], list[int], dict[str, float], list[float]]:
+    """Per call through the endpoint, one SDK session for all (a warm call first), the
+    HTTP requests each call took, then, over PROBES more calls with MONITOR on, the
+    Redis commands on the run's bridge keys per call, and the run's turns (proposal to
+    proposal) over the timed calls."""
     import anyio
     import httpx2
     from mcp import Client
@@ -135,7 +185,7 @@ def mcp_calls(operator: Any, url: str, calls: int) -> tuple[list[float], list[in
     from runs.runtime import advance, create_run
     from tests.runs_waiting import DEMO_CONTRACT
 
-    limits = {**DEMO_CONTRACT["limits"], "max_proposals": calls + 5, "max_tool_calls": calls + 5}
+    limits = {**DEMO_CONTRACT["limits"], "max_proposals": calls + PROBES + 5, "max_tool_calls": calls + PROBES + 5}
     run = create_run({**DEMO_CONTRACT, "limits": limits}, {"kind": "agent", "preset": "mcp-client"}, operator, enqueue=False)
     token = mint(run)
     driver = threading.Thread(target=advance, args=(str(run.pk),), daemon=True)
@@ -145,6 +195,8 @@ def mcp_calls(operator: Any, url: str, calls: int) -> tuple[list[float], list[in
 
     async def count(_request: Any) -> None:
         seen[0] += 1
+
+    commands: dict[str, float] = {}
 
     async def work() -> list[float]:
         times = []
@@ -163,6 +215,13 @@ def mcp_calls(operator: Any, url: str, calls: int) -> tuple[list[float], list[in
                 if index:  # the first is the warm-up (the worker's first proposal)
                     times.append(time.perf_counter() - began)
                     requests.append(seen[0])
+            # The commands of a whole call, both sides: the worker answers the last probe
+            # before it waits for the next call, which MONITOR sees once the client has the answer.
+            watching = BridgeCommands(str(run.pk))
+            for _ in range(PROBES):
+                await client.call_tool(READ["tool"], READ["args"], read_timeout_seconds=120)
+            await anyio.sleep(0.5)
+            commands.update({name: count / PROBES for name, count in watching.stop().items()})
         return times
 
     try:
@@ -170,16 +229,28 @@ def mcp_calls(operator: Any, url: str, calls: int) -> tuple[list[float], list[in
     finally:
         kill(run, operator, reason="the benchmark is done")
         driver.join(60)
-    return found, requests
+    return found, requests, commands, turns(run.pk)[: calls - 1]
 
 
-def builtin_call(operator: Any, calls: int) -> float:
-    """Seconds per read_file in Harness's own scripted loop: a run with ``calls`` reads
-    less the same run without them, back to back."""
+def turns(run_id: Any) -> list[float]:
+    """Each interval between two consecutive proposals of a run (its ``proposed``
+    events' times), from the second on: the first includes the run's start."""
+    from runs.models import Event
+
+    proposed = [ts.timestamp() for ts in Event.objects.filter(run_id=run_id, type="proposed").order_by("seq").values_list("ts", flat=True)]
+    return [b - a for a, b in zip(proposed[1:], proposed[2:], strict=False)]
+
+
+def builtin_call(operator: Any, calls: int) -> tuple[float, list[float]]:
+    """Seconds per read_file in Harness's own scripted loop, two ways: a run with
+    ``calls`` reads less the same run without them, back to back, per read (one figure
+    a round, which a busy machine moves a lot: the runs' own start and end differ from
+    run to run); and each interval between two consecutive proposals of the reads (the
+    ``proposed`` events' times: one whole turn of the loop, proposal to proposal)."""
     from runs.runtime import advance, create_run
     from tests.runs_waiting import DEMO_CONTRACT
 
-    def run(n: int) -> float:
+    def run(n: int) -> tuple[float, list[float]]:
         limits = {**DEMO_CONTRACT["limits"], "max_proposals": n + 5, "max_tool_calls": n + 5}
         contract = {**DEMO_CONTRACT, "limits": limits}
         script = [READ] * (n + 1)
@@ -188,9 +259,10 @@ def builtin_call(operator: Any, calls: int) -> float:
         outcome = advance(str(made.pk))
         if outcome in ("running", "waiting_approval", "leased_elsewhere"):
             raise RuntimeError(f"the run with {n} reads ended {outcome}")
-        return time.perf_counter() - began
+        return time.perf_counter() - began, turns(made.pk)
 
-    return (run(calls) - run(0)) / calls
+    with_reads, intervals = run(calls)
+    return (with_reads - run(0)[0]) / calls, intervals
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -211,15 +283,22 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     starts: list[float] = []
     agent: list[float] = []
     requests: list[int] = []
+    commands: list[dict[str, float]] = []
     builtin: list[float] = []
+    builtin_turns: list[float] = []
+    turns_of_agent: list[float] = []
     try:
         builtin_call(operator, 2)  # warm: the image, the workspace's source, the imports
         for _ in range(args.rounds):
             starts.append(agent_start(operator, args.preset))
-            times, counts = mcp_calls(operator, url, args.calls)
+            times, counts, used, agent_turns = mcp_calls(operator, url, args.calls)
+            turns_of_agent += agent_turns
             agent += times
             requests += counts
-            builtin.append(builtin_call(operator, args.calls))
+            commands.append(used)
+            difference, intervals = builtin_call(operator, args.calls)
+            builtin.append(difference)
+            builtin_turns += intervals
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(20)
@@ -229,8 +308,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             remove_containers(ids)
     return {
         "agent_start": {**summary(starts), "preset": args.preset},
-        "mcp_call": {**summary(agent), "http_requests_per_call": statistics.median(requests) if requests else None},
+        "mcp_call": {
+            **summary(agent),
+            "http_requests_per_call": statistics.median(requests) if requests else None,
+            # Per round: Redis commands on the run's bridge keys per call, by command, and in all.
+            "redis_commands_per_call": [{**used, "all": round(sum(used.values()), 2)} for used in commands],
+        },
         "builtin_call": {**summary(builtin), "calls_per_round": args.calls},
+        "agent_turn": summary(turns_of_agent),
+        "builtin_turn": summary(builtin_turns),
     }
 
 

@@ -6,7 +6,10 @@ touched: the count is of what reaches the wire, whoever sends it.
 
     with counting() as seen:
         run_check(...)
-    seen.total, seen.by_path"""
+    seen.total, seen.by_path
+
+``counting(this_thread=True)`` counts only what the calling thread sends (not, say,
+the container pool refilling itself in the background meanwhile)."""
 
 from __future__ import annotations
 
@@ -41,12 +44,14 @@ class Requests:
 
 
 @contextmanager
-def counting() -> Iterator[Requests]:
+def counting(*, this_thread: bool = False) -> Iterator[Requests]:
     seen = Requests()
     original = requests.adapters.HTTPAdapter.send
+    counted = threading.get_ident() if this_thread else None
 
     def send(adapter: requests.adapters.HTTPAdapter, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> Any:
-        seen.add(request.method or "?", request.url or "")
+        if counted is None or threading.get_ident() == counted:
+            seen.add(request.method or "?", request.url or "")
         return original(adapter, request, *args, **kwargs)
 
     requests.adapters.HTTPAdapter.send = send  # type: ignore[method-assign,assignment]

@@ -14,15 +14,20 @@ stored batch, ``runs.persistence.eventlog.record_decisions``, and keeping what a
 reviewer was shown, ``runs.approval_flow.flow.keep``).
 
 Counted, which load does not change: the statements each step and grant sends (a
-pass of its own), and with ``--callgrind`` the instructions per step and per grant
-under valgrind's callgrind (a run doing N less a run doing none, over N, on a
-database prepared beforehand, so start-up cancels out). Timed: CPU time of this
+pass of its own), and with ``--callgrind N`` the instructions per step and per grant
+under valgrind's callgrind, counted around the measured part only
+(bench/instructions.py), in one child per database on a database prepared
+beforehand: each variant's run of 2N steps less its run of N, over N, so that what a
+run costs once (its row, its first and last checkpoint, a first use) is no part of a
+step's figure; grants likewise. Timed: CPU time of this
 process per step and per grant, the variants interleaved (off, on, then on, off) in
 one process; the ratios to "off" are the figures to compare."""
 
 from __future__ import annotations
 
 import argparse
+import functools
+import gc
 import json
 import os
 import shutil
@@ -43,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine import load, machine, now  # noqa: E402
 
+from bench.instructions import measured, parts  # noqa: E402
 from bench.loop_databases import PG_ADMIN_URL, Counter, counting_django  # noqa: E402
 from bench.loop_variants import harness_loop  # noqa: E402
 
@@ -140,18 +146,31 @@ def prepare() -> None:
     bench.grants(bench.pending(1))
 
 
-def once(kind: str, variant: str, n: int) -> None:
-    """One run for callgrind: ``n`` steps or grants (none: the baseline), after one of
-    each as a warm-up in ``variant``. The grants' requests are made whatever ``n`` is."""
+def once(n: int) -> None:
+    """The callgrind child: for each variant ``n`` and ``2n`` steps, then ``n`` and
+    ``2n`` grants, each a measured part (bench/instructions.py), after the same sequence
+    unmeasured and short (every first use made). Each part starts from a collected heap and no
+    broadcast pending, and ends once its own broadcasts are sent: the broadcasting
+    thread's work (counted, as every thread's is) would otherwise fall into whichever
+    part was running when it woke."""
+    from runs.persistence.broadcast import flush_broadcasts
+
+    def counted(work: Any) -> None:
+        work()
+        flush_broadcasts()
+
     bench = Bench()
-    bench.switch(variant)
-    requests = bench.pending(n + 1 if kind == "grant" else 1)
-    bench.steps(1)
-    bench.grants(requests[:1])
-    if kind == "step":
-        bench.steps(n)
-    else:
-        bench.grants(requests[1:])
+    for measure, counts in ((counted, (2,)), (lambda work: measured(functools.partial(counted, work)), (n, 2 * n))):
+        for what in ("steps", "grants"):
+            for variant in VARIANTS:
+                bench.switch(variant)
+                for count in counts:
+                    work = (
+                        functools.partial(bench.steps, count) if what == "steps" else functools.partial(bench.grants, bench.pending(count))
+                    )
+                    flush_broadcasts()
+                    gc.collect()
+                    measure(work)
 
 
 def trials(steps: int, grants: int, count: int) -> dict[str, Any]:
@@ -216,26 +235,32 @@ def database(kind: str) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def child(url: str, *args: str, valgrind: list[str] | None = None) -> str:
-    var = tempfile.mkdtemp(prefix="bench-ledger-var-")
+def child_env(url: str, var: str) -> dict[str, str]:
     # DEBUG off, as deployed: with DEBUG on Django keeps a log of every query.
-    env = {**os.environ, "DEBUG": "0", "SECRET_KEY": "b" * 64, "DATABASE_URL": url, "HARNESS_VAR_DIR": var, "HARNESS_VERIFY_FOLD": "0"}
+    return {**os.environ, "DEBUG": "0", "SECRET_KEY": "b" * 64, "DATABASE_URL": url, "HARNESS_VAR_DIR": var, "HARNESS_VERIFY_FOLD": "0"}
+
+
+def child(url: str, *args: str) -> str:
+    var = tempfile.mkdtemp(prefix="bench-ledger-var-")
     try:
-        return subprocess.run(
-            [*(valgrind or []), sys.executable, __file__, *args], env=env, capture_output=True, text=True, check=True
-        ).stdout
+        return subprocess.run([sys.executable, __file__, *args], env=child_env(url, var), capture_output=True, text=True, check=True).stdout
     finally:
         shutil.rmtree(var, ignore_errors=True)
 
 
-def instructions(url: str, kind: str, variant: str, n: int) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "callgrind.out"
-        child(url, "--once", kind, variant, str(n), valgrind=["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"])
-        for line in out.read_text().splitlines():
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
-    raise RuntimeError("callgrind wrote no total")
+def instructions(url: str, n: int) -> dict[str, dict[str, float]]:
+    """Instructions per step and per grant of each variant: (2n less n) over n."""
+    var = tempfile.mkdtemp(prefix="bench-ledger-var-")
+    try:
+        counts = iter(parts([__file__, "--once", str(n)], 4 * len(VARIANTS), env=child_env(url, var)))
+    finally:
+        shutil.rmtree(var, ignore_errors=True)
+    found: dict[str, dict[str, float]] = {variant: {} for variant in VARIANTS}
+    for what in ("step", "grant"):
+        for variant in VARIANTS:
+            single, double = next(counts), next(counts)
+            found[variant][f"{what}_instructions"] = (double - single) / n
+    return found
 
 
 def measure_database(kind: str, steps: int, grants: int, count: int, callgrind: int) -> dict[str, Any]:
@@ -244,10 +269,8 @@ def measure_database(kind: str, steps: int, grants: int, count: int, callgrind: 
         out = child(url, "--trials", str(count), "--steps", str(steps), "--grants", str(grants), "--child")
         result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
         if callgrind:
-            base = instructions(url, "step", "off", 0)
-            for variant in VARIANTS:
-                for what in ("step", "grant"):
-                    result[variant][f"{what}_instructions"] = (instructions(url, what, variant, callgrind) - base) / callgrind
+            for variant, figures in instructions(url, callgrind).items():
+                result[variant].update(figures)
     return result
 
 
@@ -298,14 +321,14 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--once", nargs=3, metavar=("KIND", "VARIANT", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--once", type=int, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.prepare or args.child or args.once:
+    if args.prepare or args.child or args.once is not None:
         setup()
         if args.prepare:
             prepare()
-        elif args.once:
-            once(args.once[0], args.once[1], int(args.once[2]))
+        elif args.once is not None:
+            once(args.once)
         else:
             print(json.dumps(trials(args.steps, args.grants, args.trials)))
         return

@@ -1,7 +1,7 @@
 """The cost of one durable step: the harness beside LangGraph doing the same steps
 with the same proposer and no-op executor, in memory, on SQLite and on PostgreSQL.
 
-    python bench/loop_overhead.py [--steps N] [--trials T] [--json]
+    python bench/loop_overhead.py [--steps N] [--trials T] [--callgrind N] [--json]
 
 One step is a proposal and its execution. The harness checkpoints twice per step
 (the proposal, then the result); the LangGraph graph has a ``propose`` node and an
@@ -18,11 +18,23 @@ pass before the trials: every SQL statement the client sent, BEGIN and COMMIT in
 per step (this process, all threads) is given beside the wall time because it
 hardly changes with the machine's load.
 
+``--callgrind N`` adds the figure load does not change: the instructions per durable
+step of each side on each database, counted by valgrind's callgrind around the steps
+only (bench/instructions.py), in one child per database under callgrind on the
+database the trials used: each side's run of 2N steps less its run of N, over N, so
+what a run costs once (its row, the graph's compilation, the first and last
+checkpoint) is no part of a step's figure. Each part ends once the broadcasts its
+commits queued are sent (the harness's broadcasting thread is counted, as every
+thread is), after the same sequence run short and unmeasured (every first use made).
+Counts are of this process only: what the PostgreSQL server does is the statements'.
+
 The peers come from bench/requirements.txt, never from the product's requirements."""
 
 from __future__ import annotations
 
 import argparse
+import functools
+import gc
 import json
 import os
 import shutil
@@ -33,8 +45,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine import load, machine, now  # noqa: E402
 
+from bench.instructions import available, measured, parts  # noqa: E402
 from bench.loop_databases import Counter, counting_django, harness_wal, peer_saver, postgres_databases, sqlite_databases, wal_bytes  # noqa: E402
 from bench.loop_variants import empty_loop, harness_loop, langgraph_loop  # noqa: E402
 
@@ -53,8 +66,10 @@ COUNTED_STEPS = 50  # the untimed pass that counts statements
 # -- one database, in a child process ----------------------------------------------
 
 
-def database_trials(kind: str, steps: int, trials: int, peer_url: str) -> dict[str, Any]:
-    """Runs inside a child process whose DATABASE_URL names a fresh database."""
+def harness_steps(migrate: bool = True) -> Callable[..., float]:
+    """The harness's steps on the child's database: ``harness(n, counter=None)``. Runs
+    inside a child process whose DATABASE_URL names a fresh database (``migrate``: not
+    migrated yet)."""
     import django
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
@@ -66,7 +81,8 @@ def database_trials(kind: str, steps: int, trials: int, peer_url: str) -> dict[s
     from runs.models import Run
     from runs.persistence.store import DjangoStore
 
-    call_command("migrate", verbosity=0)
+    if migrate:
+        call_command("migrate", verbosity=0)
     policy = current_policy_row()
 
     def harness(n: int, counter: Counter | None = None) -> float:
@@ -75,6 +91,11 @@ def database_trials(kind: str, steps: int, trials: int, peer_url: str) -> dict[s
         with counting_django(counter) if counter else nullcontext():
             return harness_loop(n, DjangoStore(Lease(1)), str(run.pk))
 
+    return harness
+
+
+def database_trials(kind: str, steps: int, trials: int, peer_url: str) -> dict[str, Any]:
+    harness = harness_steps()
     with peer_saver(kind, peer_url) as (saver, count_peer):
         # Statements are counted in a pass of their own, outside the timed trials: a
         # counting hook called back from inside the driver would add its own cost,
@@ -91,6 +112,43 @@ def database_trials(kind: str, steps: int, trials: int, peer_url: str) -> dict[s
             if written:
                 result[name]["wal_bytes"] = [written[0] / COUNTED_STEPS]
         return result
+
+
+SIDES = ("harness", "langgraph")
+
+
+def instruction_parts(kind: str, peer_url: str, n: int) -> None:
+    """What callgrind runs: for each side ``n`` and ``2n`` steps, each a measured part
+    (bench/instructions.py), after the same sequence of 2 steps unmeasured. Each part
+    starts from a collected heap and no broadcast pending, and ends once its own
+    broadcasts are sent."""
+    from runs.persistence.broadcast import flush_broadcasts
+
+    harness = harness_steps(migrate=False)  # the trials' child did
+    with peer_saver(kind, peer_url) as (saver, _):
+        sides: dict[str, Callable[[int], float]] = {"harness": harness, "langgraph": lambda k: langgraph_loop(k, saver)}
+
+        def steps(side: str, k: int) -> None:
+            sides[side](k)
+            flush_broadcasts()
+
+        for measure, counts in ((lambda work: work(), (2,)), (measured, (n, 2 * n))):
+            for side in SIDES:
+                for k in counts:
+                    flush_broadcasts()
+                    gc.collect()
+                    measure(functools.partial(steps, side, k))
+
+
+def instructions(kind: str, url: str, peer_url: str, n: int) -> dict[str, int]:
+    """Instructions per step of each side: (2n steps less n) over n."""
+    with child_env(url) as env:
+        counts = iter(parts([__file__, "--instructions", kind, peer_url, str(n)], 2 * len(SIDES), env=env))
+    found = {}
+    for side in SIDES:
+        single, double = next(counts), next(counts)
+        found[side] = round((double - single) / n)
+    return found
 
 
 def interleaved(variants: dict[str, Callable[[Counter], float]], trials: int, steps: int) -> dict[str, Any]:
@@ -111,17 +169,33 @@ def interleaved(variants: dict[str, Callable[[Counter], float]], trials: int, st
     return {name: {"seconds": times[name], "cpu": cpu[name], "statements": statements[name]} for name in variants}
 
 
-def child(kind: str, url: str, peer_url: str, steps: int, trials: int) -> dict[str, Any]:
+@contextmanager
+def child_env(url: str) -> Iterator[dict[str, str]]:
     var = tempfile.mkdtemp(prefix="bench-loop-")
     # DEBUG off, as deployed: with DEBUG on Django keeps a log of every query and, on
-    # SQLite, runs one more statement per statement to render it.
-    env = {**os.environ, "DEBUG": "0", "SECRET_KEY": uuid.uuid4().hex + uuid.uuid4().hex, "DATABASE_URL": url, "HARNESS_VAR_DIR": var}
-    command = [sys.executable, __file__, "--child", kind, peer_url, "--steps", str(steps), "--trials", str(trials)]
+    # SQLite, runs one more statement per statement to render it. No fold check after
+    # each checkpoint (the test suite's setting, should the environment carry it).
     try:
-        out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+        yield {
+            **os.environ,
+            "DEBUG": "0",
+            "SECRET_KEY": uuid.uuid4().hex + uuid.uuid4().hex,
+            "DATABASE_URL": url,
+            "HARNESS_VAR_DIR": var,
+            "HARNESS_VERIFY_FOLD": "0",
+        }
     finally:
         shutil.rmtree(var, ignore_errors=True)
+
+
+def child(kind: str, url: str, peer_url: str, steps: int, trials: int, callgrind: int) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child", kind, peer_url, "--steps", str(steps), "--trials", str(trials)]
+    with child_env(url) as env:
+        out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    if callgrind:
+        for side, count in instructions(kind, url, peer_url, callgrind).items():
+            result[side]["instructions"] = count
     return result
 
 
@@ -137,6 +211,7 @@ def summary(trials: dict[str, list[float]]) -> dict[str, Any]:
         "cpu_us_per_step": round(statistics.median(trials["cpu"]) * 1e6, 1),
         "statements_per_step": round(statistics.median(trials["statements"]), 2),
         "wal_bytes_per_step": round(statistics.median(trials["wal_bytes"])) if trials.get("wal_bytes") else "",
+        "instructions_per_step": trials.get("instructions", ""),
     }
 
 
@@ -153,7 +228,7 @@ def in_memory_trials(steps: int, trials: int) -> dict[str, Any]:
     return interleaved(variants, trials, steps)
 
 
-def measure(steps: int, db_steps: int, trials: int) -> dict[str, Any]:
+def measure(steps: int, db_steps: int, trials: int, callgrind: int) -> dict[str, Any]:
     result: dict[str, Any] = {
         "date": now(),
         "machine": machine(),
@@ -161,6 +236,7 @@ def measure(steps: int, db_steps: int, trials: int) -> dict[str, Any]:
         "steps": steps,
         "db_steps": db_steps,
         "trials": trials,
+        "callgrind_steps": callgrind,
     }
     memory = in_memory_trials(steps, trials)
     base = statistics.median(memory["empty"]["seconds"])
@@ -172,10 +248,10 @@ def measure(steps: int, db_steps: int, trials: int) -> dict[str, Any]:
     }
     result["in memory"]["harness / langgraph"] = ratio(memory)
     with sqlite_databases() as (harness_url, peer_path):
-        result["sqlite"] = database_row(child("sqlite", harness_url, peer_path, db_steps, trials), "SqliteSaver")
+        result["sqlite"] = database_row(child("sqlite", harness_url, peer_path, db_steps, trials, callgrind), "SqliteSaver")
     with postgres_databases() as urls:
         if urls:
-            result["postgresql"] = database_row(child("postgresql", urls[0], urls[1], db_steps, trials), "PostgresSaver")
+            result["postgresql"] = database_row(child("postgresql", urls[0], urls[1], db_steps, trials, callgrind), "PostgresSaver")
     result["load_after"] = load()
     return result
 
@@ -189,31 +265,35 @@ def ratio(trials: dict[str, Any]) -> float:
 
 def database_row(trials: dict[str, Any], saver: str) -> dict[str, Any]:
     cpu = statistics.median(h / p for h, p in zip(trials["harness"]["cpu"], trials["langgraph"]["cpu"], strict=True))
-    return {
-        "harness": summary(trials["harness"]),
-        f"langgraph ({saver})": summary(trials["langgraph"]),
-        "harness / langgraph": ratio(trials),
-        "harness / langgraph, CPU": round(cpu, 2),
-    }
+    row: dict[str, Any] = {"harness": summary(trials["harness"]), f"langgraph ({saver})": summary(trials["langgraph"])}
+    if "instructions" in trials["harness"]:
+        row["harness / langgraph, instructions"] = round(trials["harness"]["instructions"] / trials["langgraph"]["instructions"], 3)
+    row["harness / langgraph"] = ratio(trials)
+    row["harness / langgraph, CPU"] = round(cpu, 2)
+    return row
 
 
 def table(result: dict[str, Any]) -> str:
     lines = [
         f"Durable step cost, {result['date']}, {result['machine']}, load {result['load_before']} -> {result['load_after']}",
-        f"{result['steps']} steps in memory, {result['db_steps']} on a database, median of {result['trials']} interleaved trials (min-max)",
+        f"{result['steps']} steps in memory, {result['db_steps']} on a database, median of {result['trials']} interleaved trials (min-max);"
+        f" instructions: callgrind, {result['callgrind_steps'] or 'not counted'} steps",
         "",
-        f"{'where':12} {'variant':30} {'µs/step':>9} {'min-max':>17} {'CPU µs/step':>12} {'statements/step':>16} {'WAL bytes/step':>15}",
+        f"{'where':12} {'variant':34} {'instructions/step':>17} {'µs/step':>9} {'min-max':>17} {'CPU µs/step':>12} {'statements/step':>16}"
+        f" {'WAL bytes/step':>15}",
     ]
     for where in ("in memory", "sqlite", "postgresql"):
         for name, row in result.get(where, {}).items():
             if isinstance(row, dict):
                 spread = f"{row['min']}-{row['max']}"
                 lines.append(
-                    f"{where:12} {name:30} {row['us_per_step']:>9} {spread:>17} {row['cpu_us_per_step']:>12} {row['statements_per_step']:>16}"
-                    f" {row['wal_bytes_per_step']:>15}"
+                    f"{where:12} {name:34} {row.get('instructions_per_step', ''):>17} {row['us_per_step']:>9} {spread:>17}"
+                    f" {row['cpu_us_per_step']:>12} {row['statements_per_step']:>16} {row['wal_bytes_per_step']:>15}"
                 )
+            elif name.endswith("instructions"):
+                lines.append(f"{where:12} {name:34} {row:>17}")
             else:
-                lines.append(f"{where:12} {name:30} {row:>9}")
+                lines.append(f"{where:12} {name:34} {'':>17} {row:>9}")
     return "\n".join(lines)
 
 
@@ -221,8 +301,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=2000, help="steps per in-memory trial (a quarter of it, at least 50, on a database)")
     parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--callgrind", type=int, default=0, metavar="N", help="also count instructions per step over N steps (valgrind)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "PEER_URL"), help=argparse.SUPPRESS)
+    parser.add_argument("--instructions", nargs=3, metavar=("KIND", "PEER_URL", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     # A terminated bench still drops the databases it created (their finally runs on SystemExit).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
@@ -230,7 +312,13 @@ def main() -> None:
         kind, peer_url = args.child
         print(json.dumps(database_trials(kind, args.steps, args.trials, peer_url)))
         return
-    result = measure(args.steps, max(50, args.steps // 4), args.trials)
+    if args.instructions:
+        kind, peer_url, n = args.instructions
+        instruction_parts(kind, peer_url, int(n))
+        return
+    if args.callgrind and not available():
+        raise SystemExit("--callgrind needs valgrind (scripts/setup.sh installs it)")
+    result = measure(args.steps, max(50, args.steps // 4), args.trials, args.callgrind)
     print(json.dumps(result) if args.json else table(result))
 
 

@@ -38,6 +38,9 @@ def noop_parts(steps: int) -> tuple[Any, Any, Any, Any]:
         def verify(self) -> str:
             return "r0"
 
+        def picked_up(self) -> str:
+            return "r0"
+
         def preview(self, tool: str, args: Any) -> None:
             return None
 

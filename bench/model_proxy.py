@@ -9,7 +9,7 @@ event written in the database. Daphne serves the app (as in production) on its o
 SQLite database; one client (httpx2, keep-alive) sends Anthropic Messages requests,
 non-streamed and streamed, alternating direct and proxied request by request. Beside
 the wall times, Daphne's CPU time per proxied request (from /proc), which the machine's
-load does not change.
+load does not change, and the statements of one request's database work.
 
     python bench/model_proxy.py [--requests N] [--rounds N] [--json]
 """
@@ -118,6 +118,26 @@ def main() -> None:
             print(f"  {key}: {json.dumps(value)}")
 
 
+def statements_per_request(token: str, run_id: Any) -> dict[str, Any]:
+    """The statements of one proxied, budgeted request's database work, counted in this
+    process on the same plain functions the proxy calls (gateway.model_proxy.admit,
+    then runs.agents.usage.record): a count the load does not change."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from gateway.model_proxy import admit
+    from runs.agents.usage import ModelCall, record
+
+    call = ModelCall("anthropic", "messages", "claude-bench", 200, 1, False, 10, 20)
+    with CaptureQueriesContext(connection) as admitting:
+        _found, budgeted = admit(token, run_id, True)
+    assert budgeted is not None
+    with CaptureQueriesContext(connection) as recording:
+        record(run_id, call, budgeted[0])
+    said = [q["sql"].split(" ", 1)[0].upper() for q in [*admitting.captured_queries, *recording.captured_queries]]
+    return {"admit": len(admitting.captured_queries), "record": len(recording.captured_queries), "statements": said}
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import django
 
@@ -138,9 +158,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     run = World().create()
     Run.objects.filter(pk=run.pk).update(proposer={"kind": "agent", "agent": "bench", "model": "claude-bench"})
     token = tokens.mint(run)
+    # Counted on a run of its own, so the timed run's record holds only the timed requests.
+    counted = World().create()
+    Run.objects.filter(pk=counted.pk).update(proposer={"kind": "agent", "agent": "bench", "model": "claude-bench"})
+    counted_token = tokens.mint(counted)
+    statements_per_request(counted_token, counted.pk)  # a warm one: the first opens the connection
+    results: dict[str, Any] = {"database": statements_per_request(counted_token, counted.pk)}
     double = ProviderDouble()
     proc, url = daphne(double.url)
-    results: dict[str, Any] = {}
     try:
         proxied_base = f"{url}/agent/runs/{run.pk}/anthropic"
         body = {"model": "claude-bench", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}

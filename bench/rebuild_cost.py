@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.repo_scale import GIT_ENV, generate  # noqa: E402
+from bench.repo_scale import GIT_ENV, cpu_seconds, generate, read_calls  # noqa: E402
 from core.contract import WorkspaceSource  # noqa: E402
 from sandbox.rebuild import RecordedWrite, rebuild_workspace  # noqa: E402
 from sandbox.workspace.preparation import prepare_workspace  # noqa: E402
@@ -64,16 +64,21 @@ def driven(src: Path, tmp: Path, writes: int) -> tuple[str, str, list[RecordedWr
 def measure(src: Path, tmp: Path, writes: int, rounds: int) -> dict[str, Any]:
     base, revision, recorded = driven(src, tmp, writes)
     source = WorkspaceSource(kind="git", path=str(src))
-    clone, rebuild = [], []
+    clone, rebuild, clone_cpu, rebuild_cpu, reads = [], [], [], [], []
     for r in range(rounds):
         target = tmp / f"clone-{r}"
+        cpu = cpu_seconds()
         started = time.perf_counter()
         subprocess.run(["git", "clone", "-q", "--local", str(src), str(target)], check=True, env=GIT_ENV)
         clone.append(time.perf_counter() - started)
+        clone_cpu.append(cpu_seconds() - cpu)
         shutil.rmtree(target, ignore_errors=True)
+        cpu, read = cpu_seconds(), read_calls()
         started = time.perf_counter()
         rebuilt = rebuild_workspace(tmp / f"host-b-{r}", source, None, base, revision, recorded, tmp, (tmp,))
         rebuild.append(time.perf_counter() - started)
+        rebuild_cpu.append(cpu_seconds() - cpu)
+        reads.append(read_calls() - read)
         assert rebuilt.workspace.revision() == revision
         shutil.rmtree(tmp / f"host-b-{r}", ignore_errors=True)
     clone_ms, rebuild_ms = statistics.median(clone) * 1000, statistics.median(rebuild) * 1000
@@ -82,6 +87,11 @@ def measure(src: Path, tmp: Path, writes: int, rounds: int) -> dict[str, Any]:
         "git_clone_local_ms": round(clone_ms, 1),
         "rebuild_ms": round(rebuild_ms, 1),
         "ratio_rebuild_vs_clone": round(rebuild_ms / clone_ms, 2),
+        # Beside the times, what load changes little: CPU (this process and its
+        # children: git) and this process's read system calls (the files it read).
+        "git_clone_local_cpu_ms": round(statistics.median(clone_cpu) * 1000, 1),
+        "rebuild_cpu_ms": round(statistics.median(rebuild_cpu) * 1000, 1),
+        "rebuild_read_calls": statistics.median(reads),
     }
 
 
@@ -129,7 +139,9 @@ def main() -> None:
             continue
         print(
             f"rebuild {name:>16}: {figures['rebuild_ms']:8.1f} ms with {figures['writes']} writes, "
-            f"git clone --local {figures['git_clone_local_ms']:8.1f} ms, ratio {figures['ratio_rebuild_vs_clone']:.2f}"
+            f"git clone --local {figures['git_clone_local_ms']:8.1f} ms, ratio {figures['ratio_rebuild_vs_clone']:.2f}; "
+            f"CPU {figures['rebuild_cpu_ms']:.0f} / {figures['git_clone_local_cpu_ms']:.0f} ms, "
+            f"{figures['rebuild_read_calls']:,.0f} read calls"
         )
 
 

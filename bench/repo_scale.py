@@ -6,39 +6,54 @@ measured in the same run on the same tree:
   the same file / a raw write-and-rename;
 - run_check of one trivial test through the Harness, against a raw ``docker exec``
   of the same command in the same container (interleaved);
+- read_file and write_file through a run as the ``run_task`` command drives one
+  (``--run-task N``: N of each, 30 by default; the lease, the gates, the container,
+  each step's durable checkpoint on SQLite): each call's proposal to its receipt and
+  its whole turn, from the run's events (``through_run``);
 - preparing a run's workspace from a git repository and from a directory, against
   ``git clone --local`` / ``cp -a`` of the same tree (run start adds the first
-  pickup: its walk, and the container starting meanwhile).
+  pickup, and the container starting meanwhile).
 
-    python bench/repo_scale.py [--sizes 10,5000,20000,100000] [--huge] [--json]
+    python bench/repo_scale.py [--sizes 10,5000,20000,100000] [--huge] [--json] [--run-task N]
+                               [--baseline DIR]
 
 ``--huge`` adds 300,000 files (about 1.5 GB of disk and several minutes; its
 preparations are measured ``--huge-rounds`` times). Trees are generated in a
 temporary directory and removed afterwards. Every figure is printed as a ratio to its
 floor; run start is preparation from git, then a worker's first pickup as the
-product runs it: the container starting in the background while the full walk
-verifies the workspace, until both are done (``pickup``; the walk alone is
-``pickup_walk``), against ``git clone --local``. ``--dir /dev/shm`` makes the
-trees on a tmpfs, when a shared disk would measure the neighbours more than the
-harness."""
+product runs it (``Workspace.picked_up``, a full walk unless the worker has just made
+the workspace) with the container starting in the background, until both are done
+(``pickup``; the pickup's own part, before the run's first step may be taken, is
+``pickup_own``), against ``git clone --local``. Each run start is made in a fresh
+process (``--start-once``), which also counts what it cost beside the time: the
+processes it spawned, its own read system calls (the files it read), and its CPU
+with its children's. ``--baseline DIR`` makes the same run start, in the same round,
+with the code checked out at DIR (``git worktree add DIR main``, say): before and
+after interleaved in one run, the order alternating by round. ``--dir /dev/shm``
+makes the trees on a tmpfs, when a shared disk would measure the neighbours more than
+the harness."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# --start-once --code DIR: the product's modules are the ones checked out at DIR.
+CODE = Path(sys.argv[sys.argv.index("--code") + 1]).resolve() if "--start-once" in sys.argv and "--code" in sys.argv else ROOT
+sys.path.insert(0, str(CODE))
 
 from bench.sandbox_overhead import LIMITS, machine, raw_cli, step_times, summary  # noqa: E402
 from core.contract import WorkspaceSource  # noqa: E402
@@ -96,42 +111,109 @@ def drop(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def preparation(src: Path, tmp: Path, rounds: int, image: str) -> dict[str, Any]:
-    out: dict[str, list[float]] = {
-        "cp_a": [],
-        "git_clone_local": [],
-        "prepare_path": [],
-        "prepare_git": [],
-        "pickup_walk": [],
-        "pickup": [],
-    }
+def preparation(src: Path, tmp: Path, rounds: int, image: str, baseline: Path | None) -> dict[str, Any]:
+    out: dict[str, list[float]] = {"cp_a": [], "git_clone_local": [], "git_clone_local_cpu": [], "prepare_path": []}
+    starts: dict[str, list[dict[str, Any]]] = {"current": [], "baseline": []}
     for r in range(rounds):
         target = tmp / f"floor-{r}"
         out["cp_a"].append(timed(command, ["cp", "-a", str(src), str(target)]))
         drop(target)
+        cpu = cpu_seconds()
         out["git_clone_local"].append(timed(command, ["git", "clone", "-q", "--local", str(src), str(target)]))
+        out["git_clone_local_cpu"].append(cpu_seconds() - cpu)
         drop(target)
-        for kind in ("path", "git"):
-            run_root = tmp / f"ws-{kind}-{r}"
-            source = WorkspaceSource(kind=kind, path=str(src))
-            started = time.perf_counter()
-            workspace = prepare_workspace(run_root, source, tmp, (tmp,))
-            out[f"prepare_{kind}"].append(time.perf_counter() - started)
-            if kind == "git":
-                took, walk = pickup(workspace, tmp, image, r)
-                out["pickup"].append(took)
-                out["pickup_walk"].append(walk)
-            drop(run_root)
-    medians = {key: statistics.median(values) * 1000 for key, values in out.items()}
+        run_root = tmp / f"ws-path-{r}"
+        started = time.perf_counter()
+        prepare_workspace(run_root, WorkspaceSource(kind="path", path=str(src)), tmp, (tmp,))
+        out["prepare_path"].append(time.perf_counter() - started)
+        drop(run_root)
+        versions = [("current", ROOT)] + ([("baseline", baseline)] if baseline is not None else [])
+        for name, code in versions if r % 2 == 0 else versions[::-1]:
+            starts[name].append(start_elsewhere(code, src, tmp / f"ws-git-{name}-{r}", image, r))
+    medians: dict[str, Any] = {key: statistics.median(values) * 1000 for key, values in out.items()}
+    medians.update(start_medians(starts["current"]))
     medians["ratio_git_vs_clone"] = medians["prepare_git"] / medians["git_clone_local"]
     medians["ratio_path_vs_cp"] = medians["prepare_path"] / medians["cp_a"]
+    if starts["baseline"]:
+        medians["baseline"] = start_medians(starts["baseline"])
+    medians["rounds"] = starts
     return medians
 
 
-def pickup(workspace: RunWorkspace, tmp: Path, image: str, r: int) -> tuple[float, float]:
+def start_medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The medians of a version's run starts: times in ms, counts as they were."""
+    return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+
+
+def start_elsewhere(code: Path, src: Path, run_root: Path, image: str, r: int) -> dict[str, Any]:
+    """One run start (preparation from git, then the pickup) with the code at ``code``,
+    in a process of its own."""
+    argv = [sys.executable, str(Path(__file__).resolve()), "--start-once", "--code", str(code), str(src), str(run_root), image, str(r)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, check=True)
+    finally:
+        drop(run_root)
+    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+def start_once(src: Path, run_root: Path, image: str, r: int) -> dict[str, Any]:
+    """Preparation from git and the first pickup, as a worker makes them, with what they
+    cost beside the time: processes spawned, this process's read system calls, CPU
+    (its own and its children's)."""
+    spawned: list[str] = []
+    real_init = subprocess.Popen.__init__
+
+    def counting(self: subprocess.Popen[Any], args: Any, *rest: Any, **options: Any) -> None:
+        spawned.append(os.path.basename(str(args[0] if isinstance(args, (list, tuple)) else args)))
+        real_init(self, args, *rest, **options)
+
+    subprocess.Popen.__init__ = counting  # type: ignore[method-assign]  # counted in this one-shot process only
+    tmp = run_root.parent
+    reads, cpu = read_calls(), cpu_seconds()
+    started = time.perf_counter()
+    workspace = prepare_workspace(run_root, WorkspaceSource(kind="git", path=str(src)), tmp, (tmp,))
+    prepared = time.perf_counter() - started
+    reads_prepared, cpu_prepared, spawned_prepared = read_calls() - reads, cpu_seconds() - cpu, len(spawned)
+    took, own = pickup(workspace, image, r)
+    reads_pickup, cpu_pickup = read_calls() - reads - reads_prepared, cpu_seconds() - cpu - cpu_prepared
+    # What the first check asks before it runs: the workspace's size for the quota
+    # (recorded by the pickup's walk where there was one, else counted now).
+    quota = timed(workspace.index.usage)
+    return {
+        "prepare_git": prepared * 1000,
+        "pickup": took * 1000,
+        "pickup_own": own * 1000,
+        "run_start_ms": (prepared + took) * 1000,
+        "run_start_to_first_step_ms": (prepared + own) * 1000,
+        "first_quota_look_ms": quota * 1000,
+        "processes_prepare": spawned_prepared,
+        "processes_pickup": len(spawned) - spawned_prepared,
+        "read_calls_prepare": reads_prepared,
+        "read_calls_pickup": reads_pickup,
+        "cpu_ms_prepare": cpu_prepared * 1000,
+        "cpu_ms_pickup": cpu_pickup * 1000,
+    }
+
+
+def read_calls() -> int:
+    """This process's read system calls so far, all its threads' (``syscr``)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("syscr:"):
+            return int(line.split()[1])
+    raise RuntimeError("/proc/self/io has no syscr")
+
+
+def cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def pickup(workspace: RunWorkspace, image: str, r: int) -> tuple[float, float]:
     """A worker's first pickup as the product runs it: the container starts in the
-    background (runs.runtime.sandbox_environment) while the full walk verifies the
-    workspace (Harness.run). Returns (until both are done, the walk alone)."""
+    background (runs.runtime.sandbox_environment) while the pickup reads the
+    workspace's revision (Harness.run: a full walk unless this process has just made
+    the workspace). Returns (until both are done, the pickup's own part)."""
     spec = ContainerSpec.from_limits(LIMITS, image)
     executor = SandboxExecutor(
         f"bench-pickup-{r}",
@@ -143,16 +225,18 @@ def pickup(workspace: RunWorkspace, tmp: Path, image: str, r: int) -> tuple[floa
         spec=spec,
         scope="bench",
     )
+    # The code before Workspace.picked_up walked at every pickup (--baseline).
+    picked_up = getattr(workspace, "picked_up", workspace.verify)
     try:
         started = time.perf_counter()
         executor.start_container()
-        walk = timed(workspace.verify)
+        own = timed(picked_up)
         executor.wait_for_start()
         took = time.perf_counter() - started
         assert executor.container is not None, "the sandbox container did not start"
     finally:
         executor.close()
-    return took, walk
+    return took, own
 
 
 def raw_read(path: Path) -> float:
@@ -218,11 +302,102 @@ def calls(tree: Path, tmp: Path, image: str, reads: int, writes: int, checks: in
     return result
 
 
+def through_run(tree: Path, tmp: Path, image: str, calls: int) -> dict[str, Any]:
+    """read_file and write_file as a run makes them through the product's own path (the
+    ``run_task`` command's: ``create_run``, then ``advance`` in this process: the
+    worker's lease, the workspace prepared from git, its container, the gates, the
+    executor, and each step's durable checkpoint on SQLite), in a process of its own
+    (``--run-task-once``) with a database and workspaces of its own under ``tmp``. From
+    the run's events: each call's proposal to its receipt (``proposed`` to
+    ``receipt_recorded``, the times they were made), and its turn, proposal to the next
+    proposal (the checkpoint that stores the receipt included)."""
+    var = tmp / "run-task"
+    var.mkdir()
+    env = {
+        **os.environ,
+        # As a deployment runs: DEBUG off (on, Django keeps every statement's text).
+        "DEBUG": "0",
+        "SECRET_KEY": uuid.uuid4().hex + uuid.uuid4().hex,
+        "DJANGO_SETTINGS_MODULE": "harness_site.settings",
+        "DATABASE_URL": f"sqlite:///{var / 'harness.sqlite3'}",
+        "HARNESS_VAR_DIR": str(var),
+        "HARNESS_WORKSPACE_SOURCES": str(tree.parent),
+        "HARNESS_SANDBOX_IMAGE": image,
+        "HARNESS_SANDBOX_SCOPE": f"bench-scale-{os.getpid()}",
+    }
+    argv = [sys.executable, str(Path(__file__).resolve()), "--run-task-once", str(tree), str(calls)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"the run_task measurement failed: {done.stderr[-3000:]}")
+    finally:
+        drop(var)
+    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+def run_task_once(tree: Path, calls: int) -> dict[str, Any]:
+    """``through_run``'s child: one run of ``calls`` reads then ``calls`` writes."""
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from runs.models import Event
+    from runs.runtime import advance, create_run
+
+    call_command("migrate", verbosity=0)
+    script: list[dict[str, Any]] = [{"tool": "read_file", "args": {"path": "src/edited.py"}}] * calls
+    script += [{"tool": "write_file", "args": {"path": "src/edited.py", "content": f"VALUE = {n + 1}\n"}} for n in range(calls)]
+    limits = {"max_proposals": 2 * calls + 5, "max_tool_calls": 2 * calls + 5, "max_attempts": 1, "wall_time_seconds": 3600}
+    contract = {
+        "task_id": "bench-scale",
+        "objective": "read and write at scale",
+        "acceptance_criteria": ["measured"],
+        "workspace": {"kind": "git", "path": str(tree)},
+        "allowed_write_paths": ["src/*"],
+        "allowed_tools": ["read_file", "write_file"],
+        "verification_targets": ["tests"],
+        "limits": {**limits, "max_output_bytes_per_call": 200_000},
+    }
+    run = create_run(contract, {"kind": "scripted", "script": script}, None, enqueue=False)
+    started, cpu = time.perf_counter(), time.process_time()
+    outcome = advance(str(run.pk))
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    rows = list(
+        Event.objects.filter(run=run, type__in=("proposed", "receipt_recorded")).order_by("seq").values_list("type", "call_id", "ts")
+    )
+    proposed = [(call_id, ts.timestamp()) for kind, call_id, ts in rows if kind == "proposed"]
+    receipts = {call_id: ts.timestamp() for kind, call_id, ts in rows if kind == "receipt_recorded"}
+    tools = [step["tool"] for step in script]
+    # The run's CPU (this process, all its threads), its preparation at this size included.
+    result: dict[str, Any] = {"outcome": outcome, "run_seconds": seconds, "run_cpu_seconds": cpu, "calls": calls}
+    for tool in ("read_file", "write_file"):
+        # The first of each kind is left out: it pays for what the run does once
+        # (the container's start, the quota's first look).
+        mine = [(n, call_id, ts) for n, (call_id, ts) in enumerate(proposed) if n < len(tools) and tools[n] == tool][1:]
+        to_receipt = [receipts[call_id] - ts for _, call_id, ts in mine if call_id in receipts]
+        turns = [proposed[n + 1][1] - ts for n, _, ts in mine if n + 1 < len(proposed)]
+        if len(to_receipt) != len(mine) or not turns:
+            raise RuntimeError(f"the run ended {outcome} before its {tool} calls were all made")
+        result[f"{tool}_to_receipt"] = summary(to_receipt)
+        result[f"{tool}_turn"] = summary(turns)
+    return result
+
+
 def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
-def measure(sizes: list[int], image: str, rounds: dict[int, int], counts: tuple[int, int, int], where: str | None) -> dict[str, Any]:
+def measure(
+    sizes: list[int],
+    image: str,
+    rounds: dict[int, int],
+    counts: tuple[int, int, int],
+    where: str | None,
+    baseline: Path | None = None,
+    run_task_calls: int = 0,
+) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="harness-scale-", dir=where) as name:
@@ -232,10 +407,12 @@ def measure(sizes: list[int], image: str, rounds: dict[int, int], counts: tuple[
             generate(tree, size)
             generated = time.perf_counter() - began
             row: dict[str, Any] = {"files": size, "generate_s": generated, "load_before": uptime()}
-            row["preparation"] = preparation(tree, tmp, rounds[size], image)
+            row["preparation"] = preparation(tree, tmp, rounds[size], image, baseline)
             row.update(calls(tree, tmp, image, *counts))
-            # Run start: preparation from git, then the pickup (its verifying walk, the container starting meanwhile).
-            row["run_start_ms"] = row["preparation"]["prepare_git"] + row["preparation"]["pickup"]
+            if run_task_calls:
+                row["through_run_task"] = through_run(tree, tmp, image, run_task_calls)
+            # Run start: preparation from git, then the pickup, the container starting meanwhile (medians of whole starts).
+            row["run_start_ms"] = row["preparation"]["run_start_ms"]
             row["load_after"] = uptime()
             rows[str(size)] = row
             # Each size as it is measured: a long run interrupted keeps what it had.
@@ -280,6 +457,50 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def starts_table(result: dict[str, Any]) -> str:
+    """Run start in detail, each version's medians: to the first step (preparation and
+    the pickup's own part) and until the container is up too, with the counts beside."""
+    lines = [
+        "| files | code | run start / clone | to the first step / clone | preparation / clone | pickup's own part "
+        "| first quota look | processes (prepare + pickup) | read calls (prepare + pickup) | CPU ms (prepare + pickup) / clone's |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in result["rows"].values():
+        p = row["preparation"]
+        clone = p["git_clone_local"]
+        for name, found in [("this", p)] + ([("baseline", p["baseline"])] if "baseline" in p else []):
+            lines.append(
+                f"| {row['files']:,} | {name} "
+                f"| {found['run_start_ms']:.0f} / {clone:.0f} ms = {found['run_start_ms'] / clone:.2f}x "
+                f"| {found['run_start_to_first_step_ms'] / clone:.2f}x "
+                f"| {found['prepare_git'] / clone:.2f}x "
+                f"| {found['pickup_own']:.0f} ms "
+                f"| {found['first_quota_look_ms']:.0f} ms "
+                f"| {found['processes_prepare']:.0f} + {found['processes_pickup']:.0f} "
+                f"| {found['read_calls_prepare']:,.0f} + {found['read_calls_pickup']:,.0f} "
+                f"| {found['cpu_ms_prepare']:.0f} + {found['cpu_ms_pickup']:.0f} / {p['git_clone_local_cpu']:.0f} |"
+            )
+    return "\n".join(lines)
+
+
+def run_task_table(result: dict[str, Any]) -> str:
+    """read_file and write_file through a run (``through_run``): medians (p90) in ms."""
+    lines = [
+        "| files | read_file, proposal to receipt | its turn | write_file, proposal to receipt | its turn | run's CPU |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in result["rows"].values():
+        found = row.get("through_run_task")
+        if found is None:
+            continue
+        cells = [f"{found[key]['median_ms']:.1f} ({found[key]['p90_ms']:.1f})" for key in RUN_TASK_FIGURES]
+        lines.append(f"| {row['files']:,} | {' | '.join(cells)} | {found['run_cpu_seconds']:.2f} s |")
+    return "\n".join(lines)
+
+
+RUN_TASK_FIGURES = ("read_file_to_receipt", "read_file_turn", "write_file_to_receipt", "write_file_turn")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10,5000,20000,100000")
@@ -292,17 +513,33 @@ def main() -> None:
     )
     parser.add_argument("--image", default=os.environ.get("HARNESS_SANDBOX_IMAGE", "harness-sandbox:latest"))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--baseline", type=Path, default=None, help="also the run starts of the code checked out at this directory")
+    parser.add_argument(
+        "--run-task", type=int, default=30, metavar="N", help="N reads and N writes through a run (run_task's path) per size; 0: none"
+    )
+    if "--run-task-once" in sys.argv:  # a child of through_run: --run-task-once TREE CALLS
+        tree, count = sys.argv[sys.argv.index("--run-task-once") + 1 :]
+        print(json.dumps(run_task_once(Path(tree), int(count))))
+        return
+    if "--start-once" in sys.argv:  # a child of start_elsewhere: --start-once --code DIR SRC RUN_ROOT IMAGE ROUND
+        src, run_root, image, r = sys.argv[sys.argv.index("--code") + 2 :]
+        print(json.dumps(start_once(Path(src), Path(run_root), image, int(r))))
+        return
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s] + ([300_000] if args.huge else [])
     shared_client().ping()
     reads, writes, checks = (int(n) for n in args.calls.split(","))
     rounds = {size: args.huge_rounds if size >= 300_000 else args.rounds for size in sizes}
-    result = measure(sizes, args.image, rounds, (reads, writes, checks), args.dir)
+    result = measure(sizes, args.image, rounds, (reads, writes, checks), args.dir, args.baseline, args.run_task)
     if args.json:
         print(json.dumps(result, indent=2))
         return
     print(f"Repository scale on {result['machine']} ({result['date']}, trees in {result['dir']})\n")
     print(table(result))
+    print()
+    print(starts_table(result))
+    print()
+    print(run_task_table(result))
     for row in result["rows"].values():
         print(f"\n{row['files']:,} files: load before {row['load_before']!r}, after {row['load_after']!r}")
 

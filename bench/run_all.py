@@ -27,23 +27,24 @@ from machine import load, machine, now  # noqa: E402
 
 BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     # name: (full arguments, quick arguments)
-    "loop_overhead": ([], ["--steps", "500", "--trials", "3"]),
+    "loop_overhead": (["--callgrind", "100"], ["--steps", "500", "--trials", "3"]),
     "sandbox_overhead": ([], ["--reads", "200", "--checks", "6", "--starts", "3"]),
     "check_floor": ([], ["--pairs", "3", "--no-callgrind"]),
     "kill_latency": ([], ["--trials", "3"]),
+    "first_command": ([], ["--pairs", "2", "--runtimes", "runc"]),
     "trace_latency": (
         [],
         ["--seconds", "2", "--repeats", "1", "--viewers", "5", "--pair-events", "300", "--pair-repeats", "1", "--events", "500"],
     ),
     "redaction_overhead": ([], ["--steps", "100", "--rounds", "3"]),
-    "repo_scale": ([], ["--sizes", "10,5000", "--rounds", "1", "--calls", "50,50,2"]),
+    "repo_scale": ([], ["--sizes", "10,5000", "--rounds", "1", "--calls", "50,50,2", "--run-task", "5"]),
     "diff_cost": ([], ["--difflib-cuts", "50"]),
     "diff_colours": ([], ["--lines", "250"]),
     "rebuild_cost": ([], ["--rounds", "1"]),
     "host_throughput": ([], ["--runs", "3", "--rounds", "1"]),
     "trial_throughput": ([], ["--runs", "3", "--rounds", "1"]),
     "egress_cost": ([], ["--rounds", "1", "--fetches", "3", "--runtimes", "runc"]),
-    "observability_cost": ([], ["--steps", "50", "--trials", "1"]),
+    "observability_cost": ([], ["--steps", "50", "--trials", "1", "--callgrind", "50"]),
     "mcp_cost": ([], ["--rounds", "2", "--calls", "5", "--stdio-calls", "2"]),
     "model_proxy": ([], ["--requests", "10", "--rounds", "1"]),
     "agent_start": ([], ["--rounds", "1", "--calls", "5"]),
@@ -51,6 +52,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "checkpoint_cursor": ([], ["--statements", "100", "--trials", "2"]),
     "secret_scan_cost": ([], ["--lines", "1000", "--rounds", "1", "--callgrind-lines", "0"]),
     "ledger_cost": ([], ["--steps", "50", "--grants", "10", "--trials", "1"]),
+    "policy_look": ([], ["--looks", "200", "--rounds", "2", "--callgrind", "0"]),
 }
 
 
@@ -118,11 +120,9 @@ def check_floor_rows(floor: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def side_by_side(results: dict[str, Any]) -> str:
-    """The headline figures in one table: the harness beside its peer or floor, each
-    pair measured in the same run."""
+def loop_rows(loop: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """The durable step beside LangGraph's, instructions first where counted."""
     rows: list[tuple[str, str, str, str]] = []
-    loop = results.get("loop_overhead", {})
     for where in ("in memory", "sqlite", "postgresql"):
         found = loop.get(where)
         if not found:
@@ -131,7 +131,10 @@ def side_by_side(results: dict[str, Any]) -> str:
         [(peer_name, peer)] = [(k, v) for k, v in found.items() if k.startswith("langgraph")]
         extra = ""
         if where != "in memory":
-            extra = f"; CPU {found['harness / langgraph, CPU']}x; statements/step {harness['statements_per_step']} against {peer['statements_per_step']}"
+            if "harness / langgraph, instructions" in found:
+                extra += f"; instructions/step {harness['instructions_per_step']:,} against {peer['instructions_per_step']:,}"
+                extra += f" = {found['harness / langgraph, instructions']}x"
+            extra += f"; CPU {found['harness / langgraph, CPU']}x; statements/step {harness['statements_per_step']} against {peer['statements_per_step']}"
             if harness["wal_bytes_per_step"]:
                 extra += f"; WAL bytes/step {harness['wal_bytes_per_step']} against {peer['wal_bytes_per_step']}"
         rows.append(
@@ -142,6 +145,58 @@ def side_by_side(results: dict[str, Any]) -> str:
                 f"{found['harness / langgraph']}x{extra}",
             )
         )
+    return rows
+
+
+def first_command_rows(first: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """A run's container start to its first result, pooled beside started for the run."""
+    rows: list[tuple[str, str, str, str]] = []
+    for runtime, found in first.items():
+        if not isinstance(found, dict):
+            continue  # the image, machine, load and time beside the runtimes
+        requests = found["requests_per_start"]
+        rows.append(
+            (
+                f"time to first command, {runtime}",
+                f"pooled {found['pooled_median_ms']:.0f} ms (p95 {found['pooled_p95_ms']:.0f})",
+                f"a container started for the run {found['cold_median_ms']:.0f} ms",
+                f"{found['pooled / cold, wall']}x; requests {requests['pooled']['total']} against {requests['cold']['total']}",
+            )
+        )
+    return rows
+
+
+def repo_scale_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """side_by_side's rows of repo_scale: run start, and write_file through a run."""
+    rows: list[tuple[str, str, str, str]] = []
+    for files, found in results.get("repo_scale", {}).get("rows", {}).items():
+        p = found["preparation"]
+        start = found["run_start_ms"]
+        rows.append(
+            (
+                f"run start, {files} files",
+                f"{start:.0f} ms",
+                f"git clone --local {p['git_clone_local']:.0f} ms",
+                f"{start / p['git_clone_local']:.2f}x; read_file {found['read_file']['median_ms']:.2f} ms, write_file {found['write_file']['median_ms']:.2f} ms",
+            )
+        )
+        run = found.get("through_run_task")
+        if run:
+            rows.append(
+                (
+                    f"write_file through a run, {files} files",
+                    f"{run['write_file_to_receipt']['median_ms']:.1f} ms to its receipt",
+                    "target 10 ms",
+                    f"turn {run['write_file_turn']['median_ms']:.1f} ms; read_file {run['read_file_to_receipt']['median_ms']:.1f} ms",
+                )
+            )
+    return rows
+
+
+def side_by_side(results: dict[str, Any]) -> str:
+    """The headline figures in one table: the harness beside its peer or floor, each
+    pair measured in the same run."""
+    rows = loop_rows(results.get("loop_overhead", {}))
     for engine, found in results.get("sandbox_overhead", {}).get("results", {}).items():
         check, raw = found["run_check_through_harness"]["median_ms"], found["raw_docker_exec_sdk"]["median_ms"]
         rows.append((f"run_check, {engine}", f"{check:.0f} ms", f"raw SDK exec {raw:.0f} ms", f"{check / raw:.2f}x"))
@@ -156,20 +211,11 @@ def side_by_side(results: dict[str, Any]) -> str:
                 f"{trace['repeats_with_p99_under_100ms']} under",
             )
         )
+    rows += first_command_rows(results.get("first_command", {}))
     kill = results.get("kill_latency")
     if kill:
         rows.append(("kill switch to stopped", f"{kill['median_s'] * 1000:.0f} ms median", "", f"max {kill['max_s'] * 1000:.0f} ms"))
-    for files, found in results.get("repo_scale", {}).get("rows", {}).items():
-        p = found["preparation"]
-        start = found["run_start_ms"]
-        rows.append(
-            (
-                f"run start, {files} files",
-                f"{start:.0f} ms",
-                f"git clone --local {p['git_clone_local']:.0f} ms",
-                f"{start / p['git_clone_local']:.2f}x; read_file {found['read_file']['median_ms']:.2f} ms, write_file {found['write_file']['median_ms']:.2f} ms",
-            )
-        )
+    rows += repo_scale_rows(results)
     redaction = results.get("redaction_overhead")
     if redaction:
         rows.append(

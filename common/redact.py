@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -180,6 +180,14 @@ def masked_text(text: str, secrets: list[str]) -> MaskedJSON:
     if _nothing_to_mask(text, secrets):
         return MaskedJSON(text)
     return MaskedJSON(_dumps(_walk(json.loads(text), secrets)))
+
+
+def masked_alike(then: Sequence[str], now: list[str]) -> bool:
+    """Whether values taken from ones ``masked`` with the secrets ``then`` (their strings,
+    cut or joined into JSON text) have nothing more to mask with the secrets ``now``:
+    the same secrets (the shapes do not change within a process), none of which JSON
+    escapes (such a one could appear across two strings once they are JSON text)."""
+    return list(then) == now and not any(_needs_escaping(secret) for secret in now)
 
 
 def _dumps(value: Any) -> str:

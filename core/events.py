@@ -448,7 +448,9 @@ class AgentStarted(Event):
 
 class AgentEnded(Event):
     """The agent's process ended: its exit code (None when it was killed or timed out),
-    why, and the artifacts holding its transcript (stdout) and stderr."""
+    why, and the artifacts holding its transcript (stdout) and stderr. ``problem``
+    says, for ``failed``, why the agent could not start or could not work (its MCP
+    connection failed); empty otherwise and on an event written before it was told."""
 
     type: Literal["agent_ended"] = "agent_ended"
     preset: str
@@ -456,6 +458,7 @@ class AgentEnded(Event):
     reason: Literal["exited", "killed", "deadline", "failed"]
     duration_ms: int
     artifacts: list[str] = []
+    problem: str = ""
 
 
 class Stopped(Event):
@@ -518,6 +521,16 @@ _adapter: TypeAdapter[AnyEvent] = TypeAdapter(Annotated[AnyEvent, Field(discrimi
 def type_name(cls: type[Event]) -> str:
     """The name an event class is stored and sent under (its ``type`` literal)."""
     name: str = cls.model_fields["type"].default
+    return name
+
+
+def field_name(cls: type[Event], name: str) -> str:
+    """``name``, checked to be one of ``cls``'s payload fields: for a reader that must name
+    a field where no typed event is at hand (a lookup the database runs in one
+    statement). Called where the reader's module is imported, so a field renamed or
+    removed stops the import (and every test) instead of the lookup matching nothing."""
+    if name not in cls.model_fields or name in Event.model_fields or name == "type":
+        raise LookupError(f"{cls.__name__} has no payload field {name!r}")
     return name
 
 

@@ -179,8 +179,9 @@ def drive(run: RunContext, gates: Gates) -> RunState:
             act(run, gates, interrupted)
         # Whatever happened while nobody drove this run (hours, for a wait), the
         # workspace is read in full before any approval or evidence is relied on
-        # again: a change that came around the harness's tools stops the run.
-        read_workspace(run, run.workspace.verify())
+        # again: a change that came around the harness's tools stops the run. A
+        # workspace this worker has just made was read (or proven) as it was made.
+        read_workspace(run, run.workspace.picked_up())
         if state.status == "waiting_approval":
             act(run, gates, waits.resume(run))
         while state.status == "running":

@@ -72,6 +72,12 @@ class Workspace(Protocol):
         ``revision()`` (RevisionMismatch otherwise). Costs the size of the workspace:
         for when a run is picked up, not for every call."""
 
+    def picked_up(self) -> str:
+        """The revision a worker relies on as it picks the run up: ``verify()``, except
+        right after this worker made the workspace (prepared it from its source, or
+        rebuilt it and walked it) with nothing written or run in it since, when that
+        making proved the value and a second read would only repeat it."""
+
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
         """A unified diff of what a write would change, for reviewers."""
 

@@ -42,6 +42,9 @@ class SimWorkspace:
     def verify(self) -> str:
         return self.revision()
 
+    def picked_up(self) -> str:
+        return self.verify()
+
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
         entry = SIM_TOOLS.get(tool)
         return entry.preview(self, args) if entry is not None and entry.preview is not None else None

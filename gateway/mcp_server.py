@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import mcp_types as types
@@ -33,8 +34,8 @@ from runs.agents.bridge import MAX_ARGS_BYTES, AsyncBridge, CallRefused, Request
 log = logging.getLogger(__name__)
 
 RUN_KEY = "harness.run"
-POLL_SECONDS = 0.2
-# How often the run's row is read while a call waits (its end, what it waits for).
+# How often the run's row is read while a call waits for its answer (the run's end,
+# what the call waits for); the answer itself wakes the wait at once.
 STATUS_SECONDS = 1.0
 # A progress notification repeats its message at least this often, so a client that
 # resets its timeout on progress keeps waiting.
@@ -91,37 +92,57 @@ class Endpoint:
     async def call_tool(self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
         run_id = _run_of(ctx)
         bridge = AsyncBridge(run_id)
-        names = {str(t["name"]): str(t["registry_name"]) for t in await _tools(run_id)}
         tool = params.name
         try:
-            submitted = await bridge.submit(names.get(tool, tool), dict(params.arguments or {}))
+            # By the name the agent calls it (an MCP tool's ``server__tool``): the proposer
+            # maps it to the registry's (runs.agents.proposer).
+            submitted = await bridge.submit(tool, dict(params.arguments or {}))
         except CallRefused as exc:
             return _result(f"[harness] Refused before it became a proposal: {exc}.", True)
         # Progress is told only to a client that asked for it (a progress token in the call's _meta).
         token = (ctx.meta or {}).get("progress_token")
-        deadline = time.monotonic() + float(settings.HARNESS_AGENT_CALL_WAIT_SECONDS)
-        told, told_at, checked_at, steps = "", 0.0, 0.0, 0
-        why = "the run has not taken the call yet"
-        while True:
-            request = await bridge.request(submitted.request_id)
-            if request is not None and request.reply is not None:
-                await bridge.delivered(request.request_id)
-                return _result(str(request.reply.get("text", "")), bool(request.reply.get("is_error")))
-            now = time.monotonic()
-            if now - checked_at >= STATUS_SECONDS:
-                checked_at = now
-                status = await database_sync_to_async(_standing)(run_id, request)
-                if status.ended is not None:
-                    return await _ended(bridge, submitted.request_id, status.ended)
-                why = status.why
-            if token is not None and (why != told or now - told_at >= PROGRESS_SECONDS):
-                steps += 1
-                # On this call's own response stream, against the client's token.
-                await ctx.session.report_progress(steps, None, why)
-                told, told_at = why, now
-            if now >= deadline:
-                return _result(STILL_WAITING.format(why=why, tool=tool), True)
-            await asyncio.sleep(POLL_SECONDS)
+
+        async def progress(step: int, why: str) -> None:
+            # On this call's own response stream, against the client's token.
+            await ctx.session.report_progress(step, None, why)
+
+        wait = float(settings.HARNESS_AGENT_CALL_WAIT_SECONDS)
+        text, is_error = await answer_of(bridge, submitted.request_id, tool, wait, progress if token is not None else None)
+        return _result(text, is_error)
+
+
+Progress = Callable[[int, str], Awaitable[None]]
+
+
+async def answer_of(bridge: AsyncBridge, request_id: str, tool: str, wait: float, progress: Progress | None) -> tuple[str, bool]:
+    """The call's answer (text, is_error) within ``wait`` seconds, else "still waiting"
+    (the request stays pending); ``progress`` is told what it waits for as that changes."""
+    deadline = time.monotonic() + wait
+    told, told_at, steps = "", 0.0, 0
+    while True:
+        # Woken by the answer itself (runs.agents.bridge, ``done``); a call answered
+        # within the first slice never reads the run's row.
+        reply = await bridge.answer_within(request_id, min(STATUS_SECONDS, max(0.0, deadline - time.monotonic())))
+        if reply is not None:
+            return str(reply.get("text", "")), bool(reply.get("is_error"))
+        request = await bridge.request(request_id)
+        status = await database_sync_to_async(_standing)(bridge.run_id, request)
+        if status.ended is not None:
+            return await _ended(bridge, request_id, status.ended)
+        if request is None:
+            return f"[harness] {status.why}.", True
+        now = time.monotonic()
+        if progress is not None and (status.why != told or now - told_at >= PROGRESS_SECONDS):
+            steps += 1
+            await progress(steps, status.why)
+            told, told_at = status.why, now
+        if now >= deadline:
+            # An answer written since the slice above ended is this call's, not the next
+            # one's: the agent is not told to call again for an answer already here.
+            reply = await bridge.handed(request_id)
+            if reply is not None:
+                return str(reply.get("text", "")), bool(reply.get("is_error"))
+            return STILL_WAITING.format(why=status.why, tool=tool), True
 
 
 def _run_of(ctx: ServerRequestContext[Any]) -> str:
@@ -136,16 +157,15 @@ def _result(text: str, is_error: bool) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=is_error)
 
 
-async def _ended(bridge: AsyncBridge, request_id: str, said: tuple[str, bool]) -> types.CallToolResult:
+async def _ended(bridge: AsyncBridge, request_id: str, said: tuple[str, bool]) -> tuple[str, bool]:
     """The run ended with this call unanswered: the first answer stands (the worker's,
     if it came meanwhile), else this one, how the run ended."""
     text, is_error = said
     await bridge.answer(request_id, text, is_error, "run_ended")
-    request = await bridge.request(request_id)
-    await bridge.delivered(request_id)
-    if request is not None and request.reply is not None:
-        return _result(str(request.reply.get("text", "")), bool(request.reply.get("is_error")))
-    return _result(text, is_error)
+    reply = await bridge.handed(request_id)
+    if reply is not None:
+        return str(reply.get("text", "")), bool(reply.get("is_error"))
+    return said
 
 
 async def _tools(run_id: str) -> list[dict[str, Any]]:

@@ -11,14 +11,15 @@ streamed or not) and, for each request, in order:
    model the run allows (runs.agents.usage.allowed_models: the run's own model(s), else
    the price table's); the model lists are answered here with those models;
 3. the budget: the run's, under the server's caps and its project's daily and monthly
-   budgets (runs.agents.usage.check), refused once spent;
+   budgets (runs.agents.usage.check), refused once spent (read with the token, in one
+   trip to the database: ``admit``);
 4. forwarded to the provider's configured base URL with the server's key in place of
    the agent's token, hop-by-hop headers and anything carrying the token left out;
    the answer's bytes pass through as they arrive while its usage numbers are read on
    the side (gateway.model_wire);
 5. recorded as the run's ``model_note`` (runs.agents.usage.record) once the answer has
-   ended and before the agent's response is closed, so an agent that has its answer
-   finds the call in the trace.
+   ended and before the agent's response is closed (a stream's last event held back
+   until then), so an agent that has its answer finds the call in the trace.
 
 Every refusal of 2 and 3 is on the run's record too; every request is counted in
 ``harness_model_proxy_requests_total`` by provider and status. Neither the server's key
@@ -133,6 +134,16 @@ def _upstream(provider: wire.Provider) -> tuple[str, str, str]:
     return str(settings.GEMINI_BASE_URL), str(settings.GEMINI_API_KEY), "GEMINI_API_KEY"
 
 
+def admit(token: str | None, run_id: uuid.UUID, budgeted: bool) -> tuple[Run | tokens.Refused, tuple[Budget, usage.Spent | None] | None]:
+    """The run the token opens (or why not) and, for a request the budget counts, the
+    run's budget and whether it is spent: the database's part of admitting a request,
+    in one trip to the proxy's database threads."""
+    found = tokens.authenticate(token, run_id, where="model proxy")
+    if isinstance(found, tokens.Refused) or not budgeted:
+        return found, None
+    return found, usage.check(found)
+
+
 class TooLarge(Exception):
     pass
 
@@ -176,13 +187,13 @@ class ModelProxy:
         headers: list[tuple[bytes, bytes]] = list(scope.get("headers", []))
         query: bytes = scope.get("query_string", b"")
         token = wire.token_of(headers, query)
-        found = await on_db(tokens.authenticate, token, run_id, where="model proxy")
+        method = str(scope.get("method", "GET")).upper()
+        route = wire.route(self.provider, method, rest)
+        found, budgeted = await on_db(admit, token, run_id, route is not None and route.usage)
         if isinstance(found, tokens.Refused):
             said = "no such run" if found.status == 404 else f"the run's token is required ({found.reason})"
             return await self._refuse(send, "not_found" if found.status == 404 else "auth", said)
         run: Run = found
-        method = str(scope.get("method", "GET")).upper()
-        route = wire.route(self.provider, method, rest)
         if route is None:
             return await self._refuse(send, "not_served", f"{method} {rest[:200]} is not served")
         allowed = usage.allowed_models(run.proposer if isinstance(run.proposer, dict) else {})
@@ -213,8 +224,8 @@ class ModelProxy:
         if not key:
             return await self._refuse(send, "no_key", f"the server has no {key_name} configured")
         budget = None
-        if route.usage:
-            budget, spent = await on_db(usage.check, run)
+        if budgeted is not None:
+            budget, spent = budgeted
             if spent is not None:
                 detail = {"provider": self.provider, "api": route.api, "model": model, **spent.detail}
                 await on_db(usage.refusal, run_id, "budget_exhausted", spent.message, detail)
@@ -292,6 +303,9 @@ class ModelProxy:
         await send({"type": "http.response.start", "status": response.status_code, "headers": head})
         reader = wire.EventStream(route.api, self.provider)
         kept = bytearray()  # a JSON answer, for its usage numbers (bounded)
+        # A stream's last event is held back until the call is on the record: a client
+        # may stop reading at it (the openai SDK at ``[DONE]``), before the answer ends.
+        held = b""
         gone = asyncio.Event()
         watcher = asyncio.ensure_future(_watch(receive, gone))
         failure = ""
@@ -299,6 +313,9 @@ class ModelProxy:
             async for chunk in response.aiter_bytes():
                 if events:
                     reader.feed(chunk)
+                    if reader.ended:
+                        held += chunk
+                        continue
                 elif len(kept) <= wire.PARSE_LIMIT:
                     kept += chunk
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -328,7 +345,7 @@ class ModelProxy:
                 await on_db(usage.record, run_id, call, budget)
             except Exception:
                 log.exception("run %s: could not record a model call through the proxy", run_id)
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await send({"type": "http.response.body", "body": held, "more_body": False})
         return status
 
 

@@ -253,6 +253,9 @@ class EventStream:
     provider: Provider
     usage: Usage = field(default_factory=Usage)
     error: str = ""
+    # The stream's last event has passed (``[DONE]``, ``message_stop``, a response's
+    # end): a client may stop reading there, before the HTTP answer ends.
+    ended: bool = False
     _buffer: bytearray = field(default_factory=bytearray)
     _skipping: bool = False
 
@@ -285,6 +288,8 @@ class EventStream:
             elif line.startswith("data:"):
                 data.append(line[6:] if line.startswith("data: ") else line[5:])
         text = "\n".join(data)
+        if text == "[DONE]" or name in _LAST_EVENTS:
+            self.ended = True
         if not text or text == "[DONE]":
             return
         try:
@@ -294,6 +299,11 @@ class EventStream:
         if isinstance(body, dict) and (name == "error" or body.get("type") == "error" or name == "response.failed"):
             self.error = _said(body)
         read_usage(self.api, self.provider, body, self.usage, name)
+
+
+# The events that end a stream (Anthropic Messages, OpenAI Responses); Chat Completions
+# ends with ``data: [DONE]``, Gemini with the HTTP answer itself.
+_LAST_EVENTS = {"message_stop", "response.completed", "response.failed", "response.incomplete"}
 
 
 def _boundary(buffer: bytearray) -> tuple[int, int]:

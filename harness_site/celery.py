@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import celeryd_after_setup, worker_init, worker_process_init, worker_process_shutdown, worker_ready
+from celery.signals import celeryd_after_setup, worker_init, worker_process_init, worker_process_shutdown, worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
 
@@ -70,3 +70,13 @@ def forget_pool_process(pid: int, **_: object) -> None:
     from common.metrics import process_ended
 
     process_ended(pid)
+
+
+@worker_process_shutdown.connect
+@worker_shutdown.connect
+def drain_container_pool(**_: object) -> None:
+    """The idle containers a process started for runs to come go with it (a process
+    killed outright leaves them to the sweep: sandbox/container/pool.py)."""
+    from sandbox.public import drain_pool
+
+    drain_pool()

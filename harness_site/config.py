@@ -418,7 +418,9 @@ class Settings(BaseSettings):
         60.0, ge=1, description="How often the beat looks for reminders due and mails whose task was lost."
     )
     HARNESS_BEAT_RETENTION_SECONDS: Number = Field(
-        3600.0, ge=1, description="How often the beat deletes the artifacts past `HARNESS_ARTIFACT_RETENTION_DAYS`."
+        3600.0,
+        ge=1,
+        description="How often the beat deletes the artifacts (and the evaluation set's remotes) past `HARNESS_ARTIFACT_RETENTION_DAYS`.",
     )
     HARNESS_BEAT_LEDGER_HEAD_SECONDS: Number = Field(
         3600.0,
@@ -531,7 +533,7 @@ class Settings(BaseSettings):
         0,
         ge=0,
         description="The beat deletes the artifacts of runs that ended more than this many days ago, unless a newer "
-        "run stored the same content; 0 keeps them all.",
+        "run stored the same content, and the evaluation set's git remotes of trials that ended as long ago; 0 keeps them all.",
     )
     HARNESS_LEDGER_HEAD_DESTINATION: Text = Field(
         "log",
@@ -578,6 +580,12 @@ class Settings(BaseSettings):
         300.0,
         ge=1.0,
         description="How long one attempt waits for an engine that does not answer; then it fails and the run's retries go on.",
+    )
+    HARNESS_SANDBOX_POOL_SIZE: Int = Field(
+        2,
+        ge=0,
+        description="How many started, locked-down containers each worker process keeps ready per sandbox spec, so a run's "
+        "first command need not wait for one to start (each is handed to one run, never reused); 0: none.",
     )
     HARNESS_WORKSPACE_ROOT: Directory = Field(
         default_factory=lambda data: data["HARNESS_VAR_DIR"] / "workspaces",

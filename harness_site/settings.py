@@ -183,6 +183,7 @@ CELERY_BEAT_SCHEDULE = {
     "notifications-sweep": {"task": "notifications.sweep", "schedule": config.HARNESS_BEAT_NOTIFY_SECONDS},
     "mail-reminders": {"task": "notifications.remind", "schedule": config.HARNESS_BEAT_REMIND_SECONDS},
     "artifact-retention": {"task": "runs.delete_expired_artifacts", "schedule": config.HARNESS_BEAT_RETENTION_SECONDS},
+    "evalset-remote-retention": {"task": "trials.delete_expired_remotes", "schedule": config.HARNESS_BEAT_RETENTION_SECONDS},
     "ledger-head": {"task": "ledger.publish_head", "schedule": config.HARNESS_BEAT_LEDGER_HEAD_SECONDS},
 }
 HARNESS_LEASE_SECONDS = config.HARNESS_LEASE_SECONDS
@@ -257,6 +258,9 @@ SANDBOX_SCOPE = config.HARNESS_SANDBOX_SCOPE
 # How long one attempt waits for an engine that does not answer (the run's deadline
 # may end the wait sooner); then the attempt fails and the harness's retries go on.
 SANDBOX_ENGINE_WAIT_SECONDS = config.HARNESS_SANDBOX_ENGINE_WAIT_SECONDS
+# Containers started ahead of the runs that will take them (sandbox/container/pool.py),
+# per worker process and sandbox spec; their workspaces move in under WORKSPACE_ROOT.
+SANDBOX_POOL_SIZE = config.HARNESS_SANDBOX_POOL_SIZE
 WORKSPACE_ROOT = config.HARNESS_WORKSPACE_ROOT
 # Where contracts may take their workspace from (local paths, git repositories and
 # archives); anything else is refused, so starting a run cannot read server files.

@@ -27,6 +27,9 @@ os.environ.setdefault("HARNESS_CACHE_PREFIX", os.environ["HARNESS_QUEUE"])
 # session's sockets (and failed a test waiting for its own run's change).
 os.environ.setdefault("HARNESS_CHANNEL_PREFIX", os.environ["HARNESS_QUEUE"])
 os.environ.setdefault("HARNESS_VAR_DIR", tempfile.mkdtemp(prefix=f"{os.environ['HARNESS_QUEUE']}-"))
+# No pool of pre-started containers unless a test makes one (tests/test_container_pool.py)
+# or the environment asks (the sandbox's tests run against pooled containers with 2).
+os.environ.setdefault("HARNESS_SANDBOX_POOL_SIZE", "0")
 
 from django.contrib.auth.hashers import PBKDF2PasswordHasher  # noqa: E402
 

@@ -48,18 +48,22 @@ class Entry(models.Model):
     actor = models.CharField(max_length=200)
     actor_id = models.CharField(max_length=80, blank=True, default="")
     policy_version = models.PositiveIntegerField(null=True, blank=True)
-    run_id = models.CharField(max_length=36, blank=True, default="", db_index=True)
-    kind = models.CharField(max_length=60, db_index=True)
+    run_id = models.CharField(max_length=36, blank=True, default="")
+    kind = models.CharField(max_length=60)
     # What was decided, as the canonical JSON text the digest covers (no database's
     # JSON type rewrites it).
     decided = models.TextField()
     shown = models.CharField(max_length=64)
-    digest = models.CharField(max_length=64, unique=True)
+    digest = models.CharField(max_length=64)
 
     class Meta:
         ordering = ["seq"]
+        # The indexes its readers need and no more: every entry's insert writes each
+        # one. ``seq`` for the export and verification in the global chain's order;
+        # (project, project_seq) for a project's chain, its export and its ledger page,
+        # whose filters (actor, run, kind) read within one project. A digest is unique
+        # without an index (it covers ``seq``), and nothing looks an entry up by it.
         constraints = [models.UniqueConstraint(fields=["project_id", "project_seq"], name="ledger_entry_unique_project_seq")]
-        indexes = [models.Index(fields=["project_id", "kind"])]
         verbose_name_plural = "entries"
 
     def __str__(self) -> str:

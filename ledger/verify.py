@@ -49,10 +49,16 @@ HASHED = (
 )
 
 
+# One encoder for every call: json.dumps with these options would build a new one each
+# time (it reuses its own only for the default options), which costs more than encoding
+# an entry's small values.
+_encode = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
 def canonical(value: Any) -> bytes:
     """The one encoding every digest of the ledger is over: JSON with sorted keys, no
     spaces, UTF-8, no NaN (the same as ``core.jsonutil.canonical_json``)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    return _encode(value).encode("utf-8")
 
 
 def sha256(data: bytes) -> str:

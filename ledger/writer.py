@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -30,9 +29,9 @@ from django.utils import timezone
 from common.cursors import checkpoint_cursor
 from common.metrics import LEDGER_ENTRIES
 from ledger.models import GLOBAL_CHAIN, Content, Entry, Head, project_chain
-from ledger.verify import GENESIS, HASHED, VERSION, canonical, entry_digest, sha256
+from ledger.verify import GENESIS, VERSION, canonical, sha256
 
-__all__ = ["Actor", "Decision", "Shown", "batch", "keep", "person", "record", "rule", "system", "through_token", "token_of"]
+__all__ = ["Actor", "Decision", "Shown", "batch", "forget_heads", "keep", "person", "record", "rule", "system", "through_token", "token_of"]
 
 
 @dataclass(frozen=True)
@@ -108,10 +107,10 @@ class Shown:
 
 def keep(shown: Shown) -> None:
     """Keep what a decider is being shown, in the caller's transaction, before the
-    decision naming it (``Shown.kept_elsewhere``) is recorded."""
-    Content.objects.bulk_create(
-        [Content(digest=shown.digest, body=shown.canonical.decode("utf-8"), kept_at=timezone.now())], ignore_conflicts=True
-    )
+    decision naming it (``Shown.kept_elsewhere``) is recorded. One statement through the
+    checkpoint's cursor, as the writer keeps content (the ORM's bulk_create cost a
+    reviewer's decision more than the rest of its entry)."""
+    _keep_apart(connections[DEFAULT_DB_ALIAS], {shown.digest: shown.canonical.decode("utf-8")}, timezone.now())
 
 
 @dataclass(frozen=True)
@@ -185,12 +184,104 @@ def _write(decisions: Sequence[Decision]) -> list[tuple[int, str]]:
     now = timezone.now()
     kept = {d.shown.digest: d.shown.canonical.decode("utf-8") for d in decisions if d.shown.keep}
     with transaction.atomic(savepoint=False):
-        if connection.vendor == "postgresql" and len(projects) <= 1:
+        if connection.vendor == "sqlite" and len(projects) <= 1:
+            project = projects[0] if projects else None
+            written = _write_on_known_heads(connection, decisions, project, kept, now) or _write_at_once(
+                connection, decisions, project, kept, now
+            )
+        elif connection.vendor == "postgresql" and len(projects) <= 1:
             written = _write_at_once(connection, decisions, projects[0] if projects else None, kept, now)
         else:
             written = _write_in_steps(connection, decisions, projects, kept, now)
-        transaction.on_commit(lambda: _count(decisions))
+        connection.on_commit(lambda: _count(decisions))
     return written
+
+
+# -- SQLite, on the heads this process last left: one plain INSERT ---------------------
+#
+# A writer on SQLite is the database's one writer for its whole transaction (it began
+# IMMEDIATE), and most often the last writer too: the heads are where its own last entry
+# left them. So a single decision (a step's admission, a reviewer's) is numbered and
+# digested here, from the heads this process remembers (``_known``), and inserted only if
+# it links on to its chains' heads as they are then (its seq and prev the global head's
+# next, its project_seq and project_prev its project head's), checked in the INSERT
+# itself; the entry's trigger moves the heads on to it (ledger/migrations/0002). An entry
+# that does not link (another process wrote since, a transaction of this one rolled back,
+# a chain's first entry) is not inserted, and the writer chains it in SQL
+# (``_write_at_once``), as it does several decisions at once. The check costs two
+# primary-key reads; the statement neither recurses nor calls back into Python.
+
+# (database, chain) -> (seq, digest) of the chain's head as this process last left it.
+_known: dict[tuple[str, str], tuple[int, str]] = {}
+
+
+def _remember(connection: Any, project: int | None, head: tuple[int, str], project_head: tuple[int, str] | None) -> None:
+    name = str(connection.settings_dict["NAME"])
+    if len(_known) > 4096:
+        _known.clear()
+    _known[(name, GLOBAL_CHAIN)] = head
+    if project is not None and project_head is not None:
+        _known[(name, project_chain(project))] = project_head
+
+
+def forget_heads() -> None:
+    """Forget the heads this process remembers (the ledger's tables emptied under it, as
+    tests do): its next entry is chained in SQL, as a fresh process's first is."""
+    _known.clear()
+
+
+def _write_on_known_heads(
+    connection: Any, decisions: Sequence[Decision], project: int | None, kept: Mapping[str, str], now: datetime
+) -> list[tuple[int, str]]:
+    """The entry of a single decision, inserted in one statement if it links on to the
+    heads this process remembers; none (the caller chains it in SQL) otherwise."""
+    if len(decisions) != 1:
+        return []
+    name = str(connection.settings_dict["NAME"])
+    chains = [GLOBAL_CHAIN, *([project_chain(project)] if project is not None else [])]
+    heads: dict[str, list[Any]] = {}
+    for chain in chains:
+        known = _known.get((name, chain))
+        if known is None:
+            return []
+        heads[chain] = list(known)
+    rows = [_entry_row(decision, heads, now) for decision in decisions]
+    with checkpoint_cursor(connection) as cursor:
+        cursor.execute(_statement_on_known_heads(connection), [_db_value(connection, v) for _, _, row in rows for v in row])
+        inserted = len(cursor.fetchall())
+    if not inserted:
+        _known.pop((name, GLOBAL_CHAIN), None)
+        return []
+    _keep_apart(connection, kept, now)
+    last = heads[GLOBAL_CHAIN]
+    _remember(connection, project, (last[0], last[1]), (heads[chains[1]][0], heads[chains[1]][1]) if project is not None else None)
+    return [(seq, digest) for seq, digest, _row in rows]
+
+
+_on_known: dict[str, str] = {}
+
+
+def _statement_on_known_heads(connection: Any) -> str:
+    found = _on_known.get(connection.vendor)
+    if found is not None:
+        return found
+    quote = connection.ops.quote_name
+    head, entry = quote(Head._meta.db_table), quote(Entry._meta.db_table)
+    columns = ", ".join(_COLUMNS)
+    values = "(" + ", ".join(["%s"] * len(_COLUMNS)) + ")"
+    # Only the models' quoted table names are spliced in; every value is a parameter.
+    found = _on_known[connection.vendor] = (
+        f"WITH given ({columns}) AS (VALUES {values})"  # noqa: S608
+        f" INSERT INTO {entry} ({columns}) SELECT {columns} FROM given g"
+        f" WHERE (SELECT seq, digest FROM {head} WHERE chain = '{GLOBAL_CHAIN}') = (g.seq - 1, g.prev)"
+        f" AND (g.project_id IS NULL OR (SELECT seq, digest FROM {head} WHERE chain = 'project:' || g.project_id)"
+        " = (g.project_seq - 1, g.project_prev)) RETURNING seq"
+    )
+    return found
+
+
+def _db_value(connection: Any, value: object) -> object:
+    return _db_time(connection, value) if isinstance(value, datetime) else value
 
 
 # -- PostgreSQL, the decisions of one project (or of none): one statement -------------
@@ -201,33 +292,49 @@ def _write(decisions: Sequence[Decision]) -> list[tuple[int, str]]:
 # heads) with SELECT ... FOR UPDATE, which under READ COMMITTED returns each head as the
 # writer before left it once that writer commits; chains the entries on from there
 # (a recursive common table expression computing each entry's digest on the server from
-# its canonical JSON, which Python gives with the four chained fields left as
-# placeholders: the bytes ledger.verify.entry_digest hashes); inserts them and the
+# its canonical JSON, which Python gives with the four chained fields left as gaps,
+# ``_template``: the bytes ledger.verify.entry_digest hashes); inserts them and the
 # content they keep; and moves both heads to the last entry. A chain's first writer
 # finds no head row: the statement then writes nothing, and is sent again once the
 # rows exist.
 
-_MARK = f"@ledger-{uuid.uuid4().hex}-"
-# The chained fields, in the order the canonical JSON's sorted keys put them.
-_CHAINED = ("prev", "project_prev", "project_seq", "seq")
-_MARKS = {name: f'"{_MARK}{name}"' for name in _CHAINED}
+
+def _template(decision: Decision, decided: str, at: datetime) -> list[str]:
+    """The entry's canonical JSON (what ledger.verify.entry_digest hashes) split at its
+    four chained fields, in the order its sorted keys put them (prev, project_prev,
+    project_seq, seq): five texts, each gap filled by ``_chained`` here or by the same
+    expression in SQL. Written out key by key rather than encoded from a dict: every
+    value is encoded as ``canonical`` encodes it, ``decided`` already is, and the keys
+    are in ``canonical``'s order (tests/test_ledger_tamper.py verifies the chains)."""
+    actor = decision.actor
+    project = "null" if decision.project_id is None else str(int(decision.project_id))
+    version = "null" if decision.policy_version is None else str(int(decision.policy_version))
+    return [
+        f'{{"actor":{{"id":{_text(actor.id)},"kind":{_text(actor.kind)},"name":{_text(actor.name)}}},"at":"{timestamp(at)}",'
+        f'"decided":{decided},"kind":{_text(decision.kind)},"policy_version":{version},"prev":',
+        f',"project":{project},"project_prev":',
+        ',"project_seq":',
+        f',"run":{_text(decision.run_id)},"seq":',
+        f',"shown":{_text(decision.shown.digest)},"v":{VERSION}}}',
+    ]
 
 
-def _template(decision: Decision, project: int | None, now: datetime) -> list[str]:
-    """The entry's canonical JSON split at its chained fields: five texts, the SQL
-    filling each gap (an empty text where the field is inside one: none for no project)."""
-    fields = _fields_unchained(decision, now)
-    for name in _CHAINED:
-        fields[name] = None if project is None and name.startswith("project_") else f"{_MARK}{name}"
-    text = canonical({name: fields.get(name) for name in HASHED}).decode("utf-8")
-    parts: list[str] = []
-    for name in _CHAINED:
-        before, found, after = text.partition(_MARKS[name])
-        # A field not in the text (a project's, for no project) fills its gap with nothing.
-        parts.append(before if found else "")
-        text = after if found else text
-    parts.append(text)
-    return parts
+def _chained(parts: Sequence[str], prev: str, project_prev: str | None, project_seq: int | None, seq: int) -> bytes:
+    """The entry's canonical JSON, its chained fields filled in (as the SQL fills them)."""
+    pprev = "null" if project_prev is None else f'"{project_prev}"'
+    pseq = "null" if project_seq is None else str(project_seq)
+    return f'{parts[0]}"{prev}"{parts[1]}{pprev}{parts[2]}{pseq}{parts[3]}{seq}{parts[4]}'.encode()
+
+
+# A JSON string as ``canonical`` encodes it (ensure_ascii=False).
+_text = json.encoder.encode_basestring
+
+
+def _decided(decision: Decision) -> str:
+    """What was decided, as the canonical text the entry stores and its digest covers:
+    the canonical encoding of the value an export reads back from that text (the same
+    text but where a key was not a string)."""
+    return canonical(json.loads(canonical(dict(decision.decided)))).decode("utf-8")
 
 
 def _write_at_once(
@@ -237,17 +344,21 @@ def _write_at_once(
     chain = project_chain(project) if project is not None else None
     params: list[object] = [GLOBAL_CHAIN, chain, chain, GLOBAL_CHAIN, 2 if chain else 1]
     for n, decision in enumerate(decisions, start=1):
-        actor = decision.actor
-        params += [n, *_template(decision, project, now)]
-        params += [decision.at or now, actor.kind, actor.name, actor.id, decision.policy_version, decision.run_id, decision.kind]
-        params += [canonical(dict(decision.decided)).decode("utf-8"), decision.shown.digest]
+        actor, at, decided = decision.actor, decision.at or now, _decided(decision)
+        params += [n, *_template(decision, decided, at)]
+        params += [at, actor.kind, actor.name, actor.id, decision.policy_version, decision.run_id, decision.kind]
+        params += [decided, decision.shown.digest]
     params.append(project)
-    for digest, body in kept.items():
-        params += [digest, body, now]
+    if connection.vendor == "postgresql":
+        for digest, body in kept.items():
+            params += [digest, body, now]
+    else:
+        _keep_apart(connection, kept, now)
     for attempt in (1, 2):
         with checkpoint_cursor(connection) as cursor:
             cursor.execute(sql, params)
-            written = sorted((int(seq), str(digest)) for seq, digest in cursor.fetchall())
+            found = sorted((int(seq), str(digest), pseq) for seq, digest, *pseq in cursor.fetchall())
+        written = [(seq, digest) for seq, digest, _ in found]
         if written or attempt == 2:
             break
         # A chain's first entry: its head row, made here (a concurrent first writer's
@@ -255,44 +366,49 @@ def _write_at_once(
         _make_heads(connection, [GLOBAL_CHAIN, *([chain] if chain else [])])
     if len(written) != len(decisions):
         raise RuntimeError(f"the ledger wrote {len(written)} of {len(decisions)} entries")
+    if connection.vendor == "sqlite":
+        seq, digest, pseq = found[-1]
+        _remember(connection, project, (seq, digest), (int(pseq[0]), digest) if project is not None else None)
     return written
 
 
-_at_once: dict[tuple[int, int], str] = {}
+_at_once: dict[tuple[str, int, int], str] = {}
 
 
 def _statement_at_once(connection: Any, count: int, kept: int) -> str:
-    key = (count, kept)
+    key = (connection.vendor, count, kept)
     found = _at_once.get(key)
     if found is not None:
         return found
+    postgres = connection.vendor == "postgresql"
     quote = connection.ops.quote_name
     head, entry, content = (quote(m._meta.db_table) for m in (Head, Entry, Content))
-    given = ", ".join(
-        [
-            "(%s::integer, %s::text, %s::text, %s::text, %s::text, %s::text, %s::timestamptz, %s::text, %s::text, %s::text, %s::integer,"
-            " %s::text, %s::text, %s::text, %s::text)"
-        ]
-        * count
-    )
+
+    def value(kind: str) -> str:
+        # PostgreSQL types a VALUES list's parameters by these casts; SQLite takes them as given.
+        return f"%s::{kind}" if postgres else "%s"
+
+    kinds = ("integer", *["text"] * 5, "timestamptz", "text", "text", "text", "integer", "text", "text", "text", "text")
+    given = ", ".join(["(" + ", ".join(value(kind) for kind in kinds) + ")"] * count)
 
     def digest(row: str, prev: str, pprev: str, pseq: str, seq: str) -> str:
         text = (
-            f"{row}.t0 || '\"' || {prev} || '\"' || {row}.t1 || coalesce('\"' || {pprev} || '\"', '') || {row}.t2"
-            f" || coalesce(({pseq})::text, '') || {row}.t3 || ({seq})::text || {row}.t4"
+            f"{row}.t0 || '\"' || {prev} || '\"' || {row}.t1 || coalesce('\"' || {pprev} || '\"', 'null') || {row}.t2"
+            f" || coalesce(CAST({pseq} AS text), 'null') || {row}.t3 || CAST({seq} AS text) || {row}.t4"
         )
-        return f"encode(sha256(convert_to({text}, 'UTF8')), 'hex')"
+        # On SQLite the function ``ledger_sha256`` (ledger.apps) is Python's hashlib.
+        return f"encode(sha256(convert_to({text}, 'UTF8')), 'hex')" if postgres else f"ledger_sha256({text})"
 
-    columns = "seq, prev, project_id, project_seq, project_prev, at, actor_kind, actor, actor_id, policy_version, run_id, kind, decided, shown, digest"
-    kept_cte = ""
-    if kept:
-        rows = ", ".join(["(%s::text, %s::text, %s::timestamptz)"] * kept)
-        kept_cte = f", kept AS (INSERT INTO {content} (digest, body, kept_at) VALUES {rows} ON CONFLICT (digest) DO NOTHING)"  # noqa: S608 - quoted table names; values are parameters
+    columns = ", ".join(_COLUMNS)
     # Only the models' quoted table names are spliced in; every value is a parameter.
-    found = _at_once[key] = (
-        f"WITH RECURSIVE locked AS MATERIALIZED (SELECT chain, seq, digest FROM {head} WHERE chain IN (%s, %s) ORDER BY chain FOR UPDATE),"  # noqa: S608
-        " start AS (SELECT g.seq AS seq, g.digest::text AS prev, p.seq AS pseq, p.digest::text AS pprev FROM locked g LEFT JOIN locked p ON p.chain = %s"
-        " WHERE g.chain = %s AND (SELECT count(*) FROM locked) = %s),"
+    # The heads: on PostgreSQL locked (see above); on SQLite this transaction is
+    # already the database's one writer (it began IMMEDIATE: settings.DATABASES).
+    lock = " ORDER BY chain FOR UPDATE" if postgres else ""
+    locked = f"{'MATERIALIZED ' if postgres else ''}(SELECT chain, seq, digest FROM {head} WHERE chain IN (%s, %s){lock})"  # noqa: S608
+    chained = (
+        f"WITH RECURSIVE locked AS {locked},"  # noqa: S608
+        " start AS (SELECT g.seq AS seq, CAST(g.digest AS text) AS prev, p.seq AS pseq, CAST(p.digest AS text) AS pprev"
+        " FROM locked g LEFT JOIN locked p ON p.chain = %s WHERE g.chain = %s AND (SELECT count(*) FROM locked) = %s),"
         " given (n, t0, t1, t2, t3, t4, at, actor_kind, actor, actor_id, policy_version, run_id, kind, decided, shown)"
         f" AS (VALUES {given}),"
         " chained (n, seq, prev, pseq, pprev, digest) AS ("
@@ -301,15 +417,43 @@ def _statement_at_once(connection: Any, count: int, kept: int) -> str:
         " UNION ALL"
         f" SELECT c.n + 1, c.seq + 1, c.digest, c.pseq + 1, CASE WHEN c.pseq IS NULL THEN NULL ELSE c.digest END,"
         f" {digest('g', 'c.digest', 'CASE WHEN c.pseq IS NULL THEN NULL ELSE c.digest END', 'c.pseq + 1', 'c.seq + 1')}"
-        " FROM chained c JOIN given g ON g.n = c.n + 1),"
-        f" entries AS (INSERT INTO {entry} ({columns})"
-        " SELECT c.seq, c.prev, %s::bigint, c.pseq, c.pprev, g.at, g.actor_kind, g.actor, g.actor_id, g.policy_version, g.run_id, g.kind,"
-        " g.decided, g.shown, c.digest FROM chained c JOIN given g ON g.n = c.n RETURNING seq, digest),"
+        " FROM chained c JOIN given g ON g.n = c.n + 1)"
+    )
+    insert = (
+        f"INSERT INTO {entry} ({columns})"  # noqa: S608
+        f" SELECT c.seq, c.prev, CAST(%s AS bigint), c.pseq, c.pprev, g.at, g.actor_kind, g.actor, g.actor_id, g.policy_version, g.run_id,"
+        " g.kind, g.decided, g.shown, c.digest FROM chained c JOIN given g ON g.n = c.n ORDER BY c.n RETURNING seq, digest, project_seq"
+    )
+    if not postgres:
+        # SQLite has no INSERT or UPDATE inside WITH: the entries' trigger moves the
+        # heads (ledger/migrations/0002), and the content kept goes in apart (_keep_apart).
+        found = _at_once[key] = f"{chained} {insert}"
+        return found
+    kept_cte = ""
+    if kept:
+        rows = ", ".join(["(%s::text, %s::text, %s::timestamptz)"] * kept)
+        kept_cte = f", kept AS (INSERT INTO {content} (digest, body, kept_at) VALUES {rows} ON CONFLICT (digest) DO NOTHING)"  # noqa: S608 - quoted table names; values are parameters
+    found = _at_once[key] = (
+        f"{chained}, entries AS ({insert}),"  # noqa: S608
         f" moved AS (UPDATE {head} h SET seq = h.seq + {count}, digest = (SELECT digest FROM chained WHERE n = {count})"
         f" FROM start WHERE h.chain IN (SELECT chain FROM locked)){kept_cte}"
         " SELECT seq, digest FROM entries"
     )
     return found
+
+
+def _keep_apart(connection: Any, kept: Mapping[str, str], now: datetime) -> None:
+    """The content that decisions keep, in a statement of its own (SQLite's writers, and
+    ``keep``)."""
+    if not kept:
+        return
+    values = ", ".join(["(%s, %s, %s)"] * len(kept))
+    params: list[object] = [v for digest, body in kept.items() for v in (digest, body, _db_time(connection, now))]
+    with checkpoint_cursor(connection) as cursor:
+        cursor.execute(
+            f"INSERT INTO {connection.ops.quote_name(Content._meta.db_table)} (digest, body, kept_at) VALUES {values} ON CONFLICT (digest) DO NOTHING",  # noqa: S608
+            params,
+        )
 
 
 def _make_heads(connection: Any, chains: Sequence[str]) -> None:
@@ -341,42 +485,22 @@ def _write_in_steps(
     """Claim the heads (one statement: on PostgreSQL SELECT ... FOR UPDATE in the one
     order, on SQLite an UPDATE that makes this transaction the database's one writer),
     number and digest the entries here, insert them (and the content they keep), move
-    the heads (one UPDATE)."""
+    the heads (one UPDATE on PostgreSQL, the entries' trigger on SQLite)."""
     chains = [GLOBAL_CHAIN, *(project_chain(p) for p in projects)]
     heads = _claim(connection, chains)
     if len(heads) < len(chains):
         _make_heads(connection, [chain for chain in chains if chain not in heads])
         heads = _claim(connection, chains)
-    rows = [_fields(decision, heads, now) for decision in decisions]
+    rows = [_entry_row(decision, heads, now) for decision in decisions]  # (seq, digest, row)
+    _keep_apart(connection, kept, now)
     quote = connection.ops.quote_name
     with checkpoint_cursor(connection) as cursor:
-        if kept:
-            values = ", ".join(["(%s, %s, %s)"] * len(kept))
-            params: list[object] = [v for digest, body in kept.items() for v in (digest, body, _db_time(connection, now))]
-            cursor.execute(
-                f"INSERT INTO {quote(Content._meta.db_table)} (digest, body, kept_at) VALUES {values} ON CONFLICT (digest) DO NOTHING",  # noqa: S608
-                params,
-            )
-        columns = (
-            "seq",
-            "prev",
-            "project_id",
-            "project_seq",
-            "project_prev",
-            "at",
-            "actor_kind",
-            "actor",
-            "actor_id",
-            "policy_version",
-            "run_id",
-            "kind",
-            "decided",
-            "shown",
-            "digest",
-        )
-        values = ", ".join(["(" + ", ".join(["%s"] * len(columns)) + ")"] * len(rows))
-        params = [value for fields in rows for value in _entry_values(connection, fields)]
-        cursor.execute(f"INSERT INTO {quote(Entry._meta.db_table)} ({', '.join(columns)}) VALUES {values}", params)  # noqa: S608
+        values = ", ".join(["(" + ", ".join(["%s"] * len(_COLUMNS)) + ")"] * len(rows))
+        params = [_db_time(connection, value) if isinstance(value, datetime) else value for _, _, row in rows for value in row]
+        cursor.execute(f"INSERT INTO {quote(Entry._meta.db_table)} ({', '.join(_COLUMNS)}) VALUES {values}", params)  # noqa: S608
+        if connection.vendor == "sqlite":
+            # The entries' trigger moved the heads (ledger/migrations/0002).
+            return [(seq, digest) for seq, digest, _row in rows]
         cases = " ".join(["WHEN %s THEN %s"] * len(heads))
         moved: list[object] = [v for chain, (_, digest) in heads.items() for v in (chain, digest)]
         moved += [v for chain, (seq, _) in heads.items() for v in (chain, seq)]
@@ -384,33 +508,70 @@ def _write_in_steps(
             f"UPDATE {quote(Head._meta.db_table)} SET digest = CASE chain {cases} END, seq = CASE chain {cases} END WHERE chain IN ({', '.join(['%s'] * len(heads))})",  # noqa: S608
             [*moved, *heads],
         )
-    return [(int(fields["seq"]), str(fields["digest"])) for fields in rows]
+    return [(seq, digest) for seq, digest, _row in rows]
+
+
+_COLUMNS = (
+    "seq",
+    "prev",
+    "project_id",
+    "project_seq",
+    "project_prev",
+    "at",
+    "actor_kind",
+    "actor",
+    "actor_id",
+    "policy_version",
+    "run_id",
+    "kind",
+    "decided",
+    "shown",
+    "digest",
+)
 
 
 def _db_time(connection: Any, at: datetime) -> object:
     return connection.ops.adapt_datetimefield_value(at)
 
 
-def _entry_values(connection: Any, fields: Mapping[str, Any]) -> list[object]:
-    actor = fields["actor"]
-    at = datetime.strptime(fields["at"], TIME_FORMAT).replace(tzinfo=UTC)
-    return [
-        fields["seq"],
-        fields["prev"],
-        fields["project"],
-        fields["project_seq"],
-        fields["project_prev"],
-        _db_time(connection, at),
-        actor["kind"],
-        actor["name"],
-        actor["id"],
-        fields["policy_version"],
-        fields["run"],
-        fields["kind"],
-        canonical(fields["decided"]).decode("utf-8"),
-        fields["shown"],
-        fields["digest"],
-    ]
+def _entry_row(decision: Decision, heads: dict[str, list[Any]], now: datetime) -> tuple[int, str, tuple[object, ...]]:
+    """The entry's seq, digest and row (``_COLUMNS``), numbered and linked on from ``heads``, which it
+    moves on past itself."""
+    at, decided = decision.at or now, _decided(decision)
+    ahead = heads[GLOBAL_CHAIN]
+    seq, prev = ahead[0] + 1, ahead[1]
+    phead = heads[project_chain(decision.project_id)] if decision.project_id is not None else None
+    project_seq, project_prev = (phead[0] + 1, phead[1]) if phead is not None else (None, None)
+    digest = sha256(_chained(_template(decision, decided, at), prev, project_prev, project_seq, seq))
+    ahead[:] = [seq, digest]
+    if phead is not None:
+        phead[:] = [project_seq, digest]
+    actor = decision.actor
+    return (
+        seq,
+        digest,
+        (
+            seq,
+            prev,
+            decision.project_id,
+            project_seq,
+            project_prev,
+            at,
+            actor.kind,
+            actor.name,
+            actor.id,
+            decision.policy_version,
+            decision.run_id,
+            decision.kind,
+            decided,
+            decision.shown.digest,
+            digest,
+        ),
+    )
+
+
+# The counter of each kind, as LEDGER_ENTRIES.labels gives it (the same one each time).
+_counters: dict[str, Any] = {}
 
 
 def _count(decisions: Sequence[Decision]) -> None:
@@ -418,7 +579,10 @@ def _count(decisions: Sequence[Decision]) -> None:
     a failure to count never fails a decision."""
     try:
         for decision in decisions:
-            LEDGER_ENTRIES.labels(decision.kind).inc()
+            counter = _counters.get(decision.kind)
+            if counter is None:
+                counter = _counters[decision.kind] = LEDGER_ENTRIES.labels(decision.kind)
+            counter.inc()
     except Exception:
         log.exception("counting the ledger's entries failed")
 
@@ -440,44 +604,6 @@ def _claim(connection: Any, chains: Sequence[str]) -> dict[str, list[Any]]:
         cursor.execute(sql, list(chains))
         found = cursor.fetchall()
     return {str(chain): [int(seq), str(digest)] for chain, seq, digest in sorted(found, key=lambda row: chains.index(row[0]))}
-
-
-def _fields_unchained(decision: Decision, now: datetime) -> dict[str, Any]:
-    """The entry's fields in the export's names (ledger.verify.HASHED) but its places
-    in the chains."""
-    return {
-        "v": VERSION,
-        "seq": None,
-        "prev": None,
-        "project": decision.project_id,
-        "project_seq": None,
-        "project_prev": None,
-        "at": timestamp(decision.at or now),
-        "actor": decision.actor.as_json(),
-        "policy_version": decision.policy_version,
-        "run": decision.run_id,
-        "kind": decision.kind,
-        # The decided values as the canonical text stores and reads them back.
-        "decided": decided_value(canonical(dict(decision.decided)).decode("utf-8")),
-        "shown": decision.shown.digest,
-    }
-
-
-def _fields(decision: Decision, heads: dict[str, list[Any]], now: datetime) -> dict[str, Any]:
-    """The entry's fields in the export's names (ledger.verify.HASHED), its digest, and
-    the heads moved on past it."""
-    fields = _fields_unchained(decision, now)
-    chained = [("seq", "prev", heads[GLOBAL_CHAIN])]
-    if decision.project_id is not None:
-        chained.append(("project_seq", "project_prev", heads[project_chain(decision.project_id)]))
-    for seq_name, prev_name, head in chained:
-        fields[seq_name] = head[0] + 1
-        fields[prev_name] = head[1]
-    fields["digest"] = entry_digest(fields)
-    for _seq_name, _prev_name, head in chained:
-        head[0] += 1
-        head[1] = fields["digest"]
-    return fields
 
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"

@@ -153,14 +153,7 @@ def _run_view(e: _RunEvent) -> tuple[str, str, str]:
         case ev.AgentStarted():
             return f"Agent started: {agent_words(e.preset, e.version)}", "info", f"{e.preset} {e.version}, image {e.image}"
         case ev.AgentEnded():
-            said = {"exited": f"exit {e.exit_code}", "killed": "killed", "deadline": "stopped at the deadline", "failed": "could not run"}[
-                e.reason
-            ]
-            return (
-                "Agent ended",
-                "ok" if e.reason == "exited" and e.exit_code == 0 else "warn",
-                f"{capitalized(agent_name(e.preset))} ({e.preset}): {said} after {e.duration_ms / 1000:.1f} s",
-            )
+            return _agent_ended_view(e)
         case ev.Stopped():
             if e.status == "complete" and e.outcome not in ("", "complete"):
                 # finish was accepted with something asked of the run undone: said as such.
@@ -170,6 +163,17 @@ def _run_view(e: _RunEvent) -> tuple[str, str, str]:
             return f"Stopped: {human(e.status)}", "bad", _stop_message(e)
         case _:
             assert_never(e)
+
+
+def _agent_ended_view(e: ev.AgentEnded) -> tuple[str, str, str]:
+    said = {"exited": f"exit {e.exit_code}", "killed": "killed", "deadline": "stopped at the deadline", "failed": "could not run"}[e.reason]
+    # Why it could not start or work (its MCP connection failed), when the driver knew.
+    said = e.problem or said
+    return (
+        "Agent ended",
+        "ok" if e.reason == "exited" and e.exit_code == 0 else "warn",
+        f"{capitalized(agent_name(e.preset))} ({e.preset}): {said} after {e.duration_ms / 1000:.1f} s",
+    )
 
 
 def _proxy_note_view(e: ev.ModelNote) -> tuple[str, str, str]:

@@ -5,8 +5,11 @@ a kill, the beat for an expiry)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
+
+from prometheus_client.metrics import MetricWrapperBase
 
 from common import metrics as m
 from core import events as ev
@@ -28,37 +31,53 @@ def project_of(run_id: str) -> str:
     return slug
 
 
+# (figure, label values) -> its child: what ``labels`` finds each time, looked up
+# once per process. As bounded as the labels (common.metrics).
+_children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
+
+
+def _child(figure: MetricWrapperBase, *labels: str) -> Any:
+    found = _children.get((figure, labels))
+    if found is None:
+        found = _children[figure, labels] = figure.labels(*labels)
+    return found
+
+
 def observe(stored: Iterable[tuple[int, ev.AnyEvent]]) -> None:
     """Move the counters and histograms for these stored events (with their seq: the
     typed events the loop wrote are unnumbered)."""
+    written: Counter[str] = Counter()
     for seq, event in stored:
-        m.EVENTS_WRITTEN.labels(event.type).inc()
+        written[event.type] += 1
         _observe(seq, event)
+    # A checkpoint's events by type, one addition each.
+    for kind, count in written.items():
+        _child(m.EVENTS_WRITTEN, kind).inc(count)
 
 
 def _observe(seq: int, event: ev.AnyEvent) -> None:  # noqa: C901 - one case per event type that moves a figure
     match event:
         case ev.RunStarted():
-            m.RUNS_STARTED.labels(project_of(event.run_id)).inc()
+            _child(m.RUNS_STARTED, project_of(event.run_id)).inc()
         case ev.Stopped():
-            m.RUNS_ENDED.labels(project_of(event.run_id), event.status).inc()
+            _child(m.RUNS_ENDED, project_of(event.run_id), event.status).inc()
             if event.status == "killed":
                 _observe_kill(event, seq)
         case ev.InvalidInput():
-            m.GATE_DECISIONS.labels("invalid", "invalid_input", event.gate).inc()
+            _child(m.GATE_DECISIONS, "invalid", "invalid_input", event.gate).inc()
         case ev.Denied():
-            m.GATE_DECISIONS.labels(event.tool, "denied", event.rule).inc()
+            _child(m.GATE_DECISIONS, event.tool, "denied", event.rule).inc()
         case ev.ApprovalRequired():
-            m.GATE_DECISIONS.labels(event.tool, "ask", event.rule).inc()
+            _child(m.GATE_DECISIONS, event.tool, "ask", event.rule).inc()
         case ev.CallAdmitted():
-            m.GATE_DECISIONS.labels(event.tool, "admitted", event.rule).inc()
+            _child(m.GATE_DECISIONS, event.tool, "admitted", event.rule).inc()
         case ev.DuplicateEffect() | ev.WriteBlocked() | ev.CheckRequired():
             tool = event.for_tool if isinstance(event, ev.CheckRequired) else event.tool
-            m.GATE_DECISIONS.labels(tool, event.type, "").inc()
+            _child(m.GATE_DECISIONS, tool, event.type, "").inc()
         case ev.WaitEnded():
-            m.APPROVAL_WAIT.labels(project_of(event.run_id), event.exit).observe(event.waited_seconds)
+            _child(m.APPROVAL_WAIT, project_of(event.run_id), event.exit).observe(event.waited_seconds)
         case ev.ApprovalLapsed(status="expired"):
-            m.APPROVALS_EXPIRED.labels(project_of(event.run_id)).inc()
+            _child(m.APPROVALS_EXPIRED, project_of(event.run_id)).inc()
         case ev.CallStarted():
             if len(_started) >= _STARTED_KEPT:
                 _started.clear()
@@ -66,7 +85,7 @@ def _observe(seq: int, event: ev.AnyEvent) -> None:  # noqa: C901 - one case per
         case ev.ReceiptRecorded():
             started = _started.pop((event.run_id, event.call_id, event.attempt), None)
             if started is not None:
-                m.SANDBOX_EXECUTION.labels(event.tool).observe(max(0.0, event.ts - started))
+                _child(m.SANDBOX_EXECUTION, event.tool).observe(max(0.0, event.ts - started))
         case ev.ModelNote(kind="usage"):
             _observe_usage(event.run_id, event.detail)
         case _:
@@ -76,32 +95,21 @@ def _observe(seq: int, event: ev.AnyEvent) -> None:  # noqa: C901 - one case per
 def _observe_usage(run_id: str, detail: dict[str, Any]) -> None:
     model = str(detail.get("model") or "unknown")
     project = project_of(run_id)
-    m.MODEL_REQUESTS.labels(model, project).inc()
+    _child(m.MODEL_REQUESTS, model, project).inc()
     for direction in ("input", "output"):
         tokens = detail.get(f"{direction}_tokens")
         if isinstance(tokens, int) and tokens > 0:
-            m.MODEL_TOKENS.labels(model, project, direction).inc(tokens)
+            _child(m.MODEL_TOKENS, model, project, direction).inc(tokens)
     cost = detail.get("cost_usd")
     if isinstance(cost, int | float) and cost > 0:
-        m.MODEL_COST.labels(model, project).inc(cost)
+        _child(m.MODEL_COST, model, project).inc(cost)
 
 
 def _observe_kill(stopped: ev.Stopped, seq: int) -> None:
     """From the newest kill request of the run (written by whoever asked, in another
     process) to this stop: one read, on a rare event."""
-    asked = (
-        Event.objects.filter(run_id=stopped.run_id, type="kill_requested", seq__lt=seq)
-        .order_by("-seq")
-        .values_list("ts", "payload")
-        .first()
-    )
-    if asked is None:
+    row = Event.objects.filter(run_id=stopped.run_id, type=ev.type_name(ev.KillRequested), seq__lt=seq).order_by("-seq").first()
+    asked = row.typed() if row is not None else None
+    if not isinstance(asked, ev.KillRequested):
         return
-    ts, payload = asked
-    scope = _kill_scope(payload)
-    m.KILL_LATENCY.labels(scope).observe(max(0.0, stopped.ts - ts.timestamp()))
-
-
-def _kill_scope(payload: object) -> str:
-    scope = payload.get("scope") if isinstance(payload, dict) else None
-    return scope if scope in ("run", "project", "global") else "run"
+    _child(m.KILL_LATENCY, asked.scope).observe(max(0.0, stopped.ts - asked.ts))

@@ -25,7 +25,7 @@ PERIODS: dict[str, tuple[timedelta, timedelta]] = {
 }
 # The outcomes drawn apart; every other stop is "stopped".
 OUTCOMES = ("complete", "unpublished", "partial", "tool_denied", "denied", "approval_expired", "killed")
-REFUSALS = ("denied", "duplicate_effect", "write_blocked", "check_required")
+REFUSALS = tuple(ev.type_name(kind) for kind in (ev.Denied, ev.DuplicateEffect, ev.WriteBlocked, ev.CheckRequired))
 # The most events one plot reads: a period with more is drawn from its newest ones
 # (and says so).
 MAX_EVENTS = 50_000

@@ -14,6 +14,7 @@ from django.dispatch import receiver
 from core import events as ev
 from monitoring import tracing
 from monitoring.event_metrics import observe
+from monitoring.spans import Written
 from runs.models import Event
 from runs.persistence.signals import events_stored
 
@@ -21,13 +22,23 @@ log = logging.getLogger(__name__)
 
 
 @receiver(events_stored, sender=Event, dispatch_uid="monitoring.on_events")
-def on_events(sender: type[Event], rows: list[Event], events: list[ev.AnyEvent], **_: Any) -> None:
+def on_events(
+    sender: type[Event],
+    rows: list[Event],
+    events: list[ev.AnyEvent],
+    as_given: list[bool] | None = None,
+    secrets: list[str] | None = None,
+    decisions: list[dict[str, Any] | None] | None = None,
+    **_: Any,
+) -> None:
     if settings.HARNESS_METRICS_ENABLED:
         stored = [(row.seq, event) for row, event in zip(rows, events, strict=True)]
         transaction.on_commit(partial(_observe_safely, stored))
     if tracing.enabled():
-        # The rows as stored: masked.
-        transaction.on_commit(partial(_trace_safely, list(rows)))
+        # The rows as stored (masked), with what the writer knew of them: the typed
+        # event of each row nothing was masked in, and the decisions the ledger recorded.
+        writer = Written(events, as_given, secrets, decisions) if as_given is not None and secrets is not None else None
+        transaction.on_commit(partial(_trace_safely, list(rows), writer))
 
 
 def _observe_safely(stored: list[tuple[int, ev.AnyEvent]]) -> None:
@@ -37,8 +48,8 @@ def _observe_safely(stored: list[tuple[int, ev.AnyEvent]]) -> None:
         log.exception("could not count %d events in the metrics", len(stored))
 
 
-def _trace_safely(rows: list[Event]) -> None:
+def _trace_safely(rows: list[Event], writer: Written | None) -> None:
     try:
-        tracing.export(rows)
+        tracing.export(rows, writer)
     except Exception:  # a trace must never break the run that wrote the events
         log.exception("could not trace %d events", len(rows))

@@ -10,12 +10,16 @@ already point to."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, assert_never
+from enum import Enum
+from typing import Any, NamedTuple, assert_never, cast, get_args
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event as SpanEvent
@@ -23,7 +27,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from common.redact import redact
+from common.redact import masked_alike, redact, secret_values
 from core import events as ev
 from core.outcome import at_stop
 from runs.models import Event, Run
@@ -63,6 +67,24 @@ _NamingTool = (
     | ev.WriteBlocked
 )
 _CarryingCall = ev.SecretsFound | ev.Denied | ev.DuplicateEffect | ev.ChangesRequested | ev.CheckRequired | ev.WriteBlocked | ev.Stopped
+_Arguing = ev.CallAdmitted | ev.ApprovalRequired | ev.PendingEffectRecorded
+
+
+def _classes(union: object) -> frozenset[type]:
+    """The event classes of ``union`` and their subclasses, for ``type(event) in``: an
+    ``isinstance`` against a pydantic model's class goes through ABCMeta's check, and
+    against a union through each class's in turn, microseconds a test where a step's
+    spans make dozens (the type tests below narrow as ``isinstance`` would)."""
+    found: set[type] = set()
+    waiting = list(get_args(union))
+    while waiting:
+        cls = waiting.pop()
+        found.add(cls)
+        waiting += cls.__subclasses__()
+    return frozenset(found)
+
+
+_REFUSING, _SHOWN, _NAMING_TOOL, _CARRYING_CALL, _ARGUING = map(_classes, (_Refusing, _Shown, _NamingTool, _CarryingCall, _Arguing))
 
 Attributes = dict[str, Any]
 
@@ -81,13 +103,151 @@ def span_id_of(run_id: str, kind: str, key: object = "") -> int:
     return int.from_bytes(digest[:8], "big") or 1
 
 
-def spans_for(rows: Sequence[Event], resource: Resource, *, values: bool | None = None) -> list[ReadableSpan]:
+Decided = dict[str, Any] | None
+
+
+class Ledger(Enum):
+    UNREAD = "unread"  # the row's decision is not known here: decision_of reads it
+
+
+class Stored(NamedTuple):
+    """A stored row, its typed event (as ``row.typed()`` reads it), its decision as the
+    ledger recorded it (or None; ``Ledger.UNREAD`` when not known), and the secrets it
+    was masked with as it was stored (None: not known, it was read from the log)."""
+
+    row: Event
+    event: ev.AnyEvent
+    decision: Decided | Ledger = Ledger.UNREAD
+    secrets: Sequence[str] | None = None
+
+
+def _read(row: Event) -> Stored:
+    return Stored(row, row.typed())
+
+
+class Written(NamedTuple):
+    """What the process that stored a batch of rows knew of them (the event writer's
+    ``events_stored``, runs.persistence.signals): the events they were stored from,
+    whether each row's payload is its event's own (nothing masked in it), the secrets
+    they were masked with, each row's decision as the ledger recorded it (None when
+    the ledger was not told: the ledger's benchmark turns it off)."""
+
+    events: Sequence[ev.AnyEvent]
+    as_given: Sequence[bool]
+    secrets: Sequence[str]
+    decisions: Sequence[Decided] | None
+
+    def stored(self, index: int, row: Event) -> Stored:
+        """The ``index``-th row as ``Stored``: its event read from the row only where
+        masking changed its payload; otherwise the event it was stored from, with the
+        seq the row was given and the time the row holds (to the microsecond)."""
+        if not self.as_given[index]:
+            event = row.typed()
+        else:
+            event = self.events[index]
+            ts = row.ts.timestamp()
+            if event.ts != ts or event.seq != row.seq:
+                event = event.model_copy(update={"ts": ts, "seq": row.seq})
+        return Stored(row, event, Ledger.UNREAD if self.decisions is None else self.decisions[index], self.secrets)
+
+
+class Before(NamedTuple):
+    """What this process saw of a run before one of its rows, when nothing of it can
+    be missing: the previous row's time, and the rows of the row's call from its start."""
+
+    previous_ts: datetime | None
+    call: Sequence[Stored] | None
+
+
+@dataclass
+class _Seen:
+    next_seq: int = 0
+    last_ts: datetime | None = None
+    call_id: str | None = None
+    call: list[Stored] = field(default_factory=list)
+
+
+class Recent:
+    """What this process saw stored of the runs it traces, row after row in commit
+    order, so that a step's spans are made without reading back what the step's
+    previous checkpoint stored: the newest row of each run, and the rows of its latest
+    call from the call's first event (``proposed``: core.loop names a call there).
+
+    Nothing can be missing while the seqs it sees follow on (a run's seqs are gap-free:
+    runs.persistence.eventlog): a row that does not follow the run's last seen one
+    (another process wrote in between, a reviewer's decision in the web process, or
+    tracing was off) forgets the run, and what it no longer holds is read from the log
+    as before. Bounded: a call's rows are let go when its span is made, a run's at its
+    stop, and all of them when more than ``KEPT`` runs are held."""
+
+    KEPT = 1_000
+
+    def __init__(self) -> None:
+        self._runs: dict[str, _Seen] = {}
+        # Export runs in whichever thread committed (a web server's several): one
+        # row's look and update at a time.
+        self._lock = threading.Lock()
+
+    def see(self, stored: Stored, ends_call: bool) -> Before:
+        """Take ``stored`` (whose event ends its call's span or not) in, and say what
+        was seen before it."""
+        row, event = stored.row, stored.event
+        run_id = str(row.run_id)
+        with self._lock:
+            seen = self._runs.get(run_id)
+            follows = seen is not None and seen.next_seq == row.seq
+            if seen is None or not follows:
+                if len(self._runs) >= self.KEPT:
+                    self._runs.clear()
+                seen = self._runs[run_id] = _Seen()
+            previous = seen.last_ts if follows else None
+            if type(event) is ev.Proposed:
+                seen.call_id, seen.call = event.call_id, []
+            held = event.call_id is not None and event.call_id == seen.call_id
+            if held:
+                seen.call.append(stored)
+            seen.next_seq, seen.last_ts = row.seq + 1, row.ts
+            # A copy: the list grows on in the next thread to see a row of this run.
+            return Before(previous, tuple(seen.call) if held and ends_call else None)
+
+    def ended(self, event: ev.AnyEvent) -> None:
+        """Once the spans of ``event``, which ended its call's, are made: the rows of
+        the call it settles, or of the run it stops, are not needed any more."""
+        with self._lock:
+            seen = self._runs.get(event.run_id)
+            if seen is None:
+                return
+            if type(event) is ev.Stopped:
+                del self._runs[event.run_id]
+            elif seen.call_id == event.call_id:
+                seen.call_id, seen.call = None, []
+
+    def forget(self) -> None:
+        with self._lock:
+            self._runs.clear()
+
+
+RECENT = Recent()
+
+
+def spans_for(
+    rows: Sequence[Event], resource: Resource, *, values: bool | None = None, recent: Recent = RECENT, writer: Written | None = None
+) -> list[ReadableSpan]:
     """The spans the stored ``rows`` end, each read as its typed event (the fold's
     reading, runs.models.Event.typed). ``values``: whether arguments and results go
-    into the trace (None: as the run's policy says)."""
+    into the trace (None: as the run's policy says). ``recent``: what this process
+    saw stored before them (the rows must be given as they were stored, in order).
+    ``writer``: what the process that stored them knew of them, when it is this one:
+    the events they were stored from, their decisions and the secrets they were
+    masked with, which are then not read or worked out again."""
     spans: list[ReadableSpan] = []
-    for event in _typed(rows):
-        spans.extend(_ending(event, resource, values))
+    for index, row in enumerate(rows):
+        stored = _read(row) if writer is None else writer.stored(index, row)
+        event = stored.event
+        ends_call = _ends_call(event)
+        spans.extend(_ending(stored, resource, values, recent.see(stored, ends_call), ends_call))
+        if ends_call:
+            recent.ended(event)
     return spans
 
 
@@ -95,32 +255,41 @@ def _typed(rows: Iterable[Event]) -> list[ev.AnyEvent]:
     return [row.typed() for row in rows]
 
 
-def _ending(event: ev.AnyEvent, resource: Resource, values: bool | None) -> Iterator[ReadableSpan]:
-    if isinstance(event, ev.ModelNote) and event.kind == "usage":
-        yield _model_span(event, resource)
-    elif isinstance(event, ev.EvidenceRecorded):
-        yield _check_span(event, resource)
-    elif isinstance(event, ev.WaitEnded):
+def _ending(stored: Stored, resource: Resource, values: bool | None, before: Before, ends_call: bool) -> Iterator[ReadableSpan]:
+    event = stored.event
+    if type(event) is ev.ModelNote and event.kind == "usage":
+        yield _model_span(event, resource, before.previous_ts, stored.secrets)
+    elif type(event) is ev.EvidenceRecorded:
+        yield _check_span(event, resource, stored.secrets)
+    elif type(event) is ev.WaitEnded:
         yield _wait_span(event, resource)
-    if event.call_id and _ends_call(event):
-        call = _call_span(event, resource, values)
+    if event.call_id and ends_call:
+        call = _call_span(event, resource, values, before.call)
         if call is not None:
             yield call
-    if isinstance(event, ev.Stopped):
+    if type(event) is ev.Stopped:
         yield _run_span(event, resource)
 
 
 def _settles(event: ev.AnyEvent) -> bool:
     """The call was refused, or its attempt's receipt is final."""
-    return isinstance(event, _Refusing) or (isinstance(event, ev.ReceiptRecorded) and event.receipt_status() != "transient")
+    return type(event) in _REFUSING or (type(event) is ev.ReceiptRecorded and event.receipt_status() != "transient")
 
 
 def _ends_call(event: ev.AnyEvent) -> bool:
-    return isinstance(event, ev.Stopped) or _settles(event)
+    return type(event) is ev.Stopped or _settles(event)
 
 
 def _context(run_id: str, kind: str, key: object = "") -> SpanContext:
+    if kind == "run":
+        return _run_context(run_id)
     return SpanContext(trace_id_of(run_id), span_id_of(run_id, kind, key), is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+
+
+@functools.lru_cache(maxsize=1024)
+def _run_context(run_id: str) -> SpanContext:
+    """The parent of every span of the run but its own: named at each of them."""
+    return SpanContext(trace_id_of(run_id), span_id_of(run_id, "run"), is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
 
 
 def _nanos(ts: datetime | float) -> int:
@@ -136,20 +305,19 @@ def _span(
     end: datetime | float,
     attributes: Attributes,
     resource: Resource,
-    events: Sequence[SpanEvent] = (),
+    events: Sequence[Told] = (),
     status: Status | None = None,
     kind: SpanKind = SpanKind.INTERNAL,
+    masked_with: Sequence[str] | None = None,
 ) -> ReadableSpan:
-    # Masked once more, whatever the log held: a value the secrets list learnt of
-    # since the event was written is masked too.
-    clean = {key: value for key, value in redact(attributes).items() if value is not None}
+    clean, *told = _masked([_present(attributes), *(event.attributes for event in events)], masked_with)
     return ReadableSpan(
         name=name,
         context=context,
         parent=parent,
         resource=resource,
         attributes=clean,
-        events=events,
+        events=[SpanEvent(event.name, attributes, timestamp=event.timestamp) for event, attributes in zip(events, told, strict=True)],
         kind=kind,
         status=status or Status(StatusCode.UNSET),
         start_time=_nanos(start),
@@ -158,8 +326,38 @@ def _span(
     )
 
 
-def _event(name: str, event: ev.AnyEvent, attributes: Attributes) -> SpanEvent:
-    return SpanEvent(name, {k: v for k, v in redact(attributes).items() if v is not None}, timestamp=_nanos(event.ts))
+class Told(NamedTuple):
+    """A span event as its span's maker tells it, masked with the span (``_span``)."""
+
+    name: str
+    attributes: Attributes
+    timestamp: int
+
+
+def _masked(sets: list[Attributes], masked_with: Sequence[str] | None) -> list[Attributes]:
+    """The attributes of a span and of its events, their values masked once more,
+    whatever the log held: a value the secrets list learnt of since the event was
+    written is masked too. Their names are Harness's own. All in one look: nearly
+    always there is nothing to mask, and ``redact`` then hands the values back as they
+    were. ``masked_with``: the secrets every row the values come from was masked with
+    as this process stored it (None: not known); with the same secrets now, masking
+    again finds nothing (common.redact.masked_alike) and is not done."""
+    secrets = secret_values()
+    if masked_with is not None and masked_alike(masked_with, secrets):
+        return sets
+    values = [list(attributes.values()) for attributes in sets]
+    clean = redact(values, secrets)
+    if clean is values:
+        return sets
+    return [dict(zip(attributes, masked, strict=True)) for attributes, masked in zip(sets, clean, strict=True)]
+
+
+def _present(attributes: Attributes) -> Attributes:
+    return {key: value for key, value in attributes.items() if value is not None}
+
+
+def _event(name: str, event: ev.AnyEvent, attributes: Attributes) -> Told:
+    return Told(name, _present(attributes), _nanos(event.ts))
 
 
 def _run_span(stopped: ev.Stopped, resource: Resource) -> ReadableSpan:
@@ -191,7 +389,7 @@ def _run_span(stopped: ev.Stopped, resource: Resource) -> ReadableSpan:
     return _span(f"invoke_agent {run.task_id}", _context(run_id, "run"), None, started, stopped.ts, attributes, resource, events, status)
 
 
-def _run_event(mark: ev.InvalidInput | ev.KillRequested) -> SpanEvent:
+def _run_event(mark: ev.InvalidInput | ev.KillRequested) -> Told:
     match mark:
         case ev.InvalidInput():
             # Refused by gates 1-3 (parse, resolve, validate) before it was a call: what the model sent is not repeated.
@@ -202,12 +400,12 @@ def _run_event(mark: ev.InvalidInput | ev.KillRequested) -> SpanEvent:
             assert_never(mark)
 
 
-def _model_span(note: ev.ModelNote, resource: Resource) -> ReadableSpan:
+def _model_span(note: ev.ModelNote, resource: Resource, previous_ts: datetime | None, masked_with: Sequence[str] | None) -> ReadableSpan:
     run_id = note.run_id
     detail = note.detail
     # The request began when the run's previous event was written: the model is asked
     # right after a step ends.
-    before = Event.objects.filter(run_id=run_id, seq__lt=note.seq).order_by("-seq").values_list("ts", flat=True).first()
+    before = previous_ts or Event.objects.filter(run_id=run_id, seq__lt=note.seq).order_by("-seq").values_list("ts", flat=True).first()
     model = str(detail.get("model") or "unknown")
     attributes: Attributes = {
         "gen_ai.operation.name": "chat",
@@ -228,6 +426,8 @@ def _model_span(note: ev.ModelNote, resource: Resource) -> ReadableSpan:
         attributes,
         resource,
         kind=SpanKind.CLIENT,
+        # The request's start is a time, not a value: what the span tells is the note's.
+        masked_with=masked_with,
     )
 
 
@@ -235,7 +435,7 @@ def _parent_of(event: ev.AnyEvent) -> SpanContext:
     return _context(event.run_id, "call", event.call_id) if event.call_id else _context(event.run_id, "run")
 
 
-def _check_span(evidence: ev.EvidenceRecorded, resource: Resource) -> ReadableSpan:
+def _check_span(evidence: ev.EvidenceRecorded, resource: Resource, masked_with: Sequence[str] | None) -> ReadableSpan:
     run_id = evidence.run_id
     started = evidence.ts - evidence.duration_ms / 1000
     attributes: Attributes = {
@@ -258,6 +458,7 @@ def _check_span(evidence: ev.EvidenceRecorded, resource: Resource) -> ReadableSp
         attributes,
         resource,
         status=status,
+        masked_with=masked_with,
     )
 
 
@@ -287,11 +488,12 @@ def _wait_span(ended: ev.WaitEnded, resource: Resource) -> ReadableSpan:
     )
 
 
-def _call_span(end: ev.AnyEvent, resource: Resource, values: bool | None) -> ReadableSpan | None:
+def _call_span(end: ev.AnyEvent, resource: Resource, values: bool | None, seen: Sequence[Stored] | None) -> ReadableSpan | None:
     run_id = end.run_id
-    rows = list(Event.objects.filter(run_id=run_id, call_id=end.call_id, seq__lte=end.seq).order_by("seq"))
-    log = _typed(rows)
-    if isinstance(end, ev.Stopped) and any(_settles(event) for event in log[:-1]):
+    if seen is None:
+        seen = [_read(row) for row in Event.objects.filter(run_id=run_id, call_id=end.call_id, seq__lte=end.seq).order_by("seq")]
+    log = [stored.event for stored in seen]
+    if type(end) is ev.Stopped and any(_settles(event) for event in log[:-1]):
         return None  # its span ended with its own settling event; the stop only names it
     tool = next((name for name in map(tool_of, log) if name), "")
     attributes: Attributes = {
@@ -300,13 +502,15 @@ def _call_span(end: ev.AnyEvent, resource: Resource, values: bool | None) -> Rea
         "gen_ai.tool.call.id": end.call_id,
         "gen_ai.tool.type": "function",
         "harness.call.ended_by": end.type,
-        "harness.call.executed": any(isinstance(event, ev.CallStarted) for event in log),
+        "harness.call.executed": any(type(event) is ev.CallStarted for event in log),
     }
     if values if values is not None else _policy_allows_values(run_id):
         attributes.update(_values(log))
-    ledger = ledger_attributes(rows)
-    events = [_decided(_call_event(event), ledger.get(event.seq)) for event in log if _shown_in_call(event)]  # type: ignore[arg-type]  # _shown_in_call narrows
-    status = Status(StatusCode.ERROR, "receipt invalid") if isinstance(end, ev.ReceiptRecorded) and not end.valid else None
+    shown = [stored for stored in seen if _shown_in_call(stored.event)]
+    ledger = _ledger((stored.row, stored.decision) for stored in shown)
+    events = [_decided(_call_event(stored.event), ledger.get(stored.row.seq)) for stored in shown]  # type: ignore[arg-type]  # _shown_in_call narrows
+    status = Status(StatusCode.ERROR, "receipt invalid") if type(end) is ev.ReceiptRecorded and not end.valid else None
+    secrets = {tuple(stored.secrets) if stored.secrets is not None else None for stored in seen}
     return _span(
         f"execute_tool {tool}",
         _context(run_id, "call", end.call_id),
@@ -317,21 +521,28 @@ def _call_span(end: ev.AnyEvent, resource: Resource, values: bool | None) -> Rea
         resource,
         events,
         status,
+        # Every row of the call stored here, with the same secrets: what they were masked with.
+        masked_with=next(iter(secrets)) if len(secrets) == 1 else None,
     )
 
 
 def tool_of(event: ev.AnyEvent) -> str:
     """The tool an event of a call names: its own field, or the call's record a
     refusal or a stop carries."""
-    name = event.for_tool if isinstance(event, ev.CheckRequired) else event.tool if isinstance(event, _NamingTool) else ""
-    if not name and isinstance(event, _CarryingCall) and event.call is not None:
-        return event.call.tool
+    kind = type(event)
+    name = cast(ev.CheckRequired, event).for_tool if kind is ev.CheckRequired else ""
+    if kind in _NAMING_TOOL:
+        name = cast(_NamingTool, event).tool
+    if not name and kind in _CARRYING_CALL:
+        call = cast(_CarryingCall, event).call
+        if call is not None:
+            return call.tool
     return name
 
 
 def _values(log: Sequence[ev.AnyEvent]) -> Attributes:
-    args = next((event.args for event in log if isinstance(event, ev.CallAdmitted | ev.ApprovalRequired | ev.PendingEffectRecorded)), None)
-    receipts = (event.receipt for event in reversed(log) if isinstance(event, ev.ReceiptRecorded) and isinstance(event.receipt, dict))
+    args = next((cast(_Arguing, event).args for event in log if type(event) in _ARGUING), None)
+    receipts = (event.receipt for event in reversed(log) if type(event) is ev.ReceiptRecorded and isinstance(event.receipt, dict))
     result = next((receipt.get("data") for receipt in receipts), None)
     return {
         "gen_ai.tool.call.arguments": _clipped(args) if args is not None else None,
@@ -343,14 +554,27 @@ def _clipped(value: object) -> str:
     return json.dumps(value, sort_keys=True, default=str)[:VALUE_CHARS]
 
 
+# run id -> whether its policy lets values into its trace. A run keeps the policy
+# version it started with, and a version is never changed (approvals.models.PolicyVersion),
+# so the answer, once read, holds. Bounded: cleared whole when full.
+_VALUES_ALLOWED: dict[str, bool] = {}
+_VALUES_KEPT = 10_000
+
+
 def _policy_allows_values(run_id: str) -> bool:
-    document = Run.objects.filter(pk=run_id).values_list("policy__document", flat=True).first()
-    return isinstance(document, dict) and document.get("trace_values") is True
+    allowed = _VALUES_ALLOWED.get(run_id)
+    if allowed is None:
+        document = Run.objects.filter(pk=run_id).values_list("policy__document", flat=True).first()
+        allowed = isinstance(document, dict) and document.get("trace_values") is True
+        if len(_VALUES_ALLOWED) >= _VALUES_KEPT:
+            _VALUES_ALLOWED.clear()
+        _VALUES_ALLOWED[run_id] = allowed
+    return allowed
 
 
 def _shown_in_call(event: ev.AnyEvent) -> bool:
     """A call's span tells its gates' decisions (a secret scan's refusal too), the reviewers' part and its attempts' ends."""
-    return isinstance(event, _Shown) or isinstance(event, ev.SecretsFound) and event.decision == "refuse"
+    return type(event) in _SHOWN or type(event) is ev.SecretsFound and event.decision == "refuse"
 
 
 def ledger_attributes(rows: Iterable[Event]) -> dict[int, Attributes]:
@@ -359,9 +583,14 @@ def ledger_attributes(rows: Iterable[Event]) -> dict[int, Attributes]:
     decision and its outcome, who decided (a policy rule, a person, a person through a
     token, Harness itself), the rule, the policy version, and the digest of what the
     decider was shown, as the decision's ledger entry holds them (runs.persistence.decisions)."""
+    return _ledger((row, Ledger.UNREAD) for row in rows)
+
+
+def _ledger(rows: Iterable[tuple[Event, Decided | Ledger]]) -> dict[int, Attributes]:
+    """``ledger_attributes`` of rows whose decisions may be known already."""
     found: dict[int, Attributes] = {}
-    for row in rows:
-        decision = decision_of(row)
+    for row, known in rows:
+        decision = decision_of(row) if known is Ledger.UNREAD else known
         if decision is None:
             continue
         kind = str(decision["kind"])
@@ -381,21 +610,25 @@ def ledger_attributes(rows: Iterable[Event]) -> dict[int, Attributes]:
     return found
 
 
-def _decided(event: SpanEvent, ledger: Attributes | None) -> SpanEvent:
+def _decided(event: Told, ledger: Attributes | None) -> Told:
     """``event`` with the ledger's account of the decision it tells, if it tells one."""
     if not ledger:
         return event
-    extra = {key: value for key, value in redact(ledger).items() if value is not None}
-    return SpanEvent(event.name, {**extra, **(event.attributes or {})}, timestamp=event.timestamp)
+    return event._replace(attributes={**_present(ledger), **event.attributes})
 
 
-def _call_event(event: _Shown | ev.SecretsFound) -> SpanEvent:
+def _call_event(event: _Shown | ev.SecretsFound) -> Told:
     """A gate's decision or a reviewer's, as the call's span tells it: which rule,
     which policy version, which approval key, who decided; or an attempt's end."""
+    # Every case is an isinstance: the two every executed call has come first.
     match event:
         case ev.CallAdmitted():
             return _decision(
                 event, {"harness.decision": "admitted", "harness.rule": event.rule, "harness.policy.version": event.policy_version}
+            )
+        case ev.ReceiptRecorded():
+            return _event(
+                f"harness.{event.type}", event, {"harness.attempt": event.attempt, "harness.receipt.status": event.receipt_status()}
             )
         case ev.ApprovalRequired():
             return _decision(
@@ -440,15 +673,11 @@ def _call_event(event: _Shown | ev.SecretsFound) -> SpanEvent:
             return _event(
                 f"harness.{event.type}", event, {"harness.approval.request_id": event.request_id, "harness.approval.status": event.status}
             )
-        case ev.ReceiptRecorded():
-            return _event(
-                f"harness.{event.type}", event, {"harness.attempt": event.attempt, "harness.receipt.status": event.receipt_status()}
-            )
         case ev.Retry():
             return _event(f"harness.{event.type}", event, {"harness.attempt": event.attempt})
         case _:
             assert_never(event)
 
 
-def _decision(event: _Shown | ev.SecretsFound, attributes: Attributes) -> SpanEvent:
+def _decision(event: _Shown | ev.SecretsFound, attributes: Attributes) -> Told:
     return _event("harness.gate.decision", event, attributes)

@@ -15,7 +15,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from monitoring.spans import spans_for
+from monitoring.spans import RECENT, Written, spans_for
 from runs.models import Event
 
 log = logging.getLogger(__name__)
@@ -39,9 +39,11 @@ def _processor() -> tuple[BatchSpanProcessor, Resource]:
         return _exporting
 
 
-def export(rows: Sequence[Event]) -> None:
+def export(rows: Sequence[Event], writer: Written | None = None) -> None:
+    """The spans ``rows`` end, sent; ``writer``: what the process that stored them knew
+    of them (monitoring.spans.Written)."""
     processor, resource = _processor()
-    for span in spans_for(rows, resource):
+    for span in spans_for(rows, resource, writer=writer):
         processor.on_end(span)
 
 
@@ -51,9 +53,11 @@ def flush(timeout_millis: int = 10_000) -> bool:
 
 def reset() -> None:
     """Shut the exporter down, sending what it holds; the next export makes a new one
-    under the settings then in force (the tests, the bench)."""
+    under the settings then in force (the tests, the bench), and forgets what this
+    process saw stored (monitoring.spans.Recent)."""
     global _exporting
     with _lock:
         if _exporting is not None:
             _exporting[0].shutdown()  # type: ignore[no-untyped-call]  # unannotated
         _exporting = None
+    RECENT.forget()

@@ -163,7 +163,8 @@ class NewRunForm(forms.Form):
         required=False,
         label="Proposer options (JSON object)",
         widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false", "class": "code"}),
-        help_text='For example {"script": [...]} for the scripted proposer. Empty: the template\'s proposals.json.',
+        help_text='For example {"script": [...]} for the scripted proposer; {"max_tokens": 200000, "max_cost_usd": 5} for the '
+        "run's own model budget, a model's or an outside agent's. Empty: the template's proposals.json (scripted).",
     )
 
     def __init__(self, *args: Any, user: User | AnonymousUser, **kwargs: Any) -> None:

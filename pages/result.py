@@ -28,18 +28,19 @@ from runs.rerun import rerun_policy
 from runs.services import report_of
 
 
-def final_stop(run: Run) -> dict[str, Any]:
-    """The run's last ``stopped`` event's payload: how it ended, in the loop's words,
-    and for a completed run the finish call as recorded (already masked)."""
-    stopped = Event.objects.filter(run=run, type=ev.type_name(ev.Stopped)).order_by("-seq").first()
-    return stopped.payload if stopped is not None and isinstance(stopped.payload, dict) else {}
+def final_stop(run: Run) -> ev.Stopped | None:
+    """The run's last ``stopped`` event: how it ended, in the loop's words, and for a
+    completed run the finish call as recorded (already masked)."""
+    row = Event.objects.filter(run=run, type=ev.type_name(ev.Stopped)).order_by("-seq").first()
+    stopped = row.typed() if row is not None else None
+    return stopped if isinstance(stopped, ev.Stopped) else None
 
 
-def finish_summary(stop: dict[str, Any]) -> str:
+def finish_summary(stop: ev.Stopped | None) -> str:
     """What the model said when it finished (``finish``'s summary), or ""."""
-    call = stop.get("call") if stop.get("status") == "complete" else None
-    args = call.get("args") if isinstance(call, dict) else None
-    return str(args.get("summary", "")) if isinstance(args, dict) else ""
+    if stop is None or stop.status != "complete" or stop.call is None:
+        return ""
+    return str(stop.call.args.get("summary", ""))
 
 
 def shown_request(run: Run) -> ApprovalRequest | None:
@@ -68,7 +69,8 @@ def external_effects(run: Run) -> list[dict[str, str]]:
     the page knows no destination for them (an executor that records none, such as the
     simulated one), it names them rather than saying nothing went anywhere."""
     rows = Event.objects.filter(run=run, type=ev.type_name(ev.ReceiptRecorded), payload__external=True).order_by("seq")
-    return [{"call_id": str(row.call_id), "tool": str(row.payload.get("tool", ""))} for row in rows]
+    receipts = (row.typed() for row in rows)
+    return [{"call_id": str(receipt.call_id), "tool": receipt.tool} for receipt in receipts if isinstance(receipt, ev.ReceiptRecorded)]
 
 
 def decisions(run: Run) -> list[dict[str, Any]]:

@@ -65,7 +65,7 @@ def is_agent_run(run: Run) -> bool:
 
 def _ended_words(e: ev.AgentEnded) -> str:
     said = {"exited": f"exited with status {e.exit_code}", "killed": "was killed", "deadline": "was stopped at the deadline"}
-    return said.get(e.reason, "could not run")
+    return said.get(e.reason, e.problem or "could not run")
 
 
 def agent_of(run: Run) -> Agent | None:
@@ -92,8 +92,9 @@ def agent_usage(run: Run) -> dict[str, JSON]:
     project's budget moves on after the run)."""
     used = usage.totals(run.pk)
     notes = Event.objects.filter(run_id=run.pk, type=usage.NOTE, payload__detail__via=usage.VIA)
-    newest = notes.filter(payload__kind="usage").order_by("-seq").values_list("payload", flat=True).first()
-    detail = newest.get("detail") if isinstance(newest, dict) else None
+    row = notes.filter(payload__kind="usage").order_by("-seq").first()
+    newest = row.typed() if row is not None else None
+    detail = newest.detail if isinstance(newest, ev.ModelNote) else None
     if run.status not in ACTIVE and isinstance(detail, dict) and "max_tokens" in detail:
         max_tokens, max_cost = detail.get("max_tokens"), detail.get("max_cost_usd")
     else:

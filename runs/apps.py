@@ -1,3 +1,5 @@
+from pathlib import Path
+
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
@@ -15,13 +17,15 @@ class RunsConfig(AppConfig):
         from ledger.export import rebuilders
         from runs.persistence.decisions import shown_contents
         from runs.roles import ensure_roles
-        from sandbox.public import use_engine_host
+        from sandbox.public import configure_pool, use_engine_host
 
         post_migrate.connect(ensure_roles, sender=self)
         # An export rebuilds what the gates were shown from the run's events.
         if shown_contents not in rebuilders:
             rebuilders.append(shown_contents)
         use_engine_host(lambda: str(settings.DOCKER_HOST))
+        # Read when a process first takes a container, never in a parent that forks workers.
+        configure_pool(lambda: Path(settings.WORKSPACE_ROOT), lambda: int(settings.SANDBOX_POOL_SIZE))
         # The channel layer's backend (redis.asyncio, msgpack: 40 ms of imports, more
         # on a busy machine) loads with the process, not on its first broadcast, which
         # held up the first round of a run's live trace.

@@ -136,10 +136,11 @@ def set_project_switch(user: User | AnonymousUser, project: Project, *, paused: 
 def killed_by(run_id: str) -> str:
     """Who asked for the run's kill and why (the newest kill's words: the kill form's
     reason, the operator's name), as its stop says it; empty if nobody did."""
-    kill = Event.objects.filter(run_id=run_id, type="kill_requested").order_by("-seq").values_list("payload", flat=True).first()
-    if kill is None:
+    row = Event.objects.filter(run_id=run_id, type=ev.type_name(ev.KillRequested)).order_by("-seq").first()
+    kill = row.typed() if row is not None else None
+    if not isinstance(kill, ev.KillRequested):
         return ""
-    return kill_words(str(kill.get("by") or "an operator"), str(kill.get("scope") or "run"), str(kill.get("reason") or ""))
+    return kill_words(kill.by or "an operator", kill.scope, kill.reason)
 
 
 def kill_requested(run_id: str) -> bool:

@@ -38,7 +38,9 @@ from sandbox.public import RecordedWrite, RemoteAccess, RunWorkspace, open_works
 # The events a rebuild reads: the writes, their arguments, and what came around the tools.
 # Beside the workspace: the lease token under which this host made it.
 PLACED = "placed"
-REBUILD_EVENTS = ("call_admitted", "receipt_recorded", "pending_effect_recorded", "effect_reconciled", "workspace_changed")
+REBUILD_EVENTS = tuple(
+    ev.type_name(kind) for kind in (ev.CallAdmitted, ev.ReceiptRecorded, ev.PendingEffectRecorded, ev.EffectReconciled, ev.WorkspaceChanged)
+)
 
 
 def workspace_root(run: Run) -> Path:
@@ -132,7 +134,7 @@ def fixed_pushes(run: Run) -> dict[str, dict[str, JSON]]:
     (sandbox.tools.effects.remember_pushes)."""
     effects: dict[str, dict[str, JSON]] = {}
     keys: dict[str, str] = {}
-    rows = Event.objects.filter(run=run, type__in=("call_admitted", "call_started")).order_by("seq").iterator()
+    rows = Event.objects.filter(run=run, type__in=(ev.type_name(ev.CallAdmitted), ev.type_name(ev.CallStarted))).order_by("seq").iterator()
     for event in (row.typed() for row in rows):
         match event:
             case ev.CallAdmitted(call_id=str(call_id), effect=dict(effect)) if effect.get("kind") == "push":

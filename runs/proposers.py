@@ -37,7 +37,9 @@ MODEL_FIELDS = ("kind", "model", "base_url", "max_tokens", "max_cost_usd", "tool
 # Chat Completions' ``seed``: the provider samples deterministically where it can (a
 # trial gives each repetition its own, trials.spec.proposer_for).
 MAX_SEED = 2**63 - 1
-AGENT_FIELDS = ("kind", "preset", "model")
+# An outside agent's run takes the same budget as a model run's: the model proxy
+# refuses its model calls once it is spent (runs.agents.usage).
+AGENT_FIELDS = ("kind", "preset", "model", "max_tokens", "max_cost_usd")
 TOOL_CHOICES = {"openai": ("required", "auto"), "anthropic": ("any", "auto")}
 _SECRET_WORDS = ("key", "token", "secret", "password", "authorization")
 
@@ -110,6 +112,21 @@ def _agent_config_problems(config: dict[str, Any]) -> list[FieldProblem]:
     model = config.get("model")
     if model is not None and (not isinstance(model, str) or not model.strip() or len(model) > 200 or any(c.isspace() for c in model)):
         problems.append(FieldProblem("proposer.model", "a model name (no spaces, at most 200 characters)"))
+    return problems + _budget_problems(config)
+
+
+def _budget_problems(config: dict[str, Any]) -> list[FieldProblem]:
+    """The run's own model budget, a model run's or an outside agent's (whose model
+    calls the model proxy counts against it: runs.agents.usage)."""
+    problems = []
+    max_tokens = config.get("max_tokens")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        problems.append(FieldProblem("proposer.max_tokens", "must be a positive integer (tokens for the whole run)"))
+    max_cost = config.get("max_cost_usd")
+    if max_cost is not None and (
+        isinstance(max_cost, bool) or not isinstance(max_cost, int | float) or not math.isfinite(max_cost) or max_cost <= 0
+    ):
+        problems.append(FieldProblem("proposer.max_cost_usd", "must be a positive number (US dollars for the whole run)"))
     return problems
 
 
@@ -135,14 +152,7 @@ def _model_config_problems(kind: str, config: dict[str, Any]) -> list[FieldProbl
         problems.append(
             FieldProblem("proposer.base_url", f"must be one of the server's allowed base URLs ({setting}): {', '.join(allowed_urls)}")
         )
-    max_tokens = config.get("max_tokens")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        problems.append(FieldProblem("proposer.max_tokens", "must be a positive integer (tokens for the whole run)"))
-    max_cost = config.get("max_cost_usd")
-    if max_cost is not None and (
-        isinstance(max_cost, bool) or not isinstance(max_cost, int | float) or not math.isfinite(max_cost) or max_cost <= 0
-    ):
-        problems.append(FieldProblem("proposer.max_cost_usd", "must be a positive number (US dollars for the whole run)"))
+    problems += _budget_problems(config)
     seed = config.get("seed")
     if seed is not None and kind != "openai":
         problems.append(FieldProblem("proposer.seed", "only an openai model takes a seed"))

@@ -199,8 +199,9 @@ def sandbox_environment(run: Run, policy: Policy, lease: Lease) -> Environment:
     if placed.rebuilt:
         # A publish the run's last host started is looked up here as it would have been there.
         remember_pushes(executor.context, placement.fixed_pushes(run))
-    # While the run's pickup walks the workspace (Harness.run): if that fails, the
-    # run stops and closing its environment removes the container.
+    # While the run's pickup reads the workspace (Harness.run; a full walk unless this
+    # worker has just made it) and its first step asks the model: if the pickup
+    # fails, the run stops and closing its environment removes the container.
     executor.start_container()
     return Environment(
         executor=executor,
@@ -358,6 +359,10 @@ def advance(run_id: str, faults: Sequence[Fault] = ()) -> str:
     return outcome
 
 
+def _renewal() -> dict[str, float]:
+    return {"poll": float(settings.HARNESS_KILL_POLL_SECONDS), "renew_every": settings.HARNESS_LEASE_SECONDS / 3}
+
+
 def drive_leased(run_id: str, token: int, faults: Sequence[Fault]) -> str:
     """``advance``'s drive, under the lease ``token``."""
     try:
@@ -373,7 +378,11 @@ def drive_leased(run_id: str, token: int, faults: Sequence[Fault]) -> str:
                 )
             return "queued"
         try:
-            environment = environment_for(run, Lease(token), faults)  # prepares, keeps or rebuilds the workspace
+            # Preparing the workspace and starting its container can outlast the lease
+            # (a loaded engine, a large checkout): renewed meanwhile as the Watchdog
+            # below renews it while the run is driven, which also acts on a kill.
+            with Watchdog(run_id, renew=lambda: leases.renew(run_id, token), on_kill=lambda: None, **_renewal()):
+                environment = environment_for(run, Lease(token), faults)  # prepares, keeps or rebuilds the workspace
         except (WorkspaceSourceError, RemoteError) as exc:
             return stop_undriven(run, "workspace_error", f"the workspace could not be prepared: {exc}", token)
         except RebuildFailed as exc:
@@ -392,8 +401,7 @@ def drive_leased(run_id: str, token: int, faults: Sequence[Fault]) -> str:
                 run_id,
                 renew=lambda: leases.renew(run_id, token),
                 on_kill=(lambda: kill_with_agent(run_id, environment)) if agent else environment.kill,
-                poll=settings.HARNESS_KILL_POLL_SECONDS,
-                renew_every=settings.HARNESS_LEASE_SECONDS / 3,
+                **_renewal(),
             ) as watchdog:
                 state = drive_run(run, environment, DjangoApprovals(run, token), lease_token=token, controls=watchdog)
                 # An agent's state is its process, whose only way out is this

@@ -97,6 +97,9 @@ class SandboxExecutor:
     def verify(self) -> str:
         return self.workspace.verify()
 
+    def picked_up(self) -> str:
+        return self.workspace.picked_up()
+
     def preview(self, tool: str, args: Mapping[str, JSON]) -> str | None:
         entry = TOOLS.get(tool)
         return entry.preview(self.context, args) if entry is not None and entry.preview is not None else None
@@ -155,19 +158,25 @@ class SandboxExecutor:
 
     def start_container(self) -> None:
         """Start the run's container in the background, so that its start overlaps
-        what a worker does before the run's first step (the pickup's full walk of the
-        workspace). Nothing runs in it until a check; the workspace is mounted
-        read-only, so not even what a reused container had left running (killed by
-        the start) can change the tree being verified. A start that fails leaves the
+        what a worker does before the run's first check (the pickup's full walk of the
+        workspace, where it walks; the model's first turn). Nothing runs in it until a
+        check; the workspace is mounted read-only, so not even what a reused container
+        had left running (killed by the start) can change the tree being verified. A start that fails leaves the
         first check to start one, waiting for the engine as it does."""
         if self._spec is None or self.container is not None or self._starting is not None:
+            return
+        # A pooled container is taken here, before the pickup reads the workspace: taking
+        # it moves the workspace's entries (sandbox.container.pool). The start in the
+        # background, which overlaps that read, never does.
+        self.container = SandboxContainer.from_pool(self.run_id, self.workspace.dir, self._spec, scope=self._scope)
+        if self.container is not None:
             return
         self._starting = threading.Thread(target=self._start_early, args=(self._spec,), name=f"sandbox-start-{self.run_id}", daemon=True)
         self._starting.start()
 
     def _start_early(self, spec: ContainerSpec) -> None:
         try:
-            self._started_early = SandboxContainer.start(self.run_id, self.workspace.dir, spec, scope=self._scope)
+            self._started_early = SandboxContainer.start(self.run_id, self.workspace.dir, spec, scope=self._scope, pooled=False)
         except SandboxUnavailable as exc:
             log.warning("run %s: no sandbox container yet (%s)", self.run_id, exc.reason)
         except Exception:  # the first check starts one and meets the failure itself

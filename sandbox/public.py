@@ -3,17 +3,31 @@ imports a module inside it). The runs app builds a run's executor from these par
 (runs.runtime), places and rebuilds its workspace, checks sources, forges and bases,
 and sweeps containers; the settings and the admin check URLs against the allowlist
 and the engine's runtimes; an outside agent's driver (issue 41) starts, runs, kills
-and closes the run's agent container. Nothing here loads the MCP SDK: a run that talks to a
+and closes the run's agent container; the worker's shutdown drains the pool of
+started containers. Nothing here loads the MCP SDK: a run that talks to a
 server loads it then (sandbox/mcp)."""
 
 from __future__ import annotations
 
 from sandbox.agent.container import AGENT_IMAGE, AGENT_SPEC, HOME_DIR, AgentContainer, AgentResult, Gateway
-from sandbox.agent.presets import PRESETS, Launch, ModelProxy, Preset, RunEndpoints, launch, parse_version, version_argv
+from sandbox.agent.presets import (
+    CONNECTED,
+    PRESETS,
+    Launch,
+    ModelProxy,
+    Preset,
+    RunEndpoints,
+    launch,
+    mcp_report,
+    parse_version,
+    version_argv,
+)
 from sandbox.container.client import shared_client, use_engine_host
 from sandbox.container.engine import ENGINE_ERRORS
 from sandbox.container.orphans import containers_by_run, remove_containers
 from sandbox.container.output import OutputCapture
+from sandbox.container.pool import configure as configure_pool
+from sandbox.container.pool import drain as drain_pool
 from sandbox.container.quota import MB, DiskQuota
 from sandbox.container.spec import ContainerSpec, RuntimeMissing, check_runtime
 from sandbox.executor import SandboxExecutor
@@ -35,12 +49,14 @@ __all__ = [
     "AGENT_IMAGE",
     "AGENT_SPEC",
     "HOME_DIR",
+    "CONNECTED",
     "PRESETS",
     "Launch",
     "ModelProxy",
     "Preset",
     "RunEndpoints",
     "launch",
+    "mcp_report",
     "parse_version",
     "version_argv",
     "ENGINE_ERRORS",
@@ -75,6 +91,8 @@ __all__ = [
     "check_narrowed",
     "check_runtime",
     "check_source",
+    "configure_pool",
+    "drain_pool",
     "containers_by_run",
     "open_workspace",
     "prepare_workspace",

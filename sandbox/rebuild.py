@@ -11,7 +11,14 @@ only if the workspace is not yet at the run's revision, a write of unknown outco
 still unresolved (the revision its receipt recorded may include it). Each is
 applied again through the workspace's own writers (``sandbox.tools.files.replay``), and the
 revision after each must be the one the log recorded after it; the rebuilt
-workspace, walked in full, must be at the run's revision. Anything else (a source
+workspace must then be at the run's revision. What proves it is the run's tree: the
+base revision proven as preparation made it (a full walk, or a git checkout adopting
+the commit's own tree objects, ``sandbox/workspace/checkout.py``), then every replayed
+write's paths hashed from the disk into the maintained revision, which must match the
+log's after each write and the run's at the end. The tree is not walked again here
+(at 10,000 files that walk was half of a rebuild): as after any preparation, the full
+walk runs before publish is previewed or ships and before the run completes.
+Anything else (a source
 that no longer gives the base revision, a source that cannot be read, a write that
 does not apply or lands elsewhere, a change the log says came around the tools)
 raises ``RebuildFailed`` saying which, and the run stops: a run never goes on from a
@@ -134,8 +141,13 @@ def rebuild_workspace(
             if write.kind == "reconciled" and workspace.revision() == write.revision:
                 continue
             _replay_one(workspace, write, mask)
+        # The maintained revision, not a full walk: the base was proven as preparation
+        # made it (walked, or the commit's own trees), each write's paths were hashed
+        # from the disk after it and matched the revision the log recorded, and nothing
+        # else writes the staging directory. The walk that judges runs before publish
+        # and before the run completes, as after any preparation.
         try:
-            final = workspace.verify()
+            final = workspace.revision()
         except RevisionMismatch as exc:
             raise RebuildFailed(f"the rebuilt workspace fails its verification: {exc}") from None
         if final != revision:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Regenerate requirements.lock and requirements-dev.lock (`make lock`) from the pins
-# people edit, requirements.txt and requirements-dev.txt. The locks name every package
+# Regenerate requirements.lock, requirements-dev.lock and bench/requirements.lock
+# (`make lock`) from the pins people edit, requirements.txt, requirements-dev.txt and
+# bench/requirements.txt (the benchmarks' peers, which `make bench` installs, in CI too). The locks name every package
 # that gets installed, each at one version with the SHA-256 of each of its files, so
 # pip installs from them with --require-hashes; nothing is left to float.
 #
@@ -8,7 +9,8 @@
 # the images are that. "3.11" means 3.11.0 to the markers, so what an older 3.11 needs
 # (redis' async-timeout below 3.11.3, for the images' Debian Python 3.11.2) is there.
 # The dev lock is resolved under the product's lock as a constraint: the tests run
-# the very versions the images ship, and a dev pin that disagrees fails here.
+# the very versions the images ship, and a dev pin that disagrees fails here; the
+# benchmarks' peers likewise under the dev lock, so they measure beside what is tested.
 #
 # uv keeps the versions a lock already holds unless a pin asks for another;
 # UPGRADE=1 lets every floating package move to its newest release.
@@ -39,4 +41,5 @@ compile() {
 }
 compile requirements.txt -o requirements.lock
 compile requirements-dev.txt -c requirements.lock -o requirements-dev.lock
-echo "[lock] requirements.lock: $(grep -c '^[A-Za-z0-9]' requirements.lock) packages, requirements-dev.lock: $(grep -c '^[A-Za-z0-9]' requirements-dev.lock)" >&2
+compile bench/requirements.txt -c requirements-dev.lock -o bench/requirements.lock
+echo "[lock] requirements.lock: $(grep -c '^[A-Za-z0-9]' requirements.lock) packages, requirements-dev.lock: $(grep -c '^[A-Za-z0-9]' requirements-dev.lock), bench/requirements.lock: $(grep -c '^[A-Za-z0-9]' bench/requirements.lock)" >&2

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth.models import Group, User
+from pytest_django import Settings
 
 from projects.models import Membership, Project, Role
 from runs.roles import ROLE_PERMISSIONS, ensure_roles
@@ -104,7 +106,26 @@ def fresh_ledger(transactional_db: None) -> None:
     membership entries (projects.models.ensure_default_project) in it, and a test that
     numbers the chain from its start, or measures its first entry, wants none."""
     from ledger.models import Content, Entry, Head
+    from ledger.writer import forget_heads
 
     Entry.objects.all().delete()
     Head.objects.all().delete()
     Content.objects.all().delete()
+    forget_heads()
+
+
+@pytest.fixture
+def evalset_remotes(transactional_db: None, settings: Settings) -> Iterator[str]:
+    """The server may use the evaluation set's git remotes (trials.remotes), and those
+    the test's trials made are deleted when it ends: found by the trials (each test's
+    own database), so a test beside it on another xdist worker keeps its own."""
+    from trials.models import Trial
+    from trials.remotes import remotes_dir
+
+    allowed = f"{remotes_dir().as_uri()}/"
+    settings.GIT_ALLOWED_REMOTES = [allowed]
+    yield allowed
+    for task in Trial.objects.exclude(suite="").values_list("task", flat=True):
+        url = str(((task.get("contract") or {}).get("workspace") or {}).get("url", ""))
+        if url.startswith(allowed):
+            shutil.rmtree(remotes_dir() / url.removeprefix(allowed), ignore_errors=True)

@@ -41,6 +41,7 @@ from sandbox.container.sandbox_container import SandboxContainer
 from sandbox.container.spec import ContainerSpec
 from sandbox.executor import SandboxExecutor
 from sandbox.tools.context import ToolSettings
+from sandbox.workspace import hashing
 from sandbox.workspace.preparation import prepare_workspace
 from sandbox.workspace.run_workspace import RunWorkspace
 from tests.fixtures_runtimes import RuntimeEngine
@@ -94,6 +95,19 @@ def no_run_containers_left() -> Iterator[None]:
 
 def example_workspace(root: Path, path: str = "examples/orders") -> RunWorkspace:
     return prepare_workspace(root, WorkspaceSource(kind="path", path=path), ROOT, (ROOT,))
+
+
+def count_walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The roots of the full walks made from now on (in this process)."""
+    walks: list[str] = []
+    real = hashing.TreeHasher.tree
+
+    def counted(self: hashing.TreeHasher, root: Path, sink: hashing.TreeSink | None = None) -> str:
+        walks.append(str(root))
+        return real(self, root, sink)
+
+    monkeypatch.setattr(hashing.TreeHasher, "tree", counted)
+    return walks
 
 
 def reset_workspace(workspace: RunWorkspace) -> None:

@@ -4,15 +4,19 @@ a call taken and not answered is taken again (a worker that died), answered once
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 from django.conf import settings
 
 from core import feedback as fb
-from runs.agents.bridge import MAX_ARGS_BYTES, MAX_QUEUED, Bridge, CallRefused, prefix
+from core.tools import Args, ToolSpec
+from runs.agents.bridge import MAX_ARGS_BYTES, MAX_QUEUED, AsyncBridge, Bridge, CallRefused, prefix
 from runs.agents.proposer import AgentProposer
 
 
@@ -42,9 +46,37 @@ def test_it_attaches_the_same_call_to_one_request_until_its_answer_is_handed_ove
     assert bridge.queued() == [other.request_id]
     # Answered but not handed to a client yet: a call again gets that answer.
     assert bridge.submit("read_file", {"path": "a.py", "x": [1, 2]}).request_id == first.request_id
-    bridge.delivered(first.request_id)
+    assert bridge.handed(first.request_id) == {"text": "the file", "is_error": False, "kind": "result"}
     fresh = bridge.submit("read_file", {"path": "a.py", "x": [1, 2]})
     assert fresh.how == "new" and fresh.request_id != first.request_id
+
+
+def test_it_wakes_every_client_waiting_for_a_request_when_it_is_answered_and_no_other(bridge: Bridge) -> None:
+    submitted = bridge.submit("read_file", {"path": "a.py"})
+    other = bridge.submit("read_file", {"path": "b.py"})
+
+    async def waiting() -> tuple[list[dict[str, object] | None], float, dict[str, object] | None]:
+        client = aioredis.Redis.from_url(settings.REDIS_URL)
+        try:
+            side = AsyncBridge(bridge.run_id, client)
+            assert await side.answer_within(submitted.request_id, 0.05) is None  # no answer yet: the slice runs out
+            # Two clients on the same request (one called again after its timeout) and one on another.
+            waiters = [asyncio.ensure_future(side.answer_within(submitted.request_id, 20)) for _ in range(2)]
+            unanswered = asyncio.ensure_future(side.answer_within(other.request_id, 1))
+            await asyncio.sleep(0.1)
+            answered_at = time.monotonic()
+            await asyncio.to_thread(bridge.answer, submitted.request_id, "the file", False, "result")
+            woken = await asyncio.gather(*waiters)
+            return woken, time.monotonic() - answered_at, await unanswered
+        finally:
+            await client.aclose()
+
+    woken, after, unanswered = asyncio.run(waiting())
+    assert woken == [{"text": "the file", "is_error": False, "kind": "result"}] * 2
+    assert after < 10  # woken by the answer, not by the end of their 20-second wait
+    assert unanswered is None
+    # Handed over: the same call again is a new request.
+    assert bridge.submit("read_file", {"path": "a.py"}).how == "new"
 
 
 def test_it_refuses_oversized_arguments_and_a_full_queue(bridge: Bridge) -> None:
@@ -82,3 +114,12 @@ def test_it_gives_a_call_taken_by_a_worker_that_died_to_the_next_one_and_answers
     assert again.propose(fb.InvalidInput(call_id="c1", problems=[])) == {"tool": "finish", "args": {"summary": "done"}}
     kept = bridge.request(submitted.request_id)
     assert kept is not None and kept.reply == answered.reply
+
+
+def test_it_proposes_a_call_made_by_the_agents_name_under_the_registrys(bridge: Bridge) -> None:
+    # The endpoint queues a call as the agent made it; an MCP tool's ``server.tool`` is
+    # ``server__tool`` on the wire (the agents' model APIs take no dot in a name).
+    echo = ToolSpec("docs.echo", "1", "Echo", Args, input_schema={"type": "object"}, source="docs")
+    bridge.submit("docs__echo", {"text": "hi"})
+    proposer = AgentProposer(bridge.run_id, preset="mcp-client", tools=[echo], snapshot={}, bridge=bridge)
+    assert proposer.propose(None) == {"tool": "docs.echo", "args": {"text": "hi"}}

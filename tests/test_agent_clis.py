@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.agent.presets import ModelProxy, Preset, RunEndpoints, launch, parse_version, version_argv
+from sandbox.agent.presets import CONNECTED, ModelProxy, Preset, RunEndpoints, launch, mcp_report, parse_version, version_argv
 from tests.agents_support.mcp_server import FILE_TEXT, PATCH_RESULT, WorkspaceMcp, workspace_mcp
 from tests.agents_support.model_servers import ModelServer, Recorded, Text, ToolCall, Turn, model_server
 
@@ -243,6 +243,9 @@ def test_it_calls_reach_the_mcp_server_and_results_the_model(cli: Cli, rig_for: 
     # The transcript on stdout is JSON, one event a line.
     events = [json.loads(line) for line in finished.stdout.splitlines() if line.strip()]
     assert events
+    # What the launcher reads of it (runs.agents.launch): Claude Code reports the server connected.
+    reports = [mcp_report(cli.preset, line.encode()) for line in finished.stdout.splitlines()]
+    assert [r for r in reports if r is not None] == ([CONNECTED] if cli.preset == "claude-code" else []), reports
     assert rig.server.unanswered() == [r for r in rig.server.unanswered() if r.method == "HEAD"]
     _only_loopback(finished)
     assert FILE_TEXT and PATCH_RESULT  # what the markers stand in
@@ -289,4 +292,10 @@ def test_it_wrong_token_is_refused_and_nothing_is_called(cli: Cli, rig_for: Call
     assert {r["authorization"] for r in refused} <= {"Bearer run-token-of-another-run", None}, refused
     # No model request offered a harness tool: the CLI never listed them.
     assert all(not _harness_tools(cli, r) for r in rig.server.requests), why
+    # Claude Code says so in its transcript, Codex on standard error, which the launcher
+    # reads (runs.agents.launch).
+    said = [*finished.stdout.splitlines(), *finished.stderr.splitlines()]
+    reports = [r for r in (mcp_report(cli.preset, line.encode()) for line in said) if r is not None]
+    if cli.preset != "gemini-cli":
+        assert reports and CONNECTED not in reports, (reports, why)
     _only_loopback(finished)

@@ -5,17 +5,22 @@ as a built-in one (docs/design.md, Agents)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx2
 import pytest
+import redis.asyncio as aioredis
+from django.conf import settings
 from django.contrib.auth.models import User
 
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
+from gateway.mcp_server import answer_of
 from projects.models import AuditEntry, Project
+from runs.agents.bridge import AsyncBridge
 from runs.agents.tokens import mint
 from runs.approval_flow.flow import deny, grant
 from runs.control import kill
@@ -112,6 +117,33 @@ def test_it_lists_each_runs_own_tools_and_refuses_other_tokens(
     assert [r["status"] for r in refusals(run)] == [404, 401]
 
 
+def test_it_hands_over_an_answer_written_just_after_the_last_wait_slice(transactional_db: None, operator: User) -> None:
+    """The run's answer lands after the endpoint's last wait slice ended, while it reads
+    what the call waits for (the moment it tells the client's progress): the agent is
+    handed that answer, not told "still waiting; call again"."""
+    run, _token = agent_run(operator)
+    told: list[str] = []
+
+    async def scenario() -> tuple[str, bool]:
+        client = aioredis.Redis.from_url(settings.REDIS_URL)
+        try:
+            bridge = AsyncBridge(str(run.pk), client)
+            submitted = await bridge.submit("read_file", {"path": "orders/total.py"})
+
+            async def answered_meanwhile(step: int, why: str) -> None:
+                told.append(why)
+                # As the run's worker answers a call (runs.agents.proposer), through the same script.
+                assert await bridge.answer(submitted.request_id, "read_file ran (call c1)", False, "result")
+
+            # A wait shorter than one slice: the deadline has passed when the answer lands.
+            return await answer_of(bridge, submitted.request_id, "read_file", 0.05, answered_meanwhile)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(scenario()) == ("read_file ran (call c1)", False)
+    assert told == ["waiting for the run's worker to take the call"], told
+
+
 @pytest.mark.celery
 @pytest.mark.docker
 def test_it_reads_refuses_invalid_arguments_checks_and_finishes(web: AsgiServer, celery_worker: Worker, operator: User) -> None:
@@ -183,7 +215,11 @@ def test_it_answers_a_denial_with_the_reviewers_reason_and_a_kill_with_who_kille
     writes_need_a_reviewer()
     denied_run, denied_token = agent_run(operator)
     denied_call = call_later(endpoint(web.url, denied_run.pk), denied_token, "write_file", {"path": "orders/x.py", "content": "x\n"})
-    wait_until(lambda: ApprovalRequest.objects.filter(run=denied_run, status="pending").exists(), log=celery_worker.log)
+    # The request is filed before the checkpoint that makes the run wait for it: a decision between the two is refused as stale.
+    wait_until(
+        lambda: Run.objects.filter(pk=denied_run.pk, status=Run.Status.WAITING, approval_requests__status="pending").exists(),
+        log=celery_worker.log,
+    )
     deny(ApprovalRequest.objects.get(run=denied_run, status="pending"), reviewer, "not this file")
     answer = denied_call.result(timeout=60)
     assert answer.is_error and "not this file" in answer.text, answer.text

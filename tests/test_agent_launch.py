@@ -15,7 +15,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from django.conf import settings
@@ -24,6 +24,7 @@ from django.contrib.auth.models import User
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
 from runs import placement
+from runs.agent_runs import agent_of
 from runs.approval_flow.flow import deny, grant, request_changes, save_policy_version
 from runs.control import kill
 from runs.models import AgentToken, Event, PublishedPatch, Run
@@ -48,6 +49,7 @@ class Cli:
     prefix: str  # how the CLI names a harness tool to its model: prefix + tool
     shell: ToolCall  # the CLI's own shell tool, as its model would call it
     edit: ToolCall  # the CLI's own file-writing tool
+    refusal: str  # how the CLI tells its model a tool is not there, as the request's JSON text holds it
 
     def tool(self, name: str, args: dict[str, Any]) -> ToolCall:
         return ToolCall(self.prefix + name, args)
@@ -59,6 +61,7 @@ CLAUDE = Cli(
     "mcp__harness__",
     ToolCall("Bash", {"command": "echo hacked >> orders/total.py", "description": "edit"}),
     ToolCall("Write", {"file_path": "/workspace/orders/total.py", "content": "hacked\n"}),
+    "No such tool available: {tool}",
 )
 CODEX = Cli(
     "codex",
@@ -66,6 +69,7 @@ CODEX = Cli(
     "mcp__harness__",  # a namespace: the scripted server sends {"namespace": "mcp__harness", "name": tool}
     ToolCall("shell", {"command": ["sh", "-c", "echo hacked >> orders/total.py"]}),
     ToolCall("apply_patch", {"input": "*** Begin Patch\n*** Add File: orders/probe.py\n+x\n*** End Patch\n"}),
+    "unsupported call: {tool}",
 )
 GEMINI = Cli(
     "gemini-cli",
@@ -73,6 +77,7 @@ GEMINI = Cli(
     "mcp_harness_",
     ToolCall("run_shell_command", {"command": "echo hacked >> orders/total.py"}),
     ToolCall("write_file", {"file_path": "orders/total.py", "content": "hacked\n"}),
+    'Tool \\"{tool}\\" not found',
 )
 CLIS = [CLAUDE, CODEX, GEMINI]
 
@@ -119,16 +124,15 @@ class Rig:
 
 
 @pytest.fixture
-def rig_for(
-    transactional_db: None, agent_image: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Callable[[Sequence[Turn]], Rig]]:
+def rig_for(transactional_db: None, agent_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Rig]]:
     """``rig(script)``: a scripted model server, Daphne with the model proxy pointed at
-    it (the server's keys), and a Celery worker whose agents reach that Daphne; all
+    it (the server's keys), and a Celery worker whose agents reach that Daphne (or,
+    ``gateway="model"``, the model server itself: a gateway that is no Harness); all
     stopped, and every container of the test's runs removed, when the test ends."""
     with contextlib.ExitStack() as stack:
         made: list[Rig] = []
 
-        def make(script: Sequence[Turn]) -> Rig:
+        def make(script: Sequence[Turn], gateway: Literal["web", "model"] = "web") -> Rig:
             model = stack.enter_context(model_server(script))
             env = {
                 "ANTHROPIC_BASE_URL": model.base_url,
@@ -146,7 +150,7 @@ def rig_for(
             purge_queue()
             worker = Worker(
                 tmp_path_factory.mktemp("worker"),
-                env={"HARNESS_AGENT_GATEWAY_URL": web.url, "HARNESS_AGENT_IMAGE": agent_image},
+                env={"HARNESS_AGENT_GATEWAY_URL": web.url if gateway == "web" else model.base_url, "HARNESS_AGENT_IMAGE": agent_image},
             )
             worker.start()
             stack.callback(purge_queue)
@@ -192,11 +196,13 @@ def events(run: Run, kind: str) -> list[dict[str, Any]]:
 
 
 def pending(run: Run) -> ApprovalRequest | None:
-    """The run's pending request; fails at once if the run ended instead of asking."""
+    """The run's pending request once the run waits for it (the request is filed before
+    the checkpoint that makes the run wait: a decision between the two is refused as
+    stale); fails at once if the run ended instead of asking."""
     if Run.objects.filter(pk=run.pk, status__in=(Run.Status.COMPLETE, Run.Status.STOPPED)).exists():
         said = list(Event.objects.filter(run=run).order_by("seq").values_list("type", flat=True))
         raise AssertionError(f"the run ended without asking: {Run.objects.get(pk=run.pk).stop_message}; events {said}")
-    return ApprovalRequest.objects.filter(run=run, status="pending").first()
+    return ApprovalRequest.objects.filter(run=run, status="pending", run__status=Run.Status.WAITING).first()
 
 
 def agent_containers(run: Run) -> list[str]:
@@ -257,13 +263,13 @@ def test_it_runs_the_demo_task_through_the_gates_and_publishes_once(
     print(f"{cli.preset}: demo completed in {time.monotonic() - started:.1f}s, {len(rig.model.turn_requests())} model turns")
 
 
+@pytest.mark.parametrize("cli", CLIS, ids=[c.preset for c in CLIS])
 def test_it_denied_publish_never_reaches_the_sandbox_and_the_agent_is_stopped(
-    rig_for: Callable[[Sequence[Turn]], Rig], operator: User, reviewer: User
+    cli: Cli, rig_for: Callable[[Sequence[Turn]], Rig], operator: User, reviewer: User
 ) -> None:
     """A reviewer's denial stops the run (Approvals): the publish never reaches the
     sandbox, the waiting call is answered with the reviewer's reason, the agent and its
     container end, and its token opens nothing more."""
-    cli = CLAUDE
     rig = rig_for([*up_to_publish(cli, "Publish nothing"), Text("FINAL: stopped")])
     run = rig.start(cli, operator=operator)
     wait_until(lambda: pending(run), rig)
@@ -300,10 +306,10 @@ def test_it_refused_call_never_reaches_the_sandbox_and_the_refusal_reaches_the_m
     assert not (placement.workspace_root(run) / "workspace" / "setup.cfg").exists()
 
 
+@pytest.mark.parametrize("cli", CLIS, ids=[c.preset for c in CLIS])
 def test_it_requested_changes_reach_the_model_and_the_agent_asks_again(
-    rig_for: Callable[[Sequence[Turn]], Rig], operator: User, reviewer: User
+    cli: Cli, rig_for: Callable[[Sequence[Turn]], Rig], operator: User, reviewer: User
 ) -> None:
-    cli = CLAUDE
     script: list[Turn] = [
         *up_to_publish(cli, "first try"),
         cli.tool("publish", {"message": "Reject negative quantities"}),
@@ -326,8 +332,10 @@ def test_it_requested_changes_reach_the_model_and_the_agent_asks_again(
     assert PublishedPatch.objects.filter(run_id=run.pk).count() == 1
 
 
-def test_it_kill_ends_the_agent_container_at_once(rig_for: Callable[[Sequence[Turn]], Rig], operator: User, reviewer: User) -> None:
-    cli = CLAUDE
+@pytest.mark.parametrize("cli", CLIS, ids=[c.preset for c in CLIS])
+def test_it_kill_ends_the_agent_container_at_once(
+    cli: Cli, rig_for: Callable[[Sequence[Turn]], Rig], operator: User, reviewer: User
+) -> None:
     rig = rig_for([*up_to_publish(cli, "x"), Text("FINAL")])
     run = rig.start(cli, operator=operator)
     wait_until(lambda: pending(run), rig)
@@ -343,8 +351,10 @@ def test_it_kill_ends_the_agent_container_at_once(rig_for: Callable[[Sequence[Tu
     print(f"kill: the agent container was gone {gone:.2f}s after the kill")
 
 
-def test_it_builtin_shell_and_edit_tools_do_nothing_to_the_workspace(rig_for: Callable[[Sequence[Turn]], Rig], operator: User) -> None:
-    cli = CLAUDE
+@pytest.mark.parametrize("cli", CLIS, ids=[c.preset for c in CLIS])
+def test_it_builtin_shell_and_edit_tools_do_nothing_to_the_workspace(
+    cli: Cli, rig_for: Callable[[Sequence[Turn]], Rig], operator: User
+) -> None:
     script: list[Turn] = [cli.shell, cli.edit, cli.tool("read_file", {"path": "orders/total.py"}), Text("FINAL")]
     rig = rig_for(script)
     run = rig.start(cli, operator=operator)
@@ -356,19 +366,19 @@ def test_it_builtin_shell_and_edit_tools_do_nothing_to_the_workspace(rig_for: Ca
     assert "hacked" not in text and "def order_total" in text
     assert not list((placement.workspace_root(run) / "workspace").rglob("probe*"))
     # The CLI told its model the tools are not there, and nothing of the run was changed.
-    assert "No such tool available: Bash" in rig.model.turn_requests()[1].text()
+    assert cli.refusal.format(tool=cli.shell.name) in rig.model.turn_requests()[1].text(), rig.model.turn_requests()[1].text()[-3000:]
     assert [e["tool"] for e in events(run, "call_admitted")] == ["read_file"]
     assert events(run, "workspace_changed") == []
     # The proposals ran out with the agent: the run ends as a model run that stops proposing.
     assert run.status in (Run.Status.COMPLETE, Run.Status.STOPPED)
 
 
-def test_it_stale_request_makes_it_ask_again(rig_for: Callable[[Sequence[Turn]], Rig], operator: User, reviewer: User) -> None:
+@pytest.mark.parametrize("cli", CLIS, ids=[c.preset for c in CLIS])
+def test_it_stale_request_makes_it_ask_again(cli: Cli, rig_for: Callable[[Sequence[Turn]], Rig], operator: User, reviewer: User) -> None:
     """A publish waits for a reviewer; a new policy version is saved meanwhile, so the
     request goes stale (a grant is bound to the call, the revision and the policy): the
     call goes back through the gates and a new request is asked for it, which the
     reviewer grants; the agent's one call is performed once."""
-    cli = CLAUDE
     script: list[Turn] = [
         cli.tool("apply_patch", DEMO_SCRIPT[1]["args"]),
         cli.tool("run_check", {"check_id": "tests"}),
@@ -394,3 +404,54 @@ def test_it_stale_request_makes_it_ask_again(rig_for: Callable[[Sequence[Turn]],
     # One call of the agent's (it waited throughout), asked for twice.
     publishes = [r for r in rig.model.turn_requests() if "Reject negative quantities" in r.text()]
     assert publishes, rig.log()
+
+
+@pytest.mark.parametrize("cli", [CLAUDE, CODEX], ids=[CLAUDE.preset, CODEX.preset])
+def test_it_agent_that_cannot_reach_the_mcp_endpoint_stops_the_run_saying_so(cli: Cli, rig_for: Callable[..., Rig], operator: User) -> None:
+    """Claude Code's transcript opens with its MCP servers' status; Codex, whose harness
+    server is required, says on standard error that it could not start without it. An
+    agent that could not connect to the run's endpoint (here the worker's gateway is no
+    Harness but the scripted model server, which answers the MCP path 404) has none of
+    Harness's tools: it is ended at once and the run stops saying why, not as an agent
+    that chose to stop. (Gemini CLI reports nothing the launcher reads.)"""
+    rig = rig_for([cli.tool("read_file", {"path": "orders/total.py"}), Text("FINAL")], gateway="model")
+    run = rig.start(cli, operator=operator)
+    run = ended(run, rig, 120)
+    assert run.status == Run.Status.STOPPED and run.outcome == "model_error", (run.outcome, run.stop_message, rig.log())
+    named = "Claude Code" if cli is CLAUDE else "Codex"
+    assert run.stop_message.startswith(f"the agent could not connect to Harness's MCP endpoint ({named} reported"), run.stop_message
+    end = agent_ended(run, rig)
+    assert end["reason"] == "failed" and end["problem"].startswith("could not connect to Harness's MCP endpoint"), end
+    said = [ArtifactStorage().get(ref).decode(errors="replace") for ref in end["artifacts"]]
+    report = '"name":"harness","status":"failed"' if cli is CLAUDE else "required MCP servers failed to initialize"
+    assert any(report in text for text in said), [text[:2000] for text in said]
+    # What the run page says of its agent (runs/_agent.html: "...; the agent <ended>").
+    agent = agent_of(run)
+    assert agent is not None and agent.ended == end["problem"], agent
+    assert events(run, "proposed") == []
+    wait_until(lambda: agent_containers(run) == [], rig, 30)
+
+
+def test_it_worker_killed_while_the_agent_waits_hands_the_run_over_and_publishes_once(
+    rig_for: Callable[..., Rig], operator: User, reviewer: User
+) -> None:
+    """The worker driving the run dies (SIGKILL, its agent's network with it) while the
+    agent's publish waits for a reviewer. The grant wakes the run; another worker takes
+    it over once the dead one's lease runs out, starts the agent again (it is told the
+    run resumes), performs the granted publish once and finishes."""
+    cli = CLAUDE
+    rig = rig_for([*up_to_publish(cli, "Reject negative quantities"), cli.tool("finish", {"summary": "published"}), Text("FINAL")])
+    run = rig.start(cli, operator=operator)
+    wait_until(lambda: pending(run), rig)
+    request = pending(run)
+    assert request is not None and len(events(run, "agent_started")) == 1
+    rig.worker.kill()
+    grant(request, reviewer)
+    rig.worker.start()
+    run = ended(run, rig)
+    assert run.status == "complete", (run.stop_message, rig.log())
+    assert PublishedPatch.objects.filter(run_id=run.pk).count() == 1
+    assert [e["tool"] for e in events(run, "call_started")].count("publish") == 1
+    # The second worker started the agent again under its own lease.
+    assert len(events(run, "agent_started")) == 2 and rig.worker.starts == 2, rig.log()
+    wait_until(lambda: agent_containers(run) == [], rig, 60)

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
@@ -17,7 +18,7 @@ from rest_framework.test import APIClient
 
 from api.models import ApiToken
 from projects.models import AuditEntry
-from runs.agent_runs import agent_of
+from runs.agent_runs import agent_of, agent_usage
 from runs.agents import proposer as agent_proposer
 from runs.agents import tokens
 from runs.agents.proposer import PRESETS
@@ -86,6 +87,15 @@ def test_it_offers_harness_own_loop_and_every_outside_agent(operator: User) -> N
             {"agent_preset": "mcp-client", "proposer_options": '{"script": []}'},
             "Proposer options (JSON object)</span> · script: unexpected field",
         ),
+        # The run's own budget, refused in a model run's words.
+        (
+            {"agent_preset": "mcp-client", "proposer_options": '{"max_tokens": 0}'},
+            "Proposer options (JSON object)</span> · max_tokens: must be a positive integer (tokens for the whole run)",
+        ),
+        (
+            {"agent_preset": "mcp-client", "proposer_options": '{"max_cost_usd": "5"}'},
+            "Proposer options (JSON object)</span> · max_cost_usd: must be a positive number (US dollars for the whole run)",
+        ),
     ],
 )
 def test_it_names_each_problem_of_the_agent_by_its_field(operator: User, fields: dict[str, str], said: str) -> None:
@@ -107,6 +117,22 @@ def test_it_starts_an_agent_harness_runs_from_the_form_and_hands_out_no_token(op
     assert not AgentToken.objects.filter(run=run).exists()
     agent = agent_of(run)
     assert agent is not None and agent.preset == preset and agent.version == ""
+
+
+def test_it_gives_an_agent_run_its_own_model_budget_from_the_form_and_the_api(operator: User, launchers: None) -> None:
+    options = '{"max_tokens": 20000, "max_cost_usd": 0.5}'
+    response = signed_in(operator).post(reverse("runs:new"), form(agent_preset="codex", model="gpt-test", proposer_options=options))
+    assert response.status_code == 302, response.content.decode()
+    formed = Run.objects.get()
+    assert formed.proposer == {"kind": "agent", "preset": "codex", "model": "gpt-test", "max_tokens": 20000, "max_cost_usd": 0.5}
+    proposer = {"kind": "agent", "preset": "mcp-client", "max_tokens": 300}
+    created = api(operator).post("/api/runs/", {"contract": STARTABLE, "proposer": proposer}, format="json")
+    assert created.status_code == 201, created.json()
+    run = Run.objects.get(pk=created.json()["id"])
+    assert run.proposer == proposer
+    # What the run's pages and report tell of its budget: its own, under the server's.
+    used = agent_usage(run)
+    assert (used["max_tokens"], used["max_cost_usd"]) == (300, settings.HARNESS_MODEL_MAX_COST_USD)
 
 
 def test_it_shows_an_mcp_clients_url_and_token_once_and_never_again(operator: User) -> None:
@@ -195,6 +221,8 @@ def test_it_answers_the_api_with_the_connection_in_the_creation_only(operator: U
         ),
         ({"kind": "agent", "preset": "mcp-client", "model": ""}, "proposer.model", "a model name"),
         ({"kind": "agent", "preset": "mcp-client", "api_key": "sk-x"}, "proposer.api_key", "unexpected field"),
+        ({"kind": "agent", "preset": "mcp-client", "max_tokens": 1.5}, "proposer.max_tokens", "must be a positive integer"),
+        ({"kind": "agent", "preset": "mcp-client", "max_cost_usd": -1}, "proposer.max_cost_usd", "must be a positive number"),
     ],
 )
 def test_it_names_each_problem_of_the_agent_in_the_api(operator: User, proposer: dict[str, Any], field: str, said: str) -> None:

@@ -52,9 +52,17 @@ def signed_in(context: BrowserContext, web: AsgiServer, user: User, path: str) -
 
 
 def box_of(element: Locator) -> FloatRect:
-    """Where a visible element is on the page (only a hidden one has no box)."""
-    box = element.bounding_box()
-    assert box is not None
+    """Where a visible element is on the page.
+
+    A live refresh swaps its region for a fresh copy; an element found just before the swap
+    is measured detached, without a box, so it is found and measured again until ``LIVE``
+    has passed (only an element that stays hidden fails).
+    """
+    expect(element).to_be_visible(timeout=LIVE)
+    deadline = time.monotonic() + LIVE / 1000
+    while (box := element.bounding_box()) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert box is not None, "the element stayed hidden"
     return box
 
 
@@ -191,7 +199,9 @@ def test_it_updates_the_lists_live(web: AsgiServer, context: BrowserContext, siz
     expect(row.get_by_role("link", name=re.compile("Kill"))).to_have_count(0)
     expect(runs.locator("#runs-rows")).to_contain_text("kill requested", timeout=LIVE)
     expect(runs.locator("#runs-rows time").first).to_have_text("just now")
-    review = box_of(inbox.get_by_role("link", name=re.compile("^Review")).first)
+    # The second run's button: the first run's row leaves the inbox live once the kill
+    # cancels its request, which may be while the button is being measured.
+    review = box_of(inbox.locator(f'#inbox-rows tr[data-request="{second.request.pk}"]').get_by_role("link", name=re.compile("^Review")))
     assert review["x"] + review["width"] <= SIZES[size]["width"], "the Review button is on the screen"
     if size == "phone":
         screenshot(inbox, "approvals_inbox_phone")

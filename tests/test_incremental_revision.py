@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from core.contract import WorkspaceSource
 from core.ports import RevisionMismatch
 from sandbox.executor import SandboxExecutor
-from sandbox.workspace import fileops, hashing, patches
-from sandbox.workspace.hashing import TreeHasher, TreeSink
+from sandbox.workspace import fileops, patches
+from sandbox.workspace.hashing import TreeHasher
 from sandbox.workspace.preparation import prepare_workspace
 from sandbox.workspace.run_workspace import RunWorkspace
-from tests.fixtures_sandbox import ROOT, drive, make_call, sandbox_policy, step
+from tests.fixtures_sandbox import ROOT, count_walks, drive, make_call, sandbox_policy, step
 
 NAMES = st.sampled_from(["orders", "a", "b", "total.py", "x.py", "y.txt"])
 PATHS = st.lists(NAMES, min_size=1, max_size=4).map("/".join)
@@ -82,18 +82,6 @@ def test_it_keeps_the_incremental_revision_equal_to_a_full_walk(operations: list
         assert restarted.revision() == restarted.verify() == ws.revision()
         before, after = files_under(ws.pristine), files_under(ws.dir)
         assert [c.path for c in restarted.changes()] == sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
-
-
-def count_walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    walks: list[str] = []
-    real = hashing.TreeHasher.tree
-
-    def counted(self: TreeHasher, root: Path, sink: TreeSink | None = None) -> str:
-        walks.append(str(root))
-        return real(self, root, sink)
-
-    monkeypatch.setattr(hashing.TreeHasher, "tree", counted)
-    return walks
 
 
 def test_it_reads_and_writes_without_walking_the_tree(host_executor: SandboxExecutor, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -54,7 +54,9 @@ def decisions(count: int, by: User | None = None) -> None:
 def exported() -> list[dict[str, Any]]:
     out = io.StringIO()
     write_export(out)
-    entries, problem = verify.read_lines(out.getvalue().splitlines())
+    # Lines end at "\n" alone, as a file's are read: str.splitlines would also split at
+    # a U+2028 inside a value, which the export writes as it is.
+    entries, problem = verify.read_lines(out.getvalue().split("\n")[:-1])
     assert problem is None
     return entries
 
@@ -308,3 +310,28 @@ def test_it_exports_one_projects_chain_verifiable_alone(tmp_path: Path) -> None:
     assert found is not None and found.what == "truncated"
     found = verify.verify(exported()[:1], project=other.pk)
     assert found is not None and found.what == "malformed"
+
+
+def test_it_chains_entries_whose_values_need_escaping_as_the_verifier_encodes_them() -> None:
+    # The writer spells an entry's canonical JSON out key by key (ledger.writer._template);
+    # the verifier encodes it from the parsed export: quotes, backslashes, line breaks,
+    # characters beyond ASCII and keys that are not strings come out the same.
+    awkward = 'a "quoted" \\ back\nslash, café 日本 \u2028'
+    other = Project.objects.create(slug="tamper-escaping", name="Escaping")
+    for project in (default_project_id(), other.pk, None):
+        record(
+            Decision(
+                kind=f"admin.{awkward}",
+                actor=system(awkward),
+                decided={"text": awkward, "numbered": {2: "two", 10: [1.5, None, True]}, "nested": {"z": 1, "a": awkward}},
+                shown=Shown.of({"shown": awkward}),
+                project_id=project,
+                run_id=awkward[:36],
+                policy_version=7 if project else None,
+            )
+        )
+    assert verify_stored() is None
+    entries = exported()
+    assert verify.verify(entries, verify.Head.parse(f"{head()['seq']}:{head()['digest']}")) is None
+    assert [e["decided"]["text"] for e in entries] == [awkward] * 3
+    assert all(e["digest"] == verify.entry_digest(e) for e in entries)

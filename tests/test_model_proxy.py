@@ -17,8 +17,11 @@ import anthropic
 import httpx2
 import openai
 import pytest
+from django.contrib.auth.models import User
 from django.utils import timezone
+from rest_framework.test import APIClient
 
+from api.models import ApiToken
 from core import events as ev
 from gateway.model_wire import EventStream
 from monitoring.overview import overview
@@ -28,7 +31,7 @@ from runs.agents.usage import VIA, notes_of, totals
 from runs.models import Run
 from tests.agents_support.provider_doubles import INPUT_TOKENS, OUTPUT_TOKENS, ProviderDouble
 from tests.fixtures_web import AsgiServer
-from tests.helpers import World
+from tests.helpers import STARTABLE, World
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -267,6 +270,25 @@ def test_it_refuses_a_spent_run_budget_in_each_providers_shape_forwarding_nothin
         ("openai", "tokens", "the run's"),
         ("gemini", "tokens", "the run's"),
     ]
+
+
+def test_it_refuses_once_the_budget_the_run_was_created_with_is_spent(harness: AsgiServer, double: ProviderDouble, operator: User) -> None:
+    proposer = {"kind": "agent", "preset": "mcp-client", "model": "claude-test", "max_tokens": 200}
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {ApiToken.issue(operator)[1]}")
+    created = client.post("/api/runs/", {"contract": STARTABLE, "proposer": proposer}, format="json")
+    assert created.status_code == 201, created.json()
+    run = Run.objects.get(pk=created.json()["id"])
+    token = created.json()["agent_connection"]["token"]
+    claude = anthropic.Anthropic(api_key=token, base_url=base(harness, run, "anthropic"), max_retries=0)
+    asked: dict[str, Any] = {"model": "claude-test", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
+    claude.messages.create(**asked)  # 150 of its 200 tokens
+    claude.messages.create(**asked)  # admitted with 50 left: the request in flight may cross it
+    with pytest.raises(anthropic.BadRequestError, match="the run's token budget is spent: 300 of 200 tokens used over 2 model requests"):
+        claude.messages.create(**asked)
+    assert len(double.seen) == 2
+    [refusal] = [n for n in notes_of(run.pk) if n.kind == "budget_exhausted"]
+    assert (refusal.detail["limit"], refusal.detail["by"], refusal.detail["max_tokens"]) == ("tokens", "the run's", 200)
 
 
 def test_it_refuses_when_the_projects_daily_budget_is_spent_naming_it(harness: AsgiServer, double: ProviderDouble) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -17,8 +18,9 @@ from core.ports import RevisionMismatch
 from sandbox.workspace import checkout
 from sandbox.workspace.fileops import MAX_DEPTH
 from sandbox.workspace.hashing import TreeHasher
-from sandbox.workspace.preparation import SANDBOX_UID, prepare_workspace
+from sandbox.workspace.preparation import SANDBOX_UID, open_workspace, prepare_workspace
 from sandbox.workspace.run_workspace import RunWorkspace
+from tests.fixtures_sandbox import count_walks
 
 ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}
 
@@ -44,8 +46,8 @@ def prepare(tmp_path: Path, name: str) -> RunWorkspace:
 
 
 def walked(ws: RunWorkspace) -> bool:
-    # Only a walk records the workspace's size; the trusted checkout leaves it to the
-    # walk at pickup.
+    # Only a walk records the workspace's size before it is asked for; the trusted
+    # checkout leaves it to the first check.
     return (ws.index.dir / "usage").exists()
 
 
@@ -57,13 +59,13 @@ def test_it_checks_a_git_source_out_as_the_sandbox_uid_with_the_commits_trees_as
     owners = {os.lstat(os.path.join(d, n)).st_uid for d, dirs, files in os.walk(ws.dir) for n in dirs + files} | {ws.dir.stat().st_uid}
     assert owners == {SANDBOX_UID}
     assert os.stat(ws.dir / "run.sh").st_mode & 0o777 == 0o755 and os.readlink(ws.dir / "link.py") == "pkg/deep/a.py"
-    # The pickup's walk agrees and records the size; the diff reads the commit's objects.
+    # A full walk agrees and records the size; the diff reads the commit's objects.
     assert ws.verify() == ws.revision() == TreeHasher().tree(ws.dir) and walked(ws)
     ws.write_file("pkg/deep/a.py", "A = 2\n")
     assert ws.diff().files == ["pkg/deep/a.py"]
 
 
-def test_it_stops_at_the_pickup_walk_when_a_trusted_checkout_differs_after_all(tmp_path: Path) -> None:
+def test_it_stops_at_the_next_full_walk_when_a_trusted_checkout_differs_after_all(tmp_path: Path) -> None:
     make_repo(tmp_path / "repo")
     ws = prepare(tmp_path, "run")
     (ws.dir / "README.md").write_text("# not the commit's\n")
@@ -112,6 +114,35 @@ def test_it_refuses_to_trust_a_tree_not_in_canonical_form(tmp_path: Path, shape:
         checkout.commit_trees(repo / ".git", commit)
 
 
+@pytest.mark.parametrize(
+    ("entries", "refused"),
+    [
+        ([(b"100644", b".GIT", "blob")], "holds the name"),
+        ([(b"100644", b"a/b", "blob")], "holds the name"),
+        ([(b"100644", b"..", "blob")], "holds the name"),
+        ([(b"100644", b"a", "blob"), (b"040000", b"d", "tree")], "holds an entry of mode 040000"),
+        ([(b"100644", b"a", "blob"), (b"40000", b"a", "tree")], "canonical"),  # a file and a directory of one name
+        ([(b"40000", b"a", "tree"), (b"100644", b"a.py", "blob")], "canonical"),  # git sorts the tree as "a/", after "a.py"
+        ([(b"100644", b"a", "cut")], "malformed"),
+    ],
+    ids=["dot-git in capitals", "a slash", "dot-dot", "a padded mode", "a name as file and tree", "a tree sorted as a file", "cut short"],
+)
+def test_it_refuses_to_trust_a_tree_git_would_not_write_as_it_says(
+    tmp_path: Path, entries: list[tuple[bytes, bytes, str]], refused: str
+) -> None:
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    objects = {"blob": bytes.fromhex(git(repo, "rev-parse", "HEAD:README.md")), "tree": bytes.fromhex(git(repo, "rev-parse", "HEAD:pkg"))}
+    objects["cut"] = objects["blob"][:10]
+    body = b"".join(mode + b" " + name + b"\0" + objects[kind] for mode, name, kind in entries)
+    made = subprocess.run(
+        ["git", "hash-object", "-t", "tree", "-w", "--literally", "--stdin"], cwd=repo, input=body, check=True, capture_output=True
+    )
+    commit = git(repo, "commit-tree", "-m", "odd", made.stdout.decode().strip())
+    with pytest.raises(checkout.NotTrusted, match=refused):
+        checkout.commit_trees(repo / ".git", commit)
+
+
 def test_it_copies_a_directory_source_once_hashing_and_linking_as_it_goes(tmp_path: Path) -> None:
     src = tmp_path / "src"
     make_repo(src)
@@ -143,3 +174,46 @@ def test_it_refuses_to_trust_a_tree_nested_deeper_than_the_walk_descends(tmp_pat
     git(repo, "commit", "-qm", "deep")
     with pytest.raises(checkout.NotTrusted, match="nested deeper"):
         checkout.commit_trees(repo / ".git", "HEAD")
+
+
+@pytest.mark.parametrize("kind", ["git", "path"])
+def test_it_picks_a_workspace_it_has_just_made_up_without_walking_it(
+    tmp_path: Path, kind: Literal["git", "path"], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pickup right after preparation relies on what preparation proved (the
+    commit's trees, or the hashes taken as it copied); the quota's size is counted
+    from the entries' status, as a walk would count it, without reading a file."""
+    make_repo(tmp_path / "repo")
+    ws = prepare_workspace(tmp_path / "run", WorkspaceSource(kind=kind, path=str(tmp_path / "repo")), tmp_path, (tmp_path,))
+    walks = count_walks(monkeypatch)
+    assert ws.picked_up() == ws.revision() == git(tmp_path / "repo", "rev-parse", "HEAD^{tree}")
+    counted = ws.index.usage()
+    assert walks == []
+    walker = TreeHasher()
+    walker.tree(ws.dir)
+    assert counted == walker.allocated > 0
+    # Once only: the same workspace picked up again is read in full.
+    assert ws.picked_up() == ws.revision() and len(walks) == 2
+
+
+@pytest.mark.parametrize("since", ["opened again", "written", "a check ran"])
+def test_it_walks_at_the_pickup_of_a_workspace_it_did_not_just_make(tmp_path: Path, since: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workspace found on the disk (a resumed run, a run back on this host), or one
+    written or checked since it was made, is read in full at pickup: a change that
+    came around the harness's tools stops the run there."""
+    make_repo(tmp_path / "repo")
+    ws = prepare(tmp_path, "run")
+    if since == "opened again":
+        found = open_workspace(ws.root)
+        assert found is not None
+        ws = found
+    elif since == "written":
+        ws.write_file("pkg/deep/a.py", "A = 2\n")
+    else:
+        with ws.untrusted_code():
+            pass
+    (ws.dir / "README.md").write_text("# changed behind the run's back\n")
+    walks = count_walks(monkeypatch)
+    with pytest.raises(RevisionMismatch, match="differs from a full walk"):
+        ws.picked_up()
+    assert walks == [str(ws.dir)]

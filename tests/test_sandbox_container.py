@@ -21,6 +21,7 @@ from sandbox.container.output import OutputCapture
 from sandbox.container.sandbox_container import SandboxContainer
 from sandbox.container.seccomp import security_option
 from sandbox.container.spec import LABEL_MANAGED, LABEL_RUN, LABEL_SCOPE, SANDBOX_ENV
+from sandbox.workspace import hashing
 from tests.fixtures_sandbox import ROOT, SCOPE, example_workspace, start_container
 
 pytestmark = [pytest.mark.docker]
@@ -124,6 +125,33 @@ def test_it_runs_the_demo_until_publish_waits_for_approval(docker_engine: docker
         environment.close()
     with pytest.raises(NotFound):
         docker_engine.containers.get(environment.executor.container.id)  # type: ignore[attr-defined]  # the sandbox's executor, typed as the port
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_starts_a_run_it_has_just_prepared_without_walking_its_workspace(
+    docker_engine: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run created by the web process is prepared by the worker that first drives
+    it, which relies on what preparation proved: the first full walk is the one
+    before the reviewer is shown the publish, after the run's first steps."""
+    from runs.models import Event
+    from runs.runtime import advance, check_workspace_for, workspace_root
+    from runs.services import check_new_run, do_create_run
+
+    contract = json.loads((ROOT / "examples" / "demo" / "contract.json").read_text())
+    script = json.loads((ROOT / "examples" / "demo" / "proposals.json").read_text())
+    run = do_create_run(check_new_run(contract, {"kind": "scripted", "script": script}), None, check_workspace_for)
+    receipts_at_walks: list[int] = []
+    real = hashing.TreeHasher.tree
+
+    def counted(self: hashing.TreeHasher, root: Path, sink: hashing.TreeSink | None = None) -> str:
+        if root == workspace_root(run) / "workspace":
+            receipts_at_walks.append(Event.objects.filter(run_id=run.pk, type="receipt_recorded").count())
+        return real(self, root, sink)
+
+    monkeypatch.setattr(hashing.TreeHasher, "tree", counted)
+    assert advance(str(run.pk)) == "waiting_approval"
+    assert receipts_at_walks and receipts_at_walks[0] > 0, receipts_at_walks
 
 
 @pytest.mark.django_db(transaction=True)

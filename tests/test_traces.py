@@ -14,18 +14,25 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, ExportTraceServiceResponse
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
 
 from approvals.models import ApprovalRequest
 from core.scenarios import FIXED, call
 from ledger.models import Entry
 from monitoring import tracing
-from monitoring.spans import span_id_of, trace_id_text
+from monitoring.spans import Recent, Written, span_id_of, spans_for, trace_id_text
 from runs.approval_flow.flow import grant
 from runs.approval_flow.gate import DjangoApprovals
+from runs.models import Event
+from runs.persistence.signals import events_stored
 from runs.services import drive_run
 from tests.helpers import World, new_policy_version
 
@@ -217,6 +224,91 @@ def test_it_sends_a_span_tree_of_the_run_its_calls_check_and_wait_without_the_se
         assert SECRET.encode() not in body
 
 
+def test_it_makes_a_steps_spans_from_what_it_saw_stored_as_from_the_log_and_reads_the_log_after_a_gap(
+    transactional_db: None, reviewer: User, operator: User
+) -> None:
+    run_id = traced_run(reviewer, operator)
+    rows = list(Event.objects.filter(run_id=run_id).order_by("seq"))
+    resource = Resource.create({"service.name": "harness"})
+
+    def encoded(spans: list[ReadableSpan]) -> bytes:
+        body: bytes = encode_spans(spans).SerializeToString()
+        return body
+
+    def made(rows: list[Event], recent: Recent) -> list[ReadableSpan]:
+        return [span for row in rows for span in spans_for([row], resource, recent=recent)]
+
+    def reads_of_a_call(queries: CaptureQueriesContext) -> list[str]:
+        return [query["sql"] for query in queries.captured_queries if '"seq" <=' in query["sql"]]
+
+    # Each row seen by a process that saw nothing before it: every call's span is
+    # made from the call's rows read back.
+    with CaptureQueriesContext(connection) as read_back:
+        from_log = [span for row in rows for span in spans_for([row], resource, recent=Recent())]
+    calls = [span for span in from_log if span.name.startswith("execute_tool")]
+    assert len(calls) == 6 and len(reads_of_a_call(read_back)) >= len(calls)
+
+    # Every row seen in order, as the process that wrote them sees them: the same
+    # spans, and no call's rows read back.
+    with CaptureQueriesContext(connection) as seen:
+        assert encoded(made(rows, Recent())) == encoded(from_log)
+    assert reads_of_a_call(seen) == []
+
+    # A row this process did not see (the reviewer's decision, written by the web
+    # server): the call it belongs to is read from the log, and its span still tells it.
+    decided = next(n for n, row in enumerate(rows) if row.type == "approval_decided")
+    with CaptureQueriesContext(connection) as gap:
+        assert encoded(made(rows[:decided] + rows[decided + 1 :], Recent())) == encoded(from_log)
+    assert len(reads_of_a_call(gap)) == 1
+
+
+def test_it_sends_from_what_the_writer_knew_the_spans_the_log_gives(
+    transactional_db: None, receiver: Receiver, reviewer: User, operator: User
+) -> None:
+    """The spans sent as the run was driven were made from what the event writer held
+    (the events it stored, their decisions, the secrets it masked with): byte for byte
+    the spans its log gives afterwards, the rows the planted secret was masked in too."""
+    run_id = traced_run(reviewer, operator)
+    rows = list(Event.objects.filter(run_id=run_id).order_by("seq"))
+    assert any(SECRET not in str(row.payload) and "[redacted" in str(row.payload) for row in rows), "no row had a secret masked"
+    from_log = [span for row in rows for span in spans_for([row], Resource.create({"service.name": "harness"}), recent=Recent())]
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(encode_spans(from_log).SerializeToString())
+    expected = {s.span_id: s.SerializeToString() for r in request.resource_spans for scope in r.scope_spans for s in scope.spans}
+    sent = {span.span_id: span.SerializeToString() for span in receiver.spans()}
+    assert sent == expected
+
+
+def test_it_masks_a_span_again_when_a_secret_appeared_after_its_rows_were_stored(
+    transactional_db: None, reviewer: User, operator: User
+) -> None:
+    """Spans from what the writer knew skip masking again only while the secrets are
+    the ones the rows were masked with: one learnt since is masked in them too."""
+    kept: list[tuple[list[Event], Written]] = []
+
+    def keep(sender: type[Event], rows: list[Event], events: list[Any], **known: Any) -> None:
+        kept.append((rows, Written(events, known["as_given"], known["secrets"], known["decisions"])))
+
+    events_stored.connect(keep, sender=Event, dispatch_uid="test_traces.keep")
+    try:
+        with override_settings(HARNESS_SECRET_VALUES=[SECRET]):
+            traced_run(reviewer, operator)
+    finally:
+        events_stored.disconnect(sender=Event, dispatch_uid="test_traces.keep")
+    resource = Resource.create({"service.name": "harness"})
+    learnt = "reject negative quantities"
+    for secrets, shown in (([SECRET], True), ([SECRET, learnt], False)):
+        recent = Recent()
+        with override_settings(HARNESS_SECRET_VALUES=secrets):
+            spans = [span for rows, written in kept for span in spans_for(rows, resource, recent=recent, writer=written)]
+        [arguments] = [
+            str(span.attributes["gen_ai.tool.call.arguments"])
+            for span in spans
+            if span.name == "execute_tool publish" and span.attributes and "gen_ai.tool.call.arguments" in span.attributes
+        ]
+        assert (learnt in arguments) is shown and SECRET not in arguments, (secrets, arguments)
+
+
 def test_it_leaves_argument_values_out_unless_the_policy_lets_them_in(transactional_db: None, receiver: Receiver, operator: User) -> None:
     world = World()
     run = world.create(
@@ -270,11 +362,16 @@ def test_it_sends_a_model_request_as_a_chat_span_of_the_run(transactional_db: No
     world = World()
     run = world.create(actor=operator, script=[call("read_file", path="src/calc.py")])
     usage(run, "gpt-test", 0.25)
+    usage(run, "gpt-later", 0.5)
     assert tracing.flush()
     [chat] = [span for span in receiver.spans() if span.name == "chat gpt-test"]
     assert chat.trace_id.hex() == trace_id_text(str(run.pk)) and chat.kind == Span.SPAN_KIND_CLIENT
     # The run has not ended, so its own span is not sent yet; the request names it all the same.
     assert int.from_bytes(chat.parent_span_id, "big") == span_id_of(str(run.pk), "run")
+    # A request begins with the run's previous event (here, which this process saw stored).
+    [later] = [span for span in receiver.spans() if span.name == "chat gpt-later"]
+    first = Event.objects.filter(run=run).order_by("seq").values_list("ts", flat=True).first()
+    assert first is not None and later.start_time_unix_nano == int(first.timestamp() * 1e9) == chat.end_time_unix_nano
     values = attributes(chat)
     assert values["gen_ai.operation.name"] == "chat" and values["gen_ai.request.model"] == "gpt-test"
     assert (

@@ -10,11 +10,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.utils import timezone
 from pytest_django import Settings
 
 from approvals.models import ApprovalRequest
@@ -204,11 +207,9 @@ def push_answer_dropped() -> Environment:
     return environment
 
 
-def test_it_runs_the_builtin_suite_with_each_tasks_expected_outcome(operator: User, enqueued: list[str], settings: Settings) -> None:
-    from trials.remotes import remotes_dir
+def test_it_runs_the_builtin_suite_with_each_tasks_expected_outcome(operator: User, enqueued: list[str], evalset_remotes: str) -> None:
     from trials.suite import expectation_problems, start_suite
 
-    settings.GIT_ALLOWED_REMOTES = [f"{remotes_dir().as_uri()}/"]
     started = start_suite("builtin", operator, k=1, enqueue=False)
     assert [task["name"] for task, _ in started][-1] == "unknown-outcome"
     for task, trial in started:
@@ -217,6 +218,29 @@ def test_it_runs_the_builtin_suite_with_each_tasks_expected_outcome(operator: Us
     for task, trial in started:
         problems += expectation_problems(task, service.figures(trial)["variants"][0])
     assert problems == [], json.dumps(problems, indent=2)
+
+
+def test_it_deletes_the_evaluation_sets_remotes_past_retention(operator: User, enqueued: list[str], evalset_remotes: str) -> None:
+    """A remote holds what its trial's runs published: kept while the trial runs and
+    for the retention period after it ended; one no trial names goes once it is older."""
+    from trials.remotes import delete_expired_remotes, remotes_dir
+    from trials.suite import start_suite
+
+    started = {task["name"]: trial for task, trial in start_suite("builtin", operator, k=1, enqueue=False)}
+    trial = started["unknown-outcome"]
+    bare = remotes_dir() / str(trial.task["contract"]["workspace"]["url"]).removeprefix(evalset_remotes)
+    stray = remotes_dir() / f"stray-{trial.pk}-{os.getpid()}.git"
+    stray.mkdir()
+    now = timezone.now()
+    two_days_ago = (now - timedelta(days=2)).timestamp()
+    os.utime(stray, (two_days_ago, two_days_ago))
+    deleted = delete_expired_remotes(1, now)
+    assert stray.name in deleted and not stray.exists()
+    assert bare.name not in deleted and bare.is_dir()  # its trial still runs
+    Trial.objects.filter(pk=trial.pk).update(status=Trial.Status.DONE, ended_at=now - timedelta(days=2))
+    assert bare.name not in delete_expired_remotes(3, now) and bare.is_dir()
+    assert delete_expired_remotes(0, now) == [] and bare.is_dir()  # 0 keeps them all
+    assert bare.name in delete_expired_remotes(1, now) and not bare.exists()
 
 
 def test_it_leaves_out_a_suite_task_whose_remote_the_server_may_not_use(operator: User, enqueued: list[str], settings: Settings) -> None:

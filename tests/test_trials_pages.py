@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import csv
 import io
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from rest_framework import serializers
 
 from api.models import ApiToken
+from api.trials import ComparisonSerializer
 from projects.models import Membership, Project, Role
 from tests.test_trials import run_trial
 from tests.trial_scene import CAREFUL, TASK, lab1_variants
@@ -94,6 +97,31 @@ def test_it_starts_and_reads_a_trial_through_the_api(operator: User, quiet: None
     as_csv = client.get(f"/api/trials/{trial.pk}/comparison/?format=csv")
     assert as_csv["Content-Type"].startswith("text/csv") and as_csv.content.decode().count("\n") == 3
     assert client.get("/api/trials/").json()["count"] == 1
+
+
+def key_mismatches(value: Any, field: serializers.Field[Any, Any, Any, Any] | None, where: str = "") -> list[str]:
+    """Where the answer's keys and the schema's fields differ, walking nested serializers."""
+    if isinstance(field, serializers.ListSerializer):
+        return [m for i, item in enumerate(value or []) for m in key_mismatches(item, field.child, f"{where}[{i}]")]
+    if not isinstance(field, serializers.Serializer) or value is None:
+        return []
+    fields = field.fields
+    said = [f"{where}.{key}: not documented" for key in value.keys() - fields.keys()]
+    said += [f"{where}.{key}: documented, not answered" for key in fields.keys() - value.keys() if fields[key].required]
+    return said + [m for key in value.keys() & fields.keys() for m in key_mismatches(value[key], fields[key], f"{where}.{key}")]
+
+
+def test_it_documents_every_field_of_the_comparison_in_the_api_schema(operator: User, quiet: None) -> None:
+    """docs/openapi.yaml's comparison (api.trials.ComparisonSerializer) is what the API answers:
+    every field of a trial with unauthorized effects and differences, of the type it says."""
+    trial = service.create_trial(task=TASK, variants=lab1_variants(), k=2, actor=operator, seed=3, enqueue=False)
+    run_trial(trial)
+    client = Client(headers={"Authorization": f"Token {ApiToken.issue(operator)[1]}"})
+    answer = client.get(f"/api/trials/{trial.pk}/comparison/").json()
+    assert answer["unauthorized"] and answer["differences"], "the trial shows every part of the comparison"
+    checked = ComparisonSerializer(data=answer)
+    assert checked.is_valid(), checked.errors
+    assert key_mismatches(answer, ComparisonSerializer()) == []
 
 
 def test_it_marks_a_trials_request_in_the_inbox(operator: User, reviewer: User, quiet: None) -> None:

@@ -20,6 +20,7 @@ from pytest_django import Settings
 from approvals.models import ApprovalRequest
 from core.contract import WorkspaceSource
 from core.events import ReceiptRecorded
+from core.ports import RevisionMismatch
 from runs.approval_flow.flow import grant
 from runs.models import Run
 from runs.persistence.artifacts import ArtifactStorage
@@ -148,6 +149,38 @@ def test_it_rebuilds_a_git_source_at_its_commit_after_the_branch_moved_and_not_o
     git("gc", "-q", "--prune=now", cwd=repo)
     with pytest.raises(RebuildFailed, match="cannot be read"):
         rebuild(tmp_path, source, outcome, commit=commit)
+
+
+def read_calls() -> int:
+    """This process's read system calls so far (``syscr``: a file read is at least one)."""
+    return next(int(line.split()[1]) for line in Path("/proc/self/io").read_text().splitlines() if line.startswith("syscr:"))
+
+
+def test_it_takes_the_rebuilt_tree_from_its_proofs_without_walking_it_and_the_walk_before_publish_still_judges_it(
+    db: None, tmp_path: Path
+) -> None:
+    """The rebuilt tree is the run's by what was proven as it was made (the commit's own
+    trees, each replayed write hashed and matched to the log), not by reading back its
+    500 files; a change that came around the tools after it is found by the full walk
+    that runs before publish and before the run completes."""
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "examples/orders", repo)
+    for n in range(500):
+        (repo / "many" / f"d{n // 50}").mkdir(parents=True, exist_ok=True)
+        (repo / "many" / f"d{n // 50}" / f"f{n}.txt").write_text(f"{n}\n")
+    git("init", "-q", "-b", "main", cwd=repo)
+    git("add", "-A", cwd=repo)
+    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "base", cwd=repo)
+    source = WorkspaceSource(kind="git", path=str(repo), ref="main")
+    outcome, original = driven(tmp_path, source)
+    before = read_calls()
+    rebuilt = rebuild(tmp_path, source, outcome, commit=str(original.source["commit"]))
+    assert read_calls() - before < 500, "the rebuild read the tree back"
+    assert rebuilt.picked_up() == outcome.state.revision
+    assert files(rebuilt) == files(original)
+    (rebuilt.dir / "many" / "d0" / "f0.txt").write_text("changed around the tools\n")
+    with pytest.raises(RevisionMismatch):
+        rebuilt.verify()
 
 
 def test_it_keeps_only_valid_receipts_that_wrote(db: None, tmp_path: Path, source: WorkspaceSource) -> None:

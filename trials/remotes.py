@@ -8,7 +8,12 @@ after the push arrived: the push's outcome is unknown to the run, which must fin
 
 The remote is a ``file://`` URL: the server's allowed remotes
 (``HARNESS_GIT_ALLOWED_REMOTES``) must admit it, and the workers must see the var
-directory at the same path (one host, or a shared volume)."""
+directory at the same path (one host, or a shared volume).
+
+A remote holds what its trial's runs published, so it is kept as long as their
+artifacts: ``delete_expired_remotes`` (the beat, ``HARNESS_ARTIFACT_RETENTION_DAYS``)
+deletes those of trials that ended before the cut-off, and any no trial names that were
+made before it (a suite whose start failed after making them)."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import shutil
 import subprocess
 import tempfile
 import uuid
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +97,29 @@ def make_remote(name: str, spec: dict[str, Any]) -> str:
 def answer_dropped(url: str) -> bool:
     """Whether the remote at ``url`` has dropped its one answer."""
     return (Path(url.removeprefix("file://")) / "answer-dropped").exists()
+
+
+def delete_expired_remotes(days: int, now: datetime) -> list[str]:
+    """Delete the remotes of trials that ended more than ``days`` before ``now``, and
+    those no trial names made before then; the names deleted. ``days`` 0 deletes nothing."""
+    from trials.models import Trial
+
+    root = remotes_dir()
+    if days <= 0 or not root.is_dir():
+        return []
+    cutoff = now - timedelta(days=days)
+    named: dict[str, bool] = {}
+    for task, ended_at in Trial.objects.exclude(suite="").values_list("task", "ended_at"):
+        url = str(((task.get("contract") or {}).get("workspace") or {}).get("url", ""))
+        if url.startswith(root.as_uri() + "/"):
+            name = url.removeprefix(root.as_uri() + "/")
+            named[name] = named.get(name, True) and ended_at is not None and ended_at < cutoff
+    deleted = []
+    for bare in sorted(root.glob("*.git")):
+        expired = named.get(bare.name)
+        if expired is None:
+            expired = datetime.fromtimestamp(bare.stat().st_mtime, tz=now.tzinfo) < cutoff
+        if expired:
+            shutil.rmtree(bare, ignore_errors=True)
+            deleted.append(bare.name)
+    return deleted

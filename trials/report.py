@@ -16,8 +16,12 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import slugify
 
+from runs.agents.names import agent_name
+from trials import comparison
+
 COLUMNS = (
     ("variant", "variant"),
+    ("proposed by", "proposer"),
     ("runs", "ended"),
     ("success", "successes"),
     ("rate", "success_rate"),
@@ -84,11 +88,18 @@ def csv_text(result: dict[str, Any]) -> str:
     fields = [
         "variant", "repetition", "run_id", "outcome", "success", "accepted", "unverified_accepted", "unsafe_attempts",
         "unauthorized_effects", "corrections", "proposals", "over_budget", "working_seconds", "waiting_seconds", "tokens", "cost_usd",
+        "agent", "agent_version", "models",
     ]  # fmt: skip
     writer.writerow(fields)
     for summary in result["variants"]:
         for run in summary["runs_detail"]:
-            row = {**run, "variant": summary["variant"], "unauthorized_effects": len(run["unauthorized"])}
+            row = {
+                **run,
+                "variant": summary["variant"],
+                "unauthorized_effects": len(run["unauthorized"]),
+                "agent": agent_name(run["agent"]) if run["agent"] else comparison.LOOP,
+                "models": " ".join(run["models"]),
+            }
             writer.writerow([_csv_value(row[name]) for name in fields])
     return out.getvalue()
 

@@ -8,6 +8,7 @@ that says it is the trial's rule (docs/design.md, Trials)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -19,6 +20,7 @@ from django.utils.text import slugify
 from approvals.checks import DecisionRefused
 from approvals.models import ApprovalRequest, PolicyVersion
 from approvals.policies import current_policy_row
+from core import events as ev
 from core.errors import FieldProblem, InputError
 from core.policy import check_policy
 from projects.access import check_start_project, forget
@@ -26,6 +28,7 @@ from projects.models import Membership, Project, Role
 from runs.approval_flow.flow import deny, grant, request_changes, save_policy_version
 from runs.control import do_kill
 from runs.models import Event, Run
+from runs.proposers import check_proposer_config
 from runs.runtime import create_run
 from trials import comparison, spec
 from trials.models import Repetition, Trial, Variant
@@ -53,7 +56,7 @@ def create_trial(
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= spec.MAX_K:
         raise InputError("trial", [FieldProblem("k", f"must be a whole number from 1 to {spec.MAX_K}")])
     checked_task = spec.check_task(task)
-    checked = spec.check_variants(variants)
+    checked = spec.check_variants(variants, _proposer_problems)
     place = check_start_project(actor, project)
     reference = current_policy_row(place.pk)
     reference_document = {**reference.document, "version": reference.version}
@@ -103,6 +106,33 @@ def create_trial(
                     raise InputError("trial", [FieldProblem(f"variants[{position}].{p.field}", p.message) for p in exc.problems]) from None
                 Repetition.objects.create(variant=row, index=index, seed=seed_of, run=run)
     return trial
+
+
+CONNECTED = "mcp-client"
+
+
+def _proposer_problems(variant: Mapping[str, Any], where: str) -> list[FieldProblem]:
+    """The variant's proposer as its runs will have it, read by the runs' own reader
+    (runs.proposers.check_proposer_config: the same words as for a run started on its
+    own), each problem named by its path in the trial (``variants[1].proposer.preset``)."""
+    proposer = variant["proposer"]
+    if proposer.get("kind") == "agent" and proposer.get("preset") == CONNECTED:
+        # Its agent is one a person connects with the run's token, handed once per run:
+        # no one would connect k of them, and each run would wait until its deadline.
+        said = f"{CONNECTED!r} is connected by a person to one run; a trial's agent is one Harness starts"
+        return [FieldProblem(f"{where}.proposer.preset", said)]
+    try:
+        check_proposer_config(spec.proposer_for(variant, 0))
+    except InputError as exc:
+        return [FieldProblem(f"{where}.{_asked_in(variant, p.field)}", p.message) for p in exc.problems]
+    return []
+
+
+def _asked_in(variant: Mapping[str, Any], field: str) -> str:
+    """Where the variant asked for a field of its runs' proposer: ``model.x`` when its
+    ``model`` settings (merged into the proposer: spec.proposer_for) set it."""
+    name = field.removeprefix("proposer.")
+    return f"model.{name}" if name in (variant.get("model") or {}) else field
 
 
 def _variant_project(trial: Trial, place: Project, name: str, policy: dict[str, Any] | None) -> Project:
@@ -269,11 +299,9 @@ def progress(trial: Trial) -> dict[str, Any]:
     }
 
 
-def events_of(run_id: Any) -> list[dict[str, Any]]:
-    return [
-        {"type": e.type, "ts": e.ts.timestamp(), "call_id": e.call_id, "payload": e.payload}
-        for e in Event.objects.filter(run_id=run_id).order_by("seq")
-    ]
+def events_of(run_id: Any) -> list[ev.AnyEvent]:
+    """A run's log, typed, in order."""
+    return [row.typed() for row in Event.objects.filter(run_id=run_id).order_by("seq")]
 
 
 def figures(trial: Trial) -> dict[str, Any]:
@@ -286,8 +314,9 @@ def figures(trial: Trial) -> dict[str, Any]:
             if rep.run_id is not None
         ]
         per_variant.append((variant.name, runs))
-    result = comparison.compare(per_variant, trial.k)
     meta = {v.name: v for v in trial.variants.all()}
+    presets = {name: str(v.spec["proposer"].get("preset", "")) for name, v in meta.items() if v.spec["proposer"].get("kind") == "agent"}
+    result = comparison.compare(per_variant, trial.k, presets)
     for summary in result["variants"]:
         variant = meta[summary["variant"]]
         summary["change"] = {key: value for key, value in variant.spec.items() if key not in ("name",)}

@@ -2,7 +2,16 @@
 notifications do: an ``approval_required`` of a trial's run whose variant a rule or a
 script reviews is handed to a task once it commits; a run's ``stopped`` has its trial
 looked at (done once all its runs have ended). Runs send the signal for every event
-and know nothing of trials."""
+and know nothing of trials.
+
+An outside agent's run keeps its worker process while a reviewer decides (the agent is
+a process of that worker's: docs/design.md, Agents, its lifetime). A task could then wait
+for a slot that only the waiting runs hold: with as many agent runs waiting as the
+workers have processes, no process is left to run ``trials.review`` and the trial
+would never end. So the rule or script decides such a run's request in the process
+that drives it, right after the checkpoint that filed the request commits (the run
+then waits on it), through the same approval functions; the task remains for a
+request the run is not yet waiting on and for every other run."""
 
 from __future__ import annotations
 
@@ -33,9 +42,26 @@ def on_events(sender: type[Event], rows: list[Event], events: list[ev.AnyEvent],
         trial_id, reviewer = repetition
         if isinstance(typed, ev.ApprovalRequired):
             if (reviewer or {}).get("kind") != "people":
-                transaction.on_commit(partial(_enqueue_review, typed.request_id))
+                transaction.on_commit(partial(_review, typed.request_id, typed.run_id))
         else:
             transaction.on_commit(partial(_enqueue_tend, int(trial_id)))
+
+
+def _review(request_id: str, run_id: str) -> None:
+    """Decide here when the run's worker is kept while it waits (an agent's), else hand
+    it to the task. Never raises: the driver's checkpoint has committed already, and a
+    request left undecided is the task's (and the command's loop's) to decide."""
+    from runs.models import Run
+    from runs.runtime import starts_an_agent
+    from trials.service import review
+
+    try:
+        run = Run.objects.only("proposer").filter(pk=run_id).first()
+        if run is not None and starts_an_agent(run) and review(request_id) != "later":
+            return
+    except Exception:
+        log.exception("could not decide request %s in its run's worker; the task will", request_id)
+    _enqueue_review(request_id)
 
 
 def _enqueue_review(request_id: str) -> None:

@@ -5,9 +5,12 @@ over JSON; trials.service makes the rows and the runs.
 A variant changes one or more of:
 
 - ``proposer``: any run's proposer configuration, passed to the run as it is
-  (``scripted``, a model's, or any kind the runs accept later, such as an external
-  agent), or ``{"kind": "stochastic", "choices": [{"weight", "script"}...]}``: a
-  seeded scripted proposer, each repetition playing the script its seed draws;
+  (``scripted``, a model's, or an outside agent Harness starts: ``{"kind": "agent",
+  "preset": "claude-code" | "codex" | "gemini-cli" | "any", "model": ...}``), read
+  by the runs' own reader (runs.proposers.check_proposer_config, handed in by
+  trials.service) before anything is made; or ``{"kind": "stochastic", "choices":
+  [{"weight", "script"}...]}``: a seeded scripted proposer, each repetition playing
+  the script its seed draws;
 - ``model``: settings merged into a model proposer's configuration (model, max_tokens...);
 - ``policy``: a whole policy document for the variant's project;
 - ``limits``: the contract's limits (merged);
@@ -23,7 +26,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from core.errors import FieldProblem, InputError
@@ -116,7 +119,13 @@ def acceptance_problems(acceptance: object) -> list[FieldProblem]:
     return problems
 
 
-def check_variants(raw: object) -> list[dict[str, Any]]:
+ProposerCheck = Callable[[Mapping[str, Any], str], list[FieldProblem]]
+
+
+def check_variants(raw: object, proposers: ProposerCheck | None = None) -> list[dict[str, Any]]:
+    """Every variant, or an InputError naming each problem by its path. ``proposers``:
+    what reads a (non-stochastic) variant's proposer as its runs will have it, given the
+    variant and its path (trials.service: the runs' own reader)."""
     if not isinstance(raw, list) or not raw:
         raise InputError("trial", [FieldProblem("variants", "required: a list of at least one variant")])
     if len(raw) > MAX_VARIANTS:
@@ -142,6 +151,8 @@ def check_variants(raw: object) -> list[dict[str, Any]]:
             if field in variant and not isinstance(variant[field], dict):
                 problems.append(FieldProblem(f"{where}.{field}", "must be an object"))
         problems += _proposer_problems(variant.get("proposer"), f"{where}.proposer")
+        if proposers is not None and isinstance(variant.get("proposer"), dict) and variant["proposer"].get("kind") != "stochastic":
+            problems += proposers(variant, where)
         problems += _reviewer_problems(variant.get("reviewer", {"kind": "people"}), f"{where}.reviewer")
     if problems:
         raise InputError("trial", problems)
@@ -154,7 +165,7 @@ def _proposer_problems(proposer: object, where: str) -> list[FieldProblem]:
     if not isinstance(proposer, dict):
         return [FieldProblem(where, "must be an object with a 'kind'")]
     if proposer.get("kind") != "stochastic":
-        return []  # checked as any run's proposer when its runs are created
+        return []  # read by the runs' own reader (check_variants' ``proposers``)
     choices = proposer.get("choices")
     if not isinstance(choices, list) or not choices:
         return [FieldProblem(f"{where}.choices", "required: a list of {weight, script}")]

@@ -26,3 +26,13 @@ def tend_trial(trial_id: int) -> str:
 
     trial = Trial.objects.filter(pk=trial_id).first()
     return tend(trial).status if trial is not None else "gone"
+
+
+@shared_task(name="trials.delete_expired_remotes")
+def delete_expired_remotes() -> int:
+    from django.conf import settings
+    from django.utils import timezone
+
+    from trials.remotes import delete_expired_remotes as delete
+
+    return len(delete(settings.HARNESS_ARTIFACT_RETENTION_DAYS, timezone.now()))

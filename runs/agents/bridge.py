@@ -16,7 +16,11 @@ Each key is under ``harness:agent:<run id>:``:
   and calls again with the same arguments attaches to the same request, which stays
   one request (one proposal, performed at most once).
 - ``wake``: at most one element, pushed by every submission, so a worker waiting for
-  the next call blocks on it in short slices instead of polling.
+  the next call blocks on it (BLPOP) and takes the call as soon as it is queued.
+- ``done:<id>``: one element, pushed with the request's answer: a client waiting for
+  the answer blocks on it (BLMOVE from the list to itself, so the element stays and
+  every client waiting on the same request wakes) and reads the answer as soon as it
+  is written, never polling for it.
 - ``tools``: the run's tools as its worker made them (with the project's MCP tools,
   which only the worker can list), for ``tools/list``.
 
@@ -146,8 +150,9 @@ end
 
 # Answer a request, once: the first answer stands (the worker's, or the endpoint's when
 # the run ended without one) and a second is ignored, so a resumed worker answering the
-# call again changes nothing. The request leaves the queue with its answer; its dedupe
-# key stays until a client is handed the answer (_DELIVERED).
+# call again changes nothing. The request leaves the queue with its answer, and its
+# ``done`` list wakes every client waiting for it; its dedupe key stays until a client
+# is handed the answer (_HANDED).
 # KEYS: queue. ARGV: prefix, id, reply, answered ttl.
 _ANSWER = """
 local req = ARGV[1] .. 'req:' .. ARGV[2]
@@ -161,6 +166,9 @@ end
 redis.call('HSET', req, 'state', 'answered', 'reply', ARGV[3])
 redis.call('EXPIRE', req, ARGV[4])
 redis.call('LREM', KEYS[1], 0, ARGV[2])
+local done = ARGV[1] .. 'done:' .. ARGV[2]
+redis.call('RPUSH', done, '1')
+redis.call('EXPIRE', done, ARGV[4])
 local dedupe = ARGV[1] .. 'dedupe:' .. redis.call('HGET', req, 'digest')
 if redis.call('GET', dedupe) == ARGV[2] then
   redis.call('EXPIRE', dedupe, ARGV[4])
@@ -168,19 +176,21 @@ end
 return 1
 """
 
-# A client was handed the answer: the same call made again from now on is a new
-# request (the agent reading a file again after changing it). Only this request's key
-# is removed, never a newer one's. ARGV: prefix, id.
-_DELIVERED = """
+# A client is handed the answer: the answer, if there is one yet, and from now on the
+# same call made again is a new request (the agent reading a file again after changing
+# it). Read and released in one script, so no new request takes the dedupe key between
+# the two; only this request's key is removed, never a newer one's. ARGV: prefix, id.
+_HANDED = """
 local req = ARGV[1] .. 'req:' .. ARGV[2]
-local d = redis.call('HGET', req, 'digest')
-if d then
-  local dedupe = ARGV[1] .. 'dedupe:' .. d
-  if redis.call('GET', dedupe) == ARGV[2] then
-    redis.call('DEL', dedupe)
-  end
+local found = redis.call('HMGET', req, 'state', 'reply', 'digest')
+if found[1] ~= 'answered' then
+  return false
 end
-return 1
+local dedupe = ARGV[1] .. 'dedupe:' .. found[3]
+if redis.call('GET', dedupe) == ARGV[2] then
+  redis.call('DEL', dedupe)
+end
+return found[2]
 """
 
 
@@ -232,15 +242,17 @@ class Bridge:
         return Taken(request_id, tool, parsed if isinstance(parsed, dict) else {})
 
     def wait(self, seconds: float) -> None:
-        """Until a call is submitted or ``seconds`` pass (whole seconds for Redis' BLPOP; at least 1)."""
-        self.redis.blpop([self.prefix + "wake"], timeout=max(1, round(seconds)))
+        """Until a call is submitted or ``seconds`` pass."""
+        # Redis takes a blocking command's timeout in fractions of a second; 0 would mean forever.
+        self.redis.blpop([self.prefix + "wake"], timeout=max(0.01, seconds))
 
     def answer(self, request_id: str, text: str, is_error: bool, kind: str) -> bool:
         done = self.redis.eval(_ANSWER, 1, self.prefix + "queue", self.prefix, request_id, reply(text, is_error, kind), str(ANSWERED_TTL))
         return bool(done)
 
-    def delivered(self, request_id: str) -> None:
-        self.redis.eval(_DELIVERED, 0, self.prefix, request_id)
+    def handed(self, request_id: str) -> dict[str, Any] | None:
+        """The request's answer, handed to a client (None while it has none)."""
+        return _reply(cast(bytes | None, self.redis.eval(_HANDED, 0, self.prefix, request_id)))
 
     def request(self, request_id: str) -> Request | None:
         raw = cast(dict[bytes, bytes], self.redis.hgetall(self.prefix + "req:" + request_id))
@@ -265,13 +277,16 @@ def _submitted(found: Any) -> Submitted:
     return Submitted(request_id, "attached" if how == "attached" else "new")
 
 
+def _reply(raw: bytes | str | None) -> dict[str, Any] | None:
+    parsed = json.loads(raw) if raw else None
+    return parsed if isinstance(parsed, dict) else None
+
+
 def _request(request_id: str, fields: dict[str, str], queue: list[str]) -> Request | None:
     if not fields:
         return None
-    raw = fields.get("reply")
-    parsed = json.loads(raw) if raw else None
     ahead = queue.index(request_id) if request_id in queue else 0
-    return Request(request_id, fields.get("tool", ""), fields.get("state", ""), parsed if isinstance(parsed, dict) else None, ahead)
+    return Request(request_id, fields.get("tool", ""), fields.get("state", ""), _reply(fields.get("reply")), ahead)
 
 
 class AsyncBridge:
@@ -279,17 +294,19 @@ class AsyncBridge:
 
     _clients: dict[int, aioredis.Redis] = {}
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, client: aioredis.Redis | None = None) -> None:
         import asyncio
 
         import redis.asyncio as aioredis
 
         self.run_id = run_id
         self.prefix = prefix(run_id)
-        loop = id(asyncio.get_running_loop())
-        if loop not in self._clients:
-            self._clients[loop] = aioredis.Redis.from_url(settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5)
-        self.redis = self._clients[loop]
+        if client is None:
+            loop = id(asyncio.get_running_loop())
+            if loop not in self._clients:
+                self._clients[loop] = aioredis.Redis.from_url(settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5)
+            client = self._clients[loop]
+        self.redis = client
 
     async def submit(self, tool: str, args: JSON) -> Submitted:
         found = await self.redis.eval(_SUBMIT, 3, *_submit_keys_and_args(self.prefix, tool, args))  # type: ignore[misc]
@@ -307,8 +324,22 @@ class AsyncBridge:
         )
         return bool(done)
 
-    async def delivered(self, request_id: str) -> None:
-        await self.redis.eval(_DELIVERED, 0, self.prefix, request_id)  # type: ignore[misc]
+    async def handed(self, request_id: str) -> dict[str, Any] | None:
+        """The request's answer, handed to a client (None while it has none)."""
+        return _reply(await self.redis.eval(_HANDED, 0, self.prefix, request_id))  # type: ignore[misc]
+
+    async def answer_within(self, request_id: str, seconds: float) -> dict[str, Any] | None:
+        """The request's answer, handed to this client, as soon as it is written, or
+        None if it is not within ``seconds``."""
+        done = self.prefix + "done:" + request_id
+        # One round trip: Redis runs a connection's commands in order, so the answer is
+        # read (and handed over) as soon as the wait ends, whether woken or not.
+        async with self.redis.pipeline(transaction=False) as pipe:
+            # The list to itself: its one element stays for the request's other waiters.
+            pipe.execute_command("BLMOVE", done, done, "LEFT", "RIGHT", max(0.01, seconds))
+            pipe.eval(_HANDED, 0, self.prefix, request_id)
+            _woken, raw = await pipe.execute()
+        return _reply(raw)
 
     async def tools(self) -> list[dict[str, Any]] | None:
         raw = await self.redis.get(self.prefix + "tools")

@@ -33,6 +33,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -45,6 +46,7 @@ from core import events as ev
 from core.fences import Lease
 from runs import placement
 from runs.agents import tokens
+from runs.agents.names import agent_name
 from runs.agents.proposer import LAUNCHERS, Launch
 from runs.models import Event, Run
 from runs.persistence.artifacts import ArtifactStorage
@@ -52,6 +54,7 @@ from runs.persistence.eventlog import append_event
 from runs.persistence.store import LeaseLost
 from sandbox.public import (
     AGENT_SPEC,
+    CONNECTED,
     HOME_DIR,
     AgentContainer,
     AgentResult,
@@ -62,6 +65,7 @@ from sandbox.public import (
     Preset,
     RunEndpoints,
     launch,
+    mcp_report,
     parse_version,
     version_argv,
 )
@@ -81,6 +85,9 @@ FINISHED_GRACE_SECONDS = 5.0
 BACKSTOP_SECONDS = 24 * 3600.0
 # What is kept in memory of each stream (the artifact holds up to the output cap).
 INLINE_BYTES = 4096
+# How much of the transcript's start is read for the CLI's report of its MCP connection.
+REPORT_BYTES = 256 * 1024
+UNREACHED = "could not connect to Harness's MCP endpoint"
 
 PREAMBLE = """You are working on a task for Harness, which runs you as this run's agent.
 Your only tools are Harness's (offered to you from its "harness" MCP server): reading and
@@ -165,6 +172,34 @@ class Recorder:
                 connection.close()
 
 
+class McpWatch:
+    """Reads the start of the agent's transcript, as it arrives, for its CLI's report
+    of the harness MCP server (sandbox.agent.presets.mcp_report), until the report
+    comes or ``REPORT_BYTES`` passed; ``on_report`` gets the server's status, once."""
+
+    def __init__(self, preset: Preset, on_report: Callable[[str], None]) -> None:
+        self.preset = preset
+        self.on_report = on_report
+        self.pending = bytearray()
+        self.read = 0
+        self.done = False
+
+    def write(self, data: bytes) -> None:
+        if self.done:
+            return
+        self.pending += data[: REPORT_BYTES - self.read]
+        self.read += len(data)
+        while (end := self.pending.find(b"\n")) >= 0:
+            line = bytes(self.pending[:end])
+            del self.pending[: end + 1]
+            status = mcp_report(self.preset, line)
+            if status is not None:
+                self.done = True
+                self.on_report(status)
+                return
+        self.done = self.read >= REPORT_BYTES
+
+
 @dataclass
 class Ended:
     reason: Literal["exited", "killed", "deadline", "failed"]
@@ -191,6 +226,8 @@ class AgentSession:
         self._stopping = threading.Event()
         self._why: Literal["killed", "deadline"] = "killed"
         self._lock = threading.Lock()
+        # Why the agent cannot work though it runs (its MCP connection failed), once known.
+        self._problem = ""
 
     # -- AgentProcess --------------------------------------------------------------
 
@@ -201,9 +238,12 @@ class AgentSession:
         return found.said
 
     def failure(self) -> str | None:
-        """Why the agent could not start, once it is known that it could not."""
+        """Why the agent could not start or could not work (it never reached Harness's
+        MCP endpoint), once it is known that it could not."""
         found = self._ended
-        return found.said if found is not None and found.reason == "failed" and self.version == "" else None
+        if found is None or found.reason != "failed":
+            return None
+        return f"the agent {found.said}" if self.version == "" or self._problem else None
 
     def stop(self, why: Literal["killed", "deadline"] = "killed") -> None:
         """End the agent now: its container is removed (its process with it), the
@@ -249,10 +289,10 @@ class AgentSession:
             if result.exit_code != 0 or not self.version:
                 raise RuntimeError(f"`--version` gave no version (exit {result.exit_code}): {text.strip()[:300]}")
         except Exception as exc:  # noqa: BLE001 - the run goes on without an agent, saying why
-            self._fail(f"the agent could not start: {exc}", started)
+            self._fail(f"could not start: {exc}", started)
             return
         self.record(ev.AgentStarted, {"preset": self.preset, "version": self.version, "image": image})
-        resumed = Event.objects.filter(run_id=self.run_id, type="agent_started").count() > 1
+        resumed = Event.objects.filter(run_id=self.run_id, type=ev.type_name(ev.AgentStarted)).count() > 1
         local = gateway.local_url
         model = str(config.get("model") or DEFAULT_MODELS.get(self.preset, ""))
         endpoints = RunEndpoints(
@@ -275,7 +315,7 @@ class AgentSession:
         self._thread.start()
 
     def _fail(self, said: str, started: float) -> None:
-        log.warning("run %s: %s", self.run_id, said)
+        log.warning("run %s: the agent %s", self.run_id, said)
         self._end(Ended("failed", None, said), started, [])
         if self.box is not None:
             with contextlib.suppress(Exception):
@@ -287,6 +327,18 @@ class AgentSession:
         spool = Path(settings.SPOOL_DIR)
         out = OutputCapture(INLINE_BYTES, spool, store_limit=limit)
         err = OutputCapture(INLINE_BYTES, spool, store_limit=limit)
+        # A CLI reports its MCP connection on either stream (sandbox.agent.presets.mcp_report).
+        watch = McpWatch(cast(Preset, self.preset), self._reported)
+        err_watch = McpWatch(cast(Preset, self.preset), self._reported)
+
+        def output(stream: str, data: bytes) -> None:
+            if stream == "stderr":
+                err.write(data)
+                err_watch.write(data)
+                return
+            out.write(data)
+            watch.write(data)
+
         ended = Ended("failed", None, "the agent did not run")
         try:
             assert self.box is not None
@@ -296,17 +348,22 @@ class AgentSession:
                 argv,
                 env,
                 files,
-                on_output=lambda stream, data: (err if stream == "stderr" else out).write(data),
+                on_output=output,
                 timeout_seconds=timeout,
             )
-            if result.killed or self._stopping.is_set():
+            if self._problem:
+                ended = Ended("failed", result.exit_code, self._problem)
+            elif result.killed or self._stopping.is_set():
                 ended = self._stopped()
             elif result.timed_out:
                 ended = Ended("deadline", None, "stopped at the run's wall-time limit")
             else:
                 ended = Ended("exited", result.exit_code, f"exited with status {result.exit_code}")
         except Exception as exc:  # noqa: BLE001 - recorded as the agent's end
-            ended = self._stopped() if self._stopping.is_set() else Ended("failed", None, f"failed: {exc}")
+            if self._problem:
+                ended = Ended("failed", None, self._problem)
+            else:
+                ended = self._stopped() if self._stopping.is_set() else Ended("failed", None, f"failed while it ran: {exc}")
         finally:
             out.close()
             err.close()
@@ -316,6 +373,24 @@ class AgentSession:
                 with contextlib.suppress(Exception):
                     self.box.close()
             connection.close()
+
+    def _reported(self, status: str) -> None:
+        """The CLI reported its harness MCP server: an agent without it has no tool and
+        could only talk to its model, so it is ended at once and the run told why
+        (runs.agents.proposer: ``failure``), never taken for an agent that chose to stop."""
+        if status == CONNECTED:
+            return
+        self._problem = f"{UNREACHED} ({agent_name(self.preset)} reported its MCP server harness as {status})"
+        log.warning("run %s: the agent %s", self.run_id, self._problem)
+        # Not on this thread, which carries the agent's output that the kill cuts.
+        threading.Thread(target=self._give_up, name=f"agent-stop-{self.run_id[:8]}", daemon=True).start()
+
+    def _give_up(self) -> None:
+        self._stopping.set()
+        box = self.box
+        if box is not None:
+            with contextlib.suppress(Exception):
+                box.kill()
 
     def _stopped(self) -> Ended:
         if self._why == "deadline":
@@ -347,6 +422,7 @@ class AgentSession:
                 "reason": ended.reason,
                 "duration_ms": int((time.monotonic() - started) * 1000),
                 "artifacts": artifacts,
+                "problem": ended.said if ended.reason == "failed" else "",
             },
         )
         self._done.set()

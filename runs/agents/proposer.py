@@ -252,7 +252,8 @@ def spent_budget(run_id: str) -> str | None:
     from runs.agents.usage import check
     from runs.models import Run
 
-    run = Run.objects.filter(pk=run_id).first()
+    # Not its state (the loop's, large): the budget reads the configuration and the project.
+    run = Run.objects.select_related("project").defer("state").filter(pk=run_id).first()
     if run is None:
         return None
     _budget, spent = check(run)

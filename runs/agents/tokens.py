@@ -65,7 +65,10 @@ def authenticate(token: str | None, run_id: uuid.UUID | str, *, where: str) -> R
 def _check(token: str | None, run_id: uuid.UUID | str) -> Run | Refused:
     if not token:
         return Refused(401, "no token")
-    held = AgentToken.objects.select_related("run").filter(digest=_digest(token)).first()
+    # With the run's project, which the model proxy's budget check reads (runs.agents.usage.check),
+    # and without the run's large fields, which no holder of a token is shown.
+    found = AgentToken.objects.select_related("run__project").defer("run__state", "run__contract", "run__objective")
+    held = found.filter(digest=_digest(token)).first()
     if held is None:
         return Refused(401, "unknown token")
     if str(held.run_id) != str(run_id):

@@ -14,7 +14,7 @@ soon as it is stored (the doorbell rings after the commit).
 
 The log is where an external agent's usage lives: each proxy note carries the run's
 running totals, written under the run row's lock (``totals`` reads the newest), and a project's budgets add them to what its built-in runs
-checkpointed (runs.budgets.used_since, through ``proxy_used``). An AgentProposer
+checkpointed (runs.budgets.usage_of, through ``newest_proxy_note``). An AgentProposer
 therefore does not count model usage itself (it never sees the traffic) and must not
 put these totals under its snapshot's ``usage`` (they would be counted twice); it may
 show them (``totals(run_id).to_json()``)."""
@@ -30,9 +30,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import FloatField, IntegerField, OuterRef, QuerySet, Subquery
-from django.db.models.fields.json import KT
-from django.db.models.functions import Cast
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from adapters.pricing import Budget, Price, UsageTotals, parse_price_table, price_for
 from core import events as ev
@@ -44,6 +42,11 @@ from runs.persistence.eventlog import append_events
 VIA = "model proxy"
 FENCE = RowLock("the model proxy")
 NOTE = ev.type_name(ev.ModelNote)
+# The note's fields as its class names them: the proxy notes are looked up in the
+# database (``_notes``, the newest note of each run in the statement that reads the
+# runs), where no typed note is at hand.
+KIND = ev.field_name(ev.ModelNote, "kind")
+DETAIL = ev.field_name(ev.ModelNote, "detail")
 
 
 @dataclass(frozen=True)
@@ -105,13 +108,18 @@ def run_budget(run: Run, now: datetime | None = None) -> Budget:
     ``max_tokens`` / ``max_cost_usd``, under the server's caps, under what is left of
     its project's daily and monthly budgets (runs.budgets.project_bound)."""
     from runs.budgets import project_bound
+
+    return own_budget(run).intersect(project_bound(run, now or datetime.now(UTC)))
+
+
+def own_budget(run: Run) -> Budget:
+    """The run's own ``max_tokens`` / ``max_cost_usd`` under the server's caps."""
     from runs.proposers import server_budget
 
     config = run.proposer if isinstance(run.proposer, dict) else {}
     max_tokens, max_cost = server_budget()
     own = Budget(_positive(config.get("max_tokens")), _positive(config.get("max_cost_usd")))
-    budget = own.intersect(Budget(max_tokens, max_cost, "the server's", "the server's"))
-    return budget.intersect(project_bound(run, now or datetime.now(UTC)))
+    return own.intersect(Budget(max_tokens, max_cost, "the server's", "the server's"))
 
 
 def _positive(value: object) -> Any:
@@ -119,15 +127,25 @@ def _positive(value: object) -> Any:
 
 
 def _notes(events: QuerySet[Event]) -> QuerySet[Event]:
-    return events.filter(type=NOTE, payload__kind="usage", payload__detail__via=VIA).order_by("-seq")
+    return events.filter(type=NOTE, **{f"payload__{KIND}": "usage", f"payload__{DETAIL}__via": VIA}).order_by("-seq")
 
 
 def totals(run_id: uuid.UUID | str) -> UsageTotals:
     """What the run's external agent has used through the proxy so far: the running
     totals its newest proxy note carries (one read from the end of its log, whatever
     its length)."""
-    newest = _notes(Event.objects.filter(run_id=run_id)).values_list("payload", flat=True).first()
-    detail = newest.get("detail") if isinstance(newest, dict) else None
+    return proxy_totals(_notes(Event.objects.filter(run_id=run_id)).values_list("payload", flat=True).first())
+
+
+def newest_proxy_note() -> Subquery:
+    """A run's newest proxy note's payload (or None), to annotate runs with: read in
+    the statement that reads the runs."""
+    return Subquery(_notes(Event.objects.filter(run=OuterRef("pk"))).values("payload")[:1])
+
+
+def proxy_totals(note: object) -> UsageTotals:
+    """The running totals a proxy note's payload carries (none without one)."""
+    detail = note.get(DETAIL) if isinstance(note, dict) else None
     if not isinstance(detail, dict):
         return UsageTotals()
     return UsageTotals(
@@ -140,21 +158,6 @@ def totals(run_id: uuid.UUID | str) -> UsageTotals:
 
 def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-def proxy_used(runs: QuerySet[Run]) -> tuple[int, float]:
-    """Tokens and cost the proxy recorded for ``runs`` (runs.budgets): each run's
-    newest proxy note's totals."""
-    newest = _notes(Event.objects.filter(run=OuterRef("pk")))
-    found = runs.annotate(
-        proxy_tokens=Subquery(newest.annotate(n=Cast(KT("payload__detail__total_tokens"), IntegerField())).values("n")[:1]),
-        proxy_cost=Subquery(newest.annotate(c=Cast(KT("payload__detail__total_cost_usd"), FloatField())).values("c")[:1]),
-    ).values_list("proxy_tokens", "proxy_cost")
-    tokens, cost = 0, 0.0
-    for used_tokens, used_cost in found:
-        tokens += int(used_tokens or 0)
-        cost += float(used_cost or 0.0)
-    return tokens, cost
 
 
 def spent(run: Run, used: UsageTotals, budget: Budget) -> Spent | None:
@@ -178,10 +181,24 @@ def spent(run: Run, used: UsageTotals, budget: Budget) -> Spent | None:
     return None
 
 
-def check(run: Run) -> tuple[Budget, Spent | None]:
-    """The run's budget now and whether it is spent (read before forwarding a request)."""
-    budget = run_budget(run)
-    return budget, spent(run, totals(run.pk), budget)
+def check(run: Run, now: datetime | None = None) -> tuple[Budget, Spent | None]:
+    """The run's budget now and whether it is spent (read before forwarding a request):
+    the run's proxy totals and what its project's other runs used in the windows of its
+    budgets, in one statement (``run.project`` is the one its token's query joined)."""
+    from runs.budgets import bound, others_in, usage_of, windows
+
+    project = run.project
+    opened = windows(project, now or datetime.now(UTC))
+    others = others_in(project.pk, opened, str(run.pk))
+    which = Q(pk=run.pk) if others is None else Q(pk=run.pk) | others
+    own, rows = UsageTotals(), []
+    for pk, created_at, used, proxied in usage_of(Run.objects.filter(which)):
+        if pk == str(run.pk):
+            own = proxied
+        else:
+            rows.append((created_at, used))
+    budget = own_budget(run).intersect(bound(project, opened, rows))
+    return budget, spent(run, own, budget)
 
 
 def record(run_id: uuid.UUID | str, call: ModelCall, budget: Budget | None = None) -> dict[str, JSON]:
@@ -210,9 +227,11 @@ def record(run_id: uuid.UUID | str, call: ModelCall, budget: Budget | None = Non
         _append(run_id, "error", detail)
         return detail
     with transaction.atomic():
-        # The run row's lock first: two calls of one agent finishing at once each count the other.
-        run = Run.objects.select_for_update().only("pk", "proposer", "project_id", "created_at").get(pk=run_id)
-        before = totals(run_id)
+        # The run row's lock first: two calls of one agent finishing at once each count
+        # the other. Its newest note is read in the statement that takes the lock.
+        locked = Run.objects.select_for_update().only("pk", "proposer", "project_id", "created_at")
+        run = locked.annotate(proxy_note=newest_proxy_note()).get(pk=run_id)
+        before = proxy_totals(run.proxy_note)
         budget = budget or run_budget(run)
         detail = {
             **base,

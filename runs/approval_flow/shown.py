@@ -63,7 +63,8 @@ def review_of(request: ApprovalRequest, run: Run | None = None) -> Review:
     state = load_state(run)
     rows = list(Evidence.objects.filter(run_id=request.run_id, revision=request.revision).order_by("recorded_at", "id"))
     egress = {record.call_id: record.egress for record in state.evidence}
-    found = Event.objects.filter(run_id=request.run_id, call_id=request.call_id, type="secrets_found").order_by("-seq").first()
+    row = Event.objects.filter(run_id=request.run_id, call_id=request.call_id, type=ev.type_name(ev.SecretsFound)).order_by("-seq").first()
+    found = row.typed() if row is not None else None
     value: dict[str, Any] = {
         "request": str(request.pk),
         "run": str(request.run_id),
@@ -92,6 +93,6 @@ def review_of(request: ApprovalRequest, run: Run | None = None) -> Review:
             }
             for row in rows
         ],
-        "secret_findings": list(found.payload.get("findings", [])) if found is not None else [],
+        "secret_findings": list(found.findings) if isinstance(found, ev.SecretsFound) else [],
     }
     return Review(value, rows, egress)

@@ -18,38 +18,53 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from core.jsonutil import digest
+from core import events as ev
 from ledger.models import Entry
+from ledger.verify import content_digest
 from ledger.writer import Actor, Decision, Shown, record, rule, system
 from runs.models import Event, Run
 
-# A stored event type -> the ledger's kind of decision, for the gates' events.
+# A stored event type -> the ledger's kind of decision, for the gates' events. The rows
+# are read as stored (their payloads, masked), not parsed into their classes: every
+# stored batch passes here, in the writer's transaction. The payload fields read below
+# are tied to the classes' by tests/test_ledger_decisions.py (each decision event's
+# example read here as its typed fields say).
 GATE_KINDS = {
-    "invalid_input": "gate.refused",
-    "denied": "gate.denied",
-    "call_admitted": "gate.allowed",
-    "approval_required": "gate.asked",
-    "duplicate_effect": "gate.refused",
-    "write_blocked": "gate.refused",
-    "check_required": "gate.refused",
+    ev.type_name(ev.InvalidInput): "gate.refused",
+    ev.type_name(ev.Denied): "gate.denied",
+    ev.type_name(ev.CallAdmitted): "gate.allowed",
+    ev.type_name(ev.ApprovalRequired): "gate.asked",
+    ev.type_name(ev.DuplicateEffect): "gate.refused",
+    ev.type_name(ev.WriteBlocked): "gate.refused",
+    ev.type_name(ev.CheckRequired): "gate.refused",
 }
 # Who decided, for a gate's refusal that names no policy rule.
 GATE_RULES = {
-    "duplicate_effect": "effects already known",
-    "write_blocked": "effects already known",
-    "check_required": "evidence",
+    ev.type_name(ev.DuplicateEffect): "effects already known",
+    ev.type_name(ev.WriteBlocked): "effects already known",
+    ev.type_name(ev.CheckRequired): "evidence",
 }
+SECRETS_FOUND = ev.type_name(ev.SecretsFound)
+CHANGES_REQUESTED = ev.type_name(ev.ChangesRequested)
+APPROVAL_DECIDED = ev.type_name(ev.ApprovalDecided)
+APPROVAL_CONSUMED = ev.type_name(ev.ApprovalConsumed)
+APPROVAL_REFUSED = ev.type_name(ev.ApprovalRefused)
+APPROVAL_LAPSED = ev.type_name(ev.ApprovalLapsed)
+KILL_REQUESTED = ev.type_name(ev.KillRequested)
 
 _projects: dict[str, int | None] = {}
 
 
-def record_decisions(run_id: str, rows: Sequence[Event]) -> None:
-    """The ledger's entries for the decision events among ``rows`` (just stored)."""
-    decisions = [d for row in rows if (d := _decision(row)) is not None]
-    if not decisions:
-        return
-    project_id = _project_of(run_id)
-    record(*(Decision(**{**d, "project_id": project_id, "run_id": str(run_id)}) for d in decisions))
+def record_decisions(run_id: str, rows: Sequence[Event]) -> list[dict[str, Any] | None]:
+    """The ledger's entries for the decision events among ``rows`` (just stored); each
+    row's decision (``decision_of``) or None, in order, for the listeners that tell them
+    too (a trace's span events: monitoring.spans), so none derives them again."""
+    found = [_decision(row) for row in rows]
+    decisions = [d for d in found if d is not None]
+    if decisions:
+        project_id = _project_of(run_id)
+        record(*(Decision(**{**d, "project_id": project_id, "run_id": str(run_id)}) for d in decisions))
+    return found
 
 
 def remember_project(run_id: str, project_id: int | None) -> None:
@@ -83,13 +98,13 @@ def _decision(row: Event) -> dict[str, Any] | None:
     call = {"call": row.call_id, "seq": row.seq}
     if kind in GATE_KINDS:
         return _gate(row, payload, call)
-    if kind == "secrets_found" and payload.get("decision") == "refuse":
+    if kind == SECRETS_FOUND and payload.get("decision") == "refuse":
         return _gate(row, payload, call, kind="gate.refused", by="secret scan")
-    if kind == "changes_requested" and payload.get("repeated"):
+    if kind == CHANGES_REQUESTED and payload.get("repeated"):
         # The identical call proposed again after a reviewer asked for changes: the
         # approval gate refuses it with the same words, asking nobody.
         return _gate(row, payload, call, kind="gate.refused", by="changes requested before")
-    if kind == "approval_decided":
+    if kind == APPROVAL_DECIDED:
         decided = {
             **call,
             "request": payload.get("request_id"),
@@ -107,28 +122,28 @@ def _decision(row: Event) -> dict[str, Any] | None:
             # event names its digest.
             "shown": Shown.kept_elsewhere(shown) if shown else _held(payload),
         }
-    if kind == "approval_consumed":
+    if kind == APPROVAL_CONSUMED:
         return {
             "kind": "approval.consumed",
             "actor": system("the run"),
             "decided": {**call, "request": payload.get("request_id"), "key": payload.get("key")},
             "shown": _held(payload),
         }
-    if kind == "approval_refused":
+    if kind == APPROVAL_REFUSED:
         return {
             "kind": "approval.refused",
             "actor": system("the run"),
             "decided": {**call, "request": payload.get("request_id"), "reason": payload.get("reason")},
             "shown": _held(payload),
         }
-    if kind == "approval_lapsed":
+    if kind == APPROVAL_LAPSED:
         return {
             "kind": f"approval.{payload.get('status')}",
             "actor": system("harness"),
             "decided": {**call, "request": payload.get("request_id"), "reason": payload.get("reason")},
             "shown": _held(payload),
         }
-    if kind == "kill_requested":
+    if kind == KILL_REQUESTED:
         return {
             "kind": "operator.kill",
             # The operator, or the API token they killed through.
@@ -199,12 +214,12 @@ def _gate(
     matched = by or payload.get("rule") or GATE_RULES.get(row.type) or (f"gate {payload['gate']}" if "gate" in payload else row.type)
     inputs = {
         "tool": tool,
-        "args": digest(args) if args is not None else None,
+        "args": content_digest(args) if args is not None else None,
         "revision": payload.get("revision", record_of.get("revision_before")),
         "policy_version": version,
         "rule": matched,
         "decision": row.type,
-        "effect": digest(payload["effect"]) if payload.get("effect") is not None else None,
+        "effect": content_digest(payload["effect"]) if payload.get("effect") is not None else None,
     }
     decided = {**call, "tool": tool, "decision": row.type}
     for name in ("request_id", "key", "reason", "problems", "missing", "idempotency_key"):

@@ -23,7 +23,19 @@ from core.fences import Fence, Lease
 from runs.models import Event, Run
 from runs.persistence.broadcast import ring_doorbell
 from runs.persistence.decisions import record_decisions
-from runs.persistence.rows import LAST_SEQ, RESERVED, Rows, SeqOf, checkpoint_cursor, db_value, insert, insert_rows, numbered_insert
+from runs.persistence.rows import (
+    LAST_SEQ,
+    RESERVED,
+    Column,
+    Rows,
+    SeqOf,
+    checkpoint_cursor,
+    column,
+    insert,
+    insert_rows,
+    numbered_insert,
+    params_of,
+)
 from runs.persistence.signals import events_stored
 
 
@@ -68,7 +80,8 @@ def append_events(
     lease_token = fence.token if isinstance(fence, Lease) else None
     secrets = secret_values()
     # Masked before the run row is locked: the lock is held for the statements only.
-    payloads = [masked(event.payload(), secrets) for event in events]
+    dumped = [event.payload() for event in events]
+    payloads = [masked(payload, secrets) for payload in dumped]
     values = Rows(
         Event,
         [
@@ -92,12 +105,19 @@ def append_events(
         ]
         if not rows:
             return rows
-        # Listeners (webhook notifications) record what they need in this same
-        # transaction, so it commits or rolls back with the events.
-        events_stored.send(sender=Event, rows=rows, events=events)
         # The decisions among them are the ledger's entries, in this same transaction
         # (runs.persistence.decisions): a decision not in the ledger did not happen.
-        record_decisions(run_id, rows)
+        decisions = record_decisions(run_id, rows)
+        # Listeners (webhook notifications) record what they need in this same
+        # transaction, so it commits or rolls back with the events.
+        events_stored.send(
+            sender=Event,
+            rows=rows,
+            events=events,
+            as_given=[value is payload for (value, _), payload in zip(payloads, dumped, strict=True)],
+            secrets=secrets,
+            decisions=decisions,
+        )
         last_seq = rows[-1].seq
         transaction.on_commit(lambda: ring_doorbell(str(run_id), last_seq))
     return rows
@@ -179,11 +199,11 @@ def _reserve(connection: Any, run_id: str, count: int, columns: Mapping[str, obj
 
 
 def _reserve_params(
-    connection: Any, run_id: str, count: int, columns: Mapping[str, object], fields: list[Any], lease_token: int | None
+    connection: Any, run_id: str, count: int, columns: Mapping[str, object], fields: list[Column], lease_token: int | None
 ) -> list[object]:
     params: list[object] = [count]
-    params += [db_value(connection, field, columns[field.name]) for field in fields]
-    params.append(db_value(connection, Run._meta.pk, run_id))
+    params += params_of(connection, fields, columns)
+    params.append(column(connection, Run._meta.pk).value(connection, run_id))
     if lease_token is not None:
         params.append(lease_token)
     return params
@@ -196,10 +216,10 @@ def _refused(run_id: str, lease_token: int | None) -> NoReturn:
     raise Run.DoesNotExist(f"run {run_id} does not exist")
 
 
-_statements: dict[tuple[str, tuple[str, ...], bool], tuple[str, list[Any]]] = {}
+_statements: dict[tuple[str, tuple[str, ...], bool], tuple[str, list[Column]]] = {}
 
 
-def _reserve_statement(connection: Any, names: tuple[str, ...], fenced: bool) -> tuple[str, list[Any]]:
+def _reserve_statement(connection: Any, names: tuple[str, ...], fenced: bool) -> tuple[str, list[Column]]:
     """The numbering UPDATE for these columns, built once per column set: a step
     runs it twice, and building it was a good part of its Python work."""
     key = (connection.vendor, names, fenced)
@@ -211,7 +231,7 @@ def _reserve_statement(connection: Any, names: tuple[str, ...], fenced: bool) ->
         assignments = [f"{quote('last_seq')} = {quote('last_seq')} + %s", *(f"{quote(field.column)} = %s" for field in fields)]
         where = f"{quote(meta.pk.column)} = %s" + (f" AND {quote('lease_token')} = %s" if fenced else "")
         sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {where} RETURNING {quote(LAST_SEQ)}"  # noqa: S608 - quoted identifiers; values are parameters
-        found = _statements[key] = (sql, fields)
+        found = _statements[key] = (sql, [column(connection, field) for field in fields])
     return found
 
 

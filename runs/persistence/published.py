@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from core import events as ev
 from core.tools import BUILTIN_TOOLS
 from runs.models import Event, Receipt, Run
 from sandbox.public import ForgeAccess
@@ -34,9 +35,9 @@ def _object(value: object) -> dict[str, Any]:
 
 def published(run: Run) -> list[dict[str, Any]]:
     forge = ForgeAccess.from_settings(settings, with_token=False)
+    rows = Event.objects.filter(run=run, type=ev.type_name(ev.EffectReconciled), payload__applied=True)
     reconciled = {
-        e.call_id: str(e.payload.get("detail", ""))
-        for e in Event.objects.filter(run=run, type="effect_reconciled", payload__applied=True).only("call_id", "payload")
+        event.call_id: event.detail for event in (row.typed() for row in rows) if isinstance(event, ev.EffectReconciled) and event.call_id
     }
     shown: list[dict[str, Any]] = []
     seen: set[tuple[str, str]] = set()

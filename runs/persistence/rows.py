@@ -22,7 +22,20 @@ from django.db.models.options import Options
 
 from common.cursors import checkpoint_cursor
 
-__all__ = ["LAST_SEQ", "RESERVED", "Rows", "SeqOf", "checkpoint_cursor", "db_value", "insert", "insert_rows", "numbered_insert"]
+__all__ = [
+    "LAST_SEQ",
+    "RESERVED",
+    "Column",
+    "Rows",
+    "SeqOf",
+    "checkpoint_cursor",
+    "column",
+    "db_value",
+    "insert",
+    "insert_rows",
+    "numbered_insert",
+    "params_of",
+]
 
 
 def insert(
@@ -40,13 +53,17 @@ def insert(
     written, in no particular order."""
     if not rows:
         return []
-    head, tail, placeholders, fields = _statement(connection, model, tuple(rows[0]), tuple(unique), tuple(update), tuple(returning))
-    batch = connection.ops.bulk_batch_size(fields, rows) or len(rows)
+    head, tail, placeholders, columns = _statement(connection, model, tuple(rows[0]), tuple(unique), tuple(update), tuple(returning))
+    # One row is one statement whatever the batch size; the backend's size (on SQLite
+    # a walk over the fields, on every insert) is asked for several only.
+    batch = len(rows) if len(rows) == 1 else connection.ops.bulk_batch_size([c.field for c in columns], rows) or len(rows)
     written: list[tuple[Any, ...]] = []
     with checkpoint_cursor(connection) as cursor:
         for start in range(0, len(rows), batch):
             chunk = rows[start : start + batch]
-            params = [db_value(connection, field, row[field.name]) for row in chunk for field in fields]
+            params = [
+                v if v is None or type(v) is c.kind else c.convert(connection, v) for row in chunk for c in columns for v in [row[c.name]]
+            ]
             cursor.execute(head + ", ".join([placeholders] * len(chunk)) + tail, params)
             if returning:
                 written += cursor.fetchall()
@@ -92,12 +109,12 @@ def numbered_insert(connection: Any, rows: Rows, count: int, returning: Sequence
     string for text, which no JSON, uuid or time column accepts."""
     first = rows.rows[0]
     numbered = tuple(name for name, value in first.items() if isinstance(value, SeqOf))
-    head, tail, row_sql, fields = _statement(connection, rows.model, tuple(first), rows.unique, rows.update, tuple(returning), numbered)
+    head, tail, row_sql, columns = _statement(connection, rows.model, tuple(first), rows.unique, rows.update, tuple(returning), numbered)
     params: list[object] = []
     for row in rows.rows:
-        for field in fields:
-            value = row[field.name]
-            params.append(count - 1 - value.index if isinstance(value, SeqOf) else db_value(connection, field, value))
+        for c in columns:
+            value = row[c.name]
+            params.append(count - 1 - value.index if isinstance(value, SeqOf) else c.value(connection, value))
     return head + ", ".join([row_sql] * len(rows.rows)) + tail, params
 
 
@@ -120,21 +137,53 @@ def db_value(connection: Any, field: models.Field[Any, Any], value: object) -> o
     flag for a boolean, an integer where the backend passes integers through): a
     checkpoint converts some fifty values, and the conversions were an eighth of a
     SQLite step's time. A uuid key's conversion is remembered (a checkpoint names
-    the same run in every row)."""
-    kind = _kinds.get((connection.vendor, field))
-    if kind is None:
-        kind = _kinds[(connection.vendor, field)] = _kind(connection, field)
-    if value is None or type(value) is kind:
-        return value
-    if kind is _Key:
-        key = (connection.vendor, field, value)
-        found = _keys.get(key)
-        if found is None:
-            if len(_keys) > 1024:
-                _keys.clear()
-            found = _keys[key] = field.get_db_prep_save(value, connection)
-        return found
-    return field.get_db_prep_save(value, connection)
+    the same run in every row). The statements a checkpoint sends look each
+    field's way up once per statement shape instead (``column``, ``params_of``)."""
+    return column(connection, field).value(connection, value)
+
+
+class Column:
+    """A field as a statement's parameter, its way of conversion on one database
+    looked up once: ``value`` is ``db_value``. Each value's lookup by field (hashing a
+    Django field is a Python method) was most of a conversion that changes nothing."""
+
+    __slots__ = ("_keys", "field", "kind", "name")
+
+    def __init__(self, field: models.Field[Any, Any], kind: type) -> None:
+        self.field = field
+        self.kind = kind  # the one type of value stored unchanged; _Key or _Converted otherwise
+        self.name = field.name
+        self._keys: dict[object, object] = {}
+
+    def value(self, connection: Any, value: object) -> object:
+        if value is None or type(value) is self.kind:
+            return value
+        return self.convert(connection, value)
+
+    def convert(self, connection: Any, value: object) -> object:
+        """A value that is not None and not of ``kind``, converted."""
+        if self.kind is _Key:
+            found = self._keys.get(value)
+            if found is None:
+                if len(self._keys) > 1024:
+                    self._keys.clear()
+                found = self._keys[value] = self.field.get_db_prep_save(value, connection)
+            return found
+        return self.field.get_db_prep_save(value, connection)
+
+
+def column(connection: Any, field: models.Field[Any, Any]) -> Column:
+    """``field`` as a parameter on ``connection``'s database, made once."""
+    key = (connection.vendor, field)
+    found = _columns.get(key)
+    if found is None:
+        found = _columns[key] = Column(field, _kind(connection, field))
+    return found
+
+
+def params_of(connection: Any, columns: Sequence[Column], values: Mapping[str, object]) -> list[object]:
+    """The parameters of one row: each column's value in ``values``, converted."""
+    return [v if v is None or type(v) is c.kind else c.convert(connection, v) for c in columns for v in [values[c.name]]]
 
 
 class _Key:
@@ -159,11 +208,10 @@ def _kind(connection: Any, field: models.Field[Any, Any]) -> type:
     return _Converted
 
 
-_kinds: dict[tuple[str, models.Field[Any, Any]], type] = {}
-_keys: dict[tuple[str, models.Field[Any, Any], object], object] = {}
+_columns: dict[tuple[str, models.Field[Any, Any]], Column] = {}
 
 
-_Statement = tuple[str, str, str, list[models.Field]]
+_Statement = tuple[str, str, str, list[Column]]
 _statements: dict[tuple[Any, ...], _Statement] = {}
 
 
@@ -186,12 +234,13 @@ def _statement(
     quote = connection.ops.quote_name
     meta = model._meta
     fields = [_column(meta, name) for name in names]
+    params = [column(connection, field) for field in fields]
     columns = [quote(field.column) for field in fields]
     conflict = _conflict_and_returning(quote, meta, unique, update, returning)
     # Only the model's quoted identifiers are spliced in; every value is a parameter.
     insert = f"INSERT INTO {quote(meta.db_table)} ({', '.join(columns)}) "
     if numbered is None:
-        found = (insert + "VALUES ", conflict, "(" + ", ".join(["%s"] * len(fields)) + ")", fields)
+        found = (insert + "VALUES ", conflict, "(" + ", ".join(["%s"] * len(fields)) + ")", params)
     else:
         chosen = [
             f"{RESERVED}.{quote(LAST_SEQ)} - given.{column}" if field.name in numbered else f"given.{column}"
@@ -200,7 +249,7 @@ def _statement(
         # cast_db_type is Django's, missing from django-stubs.
         casts = ["%s::integer" if field.name in numbered else f"%s::{field.cast_db_type(connection)}" for field in fields]  # type: ignore[attr-defined]
         head = f"{insert}SELECT {', '.join(chosen)} FROM {RESERVED}, (VALUES "  # noqa: S608
-        found = (head, f") AS given ({', '.join(columns)}){conflict}", "(" + ", ".join(casts) + ")", fields)
+        found = (head, f") AS given ({', '.join(columns)}){conflict}", "(" + ", ".join(casts) + ")", params)
     _statements[key] = found
     return found
 

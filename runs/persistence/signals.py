@@ -4,5 +4,10 @@ from django.dispatch import Signal
 
 # Sent by runs.persistence.eventlog.append_events inside the transaction that stores the events,
 # with ``rows``: the stored runs.models.Event rows, seq assigned, and ``events``: the
-# same events as the typed core.events objects they were stored from (unmasked).
+# same events as the typed core.events objects they were stored from (unmasked);
+# ``as_given``: for each row, whether its payload is its event's own (nothing in it was
+# masked), so that its event reads as the row would but for ``ts``, which the row holds
+# to the microsecond; ``secrets``: the secret values they were masked with
+# (common.redact.secret_values); ``decisions``: each row's decision as the ledger
+# recorded it (runs.persistence.decisions.decision_of) or None, in order.
 events_stored = Signal()

@@ -147,8 +147,22 @@ def common_env(run: RunEndpoints) -> dict[str, str]:
     }
 
 
+# Claude Code is a Bun executable, and Bun's fetch pools a connection even when the
+# response says ``Connection: close``; the agent container's relay carries one request
+# a connection (sandbox.egress.proxy) and closes it after the response. A request sent
+# on a pooled connection in the moment before that close arrives is cut (seen: the
+# request after an answer with no body, a 202, 401 or 405, goes on its connection);
+# when that is MCP's ``notifications/initialized``, which Claude Code does not retry,
+# it reports the harness server "failed" and runs without its tools. Asked for in
+# the request itself, ``Connection: close`` keeps Bun from pooling the connection.
+# Its start-up HEAD to the model's base URL still asks for keep-alive (no setting of
+# Claude Code's changes that but a proxy's); the launcher tells a failed connection.
+NO_REUSE = {"Connection": "close"}
+
+
 def _claude(run: RunEndpoints, prompt: str, executable: str) -> Launch:
-    mcp = {"mcpServers": {MCP_SERVER: {"type": "http", "url": run.mcp_url, "headers": {"Authorization": f"Bearer ${{{TOKEN_ENV}}}"}}}}
+    headers = {"Authorization": f"Bearer ${{{TOKEN_ENV}}}", **NO_REUSE}
+    mcp = {"mcpServers": {MCP_SERVER: {"type": "http", "url": run.mcp_url, "headers": headers}}}
     settings = {
         "permissions": {
             "defaultMode": "dontAsk",
@@ -213,6 +227,9 @@ def _claude(run: RunEndpoints, prompt: str, executable: str) -> Launch:
         "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1",
         "CLAUDE_CODE_IDE_SKIP_AUTO_INSTALL": "1",
         "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1",
+        # Its model requests share the relay's origin with the MCP endpoint's: none is
+        # pooled either, so no MCP request can be sent on one being closed (NO_REUSE).
+        "ANTHROPIC_CUSTOM_HEADERS": "\n".join(f"{name}: {value}" for name, value in NO_REUSE.items()),
         # Its first turn waits for the harness server's tools (headless, it connects MCP
         # servers in the background and may ask its model before they are listed), and a
         # slow endpoint (through the agent container's relay, on a loaded worker) is
@@ -231,6 +248,11 @@ def _toml(value: object) -> str:
     if isinstance(value, str | list):
         return json.dumps(value)
     raise TypeError(f"no TOML for {value!r}")
+
+
+def _toml_table(value: dict[str, str]) -> str:
+    # An inline table, its keys quoted as basic strings.
+    return "{ " + ", ".join(f"{_toml(key)} = {_toml(item)}" for key, item in value.items()) + " }"
 
 
 def _codex(run: RunEndpoints, prompt: str, executable: str) -> Launch:
@@ -253,10 +275,15 @@ def _codex(run: RunEndpoints, prompt: str, executable: str) -> Launch:
         f"base_url = {_toml(run.proxy.openai)}",
         f"env_key = {_toml(TOKEN_ENV)}",
         'wire_api = "responses"',
+        # Codex's HTTP client pools connections as Bun's does (see NO_REUSE; seen cutting
+        # MCP's notifications/initialized, which Codex retried three times on the same
+        # pool and then refused to start); asked for in each request, it does not.
+        f"http_headers = {_toml_table(NO_REUSE)}",
         "",
         f"[mcp_servers.{MCP_SERVER}]",
         f"url = {_toml(run.mcp_url)}",
         f"bearer_token_env_var = {_toml(TOKEN_ENV)}",
+        f"http_headers = {_toml_table(NO_REUSE)}",
         'default_tools_approval_mode = "approve"',
         # Without it Codex may send its first turn before the server's tools are listed
         # (a slow endpoint: through the agent container's relay), so the model's first
@@ -377,3 +404,35 @@ def parse_version(output: str) -> str | None:
     "codex-cli 0.171.0", "0.61.0")."""
     found = _VERSION.search(output)
     return found.group(1) if found else None
+
+
+# What a CLI's transcript says of its connection to the harness MCP server, as
+# :func:`mcp_report` reads it: the server's status, "connected" when it is usable.
+CONNECTED = "connected"
+# Codex's words (standard error, then exit status 1) when a required MCP server did not start.
+CODEX_REQUIRED_FAILED = b"required MCP servers failed to initialize"
+
+
+def mcp_report(preset: Preset, line: bytes) -> str | None:
+    """The status of the harness MCP server that one line of the CLI's transcript
+    reports ("connected", "failed", "needs-auth", "pending", or "absent" when the CLI
+    lists its servers without it), None when the line is no such report. Claude Code's
+    stream-json opens with a ``system``/``init`` line listing its MCP servers and their
+    status once it has tried to connect them (``MCP_CONNECTION_NONBLOCKING=false``).
+    Codex, whose harness server is ``required``, says on standard error that it could
+    not start without it (its only report: a connected server goes unmentioned). Gemini
+    CLI's transcript says nothing of it in a form read here."""
+    if preset == "codex":
+        return "failed" if CODEX_REQUIRED_FAILED in line else None
+    if preset != "claude-code" or not line.startswith(b'{"type":"system"'):
+        return None
+    try:
+        said = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(said, dict) or said.get("subtype") != "init" or not isinstance(said.get("mcp_servers"), list):
+        return None
+    for server in said["mcp_servers"]:
+        if isinstance(server, dict) and server.get("name") == MCP_SERVER:
+            return str(server.get("status") or "unknown")
+    return "absent"

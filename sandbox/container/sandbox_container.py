@@ -61,6 +61,7 @@ from sandbox.container.exec_watch import (
     wrapped,
 )
 from sandbox.container.output import OutputCapture
+from sandbox.container.pool import current as current_pool
 from sandbox.container.spec import (
     DEFAULT_SCOPE,
     LABEL_MANAGED,
@@ -93,6 +94,7 @@ class SandboxContainer:
         image_digest: str,
         scope: str = DEFAULT_SCOPE,
         role: str = ROLE_MAIN,
+        proved_state: dict[str, Any] | None = None,
     ) -> None:
         self._client = client
         self.id = container_id
@@ -106,8 +108,9 @@ class SandboxContainer:
         self.lost: str | None = None
         self._restarted_by_us = False
         # The engine's account of the container once it proved the workspace read-only
-        # (``_read_only_state``); None until then, and again after a restart of ours.
-        self._proved_state: dict[str, Any] | None = None
+        # (``_read_only_state``; for a pooled container, when the pool started it);
+        # None until then, and again after a restart of ours.
+        self._proved_state: dict[str, Any] | None = proved_state
         self._cgroup = ContainerCgroup(container_id, spec.runtime)
         # The output stream of the execution in flight, so a kill can cut it locally.
         self._stream_lock = threading.Lock()
@@ -125,17 +128,50 @@ class SandboxContainer:
         role: str = ROLE_MAIN,
         scope: str = DEFAULT_SCOPE,
         client: docker.DockerClient | None = None,
+        pooled: bool = True,
     ) -> SandboxContainer:
-        """The run's running container in ``role``: reused when one with the same
-        spec and workspace exists (a resumed run), else created. A reused container is found
+        """The run's running container in ``role``: one of the process's pool
+        (``pooled``; see ``from_pool``), else reused when one with the same spec and
+        workspace exists (a resumed run), else created. A reused container is found
         after its driver died or lost the run, so whatever that driver left running
         (a check it was waiting for) is killed first: nothing but this run's next
         execution may change the workspace. An engine that fails raises
         SandboxUnavailable."""
         try:
-            return cls._start(run_id, role, workspace_dir, spec, scope, client or shared_client())
+            # Inside the try: making the client asks the engine its version, which an
+            # engine that is down refuses like any other request.
+            client = client or shared_client()
+            if pooled and (taken := cls.from_pool(run_id, workspace_dir, spec, role=role, scope=scope, client=client)) is not None:
+                return taken
+            return cls._start(run_id, role, workspace_dir, spec, scope, client)
         except ENGINE_ERRORS as exc:
             raise unavailable(exc, "starting the sandbox container") from None
+
+    @classmethod
+    def from_pool(
+        cls,
+        run_id: str,
+        workspace_dir: Path,
+        spec: ContainerSpec,
+        *,
+        role: str = ROLE_MAIN,
+        scope: str = DEFAULT_SCOPE,
+        client: docker.DockerClient | None = None,
+    ) -> SandboxContainer | None:
+        """A container of the process's pool (``sandbox.container.pool``) made the run's,
+        or None. Taking one moves the workspace's entries into the container's mounted
+        directory, so it must not overlap anything that reads or writes the workspace."""
+        pool = current_pool()
+        if pool is None:
+            return None
+        try:
+            client = client or shared_client()
+        except ENGINE_ERRORS:
+            return None  # the start without the pool meets the engine's failure and says so
+        taken = pool.take(run_id, role, workspace_dir, spec, scope, client)
+        if taken is None:
+            return None
+        return cls(client, taken.container_id, run_id, spec, taken.image_digest, scope, role, proved_state=taken.state)
 
     @classmethod
     def _start(

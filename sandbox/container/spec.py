@@ -143,17 +143,42 @@ def pinned_role(image: str) -> str:
 
 
 def container_name(scope: str, run_id: str, role: str) -> str:
-    return re.sub(r"[^a-zA-Z0-9_.-]", "-", f"harness-{scope}-{run_id}-{role}")[:200]
+    return docker_name(f"harness-{scope}-{run_id}-{role}")[:200]
+
+
+def docker_name(text: str) -> str:
+    """``text`` with what Docker refuses in a container's name replaced."""
+    return re.sub(r"[^a-zA-Z0-9_.-]", "-", text)
+
+
+def run_of_name(name: str, scope: str, role: str) -> str | None:
+    """The run whose container in ``role`` is called ``name`` (``container_name``'s
+    inverse), or None. Exact only for a run id the name carries unchanged, which is why
+    the pool hands its containers only to such runs (``sandbox.container.pool``)."""
+    prefix, suffix = _name_parts(scope, role)
+    if len(name) > len(prefix) + len(suffix) and name.startswith(prefix) and name.endswith(suffix):
+        return name[len(prefix) : len(name) - len(suffix)]
+    return None
+
+
+def _name_parts(scope: str, role: str) -> tuple[str, str]:
+    return docker_name(f"harness-{scope}-"), docker_name(f"-{role}")
 
 
 def create_container(client: docker.DockerClient, run_id: str, role: str, source: str, spec: ContainerSpec, scope: str) -> Container:
     """A new container for the run in ``role`` (not started yet), the workspace at
     ``source`` mounted read-only."""
+    return create_named(client, container_name(scope, run_id, role), labels(run_id, role, scope, spec), source, spec)
+
+
+def create_named(client: docker.DockerClient, name: str, labels: dict[str, str], source: str, spec: ContainerSpec) -> Container:
+    """A new sandbox container (not started yet) called ``name``: a run's, or one the
+    pool starts before any run asks (``sandbox.container.pool``), made alike."""
     return client.containers.create(
         spec.image,
         command=["python3", REAPER],
-        name=container_name(scope, run_id, role),
-        labels=labels(run_id, role, scope, spec),
+        name=name,
+        labels=labels,
         environment=dict(SANDBOX_ENV),
         tmpfs=spec.tmpfs,
         hostname="sandbox",

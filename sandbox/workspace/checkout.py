@@ -27,14 +27,17 @@ and each way is ruled out before the index is trusted:
 - git's own refusals (a path it will not write) fail the checkout, which then is made
   and walked as before.
 
-And it is never the last word: the full walk runs when a worker picks the run up,
-before any step, so a checkout that differed all the same stops the run with
-``revision_mismatch`` before its revision vouched for anything. What this saves is the
-second of those two walks, not the verification."""
+And it is not the last word: the full walk runs before publish is previewed or
+ships and before the run completes, so a checkout that differed all the same stops
+the run with ``revision_mismatch`` before its revision vouched for anything; and every
+file a diff shows is read back against the blob hash the index records. The pickup
+right after preparation does not walk it (``RunWorkspace.picked_up``): that walk
+would read back what git has just written, in a directory nobody else writes."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -42,11 +45,13 @@ from pathlib import Path
 from sandbox.vcs.remote import RemoteAccess, git_environment
 from sandbox.workspace.fileops import MAX_DEPTH
 from sandbox.workspace.hashing import EMPTY_TREE, LINK_MODE, TREE_MODE, git_hash
-from sandbox.workspace.revision import parse_tree, tree_body
 from sandbox.workspace.sources import git
 
 BLOB_MODES = {b"100644", b"100755", LINK_MODE}
 REFUSED_NAMES = {b"", b".", b".."}
+GIT_NAMES = {b".git", b".gitattributes"}  # refused in any case
+# A tree entry: its mode, a space, its name up to a NUL, then its object's 20 bytes.
+ENTRY = re.compile(rb"([0-9]+) ([^\0]*)\0(.{20})", re.DOTALL)
 SYMLINK_MAX = 4095
 GIT_TIMEOUT = 600
 
@@ -64,6 +69,7 @@ def commit_trees(git_dir: Path, commit: str) -> tuple[str, dict[bytes, bytes]]:
     if root == EMPTY_TREE:
         return root, {}
     trees: dict[bytes, bytes] = {}
+    subtrees: dict[bytes, list[bytes]] = {}  # each tree's trees, for the deepest path below
     level = [bytes.fromhex(root)]
     depth = 0
     while level:
@@ -74,8 +80,9 @@ def commit_trees(git_dir: Path, commit: str) -> tuple[str, dict[bytes, bytes]]:
         for sha, body in _objects(git_dir, level, b"tree"):
             entries = _checked(sha, body)
             trees[sha] = body
-            below += [child for mode, child in entries.values() if mode == TREE_MODE and child not in trees]
-            links += [child for mode, child in entries.values() if mode == LINK_MODE]
+            subtrees[sha] = [child for mode, _name, child in entries if mode == TREE_MODE]
+            below += [child for child in subtrees[sha] if child not in trees]
+            links += [child for mode, _name, child in entries if mode == LINK_MODE]
         for _sha, target in _objects(git_dir, links, b"blob"):
             if not target or b"\0" in target or len(target) > SYMLINK_MAX:
                 raise NotTrusted("a symlink's target cannot be written as git stores it")
@@ -84,7 +91,7 @@ def commit_trees(git_dir: Path, commit: str) -> tuple[str, dict[bytes, bytes]]:
     # A tree met again deeper down was read at its shallowest place: the deepest
     # path is measured over the trees, as the walk will descend it.
     try:
-        deepest = _height(bytes.fromhex(root), trees, {}) - 1
+        deepest = _height(bytes.fromhex(root), subtrees, {}) - 1
     except RecursionError:
         deepest = MAX_DEPTH + 1
     if deepest > MAX_DEPTH:
@@ -92,25 +99,40 @@ def commit_trees(git_dir: Path, commit: str) -> tuple[str, dict[bytes, bytes]]:
     return root, trees
 
 
-def _height(sha: bytes, trees: dict[bytes, bytes], known: dict[bytes, int]) -> int:
+def _height(sha: bytes, subtrees: dict[bytes, list[bytes]], known: dict[bytes, int]) -> int:
     if sha not in known:
-        children = [child for mode, child in parse_tree(trees[sha]).values() if mode == TREE_MODE]
-        known[sha] = 1 + max((_height(child, trees, known) for child in children), default=0)
+        known[sha] = 1 + max((_height(child, subtrees, known) for child in subtrees[sha]), default=0)
     return known[sha]
 
 
-def _checked(sha: bytes, body: bytes) -> dict[bytes, tuple[bytes, bytes]]:
-    try:
-        entries = parse_tree(body)
-    except ValueError:
-        raise NotTrusted(f"tree {sha.hex()} is malformed") from None
-    if not entries or git_hash(b"tree", body) != sha or tree_body(entries) != body:
+def _checked(sha: bytes, body: bytes) -> list[tuple[bytes, bytes, bytes]]:
+    """The tree's entries (mode, name, sha) in order, checked: a well-formed tree of
+    this hash, in git's canonical form (each name once, sorted as git sorts, a tree as
+    its name and "/"), of the four modes git writes and names it writes as given.
+    Checked over the whole body at once where it can be: this runs for every
+    directory of the repository while git checks the files out."""
+    entries: list[tuple[bytes, bytes, bytes]] = ENTRY.findall(body)
+    if sum(len(mode) + len(name) + 22 for mode, name, _child in entries) != len(body):
+        raise NotTrusted(f"tree {sha.hex()} is malformed")
+    names = [name for _mode, name, _child in entries]
+    keys = [name + b"/" if mode == TREE_MODE else name for mode, name, _child in entries]
+    if (
+        not entries
+        or git_hash(b"tree", body) != sha
+        or len(set(names)) != len(names)
+        or any(before >= after for before, after in zip(keys, keys[1:], strict=False))
+    ):
         raise NotTrusted(f"tree {sha.hex()} is empty or not in git's canonical form")
-    for name, (mode, _child) in entries.items():
-        if mode not in BLOB_MODES and mode != TREE_MODE:
-            raise NotTrusted(f"tree {sha.hex()} holds an entry of mode {mode.decode(errors='replace')}")
-        if name in REFUSED_NAMES or b"/" in name or name.lower() in (b".git", b".gitattributes"):
-            raise NotTrusted(f"tree {sha.hex()} holds the name {name!r}")
+    modes = {mode for mode, _name, _child in entries}
+    if not modes <= BLOB_MODES | {TREE_MODE}:
+        odd = min(modes - BLOB_MODES - {TREE_MODE})
+        raise NotTrusted(f"tree {sha.hex()} holds an entry of mode {odd.decode(errors='replace')}")
+    # Names hold no NUL (the parse ends them there): joined with NULs, one search
+    # each finds a refused name or a slash in any of them.
+    joined = b"\0" + b"\0".join(names).lower() + b"\0"
+    if b"/" in joined or any(b"\0" + refused + b"\0" in joined for refused in REFUSED_NAMES | GIT_NAMES):
+        odd = next(n for n in names if n in REFUSED_NAMES or b"/" in n or n.lower() in GIT_NAMES)
+        raise NotTrusted(f"tree {sha.hex()} holds the name {odd!r}")
     return entries
 
 

@@ -8,8 +8,8 @@ to a file this process has just created (``O_EXCL``, in a directory it has just 
 which nobody else writes during preparation), owned by the sandbox's uid from its
 creation, linked into the pristine tree, and its blob hash is that of the very bytes
 written; the tree objects are made along the way, as the full walk would make them,
-and become the revision index. The walk every pickup runs before the first step
-verifies them all the same.
+and become the revision index. The full walks before publish and completion (and
+at every pickup but the one right after preparation) verify them all the same.
 
 As ``copytree`` did: symlinks are copied as symlinks, special files and ``.git`` at
 the top (and the cache directories) are left out, names outside the path grammar

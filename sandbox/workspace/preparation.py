@@ -65,8 +65,8 @@ def prepare_workspace(
         meta, trusted = _materialise(source, prepared, base_dir, allowed_roots, remotes, commit)
         if trusted is not None:
             # Born the sandbox's, and its tree known without a walk (the commit's, or
-            # hashed as it was copied): the walk that verifies it is the one every
-            # pickup runs before the first step.
+            # hashed as it was copied): walked in full before publish and completion,
+            # and at every pickup but the one that follows now.
             base = prepared.index.adopt(*trusted)
         else:
             # Checks only read the tree (it is mounted read-only), but a source may hold
@@ -83,10 +83,13 @@ def prepare_workspace(
             if open_workspace(root) is None:  # not a concurrent preparation that won
                 raise
             shutil.rmtree(staging, ignore_errors=True)
+            return RunWorkspace(root)  # made by the other preparation: its pickup reads it in full
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return RunWorkspace(root)
+    # Its revision was proven as it was made (walked, hashed as copied, or the
+    # commit's own trees), in a staging directory nobody else writes.
+    return RunWorkspace(root, made_now=True)
 
 
 def _materialise(

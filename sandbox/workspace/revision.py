@@ -14,8 +14,9 @@ quota limits), set by every full walk and moved by what each write adds or frees
 The full walk stays the judge. It builds the index at preparation (unless the
 preparation proved the tree otherwise: a git checkout adopts the commit's own tree
 objects, ``sandbox/workspace/checkout.py``), and ``verify`` runs it wherever a value is about to be relied on after a time nobody watched the
-tree: when a worker picks a run up, before publish is previewed or ships, and before
-a run completes. A check is not walked after: it sees the workspace through a mount
+tree: when a worker picks a run up (unless that worker has just made the workspace,
+``RunWorkspace.picked_up``), before publish is previewed or ships, and before a run
+completes. A check is not walked after: it sees the workspace through a mount
 the container proves read-only before every execution (``sandbox/container/sandbox_container.py``), so
 it cannot have changed it, and anything else that changed it went around the
 harness's tools, which the next of those walks finds. Before every write the paths
@@ -40,7 +41,7 @@ from pathlib import Path
 
 from core.ports import RevisionMismatch
 from sandbox.workspace import fileops
-from sandbox.workspace.hashing import EMPTY_TREE, LINK_MODE, TREE_MODE, TreeHasher, git_hash
+from sandbox.workspace.hashing import EMPTY_TREE, LINK_MODE, TREE_MODE, TreeHasher, allocated, git_hash
 
 WHOLE_TREE = "*"  # the pending marker of a check: a crash inside it is followed by a full walk
 
@@ -80,10 +81,18 @@ class RevisionIndex:
     def adopt(self, root: str, trees: dict[bytes, bytes]) -> str:
         """At preparation, when the tree is a checkout proven to be ``root`` without a
         walk (``sandbox/workspace/checkout.py``): its tree objects become the index, ``root``
-        the base and current revision. The walk that records ``usage`` is the next
-        ``verify``, which a worker runs when it picks the run up."""
+        the base and current revision. ``usage`` is counted when first asked for."""
+        # Written plainly, not renamed into place one by one: the index of a workspace
+        # being prepared is in its staging directory, which a crash discards whole.
+        self.objects.mkdir(parents=True, exist_ok=True)
         for sha, body in trees.items():
-            self._store_body(sha, body)
+            fd = os.open(self.objects / sha.hex(), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                left = memoryview(body)
+                while left:
+                    left = left[os.write(fd, left) :]
+            finally:
+                os.close(fd)
         self._write("HEAD", root)
         self._write("BASE", root)
         return root
@@ -126,13 +135,19 @@ class RevisionIndex:
         return walked
 
     def usage(self) -> int:
-        """The bytes the workspace holds, without a walk (one when no full walk has
-        recorded it yet). A write's new directories are not counted until the next
-        full walk: a few blocks each, against a quota in megabytes."""
+        """The bytes the workspace holds, without a walk (when no full walk has
+        recorded it yet, a workspace adopted at preparation: the entries' status
+        alone, no file read). A write's new directories are not counted until the
+        next full walk: a few blocks each, against a quota in megabytes."""
         text = self._read("usage")
         if text is None:
-            self.verify()
-            text = self._read("usage") or "0"
+            try:
+                counted = allocated(self.tree)
+            except (fileops.FileRefused, OSError, RecursionError):
+                self.verify()  # which fails, saying why, as for any tree it cannot walk
+                return int(self._read("usage") or "0")
+            self._write("usage", str(counted))
+            return counted
         return int(text)
 
     @contextmanager

@@ -76,8 +76,11 @@ class PatchSet:
 
 
 class RunWorkspace:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, made_now: bool = False) -> None:
         self.root = root
+        # Made by this process just now (``prepare_workspace``) and not written or
+        # run in since: the pickup that follows need not read it again.
+        self._made_now = made_now
         self.dir = root / "workspace"
         self.pristine = root / "pristine"
         self.pristine_git = root / "source.git"
@@ -114,18 +117,33 @@ class RunWorkspace:
         """A full walk that must agree with the maintained revision (or RevisionMismatch)."""
         return self.index.verify()
 
+    def picked_up(self) -> str:
+        """What a worker relies on as it picks the run up (``core.ports.Workspace``):
+        the maintained revision once, right after this process made the workspace,
+        else (and ever after) a full walk. Whatever changed the tree meanwhile
+        without the harness's tools (nothing can: it was made in a staging directory
+        renamed into place, and containers mount it read-only) is found by the full
+        walk before publish and before the run completes."""
+        if self._made_now:
+            self._made_now = False
+            return self.revision()
+        return self.verify()
+
     def reread(self) -> str:
         """After something other than the harness's tools changed the tree: the full
         walk's value becomes the revision."""
+        self._made_now = False
         return self.index.rebuild()
 
     # -- the only writers -------------------------------------------------------------
 
     def write_file(self, path: str, text: str) -> dict[str, object]:
+        self._made_now = False
         with self.index.writing([path]):
             return fileops.write_file(self.dir, path, text)
 
     def apply_patch(self, patch_text: str) -> dict[str, object]:
+        self._made_now = False
         planned = fileops.plan_patch(self.dir, patch_text)
         with self.index.writing([change.path for change in planned]):
             return fileops.apply_planned(self.dir, planned)
@@ -134,6 +152,7 @@ class RunWorkspace:
         """Around a check: code the harness does not control, which sees the workspace
         through a mount its container proves read-only, so nothing is walked after it
         (a crash inside has the next worker walk the tree)."""
+        self._made_now = False
         return self.index.writing([WHOLE_TREE])
 
     def repository_context(self, write_paths: Sequence[str], allowed_tools: Sequence[str]) -> RepositoryContext:

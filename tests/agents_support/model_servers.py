@@ -19,6 +19,12 @@ the CLI (a title, a quota probe, a check on who speaks next) and is answered wit
 reached the model; each answer has its usage (input and output tokens) as the provider
 reports it, so a proxy in between can count them.
 
+Several agents at once (a trial's runs: tests/test_trial_agents.py): ``per_model_server``
+gives each model its own script, and each conversation takes its turns from its own
+history (the model's turns it already holds), so runs sharing the server never take each
+other's turns. Each answered generation's usage is kept by model (``answered``), which a
+test counts against what the model proxy recorded.
+
 Standard library only: a threaded ``http.server`` on a free port, stopped by the
 context manager.
 """
@@ -108,6 +114,25 @@ def _namespaced(body: Any, name: str) -> dict[str, str]:
     return {"name": name}
 
 
+def conversation_turns(body: Any) -> int:
+    """How many turns of the model's a request's conversation already holds, whatever
+    the provider's shape: the next turn of a per-conversation script is this one."""
+    if not isinstance(body, dict):
+        return 0
+    items = body.get("messages") or body.get("contents") or body.get("input")
+    if not isinstance(items, list):
+        return 0
+    turns = 0
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if item.get("role") in ("assistant", "model") and item.get("type", "message") == "message":
+            turns += 1  # Anthropic, Chat Completions, Gemini; a Responses assistant message
+        elif item.get("type") == "function_call":
+            turns += 1  # a Responses function call (one per scripted turn)
+    return turns
+
+
 def _tokens(body: Any) -> int:
     """A stable stand-in for the prompt's token count: its JSON length / 4."""
     return max(1, len(json.dumps(body)) // 4)
@@ -128,6 +153,11 @@ class ModelServer:
     side_text: str = "ok"
     requests: list[Recorded] = field(default_factory=list)
     port: int = 0
+    # Set: a script per model (a model name, or its prefix), each conversation taking
+    # its turns from its own history (conversation_turns) instead of one shared script.
+    scripts: Mapping[str, Sequence[Turn]] | None = None
+    # (model, input tokens, output tokens) of each generation answered, in order.
+    answered: list[tuple[str, int, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -151,14 +181,35 @@ class ModelServer:
 
     # Taking turns
 
-    def _take(self, body: Any) -> tuple[int | None, Turn]:
+    def _take(self, body: Any, model: str = "") -> tuple[int | None, Turn]:
         with self._lock:
             if not offered_tools(body):
                 return None, Text(self.side_text)
-            index = self._next
-            self._next += 1
-            turn = self.script[index] if index < len(self.script) else Text(SPENT)
+            if self.scripts is not None:
+                script = self.script_of(model or str(body.get("model", "")))
+                index = conversation_turns(body)
+            else:
+                script, index = self.script, self._next
+                self._next += 1
+            turn = script[index] if index < len(script) else Text(SPENT)
             return index, turn
+
+    def script_of(self, model: str) -> Sequence[Turn]:
+        assert self.scripts is not None
+        for name, script in self.scripts.items():
+            if model == name or model.startswith(name + "-"):
+                return script
+        return [Text(f"(no script for the model {model!r})")]
+
+    def _answered(self, model: str, usage_in: int, usage_out: int) -> None:
+        with self._lock:
+            self.answered.append((model, usage_in, usage_out))
+
+    def tokens_of(self, model: str) -> tuple[int, int]:
+        """Input and output tokens the server answered for ``model`` (and its dated variants)."""
+        with self._lock:
+            mine = [(i, o) for m, i, o in self.answered if m == model or m.startswith(model + "-")]
+        return sum(i for i, _ in mine), sum(o for _, o in mine)
 
     def new_id(self, prefix: str) -> str:
         return f"{prefix}_{next(self._ids):04d}"
@@ -180,6 +231,7 @@ class ModelServer:
             block = {"type": "text", "text": turn.text}
             stop = "end_turn"
         usage_out = max(1, len(json.dumps(block)) // 4)
+        self._answered(str(body.get("model", self.model)), usage_in, usage_out)
         usage = {"input_tokens": usage_in, "output_tokens": usage_out, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
         message = {
             "id": message_id,
@@ -248,6 +300,7 @@ class ModelServer:
             }
         usage_in = _tokens(body)
         usage_out = max(1, len(json.dumps(item)) // 4)
+        self._answered(str(body.get("model", self.model)), usage_in, usage_out)
         usage = {
             "input_tokens": usage_in,
             "input_tokens_details": {"cached_tokens": 0},
@@ -351,6 +404,7 @@ class ModelServer:
             message = {"role": "assistant", "content": turn.text}
             finish = "stop"
         usage_out = max(1, len(json.dumps(message)) // 4)
+        self._answered(str(model), usage_in, usage_out)
         usage = {"prompt_tokens": usage_in, "completion_tokens": usage_out, "total_tokens": usage_in + usage_out}
         base = {"id": chat_id, "created": int(time.time()), "model": model}
         if not body.get("stream"):
@@ -376,14 +430,15 @@ class ModelServer:
 
     # Gemini generateContent
 
-    def gemini(self, body: Any, stream: bool) -> tuple[int | None, int, str, bytes]:
-        index, turn = self._take(body)
+    def gemini(self, body: Any, stream: bool, model: str = "") -> tuple[int | None, int, str, bytes]:
+        index, turn = self._take(body, model)
         if isinstance(turn, ToolCall):
             part: dict[str, Any] = {"functionCall": {"name": turn.name, "args": dict(turn.args)}}
         else:
             part = {"text": turn.text}
         usage_in = _tokens(body)
         usage_out = max(1, len(json.dumps(part)) // 4)
+        self._answered(model or self.model, usage_in, usage_out)
         answer = {
             "candidates": [{"content": {"role": "model", "parts": [part]}, "finishReason": "STOP", "index": 0}],
             "usageMetadata": {"promptTokenCount": usage_in, "candidatesTokenCount": usage_out, "totalTokenCount": usage_in + usage_out},
@@ -434,6 +489,11 @@ def _read_body(handler: BaseHTTPRequestHandler) -> bytes:
     return raw
 
 
+def _gemini_model(path: str) -> str:
+    """``/v1beta/models/gemini-2.5-pro:generateContent`` names its model in the path."""
+    return path.rsplit("/", 1)[-1].split(":", 1)[0]
+
+
 def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -472,9 +532,9 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
             elif self.command == "POST" and path.endswith(":countTokens"):
                 status, kind, payload = 200, "application/json", json.dumps({"totalTokens": _tokens(body)}).encode()
             elif self.command == "POST" and path.endswith(":streamGenerateContent"):
-                turn, status, kind, payload = server.gemini(body, stream=True)
+                turn, status, kind, payload = server.gemini(body, stream=True, model=_gemini_model(path))
             elif self.command == "POST" and path.endswith(":generateContent"):
-                turn, status, kind, payload = server.gemini(body, stream=False)
+                turn, status, kind, payload = server.gemini(body, stream=False, model=_gemini_model(path))
             elif self.command in ("GET", "HEAD") and path.rstrip("/").endswith("/models"):
                 status, kind, payload = 200, "application/json", server.models()
             else:
@@ -493,7 +553,20 @@ def _handler(server: ModelServer) -> type[BaseHTTPRequestHandler]:
 
 @contextmanager
 def model_server(script: Sequence[Turn], model: str = "scripted-model") -> Iterator[ModelServer]:
-    server = ModelServer(script, model)
+    with _serving(ModelServer(script, model)) as server:
+        yield server
+
+
+@contextmanager
+def per_model_server(scripts: Mapping[str, Sequence[Turn]]) -> Iterator[ModelServer]:
+    """A server where each model has its own script and each conversation its own turns
+    (several agents' runs at once, each CLI naming its own model)."""
+    with _serving(ModelServer([], scripts=dict(scripts))) as server:
+        yield server
+
+
+@contextmanager
+def _serving(server: ModelServer) -> Iterator[ModelServer]:
     http = ThreadingHTTPServer(("127.0.0.1", 0), _handler(server))
     http.daemon_threads = True
     server.port = http.server_address[1]
