@@ -50,6 +50,7 @@ from machine import load, machine, now  # noqa: E402
 
 from bench.instructions import measured, parts  # noqa: E402
 from bench.loop_databases import PG_ADMIN_URL, Counter, counting_django  # noqa: E402
+from bench.loop_overhead import sent_at_each_commit  # noqa: E402
 from bench.loop_variants import harness_loop  # noqa: E402
 
 VARIANTS = ("off", "on")
@@ -159,6 +160,7 @@ def once(n: int) -> None:
         work()
         flush_broadcasts()
 
+    sent_at_each_commit()
     bench = Bench()
     for measure, counts in ((counted, (2,)), (lambda work: measured(functools.partial(counted, work)), (n, 2 * n))):
         for what in ("steps", "grants"):
