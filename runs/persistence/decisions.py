@@ -85,7 +85,25 @@ def decision_of(row: Event) -> dict[str, Any] | None:
     return _decision(row.seq, row.typed())
 
 
+# The events that record a decision (some only with the values ``_decision`` checks):
+# every other event of a batch is passed over with one look-up.
+_DECIDING = frozenset(
+    (
+        *GATE_KINDS,
+        ev.SecretsFound,
+        ev.ChangesRequested,
+        ev.ApprovalDecided,
+        ev.ApprovalConsumed,
+        ev.ApprovalRefused,
+        ev.ApprovalLapsed,
+        ev.KillRequested,
+    )
+)
+
+
 def _decision(seq: int, event: ev.Event) -> dict[str, Any] | None:
+    if type(event) not in _DECIDING:
+        return None
     call = {"call": event.call_id, "seq": seq}
     match event:
         case (
