@@ -17,6 +17,11 @@ only sets the tracing state aside while it runs; with no tracer set it changes n
 Valgrind runs a process tens of times slower, its start-up and imports included: one
 child measuring several parts in turn (``parts``) costs one start-up, not one each.
 
+Two identical runs agree when what the measured part does does not depend on the wall
+clock: the child's hash seed is fixed here, and a benchmark whose process has a thread
+waking on a timer (the harness's broadcasts) waits for it at fixed points
+(bench/loop_overhead.py, ``sent_at_each_commit``).
+
 Valgrind is a system package (``scripts/setup.sh`` installs it); ``available()`` says
 whether it is here. Counts are of the client process only: what an engine or a
 database server does for it is counted as requests or statements beside."""
@@ -70,7 +75,9 @@ def parts(argv: Sequence[str], expected: int, env: dict[str, str] | None = None,
             ],
             capture_output=True,
             text=True,
-            env=env if env is not None else dict(os.environ),
+            # One hash seed for every count: with a random one, each run lays out its
+            # dicts and sets differently, and the counts of two identical runs differ.
+            env={**(env if env is not None else os.environ), "PYTHONHASHSEED": "0"},
             timeout=timeout,
             check=False,
         )

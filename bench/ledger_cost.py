@@ -50,6 +50,7 @@ from machine import load, machine, now  # noqa: E402
 
 from bench.instructions import measured, parts  # noqa: E402
 from bench.loop_databases import PG_ADMIN_URL, Counter, counting_django  # noqa: E402
+from bench.loop_overhead import sent_at_each_commit  # noqa: E402
 from bench.loop_variants import harness_loop  # noqa: E402
 
 VARIANTS = ("off", "on")
@@ -84,7 +85,7 @@ class Bench:
         from runs.persistence.decisions import record_decisions
 
         on = variant == "on"
-        setattr(eventlog, "record_decisions", record_decisions if on else (lambda run_id, rows: None))  # noqa: B010 - a module's name, patched for the bench
+        setattr(eventlog, "record_decisions", record_decisions if on else (lambda run_id, rows, events: None))  # noqa: B010 - a module's name, patched for the bench
         setattr(flow, "keep", keep if on else (lambda shown: None))  # noqa: B010
 
     def run(self) -> Any:
@@ -159,6 +160,7 @@ def once(n: int) -> None:
         work()
         flush_broadcasts()
 
+    sent_at_each_commit()
     bench = Bench()
     for measure, counts in ((counted, (2,)), (lambda work: measured(functools.partial(counted, work)), (n, 2 * n))):
         for what in ("steps", "grants"):

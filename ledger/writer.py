@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
@@ -100,8 +101,9 @@ class Shown:
     def kept_elsewhere(cls, digest: str) -> Shown:
         return cls(keep=False, named=digest)
 
-    @property
+    @cached_property
     def digest(self) -> str:
+        # Asked for by the entry's row and by its canonical text: hashed once.
         return self.named or sha256(self.canonical)
 
 
@@ -183,17 +185,31 @@ def _write(decisions: Sequence[Decision]) -> list[tuple[int, str]]:
     projects = sorted({d.project_id for d in decisions if d.project_id is not None})
     now = timezone.now()
     kept = {d.shown.digest: d.shown.canonical.decode("utf-8") for d in decisions if d.shown.keep}
-    with transaction.atomic(savepoint=False):
-        if connection.vendor == "sqlite" and len(projects) <= 1:
-            project = projects[0] if projects else None
-            written = _write_on_known_heads(connection, decisions, project, kept, now) or _write_at_once(
-                connection, decisions, project, kept, now
-            )
-        elif connection.vendor == "postgresql" and len(projects) <= 1:
-            written = _write_at_once(connection, decisions, projects[0] if projects else None, kept, now)
-        else:
-            written = _write_in_steps(connection, decisions, projects, kept, now)
-        connection.on_commit(lambda: _count(decisions))
+    if not connection.in_atomic_block:
+        with transaction.atomic(savepoint=False):
+            return _write_chained(connection, decisions, projects, kept, now)
+    # Inside the caller's transaction (a checkpoint's batch), as a nested atomic block
+    # without a savepoint would be, less its bookkeeping: what fails here fails it.
+    try:
+        return _write_chained(connection, decisions, projects, kept, now)
+    except BaseException:
+        connection.needs_rollback = True
+        raise
+
+
+def _write_chained(
+    connection: Any, decisions: Sequence[Decision], projects: Sequence[int], kept: Mapping[str, str], now: datetime
+) -> list[tuple[int, str]]:
+    if connection.vendor == "sqlite" and len(projects) <= 1:
+        project = projects[0] if projects else None
+        written = _write_on_known_heads(connection, decisions, project, kept, now) or _write_at_once(
+            connection, decisions, project, kept, now
+        )
+    elif connection.vendor == "postgresql" and len(projects) <= 1:
+        written = _write_at_once(connection, decisions, projects[0] if projects else None, kept, now)
+    else:
+        written = _write_in_steps(connection, decisions, projects, kept, now)
+    connection.on_commit(lambda: _count(decisions))
     return written
 
 

@@ -9,57 +9,50 @@ the rule that matched, the decision); for a reviewer, the approval page's conten
 (runs.approval_flow.shown), which the reviewer's event names; for the rest, the event
 as stored. What a decider was shown is rebuilt from the event (``shown_contents``),
 so the ledger keeps no copy of it beside the log (for a reviewer, the flow keeps the
-page's content). Everything is taken from the rows as stored (masked), so an export can be
-checked against the run's log."""
+page's content). Everything is taken from the events as stored (masked: the typed event
+of a row masking changed is the row's, read back), so an export can be checked against
+the run's log."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from core import events as ev
+from core.call_record import CallRecord
 from ledger.models import Entry
 from ledger.verify import content_digest
 from ledger.writer import Actor, Decision, Shown, record, rule, system
 from runs.models import Event, Run
 
-# A stored event type -> the ledger's kind of decision, for the gates' events. The rows
-# are read as stored (their payloads, masked), not parsed into their classes: every
-# stored batch passes here, in the writer's transaction. The payload fields read below
-# are tied to the classes' by tests/test_ledger_decisions.py (each decision event's
-# example read here as its typed fields say).
-GATE_KINDS = {
-    ev.type_name(ev.InvalidInput): "gate.refused",
-    ev.type_name(ev.Denied): "gate.denied",
-    ev.type_name(ev.CallAdmitted): "gate.allowed",
-    ev.type_name(ev.ApprovalRequired): "gate.asked",
-    ev.type_name(ev.DuplicateEffect): "gate.refused",
-    ev.type_name(ev.WriteBlocked): "gate.refused",
-    ev.type_name(ev.CheckRequired): "gate.refused",
+# A gate's event -> the ledger's kind of decision.
+GATE_KINDS: dict[type[ev.Event], str] = {
+    ev.InvalidInput: "gate.refused",
+    ev.Denied: "gate.denied",
+    ev.CallAdmitted: "gate.allowed",
+    ev.ApprovalRequired: "gate.asked",
+    ev.DuplicateEffect: "gate.refused",
+    ev.WriteBlocked: "gate.refused",
+    ev.CheckRequired: "gate.refused",
 }
 # Who decided, for a gate's refusal that names no policy rule.
-GATE_RULES = {
-    ev.type_name(ev.DuplicateEffect): "effects already known",
-    ev.type_name(ev.WriteBlocked): "effects already known",
-    ev.type_name(ev.CheckRequired): "evidence",
+GATE_RULES: dict[type[ev.Event], str] = {
+    ev.DuplicateEffect: "effects already known",
+    ev.WriteBlocked: "effects already known",
+    ev.CheckRequired: "evidence",
 }
-SECRETS_FOUND = ev.type_name(ev.SecretsFound)
-CHANGES_REQUESTED = ev.type_name(ev.ChangesRequested)
-APPROVAL_DECIDED = ev.type_name(ev.ApprovalDecided)
-APPROVAL_CONSUMED = ev.type_name(ev.ApprovalConsumed)
-APPROVAL_REFUSED = ev.type_name(ev.ApprovalRefused)
-APPROVAL_LAPSED = ev.type_name(ev.ApprovalLapsed)
-KILL_REQUESTED = ev.type_name(ev.KillRequested)
 
 _projects: dict[str, int | None] = {}
 
 
-def record_decisions(run_id: str, rows: Sequence[Event]) -> list[dict[str, Any] | None]:
-    """The ledger's entries for the decision events among ``rows`` (just stored); each
-    row's decision (``decision_of``) or None, in order, for the listeners that tell them
-    too (a trace's span events: monitoring.spans), so none derives them again."""
-    found = [_decision(row) for row in rows]
+def record_decisions(run_id: str, rows: Sequence[Event], events: Sequence[ev.Event]) -> list[dict[str, Any] | None]:
+    """The ledger's entries for the decision events among ``rows`` (just stored; each
+    row's typed event as stored, masked values included, is ``events``' at its index);
+    each row's decision (``decision_of``) or None, in order, for the listeners that
+    tell them too (a trace's span events: monitoring.spans), so none derives them again."""
+    found = [_decision(row.seq, event) for row, event in zip(rows, events, strict=True)]
     decisions = [d for d in found if d is not None]
     if decisions:
         project_id = _project_of(run_id)
@@ -89,68 +82,92 @@ def decision_of(row: Event) -> dict[str, Any] | None:
     """The decision a stored event records, as its ledger entry names it (kind, actor,
     decided, shown, policy version), or None; for the trace's span events too
     (monitoring.spans)."""
-    return _decision(row)
+    return _decision(row.seq, row.typed())
 
 
-def _decision(row: Event) -> dict[str, Any] | None:
-    payload: Mapping[str, Any] = row.payload if isinstance(row.payload, dict) else {}
-    kind = row.type
-    call = {"call": row.call_id, "seq": row.seq}
-    if kind in GATE_KINDS:
-        return _gate(row, payload, call)
-    if kind == SECRETS_FOUND and payload.get("decision") == "refuse":
-        return _gate(row, payload, call, kind="gate.refused", by="secret scan")
-    if kind == CHANGES_REQUESTED and payload.get("repeated"):
-        # The identical call proposed again after a reviewer asked for changes: the
-        # approval gate refuses it with the same words, asking nobody.
-        return _gate(row, payload, call, kind="gate.refused", by="changes requested before")
-    if kind == APPROVAL_DECIDED:
-        decided = {
-            **call,
-            "request": payload.get("request_id"),
-            "reason": payload.get("reason"),
-            "grants": payload.get("grants"),
-            "needed": payload.get("needed"),
-            "self_approved": payload.get("self_approved"),
-        }
-        shown = str(payload.get("shown") or "")
-        return {
-            "kind": f"approval.{payload.get('decision')}",
-            "actor": _reviewer(payload),
-            "decided": decided,
-            # The approval page's content, kept by the flow (runs.approval_flow.shown); the
-            # event names its digest.
-            "shown": Shown.kept_elsewhere(shown) if shown else _held(payload),
-        }
-    if kind == APPROVAL_CONSUMED:
-        return {
-            "kind": "approval.consumed",
-            "actor": system("the run"),
-            "decided": {**call, "request": payload.get("request_id"), "key": payload.get("key")},
-            "shown": _held(payload),
-        }
-    if kind == APPROVAL_REFUSED:
-        return {
-            "kind": "approval.refused",
-            "actor": system("the run"),
-            "decided": {**call, "request": payload.get("request_id"), "reason": payload.get("reason")},
-            "shown": _held(payload),
-        }
-    if kind == APPROVAL_LAPSED:
-        return {
-            "kind": f"approval.{payload.get('status')}",
-            "actor": system("harness"),
-            "decided": {**call, "request": payload.get("request_id"), "reason": payload.get("reason")},
-            "shown": _held(payload),
-        }
-    if kind == KILL_REQUESTED:
-        return {
-            "kind": "operator.kill",
-            # The operator, or the API token they killed through.
-            "actor": _reviewer(payload),
-            "decided": {"scope": payload.get("scope"), "reason": payload.get("reason", ""), "seq": row.seq},
-            "shown": _held(payload),
-        }
+# The events that record a decision (some only with the values ``_decision`` checks):
+# every other event of a batch is passed over with one look-up.
+_DECIDING = frozenset(
+    (
+        *GATE_KINDS,
+        ev.SecretsFound,
+        ev.ChangesRequested,
+        ev.ApprovalDecided,
+        ev.ApprovalConsumed,
+        ev.ApprovalRefused,
+        ev.ApprovalLapsed,
+        ev.KillRequested,
+    )
+)
+
+
+def _decision(seq: int, event: ev.Event) -> dict[str, Any] | None:
+    if type(event) not in _DECIDING:
+        return None
+    call = {"call": event.call_id, "seq": seq}
+    match event:
+        case (
+            ev.InvalidInput()
+            | ev.Denied()
+            | ev.CallAdmitted()
+            | ev.ApprovalRequired()
+            | ev.DuplicateEffect()
+            | ev.WriteBlocked()
+            | ev.CheckRequired()
+        ):
+            return _gate(event, call)
+        case ev.SecretsFound(decision="refuse"):
+            return _gate(event, call, kind="gate.refused", by="secret scan")
+        case ev.ChangesRequested(repeated=True):
+            # The identical call proposed again after a reviewer asked for changes: the
+            # approval gate refuses it with the same words, asking nobody.
+            return _gate(event, call, kind="gate.refused", by="changes requested before")
+        case ev.ApprovalDecided():
+            decided = {
+                **call,
+                "request": event.request_id,
+                "reason": event.reason,
+                "grants": event.grants,
+                "needed": event.needed,
+                "self_approved": event.self_approved,
+            }
+            return {
+                "kind": f"approval.{event.decision}",
+                "actor": _reviewer(event.by, event.via),
+                "decided": decided,
+                # The approval page's content, kept by the flow (runs.approval_flow.shown); the
+                # event names its digest.
+                "shown": Shown.kept_elsewhere(event.shown) if event.shown else _held(event.payload()),
+            }
+        case ev.ApprovalConsumed():
+            return {
+                "kind": "approval.consumed",
+                "actor": system("the run"),
+                "decided": {**call, "request": event.request_id, "key": event.key},
+                "shown": _held(event.payload()),
+            }
+        case ev.ApprovalRefused():
+            return {
+                "kind": "approval.refused",
+                "actor": system("the run"),
+                "decided": {**call, "request": event.request_id, "reason": event.reason},
+                "shown": _held(event.payload()),
+            }
+        case ev.ApprovalLapsed():
+            return {
+                "kind": f"approval.{event.status}",
+                "actor": system("harness"),
+                "decided": {**call, "request": event.request_id, "reason": event.reason},
+                "shown": _held(event.payload()),
+            }
+        case ev.KillRequested():
+            return {
+                "kind": "operator.kill",
+                # The operator, or the API token they killed through.
+                "actor": _reviewer(event.by, event.via),
+                "decided": {"scope": event.scope, "reason": event.reason, "seq": seq},
+                "shown": _held(event.payload()),
+            }
     return None
 
 
@@ -176,7 +193,7 @@ def shown_contents(entries: Sequence[Entry]) -> dict[int, str]:
     seqs = {seq for _, seq in wanted}
     for row in Event.objects.filter(run_id__in=runs, seq__in=seqs):
         found_entry = wanted.get((str(row.run_id), row.seq))
-        decision = _decision(row) if found_entry is not None else None
+        decision = decision_of(row) if found_entry is not None else None
         if found_entry is None or decision is None:
             continue
         entry = found_entry
@@ -195,40 +212,82 @@ def _decided_seq(decided: str) -> int | None:
     return seq if isinstance(seq, int) else None
 
 
-def _reviewer(payload: Mapping[str, Any]) -> Actor:
-    by = str(payload.get("by", ""))
-    via = payload.get("via")
+def _reviewer(by: str, via: str) -> Actor:
     # As ledger.writer.person names a person deciding through a token.
     return Actor("token", f"{by} ({via})") if via else Actor("user", by)
 
 
-def _gate(
-    row: Event, payload: Mapping[str, Any], call: dict[str, Any], *, kind: str | None = None, by: str | None = None
-) -> dict[str, Any]:
-    """A gate's decision: the rule's inputs are what it was shown."""
-    found = payload.get("call")
-    record_of: Mapping[str, Any] = found if isinstance(found, dict) else {}
-    tool = payload.get("tool") or payload.get("for_tool") or record_of.get("tool")
-    args = payload.get("args", record_of.get("args"))
-    version = payload.get("policy_version", record_of.get("policy_version"))
-    matched = by or payload.get("rule") or GATE_RULES.get(row.type) or (f"gate {payload['gate']}" if "gate" in payload else row.type)
+_GateEvent = (
+    ev.InvalidInput
+    | ev.Denied
+    | ev.CallAdmitted
+    | ev.ApprovalRequired
+    | ev.DuplicateEffect
+    | ev.WriteBlocked
+    | ev.CheckRequired
+    | ev.SecretsFound
+    | ev.ChangesRequested
+)
+
+
+def _gate(event: _GateEvent, call: dict[str, Any], *, kind: str | None = None, by: str | None = None) -> dict[str, Any]:
+    """A gate's decision: the rule's inputs are what it was shown. A refusal that settles
+    a call takes the arguments, revision and policy version it does not name itself from
+    the call's record it carries."""
+    decided: dict[str, Any] = {**call}
+    effect: Mapping[str, Any] | None = None
+    tool: str | None
+    args: Mapping[str, Any] | None
+    revision: str | None
+    version: int | None
+    matched: str
+    match event:
+        case ev.CallAdmitted() | ev.ApprovalRequired():
+            tool, args, revision, version, matched = event.tool, event.args, event.revision, event.policy_version, event.rule
+            effect = event.effect
+            if isinstance(event, ev.ApprovalRequired):
+                decided.update(request_id=event.request_id, key=event.key)
+            decided["idempotency_key"] = event.idempotency_key
+        case ev.InvalidInput():
+            tool, args, revision, version, matched = None, None, None, None, f"gate {event.gate}"
+            decided["problems"] = [asdict(problem) for problem in event.problems]
+        case ev.CheckRequired():
+            tool, revision, matched = event.for_tool, event.revision, GATE_RULES[ev.CheckRequired]
+            args, _, version = _settled(event.call)
+            decided["missing"] = event.missing
+        case ev.Denied() | ev.SecretsFound():
+            tool, version, matched = event.tool, event.policy_version, event.rule if isinstance(event, ev.Denied) else ""
+            args, revision, _ = _settled(event.call)
+            decided["reason"] = event.reason
+            if isinstance(event, ev.SecretsFound):
+                decided["problems"] = [asdict(problem) for problem in event.problems]
+        case ev.DuplicateEffect() | ev.WriteBlocked() | ev.ChangesRequested():
+            tool, matched = event.tool, GATE_RULES.get(type(event), "")
+            args, revision, version = _settled(event.call)
+            if isinstance(event, ev.DuplicateEffect):
+                decided["idempotency_key"] = event.idempotency_key
+            elif isinstance(event, ev.ChangesRequested):
+                decided.update(request_id=event.request_id, key=event.key)
+    matched = by or matched or event.type
     inputs = {
         "tool": tool,
         "args": content_digest(args) if args is not None else None,
-        "revision": payload.get("revision", record_of.get("revision_before")),
+        "revision": revision,
         "policy_version": version,
         "rule": matched,
-        "decision": row.type,
-        "effect": content_digest(payload["effect"]) if payload.get("effect") is not None else None,
+        "decision": event.type,
+        "effect": content_digest(effect) if effect is not None else None,
     }
-    decided = {**call, "tool": tool, "decision": row.type}
-    for name in ("request_id", "key", "reason", "problems", "missing", "idempotency_key"):
-        if name in payload:
-            decided[name] = payload[name]
+    decided.update(tool=tool, decision=event.type)
     return {
-        "kind": kind or GATE_KINDS[row.type],
-        "actor": rule(str(matched)),
+        "kind": kind or GATE_KINDS[type(event)],
+        "actor": rule(matched),
         "decided": decided,
         "shown": _held(inputs),
-        "policy_version": version if isinstance(version, int) else None,
+        "policy_version": version,
     }
+
+
+def _settled(record: CallRecord | None) -> tuple[dict[str, Any] | None, str | None, int | None]:
+    """The arguments, revision before and policy version of the call's record a refusal carries."""
+    return (record.args, record.revision_before, record.policy_version) if record is not None else (None, None, None)

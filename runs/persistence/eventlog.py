@@ -105,19 +105,15 @@ def append_events(
         ]
         if not rows:
             return rows
+        as_given = [value is payload for (value, _), payload in zip(payloads, dumped, strict=True)]
         # The decisions among them are the ledger's entries, in this same transaction
-        # (runs.persistence.decisions): a decision not in the ledger did not happen.
-        decisions = record_decisions(run_id, rows)
+        # (runs.persistence.decisions): a decision not in the ledger did not happen. Its
+        # digests cover the events as stored: a row masking changed is read back.
+        as_stored = [e if given else row.typed() for e, given, row in zip(events, as_given, rows, strict=True)]
+        decisions = record_decisions(run_id, rows, as_stored)
         # Listeners (webhook notifications) record what they need in this same
         # transaction, so it commits or rolls back with the events.
-        events_stored.send(
-            sender=Event,
-            rows=rows,
-            events=events,
-            as_given=[value is payload for (value, _), payload in zip(payloads, dumped, strict=True)],
-            secrets=secrets,
-            decisions=decisions,
-        )
+        events_stored.send(sender=Event, rows=rows, events=events, as_given=as_given, secrets=secrets, decisions=decisions)
         last_seq = rows[-1].seq
         transaction.on_commit(lambda: ring_doorbell(str(run_id), last_seq))
     return rows
