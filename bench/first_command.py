@@ -7,33 +7,48 @@ with the container pool (sandbox/container/pool.py) and without it:
   start a new run with its own prepared workspace (prepared before the clock starts);
   the pool is warm (full) before each pooled start, as a worker's is between runs;
   median and p95 of each side, and the median of the per-pair ratios;
-- **a second command** in the same container right after each first one: the floor
-  under the same load, so the first command's excess over it is the start's own;
+- **a second command** in the same container after each first one, once the pool is
+  full again (the pool refills after a take's first command; its container start
+  under the floor would make the floor the slower of the two): the floor under the
+  same load, so the first command's excess over it is the start's own, given per
+  pair as added milliseconds and as a ratio (the medians of each side's pairs);
 - **requests to the engine** per start up to the first result, counted at the
   transport in the thread that starts the run (bench/engine_requests.py), the figure
   the machine's load does not change; beside it, what the pool's background thread
   sends to replace the container taken (off the run's path).
 
 Each runtime the engine has (runc; runsc, gVisor, if registered) is measured.
+``--baseline DIR`` measures the code checked out at DIR too (``git worktree add DIR
+main``, say), before and after interleaved in one run: ``--rounds`` rounds, each a
+process of each version in turn (the order alternating by round) measuring its share
+of the pairs with this benchmark's own code; the figures are of all of a version's
+pairs together.
 
-    python bench/first_command.py [--pairs N] [--runtimes runc,runsc] [--json]"""
+    python bench/first_command.py [--pairs N] [--runtimes runc,runsc] [--json]
+                                  [--baseline DIR [--rounds R]]"""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# --child --code DIR: the product's modules are the ones checked out at DIR.
+CODE = Path(sys.argv[sys.argv.index("--code") + 1]).resolve() if "--child" in sys.argv else ROOT
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(CODE))
 
 from machine import load, machine, now  # noqa: E402
 
@@ -57,6 +72,7 @@ POOL_SIZE = 2
 CHECK = CheckDef(check_id="first", command=["python3", "-c", "pass"], timeout_seconds=60)
 SIDES = ("pooled", "cold")
 FILL_SECONDS = 300
+T = TypeVar("T")
 
 
 def workspace(tmp: Path) -> tuple[str, RunWorkspace]:
@@ -89,14 +105,15 @@ def warm(pool: container_pool.ContainerPool, spec: ContainerSpec) -> list[str]:
 
 def one(tmp: Path, spec: ContainerSpec, side: str, pool: container_pool.ContainerPool) -> tuple[float, float, dict[str, int]]:
     """One start of ``side``: seconds to the first result, then to a second command's
-    in the same container (the floor under the same load), and the requests the
-    first sent."""
+    in the same container once the pool is full again (the floor under the same
+    load), and the requests the first sent."""
     run_id, prepared = workspace(tmp)
     idle = warm(pool, spec) if side == "pooled" else []
     with counting(this_thread=True) as seen:
         started = time.perf_counter()
         executor = first_command(run_id, prepared, spec, side == "pooled")
         elapsed = time.perf_counter() - started
+    warm(pool, spec)
     started = time.perf_counter()
     command(executor, "c2")
     second = time.perf_counter() - started
@@ -123,58 +140,108 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def measure(tmp: Path, runtime: str, image: str, count: int, pool: container_pool.ContainerPool) -> dict[str, Any]:
-    spec = ContainerSpec.from_limits(SandboxLimits(runtime=runtime), image)
+def sample(tmp: Path, spec: ContainerSpec, count: int, pool: container_pool.ContainerPool) -> dict[str, Any]:
+    """``count`` pairs, after one start of each side (the engine's and the image's
+    pages warm): each side's seconds to the first result, its floor's, and the
+    requests (the same in every start)."""
     pool.want(SCOPE, spec)
-    # One of each side first: the engine's and the image's pages warm.
     for side in SIDES:
         one(tmp, spec, side, pool)
-    times: dict[str, list[float]] = {side: [] for side in (*SIDES, "second")}
+    times: dict[str, list[float]] = {side: [] for side in SIDES}
+    floors: dict[str, list[float]] = {side: [] for side in SIDES}
     requests: dict[str, dict[str, int]] = {}
     for n in range(count):
         for side in SIDES if n % 2 == 0 else SIDES[::-1]:
             seconds, second, seen = one(tmp, spec, side, pool)
             times[side].append(seconds)
-            times["second"].append(second)
+            floors[side].append(second)
             requests.setdefault(side, seen)
             assert seen == requests[side], f"{side}: requests changed from {requests[side]} to {seen}"
+    return {"times": times, "floors": floors, "requests": requests}
+
+
+def summary(raw: dict[str, Any]) -> dict[str, Any]:
+    times, floors, requests = raw["times"], raw["floors"], raw["requests"]
     found: dict[str, Any] = {}
     for side in SIDES:
         found[f"{side}_median_ms"] = round(statistics.median(times[side]) * 1000, 1)
         found[f"{side}_p95_ms"] = round(percentile(times[side], 0.95) * 1000, 1)
     found["pooled / cold, wall"] = round(statistics.median(p / c for p, c in zip(times["pooled"], times["cold"], strict=True)), 3)
-    # A command in a container already running, measured right after each first one:
-    # what the first command costs beyond it is the start's own.
-    found["second_command_median_ms"] = round(statistics.median(times["second"]) * 1000, 1)
-    found["pooled first / second command, wall"] = round(statistics.median(times["pooled"]) / statistics.median(times["second"]), 3)
+    # A command in a container already running, measured after each first one: what
+    # the first command costs beyond it is the start's own.
+    found["second_command_median_ms"] = round(statistics.median(floors["pooled"] + floors["cold"]) * 1000, 1)
+    for side in SIDES:
+        pairs = list(zip(times[side], floors[side], strict=True))
+        found[f"{side} added over the floor, ms"] = round(statistics.median(first - floor for first, floor in pairs) * 1000, 1)
+        found[f"{side} first / second command, wall"] = round(statistics.median(first / floor for first, floor in pairs), 3)
     found["requests_per_start"] = {side: {"total": sum(seen.values()), "by_path": seen} for side, seen in requests.items()}
-    background = refill_requests(tmp, spec, pool)
-    found["pool_refill_requests_per_container"] = {"total": sum(background.values()), "by_path": background}
-    found["pairs"] = count
+    found["pairs"] = len(times["pooled"])
     return found
 
 
+def measure(runtime: str, image: str, count: int, tmp: Path, pool: container_pool.ContainerPool) -> dict[str, Any]:
+    spec = ContainerSpec.from_limits(SandboxLimits(runtime=runtime), image)
+    found = summary(sample(tmp, spec, count, pool))
+    background = refill_requests(tmp, spec, pool)
+    found["pool_refill_requests_per_container"] = {"total": sum(background.values()), "by_path": background}
+    return found
+
+
+def pooled(fn: Callable[[Path, container_pool.ContainerPool], T]) -> T:
+    """``fn`` with this process's pool (a worker's, runs.apps), its slot directories
+    beside the workspaces (the same filesystem), drained afterwards."""
+    with tempfile.TemporaryDirectory(prefix="harness-bench-first-") as tmp:
+        container_pool.configure(lambda: Path(tmp), lambda: POOL_SIZE)
+        pool = container_pool.current()
+        assert pool is not None
+        try:
+            return fn(Path(tmp), pool)
+        finally:
+            container_pool.drain()
+            sweep_orphans([], scope=SCOPE)
+
+
+def interleaved(runtime: str, image: str, count: int, rounds: int, baseline: Path) -> dict[str, Any]:
+    """This code's pairs and ``baseline``'s, in alternating processes (``--child``)."""
+    raw: dict[str, dict[str, Any]] = {}
+    versions = [("this", ROOT), ("baseline", baseline)]
+    for r in range(rounds):
+        share = count // rounds + (1 if r < count % rounds else 0)
+        for name, code in versions if r % 2 == 0 else versions[::-1]:
+            argv = [sys.executable, str(Path(__file__).resolve()), "--child", "--code", str(code), runtime, image, str(share)]
+            found = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+            mine = raw.setdefault(name, {"times": {side: [] for side in SIDES}, "floors": {side: [] for side in SIDES}})
+            for key in ("times", "floors"):
+                for side in SIDES:
+                    mine[key][side] += found[key][side]
+            mine.setdefault("requests", found["requests"])
+            assert found["requests"] == mine["requests"], f"{name}: requests changed from {mine['requests']} to {found['requests']}"
+    return {name: summary(found) for name, found in raw.items()}
+
+
 def main() -> None:
+    if "--child" in sys.argv:  # a process of interleaved: --child --code DIR RUNTIME IMAGE PAIRS
+        runtime, image, count = sys.argv[sys.argv.index("--code") + 2 :]
+        spec = ContainerSpec.from_limits(SandboxLimits(runtime=runtime), image)
+        print(json.dumps(pooled(lambda tmp, pool: sample(tmp, spec, int(count), pool))))
+        return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--runtimes", default="runc,runsc", help="those the engine has are measured")
     parser.add_argument("--image", default=os.environ.get("HARNESS_SANDBOX_IMAGE", "harness-sandbox:latest"))
     parser.add_argument("--json", action="store_true", help="JSON (what it always prints), as run_all asks every benchmark")
+    parser.add_argument("--baseline", type=Path, default=None, help="also the code checked out at this directory, interleaved")
+    parser.add_argument("--rounds", type=int, default=4, help="with --baseline: processes of each version, alternating")
     args = parser.parse_args()
     registered = new_client().info().get("Runtimes") or {}
     result: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="harness-bench-first-") as tmp:
-        # The pool's slot directories beside the workspaces: the same filesystem.
-        container_pool.configure(lambda: Path(tmp), lambda: POOL_SIZE)
-        pool = container_pool.current()  # this process's, as a worker's (runs.apps)
-        assert pool is not None
-        try:
-            for runtime in args.runtimes.split(","):
-                if runtime in registered:
-                    result[runtime] = measure(Path(tmp), runtime, args.image, args.pairs, pool)
-        finally:
-            container_pool.drain()
-            sweep_orphans([], scope=SCOPE)
+    for runtime in args.runtimes.split(","):
+        if runtime not in registered:
+            continue
+        if args.baseline is not None:
+            result[runtime] = interleaved(runtime, args.image, args.pairs, args.rounds, args.baseline.resolve())
+        else:
+            result[runtime] = pooled(functools.partial(measure, runtime, args.image, args.pairs))
     result.update(image=args.image, machine=machine(), load=load(), at=now())
     print(json.dumps(result, indent=2))
 

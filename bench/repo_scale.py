@@ -51,8 +51,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-# --start-once --code DIR: the product's modules are the ones checked out at DIR.
-CODE = Path(sys.argv[sys.argv.index("--code") + 1]).resolve() if "--start-once" in sys.argv and "--code" in sys.argv else ROOT
+# --start-once / --run-task-once --code DIR: the product's modules are the ones checked out at DIR.
+ONCE = "--start-once" in sys.argv or "--run-task-once" in sys.argv
+CODE = Path(sys.argv[sys.argv.index("--code") + 1]).resolve() if ONCE and "--code" in sys.argv else ROOT
 sys.path.insert(0, str(CODE))
 
 from bench.sandbox_overhead import LIMITS, machine, raw_cli, step_times, summary  # noqa: E402
@@ -302,7 +303,32 @@ def calls(tree: Path, tmp: Path, image: str, reads: int, writes: int, checks: in
     return result
 
 
-def through_run(tree: Path, tmp: Path, image: str, calls: int) -> dict[str, Any]:
+def through_runs(tree: Path, tmp: Path, image: str, calls: int, baseline: Path | None) -> dict[str, Any]:
+    """``through_run`` with this code and, given ``baseline``, with the code checked out
+    there too, interleaved: two runs of each (this, baseline, baseline, this), their
+    calls summarised together; the baseline's under ``baseline``."""
+    versions = [("this", ROOT)] + ([("baseline", baseline)] if baseline is not None else [])
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in versions}
+    for r in range(2 if baseline is not None else 1):
+        for name, code in versions if r % 2 == 0 else versions[::-1]:
+            runs[name].append(through_run(tree, tmp, image, calls, code))
+    found = merged(runs["this"])
+    if baseline is not None:
+        found["baseline"] = merged(runs["baseline"])
+    return found
+
+
+def merged(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs' figures as one: each figure summarised over all their calls."""
+    found: dict[str, Any] = {key: [run[key] for run in runs] for key in ("outcome", "run_seconds", "run_cpu_seconds")}
+    found["calls"] = runs[0]["calls"]
+    for key in RUN_TASK_FIGURES:
+        found[key] = summary([seconds for run in runs for seconds in run["samples"][key]])
+    found["run_cpu_seconds"] = statistics.median(found["run_cpu_seconds"])
+    return found
+
+
+def through_run(tree: Path, tmp: Path, image: str, calls: int, code: Path = ROOT) -> dict[str, Any]:
     """read_file and write_file as a run makes them through the product's own path (the
     ``run_task`` command's: ``create_run``, then ``advance`` in this process: the
     worker's lease, the workspace prepared from git, its container, the gates, the
@@ -325,7 +351,7 @@ def through_run(tree: Path, tmp: Path, image: str, calls: int) -> dict[str, Any]
         "HARNESS_SANDBOX_IMAGE": image,
         "HARNESS_SANDBOX_SCOPE": f"bench-scale-{os.getpid()}",
     }
-    argv = [sys.executable, str(Path(__file__).resolve()), "--run-task-once", str(tree), str(calls)]
+    argv = [sys.executable, str(Path(__file__).resolve()), "--run-task-once", "--code", str(code), str(tree), str(calls)]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
         if done.returncode != 0:
@@ -371,7 +397,7 @@ def run_task_once(tree: Path, calls: int) -> dict[str, Any]:
     receipts = {call_id: ts.timestamp() for kind, call_id, ts in rows if kind == "receipt_recorded"}
     tools = [step["tool"] for step in script]
     # The run's CPU (this process, all its threads), its preparation at this size included.
-    result: dict[str, Any] = {"outcome": outcome, "run_seconds": seconds, "run_cpu_seconds": cpu, "calls": calls}
+    result: dict[str, Any] = {"outcome": outcome, "run_seconds": seconds, "run_cpu_seconds": cpu, "calls": calls, "samples": {}}
     for tool in ("read_file", "write_file"):
         # The first of each kind is left out: it pays for what the run does once
         # (the container's start, the quota's first look).
@@ -380,8 +406,7 @@ def run_task_once(tree: Path, calls: int) -> dict[str, Any]:
         turns = [proposed[n + 1][1] - ts for n, _, ts in mine if n + 1 < len(proposed)]
         if len(to_receipt) != len(mine) or not turns:
             raise RuntimeError(f"the run ended {outcome} before its {tool} calls were all made")
-        result[f"{tool}_to_receipt"] = summary(to_receipt)
-        result[f"{tool}_turn"] = summary(turns)
+        result["samples"].update({f"{tool}_to_receipt": to_receipt, f"{tool}_turn": turns})
     return result
 
 
@@ -410,7 +435,7 @@ def measure(
             row["preparation"] = preparation(tree, tmp, rounds[size], image, baseline)
             row.update(calls(tree, tmp, image, *counts))
             if run_task_calls:
-                row["through_run_task"] = through_run(tree, tmp, image, run_task_calls)
+                row["through_run_task"] = through_runs(tree, tmp, image, run_task_calls, baseline)
             # Run start: preparation from git, then the pickup, the container starting meanwhile (medians of whole starts).
             row["run_start_ms"] = row["preparation"]["run_start_ms"]
             row["load_after"] = uptime()
@@ -486,15 +511,16 @@ def starts_table(result: dict[str, Any]) -> str:
 def run_task_table(result: dict[str, Any]) -> str:
     """read_file and write_file through a run (``through_run``): medians (p90) in ms."""
     lines = [
-        "| files | read_file, proposal to receipt | its turn | write_file, proposal to receipt | its turn | run's CPU |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| files | code | read_file, proposal to receipt | its turn | write_file, proposal to receipt | its turn | run's CPU |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in result["rows"].values():
         found = row.get("through_run_task")
         if found is None:
             continue
-        cells = [f"{found[key]['median_ms']:.1f} ({found[key]['p90_ms']:.1f})" for key in RUN_TASK_FIGURES]
-        lines.append(f"| {row['files']:,} | {' | '.join(cells)} | {found['run_cpu_seconds']:.2f} s |")
+        for name, figures in [("this", found)] + ([("baseline", found["baseline"])] if "baseline" in found else []):
+            cells = [f"{figures[key]['median_ms']:.1f} ({figures[key]['p90_ms']:.1f})" for key in RUN_TASK_FIGURES]
+            lines.append(f"| {row['files']:,} | {name} | {' | '.join(cells)} | {figures['run_cpu_seconds']:.2f} s |")
     return "\n".join(lines)
 
 
@@ -517,8 +543,8 @@ def main() -> None:
     parser.add_argument(
         "--run-task", type=int, default=30, metavar="N", help="N reads and N writes through a run (run_task's path) per size; 0: none"
     )
-    if "--run-task-once" in sys.argv:  # a child of through_run: --run-task-once TREE CALLS
-        tree, count = sys.argv[sys.argv.index("--run-task-once") + 1 :]
+    if "--run-task-once" in sys.argv:  # a child of through_run: --run-task-once --code DIR TREE CALLS
+        tree, count = sys.argv[sys.argv.index("--code") + 2 :]
         print(json.dumps(run_task_once(Path(tree), int(count))))
         return
     if "--start-once" in sys.argv:  # a child of start_elsewhere: --start-once --code DIR SRC RUN_ROOT IMAGE ROUND

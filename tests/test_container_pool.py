@@ -70,7 +70,16 @@ def take(pool: ContainerPool, run_id: str, workspace: RunWorkspace, spec: Contai
         filled(pool, spec)
     taken = pool.take(run_id, "main", workspace.dir, spec, SCOPE, client)
     assert taken is not None
-    return SandboxContainer(client, taken.container_id, run_id, spec, taken.image_digest, SCOPE, proved_state=taken.state)
+    return SandboxContainer(
+        client,
+        taken.container_id,
+        run_id,
+        spec,
+        taken.image_digest,
+        SCOPE,
+        proved_state=taken.state,
+        first_exec_ended=taken.first_exec_ended,
+    )
 
 
 def run(container: SandboxContainer, *argv: str) -> tuple[int | None, str]:
@@ -193,6 +202,35 @@ def test_it_leaves_a_runs_existing_container_to_be_reused(docker_engine: docker.
         assert (workspace.dir / "orders" / "total.py").is_file()
     finally:
         existing.remove()
+
+
+def pooled_containers(client: docker.DockerClient, pool: ContainerPool) -> list[str]:
+    return [c.attrs["Id"] for c in client.containers.list(all=True, sparse=True, filters={"label": f"{LABEL_POOL}={pool.owner_dir}"})]
+
+
+def test_it_refills_only_once_the_taken_containers_first_command_ended(
+    docker_engine: docker.DockerClient, pool: ContainerPool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container start under the run's first command would slow it down: the
+    replacement is started after that command, or after the delay without one."""
+    monkeypatch.setattr(pool_module, "REFILL_DELAY_SECONDS", 600)
+    run_id, spec = new_run(), spec_of()
+    container = take(pool, run_id, example_workspace(tmp_path / run_id), spec, docker_engine)
+    try:
+        time.sleep(2)  # a refill started at the take would have created its container by now
+        (left,) = [slot.container_id for slot in pool.idle(SCOPE, spec)]
+        assert sorted(pooled_containers(docker_engine, pool)) == sorted([container.id, left])
+        assert run(container, "true") == (0, "")
+        filled(pool, spec)
+    finally:
+        container.remove()
+    monkeypatch.setattr(pool_module, "REFILL_DELAY_SECONDS", 0.1)
+    idle_run = new_run()
+    idle = take(pool, idle_run, example_workspace(tmp_path / idle_run), spec, docker_engine)
+    try:
+        filled(pool, spec)  # the delay ran out without a command
+    finally:
+        idle.remove()
 
 
 def test_it_removes_a_killed_runs_pooled_container_at_once(docker_engine: docker.DockerClient, pool: ContainerPool, tmp_path: Path) -> None:

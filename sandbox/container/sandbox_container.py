@@ -95,6 +95,7 @@ class SandboxContainer:
         scope: str = DEFAULT_SCOPE,
         role: str = ROLE_MAIN,
         proved_state: dict[str, Any] | None = None,
+        first_exec_ended: Callable[[], None] | None = None,
     ) -> None:
         self._client = client
         self.id = container_id
@@ -111,6 +112,8 @@ class SandboxContainer:
         # (``_read_only_state``; for a pooled container, when the pool started it);
         # None until then, and again after a restart of ours.
         self._proved_state: dict[str, Any] | None = proved_state
+        # Called once, when the first execution here ends (the pool's refill waits for it).
+        self._first_exec_ended = first_exec_ended
         self._cgroup = ContainerCgroup(container_id, spec.runtime)
         # The output stream of the execution in flight, so a kill can cut it locally.
         self._stream_lock = threading.Lock()
@@ -171,7 +174,17 @@ class SandboxContainer:
         taken = pool.take(run_id, role, workspace_dir, spec, scope, client)
         if taken is None:
             return None
-        return cls(client, taken.container_id, run_id, spec, taken.image_digest, scope, role, proved_state=taken.state)
+        return cls(
+            client,
+            taken.container_id,
+            run_id,
+            spec,
+            taken.image_digest,
+            scope,
+            role,
+            proved_state=taken.state,
+            first_exec_ended=taken.first_exec_ended,
+        )
 
     @classmethod
     def _start(
@@ -248,6 +261,23 @@ class SandboxContainer:
 
         Raises SandboxUnavailable when the command could not start; a container or
         engine that fails while it runs is reported as ``lost``."""
+        try:
+            return self._exec(argv, timeout_seconds, capture, watch, watch_seconds, on_copy, environment)
+        finally:
+            ended, self._first_exec_ended = self._first_exec_ended, None
+            if ended is not None:
+                ended()
+
+    def _exec(
+        self,
+        argv: list[str],
+        timeout_seconds: int,
+        capture: OutputCapture,
+        watch: Callable[[], str | None] | None,
+        watch_seconds: float,
+        on_copy: bool,
+        environment: dict[str, str] | None,
+    ) -> ExecResult:
         if self._killed:
             raise SandboxUnavailable("the sandbox was killed")
         if self.lost is not None:

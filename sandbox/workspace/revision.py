@@ -30,6 +30,7 @@ verified."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -56,6 +57,10 @@ class RevisionIndex:
         self.tree = tree
         self.objects = directory / "objects"
         self.hasher = hasher
+        # As strings, joined by hand: a write reads or writes about ten of these small
+        # files, and pathlib's joins cost more than the system calls (bench/repo_scale.py).
+        self._dir = os.fspath(directory)
+        self._objects = os.fspath(self.objects)
 
     # -- reading the revision ------------------------------------------------------
 
@@ -306,10 +311,7 @@ class RevisionIndex:
     def _load(self, sha: bytes | None) -> Entries:
         if sha is None:
             return {}
-        try:
-            body = (self.objects / sha.hex()).read_bytes()
-        except FileNotFoundError:
-            body = None
+        body = _read_bytes(f"{self._objects}/{sha.hex()}")
         if body is None or git_hash(b"tree", body) != sha:
             reason = f"the revision index lost or damaged its tree object {sha.hex()}"
             self._write("broken", reason)
@@ -323,26 +325,22 @@ class RevisionIndex:
         return sha
 
     def _store_body(self, sha: bytes, body: bytes) -> None:
-        target = self.objects / sha.hex()
-        if target.exists():
-            return
-        self.objects.mkdir(parents=True, exist_ok=True)
-        _atomic_write(target, body)
+        target = f"{self._objects}/{sha.hex()}"
+        if not os.path.exists(target):
+            _atomic_write(self._objects, target, body)
 
     # -- small files -----------------------------------------------------------------
 
     def _read(self, name: str) -> str | None:
-        try:
-            return (self.dir / name).read_text()
-        except FileNotFoundError:
-            return None
+        body = _read_bytes(f"{self._dir}/{name}")
+        return None if body is None else body.decode()
 
     def _write(self, name: str, text: str) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        _atomic_write(self.dir / name, text.encode())
+        _atomic_write(self._dir, f"{self._dir}/{name}", text.encode())
 
     def _remove(self, name: str) -> None:
-        (self.dir / name).unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{self._dir}/{name}")
 
 
 def parse_tree(body: bytes) -> Entries:
@@ -369,8 +367,34 @@ def _sha(revision: str) -> bytes | None:
     return None if revision == EMPTY_TREE else bytes.fromhex(revision)
 
 
-def _atomic_write(target: Path, data: bytes) -> None:
-    # Renamed into place: a crash never leaves half a file under the name.
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
-    tmp.write_bytes(data)
+def _read_bytes(path: str) -> bytes | None:
+    """The whole file, or None when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(directory: str, target: str, data: bytes) -> None:
+    """``data`` renamed into place at ``target`` in ``directory`` (made when missing):
+    a crash never leaves half a file under the name."""
+    tmp = f"{directory}/.{os.path.basename(target)}.{secrets.token_hex(4)}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:
+        os.makedirs(directory, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        left = memoryview(data)
+        while left:
+            left = left[os.write(fd, left) :]
+    finally:
+        os.close(fd)
     os.replace(tmp, target)
