@@ -13,11 +13,16 @@ process, the Redis channel layer and WebSocket clients:
     python bench/trace_latency.py [--rate 200] [--seconds 10] [--viewers 20] [--repeats 5]
                                   [--pair-events 2000] [--pair-repeats 3] [--postgres]
                                   [--events 10000] [--no-worker] [--json] [--write-doc]
+    python bench/trace_latency.py --recheck-cost ROUNDS [--postgres]
 
 The live measurement is repeated ``--repeats`` times in a row (the target is p99 under
 100 ms in every one), while a Celery worker runs sandbox checks for other runs, as a
 deployment's web process sees it; ``--no-worker`` leaves the worker out. Each repeat
 records the machine's load beside its figures.
+
+``--recheck-cost`` measures only what a socket's session recheck at each heartbeat
+costs the web process (every viewer re-reads its session every beat): CPU,
+statements and connections opened per recheck, the two ways the web process runs one.
 
 Uses its own SQLite database (``--postgres``: its own PostgreSQL database on
 127.0.0.1, created and dropped by the bench), variable directory, channel prefix,
@@ -283,6 +288,77 @@ def measure(
     }
 
 
+def recheck_cost(rounds: int, per_round: int = 50) -> dict[str, Any]:
+    """What a live socket's session recheck at each heartbeat costs the web process
+    (every socket, every beat): CPU per recheck (all threads), statements and database
+    connections opened per recheck, through channels' database_sync_to_async (a user's
+    notice; each beat's before it had a thread of its own) and on the feeds' rechecks
+    thread, which keeps its connection, interleaved round by round."""
+    import asyncio
+
+    import django
+
+    django.setup()
+    from channels.db import database_sync_to_async
+    from django.conf import settings
+    from django.contrib.auth.models import Group, User
+    from django.core.management import call_command
+    from django.db import connection
+    from django.db.backends.signals import connection_created
+    from django.test.utils import CaptureQueriesContext
+
+    from live import feeds
+    from live.consumers import access_problem
+    from live.session_sockets import current_user
+    from runs.roles import ensure_roles
+
+    call_command("migrate", verbosity=0)
+    ensure_roles()
+    user = User.objects.create_user("bench-operator")
+    user.groups.add(Group.objects.get(name="operator"))
+    run_id = new_run(user)
+    key = session_cookie(user).split(f"{settings.SESSION_COOKIE_NAME}=")[1].split(";")[0]
+
+    def read() -> tuple[int, str] | None:
+        return access_problem(current_user(key), run_id)
+
+    with CaptureQueriesContext(connection) as statements:
+        assert read() is None, "the bench's viewer may not watch its run"
+    opened: list[object] = []
+    connection_created.connect(lambda **_: opened.append(None), weak=False)
+    ways: dict[str, Any] = {
+        "database_sync_to_async": lambda: database_sync_to_async(read)(),
+        "rechecks_thread": lambda: feeds.on_recheck_thread(read),
+    }
+    cpu: dict[str, list[float]] = {name: [] for name in ways}
+    connections: dict[str, int] = dict.fromkeys(ways, 0)
+
+    async def beats(way: Any) -> None:
+        for _ in range(per_round):
+            assert await way() is None
+
+    for _ in range(rounds):
+        for name, way in ways.items():
+            opened.clear()
+            started = time.process_time()
+            asyncio.run(beats(way))
+            cpu[name].append((time.process_time() - started) * 1000 / per_round)
+            connections[name] += len(opened)
+    return {
+        "date": now(),
+        "load": load(),
+        "statements_per_recheck": len(statements.captured_queries),
+        **{
+            name: {
+                "cpu_ms_per_recheck_median": round(statistics.median(cpu[name]), 2),
+                "rounds": [round(ms, 2) for ms in cpu[name]],
+                "connections_opened_per_recheck": round(connections[name] / (rounds * per_round), 2),
+            }
+            for name in ways
+        },
+    }
+
+
 def write_doc(r: dict[str, Any]) -> None:
     """Add this run to docs/performance-history.md under "Live trace", above the earlier runs,
     which stay for comparison."""
@@ -337,6 +413,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--write-doc", action="store_true")
+    parser.add_argument("--recheck-cost", type=int, metavar="ROUNDS", help="only the cost of a socket's session recheck at a heartbeat")
     parser.add_argument("--writer", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--viewers-process", dest="viewers_args", nargs=6, help=argparse.SUPPRESS)
     parser.add_argument("--open", nargs=3, help=argparse.SUPPRESS)
@@ -356,6 +433,14 @@ def main() -> None:
     # A terminated bench still stops its Daphne (measure's finally runs on SystemExit).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     database = own_postgres() if args.postgres else None
+    if args.recheck_cost:
+        try:
+            print(json.dumps(recheck_cost(args.recheck_cost), indent=2))
+        finally:
+            shutil.rmtree(VAR, ignore_errors=True)
+            if database:
+                drop_postgres(database)
+        return
     try:
         result = measure(
             args.rate, args.seconds, args.viewers, args.repeats, args.pair_events, args.pair_repeats, args.events, not args.no_worker

@@ -128,7 +128,7 @@ class RunTraceConsumer(HeartbeatMixin):
         this run (re-read from the database, not the user the socket opened with)."""
         session = self.scope.get("session")
         key = getattr(session, "session_key", None)
-        problem = await database_sync_to_async(lambda: access_problem(current_user(key), self.run_id))()
+        problem = await self.reread(lambda: access_problem(current_user(key), self.run_id), message)
         if problem is None:
             return True
         if problem[0] == NOT_SIGNED_IN:

@@ -203,25 +203,36 @@ def lists_version() -> ListsVersion:
     return ListsVersion(str(switched), tuple((int(r["project_id"]), int(r["count"]), int(r["seqs"] or 0)) for r in rows))
 
 
-# The feeds' reads, and the viewers' replays, run on a thread each of their own that
-# keeps its database connection while any feed exists: channels'
+# The feeds' reads, the viewers' replays and the sockets' session rechecks at each
+# heartbeat run on a thread each of their own that keeps its database connection
+# while any feed exists (a socket beats only while it is in a feed): channels'
 # database_sync_to_async closes the connection after each call where connections are
 # not kept (SQLite's CONN_MAX_AGE of 0), and opening one cost ten times the read, at
-# a read per doorbell. Nor do they queue on Django's one thread for sync code, behind
-# (or in front of) page views and every socket's sign-in: a feed's read is not held
-# up by a replay, nor a page's reconnect by a replay of someone else's.
+# a read per doorbell, and a third of a recheck's CPU, at a recheck per socket per
+# beat. Nor do they queue on Django's one thread for sync code, behind (or in front
+# of) page views and every socket's sign-in: a feed's read is not held up by a
+# replay or a recheck, nor a page's reconnect by a replay of someone else's.
 _feed_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="feed-reads")
 _replay_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replays")
+_recheck_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="session-rechecks")
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
+async def _on(thread: ThreadPoolExecutor, read: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    return await sync_to_async(_dropping_a_broken_connection(read), thread_sensitive=False, executor=thread)(*args, **kwargs)
+
+
 async def on_feed_thread(read: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-    return await sync_to_async(_dropping_a_broken_connection(read), thread_sensitive=False, executor=_feed_thread)(*args, **kwargs)
+    return await _on(_feed_thread, read, *args, **kwargs)
 
 
 async def on_replay_thread(read: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-    return await sync_to_async(_dropping_a_broken_connection(read), thread_sensitive=False, executor=_replay_thread)(*args, **kwargs)
+    return await _on(_replay_thread, read, *args, **kwargs)
+
+
+async def on_recheck_thread(read: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    return await _on(_recheck_thread, read, *args, **kwargs)
 
 
 def _dropping_a_broken_connection(read: Callable[P, R]) -> Callable[P, R]:
@@ -405,5 +416,5 @@ async def join(kind: type[F], layer: Any, key: str, viewer: Any) -> F:
 
 async def leave(kind: type[Feed[Any]], layer: Any, key: str, viewer: Any) -> None:
     if await _feeds.leave((kind, id(layer), key), viewer) and not _feeds:
-        await on_feed_thread(close_connection)
-        await on_replay_thread(close_connection)
+        for thread in (_feed_thread, _replay_thread, _recheck_thread):
+            await _on(thread, close_connection)

@@ -25,8 +25,8 @@ import asyncio
 import json
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Hashable
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
@@ -39,6 +39,7 @@ from live.session_sockets import current_user, user_group
 from projects.access import project_ids_with
 
 NOT_SIGNED_IN, FORBIDDEN = 4401, 4403
+R = TypeVar("R")
 
 
 class HeartbeatMixin(AsyncWebsocketConsumer, ABC):
@@ -82,6 +83,16 @@ class HeartbeatMixin(AsyncWebsocketConsumer, ABC):
         """Close the socket unless its session still allows what it shows; True if
         it stays open. Also the handler of the notice that its user changed
         (live.session_sockets)."""
+
+    async def reread(self, read: Callable[[], R], message: dict[str, Any] | None) -> R:
+        """``read`` (the session and what it allows, from the database) for
+        ``session_recheck``: at a beat (no ``message``) on the feeds' rechecks thread,
+        whose connection is kept while the socket beats (it is in a feed); for the
+        notice, which may come before the socket is in a feed, as its other reads."""
+        if message is None:
+            return await feeds.on_recheck_thread(read)
+        result: R = await database_sync_to_async(read)()
+        return result
 
     async def live_heartbeat(self, message: dict[str, Any]) -> None:
         # Each beat re-reads the session too: the per-user notice (session_sockets)
@@ -150,7 +161,7 @@ class ListsConsumer(HeartbeatMixin):
             problem = lists_access_problem(user)
             return problem, (lists_projects(user) if problem is None else frozenset())
 
-        problem, self.projects = await database_sync_to_async(read)()
+        problem, self.projects = await self.reread(read, message)
         if problem is None:
             return True
         if problem[0] == NOT_SIGNED_IN:

@@ -23,6 +23,7 @@ pytest_plugins = [
     "tests.fixtures_prometheus",
     "tests.fixtures_oidc",
     "tests.fixtures_smtp",
+    "tests.agents_support.rig",
 ]
 
 

@@ -2,7 +2,7 @@
 Codex, Gemini CLI) in the real agent container, started by a real Celery worker, its
 MCP calls and model calls through the gateway of a real Daphne server (the MCP
 endpoint and the model proxy), the model proxy forwarding to a scripted model server
-on 127.0.0.1 (tests/agents_support/model_servers.py). Every call the agent makes is a
+on 127.0.0.1 (the rig of tests/agents_support/rig.py). Every call the agent makes is a
 proposal of the run, through the same gates, approvals and sandbox as a built-in one:
 the demo task publishes once after a reviewer's grant; a denial never reaches the
 sandbox; requested changes and refusals reach the model's next request; a kill ends
@@ -10,15 +10,11 @@ the container at once; the CLI's own shell and edit tools do nothing."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import pytest
-from django.conf import settings
 from django.contrib.auth.models import User
 
 from approvals.models import ApprovalRequest, PolicyVersion
@@ -29,63 +25,24 @@ from runs.approval_flow.flow import deny, grant, request_changes, save_policy_ve
 from runs.control import kill
 from runs.models import AgentToken, Event, PublishedPatch, Run
 from runs.persistence.artifacts import ArtifactStorage
-from runs.runtime import create_run
-from sandbox.public import containers_by_run, remove_containers, shared_client
-from tests.agents_support.model_servers import ModelServer, Recorded, Text, ToolCall, Turn, model_server
-from tests.fixtures_services import Worker, purge_queue
-from tests.fixtures_web import AsgiServer
-from tests.runs_waiting import DEMO_CONTRACT, DEMO_SCRIPT
-
-pytestmark = [pytest.mark.slow, pytest.mark.agent_cli, pytest.mark.docker, pytest.mark.celery]
-
-SERVER_KEY = "sk-server-key-for-the-scripted-model"
-RUN_SECONDS = 420  # a shared two-core machine: generous, never a speed assertion
-
-
-@dataclass(frozen=True)
-class Cli:
-    preset: str
-    model: str
-    prefix: str  # how the CLI names a harness tool to its model: prefix + tool
-    shell: ToolCall  # the CLI's own shell tool, as its model would call it
-    edit: ToolCall  # the CLI's own file-writing tool
-    refusal: str  # how the CLI tells its model a tool is not there, as the request's JSON text holds it
-
-    def tool(self, name: str, args: dict[str, Any]) -> ToolCall:
-        return ToolCall(self.prefix + name, args)
-
-
-CLAUDE = Cli(
-    "claude-code",
-    "claude-sonnet-4-5",
-    "mcp__harness__",
-    ToolCall("Bash", {"command": "echo hacked >> orders/total.py", "description": "edit"}),
-    ToolCall("Write", {"file_path": "/workspace/orders/total.py", "content": "hacked\n"}),
-    "No such tool available: {tool}",
+from tests.agents_support.model_servers import Recorded, Text, Turn
+from tests.agents_support.rig import (
+    AGENT_MARKS,
+    CLAUDE,
+    CLIS,
+    CODEX,
+    RUN_SECONDS,
+    SERVER_KEY,
+    Cli,
+    MakeRig,
+    Rig,
+    agent_containers,
+    demo_script,
+    events,
 )
-CODEX = Cli(
-    "codex",
-    "gpt-5.1-codex",
-    "mcp__harness__",  # a namespace: the scripted server sends {"namespace": "mcp__harness", "name": tool}
-    ToolCall("shell", {"command": ["sh", "-c", "echo hacked >> orders/total.py"]}),
-    ToolCall("apply_patch", {"input": "*** Begin Patch\n*** Add File: orders/probe.py\n+x\n*** End Patch\n"}),
-    "unsupported call: {tool}",
-)
-GEMINI = Cli(
-    "gemini-cli",
-    "gemini-2.5-pro",
-    "mcp_harness_",
-    ToolCall("run_shell_command", {"command": "echo hacked >> orders/total.py"}),
-    ToolCall("write_file", {"file_path": "orders/total.py", "content": "hacked\n"}),
-    'Tool \\"{tool}\\" not found',
-)
-CLIS = [CLAUDE, CODEX, GEMINI]
+from tests.runs_waiting import DEMO_SCRIPT
 
-
-def demo_script(cli: Cli) -> list[Turn]:
-    """The demo task as a model would do it through the CLI: read, patch, run the
-    tests check, publish (a reviewer grants), finish."""
-    return [cli.tool(step["tool"], step["args"]) for step in DEMO_SCRIPT] + [Text("FINAL: done")]
+pytestmark = list(AGENT_MARKS)
 
 
 def up_to_publish(cli: Cli, message: str) -> list[Turn]:
@@ -97,102 +54,13 @@ def up_to_publish(cli: Cli, message: str) -> list[Turn]:
     ]
 
 
-@dataclass
-class Rig:
-    model: ModelServer
-    web: AsgiServer
-    worker: Worker
-    runs: list[Run]
-
-    def start(self, cli: Cli, contract: dict[str, Any] | None = None, operator: User | None = None) -> Run:
-        assert operator is not None
-        run = create_run(contract or DEMO_CONTRACT, {"kind": "agent", "preset": cli.preset, "model": cli.model}, operator)
-        self.runs.append(run)
-        return run
-
-    def log(self) -> str:
-        requests = [(r.method, r.path, r.turn) for r in self.model.requests]
-        agents = []
-        for run in self.runs:
-            for end in events(run, "agent_ended"):
-                said = [ArtifactStorage().get(ref).decode(errors="replace")[-3000:] for ref in end["artifacts"]]
-                agents.append(f"{end}\n" + "\n--\n".join(said))
-        return (
-            f"model requests: {requests}\n--- agents ---\n{chr(10).join(agents)}\n"
-            f"--- worker ---\n{self.worker.log()[-6000:]}\n--- web ---\n{self.web.log()[-3000:]}"
-        )
-
-
-@pytest.fixture
-def rig_for(transactional_db: None, agent_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Rig]]:
-    """``rig(script)``: a scripted model server, Daphne with the model proxy pointed at
-    it (the server's keys), and a Celery worker whose agents reach that Daphne (or,
-    ``gateway="model"``, the model server itself: a gateway that is no Harness); all
-    stopped, and every container of the test's runs removed, when the test ends."""
-    with contextlib.ExitStack() as stack:
-        made: list[Rig] = []
-
-        def make(script: Sequence[Turn], gateway: Literal["web", "model"] = "web") -> Rig:
-            model = stack.enter_context(model_server(script))
-            env = {
-                "ANTHROPIC_BASE_URL": model.base_url,
-                "ANTHROPIC_API_KEY": SERVER_KEY,
-                "OPENAI_BASE_URL": f"{model.base_url}/v1",
-                "OPENAI_API_KEY": SERVER_KEY,
-                "GEMINI_BASE_URL": model.base_url,
-                "GEMINI_API_KEY": SERVER_KEY,
-                "HARNESS_ANTHROPIC_ALLOWED_BASE_URLS": model.base_url,
-                "HARNESS_OPENAI_ALLOWED_BASE_URLS": f"{model.base_url}/v1",
-            }
-            web = AsgiServer(tmp_path_factory.mktemp("daphne"), **env)
-            web.start()
-            stack.callback(web.stop)
-            purge_queue()
-            worker = Worker(
-                tmp_path_factory.mktemp("worker"),
-                env={"HARNESS_AGENT_GATEWAY_URL": web.url if gateway == "web" else model.base_url, "HARNESS_AGENT_IMAGE": agent_image},
-            )
-            worker.start()
-            stack.callback(purge_queue)
-            stack.callback(worker.stop)
-            rig = Rig(model, web, worker, [])
-            made.append(rig)
-            return rig
-
-        def sweep() -> None:
-            client = shared_client()
-            for rig in made:
-                for run in rig.runs:
-                    for ids in containers_by_run(scope=settings.SANDBOX_SCOPE, run_id=str(run.pk), client=client).values():
-                        remove_containers(ids, client=client)
-
-        stack.callback(sweep)
-        yield make
-
-
-def wait_until(predicate: Callable[[], object], rig: Rig, timeout: float = RUN_SECONDS) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if predicate():
-                return
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{rig.log()}") from None
-        assert time.monotonic() < deadline, rig.log()
-        time.sleep(0.2)
-
-
 def ended(run: Run, rig: Rig, timeout: float = RUN_SECONDS) -> Run:
     def done() -> bool:
         run.refresh_from_db()
         return run.status in (Run.Status.COMPLETE, Run.Status.STOPPED)
 
-    wait_until(done, rig, timeout)
+    rig.until(done, timeout)
     return run
-
-
-def events(run: Run, kind: str) -> list[dict[str, Any]]:
-    return [dict(e.payload) for e in Event.objects.filter(run=run, type=kind).order_by("seq")]
 
 
 def pending(run: Run) -> ApprovalRequest | None:
@@ -205,13 +73,8 @@ def pending(run: Run) -> ApprovalRequest | None:
     return ApprovalRequest.objects.filter(run=run, status="pending", run__status=Run.Status.WAITING).first()
 
 
-def agent_containers(run: Run) -> list[str]:
-    found = containers_by_run(scope=settings.SANDBOX_SCOPE, run_id=str(run.pk), client=shared_client())
-    return [i for ids in found.values() for i in ids]
-
-
 def agent_ended(run: Run, rig: Rig) -> dict[str, Any]:
-    wait_until(lambda: events(run, "agent_ended"), rig, 60)
+    rig.until(lambda: events(run, "agent_ended"), 60)
     [end] = events(run, "agent_ended")
     return end
 
@@ -229,13 +92,11 @@ def after(rig: Rig, text: str) -> Recorded:
 
 
 @pytest.mark.parametrize("cli", CLIS, ids=[c.preset for c in CLIS])
-def test_it_runs_the_demo_task_through_the_gates_and_publishes_once(
-    cli: Cli, rig_for: Callable[[Sequence[Turn]], Rig], operator: User, reviewer: User
-) -> None:
-    rig = rig_for(demo_script(cli))
+def test_it_runs_the_demo_task_through_the_gates_and_publishes_once(cli: Cli, agent_rig: MakeRig, operator: User, reviewer: User) -> None:
+    rig = agent_rig(demo_script(cli))
     started = time.monotonic()
     run = rig.start(cli, operator=operator)
-    wait_until(lambda: pending(run), rig)
+    rig.until(lambda: pending(run))
     request = pending(run)
     assert request is not None and request.tool == "publish" and "orders/total.py" in request.diff
     # The agent waits for the reviewer in its own process, on the worker that holds the run.
@@ -259,20 +120,20 @@ def test_it_runs_the_demo_task_through_the_gates_and_publishes_once(
     # The model server got the server's key, never the run's token.
     for seen in rig.model.turn_requests():
         assert SERVER_KEY in json.dumps(seen.headers) and "harness-run-" not in json.dumps(seen.headers) + seen.text()
-    wait_until(lambda: agent_containers(run) == [], rig, 60)
+    rig.until(lambda: agent_containers(run) == [], 60)
     print(f"{cli.preset}: demo completed in {time.monotonic() - started:.1f}s, {len(rig.model.turn_requests())} model turns")
 
 
 @pytest.mark.parametrize("cli", CLIS, ids=[c.preset for c in CLIS])
 def test_it_denied_publish_never_reaches_the_sandbox_and_the_agent_is_stopped(
-    cli: Cli, rig_for: Callable[[Sequence[Turn]], Rig], operator: User, reviewer: User
+    cli: Cli, agent_rig: MakeRig, operator: User, reviewer: User
 ) -> None:
     """A reviewer's denial stops the run (Approvals): the publish never reaches the
     sandbox, the waiting call is answered with the reviewer's reason, the agent and its
     container end, and its token opens nothing more."""
-    rig = rig_for([*up_to_publish(cli, "Publish nothing"), Text("FINAL: stopped")])
+    rig = agent_rig([*up_to_publish(cli, "Publish nothing"), Text("FINAL: stopped")])
     run = rig.start(cli, operator=operator)
-    wait_until(lambda: pending(run), rig)
+    rig.until(lambda: pending(run))
     request = pending(run)
     assert request is not None
     deny(request, reviewer, "not this publish-7f3a")
@@ -284,17 +145,15 @@ def test_it_denied_publish_never_reaches_the_sandbox_and_the_agent_is_stopped(
     assert PublishedPatch.objects.filter(run_id=run.pk).count() == 0
     end = agent_ended(run, rig)
     assert end["reason"] in ("killed", "exited"), end
-    wait_until(lambda: agent_containers(run) == [], rig, 30)
+    rig.until(lambda: agent_containers(run) == [], 30)
     assert not AgentToken.objects.filter(run=run, revoked_at__isnull=True).exists() or run.status == Run.Status.STOPPED
 
 
-def test_it_refused_call_never_reaches_the_sandbox_and_the_refusal_reaches_the_model(
-    rig_for: Callable[[Sequence[Turn]], Rig], operator: User
-) -> None:
+def test_it_refused_call_never_reaches_the_sandbox_and_the_refusal_reaches_the_model(agent_rig: MakeRig, operator: User) -> None:
     """A call the gates refuse (a write outside the contract's write paths) is not
     performed, and the refusal is the tool's answer in the model's next request."""
     cli = CLAUDE
-    rig = rig_for([cli.tool("write_file", {"path": "setup.cfg", "content": "[x]\n"}), Text("FINAL")])
+    rig = agent_rig([cli.tool("write_file", {"path": "setup.cfg", "content": "[x]\n"}), Text("FINAL")])
     run = rig.start(cli, operator=operator)
     agent_ended(run, rig)
     run = ended(run, rig, 120)
@@ -308,7 +167,7 @@ def test_it_refused_call_never_reaches_the_sandbox_and_the_refusal_reaches_the_m
 
 @pytest.mark.parametrize("cli", CLIS, ids=[c.preset for c in CLIS])
 def test_it_requested_changes_reach_the_model_and_the_agent_asks_again(
-    cli: Cli, rig_for: Callable[[Sequence[Turn]], Rig], operator: User, reviewer: User
+    cli: Cli, agent_rig: MakeRig, operator: User, reviewer: User
 ) -> None:
     script: list[Turn] = [
         *up_to_publish(cli, "first try"),
@@ -316,14 +175,14 @@ def test_it_requested_changes_reach_the_model_and_the_agent_asks_again(
         cli.tool("finish", {"summary": "published after the reviewer's changes"}),
         Text("FINAL"),
     ]
-    rig = rig_for(script)
+    rig = agent_rig(script)
     run = rig.start(cli, operator=operator)
-    wait_until(lambda: pending(run), rig)
+    rig.until(lambda: pending(run))
     first = pending(run)
     assert first is not None
     request_changes(first, reviewer, "say what the commit does-91c2")
-    wait_until(lambda: any("does-91c2" in r.text() for r in rig.model.turn_requests()), rig)
-    wait_until(lambda: (p := pending(run)) is not None and p.pk != first.pk, rig)
+    rig.until(lambda: any("does-91c2" in r.text() for r in rig.model.turn_requests()))
+    rig.until(lambda: (p := pending(run)) is not None and p.pk != first.pk)
     second = pending(run)
     assert second is not None
     grant(second, reviewer)
@@ -333,16 +192,14 @@ def test_it_requested_changes_reach_the_model_and_the_agent_asks_again(
 
 
 @pytest.mark.parametrize("cli", CLIS, ids=[c.preset for c in CLIS])
-def test_it_kill_ends_the_agent_container_at_once(
-    cli: Cli, rig_for: Callable[[Sequence[Turn]], Rig], operator: User, reviewer: User
-) -> None:
-    rig = rig_for([*up_to_publish(cli, "x"), Text("FINAL")])
+def test_it_kill_ends_the_agent_container_at_once(cli: Cli, agent_rig: MakeRig, operator: User, reviewer: User) -> None:
+    rig = agent_rig([*up_to_publish(cli, "x"), Text("FINAL")])
     run = rig.start(cli, operator=operator)
-    wait_until(lambda: pending(run), rig)
+    rig.until(lambda: pending(run))
     assert agent_containers(run)
     clicked = time.monotonic()
     kill(run, operator, reason="enough-5e1d")
-    wait_until(lambda: agent_containers(run) == [], rig, 30)
+    rig.until(lambda: agent_containers(run) == [], 30)
     gone = time.monotonic() - clicked
     run = ended(run, rig, 60)
     assert run.outcome == "killed" and "enough-5e1d" in run.stop_message
@@ -352,11 +209,9 @@ def test_it_kill_ends_the_agent_container_at_once(
 
 
 @pytest.mark.parametrize("cli", CLIS, ids=[c.preset for c in CLIS])
-def test_it_builtin_shell_and_edit_tools_do_nothing_to_the_workspace(
-    cli: Cli, rig_for: Callable[[Sequence[Turn]], Rig], operator: User
-) -> None:
+def test_it_builtin_shell_and_edit_tools_do_nothing_to_the_workspace(cli: Cli, agent_rig: MakeRig, operator: User) -> None:
     script: list[Turn] = [cli.shell, cli.edit, cli.tool("read_file", {"path": "orders/total.py"}), Text("FINAL")]
-    rig = rig_for(script)
+    rig = agent_rig(script)
     run = rig.start(cli, operator=operator)
     end = agent_ended(run, rig)
     run = ended(run, rig, 120)
@@ -374,26 +229,20 @@ def test_it_builtin_shell_and_edit_tools_do_nothing_to_the_workspace(
 
 
 @pytest.mark.parametrize("cli", CLIS, ids=[c.preset for c in CLIS])
-def test_it_stale_request_makes_it_ask_again(cli: Cli, rig_for: Callable[[Sequence[Turn]], Rig], operator: User, reviewer: User) -> None:
+def test_it_stale_request_makes_it_ask_again(cli: Cli, agent_rig: MakeRig, operator: User, reviewer: User) -> None:
     """A publish waits for a reviewer; a new policy version is saved meanwhile, so the
     request goes stale (a grant is bound to the call, the revision and the policy): the
     call goes back through the gates and a new request is asked for it, which the
     reviewer grants; the agent's one call is performed once."""
-    script: list[Turn] = [
-        cli.tool("apply_patch", DEMO_SCRIPT[1]["args"]),
-        cli.tool("run_check", {"check_id": "tests"}),
-        cli.tool("publish", {"message": "Reject negative quantities"}),
-        cli.tool("finish", {"summary": "done"}),
-        Text("FINAL"),
-    ]
-    rig = rig_for(script)
+    script: list[Turn] = [*up_to_publish(cli, "Reject negative quantities"), cli.tool("finish", {"summary": "done"}), Text("FINAL")]
+    rig = agent_rig(script)
     run = rig.start(cli, operator=operator)
-    wait_until(lambda: pending(run), rig)
+    rig.until(lambda: pending(run))
     first = pending(run)
     assert first is not None
     row = current_policy_row(None)
     save_policy_version(PolicyVersion(note="a new version while the publish waits"), dict(row.document))
-    wait_until(lambda: (p := pending(run)) is not None and p.pk != first.pk, rig)
+    rig.until(lambda: (p := pending(run)) is not None and p.pk != first.pk)
     second = pending(run)
     assert second is not None and second.policy_version > first.policy_version
     assert ApprovalRequest.objects.get(pk=first.pk).status == "stale"
@@ -407,14 +256,14 @@ def test_it_stale_request_makes_it_ask_again(cli: Cli, rig_for: Callable[[Sequen
 
 
 @pytest.mark.parametrize("cli", [CLAUDE, CODEX], ids=[CLAUDE.preset, CODEX.preset])
-def test_it_agent_that_cannot_reach_the_mcp_endpoint_stops_the_run_saying_so(cli: Cli, rig_for: Callable[..., Rig], operator: User) -> None:
+def test_it_agent_that_cannot_reach_the_mcp_endpoint_stops_the_run_saying_so(cli: Cli, agent_rig: MakeRig, operator: User) -> None:
     """Claude Code's transcript opens with its MCP servers' status; Codex, whose harness
     server is required, says on standard error that it could not start without it. An
     agent that could not connect to the run's endpoint (here the worker's gateway is no
     Harness but the scripted model server, which answers the MCP path 404) has none of
     Harness's tools: it is ended at once and the run stops saying why, not as an agent
     that chose to stop. (Gemini CLI reports nothing the launcher reads.)"""
-    rig = rig_for([cli.tool("read_file", {"path": "orders/total.py"}), Text("FINAL")], gateway="model")
+    rig = agent_rig([cli.tool("read_file", {"path": "orders/total.py"}), Text("FINAL")], gateway="model")
     run = rig.start(cli, operator=operator)
     run = ended(run, rig, 120)
     assert run.status == Run.Status.STOPPED and run.outcome == "model_error", (run.outcome, run.stop_message, rig.log())
@@ -429,20 +278,20 @@ def test_it_agent_that_cannot_reach_the_mcp_endpoint_stops_the_run_saying_so(cli
     agent = agent_of(run)
     assert agent is not None and agent.ended == end["problem"], agent
     assert events(run, "proposed") == []
-    wait_until(lambda: agent_containers(run) == [], rig, 30)
+    rig.until(lambda: agent_containers(run) == [], 30)
 
 
 def test_it_worker_killed_while_the_agent_waits_hands_the_run_over_and_publishes_once(
-    rig_for: Callable[..., Rig], operator: User, reviewer: User
+    agent_rig: MakeRig, operator: User, reviewer: User
 ) -> None:
     """The worker driving the run dies (SIGKILL, its agent's network with it) while the
     agent's publish waits for a reviewer. The grant wakes the run; another worker takes
     it over once the dead one's lease runs out, starts the agent again (it is told the
     run resumes), performs the granted publish once and finishes."""
     cli = CLAUDE
-    rig = rig_for([*up_to_publish(cli, "Reject negative quantities"), cli.tool("finish", {"summary": "published"}), Text("FINAL")])
+    rig = agent_rig([*up_to_publish(cli, "Reject negative quantities"), cli.tool("finish", {"summary": "published"}), Text("FINAL")])
     run = rig.start(cli, operator=operator)
-    wait_until(lambda: pending(run), rig)
+    rig.until(lambda: pending(run))
     request = pending(run)
     assert request is not None and len(events(run, "agent_started")) == 1
     rig.worker.kill()
@@ -454,4 +303,4 @@ def test_it_worker_killed_while_the_agent_waits_hands_the_run_over_and_publishes
     assert [e["tool"] for e in events(run, "call_started")].count("publish") == 1
     # The second worker started the agent again under its own lease.
     assert len(events(run, "agent_started")) == 2 and rig.worker.starts == 2, rig.log()
-    wait_until(lambda: agent_containers(run) == [], rig, 60)
+    rig.until(lambda: agent_containers(run) == [], 60)

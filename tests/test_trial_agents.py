@@ -6,21 +6,16 @@ and the model, with the figures computed from the runs' events as for Harness's 
 
 from __future__ import annotations
 
-import contextlib
 import io
-import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 from playwright.sync_api import BrowserContext, expect, sync_playwright
-from pytest_django import Settings
 
 from api.models import ApiToken
 from approvals.models import ApprovalRequest
@@ -28,14 +23,11 @@ from approvals.policies import current_policy_row
 from core import events as ev
 from core.errors import InputError
 from runs.models import Event, Run
-from runs.persistence.artifacts import ArtifactStorage
-from sandbox.public import containers_by_run, remove_containers, shared_client
-from tests.agents_support.model_servers import ModelServer, ToolCall, Turn, per_model_server
+from tests.agents_support.model_servers import ToolCall, Turn
+from tests.agents_support.rig import AGENT_MARKS, CLAUDE, CODEX, GEMINI, MakeRig, agent_containers, demo_script
 from tests.event_examples import RUN, example
-from tests.fixtures_services import Worker, purge_queue
 from tests.fixtures_web import CHROMIUM, CHROMIUM_ARGS, SIZES, AsgiServer, screenshot, serious_problems, sign_in
 from tests.runs_waiting import DEMO_SCRIPT
-from tests.test_agent_launch import CLAUDE, CODEX, GEMINI, SERVER_KEY, Cli, agent_containers, demo_script
 from tests.trial_scene import TASK
 from tests.trial_scene import recount as trial_recount
 from trials import comparison, report, service
@@ -88,7 +80,7 @@ def test_it_takes_an_agent_variant_through_the_api_and_names_its_agent_in_the_co
     bad = {"name": "x", "proposer": {"kind": "agent", "preset": "aider"}}
     refused = client.post("/api/trials/", {"task": TASK, "variants": [bad], "k": 1}, content_type="application/json")
     assert refused.status_code == 400 and "variants[0].proposer.preset" in str(refused.json()), refused.json()
-    good = {"name": "gemini", "proposer": agent(GEMINI), "reviewer": {"kind": "rule", "decision": "grant"}}
+    good = {"name": "gemini", "proposer": GEMINI.proposer(), "reviewer": {"kind": "rule", "decision": "grant"}}
     made = client.post("/api/trials/", {"task": TASK, "variants": [good], "k": 1}, content_type="application/json")
     assert made.status_code == 201, made.json()
     [summary] = client.get(f"/api/trials/{made.json()['id']}/comparison/").json()["variants"]
@@ -139,12 +131,11 @@ def test_it_names_each_variants_agent_version_and_model_in_every_reading(db: Non
 # asking one scripted model server on 127.0.0.1 where each model has its script
 # (tests/agents_support/model_servers.py: each conversation takes its own turns).
 def heavy(test: Callable[..., None]) -> Callable[..., None]:
-    for mark in (pytest.mark.slow, pytest.mark.agent_cli, pytest.mark.docker, pytest.mark.celery):
+    for mark in AGENT_MARKS:
         test = mark(test)
     return test
 
 
-RUN_SECONDS = 420  # a shared two-core machine: generous, never a speed assertion
 LOOP_MODEL = "gpt-4.1-mini"
 # USD per million tokens, for the server and for the test's own recount.
 PRICES = {
@@ -178,94 +169,6 @@ def codex_script() -> list[Turn]:
     ]
 
 
-def agent(cli: Cli) -> dict[str, Any]:
-    return {"kind": "agent", "preset": cli.preset, "model": cli.model}
-
-
-@dataclass
-class TrialRig:
-    model: ModelServer
-    web: AsgiServer
-    worker: Worker
-    trials: list[Trial]
-
-    def log(self) -> str:
-        agents = []
-        for trial in self.trials:
-            for run in service.runs_of(trial):
-                for end in Event.objects.filter(run=run, type="agent_ended").values_list("payload", flat=True):
-                    said = [ArtifactStorage().get(ref).decode(errors="replace")[-2000:] for ref in end["artifacts"]]
-                    agents.append(f"{run.pk} {end}\n" + "\n--\n".join(said))
-        return (
-            f"progress: {[service.progress(t) for t in self.trials]}\n--- agents ---\n{chr(10).join(agents)}\n"
-            f"--- worker ---\n{self.worker.log()[-6000:]}\n--- web ---\n{self.web.log()[-2000:]}"
-        )
-
-    def until(self, predicate: Callable[[], object], timeout: float = RUN_SECONDS) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert time.monotonic() < deadline, self.log()
-            time.sleep(0.3)
-
-    def done(self, trial: Trial) -> Trial:
-        self.until(lambda: service.tend(trial).status != Trial.Status.RUNNING)
-        return trial
-
-
-@pytest.fixture
-def trial_rig(
-    transactional_db: None, agent_image: str, tmp_path_factory: pytest.TempPathFactory, settings: Settings
-) -> Iterator[Callable[[Mapping[str, Sequence[Turn]], int], TrialRig]]:
-    """``rig(scripts, concurrency)``: the per-model scripted server, Daphne with the model
-    proxy pointed at it, and a worker of ``concurrency`` processes whose agents reach that
-    Daphne and whose loop may ask the server; all stopped, and every container of the
-    trials' runs removed, when the test ends."""
-    with contextlib.ExitStack() as stack:
-        made: list[TrialRig] = []
-
-        def make(scripts: Mapping[str, Sequence[Turn]], concurrency: int) -> TrialRig:
-            model = stack.enter_context(per_model_server(scripts))
-            env = {
-                "ANTHROPIC_BASE_URL": model.base_url,
-                "ANTHROPIC_API_KEY": SERVER_KEY,
-                "OPENAI_BASE_URL": f"{model.base_url}/v1",
-                "OPENAI_API_KEY": SERVER_KEY,
-                "GEMINI_BASE_URL": model.base_url,
-                "GEMINI_API_KEY": SERVER_KEY,
-                "HARNESS_OPENAI_ALLOWED_BASE_URLS": f"{model.base_url}/v1",
-                "HARNESS_MODEL_PRICES": json.dumps(PRICES),
-            }
-            settings.OPENAI_API_KEY = SERVER_KEY
-            settings.OPENAI_ALLOWED_BASE_URLS = [f"{model.base_url}/v1"]
-            settings.HARNESS_MODEL_PRICES = PRICES
-            web = AsgiServer(tmp_path_factory.mktemp("daphne"), **env)
-            web.start()
-            stack.callback(web.stop)
-            purge_queue()
-            worker = Worker(
-                tmp_path_factory.mktemp("worker"),
-                concurrency=concurrency,
-                env={**env, "HARNESS_AGENT_GATEWAY_URL": web.url, "HARNESS_AGENT_IMAGE": agent_image},
-            )
-            worker.start()
-            stack.callback(purge_queue)
-            stack.callback(worker.stop)
-            rig = TrialRig(model, web, worker, [])
-            made.append(rig)
-            return rig
-
-        def sweep() -> None:
-            client = shared_client()
-            for rig in made:
-                for trial in rig.trials:
-                    for run in service.runs_of(trial):
-                        for ids in containers_by_run(scope=django_settings.SANDBOX_SCOPE, run_id=str(run.pk), client=client).values():
-                            remove_containers(ids, client=client)
-
-        stack.callback(sweep)
-        yield make
-
-
 def recount(run: Run, reference_command: list[str]) -> dict[str, Any]:
     """The test's own reading of an orders run's events, apart from trials.comparison:
     success (complete, the reference's tests passed on the final revision, its publish
@@ -292,10 +195,10 @@ def priced(model: str, tokens: tuple[int, int]) -> float:
 @heavy
 @pytest.mark.browser
 def test_it_runs_the_loop_claude_code_codex_and_gemini_twice_each_and_its_figures_match_the_events(
-    trial_rig: Callable[[Mapping[str, Sequence[Turn]], int], TrialRig], operator: User
+    agent_rig: MakeRig, operator: User
 ) -> None:
     scripts = {LOOP_MODEL: loop_script(), CLAUDE.model: claude_script(), CODEX.model: codex_script(), GEMINI.model: demo_script(GEMINI)}
-    rig = trial_rig(scripts, 2)
+    rig = agent_rig(scripts, 2, prices=PRICES)
     grant = {"kind": "rule", "decision": "grant"}
     variants = [
         {
@@ -303,14 +206,14 @@ def test_it_runs_the_loop_claude_code_codex_and_gemini_twice_each_and_its_figure
             "proposer": {"kind": "openai", "model": LOOP_MODEL, "base_url": f"{rig.model.base_url}/v1"},
             "reviewer": grant,
         },
-        {"name": "Claude Code", "proposer": agent(CLAUDE), "reviewer": grant},
-        {"name": "Codex", "proposer": agent(CODEX), "reviewer": {"kind": "script", "decisions": [f"changes: {CHANGES}", "grant"]}},
-        {"name": "Gemini CLI", "proposer": agent(GEMINI), "reviewer": grant},
+        {"name": "Claude Code", "proposer": CLAUDE.proposer(), "reviewer": grant},
+        {"name": "Codex", "proposer": CODEX.proposer(), "reviewer": {"kind": "script", "decisions": [f"changes: {CHANGES}", "grant"]}},
+        {"name": "Gemini CLI", "proposer": GEMINI.proposer(), "reviewer": grant},
     ]
     started = time.monotonic()
     trial = service.create_trial(task=TASK, variants=variants, k=2, actor=operator, seed=3)
     rig.trials.append(trial)
-    rig.done(trial)
+    rig.until(lambda: service.tend(trial).status != Trial.Status.RUNNING)
     took = time.monotonic() - started
     result = service.figures(trial)
     by_name = {s["variant"]: s for s in result["variants"]}
@@ -396,16 +299,16 @@ def look_at(context: BrowserContext, size: str, web: AsgiServer, trial: Trial, u
 
 @heavy
 def test_it_decides_an_agent_runs_request_on_one_worker_process_and_stopping_the_trial_kills_its_agents(
-    trial_rig: Callable[[Mapping[str, Sequence[Turn]], int], TrialRig], operator: User
+    agent_rig: MakeRig, operator: User
 ) -> None:
     """One worker process: the rule's decision cannot wait for a free process (the
     agent's run holds the only one while it waits), so the run's own worker decides it;
     then a run waiting for people holds that process until the trial is stopped, which
     kills it and its agent's container."""
-    rig = trial_rig({CLAUDE.model: demo_script(CLAUDE)}, 1)
+    rig = agent_rig({CLAUDE.model: demo_script(CLAUDE)}, 1, prices=PRICES)
     variants = [
-        {"name": "granted", "proposer": agent(CLAUDE), "reviewer": {"kind": "rule", "decision": "grant"}},
-        {"name": "waiting", "proposer": agent(CLAUDE), "reviewer": {"kind": "people"}},
+        {"name": "granted", "proposer": CLAUDE.proposer(), "reviewer": {"kind": "rule", "decision": "grant"}},
+        {"name": "waiting", "proposer": CLAUDE.proposer(), "reviewer": {"kind": "people"}},
     ]
     trial = service.create_trial(task=TASK, variants=variants, k=1, actor=operator)
     rig.trials.append(trial)
