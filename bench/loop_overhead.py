@@ -2,6 +2,7 @@
 with the same proposer and no-op executor, in memory, on SQLite and on PostgreSQL.
 
     python bench/loop_overhead.py [--steps N] [--trials T] [--callgrind N] [--json]
+    python bench/loop_overhead.py --profile N [--sort cumulative|tottime|calls]
 
 One step is a proposal and its execution. The harness checkpoints twice per step
 (the proposal, then the result); the LangGraph graph has a ``propose`` node and an
@@ -158,6 +159,23 @@ def instruction_parts(kind: str, peer_url: str, n: int) -> None:
                     flush_broadcasts()
                     gc.collect()
                     measure(functools.partial(steps, side, k))
+
+
+def profile(n: int, sort: str) -> None:
+    """Where the harness's SQLite steps go: cProfile over ``n`` steps after 20 unprofiled,
+    the 45 functions first by ``sort`` (calls per step are exact; the times are
+    the profiler's, and move with the load)."""
+    import cProfile
+    import pstats
+
+    from runs.persistence.broadcast import flush_broadcasts
+
+    harness = harness_steps()
+    harness(20)
+    flush_broadcasts()
+    profiler = cProfile.Profile()
+    profiler.runcall(harness, n)
+    pstats.Stats(profiler).sort_stats(sort).print_stats(45)
 
 
 def instructions(kind: str, url: str, peer_url: str, n: int) -> dict[str, int]:
@@ -325,12 +343,23 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "PEER_URL"), help=argparse.SUPPRESS)
     parser.add_argument("--instructions", nargs=3, metavar=("KIND", "PEER_URL", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="only profile N harness steps on SQLite (cProfile)")
+    parser.add_argument("--sort", default="cumulative", help="the profile's order (pstats: cumulative, tottime, calls)")
+    parser.add_argument("--profile-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     # A terminated bench still drops the databases it created (their finally runs on SystemExit).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     if args.child:
         kind, peer_url = args.child
         print(json.dumps(database_trials(kind, args.steps, args.trials, peer_url)))
+        return
+    if args.profile_child:
+        profile(args.profile, args.sort)
+        return
+    if args.profile:
+        with sqlite_databases() as (url, _), child_env(url) as env:
+            command = [sys.executable, __file__, "--profile-child", "--profile", str(args.profile), "--sort", args.sort]
+            subprocess.run(command, env=env, check=True)
         return
     if args.instructions:
         kind, peer_url, n = args.instructions
