@@ -4,6 +4,8 @@ are written during the replay, after a lost broadcast, and across a reconnect.""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -26,6 +28,7 @@ from runs.models import Run
 from runs.persistence import eventlog
 from runs.persistence.broadcast import run_group
 from runs.persistence.eventlog import append_events
+from tests.fixtures_services import service_env
 from tests.fixtures_web import Scene, waiting_scene
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -302,3 +305,13 @@ def test_it_shows_tokens_and_cost_against_the_budget_for_a_model_run(db: None) -
     tokens, cost = model_budgets(run, snapshot)
     assert (tokens["name"], tokens["used"], tokens["limit"], tokens["ratio"]) == ("tokens", 400, 1000.0, 0.4)
     assert (cost["name"], cost["used"], cost["limit"], cost["unit"]) == ("cost", 0.0001, 0.5, " USD")
+
+
+def test_it_web_process_has_the_hidden_characters_class_before_its_first_viewer() -> None:
+    """The class of hidden characters every presented event is searched with (core.visible)
+    takes a pass over every code point to build: built by the first feed's first read,
+    it held the interpreter's lock for 0.16 s or more while every socket waited. The
+    web process (harness_site.asgi, a fresh interpreter here) has it before it serves."""
+    said = "import harness_site.asgi; from core import visible; print(visible._hidden.cache_info().currsize)"
+    built = subprocess.run([sys.executable, "-c", said], env=service_env(), capture_output=True, text=True, timeout=120, check=True)
+    assert built.stdout.split()[-1] == "1", built.stdout + built.stderr

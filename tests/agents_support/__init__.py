@@ -1,1 +1,1 @@
-"""Support for the agent tests: scripted model servers and an MCP server for the CLIs' tests (tests/test_agent_clis.py), provider doubles for the model proxy's (tests/test_model_proxy.py)."""
+"""Support for the agent tests: scripted model servers and an MCP server for the CLIs' tests (tests/test_agent_clis.py), provider doubles for the model proxy's (tests/test_model_proxy.py), and the rig that runs the real CLIs as a run's agent (rig.py: tests/test_agent_launch.py, tests/test_trial_agents.py)."""
