@@ -193,23 +193,31 @@ def stream_once(
     }
 
 
-def measure(
-    rate: float, seconds: float, viewers: int, repeats: int, pair_events: int, pair_repeats: int, events: int, with_worker: bool
-) -> dict[str, Any]:
+def bench_operator() -> Any:
+    """Django set up on the bench's own database, migrated, and its operator."""
     import django
 
     django.setup()
-    from django.conf import settings
     from django.contrib.auth.models import Group, User
     from django.core.management import call_command
 
-    from runs.models import Evidence
     from runs.roles import ensure_roles
 
     call_command("migrate", verbosity=0)
     ensure_roles()
     user = User.objects.create_user("bench-operator")
     user.groups.add(Group.objects.get(name="operator"))
+    return user
+
+
+def measure(
+    rate: float, seconds: float, viewers: int, repeats: int, pair_events: int, pair_repeats: int, events: int, with_worker: bool
+) -> dict[str, Any]:
+    user = bench_operator()
+    from django.conf import settings
+
+    from runs.models import Evidence
+
     cookie = session_cookie(user)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -296,13 +304,9 @@ def recheck_cost(rounds: int, per_round: int = 50) -> dict[str, Any]:
     thread, which keeps its connection, interleaved round by round."""
     import asyncio
 
-    import django
-
-    django.setup()
+    user = bench_operator()
     from channels.db import database_sync_to_async
     from django.conf import settings
-    from django.contrib.auth.models import Group, User
-    from django.core.management import call_command
     from django.db import connection
     from django.db.backends.signals import connection_created
     from django.test.utils import CaptureQueriesContext
@@ -310,12 +314,7 @@ def recheck_cost(rounds: int, per_round: int = 50) -> dict[str, Any]:
     from live import feeds
     from live.consumers import access_problem
     from live.session_sockets import current_user
-    from runs.roles import ensure_roles
 
-    call_command("migrate", verbosity=0)
-    ensure_roles()
-    user = User.objects.create_user("bench-operator")
-    user.groups.add(Group.objects.get(name="operator"))
     run_id = new_run(user)
     key = session_cookie(user).split(f"{settings.SESSION_COOKIE_NAME}=")[1].split(";")[0]
 
