@@ -50,7 +50,7 @@ from machine import load, machine, now  # noqa: E402
 
 from bench.instructions import measured, parts  # noqa: E402
 from bench.loop_databases import PG_ADMIN_URL, Counter, counting_django  # noqa: E402
-from bench.loop_overhead import sent_at_each_commit  # noqa: E402
+from bench.loop_overhead import sent_at_each_commit, wal_emptied  # noqa: E402
 from bench.loop_variants import harness_loop  # noqa: E402
 
 VARIANTS = ("off", "on")
@@ -171,6 +171,7 @@ def once(n: int) -> None:
                         functools.partial(bench.steps, count) if what == "steps" else functools.partial(bench.grants, bench.pending(count))
                     )
                     flush_broadcasts()
+                    wal_emptied()
                     gc.collect()
                     measure(work)
 
