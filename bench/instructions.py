@@ -39,6 +39,9 @@ from pathlib import Path
 from typing import TypeVar
 
 MARKER = "_PyEval_CallTracing"
+# A child under valgrind at load 12-14 on 2 cores took more than 30 minutes
+# (bench/ledger_cost.py --callgrind 20, its 124 grants): the count does not mind the wait.
+TIMEOUT = 4 * 3600
 T = TypeVar("T")
 
 
@@ -52,13 +55,13 @@ def available() -> bool:
     return shutil.which("valgrind") is not None
 
 
-def callgrind(argv: Sequence[str], env: dict[str, str] | None = None, timeout: float = 1800) -> int:
+def callgrind(argv: Sequence[str], env: dict[str, str] | None = None, timeout: float = TIMEOUT) -> int:
     """Instructions of the part a run of ``python argv`` measured (once)."""
     [count] = parts(argv, 1, env, timeout)
     return count
 
 
-def parts(argv: Sequence[str], expected: int, env: dict[str, str] | None = None, timeout: float = 1800) -> list[int]:
+def parts(argv: Sequence[str], expected: int, env: dict[str, str] | None = None, timeout: float = TIMEOUT) -> list[int]:
     """Instructions of each of the ``expected`` parts a run of ``python argv``
     measured, in order; fails when the run failed or measured another number."""
     with tempfile.TemporaryDirectory(prefix="bench-callgrind-") as tmp:
