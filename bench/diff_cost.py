@@ -11,10 +11,12 @@ in a fresh process.
 from __future__ import annotations
 
 import argparse
+import atexit
 import difflib
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -89,7 +91,9 @@ def main() -> None:
     parser.add_argument("--cut", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.update({"DEBUG": "1", "DJANGO_SETTINGS_MODULE": "harness_site.settings"})
-    os.environ.setdefault("HARNESS_VAR_DIR", tempfile.mkdtemp(prefix="bench-"))
+    if "HARNESS_VAR_DIR" not in os.environ:  # the children share their parent's, which removes it
+        os.environ["HARNESS_VAR_DIR"] = tempfile.mkdtemp(prefix="bench-")
+        atexit.register(shutil.rmtree, os.environ["HARNESS_VAR_DIR"], True)
     import django
 
     django.setup()

@@ -8,8 +8,10 @@ in one process; plus masking alone on a large state snapshot.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -27,9 +29,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    os.environ.update(
-        {"DEBUG": "1", "DJANGO_SETTINGS_MODULE": "harness_site.settings", "HARNESS_VAR_DIR": tempfile.mkdtemp(prefix="bench-")}
-    )
+    var_dir = tempfile.mkdtemp(prefix="bench-")
+    atexit.register(shutil.rmtree, var_dir, True)
+    os.environ.update({"DEBUG": "1", "DJANGO_SETTINGS_MODULE": "harness_site.settings", "HARNESS_VAR_DIR": var_dir})
     os.environ.pop("DATABASE_URL", None)
     import django
 

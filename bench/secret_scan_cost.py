@@ -19,11 +19,13 @@ run in."""
 from __future__ import annotations
 
 import argparse
+import atexit
 import hashlib
 import json
 import os
 import random
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -100,6 +102,7 @@ def scanners() -> dict[str, Callable[[str], int]]:
 def in_workspace(names: list[str]) -> None:
     """A temporary directory holding the diff's files (empty), as the current one."""
     where = Path(tempfile.mkdtemp(prefix="bench-scan-"))
+    atexit.register(shutil.rmtree, where, True)
     for name in names:
         (where / name).parent.mkdir(parents=True, exist_ok=True)
         (where / name).touch()

@@ -33,6 +33,9 @@ import pytest
 import requests
 from docker.errors import NotFound
 
+from sandbox.container.pool import LABEL_POOL, POOL_DIR
+from sandbox.container.spec import LABEL_RUN, ROLE_MAIN, run_of_name
+
 pytestmark = pytest.mark.deploy
 
 REPO = Path(__file__).resolve().parent.parent
@@ -186,16 +189,27 @@ class Stack:
         return found + ([f"directory {self.data_dir}"] if self.data_dir.exists() else [])
 
 
+def run_of_container(container: dict[str, Any], scope: str) -> str | None:
+    """The run a container (as the engine inspects it) is the main container of: its
+    run label, or, for one the worker's pool started (no run label), the run's name it
+    was renamed to when a run took it; None for an idle pooled container."""
+    return container["Config"]["Labels"].get(LABEL_RUN) or run_of_name(container["Name"].lstrip("/"), scope, ROLE_MAIN)
+
+
 class ContainerWatch:
     """Inspects the first run container of a scope as soon as the engine reports it
-    created: the worker removes it again when the run stops or waits."""
+    created for a run, or renamed to a run's (a pooled one taken): the worker removes
+    it again when the run stops or waits."""
 
     def __init__(self, scope: str) -> None:
         self.seen: dict[str, Any] = {}
         self.error: Exception | None = None
+        self._scope = scope
         self._client = docker.from_env()
         # Subscribed here, before the run exists, so its container cannot be missed.
-        self._events = self._client.events(decode=True, filters={"type": "container", "event": "create", "label": f"harness.scope={scope}"})
+        self._events = self._client.events(
+            decode=True, filters={"type": "container", "event": ["create", "rename"], "label": f"harness.scope={scope}"}
+        )
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
     def __enter__(self) -> ContainerWatch:
@@ -210,10 +224,13 @@ class ContainerWatch:
         try:
             for event in self._events:
                 try:
-                    self.seen = self._client.api.inspect_container(event["id"])
-                    return
+                    found = self._client.api.inspect_container(event["id"])
                 except NotFound:
                     continue
+                # The pool's refills are created under names of no run.
+                if run_of_container(found, self._scope):
+                    self.seen = found
+                    return
         except Exception as exc:  # the stream ends when __exit__ closes it
             self.error = exc
 
@@ -345,10 +362,19 @@ def test_it_starts_the_run_container_locked_down(stack: Stack) -> None:
     assert host["Privileged"] is False
     assert container["Config"]["User"] == f"{SANDBOX_UID}:{SANDBOX_UID}"
     assert host["Memory"] > 0 and host["NanoCpus"] > 0 and host["PidsLimit"] > 0
-    # Only the run's workspace: no Docker socket, no data directory.
-    assert [(mount["Destination"], mount["Source"]) for mount in container["Mounts"] if mount["Type"] == "bind"] == [
-        ("/workspace", f"{stack.data_dir}/data/workspaces/{container['Config']['Labels']['harness.run_id']}/workspace")
-    ]
+    # Only the run's workspace: no Docker socket, no data directory. A pooled container
+    # was made on an empty slot directory of its pool's, which the take moved the run's
+    # workspace into and renamed over it (sandbox/container/pool.py): the engine still
+    # names the slot's path.
+    workspaces = f"{stack.data_dir}/data/workspaces"
+    owner = container["Config"]["Labels"].get(LABEL_POOL)
+    binds = [(mount["Destination"], mount["Source"]) for mount in container["Mounts"] if mount["Type"] == "bind"]
+    if owner is None:
+        assert binds == [("/workspace", f"{workspaces}/{run_of_container(container, stack.project)}/workspace")]
+    else:
+        assert Path(owner).parent == Path(workspaces, POOL_DIR), owner
+        [(destination, source)] = binds
+        assert destination == "/workspace" and Path(source).parent == Path(owner), binds
 
 
 def test_it_runs_the_web_server_unprivileged(stack: Stack) -> None:
