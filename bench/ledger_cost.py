@@ -152,9 +152,10 @@ def prepare() -> None:
     bench.grants(bench.pending(1))
 
 
-def once(n: int) -> None:
+def once(n: int, parts: tuple[str, ...] = ("steps", "grants")) -> None:
     """The callgrind child: for each variant ``n`` and ``2n`` steps, then ``n`` and
-    ``2n`` grants, each a measured part (bench/instructions.py), after the same sequence
+    ``2n`` grants (``parts``: the steps alone for a count that fits a busy machine's
+    minutes, ``--once-steps``), each a measured part (bench/instructions.py), after the same sequence
     short (every first use made), counted too and dropped by the parent (``WARM``). Each part starts from a collected heap and no
     broadcast pending, and ends once its own broadcasts are sent: the broadcasting
     thread's work (counted, as every thread's is) would otherwise fall into whichever
@@ -168,7 +169,7 @@ def once(n: int) -> None:
     sent_at_each_commit()
     bench = Bench()
     for counts in ((2,), (n, 2 * n)):
-        for what in ("steps", "grants"):
+        for what in parts:
             for variant in VARIANTS:
                 bench.switch(variant)
                 for count in counts:
@@ -331,13 +332,16 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--once", type=int, metavar="N", help=argparse.SUPPRESS)
+    parser.add_argument("--once-steps", type=int, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.prepare or args.child or args.once is not None:
+    if args.prepare or args.child or args.once is not None or args.once_steps is not None:
         setup()
         if args.prepare:
             prepare()
         elif args.once is not None:
             once(args.once)
+        elif args.once_steps is not None:
+            once(args.once_steps, ("steps",))
         else:
             print(json.dumps(trials(args.steps, args.grants, args.trials)))
         return

@@ -261,9 +261,9 @@ def _write_on_known_heads(
         if known is None:
             return []
         heads[chain] = list(known)
-    rows = [_entry_row(decision, heads, now) for decision in decisions]
+    rows = [_entry_row(connection, decision, heads, now) for decision in decisions]
     with checkpoint_cursor(connection) as cursor:
-        cursor.execute(_statement_on_known_heads(connection), [_db_value(connection, v) for _, _, row in rows for v in row])
+        cursor.execute(_statement_on_known_heads(connection), [v for _, _, row in rows for v in row])
         inserted = len(cursor.fetchall())
     if not inserted:
         _known.pop((name, GLOBAL_CHAIN), None)
@@ -294,10 +294,6 @@ def _statement_on_known_heads(connection: Any) -> str:
         " = (g.project_seq - 1, g.project_prev)) RETURNING seq"
     )
     return found
-
-
-def _db_value(connection: Any, value: object) -> object:
-    return _db_time(connection, value) if isinstance(value, datetime) else value
 
 
 # -- PostgreSQL, the decisions of one project (or of none): one statement -------------
@@ -346,11 +342,21 @@ def _chained(parts: Sequence[str], prev: str, project_prev: str | None, project_
 _text = json.encoder.encode_basestring
 
 
+# The values whose JSON text reads back as an equal value of the same type.
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
 def _decided(decision: Decision) -> str:
     """What was decided, as the canonical text the entry stores and its digest covers:
     the canonical encoding of the value an export reads back from that text (the same
-    text but where a key was not a string)."""
-    return canonical(json.loads(canonical(dict(decision.decided)))).decode("utf-8")
+    text but where a key was not a string). A flat mapping of strings to scalars (a
+    gate's decision) reads back as itself, so its one encoding is that text; anything
+    else is encoded, read back and encoded again."""
+    decided = decision.decided
+    text = canonical(dict(decided))
+    if not all(type(key) is str and type(value) in _SCALARS for key, value in decided.items()):
+        text = canonical(json.loads(text))
+    return text.decode("utf-8")
 
 
 def _write_at_once(
@@ -507,12 +513,12 @@ def _write_in_steps(
     if len(heads) < len(chains):
         _make_heads(connection, [chain for chain in chains if chain not in heads])
         heads = _claim(connection, chains)
-    rows = [_entry_row(decision, heads, now) for decision in decisions]  # (seq, digest, row)
+    rows = [_entry_row(connection, decision, heads, now) for decision in decisions]  # (seq, digest, row)
     _keep_apart(connection, kept, now)
     quote = connection.ops.quote_name
     with checkpoint_cursor(connection) as cursor:
         values = ", ".join(["(" + ", ".join(["%s"] * len(_COLUMNS)) + ")"] * len(rows))
-        params = [_db_time(connection, value) if isinstance(value, datetime) else value for _, _, row in rows for value in row]
+        params = [value for _, _, row in rows for value in row]
         cursor.execute(f"INSERT INTO {quote(Entry._meta.db_table)} ({', '.join(_COLUMNS)}) VALUES {values}", params)  # noqa: S608
         if connection.vendor == "sqlite":
             # The entries' trigger moved the heads (ledger/migrations/0002).
@@ -550,9 +556,9 @@ def _db_time(connection: Any, at: datetime) -> object:
     return connection.ops.adapt_datetimefield_value(at)
 
 
-def _entry_row(decision: Decision, heads: dict[str, list[Any]], now: datetime) -> tuple[int, str, tuple[object, ...]]:
-    """The entry's seq, digest and row (``_COLUMNS``), numbered and linked on from ``heads``, which it
-    moves on past itself."""
+def _entry_row(connection: Any, decision: Decision, heads: dict[str, list[Any]], now: datetime) -> tuple[int, str, tuple[object, ...]]:
+    """The entry's seq, digest and row (``_COLUMNS``, its time as ``connection`` takes
+    it), numbered and linked on from ``heads``, which it moves on past itself."""
     at, decided = decision.at or now, _decided(decision)
     ahead = heads[GLOBAL_CHAIN]
     seq, prev = ahead[0] + 1, ahead[1]
@@ -572,7 +578,7 @@ def _entry_row(decision: Decision, heads: dict[str, list[Any]], now: datetime) -
             decision.project_id,
             project_seq,
             project_prev,
-            at,
+            _db_time(connection, at),
             actor.kind,
             actor.name,
             actor.id,
@@ -622,12 +628,12 @@ def _claim(connection: Any, chains: Sequence[str]) -> dict[str, list[Any]]:
     return {str(chain): [int(seq), str(digest)] for chain, seq, digest in sorted(found, key=lambda row: chains.index(row[0]))}
 
 
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
-
-
 def timestamp(at: datetime) -> str:
-    """An entry's time as its digest covers it: UTC, to the microsecond the databases keep."""
-    return at.astimezone(UTC).strftime(TIME_FORMAT)
+    """An entry's time as its digest covers it: UTC, to the microsecond the databases
+    keep (``2026-12-06T23:53:40.123456Z``). By ``isoformat``, which gives the text
+    ``strftime("%Y-%m-%dT%H:%M:%S.%fZ")`` gave for any year from 1000 at a fraction of
+    its instructions (strftime goes through the C library's formatting)."""
+    return at.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def decided_value(text: str) -> Any:
