@@ -201,8 +201,8 @@ def test_it_updates_the_lists_live(web: AsgiServer, context: BrowserContext, siz
     expect(runs.locator("#runs-rows time").first).to_have_text("just now")
     # The kill cancels the first run's request at once: its row leaves the inbox live.
     expect(inbox.locator("#inbox-rows tr")).to_have_count(1, timeout=LIVE)
-    expect(inbox.locator("#inbox-count")).to_have_text("1 waiting")
-    expect(inbox.locator("#approval-badge")).to_have_text("1")
+    expect(inbox.locator("#inbox-count")).to_have_text("1 waiting", timeout=LIVE)
+    expect(inbox.locator("#approval-badge")).to_have_text("1", timeout=LIVE)
     review = box_of(inbox.locator(f'#inbox-rows tr[data-request="{second.request.pk}"]').get_by_role("link", name=re.compile("^Review")))
     assert review["x"] + review["width"] <= SIZES[size]["width"], "the Review button is on the screen"
     if size == "phone":
