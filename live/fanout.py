@@ -11,6 +11,12 @@ the layer's own: in order per group, at most once with pub/sub (a lost doorbell
 only delays: the feed's next read or recheck finds what it announced), and Redis
 reconnects are the layer's business.
 
+In the doorbells group every run's doorbell reaches every process with a feed: a
+run's feed joins it for its own run only, and the hub hands a message naming a run
+(``run_id``) to the listeners of that run and to those that hear everything (the
+lists' feed), so a doorbell costs one turn per process whatever number of runs it
+watches.
+
 A listener's ``hear`` runs on the hub's task, between other listeners' turns: it
 must not wait on anything slow (a database read, a lock another handler holds), or
 every viewer of the group waits with it. It may ``send`` on its socket, which
@@ -42,6 +48,8 @@ class _Hub(Shared[Listener]):
         self.channel = ""
         self.ready = asyncio.ensure_future(self._join())
         self.pump: asyncio.Task[None] | None = None
+        # Listeners by the run whose messages they hear; None: every message.
+        self.hearing: dict[str | None, dict[Listener, None]] = {}
 
     async def _join(self) -> None:
         self.channel = await self.layer.new_channel()
@@ -59,7 +67,18 @@ class _Hub(Shared[Listener]):
             await self._tell(message)
 
     async def _tell(self, message: dict[str, Any]) -> None:
-        await self.each(lambda listener: listener.hear(message))
+        run = message.get("run_id")
+        listeners = [*self.hearing.get(None, ()), *(self.hearing.get(run, ()) if run is not None else ())]
+        await self.each(lambda listener: listener.hear(message), listeners)
+
+    def listen(self, listener: Listener, run: str | None) -> None:
+        self.hearing.setdefault(run, {})[listener] = None
+
+    def unlisten(self, listener: Listener) -> None:
+        for run, listeners in list(self.hearing.items()):
+            listeners.pop(listener, None)
+            if not listeners:
+                del self.hearing[run]
 
     async def close(self) -> None:
         self.ready.cancel()
@@ -73,12 +92,16 @@ class _Hub(Shared[Listener]):
 _hubs: Registry[tuple[int, str], _Hub] = Registry()
 
 
-async def join(layer: Any, group: str, listener: Listener) -> None:
-    """Have ``listener.hear`` called with the group's messages. Returns once the
-    process is in the group: whatever is sent to it from now on reaches the listener
-    (as far as the layer delivers)."""
-    await _hubs.join((id(layer), group), lambda: _Hub(layer, group), listener)
+async def join(layer: Any, group: str, listener: Listener, run: str | None = None) -> None:
+    """Have ``listener.hear`` called with the group's messages (with ``run``: only
+    those naming that run). Returns once the process is in the group: whatever is
+    sent to it from now on reaches the listener (as far as the layer delivers)."""
+    hub = await _hubs.join((id(layer), group), lambda: _Hub(layer, group), listener)
+    hub.listen(listener, run)
 
 
 async def leave(layer: Any, group: str, listener: Listener) -> None:
+    hub = _hubs.get((id(layer), group))
+    if hub is not None:
+        hub.unlisten(listener)
     await _hubs.leave((id(layer), group), listener)

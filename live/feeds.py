@@ -3,7 +3,8 @@
 A broadcast is a doorbell (runs.persistence.broadcast): "run R has events up to seq N", or "the
 lists changed". It carries nothing a viewer is sent. Each web process keeps one
 feed per run that has viewers here, and one for the list pages; a feed hears its
-group's doorbells through the process's hub (live.fanout), reads what is new
+doorbells through the process's hub of the doorbells group (live.fanout: a run's
+feed its own run's, the lists' feed every one), reads what is new
 after its own high-water mark from the database, once, and hands the same page
 to every viewer, who sends only what follows its own cursor. So a lost, late or
 reordered doorbell can delay what a viewer sees, never change it: the next
@@ -42,7 +43,7 @@ from live import fanout
 from live.sharing import Registry, Shared
 from live.trace import REPLAY_PAGE, present
 from runs.models import Event, GlobalSwitch, Run
-from runs.persistence.broadcast import LISTS_GROUP, run_group
+from runs.persistence.broadcast import DOORBELLS_GROUP, run_group
 from runs.persistence.rows import checkpoint_cursor, db_value
 
 log = logging.getLogger(__name__)
@@ -265,13 +266,17 @@ V = TypeVar("V")
 
 
 class Feed(Shared[V]):
-    """One group's doorbells for this process's viewers (its members): joins the
-    group once, reads the database on a doorbell (one read at a time; another if one
-    rang meanwhile) and after an interval without any, and hands what it read to
-    each viewer in turn."""
+    """Doorbells for this process's viewers (its members): joins the doorbells group
+    once, reads the database on a doorbell (one read at a time; another if one rang
+    meanwhile) and after an interval without any, and hands what it read to each
+    viewer in turn."""
 
-    group: str
+    group: str  # what its log lines name it by
     recheck_seconds: float
+
+    def groups(self) -> list[tuple[str, str | None]]:
+        """The groups it hears, each with the run whose messages it hears there (None: all)."""
+        return [(DOORBELLS_GROUP, None)]
 
     def __init__(self, layer: Any, key: str) -> None:
         super().__init__()
@@ -283,8 +288,9 @@ class Feed(Shared[V]):
         self.ready = asyncio.ensure_future(self._start())
 
     async def _start(self) -> None:
-        # In the group before the first read: whatever commits after that read rings here.
-        await fanout.join(self.layer, self.group, self)
+        # In the groups before the first read: whatever commits after that read rings here.
+        for group, run in self.groups():
+            await fanout.join(self.layer, group, self, run)
         await self.start()
         self.rechecks = asyncio.create_task(self._recheck())
         if self.again:
@@ -336,7 +342,8 @@ class Feed(Shared[V]):
         for task in (self.ready, self.rechecks, self.reading):
             if task is not None:
                 task.cancel()
-        await fanout.leave(self.layer, self.group, self)
+        for group, _ in self.groups():
+            await fanout.leave(self.layer, group, self)
 
 
 class RunFeed(Feed[RunViewer]):
@@ -347,11 +354,15 @@ class RunFeed(Feed[RunViewer]):
         self.window: Page | None = None  # the latest of what it read, up to the mark
         super().__init__(layer, key)
 
+    def groups(self) -> list[tuple[str, str | None]]:
+        # Its run's doorbells come with every other run's; its output has a group of its own.
+        return [(DOORBELLS_GROUP, self.key), (self.group, None)]
+
     async def start(self) -> None:
         self.mark = await on_feed_thread(stored_last_seq, self.key)
 
     async def hear(self, message: dict[str, Any]) -> None:
-        """A message to the run's group, from the hub's task: never waits for the database."""
+        """A message about the run, from the hub's task: never waits for the database."""
         if message["type"] == "run.doorbell":
             if message["last_seq"] > self.mark:
                 self.rang()
@@ -378,7 +389,7 @@ class RunFeed(Feed[RunViewer]):
 
 
 class ListsFeed(Feed[ListsViewer]):
-    group = LISTS_GROUP
+    group = DOORBELLS_GROUP
 
     def __init__(self, layer: Any, key: str) -> None:
         self.recheck_seconds = float(settings.HARNESS_TRACE_RECHECK_SECONDS)
@@ -389,8 +400,8 @@ class ListsFeed(Feed[ListsViewer]):
         self.version = await on_feed_thread(lists_version)
 
     async def hear(self, message: dict[str, Any]) -> None:
-        if message["type"] == "lists.changed":
-            self.rang()
+        # Any run's doorbell, or the switch's "changed".
+        self.rang()
 
     async def read(self) -> None:
         version = await on_feed_thread(lists_version)

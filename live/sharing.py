@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Hashable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 log = logging.getLogger(__name__)
@@ -25,9 +25,9 @@ class Shared(ABC, Generic[M]):
     def __init__(self) -> None:
         self.members: dict[M, None] = {}  # a set that keeps joining order
 
-    async def each(self, turn: Callable[[M], Awaitable[None]]) -> None:
-        """``turn`` for each member in joining order."""
-        for member in list(self.members):
+    async def each(self, turn: Callable[[M], Awaitable[None]], members: Iterable[M] | None = None) -> None:
+        """``turn`` for each member in joining order (or of ``members``, in their order)."""
+        for member in list(self.members if members is None else members):
             if member not in self.members:  # left during an earlier member's turn
                 continue
             try:
@@ -56,6 +56,10 @@ class Registry(Generic[K, S]):
 
     def __len__(self) -> int:
         return len(self._shared)
+
+    def get(self, key: K) -> S | None:
+        """The shared thing of ``key`` on this event loop, if there is one."""
+        return self._shared.get((key, asyncio.get_running_loop()))
 
     async def join(self, key: K, make: Callable[[], S], member: object) -> S:
         """The shared thing of ``key`` (``make`` makes it if there is none), with

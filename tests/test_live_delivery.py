@@ -4,6 +4,7 @@ each web process's feeds hand on and join."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from pytest_django import Settings
@@ -18,10 +20,11 @@ from pytest_django import Settings
 from core import events as ev
 from core.fences import RowLock
 from harness_site.asgi import application
+from live import fanout
 from live.feeds import Page, contiguous_after
 from projects.models import Project
 from runs.persistence import eventlog
-from runs.persistence.broadcast import LISTS_GROUP, broadcast_output, coalesce
+from runs.persistence.broadcast import DOORBELLS_GROUP, broadcast_output, coalesce
 from runs.persistence.eventlog import append_events
 from runs.persistence.live_output import LiveOutput
 from tests.fixtures_web import waiting_scene
@@ -238,29 +241,55 @@ def test_it_hands_on_only_events_that_follow_the_mark_without_a_gap() -> None:
     assert page.text_after(6) == '{"type": "events", "events": [{"seq": 7}]}'
 
 
+def test_it_hands_a_runs_doorbell_to_the_listeners_of_that_run_and_to_those_of_every_run() -> None:
+    layer = get_channel_layer()
+
+    class Heard:
+        def __init__(self) -> None:
+            self.messages: list[dict[str, Any]] = []
+
+        async def hear(self, message: dict[str, Any]) -> None:
+            self.messages.append(message)
+
+    async def watch() -> tuple[list[dict[str, Any]], ...]:
+        of_a, of_b, every = Heard(), Heard(), Heard()
+        await fanout.join(layer, DOORBELLS_GROUP, of_a, "run-a")
+        await fanout.join(layer, DOORBELLS_GROUP, of_b, "run-b")
+        await fanout.join(layer, DOORBELLS_GROUP, every)
+        await layer.group_send(DOORBELLS_GROUP, {"type": "run.doorbell", "run_id": "run-b", "last_seq": 4})
+        await layer.group_send(DOORBELLS_GROUP, {"type": "lists.changed", "reason": "switch"})
+        deadline = time.monotonic() + 5
+        while len(every.messages) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for listener in (of_a, of_b, every):
+            await fanout.leave(layer, DOORBELLS_GROUP, listener)
+        return of_a.messages, of_b.messages, every.messages
+
+    of_a, of_b, every = async_to_sync(watch)()
+    bell = {"type": "run.doorbell", "run_id": "run-b", "last_seq": 4}
+    assert every == [bell, {"type": "lists.changed", "reason": "switch"}]
+    assert of_b == [bell], "a run's listener hears its run's doorbells only"
+    assert of_a == []
+    assert not any(group == DOORBELLS_GROUP for _, group in fanout._hubs), "the last to leave closes the hub"
+
+
 def test_it_joins_what_queued_up_per_group_into_the_latest_doorbell_and_output() -> None:
-    def doorbell(seq: int) -> dict[str, Any]:
-        return {"type": "run.doorbell", "last_seq": seq}
+    def doorbell(run: str, seq: int) -> tuple[str, dict[str, Any]]:
+        return DOORBELLS_GROUP, {"type": "run.doorbell", "run_id": run, "last_seq": seq}
 
-    def output(call: str, line: str) -> dict[str, Any]:
-        return {"type": "run.output", "output": {"call_id": call, "lines": [line]}}
+    def output(call: str, line: str) -> tuple[str, dict[str, Any]]:
+        return "run.a", {"type": "run.output", "output": {"call_id": call, "lines": [line]}}
 
-    changed = {"type": "lists.changed"}
+    changed = (DOORBELLS_GROUP, {"type": "lists.changed", "reason": "switch"})
     queued = [
-        ("run.a", doorbell(3)),
-        (LISTS_GROUP, changed),
-        ("run.b", doorbell(7)),
-        ("run.a", output("c1", "x")),
-        ("run.a", doorbell(9)),  # another process rang for 4 to 8 meanwhile: 9 says they are committed too
-        ("run.a", output("c2", "z")),
-        ("run.a", output("c1", "y")),
-        (LISTS_GROUP, changed),
-        ("run.a", doorbell(5)),  # a late one changes nothing
+        doorbell("a", 3),
+        changed,
+        doorbell("b", 7),  # another run's, in the same group: a message of its own
+        output("c1", "x"),
+        doorbell("a", 9),  # another process rang for 4 to 8 meanwhile: 9 says they are committed too
+        output("c2", "z"),
+        output("c1", "y"),
+        changed,
+        doorbell("a", 5),  # a late one changes nothing
     ]
-    assert coalesce(queued) == [
-        ("run.a", doorbell(9)),
-        (LISTS_GROUP, changed),
-        ("run.b", doorbell(7)),
-        ("run.a", output("c1", "y")),
-        ("run.a", output("c2", "z")),
-    ]
+    assert coalesce(queued) == [doorbell("a", 9), changed, doorbell("b", 7), output("c1", "y"), output("c2", "z")]

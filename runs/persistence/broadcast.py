@@ -3,10 +3,14 @@ commit. A doorbell carries nothing a viewer is sent: each web process's feed
 (live.feeds) reads the events from the database, so a doorbell that is lost,
 late or out of order delays what a viewer sees and never changes it.
 
-Three kinds of message go out: a run's doorbell to the run's group; "the lists
-changed" to the lists group (the runs list, the inbox and the control page refetch
-what they show); and a running check's latest output lines to the run's group,
-which is ephemeral: never stored, the final output is the artifact.
+Three kinds of message go out: a run's doorbell and "the lists changed" (the global
+switch) to the doorbells group, which every web process with a live feed joins once
+(the runs list, the inbox and the control page refetch what they show on either; a
+run's feed hears its own run's doorbells: live.fanout routes them by run); and a
+running check's latest output lines to the run's group, which is ephemeral: never
+stored, the final output is the artifact. A commit is one message: a doorbell to the
+run's group and a "changed" to the lists' were two sends a commit, about a quarter
+of a SQLite step's instructions between them.
 
 Sending happens on one background thread with its own long-lived event loop, in
 commit order, so a slow or restarting Redis never slows a run down, and callers may
@@ -25,9 +29,10 @@ from channels.layers import get_channel_layer
 log = logging.getLogger(__name__)
 
 
-# Every page that lists runs or requests listens here; what it may see is decided
-# when it refetches the page, with the viewer's own permissions.
-LISTS_GROUP = "harness.lists"
+# Every process with a live feed listens here: the list pages (what a viewer may see
+# is decided when the page refetches itself, with the viewer's own permissions) and
+# the feeds of the runs it shows.
+DOORBELLS_GROUP = "harness.doorbells"
 # A process sends at most one round of broadcasts this often: what commits meanwhile
 # waits for the next round (a live viewer sees it up to this much later).
 ROUND_SECONDS = 0.02
@@ -107,14 +112,16 @@ class _Sender:
 
 def coalesce(batches: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
     """Whatever queued up while the last send was under way, as few messages as
-    possible: one per group and kind (and per call for output), in the place of its
-    first. Nothing is lost by it: a run's doorbell with the highest seq says all
-    the earlier ones did (a seq is committed only after every seq before it), a
-    call's output is its latest tail, and "the lists changed" carries no data."""
+    possible: one per group and kind (and per run for doorbells, per call for
+    output), in the place of its first. Nothing is lost by it: a run's doorbell with
+    the highest seq says all the earlier ones did (a seq is committed only after
+    every seq before it), a call's output is its latest tail, and "the lists
+    changed" carries no data."""
     out: list[tuple[str, dict[str, Any]]] = []
-    at: dict[tuple[str, str, str], int] = {}  # (group, type, call) -> index in out
+    at: dict[tuple[str, str, str], int] = {}  # (group, type, run or call) -> index in out
     for group, message in batches:
-        key = (group, message["type"], message["output"]["call_id"] if message["type"] == "run.output" else "")
+        kind = message["type"]
+        key = (group, kind, message["output"]["call_id"] if kind == "run.output" else message.get("run_id", ""))
         if key not in at:
             at[key] = len(out)
             out.append((group, message))
@@ -130,9 +137,9 @@ _sender = _Sender()
 
 
 def ring_doorbell(run_id: str, last_seq: int) -> None:
-    """Events of the run up to ``last_seq`` are committed (call it after the commit)."""
-    _sender.submit(run_group(run_id), {"type": "run.doorbell", "last_seq": last_seq})
-    _sender.submit(LISTS_GROUP, {"type": "lists.changed"})
+    """Events of the run up to ``last_seq`` are committed (call it after the commit):
+    for the run's feeds and the list pages, which every event of a run may change."""
+    _sender.submit(DOORBELLS_GROUP, {"type": "run.doorbell", "run_id": run_id, "last_seq": last_seq})
 
 
 def broadcast_output(run_id: str, output: dict[str, Any]) -> None:
@@ -142,7 +149,7 @@ def broadcast_output(run_id: str, output: dict[str, Any]) -> None:
 
 def broadcast_lists_changed(reason: str) -> None:
     """Something the lists show changed without a run event (the global switch)."""
-    _sender.submit(LISTS_GROUP, {"type": "lists.changed", "reason": reason})
+    _sender.submit(DOORBELLS_GROUP, {"type": "lists.changed", "reason": reason})
 
 
 def flush_broadcasts(timeout: float = 5.0) -> bool:
