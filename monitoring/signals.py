@@ -4,6 +4,7 @@ stored event passes here, and is counted (and traced) once its transaction commi
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -24,7 +25,8 @@ log = logging.getLogger(__name__)
 @receiver(events_stored, sender=Event, dispatch_uid="monitoring.on_events")
 def on_events(
     sender: type[Event],
-    rows: list[Event],
+    rows: Sequence[Event],
+    seqs: list[int],
     events: list[ev.AnyEvent],
     as_given: list[bool] | None = None,
     secrets: list[str] | None = None,
@@ -32,7 +34,7 @@ def on_events(
     **_: Any,
 ) -> None:
     if settings.HARNESS_METRICS_ENABLED:
-        stored = [(row.seq, event) for row, event in zip(rows, events, strict=True)]
+        stored = list(zip(seqs, events, strict=True))
         transaction.on_commit(partial(_observe_safely, stored))
     if tracing.enabled():
         # The rows as stored (masked), with what the writer knew of them: the typed

@@ -5,6 +5,7 @@ it will send."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -20,13 +21,15 @@ log = logging.getLogger(__name__)
 
 
 @receiver(events_stored, sender=Event, dispatch_uid="notifications.on_events")
-def on_events(sender: type[Event], rows: list[Event], events: list[ev.AnyEvent], **_: Any) -> None:
-    for row, typed in zip(rows, events, strict=True):
+def on_events(sender: type[Event], rows: Sequence[Event], events: list[ev.AnyEvent], **_: Any) -> None:
+    for index, typed in enumerate(events):
         for channel in CHANNELS:
             # Most events call for no notification; they cost the step no savepoint (and
-            # no parse of the stored row: the typed event it was written from is at hand).
+            # no parse of the stored row, nor its model instance: the typed event it was
+            # written from is at hand).
             if not channel.interested(typed):
                 continue
+            row = rows[index]
             try:
                 # A savepoint: a failure here is rolled back alone and never costs the run
                 # its event, which is the audit record.

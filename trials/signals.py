@@ -16,6 +16,7 @@ request the run is not yet waiting on and for every other run."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 @receiver(events_stored, sender=Event, dispatch_uid="trials.on_events")
-def on_events(sender: type[Event], rows: list[Event], events: list[ev.AnyEvent], **_: Any) -> None:
+def on_events(sender: type[Event], rows: Sequence[Event], events: list[ev.AnyEvent], **_: Any) -> None:
     for typed in events:
         if not isinstance(typed, ev.ApprovalRequired | ev.Stopped):
             continue

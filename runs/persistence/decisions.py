@@ -47,12 +47,13 @@ GATE_RULES: dict[type[ev.Event], str] = {
 _projects: dict[str, int | None] = {}
 
 
-def record_decisions(run_id: str, rows: Sequence[Event], events: Sequence[ev.Event]) -> list[dict[str, Any] | None]:
-    """The ledger's entries for the decision events among ``rows`` (just stored; each
-    row's typed event as stored, masked values included, is ``events``' at its index);
-    each row's decision (``decision_of``) or None, in order, for the listeners that
-    tell them too (a trace's span events: monitoring.spans), so none derives them again."""
-    found = [_decision(row.seq, event) for row, event in zip(rows, events, strict=True)]
+def record_decisions(run_id: str, seqs: Sequence[int], events: Sequence[ev.Event]) -> list[dict[str, Any] | None]:
+    """The ledger's entries for the decision events among the rows just stored as
+    ``seqs`` (each row's typed event as stored, masked values included, is ``events``'
+    at its index); each row's decision (``decision_of``) or None, in order, for the
+    listeners that tell them too (a trace's span events: monitoring.spans), so none
+    derives them again."""
+    found = [_decision(seq, event) for seq, event in zip(seqs, events, strict=True)]
     decisions = [d for d in found if d is not None]
     if decisions:
         project_id = _project_of(run_id)

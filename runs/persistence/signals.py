@@ -3,7 +3,8 @@
 from django.dispatch import Signal
 
 # Sent by runs.persistence.eventlog.append_events inside the transaction that stores the events,
-# with ``rows``: the stored runs.models.Event rows, seq assigned, and ``events``: the
+# with ``rows``: the stored runs.models.Event rows, seq assigned (each made when it is
+# first read: runs.persistence.eventlog.StoredRows), ``seqs``: their seqs, and ``events``: the
 # same events as the typed core.events objects they were stored from (unmasked);
 # ``as_given``: for each row, whether its payload is its event's own (nothing in it was
 # masked), so that its event reads as the row would but for ``ts``, which the row holds
