@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import models
@@ -162,6 +163,10 @@ class Column:
 
     def convert(self, connection: Any, value: object) -> object:
         """A value that is not None and not of ``kind``, converted."""
+        if self.kind is _Moment and type(value) is datetime and value.tzinfo is not None:
+            # What the field's conversion comes to for an aware time (its checks for a
+            # lazy string and a naive time pass it by): the backend's adaptation alone.
+            return connection.ops.adapt_datetimefield_value(value)
         if self.kind is _Key:
             found = self._keys.get(value)
             if found is None:
@@ -190,6 +195,10 @@ class _Key:
     """Marks a uuid (or a key to one): its values' conversions are remembered."""
 
 
+class _Moment:
+    """Marks a time column: an aware time goes to the backend's adaptation directly."""
+
+
 class _Converted:
     """Marks a field whose every value goes through Django's conversion."""
 
@@ -205,6 +214,8 @@ def _kind(connection: Any, field: models.Field[Any, Any]) -> type:
         return int
     if isinstance(field, models.UUIDField) or isinstance(field, models.ForeignKey) and isinstance(field.target_field, models.UUIDField):
         return _Key
+    if type(field) is models.DateTimeField:
+        return _Moment
     return _Converted
 
 
