@@ -9,8 +9,9 @@ switch) to the doorbells group, which every web process with a live feed joins o
 run's feed hears its own run's doorbells: live.fanout routes them by run); and a
 running check's latest output lines to the run's group, which is ephemeral: never
 stored, the final output is the artifact. A commit is one message: a doorbell to the
-run's group and a "changed" to the lists' were two sends a commit, about a quarter
-of a SQLite step's instructions between them.
+run's group and a "changed" to the lists' were two sends a commit, and the second
+cost about 0.26 M instructions a commit, 8% of a durable step on SQLite
+(docs/performance-history.md, 2026-12-07).
 
 Sending happens on one background thread with its own long-lived event loop, in
 commit order, so a slow or restarting Redis never slows a run down, and callers may
