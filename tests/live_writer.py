@@ -19,14 +19,14 @@ from typing import Any
 
 
 def lossy(layer: Any, rng: random.Random, share: float, dropped: list[int]) -> Any:
-    """The channel layer, with ``share`` of the messages to a run's group lost."""
+    """The channel layer, with ``share`` of the runs' doorbells lost."""
 
     class Lossy:
         def __getattr__(self, name: str) -> Any:
             return getattr(layer, name)
 
         async def group_send(self, group: str, message: dict[str, Any]) -> None:
-            if group.startswith("run.") and rng.random() < share:
+            if message["type"] == "run.doorbell" and rng.random() < share:
                 dropped.append(1)
                 return
             await layer.group_send(group, message)
