@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 
@@ -43,6 +43,14 @@ def make_repo(repo: Path) -> None:
 
 def prepare(tmp_path: Path, name: str) -> RunWorkspace:
     return prepare_workspace(tmp_path / name, WorkspaceSource(kind="git", path=str(tmp_path / "repo")), tmp_path, (tmp_path,))
+
+
+def trees(repo: Path, ref: str) -> tuple[str, dict[bytes, bytes]]:
+    """What the preparation reads of ``ref``'s commit (NotTrusted when it cannot be trusted)."""
+    with checkout.GitObjects(repo / ".git") as objects:
+        named = objects.commit(ref)
+        assert named is not None
+        return checkout.commit_trees(objects, named[1])
 
 
 def walked(ws: RunWorkspace) -> bool:
@@ -86,7 +94,7 @@ def test_it_walks_a_checkout_git_may_not_have_written_verbatim(tmp_path: Path, k
         git(repo, "add", "-A")
     git(repo, "commit", "-qm", kind)
     with pytest.raises(checkout.NotTrusted):
-        checkout.commit_trees(repo / ".git", "HEAD")
+        trees(repo, "HEAD")
     ws = prepare(tmp_path, "run")
     assert walked(ws) and ws.verify() == ws.revision()
     assert {os.lstat(os.path.join(d, n)).st_uid for d, dirs, files in os.walk(ws.dir) for n in dirs + files} == {SANDBOX_UID}
@@ -111,7 +119,7 @@ def test_it_refuses_to_trust_a_tree_not_in_canonical_form(tmp_path: Path, shape:
     )
     commit = git(repo, "commit-tree", "-m", shape, made.stdout.decode().strip())
     with pytest.raises(checkout.NotTrusted, match="canonical"):
-        checkout.commit_trees(repo / ".git", commit)
+        trees(repo, commit)
 
 
 @pytest.mark.parametrize(
@@ -140,7 +148,7 @@ def test_it_refuses_to_trust_a_tree_git_would_not_write_as_it_says(
     )
     commit = git(repo, "commit-tree", "-m", "odd", made.stdout.decode().strip())
     with pytest.raises(checkout.NotTrusted, match=refused):
-        checkout.commit_trees(repo / ".git", commit)
+        trees(repo, commit)
 
 
 def test_it_copies_a_directory_source_once_hashing_and_linking_as_it_goes(tmp_path: Path) -> None:
@@ -173,7 +181,7 @@ def test_it_refuses_to_trust_a_tree_nested_deeper_than_the_walk_descends(tmp_pat
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "deep")
     with pytest.raises(checkout.NotTrusted, match="nested deeper"):
-        checkout.commit_trees(repo / ".git", "HEAD")
+        trees(repo, "HEAD")
 
 
 @pytest.mark.parametrize("kind", ["git", "path"])
@@ -217,3 +225,30 @@ def test_it_walks_at_the_pickup_of_a_workspace_it_did_not_just_make(tmp_path: Pa
     with pytest.raises(RevisionMismatch, match="differs from a full walk"):
         ws.picked_up()
     assert walks == [str(ws.dir)]
+
+
+def test_it_prepares_a_git_source_with_three_processes_and_reads_a_level_wider_than_a_pipe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clone, one ``git cat-file --batch`` for the commit and all its trees, and
+    the checkout as the sandbox's uid; a level of trees asked in several batches
+    (more than a pipe's page of names) is read whole and in order."""
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    for n in range(150):
+        (repo / f"dir{n:03}").mkdir()
+        (repo / f"dir{n:03}" / "f").write_text(f"{n}\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "wide")
+    started: list[str] = []
+
+    class Counted(subprocess.Popen[bytes]):
+        def __init__(self, args: list[str], *rest: Any, **kw: Any) -> None:
+            started.append(args[0] if args[0] != "git" else f"git {args[1]}")
+            super().__init__(args, *rest, **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", Counted)
+    ws = prepare(tmp_path, "run")
+    assert started == ["git clone", "git cat-file", "setpriv"]
+    assert not walked(ws) and ws.revision() == git(repo, "rev-parse", "HEAD^{tree}") == ws.verify()
+    assert len(trees(repo, "HEAD")[1]) == 153  # the root, pkg, pkg/deep and the 150
