@@ -57,9 +57,10 @@ def example_repository(root: Path) -> None:
     subprocess.run(["git", "-c", "gc.auto=0", "commit", "-qm", "orders"], cwd=root, check=True, env=GIT_ENV)
 
 
-def driven(src: Path, tmp: Path, writes: int) -> tuple[str, str, list[RecordedWrite]]:
-    """A run's record: its base revision, its revision, and ``writes`` writes (each a
-    new file, the last a rewrite of one), made on "host A" through the workspace's writers."""
+def driven(src: Path, tmp: Path, writes: int) -> tuple[str, str, str, list[RecordedWrite]]:
+    """A run's record: the commit it was prepared at, its base revision, its revision,
+    and ``writes`` writes (each a new file, the last a rewrite of one), made on "host A"
+    through the workspace's writers."""
     workspace = prepare_workspace(tmp / "host-a", WorkspaceSource(kind="git", path=str(src)), tmp, (tmp,))
     base = workspace.revision()
     recorded = []
@@ -67,13 +68,13 @@ def driven(src: Path, tmp: Path, writes: int) -> tuple[str, str, list[RecordedWr
         path, content = (f"notes/n{n}.txt", f"note {n}\n") if n < writes - 1 else ("notes/n0.txt", "rewritten\n")
         workspace.write_file(path, content)
         recorded.append(RecordedWrite(n + 1, f"c{n + 1}", "write_file", {"path": path, "content": content}, workspace.revision()))
-    revision = workspace.revision()
+    revision, commit = workspace.revision(), str(workspace.source["commit"])
     shutil.rmtree(tmp / "host-a", ignore_errors=True)
-    return base, revision, recorded
+    return commit, base, revision, recorded
 
 
 def measure(src: Path, tmp: Path, writes: int, rounds: int) -> dict[str, Any]:
-    base, revision, recorded = driven(src, tmp, writes)
+    commit, base, revision, recorded = driven(src, tmp, writes)
     source = WorkspaceSource(kind="git", path=str(src))
     clone, rebuild, clone_cpu, rebuild_cpu, reads, started_processes = [], [], [], [], [], []
     for r in range(rounds):
@@ -86,7 +87,8 @@ def measure(src: Path, tmp: Path, writes: int, rounds: int) -> dict[str, Any]:
         shutil.rmtree(target, ignore_errors=True)
         cpu, read, processes = cpu_seconds(), read_calls(), len(STARTED)
         started = time.perf_counter()
-        rebuilt = rebuild_workspace(tmp / f"host-b-{r}", source, None, base, revision, recorded, tmp, (tmp,))
+        # At the recorded commit, as runs.placement rebuilds.
+        rebuilt = rebuild_workspace(tmp / f"host-b-{r}", source, commit, base, revision, recorded, tmp, (tmp,))
         rebuild.append(time.perf_counter() - started)
         rebuild_cpu.append(cpu_seconds() - cpu)
         reads.append(read_calls() - read)

@@ -20,6 +20,7 @@ from sandbox.workspace.fileops import MAX_DEPTH
 from sandbox.workspace.hashing import TreeHasher
 from sandbox.workspace.preparation import SANDBOX_UID, open_workspace, prepare_workspace
 from sandbox.workspace.run_workspace import RunWorkspace
+from sandbox.workspace.sources import WorkspaceSourceError
 from tests.fixtures_sandbox import count_walks
 
 ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}
@@ -227,6 +228,19 @@ def test_it_walks_at_the_pickup_of_a_workspace_it_did_not_just_make(tmp_path: Pa
     assert walks == [str(ws.dir)]
 
 
+def started_processes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The processes started from now on, by program ("git <command>" for git)."""
+    started: list[str] = []
+
+    class Counted(subprocess.Popen[bytes]):
+        def __init__(self, args: list[str], *rest: Any, **kw: Any) -> None:
+            started.append(args[0] if args[0] != "git" else f"git {args[1]}")
+            super().__init__(args, *rest, **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", Counted)
+    return started
+
+
 def test_it_prepares_a_git_source_with_three_processes_and_reads_a_level_wider_than_a_pipe(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -240,15 +254,52 @@ def test_it_prepares_a_git_source_with_three_processes_and_reads_a_level_wider_t
         (repo / f"dir{n:03}" / "f").write_text(f"{n}\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "wide")
-    started: list[str] = []
-
-    class Counted(subprocess.Popen[bytes]):
-        def __init__(self, args: list[str], *rest: Any, **kw: Any) -> None:
-            started.append(args[0] if args[0] != "git" else f"git {args[1]}")
-            super().__init__(args, *rest, **kw)
-
-    monkeypatch.setattr(subprocess, "Popen", Counted)
+    started = started_processes(monkeypatch)
     ws = prepare(tmp_path, "run")
     assert started == ["git clone", "git cat-file", "setpriv"]
     assert not walked(ws) and ws.revision() == git(repo, "rev-parse", "HEAD^{tree}") == ws.verify()
     assert len(trees(repo, "HEAD")[1]) == 153  # the root, pkg, pkg/deep and the 150
+
+
+def test_it_links_the_sources_objects_for_a_commit_named_by_its_hash_without_a_clone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a rebuild names the commit the run was prepared at: the objects hard-linked
+    as the clone links them, the commit's tree checked out and trusted as from a clone."""
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    first = git(repo, "rev-parse", "HEAD")
+    (repo / "README.md").write_text("# moved on\n")
+    git(repo, "commit", "-qam", "moved on")
+    git(repo, "gc", "-q")  # packed: the pack and its index are linked as any object file
+    started = started_processes(monkeypatch)
+    ws = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="git", path=str(repo), ref=first), tmp_path, (tmp_path,))
+    assert started == ["git cat-file", "setpriv"]
+    assert ws.source["commit"] == first and (ws.dir / "README.md").read_text() == "# repo\n"
+    assert not walked(ws) and ws.revision() == ws.base_revision() == git(repo, "rev-parse", f"{first}^{{tree}}") == ws.verify()
+    packs = sorted((repo / ".git" / "objects" / "pack").iterdir())
+    assert [os.stat(ws.pristine_git / "objects" / "pack" / pack.name).st_ino for pack in packs] == [os.stat(pack).st_ino for pack in packs]
+    ws.write_file("README.md", "# changed\n")
+    assert ws.diff().files == ["README.md"]  # the pristine side read from the linked objects
+    missing = "0" * 40
+    with pytest.raises(WorkspaceSourceError, match="is not a commit"):
+        prepare_workspace(tmp_path / "none", WorkspaceSource(kind="git", path=str(repo), ref=missing), tmp_path, (tmp_path,))
+
+
+@pytest.mark.parametrize("kind", ["alternates", "worktree"])
+def test_it_clones_where_the_sources_objects_are_not_its_own_files(tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Objects borrowed from another repository (alternates) or a git directory found
+    through a ``.git`` file: git finds them, so the clone decides, as it always did."""
+    origin = tmp_path / "origin"
+    make_repo(origin)
+    commit = git(origin, "rev-parse", "HEAD")
+    repo = tmp_path / "repo"
+    if kind == "alternates":
+        git(tmp_path, "clone", "-q", "--shared", str(origin), str(repo))
+        assert not any((repo / ".git" / "objects").glob("??/*"))  # every object is the origin's
+    else:
+        git(origin, "worktree", "add", "-q", "--detach", str(repo))
+    started = started_processes(monkeypatch)
+    ws = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="git", path=str(repo), ref=commit), tmp_path, (tmp_path,))
+    assert started[0] == "git clone" and ws.source["commit"] == commit
+    assert ws.revision() == git(origin, "rev-parse", "HEAD^{tree}") == ws.verify()

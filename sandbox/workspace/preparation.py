@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import stat
 import uuid
@@ -26,6 +27,7 @@ from sandbox.workspace.sources import WorkspaceSourceError, check_name, git, res
 SANDBOX_UID = 65534
 SANDBOX_GID = 65534
 log = logging.getLogger(__name__)
+FULL_HASH = re.compile(r"[0-9a-f]{40}")  # a commit named by its (SHA-1) hash, as a run's record pins it
 CACHE_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".benchmarks"}
 
 
@@ -200,10 +202,13 @@ def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> tup
         raise WorkspaceSourceError(f"{location} is not a local git repository")
     if ref is not None and (ref.startswith("-") or any(c.isspace() or ord(c) < 32 for c in ref)):
         raise WorkspaceSourceError(f"{ref!r} is not a valid git ref", field="workspace.ref")
-    # A local clone hard-links the source's objects (git never changes an object file)
-    # and checks the commit out once; its .git then moves out of the workspace.
-    git(["clone", "--quiet", "--local", "--no-checkout", "--", str(location), str(dest)])
-    os.rename(dest / ".git", git_dir)
+    # The source's objects hard-linked (git never changes an object file), the commit
+    # checked out once; the git directory is kept out of the workspace.
+    if ref is not None and FULL_HASH.fullmatch(ref) and _linked_objects(location, git_dir, ref):
+        dest.mkdir()
+    else:
+        git(["clone", "--quiet", "--local", "--no-checkout", "--", str(location), str(dest)])
+        os.rename(dest / ".git", git_dir)
     with checkout.GitObjects(git_dir) as objects:
         try:
             named = objects.commit(ref or "HEAD")
@@ -230,6 +235,48 @@ def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> tup
     git(["checkout", "--quiet", "--detach", commit], cwd=dest)
     os.rename(dest / ".git", git_dir)
     return commit, tree, None
+
+
+class _NotLinked(Exception):
+    """The source's objects are not all plain files of its own objects directory."""
+
+
+def _linked_objects(location: Path, git_dir: Path, commit: str) -> bool:
+    """A git directory holding the source's objects, hard-linked as ``git clone
+    --local`` links them, with ``commit`` as its HEAD: all a commit named by its hash
+    needs (the source's refs name nothing it needs). False, and nothing made, where
+    the objects are not all plain files of the source's own directory (a ``.git``
+    file, alternates, a symlink) or cannot be linked: the clone decides those, as it
+    always did."""
+    source_git = location / ".git" if (location / ".git").exists() else location
+    objects = source_git / "objects"
+    try:
+        if (
+            not stat.S_ISDIR(os.lstat(source_git).st_mode)
+            or not stat.S_ISDIR(os.lstat(objects).st_mode)
+            or (source_git / "commondir").exists()
+            or (objects / "info" / "alternates").exists()
+        ):
+            return False
+        (git_dir / "refs").mkdir(parents=True)
+        (git_dir / "HEAD").write_text(commit + "\n")
+        _link_objects(os.fspath(objects), os.fspath(git_dir / "objects"))
+    except (OSError, _NotLinked):
+        shutil.rmtree(git_dir, ignore_errors=True)
+        return False
+    return True
+
+
+def _link_objects(src: str, dst: str) -> None:
+    os.mkdir(dst)
+    with os.scandir(src) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                _link_objects(entry.path, f"{dst}/{entry.name}")
+            elif entry.is_file(follow_symlinks=False):
+                os.link(entry.path, f"{dst}/{entry.name}", follow_symlinks=False)
+            else:
+                raise _NotLinked(entry.path)  # git clone --local refuses a symlink there too
 
 
 def _from_remote(url: str, ref: str | None, prepared: RunWorkspace, access: RemoteAccess, pinned: str | None = None) -> str:
