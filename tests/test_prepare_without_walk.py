@@ -303,3 +303,18 @@ def test_it_clones_where_the_sources_objects_are_not_its_own_files(tmp_path: Pat
     ws = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="git", path=str(repo), ref=commit), tmp_path, (tmp_path,))
     assert started[0] == "git clone" and ws.source["commit"] == commit
     assert ws.revision() == git(origin, "rev-parse", "HEAD^{tree}") == ws.verify()
+
+
+def test_it_counts_an_adopted_workspaces_size_when_first_asked_and_moves_it_with_each_write_after(tmp_path: Path) -> None:
+    """Writes before the first ask move no size (none is recorded: the ask counts the
+    tree as it is then); writes after it move the recorded size, as on a walked tree."""
+    make_repo(tmp_path / "repo")
+    ws = prepare(tmp_path, "run")
+    ws.write_file("big.txt", "#" * (1 << 20))
+    assert not walked(ws)
+    walker = TreeHasher()
+    walker.tree(ws.dir)
+    assert ws.index.usage() == walker.allocated > 1 << 20
+    ws.write_file("big.txt", "#" * (3 << 20))
+    walker.tree(ws.dir)
+    assert ws.index.usage() == walker.allocated > 3 << 20

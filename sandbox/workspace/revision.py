@@ -167,7 +167,10 @@ class RevisionIndex:
         earlier = self._read("pending")
         if earlier is not None:  # recovered first: the marker below must not hide it
             self._recover(json.loads(earlier), crashed=True)
-        written = [p for p in paths if p != WHOLE_TREE]
+        # No size recorded yet (a workspace adopted at preparation): the first ask
+        # counts the tree as it is then, so there is nothing to move.
+        usage = self._read("usage")
+        written = [p for p in paths if p != WHOLE_TREE] if usage is not None else []
         before = self._allocated(written)
         self._write("pending", json.dumps(list(paths)))
         try:
