@@ -204,19 +204,16 @@ def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> tup
         raise WorkspaceSourceError(f"{ref!r} is not a valid git ref", field="workspace.ref")
     # The source's objects hard-linked (git never changes an object file), the commit
     # checked out once; the git directory is kept out of the workspace.
-    if ref is not None and FULL_HASH.fullmatch(ref) and _linked_objects(location, git_dir, ref):
+    linked = ref is not None and FULL_HASH.fullmatch(ref) is not None and _linked_objects(location, git_dir, ref)
+    if linked:
         dest.mkdir()
     else:
         git(["clone", "--quiet", "--local", "--no-checkout", "--", str(location), str(dest)])
         os.rename(dest / ".git", git_dir)
     with checkout.GitObjects(git_dir) as objects:
-        try:
-            named = objects.commit(ref or "HEAD")
-        except checkout.NotTrusted:
-            named = None
-        if named is None:
-            raise WorkspaceSourceError(f"ref {ref or 'HEAD'!r} is not a commit in {location}", field="workspace.ref")
-        commit, tree = named
+        # A commit named by its hash is checked out as soon as git can start, while
+        # it is found to be a commit (else all is discarded with the staging directory).
+        commit = ref if linked and ref is not None else _named_commit(objects, ref, location)[0]
         # The commit's trees are read and checked (Python, here) while git writes the
         # files (its own process): on two cores that is the clone plus the longer of
         # the two, not their sum. Both only read the git directory. A tree found
@@ -224,6 +221,7 @@ def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> tup
         try:
             try:
                 with checkout.checking_out(SANDBOX_UID, SANDBOX_GID, git_dir, commit, dest):
+                    commit, tree = _named_commit(objects, ref, location)
                     trusted = checkout.commit_trees(objects, tree)
             except checkout.NotTrusted:
                 checkout.empty(dest)
@@ -231,10 +229,22 @@ def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> tup
             return commit, tree, trusted
         except checkout.NotTrusted as exc:
             log.info("%s at %s is checked out and walked: %s", location, commit, exc)
+        commit, tree = _named_commit(objects, ref, location)
     os.rename(git_dir, dest / ".git")
     git(["checkout", "--quiet", "--detach", commit], cwd=dest)
     os.rename(dest / ".git", git_dir)
     return commit, tree, None
+
+
+def _named_commit(objects: checkout.GitObjects, ref: str | None, location: Path) -> tuple[str, str]:
+    """The commit ``ref`` names (HEAD when None) and its root tree."""
+    try:
+        named = objects.commit(ref or "HEAD")
+    except checkout.NotTrusted:
+        named = None
+    if named is None:
+        raise WorkspaceSourceError(f"ref {ref or 'HEAD'!r} is not a commit in {location}", field="workspace.ref")
+    return named
 
 
 class _NotLinked(Exception):
