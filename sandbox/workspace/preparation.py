@@ -62,7 +62,7 @@ def prepare_workspace(
     staging = root.parent / f".{root.name}.staging-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     try:
-        prepared = RunWorkspace(staging)
+        prepared = RunWorkspace(staging, staging=True)
         meta, commit_tree, trusted = _materialise(source, prepared, base_dir, allowed_roots, remotes, commit)
         if trusted is not None:
             # Born the sandbox's, and its tree known without a walk (the commit's, or

@@ -76,7 +76,7 @@ class PatchSet:
 
 
 class RunWorkspace:
-    def __init__(self, root: Path, *, made_now: bool = False) -> None:
+    def __init__(self, root: Path, *, made_now: bool = False, staging: bool = False) -> None:
         self.root = root
         # Made by this process just now (``prepare_workspace``) and not written or
         # run in since: the pickup that follows need not read it again.
@@ -85,7 +85,9 @@ class RunWorkspace:
         self.pristine = root / "pristine"
         self.pristine_git = root / "source.git"
         self._hasher = TreeHasher()
-        self.index = RevisionIndex(root / "index", self.dir, self._hasher)
+        # ``staging``: being made in a staging directory (``prepare_workspace``), whose
+        # index needs no protection from a crash (``RevisionIndex``).
+        self.index = RevisionIndex(root / "index", self.dir, self._hasher, staging=staging)
 
     @property
     def remote_git(self) -> Path:
