@@ -157,7 +157,7 @@ def main() -> None:
         print(
             f"rebuild {name:>16}: {figures['rebuild_ms']:8.1f} ms with {figures['writes']} writes, "
             f"git clone --local {figures['git_clone_local_ms']:8.1f} ms, ratio {figures['ratio_rebuild_vs_clone']:.2f}; "
-            f"CPU {figures['rebuild_cpu_ms']:.0f} / {figures['git_clone_local_cpu_ms']:.0f} ms, "
+            f"CPU {figures['rebuild_cpu_ms']:.1f} / {figures['git_clone_local_cpu_ms']:.1f} ms, "
             f"{figures['rebuild_read_calls']:,.0f} read calls, {figures['rebuild_processes']:.0f} processes started"
         )
 

@@ -7,7 +7,8 @@ whether the checkout was exactly the commit's tree. Here git writes the files as
 uid (``setpriv``, keeping only the capability to read and search whatever the worker
 can, so the source's objects and the run's root stay readable whatever their modes),
 so they are born owned correctly; and the revision index is made of the commit's tree
-objects, read with ``git cat-file``.
+objects, read with one ``git cat-file --batch`` (``GitObjects``) while git checks the
+commit out.
 
 Why the checkout is the commit's tree without reading it back: git writes every blob
 of the tree verbatim into an empty directory unless something converts it on the way,

@@ -4,7 +4,8 @@ Layout under ``WORKSPACE_ROOT/<run_id>/``::
 
     workspace/    mounted at /workspace in the run's container (owned by uid 65534)
     source.git/   from a git source or remote: the clone's objects (hard links to a
-                  local source's), never mounted; publish diffs against the commit
+                  local source's, linked without a clone for a commit named by its
+                  hash), never mounted; publish diffs against the commit
     remote.git/   from a git remote whose checkout differs from its commit: the
                   clone's git directory, kept only for pushing, never mounted
     pristine/     from any other source (or a checkout that differs from its
