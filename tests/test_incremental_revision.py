@@ -59,11 +59,13 @@ def crash_inside_write(ws: RunWorkspace, path: str, text: str, *, write: bool) -
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
 
 
+@pytest.mark.parametrize("staging", [False, True], ids=["in place", "in its staging directory"])
 @hypothesis_settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(OPERATIONS)
-def test_it_keeps_the_incremental_revision_equal_to_a_full_walk(operations: list[tuple[str, str, str]]) -> None:
+@given(operations=OPERATIONS)
+def test_it_keeps_the_incremental_revision_equal_to_a_full_walk(staging: bool, operations: list[tuple[str, str, str]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ws = prepared(Path(tmp) / "run")
+        ws = RunWorkspace(ws.root, staging=True) if staging else ws
         for kind, path, text in operations:
             try:
                 if kind == "write":
@@ -141,6 +143,10 @@ def test_it_keeps_a_staging_index_s_write_under_way_in_memory_and_its_files_in_p
     monkeypatch.setattr(os, "replace", replace)
     ws.write_file("orders/a.py", "A = 1\n")
     assert ws.revision() == TreeHasher().tree(ws.dir) != before
+    # Two directories of one tree object: a write into one leaves the other's as it was.
+    for path in ("x/same.py", "y/same.py", "x/more.py", "y/other.py"):
+        ws.write_file(path, "same\n")
+        assert ws.revision() == TreeHasher().tree(ws.dir)
     real_update = RevisionIndex._update
     failed: list[str] = []
 

@@ -54,9 +54,10 @@ log = logging.getLogger(__name__)
 class RevisionIndex:
     def __init__(self, directory: Path, tree: Path, hasher: TreeHasher, *, staging: bool = False) -> None:
         """``staging``: the index of a workspace being prepared (or rebuilt) in its
-        staging directory, which nobody else reads and a crash discards whole: its
-        files are written in place, not renamed into place, and the record of a
-        write under way is kept in memory, not in ``pending`` (a crash takes both)."""
+        staging directory, which nobody else reads or writes and a crash discards
+        whole: its files are written in place, not renamed into place, the record of
+        a write under way is kept in memory, not in ``pending`` (a crash takes both),
+        and the trees it wrote or read are kept too."""
         self.dir = directory
         self.tree = tree
         self.objects = directory / "objects"
@@ -64,6 +65,9 @@ class RevisionIndex:
         self._put_file = _plain_write if staging else _atomic_write
         self._staging = staging
         self._pending: list[str] | None = None  # staging's record of a write under way
+        # Staging's trees as written or read (and checked) once: nobody else writes
+        # the directory, so each need not be read and hashed again at every write.
+        self._trees: dict[bytes, Entries] | None = {} if staging else None
         # As strings, joined by hand: a write reads or writes about ten of these small
         # files, and pathlib's joins cost more than the system calls (bench/repo_scale.py).
         self._dir = os.fspath(directory)
@@ -313,17 +317,24 @@ class RevisionIndex:
     def _load(self, sha: bytes | None) -> Entries:
         if sha is None:
             return {}
+        if self._trees is not None and sha in self._trees:
+            return dict(self._trees[sha])
         body = _read_bytes(f"{self._objects}/{sha.hex()}")
         if body is None or git_hash(b"tree", body) != sha:
             reason = f"the revision index lost or damaged its tree object {sha.hex()}"
             self._write("broken", reason)
             raise RevisionMismatch(reason)
-        return parse_tree(body)
+        entries = parse_tree(body)
+        if self._trees is not None:
+            self._trees[sha] = dict(entries)
+        return entries
 
     def _store(self, entries: Entries) -> bytes:
         body = tree_body(entries)
         sha = git_hash(b"tree", body)
         self._store_body(sha, body)
+        if self._trees is not None:
+            self._trees[sha] = dict(entries)
         return sha
 
     def _store_body(self, sha: bytes, body: bytes) -> None:
