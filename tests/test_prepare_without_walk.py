@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any, Literal
 
@@ -241,24 +242,34 @@ def started_processes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return started
 
 
-def test_it_prepares_a_git_source_with_three_processes_and_reads_a_level_wider_than_a_pipe(
+def test_it_prepares_a_git_source_with_three_processes_and_reads_a_level_wider_than_a_pipe_holds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The clone, one ``git cat-file --batch`` for the commit and all its trees, and
-    the checkout as the sandbox's uid; a level of trees asked in several batches
-    (more than a pipe's page of names) is read whole and in order."""
+    the checkout as the sandbox's uid; a level of trees whose names and answers each
+    fill more than a pipe (64 KiB here) is read whole and in order, written while
+    the answers are read."""
     repo = tmp_path / "repo"
     make_repo(repo)
-    for n in range(150):
-        (repo / f"dir{n:03}").mkdir()
-        (repo / f"dir{n:03}" / "f").write_text(f"{n}\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "wide")
+    # Made with git's plumbing, not files: 2,000 directories of two long names each for one blob.
+    blob = git(repo, "rev-parse", "HEAD:README.md")
+    listing = "".join("".join(f"100644 blob {blob}\t{k}{n:0>240}\n" for k in "ab") + "\n" for n in range(2000))
+    dirs = subprocess.run(["git", "mktree", "--batch"], cwd=repo, input=listing, check=True, capture_output=True, text=True).stdout.split()
+    root = git(repo, "ls-tree", "HEAD").splitlines() + [f"040000 tree {sha}\tdir{n:04}" for n, sha in enumerate(dirs)]
+    tree = subprocess.run(
+        ["git", "mktree"], cwd=repo, input="\n".join(root) + "\n", check=True, capture_output=True, text=True
+    ).stdout.strip()
+    git(repo, "update-ref", "HEAD", git(repo, "commit-tree", tree, "-p", "HEAD", "-m", "wide"))
     started = started_processes(monkeypatch)
-    ws = prepare(tmp_path, "run")
+    made: list[RunWorkspace] = []
+    preparing = threading.Thread(target=lambda: made.append(prepare(tmp_path, "run")), daemon=True)
+    preparing.start()
+    preparing.join(120)
+    assert made, "the preparation did not end: git and the reader each waited for the other"
+    ws = made[0]
     assert started == ["git clone", "git cat-file", "setpriv"]
     assert not walked(ws) and ws.revision() == git(repo, "rev-parse", "HEAD^{tree}") == ws.verify()
-    assert len(trees(repo, "HEAD")[1]) == 153  # the root, pkg, pkg/deep and the 150
+    assert len(trees(repo, "HEAD")[1]) == 2003  # the root, pkg, pkg/deep and the 2,000
 
 
 def test_it_links_the_sources_objects_for_a_commit_named_by_its_hash_without_a_clone(

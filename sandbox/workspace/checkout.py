@@ -41,9 +41,11 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 from sandbox.vcs.remote import RemoteAccess, git_environment
 from sandbox.workspace.fileops import MAX_DEPTH
@@ -106,38 +108,47 @@ class GitObjects:
         return out
 
     def _answers(self, names: list[bytes]) -> list[tuple[list[bytes], bytes]]:
-        """git's header (split) and body for each name. Asked in batches that fit the
-        smallest pipe (one page) whole, each read back before the next is written:
-        git never waits for its answers to be read while this waits for it to read."""
+        """git's header (split) and body for each name. Up to a pipe's page of names
+        (what a pipe holds at the least) is written whole before git's answers are
+        read; more is written by a thread while they are read here, so git never
+        waits for its answers to be read while this waits for it to read."""
         stdin, stdout = self._process.stdin, self._process.stdout
         assert stdin is not None and stdout is not None  # both piped
+        request = b"".join(name + b"\n" for name in names)
+        writer = threading.Thread(target=_write_all, args=(stdin, request), name="git-cat-file-requests", daemon=True)
         answers: list[tuple[list[bytes], bytes]] = []
-        at = 0
         try:
-            while at < len(names):
-                batch: list[bytes] = []
-                size = 0
-                while at < len(names) and (not batch or size + len(names[at]) + 1 <= PIPE_PAGE):
-                    batch.append(names[at])
-                    size += len(names[at]) + 1
-                    at += 1
-                stdin.write(b"".join(name + b"\n" for name in batch))
-                stdin.flush()
-                for _name in batch:
-                    header = stdout.readline().split()
-                    if not header:
+            if len(request) <= PIPE_PAGE:
+                _write_all(stdin, request)
+            else:
+                writer.start()
+            for _name in names:
+                header = stdout.readline().split()
+                if not header:
+                    raise OSError("git cat-file ended early")
+                body = b""
+                if len(header) == 3:  # "<sha> <kind> <size>", else "<name> missing" (or ambiguous)
+                    body = stdout.read(int(header[2]) + 1)
+                    if len(body) != int(header[2]) + 1:
                         raise OSError("git cat-file ended early")
-                    body = b""
-                    if len(header) == 3:  # "<sha> <kind> <size>", else "<name> missing" (or ambiguous)
-                        body = stdout.read(int(header[2]) + 1)
-                        if len(body) != int(header[2]) + 1:
-                            raise OSError("git cat-file ended early")
-                    answers.append((header, body[:-1]))
+                answers.append((header, body[:-1]))
         except (OSError, ValueError) as exc:
             self._process.kill()
+            if writer.is_alive():
+                writer.join()  # its next write fails: git is gone
             error = self._process.communicate()[1].decode(errors="replace")[:300]
             raise NotTrusted(f"git cat-file failed: {error or exc}") from None
+        if writer.is_alive():
+            writer.join()
         return answers
+
+
+def _write_all(stream: IO[bytes], data: bytes) -> None:
+    try:
+        stream.write(data)
+        stream.flush()
+    except (OSError, ValueError):
+        pass  # git ended: the reading side says so
 
 
 def commit_trees(objects: GitObjects, root: str) -> tuple[str, dict[bytes, bytes]]:

@@ -215,9 +215,9 @@ def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> tup
         # it is found to be a commit (else all is discarded with the staging directory).
         commit = ref if linked and ref is not None else _named_commit(objects, ref, location)[0]
         # The commit's trees are read and checked (Python, here) while git writes the
-        # files (its own process): on two cores that is the clone plus the longer of
-        # the two, not their sum. Both only read the git directory. A tree found
-        # untrusted ends the checkout made meanwhile, which is emptied again.
+        # files (its own process): on two cores that is the clone (or the links) plus
+        # the longer of the two, not their sum. Both only read the git directory. A
+        # tree found untrusted ends the checkout made meanwhile, which is emptied again.
         try:
             try:
                 with checkout.checking_out(SANDBOX_UID, SANDBOX_GID, git_dir, commit, dest):
