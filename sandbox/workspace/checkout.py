@@ -59,6 +59,7 @@ ENTRY = re.compile(rb"([0-9]+) ([^\0]*)\0(.{20})", re.DOTALL)
 SYMLINK_MAX = 4095
 GIT_TIMEOUT = 600
 PIPE_PAGE = 4096  # what a pipe holds at the least (pipe(7))
+PIPE_BUFFER = 1 << 16  # git's answers read in pieces of what a pipe holds by default
 
 
 class NotTrusted(Exception):
@@ -79,6 +80,7 @@ class GitObjects:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            bufsize=PIPE_BUFFER,
         )
 
     def __enter__(self) -> GitObjects:
