@@ -117,12 +117,13 @@ class GitObjects:
         stdin, stdout = self._process.stdin, self._process.stdout
         assert stdin is not None and stdout is not None  # both piped
         request = b"".join(name + b"\n" for name in names)
-        writer = threading.Thread(target=_write_all, args=(stdin, request), name="git-cat-file-requests", daemon=True)
+        writer = None
         answers: list[tuple[list[bytes], bytes]] = []
         try:
             if len(request) <= PIPE_PAGE:
                 _write_all(stdin, request)
             else:
+                writer = threading.Thread(target=_write_all, args=(stdin, request), name="git-cat-file-requests", daemon=True)
                 writer.start()
             for _name in names:
                 header = stdout.readline().split()
@@ -136,11 +137,11 @@ class GitObjects:
                 answers.append((header, body[:-1]))
         except (OSError, ValueError) as exc:
             self._process.kill()
-            if writer.is_alive():
+            if writer is not None:
                 writer.join()  # its next write fails: git is gone
             error = self._process.communicate()[1].decode(errors="replace")[:300]
             raise NotTrusted(f"git cat-file failed: {error or exc}") from None
-        if writer.is_alive():
+        if writer is not None:
             writer.join()
         return answers
 
