@@ -170,10 +170,11 @@ class RevisionIndex:
         earlier = self._read_pending()
         if earlier is not None:  # recovered first: the marker below must not hide it
             self._recover(earlier, crashed=True)
-        # No size recorded yet (a workspace adopted at preparation): the first ask
-        # counts the tree as it is then, so there is nothing to move.
-        usage = self._read("usage")
-        written = [p for p in paths if p != WHOLE_TREE] if usage is not None else []
+        written = [p for p in paths if p != WHOLE_TREE]
+        if written and self._read("usage") is None:
+            # No size recorded yet (a workspace adopted at preparation): the first ask
+            # counts the tree as it is then, so there is nothing to move.
+            written = []
         before = self._allocated(written)
         self._set_pending(list(paths))
         try:
