@@ -9,7 +9,12 @@
   rebuild, from tests/test_host_takeover.py (real Celery workers, engines, PostgreSQL;
   its lease is 4 s), read back from the figures that test writes.
 
-    python bench/rebuild_cost.py [--writes 20] [--rounds 5] [--huge] [--dir /dev/shm] [--takeover] [--json]
+    python bench/rebuild_cost.py [--writes 20] [--rounds 5] [--example-only] [--huge] [--dir /dev/shm] [--takeover] [--json]
+
+Beside the times, what the load changes little: the CPU (this process and its
+children), this process's read system calls, and the processes this process started
+(counted by an audit hook on ``subprocess.Popen``; git's own, such as the
+``git-upload-pack`` each local clone starts, are not counted, on either side).
 
 Trees are made in a temporary directory and removed afterwards. Needs no Docker and
 no database for the rebuild figures."""
@@ -37,6 +42,12 @@ from sandbox.rebuild import RecordedWrite, rebuild_workspace  # noqa: E402
 from sandbox.workspace.preparation import prepare_workspace  # noqa: E402
 
 PG_URL = "postgres://postgres@127.0.0.1:5432/harness_bench_takeover"
+STARTED: list[str] = []  # the processes this process started, by name
+
+
+def _count_processes(event: str, args: tuple[Any, ...]) -> None:
+    if event == "subprocess.Popen":
+        STARTED.append(str(args[1][0]))
 
 
 def example_repository(root: Path) -> None:
@@ -46,9 +57,10 @@ def example_repository(root: Path) -> None:
     subprocess.run(["git", "-c", "gc.auto=0", "commit", "-qm", "orders"], cwd=root, check=True, env=GIT_ENV)
 
 
-def driven(src: Path, tmp: Path, writes: int) -> tuple[str, str, list[RecordedWrite]]:
-    """A run's record: its base revision, its revision, and ``writes`` writes (each a
-    new file, the last a rewrite of one), made on "host A" through the workspace's writers."""
+def driven(src: Path, tmp: Path, writes: int) -> tuple[str, str, str, list[RecordedWrite]]:
+    """A run's record: the commit it was prepared at, its base revision, its revision,
+    and ``writes`` writes (each a new file, the last a rewrite of one), made on "host A"
+    through the workspace's writers."""
     workspace = prepare_workspace(tmp / "host-a", WorkspaceSource(kind="git", path=str(src)), tmp, (tmp,))
     base = workspace.revision()
     recorded = []
@@ -56,15 +68,15 @@ def driven(src: Path, tmp: Path, writes: int) -> tuple[str, str, list[RecordedWr
         path, content = (f"notes/n{n}.txt", f"note {n}\n") if n < writes - 1 else ("notes/n0.txt", "rewritten\n")
         workspace.write_file(path, content)
         recorded.append(RecordedWrite(n + 1, f"c{n + 1}", "write_file", {"path": path, "content": content}, workspace.revision()))
-    revision = workspace.revision()
+    revision, commit = workspace.revision(), str(workspace.source["commit"])
     shutil.rmtree(tmp / "host-a", ignore_errors=True)
-    return base, revision, recorded
+    return commit, base, revision, recorded
 
 
 def measure(src: Path, tmp: Path, writes: int, rounds: int) -> dict[str, Any]:
-    base, revision, recorded = driven(src, tmp, writes)
+    commit, base, revision, recorded = driven(src, tmp, writes)
     source = WorkspaceSource(kind="git", path=str(src))
-    clone, rebuild, clone_cpu, rebuild_cpu, reads = [], [], [], [], []
+    clone, rebuild, clone_cpu, rebuild_cpu, reads, started_processes = [], [], [], [], [], []
     for r in range(rounds):
         target = tmp / f"clone-{r}"
         cpu = cpu_seconds()
@@ -73,12 +85,14 @@ def measure(src: Path, tmp: Path, writes: int, rounds: int) -> dict[str, Any]:
         clone.append(time.perf_counter() - started)
         clone_cpu.append(cpu_seconds() - cpu)
         shutil.rmtree(target, ignore_errors=True)
-        cpu, read = cpu_seconds(), read_calls()
+        cpu, read, processes = cpu_seconds(), read_calls(), len(STARTED)
         started = time.perf_counter()
-        rebuilt = rebuild_workspace(tmp / f"host-b-{r}", source, None, base, revision, recorded, tmp, (tmp,))
+        # At the recorded commit, as runs.placement rebuilds.
+        rebuilt = rebuild_workspace(tmp / f"host-b-{r}", source, commit, base, revision, recorded, tmp, (tmp,))
         rebuild.append(time.perf_counter() - started)
         rebuild_cpu.append(cpu_seconds() - cpu)
         reads.append(read_calls() - read)
+        started_processes.append(len(STARTED) - processes)
         assert rebuilt.workspace.revision() == revision
         shutil.rmtree(tmp / f"host-b-{r}", ignore_errors=True)
     clone_ms, rebuild_ms = statistics.median(clone) * 1000, statistics.median(rebuild) * 1000
@@ -92,6 +106,7 @@ def measure(src: Path, tmp: Path, writes: int, rounds: int) -> dict[str, Any]:
         "git_clone_local_cpu_ms": round(statistics.median(clone_cpu) * 1000, 1),
         "rebuild_cpu_ms": round(statistics.median(rebuild_cpu) * 1000, 1),
         "rebuild_read_calls": statistics.median(reads),
+        "rebuild_processes": statistics.median(started_processes),
     }
 
 
@@ -114,17 +129,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--writes", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--example-only", action="store_true", help="only examples/orders, no generated repository")
     parser.add_argument("--huge", action="store_true", help="also a 100,000-file repository")
     parser.add_argument("--takeover", action="store_true", help="also run tests/test_host_takeover.py for the takeover time")
     parser.add_argument("--dir", default=None, help="where the trees are made (a tmpfs measures less of a shared disk)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    sys.addaudithook(_count_processes)
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-rebuild-", dir=args.dir) as where:
         tmp = Path(where)
         example_repository(tmp / "orders")
         results["examples/orders"] = measure(tmp / "orders", tmp, args.writes, args.rounds)
-        for files in [10_000, *([100_000] if args.huge else [])]:
+        for files in [] if args.example_only else [10_000, *([100_000] if args.huge else [])]:
             generate(tmp / f"repo-{files}", files)
             results[f"{files} files"] = measure(tmp / f"repo-{files}", tmp, args.writes, args.rounds)
     if args.takeover:
@@ -140,8 +157,8 @@ def main() -> None:
         print(
             f"rebuild {name:>16}: {figures['rebuild_ms']:8.1f} ms with {figures['writes']} writes, "
             f"git clone --local {figures['git_clone_local_ms']:8.1f} ms, ratio {figures['ratio_rebuild_vs_clone']:.2f}; "
-            f"CPU {figures['rebuild_cpu_ms']:.0f} / {figures['git_clone_local_cpu_ms']:.0f} ms, "
-            f"{figures['rebuild_read_calls']:,.0f} read calls"
+            f"CPU {figures['rebuild_cpu_ms']:.1f} / {figures['git_clone_local_cpu_ms']:.1f} ms, "
+            f"{figures['rebuild_read_calls']:,.0f} read calls, {figures['rebuild_processes']:.0f} processes started"
         )
 
 

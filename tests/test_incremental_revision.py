@@ -20,6 +20,7 @@ from sandbox.executor import SandboxExecutor
 from sandbox.workspace import fileops, patches
 from sandbox.workspace.hashing import TreeHasher
 from sandbox.workspace.preparation import prepare_workspace
+from sandbox.workspace.revision import RevisionIndex
 from sandbox.workspace.run_workspace import RunWorkspace
 from tests.fixtures_sandbox import ROOT, count_walks, drive, make_call, sandbox_policy, step
 
@@ -58,11 +59,13 @@ def crash_inside_write(ws: RunWorkspace, path: str, text: str, *, write: bool) -
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
 
 
+@pytest.mark.parametrize("staging", [False, True], ids=["in place", "in its staging directory"])
 @hypothesis_settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(OPERATIONS)
-def test_it_keeps_the_incremental_revision_equal_to_a_full_walk(operations: list[tuple[str, str, str]]) -> None:
+@given(operations=OPERATIONS)
+def test_it_keeps_the_incremental_revision_equal_to_a_full_walk(staging: bool, operations: list[tuple[str, str, str]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ws = prepared(Path(tmp) / "run")
+        ws = RunWorkspace(ws.root, staging=True) if staging else ws
         for kind, path, text in operations:
             try:
                 if kind == "write":
@@ -119,6 +122,47 @@ def test_it_recovers_a_worker_killed_mid_write_and_verifies_the_tree(tmp_path: P
     assert verified == ["walk"] and not (ws.index.dir / "pending").exists()
     assert after == TreeHasher().tree(ws.dir)
     assert (after != before) is write
+
+
+def test_it_keeps_a_staging_index_s_write_under_way_in_memory_and_its_files_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workspace being made in its staging directory (a rebuild replays the run's
+    writes there) renames nothing into place and leaves no ``pending`` file, yet a
+    write whose index update failed is never followed by the old revision: the next
+    read brings the index up to date and walks the tree, as after a crash."""
+    ws = RunWorkspace(prepared(tmp_path / "run").root, staging=True)
+    before = ws.revision()
+    replaced: list[str] = []
+    real_replace = os.replace
+
+    def replace(src: str, dst: str, **kw: int) -> None:
+        replaced.append(str(dst))
+        real_replace(src, dst, **kw)
+
+    monkeypatch.setattr(os, "replace", replace)
+    ws.write_file("orders/a.py", "A = 1\n")
+    assert ws.revision() == TreeHasher().tree(ws.dir) != before
+    # Two directories of one tree object: a write into one leaves the other's as it was.
+    for path in ("x/same.py", "y/same.py", "x/more.py", "y/other.py"):
+        ws.write_file(path, "same\n")
+        assert ws.revision() == TreeHasher().tree(ws.dir)
+    real_update = RevisionIndex._update
+    failed: list[str] = []
+
+    def update_once(index: RevisionIndex, paths: list[str]) -> None:
+        if not failed:
+            failed.append("update")
+            raise OSError("the index cannot be written just now")
+        real_update(index, paths)
+
+    monkeypatch.setattr(RevisionIndex, "_update", update_once)
+    walks = count_walks(monkeypatch)
+    ws.write_file("orders/b.py", "B = 1\n")
+    assert failed and not (ws.index.dir / "pending").exists()
+    after = ws.revision()
+    assert len(walks) == 1 and after == TreeHasher().tree(ws.dir)
+    assert not any(str(ws.index.dir) in path for path in replaced)
 
 
 def test_it_stops_the_run_when_the_full_walk_disagrees(host_executor: SandboxExecutor) -> None:

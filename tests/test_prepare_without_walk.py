@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 
@@ -20,6 +21,7 @@ from sandbox.workspace.fileops import MAX_DEPTH
 from sandbox.workspace.hashing import TreeHasher
 from sandbox.workspace.preparation import SANDBOX_UID, open_workspace, prepare_workspace
 from sandbox.workspace.run_workspace import RunWorkspace
+from sandbox.workspace.sources import WorkspaceSourceError
 from tests.fixtures_sandbox import count_walks
 
 ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@x"}
@@ -43,6 +45,14 @@ def make_repo(repo: Path) -> None:
 
 def prepare(tmp_path: Path, name: str) -> RunWorkspace:
     return prepare_workspace(tmp_path / name, WorkspaceSource(kind="git", path=str(tmp_path / "repo")), tmp_path, (tmp_path,))
+
+
+def trees(repo: Path, ref: str) -> tuple[str, dict[bytes, bytes]]:
+    """What the preparation reads of ``ref``'s commit (NotTrusted when it cannot be trusted)."""
+    with checkout.GitObjects(repo / ".git") as objects:
+        named = objects.commit(ref)
+        assert named is not None
+        return checkout.commit_trees(objects, named[1])
 
 
 def walked(ws: RunWorkspace) -> bool:
@@ -86,7 +96,7 @@ def test_it_walks_a_checkout_git_may_not_have_written_verbatim(tmp_path: Path, k
         git(repo, "add", "-A")
     git(repo, "commit", "-qm", kind)
     with pytest.raises(checkout.NotTrusted):
-        checkout.commit_trees(repo / ".git", "HEAD")
+        trees(repo, "HEAD")
     ws = prepare(tmp_path, "run")
     assert walked(ws) and ws.verify() == ws.revision()
     assert {os.lstat(os.path.join(d, n)).st_uid for d, dirs, files in os.walk(ws.dir) for n in dirs + files} == {SANDBOX_UID}
@@ -111,7 +121,7 @@ def test_it_refuses_to_trust_a_tree_not_in_canonical_form(tmp_path: Path, shape:
     )
     commit = git(repo, "commit-tree", "-m", shape, made.stdout.decode().strip())
     with pytest.raises(checkout.NotTrusted, match="canonical"):
-        checkout.commit_trees(repo / ".git", commit)
+        trees(repo, commit)
 
 
 @pytest.mark.parametrize(
@@ -140,7 +150,7 @@ def test_it_refuses_to_trust_a_tree_git_would_not_write_as_it_says(
     )
     commit = git(repo, "commit-tree", "-m", "odd", made.stdout.decode().strip())
     with pytest.raises(checkout.NotTrusted, match=refused):
-        checkout.commit_trees(repo / ".git", commit)
+        trees(repo, commit)
 
 
 def test_it_copies_a_directory_source_once_hashing_and_linking_as_it_goes(tmp_path: Path) -> None:
@@ -173,7 +183,7 @@ def test_it_refuses_to_trust_a_tree_nested_deeper_than_the_walk_descends(tmp_pat
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "deep")
     with pytest.raises(checkout.NotTrusted, match="nested deeper"):
-        checkout.commit_trees(repo / ".git", "HEAD")
+        trees(repo, "HEAD")
 
 
 @pytest.mark.parametrize("kind", ["git", "path"])
@@ -217,3 +227,105 @@ def test_it_walks_at_the_pickup_of_a_workspace_it_did_not_just_make(tmp_path: Pa
     with pytest.raises(RevisionMismatch, match="differs from a full walk"):
         ws.picked_up()
     assert walks == [str(ws.dir)]
+
+
+def started_processes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The processes started from now on, by program ("git <command>" for git)."""
+    started: list[str] = []
+
+    class Counted(subprocess.Popen[bytes]):
+        def __init__(self, args: list[str], *rest: Any, **kw: Any) -> None:
+            started.append(args[0] if args[0] != "git" else f"git {args[1]}")
+            super().__init__(args, *rest, **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", Counted)
+    return started
+
+
+def test_it_prepares_a_git_source_with_three_processes_and_reads_a_level_wider_than_a_pipe_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clone, one ``git cat-file --batch`` for the commit and all its trees, and
+    the checkout as the sandbox's uid; a level of trees whose names and answers each
+    fill more than a pipe (64 KiB here) is read whole and in order, written while
+    the answers are read."""
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    # Made with git's plumbing, not files: 2,000 directories of two long names each for one blob.
+    blob = git(repo, "rev-parse", "HEAD:README.md")
+    listing = "".join("".join(f"100644 blob {blob}\t{k}{n:0>240}\n" for k in "ab") + "\n" for n in range(2000))
+    dirs = subprocess.run(["git", "mktree", "--batch"], cwd=repo, input=listing, check=True, capture_output=True, text=True).stdout.split()
+    root = git(repo, "ls-tree", "HEAD").splitlines() + [f"040000 tree {sha}\tdir{n:04}" for n, sha in enumerate(dirs)]
+    tree = subprocess.run(
+        ["git", "mktree"], cwd=repo, input="\n".join(root) + "\n", check=True, capture_output=True, text=True
+    ).stdout.strip()
+    git(repo, "update-ref", "HEAD", git(repo, "commit-tree", tree, "-p", "HEAD", "-m", "wide"))
+    started = started_processes(monkeypatch)
+    made: list[RunWorkspace] = []
+    preparing = threading.Thread(target=lambda: made.append(prepare(tmp_path, "run")), daemon=True)
+    preparing.start()
+    preparing.join(120)
+    assert made, "the preparation did not end: git and the reader each waited for the other"
+    ws = made[0]
+    assert started == ["git clone", "git cat-file", "setpriv"]
+    assert not walked(ws) and ws.revision() == git(repo, "rev-parse", "HEAD^{tree}") == ws.verify()
+    assert len(trees(repo, "HEAD")[1]) == 2003  # the root, pkg, pkg/deep and the 2,000
+
+
+def test_it_links_the_sources_objects_for_a_commit_named_by_its_hash_without_a_clone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a rebuild names the commit the run was prepared at: the objects hard-linked
+    as the clone links them, the commit's tree checked out and trusted as from a clone."""
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    first = git(repo, "rev-parse", "HEAD")
+    (repo / "README.md").write_text("# moved on\n")
+    git(repo, "commit", "-qam", "moved on")
+    git(repo, "gc", "-q")  # packed: the pack and its index are linked as any object file
+    started = started_processes(monkeypatch)
+    ws = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="git", path=str(repo), ref=first), tmp_path, (tmp_path,))
+    assert started == ["git cat-file", "setpriv"]
+    assert ws.source["commit"] == first and (ws.dir / "README.md").read_text() == "# repo\n"
+    assert not walked(ws) and ws.revision() == ws.base_revision() == git(repo, "rev-parse", f"{first}^{{tree}}") == ws.verify()
+    packs = sorted((repo / ".git" / "objects" / "pack").iterdir())
+    assert [os.stat(ws.pristine_git / "objects" / "pack" / pack.name).st_ino for pack in packs] == [os.stat(pack).st_ino for pack in packs]
+    ws.write_file("README.md", "# changed\n")
+    assert ws.diff().files == ["README.md"]  # the pristine side read from the linked objects
+    missing = "0" * 40
+    with pytest.raises(WorkspaceSourceError, match="is not a commit"):
+        prepare_workspace(tmp_path / "none", WorkspaceSource(kind="git", path=str(repo), ref=missing), tmp_path, (tmp_path,))
+
+
+@pytest.mark.parametrize("kind", ["alternates", "worktree"])
+def test_it_clones_where_the_sources_objects_are_not_its_own_files(tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Objects borrowed from another repository (alternates) or a git directory found
+    through a ``.git`` file: git finds them, so the clone decides, as it always did."""
+    origin = tmp_path / "origin"
+    make_repo(origin)
+    commit = git(origin, "rev-parse", "HEAD")
+    repo = tmp_path / "repo"
+    if kind == "alternates":
+        git(tmp_path, "clone", "-q", "--shared", str(origin), str(repo))
+        assert not any((repo / ".git" / "objects").glob("??/*"))  # every object is the origin's
+    else:
+        git(origin, "worktree", "add", "-q", "--detach", str(repo))
+    started = started_processes(monkeypatch)
+    ws = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="git", path=str(repo), ref=commit), tmp_path, (tmp_path,))
+    assert started[0] == "git clone" and ws.source["commit"] == commit
+    assert ws.revision() == git(origin, "rev-parse", "HEAD^{tree}") == ws.verify()
+
+
+def test_it_counts_an_adopted_workspaces_size_when_first_asked_and_moves_it_with_each_write_after(tmp_path: Path) -> None:
+    """Writes before the first ask move no size (none is recorded: the ask counts the
+    tree as it is then); writes after it move the recorded size, as on a walked tree."""
+    make_repo(tmp_path / "repo")
+    ws = prepare(tmp_path, "run")
+    ws.write_file("big.txt", "#" * (1 << 20))
+    assert not walked(ws)
+    walker = TreeHasher()
+    walker.tree(ws.dir)
+    assert ws.index.usage() == walker.allocated > 1 << 20
+    ws.write_file("big.txt", "#" * (3 << 20))
+    walker.tree(ws.dir)
+    assert ws.index.usage() == walker.allocated > 3 << 20

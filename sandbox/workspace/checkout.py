@@ -7,7 +7,8 @@ whether the checkout was exactly the commit's tree. Here git writes the files as
 uid (``setpriv``, keeping only the capability to read and search whatever the worker
 can, so the source's objects and the run's root stay readable whatever their modes),
 so they are born owned correctly; and the revision index is made of the commit's tree
-objects, read with ``git cat-file``.
+objects, read with one ``git cat-file --batch`` (``GitObjects``) while git checks the
+commit out.
 
 Why the checkout is the commit's tree without reading it back: git writes every blob
 of the tree verbatim into an empty directory unless something converts it on the way,
@@ -40,12 +41,15 @@ import os
 import re
 import shutil
 import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 from sandbox.vcs.remote import RemoteAccess, git_environment
 from sandbox.workspace.fileops import MAX_DEPTH
 from sandbox.workspace.hashing import EMPTY_TREE, LINK_MODE, TREE_MODE, git_hash
-from sandbox.workspace.sources import git
 
 BLOB_MODES = {b"100644", b"100755", LINK_MODE}
 REFUSED_NAMES = {b"", b".", b".."}
@@ -54,18 +58,108 @@ GIT_NAMES = {b".git", b".gitattributes"}  # refused in any case
 ENTRY = re.compile(rb"([0-9]+) ([^\0]*)\0(.{20})", re.DOTALL)
 SYMLINK_MAX = 4095
 GIT_TIMEOUT = 600
+PIPE_PAGE = 4096  # what a pipe holds at the least (pipe(7))
+PIPE_BUFFER = 1 << 16  # git's answers read in pieces of what a pipe holds by default
 
 
 class NotTrusted(Exception):
     """The checkout cannot be trusted to be the commit's tree without a walk."""
 
 
-def commit_trees(git_dir: Path, commit: str) -> tuple[str, dict[bytes, bytes]]:
-    """The commit's root tree and all its tree objects (sha -> body), each checked to
-    be in the form whose checkout the walk hashes the same (NotTrusted otherwise)."""
-    if (git_dir / "info" / "attributes").exists():
+class GitObjects:
+    """One ``git cat-file --batch`` answering every read of a preparation (the commit
+    the ref names, its trees level by level, the symlinks' targets) instead of a git
+    process for each: each costs more than what it reads on a small repository."""
+
+    def __init__(self, git_dir: Path) -> None:
+        self.git_dir = git_dir
+        self._process = subprocess.Popen(
+            ["git", "cat-file", "--batch"],
+            cwd=git_dir,
+            env=git_environment(RemoteAccess(), "file"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            bufsize=PIPE_BUFFER,
+        )
+
+    def __enter__(self) -> GitObjects:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._process.returncode is None:  # not ended by a failed read
+            self._process.kill()
+            self._process.communicate()
+
+    def commit(self, ref: str) -> tuple[str, str] | None:
+        """The commit ``ref`` names and its root tree, resolved as ``git rev-parse
+        --verify`` resolves ``ref^{commit}``; None when it names no commit."""
+        [(header, body)] = self._answers([ref.encode() + b"^{commit}"])
+        first = body.split(b"\n", 1)[0]
+        if len(header) != 3 or header[1] != b"commit" or not first.startswith(b"tree "):
+            return None
+        return header[0].decode(), first[len(b"tree ") :].decode()
+
+    def bodies(self, shas: list[bytes], kind: bytes) -> list[tuple[bytes, bytes]]:
+        """The bodies of ``shas``, which must all be objects of ``kind``."""
+        out = []
+        for sha, (header, body) in zip(shas, self._answers([sha.hex().encode() for sha in shas]), strict=True):
+            if len(header) != 3 or header[0] != sha.hex().encode() or header[1] != kind:
+                raise NotTrusted(f"object {sha.hex()} is not a {kind.decode()}")
+            out.append((sha, body))
+        return out
+
+    def _answers(self, names: list[bytes]) -> list[tuple[list[bytes], bytes]]:
+        """git's header (split) and body for each name. Up to a pipe's page of names
+        (what a pipe holds at the least) is written whole before git's answers are
+        read; more is written by a thread while they are read here, so git never
+        waits for its answers to be read while this waits for it to read."""
+        stdin, stdout = self._process.stdin, self._process.stdout
+        assert stdin is not None and stdout is not None  # both piped
+        request = b"".join(name + b"\n" for name in names)
+        writer = None
+        answers: list[tuple[list[bytes], bytes]] = []
+        try:
+            if len(request) <= PIPE_PAGE:
+                _write_all(stdin, request)
+            else:
+                writer = threading.Thread(target=_write_all, args=(stdin, request), name="git-cat-file-requests", daemon=True)
+                writer.start()
+            for _name in names:
+                header = stdout.readline().split()
+                if not header:
+                    raise OSError("git cat-file ended early")
+                body = b""
+                if len(header) == 3:  # "<sha> <kind> <size>", else "<name> missing" (or ambiguous)
+                    body = stdout.read(int(header[2]) + 1)
+                    if len(body) != int(header[2]) + 1:
+                        raise OSError("git cat-file ended early")
+                answers.append((header, body[:-1]))
+        except (OSError, ValueError) as exc:
+            self._process.kill()
+            if writer is not None:
+                writer.join()  # its next write fails: git is gone
+            error = self._process.communicate()[1].decode(errors="replace")[:300]
+            raise NotTrusted(f"git cat-file failed: {error or exc}") from None
+        if writer is not None:
+            writer.join()
+        return answers
+
+
+def _write_all(stream: IO[bytes], data: bytes) -> None:
+    try:
+        stream.write(data)
+        stream.flush()
+    except (OSError, ValueError):
+        pass  # git ended: the reading side says so
+
+
+def commit_trees(objects: GitObjects, root: str) -> tuple[str, dict[bytes, bytes]]:
+    """The commit's root tree ``root`` and all its tree objects (sha -> body), each
+    checked to be in the form whose checkout the walk hashes the same (NotTrusted
+    otherwise)."""
+    if (objects.git_dir / "info" / "attributes").exists():
         raise NotTrusted("the clone has attributes of its own")
-    root = git(["rev-parse", f"{commit}^{{tree}}"], cwd=git_dir)
     if root == EMPTY_TREE:
         return root, {}
     trees: dict[bytes, bytes] = {}
@@ -77,13 +171,13 @@ def commit_trees(git_dir: Path, commit: str) -> tuple[str, dict[bytes, bytes]]:
             raise NotTrusted(f"directories nested deeper than {MAX_DEPTH} levels")
         below: list[bytes] = []
         links: list[bytes] = []
-        for sha, body in _objects(git_dir, level, b"tree"):
+        for sha, body in objects.bodies(level, b"tree"):
             entries = _checked(sha, body)
             trees[sha] = body
             subtrees[sha] = [child for mode, _name, child in entries if mode == TREE_MODE]
             below += [child for child in subtrees[sha] if child not in trees]
             links += [child for mode, _name, child in entries if mode == LINK_MODE]
-        for _sha, target in _objects(git_dir, links, b"blob"):
+        for _sha, target in objects.bodies(links, b"blob"):
             if not target or b"\0" in target or len(target) > SYMLINK_MAX:
                 raise NotTrusted("a symlink's target cannot be written as git stores it")
         level = list(dict.fromkeys(below))
@@ -136,40 +230,13 @@ def _checked(sha: bytes, body: bytes) -> list[tuple[bytes, bytes, bytes]]:
     return entries
 
 
-def _objects(git_dir: Path, shas: list[bytes], kind: bytes) -> list[tuple[bytes, bytes]]:
-    """The bodies of ``shas``, which must all be objects of ``kind``."""
-    if not shas:
-        return []
-    env = git_environment(RemoteAccess(), "file")
-    done = subprocess.run(
-        ["git", "cat-file", "--batch"],
-        cwd=git_dir,
-        env=env,
-        input=b"".join(sha.hex().encode() + b"\n" for sha in shas),
-        capture_output=True,
-        timeout=GIT_TIMEOUT,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise NotTrusted(f"git cat-file failed: {done.stderr.decode(errors='replace')[:300]}")
-    out, at = [], 0
-    data = done.stdout
-    for sha in shas:
-        newline = data.index(b"\n", at)
-        header = data[at:newline].split(b" ")
-        if len(header) != 3 or header[1] != kind:
-            raise NotTrusted(f"object {sha.hex()} is not a {kind.decode()}")
-        size = int(header[2])
-        out.append((sha, data[newline + 1 : newline + 1 + size]))
-        at = newline + 1 + size + 1
-    return out
-
-
-def checkout_as(uid: int, gid: int, git_dir: Path, commit: str, dest: Path) -> None:
-    """``commit``'s tree written into the empty ``dest`` by git running as ``uid``:
-    no file needs handing over after. NotTrusted when it cannot be done that way (no
-    ``setpriv``, a worker that is not root, a path git refuses); ``dest`` is then
-    empty again."""
+@contextmanager
+def checking_out(uid: int, gid: int, git_dir: Path, commit: str, dest: Path) -> Iterator[None]:
+    """``commit``'s tree written into the empty ``dest`` by git running as ``uid``
+    while the body runs (the caller reads the commit's trees meanwhile): no file needs
+    handing over after. NotTrusted when it cannot be done that way (no ``setpriv``, a
+    worker that is not root, a path git refuses); ``dest`` is then empty again. A
+    body that raises ends git's checkout, whose files the caller discards."""
     scratch = dest.parent / f".{dest.name}.checkout-index"
     scratch.mkdir()
     try:
@@ -180,7 +247,7 @@ def checkout_as(uid: int, gid: int, git_dir: Path, commit: str, dest: Path) -> N
         # private directories above (the staging directory is made searchable by all
         # under the usual umask; where it is not, the checkout is walked instead).
         env = git_environment(RemoteAccess(), "file", {"GIT_INDEX_FILE": os.path.relpath(scratch / "index", dest.parent)})
-        done = subprocess.run(
+        git_run = subprocess.Popen(
             [
                 *("setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"),
                 *("--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", "--"),
@@ -190,19 +257,35 @@ def checkout_as(uid: int, gid: int, git_dir: Path, commit: str, dest: Path) -> N
             ],
             cwd=dest.parent,
             env=env,
-            capture_output=True,
-            timeout=GIT_TIMEOUT,
-            check=False,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             umask=0o022,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except OSError as exc:
+        shutil.rmtree(scratch, ignore_errors=True)
         empty(dest)
         raise NotTrusted(f"git could not run as uid {uid}: {exc}") from None
+    try:
+        try:
+            yield
+        except BaseException:
+            git_run.kill()
+            raise
+        finally:
+            try:
+                # Its stderr is read only now: git waits meanwhile if it says much, never the body.
+                error = git_run.communicate(timeout=GIT_TIMEOUT)[1]
+            except subprocess.TimeoutExpired:
+                git_run.kill()
+                git_run.communicate()
+                empty(dest)
+                raise NotTrusted(f"git read-tree as uid {uid} took longer than {GIT_TIMEOUT} s") from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    if done.returncode != 0:
+    if git_run.returncode != 0:
         empty(dest)
-        raise NotTrusted(f"git read-tree as uid {uid} failed: {done.stderr.decode(errors='replace').strip()[:300]}")
+        raise NotTrusted(f"git read-tree as uid {uid} failed: {error.decode(errors='replace').strip()[:300]}")
 
 
 def empty(dest: Path) -> None:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import stat
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from core.contract import WorkspaceSource
@@ -27,6 +27,7 @@ from sandbox.workspace.sources import WorkspaceSourceError, check_name, git, res
 SANDBOX_UID = 65534
 SANDBOX_GID = 65534
 log = logging.getLogger(__name__)
+FULL_HASH = re.compile(r"[0-9a-f]{40}")  # a commit named by its (SHA-1) hash, as a run's record pins it
 CACHE_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".benchmarks"}
 
 
@@ -61,8 +62,8 @@ def prepare_workspace(
     staging = root.parent / f".{root.name}.staging-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     try:
-        prepared = RunWorkspace(staging)
-        meta, trusted = _materialise(source, prepared, base_dir, allowed_roots, remotes, commit)
+        prepared = RunWorkspace(staging, staging=True)
+        meta, commit_tree, trusted = _materialise(source, prepared, base_dir, allowed_roots, remotes, commit)
         if trusted is not None:
             # Born the sandbox's, and its tree known without a walk (the commit's, or
             # hashed as it was copied): walked in full before publish and completion,
@@ -73,7 +74,7 @@ def prepare_workspace(
             # files only their owner can read: the sandbox's uid owns them.
             _give_to_sandbox(prepared.dir)
             base = prepared.index.start()
-        _keep_pristine(prepared, meta, base, remote=source.url is not None)
+        _keep_pristine(prepared, meta, base, commit_tree, remote=source.url is not None)
         if before_ready is not None:
             before_ready(prepared)
         (staging / READY).write_text(json.dumps(meta, indent=2))
@@ -99,14 +100,16 @@ def _materialise(
     allowed_roots: Sequence[Path],
     remotes: RemoteAccess | None,
     commit: str | None = None,
-) -> tuple[dict[str, JSON], tuple[str, dict[bytes, bytes]] | None]:
+) -> tuple[dict[str, JSON], str | None, tuple[str, dict[bytes, bytes]] | None]:
     """The source's files in the staging workspace: what the workspace records of
-    its source, and the tree when the preparation itself proved it (else None)."""
+    its source, the root tree of its commit when the preparation read it (else
+    None), and the tree when the preparation itself proved it (else None)."""
     meta: dict[str, JSON] = {"kind": source.kind, "ref": source.ref}
+    commit_tree: str | None = None
     trusted: tuple[str, dict[bytes, bytes]] | None = None
     if source.url is not None:
         meta.update(url=source.url, commit=_from_remote(source.url, source.ref, prepared, remotes or RemoteAccess(), commit))
-        return meta, trusted
+        return meta, commit_tree, trusted
     assert source.path is not None  # one of path and url, by WorkspaceSource
     location = resolve_source(source.path, base_dir, allowed_roots)
     meta["path"] = str(location)
@@ -116,18 +119,19 @@ def _materialise(
     elif source.kind == "path":  # a worker that cannot give files away copies and opens them
         _copy_tree(location, prepared.dir, skip=CACHE_DIRS)
     elif source.kind == "git":
-        meta["commit"], trusted = _from_git(location, commit or source.ref, prepared.dir, prepared.pristine_git)
+        meta["commit"], commit_tree, trusted = _from_git(location, commit or source.ref, prepared.dir, prepared.pristine_git)
     else:
         extract_archive(location, prepared.dir)
-    return meta, trusted
+    return meta, commit_tree, trusted
 
 
-def _keep_pristine(prepared: RunWorkspace, meta: dict[str, JSON], base: str, *, remote: bool) -> None:
+def _keep_pristine(prepared: RunWorkspace, meta: dict[str, JSON], base: str, commit_tree: str | None, *, remote: bool) -> None:
     """The pristine tree that publishing diffs against: the commit's objects when the
-    checkout is the commit's tree, else hard links to the workspace's files."""
+    checkout is the commit's tree (``commit_tree``, asked of git when not known yet),
+    else hard links to the workspace's files."""
     if prepared.pristine.is_dir():
         return  # linked as it was copied
-    if "commit" in meta and base == git(["rev-parse", f"{meta['commit']}^{{tree}}"], cwd=prepared.pristine_git):
+    if "commit" in meta and base == (commit_tree or git(["rev-parse", f"{meta['commit']}^{{tree}}"], cwd=prepared.pristine_git)):
         return  # the checkout is the commit's tree: the commit's objects are the pristine tree
     if remote:
         # Not the pristine side, but publishing makes its commit there.
@@ -189,41 +193,100 @@ def _give_to_sandbox(tree: Path) -> None:
                     os.chmod(full, os.stat(full).st_mode | 0o666)  # noqa: S103
 
 
-def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> tuple[str, tuple[str, dict[bytes, bytes]] | None]:
-    """The commit checked out, and its root tree and tree objects when the checkout
-    is proven to be that tree without a walk (``sandbox/workspace/checkout.py``; None: it must
-    be walked, and handed to the sandbox's uid)."""
+def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> tuple[str, str, tuple[str, dict[bytes, bytes]] | None]:
+    """The commit checked out, its root tree, and that tree with its tree objects
+    when the checkout is proven to be that tree without a walk
+    (``sandbox/workspace/checkout.py``; None: it must be walked, and handed to the
+    sandbox's uid)."""
     if not (location / ".git").exists() and not (location / "HEAD").is_file():
         raise WorkspaceSourceError(f"{location} is not a local git repository")
     if ref is not None and (ref.startswith("-") or any(c.isspace() or ord(c) < 32 for c in ref)):
         raise WorkspaceSourceError(f"{ref!r} is not a valid git ref", field="workspace.ref")
-    # A local clone hard-links the source's objects (git never changes an object file)
-    # and checks the commit out once; its .git then moves out of the workspace.
-    git(["clone", "--quiet", "--local", "--no-checkout", "--", str(location), str(dest)])
-    try:
-        commit = git(["rev-parse", "--verify", "--quiet", f"{ref or 'HEAD'}^{{commit}}"], cwd=dest)
-    except WorkspaceSourceError:
-        raise WorkspaceSourceError(f"ref {ref or 'HEAD'!r} is not a commit in {location}", field="workspace.ref") from None
-    os.rename(dest / ".git", git_dir)
-    # The commit's trees are read and checked (Python, here) while git writes the
-    # files (its own process): on two cores that is the clone plus the longer of the
-    # two, not their sum. Both only read the git directory. A tree found untrusted
-    # costs the checkout made meanwhile, which is emptied again.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="commit-trees") as pool:
-        reading = pool.submit(checkout.commit_trees, git_dir, commit)
+    # The source's objects hard-linked (git never changes an object file), the commit
+    # checked out once; the git directory is kept out of the workspace.
+    linked = ref is not None and FULL_HASH.fullmatch(ref) is not None and _linked_objects(location, git_dir, ref)
+    if linked:
+        dest.mkdir()
+    else:
+        git(["clone", "--quiet", "--local", "--no-checkout", "--", str(location), str(dest)])
+        os.rename(dest / ".git", git_dir)
+    with checkout.GitObjects(git_dir) as objects:
+        # A commit named by its hash is checked out as soon as git can start, while
+        # it is found to be a commit (else all is discarded with the staging directory).
+        commit = ref if linked and ref is not None else _named_commit(objects, ref, location)[0]
+        # The commit's trees are read and checked (Python, here) while git writes the
+        # files (its own process): on two cores that is the clone (or the links) plus
+        # the longer of the two, not their sum. Both only read the git directory. A
+        # tree found untrusted ends the checkout made meanwhile, which is emptied again.
         try:
-            checkout.checkout_as(SANDBOX_UID, SANDBOX_GID, git_dir, commit, dest)
             try:
-                return commit, reading.result()
+                with checkout.checking_out(SANDBOX_UID, SANDBOX_GID, git_dir, commit, dest):
+                    commit, tree = _named_commit(objects, ref, location)
+                    trusted = checkout.commit_trees(objects, tree)
             except checkout.NotTrusted:
                 checkout.empty(dest)
                 raise
+            return commit, tree, trusted
         except checkout.NotTrusted as exc:
             log.info("%s at %s is checked out and walked: %s", location, commit, exc)
+        commit, tree = _named_commit(objects, ref, location)
     os.rename(git_dir, dest / ".git")
     git(["checkout", "--quiet", "--detach", commit], cwd=dest)
     os.rename(dest / ".git", git_dir)
-    return commit, None
+    return commit, tree, None
+
+
+def _named_commit(objects: checkout.GitObjects, ref: str | None, location: Path) -> tuple[str, str]:
+    """The commit ``ref`` names (HEAD when None) and its root tree."""
+    try:
+        named = objects.commit(ref or "HEAD")
+    except checkout.NotTrusted:
+        named = None
+    if named is None:
+        raise WorkspaceSourceError(f"ref {ref or 'HEAD'!r} is not a commit in {location}", field="workspace.ref")
+    return named
+
+
+class _NotLinked(Exception):
+    """The source's objects are not all plain files of its own objects directory."""
+
+
+def _linked_objects(location: Path, git_dir: Path, commit: str) -> bool:
+    """A git directory holding the source's objects, hard-linked as ``git clone
+    --local`` links them, with ``commit`` as its HEAD: all a commit named by its hash
+    needs (the source's refs name nothing it needs). False, and nothing made, where
+    the objects are not all plain files of the source's own directory (a ``.git``
+    file, alternates, a symlink) or cannot be linked: the clone decides those, as it
+    always did."""
+    source_git = location / ".git" if (location / ".git").exists() else location
+    objects = source_git / "objects"
+    try:
+        if (
+            not stat.S_ISDIR(os.lstat(source_git).st_mode)
+            or not stat.S_ISDIR(os.lstat(objects).st_mode)
+            or (source_git / "commondir").exists()
+            or (objects / "info" / "alternates").exists()
+        ):
+            return False
+        (git_dir / "refs").mkdir(parents=True)
+        (git_dir / "HEAD").write_text(commit + "\n")
+        _link_objects(os.fspath(objects), os.fspath(git_dir / "objects"))
+    except (OSError, _NotLinked):
+        shutil.rmtree(git_dir, ignore_errors=True)
+        return False
+    return True
+
+
+def _link_objects(src: str, dst: str) -> None:
+    os.mkdir(dst)
+    with os.scandir(src) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                _link_objects(entry.path, f"{dst}/{entry.name}")
+            elif entry.is_file(follow_symlinks=False):
+                os.link(entry.path, f"{dst}/{entry.name}", follow_symlinks=False)
+            else:
+                raise _NotLinked(entry.path)  # git clone --local refuses a symlink there too
 
 
 def _from_remote(url: str, ref: str | None, prepared: RunWorkspace, access: RemoteAccess, pinned: str | None = None) -> str:

@@ -52,11 +52,22 @@ log = logging.getLogger(__name__)
 
 
 class RevisionIndex:
-    def __init__(self, directory: Path, tree: Path, hasher: TreeHasher) -> None:
+    def __init__(self, directory: Path, tree: Path, hasher: TreeHasher, *, staging: bool = False) -> None:
+        """``staging``: the index of a workspace being prepared (or rebuilt) in its
+        staging directory, which nobody else reads or writes and a crash discards
+        whole: its files are written in place, not renamed into place, the record of
+        a write under way is kept in memory, not in ``pending`` (a crash takes both),
+        and the trees it wrote or read are kept too."""
         self.dir = directory
         self.tree = tree
         self.objects = directory / "objects"
         self.hasher = hasher
+        self._put_file = _plain_write if staging else _atomic_write
+        self._staging = staging
+        self._pending: list[str] | None = None  # staging's record of a write under way
+        # Staging's trees as written or read (and checked) once: nobody else writes
+        # the directory, so each need not be read and hashed again at every write.
+        self._trees: dict[bytes, Entries] | None = {} if staging else None
         # As strings, joined by hand: a write reads or writes about ten of these small
         # files, and pathlib's joins cost more than the system calls (bench/repo_scale.py).
         self._dir = os.fspath(directory)
@@ -70,9 +81,9 @@ class RevisionIndex:
         broken = self._read("broken")
         if broken is not None:
             raise RevisionMismatch(broken)
-        pending = self._read("pending")
+        pending = self._read_pending()
         if pending is not None:
-            self._recover(json.loads(pending), crashed=True)
+            self._recover(pending, crashed=True)
         head = self._read("HEAD")
         return head if head is not None else self.rebuild()
 
@@ -87,17 +98,9 @@ class RevisionIndex:
         """At preparation, when the tree is a checkout proven to be ``root`` without a
         walk (``sandbox/workspace/checkout.py``): its tree objects become the index, ``root``
         the base and current revision. ``usage`` is counted when first asked for."""
-        # Written plainly, not renamed into place one by one: the index of a workspace
-        # being prepared is in its staging directory, which a crash discards whole.
         self.objects.mkdir(parents=True, exist_ok=True)
         for sha, body in trees.items():
-            fd = os.open(self.objects / sha.hex(), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-            try:
-                left = memoryview(body)
-                while left:
-                    left = left[os.write(fd, left) :]
-            finally:
-                os.close(fd)
+            self._put_file(self._objects, f"{self._objects}/{sha.hex()}", body)
         self._write("HEAD", root)
         self._write("BASE", root)
         return root
@@ -164,12 +167,16 @@ class RevisionIndex:
         broken = self._read("broken")
         if broken is not None:
             raise RevisionMismatch(broken)
-        earlier = self._read("pending")
+        earlier = self._read_pending()
         if earlier is not None:  # recovered first: the marker below must not hide it
-            self._recover(json.loads(earlier), crashed=True)
+            self._recover(earlier, crashed=True)
         written = [p for p in paths if p != WHOLE_TREE]
+        if written and self._read("usage") is None:
+            # No size recorded yet (a workspace adopted at preparation): the first ask
+            # counts the tree as it is then, so there is nothing to move.
+            written = []
         before = self._allocated(written)
-        self._write("pending", json.dumps(list(paths)))
+        self._set_pending(list(paths))
         try:
             yield
         finally:
@@ -189,7 +196,7 @@ class RevisionIndex:
         A check that ended is not walked after (the module's docstring says why):
         what it could have changed it saw read-only."""
         self._update([p for p in paths if p != WHOLE_TREE])
-        self._remove("pending")
+        self._set_pending(None)
         if crashed:
             self.verify()
 
@@ -311,23 +318,30 @@ class RevisionIndex:
     def _load(self, sha: bytes | None) -> Entries:
         if sha is None:
             return {}
+        if self._trees is not None and sha in self._trees:
+            return dict(self._trees[sha])
         body = _read_bytes(f"{self._objects}/{sha.hex()}")
         if body is None or git_hash(b"tree", body) != sha:
             reason = f"the revision index lost or damaged its tree object {sha.hex()}"
             self._write("broken", reason)
             raise RevisionMismatch(reason)
-        return parse_tree(body)
+        entries = parse_tree(body)
+        if self._trees is not None:
+            self._trees[sha] = dict(entries)
+        return entries
 
     def _store(self, entries: Entries) -> bytes:
         body = tree_body(entries)
         sha = git_hash(b"tree", body)
         self._store_body(sha, body)
+        if self._trees is not None:
+            self._trees[sha] = dict(entries)
         return sha
 
     def _store_body(self, sha: bytes, body: bytes) -> None:
         target = f"{self._objects}/{sha.hex()}"
         if not os.path.exists(target):
-            _atomic_write(self._objects, target, body)
+            self._put_file(self._objects, target, body)
 
     # -- small files -----------------------------------------------------------------
 
@@ -336,7 +350,21 @@ class RevisionIndex:
         return None if body is None else body.decode()
 
     def _write(self, name: str, text: str) -> None:
-        _atomic_write(self._dir, f"{self._dir}/{name}", text.encode())
+        self._put_file(self._dir, f"{self._dir}/{name}", text.encode())
+
+    def _read_pending(self) -> list[str] | None:
+        if self._staging:
+            return self._pending
+        text = self._read("pending")
+        return None if text is None else list(json.loads(text))
+
+    def _set_pending(self, paths: list[str] | None) -> None:
+        if self._staging:
+            self._pending = paths
+        elif paths is None:
+            self._remove("pending")
+        else:
+            self._write("pending", json.dumps(paths))
 
     def _remove(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -382,19 +410,26 @@ def _read_bytes(path: str) -> bytes | None:
         os.close(fd)
 
 
-def _atomic_write(directory: str, target: str, data: bytes) -> None:
-    """``data`` renamed into place at ``target`` in ``directory`` (made when missing):
-    a crash never leaves half a file under the name."""
-    tmp = f"{directory}/.{os.path.basename(target)}.{secrets.token_hex(4)}.tmp"
+def _plain_write(directory: str, target: str, data: bytes, *, new: bool = False) -> None:
+    """``data`` written over ``target`` in place (only as a new file, with ``new``), in
+    ``directory`` (made when missing)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_EXCL if new else os.O_TRUNC)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fd = os.open(target, flags, 0o644)
     except FileNotFoundError:
         os.makedirs(directory, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fd = os.open(target, flags, 0o644)
     try:
         left = memoryview(data)
         while left:
             left = left[os.write(fd, left) :]
     finally:
         os.close(fd)
+
+
+def _atomic_write(directory: str, target: str, data: bytes) -> None:
+    """``data`` renamed into place at ``target`` in ``directory`` (made when missing):
+    a crash never leaves half a file under the name."""
+    tmp = f"{directory}/.{os.path.basename(target)}.{secrets.token_hex(4)}.tmp"
+    _plain_write(directory, tmp, data, new=True)
     os.replace(tmp, target)

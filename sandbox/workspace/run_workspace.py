@@ -4,7 +4,8 @@ Layout under ``WORKSPACE_ROOT/<run_id>/``::
 
     workspace/    mounted at /workspace in the run's container (owned by uid 65534)
     source.git/   from a git source or remote: the clone's objects (hard links to a
-                  local source's), never mounted; publish diffs against the commit
+                  local source's, linked without a clone for a commit named by its
+                  hash), never mounted; publish diffs against the commit
     remote.git/   from a git remote whose checkout differs from its commit: the
                   clone's git directory, kept only for pushing, never mounted
     pristine/     from any other source (or a checkout that differs from its
@@ -76,7 +77,7 @@ class PatchSet:
 
 
 class RunWorkspace:
-    def __init__(self, root: Path, *, made_now: bool = False) -> None:
+    def __init__(self, root: Path, *, made_now: bool = False, staging: bool = False) -> None:
         self.root = root
         # Made by this process just now (``prepare_workspace``) and not written or
         # run in since: the pickup that follows need not read it again.
@@ -85,7 +86,9 @@ class RunWorkspace:
         self.pristine = root / "pristine"
         self.pristine_git = root / "source.git"
         self._hasher = TreeHasher()
-        self.index = RevisionIndex(root / "index", self.dir, self._hasher)
+        # ``staging``: being made in a staging directory (``prepare_workspace``), whose
+        # index needs no protection from a crash (``RevisionIndex``).
+        self.index = RevisionIndex(root / "index", self.dir, self._hasher, staging=staging)
 
     @property
     def remote_git(self) -> Path:
