@@ -50,7 +50,7 @@ from machine import load, machine, now  # noqa: E402
 
 from bench.instructions import measured, parts  # noqa: E402
 from bench.loop_databases import PG_ADMIN_URL, Counter, counting_django  # noqa: E402
-from bench.loop_overhead import sent_at_each_commit, wal_emptied  # noqa: E402
+from bench.loop_overhead import child_process_env, sent_at_each_commit, wal_emptied  # noqa: E402
 from bench.loop_variants import harness_loop  # noqa: E402
 
 VARIANTS = ("off", "on")
@@ -244,27 +244,16 @@ def database(kind: str) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def child_env(url: str, var: str) -> dict[str, str]:
-    # DEBUG off, as deployed: with DEBUG on Django keeps a log of every query.
-    return {**os.environ, "DEBUG": "0", "SECRET_KEY": "b" * 64, "DATABASE_URL": url, "HARNESS_VAR_DIR": var, "HARNESS_VERIFY_FOLD": "0"}
-
-
 def child(url: str, *args: str) -> str:
-    var = tempfile.mkdtemp(prefix="bench-ledger-var-")
-    try:
-        return subprocess.run([sys.executable, __file__, *args], env=child_env(url, var), capture_output=True, text=True, check=True).stdout
-    finally:
-        shutil.rmtree(var, ignore_errors=True)
+    with child_process_env(url) as env:
+        return subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True, text=True, check=True).stdout
 
 
 def instructions(url: str, n: int) -> dict[str, dict[str, float]]:
     """Instructions per step and per grant of each variant: (2n less n) over n."""
-    var = tempfile.mkdtemp(prefix="bench-ledger-var-")
-    try:
+    with child_process_env(url) as env:
         # The short sequence's parts (the first two of each) are counted and dropped (``WARM``).
-        counts = iter(parts([__file__, "--once", str(n)], 6 * len(VARIANTS), env=child_env(url, var))[WARM * len(VARIANTS) :])
-    finally:
-        shutil.rmtree(var, ignore_errors=True)
+        counts = iter(parts([__file__, "--once", str(n)], 6 * len(VARIANTS), env=env)[WARM * len(VARIANTS) :])
     found: dict[str, dict[str, float]] = {variant: {} for variant in VARIANTS}
     for what in ("step", "grant"):
         for variant in VARIANTS:

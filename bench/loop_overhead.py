@@ -46,7 +46,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -56,7 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from machine import load, machine, now  # noqa: E402
+from machine import child_env, load, machine, now  # noqa: E402
 
 from bench.instructions import available, measured, parts  # noqa: E402
 from bench.loop_databases import Counter, counting_django, harness_wal, peer_saver, postgres_databases, sqlite_databases, wal_bytes  # noqa: E402
@@ -198,7 +197,7 @@ def profile(n: int, sort: str) -> None:
 
 def instructions(kind: str, url: str, peer_url: str, n: int) -> dict[str, int]:
     """Instructions per step of each side: (2n steps less n) over n."""
-    with child_env(url) as env:
+    with child_process_env(url) as env:
         # The short sequence's parts, one per side, are counted and dropped: a child's
         # first counted part carried some 18 M instructions more than the same part
         # counted later, whatever it held (history, 2026-12-06 22:37).
@@ -229,27 +228,20 @@ def interleaved(variants: dict[str, Callable[[Counter], float]], trials: int, st
 
 
 @contextmanager
-def child_env(url: str) -> Iterator[dict[str, str]]:
+def child_process_env(url: str) -> Iterator[dict[str, str]]:
+    """A child's environment on the database ``url``, with a variable directory of its
+    own, removed afterwards."""
     var = tempfile.mkdtemp(prefix="bench-loop-")
-    # DEBUG off, as deployed: with DEBUG on Django keeps a log of every query and, on
-    # SQLite, runs one more statement per statement to render it. No fold check after
-    # each checkpoint (the test suite's setting, should the environment carry it).
+    # No fold check after each checkpoint (the test suite's setting, should the environment carry it).
     try:
-        yield {
-            **os.environ,
-            "DEBUG": "0",
-            "SECRET_KEY": uuid.uuid4().hex + uuid.uuid4().hex,
-            "DATABASE_URL": url,
-            "HARNESS_VAR_DIR": var,
-            "HARNESS_VERIFY_FOLD": "0",
-        }
+        yield child_env(var, url, HARNESS_VERIFY_FOLD="0")
     finally:
         shutil.rmtree(var, ignore_errors=True)
 
 
 def child(kind: str, url: str, peer_url: str, steps: int, trials: int, callgrind: int) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", kind, peer_url, "--steps", str(steps), "--trials", str(trials)]
-    with child_env(url) as env:
+    with child_process_env(url) as env:
         out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     if callgrind:
@@ -378,7 +370,7 @@ def main() -> None:
         profile(args.profile, args.sort)
         return
     if args.profile:
-        with sqlite_databases() as (url, _), child_env(url) as env:
+        with sqlite_databases() as (url, _), child_process_env(url) as env:
             command = [sys.executable, __file__, "--profile-child", "--profile", str(args.profile), "--sort", args.sort]
             subprocess.run(command, env=env, check=True)
         return

@@ -32,7 +32,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-import uuid
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from machine import load, machine, now  # noqa: E402
+from machine import child_env, load, machine, now  # noqa: E402
 
 from bench.instructions import available, measured, parts  # noqa: E402
 from bench.loop_variants import harness_loop  # noqa: E402
@@ -186,13 +185,7 @@ def measure(steps: int, count: int, callgrind: int) -> dict[str, Any]:
         while not port_file.exists() or not port_file.read_text():
             time.sleep(0.05)
         url = f"http://127.0.0.1:{port_file.read_text()}/v1/traces"
-        env = {
-            **os.environ,
-            "DEBUG": "0",
-            "SECRET_KEY": uuid.uuid4().hex + uuid.uuid4().hex,
-            "DATABASE_URL": f"sqlite:///{folder / 'harness.sqlite3'}",
-            "HARNESS_VAR_DIR": str(folder),
-        }
+        env = child_env(folder)
         command = [sys.executable, __file__, "--child", url, "--steps", str(steps), "--trials", str(count)]
         out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
         found: dict[str, Any] = json.loads(out.strip().splitlines()[-1])

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from machine import load, machine, now  # noqa: E402
+from machine import child_env, load, machine, now  # noqa: E402
 
 from bench.instructions import available, measured, parts  # noqa: E402
 
@@ -83,14 +81,7 @@ def child(count: int, rounds: int, callgrind: bool) -> dict[str, float]:
 
 def measure(count: int, rounds: int, callgrind: int) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="bench-policy-look-"))
-    env = {
-        **os.environ,
-        "DEBUG": "0",
-        "SECRET_KEY": uuid.uuid4().hex + uuid.uuid4().hex,
-        "DJANGO_SETTINGS_MODULE": "harness_site.settings",
-        "DATABASE_URL": f"sqlite:///{folder / 'harness.sqlite3'}",
-        "HARNESS_VAR_DIR": str(folder),
-    }
+    env = child_env(folder)
     try:
         argv = [sys.executable, __file__, "--child", "--looks", str(count), "--rounds", str(rounds)]
         out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout

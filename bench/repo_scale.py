@@ -45,7 +45,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -337,20 +336,15 @@ def through_run(tree: Path, tmp: Path, image: str, calls: int, code: Path = ROOT
     the run's events: each call's proposal to its receipt (``proposed`` to
     ``receipt_recorded``, the times they were made), and its turn, proposal to the next
     proposal (the checkpoint that stores the receipt included)."""
+    # Imported here, not above: a --code child imports the bench package of that checkout,
+    # which may be older than this helper.
+    from bench.machine import child_env
+
     var = tmp / "run-task"
     var.mkdir()
-    env = {
-        **os.environ,
-        # As a deployment runs: DEBUG off (on, Django keeps every statement's text).
-        "DEBUG": "0",
-        "SECRET_KEY": uuid.uuid4().hex + uuid.uuid4().hex,
-        "DJANGO_SETTINGS_MODULE": "harness_site.settings",
-        "DATABASE_URL": f"sqlite:///{var / 'harness.sqlite3'}",
-        "HARNESS_VAR_DIR": str(var),
-        "HARNESS_WORKSPACE_SOURCES": str(tree.parent),
-        "HARNESS_SANDBOX_IMAGE": image,
-        "HARNESS_SANDBOX_SCOPE": f"bench-scale-{os.getpid()}",
-    }
+    env = child_env(
+        var, HARNESS_WORKSPACE_SOURCES=str(tree.parent), HARNESS_SANDBOX_IMAGE=image, HARNESS_SANDBOX_SCOPE=f"bench-scale-{os.getpid()}"
+    )
     argv = [sys.executable, str(Path(__file__).resolve()), "--run-task-once", "--code", str(code), str(tree), str(calls)]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)

@@ -14,6 +14,7 @@ process, the Redis channel layer and WebSocket clients:
                                   [--pair-events 2000] [--pair-repeats 3] [--postgres]
                                   [--events 10000] [--no-worker] [--json] [--write-doc]
     python bench/trace_latency.py --recheck-cost ROUNDS [--postgres]
+    python bench/trace_latency.py --callgrind [--events 10000] [--postgres]
 
 The live measurement is repeated ``--repeats`` times in a row (the target is p99 under
 100 ms in every one), while a Celery worker runs sandbox checks for other runs, as a
@@ -23,6 +24,13 @@ records the machine's load beside its figures.
 ``--recheck-cost`` measures only what a socket's session recheck at each heartbeat
 costs the web process (every viewer re-reads its session every beat): CPU,
 statements and connections opened per recheck, the two ways the web process runs one.
+
+``--callgrind`` counts, with valgrind's callgrind (bench/instructions.py), the
+instructions of the web process's code that the CPU per delivery and the opening
+figure rest on, which the load does not change: a feed's read of a page of 500
+events (``live.feeds.read_page``: read, describe, mark hidden characters, encode;
+once per event for all of a process's viewers), and the run page's HTML of a run
+with ``--events`` events, as the web process (DEBUG on) renders it.
 
 Uses its own SQLite database (``--postgres``: its own PostgreSQL database on
 127.0.0.1, created and dropped by the bench), variable directory, channel prefix,
@@ -54,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from celery_worker import start_worker  # noqa: E402
 from machine import load, machine, now  # noqa: E402
 
+from bench.instructions import measured, parts  # noqa: E402
 from bench.trace_clients import fill, new_run, open_page, session_cookie, viewers_process, write_events  # noqa: E402
 from bench.trace_figures import cpu_seconds, percentile, scheduler_ns, summary, table  # noqa: E402
 
@@ -358,6 +367,42 @@ def recheck_cost(rounds: int, per_round: int = 50) -> dict[str, Any]:
     }
 
 
+def presentation_counts(events: int) -> dict[str, Any]:
+    """Instructions of a feed's read of 500 events and of the run page's HTML (``--callgrind``),
+    in a child under callgrind on a database prepared here."""
+    user = bench_operator()
+    run_id = new_run(user)
+    fill(run_id, events)
+    page, html = parts([__file__, "--count-child", run_id, str(user.pk)], 2, env=ENV)
+    return {"date": now(), "load": load(), "events": events, "read_page_500_instructions": page, "run_page_html_instructions": html}
+
+
+def count_child(run_id: str, user_id: int) -> None:
+    """Under callgrind: each part once to warm (imports, the patterns of hidden characters,
+    the templates), then counted."""
+    import django
+
+    django.setup()
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from live.feeds import read_page
+
+    client = Client(HTTP_HOST="127.0.0.1")
+    client.force_login(User.objects.get(pk=user_id))
+
+    def feed_read() -> None:
+        assert read_page(run_id, 0) is not None
+
+    def html() -> None:
+        response = client.get(f"/runs/{run_id}/")
+        assert response.status_code == 200, response.status_code
+
+    for part in (feed_read, html):
+        part()
+        measured(part)
+
+
 def write_doc(r: dict[str, Any]) -> None:
     """Add this run to docs/performance-history.md under "Live trace", above the earlier runs,
     which stay for comparison."""
@@ -413,6 +458,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--write-doc", action="store_true")
     parser.add_argument("--recheck-cost", type=int, metavar="ROUNDS", help="only the cost of a socket's session recheck at a heartbeat")
+    parser.add_argument("--callgrind", action="store_true", help="only the instructions of a feed's read and of the run page")
+    parser.add_argument("--count-child", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--writer", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--viewers-process", dest="viewers_args", nargs=6, help=argparse.SUPPRESS)
     parser.add_argument("--open", nargs=3, help=argparse.SUPPRESS)
@@ -429,12 +476,16 @@ def main() -> None:
         base, run_id, cookie = args.open
         print(json.dumps([open_page(base, run_id, cookie) for _ in range(10)]))
         return
+    if args.count_child:
+        run_id, user_id = args.count_child
+        count_child(run_id, int(user_id))
+        return
     # A terminated bench still stops its Daphne (measure's finally runs on SystemExit).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     database = own_postgres() if args.postgres else None
-    if args.recheck_cost:
+    if args.recheck_cost or args.callgrind:
         try:
-            print(json.dumps(recheck_cost(args.recheck_cost), indent=2))
+            print(json.dumps(recheck_cost(args.recheck_cost) if args.recheck_cost else presentation_counts(args.events), indent=2))
         finally:
             shutil.rmtree(VAR, ignore_errors=True)
             if database:

@@ -31,8 +31,18 @@ from core.patchtext import PatchLine, read_patch
 @cache
 def _class() -> str:
     """The hidden characters as one regular-expression character class, Unicode's
-    format characters listed from the running Python's tables (once a process, 0.1 s)."""
-    formats = "".join(re.escape(chr(c)) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf")
+    format characters listed from the running Python's tables (once a process, 0.1 s),
+    consecutive ones as a range: the re module tests a character outside the Basic
+    Multilingual Plane against each of those items in turn, so 120 single characters
+    there made every search test each character of the text 120 times (issue 45)."""
+    codes = [c for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf"]
+    runs: list[list[int]] = []  # [first, last] of each run of consecutive code points
+    for code in codes:
+        if runs and runs[-1][1] == code - 1:
+            runs[-1][1] = code
+        else:
+            runs.append([code, code])
+    formats = "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in runs)
     return f"[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f-\\x9f\\u2028\\u2029\\ud800-\\udfff\\U000e0000-\\U000e007f{formats}]"
 
 
@@ -47,6 +57,22 @@ def _one() -> re.Pattern[str]:
     return re.compile(_class())
 
 
+@cache
+def _ascii_suspects() -> re.Pattern[str]:
+    """The ASCII characters that are or may be hidden (the class's, and ``\\r``), as one
+    class of a bitmap that the re module scans for without trying a pattern at each
+    character: ASCII text without them holds nothing hidden."""
+    suspects = "".join(re.escape(chr(c)) for c in range(128) if is_hidden(chr(c)) or chr(c) == "\r")
+    return re.compile(f"[{suspects}]")
+
+
+def prepare() -> None:
+    """Build the patterns now rather than at the first text looked at: the class takes a
+    pass over every code point (harness_site.asgi does it before the web process serves)."""
+    _hidden()
+    _ascii_suspects()
+
+
 def is_hidden(char: str) -> bool:
     """Whether a character is hidden wherever it stands (``\\r`` is not: whether it
     is depends on what follows it, which ``split_hidden`` sees)."""
@@ -54,6 +80,10 @@ def is_hidden(char: str) -> bool:
 
 
 def holds_hidden(text: str) -> bool:
+    # Most text is ASCII (a flag of the string's, read in constant time) without a
+    # control character: one scan in C for those decides.
+    if text.isascii() and _ascii_suspects().search(text) is None:
+        return False
     return _hidden().search(text) is not None
 
 

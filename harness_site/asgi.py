@@ -20,7 +20,7 @@ from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.urls import get_resolver, path, re_path  # noqa: E402
 
-from core.visible import holds_hidden  # noqa: E402
+from core import visible  # noqa: E402
 from gateway.mcp_endpoint import mcp_service  # noqa: E402
 from gateway.model_proxy import services as model_services  # noqa: E402
 from gateway.routing import gateway  # noqa: E402
@@ -51,9 +51,9 @@ application = ProtocolTypeRouter(
 # single delay in the live trace's tail. The URL patterns load first so the first
 # request does not import them and they are frozen too.
 get_resolver().url_patterns  # noqa: B018 - loaded for the side effect
-# Likewise the class of hidden characters the trace marks in every event it presents
+# Likewise the patterns of hidden characters the trace marks in every event it presents
 # (core.visible: a pass over every code point, 0.16 s, more under load), else built by
 # the first feed's first read with the interpreter's lock held: every live socket
 # stalled behind it, the worst tail of the first viewers a process serves.
-holds_hidden("")
+visible.prepare()
 gc.freeze()

@@ -8,6 +8,8 @@ publish; and the diff shown is the applier's own reading (core.patchtext.read_pa
 from __future__ import annotations
 
 import shutil
+import sys
+import unicodedata
 from pathlib import Path
 
 import docker
@@ -24,7 +26,7 @@ from core.errors import InputError
 from core.patchtext import parse_patch, read_patch
 from core.policy import check_policy
 from core.scenarios import call
-from core.visible import HIDDEN_KIND, hidden_in_patch, visible_html, visible_text
+from core.visible import HIDDEN_KIND, hidden_in_patch, holds_hidden, is_hidden, visible_html, visible_text
 from notifications.mail import one_line
 from notifications.messages import RUN_STOPPED, notice, slack
 from pages.diff_view import context_lines, diff_tables
@@ -60,6 +62,25 @@ def test_it_marks_every_kind_of_hidden_character_with_its_code_point() -> None:
     # Line breaks, tabs and a carriage return that ends a line are layout, not hidden.
     assert visible_text("one\r\ntwo\tthree\nfour\r") == "one\r\ntwo\tthree\nfour\r"
     assert visible_text("é 中 e\u0301 ✓") == "é 中 e\u0301 ✓"
+
+
+def test_it_finds_each_hidden_code_point_in_ascii_text_and_in_any_other() -> None:
+    """Every code point, alone and inside ASCII and non-ASCII text, against the
+    definition read from Unicode's tables directly: the class's ranges and the
+    search's shortcut for ASCII text (core.visible) find what the list of single
+    characters found."""
+    c1_and_controls = {*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), *range(0x7F, 0xA0)}
+    other = {0x2028, 0x2029, *range(0xD800, 0xE000), *range(0xE0000, 0xE0080)}
+    for code in range(sys.maxunicode + 1):
+        if code == 0x0D:
+            continue  # the carriage return, below
+        char = chr(code)
+        hidden = code in c1_and_controls or code in other or unicodedata.category(char) == "Cf"
+        assert holds_hidden(char) is hidden and is_hidden(char) is hidden, hex(code)
+        assert holds_hidden(f"plain {char} text") is hidden and holds_hidden(f"é {char} ✓") is hidden, hex(code)
+    # A carriage return is hidden unless it ends a line, ASCII or not.
+    assert not holds_hidden("a\r\nb\r") and not holds_hidden("é\r\nb\r")
+    assert holds_hidden("a\rb") and holds_hidden("é\rb")
 
 
 def test_it_escapes_and_names_each_mark_in_html() -> None:

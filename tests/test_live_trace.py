@@ -312,6 +312,9 @@ def test_it_web_process_has_the_hidden_characters_class_before_its_first_viewer(
     takes a pass over every code point to build: built by the first feed's first read,
     it held the interpreter's lock for 0.16 s or more while every socket waited. The
     web process (harness_site.asgi, a fresh interpreter here) has it before it serves."""
-    said = "import harness_site.asgi; from core import visible; print(visible._hidden.cache_info().currsize)"
+    said = (
+        "import harness_site.asgi; from core import visible; "
+        "print(visible._hidden.cache_info().currsize, visible._ascii_suspects.cache_info().currsize)"
+    )
     built = subprocess.run([sys.executable, "-c", said], env=service_env(), capture_output=True, text=True, timeout=120, check=True)
-    assert built.stdout.split()[-1] == "1", built.stdout + built.stderr
+    assert built.stdout.split()[-2:] == ["1", "1"], built.stdout + built.stderr
