@@ -55,8 +55,9 @@ def record_decisions(run_id: str, rows: Sequence[Event], events: Sequence[ev.Eve
     found = [_decision(row.seq, event) for row, event in zip(rows, events, strict=True)]
     decisions = [d for d in found if d is not None]
     if decisions:
-        project_id = _project_of(run_id)
-        record(*(Decision(**{**d, "project_id": project_id, "run_id": str(run_id)}) for d in decisions))
+        project_id, run = _project_of(run_id), str(run_id)
+        # Positional: keywords from a merged dict cost the entry more than the rest of its decision.
+        record(*(Decision(d["kind"], d["actor"], d["decided"], d["shown"], project_id, run, d.get("policy_version")) for d in decisions))
     return found
 
 
