@@ -137,14 +137,16 @@ log = logging.getLogger(__name__)
 _pending: ContextVar[list[Decision] | None] = ContextVar("ledger_pending", default=None)
 
 
-def record(*decisions: Decision) -> None:
+def record(*decisions: Decision, connection: Any = None) -> None:
     """Record ``decisions``, in the caller's transaction: now, or inside ``batch`` at
-    its end."""
+    its end. ``connection``: the default database's, where the caller holds it (a
+    checkpoint): looked up again (``connections[...]``, a context-local read), it cost
+    a step's entry some 10,000 instructions."""
     pending = _pending.get()
     if pending is not None:
         pending.extend(decisions)
         return
-    _write(decisions)
+    _write(decisions, connection)
 
 
 @contextmanager
@@ -179,13 +181,15 @@ def batch(*, savepoint: bool = True) -> Iterator[None]:
             _pending.reset(token)
 
 
-def _write(decisions: Sequence[Decision]) -> list[tuple[int, str]]:
+def _write(decisions: Sequence[Decision], connection: Any = None) -> list[tuple[int, str]]:
     """Write ``decisions``' entries (and the content they keep); ``(seq, digest)`` of each."""
     if not decisions:
         return []
-    connection = connections[DEFAULT_DB_ALIAS]
+    if connection is None:
+        connection = connections[DEFAULT_DB_ALIAS]
     projects = sorted({d.project_id for d in decisions if d.project_id is not None})
-    now = timezone.now()
+    # What timezone.now() gives with USE_TZ (settings), without reading the setting.
+    now = datetime.now(UTC)
     kept = {d.shown.digest: d.shown.canonical.decode("utf-8") for d in decisions if d.shown.keep}
     if not connection.in_atomic_block:
         with transaction.atomic(savepoint=False):
@@ -338,6 +342,7 @@ _text = json.encoder.encode_basestring
 
 # The values whose JSON text reads back as an equal value of the same type.
 _SCALARS = frozenset((str, int, float, bool, type(None)))
+_KEYS = frozenset((str,))
 
 
 def _decided(decision: Decision) -> str:
@@ -347,8 +352,9 @@ def _decided(decision: Decision) -> str:
     gate's decision) reads back as itself, so its one encoding is that text; anything
     else is encoded, read back and encoded again."""
     decided = decision.decided
-    text = canonical(dict(decided))
-    if not all(type(key) is str and type(value) in _SCALARS for key, value in decided.items()):
+    text = canonical(decided if type(decided) is dict else dict(decided))
+    # The types looked at in C, not by a generator in Python.
+    if not (set(map(type, decided)) <= _KEYS and set(map(type, decided.values())) <= _SCALARS):
         text = canonical(json.loads(text))
     return text.decode("utf-8")
 

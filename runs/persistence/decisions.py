@@ -47,9 +47,10 @@ GATE_RULES: dict[type[ev.Event], str] = {
 _projects: dict[str, int | None] = {}
 
 
-def record_decisions(run_id: str, rows: Sequence[Event], events: Sequence[ev.Event]) -> list[dict[str, Any] | None]:
+def record_decisions(run_id: str, rows: Sequence[Event], events: Sequence[ev.Event], connection: Any = None) -> list[dict[str, Any] | None]:
     """The ledger's entries for the decision events among ``rows`` (just stored; each
-    row's typed event as stored, masked values included, is ``events``' at its index);
+    row's typed event as stored, masked values included, is ``events``' at its index),
+    through ``connection`` (the writer's, where it holds it: ledger.writer.record);
     each row's decision (``decision_of``) or None, in order, for the listeners that
     tell them too (a trace's span events: monitoring.spans), so none derives them again."""
     found = [_decision(row.seq, event) for row, event in zip(rows, events, strict=True)]
@@ -57,7 +58,10 @@ def record_decisions(run_id: str, rows: Sequence[Event], events: Sequence[ev.Eve
     if decisions:
         project_id, run = _project_of(run_id), str(run_id)
         # Positional: keywords from a merged dict cost the entry more than the rest of its decision.
-        record(*(Decision(d["kind"], d["actor"], d["decided"], d["shown"], project_id, run, d.get("policy_version")) for d in decisions))
+        record(
+            *(Decision(d["kind"], d["actor"], d["decided"], d["shown"], project_id, run, d.get("policy_version")) for d in decisions),
+            connection=connection,
+        )
     return found
 
 
