@@ -90,7 +90,7 @@ class Bench:
         from runs.persistence.decisions import record_decisions
 
         on = variant == "on"
-        setattr(eventlog, "record_decisions", record_decisions if on else (lambda run_id, rows, events: None))  # noqa: B010 - a module's name, patched for the bench
+        setattr(eventlog, "record_decisions", record_decisions if on else (lambda run_id, rows, events, connection=None: None))  # noqa: B010 - a module's name, patched for the bench
         setattr(flow, "keep", keep if on else (lambda shown: None))  # noqa: B010
 
     def run(self) -> Any:

@@ -21,10 +21,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import cached_property
+from functools import lru_cache
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 from django.utils import timezone
 
 from common.cursors import checkpoint_cursor
@@ -74,7 +74,9 @@ def person(user: Any) -> Actor:
     return Actor("user", str(user.get_username()), str(user.pk))
 
 
+@lru_cache(maxsize=1024)
 def rule(name: str) -> Actor:
+    # One actor per rule, as a policy has a few: each gate's decision names one.
     return Actor("rule", name)
 
 
@@ -82,29 +84,26 @@ def system(what: str) -> Actor:
     return Actor("system", what)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Shown:
     """What a decider was shown, as the canonical bytes the entry's ``shown`` digest is
-    over. ``keep``: the bytes are kept (ledger.models.Content) for exports until
-    retention forgets them. ``named``: content kept by whoever showed it (``keep``),
-    named here by its digest alone."""
+    over, and that digest (made once here: every decision's entry needs it). ``keep``:
+    the bytes are kept (ledger.models.Content) for exports until retention forgets
+    them. Content kept by whoever showed it (``keep``) is named here by its digest
+    alone (``kept_elsewhere``)."""
 
-    canonical: bytes = b""
-    keep: bool = True
-    named: str = ""
+    canonical: bytes
+    keep: bool
+    digest: str
 
     @classmethod
     def of(cls, value: Any, *, keep: bool = True) -> Shown:
-        return cls(canonical(value), keep)
+        data = canonical(value)
+        return cls(data, keep, sha256(data))
 
     @classmethod
     def kept_elsewhere(cls, digest: str) -> Shown:
-        return cls(keep=False, named=digest)
-
-    @cached_property
-    def digest(self) -> str:
-        # Asked for by the entry's row and by its canonical text: hashed once.
-        return self.named or sha256(self.canonical)
+        return cls(b"", False, digest)
 
 
 def keep(shown: Shown) -> None:
@@ -115,10 +114,13 @@ def keep(shown: Shown) -> None:
     _keep_apart(connections[DEFAULT_DB_ALIAS], {shown.digest: shown.canonical.decode("utf-8")}, timezone.now())
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Decision:
     """One decision to record: its kind (``gate.allowed``, ``approval.granted``,
-    ``admin.policy_saved``...), who made it, what was decided and what they were shown."""
+    ``admin.policy_saved``...), who made it, what was decided and what they were shown.
+    Not frozen: a frozen dataclass sets each field through ``object.__setattr__``, and
+    made this way one costs a step's entry a quarter of what the frozen one did; the
+    writer reads a decision once and keeps none."""
 
     kind: str
     actor: Actor
@@ -135,14 +137,16 @@ log = logging.getLogger(__name__)
 _pending: ContextVar[list[Decision] | None] = ContextVar("ledger_pending", default=None)
 
 
-def record(*decisions: Decision) -> None:
+def record(*decisions: Decision, connection: Any = None) -> None:
     """Record ``decisions``, in the caller's transaction: now, or inside ``batch`` at
-    its end."""
+    its end. ``connection``: the default database's, where the caller holds it (a
+    checkpoint): looked up again (``connections[...]``, a context-local read), it cost
+    a step's entry some 10,000 instructions."""
     pending = _pending.get()
     if pending is not None:
         pending.extend(decisions)
         return
-    _write(decisions)
+    _write(decisions, connection)
 
 
 @contextmanager
@@ -177,13 +181,15 @@ def batch(*, savepoint: bool = True) -> Iterator[None]:
             _pending.reset(token)
 
 
-def _write(decisions: Sequence[Decision]) -> list[tuple[int, str]]:
+def _write(decisions: Sequence[Decision], connection: Any = None) -> list[tuple[int, str]]:
     """Write ``decisions``' entries (and the content they keep); ``(seq, digest)`` of each."""
     if not decisions:
         return []
-    connection = connections[DEFAULT_DB_ALIAS]
+    if connection is None:
+        connection = connections[DEFAULT_DB_ALIAS]
     projects = sorted({d.project_id for d in decisions if d.project_id is not None})
-    now = timezone.now()
+    # What timezone.now() gives with USE_TZ (settings), without reading the setting.
+    now = datetime.now(UTC)
     kept = {d.shown.digest: d.shown.canonical.decode("utf-8") for d in decisions if d.shown.keep}
     if not connection.in_atomic_block:
         with transaction.atomic(savepoint=False):
@@ -218,14 +224,14 @@ def _write_chained(
 # A writer on SQLite is the database's one writer for its whole transaction (it began
 # IMMEDIATE), and most often the last writer too: the heads are where its own last entry
 # left them. So a single decision (a step's admission, a reviewer's) is numbered and
-# digested here, from the heads this process remembers (``_known``), and inserted only if
-# it links on to its chains' heads as they are then (its seq and prev the global head's
-# next, its project_seq and project_prev its project head's), checked in the INSERT
-# itself; the entry's trigger moves the heads on to it (ledger/migrations/0002). An entry
-# that does not link (another process wrote since, a transaction of this one rolled back,
-# a chain's first entry) is not inserted, and the writer chains it in SQL
-# (``_write_at_once``), as it does several decisions at once. The check costs two
-# primary-key reads; the statement neither recurses nor calls back into Python.
+# digested here, from the heads this process remembers (``_known``), and sent as a
+# plain INSERT of the entry. The entries' trigger (ledger/migrations/0003) checks, as it
+# moves the heads on to the entry, that the entry links on to them as they were (its
+# seq and prev the global head's next, its project_seq and project_prev its project
+# head's), and aborts the statement otherwise: then nothing was inserted (another
+# process wrote since, a transaction of this one rolled back, a chain's first entry),
+# and the writer chains the entry in SQL (``_write_at_once``), as it does several
+# decisions at once. The statement neither recurses nor calls back into Python.
 
 # (database, chain) -> (seq, digest) of the chain's head as this process last left it.
 _known: dict[tuple[str, str], tuple[int, str]] = {}
@@ -254,46 +260,37 @@ def _write_on_known_heads(
     if len(decisions) != 1:
         return []
     name = str(connection.settings_dict["NAME"])
-    chains = [GLOBAL_CHAIN, *([project_chain(project)] if project is not None else [])]
-    heads: dict[str, list[Any]] = {}
-    for chain in chains:
-        known = _known.get((name, chain))
-        if known is None:
-            return []
-        heads[chain] = list(known)
-    rows = [_entry_row(connection, decision, heads, now) for decision in decisions]
-    with checkpoint_cursor(connection) as cursor:
-        cursor.execute(_statement_on_known_heads(connection), [v for _, _, row in rows for v in row])
-        inserted = len(cursor.fetchall())
-    if not inserted:
+    known = _known.get((name, GLOBAL_CHAIN))
+    chain = project_chain(project) if project is not None else None
+    known_project = _known.get((name, chain)) if chain is not None else None
+    if known is None or (chain is not None and known_project is None):
+        return []
+    heads: dict[str, list[Any]] = {GLOBAL_CHAIN: list(known)}
+    if chain is not None and known_project is not None:
+        heads[chain] = list(known_project)
+    seq, digest, row = _entry_row(connection, decisions[0], heads, now)
+    try:
+        with checkpoint_cursor(connection) as cursor:
+            cursor.execute(_statement_on_known_heads(connection), row)
+    except IntegrityError:
+        # The entry does not link on (the trigger's check, or a seq taken): the
+        # statement inserted nothing and the transaction goes on.
         _known.pop((name, GLOBAL_CHAIN), None)
         return []
     _keep_apart(connection, kept, now)
-    last = heads[GLOBAL_CHAIN]
-    _remember(connection, project, (last[0], last[1]), (heads[chains[1]][0], heads[chains[1]][1]) if project is not None else None)
-    return [(seq, digest) for seq, digest, _row in rows]
+    _remember(connection, project, (seq, digest), (heads[chain][0], digest) if chain is not None else None)
+    return [(seq, digest)]
 
 
-_on_known: dict[str, str] = {}
+_on_known: list[str] = []
 
 
 def _statement_on_known_heads(connection: Any) -> str:
-    found = _on_known.get(connection.vendor)
-    if found is not None:
-        return found
-    quote = connection.ops.quote_name
-    head, entry = quote(Head._meta.db_table), quote(Entry._meta.db_table)
-    columns = ", ".join(_COLUMNS)
-    values = "(" + ", ".join(["%s"] * len(_COLUMNS)) + ")"
-    # Only the models' quoted table names are spliced in; every value is a parameter.
-    found = _on_known[connection.vendor] = (
-        f"WITH given ({columns}) AS (VALUES {values})"  # noqa: S608
-        f" INSERT INTO {entry} ({columns}) SELECT {columns} FROM given g"
-        f" WHERE (SELECT seq, digest FROM {head} WHERE chain = '{GLOBAL_CHAIN}') = (g.seq - 1, g.prev)"
-        f" AND (g.project_id IS NULL OR (SELECT seq, digest FROM {head} WHERE chain = 'project:' || g.project_id)"
-        " = (g.project_seq - 1, g.project_prev)) RETURNING seq"
-    )
-    return found
+    if not _on_known:
+        values = ", ".join(["%s"] * len(_COLUMNS))
+        # Only the model's quoted table name is spliced in; every value is a parameter.
+        _on_known.append(f"INSERT INTO {connection.ops.quote_name(Entry._meta.db_table)} ({', '.join(_COLUMNS)}) VALUES ({values})")  # noqa: S608
+    return _on_known[0]
 
 
 # -- PostgreSQL, the decisions of one project (or of none): one statement -------------
@@ -311,18 +308,19 @@ def _statement_on_known_heads(connection: Any) -> str:
 # rows exist.
 
 
-def _template(decision: Decision, decided: str, at: datetime) -> list[str]:
+def _template(decision: Decision, decided: str, stamp: str) -> list[str]:
     """The entry's canonical JSON (what ledger.verify.entry_digest hashes) split at its
     four chained fields, in the order its sorted keys put them (prev, project_prev,
     project_seq, seq): five texts, each gap filled by ``_chained`` here or by the same
     expression in SQL. Written out key by key rather than encoded from a dict: every
     value is encoded as ``canonical`` encodes it, ``decided`` already is, and the keys
-    are in ``canonical``'s order (tests/test_ledger_tamper.py verifies the chains)."""
+    are in ``canonical``'s order (tests/test_ledger_tamper.py verifies the chains);
+    ``stamp`` is the entry's time, ``timestamp``'s text."""
     actor = decision.actor
     project = "null" if decision.project_id is None else str(int(decision.project_id))
     version = "null" if decision.policy_version is None else str(int(decision.policy_version))
     return [
-        f'{{"actor":{{"id":{_text(actor.id)},"kind":{_text(actor.kind)},"name":{_text(actor.name)}}},"at":"{timestamp(at)}",'
+        f'{{"actor":{{"id":{_text(actor.id)},"kind":{_text(actor.kind)},"name":{_text(actor.name)}}},"at":"{stamp}",'
         f'"decided":{decided},"kind":{_text(decision.kind)},"policy_version":{version},"prev":',
         f',"project":{project},"project_prev":',
         ',"project_seq":',
@@ -344,6 +342,7 @@ _text = json.encoder.encode_basestring
 
 # The values whose JSON text reads back as an equal value of the same type.
 _SCALARS = frozenset((str, int, float, bool, type(None)))
+_KEYS = frozenset((str,))
 
 
 def _decided(decision: Decision) -> str:
@@ -353,8 +352,9 @@ def _decided(decision: Decision) -> str:
     gate's decision) reads back as itself, so its one encoding is that text; anything
     else is encoded, read back and encoded again."""
     decided = decision.decided
-    text = canonical(dict(decided))
-    if not all(type(key) is str and type(value) in _SCALARS for key, value in decided.items()):
+    text = canonical(decided if type(decided) is dict else dict(decided))
+    # The types looked at in C, not by a generator in Python.
+    if not (set(map(type, decided)) <= _KEYS and set(map(type, decided.values())) <= _SCALARS):
         text = canonical(json.loads(text))
     return text.decode("utf-8")
 
@@ -367,7 +367,7 @@ def _write_at_once(
     params: list[object] = [GLOBAL_CHAIN, chain, chain, GLOBAL_CHAIN, 2 if chain else 1]
     for n, decision in enumerate(decisions, start=1):
         actor, at, decided = decision.actor, decision.at or now, _decided(decision)
-        params += [n, *_template(decision, decided, at)]
+        params += [n, *_template(decision, decided, timestamp(at))]
         params += [at, actor.kind, actor.name, actor.id, decision.policy_version, decision.run_id, decision.kind]
         params += [decided, decision.shown.digest]
     params.append(project)
@@ -556,6 +556,17 @@ def _db_time(connection: Any, at: datetime) -> object:
     return connection.ops.adapt_datetimefield_value(at)
 
 
+def _entry_time(connection: Any, at: datetime, stamp: str) -> object:
+    """An entry's time as ``connection`` takes it. On SQLite in UTC, the text Django
+    stores (``_db_time``: the naive UTC time's ``str``, whole seconds without a
+    fraction) cut from ``stamp``, its digest's text: Django's way made the time twice
+    more, at some 20,000 instructions an entry (tests/test_ledger_canonical.py holds
+    the two texts equal)."""
+    if connection.vendor == "sqlite" and connection.timezone is UTC:
+        return f"{stamp[:10]} {stamp[11:26] if at.microsecond else stamp[11:19]}"
+    return _db_time(connection, at)
+
+
 def _entry_row(connection: Any, decision: Decision, heads: dict[str, list[Any]], now: datetime) -> tuple[int, str, tuple[object, ...]]:
     """The entry's seq, digest and row (``_COLUMNS``, its time as ``connection`` takes
     it), numbered and linked on from ``heads``, which it moves on past itself."""
@@ -564,7 +575,8 @@ def _entry_row(connection: Any, decision: Decision, heads: dict[str, list[Any]],
     seq, prev = ahead[0] + 1, ahead[1]
     phead = heads[project_chain(decision.project_id)] if decision.project_id is not None else None
     project_seq, project_prev = (phead[0] + 1, phead[1]) if phead is not None else (None, None)
-    digest = sha256(_chained(_template(decision, decided, at), prev, project_prev, project_seq, seq))
+    stamp = timestamp(at)
+    digest = sha256(_chained(_template(decision, decided, stamp), prev, project_prev, project_seq, seq))
     ahead[:] = [seq, digest]
     if phead is not None:
         phead[:] = [project_seq, digest]
@@ -578,7 +590,7 @@ def _entry_row(connection: Any, decision: Decision, heads: dict[str, list[Any]],
             decision.project_id,
             project_seq,
             project_prev,
-            _db_time(connection, at),
+            _entry_time(connection, at, stamp),
             actor.kind,
             actor.name,
             actor.id,
@@ -630,10 +642,14 @@ def _claim(connection: Any, chains: Sequence[str]) -> dict[str, list[Any]]:
 
 def timestamp(at: datetime) -> str:
     """An entry's time as its digest covers it: UTC, to the microsecond the databases
-    keep (``2026-12-06T23:53:40.123456Z``). By ``isoformat``, which gives the text
-    ``strftime("%Y-%m-%dT%H:%M:%S.%fZ")`` gave for any year from 1000 at a fraction of
-    its instructions (strftime goes through the C library's formatting)."""
-    return at.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    keep (``2026-12-06T23:53:40.123456Z``): ``isoformat``'s text of the naive UTC time,
+    which ``strftime("%Y-%m-%dT%H:%M:%S.%fZ")`` gave for any year from 1000, made from
+    its fields by ``%`` at half the instructions of converting it and ``isoformat``
+    (tests/test_ledger_canonical.py holds the texts equal). Django's own times are UTC
+    already, and are not converted."""
+    if at.tzinfo is not UTC:
+        at = at.astimezone(UTC)
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (at.year, at.month, at.day, at.hour, at.minute, at.second, at.microsecond)  # noqa: UP031 - half an f-string's instructions
 
 
 def decided_value(text: str) -> Any:

@@ -1,19 +1,23 @@
 """The ledger's canonical encoding (ledger.verify.canonical) uses json's C encoder,
 made once, which the standard library does not document: these tests hold it to the
 documented encoder's text, so an interpreter whose C encoder changes, or lacks it,
-fails here rather than in a verification of old exports."""
+fails here rather than in a verification of old exports. An entry's time is written
+by hand too (ledger.writer.timestamp, and the text SQLite stores): held here to the
+text the documented ways give."""
 
 from __future__ import annotations
 
 import json
 import math
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from django.db import connection
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger import verify
+from ledger import verify, writer
 
 documented = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
@@ -43,3 +47,23 @@ def test_it_sorts_keys_keeps_unicode_and_writes_non_string_keys_as_json_does() -
 def test_it_refuses_what_json_cannot_hold(number: float) -> None:
     with pytest.raises(ValueError, match="JSON compliant"):
         verify.canonical({"x": number})
+
+
+times = st.datetimes(
+    min_value=datetime(1001, 1, 1),
+    max_value=datetime(9998, 12, 31),
+    timezones=st.sampled_from([UTC, timezone(timedelta(hours=-7, minutes=-30)), timezone(timedelta(hours=13))]),
+)
+
+
+@given(times)
+def test_it_writes_an_entrys_time_as_isoformat_and_django_do(at: datetime) -> None:
+    stamp = writer.timestamp(at)
+    assert stamp == at.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    assert writer._entry_time(connection, at, stamp) == connection.ops.adapt_datetimefield_value(at)
+
+
+def test_it_writes_a_whole_second_as_django_does() -> None:
+    at = datetime(2026, 12, 7, 2, 30, tzinfo=UTC)
+    assert writer.timestamp(at) == "2026-12-07T02:30:00.000000Z"
+    assert writer._entry_time(connection, at, writer.timestamp(at)) == connection.ops.adapt_datetimefield_value(at)

@@ -18,6 +18,8 @@ from django.contrib.auth.models import Group, User
 from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
+from hypothesis import given
+from hypothesis import strategies as st
 
 from approvals.checks import DecisionRefused
 from approvals.models import ApprovalRequest, PolicyVersion
@@ -33,7 +35,7 @@ from runs.approval_flow.flow import deny, expire_due, grant, save_policy_version
 from runs.approval_flow.gate import DjangoApprovals
 from runs.control import do_kill, set_global
 from runs.models import Event, Run
-from runs.persistence.decisions import decision_of
+from runs.persistence.decisions import decision_of, gate_inputs
 from runs.persistence.eventlog import append_event
 from runs.services import drive_run
 from tests.helpers import KillFlag, World, edited_policy, new_policy_version
@@ -324,3 +326,22 @@ def test_it_digests_what_a_gate_was_shown_as_stored_with_secrets_masked(operator
     [line] = [line for line in lines(run.project_id) if line["seq"] == entry.seq]
     assert line["content"] == rebuilt["shown"].canonical.decode()
     assert verify_stored() is None
+
+
+texts = st.text() | st.none()
+
+
+@given(texts, texts, texts, st.integers() | st.none(), st.text(), st.text(), texts)
+def test_it_writes_a_gates_inputs_as_their_canonical_json(
+    tool: str | None, args: str | None, revision: str | None, version: int | None, matched: str, decision: str, effect: str | None
+) -> None:
+    inputs = {
+        "tool": tool,
+        "args": args,
+        "revision": revision,
+        "policy_version": version,
+        "rule": matched,
+        "decision": decision,
+        "effect": effect,
+    }
+    assert gate_inputs(tool, args, revision, version, matched, decision, effect) == verify.canonical(inputs)

@@ -23,7 +23,7 @@ from typing import Any
 from core import events as ev
 from core.call_record import CallRecord
 from ledger.models import Entry
-from ledger.verify import content_digest
+from ledger.verify import content_digest, sha256
 from ledger.writer import Actor, Decision, Shown, record, rule, system
 from runs.models import Event, Run
 
@@ -47,17 +47,22 @@ GATE_RULES: dict[type[ev.Event], str] = {
 _projects: dict[str, int | None] = {}
 
 
-def record_decisions(run_id: str, seqs: Sequence[int], events: Sequence[ev.Event]) -> list[dict[str, Any] | None]:
+def record_decisions(run_id: str, seqs: Sequence[int], events: Sequence[ev.Event], connection: Any = None) -> list[dict[str, Any] | None]:
     """The ledger's entries for the decision events among the rows just stored as
     ``seqs`` (each row's typed event as stored, masked values included, is ``events``'
-    at its index); each row's decision (``decision_of``) or None, in order, for the
-    listeners that tell them too (a trace's span events: monitoring.spans), so none
+    at its index), through ``connection`` (the writer's, where it holds it:
+    ledger.writer.record); each row's decision (``decision_of``) or None, in order, for
+    the listeners that tell them too (a trace's span events: monitoring.spans), so none
     derives them again."""
     found = [_decision(seq, event) for seq, event in zip(seqs, events, strict=True)]
     decisions = [d for d in found if d is not None]
     if decisions:
-        project_id = _project_of(run_id)
-        record(*(Decision(**{**d, "project_id": project_id, "run_id": str(run_id)}) for d in decisions))
+        project_id, run = _project_of(run_id), str(run_id)
+        # Positional: keywords from a merged dict cost the entry more than the rest of its decision.
+        record(
+            *(Decision(d["kind"], d["actor"], d["decided"], d["shown"], project_id, run, d.get("policy_version")) for d in decisions),
+            connection=connection,
+        )
     return found
 
 
@@ -270,23 +275,46 @@ def _gate(event: _GateEvent, call: dict[str, Any], *, kind: str | None = None, b
             elif isinstance(event, ev.ChangesRequested):
                 decided.update(request_id=event.request_id, key=event.key)
     matched = by or matched or event.type
-    inputs = {
-        "tool": tool,
-        "args": content_digest(args) if args is not None else None,
-        "revision": revision,
-        "policy_version": version,
-        "rule": matched,
-        "decision": event.type,
-        "effect": content_digest(effect) if effect is not None else None,
-    }
+    inputs = gate_inputs(
+        tool,
+        content_digest(args) if args is not None else None,
+        revision,
+        version,
+        matched,
+        event.type,
+        content_digest(effect) if effect is not None else None,
+    )
     decided.update(tool=tool, decision=event.type)
     return {
         "kind": kind or GATE_KINDS[type(event)],
         "actor": rule(matched),
         "decided": decided,
-        "shown": _held(inputs),
+        "shown": Shown(inputs, False, sha256(inputs)),
         "policy_version": version,
     }
+
+
+def gate_inputs(
+    tool: str | None, args: str | None, revision: str | None, version: int | None, matched: str, decision: str, effect: str | None
+) -> bytes:
+    """What a gate was shown, its rule's inputs: the canonical JSON (ledger.verify.canonical)
+    of ``{"tool", "args", "revision", "policy_version", "rule", "decision", "effect"}``,
+    written out key by key in canonical's order, as ledger.writer writes an entry's:
+    the encoder took twice the instructions (some 23,000 a gate's decision).
+    tests/test_ledger_decisions.py holds the two texts equal."""
+    return (
+        f'{{"args":{_maybe(args)},"decision":{_text(decision)},"effect":{_maybe(effect)},'
+        f'"policy_version":{"null" if version is None else int(version)},"revision":{_maybe(revision)},'
+        f'"rule":{_text(matched)},"tool":{_maybe(tool)}}}'
+    ).encode()
+
+
+# A JSON string as ``canonical`` encodes it (ensure_ascii=False).
+_text = json.encoder.encode_basestring
+
+
+def _maybe(text: str | None) -> str:
+    return "null" if text is None else _text(text)
 
 
 def _settled(record: CallRecord | None) -> tuple[dict[str, Any] | None, str | None, int | None]:

@@ -97,8 +97,11 @@ def append_events(
         ],
     )
     written = [p for p in projections if p.rows]
+    # The connection itself, resolved once: django.db.connection looks it up again (a
+    # context-local read) on every attribute, dozens of times per checkpoint.
+    connection = connections[DEFAULT_DB_ALIAS]
     with transaction.atomic(savepoint=False):
-        stored = _number_and_insert(run_id, values, written, run_columns or {}, lease_token)
+        stored = _number_and_insert(connection, run_id, values, written, run_columns or {}, lease_token)
         if not stored:
             return []
         seqs = [seq for _, seq in stored]
@@ -114,7 +117,7 @@ def append_events(
         # (runs.persistence.decisions): a decision not in the ledger did not happen. Its
         # digests cover the events as stored: a row masking changed is read back.
         as_stored = [e if given else rows[n].typed() for n, (e, given) in enumerate(zip(events, as_given, strict=True))]
-        decisions = record_decisions(run_id, seqs, as_stored)
+        decisions = record_decisions(run_id, seqs, as_stored, connection)
         # Listeners (webhook notifications) record what they need in this same
         # transaction, so it commits or rolls back with the events.
         events_stored.send(sender=Event, rows=rows, seqs=seqs, events=events, as_given=as_given, secrets=secrets, decisions=decisions)
@@ -158,16 +161,13 @@ _EVENT_COLUMNS = [field.attname for field in Event._meta.concrete_fields]
 
 
 def _number_and_insert(
-    run_id: str, values: Rows, projections: Sequence[Rows], columns: Mapping[str, object], lease_token: int | None
+    connection: Any, run_id: str, values: Rows, projections: Sequence[Rows], columns: Mapping[str, object], lease_token: int | None
 ) -> list[tuple[int, int]]:
     """Number the events under the run row's lock and insert them and the
     projections: ``(id, seq)`` of each event, in the order given. On PostgreSQL that
     is one statement (the numbering UPDATE a common table expression that every
     INSERT selects from), one round trip per checkpoint; elsewhere the UPDATE, then
     an INSERT per table."""
-    # The connection itself, resolved once: django.db.connection looks it up again (a
-    # context-local read) on every attribute, dozens of times per checkpoint.
-    connection = connections[DEFAULT_DB_ALIAS]
     count = len(values.rows)
     if count and connection.vendor == "postgresql":
         return _number_and_insert_at_once(connection, run_id, values, projections, columns, lease_token)
