@@ -227,6 +227,46 @@ def might_hold(text: str, values: Sequence[str] = ()) -> bool:
     return any(looks_random(m["value"]) for m in _named(text, folded))
 
 
+class CleanPieces:
+    """``might_hold`` over JSON texts that repeat most of themselves (a run's state at
+    each checkpoint), scanning only the pieces not seen clean before: a checkpoint's
+    state is some 75 pieces of which two or three changed.
+
+    A text's pieces are what lies between its ``,"`` pairs, each but the last with its
+    comma. For an ASCII text and values without ``"``, ``might_hold`` of the text is
+    exactly ``might_hold`` of its pieces, any of them, since every finding lies in one
+    piece and reads nothing past it: no value or prefix holds ``"``; no gate match
+    does (both its classes exclude ``"``); a NAMED match holds ``"`` only after a name
+    character, an assignment, a blank or a backslash, never after a comma, which no
+    part of NAMED consumes, so a match (and every attempt at one) ends at the comma;
+    no finding starts with the ``"`` before a piece; and an ASCII text lowers letter by
+    letter, so the folded prefixes and the names are found in the pieces where they
+    are in the text. The unseen pieces joined by ``,"`` again are a text of the same
+    kind, so one ``might_hold`` of them answers for the whole text. Any other text is
+    scanned whole. A rule added above must keep this (tests/test_mask_pieces.py)."""
+
+    KEPT = 4096  # pieces remembered before starting over
+    LONGEST = 512  # a longer piece is scanned every time instead of remembered
+
+    def __init__(self, values: Sequence[str]) -> None:
+        self.values = list(values)
+        self._split = not any('"' in value for value in values)
+        self._seen: set[str] = set()
+
+    def might_hold(self, text: str) -> bool:
+        if not (self._split and text.isascii()):
+            return might_hold(text, self.values)
+        parts = text.split(',"')
+        seen = self._seen
+        unseen = [part for part in parts[:-1] if part not in seen]
+        if might_hold(',"'.join([*unseen, parts[-1]]), self.values):
+            return True
+        if len(seen) > self.KEPT:
+            seen.clear()
+        seen.update(part for part in unseen if len(part) <= self.LONGEST)
+        return False
+
+
 def hits(line: str, values: Sequence[str] = ()) -> list[Hit]:
     """What the rules find in one line, left to right, overlaps merged into the first
     (a configured value first: it is the most certain)."""
