@@ -248,13 +248,16 @@ class CleanPieces:
     KEPT = 4096  # pieces remembered before starting over
     LONGEST = 512  # a longer piece is scanned every time instead of remembered
 
-    def __init__(self, values: Sequence[str]) -> None:
+    def __init__(self, values: Sequence[str], shortest: int = 512) -> None:
         self.values = list(values)
+        # A shorter text (an event's payload) is scanned whole: cutting it costs more
+        # than its scan saves (timeit: 4.1 against 3.7 us at 143 characters, even at 470).
+        self.shortest = shortest
         self._split = not any('"' in value for value in values)
         self._seen: set[str] = set()
 
     def might_hold(self, text: str) -> bool:
-        if not (self._split and text.isascii()):
+        if len(text) < self.shortest or not (self._split and text.isascii()):
             return might_hold(text, self.values)
         parts = text.split(',"')
         seen = self._seen

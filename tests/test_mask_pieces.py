@@ -66,7 +66,7 @@ def sequences(draw: st.DrawFn) -> list[str]:
 @settings(max_examples=300, deadline=None)
 @given(sequences(), st.sampled_from([[], [VALUE], ['has"quote']]))
 def test_it_answers_as_a_scan_of_the_whole_text(sequence: list[str], values: list[str]) -> None:
-    clean = CleanPieces(values)
+    clean = CleanPieces(values, shortest=0)
     for text in sequence:
         assert clean.might_hold(text) is might_hold(text, values), text
 
@@ -82,7 +82,15 @@ def test_it_answers_as_a_scan_of_the_whole_text(sequence: list[str], values: lis
     ],
 )
 def test_it_finds_what_pieces_seen_clean_make_together(seen: list[str], text: str) -> None:
-    clean = CleanPieces([VALUE])
+    clean = CleanPieces([VALUE], shortest=0)
     assert not any(clean.might_hold(earlier) for earlier in seen)
     assert clean.might_hold(text)
     assert masked_text(text, [VALUE]).text != text
+
+
+def test_it_masks_a_long_state_whose_edit_joins_pieces_seen_clean() -> None:
+    """What a checkpoint takes: a state long enough to be cut, seen clean before."""
+    rest = "".join(f',"field{n}":{n}' for n in range(60)) + "}"
+    assert masked_text('{"a":"configured-value,"x":1' + rest, [VALUE]).text == '{"a":"configured-value,"x":1' + rest
+    assert masked_text('{"b":7d1e","y":1' + rest, [VALUE]).text == '{"b":7d1e","y":1' + rest
+    assert masked_text('{"a":"configured-value,7d1e","y":1' + rest, [VALUE]).text == '{"a":"[redacted]","y":1' + rest
