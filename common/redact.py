@@ -39,7 +39,7 @@ from django.db.backends.base.operations import BaseDatabaseOperations
 from psycopg.types.json import Jsonb
 
 from common.secret_detector import MASK as MASK
-from common.secret_detector import NAMED_VALUE, credential_name, kind_mask, looks_random, masked_line, might_hold
+from common.secret_detector import NAMED_VALUE, CleanPieces, credential_name, kind_mask, looks_random, masked_line, might_hold
 
 # What counts as a secret is common.secret_detector's, the publish scan's too. Every
 # rule stays inside one line, so masking changes what a line says, never how many
@@ -203,7 +203,16 @@ def _nothing_to_mask(text: str, secrets: list[str]) -> bool:
     answer is exact; a false alarm only costs the walk."""
     if any(_needs_escaping(secret) for secret in secrets):
         return False
-    return not might_hold(text, secrets)
+    global _clean
+    clean = _clean
+    if clean.values != secrets:
+        clean = _clean = CleanPieces(secrets)
+    return not clean.might_hold(text)
+
+
+# One for the process (a set's look-ups and additions are safe across threads); it
+# starts over when the configured values change.
+_clean = CleanPieces([])
 
 
 @functools.lru_cache(maxsize=256)

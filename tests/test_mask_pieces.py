@@ -1,0 +1,96 @@
+"""Masking scans only the pieces of a JSON text it has not seen clean before
+(``common.secret_detector.CleanPieces``), and answers exactly what a scan of the
+whole text answers: texts are built from the fragments every rule reads (names,
+assignments, quotes, commas, prefixes, URLs, random values, a configured value and
+its halves) and from the separators the pieces are cut at, one after another through
+the same remembered pieces."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from common.redact import masked_text
+from common.secret_detector import CleanPieces, might_hold
+
+VALUE = "configured-value,7d1e"  # a comma in it, as a cut at commas alone would break
+FRAGMENTS = (
+    '"',
+    ",",
+    ',"',
+    ":",
+    "=",
+    " ",
+    "\t",
+    "\\",
+    "'",
+    "{",
+    "}",
+    "@",
+    "://",
+    "https://user",
+    "pa,ss",
+    "word1234@",
+    "token",
+    "API_KEY",
+    "client_secret",
+    "password",
+    "aws",
+    "AKIA",
+    "ABCDEFGHIJKLMNOP",
+    "sk-",
+    "ghp_",
+    "eyJ",
+    "-----BEGIN",
+    "Zx9Qm2Lp7Rt4Vw8Ab3Cd",
+    "deadbeef0123456789",
+    "abc",
+    "é",
+    VALUE,
+    VALUE[:16],
+    VALUE[16:],
+)
+pieces = st.lists(st.sampled_from(FRAGMENTS), max_size=12).map("".join)
+
+
+@st.composite
+def sequences(draw: st.DrawFn) -> list[str]:
+    """Texts that share pieces, some joined at the pieces' separator, some not."""
+    shared = draw(st.lists(pieces, min_size=1, max_size=6))
+    chosen = st.lists(st.sampled_from(shared), min_size=1, max_size=6)
+    joined = st.builds(lambda parts, sep: sep.join(parts), chosen, st.sampled_from([',"', ',"', ",", '"']))
+    return draw(st.lists(joined | pieces, min_size=1, max_size=8))
+
+
+@settings(max_examples=300, deadline=None)
+@given(sequences(), st.sampled_from([[], [VALUE], ['has"quote']]))
+def test_it_answers_as_a_scan_of_the_whole_text(sequence: list[str], values: list[str]) -> None:
+    clean = CleanPieces(values, shortest=0)
+    for text in sequence:
+        assert clean.might_hold(text) is might_hold(text, values), text
+
+
+@pytest.mark.parametrize(
+    ("seen", "text"),
+    [
+        # A name and its value in pieces of their own, and together.
+        (['{"name":"token","value":"Zx9Qm2Lp7Rt4Vw8Ab3Cd","tail":1}'], '{"token":"Zx9Qm2Lp7Rt4Vw8Ab3Cd","tail":1}'),
+        # A configured value and a URL's password across a comma, each side seen alone.
+        (['{"a":"configured-value,"x":1}', '{"b":7d1e","tail":1}'], '{"a":"configured-value,7d1e","tail":1}'),
+        (['{"a":"https://user:pa,"x":1}', '{"b":ss1234@host","tail":1}'], '{"a":"https://user:pa,ss1234@host","tail":1}'),
+    ],
+)
+def test_it_finds_what_pieces_seen_clean_make_together(seen: list[str], text: str) -> None:
+    clean = CleanPieces([VALUE], shortest=0)
+    assert not any(clean.might_hold(earlier) for earlier in seen)
+    assert clean.might_hold(text)
+    assert masked_text(text, [VALUE]).text != text
+
+
+def test_it_masks_a_long_state_whose_edit_joins_pieces_seen_clean() -> None:
+    """What a checkpoint takes: a state long enough to be cut, seen clean before."""
+    rest = "".join(f',"field{n}":{n}' for n in range(60)) + "}"
+    assert masked_text('{"a":"configured-value,"x":1' + rest, [VALUE]).text == '{"a":"configured-value,"x":1' + rest
+    assert masked_text('{"b":7d1e","y":1' + rest, [VALUE]).text == '{"b":7d1e","y":1' + rest
+    assert masked_text('{"a":"configured-value,7d1e","y":1' + rest, [VALUE]).text == '{"a":"[redacted]","y":1' + rest
