@@ -215,7 +215,8 @@ def test_it_builtin_shell_and_edit_tools_do_nothing_to_the_workspace(cli: Cli, a
     run = rig.start(cli, operator=operator)
     end = agent_ended(run, rig)
     run = ended(run, rig, 120)
-    assert end["reason"] == "exited", (end, transcript(end)[-2000:])
+    # Its problem first: pytest cuts a long dict short, and "failed" says little without it.
+    assert end["reason"] == "exited", (end.get("problem"), end, transcript(end)[-2000:])
     assert "def order_total" in after(rig, "def order_total").text()
     text = (placement.workspace_root(run) / "workspace" / "orders" / "total.py").read_text()
     assert "hacked" not in text and "def order_total" in text

@@ -17,6 +17,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,7 +39,7 @@ from core.policy import CheckDef, Destination, check_policy
 from core.report import build_report
 from sandbox.container.sandbox_container import SandboxContainer
 from sandbox.egress import proxy as egress
-from sandbox.egress.proxy import PIPELINED, EgressProxy, EgressRefused, do_connect, parse_head
+from sandbox.egress.proxy import PIPELINED, Connection, EgressProxy, EgressRefused, do_connect, parse_head
 from sandbox.executor import SandboxExecutor
 from sandbox.tools.context import ToolSettings
 from sandbox.workspace.preparation import prepare_workspace
@@ -681,6 +682,28 @@ def test_it_forwards_one_plain_request_per_connection_and_nothing_past_its_body(
         [event] = local.finish()
     assert got == f"POST /upload HTTP/1.1\r\nHost: localhost:{server.port}\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello".encode()
     assert (event["allowed"], event["reason"], event["bytes_out"]) == (True, PIPELINED, len(got))
+
+
+def test_it_says_a_second_request_was_cut_when_the_answer_ends_the_connection_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a busy machine the destination answered and its thread wrote the connection's
+    # event before the thread that read the request got past the head it sent: the
+    # event said nothing of the request behind it. Here that order is forced.
+    send_out = EgressProxy._send_out
+
+    def answered_first(self: EgressProxy, conn: Connection, upstream: socket.socket, data: bytes) -> None:
+        send_out(self, conn, upstream, data)
+        for _ in range(1000):
+            if conn.done:
+                return
+            time.sleep(0.01)
+
+    monkeypatch.setattr(EgressProxy, "_send_out", answered_first)
+    with destination(ANSWER) as server, local_proxy(allowing(server.port)) as local:
+        first = f"GET http://localhost:{server.port}/simple/ HTTP/1.1\r\n\r\n".encode()
+        second = f"GET http://localhost:{server.port}/admin HTTP/1.1\r\nHost: admin.internal\r\n\r\n".encode()
+        assert local.exchange(first + second).endswith(ANSWER)
+        [event] = local.finish()
+    assert (event["allowed"], event["reason"]) == (True, PIPELINED)
 
 
 @pytest.mark.parametrize(

@@ -434,6 +434,10 @@ class EgressProxy:
             return
         if request.method == "CONNECT":
             self._to_check(conn.cid, DATA, b"HTTP/1.1 200 Connection established\r\n\r\n")
+        if request.body is not None and len(rest) > request.body:
+            # Known before a byte goes out: the destination may answer, and its thread
+            # end the connection and write its event, before this thread gets to the rest.
+            conn.cut = PIPELINED
         thread = threading.Thread(target=self._from_destination, args=(conn,), name=f"egress-{conn.cid}", daemon=True)
         self._threads.append(thread)
         thread.start()
