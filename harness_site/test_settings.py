@@ -3,8 +3,16 @@ development defaults, so a bare ``pytest`` needs no exported variables. Each tes
 session gets its own Celery queue and its own directory for workspaces, artifacts
 and the outbox, shared with the worker and web processes the tests start."""
 
+import atexit
 import os
+import shutil
 import tempfile
+
+
+def _remove_own_directory(maker: int, path: str) -> None:
+    if os.getpid() == maker:
+        shutil.rmtree(path, ignore_errors=True)
+
 
 PER_SESSION = ("HARNESS_QUEUE", "HARNESS_SANDBOX_SCOPE", "HARNESS_CACHE_PREFIX", "HARNESS_CHANNEL_PREFIX", "HARNESS_VAR_DIR")
 # A pytest-xdist worker is a session of its own: what it inherited from the
@@ -26,7 +34,12 @@ os.environ.setdefault("HARNESS_CACHE_PREFIX", os.environ["HARNESS_QUEUE"])
 # Live broadcasts too: on a shared Redis another session's "lists changed" reached this
 # session's sockets (and failed a test waiting for its own run's change).
 os.environ.setdefault("HARNESS_CHANNEL_PREFIX", os.environ["HARNESS_QUEUE"])
-os.environ.setdefault("HARNESS_VAR_DIR", tempfile.mkdtemp(prefix=f"{os.environ['HARNESS_QUEUE']}-"))
+if "HARNESS_VAR_DIR" not in os.environ:
+    os.environ["HARNESS_VAR_DIR"] = tempfile.mkdtemp(prefix=f"{os.environ['HARNESS_QUEUE']}-")
+    # Removed by the process that made it, when it exits: the processes it starts
+    # inherit the directory and end first (their fixtures stop them); a forked child
+    # runs the same exit handlers, and the pid keeps it from removing its parent's.
+    atexit.register(_remove_own_directory, os.getpid(), os.environ["HARNESS_VAR_DIR"])
 # No pool of pre-started containers unless a test makes one (tests/test_container_pool.py)
 # or the environment asks (the sandbox's tests run against pooled containers with 2).
 os.environ.setdefault("HARNESS_SANDBOX_POOL_SIZE", "0")
