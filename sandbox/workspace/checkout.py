@@ -82,11 +82,17 @@ class GitObjects:
             stderr=subprocess.PIPE,
             bufsize=PIPE_BUFFER,
         )
+        # Bounded as each git a preparation runs is: a git that stops answering is
+        # killed, and the read waiting on it ends as a failed one (NotTrusted).
+        self._deadline = threading.Timer(GIT_TIMEOUT, self._process.kill)
+        self._deadline.daemon = True
+        self._deadline.start()
 
     def __enter__(self) -> GitObjects:
         return self
 
     def __exit__(self, *_exc: object) -> None:
+        self._deadline.cancel()
         if self._process.returncode is None:  # not ended by a failed read
             self._process.kill()
             self._process.communicate()
