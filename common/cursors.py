@@ -5,7 +5,7 @@ runs/persistence/rows.py and ledger/writer.py."""
 
 from __future__ import annotations
 
-from _thread import get_ident
+from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
 import psycopg
