@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+import zlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -285,7 +286,7 @@ def test_it_links_the_sources_objects_for_a_commit_named_by_its_hash_without_a_c
     git(repo, "gc", "-q")  # packed: the pack and its index are linked as any object file
     started = started_processes(monkeypatch)
     ws = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="git", path=str(repo), ref=first), tmp_path, (tmp_path,))
-    assert started == ["git cat-file", "setpriv"]
+    assert started == ["git cat-file"]  # the small tree written from its blobs, no checkout process
     assert ws.source["commit"] == first and (ws.dir / "README.md").read_text() == "# repo\n"
     assert not walked(ws) and ws.revision() == ws.base_revision() == git(repo, "rev-parse", f"{first}^{{tree}}") == ws.verify()
     packs = sorted((repo / ".git" / "objects" / "pack").iterdir())
@@ -329,3 +330,103 @@ def test_it_counts_an_adopted_workspaces_size_when_first_asked_and_moves_it_with
     ws.write_file("big.txt", "#" * (3 << 20))
     walker.tree(ws.dir)
     assert ws.index.usage() == walker.allocated > 3 << 20
+
+
+def checked_out(tree: Path) -> dict[str, tuple[int, bytes]]:
+    """Each path under ``tree`` (its ``.git`` left out): its type and permissions, and
+    its content or link target."""
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(tree):
+        dirnames[:] = [d for d in dirnames if not (d == ".git" and dirpath == str(tree))]
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            mode = os.lstat(path).st_mode
+            content = os.readlink(path).encode() if os.path.islink(path) else b"" if name in dirnames else Path(path).read_bytes()
+            found[os.path.relpath(path, tree)] = (mode, content)
+    return found
+
+
+def gits_checkout(tmp_path: Path, repo: Path, commit: str) -> dict[str, tuple[int, bytes]]:
+    made = tmp_path / "by-git"
+    git(tmp_path, "clone", "-q", "--no-checkout", str(repo), str(made))
+    subprocess.run(["git", "checkout", "-q", commit], cwd=made, check=True, capture_output=True, umask=0o022)
+    return checked_out(made)
+
+
+def test_it_writes_a_small_trees_files_from_their_blobs_as_gits_checkout_writes_them_owned_by_the_sandbox_uid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No checkout process: the files, the executable bit, the symlinks and the nested
+    directories are those git's checkout writes, byte for byte (line ends and an
+    attribute-free filter-looking name untouched), and the sandbox's uid owns them."""
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    (repo / "pkg" / "deep" / "deeper").mkdir()
+    (repo / "pkg" / "deep" / "deeper" / "crlf.txt").write_bytes(b"one\r\ntwo\r\n\0binary")
+    (repo / "pkg" / "deep" / "deeper" / "empty").write_bytes(b"")
+    (repo / "pkg" / "deep" / "tool").write_text("#!/bin/sh\n")
+    (repo / "pkg" / "deep" / "tool").chmod(0o755)
+    os.symlink("../README.md", repo / "pkg" / "up")
+    os.symlink("nowhere/at/all", repo / "dangling")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "more")
+    commit = git(repo, "rev-parse", "HEAD")
+    started = started_processes(monkeypatch)
+    os.umask(umask := os.umask(0o077))  # a worker's own umask does not decide the modes
+    try:
+        ws = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="git", path=str(repo), ref=commit), tmp_path, (tmp_path,))
+    finally:
+        os.umask(umask)
+    assert started == ["git cat-file"]
+    assert checked_out(ws.dir) == gits_checkout(tmp_path, repo, commit)
+    owners = {os.lstat(os.path.join(d, n)).st_uid for d, dirs, files in os.walk(ws.dir) for n in dirs + files}
+    assert owners | {ws.dir.stat().st_uid} == {SANDBOX_UID}
+    assert not walked(ws) and ws.revision() == git(repo, "rev-parse", "HEAD^{tree}") == ws.verify()
+
+
+@pytest.mark.parametrize("name", ["x~1", "caf\u00e9", "a:b", "ends.", "ends ", " starts"])
+def test_it_leaves_a_tree_with_a_name_git_might_treat_otherwise_to_gits_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    (repo / "pkg" / name).write_text("odd\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "odd")
+    commit = git(repo, "rev-parse", "HEAD")
+    started = started_processes(monkeypatch)
+    ws = prepare_workspace(tmp_path / "run", WorkspaceSource(kind="git", path=str(repo), ref=commit), tmp_path, (tmp_path,))
+    assert started == ["git cat-file", "setpriv"]
+    assert checked_out(ws.dir) == gits_checkout(tmp_path, repo, commit)
+    assert not walked(ws) and ws.revision() == ws.verify()
+
+
+@pytest.mark.parametrize(
+    ("mode", "name"),
+    [("100644", ".git."), ("100644", "GIT~1"), ("100644", ".git "), ("100644", ".Git::$INDEX_ALLOCATION"), ("120000", ".gitmodules")],
+)
+def test_it_refuses_a_small_tree_with_a_name_gits_checkout_refuses(tmp_path: Path, mode: str, name: str) -> None:
+    """Names git protects its own directory from on any filesystem, and a symlink as
+    ``.gitmodules``: refused as git refuses them."""
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    blob = git(repo, "rev-parse", "HEAD:README.md")
+    listing = f"100644 blob {blob}\tREADME.md\n{mode} blob {blob}\t{name}\n"
+    tree = subprocess.run(["git", "mktree"], cwd=repo, input=listing, check=True, capture_output=True, text=True).stdout.strip()
+    commit = git(repo, "commit-tree", tree, "-m", "refused")
+    with pytest.raises(WorkspaceSourceError, match="invalid path"):
+        prepare_workspace(tmp_path / "run", WorkspaceSource(kind="git", path=str(repo), ref=commit), tmp_path, (tmp_path,))
+    assert not (tmp_path / "run").exists()
+
+
+def test_it_walks_a_small_trees_checkout_when_a_blob_does_not_hash_to_its_name(tmp_path: Path) -> None:
+    """A damaged object git reads without a word: what the disk holds then is walked,
+    not taken to be the commit's tree."""
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    blob = git(repo, "rev-parse", "HEAD:README.md")
+    (repo / ".git" / "objects" / blob[:2] / blob[2:]).chmod(0o644)
+    (repo / ".git" / "objects" / blob[:2] / blob[2:]).write_bytes(zlib.compress(b"blob 10\0# damaged\n"))
+    ws = prepare(tmp_path, "run")
+    assert (ws.dir / "README.md").read_text() == "# damaged\n"
+    assert walked(ws) and ws.revision() == ws.verify() != git(repo, "rev-parse", "HEAD^{tree}")

@@ -10,6 +10,14 @@ so they are born owned correctly; and the revision index is made of the commit's
 objects, read with one ``git cat-file --batch`` (``GitObjects``) while git checks the
 commit out.
 
+A small tree (``SMALL_TREE`` entries at most, every name a plain one git writes as
+given) is not git's to write: starting ``setpriv`` and ``git read-tree`` cost more
+than its files. Its blobs are read through the same ``git cat-file`` after its trees,
+each hashed as it is written (git's checkout does not), and written as git writes them
+(``_written_here``): each file made anew (``O_EXCL``, no symlink followed, under the
+descriptor of its directory), handed to the sandbox's uid and given git's mode before
+a byte is written. A tree with any other name is git's, as a large one is.
+
 Why the checkout is the commit's tree without reading it back: git writes every blob
 of the tree verbatim into an empty directory unless something converts it on the way,
 and each way is ruled out before the index is trusted:
@@ -24,9 +32,11 @@ and each way is ruled out before the index is trusted:
   a NUL, longer than a path), a tree not in git's canonical order or with a name twice,
   a name that is ``.``, ``..``, ``.git`` or holds a ``/``, or nesting deeper than the
   walk descends: any of them and the checkout is made and walked as before;
-- the executable bit comes from the umask, which is set (022) for git;
+- the executable bit comes from the umask, which is set (022) for git (a small tree's
+  modes are set, 0644 or 0755);
 - git's own refusals (a path it will not write) fail the checkout, which then is made
-  and walked as before.
+  and walked as before; a small tree is written here only when git refuses none of its
+  names (``PLAIN_NAME``), and a blob that does not hash to its name has it walked.
 
 And it is not the last word: the full walk runs before publish is previewed or
 ships and before the run completes, so a checkout that differed all the same stops
@@ -37,18 +47,19 @@ would read back what git has just written, in a directory nobody else writes."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO
 
 from sandbox.vcs.remote import RemoteAccess, git_environment
-from sandbox.workspace.fileops import MAX_DEPTH
+from sandbox.workspace.fileops import DIR_FLAGS, MAX_DEPTH
 from sandbox.workspace.hashing import EMPTY_TREE, LINK_MODE, TREE_MODE, git_hash
 
 BLOB_MODES = {b"100644", b"100755", LINK_MODE}
@@ -57,6 +68,17 @@ GIT_NAMES = {b".git", b".gitattributes"}  # refused in any case
 # A tree entry: its mode, a space, its name up to a NUL, then its object's 20 bytes.
 ENTRY = re.compile(rb"([0-9]+) ([^\0]*)\0(.{20})", re.DOTALL)
 SYMLINK_MAX = 4095
+FILE_MODES = {b"100644": 0o644, b"100755": 0o755}
+# A tree of up to this many entries (files, symlinks, directories) is written by the
+# preparation itself, a larger one by git's checkout: measured, bench/rebuild_cost.py
+# and docs/performance-history.md (Moving a run to another host, 2026-12-07, rebuild3).
+SMALL_TREE = 300
+# Names git writes as given on any platform, none of them one its NTFS or HFS
+# protections refuse (``.git`` followed by dots or spaces, ``git~1``, a ``:`` stream,
+# a backslash, an ignorable Unicode character): printable ASCII without ``\\``, ``:``
+# or ``~``, not starting with a space nor ending with a space or a dot. A tree with
+# any other name is left to git's checkout, which refuses what it always refused.
+PLAIN_NAME = re.compile(rb"[\x21-\x39\x3b-\x5b\x5d-\x7d](?:[\x20-\x39\x3b-\x5b\x5d-\x7d]*[\x21-\x2d\x2f-\x39\x3b-\x5b\x5d-\x7d])?")
 GIT_TIMEOUT = 600
 PIPE_PAGE = 4096  # what a pipe holds at the least (pipe(7))
 PIPE_BUFFER = 1 << 16  # git's answers read in pieces of what a pipe holds by default
@@ -115,10 +137,26 @@ class GitObjects:
             out.append((sha, body))
         return out
 
-    def _answers(self, names: list[bytes]) -> list[tuple[list[bytes], bytes]]:
-        """git's header (split) and body for each name. Up to a pipe's page of names
-        (what a pipe holds at the least) is written whole before git's answers are
-        read; more is written by a thread while they are read here, so git never
+    def write_blobs(self, shas: list[bytes], into: Callable[[int], int]) -> None:
+        """The blobs ``shas``, each written to the file ``into`` opens for its index
+        and closes, a pipe's read at a time (not held whole), each checked to hash to
+        its name (NotTrusted otherwise)."""
+
+        def opened(n: int, header: list[bytes]) -> int:
+            if len(header) != 3 or header[0] != shas[n].hex().encode() or header[1] != b"blob":
+                raise NotTrusted(f"object {shas[n].hex()} is not a blob")
+            try:
+                return into(n)
+            except OSError as exc:  # the file's, not git's
+                raise _unwritten(exc) from None
+
+        self._answers([sha.hex().encode() for sha in shas], opened)
+
+    def _answers(self, names: list[bytes], into: Callable[[int, list[bytes]], int] | None = None) -> list[tuple[list[bytes], bytes]]:
+        """git's header (split) and body for each name, or with ``into`` each body
+        written to the file it opens (and hashed as it goes). Up to a pipe's page of
+        names (what a pipe holds at the least) is written whole before git's answers
+        are read; more is written by a thread while they are read here, so git never
         waits for its answers to be read while this waits for it to read."""
         stdin, stdout = self._process.stdin, self._process.stdout
         assert stdin is not None and stdout is not None  # both piped
@@ -131,25 +169,58 @@ class GitObjects:
             else:
                 writer = threading.Thread(target=_write_all, args=(stdin, request), name="git-cat-file-requests", daemon=True)
                 writer.start()
-            for _name in names:
+            for n, _name in enumerate(names):
                 header = stdout.readline().split()
                 if not header:
                     raise OSError("git cat-file ended early")
                 body = b""
-                if len(header) == 3:  # "<sha> <kind> <size>", else "<name> missing" (or ambiguous)
-                    body = stdout.read(int(header[2]) + 1)
-                    if len(body) != int(header[2]) + 1:
-                        raise OSError("git cat-file ended early")
-                answers.append((header, body[:-1]))
-        except (OSError, ValueError) as exc:
+                if len(header) == 3 and into is not None:
+                    _copy(stdout, header, into(n, header))
+                elif len(header) == 3:  # "<sha> <kind> <size>", else "<name> missing" (or ambiguous)
+                    body = _read(stdout, int(header[2]) + 1)[:-1]
+                answers.append((header, body))
+        except BaseException as exc:
+            # Ended mid-answer, git's stream cannot be read on: no later read may
+            # take the rest of this one for its own.
             self._process.kill()
             if writer is not None:
                 writer.join()  # its next write fails: git is gone
             error = self._process.communicate()[1].decode(errors="replace")[:300]
-            raise NotTrusted(f"git cat-file failed: {error or exc}") from None
+            if isinstance(exc, (OSError, ValueError)):
+                raise NotTrusted(f"git cat-file failed: {error or exc}") from None
+            raise
         if writer is not None:
             writer.join()
         return answers
+
+
+def _read(stream: IO[bytes], size: int) -> bytes:
+    data = stream.read(size)
+    if len(data) != size:
+        raise OSError("git cat-file ended early")
+    return data
+
+
+def _copy(stream: IO[bytes], header: list[bytes], fd: int) -> None:
+    """An answer's body (``header``: its name, kind and size) written to ``fd``,
+    which is closed; NotTrusted when it does not hash to its name."""
+    try:
+        left = int(header[2])
+        hashed = hashlib.sha1(header[1] + b" " + header[2] + b"\0", usedforsecurity=False)
+        while left:
+            piece = _read(stream, min(left, PIPE_BUFFER))
+            hashed.update(piece)
+            left -= len(piece)
+            try:
+                while piece:
+                    piece = piece[os.write(fd, piece) :]
+            except OSError as exc:  # the file's, not git's
+                raise _unwritten(exc) from None
+        _read(stream, 1)  # the newline after the body
+    finally:
+        os.close(fd)
+    if hashed.digest() != bytes.fromhex(header[0].decode()):
+        raise NotTrusted(f"object {header[0].decode()} does not hash to its name")
 
 
 def _write_all(stream: IO[bytes], data: bytes) -> None:
@@ -160,10 +231,11 @@ def _write_all(stream: IO[bytes], data: bytes) -> None:
         pass  # git ended: the reading side says so
 
 
-def commit_trees(objects: GitObjects, root: str) -> tuple[str, dict[bytes, bytes]]:
+def commit_trees(objects: GitObjects, root: str, large: Callable[[], None] = lambda: None) -> tuple[str, dict[bytes, bytes]]:
     """The commit's root tree ``root`` and all its tree objects (sha -> body), each
     checked to be in the form whose checkout the walk hashes the same (NotTrusted
-    otherwise)."""
+    otherwise). ``large`` is called as soon as the levels read hold more than
+    ``SMALL_TREE`` entries (git's checkout then starts while the rest are read)."""
     if (objects.git_dir / "info" / "attributes").exists():
         raise NotTrusted("the clone has attributes of its own")
     if root == EMPTY_TREE:
@@ -172,13 +244,27 @@ def commit_trees(objects: GitObjects, root: str) -> tuple[str, dict[bytes, bytes
     subtrees: dict[bytes, list[bytes]] = {}  # each tree's trees, for the deepest path below
     level = [bytes.fromhex(root)]
     depth = 0
+    entries_read = 0
+    large_called = False
+
+    def read(entries: int) -> None:
+        nonlocal large_called
+        if entries > SMALL_TREE and not large_called:
+            large_called = True
+            large()
+
     while level:
         if depth > MAX_DEPTH:
             raise NotTrusted(f"directories nested deeper than {MAX_DEPTH} levels")
+        # The level's trees taken to hold as many entries each as those read so far:
+        # git starts before a level that makes the tree large is read, not after.
+        read(entries_read + len(level) * entries_read // max(len(trees), 1))
         below: list[bytes] = []
         links: list[bytes] = []
         for sha, body in objects.bodies(level, b"tree"):
             entries = _checked(sha, body)
+            entries_read += len(entries)
+            read(entries_read)
             trees[sha] = body
             subtrees[sha] = [child for mode, _name, child in entries if mode == TREE_MODE]
             below += [child for child in subtrees[sha] if child not in trees]
@@ -234,6 +320,96 @@ def _checked(sha: bytes, body: bytes) -> list[tuple[bytes, bytes, bytes]]:
         odd = next(n for n in names if n in REFUSED_NAMES or b"/" in n or n.lower() in GIT_NAMES)
         raise NotTrusted(f"tree {sha.hex()} holds the name {odd!r}")
     return entries
+
+
+def check_out(objects: GitObjects, commit: str, root: str, dest: Path, uid: int, gid: int) -> tuple[str, dict[bytes, bytes]]:
+    """``commit``'s tree ``root`` written into the empty ``dest`` as ``uid``'s, and
+    its trees as ``commit_trees`` reads and checks them. A small tree of plain names
+    is written here from its blobs, read through ``objects`` as its trees were: git's
+    checkout would cost a process or two more than the files themselves. Any other
+    is git's (``checking_out``), started as soon as the trees read show it is large,
+    so that it writes while the rest are read. NotTrusted as either says; ``dest``
+    then holds what was written."""
+    with ExitStack() as by_git:
+        started: list[bool] = []
+
+        def git_checks_out() -> None:
+            started.append(True)
+            by_git.enter_context(checking_out(uid, gid, objects.git_dir, commit, dest))
+
+        trusted = commit_trees(objects, root, git_checks_out)
+        if not started and not _written_here(objects, *trusted, dest, uid, gid):
+            git_checks_out()
+    return trusted
+
+
+def _written_here(objects: GitObjects, root: str, trees: dict[bytes, bytes], dest: Path, uid: int, gid: int) -> bool:
+    """The checked tree ``root`` written into ``dest`` as git writes it, owned by
+    ``uid``; False, with nothing written, when it is larger than ``SMALL_TREE``
+    entries or holds a name git might refuse or write otherwise. No attribute or
+    configuration converts a blob on its way (``commit_trees`` refuses every
+    attribute; ``checking_out`` disables ``core.autocrlf``): git writes each verbatim,
+    0644 or 0755 by its mode under the umask 022 it is given, as this does."""
+    made: list[tuple[int, bytes]] = []  # the directories: their parent's index (0: dest) and name
+    files: list[tuple[int, bytes, bytes, bytes]] = []  # the parent's index, name, mode and blob
+    below = [] if root == EMPTY_TREE else [(0, bytes.fromhex(root))]
+    while below:
+        at, sha = below.pop()
+        for mode, name, child in ENTRY.findall(trees[sha]):
+            if PLAIN_NAME.fullmatch(name) is None or (mode == LINK_MODE and name.lower().startswith(b".git")):
+                return False
+            if mode == TREE_MODE:
+                made.append((at, name))
+                below.append((len(made), child))
+            else:
+                files.append((at, name, mode, child))
+        if len(made) + len(files) > SMALL_TREE:
+            return False
+    links = [(at, name, sha) for at, name, mode, sha in files if mode == LINK_MODE]
+    targets = objects.bodies([sha for _at, _name, sha in links], b"blob")
+    blobs = [(at, name, FILE_MODES[mode], sha) for at, name, mode, sha in files if mode != LINK_MODE]
+    dirs: list[int] = []
+    try:
+        try:
+            dirs.append(os.open(dest, DIR_FLAGS))
+            os.fchown(dirs[0], uid, gid)
+            for at, name in made:
+                os.mkdir(name, 0o700, dir_fd=dirs[at])
+                dirs.append(os.open(name, DIR_FLAGS, dir_fd=dirs[at]))
+                _give(dirs[-1], 0o755, uid, gid)
+            for (at, name, sha), (_sha, target) in zip(links, targets, strict=True):
+                if git_hash(b"blob", target) != sha:
+                    raise NotTrusted(f"object {sha.hex()} does not hash to its name")
+                os.symlink(target, name, dir_fd=dirs[at])
+                os.chown(name, uid, gid, dir_fd=dirs[at], follow_symlinks=False)
+        except OSError as exc:
+            raise _unwritten(exc) from None
+
+        def opened(n: int) -> int:
+            at, name, mode, _sha = blobs[n]
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dirs[at])
+            try:
+                _give(fd, mode, uid, gid)
+            except OSError:
+                os.close(fd)
+                raise
+            return fd
+
+        objects.write_blobs([sha for _at, _name, _mode, sha in blobs], opened)
+    finally:
+        for fd in dirs:
+            os.close(fd)
+    return True
+
+
+def _give(fd: int, mode: int, uid: int, gid: int) -> None:
+    # The mode set, not left to whatever umask the worker runs under.
+    os.fchown(fd, uid, gid)
+    os.fchmod(fd, mode)
+
+
+def _unwritten(exc: OSError) -> NotTrusted:
+    return NotTrusted(f"the checkout could not be written as the sandbox's: {exc}")
 
 
 @contextmanager

@@ -211,25 +211,20 @@ def _from_git(location: Path, ref: str | None, dest: Path, git_dir: Path) -> tup
         git(["clone", "--quiet", "--local", "--no-checkout", "--", str(location), str(dest)])
         os.rename(dest / ".git", git_dir)
     with checkout.GitObjects(git_dir) as objects:
-        # A commit named by its hash is checked out as soon as git can start, while
-        # it is found to be a commit (else all is discarded with the staging directory).
-        commit = ref if linked and ref is not None else _named_commit(objects, ref, location)[0]
-        # The commit's trees are read and checked (Python, here) while git writes the
-        # files (its own process): on two cores that is the clone (or the links) plus
-        # the longer of the two, not their sum. Both only read the git directory. A
-        # tree found untrusted ends the checkout made meanwhile, which is emptied again.
+        commit, tree = _named_commit(objects, ref, location)
+        # The commit's trees are read and checked (Python, here); a large tree's files
+        # are written meanwhile by git (its own process): on two cores that is the
+        # clone (or the links) plus the longer of the two, not their sum. A tree found
+        # untrusted ends the checkout made meanwhile, which is emptied again.
         try:
             try:
-                with checkout.checking_out(SANDBOX_UID, SANDBOX_GID, git_dir, commit, dest):
-                    commit, tree = _named_commit(objects, ref, location)
-                    trusted = checkout.commit_trees(objects, tree)
+                trusted = checkout.check_out(objects, commit, tree, dest, SANDBOX_UID, SANDBOX_GID)
             except checkout.NotTrusted:
                 checkout.empty(dest)
                 raise
             return commit, tree, trusted
         except checkout.NotTrusted as exc:
             log.info("%s at %s is checked out and walked: %s", location, commit, exc)
-        commit, tree = _named_commit(objects, ref, location)
     os.rename(git_dir, dest / ".git")
     git(["checkout", "--quiet", "--detach", commit], cwd=dest)
     os.rename(dest / ".git", git_dir)
