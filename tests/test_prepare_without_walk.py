@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+import time
 import zlib
 from pathlib import Path
 from typing import Any, Literal
@@ -430,3 +431,17 @@ def test_it_walks_a_small_trees_checkout_when_a_blob_does_not_hash_to_its_name(t
     ws = prepare(tmp_path, "run")
     assert (ws.dir / "README.md").read_text() == "# damaged\n"
     assert walked(ws) and ws.revision() == ws.verify() != git(repo, "rev-parse", "HEAD^{tree}")
+
+
+def test_it_kills_a_git_cat_file_that_outlives_its_bound_and_only_that_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One thread bounds every preparation's ``git cat-file``: the one still open after
+    ``GIT_TIMEOUT`` is killed (its read fails), one opened later is not."""
+    make_repo(tmp_path / "repo")
+    monkeypatch.setattr(checkout, "GIT_TIMEOUT", 1.0)
+    with checkout.GitObjects(tmp_path / "repo" / ".git") as early:
+        time.sleep(0.6)
+        with checkout.GitObjects(tmp_path / "repo" / ".git") as later:
+            time.sleep(0.6)  # past the first's bound, not the second's
+            assert later.commit("HEAD") is not None
+            with pytest.raises(checkout.NotTrusted, match="git cat-file failed"):
+                early.commit("HEAD")

@@ -53,6 +53,7 @@ import re
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -88,6 +89,53 @@ class NotTrusted(Exception):
     """The checkout cannot be trusted to be the commit's tree without a walk."""
 
 
+class _Deadlines:
+    """The ``git cat-file`` processes still open, each killed once ``GIT_TIMEOUT`` has
+    passed since it started, by one thread for them all, started with the first: a
+    thread (``threading.Timer``) for each waited about 2 ms to be scheduled beside the
+    git just started, a rebuild's critical path."""
+
+    def __init__(self) -> None:
+        self._due: dict[int, tuple[float, subprocess.Popen[bytes]]] = {}  # by id(process)
+        self._changed = threading.Condition()
+        self._running = False
+
+    def add(self, process: subprocess.Popen[bytes]) -> None:
+        with self._changed:
+            self._due[id(process)] = (time.monotonic() + GIT_TIMEOUT, process)
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._kill_when_due, name="git-deadlines", daemon=True).start()
+            self._changed.notify()
+
+    def remove(self, process: subprocess.Popen[bytes]) -> None:
+        with self._changed:
+            self._due.pop(id(process), None)
+
+    def _kill_when_due(self) -> None:
+        with self._changed:
+            while True:
+                now = time.monotonic()
+                for key, (due, process) in list(self._due.items()):
+                    if due <= now:
+                        process.kill()
+                        del self._due[key]
+                self._changed.wait(min((due for due, _process in self._due.values()), default=now + GIT_TIMEOUT) - now)
+
+
+_deadlines = _Deadlines()
+
+
+def _forget_in_child() -> None:
+    # A forked child runs none of its parent's threads and owns none of its gits: a
+    # lock another thread held at the fork would never be released either.
+    global _deadlines
+    _deadlines = _Deadlines()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 class GitObjects:
     """One ``git cat-file --batch`` answering every read of a preparation (the commit
     the ref names, its trees level by level, the symlinks' targets) instead of a git
@@ -106,15 +154,13 @@ class GitObjects:
         )
         # Bounded as each git a preparation runs is: a git that stops answering is
         # killed, and the read waiting on it ends as a failed one (NotTrusted).
-        self._deadline = threading.Timer(GIT_TIMEOUT, self._process.kill)
-        self._deadline.daemon = True
-        self._deadline.start()
+        _deadlines.add(self._process)
 
     def __enter__(self) -> GitObjects:
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        self._deadline.cancel()
+        _deadlines.remove(self._process)
         if self._process.returncode is None:  # not ended by a failed read
             self._process.kill()
             self._process.communicate()
