@@ -80,7 +80,9 @@ def test_it_keeps_the_incremental_revision_equal_to_a_full_walk(staging: bool, o
             except (fileops.FileRefused, patches.PatchRefused):
                 pass  # refused (a directory in the way, nothing to change): the index must still agree
             assert ws.revision() == TreeHasher().tree(ws.dir)
-        # A worker that starts now trusts only what was persisted, and it verifies.
+        # A worker that starts now trusts only what was persisted, and it verifies
+        # (a staging directory is read by no other once made: its index is persisted then).
+        ws.index.persist()
         restarted = RunWorkspace(ws.root)
         assert restarted.revision() == restarted.verify() == ws.revision()
         before, after = files_under(ws.pristine), files_under(ws.dir)
@@ -128,9 +130,10 @@ def test_it_keeps_a_staging_index_s_write_under_way_in_memory_and_its_files_in_p
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A workspace being made in its staging directory (a rebuild replays the run's
-    writes there) renames nothing into place and leaves no ``pending`` file, yet a
-    write whose index update failed is never followed by the old revision: the next
-    read brings the index up to date and walks the tree, as after a crash."""
+    writes there) renames nothing into place, leaves no ``pending`` file and keeps its
+    revision in memory until persisted, yet a write whose index update failed is never
+    followed by the old revision: the next read brings the index up to date and walks
+    the tree, as after a crash."""
     ws = RunWorkspace(prepared(tmp_path / "run").root, staging=True)
     before = ws.revision()
     replaced: list[str] = []
@@ -163,6 +166,9 @@ def test_it_keeps_a_staging_index_s_write_under_way_in_memory_and_its_files_in_p
     after = ws.revision()
     assert len(walks) == 1 and after == TreeHasher().tree(ws.dir)
     assert not any(str(ws.index.dir) in path for path in replaced)
+    assert (ws.index.dir / "HEAD").read_text() == before
+    ws.index.persist()
+    assert (ws.index.dir / "HEAD").read_text() == after == RunWorkspace(ws.root).verify()
 
 
 def test_it_stops_the_run_when_the_full_walk_disagrees(host_executor: SandboxExecutor) -> None:

@@ -77,6 +77,7 @@ def prepare_workspace(
         _keep_pristine(prepared, meta, base, commit_tree, remote=source.url is not None)
         if before_ready is not None:
             before_ready(prepared)
+        prepared.index.persist()
         (staging / READY).write_text(json.dumps(meta, indent=2))
         try:
             os.rename(staging, root)

@@ -57,7 +57,8 @@ class RevisionIndex:
         staging directory, which nobody else reads or writes and a crash discards
         whole: its files are written in place, not renamed into place, the record of
         a write under way is kept in memory, not in ``pending`` (a crash takes both),
-        and the trees it wrote or read are kept too."""
+        and the trees it wrote or read are kept too, as are its small files until
+        ``persist`` writes them."""
         self.dir = directory
         self.tree = tree
         self.objects = directory / "objects"
@@ -68,6 +69,11 @@ class RevisionIndex:
         # Staging's trees as written or read (and checked) once: nobody else writes
         # the directory, so each need not be read and hashed again at every write.
         self._trees: dict[bytes, Entries] | None = {} if staging else None
+        # Staging's small files (HEAD, BASE, usage, broken) as read or written, kept
+        # until ``persist``: a replayed write read or wrote them five times, and the
+        # rebuild's check of its revision after it twice more.
+        self._kept: dict[str, str | None] | None = {} if staging else None
+        self._changed: set[str] = set()
         # As strings, joined by hand: a write reads or writes about ten of these small
         # files, and pathlib's joins cost more than the system calls (bench/repo_scale.py).
         self._dir = os.fspath(directory)
@@ -345,12 +351,35 @@ class RevisionIndex:
 
     # -- small files -----------------------------------------------------------------
 
+    def persist(self) -> None:
+        """Staging's small files written as they stand, before the staging directory
+        becomes the workspace that other processes read."""
+        if self._kept is None:
+            return
+        for name in sorted(self._changed):
+            text = self._kept[name]
+            if text is None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{self._dir}/{name}")
+            else:
+                self._put_file(self._dir, f"{self._dir}/{name}", text.encode())
+        self._changed.clear()
+
     def _read(self, name: str) -> str | None:
+        if self._kept is not None and name in self._kept:
+            return self._kept[name]
         body = _read_bytes(f"{self._dir}/{name}")
-        return None if body is None else body.decode()
+        text = None if body is None else body.decode()
+        if self._kept is not None:
+            self._kept[name] = text
+        return text
 
     def _write(self, name: str, text: str) -> None:
-        self._put_file(self._dir, f"{self._dir}/{name}", text.encode())
+        if self._kept is not None:
+            self._kept[name] = text
+            self._changed.add(name)
+        else:
+            self._put_file(self._dir, f"{self._dir}/{name}", text.encode())
 
     def _read_pending(self) -> list[str] | None:
         if self._staging:
@@ -367,6 +396,10 @@ class RevisionIndex:
             self._write("pending", json.dumps(paths))
 
     def _remove(self, name: str) -> None:
+        if self._kept is not None:
+            self._kept[name] = None
+            self._changed.add(name)
+            return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"{self._dir}/{name}")
 
