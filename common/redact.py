@@ -65,10 +65,17 @@ _KEY_KEEP = re.compile(r"[ +-]?[ \t]*(?:(?:Proc-Type|DEK-Info):.*)?")  # inside 
 
 def secret_values() -> list[str]:
     """The configured secret values, each line of a multi-line value on its own (so
-    masking stays within lines, like every pattern), longest first."""
-    values: Iterable[str] = getattr(settings, "HARNESS_SECRET_VALUES", [])
+    masking stays within lines, like every pattern), longest first: a list of the
+    caller's own."""
+    configured = tuple(getattr(settings, "HARNESS_SECRET_VALUES", ()))
+    return list(_lines_of(configured))
+
+
+@functools.lru_cache(maxsize=8)
+def _lines_of(values: tuple[str, ...]) -> tuple[str, ...]:
+    """Made once per configured set: a checkpoint asks for them three times."""
     lines = {line.rstrip("\r") for value in values for line in value.split("\n")}
-    return sorted((v for v in lines if len(v) >= 8), key=len, reverse=True)
+    return tuple(sorted((v for v in lines if len(v) >= 8), key=len, reverse=True))
 
 
 def redact_text(text: str, secrets: list[str], kinds: bool = False) -> str:
