@@ -283,11 +283,11 @@ class RedactedJSONField(_BaseClassPath, models.JSONField):
 
     def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> Any:
         if isinstance(value, MaskedJSON):
-            return _as_written(value, connection)
+            return as_written(value, connection)
         return super().get_db_prep_value(redact(value), connection, prepared)
 
 
-def _as_written(value: MaskedJSON, connection: Any) -> Any:
+def as_written(value: MaskedJSON, connection: Any) -> Any:
     """What the backend's ``adapt_json_value`` makes of the text through ``_AsWritten``,
     without a JSON encoder made for every value (``json.dumps(value, cls=...)``), which
     was most of the cost of a checkpoint's half dozen: on PostgreSQL psycopg's Jsonb of
