@@ -65,10 +65,17 @@ _KEY_KEEP = re.compile(r"[ +-]?[ \t]*(?:(?:Proc-Type|DEK-Info):.*)?")  # inside 
 
 def secret_values() -> list[str]:
     """The configured secret values, each line of a multi-line value on its own (so
-    masking stays within lines, like every pattern), longest first."""
-    values: Iterable[str] = getattr(settings, "HARNESS_SECRET_VALUES", [])
+    masking stays within lines, like every pattern), longest first: a list of the
+    caller's own."""
+    configured = tuple(getattr(settings, "HARNESS_SECRET_VALUES", ()))
+    return list(_lines_of(configured))
+
+
+@functools.lru_cache(maxsize=8)
+def _lines_of(values: tuple[str, ...]) -> tuple[str, ...]:
+    """Made once per configured set: a checkpoint asks for them three times."""
     lines = {line.rstrip("\r") for value in values for line in value.split("\n")}
-    return sorted((v for v in lines if len(v) >= 8), key=len, reverse=True)
+    return tuple(sorted((v for v in lines if len(v) >= 8), key=len, reverse=True))
 
 
 def redact_text(text: str, secrets: list[str], kinds: bool = False) -> str:
@@ -276,11 +283,11 @@ class RedactedJSONField(_BaseClassPath, models.JSONField):
 
     def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> Any:
         if isinstance(value, MaskedJSON):
-            return _as_written(value, connection)
+            return as_written(value, connection)
         return super().get_db_prep_value(redact(value), connection, prepared)
 
 
-def _as_written(value: MaskedJSON, connection: Any) -> Any:
+def as_written(value: MaskedJSON, connection: Any) -> Any:
     """What the backend's ``adapt_json_value`` makes of the text through ``_AsWritten``,
     without a JSON encoder made for every value (``json.dumps(value, cls=...)``), which
     was most of the cost of a checkpoint's half dozen: on PostgreSQL psycopg's Jsonb of

@@ -22,6 +22,7 @@ from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models.options import Options
 
 from common.cursors import checkpoint_cursor
+from common.redact import MaskedJSON, RedactedJSONField, as_written
 
 __all__ = [
     "LAST_SEQ",
@@ -167,6 +168,11 @@ class Column:
             # What the field's conversion comes to for an aware time (its checks for a
             # lazy string and a naive time pass it by): the backend's adaptation alone.
             return connection.ops.adapt_datetimefield_value(value)
+        if self.kind is _Redacted and type(value) is MaskedJSON:
+            # What the column's own conversion comes to for the text masking produced
+            # (its checks for None and an expression pass it by): a checkpoint hands in
+            # the state's and each event's.
+            return as_written(value, connection)
         if self.kind is _Key:
             found = self._keys.get(value)
             if found is None:
@@ -199,6 +205,10 @@ class _Moment:
     """Marks a time column: an aware time goes to the backend's adaptation directly."""
 
 
+class _Redacted:
+    """Marks a redacted JSON column: the JSON text masking produced goes in as it is."""
+
+
 class _Converted:
     """Marks a field whose every value goes through Django's conversion."""
 
@@ -216,6 +226,8 @@ def _kind(connection: Any, field: models.Field[Any, Any]) -> type:
         return _Key
     if type(field) is models.DateTimeField:
         return _Moment
+    if isinstance(field, RedactedJSONField):
+        return _Redacted
     return _Converted
 
 
