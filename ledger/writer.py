@@ -9,8 +9,10 @@ Locks. Every writer claims the heads it needs in one order (the global chain's, 
 each project's by ascending id) and only at the end of its decision: a transaction that
 records decisions about several runs (a policy save lapsing their requests, a project's
 "stop all") takes each run's row lock first and the heads last, inside ``batch``. A
-checkpoint takes its run's row lock, then the heads. So nobody holding a head waits for
-a run's row, and the heads cannot close a cycle of waits."""
+checkpoint takes its run's row lock, then the heads: on PostgreSQL in its one statement
+(``joining``), inside a batch that takes no row lock after that statement
+(``joinable``). So nobody holding a head waits for a run's row, nor for any other, and
+the heads cannot close a cycle of waits."""
 
 from __future__ import annotations
 
@@ -32,7 +34,23 @@ from common.metrics import LEDGER_ENTRIES
 from ledger.models import GLOBAL_CHAIN, Content, Entry, Head, project_chain
 from ledger.verify import GENESIS, VERSION, canonical, sha256
 
-__all__ = ["Actor", "Decision", "Shown", "batch", "forget_heads", "keep", "person", "record", "rule", "system", "through_token", "token_of"]
+__all__ = [
+    "JOINED_ENTRIES",
+    "Actor",
+    "Decision",
+    "Joined",
+    "Shown",
+    "batch",
+    "forget_heads",
+    "joining",
+    "keep",
+    "person",
+    "record",
+    "rule",
+    "system",
+    "through_token",
+    "token_of",
+]
 
 
 @dataclass(frozen=True)
@@ -135,6 +153,8 @@ class Decision:
 log = logging.getLogger(__name__)
 
 _pending: ContextVar[list[Decision] | None] = ContextVar("ledger_pending", default=None)
+# Whether the outer batch is ``joinable``.
+_joinable: ContextVar[bool] = ContextVar("ledger_joinable", default=False)
 
 
 def record(*decisions: Decision, connection: Any = None) -> None:
@@ -150,12 +170,15 @@ def record(*decisions: Decision, connection: Any = None) -> None:
 
 
 @contextmanager
-def batch(*, savepoint: bool = True) -> Iterator[None]:
+def batch(*, savepoint: bool = True, joinable: bool = False) -> Iterator[None]:
     """A transaction (``transaction.atomic``) whose decisions are all recorded at its
     end, after every other lock it takes (see the module's note). A batch inside a batch
     is part of the outer one's, and forgets what it recorded if it fails (as its
     savepoint does); a plain ``atomic`` block that rolls back inside a batch must record
-    no decision."""
+    no decision. ``joinable`` (an outer batch's): the batch takes no row lock after the
+    statement that numbers a run's events, so that statement may write its decisions'
+    entries and take the heads itself (``joining``): a checkpoint of a run that goes on
+    (runs.persistence.store)."""
     outer = _pending.get()
     if outer is not None:
         mark = len(outer)
@@ -168,6 +191,7 @@ def batch(*, savepoint: bool = True) -> Iterator[None]:
         return
     pending: list[Decision] = []
     token = _pending.set(pending)
+    join = _joinable.set(joinable)
     reset = False
     try:
         with transaction.atomic(savepoint=savepoint):
@@ -177,6 +201,7 @@ def batch(*, savepoint: bool = True) -> Iterator[None]:
             reset = True
             _write(pending)
     finally:
+        _joinable.reset(join)
         if not reset:
             _pending.reset(token)
 
@@ -414,12 +439,7 @@ def _statement_at_once(connection: Any, count: int, kept: int) -> str:
     given = ", ".join(["(" + ", ".join(value(kind) for kind in kinds) + ")"] * count)
 
     def digest(row: str, prev: str, pprev: str, pseq: str, seq: str) -> str:
-        text = (
-            f"{row}.t0 || '\"' || {prev} || '\"' || {row}.t1 || coalesce('\"' || {pprev} || '\"', 'null') || {row}.t2"
-            f" || coalesce(CAST({pseq} AS text), 'null') || {row}.t3 || CAST({seq} AS text) || {row}.t4"
-        )
-        # On SQLite the function ``ledger_sha256`` (ledger.apps) is Python's hashlib.
-        return f"encode(sha256(convert_to({text}, 'UTF8')), 'hex')" if postgres else f"ledger_sha256({text})"
+        return _digest_sql(postgres, row, prev, pprev, pseq, seq)
 
     columns = ", ".join(_COLUMNS)
     # Only the models' quoted table names are spliced in; every value is a parameter.
@@ -460,6 +480,150 @@ def _statement_at_once(connection: Any, count: int, kept: int) -> str:
         f" moved AS (UPDATE {head} h SET seq = h.seq + {count}, digest = (SELECT digest FROM chained WHERE n = {count})"
         f" FROM start WHERE h.chain IN (SELECT chain FROM locked)){kept_cte}"
         " SELECT seq, digest FROM entries"
+    )
+    return found
+
+
+def _digest_sql(postgres: bool, row: str, prev: str, pprev: str, pseq: str, seq: str) -> str:
+    """An entry's digest in SQL: ``row``'s five texts (``_template``), the chained fields between."""
+    text = (
+        f"{row}.t0 || '\"' || {prev} || '\"' || {row}.t1 || coalesce('\"' || {pprev} || '\"', 'null') || {row}.t2"
+        f" || coalesce(CAST({pseq} AS text), 'null') || {row}.t3 || CAST({seq} AS text) || {row}.t4"
+    )
+    # On SQLite the function ``ledger_sha256`` (ledger.apps) is Python's hashlib.
+    return f"encode(sha256(convert_to({text}, 'UTF8')), 'hex')" if postgres else f"ledger_sha256({text})"
+
+
+# -- PostgreSQL, a checkpoint's decision in the checkpoint's own statement ------------
+#
+# A checkpoint on PostgreSQL is one statement (runs.persistence.eventlog): the numbering
+# UPDATE of the run row, the events' INSERT and the projections'. Its one decision (a
+# step's admission: the common case) is written by that statement too, as common table
+# expressions ``joining`` gives the caller: one round trip less than a statement of its
+# own. They lock the heads (as ``_statement_at_once`` does) only once the caller's
+# ``guard`` holds, which reads the caller's row: so the run row is locked first and the
+# heads after it, as the module's note orders them; and only inside a ``joinable``
+# batch, where nothing takes a row lock after that statement. The decision's values go
+# as one text: the statement's parameters stay under psycopg's 50, past which it
+# parses the statement again at every execution (psycopg/_queries.py,
+# MAX_CACHED_STATEMENT_PARAMS). Several decisions, content to keep, a chain's first
+# entry (no head row yet) or a guard that does not hold: nothing is written here and the
+# caller records the decisions as ever.
+
+JOINED_ENTRIES = "ledger_entries"
+
+
+class Joined:
+    """The decisions recorded while it is entered (``with``), kept for the caller's
+    statement (``statement``) rather than for the batch's end."""
+
+    __slots__ = ("_outer", "_token", "connection", "decisions")
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self.decisions: list[Decision] = []
+
+    def __enter__(self) -> Joined:
+        self._token = _pending.set(self.decisions)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _pending.reset(self._token)
+
+    def statement(self, guard: str, params: Sequence[object]) -> tuple[str, list[object]] | None:
+        """The common table expressions writing the entry of the one decision recorded
+        (their last, ``JOINED_ENTRIES``, returns its seq) once ``guard`` (SQL of the
+        caller's statement, with ``params``) holds, and their parameters; None where
+        that decision is not written so."""
+        if len(self.decisions) != 1 or self.decisions[0].shown.keep:
+            return None
+        decision = self.decisions[0]
+        project = decision.project_id
+        chain = project_chain(project) if project is not None else None
+        actor, at, decided = decision.actor, decision.at or datetime.now(UTC), _decided(decision)
+        stamp = timestamp(at)
+        version = "" if decision.policy_version is None else str(int(decision.policy_version))
+        values = [
+            *_template(decision, decided, stamp),
+            stamp,
+            actor.kind,
+            actor.name,
+            actor.id,
+            version,
+            decision.run_id,
+            decision.kind,
+            decided,
+            decision.shown.digest,
+            "" if project is None else str(int(project)),
+        ]
+        texts = _SEPARATOR.join(values)
+        if texts.count(_SEPARATOR) != len(values) - 1:
+            # A value holds the separator (JSON never does: it escapes control characters).
+            return None
+        return _statement_joined(self.connection, guard), [GLOBAL_CHAIN, chain, *params, texts, GLOBAL_CHAIN, 2 if chain else 1]
+
+    def written(self, entries: int) -> bool:
+        """Whether the caller's statement wrote the ``entries`` of all these decisions
+        (counted once committed); otherwise the caller records them."""
+        if not self.decisions or entries != len(self.decisions):
+            return False
+        decisions = self.decisions
+        self.connection.on_commit(lambda: _count(decisions))
+        return True
+
+
+def joining(connection: Any) -> Joined | None:
+    """Inside a ``joinable`` batch on PostgreSQL with no decision pending: a ``Joined``
+    keeping the decisions recorded inside it for the caller's statement; None elsewhere
+    (decisions are recorded as ever)."""
+    if connection.vendor != "postgresql" or not _joinable.get() or _pending.get():
+        return None
+    return Joined(connection)
+
+
+# ``Joined.statement``'s values go as one text, split on the server at this control
+# character: one parameter that psycopg passes as it is (a list, an array parameter, it
+# encodes in Python, item by item, at more instructions than the statement saved).
+_SEPARATOR = "\x1f"
+# The texts of ``Joined.statement``'s values, in order ("" for no project or policy version).
+_JOINED_TEXTS = (
+    "t0",
+    "t1",
+    "t2",
+    "t3",
+    "t4",
+    "at",
+    "actor_kind",
+    "actor",
+    "actor_id",
+    "policy_version",
+    "run_id",
+    "kind",
+    "decided",
+    "shown",
+    "project",
+)
+_joined: dict[str, str] = {}
+
+
+def _statement_joined(connection: Any, guard: str) -> str:
+    found = _joined.get(guard)
+    if found is not None:
+        return found
+    quote = connection.ops.quote_name
+    head, entry = (quote(m._meta.db_table) for m in (Head, Entry))
+    given = ", ".join(f"v[{n}] AS {name}" for n, name in enumerate(_JOINED_TEXTS, start=1))
+    # Only the models' quoted table names and the caller's guard are spliced in; every value is a parameter.
+    found = _joined[guard] = (
+        f"ledger_locked AS MATERIALIZED (SELECT chain, seq, digest FROM {head} WHERE chain IN (%s, %s) AND {guard} ORDER BY chain FOR UPDATE),"  # noqa: S608
+        f" ledger_given AS (SELECT {given} FROM (SELECT string_to_array(CAST(%s AS text), chr(31)) AS v) a),"
+        " ledger_start AS (SELECT g.seq + 1 AS seq, CAST(g.digest AS text) AS prev, p.seq + 1 AS pseq, CAST(p.digest AS text) AS pprev"
+        " FROM ledger_locked g LEFT JOIN ledger_locked p ON p.chain <> g.chain WHERE g.chain = %s AND (SELECT count(*) FROM ledger_locked) = %s),"
+        f" ledger_chained AS (SELECT s.*, {_digest_sql(True, 'e', 's.prev', 's.pprev', 's.pseq', 's.seq')} AS digest FROM ledger_start s, ledger_given e),"
+        f" {JOINED_ENTRIES} AS (INSERT INTO {entry} ({', '.join(_COLUMNS)}) SELECT c.seq, c.prev, CAST(NULLIF(e.project, '') AS bigint), c.pseq, c.pprev,"
+        " CAST(e.at AS timestamptz), e.actor_kind, e.actor, e.actor_id, CAST(NULLIF(e.policy_version, '') AS integer), e.run_id, e.kind, e.decided, e.shown,"
+        " c.digest FROM ledger_chained c, ledger_given e RETURNING seq),"
+        f" ledger_moved AS (UPDATE {head} h SET seq = h.seq + 1, digest = c.digest FROM ledger_chained c WHERE h.chain IN (SELECT chain FROM ledger_locked))"
     )
     return found
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from django.db import transaction
 from django.dispatch import receiver
@@ -15,9 +15,20 @@ from django.dispatch import receiver
 from core import events as ev
 from notifications.channels import CHANNELS
 from runs.models import Event
-from runs.persistence.signals import events_stored
+from runs.persistence.signals import events_stored, locks_after
 
 log = logging.getLogger(__name__)
+
+
+def _records(event: ev.Event) -> bool:
+    """Whether a notification may be recorded for ``event``, which locks rows (a
+    waiting mail's: notifications.mail; an endpoint's, by its delivery's key)."""
+    # Every stored event is of one of AnyEvent's types.
+    typed = cast(ev.AnyEvent, event)
+    return any(channel.interested(typed) for channel in CHANNELS)
+
+
+locks_after.append(_records)
 
 
 @receiver(events_stored, sender=Event, dispatch_uid="notifications.on_events")

@@ -20,6 +20,7 @@ from common.redact import masked, secret_values
 from core.events import Event as CoreEvent
 from core.events import type_name
 from core.fences import Fence, Lease
+from ledger.writer import JOINED_ENTRIES, Joined, joining
 from runs.models import Event, Run
 from runs.persistence.broadcast import ring_doorbell
 from runs.persistence.decisions import record_decisions
@@ -36,7 +37,7 @@ from runs.persistence.rows import (
     numbered_insert,
     params_of,
 )
-from runs.persistence.signals import events_stored
+from runs.persistence.signals import events_stored, locks_after
 
 
 class LeaseLost(Exception):
@@ -100,8 +101,14 @@ def append_events(
     # The connection itself, resolved once: django.db.connection looks it up again (a
     # context-local read) on every attribute, dozens of times per checkpoint.
     connection = connections[DEFAULT_DB_ALIAS]
+    as_given = [value is payload for (value, _), payload in zip(payloads, dumped, strict=True)]
     with transaction.atomic(savepoint=False):
-        stored = _number_and_insert(connection, run_id, values, written, run_columns or {}, lease_token)
+        ahead = _decided_ahead(connection, str(run_id), events, all(as_given))
+        ledger = None
+        # Not where a listener may lock a row after the statement (runs.persistence.signals.locks_after).
+        if ahead is not None and ahead[0].decisions and not any(locks(event) for locks in locks_after for event in events):
+            ledger = ahead[0].statement(f"EXISTS (SELECT FROM {RESERVED} WHERE {LAST_SEQ} = %s)", [ahead[2]])
+        stored, entries = _number_and_insert(connection, run_id, values, written, run_columns or {}, lease_token, ledger)
         if not stored:
             return []
         seqs = [seq for _, seq in stored]
@@ -112,12 +119,15 @@ def append_events(
             ],
             values.rows,
         )
-        as_given = [value is payload for (value, _), payload in zip(payloads, dumped, strict=True)]
         # The decisions among them are the ledger's entries, in this same transaction
         # (runs.persistence.decisions): a decision not in the ledger did not happen. Its
         # digests cover the events as stored: a row masking changed is read back.
-        as_stored = [e if given else rows[n].typed() for n, (e, given) in enumerate(zip(events, as_given, strict=True))]
-        decisions = record_decisions(run_id, seqs, as_stored, connection)
+        if ahead is not None and (not ahead[0].decisions or ledger is not None and ahead[0].written(entries)):
+            # None to record, or recorded on the seqs the events took.
+            decisions = ahead[1]
+        else:
+            as_stored = [e if given else rows[n].typed() for n, (e, given) in enumerate(zip(events, as_given, strict=True))]
+            decisions = record_decisions(run_id, seqs, as_stored, connection)
         # Listeners (webhook notifications) record what they need in this same
         # transaction, so it commits or rolls back with the events.
         events_stored.send(sender=Event, rows=rows, seqs=seqs, events=events, as_given=as_given, secrets=secrets, decisions=decisions)
@@ -160,17 +170,49 @@ class StoredRows(Sequence[Event]):
 _EVENT_COLUMNS = [field.attname for field in Event._meta.concrete_fields]
 
 
+# Each run's last seq as this process's last statement numbering its events left it:
+# the seqs its next events will take, unless another writer's came between.
+_last_seqs: dict[str, int] = {}
+
+
+def _decided_ahead(
+    connection: Any, run_id: str, events: Sequence[CoreEvent], unmasked: bool
+) -> tuple[Joined, list[dict[str, Any] | None], int] | None:
+    """For the PostgreSQL statement that numbers the events: the decisions among them,
+    recorded ahead on the seqs they will take if no other writer's came between (the
+    last seq this process left), for that statement to write (ledger.writer.joining),
+    what ``record_decisions`` gave and the last seq they are decided on, which the
+    statement checks; None where they are recorded once the events are stored (no seq
+    known, a value masked, or not in a joinable batch)."""
+    last = _last_seqs.get(run_id)
+    if last is None or not events or not unmasked:
+        return None
+    joined = joining(connection)
+    if joined is None:
+        return None
+    with joined:
+        found = record_decisions(run_id, range(last + 1, last + 1 + len(events)), events, connection)
+    return joined, found, last + len(events)
+
+
 def _number_and_insert(
-    connection: Any, run_id: str, values: Rows, projections: Sequence[Rows], columns: Mapping[str, object], lease_token: int | None
-) -> list[tuple[int, int]]:
+    connection: Any,
+    run_id: str,
+    values: Rows,
+    projections: Sequence[Rows],
+    columns: Mapping[str, object],
+    lease_token: int | None,
+    ledger: tuple[str, list[object]] | None = None,
+) -> tuple[list[tuple[int, int]], int]:
     """Number the events under the run row's lock and insert them and the
-    projections: ``(id, seq)`` of each event, in the order given. On PostgreSQL that
-    is one statement (the numbering UPDATE a common table expression that every
-    INSERT selects from), one round trip per checkpoint; elsewhere the UPDATE, then
-    an INSERT per table."""
+    projections: ``(id, seq)`` of each event, in the order given, and how many ledger
+    entries ``ledger`` (common table expressions, ledger.writer.Joined) wrote. On
+    PostgreSQL that is one statement (the numbering UPDATE a common table expression
+    that every INSERT selects from), one round trip per checkpoint; elsewhere the
+    UPDATE, then an INSERT per table."""
     count = len(values.rows)
     if count and connection.vendor == "postgresql":
-        return _number_and_insert_at_once(connection, run_id, values, projections, columns, lease_token)
+        return _number_and_insert_at_once(connection, run_id, values, projections, columns, lease_token, ledger)
     last_seq = _reserve(connection, run_id, count, columns, lease_token)
     seqs = range(last_seq - count + 1, last_seq + 1)
     # The payloads go in as the JSON text masking already produced: each is
@@ -179,12 +221,18 @@ def _number_and_insert(
     ids = {seq: pk for pk, seq in insert(connection, Event, resolved, returning=["id", "seq"])}
     for projection in projections:
         insert_rows(connection, projection, seqs)
-    return [(ids[seq], seq) for seq in seqs]
+    return [(ids[seq], seq) for seq in seqs], 0
 
 
 def _number_and_insert_at_once(
-    connection: Any, run_id: str, values: Rows, projections: Sequence[Rows], columns: Mapping[str, object], lease_token: int | None
-) -> list[tuple[int, int]]:
+    connection: Any,
+    run_id: str,
+    values: Rows,
+    projections: Sequence[Rows],
+    columns: Mapping[str, object],
+    lease_token: int | None,
+    ledger: tuple[str, list[object]] | None,
+) -> tuple[list[tuple[int, int]], int]:
     count = len(values.rows)
     update, fields = _reserve_statement(connection, tuple(columns), lease_token is not None)
     params = _reserve_params(connection, run_id, count, columns, fields, lease_token)
@@ -193,17 +241,26 @@ def _number_and_insert_at_once(
         sql, more = numbered_insert(connection, projection, count)
         parts.append(f"projected_{n} AS ({sql})")
         params += more
+    if ledger is not None:
+        parts.append(ledger[0])
+        params += ledger[1]
     sql, more = numbered_insert(connection, values, count, returning=["id", "seq"])
     params += more
+    if ledger is not None:
+        # Each event's row tells the entries written (the events' INSERT has no ON CONFLICT: RETURNING ends it).
+        sql += f", (SELECT count(*) FROM {JOINED_ENTRIES})"  # noqa: S608 - a constant name
     with checkpoint_cursor(connection) as cursor:
         cursor.execute(f"WITH {', '.join(parts)} {sql}", params)
         stored = cursor.fetchall()
     if not stored:
         _refused(run_id, lease_token)
     # The seqs ascend in the order the events were given; RETURNING promises no order.
-    seqs = sorted(seq for _, seq in stored)
-    ids = {seq: pk for pk, seq in stored}
-    return [(ids[seq], seq) for seq in seqs]
+    seqs = sorted(row[1] for row in stored)
+    ids = {row[1]: row[0] for row in stored}
+    if len(_last_seqs) > 4096:
+        _last_seqs.clear()
+    _last_seqs[str(run_id)] = seqs[-1]
+    return [(ids[seq], seq) for seq in seqs], int(stored[0][2]) if ledger is not None else 0
 
 
 def _reserve(connection: Any, run_id: str, count: int, columns: Mapping[str, object], lease_token: int | None) -> int:

@@ -1,6 +1,10 @@
 """Signals other apps listen to instead of reaching into the event writer."""
 
+from collections.abc import Callable
+
 from django.dispatch import Signal
+
+from core.events import Event
 
 # Sent by runs.persistence.eventlog.append_events inside the transaction that stores the events,
 # with ``rows``: the stored runs.models.Event rows, seq assigned (each made when it is
@@ -15,3 +19,11 @@ from django.dispatch import Signal
 # signal's cache (rebuilt on any connect or disconnect) instead of filtering the
 # receivers under a lock again, twice a durable step.
 events_stored = Signal(use_caching=True)
+
+# Whether a listener of ``events_stored`` may take a row lock for an event (other than
+# by inserting rows): a mail's row, notifications.mail. Every such listener adds its
+# test here. A checkpoint none of whose events any test names writes its decisions'
+# ledger entries in the statement that stores the events, which locks the ledger's
+# heads before the listeners run (ledger.writer.joining); a listener locking a row
+# then could wait on a transaction that waits for those heads.
+locks_after: list[Callable[[Event], bool]] = []

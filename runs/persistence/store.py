@@ -74,8 +74,9 @@ class DjangoStore:
             # State, events and their projections land together or not at all: a crash
             # between them would otherwise resume from a state the log does not explain.
             # The step's decisions are the ledger's in the same transaction, written at its
-            # end, after the run's and its project's rows are locked (ledger.writer).
-            with ledger_batch(savepoint=False):
+            # end, after the run's and its project's rows are locked (ledger.writer); or, but
+            # for a run's end (which locks its project's row after), in the one statement.
+            with ledger_batch(savepoint=False, joinable=not state.finished):
                 # Fencing rides on the numbering UPDATE: a worker whose lease was taken
                 # over gets LeaseLost before it has written anything.
                 append_events(state.run_id, events, run_columns=columns, fence=self.fence, projections=_project(state, events))
