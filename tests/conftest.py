@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth.models import Group, User
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 from pytest_django import Settings
 
 from projects.models import Membership, Project, Role
@@ -25,6 +27,13 @@ pytest_plugins = [
     "tests.fixtures_smtp",
     "tests.agents_support.rig",
 ]
+
+# A property's examples can take seconds to generate on these shared machines (seen at
+# load 14: "input generation is slow" failed two properties that hold, on main too). The
+# property is what a test checks, not how fast its inputs or examples come: neither the
+# generation health check nor a per-example deadline fails a test.
+hypothesis_settings.register_profile("shared-machine", suppress_health_check=[HealthCheck.too_slow], deadline=None)
+hypothesis_settings.load_profile("shared-machine")
 
 
 @pytest.fixture(autouse=True)

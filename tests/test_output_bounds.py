@@ -193,7 +193,7 @@ PIECES = st.sampled_from(
 
 
 @override_settings(HARNESS_SECRET_VALUES=[SECRET, "two-line-secret\nsecond-line-of-it"])
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(pieces=st.lists(PIECES, max_size=80), read=st.integers(1, 40))
 def test_it_masks_a_stream_exactly_as_its_lines_masked_one_by_one(
     pieces: list[str], read: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

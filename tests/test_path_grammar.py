@@ -87,7 +87,7 @@ junk = st.text(alphabet=st.sampled_from(ALPHABET + ["-", "+", "@", "\n"]), max_s
 patch_texts = st.builds(lambda lead, parts: lead + "\n" + "".join(parts), junk, st.lists(file_patches, min_size=1, max_size=3))
 
 
-@hypothesis_settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hypothesis_settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(text=patch_texts)
 def test_it_reads_a_patch_one_way_for_validation_and_application(tmp_path_factory: pytest.TempPathFactory, text: str) -> None:
     spec = REGISTRY.get("apply_patch")
@@ -117,7 +117,7 @@ def test_it_reads_a_patch_one_way_for_validation_and_application(tmp_path_factor
     assert all(path_allowed(p, WRITE_PATHS) for p in touched)
 
 
-@hypothesis_settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hypothesis_settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(path=paths)
 def test_it_writes_exactly_the_validated_path_or_nothing(tmp_path_factory: pytest.TempPathFactory, path: str) -> None:
     spec = REGISTRY.get("write_file")

@@ -145,7 +145,7 @@ contents = st.lists(st.sampled_from(["x", "", "  y", "é", "\\ No newline", "---
 
 
 @pytest.mark.django_db
-@hypothesis_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hypothesis_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(name=names, lines=contents, final_newline=st.booleans())
 def test_it_publishes_patches_git_accepts_for_any_name_and_content(
     tmp_path_factory: pytest.TempPathFactory, name: str, lines: list[str], final_newline: bool

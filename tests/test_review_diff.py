@@ -179,7 +179,7 @@ def shape(text: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.django_db
-@hypothesis_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hypothesis_settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(planned=changes, total_lines=st.lists(content_lines, max_size=8))
 def test_it_shows_the_reviewer_every_changed_file_and_line_of_what_ships(
     tmp_path_factory: pytest.TempPathFactory, settings: Settings, planned: list[tuple[str, list[str], bool]], total_lines: list[str]
