@@ -316,10 +316,22 @@ def _reserve_params(
 ) -> list[object]:
     params: list[object] = [count]
     params += params_of(connection, fields, columns)
-    params.append(column(connection, Run._meta.pk).value(connection, run_id))
+    params.append(_run_key(connection).value(connection, run_id))
     if lease_token is not None:
         params.append(lease_token)
     return params
+
+
+def _run_key(connection: Any) -> Column:
+    """The run's key as a parameter, remembered per database: finding it again hashes
+    a Django field, a Python method."""
+    found = _run_keys.get(connection.vendor)
+    if found is None:
+        found = _run_keys[connection.vendor] = column(connection, Run._meta.pk)
+    return found
+
+
+_run_keys: dict[str, Column] = {}
 
 
 def _refused(run_id: str, lease_token: int | None) -> NoReturn:
