@@ -60,7 +60,8 @@ class DatabaseContent:
             while block := source.read(CHUNK_BYTES):
                 # Bound on the server (runs.persistence.rows): Django's own cursor would quote the
                 # piece into the statement's text, which psycopg keeps for preparing.
-                rows.insert(connection, ArtifactChunk, [{"artifact": ref, "index": index, "data": block}])
+                with rows.checkpoint_cursor(connection) as cursor:
+                    rows.insert(connection, cursor, ArtifactChunk, [{"artifact": ref, "index": index, "data": block}])
                 index += 1
 
     def blocks(self, ref: str) -> Iterator[bytes]:

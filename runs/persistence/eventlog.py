@@ -58,13 +58,15 @@ def append_events(
     fence: Fence,
     run_columns: Mapping[str, object] | None = None,
     projections: Sequence[Rows] = (),
+    connection: Any = None,
 ) -> Sequence[Event]:
     """Store events for a run; returns the rows with their assigned ``seq``.
 
     ``run_columns`` are written to the run row in the statement that numbers the
     events, and ``fence`` decides whether that statement may write at all.
     ``projections`` are written with the events (a ``SeqOf`` in them is the seq
-    its event was given)."""
+    its event was given). ``connection``: the default database's, where the caller
+    holds it (a checkpoint)."""
     if not events and not run_columns:
         return []
     # The fence, for every writer of the log, here and nowhere else. The numbering
@@ -100,9 +102,10 @@ def append_events(
     written = [p for p in projections if p.rows]
     # The connection itself, resolved once: django.db.connection looks it up again (a
     # context-local read) on every attribute, dozens of times per checkpoint.
-    connection = connections[DEFAULT_DB_ALIAS]
+    if connection is None:
+        connection = connections[DEFAULT_DB_ALIAS]
     as_given = [value is payload for (value, _), payload in zip(payloads, dumped, strict=True)]
-    with transaction.atomic(savepoint=False):
+    with _atomic(connection):
         ahead = _decided_ahead(connection, str(run_id), events, all(as_given))
         ledger = None
         # Not where a listener may lock a row after the statement (runs.persistence.signals.locks_after).
@@ -132,8 +135,34 @@ def append_events(
         # transaction, so it commits or rolls back with the events.
         events_stored.send(sender=Event, rows=rows, seqs=seqs, events=events, as_given=as_given, secrets=secrets, decisions=decisions)
         last_seq = seqs[-1]
-        transaction.on_commit(lambda: ring_doorbell(str(run_id), last_seq))
+        connection.on_commit(lambda: ring_doorbell(str(run_id), last_seq))
     return rows
+
+
+def _atomic(connection: Any) -> Any:
+    """``transaction.atomic(savepoint=False)``. Inside the caller's transaction (a
+    checkpoint's batch) its nested block without a savepoint, less the bookkeeping and
+    the two context-local lookups of the connection that cost a checkpoint some
+    30,000 instructions: what fails here fails the caller's transaction."""
+    if connection.in_atomic_block:
+        return _Nested(connection)
+    return transaction.atomic(using=connection.alias, savepoint=False)
+
+
+class _Nested:
+    __slots__ = ("connection",)
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        if kind is not None:
+            # As a nested atomic block without a savepoint marks it: only a rollback of
+            # the enclosing transaction (or of its savepoint) may follow.
+            self.connection.needs_rollback = True
 
 
 class StoredRows(Sequence[Event]):
@@ -213,14 +242,17 @@ def _number_and_insert(
     count = len(values.rows)
     if count and connection.vendor == "postgresql":
         return _number_and_insert_at_once(connection, run_id, values, projections, columns, lease_token, ledger)
-    last_seq = _reserve(connection, run_id, count, columns, lease_token)
-    seqs = range(last_seq - count + 1, last_seq + 1)
-    # The payloads go in as the JSON text masking already produced: each is
-    # serialised once.
-    resolved = [{**row, "seq": seq} for row, seq in zip(values.rows, seqs, strict=True)]
-    ids = {seq: pk for pk, seq in insert(connection, Event, resolved, returning=["id", "seq"])}
-    for projection in projections:
-        insert_rows(connection, projection, seqs)
+    # One cursor for the checkpoint's statements: asking for the kept one costs some
+    # 7,500 instructions a time (common.cursors).
+    with checkpoint_cursor(connection) as cursor:
+        last_seq = _reserve(connection, cursor, run_id, count, columns, lease_token)
+        seqs = range(last_seq - count + 1, last_seq + 1)
+        # The payloads go in as the JSON text masking already produced: each is
+        # serialised once.
+        resolved = [{**row, "seq": seq} for row, seq in zip(values.rows, seqs, strict=True)]
+        ids = {seq: pk for pk, seq in insert(connection, cursor, Event, resolved, returning=["id", "seq"])}
+        for projection in projections:
+            insert_rows(connection, cursor, projection, seqs)
     return [(ids[seq], seq) for seq in seqs], 0
 
 
@@ -263,7 +295,7 @@ def _number_and_insert_at_once(
     return [(ids[seq], seq) for seq in seqs], int(stored[0][2]) if ledger is not None else 0
 
 
-def _reserve(connection: Any, run_id: str, count: int, columns: Mapping[str, object], lease_token: int | None) -> int:
+def _reserve(connection: Any, cursor: Any, run_id: str, count: int, columns: Mapping[str, object], lease_token: int | None) -> int:
     """Advance the run's ``last_seq`` by ``count`` and return it, in one statement.
 
     The UPDATE takes the run row's lock, which serialises every writer of this run's
@@ -272,9 +304,8 @@ def _reserve(connection: Any, run_id: str, count: int, columns: Mapping[str, obj
     writes the caller's columns and checks the fencing token."""
     sql, fields = _reserve_statement(connection, tuple(columns), lease_token is not None)
     params = _reserve_params(connection, run_id, count, columns, fields, lease_token)
-    with checkpoint_cursor(connection) as cursor:
-        cursor.execute(sql, params)
-        found = cursor.fetchone()
+    cursor.execute(sql, params)
+    found = cursor.fetchone()
     if found is None:
         _refused(run_id, lease_token)
     return int(found[0])
@@ -285,10 +316,22 @@ def _reserve_params(
 ) -> list[object]:
     params: list[object] = [count]
     params += params_of(connection, fields, columns)
-    params.append(column(connection, Run._meta.pk).value(connection, run_id))
+    params.append(_run_key(connection).value(connection, run_id))
     if lease_token is not None:
         params.append(lease_token)
     return params
+
+
+def _run_key(connection: Any) -> Column:
+    """The run's key as a parameter, remembered per database: finding it again hashes
+    a Django field, a Python method."""
+    found = _run_keys.get(connection.vendor)
+    if found is None:
+        found = _run_keys[connection.vendor] = column(connection, Run._meta.pk)
+    return found
+
+
+_run_keys: dict[str, Column] = {}
 
 
 def _refused(run_id: str, lease_token: int | None) -> NoReturn:

@@ -42,6 +42,7 @@ __all__ = [
 
 def insert(
     connection: Any,
+    cursor: Any,
     model: type[models.Model],
     rows: Sequence[Mapping[str, object]],
     *,
@@ -49,8 +50,9 @@ def insert(
     update: Sequence[str] = (),
     returning: Sequence[str] = (),
 ) -> list[tuple[Any, ...]]:
-    """Insert ``rows`` (field name -> value, the same fields in each), one statement
-    per batch the database accepts. With ``unique``, a row that collides on those
+    """Insert ``rows`` (field name -> value, the same fields in each) through
+    ``cursor`` (``checkpoint_cursor``'s), one statement per batch the database
+    accepts. With ``unique``, a row that collides on those
     fields updates ``update`` instead. Returns the ``returning`` columns of the rows
     written, in no particular order."""
     if not rows:
@@ -60,15 +62,14 @@ def insert(
     # a walk over the fields, on every insert) is asked for several only.
     batch = len(rows) if len(rows) == 1 else connection.ops.bulk_batch_size([c.field for c in columns], rows) or len(rows)
     written: list[tuple[Any, ...]] = []
-    with checkpoint_cursor(connection) as cursor:
-        for start in range(0, len(rows), batch):
-            chunk = rows[start : start + batch]
-            params = [
-                v if v is None or type(v) is c.kind else c.convert(connection, v) for row in chunk for c in columns for v in [row[c.name]]
-            ]
-            cursor.execute(head + ", ".join([placeholders] * len(chunk)) + tail, params)
-            if returning:
-                written += cursor.fetchall()
+    for start in range(0, len(rows), batch):
+        chunk = rows[start : start + batch]
+        params = [
+            v if v is None or type(v) is c.kind else c.convert(connection, v) for row in chunk for c in columns for v in [row[c.name]]
+        ]
+        cursor.execute(head + ", ".join([placeholders] * len(chunk)) + tail, params)
+        if returning:
+            written += cursor.fetchall()
     return written
 
 
@@ -91,10 +92,10 @@ class Rows:
     update: tuple[str, ...] = ()
 
 
-def insert_rows(connection: Any, rows: Rows, seqs: Sequence[int]) -> None:
-    """``rows`` written with each ``SeqOf`` replaced by its seq."""
+def insert_rows(connection: Any, cursor: Any, rows: Rows, seqs: Sequence[int]) -> None:
+    """``rows`` written through ``cursor`` with each ``SeqOf`` replaced by its seq."""
     resolved = [{name: seqs[value.index] if isinstance(value, SeqOf) else value for name, value in row.items()} for row in rows.rows]
-    insert(connection, rows.model, resolved, unique=rows.unique, update=rows.update)
+    insert(connection, cursor, rows.model, resolved, unique=rows.unique, update=rows.update)
 
 
 # The numbering UPDATE's common table expression and the column it returns.
@@ -112,11 +113,13 @@ def numbered_insert(connection: Any, rows: Rows, count: int, returning: Sequence
     first = rows.rows[0]
     numbered = tuple(name for name, value in first.items() if isinstance(value, SeqOf))
     head, tail, row_sql, columns = _statement(connection, rows.model, tuple(first), rows.unique, rows.update, tuple(returning), numbered)
-    params: list[object] = []
-    for row in rows.rows:
-        for c in columns:
-            value = row[c.name]
-            params.append(count - 1 - value.index if isinstance(value, SeqOf) else c.value(connection, value))
+    # Inline (as params_of): a method call per value was a good part of building them.
+    params = [
+        count - 1 - v.index if type(v) is SeqOf else v if v is None or type(v) is c.kind else c.convert(connection, v)
+        for row in rows.rows
+        for c in columns
+        for v in [row[c.name]]
+    ]
     return head + ", ".join([row_sql] * len(rows.rows)) + tail, params
 
 
