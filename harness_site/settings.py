@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 
@@ -145,7 +146,7 @@ REDIS_URL = config.REDIS_URL
 # viewer in Redis and pops them one by one, which cannot keep up with 20 viewers at
 # 200 events/s. Pub/sub delivers at most once; the trace consumer fills any gap from
 # the database (the record), so nothing is lost for good.
-CHANNEL_LAYERS = {
+CHANNEL_LAYERS: dict[str, dict[str, Any]] = {
     "default": {
         "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
         "CONFIG": {"hosts": [REDIS_URL], "prefix": config.HARNESS_CHANNEL_PREFIX},

@@ -24,7 +24,15 @@ from live import fanout
 from live.feeds import Page, contiguous_after
 from projects.models import Project
 from runs.persistence import eventlog
-from runs.persistence.broadcast import DOORBELLS_GROUP, broadcast_output, coalesce
+from runs.persistence.broadcast import (
+    DOORBELLS_GROUP,
+    broadcast_lists_changed,
+    broadcast_output,
+    coalesce,
+    flush_broadcasts,
+    ring_doorbell,
+    run_group,
+)
 from runs.persistence.eventlog import append_events
 from runs.persistence.live_output import LiveOutput
 from tests.fixtures_web import waiting_scene
@@ -241,15 +249,16 @@ def test_it_hands_on_only_events_that_follow_the_mark_without_a_gap() -> None:
     assert page.text_after(6) == '{"type": "events", "events": [{"seq": 7}]}'
 
 
+class Heard:
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+
+    async def hear(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+
+
 def test_it_hands_a_runs_doorbell_to_the_listeners_of_that_run_and_to_those_of_every_run() -> None:
     layer = get_channel_layer()
-
-    class Heard:
-        def __init__(self) -> None:
-            self.messages: list[dict[str, Any]] = []
-
-        async def hear(self, message: dict[str, Any]) -> None:
-            self.messages.append(message)
 
     async def watch() -> tuple[list[dict[str, Any]], ...]:
         of_a, of_b, every = Heard(), Heard(), Heard()
@@ -271,6 +280,31 @@ def test_it_hands_a_runs_doorbell_to_the_listeners_of_that_run_and_to_those_of_e
     assert of_b == [bell], "a run's listener hears its run's doorbells only"
     assert of_a == []
     assert not any(group == DOORBELLS_GROUP for _, group in fanout._hubs), "the last to leave closes the hub"
+
+
+def test_it_delivers_what_the_broadcasting_thread_publishes_to_the_channel_layers_subscribers() -> None:
+    # The thread publishes with redis-py on the layer's group channels, in the layer's
+    # format: a subscription made through the layer hears it as the layer's own.
+    layer = get_channel_layer()
+
+    async def watch() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        every, outputs = Heard(), Heard()
+        await fanout.join(layer, DOORBELLS_GROUP, every)
+        await fanout.join(layer, run_group("run-c"), outputs)
+        ring_doorbell("run-c", 3)
+        broadcast_lists_changed("switch")
+        broadcast_output("run-c", {"call_id": "c1", "lines": ["tick"], "total_bytes": 4})
+        assert await asyncio.to_thread(flush_broadcasts)
+        deadline = time.monotonic() + 5
+        while (len(every.messages) < 2 or not outputs.messages) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        await fanout.leave(layer, DOORBELLS_GROUP, every)
+        await fanout.leave(layer, run_group("run-c"), outputs)
+        return every.messages, outputs.messages
+
+    every, outputs = async_to_sync(watch)()
+    assert every == [{"type": "run.doorbell", "run_id": "run-c", "last_seq": 3}, {"type": "lists.changed", "reason": "switch"}]
+    assert outputs == [{"type": "run.output", "output": {"call_id": "c1", "lines": ["tick"], "total_bytes": 4}}]
 
 
 def test_it_joins_what_queued_up_per_group_into_the_latest_doorbell_and_output() -> None:
