@@ -182,7 +182,8 @@ def _unmet(
 
 def _taken_up(state: RunState, tool: str) -> None:
     """A call of ``tool`` went through: what was asked of an earlier one is done."""
-    state.unmet = [u for u in state.unmet if u.tool != tool]
+    if state.unmet:
+        state.unmet = [u for u in state.unmet if u.tool != tool]
 
 
 def _record_for(run: RunState, call_id: str, tool: str, args: dict[str, JSON], **fields: Any) -> CallRecord:

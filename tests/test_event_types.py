@@ -50,7 +50,7 @@ def test_it_reads_a_stored_record_back_as_the_event_written() -> None:
         assert type(typed) is cls and typed == event, cls
 
 
-def test_its_payload_is_its_dump_without_the_envelope() -> None:
+def test_it_gives_as_payload_the_dump_without_the_envelope() -> None:
     # The payload takes the values of an event whose fields hold no model as they are;
     # it is what the dump gives, to the byte as JSON.
     for cls, event in EXAMPLES.items():
