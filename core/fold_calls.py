@@ -28,24 +28,16 @@ from core.visible import HIDDEN_KIND
 
 
 def apply_to_calls(state: RunState, event: ev.AnyEvent) -> None:
-    match event:
-        case ev.Proposed():
+    match event.type:
+        case "proposed":
             _clear_settled(state)
             state.current_call = event.call_id
             state.current_proposal = event.proposal if event.accepted else None
-        case (
-            ev.InvalidInput()
-            | ev.SecretsFound()
-            | ev.Denied()
-            | ev.DuplicateEffect()
-            | ev.ChangesRequested()
-            | ev.WriteBlocked()
-            | ev.CheckRequired()
-        ):
+        case "invalid_input" | "secrets_found" | "denied" | "duplicate_effect" | "changes_requested" | "write_blocked" | "check_required":
             _not_performed(state, event)
-        case ev.CallAdmitted():
+        case "call_admitted":
             _admitted(state, event)
-        case ev.ApprovalRequired():
+        case "approval_required":
             _record_for(
                 state,
                 _id(event),
@@ -58,15 +50,15 @@ def apply_to_calls(state: RunState, event: ev.AnyEvent) -> None:
                 effect=event.effect,
                 idempotency_key=event.idempotency_key,
             )
-        case ev.ApprovalConsumed() | ev.WaitEnded() | ev.CallStarted() | ev.Retry() | ev.PendingEffectRecorded():
+        case "approval_consumed" | "wait_ended" | "call_started" | "retry" | "pending_effect_recorded":
             _performing(state, event)
-        case ev.ReceiptRecorded():
+        case "receipt_recorded":
             _receipt(state, event)
-        case ev.EffectReconciled():
+        case "effect_reconciled":
             _reconciled(state, event)
-        case ev.RunResumed():
+        case "run_resumed":
             _recovered(state, event)
-        case ev.Stopped():
+        case "stopped":
             if (settled := _put(state, event.call)) is not None:
                 settled.state = "completed" if event.status == "complete" else "failed"
             if event.status == "complete":
@@ -83,10 +75,10 @@ def _not_performed(
 ) -> None:
     """A call settled before it was performed: refused by a gate, a reviewer or the
     scan, and what the model reads next."""
-    match event:
-        case ev.InvalidInput():
+    match event.type:
+        case "invalid_input":
             _end_step(state, fb.InvalidInput(call_id=_id(event), problems=event.problems))
-        case ev.SecretsFound():
+        case "secrets_found":
             if event.decision == "refuse":
                 reason: Literal["secret_found", "hidden_characters"] = (
                     "secret_found" if any(f.get("kind") != HIDDEN_KIND for f in event.findings) else "hidden_characters"
@@ -94,22 +86,22 @@ def _not_performed(
                 _refused(state, event.call, reason)
                 _unmet(state, event, reason, found_where(event.findings), external=True)
                 _end_step(state, fb.InvalidInput(call_id=_id(event), problems=event.problems))
-        case ev.Denied():
+        case "denied":
             _refused(state, event.call, "tool_denied")
-        case ev.DuplicateEffect():
+        case "duplicate_effect":
             _duplicate(state, event)
-        case ev.ChangesRequested():
+        case "changes_requested":
             _refused(state, event.call, "changes_requested")
             external = event.call is not None and event.call.idempotency_key is not None
             _unmet(state, event, "changes_requested", f"{event.by}, on {event.tool} {event.call_id}", external=external)
             state.changes_requested[event.key] = {"message": event.message, "by": event.by, "request_id": event.request_id}
             changes = fb.ChangesRequested(call_id=_id(event), tool=event.tool, message=event.message, by=event.by)
             _end_step(state, changes)
-        case ev.WriteBlocked():
+        case "write_blocked":
             _refused(state, event.call, "write_blocked")
             pending = [p for p in state.unresolved_effects() if p.call_id in event.pending]
             _end_step(state, fb.WriteBlocked(call_id=_id(event), pending=pending))
-        case ev.CheckRequired():
+        case "check_required":
             _refused(state, event.call, "check_required")
             _end_step(state, fb.CheckRequired(call_id=_id(event), revision=event.revision, missing=list(event.missing)))
 
@@ -117,24 +109,24 @@ def _not_performed(
 def _performing(state: RunState, event: ev.ApprovalConsumed | ev.WaitEnded | ev.CallStarted | ev.Retry | ev.PendingEffectRecorded) -> None:
     """An admitted call on its way: its grant used, its wait over, an attempt started or
     retried, or its effect's outcome unknown."""
-    match event:
-        case ev.ApprovalConsumed():
+    match event.type:
+        case "approval_consumed":
             state.ledger[_id(event)].granted_key = event.key
-        case ev.WaitEnded():
+        case "wait_ended":
             # The call goes back through the gates without a grant: its effect is fixed
             # anew, at the revision then, if it asks again.
             if event.run == "running" and WAIT_EXITS[event.exit].request != "consumed":
                 record = state.ledger[_id(event)]
                 record.approval_key, record.effect = None, None
-        case ev.CallStarted():
+        case "call_started":
             record = state.ledger[_id(event)]
             record.attempts, record.state, record.revision_before = event.attempt, "started", state.revision
-        case ev.Retry():
+        case "retry":
             if event.transient_reason is not None:
                 record = state.ledger[_id(event)]
                 record.transient_reasons.append(event.transient_reason)
                 record.state = "allowed"
-        case ev.PendingEffectRecorded():
+        case "pending_effect_recorded":
             record = state.ledger[_id(event)]
             record.state = "unknown"
             _set_operation(state, event.idempotency_key, record.call_id, "unknown")
@@ -190,7 +182,8 @@ def _unmet(
 
 def _taken_up(state: RunState, tool: str) -> None:
     """A call of ``tool`` went through: what was asked of an earlier one is done."""
-    state.unmet = [u for u in state.unmet if u.tool != tool]
+    if state.unmet:
+        state.unmet = [u for u in state.unmet if u.tool != tool]
 
 
 def _record_for(run: RunState, call_id: str, tool: str, args: dict[str, JSON], **fields: Any) -> CallRecord:

@@ -56,37 +56,37 @@ def observe(stored: Iterable[tuple[int, ev.AnyEvent]]) -> None:
 
 
 def _observe(seq: int, event: ev.AnyEvent) -> None:  # noqa: C901 - one case per event type that moves a figure
-    match event:
-        case ev.RunStarted():
+    match event.type:
+        case "run_started":
             _child(m.RUNS_STARTED, project_of(event.run_id)).inc()
-        case ev.Stopped():
+        case "stopped":
             _child(m.RUNS_ENDED, project_of(event.run_id), event.status).inc()
             if event.status == "killed":
                 _observe_kill(event, seq)
-        case ev.InvalidInput():
+        case "invalid_input":
             _child(m.GATE_DECISIONS, "invalid", "invalid_input", event.gate).inc()
-        case ev.Denied():
+        case "denied":
             _child(m.GATE_DECISIONS, event.tool, "denied", event.rule).inc()
-        case ev.ApprovalRequired():
+        case "approval_required":
             _child(m.GATE_DECISIONS, event.tool, "ask", event.rule).inc()
-        case ev.CallAdmitted():
+        case "call_admitted":
             _child(m.GATE_DECISIONS, event.tool, "admitted", event.rule).inc()
-        case ev.DuplicateEffect() | ev.WriteBlocked() | ev.CheckRequired():
+        case "duplicate_effect" | "write_blocked" | "check_required":
             tool = event.for_tool if isinstance(event, ev.CheckRequired) else event.tool
             _child(m.GATE_DECISIONS, tool, event.type, "").inc()
-        case ev.WaitEnded():
+        case "wait_ended":
             _child(m.APPROVAL_WAIT, project_of(event.run_id), event.exit).observe(event.waited_seconds)
-        case ev.ApprovalLapsed(status="expired"):
+        case "approval_lapsed" if event.status == "expired":
             _child(m.APPROVALS_EXPIRED, project_of(event.run_id)).inc()
-        case ev.CallStarted():
+        case "call_started":
             if len(_started) >= _STARTED_KEPT:
                 _started.clear()
             _started[(event.run_id, event.call_id, event.attempt)] = event.ts
-        case ev.ReceiptRecorded():
+        case "receipt_recorded":
             started = _started.pop((event.run_id, event.call_id, event.attempt), None)
             if started is not None:
                 _child(m.SANDBOX_EXECUTION, event.tool).observe(max(0.0, event.ts - started))
-        case ev.ModelNote(kind="usage"):
+        case "model_note" if event.kind == "usage":
             _observe_usage(event.run_id, event.detail)
         case _:
             pass

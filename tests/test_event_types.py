@@ -50,6 +50,14 @@ def test_it_reads_a_stored_record_back_as_the_event_written() -> None:
         assert type(typed) is cls and typed == event, cls
 
 
+def test_it_gives_as_payload_the_dump_without_the_envelope() -> None:
+    # The payload takes the values of an event whose fields hold no model as they are;
+    # it is what the dump gives, to the byte as JSON.
+    for cls, event in EXAMPLES.items():
+        dumped = event.model_dump(exclude={"run_id", "seq", "ts", "call_id", "type"})
+        assert event.payload() == dumped and json.dumps(event.payload()) == json.dumps(dumped), cls
+
+
 def test_it_stores_a_call_record_and_problems_as_the_logs_already_hold_them() -> None:
     # Typed in the event, the JSON a log holds is what it held when they were dicts: the
     # record's JSON dump, each problem's field and message, in the same order.
