@@ -5,7 +5,6 @@ a kill, the beat for an expiry)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -46,17 +45,38 @@ def _child(figure: MetricWrapperBase, *labels: str) -> Any:
 def observe(stored: Iterable[tuple[int, ev.AnyEvent]]) -> None:
     """Move the counters and histograms for these stored events (with their seq: the
     typed events the loop wrote are unnumbered)."""
-    written: Counter[str] = Counter()
+    # A dict, not a Counter: its constructor and its __missing__ are Python's.
+    written: dict[str, int] = {}
     for seq, event in stored:
-        written[event.type] += 1
+        written[event.type] = written.get(event.type, 0) + 1
         _observe(seq, event)
     # A checkpoint's events by type, one addition each.
     for kind, count in written.items():
         _child(m.EVENTS_WRITTEN, kind).inc(count)
 
 
+# The event types the last case below matched: none of theirs moves a figure (the
+# cases before it test the type alone), so each is told by one look-up.
+_UNCOUNTED: set[type[ev.Event]] = set()
+
+
 def _observe(seq: int, event: ev.AnyEvent) -> None:  # noqa: C901 - one case per event type that moves a figure
+    if type(event) in _UNCOUNTED:
+        return
+    # A step's events first: each case tried before the one that matches is a failed
+    # isinstance against a pydantic model's class (ABCMeta's check). The classes are
+    # disjoint, so the order decides nothing else.
     match event:
+        case ev.CallStarted():
+            if len(_started) >= _STARTED_KEPT:
+                _started.clear()
+            _started[(event.run_id, event.call_id, event.attempt)] = event.ts
+        case ev.ReceiptRecorded():
+            started = _started.pop((event.run_id, event.call_id, event.attempt), None)
+            if started is not None:
+                _child(m.SANDBOX_EXECUTION, event.tool).observe(max(0.0, event.ts - started))
+        case ev.CallAdmitted():
+            _child(m.GATE_DECISIONS, event.tool, "admitted", event.rule).inc()
         case ev.RunStarted():
             _child(m.RUNS_STARTED, project_of(event.run_id)).inc()
         case ev.Stopped():
@@ -69,27 +89,19 @@ def _observe(seq: int, event: ev.AnyEvent) -> None:  # noqa: C901 - one case per
             _child(m.GATE_DECISIONS, event.tool, "denied", event.rule).inc()
         case ev.ApprovalRequired():
             _child(m.GATE_DECISIONS, event.tool, "ask", event.rule).inc()
-        case ev.CallAdmitted():
-            _child(m.GATE_DECISIONS, event.tool, "admitted", event.rule).inc()
         case ev.DuplicateEffect() | ev.WriteBlocked() | ev.CheckRequired():
             tool = event.for_tool if isinstance(event, ev.CheckRequired) else event.tool
             _child(m.GATE_DECISIONS, tool, event.type, "").inc()
         case ev.WaitEnded():
             _child(m.APPROVAL_WAIT, project_of(event.run_id), event.exit).observe(event.waited_seconds)
-        case ev.ApprovalLapsed(status="expired"):
-            _child(m.APPROVALS_EXPIRED, project_of(event.run_id)).inc()
-        case ev.CallStarted():
-            if len(_started) >= _STARTED_KEPT:
-                _started.clear()
-            _started[(event.run_id, event.call_id, event.attempt)] = event.ts
-        case ev.ReceiptRecorded():
-            started = _started.pop((event.run_id, event.call_id, event.attempt), None)
-            if started is not None:
-                _child(m.SANDBOX_EXECUTION, event.tool).observe(max(0.0, event.ts - started))
-        case ev.ModelNote(kind="usage"):
-            _observe_usage(event.run_id, event.detail)
+        case ev.ApprovalLapsed():
+            if event.status == "expired":
+                _child(m.APPROVALS_EXPIRED, project_of(event.run_id)).inc()
+        case ev.ModelNote():
+            if event.kind == "usage":
+                _observe_usage(event.run_id, event.detail)
         case _:
-            pass
+            _UNCOUNTED.add(type(event))
 
 
 def _observe_usage(run_id: str, detail: dict[str, Any]) -> None:
