@@ -57,7 +57,7 @@ def main() -> None:
     # each) and, for the other redacted columns, in the column. Off: the same
     # serialisation with nothing looked for.
     masking = (
-        runs.persistence.eventlog.masked,  # type: ignore[attr-defined]  # the name runs.persistence.eventlog imported, swapped below
+        runs.persistence.eventlog.masked_each,  # type: ignore[attr-defined]  # the name runs.persistence.eventlog imported, swapped below
         runs.persistence.store.masked_text,  # type: ignore[attr-defined]  # the name runs.persistence.store imported, swapped below
         redact.RedactedJSONField.get_db_prep_value,
         redact.RedactedTextField.get_prep_value,
@@ -69,7 +69,7 @@ def main() -> None:
         return models.JSONField.get_db_prep_value(self, value, connection, prepared)
 
     unmasked = (
-        lambda value, secrets: (value, redact.MaskedJSON(redact._dumps(value))),
+        lambda values, secrets: [(value, redact.MaskedJSON(redact._dumps(value))) for value in values],
         lambda text, secrets: redact.MaskedJSON(text),
         plain_json,
         models.TextField.get_prep_value,
@@ -77,7 +77,7 @@ def main() -> None:
 
     def switch(on: bool) -> None:
         chosen = masking if on else unmasked
-        runs.persistence.eventlog.masked, runs.persistence.store.masked_text = chosen[0], chosen[1]  # type: ignore[attr-defined]  # the names they imported
+        runs.persistence.eventlog.masked_each, runs.persistence.store.masked_text = chosen[0], chosen[1]  # type: ignore[attr-defined]  # the names they imported
         redact.RedactedJSONField.get_db_prep_value, redact.RedactedTextField.get_prep_value = chosen[2], chosen[3]  # type: ignore[method-assign]  # swapped for the measurement, put back after
 
     per_step: dict[bool, list[float]] = {True: [], False: []}

@@ -5,7 +5,6 @@ a kill, the beat for an expiry)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -46,9 +45,10 @@ def _child(figure: MetricWrapperBase, *labels: str) -> Any:
 def observe(stored: Iterable[tuple[int, ev.AnyEvent]]) -> None:
     """Move the counters and histograms for these stored events (with their seq: the
     typed events the loop wrote are unnumbered)."""
-    written: Counter[str] = Counter()
+    # A dict, not a Counter: its constructor and its __missing__ are Python's.
+    written: dict[str, int] = {}
     for seq, event in stored:
-        written[event.type] += 1
+        written[event.type] = written.get(event.type, 0) + 1
         _observe(seq, event)
     # A checkpoint's events by type, one addition each.
     for kind, count in written.items():
@@ -56,7 +56,20 @@ def observe(stored: Iterable[tuple[int, ev.AnyEvent]]) -> None:
 
 
 def _observe(seq: int, event: ev.AnyEvent) -> None:  # noqa: C901 - one case per event type that moves a figure
+    # On the type's literal, not class patterns: a failed class pattern is an
+    # isinstance against a pydantic model's class (ABCMeta's check), about a thousand
+    # instructions each, a dozen an event. A step's own events first.
     match event.type:
+        case "call_started":
+            if len(_started) >= _STARTED_KEPT:
+                _started.clear()
+            _started[(event.run_id, event.call_id, event.attempt)] = event.ts
+        case "receipt_recorded":
+            started = _started.pop((event.run_id, event.call_id, event.attempt), None)
+            if started is not None:
+                _child(m.SANDBOX_EXECUTION, event.tool).observe(max(0.0, event.ts - started))
+        case "call_admitted":
+            _child(m.GATE_DECISIONS, event.tool, "admitted", event.rule).inc()
         case "run_started":
             _child(m.RUNS_STARTED, project_of(event.run_id)).inc()
         case "stopped":
@@ -69,8 +82,6 @@ def _observe(seq: int, event: ev.AnyEvent) -> None:  # noqa: C901 - one case per
             _child(m.GATE_DECISIONS, event.tool, "denied", event.rule).inc()
         case "approval_required":
             _child(m.GATE_DECISIONS, event.tool, "ask", event.rule).inc()
-        case "call_admitted":
-            _child(m.GATE_DECISIONS, event.tool, "admitted", event.rule).inc()
         case "duplicate_effect" | "write_blocked" | "check_required":
             tool = event.for_tool if isinstance(event, ev.CheckRequired) else event.tool
             _child(m.GATE_DECISIONS, tool, event.type, "").inc()
@@ -78,14 +89,6 @@ def _observe(seq: int, event: ev.AnyEvent) -> None:  # noqa: C901 - one case per
             _child(m.APPROVAL_WAIT, project_of(event.run_id), event.exit).observe(event.waited_seconds)
         case "approval_lapsed" if event.status == "expired":
             _child(m.APPROVALS_EXPIRED, project_of(event.run_id)).inc()
-        case "call_started":
-            if len(_started) >= _STARTED_KEPT:
-                _started.clear()
-            _started[(event.run_id, event.call_id, event.attempt)] = event.ts
-        case "receipt_recorded":
-            started = _started.pop((event.run_id, event.call_id, event.attempt), None)
-            if started is not None:
-                _child(m.SANDBOX_EXECUTION, event.tool).observe(max(0.0, event.ts - started))
         case "model_note" if event.kind == "usage":
             _observe_usage(event.run_id, event.detail)
         case _:

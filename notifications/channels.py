@@ -6,7 +6,7 @@ next channel is one more class in CHANNELS, the callers do not change."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from approvals.models import ApprovalRequest
 from core import events as ev
@@ -52,8 +52,11 @@ class Email:
     """Reviewers hear of a request filed; the requester of its outcome (notifications.mail)."""
 
     name = "email"
+    _silent: ClassVar[set[type[ev.Event]]] = set()
 
     def interested(self, event: ev.AnyEvent) -> bool:
+        if type(event) in self._silent:
+            return False
         match event:
             case ev.ApprovalRequired():
                 return True
@@ -62,6 +65,9 @@ class Email:
             case ev.ApprovalLapsed():
                 return event.status in ("expired", "cancelled")
             case _:
+                # The cases above test the type alone: no event of this one ever interests
+                # mail, told from now on by one look-up (as messages.kind_of's).
+                self._silent.add(type(event))
                 return False
 
     def record(self, row: Event, event: ev.AnyEvent) -> list[str]:

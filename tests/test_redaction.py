@@ -21,7 +21,7 @@ from pytest_django import Settings
 from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
-from common.redact import MASK, masked, redact, redact_lines, redact_text
+from common.redact import MASK, masked, masked_each, redact, redact_lines, redact_text
 from core.environment import Environment
 from core.jsonutil import JSON
 from core.scenarios import FIXED, call
@@ -94,6 +94,27 @@ def test_it_masks_through_the_quick_look_at_json_text_exactly() -> None:
     assert redact(clean, [ENV_SECRET]) is clean
     stored, text = masked(value, [ENV_SECRET])
     assert stored["n"] == {"m": MASK} and OPENAI_SHAPED not in text.text and json.loads(text.text) == stored
+
+
+def test_it_masks_a_checkpoints_payloads_looked_at_together_as_each_alone() -> None:
+    # One look at the payloads' texts joined by line breaks gives what a look at each
+    # gives: a secret in any one of them masked in that one alone, clean ones kept as
+    # they are (the same objects), a credential name and a random value in two payloads
+    # no finding.
+    clean = {"a": ["nothing to hide"], "b": 2}
+    named_before = {"note": "client_secret="}
+    random_after = {"v": "Zq8wX2mK9pL4vB7nR1tY"}
+    for values in (
+        [clean, {"args": {"key": OPENAI_SHAPED}}, clean],
+        [clean, {"x": f"at {ENV_SECRET}"}],
+        [named_before, random_after],
+        [clean, clean],
+    ):
+        each = masked_each(values, [ENV_SECRET])
+        alone = [masked(value, [ENV_SECRET]) for value in values]
+        assert [(value, text.text) for value, text in each] == [(value, text.text) for value, text in alone]
+        assert all(value is given for (value, _), given, (single, _) in zip(each, values, alone, strict=True) if single is given)
+    assert OPENAI_SHAPED not in masked_each([clean, {"args": {"key": OPENAI_SHAPED}}], [])[1][1].text
 
 
 def test_it_never_stores_or_serves_a_secret_planted_in_every_field_a_run_reaches(

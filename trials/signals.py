@@ -30,10 +30,19 @@ from runs.persistence.signals import events_stored
 log = logging.getLogger(__name__)
 
 
+# Whether a trial acts on the events of a type, found once per type: an isinstance
+# against a pydantic model's class goes through ABCMeta's check, two for each event of
+# every step.
+_ACTED_ON: dict[type[ev.Event], bool] = {}
+
+
 @receiver(events_stored, sender=Event, dispatch_uid="trials.on_events")
 def on_events(sender: type[Event], rows: Sequence[Event], events: list[ev.AnyEvent], **_: Any) -> None:
     for typed in events:
-        if not isinstance(typed, ev.ApprovalRequired | ev.Stopped):
+        acted_on = _ACTED_ON.get(type(typed))
+        if acted_on is None:
+            acted_on = _ACTED_ON[type(typed)] = isinstance(typed, ev.ApprovalRequired | ev.Stopped)
+        if not acted_on:
             continue
         from trials.models import Repetition
 

@@ -16,7 +16,7 @@ from typing import Any, NoReturn, overload
 
 from django.db import DEFAULT_DB_ALIAS, connections, models, transaction
 
-from common.redact import masked, secret_values
+from common.redact import masked_each, secret_values
 from core.events import Event as CoreEvent
 from core.events import type_name
 from core.fences import Fence, Lease
@@ -84,7 +84,7 @@ def append_events(
     secrets = secret_values()
     # Masked before the run row is locked: the lock is held for the statements only.
     dumped = [event.payload() for event in events]
-    payloads = [masked(payload, secrets) for payload in dumped]
+    payloads = masked_each(dumped, secrets)
     values = Rows(
         Event,
         [
