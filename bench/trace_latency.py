@@ -224,6 +224,7 @@ def measure(
 ) -> dict[str, Any]:
     user = bench_operator()
     from django.conf import settings
+    from django.db import connection
 
     from runs.models import Evidence
 
@@ -280,7 +281,7 @@ def measure(
     return {
         "date": started_at,
         "machine": machine(),
-        "database": settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1],
+        "database": {"sqlite": "sqlite3"}.get(connection.vendor, connection.vendor),
         "load_at_start": load_at_start,
         "rate": rate,
         "viewers": viewers,

@@ -69,5 +69,5 @@ CSRF_TRUSTED_ORIGINS = [*CSRF_TRUSTED_ORIGINS, "http://testserver", "http://127.
 
 # Worker processes started by the tests must open the same test database, so the
 # SQLite test database is a file, not memory.
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+if DATABASES["default"]["ENGINE"] == "common.sqlite_backend":
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def database_url() -> str:
     """The URL of the database the test session is using right now."""
     db = connection.settings_dict
-    if db["ENGINE"] == "django.db.backends.sqlite3":
+    if connection.vendor == "sqlite":
         return f"sqlite:///{db['NAME']}"
     user = db.get("USER") or "postgres"
     host = db.get("HOST") or "127.0.0.1"
