@@ -2,7 +2,7 @@
 PY ?= python3
 PG_URL ?= postgres://postgres@127.0.0.1:5432/harness
 
-.PHONY: up down test test-fast test-busy setup lint typecheck test-sqlite test-postgres test-deploy bench bench-check selftest openapi lock
+.PHONY: up down test test-fast test-busy setup lint typecheck test-sqlite test-postgres test-deploy bench bench-peers bench-check selftest openapi lock
 
 # RESET=1: empty the database and give new demo passwords; otherwise a second `make up`
 # keeps what the first made.
@@ -79,13 +79,17 @@ openapi:
 
 # The peers the benchmarks compare against come from bench/requirements.lock (its pins
 # in bench/requirements.txt, hashed like the product's: make lock), never from the
-# product's requirements. QUICK=1: every benchmark briefly (CI), so none rots.
-bench:
+# product's requirements; installed only when missing, for `make bench` and
+# `make bench-check` alike.
+bench-peers:
 	$(PY) -c "import langgraph.checkpoint.sqlite, langgraph.checkpoint.postgres" 2>/dev/null || $(PY) -m pip install -q --disable-pip-version-check -r bench/requirements.lock
+
+# Every benchmark; QUICK=1: each briefly (CI), so none rots.
+bench: bench-peers
 	$(PY) bench/run_all.py $(if $(QUICK),--quick)
 
 # The counts load does not change (instructions by callgrind, requests to the engine),
 # measured briefly beside their baseline (bench/baseline.json); fails when one grew past
 # its tolerance. UPDATE=1 records this run's values as the new baseline.
-bench-check:
+bench-check: bench-peers
 	$(PY) bench/bench_check.py $(if $(UPDATE),--update)
