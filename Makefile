@@ -62,9 +62,11 @@ test-sqlite:
 	$(PY) -m pytest -q -p no:cacheprovider --durations=30 -n $(XDIST) --dist loadscope -m "not postgres_only and not deploy"
 
 # Behaviour that depends on the database (locking, concurrent consumption, constraints)
-# runs again against the local PostgreSQL server.
+# runs again against the local PostgreSQL server, on XDIST workers as test-sqlite
+# (pytest-django gives each worker a test database of its own, suffixed _gw0, _gw1...;
+# the services a test starts are pointed at its worker's: tests/fixtures_services.py).
 test-postgres:
-	DATABASE_URL=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider --durations=15 -m "postgres or postgres_only"
+	DATABASE_URL=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(XDIST) --dist loadscope -m "postgres or postgres_only"
 
 # The deployment: docker-compose.yml from images built without a registry
 # (deploy/images/build.sh), a run through the published port, down and up again.
