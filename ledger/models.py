@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
 GLOBAL_CHAIN = "global"
@@ -10,6 +12,20 @@ GLOBAL_CHAIN = "global"
 
 def project_chain(project_id: int) -> str:
     return f"project:{project_id}"
+
+
+class ChainSeq(models.BigIntegerField):
+    """An entry's place in the global chain, its primary key. On SQLite declared
+    ``integer`` (Django's ``bigint`` is not): an INTEGER PRIMARY KEY is the table's rowid,
+    so an entry's insert writes no separate key, no unique index on its seq and no
+    AUTOINCREMENT counter (the ``id`` before it cost an entry some 10,000 instructions
+    in sqlite_sequence alone, docs/performance-history.md, 2026-12-07); SQLite's
+    integers are 64-bit either way."""
+
+    def db_type(self, connection: Any) -> str | None:
+        if connection.vendor == "sqlite":
+            return "integer"
+        return super().db_type(connection)
 
 
 class Head(models.Model):
@@ -38,7 +54,7 @@ class Entry(models.Model):
         RULE = "rule"
         SYSTEM = "system"
 
-    seq = models.BigIntegerField(unique=True)
+    seq = ChainSeq(primary_key=True)
     prev = models.CharField(max_length=64, blank=True)
     project_id = models.BigIntegerField(null=True, blank=True)
     project_seq = models.BigIntegerField(null=True, blank=True)
@@ -59,7 +75,7 @@ class Entry(models.Model):
     class Meta:
         ordering = ["seq"]
         # The indexes its readers need and no more: every entry's insert writes each
-        # one. ``seq`` for the export and verification in the global chain's order;
+        # one. ``seq``, the key, for the export and verification in the global chain's order;
         # (project, project_seq) for a project's chain, its export and its ledger page,
         # whose filters (actor, run, kind) read within one project. A digest is unique
         # without an index (it covers ``seq``), and nothing looks an entry up by it.

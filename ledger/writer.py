@@ -170,7 +170,7 @@ def record(*decisions: Decision, connection: Any = None) -> None:
 
 
 @contextmanager
-def batch(*, savepoint: bool = True, joinable: bool = False) -> Iterator[None]:
+def batch(*, savepoint: bool = True, joinable: bool = False, connection: Any = None) -> Iterator[None]:
     """A transaction (``transaction.atomic``) whose decisions are all recorded at its
     end, after every other lock it takes (see the module's note). A batch inside a batch
     is part of the outer one's, and forgets what it recorded if it fails (as its
@@ -178,7 +178,8 @@ def batch(*, savepoint: bool = True, joinable: bool = False) -> Iterator[None]:
     no decision. ``joinable`` (an outer batch's): the batch takes no row lock after the
     statement that numbers a run's events, so that statement may write its decisions'
     entries and take the heads itself (``joining``): a checkpoint of a run that goes on
-    (runs.persistence.store)."""
+    (runs.persistence.store). ``connection``: the default database's, where the caller
+    holds it, for the batch's end to write through (as ``record``'s)."""
     outer = _pending.get()
     if outer is not None:
         mark = len(outer)
@@ -199,7 +200,7 @@ def batch(*, savepoint: bool = True, joinable: bool = False) -> Iterator[None]:
             # Written by this batch, not queued again by itself.
             _pending.reset(token)
             reset = True
-            _write(pending)
+            _write(pending, connection)
     finally:
         _joinable.reset(join)
         if not reset:

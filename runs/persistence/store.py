@@ -79,7 +79,7 @@ class DjangoStore:
             # Looked up once for the whole checkpoint: each lookup is a context-local read
             # (about 10,000 instructions).
             connection = connections[DEFAULT_DB_ALIAS]
-            with ledger_batch(savepoint=False, joinable=not state.finished):
+            with ledger_batch(savepoint=False, joinable=not state.finished, connection=connection):
                 # Fencing rides on the numbering UPDATE: a worker whose lease was taken
                 # over gets LeaseLost before it has written anything.
                 append_events(
