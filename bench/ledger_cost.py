@@ -10,9 +10,10 @@ on a pending request as ``runs.approval_flow.flow`` records it (the request's
 conditional UPDATE, what the page shows, the ``approval_decided`` event) without the
 access checks before it, so the ledger's share of it is, if anything, overstated.
 "Off" is the same code with the ledger's calls made no-ops (the entries of a
-stored batch, ``runs.persistence.eventlog.record_decisions``, their entry joined to
-the checkpoint's statement on PostgreSQL, ``runs.persistence.eventlog._decided_ahead``,
-and keeping what a reviewer was shown, ``runs.approval_flow.flow.keep``).
+stored batch, ``runs.persistence.eventlog.record_decisions``, which also decides
+the entry joined to the checkpoint's statement on PostgreSQL: off, none is, and the
+checkpoint takes the same path as on, its statement alone; and keeping what a reviewer
+was shown, ``runs.approval_flow.flow.keep``).
 
 Counted, which load does not change: the statements each step and grant sends (a
 pass of its own), and with ``--callgrind N`` the instructions per step and per grant
@@ -79,11 +80,9 @@ class Bench:
     def __init__(self) -> None:
         from django.contrib.auth.models import User
 
-        import runs.persistence.eventlog as eventlog
         from approvals.policies import current_policy_row
 
         self.policy = current_policy_row()
-        self.ahead = eventlog._decided_ahead
         self.user, _ = User.objects.get_or_create(username="bench-reviewer")
 
     def switch(self, variant: str) -> None:
@@ -94,7 +93,6 @@ class Bench:
 
         on = variant == "on"
         setattr(eventlog, "record_decisions", record_decisions if on else (lambda run_id, rows, events, connection=None: None))  # noqa: B010 - a module's name, patched for the bench
-        setattr(eventlog, "_decided_ahead", self.ahead if on else (lambda connection, run_id, events, unmasked: None))  # noqa: B010
         setattr(flow, "keep", keep if on else (lambda shown: None))  # noqa: B010
 
     def run(self) -> Any:

@@ -568,6 +568,15 @@ class Joined:
             return None
         return _statement_joined(self.connection, guard), [GLOBAL_CHAIN, chain, *params, texts, GLOBAL_CHAIN, 2 if chain else 1]
 
+    def ready(self) -> tuple[str, list[object]]:
+        """SQL that holds, with its parameters, where the heads ``statement``'s entry
+        chains on exist: a caller whose statement is its own transaction makes it a
+        condition of the whole statement, which then writes the entry or nothing."""
+        project = self.decisions[0].project_id if len(self.decisions) == 1 else None
+        chain = project_chain(project) if project is not None else None
+        head = self.connection.ops.quote_name(Head._meta.db_table)
+        return f"(SELECT count(*) FROM {head} WHERE chain IN (%s, %s)) = %s", [GLOBAL_CHAIN, chain, 2 if chain else 1]  # noqa: S608 - a quoted table name
+
     def written(self, entries: int) -> bool:
         """Whether the caller's statement wrote the ``entries`` of all these decisions
         (counted once committed); otherwise the caller records them."""
@@ -578,11 +587,12 @@ class Joined:
         return True
 
 
-def joining(connection: Any) -> Joined | None:
-    """Inside a ``joinable`` batch on PostgreSQL with no decision pending: a ``Joined``
-    keeping the decisions recorded inside it for the caller's statement; None elsewhere
-    (decisions are recorded as ever)."""
-    if connection.vendor != "postgresql" or not _joinable.get() or _pending.get():
+def joining(connection: Any, *, alone: bool = False) -> Joined | None:
+    """Inside a ``joinable`` batch on PostgreSQL with no decision pending, or ``alone``
+    (the caller's statement is all its transaction holds: it takes no lock after it): a
+    ``Joined`` keeping the decisions recorded inside it for the caller's statement; None
+    elsewhere (decisions are recorded as ever)."""
+    if connection.vendor != "postgresql" or not (alone or _joinable.get()) or _pending.get():
         return None
     return Joined(connection)
 

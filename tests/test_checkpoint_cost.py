@@ -106,10 +106,13 @@ def test_it_stores_a_read_step_in_at_most_five_statements_and_two_on_postgresql(
     # two per read: the proposal, then its admission, start and receipt.
     steps = store.checkpoints[1:-1]
     assert len(steps) == 2 * READS
-    proposal, result = steps[0], steps[1]
+    proposal, result = steps[2], steps[3]
     assert proposal == numbered(), proposal
     assert result == projected("receipt"), result
-    assert sum(len(c) for c in steps) / READS == len(numbered()) + len(projected("receipt"))
+    assert sum(len(c) for c in steps[2:]) / (READS - 1) == len(numbered()) + len(projected("receipt"))
+    # The chain's first entry: on PostgreSQL the statement sent alone writes nothing where
+    # the heads it chains on are missing, and is sent again in a transaction.
+    assert steps[1] == (["WITH", "WITH"] if connection.vendor == "postgresql" else projected("receipt")), steps[1]
     seqs = list(Event.objects.filter(run=run).values_list("seq", flat=True))
     assert seqs == list(range(1, len(seqs) + 1))
     # The decision ledger's entry of each admission (ledger.writer): one statement (both

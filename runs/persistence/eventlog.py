@@ -16,11 +16,12 @@ from typing import Any, NoReturn, overload
 
 from django.db import DEFAULT_DB_ALIAS, connections, models, transaction
 
-from common.redact import masked_each, secret_values
+from common.redact import MaskedJSON, masked_each, secret_values
 from core.events import Event as CoreEvent
 from core.events import type_name
 from core.fences import Fence, Lease
 from ledger.writer import JOINED_ENTRIES, Joined, joining
+from ledger.writer import batch as ledger_batch
 from runs.models import Event, Run
 from runs.persistence.broadcast import ring_doorbell
 from runs.persistence.decisions import record_decisions
@@ -59,6 +60,7 @@ def append_events(
     run_columns: Mapping[str, object] | None = None,
     projections: Sequence[Rows] = (),
     connection: Any = None,
+    alone: bool = False,
 ) -> Sequence[Event]:
     """Store events for a run; returns the rows with their assigned ``seq``.
 
@@ -66,7 +68,17 @@ def append_events(
     events, and ``fence`` decides whether that statement may write at all.
     ``projections`` are written with the events (a ``SeqOf`` in them is the seq
     its event was given). ``connection``: the default database's, where the caller
-    holds it (a checkpoint)."""
+    holds it (a checkpoint).
+
+    ``alone``: the caller holds no transaction and writes nothing after this call (a
+    checkpoint of a run that goes on: runs.persistence.store); the transaction is then a
+    ``joinable`` batch of the ledger's (ledger.writer.batch). On PostgreSQL, where the
+    statement that stores the events is all that transaction would hold (their decision's
+    entry written by it, no listener writing after it), that statement is sent alone, its
+    own transaction: a single statement commits or rolls back whole, so the events, the
+    run row, the projections and the entry still land together or not at all, and
+    the checkpoint costs no BEGIN, no COMMIT and none of Django's transaction
+    bookkeeping (some 160,000 instructions; docs/performance-history.md, 2026-12-07)."""
     if not events and not run_columns:
         return []
     # The fence, for every writer of the log, here and nowhere else. The numbering
@@ -105,37 +117,73 @@ def append_events(
     if connection is None:
         connection = connections[DEFAULT_DB_ALIAS]
     as_given = [value is payload for (value, _), payload in zip(payloads, dumped, strict=True)]
-    with _atomic(connection):
-        ahead = _decided_ahead(connection, str(run_id), events, all(as_given))
-        ledger = None
-        # Not where a listener may lock a row after the statement (runs.persistence.signals.locks_after).
-        if ahead is not None and ahead[0].decisions and not any(locks(event) for locks in locks_after for event in events):
-            ledger = ahead[0].statement(f"EXISTS (SELECT FROM {RESERVED} WHERE {LAST_SEQ} = %s)", [ahead[2]])
+    ahead = _decided_ahead(connection, str(run_id), events, all(as_given), alone)
+    ledger = None
+    # Not where a listener may write or lock a row after the statement (runs.persistence.signals.locks_after).
+    quiet = ahead is not None and not any(locks(event) for locks in locks_after for event in events)
+    if ahead is not None and ahead[0].decisions and quiet:
+        ledger = ahead[0].statement(f"EXISTS (SELECT FROM {RESERVED} WHERE {LAST_SEQ} = %s)", [ahead[2]])
+    # Alone where its decisions' entry, if any, is the statement's own to write.
+    joined = ahead is not None and (ledger is not None or not ahead[0].decisions)
+    if ahead is not None and joined and quiet and alone and connection.vendor == "postgresql" and not connection.in_atomic_block:
+        # The entry written, or nothing: the statement numbers the events only on the seqs
+        # their decision was recorded on, and where the heads it chains on exist.
+        ready = ahead[0].ready() if ledger is not None else None
+        expect = (ahead[2] - len(events), *ready) if ready is not None else None
+        stored, entries = _number_and_insert_at_once(connection, run_id, values, written, run_columns or {}, lease_token, ledger, expect)
+        if stored:
+            rows = _stored(connection, run_id, events, payloads, values, stored, entries, ahead, ledger, as_given, secrets, alone=True)
+            ring_doorbell(str(run_id), stored[-1][1])
+            return rows
+        # Nothing written (another writer's events came between, a chain's first entry,
+        # or the lease was lost): in a transaction, as ever.
+    with ledger_batch(savepoint=False, joinable=True, connection=connection) if alone else _atomic(connection):
         stored, entries = _number_and_insert(connection, run_id, values, written, run_columns or {}, lease_token, ledger)
         if not stored:
             return []
-        seqs = [seq for _, seq in stored]
-        rows = StoredRows(
-            [
-                {"id": pk, "seq": seq, "run_id": run_id, "payload": payload}
-                for (payload, _), (pk, seq) in zip(payloads, stored, strict=True)
-            ],
-            values.rows,
-        )
-        # The decisions among them are the ledger's entries, in this same transaction
-        # (runs.persistence.decisions): a decision not in the ledger did not happen. Its
-        # digests cover the events as stored: a row masking changed is read back.
-        if ahead is not None and (not ahead[0].decisions or ledger is not None and ahead[0].written(entries)):
-            # None to record, or recorded on the seqs the events took.
-            decisions = ahead[1]
-        else:
-            as_stored = [e if given else rows[n].typed() for n, (e, given) in enumerate(zip(events, as_given, strict=True))]
-            decisions = record_decisions(run_id, seqs, as_stored, connection)
-        # Listeners (webhook notifications) record what they need in this same
-        # transaction, so it commits or rolls back with the events.
-        events_stored.send(sender=Event, rows=rows, seqs=seqs, events=events, as_given=as_given, secrets=secrets, decisions=decisions)
-        last_seq = seqs[-1]
+        rows = _stored(connection, run_id, events, payloads, values, stored, entries, ahead, ledger, as_given, secrets, alone=False)
+        last_seq = stored[-1][1]
         connection.on_commit(lambda: ring_doorbell(str(run_id), last_seq))
+    return rows
+
+
+def _stored(
+    connection: Any,
+    run_id: str,
+    events: Sequence[CoreEvent],
+    payloads: Sequence[tuple[Any, MaskedJSON]],
+    values: Rows,
+    stored: list[tuple[int, int]],
+    entries: int,
+    ahead: tuple[Joined, list[dict[str, Any] | None], int] | None,
+    ledger: tuple[str, list[object]] | None,
+    as_given: list[bool],
+    secrets: list[str],
+    *,
+    alone: bool,
+) -> StoredRows:
+    """The rows just stored (``(id, seq)`` of each event: ``stored``), their decisions
+    recorded and the listeners told. ``alone``: the statement has committed, and
+    nothing may be recorded after it."""
+    seqs = [seq for _, seq in stored]
+    rows = StoredRows(
+        [{"id": pk, "seq": seq, "run_id": run_id, "payload": payload} for (payload, _), (pk, seq) in zip(payloads, stored, strict=True)],
+        values.rows,
+    )
+    # The decisions among them are the ledger's entries, in this same transaction
+    # (runs.persistence.decisions): a decision not in the ledger did not happen. Its
+    # digests cover the events as stored: a row masking changed is read back.
+    if ahead is not None and (not ahead[0].decisions or ledger is not None and ahead[0].written(entries)):
+        # None to record, or recorded on the seqs the events took.
+        decisions = ahead[1]
+    elif alone:
+        raise RuntimeError(f"run {run_id}: the checkpoint's statement wrote {entries} ledger entries, not its decisions'")
+    else:
+        as_stored = [e if given else rows[n].typed() for n, (e, given) in enumerate(zip(events, as_given, strict=True))]
+        decisions = record_decisions(run_id, seqs, as_stored, connection)
+    # Listeners (webhook notifications) record what they need in this same
+    # transaction, so it commits or rolls back with the events.
+    events_stored.send(sender=Event, rows=rows, seqs=seqs, events=events, as_given=as_given, secrets=secrets, decisions=decisions)
     return rows
 
 
@@ -205,7 +253,7 @@ _last_seqs: dict[str, int] = {}
 
 
 def _decided_ahead(
-    connection: Any, run_id: str, events: Sequence[CoreEvent], unmasked: bool
+    connection: Any, run_id: str, events: Sequence[CoreEvent], unmasked: bool, alone: bool = False
 ) -> tuple[Joined, list[dict[str, Any] | None], int] | None:
     """For the PostgreSQL statement that numbers the events: the decisions among them,
     recorded ahead on the seqs they will take if no other writer's came between (the
@@ -216,7 +264,7 @@ def _decided_ahead(
     last = _last_seqs.get(run_id)
     if last is None or not events or not unmasked:
         return None
-    joined = joining(connection)
+    joined = joining(connection, alone=alone)
     if joined is None:
         return None
     with joined:
@@ -264,10 +312,15 @@ def _number_and_insert_at_once(
     columns: Mapping[str, object],
     lease_token: int | None,
     ledger: tuple[str, list[object]] | None,
+    expect: tuple[int, str, list[object]] | None = None,
 ) -> tuple[list[tuple[int, int]], int]:
+    """``expect``: the run's last seq the events must follow and a condition (SQL, its
+    parameters) that must hold too, or the statement writes nothing and returns no row."""
     count = len(values.rows)
-    update, fields = _reserve_statement(connection, tuple(columns), lease_token is not None)
+    update, fields = _reserve_statement(connection, tuple(columns), lease_token is not None, expect[1] if expect is not None else "")
     params = _reserve_params(connection, run_id, count, columns, fields, lease_token)
+    if expect is not None:
+        params += [expect[0], *expect[2]]
     parts = [f"{RESERVED} AS ({update})"]
     for n, projection in enumerate(projections):
         sql, more = numbered_insert(connection, projection, count)
@@ -285,6 +338,8 @@ def _number_and_insert_at_once(
         cursor.execute(f"WITH {', '.join(parts)} {sql}", params)
         stored = cursor.fetchall()
     if not stored:
+        if expect is not None:
+            return [], 0
         _refused(run_id, lease_token)
     # The seqs ascend in the order the events were given; RETURNING promises no order.
     seqs = sorted(row[1] for row in stored)
@@ -341,13 +396,15 @@ def _refused(run_id: str, lease_token: int | None) -> NoReturn:
     raise Run.DoesNotExist(f"run {run_id} does not exist")
 
 
-_statements: dict[tuple[str, tuple[str, ...], bool], tuple[str, list[Column]]] = {}
+_statements: dict[tuple[str, tuple[str, ...], bool, str], tuple[str, list[Column]]] = {}
 
 
-def _reserve_statement(connection: Any, names: tuple[str, ...], fenced: bool) -> tuple[str, list[Column]]:
+def _reserve_statement(connection: Any, names: tuple[str, ...], fenced: bool, condition: str = "") -> tuple[str, list[Column]]:
     """The numbering UPDATE for these columns, built once per column set: a step
-    runs it twice, and building it was a good part of its Python work."""
-    key = (connection.vendor, names, fenced)
+    runs it twice, and building it was a good part of its Python work. With a
+    ``condition``, the run's last seq is a parameter too (after the lease token), and
+    the condition's after it."""
+    key = (connection.vendor, names, fenced, condition)
     found = _statements.get(key)
     if found is None:
         meta = Run._meta
@@ -355,6 +412,8 @@ def _reserve_statement(connection: Any, names: tuple[str, ...], fenced: bool) ->
         fields = [_column(Run, name) for name in names]
         assignments = [f"{quote('last_seq')} = {quote('last_seq')} + %s", *(f"{quote(field.column)} = %s" for field in fields)]
         where = f"{quote(meta.pk.column)} = %s" + (f" AND {quote('lease_token')} = %s" if fenced else "")
+        if condition:
+            where += f" AND {quote('last_seq')} = %s AND {condition}"
         sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {where} RETURNING {quote(LAST_SEQ)}"  # noqa: S608 - quoted identifiers; values are parameters
         found = _statements[key] = (sql, [column(connection, field) for field in fields])
     return found

@@ -20,10 +20,15 @@ from core.events import Event
 # receivers under a lock again, twice a durable step.
 events_stored = Signal(use_caching=True)
 
-# Whether a listener of ``events_stored`` may take a row lock for an event (other than
-# by inserting rows): a mail's row, notifications.mail. Every such listener adds its
-# test here. A checkpoint none of whose events any test names writes its decisions'
-# ledger entries in the statement that stores the events, which locks the ledger's
-# heads before the listeners run (ledger.writer.joining); a listener locking a row
-# then could wait on a transaction that waits for those heads.
+# Whether a listener of ``events_stored`` may write or lock a row for an event in the
+# transaction that stores it: a notification's rows, a mail's row it locks
+# (notifications.mail). Every such listener adds its test here; reading, and work handed
+# to ``on_commit``, need none. A checkpoint none of whose events any test names writes its
+# decisions' ledger entries in the statement that stores the events, which locks the
+# ledger's heads before the listeners run (ledger.writer.joining): a listener locking a
+# row then could wait on a transaction that waits for those heads. And on PostgreSQL such
+# a checkpoint of a run that goes on is that one statement, sent alone as its own
+# transaction (runs.persistence.eventlog, ``alone``): its listeners run once it has
+# committed, and what they hand to ``on_commit`` runs at once, as it would have run
+# after the COMMIT.
 locks_after: list[Callable[[Event], bool]] = []

@@ -12,6 +12,7 @@ needs to roll back alone."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from datetime import datetime
 
 from django.conf import settings
@@ -79,16 +80,26 @@ class DjangoStore:
             # Looked up once for the whole checkpoint: each lookup is a context-local read
             # (about 10,000 instructions).
             connection = connections[DEFAULT_DB_ALIAS]
-            with ledger_batch(savepoint=False, joinable=not state.finished, connection=connection):
+            # A run that goes on writes nothing after its events: their transaction is
+            # append_events' own (on PostgreSQL most often one statement alone).
+            alone = not state.finished and not connection.in_atomic_block
+            with nullcontext() if alone else ledger_batch(savepoint=False, joinable=not state.finished, connection=connection):
                 # Fencing rides on the numbering UPDATE: a worker whose lease was taken
                 # over gets LeaseLost before it has written anything.
                 append_events(
-                    state.run_id, events, run_columns=columns, fence=self.fence, projections=_project(state, events), connection=connection
+                    state.run_id,
+                    events,
+                    run_columns=columns,
+                    fence=self.fence,
+                    projections=_project(state, events),
+                    connection=connection,
+                    alone=alone,
                 )
                 if state.finished:
                     # The run's slot in its project goes back with its end, or not at all.
                     run_ended(state.run_id)
                 if isinstance(self.fence, Lease):
+                    # Alone, committed already: at once.
                     connection.on_commit(lambda: self._written.update(columns))
         except UNSTORABLE_ERRORS as exc:
             said = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
