@@ -9,7 +9,6 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.dispatch import receiver
 
 from core import events as ev
@@ -28,6 +27,7 @@ def on_events(
     rows: Sequence[Event],
     seqs: list[int],
     events: list[ev.AnyEvent],
+    connection: Any,
     as_given: list[bool] | None = None,
     secrets: list[str] | None = None,
     decisions: list[dict[str, Any] | None] | None = None,
@@ -35,12 +35,12 @@ def on_events(
 ) -> None:
     if settings.HARNESS_METRICS_ENABLED:
         stored = list(zip(seqs, events, strict=True))
-        transaction.on_commit(partial(_observe_safely, stored))
+        connection.on_commit(partial(_observe_safely, stored))
     if tracing.enabled():
         # The rows as stored (masked), with what the writer knew of them: the typed
         # event of each row nothing was masked in, and the decisions the ledger recorded.
         writer = Written(events, as_given, secrets, decisions) if as_given is not None and secrets is not None else None
-        transaction.on_commit(partial(_trace_safely, list(rows), writer))
+        connection.on_commit(partial(_trace_safely, list(rows), writer))
 
 
 def _observe_safely(stored: list[tuple[int, ev.AnyEvent]]) -> None:

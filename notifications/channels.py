@@ -6,7 +6,8 @@ next channel is one more class in CHANNELS, the callers do not change."""
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol
+from enum import Enum
+from typing import Protocol
 
 from approvals.models import ApprovalRequest
 from core import events as ev
@@ -17,10 +18,18 @@ from runs.models import Event
 FINAL_DECISIONS = ("granted", "denied", "changes_requested")
 
 
+class Interest(Enum):
+    YES = "yes"
+    NO = "no"
+    # No event of this one's type ever calls for something sent: the listener
+    # (notifications.signals) asks the channel no more about the type.
+    NEVER = "never"
+
+
 class Channel(Protocol):
     name: str
 
-    def interested(self, event: ev.AnyEvent) -> bool:
+    def interest(self, event: ev.AnyEvent) -> Interest:
         """Whether ``event`` may call for something sent (cheap: most do not)."""
 
     def record(self, row: Event, event: ev.AnyEvent) -> list[str]:
@@ -36,8 +45,11 @@ class Webhooks:
 
     name = "webhooks"
 
-    def interested(self, event: ev.AnyEvent) -> bool:
-        return messages.kind_of(event) is not None
+    def interest(self, event: ev.AnyEvent) -> Interest:
+        if messages.kind_of(event) is not None:
+            return Interest.YES
+        # kind_of has just told of the event's type whether it ever notifies.
+        return Interest.NEVER if type(event) in messages.SILENT else Interest.NO
 
     def record(self, row: Event, event: ev.AnyEvent) -> list[str]:
         return services.record_deliveries(row)
@@ -52,23 +64,19 @@ class Email:
     """Reviewers hear of a request filed; the requester of its outcome (notifications.mail)."""
 
     name = "email"
-    _silent: ClassVar[set[type[ev.Event]]] = set()
 
-    def interested(self, event: ev.AnyEvent) -> bool:
-        if type(event) in self._silent:
-            return False
+    def interest(self, event: ev.AnyEvent) -> Interest:
         match event:
             case ev.ApprovalRequired():
-                return True
+                return Interest.YES
             case ev.ApprovalDecided():
-                return event.decision != "granted" or event.grants >= event.needed
+                final = event.decision != "granted" or event.grants >= event.needed
+                return Interest.YES if final else Interest.NO
             case ev.ApprovalLapsed():
-                return event.status in ("expired", "cancelled")
+                return Interest.YES if event.status in ("expired", "cancelled") else Interest.NO
             case _:
-                # The cases above test the type alone: no event of this one ever interests
-                # mail, told from now on by one look-up (as messages.kind_of's).
-                self._silent.add(type(event))
-                return False
+                # The cases above test the type alone.
+                return Interest.NEVER
 
     def record(self, row: Event, event: ev.AnyEvent) -> list[str]:
         if not isinstance(event, ev.ApprovalRequired | ev.ApprovalDecided | ev.ApprovalLapsed):

@@ -20,16 +20,17 @@ OBJECTIVE_CHARS = 300
 
 
 # The event types the last case below matched: none of theirs ever notifies (the cases
-# before it test the type alone), so each is told by one look-up. A class pattern that
+# before it test the type alone), so each is told by one look-up (and the webhooks'
+# channel tells the listener so: notifications.channels). A class pattern that
 # fails is an isinstance against a pydantic model's class (ABCMeta's check), and most of
 # a step's events failed a dozen of them here.
-_SILENT: set[type[ev.Event]] = set()
+SILENT: set[type[ev.Event]] = set()
 
 
 def kind_of(event: ev.AnyEvent) -> str | None:
     """The notification an event calls for, if any. Every event type is named here,
     so a new one is a type error until someone decides whether it notifies."""
-    if type(event) in _SILENT:
+    if type(event) in SILENT:
         return None
     match event:
         case ev.ApprovalRequired():
@@ -73,7 +74,7 @@ def kind_of(event: ev.AnyEvent) -> str | None:
             | ev.AgentStarted()
             | ev.AgentEnded()
         ):
-            _SILENT.add(type(event))
+            SILENT.add(type(event))
             return None
         case _:
             assert_never(event)

@@ -183,7 +183,9 @@ def _stored(
         decisions = record_decisions(run_id, seqs, as_stored, connection)
     # Listeners (webhook notifications) record what they need in this same
     # transaction, so it commits or rolls back with the events.
-    events_stored.send(sender=Event, rows=rows, seqs=seqs, events=events, as_given=as_given, secrets=secrets, decisions=decisions)
+    events_stored.send(
+        sender=Event, rows=rows, seqs=seqs, events=events, as_given=as_given, secrets=secrets, decisions=decisions, connection=connection
+    )
     return rows
 
 

@@ -14,7 +14,9 @@ from core.events import Event
 # masked), so that its event reads as the row would but for ``ts``, which the row holds
 # to the microsecond; ``secrets``: the secret values they were masked with
 # (common.redact.secret_values); ``decisions``: each row's decision as the ledger
-# recorded it (runs.persistence.decisions.decision_of) or None, in order.
+# recorded it (runs.persistence.decisions.decision_of) or None, in order; ``connection``:
+# the default database's connection they were stored through (its ``on_commit`` is
+# ``transaction.on_commit``'s, without looking the connection up again).
 # Its receivers are connected once, at start-up: each send takes them from the
 # signal's cache (rebuilt on any connect or disconnect) instead of filtering the
 # receivers under a lock again, twice a durable step.
