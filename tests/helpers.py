@@ -4,6 +4,7 @@ through the real Django store."""
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Mapping, Sequence
 
 from django.contrib.auth.models import User
@@ -11,6 +12,7 @@ from django.core.management import call_command
 
 from approvals.models import PolicyVersion
 from approvals.policies import current_policy_row
+from core import events as ev
 from core.environment import Environment
 from core.events import Event
 from core.fences import RowLock
@@ -98,6 +100,24 @@ def new_policy_version(publish: str | None = None, **fields: object) -> PolicyVe
     version = current_policy_row().version + 1
     document = {**edited_policy(publish, **fields), "version": version}
     return PolicyVersion.objects.create(version=version, document=document, note="edited by a test")
+
+
+def admitted(run_id: str, n: int) -> ev.CallAdmitted:
+    """The gate's admission of a read, the n-th of a run: an event whose decision the
+    ledger records."""
+    return ev.CallAdmitted(
+        run_id=run_id,
+        seq=0,
+        ts=time.time(),
+        call_id=f"c{n}",
+        tool="read_file",
+        tool_version="1",
+        args={"path": f"src/{n}.py"},
+        decision="allow",
+        rule="reads are free",
+        revision="r0",
+        policy_version=1,
+    )
 
 
 class Crash(Exception):

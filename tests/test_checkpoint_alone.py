@@ -26,25 +26,9 @@ from runs.models import Event, Run
 from runs.persistence.eventlog import LeaseLost, append_events
 from runs.persistence.signals import locks_after
 from runs.persistence.store import DjangoStore, load_state
-from tests.helpers import World
+from tests.helpers import World, admitted
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]
-
-
-def admitted(run_id: str, n: int) -> ev.CallAdmitted:
-    return ev.CallAdmitted(
-        run_id=run_id,
-        seq=0,
-        ts=time.time(),
-        call_id=f"c{n}",
-        tool="read_file",
-        tool_version="1",
-        args={"path": f"src/{n}.py"},
-        decision="allow",
-        rule="reads are free",
-        revision="r0",
-        policy_version=1,
-    )
 
 
 def noted(run_id: str) -> ev.RunResumed:

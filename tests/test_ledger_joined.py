@@ -24,7 +24,7 @@ from projects.models import default_project_id
 from runs.models import Event, Run
 from runs.persistence.eventlog import append_events
 from runs.persistence.signals import locks_after
-from tests.helpers import World
+from tests.helpers import World, admitted
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]
 
@@ -43,22 +43,6 @@ def joined(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
 
     monkeypatch.setattr(writer.Joined, "written", counted)
     yield answers
-
-
-def admitted(run_id: str, n: int) -> ev.CallAdmitted:
-    return ev.CallAdmitted(
-        run_id=run_id,
-        seq=0,
-        ts=time.time(),
-        call_id=f"c{n}",
-        tool="read_file",
-        tool_version="1",
-        args={"path": f"src/{n}.py"},
-        decision="allow",
-        rule="reads are free",
-        revision="r0",
-        policy_version=1,
-    )
 
 
 def checkpoint(run_id: str, event: ev.Event) -> None:
