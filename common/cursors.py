@@ -1,7 +1,8 @@
 """The cursor for the statements of the hot path (a checkpoint's, the decision ledger's):
 on PostgreSQL psycopg's own, binding on the server and keeping statements prepared;
-on SQLite Django's, converting placeholders once per statement shape. Shared by
-runs/persistence/rows.py and ledger/writer.py."""
+on SQLite Django's, converting placeholders once per statement shape; reached without
+Django's cursor wrapper unless queries are logged or an execute wrapper is installed.
+Shared by runs/persistence/rows.py and ledger/writer.py."""
 
 from __future__ import annotations
 
@@ -20,8 +21,11 @@ def checkpoint_cursor(connection: Any) -> Any:
     the server (psycopg's own cursor) where Django's default cursor quotes every value
     into the SQL text in Python, about 100 µs of CPU per statement here, and so lets
     the server keep the statement prepared (the connection's ``prepare_threshold``).
-    It is wrapped like any Django cursor, so database errors, execute wrappers and
-    query capture treat its statements as they treat all others.
+    While queries are logged (DEBUG, CaptureQueriesContext) it is Django's debug
+    wrapper, so the log holds its statements as all others; otherwise ``_Direct``,
+    which calls the driver's cursor itself and raises Django's errors as Django's
+    wrapper does, and hands each statement to Django's wrapper while an execute
+    wrapper is installed.
 
     Made once per database connection and thread, and kept open (``with`` leaves it
     so): a checkpoint sends four to five statements, and making and closing Django's
@@ -44,7 +48,7 @@ def checkpoint_cursor(connection: Any) -> Any:
         else:
             cursor = _ServerBindingCursor(connection.connection)
     connection.validate_thread_sharing()
-    wrapped = connection.make_debug_cursor(cursor) if logged else connection.make_cursor(cursor)
+    wrapped = connection.make_debug_cursor(cursor) if logged else _Direct(cursor, connection)
     held = connection.__dict__[_HELD] = _Held(wrapped, connection.connection, get_ident(), logged)
     return held
 
@@ -66,6 +70,57 @@ class _Held:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+class _Direct:
+    """The driver's cursor with what Django's ``CursorWrapper`` does per statement that
+    matters here, some 20,000 instructions a statement cheaper: its ``execute`` is a
+    closure per wrapper, a context dict, two calls and a ``with`` over the error
+    wrapper; its ``fetchall`` a new closure on every access. Kept: the refusal of a
+    statement in a broken atomic block (``validate_no_broken_transaction``), the
+    driver's errors raised as Django's through the connection's own
+    ``DatabaseErrorWrapper`` (its ``__exit__``, so which errors mark the connection
+    unusable stays Django's choice), and execute wrappers, for whose statements Django's
+    wrapper is used. Left out: the warning of a query made while the apps load (the
+    hot path runs after). tests/test_checkpoint_cursor_raw.py fails when Django's
+    wrapper starts doing more per statement."""
+
+    __slots__ = ("cursor", "db", "errors", "wrapped")
+
+    def __init__(self, cursor: Any, db: Any) -> None:
+        self.cursor, self.db, self.errors = cursor, db, db.wrap_database_errors
+        self.wrapped = db.make_cursor(cursor)
+
+    def execute(self, sql: str, params: Any = None) -> Any:
+        db = self.db
+        if db.execute_wrappers:
+            return self.wrapped.execute(sql, params)
+        if db.needs_rollback:
+            db.validate_no_broken_transaction()
+        # try costs nothing until it raises, where a with block makes two calls.
+        try:
+            return self.cursor.execute(sql, params)
+        except Exception as error:
+            self.errors.__exit__(type(error), error, error.__traceback__)
+            raise
+
+    def fetchone(self) -> Any:
+        try:
+            return self.cursor.fetchone()
+        except Exception as error:
+            self.errors.__exit__(type(error), error, error.__traceback__)
+            raise
+
+    def fetchall(self) -> Any:
+        try:
+            return self.cursor.fetchall()
+        except Exception as error:
+            self.errors.__exit__(type(error), error, error.__traceback__)
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else the hot path does not use (executemany, rowcount...): Django's.
+        return getattr(self.wrapped, name)
 
 
 class _SQLiteCursor(SQLiteCursorWrapper):

@@ -1,5 +1,6 @@
-"""The checkpoint's cursor (common/cursors.py ``checkpoint_cursor``, used by runs/persistence/rows.py): wrapped by Django's
-public cursor wrappers, so its statements are logged like all others; on PostgreSQL
+"""The checkpoint's cursor (common/cursors.py ``checkpoint_cursor``, used by runs/persistence/rows.py): while queries are
+logged, wrapped by Django's debug wrapper, so its statements are logged like all others
+(without it: tests/test_checkpoint_cursor_raw.py); on PostgreSQL
 bound on the server and kept prepared, through the project's one override of a
 private psycopg method (``Cursor._send_query_prepared``, which alone can record a
 prepared statement for Django's log). These fail loudly when an upgrade of psycopg
