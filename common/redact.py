@@ -208,6 +208,39 @@ def masked_text(text: str, secrets: list[str]) -> MaskedJSON:
     return MaskedJSON(_dumps(_walk(json.loads(text), secrets)))
 
 
+class MaskedHead:
+    """``masked_text`` of JSON texts that all begin with the same ``head`` (a run's
+    state: the fields set at its start), the head scanned once per set of secrets
+    instead of with every text.
+
+    Where the head ends with the comma of a ``,"`` whose quote starts the rest, for ASCII
+    texts and secrets JSON does not escape (for any other ``_nothing_to_mask`` says no,
+    and the whole text is masked as ``masked_text`` does), a text has nothing to mask
+    exactly when none of its pieces has (common.secret_detector.CleanPieces), and the
+    pieces of head + rest are the head's and those of the rest after that quote. Any
+    other text is masked whole."""
+
+    __slots__ = ("_verdict", "head")
+
+    def __init__(self, head: str) -> None:
+        self.head = head
+        # The secrets the head was scanned with and whether it was clean, set together
+        # (a store is one thread's, but a pair half of one scan and half of another would
+        # let a secret through): other secrets, another scan.
+        self._verdict: tuple[list[str], bool] | None = None
+
+    def masked(self, rest: str, secrets: list[str]) -> MaskedJSON:
+        """``masked_text(self.head + rest, secrets)``."""
+        text = self.head + rest
+        verdict = self._verdict
+        if verdict is None or verdict[0] != secrets:
+            head = self.head
+            verdict = self._verdict = (list(secrets), head.endswith(",") and head.isascii() and _nothing_to_mask(head, secrets))
+        if verdict[1] and rest.startswith('"') and rest.isascii() and _nothing_to_mask(rest[1:], secrets):
+            return MaskedJSON(text)
+        return masked_text(text, secrets)
+
+
 def masked_alike(then: Sequence[str], now: list[str]) -> bool:
     """Whether values taken from ones ``masked`` with the secrets ``then`` (their strings,
     cut or joined into JSON text) have nothing more to mask with the secrets ``now``:
