@@ -34,8 +34,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.db import models
 from django.db.backends.base.operations import BaseDatabaseOperations
+from django.dispatch import receiver
 from psycopg.types.json import Jsonb
 
 from common.secret_detector import MASK as MASK
@@ -67,15 +69,25 @@ def secret_values() -> list[str]:
     """The configured secret values, each line of a multi-line value on its own (so
     masking stays within lines, like every pattern), longest first: a list of the
     caller's own."""
-    configured = tuple(getattr(settings, "HARNESS_SECRET_VALUES", ()))
-    return list(_lines_of(configured))
+    return list(_configured_lines())
 
 
-@functools.lru_cache(maxsize=8)
-def _lines_of(values: tuple[str, ...]) -> tuple[str, ...]:
-    """Made once per configured set: a checkpoint asks for them three times."""
+@functools.cache
+def _configured_lines() -> tuple[str, ...]:
+    """Made once until the setting changes (``_secrets_changed``): a step asks for
+    them seven times, and each read of a setting is Django's
+    ``LazyObject.__getattribute__`` in Python (some 3,500 instructions). The settings
+    change only through ``override_settings`` (the test suite's, pytest-django's
+    ``settings`` too), which says so."""
+    values = tuple(getattr(settings, "HARNESS_SECRET_VALUES", ()))
     lines = {line.rstrip("\r") for value in values for line in value.split("\n")}
     return tuple(sorted((v for v in lines if len(v) >= 8), key=len, reverse=True))
+
+
+@receiver(setting_changed)
+def _secrets_changed(*, setting: str, **kwargs: object) -> None:
+    if setting == "HARNESS_SECRET_VALUES":
+        _configured_lines.cache_clear()
 
 
 def redact_text(text: str, secrets: list[str], kinds: bool = False) -> str:
