@@ -34,8 +34,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.db import models
 from django.db.backends.base.operations import BaseDatabaseOperations
+from django.dispatch import receiver
 from psycopg.types.json import Jsonb
 
 from common.secret_detector import MASK as MASK
@@ -67,15 +69,25 @@ def secret_values() -> list[str]:
     """The configured secret values, each line of a multi-line value on its own (so
     masking stays within lines, like every pattern), longest first: a list of the
     caller's own."""
-    configured = tuple(getattr(settings, "HARNESS_SECRET_VALUES", ()))
-    return list(_lines_of(configured))
+    return list(_configured_lines())
 
 
-@functools.lru_cache(maxsize=8)
-def _lines_of(values: tuple[str, ...]) -> tuple[str, ...]:
-    """Made once per configured set: a checkpoint asks for them three times."""
+@functools.cache
+def _configured_lines() -> tuple[str, ...]:
+    """Made once until the setting changes (``_secrets_changed``): a step asks for
+    them seven times, and each read of a setting is Django's
+    ``LazyObject.__getattribute__`` in Python (some 3,500 instructions). The settings
+    change only through ``override_settings`` (the test suite's, pytest-django's
+    ``settings`` too), which says so."""
+    values = tuple(getattr(settings, "HARNESS_SECRET_VALUES", ()))
     lines = {line.rstrip("\r") for value in values for line in value.split("\n")}
     return tuple(sorted((v for v in lines if len(v) >= 8), key=len, reverse=True))
+
+
+@receiver(setting_changed)
+def _secrets_changed(*, setting: str, **kwargs: object) -> None:
+    if setting == "HARNESS_SECRET_VALUES":
+        _configured_lines.cache_clear()
 
 
 def redact_text(text: str, secrets: list[str], kinds: bool = False) -> str:
@@ -206,6 +218,39 @@ def masked_text(text: str, secrets: list[str]) -> MaskedJSON:
     if _nothing_to_mask(text, secrets):
         return MaskedJSON(text)
     return MaskedJSON(_dumps(_walk(json.loads(text), secrets)))
+
+
+class MaskedHead:
+    """``masked_text`` of JSON texts that all begin with the same ``head`` (a run's
+    state: the fields set at its start), the head scanned once per set of secrets
+    instead of with every text.
+
+    Where the head ends with the comma of a ``,"`` whose quote starts the rest, for ASCII
+    texts and secrets JSON does not escape (for any other ``_nothing_to_mask`` says no,
+    and the whole text is masked as ``masked_text`` does), a text has nothing to mask
+    exactly when none of its pieces has (common.secret_detector.CleanPieces), and the
+    pieces of head + rest are the head's and those of the rest after that quote. Any
+    other text is masked whole."""
+
+    __slots__ = ("_verdict", "head")
+
+    def __init__(self, head: str) -> None:
+        self.head = head
+        # The secrets the head was scanned with and whether it was clean, set together
+        # (a store is one thread's, but a pair half of one scan and half of another would
+        # let a secret through): other secrets, another scan.
+        self._verdict: tuple[list[str], bool] | None = None
+
+    def masked(self, rest: str, secrets: list[str]) -> MaskedJSON:
+        """``masked_text(self.head + rest, secrets)``."""
+        text = self.head + rest
+        verdict = self._verdict
+        if verdict is None or verdict[0] != secrets:
+            head = self.head
+            verdict = self._verdict = (list(secrets), head.endswith(",") and head.isascii() and _nothing_to_mask(head, secrets))
+        if verdict[1] and rest.startswith('"') and rest.isascii() and _nothing_to_mask(rest[1:], secrets):
+            return MaskedJSON(text)
+        return masked_text(text, secrets)
 
 
 def masked_alike(then: Sequence[str], now: list[str]) -> bool:

@@ -62,7 +62,7 @@ def apply_to_calls(state: RunState, event: ev.AnyEvent) -> None:
             if (settled := _put(state, event.call)) is not None:
                 settled.state = "completed" if event.status == "complete" else "failed"
             if event.status == "complete":
-                state.feedback = fb.Complete(call_id=_id(event)).to_json()
+                state.feedback = fb.stored(fb.Complete(call_id=_id(event)))
             state.current_call, state.current_proposal = None, None
         case _:
             # Every other event leaves the calls as they are.
@@ -200,7 +200,7 @@ def _record_for(run: RunState, call_id: str, tool: str, args: dict[str, JSON], *
 
 
 def _end_step(state: RunState, feedback: fb.Feedback) -> None:
-    state.feedback = feedback.to_json()
+    state.feedback = fb.stored(feedback)
     state.current_call, state.current_proposal = None, None
 
 
@@ -335,6 +335,6 @@ def _recovered(state: RunState, event: ev.RunResumed) -> None:
         return
     if event.recovery == "failed":
         record.state = "failed"
-    state.feedback = fb.Interrupted(call_id=record.call_id, tool=record.tool).to_json()
+    state.feedback = fb.stored(fb.Interrupted(call_id=record.call_id, tool=record.tool))
     if state.current_call == record.call_id:
         state.current_call, state.current_proposal = None, None

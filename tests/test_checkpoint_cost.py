@@ -24,7 +24,7 @@ from ledger.models import Entry
 from runs.models import Event, Receipt, Run
 from runs.persistence.eventlog import append_event
 from runs.persistence.rows import RESERVED
-from runs.persistence.store import DjangoStore, LeaseLost, load_state, state_json
+from runs.persistence.store import DjangoStore, LeaseLost, StateText, load_state
 from runs.services import drive_run
 from tests.helpers import World
 
@@ -184,8 +184,8 @@ def test_it_has_the_server_keep_the_checkpoint_statement_prepared(monkeypatch: p
 
 def test_it_stores_the_state_as_model_dump_json_gives_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """The checkpoint serialises the state through pydantic's ``__pydantic_serializer__``
-    (runs.persistence.store.state_json): a pydantic whose serializer gave other text
+    (runs.persistence.store.StateText): a pydantic whose serializer gave other text
     than ``model_dump_json`` fails here."""
     run, _ = drive_reads(monkeypatch)
     state = load_state(Run.objects.get(pk=run.pk))
-    assert state_json(state).text == state.model_dump_json()
+    assert StateText()(state).text == state.model_dump_json()

@@ -9,10 +9,13 @@ import typing
 import pytest
 from pydantic import ValidationError
 
+import core.scenarios as scenarios
 from adapters.calls import ToolCall
 from adapters.feedback import render_feedback
 from core import feedback as fb
 from core.errors import FieldProblem
+from core.scenarios import build_rig, call
+from core.simulated import MemoryStore
 from core.state import PendingEffect
 
 PENDING = PendingEffect(
@@ -113,3 +116,35 @@ def test_it_says_a_check_result_is_not_evidence_only_for_a_tool_whose_receipts_a
     plain, _ = render_feedback(result, None, 10_000)
     assert "does not count as evidence" in as_evidence and "does not count as evidence" not in plain
     assert "1 failed attempt(s) that proved nothing" in plain and "lost" in plain
+
+
+def test_it_gives_the_proposer_the_feedback_the_fold_made_without_validating_it_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    validated: list[object] = []
+    adapter = fb._ADAPTER
+
+    class Counting:
+        def validate_python(self, raw: object) -> fb.Feedback:
+            validated.append(raw)
+            return adapter.validate_python(raw)
+
+    monkeypatch.setattr(fb, "_ADAPTER", Counting())
+    # No fold of the log after each checkpoint (the one a production store makes): a
+    # fold's own feedback would be the last one made.
+    monkeypatch.setattr(scenarios, "MemoryStore", lambda: MemoryStore(verify=False))
+    script = [call("read_file", path="src/calc.py"), call("read_file"), call("write_file", path="src/calc.py", content="x = 1\n")]
+    rig = build_rig(script)
+    rig.harness.run()
+    shown = [f for f in rig.feedbacks if f is not None]
+    assert len(shown) == 3 and not validated
+    # What validating the object the state holds would have given.
+    assert all(adapter.validate_python(f.to_json()) == f for f in shown)
+
+
+def test_it_validates_any_object_but_the_one_the_fold_made_last() -> None:
+    for feedback, raw in STORED:
+        held = fb.stored(feedback)
+        assert fb.feedback_from_json(held) is feedback
+        assert fb.feedback_from_json(dict(held)) == feedback and fb.feedback_from_json(dict(held)) is not feedback
+        assert fb.feedback_from_json(raw) is not feedback
+    with pytest.raises(ValidationError):
+        fb.feedback_from_json({**fb.stored(fb.Complete(call_id="c9")), "kind": "finished"})

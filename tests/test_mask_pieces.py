@@ -7,11 +7,13 @@ the same remembered pieces."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.redact import masked_text
+from common.redact import MaskedHead, masked_text
 from common.secret_detector import CleanPieces, might_hold
 
 VALUE = "configured-value,7d1e"  # a comma in it, as a cut at commas alone would break
@@ -94,3 +96,32 @@ def test_it_masks_a_long_state_whose_edit_joins_pieces_seen_clean() -> None:
     assert masked_text('{"a":"configured-value,"x":1' + rest, [VALUE]).text == '{"a":"configured-value,"x":1' + rest
     assert masked_text('{"b":7d1e","y":1' + rest, [VALUE]).text == '{"b":7d1e","y":1' + rest
     assert masked_text('{"a":"configured-value,7d1e","y":1' + rest, [VALUE]).text == '{"a":"[redacted]","y":1' + rest
+
+
+# Short ones are scanned whole, long ones (60 fields more) in pieces.
+json_objects = st.builds(
+    lambda value, long: json.dumps(
+        {**value, **({f"field{n}": n for n in range(60)} if long else {})}, ensure_ascii=False, separators=(",", ":")
+    ),
+    st.dictionaries(pieces, pieces, min_size=1, max_size=4),
+    st.booleans(),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_objects, st.lists(st.tuples(json_objects, st.sampled_from([[], [VALUE], [VALUE[:16]], ['has"quote']])), min_size=1, max_size=5))
+def test_it_masks_a_kept_head_as_the_whole_text(head_object: str, rests: list[tuple[str, list[str]]]) -> None:
+    """``MaskedHead``: the head scanned once per set of secrets, the rest each time,
+    gives what masking the whole text gives, whatever the secrets were before."""
+    head = MaskedHead(head_object[:-1] + ",")
+    for rest_object, values in rests:
+        rest = rest_object[1:]
+        assert head.masked(rest, values).text == masked_text(head.head + rest, values).text, (head.head, rest, values)
+
+
+def test_it_scans_a_kept_head_again_when_the_secrets_change() -> None:
+    head = MaskedHead('{"objective":"deploy with ' + VALUE + '",')
+    rest = '"field":1}'
+    assert head.masked(rest, []).text == head.head + rest
+    assert head.masked(rest, [VALUE]).text == '{"objective":"deploy with [redacted]","field":1}'
+    assert head.masked(rest, []).text == head.head + rest

@@ -235,3 +235,15 @@ def test_it_never_changes_a_line_count_or_a_diff_marker_and_streams_the_same(lin
     assert len(out) == len(lines)
     assert [line[:1] for line in out if line[:1] in "+-"] == [line[:1] for line in lines if line[:1] in "+-"]
     assert "\n".join(redact_lines(lines, [ENV_SECRET])) == masked_text
+
+
+def test_it_reads_the_configured_values_again_once_the_setting_changes(settings: Settings) -> None:
+    """``secret_values`` keeps the configured values until the setting changes: a value
+    configured later is masked at once, one no longer configured is not."""
+    from common.redact import secret_values
+
+    settings.HARNESS_SECRET_VALUES = ["first-secret-value"]
+    assert secret_values() == ["first-secret-value"]
+    settings.HARNESS_SECRET_VALUES = ["second-secret-value\nits-second-line"]
+    assert secret_values() == ["second-secret-value", "its-second-line"]
+    assert redact_text("first-secret-value second-secret-value", secret_values()) == f"first-secret-value {MASK}"

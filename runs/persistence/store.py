@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import nullcontext
 from datetime import datetime
+from operator import is_
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DataError, connections
 from django.utils import timezone
 
-from common.redact import MaskedJSON, masked_text, secret_values
+from common.redact import MaskedHead, MaskedJSON, secret_values
 from core.errors import FieldProblem
 from core.events import Event as CoreEvent
 from core.events import EvidenceRecorded, ReceiptRecorded
@@ -34,16 +35,16 @@ from runs.persistence.eventlog import LeaseLost, append_events
 from runs.persistence.rows import Rows, SeqOf
 from runs.scheduling.slots import run_ended
 
-__all__ = ["DjangoStore", "LeaseLost", "Unstorable", "load_state", "state_columns"]
+__all__ = ["DjangoStore", "LeaseLost", "StateText", "Unstorable", "load_state", "state_columns"]
 
 # What a value the databases or the encoders cannot take raises while a checkpoint
 # is written: the same value fails every time, so none of these is worth a retry.
 UNSTORABLE_ERRORS = (ValueError, TypeError, UnicodeError, RecursionError, DataError)
 
 
-def state_columns(state: RunState) -> dict[str, object]:
+def state_columns(state: RunState, state_text: StateText) -> dict[str, object]:
     return {
-        "state": state_json(state),
+        "state": state_text(state),
         "status": state.status,
         "outcome": state.outcome,
         "stop_message": state.stop_message,
@@ -54,30 +55,61 @@ def state_columns(state: RunState) -> dict[str, object]:
     }
 
 
-def state_json(state: RunState) -> MaskedJSON:
-    """The state as the masked JSON text the run row stores, serialised once by
-    pydantic's own encoder. What the state holds from outside was made storable
-    before it got there (core.storable); anything else fails the checkpoint."""
-    # The model's serializer itself (pydantic's documented ``__pydantic_serializer__``),
-    # the text ``model_dump_json()`` gives: that method's dozen default options passed
-    # through Python were some 10,000 instructions of each checkpoint's 80,000.
-    return masked_text(_STATE_JSON(state).decode(), secret_values())
+class StateText:
+    """The state as the masked JSON text the run row stores, serialised by pydantic's
+    own encoder: the text ``model_dump_json()`` gives, masked. What the state holds
+    from outside was made storable before it got there (core.storable); anything else
+    fails the checkpoint.
+
+    Its head, the leading fields set when the run is created and started (``_HEAD``),
+    is dumped and scanned for secrets once while the state holds the very same objects
+    in them, and only the rest at each checkpoint (some 40% of the text less to dump
+    and scan). Kept by identity, which is safe: an int and a string do not change, a
+    Contract and its Limits are frozen models (core.contract.Strict) that the fold
+    replaces, never changes (core.fold: ``start``, ``run_started``; nothing changes a
+    contract's lists in place, and a fold that did would store a stale head, which
+    ``check_stored`` reports throughout the test suite), and the objects are held here,
+    so no other object can take the place of one. Another run, state or contract is
+    another object, hence a new head; its verdict is kept with the secrets it was
+    reached with (common.redact.MaskedHead). One per store (a run's driver), one head
+    at a time: nothing else is kept, so nothing is shared across runs or processes."""
+
+    __slots__ = ("_kept",)
+
+    def __init__(self) -> None:
+        # The head's objects and its text, set together.
+        self._kept: tuple[tuple[object, ...], MaskedHead] | None = None
+
+    def __call__(self, state: RunState) -> MaskedJSON:
+        of = (state.schema_version, state.run_id, state.contract, state.limits)
+        kept = self._kept
+        if kept is None or not all(map(is_, of, kept[0])):
+            # {"schema_version":..,"limits":{..}} -> {"schema_version":..,"limits":{..},
+            kept = self._kept = (of, MaskedHead(_STATE_JSON(state, include=_HEAD).decode()[:-1] + ","))
+        # {"policy_version":..} -> "policy_version":..}
+        return kept[1].masked(_STATE_JSON(state, exclude=_HEAD).decode()[1:], secret_values())
 
 
+# The model's serializer itself (pydantic's documented ``__pydantic_serializer__``), the
+# text ``model_dump_json()`` gives: that method's dozen default options passed through
+# Python were some 10,000 instructions of each checkpoint's 80,000.
 _STATE_JSON = RunState.__pydantic_serializer__.to_json
+# The state's leading fields, which only the run's creation and start set (StateText).
+_HEAD = {"schema_version", "run_id", "contract", "limits"}
 
 
 class DjangoStore:
     def __init__(self, fence: Fence) -> None:
         self.fence = fence
         self._written: dict[str, object] = {}  # the run row's columns as this store last committed them
+        self._state_text = StateText()
 
     def checkpoint(self, state: RunState, events: Sequence[CoreEvent]) -> None:
         """Write the step, or raise ``LeaseLost`` (fenced out: nothing written) or
         ``Unstorable`` (a value no database takes: nothing written, and writing it
         again would fail the same way; the driver stops the run instead)."""
         try:
-            columns = self._changed(state_columns(state))
+            columns = self._changed(state_columns(state, self._state_text))
             # State, events and their projections land together or not at all: a crash
             # between them would otherwise resume from a state the log does not explain.
             # The step's decisions are the ledger's in the same transaction, written at its
