@@ -2,6 +2,7 @@ from django.db import models
 
 from common.redact import RedactedJSONField
 from core.events import AnyEvent, parse_event
+from runs.models.rowid import RowId
 
 
 class Event(models.Model):
@@ -13,6 +14,7 @@ class Event(models.Model):
     their own (each cost every checkpoint another page written). Receipts and evidence
     likewise rely on unique constraints led by ``run``."""
 
+    id = RowId(primary_key=True, serialize=False, verbose_name="ID")
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="events", db_index=False)
     seq = models.PositiveIntegerField()
     type = models.CharField(max_length=40)

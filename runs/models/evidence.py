@@ -1,12 +1,14 @@
 from django.db import models
 
 from common.redact import RedactedJSONField
+from runs.models.rowid import RowId
 
 
 class Evidence(models.Model):
     """A check's result, bound to the revision it checked. Only executor receipts
     create these; nothing the model or tool output says does."""
 
+    id = RowId(primary_key=True, serialize=False, verbose_name="ID")
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="evidence", db_index=False)
     call_id = models.CharField(max_length=40)
     check_id = models.CharField(max_length=64)

@@ -1,11 +1,13 @@
 from django.db import models
 
 from common.redact import RedactedJSONField, RedactedTextField
+from runs.models.rowid import RowId
 
 
 class Receipt(models.Model):
     """An executor's receipt for one attempt, stored as received (valid or not)."""
 
+    id = RowId(primary_key=True, serialize=False, verbose_name="ID")
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="receipts", db_index=False)
     call_id = models.CharField(max_length=40)
     attempt = models.PositiveIntegerField()
