@@ -3,8 +3,7 @@ made once, which the standard library does not document: these tests hold it to 
 documented encoder's text, so an interpreter whose C encoder changes, or lacks it,
 fails here rather than in a verification of old exports. An entry's time is written
 by hand too (ledger.writer.timestamp, the time now by ledger.writer._stamp_now, and the
-text SQLite stores): held here to the
-text the documented ways give."""
+text SQLite stores): held here to the text the documented ways give."""
 
 from __future__ import annotations
 
