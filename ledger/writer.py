@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -148,6 +149,9 @@ class Decision:
     run_id: str = ""
     policy_version: int | None = None
     at: datetime | None = field(default=None, compare=False)
+    # ``decided``'s canonical text where its maker wrote it out (a gate's admission:
+    # runs.persistence.decisions), which the entry stores as it is; None: encoded here.
+    decided_text: str | None = None
 
 
 log = logging.getLogger(__name__)
@@ -217,8 +221,7 @@ def _write(decisions: Sequence[Decision], connection: Any = None) -> list[tuple[
     # some 3,500 instructions.
     single = decisions[0].project_id if len(decisions) == 1 else None
     projects = [single] if single is not None else sorted({d.project_id for d in decisions if d.project_id is not None})
-    # What timezone.now() gives with USE_TZ (settings), without reading the setting.
-    now = datetime.now(UTC)
+    now = _stamp_now()
     kept = {d.shown.digest: d.shown.canonical.decode("utf-8") for d in decisions if d.shown.keep}
     if not connection.in_atomic_block:
         with transaction.atomic(savepoint=False):
@@ -233,7 +236,7 @@ def _write(decisions: Sequence[Decision], connection: Any = None) -> list[tuple[
 
 
 def _write_chained(
-    connection: Any, decisions: Sequence[Decision], projects: Sequence[int], kept: Mapping[str, str], now: datetime
+    connection: Any, decisions: Sequence[Decision], projects: Sequence[int], kept: Mapping[str, str], now: str
 ) -> list[tuple[int, str]]:
     if connection.vendor == "sqlite" and len(projects) <= 1:
         project = projects[0] if projects else None
@@ -283,7 +286,7 @@ def forget_heads() -> None:
 
 
 def _write_on_known_heads(
-    connection: Any, decisions: Sequence[Decision], project: int | None, kept: Mapping[str, str], now: datetime
+    connection: Any, decisions: Sequence[Decision], project: int | None, kept: Mapping[str, str], now: str
 ) -> list[tuple[int, str]]:
     """The entry of a single decision, inserted in one statement if it links on to the
     heads this process remembers; none (the caller chains it in SQL) otherwise."""
@@ -300,28 +303,38 @@ def _write_on_known_heads(
         heads[chain] = list(known_project)
     seq, digest, row = _entry_row(connection, decisions[0], heads, now)
     try:
-        with checkpoint_cursor(connection) as cursor:
-            cursor.execute(_statement_on_known_heads(connection), row)
+        if connection.queries_logged or connection.execute_wrappers:
+            with checkpoint_cursor(connection) as cursor:
+                cursor.execute(_statement_on_known_heads(connection), row)
+        else:
+            # Straight to sqlite3 where nothing watches the statements through Django
+            # (a query log, an execute wrapper: then Django's cursor, as for every
+            # other statement): its cursor's wrapper, execute-wrapper chain and
+            # placeholder conversion cost the entry some 10,000 instructions.
+            with connection.wrap_database_errors:
+                connection.connection.execute(_statement_on_known_heads(connection, "?"), row)
     except IntegrityError:
         # The entry does not link on (the trigger's check, or a seq taken): the
         # statement inserted nothing and the transaction goes on.
         _known.pop((name, GLOBAL_CHAIN), None)
         return []
     if kept:
-        _keep_apart(connection, kept, now)
+        _keep_apart(connection, kept, _time_of(now))
     _remember(name, chain, (seq, digest), (heads[chain][0], digest) if chain is not None else None)
     return [(seq, digest)]
 
 
-_on_known: list[str] = []
+_on_known: dict[str, str] = {}
 
 
-def _statement_on_known_heads(connection: Any) -> str:
-    if not _on_known:
-        values = ", ".join(["%s"] * len(_COLUMNS))
+def _statement_on_known_heads(connection: Any, mark: str = "%s") -> str:
+    """The entry's INSERT, its placeholders ``mark`` (Django's ``%s``, or sqlite3's own ``?``)."""
+    found = _on_known.get(mark)
+    if found is None:
+        values = ", ".join([mark] * len(_COLUMNS))
         # Only the model's quoted table name is spliced in; every value is a parameter.
-        _on_known.append(f"INSERT INTO {connection.ops.quote_name(Entry._meta.db_table)} ({', '.join(_COLUMNS)}) VALUES ({values})")  # noqa: S608
-    return _on_known[0]
+        found = _on_known[mark] = f"INSERT INTO {connection.ops.quote_name(Entry._meta.db_table)} ({', '.join(_COLUMNS)}) VALUES ({values})"  # noqa: S608
+    return found
 
 
 # -- PostgreSQL, the decisions of one project (or of none): one statement -------------
@@ -381,7 +394,10 @@ def _decided(decision: Decision) -> str:
     the canonical encoding of the value an export reads back from that text (the same
     text but where a key was not a string). A flat mapping of strings to scalars (a
     gate's decision) reads back as itself, so its one encoding is that text; anything
-    else is encoded, read back and encoded again."""
+    else is encoded, read back and encoded again. Given written out
+    (``Decision.decided_text``), that text."""
+    if decision.decided_text is not None:
+        return decision.decided_text
     decided = decision.decided
     text = canonical(decided if type(decided) is dict else dict(decided))
     # The types looked at in C, not by a generator in Python.
@@ -391,22 +407,21 @@ def _decided(decision: Decision) -> str:
 
 
 def _write_at_once(
-    connection: Any, decisions: Sequence[Decision], project: int | None, kept: Mapping[str, str], now: datetime
+    connection: Any, decisions: Sequence[Decision], project: int | None, kept: Mapping[str, str], now: str
 ) -> list[tuple[int, str]]:
     sql = _statement_at_once(connection, len(decisions), len(kept))
     chain = project_chain(project) if project is not None else None
     params: list[object] = [GLOBAL_CHAIN, chain, chain, GLOBAL_CHAIN, 2 if chain else 1]
     for n, decision in enumerate(decisions, start=1):
-        actor, at, decided = decision.actor, decision.at or now, _decided(decision)
-        params += [n, *_template(decision, decided, timestamp(at))]
+        actor, at, decided = decision.actor, decision.at or _time_of(now), _decided(decision)
+        params += [n, *_template(decision, decided, now if decision.at is None else timestamp(at))]
         params += [at, actor.kind, actor.name, actor.id, decision.policy_version, decision.run_id, decision.kind]
         params += [decided, decision.shown.digest]
     params.append(project)
     if connection.vendor == "postgresql":
-        for digest, body in kept.items():
-            params += [digest, body, now]
-    else:
-        _keep_apart(connection, kept, now)
+        params += [v for digest, body in kept.items() for v in (digest, body, _time_of(now))]
+    elif kept:
+        _keep_apart(connection, kept, _time_of(now))
     for attempt in (1, 2):
         with checkpoint_cursor(connection) as cursor:
             cursor.execute(sql, params)
@@ -546,8 +561,8 @@ class Joined:
         decision = self.decisions[0]
         project = decision.project_id
         chain = project_chain(project) if project is not None else None
-        actor, at, decided = decision.actor, decision.at or datetime.now(UTC), _decided(decision)
-        stamp = timestamp(at)
+        actor, decided = decision.actor, _decided(decision)
+        stamp = _stamp_now() if decision.at is None else timestamp(decision.at)
         version = "" if decision.policy_version is None else str(int(decision.policy_version))
         values = [
             *_template(decision, decided, stamp),
@@ -682,7 +697,7 @@ def _make_heads(connection: Any, chains: Sequence[str]) -> None:
 
 
 def _write_in_steps(
-    connection: Any, decisions: Sequence[Decision], projects: Sequence[int], kept: Mapping[str, str], now: datetime
+    connection: Any, decisions: Sequence[Decision], projects: Sequence[int], kept: Mapping[str, str], now: str
 ) -> list[tuple[int, str]]:
     """Claim the heads (one statement: on PostgreSQL SELECT ... FOR UPDATE in the one
     order, on SQLite an UPDATE that makes this transaction the database's one writer),
@@ -694,7 +709,8 @@ def _write_in_steps(
         _make_heads(connection, [chain for chain in chains if chain not in heads])
         heads = _claim(connection, chains)
     rows = [_entry_row(connection, decision, heads, now) for decision in decisions]  # (seq, digest, row)
-    _keep_apart(connection, kept, now)
+    if kept:
+        _keep_apart(connection, kept, _time_of(now))
     quote = connection.ops.quote_name
     with checkpoint_cursor(connection) as cursor:
         values = ", ".join(["(" + ", ".join(["%s"] * len(_COLUMNS)) + ")"] * len(rows))
@@ -736,26 +752,27 @@ def _db_time(connection: Any, at: datetime) -> object:
     return connection.ops.adapt_datetimefield_value(at)
 
 
-def _entry_time(connection: Any, at: datetime, stamp: str) -> object:
-    """An entry's time as ``connection`` takes it. On SQLite in UTC, the text Django
-    stores (``_db_time``: the naive UTC time's ``str``, whole seconds without a
-    fraction) cut from ``stamp``, its digest's text: Django's way made the time twice
-    more, at some 20,000 instructions an entry (tests/test_ledger_canonical.py holds
-    the two texts equal)."""
+def _entry_time(connection: Any, stamp: str) -> object:
+    """An entry's time, ``stamp`` (its digest's text), as ``connection`` takes it. On
+    SQLite in UTC, the text Django stores (``_db_time``: the naive UTC time's ``str``,
+    whole seconds without a fraction) cut from ``stamp``: Django's way made the time
+    twice more, at some 20,000 instructions an entry (tests/test_ledger_canonical.py
+    holds the two texts equal)."""
     if connection.vendor == "sqlite" and connection.timezone is UTC:
-        return f"{stamp[:10]} {stamp[11:26] if at.microsecond else stamp[11:19]}"
-    return _db_time(connection, at)
+        return f"{stamp[:10]} {stamp[11:19] if stamp.endswith('.000000Z') else stamp[11:26]}"
+    return _db_time(connection, _time_of(stamp))
 
 
-def _entry_row(connection: Any, decision: Decision, heads: dict[str, list[Any]], now: datetime) -> tuple[int, str, tuple[object, ...]]:
+def _entry_row(connection: Any, decision: Decision, heads: dict[str, list[Any]], now: str) -> tuple[int, str, tuple[object, ...]]:
     """The entry's seq, digest and row (``_COLUMNS``, its time as ``connection`` takes
-    it), numbered and linked on from ``heads``, which it moves on past itself."""
-    at, decided = decision.at or now, _decided(decision)
+    it), numbered and linked on from ``heads``, which it moves on past itself; ``now``
+    its time where the decision has none, as ``_stamp_now`` gives it."""
+    decided = _decided(decision)
     ahead = heads[GLOBAL_CHAIN]
     seq, prev = ahead[0] + 1, ahead[1]
     phead = heads[project_chain(decision.project_id)] if decision.project_id is not None else None
     project_seq, project_prev = (phead[0] + 1, phead[1]) if phead is not None else (None, None)
-    stamp = timestamp(at)
+    stamp = now if decision.at is None else timestamp(decision.at)
     digest = sha256(_chained(_template(decision, decided, stamp), prev, project_prev, project_seq, seq))
     ahead[:] = [seq, digest]
     if phead is not None:
@@ -770,7 +787,7 @@ def _entry_row(connection: Any, decision: Decision, heads: dict[str, list[Any]],
             decision.project_id,
             project_seq,
             project_prev,
-            _entry_time(connection, at, stamp),
+            _entry_time(connection, stamp),
             actor.kind,
             actor.name,
             actor.id,
@@ -830,6 +847,29 @@ def timestamp(at: datetime) -> str:
     if at.tzinfo is not UTC:
         at = at.astimezone(UTC)
     return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (at.year, at.month, at.day, at.hour, at.minute, at.second, at.microsecond)  # noqa: UP031 - half an f-string's instructions
+
+
+# The date and time of day of the second ``_stamp_now`` last wrote, by that second.
+_seconds: dict[int, str] = {}
+
+
+def _stamp_now() -> str:
+    """The time now as ``timestamp`` writes it, from the clock's microseconds, its date
+    and time of day written once a second: ``datetime.now(UTC)`` and ``timestamp``'s
+    formatting of its seven fields cost an entry some 14,000 instructions, this some
+    4,700 (tests/test_ledger_canonical.py holds the two equal)."""
+    micro = time.time_ns() // 1000
+    second = micro // 1_000_000
+    prefix = _seconds.get(second)
+    if prefix is None:
+        _seconds.clear()
+        prefix = _seconds[second] = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(second))
+    return "%s%06dZ" % (prefix, micro % 1_000_000)  # noqa: UP031 - as ``timestamp``
+
+
+def _time_of(stamp: str) -> datetime:
+    """The time ``stamp`` (``timestamp``'s text) is of, for the statements that take a time."""
+    return datetime.fromisoformat(stamp)
 
 
 def decided_value(text: str) -> Any:

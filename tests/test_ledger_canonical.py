@@ -2,8 +2,8 @@
 made once, which the standard library does not document: these tests hold it to the
 documented encoder's text, so an interpreter whose C encoder changes, or lacks it,
 fails here rather than in a verification of old exports. An entry's time is written
-by hand too (ledger.writer.timestamp, and the text SQLite stores): held here to the
-text the documented ways give."""
+by hand too (ledger.writer.timestamp, the time now by ledger.writer._stamp_now, and the
+text SQLite stores): held here to the text the documented ways give."""
 
 from __future__ import annotations
 
@@ -60,10 +60,19 @@ times = st.datetimes(
 def test_it_writes_an_entrys_time_as_isoformat_and_django_do(at: datetime) -> None:
     stamp = writer.timestamp(at)
     assert stamp == at.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
-    assert writer._entry_time(connection, at, stamp) == connection.ops.adapt_datetimefield_value(at)
+    assert writer._entry_time(connection, stamp) == connection.ops.adapt_datetimefield_value(at)
 
 
 def test_it_writes_a_whole_second_as_django_does() -> None:
     at = datetime(2026, 12, 7, 2, 30, tzinfo=UTC)
     assert writer.timestamp(at) == "2026-12-07T02:30:00.000000Z"
-    assert writer._entry_time(connection, at, writer.timestamp(at)) == connection.ops.adapt_datetimefield_value(at)
+    assert writer._entry_time(connection, writer.timestamp(at)) == connection.ops.adapt_datetimefield_value(at)
+
+
+def test_it_writes_the_time_now_as_it_writes_any_time() -> None:
+    before = writer.timestamp(datetime.now(UTC))
+    stamp = writer._stamp_now()
+    after = writer.timestamp(datetime.now(UTC))
+    assert before <= stamp <= after
+    assert writer.timestamp(writer._time_of(stamp)) == stamp
+    assert writer._time_of(stamp).tzinfo is not None

@@ -35,7 +35,7 @@ from runs.approval_flow.flow import deny, expire_due, grant, save_policy_version
 from runs.approval_flow.gate import DjangoApprovals
 from runs.control import do_kill, set_global
 from runs.models import Event, Run
-from runs.persistence.decisions import decision_of, gate_inputs
+from runs.persistence.decisions import _decision, decision_of, gate_inputs
 from runs.persistence.eventlog import append_event
 from runs.services import drive_run
 from tests.helpers import KillFlag, World, edited_policy, new_policy_version
@@ -345,3 +345,18 @@ def test_it_writes_a_gates_inputs_as_their_canonical_json(
         "effect": effect,
     }
     assert gate_inputs(tool, args, revision, version, matched, decision, effect) == verify.canonical(inputs)
+
+
+@given(texts, st.text(), texts, st.integers(min_value=1), st.text(), st.text(), st.booleans())
+def test_it_writes_an_admissions_decision_as_its_canonical_json(
+    call_id: str | None, tool: str, idempotency_key: str | None, seq: int, key: str, request_id: str, asked: bool
+) -> None:
+    common = {"run_id": "r", "seq": seq, "ts": 0.0, "call_id": call_id, "tool": tool, "args": {}, "revision": "r0", "rule": "allow"}
+    event: ev.Event = (
+        ev.ApprovalRequired(**common, policy_version=1, key=key, request_id=request_id, idempotency_key=idempotency_key)
+        if asked
+        else ev.CallAdmitted(**common, tool_version="1", decision="allow", idempotency_key=idempotency_key)
+    )
+    found = _decision(seq, event)
+    assert found is not None
+    assert found["decided_text"] == verify.canonical(found["decided"]).decode("utf-8")
