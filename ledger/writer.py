@@ -303,16 +303,10 @@ def _write_on_known_heads(
         heads[chain] = list(known_project)
     seq, digest, row = _entry_row(connection, decisions[0], heads, now)
     try:
-        if connection.queries_logged or connection.execute_wrappers:
-            with checkpoint_cursor(connection) as cursor:
-                cursor.execute(_statement_on_known_heads(connection), row)
-        else:
-            # Straight to sqlite3 where nothing watches the statements through Django
-            # (a query log, an execute wrapper: then Django's cursor, as for every
-            # other statement): its cursor's wrapper, execute-wrapper chain and
-            # placeholder conversion cost the entry some 10,000 instructions.
-            with connection.wrap_database_errors:
-                connection.connection.execute(_statement_on_known_heads(connection, "?"), row)
+        # The kept cursor: the driver's own where nothing watches the statements
+        # (common.cursors), so the entry costs no Django cursor wrapper.
+        with checkpoint_cursor(connection) as cursor:
+            cursor.execute(_statement_on_known_heads(connection), row)
     except IntegrityError:
         # The entry does not link on (the trigger's check, or a seq taken): the
         # statement inserted nothing and the transaction goes on.
@@ -324,17 +318,15 @@ def _write_on_known_heads(
     return [(seq, digest)]
 
 
-_on_known: dict[str, str] = {}
+_on_known: list[str] = []
 
 
-def _statement_on_known_heads(connection: Any, mark: str = "%s") -> str:
-    """The entry's INSERT, its placeholders ``mark`` (Django's ``%s``, or sqlite3's own ``?``)."""
-    found = _on_known.get(mark)
-    if found is None:
-        values = ", ".join([mark] * len(_COLUMNS))
+def _statement_on_known_heads(connection: Any) -> str:
+    if not _on_known:
+        values = ", ".join(["%s"] * len(_COLUMNS))
         # Only the model's quoted table name is spliced in; every value is a parameter.
-        found = _on_known[mark] = f"INSERT INTO {connection.ops.quote_name(Entry._meta.db_table)} ({', '.join(_COLUMNS)}) VALUES ({values})"  # noqa: S608
-    return found
+        _on_known.append(f"INSERT INTO {connection.ops.quote_name(Entry._meta.db_table)} ({', '.join(_COLUMNS)}) VALUES ({values})")  # noqa: S608
+    return _on_known[0]
 
 
 # -- PostgreSQL, the decisions of one project (or of none): one statement -------------
