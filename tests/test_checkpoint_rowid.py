@@ -62,7 +62,7 @@ def test_it_writes_no_autoincrement_counter_for_a_checkpoints_tables() -> None:
     assert counted.isdisjoint(TABLES)
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's schema")
+@pytest.mark.postgres_only
 def test_it_keeps_postgresqls_identity_keys() -> None:
     ids = stored_rows()
     assert len(ids) == 2 and ids == sorted(set(ids))
