@@ -105,15 +105,14 @@ class _Direct:
             raise
 
     def fetchone(self) -> Any:
-        try:
-            return self.cursor.fetchone()
-        except Exception as error:
-            self.errors.__exit__(type(error), error, error.__traceback__)
-            raise
+        return self._fetched(self.cursor.fetchone)
 
     def fetchall(self) -> Any:
+        return self._fetched(self.cursor.fetchall)
+
+    def _fetched(self, fetch: Any) -> Any:
         try:
-            return self.cursor.fetchall()
+            return fetch()
         except Exception as error:
             self.errors.__exit__(type(error), error, error.__traceback__)
             raise
