@@ -51,14 +51,13 @@ def main() -> None:
     settings.HARNESS_SECRET_VALUES = [f"secret-value-{n:02d}-{'x' * 24}" for n in range(6)]
     call_command("migrate", verbosity=0)
     import runs.persistence.eventlog
-    import runs.persistence.store
 
     # Masking happens where a checkpoint serialises its values (events and state, once
     # each) and, for the other redacted columns, in the column. Off: the same
     # serialisation with nothing looked for.
     masking = (
         runs.persistence.eventlog.masked_each,  # type: ignore[attr-defined]  # the name runs.persistence.eventlog imported, swapped below
-        runs.persistence.store.masked_text,  # type: ignore[attr-defined]  # the name runs.persistence.store imported, swapped below
+        redact.MaskedHead.masked,
         redact.RedactedJSONField.get_db_prep_value,
         redact.RedactedTextField.get_prep_value,
     )
@@ -70,14 +69,15 @@ def main() -> None:
 
     unmasked = (
         lambda values, secrets: [(value, redact.MaskedJSON(redact._dumps(value))) for value in values],
-        lambda text, secrets: redact.MaskedJSON(text),
+        lambda self, rest, secrets: redact.MaskedJSON(self.head + rest),
         plain_json,
         models.TextField.get_prep_value,
     )
 
     def switch(on: bool) -> None:
         chosen = masking if on else unmasked
-        runs.persistence.eventlog.masked_each, runs.persistence.store.masked_text = chosen[0], chosen[1]  # type: ignore[attr-defined]  # the names they imported
+        runs.persistence.eventlog.masked_each = chosen[0]  # type: ignore[attr-defined]  # the name it imported
+        redact.MaskedHead.masked = chosen[1]  # type: ignore[method-assign]  # swapped for the measurement, put back after
         redact.RedactedJSONField.get_db_prep_value, redact.RedactedTextField.get_prep_value = chosen[2], chosen[3]  # type: ignore[method-assign]  # swapped for the measurement, put back after
 
     per_step: dict[bool, list[float]] = {True: [], False: []}
