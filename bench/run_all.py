@@ -44,7 +44,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "host_throughput": ([], ["--runs", "3", "--rounds", "1"]),
     "trial_throughput": ([], ["--runs", "3", "--rounds", "1"]),
     "egress_cost": ([], ["--rounds", "1", "--fetches", "3", "--runtimes", "runc"]),
-    "observability_cost": ([], ["--steps", "50", "--trials", "1", "--callgrind", "50"]),
+    "observability_cost": ([], ["--steps", "20", "--trials", "1", "--callgrind", "10"]),
     "mcp_cost": ([], ["--rounds", "2", "--calls", "5", "--stdio-calls", "2"]),
     "model_proxy": ([], ["--requests", "10", "--rounds", "1"]),
     "agent_start": ([], ["--rounds", "1", "--calls", "5"]),
