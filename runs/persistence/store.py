@@ -18,8 +18,8 @@ from operator import is_
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DataError, connections
-from django.utils import timezone
 
+from common.hot_settings import now as _now
 from common.redact import MaskedHead, MaskedJSON, secret_values
 from core.errors import FieldProblem
 from core.events import Event as CoreEvent
@@ -51,7 +51,7 @@ def state_columns(state: RunState, state_text: StateText) -> dict[str, object]:
         "revision": state.revision,
         "proposals": state.proposals,
         "calls": state.calls,
-        "updated_at": timezone.now(),
+        "updated_at": _now(),
     }
 
 
@@ -160,7 +160,7 @@ class DjangoStore:
 def _project(state: RunState, events: Sequence[CoreEvent]) -> list[Rows]:
     """The relational copies of what this step changed: its receipts and evidence,
     and the report of a run that ended."""
-    now = timezone.now()
+    now = _now()
     projections = [Rows(Receipt, _receipt_rows(state.run_id, events)), Rows(Evidence, _evidence_rows(state, events, now))]
     if state.finished:
         projections.append(Rows(Report, [{"run": state.run_id, "data": build_report(state), "created_at": now}], ("run",), ("data",)))
