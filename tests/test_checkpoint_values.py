@@ -1,7 +1,8 @@
 """A checkpoint's values go into its statements as Django's own conversion gives them
 (runs.persistence.rows.db_value), where the hot path takes a shorter way: a time in
-UTC on SQLite, an empty redacted text; and the settings that path reads once
-(common.hot_settings) follow every change the test suite makes."""
+UTC on SQLite, an empty redacted text, a receipt's body masked with its event's
+payload; and the settings that path reads once (common.hot_settings) follow every
+change the test suite makes."""
 
 from __future__ import annotations
 
@@ -14,8 +15,13 @@ from django.utils import timezone as django_timezone
 from pytest_django import Settings
 
 from common.hot_settings import now, setting
+from common.redact import MASK
+from core import events as ev
+from core.fences import Lease
 from runs.models import Event, Receipt, Run
 from runs.persistence.rows import db_value
+from runs.persistence.store import DjangoStore, load_state
+from tests.helpers import World
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
 
@@ -74,3 +80,25 @@ def test_it_logs_the_statements_once_debug_is_on(settings: Settings) -> None:
         assert connection.queries_logged
         Run.objects.count()
     assert len(captured.captured_queries) == 1
+
+
+@pytest.mark.parametrize("body", [{"status": "ok", "data": {"token": "ghp_" + "a" * 36, "n": [1, 2.5, None, "é"]}}, None, ["x", 1]])
+def test_it_stores_a_receipt_body_masked_as_its_event(settings: Settings, body: object) -> None:
+    settings.HARNESS_SECRET_VALUES = ["hunter2-very-secret"]
+    settings.HARNESS_VERIFY_FOLD = False  # a receipt of no call: the fold refuses it
+    if isinstance(body, dict):
+        body["said"] = "the password is hunter2-very-secret"
+    run = World().create()
+    Run.objects.filter(pk=run.pk).update(lease_token=1)
+    receipt = ev.ReceiptRecorded(
+        run_id=str(run.pk), seq=0, ts=0.0, call_id="c1", tool="read_file", attempt=1, valid=True, receipt=body, harness_revision="r"
+    )
+    DjangoStore(Lease(1)).checkpoint(load_state(run), [receipt])
+    stored = Receipt.objects.get(run=run, call_id="c1")
+    payload = Event.objects.get(run=run, type="receipt_recorded").payload
+    assert stored.body == payload["receipt"]
+    if body is None:
+        assert Receipt.objects.filter(run=run, body__isnull=True).count() == 1
+    if isinstance(body, dict):
+        assert "hunter2-very-secret" not in str(stored.body) and "ghp_" + "a" * 36 not in str(stored.body)
+        assert MASK in stored.body["said"] and stored.body["data"]["n"] == [1, 2.5, None, "é"]

@@ -22,12 +22,13 @@ from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.models.options import Options
 
 from common.cursors import checkpoint_cursor
-from common.redact import MaskedJSON, RedactedJSONField, RedactedTextField, as_written
+from common.redact import MaskedJSON, RedactedJSONField, RedactedTextField, as_written, masked_part
 
 __all__ = [
     "LAST_SEQ",
     "RESERVED",
     "Column",
+    "PayloadOf",
     "Rows",
     "SeqOf",
     "checkpoint_cursor",
@@ -37,6 +38,7 @@ __all__ = [
     "insert_rows",
     "numbered_insert",
     "params_of",
+    "with_payloads",
 ]
 
 
@@ -82,6 +84,16 @@ class SeqOf:
 
 
 @dataclass(frozen=True)
+class PayloadOf:
+    """Stands for field ``name`` of the payload of the checkpoint's event at ``index``,
+    as masking gave it (``common.redact.masked_part``): a row that copies part of its
+    event (a receipt's body) is masked with the events' payloads, not scanned again."""
+
+    index: int
+    name: str
+
+
+@dataclass(frozen=True)
 class Rows:
     """One table's rows for a checkpoint (the same fields in each); with ``unique``, a
     row that collides on those fields updates ``update`` instead."""
@@ -90,6 +102,18 @@ class Rows:
     rows: Sequence[Mapping[str, object]]
     unique: tuple[str, ...] = ()
     update: tuple[str, ...] = ()
+
+
+def with_payloads(rows: Rows, payloads: Sequence[tuple[Any, MaskedJSON]]) -> Rows:
+    """``rows`` with each ``PayloadOf`` replaced by that part of its event's masked
+    payload (``payloads``: ``masked_each``'s)."""
+    if not rows.rows or not any(type(value) is PayloadOf for value in rows.rows[0].values()):
+        return rows
+    resolved = [
+        {name: masked_part(payloads[value.index][0][value.name]) if type(value) is PayloadOf else value for name, value in row.items()}
+        for row in rows.rows
+    ]
+    return Rows(rows.model, resolved, rows.unique, rows.update)
 
 
 def insert_rows(connection: Any, cursor: Any, rows: Rows, seqs: Sequence[int]) -> None:

@@ -32,7 +32,7 @@ from core.storable import Unstorable
 from ledger.writer import batch as ledger_batch
 from runs.models import Event, Evidence, Receipt, Report, Run
 from runs.persistence.eventlog import LeaseLost, append_events
-from runs.persistence.rows import Rows, SeqOf
+from runs.persistence.rows import PayloadOf, Rows, SeqOf
 from runs.scheduling.slots import run_ended
 
 __all__ = ["DjangoStore", "LeaseLost", "StateText", "Unstorable", "load_state", "state_columns"]
@@ -175,7 +175,8 @@ def _receipt_rows(run_id: str, events: Sequence[CoreEvent]) -> list[dict[str, ob
             "attempt": event.attempt,
             "valid": event.valid,
             "problem": event.problem or "",
-            "body": event.receipt,
+            # None is SQL's NULL, as the field writes it, not JSON's null.
+            "body": None if event.receipt is None else PayloadOf(index, "receipt"),
             "harness_revision": event.harness_revision,
             "event_seq": SeqOf(index),
         }
