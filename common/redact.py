@@ -213,6 +213,14 @@ def masked_each(values: Sequence[Any], secrets: list[str]) -> list[tuple[Any, Ma
     return [_masked(value, text, secrets) for value, text in zip(values, texts, strict=True)]
 
 
+def masked_part(value: Any) -> MaskedJSON:
+    """The JSON text of ``value``, a part of a value ``masked`` or ``masked_each`` gave
+    (a receipt within its event's payload): masked as a part of it, so not scanned
+    again. Its strings are some of the whole's, each masked as the whole's were (a
+    string by what it holds, a key's value by the key's name)."""
+    return MaskedJSON(_dumps(value))
+
+
 def masked_text(text: str, secrets: list[str]) -> MaskedJSON:
     """JSON text (a model's ``model_dump_json``) masked."""
     if _nothing_to_mask(text, secrets):

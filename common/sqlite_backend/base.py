@@ -6,7 +6,9 @@ cost about 13,000: to send BEGIN it made, wrapped and checked a whole cursor (so
 27,000), and it wrapped the commit in a statement-log context manager that only logs.
 
 This module overrides two underscore methods of Django's wrapper (private API, fenced
-here alone; tests/test_sqlite_backend.py fails if Django's change under it). Whenever
+here alone; tests/test_sqlite_backend.py fails if Django's change under it), and its
+``queries_logged``, which a step asks seven times (each BEGIN, COMMIT and kept cursor),
+to read ``DEBUG`` through common.hot_settings rather than as a setting each time. Whenever
 anything watches the statements through Django (a query log: DEBUG, the test
 framework's CaptureQueriesContext; an execute wrapper), Django's own methods run, so
 the BEGIN and COMMIT it sees are the ones it always saw."""
@@ -15,9 +17,16 @@ from __future__ import annotations
 
 from django.db.backends.sqlite3 import base
 
+from common.hot_settings import setting
+
 
 # The ignores below: django-stubs leave out both methods and transaction_mode.
 class DatabaseWrapper(base.DatabaseWrapper):
+    @property
+    def queries_logged(self) -> bool:
+        # Django's own: force_debug_cursor or settings.DEBUG.
+        return bool(self.force_debug_cursor or setting("DEBUG"))
+
     def _start_transaction_under_autocommit(self) -> None:
         if self.queries_logged or self.execute_wrappers:
             super()._start_transaction_under_autocommit()  # type: ignore[misc]

@@ -37,6 +37,7 @@ from runs.persistence.rows import (
     insert_rows,
     numbered_insert,
     params_of,
+    with_payloads,
 )
 from runs.persistence.signals import events_stored, locks_after
 
@@ -67,7 +68,7 @@ def append_events(
     ``run_columns`` are written to the run row in the statement that numbers the
     events, and ``fence`` decides whether that statement may write at all.
     ``projections`` are written with the events (a ``SeqOf`` in them is the seq
-    its event was given). ``connection``: the default database's, where the caller
+    its event was given, a ``PayloadOf`` that part of its payload as masked). ``connection``: the default database's, where the caller
     holds it (a checkpoint).
 
     ``alone``: the caller holds no transaction and writes nothing after this call (a
@@ -111,7 +112,7 @@ def append_events(
             for index, (event, (_, text)) in enumerate(zip(events, payloads, strict=True))
         ],
     )
-    written = [p for p in projections if p.rows]
+    written = [with_payloads(p, payloads) for p in projections if p.rows]
     # The connection itself, resolved once: django.db.connection looks it up again (a
     # context-local read) on every attribute, dozens of times per checkpoint.
     if connection is None:

@@ -18,8 +18,8 @@ from operator import is_
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DataError, connections
-from django.utils import timezone
 
+from common.hot_settings import now as _now
 from common.redact import MaskedHead, MaskedJSON, secret_values
 from core.errors import FieldProblem
 from core.events import Event as CoreEvent
@@ -32,7 +32,7 @@ from core.storable import Unstorable
 from ledger.writer import batch as ledger_batch
 from runs.models import Event, Evidence, Receipt, Report, Run
 from runs.persistence.eventlog import LeaseLost, append_events
-from runs.persistence.rows import Rows, SeqOf
+from runs.persistence.rows import PayloadOf, Rows, SeqOf
 from runs.scheduling.slots import run_ended
 
 __all__ = ["DjangoStore", "LeaseLost", "StateText", "Unstorable", "load_state", "state_columns"]
@@ -51,7 +51,7 @@ def state_columns(state: RunState, state_text: StateText) -> dict[str, object]:
         "revision": state.revision,
         "proposals": state.proposals,
         "calls": state.calls,
-        "updated_at": timezone.now(),
+        "updated_at": _now(),
     }
 
 
@@ -160,7 +160,7 @@ class DjangoStore:
 def _project(state: RunState, events: Sequence[CoreEvent]) -> list[Rows]:
     """The relational copies of what this step changed: its receipts and evidence,
     and the report of a run that ended."""
-    now = timezone.now()
+    now = _now()
     projections = [Rows(Receipt, _receipt_rows(state.run_id, events)), Rows(Evidence, _evidence_rows(state, events, now))]
     if state.finished:
         projections.append(Rows(Report, [{"run": state.run_id, "data": build_report(state), "created_at": now}], ("run",), ("data",)))
@@ -175,7 +175,8 @@ def _receipt_rows(run_id: str, events: Sequence[CoreEvent]) -> list[dict[str, ob
             "attempt": event.attempt,
             "valid": event.valid,
             "problem": event.problem or "",
-            "body": event.receipt,
+            # None is SQL's NULL, as the field writes it, not JSON's null.
+            "body": None if event.receipt is None else PayloadOf(index, "receipt"),
             "harness_revision": event.harness_revision,
             "event_seq": SeqOf(index),
         }
