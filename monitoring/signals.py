@@ -39,8 +39,8 @@ def on_events(
     if tracing.enabled():
         # The rows as stored (masked), with what the writer knew of them: the typed
         # event of each row nothing was masked in, and the decisions the ledger recorded.
-        writer = Written(events, as_given, secrets, decisions) if as_given is not None and secrets is not None else None
-        connection.on_commit(partial(_trace_safely, list(rows), writer))
+        writer = Written(events, as_given, secrets, decisions, seqs) if as_given is not None and secrets is not None else None
+        connection.on_commit(partial(_trace_safely, rows, writer))
 
 
 def _observe_safely(stored: list[tuple[int, ev.AnyEvent]]) -> None:
@@ -50,7 +50,7 @@ def _observe_safely(stored: list[tuple[int, ev.AnyEvent]]) -> None:
         log.exception("could not count %d events in the metrics", len(stored))
 
 
-def _trace_safely(rows: list[Event], writer: Written | None) -> None:
+def _trace_safely(rows: Sequence[Event], writer: Written | None) -> None:
     try:
         tracing.export(rows, writer)
     except Exception:  # a trace must never break the run that wrote the events

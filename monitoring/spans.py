@@ -17,7 +17,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, NamedTuple, assert_never, cast, get_args
 
@@ -115,7 +115,7 @@ class Stored(NamedTuple):
     ledger recorded it (or None; ``Ledger.UNREAD`` when not known), and the secrets it
     was masked with as it was stored (None: not known, it was read from the log)."""
 
-    row: Event
+    row: Event | Shown
     event: ev.AnyEvent
     decision: Decided | Ledger = Ledger.UNREAD
     secrets: Sequence[str] | None = None
@@ -130,25 +130,54 @@ class Written(NamedTuple):
     ``events_stored``, runs.persistence.signals): the events they were stored from,
     whether each row's payload is its event's own (nothing masked in it), the secrets
     they were masked with, each row's decision as the ledger recorded it (None when
-    the ledger was not told: the ledger's benchmark turns it off)."""
+    the ledger was not told: the ledger's benchmark turns it off), and the seqs the
+    rows were given (None: read from each row)."""
 
     events: Sequence[ev.AnyEvent]
     as_given: Sequence[bool]
     secrets: Sequence[str]
     decisions: Sequence[Decided] | None
+    seqs: Sequence[int] | None = None
 
-    def stored(self, index: int, row: Event) -> Stored:
-        """The ``index``-th row as ``Stored``: its event read from the row only where
-        masking changed its payload; otherwise the event it was stored from, with the
-        seq the row was given and the time the row holds (to the microsecond)."""
+    def stored(self, index: int, rows: Sequence[Event]) -> Stored:
+        """The ``index``-th of ``rows`` as ``Stored``: its event read from the row only
+        where masking changed its payload; otherwise the event it was stored from, with
+        the seq the row was given and the time the row holds (to the microsecond). The
+        row itself is made (runs.persistence.eventlog.StoredRows, some 20 µs) only where
+        it is read: its event or its decision is not known here."""
+        decision = Ledger.UNREAD if self.decisions is None else self.decisions[index]
         if not self.as_given[index]:
-            event = row.typed()
+            read = rows[index]
+            return Stored(read, read.typed(), decision, self.secrets)
+        event = self.events[index]
+        row: Event | Shown
+        if self.seqs is None or decision is Ledger.UNREAD:
+            row = rows[index]
+            seq, at = row.seq, row.ts
         else:
-            event = self.events[index]
-            ts = row.ts.timestamp()
-            if event.ts != ts or event.seq != row.seq:
-                event = event.model_copy(update={"ts": ts, "seq": row.seq})
-        return Stored(row, event, Ledger.UNREAD if self.decisions is None else self.decisions[index], self.secrets)
+            seq, at = self.seqs[index], _as_stored(event.ts)
+            row = Shown(event.run_id, seq, event.call_id, at)
+        ts = at.timestamp()
+        if event.ts != ts or event.seq != seq:
+            event = event.model_copy(update={"ts": ts, "seq": seq})
+        return Stored(row, event, decision, self.secrets)
+
+
+class Shown(NamedTuple):
+    """What a span tells of a stored row besides its event, when the row was not read:
+    its run, seq, call and time, as the writer gave them."""
+
+    run_id: str
+    seq: int
+    call_id: str | None
+    ts: datetime
+
+
+def _as_stored(ts: float) -> datetime:
+    """An event's time as its row holds it (runs.persistence.eventlog writes
+    ``datetime.fromtimestamp(ts, tz=UTC)``; test_traces holds the spans made from it
+    to those the log gives, byte for byte)."""
+    return datetime.fromtimestamp(ts, tz=UTC)
 
 
 class Before(NamedTuple):
@@ -241,8 +270,8 @@ def spans_for(
     the events they were stored from, their decisions and the secrets they were
     masked with, which are then not read or worked out again."""
     spans: list[ReadableSpan] = []
-    for index, row in enumerate(rows):
-        stored = _read(row) if writer is None else writer.stored(index, row)
+    for index in range(len(rows)):
+        stored = _read(rows[index]) if writer is None else writer.stored(index, rows)
         event = stored.event
         ends_call = _ends_call(event)
         spans.extend(_ending(stored, resource, values, recent.see(stored, ends_call), ends_call))
@@ -280,16 +309,21 @@ def _ends_call(event: ev.AnyEvent) -> bool:
     return type(event) is ev.Stopped or _settles(event)
 
 
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+
+
 def _context(run_id: str, kind: str, key: object = "") -> SpanContext:
+    run = _run_context(run_id)
     if kind == "run":
-        return _run_context(run_id)
-    return SpanContext(trace_id_of(run_id), span_id_of(run_id, kind, key), is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+        return run
+    # The run's trace id as its (cached) context holds it, not its UUID parsed again for each span.
+    return SpanContext(run.trace_id, span_id_of(run_id, kind, key), is_remote=False, trace_flags=_SAMPLED)
 
 
 @functools.lru_cache(maxsize=1024)
 def _run_context(run_id: str) -> SpanContext:
     """The parent of every span of the run but its own: named at each of them."""
-    return SpanContext(trace_id_of(run_id), span_id_of(run_id, "run"), is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    return SpanContext(trace_id_of(run_id), span_id_of(run_id, "run"), is_remote=False, trace_flags=_SAMPLED)
 
 
 def _nanos(ts: datetime | float) -> int:
@@ -586,11 +620,12 @@ def ledger_attributes(rows: Iterable[Event]) -> dict[int, Attributes]:
     return _ledger((row, Ledger.UNREAD) for row in rows)
 
 
-def _ledger(rows: Iterable[tuple[Event, Decided | Ledger]]) -> dict[int, Attributes]:
+def _ledger(rows: Iterable[tuple[Event | Shown, Decided | Ledger]]) -> dict[int, Attributes]:
     """``ledger_attributes`` of rows whose decisions may be known already."""
     found: dict[int, Attributes] = {}
     for row, known in rows:
-        decision = decision_of(row) if known is Ledger.UNREAD else known
+        # A row not read (Shown) comes with its decision known (Written.stored).
+        decision = decision_of(cast(Event, row)) if known is Ledger.UNREAD else known
         if decision is None:
             continue
         kind = str(decision["kind"])

@@ -30,6 +30,10 @@ def enabled() -> bool:
 def _processor() -> tuple[BatchSpanProcessor, Resource]:
     """Made on first use, in the process that uses it (a pool's child, after its fork)."""
     global _exporting
+    exporting = _exporting
+    if exporting is not None:
+        # Made already: a checkpoint's export takes it without the lock.
+        return exporting
     with _lock:
         if _exporting is None:
             exporter = OTLPSpanExporter(endpoint=settings.HARNESS_TRACES_URL, timeout=settings.HARNESS_TRACES_TIMEOUT_SECONDS)
