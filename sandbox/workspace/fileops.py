@@ -400,11 +400,14 @@ def write_file(root: Path, path: str, content: str) -> dict[str, object]:
         raise FileRefused(f"{path}: content is not valid UTF-8 ({exc.reason})") from None
     with opened_root(root) as root_fd, opened_dir(root_fd, parts[:-1], create=True) as dir_fd:
         st = _check_write_target(dir_fd, parts[-1], path)
-        if st is not None:
+        # Only a file of the same size can hold the same content: no other is opened.
+        if st is not None and st.st_size == len(data):
             fd = _open_file(dir_fd, parts[-1], path)
-            with os.fdopen(fd, "rb") as handle:
-                if st.st_size == len(data) and handle.read(len(data) + 1) == data:
+            try:
+                if read_to_end(fd, len(data)) == data:
                     return {"path": path, "bytes": len(data), "created": False, "unchanged": True}
+            finally:
+                os.close(fd)
         mode = stat.S_IMODE(st.st_mode) if st is not None else 0o644
         _atomic_write(root_fd, dir_fd, parts[-1], data, mode)
     return {"path": path, "bytes": len(data), "created": st is None, "unchanged": False}

@@ -84,7 +84,7 @@ class RevisionIndex:
     def head(self) -> str:
         """The current revision. Raises RevisionMismatch once verification failed;
         FileRefused/OSError/RecursionError when the tree must be walked and cannot be."""
-        broken = self._read("broken")
+        broken = self._marker("broken")
         if broken is not None:
             raise RevisionMismatch(broken)
         pending = self._read_pending()
@@ -131,7 +131,7 @@ class RevisionIndex:
     def verify(self) -> str:
         """A full walk that must agree with the index. A tree that cannot be walked
         (nested past the limit, say) agrees with nothing."""
-        broken = self._read("broken")
+        broken = self._marker("broken")
         if broken is not None:
             raise RevisionMismatch(broken)
         expected = self._read("HEAD")
@@ -170,7 +170,7 @@ class RevisionIndex:
         check, which sees the tree read-only and is not walked after): the index
         follows the written paths on the disk after it, and a crash inside leaves a
         record that has the next worker walk the whole tree."""
-        broken = self._read("broken")
+        broken = self._marker("broken")
         if broken is not None:
             raise RevisionMismatch(broken)
         earlier = self._read_pending()
@@ -187,57 +187,65 @@ class RevisionIndex:
             yield
         finally:
             try:
-                self._recover(list(paths), crashed=False)
+                after = self._recover(list(paths), crashed=False)
                 if written:
-                    self._add_usage(self._allocated(written) - before)
+                    self._add_usage((self._allocated(written) if after is None else after) - before)
             except (fileops.FileRefused, OSError, RecursionError) as exc:
                 # The marker stays: the next read of the revision tries again and
                 # meanwhile finds the tree unhashable, never the old value.
                 log.warning("revision index of %s not brought up to date: %s", self.tree, exc)
 
-    def _recover(self, paths: list[str], *, crashed: bool) -> None:
+    def _recover(self, paths: list[str], *, crashed: bool) -> int | None:
         """Bring the index up to date with ``paths`` after they were written; after a
-        crash mid-write or mid-check, the whole tree is verified too.
+        crash mid-write or mid-check, the whole tree is verified too. What the paths
+        occupy now (``_update``).
 
         A check that ended is not walked after (the module's docstring says why):
         what it could have changed it saw read-only."""
-        self._update([p for p in paths if p != WHOLE_TREE])
+        occupied = self._update([p for p in paths if p != WHOLE_TREE])
         self._set_pending(None)
         if crashed:
             self.verify()
+        return occupied
 
-    def _update(self, paths: Sequence[str]) -> None:
+    def _update(self, paths: Sequence[str]) -> int | None:
+        """The index follows ``paths`` as they are on the disk now; what they occupy
+        there, as ``_allocated`` counts it, from the same look (None: not looked, with
+        no value standing)."""
         if not paths:
-            return
+            return 0
         head = self._read("HEAD")
         if head is None:
-            return  # no value stands: the next read walks the tree
+            return None  # no value stands: the next read walks the tree
         root = None if head == EMPTY_TREE else bytes.fromhex(head)
+        occupied = 0
         with fileops.opened_root(self.tree) as root_fd:
             for path in paths:
-                leaf = self._leaf(root_fd, path)
+                leaf, blocks = self._leaf(root_fd, path)
+                occupied += blocks * 512
                 root = self._put(root, [os.fsencode(p) for p in path.split("/")], leaf)
         self._write("HEAD", EMPTY_TREE if root is None else root.hex())
+        return occupied
 
-    def _leaf(self, root_fd: int, path: str) -> tuple[bytes, bytes] | None:
-        """What ``path`` is on the disk now, as a tree entry (None: absent)."""
+    def _leaf(self, root_fd: int, path: str) -> tuple[tuple[bytes, bytes] | None, int]:
+        """What ``path`` is on the disk now, as a tree entry (None: absent), and its blocks."""
         parts = path.split("/")
         try:
             with fileops.opened_dir(root_fd, parts[:-1]) as dir_fd:
                 try:
                     st = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
                 except FileNotFoundError:
-                    return None
+                    return None, 0
                 if not stat.S_ISDIR(st.st_mode):
-                    return TreeHasher.entry(dir_fd, parts[-1], st)
+                    return TreeHasher.entry(dir_fd, parts[-1], st), st.st_blocks
                 child = os.open(parts[-1], fileops.DIR_FLAGS, dir_fd=dir_fd)
                 try:
                     sub = TreeHasher().tree_at(child, path + "/", len(parts), self._store_body)
                 finally:
                     os.close(child)
-                return None if sub is None else (TREE_MODE, sub)
+                return None if sub is None else (TREE_MODE, sub), st.st_blocks
         except fileops.FileRefused:
-            return None  # a directory on the way is missing (or not a directory): nothing there
+            return None, 0  # a directory on the way is missing (or not a directory): nothing there
 
     def _put(self, tree: bytes | None, parts: list[bytes], leaf: tuple[bytes, bytes] | None) -> bytes | None:
         entries = self._load(tree)
@@ -381,10 +389,18 @@ class RevisionIndex:
         else:
             self._put_file(self._dir, f"{self._dir}/{name}", text.encode())
 
+    def _marker(self, name: str) -> str | None:
+        """``broken`` or ``pending``, files that are there only while something is wrong
+        or under way: looked for first, without the exception a failed open raises
+        (several thousand instructions, twice in every read of the revision)."""
+        if self._kept is None and not os.access(f"{self._dir}/{name}", os.F_OK):
+            return None
+        return self._read(name)
+
     def _read_pending(self) -> list[str] | None:
         if self._staging:
             return self._pending
-        text = self._read("pending")
+        text = self._marker("pending")
         return None if text is None else list(json.loads(text))
 
     def _set_pending(self, paths: list[str] | None) -> None:
