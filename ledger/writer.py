@@ -613,8 +613,10 @@ class Joined:
         condition of the whole statement, which then writes the entry or nothing."""
         project = self.decisions[0].project_id if len(self.decisions) == 1 else None
         chain = project_chain(project) if project is not None else None
-        head = self.connection.ops.quote_name(Head._meta.db_table)
-        return f"(SELECT count(*) FROM {head} WHERE chain IN (%s, %s)) = %s", [GLOBAL_CHAIN, chain, 2 if chain else 1]  # noqa: S608 - a quoted table name
+        if not _ready:
+            head = self.connection.ops.quote_name(Head._meta.db_table)
+            _ready.append(f"(SELECT count(*) FROM {head} WHERE chain IN (%s, %s)) = %s")  # noqa: S608 - a quoted table name
+        return _ready[0], [GLOBAL_CHAIN, chain, 2 if chain else 1]
 
     def written(self, entries: int) -> bool:
         """Whether the caller's statement wrote the ``entries`` of all these decisions
@@ -624,6 +626,10 @@ class Joined:
         decisions = self.decisions
         self.connection.on_commit(lambda: _count(decisions))
         return True
+
+
+# ``Joined.ready``'s SQL, made once: only the quoted table name is in it.
+_ready: list[str] = []
 
 
 def joining(connection: Any, *, alone: bool = False) -> Joined | None:
