@@ -218,8 +218,8 @@ def _write(decisions: Sequence[Decision], connection: Any = None) -> list[tuple[
     if connection is None:
         connection = connections[DEFAULT_DB_ALIAS]
     if len(decisions) == 1:
-        # A single decision's (a step's admission) without comprehensions, which cost it
-        # some 3,500 instructions each.
+        # A single decision's (a step's admission) without comprehensions: one cost it
+        # some 3,500 instructions.
         shown, project = decisions[0].shown, decisions[0].project_id
         projects = [project] if project is not None else []
         kept = {shown.digest: shown.canonical.decode("utf-8")} if shown.keep else {}
@@ -353,9 +353,9 @@ def _entry_parts(decision: Decision, decided: str, stamp: str, prev: str, projec
     out key by key rather than encoded from a dict: every value is encoded as
     ``canonical`` encodes it, ``decided`` already is, and the keys are in
     ``canonical``'s order (tests/test_ledger_tamper.py verifies the chains); ``stamp``
-    is the entry's time, ``timestamp``'s text. Joined once (``str.join``): five texts
-    made apart and joined again, or one f-string, cost a step's entry some 6,000
-    instructions more."""
+    is the entry's time, ``timestamp``'s text. Joined once (``str.join``), an entry's
+    text was some 13,700 instructions; made as one f-string 16,600, as five texts
+    with the chained fields filled in after 21,200 (callgrind, each 50 times)."""
     actor = decision.actor
     return (
         '{"actor":{"id":',
