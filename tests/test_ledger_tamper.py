@@ -313,7 +313,7 @@ def test_it_exports_one_projects_chain_verifiable_alone(tmp_path: Path) -> None:
 
 
 def test_it_chains_entries_whose_values_need_escaping_as_the_verifier_encodes_them() -> None:
-    # The writer spells an entry's canonical JSON out key by key (ledger.writer._template);
+    # The writer spells an entry's canonical JSON out key by key (ledger.writer._entry_parts);
     # the verifier encodes it from the parsed export: quotes, backslashes, line breaks,
     # characters beyond ASCII and keys that are not strings come out the same.
     awkward = 'a "quoted" \\ back\nslash, café 日本 \u2028'

@@ -55,8 +55,7 @@ def record_decisions(run_id: str, seqs: Sequence[int], events: Sequence[ev.Event
     the listeners that tell them too (a trace's span events: monitoring.spans), so none
     derives them again."""
     found = [_decision(seq, event) for seq, event in zip(seqs, events, strict=True)]
-    decisions = [d for d in found if d is not None]
-    if decisions:
+    if any(found):
         project_id, run = _project_of(run_id), str(run_id)
         # Positional: keywords from a merged dict cost the entry more than the rest of its decision.
         record(
@@ -64,7 +63,8 @@ def record_decisions(run_id: str, seqs: Sequence[int], events: Sequence[ev.Event
                 Decision(
                     d["kind"], d["actor"], d["decided"], d["shown"], project_id, run, d.get("policy_version"), None, d.get("decided_text")
                 )
-                for d in decisions
+                for d in found
+                if d is not None
             ),
             connection=connection,
         )
