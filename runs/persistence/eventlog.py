@@ -68,8 +68,8 @@ def append_events(
     ``run_columns`` are written to the run row in the statement that numbers the
     events, and ``fence`` decides whether that statement may write at all.
     ``projections`` are written with the events (a ``SeqOf`` in them is the seq
-    its event was given, a ``PayloadOf`` that part of its payload as masked). ``connection``: the default database's, where the caller
-    holds it (a checkpoint).
+    its event was given, a ``PayloadOf`` that part of its payload as masked).
+    ``connection``: the default database's, where the caller holds it (a checkpoint).
 
     ``alone``: the caller holds no transaction and writes nothing after this call (a
     checkpoint of a run that goes on: runs.persistence.store); the transaction is then a
