@@ -88,7 +88,7 @@ def parts(argv: Sequence[str], expected: int | None, env: dict[str, str] | None 
         if done.returncode != 0:
             raise RuntimeError(f"callgrind run of {' '.join(argv)} failed ({done.returncode}): {done.stderr[-2000:]}")
         dumps = sorted(Path(tmp).glob("callgrind.out.*"), key=lambda path: int(path.suffix[1:]))
-        if len(dumps) != expected if expected is not None else not dumps:
+        if (len(dumps) != expected) if expected is not None else not dumps:
             raise RuntimeError(f"callgrind run of {' '.join(argv)} measured {len(dumps)} parts, not {expected}")
         counts = []
         for dump in dumps:

@@ -17,7 +17,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import Enum
 from typing import Any, NamedTuple, assert_never, cast, get_args
 
@@ -32,6 +32,7 @@ from core import events as ev
 from core.outcome import at_stop
 from runs.models import Event, Run
 from runs.persistence.decisions import decision_of
+from runs.persistence.eventlog import row_time
 
 SCOPE = InstrumentationScope("harness")
 # What one attribute may hold of an argument or a result, when the policy lets the
@@ -155,7 +156,7 @@ class Written(NamedTuple):
             row = rows[index]
             seq, at = row.seq, row.ts
         else:
-            seq, at = self.seqs[index], _as_stored(event.ts)
+            seq, at = self.seqs[index], row_time(event.ts)
             row = Shown(event.run_id, seq, event.call_id, at)
         ts = at.timestamp()
         if event.ts != ts or event.seq != seq:
@@ -171,13 +172,6 @@ class Shown(NamedTuple):
     seq: int
     call_id: str | None
     ts: datetime
-
-
-def _as_stored(ts: float) -> datetime:
-    """An event's time as its row holds it (runs.persistence.eventlog writes
-    ``datetime.fromtimestamp(ts, tz=UTC)``; test_traces holds the spans made from it
-    to those the log gives, byte for byte)."""
-    return datetime.fromtimestamp(ts, tz=UTC)
 
 
 class Before(NamedTuple):

@@ -53,6 +53,12 @@ def append_event(run_id: str, cls: type[CoreEvent], *, fence: Fence, **fields: A
     return row
 
 
+def row_time(ts: float) -> datetime:
+    """An event's time as its row holds it (the row's ``ts``; monitoring.spans makes a
+    span from an event that was not read back with this time too)."""
+    return datetime.fromtimestamp(ts, tz=UTC)
+
+
 def append_events(
     run_id: str,
     events: Sequence[CoreEvent],
@@ -106,7 +112,7 @@ def append_events(
                 "seq": SeqOf(index),
                 "type": type_name(type(event)),
                 "call_id": event.call_id,
-                "ts": datetime.fromtimestamp(event.ts, tz=UTC),
+                "ts": row_time(event.ts),
                 "payload": text,
             }
             for index, (event, (_, text)) in enumerate(zip(events, payloads, strict=True))
